@@ -1,0 +1,1083 @@
+//! SIP messages: start line, header section and body (RFC 3261 §7).
+//!
+//! ```text
+//! INVITE sip:bob@biloxi.example.com SIP/2.0      <- start line
+//! Via: SIP/2.0/UDP pc33.atlanta.example.com;...   \
+//! From: Alice <sip:alice@atlanta.example.com>;...  > header section
+//! ...                                             /
+//!                                                 <- empty line
+//! v=0 ...                                         <- body (Content-Length)
+//! ```
+//!
+//! [`Message::parse`] borrows the input buffer and allocates nothing. It
+//! checks the whole header section's framing and fully decodes the header
+//! fields every proxy and registrar needs (Via, From, To, Call-ID, CSeq,
+//! Max-Forwards, Contact, Route, Record-Route, Expires, Content-Length,
+//! Content-Type); other fields are decoded on demand.
+
+use memchr::memchr;
+
+use crate::contact::{parse_contact, parse_contacts, parse_delta_seconds, Contact};
+use crate::cseq::{parse_cseq, CSeq};
+use crate::error::{ErrorKind, ParseError};
+use crate::header::{Header, HeaderName};
+use crate::limits::Limits;
+use crate::method::Method;
+use crate::name_addr::{parse_list, parse_single, NameAddr};
+use crate::scan::{is_token, is_token_str, is_word, offset_in, parse_u64, trim_lws, Cursor};
+use crate::status::StatusCode;
+use crate::uri::{parse_uri, Uri, UriContext};
+use crate::via::{parse_via, parse_via_list, Via};
+
+/// The first line of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartLine<'a> {
+    /// `Method SP Request-URI SP SIP-Version`
+    Request {
+        /// The method.
+        method: Method<'a>,
+        /// The Request-URI.
+        uri: Uri<'a>,
+    },
+    /// `SIP-Version SP Status-Code SP Reason-Phrase`
+    Response {
+        /// The status code.
+        status: StatusCode,
+        /// The reason phrase (may be empty).
+        reason: &'a str,
+    },
+}
+
+/// A parsed SIP message borrowing its input.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    raw: &'a [u8],
+    head: &'a str,
+    base: usize,
+    start: StartLine<'a>,
+    start_line: &'a str,
+    headers_at: usize,
+    body: &'a [u8],
+    header_count: usize,
+    call_id: &'a str,
+    cseq: CSeq<'a>,
+    from: NameAddr<'a>,
+    to: NameAddr<'a>,
+    top_via: Via<'a>,
+    top_via_line: &'a str,
+    via_count: usize,
+    max_forwards: Option<u8>,
+    max_forwards_raw: Option<&'a str>,
+    content_length: Option<usize>,
+    content_type: Option<&'a str>,
+    expires: Option<u32>,
+    contact_star: bool,
+    contact_count: usize,
+    first_route: Option<(&'a str, NameAddr<'a>)>,
+    route_count: usize,
+}
+
+/// Where the header section ends.
+pub(crate) struct HeadSpan {
+    /// Offset of the start line (after leading CRLFs).
+    pub lead: usize,
+    /// Offset one past the last header line's content.
+    pub head_end: usize,
+    /// Offset of the first body byte.
+    pub body_start: usize,
+}
+
+/// Finds the header section, skipping leading empty lines (RFC 3261 §7.5).
+pub(crate) fn find_head(buf: &[u8]) -> Result<HeadSpan, ParseError> {
+    let mut lead = 0;
+    while lead < buf.len() && (buf[lead] == b'\r' || buf[lead] == b'\n') {
+        lead += 1;
+    }
+    if lead == buf.len() {
+        return Err(ParseError::new(ErrorKind::Empty, lead));
+    }
+    let mut pos = lead;
+    loop {
+        let Some(nl) = memchr(b'\n', &buf[pos..]) else {
+            return Err(ParseError::new(ErrorKind::Incomplete, buf.len()));
+        };
+        let next = pos + nl + 1;
+        match buf.get(next) {
+            Some(b'\n') => {
+                return Ok(HeadSpan {
+                    lead,
+                    head_end: line_content_end(buf, pos + nl),
+                    body_start: next + 1,
+                })
+            }
+            Some(b'\r') if buf.get(next + 1) == Some(&b'\n') => {
+                return Ok(HeadSpan {
+                    lead,
+                    head_end: line_content_end(buf, pos + nl),
+                    body_start: next + 2,
+                })
+            }
+            Some(_) => pos = next,
+            None => return Err(ParseError::new(ErrorKind::Incomplete, buf.len())),
+        }
+    }
+}
+
+fn line_content_end(buf: &[u8], nl: usize) -> usize {
+    if nl > 0 && buf[nl - 1] == b'\r' {
+        nl - 1
+    } else {
+        nl
+    }
+}
+
+/// Splits a header section into header fields, joining continuation lines.
+#[derive(Debug, Clone)]
+pub struct HeaderIter<'a> {
+    head: &'a str,
+    pos: usize,
+}
+
+/// One header field before its name is checked: the whole field text
+/// (name through value, continuation lines included) and its offset.
+pub(crate) fn next_field(head: &str, pos: &mut usize) -> Option<(usize, usize)> {
+    let b = head.as_bytes();
+    if *pos >= b.len() {
+        return None;
+    }
+    let start = *pos;
+    let mut end;
+    let mut scan = start;
+    loop {
+        match memchr(b'\n', &b[scan..]) {
+            Some(nl) => {
+                end = scan + nl;
+                if matches!(b.get(end + 1), Some(b' ' | b'\t')) {
+                    scan = end + 1;
+                    continue;
+                }
+                *pos = end + 1;
+            }
+            None => {
+                end = b.len();
+                *pos = b.len();
+            }
+        }
+        break;
+    }
+    if end > start && b[end - 1] == b'\r' {
+        end -= 1;
+    }
+    Some((start, end))
+}
+
+/// Splits a field into name and trimmed value; `Err` gives the error and
+/// the offset within the field.
+fn split_field(field: &str) -> Result<(&str, &str), (ErrorKind, usize)> {
+    let b = field.as_bytes();
+    if matches!(b.first(), Some(b' ' | b'\t')) {
+        return Err((ErrorKind::OrphanContinuation, 0));
+    }
+    let mut i = 0;
+    while i < b.len() && is_token(b[i]) {
+        i += 1;
+    }
+    if i == 0 {
+        return Err((ErrorKind::HeaderName, 0));
+    }
+    let name = &field[..i];
+    while i < b.len() && matches!(b[i], b' ' | b'\t') {
+        i += 1;
+    }
+    if b.get(i) != Some(&b':') {
+        return Err((
+            if i < b.len() {
+                ErrorKind::HeaderName
+            } else {
+                ErrorKind::MissingColon
+            },
+            i,
+        ));
+    }
+    Ok((name, trim_lws(&field[i + 1..])))
+}
+
+impl<'a> HeaderIter<'a> {
+    /// Iterates over the header fields of a header section that starts
+    /// with a start line; stops at the first malformed field.
+    pub fn over(head: &'a str) -> Self {
+        let mut pos = 0;
+        next_field(head, &mut pos);
+        Self { head, pos }
+    }
+}
+
+impl<'a> Iterator for HeaderIter<'a> {
+    type Item = Header<'a>;
+
+    fn next(&mut self) -> Option<Header<'a>> {
+        let (s, e) = next_field(self.head, &mut self.pos)?;
+        let line = &self.head[s..e];
+        let (raw_name, value) = split_field(line).ok()?;
+        Some(Header {
+            name: HeaderName::from_name(raw_name),
+            raw_name,
+            value,
+            line,
+        })
+    }
+}
+
+fn invalid(name: HeaderName, reason: &'static str, offset: usize) -> ParseError {
+    ParseError::new(ErrorKind::InvalidHeader { name, reason }, offset)
+}
+
+fn start_err(reason: &'static str, offset: usize) -> ParseError {
+    ParseError::new(ErrorKind::StartLine(reason), offset)
+}
+
+/// Whether `s` starts with `SIP/`, case-insensitively. Byte-wise, so that
+/// a multibyte character at offset 3 cannot split a slice.
+pub(crate) fn starts_with_sip_slash(s: &str) -> bool {
+    s.as_bytes()
+        .get(..4)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"SIP/"))
+}
+
+fn check_version(v: &str, offset: usize) -> Result<(), ParseError> {
+    if v.eq_ignore_ascii_case("SIP/2.0") {
+        return Ok(());
+    }
+    let well_formed = starts_with_sip_slash(v)
+        && v[4..].split_once('.').is_some_and(|(a, b)| {
+            !a.is_empty() && !b.is_empty() && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+        });
+    Err(if well_formed {
+        ParseError::new(ErrorKind::UnsupportedVersion, offset)
+    } else {
+        start_err("malformed SIP-Version", offset)
+    })
+}
+
+const SPACING: &str =
+    "Request-Line must be Method SP Request-URI SP SIP-Version with single spaces";
+
+/// Offset of the space that breaks `Method SP Request-URI SP SIP-Version`:
+/// a leading, doubled or trailing space, else the third space.
+fn bad_space(line: &str) -> usize {
+    let b = line.as_bytes();
+    let mut spaces = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if c == b' ' {
+            spaces += 1;
+            if i == 0 || b[i - 1] == b' ' || i + 1 == b.len() || spaces == 3 {
+                return i;
+            }
+        }
+    }
+    b.len()
+}
+
+fn parse_start_line<'a>(
+    line: &'a str,
+    base: usize,
+    limits: &Limits,
+) -> Result<StartLine<'a>, ParseError> {
+    if starts_with_sip_slash(line) {
+        let Some(sp) = line.find(' ') else {
+            return Err(start_err(
+                "Status-Line needs a status code",
+                base + line.len(),
+            ));
+        };
+        check_version(&line[..sp], base)?;
+        let rest = &line[sp + 1..];
+        let (code, reason) = match rest.find(' ') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let status = (code.len() == 3)
+            .then(|| parse_u64(code))
+            .flatten()
+            .and_then(|c| StatusCode::new(c as u16))
+            .ok_or_else(|| ParseError::new(ErrorKind::StatusCode, base + sp + 1))?;
+        if let Some(i) = reason.bytes().position(|c| c < 0x20 && c != b'\t') {
+            return Err(start_err(
+                "control character in Reason-Phrase",
+                base + sp + 5 + i,
+            ));
+        }
+        return Ok(StartLine::Response { status, reason });
+    }
+    let mut parts = line.split(' ');
+    let (Some(m), Some(u), Some(v), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(start_err(SPACING, base + bad_space(line)));
+    };
+    if m.is_empty() || u.is_empty() || v.is_empty() {
+        return Err(start_err(SPACING, base + bad_space(line)));
+    }
+    if !is_token_str(m) {
+        return Err(ParseError::new(ErrorKind::Method, base));
+    }
+    let uri_at = base + m.len() + 1;
+    check_version(v, uri_at + u.len() + 1)?;
+    let uri = parse_uri(u, uri_at, UriContext::RequestUri, limits.max_values)?;
+    Ok(StartLine::Request {
+        method: Method::from_token(m),
+        uri,
+    })
+}
+
+fn check_call_id(v: &str, offset: usize) -> Result<(), ParseError> {
+    let ok = match v.split_once('@') {
+        Some((a, b)) => !a.is_empty() && !b.is_empty() && !b.contains('@'),
+        None => !v.is_empty(),
+    } && v.bytes().all(|c| is_word(c) || c == b'@');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            HeaderName::CallId,
+            "must be word [\"@\" word]",
+            offset,
+        ))
+    }
+}
+
+/// `warning-value = warn-code SP warn-agent SP warn-text` (RFC 3261 §20.43).
+fn check_warning(v: &str, offset: usize) -> Result<(), ParseError> {
+    let mut c = Cursor::new(v, offset);
+    loop {
+        c.skip_lws();
+        let code = c.take_while(|b| b.is_ascii_digit());
+        if code.len() != 3 || !c.eat(b' ') {
+            return Err(invalid(
+                HeaderName::Warning,
+                "warn-code must be three digits",
+                c.offset(),
+            ));
+        }
+        if c.take_while(|b| b != b' ').is_empty() || !c.eat(b' ') {
+            return Err(invalid(
+                HeaderName::Warning,
+                "missing warn-agent",
+                c.offset(),
+            ));
+        }
+        c.quoted()
+            .map_err(|o| invalid(HeaderName::Warning, "warn-text must be a quoted string", o))?;
+        c.skip_lws();
+        if c.at_end() {
+            return Ok(());
+        }
+        if !c.eat_sep(b',') {
+            return Err(invalid(
+                HeaderName::Warning,
+                "expected ',' between warnings",
+                c.offset(),
+            ));
+        }
+    }
+}
+
+/// `rfc1123-date = wkday "," SP date1 SP time SP "GMT"` (RFC 3261 §20.17).
+fn check_date(v: &str, offset: usize) -> Result<(), ParseError> {
+    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let b = v.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    // ASCII only, so every fixed offset below is a character boundary.
+    let ok = b.len() == 29
+        && v.is_ascii()
+        && DAYS.contains(&&v[..3])
+        && &v[3..5] == ", "
+        && digits(5..7)
+        && b[7] == b' '
+        && MONTHS.contains(&&v[8..11])
+        && b[11] == b' '
+        && digits(12..16)
+        && b[16] == b' '
+        && digits(17..19)
+        && b[19] == b':'
+        && digits(20..22)
+        && b[22] == b':'
+        && digits(23..25)
+        && &v[25..] == " GMT";
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            HeaderName::Date,
+            "must be an RFC 1123 date in GMT",
+            offset,
+        ))
+    }
+}
+
+fn check_content_type(v: &str, offset: usize, limits: &Limits) -> Result<(), ParseError> {
+    let mut c = Cursor::new(v, offset);
+    let bad = |c: &Cursor<'_>| {
+        invalid(
+            HeaderName::ContentType,
+            "must be type/subtype *(;param)",
+            c.offset(),
+        )
+    };
+    c.token().ok_or_else(|| bad(&c))?;
+    if !c.eat_sep(b'/') {
+        return Err(bad(&c));
+    }
+    c.token().ok_or_else(|| bad(&c))?;
+    crate::params::parse_params(
+        &mut c,
+        HeaderName::ContentType,
+        limits.max_values,
+        |_, _, _| Ok(()),
+    )?;
+    c.skip_lws();
+    if c.at_end() {
+        Ok(())
+    } else {
+        Err(bad(&c))
+    }
+}
+
+impl<'a> Message<'a> {
+    /// Parses one message from a datagram with default [`Limits`].
+    ///
+    /// Without Content-Length the body runs to the end of the buffer
+    /// (RFC 3261 §18.3); with it, bytes beyond the body are ignored
+    /// (see [`Message::len`]).
+    pub fn parse(buf: &'a [u8]) -> Result<Self, ParseError> {
+        Self::parse_with(buf, &Limits::DEFAULT)
+    }
+
+    /// Parses one message with the given limits.
+    pub fn parse_with(buf: &'a [u8], limits: &Limits) -> Result<Self, ParseError> {
+        if buf.len() > limits.max_message_len {
+            return Err(ParseError::new(
+                ErrorKind::MessageTooLarge {
+                    limit: limits.max_message_len,
+                },
+                limits.max_message_len,
+            ));
+        }
+        let span = find_head(buf)?;
+        let base = span.lead;
+        let head = std::str::from_utf8(&buf[base..span.head_end])
+            .map_err(|e| ParseError::new(ErrorKind::InvalidUtf8, base + e.valid_up_to()))?;
+        let hb = head.as_bytes();
+        for cr in memchr::memchr_iter(b'\r', hb) {
+            if hb.get(cr + 1) != Some(&b'\n') {
+                return Err(ParseError::new(ErrorKind::BareCr, base + cr));
+            }
+        }
+        let mut pos = 0;
+        let (s, e) = next_field(head, &mut pos).ok_or(ParseError::new(ErrorKind::Empty, base))?;
+        let start_line = &head[s..e];
+        if matches!(start_line.as_bytes().first(), Some(b' ' | b'\t')) {
+            return Err(start_err("start line begins with white space", base));
+        }
+        // A folded start line would have been joined by next_field.
+        if start_line.contains('\n') {
+            return Err(start_err(
+                "start line cannot be continued on the next line",
+                base,
+            ));
+        }
+        let start = parse_start_line(start_line, base, limits)?;
+        let headers_at = pos;
+
+        let mut b = Builder::default();
+        let mut count = 0usize;
+        while let Some((fs, fe)) = next_field(head, &mut pos) {
+            count += 1;
+            if count > limits.max_headers {
+                return Err(ParseError::new(
+                    ErrorKind::TooManyHeaders {
+                        limit: limits.max_headers,
+                    },
+                    base + fs,
+                ));
+            }
+            if fe - fs > limits.max_header_len {
+                return Err(ParseError::new(
+                    ErrorKind::HeaderTooLong {
+                        limit: limits.max_header_len,
+                    },
+                    base + fs,
+                ));
+            }
+            let field = &head[fs..fe];
+            let (raw_name, value) =
+                split_field(field).map_err(|(k, o)| ParseError::new(k, base + fs + o))?;
+            let name = HeaderName::from_name(raw_name);
+            let at = base + offset_in(head, value);
+            b.add(name, field, value, at, limits)?;
+        }
+        b.finish(buf, head, base, start, start_line, headers_at, count, &span)
+    }
+
+    /// Bytes consumed: header section plus Content-Length body. Bytes after
+    /// that in a datagram are not part of this message (RFC 4475 §3.1.1.8).
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Never true: a message has at least a start line.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The message bytes (header section and body).
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.raw
+    }
+
+    /// Offset of the start line in the input (leading CRLFs skipped).
+    pub fn start_offset(&self) -> usize {
+        self.base
+    }
+
+    /// The header section from the start line to the last header field,
+    /// without the final empty line.
+    pub fn head(&self) -> &'a str {
+        self.head
+    }
+
+    /// The start line as written.
+    pub fn start_line_str(&self) -> &'a str {
+        self.start_line
+    }
+
+    /// The decoded start line.
+    pub fn start_line(&self) -> &StartLine<'a> {
+        &self.start
+    }
+
+    /// Whether this is a request.
+    pub fn is_request(&self) -> bool {
+        matches!(self.start, StartLine::Request { .. })
+    }
+
+    /// The request method, or for a response the CSeq method.
+    pub fn method(&self) -> Method<'a> {
+        match self.start {
+            StartLine::Request { method, .. } => method,
+            StartLine::Response { .. } => self.cseq.method,
+        }
+    }
+
+    /// The Request-URI of a request.
+    pub fn request_uri(&self) -> Option<&Uri<'a>> {
+        match &self.start {
+            StartLine::Request { uri, .. } => Some(uri),
+            StartLine::Response { .. } => None,
+        }
+    }
+
+    /// The status of a response.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self.start {
+            StartLine::Response { status, .. } => Some(status),
+            StartLine::Request { .. } => None,
+        }
+    }
+
+    /// The reason phrase of a response.
+    pub fn reason(&self) -> Option<&'a str> {
+        match self.start {
+            StartLine::Response { reason, .. } => Some(reason),
+            StartLine::Request { .. } => None,
+        }
+    }
+
+    /// Call-ID.
+    pub fn call_id(&self) -> &'a str {
+        self.call_id
+    }
+
+    /// CSeq.
+    pub fn cseq(&self) -> CSeq<'a> {
+        self.cseq
+    }
+
+    /// From.
+    pub fn from(&self) -> &NameAddr<'a> {
+        &self.from
+    }
+
+    /// To.
+    pub fn to(&self) -> &NameAddr<'a> {
+        &self.to
+    }
+
+    /// The topmost Via value.
+    pub fn top_via(&self) -> &Via<'a> {
+        &self.top_via
+    }
+
+    /// The whole header field line holding the topmost Via.
+    pub fn top_via_line(&self) -> &'a str {
+        self.top_via_line
+    }
+
+    /// Number of Via values across all Via fields.
+    pub fn via_count(&self) -> usize {
+        self.via_count
+    }
+
+    /// All Via values, top first.
+    pub fn vias(&self) -> impl Iterator<Item = Via<'a>> + 'a {
+        self.headers_named(HeaderName::Via)
+            .flat_map(|h| CommaValues {
+                cursor: Cursor::new(h.value, 0),
+                done: false,
+                parse: |c: &mut Cursor<'a>| parse_via(c, usize::MAX).ok(),
+            })
+    }
+
+    /// Max-Forwards, if present.
+    pub fn max_forwards(&self) -> Option<u8> {
+        self.max_forwards
+    }
+
+    /// The Max-Forwards value text, for in-place edits.
+    pub fn max_forwards_raw(&self) -> Option<&'a str> {
+        self.max_forwards_raw
+    }
+
+    /// Content-Length, if present.
+    pub fn content_length(&self) -> Option<usize> {
+        self.content_length
+    }
+
+    /// Content-Type, if present.
+    pub fn content_type(&self) -> Option<&'a str> {
+        self.content_type
+    }
+
+    /// The Expires header value (saturated at `u32::MAX`).
+    pub fn expires(&self) -> Option<u32> {
+        self.expires
+    }
+
+    /// Whether the message has `Contact: *`.
+    pub fn is_contact_star(&self) -> bool {
+        self.contact_star
+    }
+
+    /// Number of Contact values (0 for `*`).
+    pub fn contact_count(&self) -> usize {
+        self.contact_count
+    }
+
+    /// Contact values in order (none for `*`).
+    pub fn contacts(&self) -> impl Iterator<Item = Contact<'a>> + 'a {
+        let star = self.contact_star;
+        self.headers_named(HeaderName::Contact)
+            .filter(move |_| !star)
+            .flat_map(|h| CommaValues {
+                cursor: Cursor::new(h.value, 0),
+                done: false,
+                parse: |c: &mut Cursor<'a>| parse_contact(c, usize::MAX).ok(),
+            })
+    }
+
+    /// The first Route value and the field line holding it.
+    pub fn first_route(&self) -> Option<(&'a str, &NameAddr<'a>)> {
+        self.first_route.as_ref().map(|(l, n)| (*l, n))
+    }
+
+    /// Number of Route values.
+    pub fn route_count(&self) -> usize {
+        self.route_count
+    }
+
+    /// Number of header fields.
+    pub fn header_count(&self) -> usize {
+        self.header_count
+    }
+
+    /// All header fields in order.
+    pub fn headers(&self) -> HeaderIter<'a> {
+        HeaderIter {
+            head: self.head,
+            pos: self.headers_at,
+        }
+    }
+
+    /// Header fields with the given name, in order.
+    pub fn headers_named(&self, name: HeaderName) -> impl Iterator<Item = Header<'a>> + 'a {
+        self.headers().filter(move |h| h.name == name)
+    }
+
+    /// The first value of a header, by classified name.
+    pub fn header(&self, name: HeaderName) -> Option<&'a str> {
+        self.headers().find(|h| h.name == name).map(|h| h.value)
+    }
+
+    /// The first value of a header, by case-insensitive raw name.
+    pub fn header_raw(&self, name: &str) -> Option<&'a str> {
+        self.headers()
+            .find(|h| h.raw_name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// The body.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// Offset of the first byte of `s`, which must borrow from this message,
+    /// relative to the start of the input buffer.
+    pub fn offset_of(&self, s: &str) -> usize {
+        self.base + offset_in(self.head, s)
+    }
+
+    /// Decodes the header fields that [`Message::parse`] leaves for later
+    /// (credentials and challenges), so that a message can be checked in
+    /// full. Returns the first error.
+    pub fn validate_all(&self) -> Result<(), ParseError> {
+        for h in self.headers() {
+            let at = self.offset_of(h.value);
+            match h.name {
+                HeaderName::Authorization | HeaderName::ProxyAuthorization => {
+                    crate::auth::Credentials::parse_at(h.value, at, h.name)?;
+                }
+                HeaderName::WwwAuthenticate | HeaderName::ProxyAuthenticate => {
+                    crate::auth::Challenge::parse_at(h.value, at, h.name)?;
+                }
+                HeaderName::MinExpires => {
+                    parse_delta_seconds(h.value)
+                        .ok_or_else(|| invalid(h.name, "must be delta-seconds", at))?;
+                }
+                HeaderName::RetryAfter => {
+                    let digits = h
+                        .value
+                        .split(|c: char| !c.is_ascii_digit())
+                        .next()
+                        .unwrap_or("");
+                    parse_u64(digits)
+                        .filter(|n| u32::try_from(*n).is_ok())
+                        .ok_or_else(|| {
+                            invalid(h.name, "must start with delta-seconds below 2^32", at)
+                        })?;
+                }
+                HeaderName::Warning => check_warning(h.value, at)?,
+                HeaderName::Date => check_date(h.value, at)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Iterates over comma-separated values of one field.
+struct CommaValues<'a, F> {
+    cursor: Cursor<'a>,
+    done: bool,
+    parse: F,
+}
+
+impl<'a, T, F: FnMut(&mut Cursor<'a>) -> Option<T>> Iterator for CommaValues<'a, F> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        if self.done {
+            return None;
+        }
+        let item = (self.parse)(&mut self.cursor);
+        self.cursor.skip_lws();
+        if item.is_none() || !self.cursor.eat_sep(b',') {
+            self.done = true;
+        }
+        item
+    }
+}
+
+/// Accumulates the decoded fields while the header section is scanned.
+#[derive(Default)]
+struct Builder<'a> {
+    call_id: Option<&'a str>,
+    cseq: Option<CSeq<'a>>,
+    from: Option<NameAddr<'a>>,
+    to: Option<NameAddr<'a>>,
+    top_via: Option<(Via<'a>, &'a str)>,
+    via_count: usize,
+    max_forwards: Option<(u8, &'a str)>,
+    content_length: Option<usize>,
+    content_type: Option<&'a str>,
+    expires: Option<u32>,
+    contact_star: bool,
+    contact_count: usize,
+    first_route: Option<(&'a str, NameAddr<'a>)>,
+    route_count: usize,
+}
+
+fn once<T>(slot: &Option<T>, name: HeaderName, at: usize) -> Result<(), ParseError> {
+    if slot.is_some() {
+        Err(ParseError::new(ErrorKind::DuplicateHeader(name), at))
+    } else {
+        Ok(())
+    }
+}
+
+impl<'a> Builder<'a> {
+    fn add(
+        &mut self,
+        name: HeaderName,
+        field: &'a str,
+        value: &'a str,
+        at: usize,
+        limits: &Limits,
+    ) -> Result<(), ParseError> {
+        match name {
+            HeaderName::Via => {
+                let (mut top, mut n) = (None, 0);
+                parse_via_list(value, at, limits.max_values, |v| {
+                    if top.is_none() {
+                        top = Some(v);
+                    }
+                    n += 1;
+                })?;
+                if self.top_via.is_none() {
+                    self.top_via = top.map(|v| (v, field));
+                }
+                self.via_count += n;
+            }
+            HeaderName::From => {
+                once(&self.from, name, at)?;
+                self.from = Some(parse_single(value, at, name, limits.max_values)?);
+            }
+            HeaderName::To => {
+                once(&self.to, name, at)?;
+                self.to = Some(parse_single(value, at, name, limits.max_values)?);
+            }
+            HeaderName::CallId => {
+                once(&self.call_id, name, at)?;
+                check_call_id(value, at)?;
+                self.call_id = Some(value);
+            }
+            HeaderName::CSeq => {
+                once(&self.cseq, name, at)?;
+                self.cseq = Some(parse_cseq(value, at)?);
+            }
+            HeaderName::MaxForwards => {
+                once(&self.max_forwards, name, at)?;
+                let n = parse_u64(value)
+                    .and_then(|n| u8::try_from(n).ok())
+                    .ok_or_else(|| invalid(name, "must be a decimal in 0..=255", at))?;
+                self.max_forwards = Some((n, value));
+            }
+            HeaderName::ContentLength => {
+                once(&self.content_length, name, at)?;
+                let n = parse_u64(value)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n <= limits.max_message_len)
+                    .ok_or_else(|| {
+                        invalid(
+                            name,
+                            "must be a non-negative decimal within the message size limit",
+                            at,
+                        )
+                    })?;
+                self.content_length = Some(n);
+            }
+            HeaderName::ContentType => {
+                once(&self.content_type, name, at)?;
+                check_content_type(value, at, limits)?;
+                self.content_type = Some(value);
+            }
+            HeaderName::Expires => {
+                once(&self.expires, name, at)?;
+                self.expires = Some(
+                    parse_delta_seconds(value)
+                        .ok_or_else(|| invalid(name, "must be delta-seconds", at))?,
+                );
+            }
+            HeaderName::Contact => {
+                let mut n = 0;
+                let star = parse_contacts(value, at, limits.max_values, |_| n += 1)?;
+                if (star && (self.contact_count > 0 || self.contact_star))
+                    || (self.contact_star && n > 0)
+                {
+                    return Err(invalid(name, "'*' must be the only Contact", at));
+                }
+                self.contact_star |= star;
+                self.contact_count += n;
+            }
+            HeaderName::Route | HeaderName::RecordRoute | HeaderName::Path => {
+                let mut n = 0;
+                let mut first = None;
+                parse_list(value, at, name, limits.max_values, true, |na| {
+                    if first.is_none() {
+                        first = Some(na);
+                    }
+                    n += 1;
+                    Ok(())
+                })?;
+                if name == HeaderName::Route {
+                    if self.first_route.is_none() {
+                        self.first_route = first.map(|na| (field, na));
+                    }
+                    self.route_count += n;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        self,
+        buf: &'a [u8],
+        head: &'a str,
+        base: usize,
+        start: StartLine<'a>,
+        start_line: &'a str,
+        headers_at: usize,
+        header_count: usize,
+        span: &HeadSpan,
+    ) -> Result<Message<'a>, ParseError> {
+        let end = base + head.len();
+        let missing = |h| ParseError::new(ErrorKind::MissingHeader(h), end);
+        let (top_via, top_via_line) = self.top_via.ok_or_else(|| missing(HeaderName::Via))?;
+        let from = self.from.ok_or_else(|| missing(HeaderName::From))?;
+        let to = self.to.ok_or_else(|| missing(HeaderName::To))?;
+        let call_id = self.call_id.ok_or_else(|| missing(HeaderName::CallId))?;
+        let cseq = self.cseq.ok_or_else(|| missing(HeaderName::CSeq))?;
+        if let StartLine::Request { method, .. } = start {
+            if method.as_str() != cseq.method.as_str() {
+                return Err(ParseError::new(ErrorKind::CSeqMethodMismatch, base));
+            }
+        }
+        let available = buf.len() - span.body_start;
+        let body_len = match self.content_length {
+            Some(n) if n > available => {
+                return Err(ParseError::new(
+                    ErrorKind::BodyTruncated {
+                        declared: n,
+                        available,
+                    },
+                    buf.len(),
+                ))
+            }
+            Some(n) => n,
+            None => available,
+        };
+        let total = span.body_start + body_len;
+        Ok(Message {
+            raw: &buf[base..total],
+            head,
+            base,
+            start,
+            start_line,
+            headers_at,
+            body: &buf[span.body_start..total],
+            header_count,
+            call_id,
+            cseq,
+            from,
+            to,
+            top_via,
+            top_via_line,
+            via_count: self.via_count,
+            max_forwards: self.max_forwards.map(|m| m.0),
+            max_forwards_raw: self.max_forwards.map(|m| m.1),
+            content_length: self.content_length,
+            content_type: self.content_type,
+            expires: self.expires,
+            contact_star: self.contact_star,
+            contact_count: self.contact_count,
+            first_route: self.first_route,
+            route_count: self.route_count,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGISTER: &[u8] = b"REGISTER sip:registrar.biloxi.example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP bobspc.biloxi.example.com:5060;branch=z9hG4bKnashds7\r\n\
+Max-Forwards: 70\r\n\
+To: Bob <sip:bob@biloxi.example.com>\r\n\
+From: Bob <sip:bob@biloxi.example.com>;tag=456248\r\n\
+Call-ID: 843817637684230@998sdasdh09\r\n\
+CSeq: 1826 REGISTER\r\n\
+Contact: <sip:bob@192.0.2.4>\r\n\
+Expires: 7200\r\n\
+Content-Length: 0\r\n\r\n";
+
+    #[test]
+    fn register() {
+        let m = Message::parse(REGISTER).unwrap();
+        assert!(m.is_request());
+        assert_eq!(m.method(), Method::Register);
+        assert_eq!(
+            m.request_uri().unwrap().as_str(),
+            "sip:registrar.biloxi.example.com"
+        );
+        assert_eq!(m.top_via().branch(), Some("z9hG4bKnashds7"));
+        assert_eq!(m.max_forwards(), Some(70));
+        assert_eq!(m.from().tag(), Some("456248"));
+        assert_eq!(m.to().tag(), None);
+        assert_eq!(m.call_id(), "843817637684230@998sdasdh09");
+        assert_eq!(m.cseq().seq, 1826);
+        assert_eq!(m.contact_count(), 1);
+        assert_eq!(
+            m.contacts().next().unwrap().addr.uri().as_str(),
+            "sip:bob@192.0.2.4"
+        );
+        assert_eq!(m.expires(), Some(7200));
+        assert_eq!(m.header_count(), 9);
+        assert_eq!(m.len(), REGISTER.len());
+        assert!(m.body().is_empty());
+    }
+
+    #[test]
+    fn lf_only_and_leading_crlf() {
+        let lf: Vec<u8> = REGISTER
+            .windows(2)
+            .enumerate()
+            .filter_map(|(i, w)| (w != b"\r\n").then_some(REGISTER[i]))
+            .chain(std::iter::once(b'\n'))
+            .collect();
+        let mut with_lead = b"\r\n\r\n".to_vec();
+        with_lead.extend_from_slice(&lf);
+        let m = Message::parse(&with_lead).unwrap();
+        assert_eq!(m.call_id(), "843817637684230@998sdasdh09");
+        assert_eq!(m.start_offset(), 4);
+    }
+
+    #[test]
+    fn response() {
+        let m = Message::parse(b"SIP/2.0 180 Ringing\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n").unwrap();
+        assert_eq!(m.status(), Some(StatusCode::RINGING));
+        assert_eq!(m.reason(), Some("Ringing"));
+        assert_eq!(m.method(), Method::Invite);
+    }
+
+    #[test]
+    fn errors_have_kinds_and_offsets() {
+        let e = Message::parse(b"REGISTER sip:x SIP/2.0\r\nVia SIP/2.0/UDP h\r\n\r\n").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::HeaderName);
+        assert_eq!(e.offset, 28);
+        let e = Message::parse(b"REGISTER sip:x SIP/2.0\r\nVia: SIP/2.0/UDP h\r\n").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Incomplete);
+        let e = Message::parse(b"\r\n\r\n").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Empty);
+        let e = Message::parse(b"REGISTER sip:x SIP/2.0\r\nVia: SIP/2.0/UDP h\rX: y\r\n\r\n")
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BareCr);
+        let e =
+            Message::parse(b"REGISTER sip:x SIP/2.0\r\nVia: SIP/2.0/UDP h\r\n\r\n").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::MissingHeader(HeaderName::From));
+    }
+}

@@ -1,0 +1,329 @@
+//! The edits a proxy makes when forwarding (RFC 3261 §16.6, §16.7,
+//! §18.2.1; RFC 3581), applied as splices over the original bytes so that
+//! untouched header fields are copied, never re-serialised.
+
+use crate::message::Message;
+use crate::scan::{is_lws, offset_in};
+use crate::writer::write_u64;
+
+/// Why a message cannot be forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EditError {
+    /// Max-Forwards is zero: answer 483 Too Many Hops instead.
+    #[error("Max-Forwards is 0")]
+    TooManyHops,
+    /// `pop_route` was asked but the request has no Route.
+    #[error("no Route header to remove")]
+    NoRoute,
+    /// The response has a single Via: it is addressed to this element.
+    #[error("the response carries only one Via")]
+    LastVia,
+}
+
+/// Edits for forwarding a request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestEdits<'e> {
+    /// New Request-URI (the target, RFC 3261 §16.6 step 2).
+    pub request_uri: Option<&'e str>,
+    /// New top Via value, e.g. `SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK…`.
+    pub via: Option<&'e str>,
+    /// Record-Route value to add, e.g. `<sip:192.0.2.1;lr>`.
+    pub record_route: Option<&'e str>,
+    /// Remove the first Route value (it named this proxy, §16.4).
+    pub pop_route: bool,
+    /// Source address of the request: adds `received=` to the previous
+    /// top Via and fills a bare `rport` with the port (§18.2.1, RFC 3581).
+    pub received: Option<(&'e str, u16)>,
+    /// Decrement Max-Forwards, or add `Max-Forwards: 70` when absent.
+    pub max_forwards: bool,
+}
+
+struct Splice<'e> {
+    start: usize,
+    end: usize,
+    text: [&'e str; 8],
+    number: Option<u64>,
+}
+
+fn splice<'e>(start: usize, end: usize, parts: &[&'e str]) -> Splice<'e> {
+    let mut text = [""; 8];
+    text[..parts.len()].copy_from_slice(parts);
+    Splice {
+        start,
+        end,
+        text,
+        number: None,
+    }
+}
+
+fn apply(head: &str, body: &[u8], splices: &mut [Splice<'_>], out: &mut Vec<u8>) {
+    splices.sort_by_key(|s| (s.start, s.end));
+    let mut at = 0;
+    for s in splices.iter() {
+        out.extend_from_slice(&head.as_bytes()[at..s.start]);
+        for t in s.text {
+            out.extend_from_slice(t.as_bytes());
+        }
+        if let Some(n) = s.number {
+            write_u64(out, n);
+        }
+        at = s.end;
+    }
+    out.extend_from_slice(&head.as_bytes()[at..]);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(body);
+}
+
+/// Range that removes the first comma-separated value `value` from the
+/// header line `line`, or the whole line when it holds only that value.
+fn remove_first_value(head: &str, line: &str, value: &str) -> (usize, usize) {
+    let line_start = offset_in(head, line);
+    let line_end = line_start + line.len();
+    let value_end = offset_in(head, value) + value.len();
+    let b = head.as_bytes();
+    let mut i = value_end;
+    while i < line_end && is_lws(b[i]) {
+        i += 1;
+    }
+    if i < line_end && b[i] == b',' {
+        i += 1;
+        while i < line_end && is_lws(b[i]) {
+            i += 1;
+        }
+        return (offset_in(head, value), i);
+    }
+    // Remove the whole line with one line terminator.
+    if line_end < b.len() {
+        let term = if b[line_end] == b'\r' { 2 } else { 1 };
+        (line_start, line_end + term)
+    } else {
+        let term = if line_start >= 2 && b[line_start - 2] == b'\r' {
+            2
+        } else {
+            1
+        };
+        (line_start - term, line_end)
+    }
+}
+
+/// Writes `msg` with `edits` applied into `out`.
+pub fn forward_request(
+    msg: &Message<'_>,
+    edits: &RequestEdits<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), EditError> {
+    let head = msg.head();
+    let mut splices: [Splice<'_>; 6] = std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
+    let mut n = 0;
+    if let (Some(new), Some(uri)) = (edits.request_uri, msg.request_uri()) {
+        let s = offset_in(head, uri.as_str());
+        splices[n] = splice(s, s + uri.as_str().len(), &[new]);
+        n += 1;
+    }
+    // New Via, Record-Route and (when absent) Max-Forwards lines go first.
+    let line = msg.start_line_str().len();
+    let headers_at = line
+        + if head.as_bytes().get(line) == Some(&b'\r') {
+            2
+        } else {
+            1
+        };
+    let mut top = splice(headers_at, headers_at, &[]);
+    let mut k = 0;
+    if let Some(v) = edits.via {
+        top.text[k..k + 3].copy_from_slice(&["Via: ", v, "\r\n"]);
+        k += 3;
+    }
+    if let Some(r) = edits.record_route {
+        top.text[k..k + 3].copy_from_slice(&["Record-Route: ", r, "\r\n"]);
+        k += 3;
+    }
+    if edits.max_forwards && msg.max_forwards_raw().is_none() {
+        top.text[k] = "Max-Forwards: 70\r\n";
+    }
+    splices[n] = top;
+    n += 1;
+    if edits.max_forwards {
+        if let (Some(raw), Some(v)) = (msg.max_forwards_raw(), msg.max_forwards()) {
+            if v == 0 {
+                return Err(EditError::TooManyHops);
+            }
+            let s = offset_in(head, raw);
+            splices[n] = Splice {
+                start: s,
+                end: s + raw.len(),
+                text: [""; 8],
+                number: Some(u64::from(v) - 1),
+            };
+            n += 1;
+        }
+    }
+    if let Some((ip, port)) = edits.received {
+        let via = msg.top_via();
+        let end = offset_in(head, via.as_str()) + via.as_str().len();
+        splices[n] = splice(end, end, &[";received=", ip]);
+        n += 1;
+        if let (Some(raw), Some(None)) = (via.rport_raw(), via.rport()) {
+            let s = offset_in(head, raw);
+            splices[n] = Splice {
+                start: s,
+                end: s + raw.len(),
+                text: ["rport=", "", "", "", "", "", "", ""],
+                number: Some(u64::from(port)),
+            };
+            n += 1;
+        }
+    }
+    if edits.pop_route {
+        let (line, first) = msg.first_route().ok_or(EditError::NoRoute)?;
+        let (s, e) = remove_first_value(head, line, first.as_str());
+        splices[n] = splice(s, e, &[]);
+        n += 1;
+    }
+    apply(head, msg.body(), &mut splices[..n], out);
+    Ok(())
+}
+
+/// Writes a response with its top Via value removed (RFC 3261 §16.7 step 3).
+pub fn forward_response(msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EditError> {
+    if msg.via_count() < 2 {
+        return Err(EditError::LastVia);
+    }
+    let head = msg.head();
+    let (s, e) = remove_first_value(head, msg.top_via_line(), msg.top_via().as_str());
+    apply(head, msg.body(), &mut [splice(s, e, &[])], out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::HeaderName;
+
+    const INVITE: &[u8] = b"INVITE sip:bob@example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 10.0.0.1:5060;rport;branch=z9hG4bKa, SIP/2.0/UDP 10.0.0.9;branch=z9hG4bKz\r\n\
+Max-Forwards: 70\r\n\
+Route: <sip:proxy.example.com;lr>, <sip:next.example.com;lr>\r\n\
+From: <sip:alice@example.com>;tag=1\r\n\
+To: <sip:bob@example.com>\r\n\
+Call-ID: c1\r\n\
+CSeq: 1 INVITE\r\n\
+Content-Type: application/sdp\r\n\
+Content-Length: 4\r\n\r\nv=0\n";
+
+    #[test]
+    fn request_edits() {
+        let m = Message::parse(INVITE).unwrap();
+        let mut out = Vec::new();
+        forward_request(
+            &m,
+            &RequestEdits {
+                request_uri: Some("sip:bob@192.0.2.7:5062"),
+                via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKp1"),
+                record_route: Some("<sip:192.0.2.1;lr>"),
+                pop_route: true,
+                received: Some(("203.0.113.5", 40000)),
+                max_forwards: true,
+            },
+            &mut out,
+        )
+        .unwrap();
+        let f = Message::parse(&out)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+        assert_eq!(f.request_uri().unwrap().as_str(), "sip:bob@192.0.2.7:5062");
+        assert_eq!(f.max_forwards(), Some(69));
+        assert_eq!(f.via_count(), 3);
+        let vias: Vec<_> = f.vias().collect();
+        assert_eq!(vias[0].branch(), Some("z9hG4bKp1"));
+        assert_eq!(vias[1].received(), Some("203.0.113.5"));
+        assert_eq!(vias[1].rport(), Some(Some(40000)));
+        assert_eq!(vias[2].branch(), Some("z9hG4bKz"));
+        assert_eq!(f.route_count(), 1);
+        assert_eq!(
+            f.first_route().unwrap().1.uri().as_str(),
+            "sip:next.example.com;lr"
+        );
+        assert_eq!(
+            f.header(HeaderName::RecordRoute),
+            Some("<sip:192.0.2.1;lr>")
+        );
+        assert_eq!(f.body(), b"v=0\n");
+    }
+
+    #[test]
+    fn max_forwards_zero_and_missing() {
+        let zero = String::from_utf8_lossy(INVITE).replace("Max-Forwards: 70", "Max-Forwards: 0");
+        let m = Message::parse(zero.as_bytes()).unwrap();
+        let e = forward_request(
+            &m,
+            &RequestEdits {
+                max_forwards: true,
+                ..Default::default()
+            },
+            &mut Vec::new(),
+        );
+        assert_eq!(e, Err(EditError::TooManyHops));
+        let none = String::from_utf8_lossy(INVITE).replace("Max-Forwards: 70\r\n", "");
+        let m = Message::parse(none.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        forward_request(
+            &m,
+            &RequestEdits {
+                max_forwards: true,
+                ..Default::default()
+            },
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(Message::parse(&out).unwrap().max_forwards(), Some(70));
+    }
+
+    #[test]
+    fn single_route_line_removed_even_when_last() {
+        let s = String::from_utf8_lossy(INVITE)
+            .replace(
+                "Route: <sip:proxy.example.com;lr>, <sip:next.example.com;lr>\r\n",
+                "",
+            )
+            .replace(
+                "Content-Length: 4\r\n",
+                "Content-Length: 4\r\nRoute: <sip:proxy.example.com;lr>\r\n",
+            );
+        let m = Message::parse(s.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        forward_request(
+            &m,
+            &RequestEdits {
+                pop_route: true,
+                ..Default::default()
+            },
+            &mut out,
+        )
+        .unwrap();
+        let f = Message::parse(&out).unwrap();
+        assert_eq!(f.route_count(), 0);
+        assert_eq!(f.body(), b"v=0\n");
+    }
+
+    #[test]
+    fn response_top_via_removed() {
+        let resp = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP p;branch=z9hG4bKp\r\nVia: SIP/2.0/UDP a;branch=z9hG4bKa\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:b@h>;tag=2\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        let m = Message::parse(resp).unwrap();
+        let mut out = Vec::new();
+        forward_response(&m, &mut out).unwrap();
+        let f = Message::parse(&out).unwrap();
+        assert_eq!(f.via_count(), 1);
+        assert_eq!(f.top_via().branch(), Some("z9hG4bKa"));
+        let mut once = Vec::new();
+        assert_eq!(forward_response(&f, &mut once), Err(EditError::LastVia));
+        let folded = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP p;branch=z9hG4bKp , SIP/2.0/UDP a;branch=z9hG4bKa\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:b@h>;tag=2\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        let m = Message::parse(folded).unwrap();
+        out.clear();
+        forward_response(&m, &mut out).unwrap();
+        assert_eq!(
+            Message::parse(&out).unwrap().top_via().branch(),
+            Some("z9hG4bKa")
+        );
+    }
+}

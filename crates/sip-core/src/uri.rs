@@ -1,0 +1,535 @@
+//! SIP, SIPS, tel and other URIs (RFC 3261 §19.1, §25.1; RFC 3966).
+//!
+//! ```text
+//! sip:user:password@host:port;uri-parameters?headers
+//! \_/ \__________________/ \_______/ \____________/ \_____/
+//! scheme     userinfo      hostport   parameters   headers
+//! ```
+//!
+//! The parser borrows from the input; escapes are validated but left in
+//! place, so comparisons that need unescaping do it on demand.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::error::{ErrorKind, ParseError, UriError};
+use crate::scan::{check_escaped, is_unreserved};
+
+/// Where a URI appears; Request-URIs may not carry URI headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UriContext {
+    /// The Request-URI of a request line.
+    RequestUri,
+    /// Inside a header field (name-addr or addr-spec).
+    Header,
+}
+
+/// URI scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// `sip:`
+    Sip,
+    /// `sips:`
+    Sips,
+    /// `tel:` (RFC 3966)
+    Tel,
+    /// Any other scheme, kept opaque.
+    Other,
+}
+
+/// The host part of a SIP URI or Via sent-by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Host<'a> {
+    /// A domain name, as written.
+    Name(&'a str),
+    /// An IPv4 address.
+    V4(Ipv4Addr),
+    /// An IPv6 address (written as a `[reference]`).
+    V6(Ipv6Addr),
+}
+
+impl fmt::Display for Host<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Name(n) => f.write_str(n),
+            Host::V4(a) => write!(f, "{a}"),
+            Host::V6(a) => write!(f, "[{a}]"),
+        }
+    }
+}
+
+/// A parsed URI borrowing from the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uri<'a> {
+    raw: &'a str,
+    scheme: Scheme,
+    user: Option<&'a str>,
+    password: Option<&'a str>,
+    host: Option<Host<'a>>,
+    port: Option<u16>,
+    params: &'a str,
+    headers: Option<&'a str>,
+}
+
+impl<'a> Uri<'a> {
+    /// Parses `s` as a URI appearing in `ctx`.
+    pub fn parse(s: &'a str, ctx: UriContext) -> Result<Self, ParseError> {
+        parse_uri(s, 0, ctx, usize::MAX)
+    }
+
+    /// The URI exactly as written.
+    pub fn as_str(&self) -> &'a str {
+        self.raw
+    }
+
+    /// The scheme.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// `sip:` or `sips:`.
+    pub fn is_sip(&self) -> bool {
+        matches!(self.scheme, Scheme::Sip | Scheme::Sips)
+    }
+
+    /// The user part (escapes kept); for `tel:` the subscriber number.
+    pub fn user(&self) -> Option<&'a str> {
+        self.user
+    }
+
+    /// The password, if the URI carries one (discouraged, RFC 3261 §19.1.1).
+    pub fn password(&self) -> Option<&'a str> {
+        self.password
+    }
+
+    /// The host (SIP and SIPS URIs only).
+    pub fn host(&self) -> Option<Host<'a>> {
+        self.host
+    }
+
+    /// The explicit port, if any.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// The raw parameter list without the leading `;` (empty when none).
+    pub fn params_raw(&self) -> &'a str {
+        self.params
+    }
+
+    /// Iterates over `name[=value]` URI parameters.
+    pub fn params(&self) -> UriParams<'a> {
+        UriParams { rest: self.params }
+    }
+
+    /// Looks a parameter up by case-insensitive name: `Some(None)` for a
+    /// parameter without a value such as `lr`.
+    pub fn param(&self, name: &str) -> Option<Option<&'a str>> {
+        self.params()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// The raw URI headers after `?`, if any.
+    pub fn headers(&self) -> Option<&'a str> {
+        self.headers
+    }
+}
+
+impl fmt::Display for Uri<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.raw)
+    }
+}
+
+/// Iterator over URI parameters.
+#[derive(Debug, Clone)]
+pub struct UriParams<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Iterator for UriParams<'a> {
+    type Item = (&'a str, Option<&'a str>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let (item, rest) = match self.rest.find(';') {
+            Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
+            None => (self.rest, ""),
+        };
+        self.rest = rest;
+        Some(match item.find('=') {
+            Some(i) => (&item[..i], Some(&item[i + 1..])),
+            None => (item, None),
+        })
+    }
+}
+
+fn uri_err(e: UriError, offset: usize) -> ParseError {
+    ParseError::new(ErrorKind::Uri(e), offset)
+}
+
+fn is_user_char(c: u8) -> bool {
+    is_unreserved(c) || matches!(c, b'&' | b'=' | b'+' | b'$' | b',' | b';' | b'?' | b'/')
+}
+
+fn is_password_char(c: u8) -> bool {
+    is_unreserved(c) || matches!(c, b'&' | b'=' | b'+' | b'$' | b',')
+}
+
+fn is_param_char(c: u8) -> bool {
+    is_unreserved(c) || matches!(c, b'[' | b']' | b'/' | b':' | b'&' | b'+' | b'$')
+}
+
+fn is_header_char(c: u8) -> bool {
+    is_unreserved(c) || matches!(c, b'[' | b']' | b'/' | b'?' | b':' | b'+' | b'$')
+}
+
+fn is_uric(c: u8) -> bool {
+    is_unreserved(c)
+        || matches!(
+            c,
+            b';' | b'/' | b'?' | b':' | b'@' | b'&' | b'=' | b'+' | b'$' | b',' | b'[' | b']'
+        )
+}
+
+/// Parses a URI; `base` is its offset in the message for error reporting.
+pub(crate) fn parse_uri(
+    s: &str,
+    base: usize,
+    ctx: UriContext,
+    max_params: usize,
+) -> Result<Uri<'_>, ParseError> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err(uri_err(UriError::Empty, base));
+    }
+    if !b[0].is_ascii_alphabetic() {
+        return Err(uri_err(UriError::Scheme, base));
+    }
+    let mut i = 1;
+    while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'+' | b'-' | b'.')) {
+        i += 1;
+    }
+    if i >= b.len() || b[i] != b':' {
+        return Err(uri_err(UriError::Scheme, base + i));
+    }
+    let scheme_str = &s[..i];
+    let rest = &s[i + 1..];
+    let rest_base = base + i + 1;
+    let scheme = if scheme_str.eq_ignore_ascii_case("sip") {
+        Scheme::Sip
+    } else if scheme_str.eq_ignore_ascii_case("sips") {
+        Scheme::Sips
+    } else if scheme_str.eq_ignore_ascii_case("tel") {
+        Scheme::Tel
+    } else {
+        Scheme::Other
+    };
+    match scheme {
+        Scheme::Sip | Scheme::Sips => parse_sip(s, scheme, rest, rest_base, ctx, max_params),
+        Scheme::Tel | Scheme::Other => {
+            if rest.is_empty() {
+                return Err(uri_err(UriError::Opaque, rest_base));
+            }
+            check_escaped(rest, is_uric).map_err(|o| uri_err(UriError::Opaque, rest_base + o))?;
+            let (user, params) = if scheme == Scheme::Tel {
+                match rest.find(';') {
+                    Some(p) => (Some(&rest[..p]), &rest[p + 1..]),
+                    None => (Some(rest), ""),
+                }
+            } else {
+                (None, "")
+            };
+            Ok(Uri {
+                raw: s,
+                scheme,
+                user,
+                password: None,
+                host: None,
+                port: None,
+                params,
+                headers: None,
+            })
+        }
+    }
+}
+
+fn parse_sip<'a>(
+    raw: &'a str,
+    scheme: Scheme,
+    rest: &'a str,
+    base: usize,
+    ctx: UriContext,
+    max_params: usize,
+) -> Result<Uri<'a>, ParseError> {
+    let (mut user, mut password, hp_start) = (None, None, 0);
+    let mut hp_start = hp_start;
+    if let Some(at) = memchr::memchr(b'@', rest.as_bytes()) {
+        let userinfo = &rest[..at];
+        let (u, p) = match userinfo.find(':') {
+            Some(c) => (&userinfo[..c], Some((&userinfo[c + 1..], c + 1))),
+            None => (userinfo, None),
+        };
+        if u.is_empty() {
+            return Err(uri_err(UriError::User, base));
+        }
+        check_escaped(u, is_user_char).map_err(|o| uri_err(UriError::User, base + o))?;
+        if let Some((pw, off)) = p {
+            check_escaped(pw, is_password_char)
+                .map_err(|o| uri_err(UriError::Password, base + off + o))?;
+            password = Some(pw);
+        }
+        user = Some(u);
+        hp_start = at + 1;
+    }
+    let b = rest.as_bytes();
+    let mut i = hp_start;
+    let host = if b.get(i) == Some(&b'[') {
+        let close = memchr::memchr(b']', &b[i..])
+            .map(|c| i + c)
+            .ok_or_else(|| uri_err(UriError::Host, base + i))?;
+        let addr: Ipv6Addr = rest[i + 1..close]
+            .parse()
+            .map_err(|_| uri_err(UriError::Host, base + i))?;
+        i = close + 1;
+        Host::V6(addr)
+    } else {
+        let start = i;
+        while i < b.len() && !matches!(b[i], b':' | b';' | b'?') {
+            i += 1;
+        }
+        parse_host(&rest[start..i], base + start)?
+    };
+    let mut port = None;
+    if b.get(i) == Some(&b':') {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        port =
+            Some(parse_port(&rest[start..i]).ok_or_else(|| uri_err(UriError::Port, base + start))?);
+    }
+    let mut params = "";
+    if b.get(i) == Some(&b';') {
+        let start = i + 1;
+        let end = memchr::memchr(b'?', &b[start..]).map_or(b.len(), |q| start + q);
+        params = &rest[start..end];
+        let mut off = start;
+        for (n, item) in params.split(';').enumerate() {
+            if n >= max_params {
+                return Err(ParseError::new(
+                    ErrorKind::TooManyValues { limit: max_params },
+                    base + off,
+                ));
+            }
+            let (name, value) = match item.find('=') {
+                Some(e) => (&item[..e], Some(&item[e + 1..])),
+                None => (item, None),
+            };
+            if name.is_empty() || value.is_some_and(str::is_empty) {
+                return Err(uri_err(UriError::Param, base + off));
+            }
+            check_escaped(name, is_param_char)
+                .map_err(|o| uri_err(UriError::Param, base + off + o))?;
+            if let Some(v) = value {
+                check_escaped(v, is_param_char)
+                    .map_err(|o| uri_err(UriError::Param, base + off + name.len() + 1 + o))?;
+            }
+            off += item.len() + 1;
+        }
+        i = end;
+    }
+    let mut headers = None;
+    if b.get(i) == Some(&b'?') {
+        if ctx == UriContext::RequestUri {
+            return Err(uri_err(UriError::HeadersInRequestUri, base + i));
+        }
+        let h = &rest[i + 1..];
+        let mut off = i + 1;
+        for item in h.split('&') {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| uri_err(UriError::Headers, base + off))?;
+            if name.is_empty() {
+                return Err(uri_err(UriError::Headers, base + off));
+            }
+            check_escaped(name, is_header_char)
+                .map_err(|o| uri_err(UriError::Headers, base + off + o))?;
+            check_escaped(value, is_header_char)
+                .map_err(|o| uri_err(UriError::Headers, base + off + name.len() + 1 + o))?;
+            off += item.len() + 1;
+        }
+        headers = Some(h);
+        i = b.len();
+    }
+    if i != b.len() {
+        return Err(uri_err(UriError::Host, base + i));
+    }
+    Ok(Uri {
+        raw,
+        scheme,
+        user,
+        password,
+        host: Some(host),
+        port,
+        params,
+        headers,
+    })
+}
+
+/// Parses a decimal port.
+pub(crate) fn parse_port(s: &str) -> Option<u16> {
+    if s.is_empty() || s.len() > 5 || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Parses `hostname / IPv4address` (IPv6 references are handled by callers
+/// because they need the bracket position).
+pub(crate) fn parse_host(s: &str, base: usize) -> Result<Host<'_>, ParseError> {
+    let b = s.as_bytes();
+    if b.is_empty() || b[0] == b'.' || b[0] == b'-' {
+        return Err(uri_err(UriError::Host, base));
+    }
+    if b.iter().all(|c| c.is_ascii_digit() || *c == b'.') {
+        if let Ok(a) = s.parse::<Ipv4Addr>() {
+            return Ok(Host::V4(a));
+        }
+    }
+    for (k, &c) in b.iter().enumerate() {
+        if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+            return Err(uri_err(UriError::Host, base + k));
+        }
+    }
+    Ok(Host::Name(s))
+}
+
+/// Parses `host` that may be an IPv6 reference, returning the host and
+/// the number of bytes consumed.
+pub(crate) fn parse_host_prefix(s: &str, base: usize) -> Result<(Host<'_>, usize), ParseError> {
+    let b = s.as_bytes();
+    if b.first() == Some(&b'[') {
+        let close = memchr::memchr(b']', b).ok_or_else(|| uri_err(UriError::Host, base))?;
+        let addr: Ipv6Addr = s[1..close]
+            .parse()
+            .map_err(|_| uri_err(UriError::Host, base))?;
+        return Ok((Host::V6(addr), close + 1));
+    }
+    let end = b
+        .iter()
+        .position(|c| !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')))
+        .unwrap_or(b.len());
+    Ok((parse_host(&s[..end], base)?, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(s: &str, ctx: UriContext) -> UriError {
+        match Uri::parse(s, ctx).unwrap_err().kind {
+            ErrorKind::Uri(e) => e,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_sip_uri() {
+        let u = Uri::parse(
+            "sips:alice:secret@[2001:db8::1]:5061;transport=tcp;lr?subject=hi&x=",
+            UriContext::Header,
+        )
+        .unwrap();
+        assert_eq!(u.scheme(), Scheme::Sips);
+        assert_eq!(u.user(), Some("alice"));
+        assert_eq!(u.password(), Some("secret"));
+        assert_eq!(u.host(), Some(Host::V6("2001:db8::1".parse().unwrap())));
+        assert_eq!(u.port(), Some(5061));
+        assert_eq!(u.param("TRANSPORT"), Some(Some("tcp")));
+        assert_eq!(u.param("lr"), Some(None));
+        assert_eq!(u.param("maddr"), None);
+        assert_eq!(u.headers(), Some("subject=hi&x="));
+    }
+
+    #[test]
+    fn user_with_unusual_characters() {
+        let u = Uri::parse(
+            "sip:1_unusual.URI~(to-be!sure)&isn't+it$/crazy?,/;;*:&it+has=1,weird!*pas$wo~d_too.(doesn't-it)@example.com",
+            UriContext::RequestUri,
+        )
+        .unwrap();
+        assert_eq!(
+            u.user(),
+            Some("1_unusual.URI~(to-be!sure)&isn't+it$/crazy?,/;;*")
+        );
+        assert_eq!(
+            u.password(),
+            Some("&it+has=1,weird!*pas$wo~d_too.(doesn't-it)")
+        );
+        assert_eq!(u.host(), Some(Host::Name("example.com")));
+    }
+
+    #[test]
+    fn hosts_and_ports() {
+        let u = Uri::parse("sip:192.0.2.1:5060", UriContext::RequestUri).unwrap();
+        assert_eq!(u.host(), Some(Host::V4(Ipv4Addr::new(192, 0, 2, 1))));
+        assert_eq!(u.user(), None);
+        assert_eq!(err("sip:host:99999", UriContext::Header), UriError::Port);
+        assert_eq!(err("sip:host:", UriContext::Header), UriError::Port);
+        assert_eq!(err("sip:", UriContext::Header), UriError::Host);
+        assert_eq!(err("sip:user@", UriContext::Header), UriError::Host);
+        assert_eq!(err("sip:[::1", UriContext::Header), UriError::Host);
+        assert_eq!(err("sip:ho st", UriContext::Header), UriError::Host);
+    }
+
+    #[test]
+    fn rejects_bad_parts() {
+        assert_eq!(err("", UriContext::Header), UriError::Empty);
+        assert_eq!(err("<sip:a@b>", UriContext::RequestUri), UriError::Scheme);
+        assert_eq!(err("sip:@host", UriContext::Header), UriError::User);
+        assert_eq!(err("sip:a%zz@host", UriContext::Header), UriError::User);
+        assert_eq!(err("sip:host;;lr", UriContext::Header), UriError::Param);
+        assert_eq!(err("sip:host;a=", UriContext::Header), UriError::Param);
+        assert_eq!(
+            err(
+                "sip:user@example.com?Route=%3Csip:example.com%3E",
+                UriContext::RequestUri
+            ),
+            UriError::HeadersInRequestUri
+        );
+        assert_eq!(
+            err("sip:host?noequals", UriContext::Header),
+            UriError::Headers
+        );
+    }
+
+    #[test]
+    fn other_schemes_are_opaque() {
+        let t = Uri::parse(
+            "tel:+1-201-555-0123;phone-context=example.com",
+            UriContext::Header,
+        )
+        .unwrap();
+        assert_eq!(t.scheme(), Scheme::Tel);
+        assert_eq!(t.user(), Some("+1-201-555-0123"));
+        assert_eq!(t.param("phone-context"), Some(Some("example.com")));
+        let o = Uri::parse("soap.beep://192.0.2.103:3002", UriContext::RequestUri).unwrap();
+        assert_eq!(o.scheme(), Scheme::Other);
+        assert_eq!(err("http:", UriContext::Header), UriError::Opaque);
+    }
+
+    #[test]
+    fn escaped_parameters() {
+        let u = Uri::parse(
+            "sip:cal%6Cer@host5.example.net;%6C%72;n%61me=v%61lue%25%34%31",
+            UriContext::Header,
+        )
+        .unwrap();
+        assert_eq!(u.params().count(), 2);
+    }
+}

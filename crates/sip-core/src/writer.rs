@@ -1,0 +1,311 @@
+//! Serialisation into caller-provided buffers (RFC 3261 §7, §8.2.6).
+//!
+//! Writers append to a `Vec<u8>` the caller reuses, so a warmed-up buffer
+//! makes serialisation allocation-free.
+
+use crate::header::HeaderName;
+use crate::message::{Message, StartLine};
+use crate::status::StatusCode;
+
+/// Appends the decimal form of `n`.
+pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Builds a message field by field.
+#[derive(Debug)]
+pub struct MessageWriter<'o> {
+    out: &'o mut Vec<u8>,
+}
+
+impl<'o> MessageWriter<'o> {
+    /// Starts a request: `METHOD uri SIP/2.0`.
+    pub fn request(out: &'o mut Vec<u8>, method: &str, uri: &str) -> Self {
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(uri.as_bytes());
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        Self { out }
+    }
+
+    /// Starts a response: `SIP/2.0 code reason`.
+    pub fn response(out: &'o mut Vec<u8>, status: StatusCode, reason: &str) -> Self {
+        out.extend_from_slice(b"SIP/2.0 ");
+        out.extend_from_slice(&status.digits());
+        out.push(b' ');
+        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        Self { out }
+    }
+
+    /// Appends `name: value`.
+    pub fn header(&mut self, name: &str, value: &str) -> &mut Self {
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value.as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Appends `name: value` for a numeric value.
+    pub fn header_u64(&mut self, name: &str, value: u64) -> &mut Self {
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        write_u64(self.out, value);
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Appends a header line verbatim (as found in another message).
+    pub fn raw_line(&mut self, line: &str) -> &mut Self {
+        self.out.extend_from_slice(line.as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Appends pieces as one header value: `name: p0p1p2…`.
+    pub fn header_parts(&mut self, name: &str, parts: &[&str]) -> &mut Self {
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        for p in parts {
+            self.out.extend_from_slice(p.as_bytes());
+        }
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Appends Content-Length, the empty line and the body.
+    pub fn finish(self, body: &[u8]) {
+        self.out.extend_from_slice(b"Content-Length: ");
+        write_u64(self.out, body.len() as u64);
+        self.out.extend_from_slice(b"\r\n\r\n");
+        self.out.extend_from_slice(body);
+    }
+}
+
+/// Writes a parsed message back out: canonical start line, each header
+/// field as `name: value` (continuation lines kept), the empty line and
+/// the body.
+pub fn write_message(msg: &Message<'_>, out: &mut Vec<u8>) {
+    match msg.start_line() {
+        StartLine::Request { method, uri } => {
+            MessageWriter::request(out, method.as_str(), uri.as_str());
+        }
+        StartLine::Response { status, reason } => {
+            MessageWriter::response(out, *status, reason);
+        }
+    }
+    for h in msg.headers() {
+        out.extend_from_slice(h.raw_name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(msg.body());
+}
+
+/// Options for [`write_response`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResponseOptions<'a> {
+    /// Reason phrase; the status code's default when `None`.
+    pub reason: Option<&'a str>,
+    /// Tag to add to To when the request's To has none (not for 100).
+    pub to_tag: Option<&'a str>,
+    /// Copy Record-Route (dialog-creating 2xx/1xx, RFC 3261 §12.1.1).
+    pub copy_record_route: bool,
+    /// Extra header fields, already formatted as `(name, value)`.
+    pub extra: &'a [(&'a str, &'a str)],
+    /// Content-Type of `body`, if any.
+    pub content_type: Option<&'a str>,
+    /// Body.
+    pub body: &'a [u8],
+}
+
+/// Writes a response to `req` (RFC 3261 §8.2.6.2): Via fields, From,
+/// Call-ID and CSeq copied as written; To copied with a tag added.
+pub fn write_response(
+    out: &mut Vec<u8>,
+    req: &Message<'_>,
+    status: StatusCode,
+    opts: &ResponseOptions<'_>,
+) {
+    let mut w =
+        MessageWriter::response(out, status, opts.reason.unwrap_or_else(|| status.reason()));
+    for h in req.headers() {
+        match h.name {
+            HeaderName::Via | HeaderName::From | HeaderName::CallId | HeaderName::CSeq => {
+                w.header(h.raw_name, h.value);
+            }
+            HeaderName::RecordRoute if opts.copy_record_route => {
+                w.header(h.raw_name, h.value);
+            }
+            HeaderName::To => match opts.to_tag {
+                Some(tag) if req.to().tag().is_none() && status != StatusCode::TRYING => {
+                    w.header_parts(h.raw_name, &[h.value, ";tag=", tag]);
+                }
+                _ => {
+                    w.header(h.raw_name, h.value);
+                }
+            },
+            _ => {}
+        }
+    }
+    for (n, v) in opts.extra {
+        w.header(n, v);
+    }
+    if let Some(ct) = opts.content_type {
+        w.header("Content-Type", ct);
+    }
+    w.finish(opts.body);
+}
+
+/// Writes a 400 (or 505/413 as [`ParseError::status`] says) for a request
+/// that failed to parse, copying Via, From, To, Call-ID and CSeq as found
+/// (RFC 3261 §8.2.6.2) and naming the error in a Warning (§20.43).
+/// Returns `false`, writing nothing, when the input is not a request or
+/// lacks a field a response must echo: such input is dropped.
+pub fn write_error_response(input: &[u8], err: &crate::ParseError, out: &mut Vec<u8>) -> bool {
+    let Ok(span) = crate::message::find_head(input) else {
+        return false;
+    };
+    let Ok(head) = std::str::from_utf8(&input[span.lead..span.head_end]) else {
+        return false;
+    };
+    if crate::message::starts_with_sip_slash(head) {
+        return false; // never answer a response
+    }
+    let fields = crate::message::HeaderIter::over(head);
+    let wanted = [
+        HeaderName::Via,
+        HeaderName::From,
+        HeaderName::To,
+        HeaderName::CallId,
+        HeaderName::CSeq,
+    ];
+    for w in wanted {
+        if !fields.clone().any(|h| h.name == w) {
+            return false;
+        }
+    }
+    let start = out.len();
+    let status = err.status();
+    let mut w = MessageWriter::response(out, status, status.reason());
+    for h in fields {
+        if wanted.contains(&h.name) {
+            if h.value.bytes().any(|b| b == b'\r' || b == b'\n') {
+                // Folded values are echoed on one line.
+                w.header_parts(h.raw_name, &[&h.value.replace(['\r', '\n'], " ")]);
+            } else {
+                w.header(h.raw_name, h.value);
+            }
+        }
+    }
+    let mut warning = String::with_capacity(96);
+    warning.push_str("399 sipsec \"");
+    for c in err.to_string().chars() {
+        if c == '"' || c == '\\' {
+            warning.push('\\');
+        }
+        warning.push(c);
+    }
+    warning.push('"');
+    w.header("Warning", &warning);
+    w.finish(b"");
+    debug_assert!(out.len() > start);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_responses_echo_the_transaction() {
+        let bad = b"INVITE sip:b@h SIP/7.0\r\nVia: SIP/7.0/UDP a;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=x\r\nTo: <sip:b@h>\r\nCall-ID: id1\r\nCSeq: 5 INVITE\r\n\r\n";
+        let e = Message::parse(bad).unwrap_err();
+        let mut out = Vec::new();
+        assert!(write_error_response(bad, &e, &mut out));
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("SIP/2.0 505 Version Not Supported\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Call-ID: id1\r\n")
+                && text.contains("Warning: 399 sipsec \"unsupported SIP version")
+        );
+        let mut out = Vec::new();
+        assert!(!write_error_response(
+            b"INVITE sip:b@h SIP/2.0\r\nVia: x\r\n\r\n",
+            &e,
+            &mut out
+        ));
+        assert!(!write_error_response(
+            b"SIP/2.0 200 OK\r\n\r\n",
+            &e,
+            &mut out
+        ));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn numbers() {
+        for n in [0u64, 7, 10, 4_294_967_295, u64::MAX] {
+            let mut v = Vec::new();
+            write_u64(&mut v, n);
+            assert_eq!(v, n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn response_copies_and_tags() {
+        let req = b"INVITE sip:b@h SIP/2.0\r\nv: SIP/2.0/UDP a;branch=z9hG4bK1\r\nVia: SIP/2.0/UDP b;branch=z9hG4bK2\r\nf: <sip:a@h>;tag=x\r\nt: <sip:b@h>\r\ni: id1\r\nCSeq: 5 INVITE\r\nRecord-Route: <sip:p;lr>\r\nl: 0\r\n\r\n";
+        let m = Message::parse(req).unwrap();
+        let mut out = Vec::new();
+        write_response(
+            &mut out,
+            &m,
+            StatusCode::OK,
+            &ResponseOptions {
+                to_tag: Some("srv1"),
+                copy_record_route: true,
+                extra: &[("Contact", "<sip:b@10.0.0.1>")],
+                ..Default::default()
+            },
+        );
+        let r = Message::parse(&out).unwrap();
+        assert_eq!(r.status(), Some(StatusCode::OK));
+        assert_eq!(r.via_count(), 2);
+        assert_eq!(r.top_via().branch(), Some("z9hG4bK1"));
+        assert_eq!(r.to().tag(), Some("srv1"));
+        assert_eq!(r.from().tag(), Some("x"));
+        assert_eq!(r.call_id(), "id1");
+        assert_eq!(r.header(HeaderName::RecordRoute), Some("<sip:p;lr>"));
+        assert_eq!(r.content_length(), Some(0));
+
+        out.clear();
+        write_response(
+            &mut out,
+            &m,
+            StatusCode::TRYING,
+            &ResponseOptions {
+                to_tag: Some("t"),
+                ..Default::default()
+            },
+        );
+        let r = Message::parse(&out).unwrap();
+        assert_eq!(r.to().tag(), None);
+        assert_eq!(r.header(HeaderName::RecordRoute), None);
+    }
+}

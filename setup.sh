@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what sipsec needs on Debian/Ubuntu and builds the release binary.
+# Safe to run again; uses sudo only when not root.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+if command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # C toolchain for build scripts (libfuzzer-sys, ring-free crypto shims).
+    $SUDO apt-get install -y -qq --no-install-recommends \
+        build-essential pkg-config ca-certificates >/dev/null
+else
+    echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    else
+        echo "setup.sh: Rust (cargo) is required: install it with rustup, then rerun" >&2
+        exit 1
+    fi
+fi
+
+cargo build --release --locked -p sipsec
+echo "setup.sh: built target/release/sipsec"

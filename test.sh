@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: formatting, lints, all tests, and a build of
+# the fuzz targets (their properties also run inside the test suite).
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== fuzz targets compile"
+(cd fuzz && cargo check --locked --quiet)
+echo "== cargo test"
+cargo test --workspace --locked
