@@ -1,128 +1,561 @@
-//! Request handling, independent of sockets and threads.
+//! Request handling, independent of sockets and threads: registrar
+//! (RFC 3261 §10.3), stateless proxy (§16.11) and redirect server (§8.3).
 
-use std::net::SocketAddr;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use sip_core::proxy::{forward_request, forward_response, RequestEdits};
+use sip_core::uri::Host;
+use sip_core::via::Via;
 use sip_core::writer::{write_error_response, write_response, ResponseOptions};
-use sip_core::{Message, Method, StatusCode};
+use sip_core::{Message, Method, StatusCode, Uri};
+
+use crate::auth::{AuthFailure, AuthResult, Authenticator};
+use crate::config::{Config, Mode};
+use crate::location::{
+    Binding, ContactChange, Journal, Location, MemoryLocation, Record, UpdateError,
+};
 
 /// Methods this server accepts, advertised in Allow.
-pub const ALLOW: &str = "OPTIONS";
+pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, INFO, UPDATE, PRACK";
 
-/// What to do with one datagram.
+/// Where to send what the core wrote into `out`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
-    /// Send `out` back to the source address.
-    Send,
-    /// Send nothing (responses, ACKs, unanswerable garbage).
+    /// Send `out` to this address.
+    Send(SocketAddr),
+    /// Send nothing (responses not for us, ACKs, unanswerable garbage).
     Drop,
 }
 
-/// Per-datagram statistics a worker keeps.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Counters {
-    /// Requests answered.
-    pub answered: u64,
-    /// Malformed messages (answered 400 when possible).
-    pub malformed: u64,
+/// Counters shared by all workers.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Requests received.
+    pub requests: AtomicU64,
+    /// Responses received.
+    pub responses: AtomicU64,
+    /// Malformed messages.
+    pub malformed: AtomicU64,
     /// Messages dropped without an answer.
-    pub dropped: u64,
+    pub dropped: AtomicU64,
+    /// Requests forwarded (proxy mode).
+    pub forwarded: AtomicU64,
+    /// Successful registrations.
+    pub registered: AtomicU64,
+    /// Authentication failures (wrong credentials, replay, unknown user).
+    pub auth_failures: AtomicU64,
+    /// Journal write failures.
+    pub journal_errors: AtomicU64,
 }
 
-/// The request handler.
-#[derive(Debug, Clone, Default)]
+/// State shared by every worker.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration.
+    pub config: Config,
+    /// The location service.
+    pub location: Arc<MemoryLocation>,
+    /// Present when authentication is on.
+    pub auth: Option<Authenticator>,
+    /// Counters.
+    pub stats: Stats,
+    branch_salt: RandomState,
+}
+
+impl Shared {
+    /// Bundles the shared state.
+    pub fn new(config: Config, location: Arc<MemoryLocation>, auth: Option<Authenticator>) -> Self {
+        Self {
+            config,
+            location,
+            auth,
+            stats: Stats::default(),
+            branch_salt: RandomState::new(),
+        }
+    }
+}
+
+/// A worker's request handler with its reusable buffers.
+#[derive(Debug)]
 pub struct Core {
-    counters: Counters,
+    shared: Arc<Shared>,
+    journal: Option<Journal>,
+    bindings: Vec<Binding>,
+    records: Vec<Record>,
+    lines: String,
+    via: String,
+    ip: String,
+    challenges: Vec<(&'static str, String)>,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The address-of-record of a URI: `sip:user@host`, host lowercased.
+pub fn aor(uri: &Uri<'_>) -> Option<String> {
+    let user = uri.user()?;
+    let host = uri.host()?;
+    let mut s = String::with_capacity(8 + user.len() + 32);
+    s.push_str("sip:");
+    s.push_str(user);
+    s.push('@');
+    match host {
+        Host::Name(n) => {
+            for c in n.chars() {
+                s.push(c.to_ascii_lowercase());
+            }
+        }
+        other => {
+            let _ = write!(s, "{other}");
+        }
+    }
+    Some(s)
+}
+
+/// The transport address a URI or Via points at (IP literals and
+/// `localhost` only: the hot path does no DNS).
+fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
+    let ip = match host {
+        Host::V4(a) => IpAddr::V4(a),
+        Host::V6(a) => IpAddr::V6(a),
+        Host::Name(n) if n.eq_ignore_ascii_case("localhost") => IpAddr::from([127, 0, 0, 1]),
+        Host::Name(_) => return None,
+    };
+    Some(SocketAddr::new(ip, port.unwrap_or(5060)))
 }
 
 impl Core {
-    /// A handler with zeroed counters.
-    pub fn new() -> Self {
-        Self::default()
+    /// A handler for one worker; `journal` persists binding changes.
+    pub fn new(shared: Arc<Shared>, journal: Option<Journal>) -> Self {
+        Self {
+            shared,
+            journal,
+            bindings: Vec::with_capacity(8),
+            records: Vec::with_capacity(8),
+            lines: String::with_capacity(512),
+            via: String::with_capacity(128),
+            ip: String::with_capacity(48),
+            challenges: Vec::with_capacity(2),
+        }
     }
 
-    /// Counters so far.
-    pub fn counters(&self) -> Counters {
-        self.counters
+    /// The shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
-    /// Handles one datagram from `src`, writing any answer into `out`
-    /// (which the caller clears and reuses).
-    pub fn handle(&mut self, input: &[u8], _src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+    fn is_local_host(&self, host: Host<'_>, port: Option<u16>) -> bool {
+        let adv = self.shared.config.advertise;
+        let port_ok = port.unwrap_or(5060) == adv.port();
+        let host_ok = match host {
+            Host::V4(a) => IpAddr::V4(a) == adv.ip(),
+            Host::V6(a) => IpAddr::V6(a) == adv.ip(),
+            Host::Name(n) => self
+                .shared
+                .config
+                .domains
+                .iter()
+                .any(|d| d.eq_ignore_ascii_case(n)),
+        };
+        host_ok && (port_ok || matches!(host, Host::Name(_)) && port.is_none())
+    }
+
+    fn is_local_uri(&self, uri: &Uri<'_>) -> bool {
+        uri.is_sip()
+            && uri
+                .host()
+                .is_some_and(|h| self.is_local_host(h, uri.port()))
+    }
+
+    fn is_our_via(&self, via: &Via<'_>) -> bool {
+        self.is_local_host(via.host(), via.port())
+    }
+
+    /// Handles one message from `src` at `now` (Unix seconds), writing any
+    /// answer or forwarded message into `out` (cleared by the caller).
+    pub fn handle(&mut self, input: &[u8], src: SocketAddr, now: u64, out: &mut Vec<u8>) -> Reply {
         let msg = match Message::parse(input) {
             Ok(m) => m,
             Err(e) => {
-                self.counters.malformed += 1;
+                bump(&self.shared.stats.malformed);
                 return if write_error_response(input, &e, out) {
-                    Reply::Send
+                    Reply::Send(src)
                 } else {
-                    self.counters.dropped += 1;
+                    bump(&self.shared.stats.dropped);
                     Reply::Drop
                 };
             }
         };
-        if !msg.is_request() || msg.method() == Method::Ack {
-            self.counters.dropped += 1;
+        if !msg.is_request() {
+            bump(&self.shared.stats.responses);
+            return self.forward_response(&msg, out);
+        }
+        bump(&self.shared.stats.requests);
+        match msg.method() {
+            Method::Register if self.request_is_for_us(&msg) => self.register(&msg, src, now, out),
+            _ => self.route(&msg, src, now, out),
+        }
+    }
+
+    fn request_is_for_us(&self, msg: &Message<'_>) -> bool {
+        msg.request_uri()
+            .is_some_and(|u| self.is_local_uri(u) || u.user().is_none())
+    }
+
+    fn respond(
+        &mut self,
+        msg: &Message<'_>,
+        status: StatusCode,
+        extra: &[(&str, &str)],
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        if msg.method() == Method::Ack {
             return Reply::Drop;
         }
-        let (status, extra): (StatusCode, &[(&str, &str)]) = match msg.method() {
-            Method::Options => (
-                StatusCode::OK,
-                &[("Allow", ALLOW), ("Accept", "application/sdp")],
-            ),
-            _ => (StatusCode::NOT_IMPLEMENTED, &[("Allow", ALLOW)]),
-        };
         write_response(
             out,
-            &msg,
+            msg,
             status,
             &ResponseOptions {
-                to_tag: Some("sipsec"),
+                to_tag: Some("sps1"),
                 extra,
+                raw_headers: &self.lines,
                 ..Default::default()
             },
         );
-        self.counters.answered += 1;
-        Reply::Send
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn src() -> SocketAddr {
-        "192.0.2.1:5060".parse().expect("literal address")
+        self.lines.clear();
+        Reply::Send(src)
     }
 
-    #[test]
-    fn options_is_answered() {
-        let req = b"OPTIONS sip:s SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:s>\r\nCall-ID: c\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
-        let mut core = Core::new();
-        let mut out = Vec::new();
-        assert_eq!(core.handle(req, src(), &mut out), Reply::Send);
-        let r = Message::parse(&out).expect("valid response");
-        assert_eq!(r.status(), Some(StatusCode::OK));
-        assert_eq!(r.to().tag(), Some("sipsec"));
-        assert_eq!(core.counters().answered, 1);
+    fn challenge(
+        &mut self,
+        msg: &Message<'_>,
+        proxy: bool,
+        stale: bool,
+        now: u64,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        let Some(auth) = &self.shared.auth else {
+            return Reply::Drop;
+        };
+        self.challenges.clear();
+        auth.challenges(proxy, stale, now, &mut self.challenges);
+        self.lines.clear();
+        for (name, value) in &self.challenges {
+            let _ = write!(self.lines, "{name}: {value}\r\n");
+        }
+        let status = if proxy {
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        self.respond(msg, status, &[], src, out)
     }
 
-    #[test]
-    fn garbage_and_responses_are_dropped() {
-        let mut core = Core::new();
-        let mut out = Vec::new();
-        assert_eq!(
-            core.handle(b"\x00\x01garbage", src(), &mut out),
-            Reply::Drop
-        );
-        assert_eq!(core.handle(b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:s>\r\nCall-ID: c\r\nCSeq: 1 OPTIONS\r\n\r\n", src(), &mut out), Reply::Drop);
-        assert!(out.is_empty());
-        assert_eq!(
-            core.counters(),
-            Counters {
-                answered: 0,
-                malformed: 1,
-                dropped: 2
+    /// Runs authentication; `Err` carries the reply to send instead.
+    fn authenticate(
+        &mut self,
+        msg: &Message<'_>,
+        proxy: bool,
+        now: u64,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<String>, Reply> {
+        let Some(auth) = &self.shared.auth else {
+            return Ok(None);
+        };
+        match auth.check(msg, proxy, now) {
+            AuthResult::Ok(user) => Ok(Some(user.to_owned())),
+            AuthResult::Failed(AuthFailure::Malformed) => Err(self.respond(
+                msg,
+                StatusCode::BAD_REQUEST,
+                &[("Warning", "399 sipsec \"malformed credentials\"")],
+                src,
+                out,
+            )),
+            AuthResult::Failed(f) => {
+                if f == AuthFailure::Rejected {
+                    bump(&self.shared.stats.auth_failures);
+                }
+                Err(self.challenge(msg, proxy, f == AuthFailure::Stale, now, src, out))
             }
+        }
+    }
+
+    fn register(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        let user = match self.authenticate(msg, false, now, src, out) {
+            Ok(u) => u,
+            Err(reply) => return reply,
+        };
+        let Some(aor) = aor(msg.to().uri()) else {
+            return self.respond(
+                msg,
+                StatusCode::BAD_REQUEST,
+                &[(
+                    "Warning",
+                    "399 sipsec \"To must be a SIP URI with a user part\"",
+                )],
+                src,
+                out,
+            );
+        };
+        if let Some(user) = user {
+            if msg.to().uri().user() != Some(user.as_str()) {
+                return self.respond(msg, StatusCode::FORBIDDEN, &[], src, out);
+            }
+        }
+        let cfg = &self.shared.config;
+        let (min, max, default) = (cfg.min_expires, cfg.max_expires, cfg.default_expires);
+        let star = msg.is_contact_star();
+        if star && (msg.expires() != Some(0) || msg.contact_count() > 0) {
+            return self.respond(
+                msg,
+                StatusCode::BAD_REQUEST,
+                &[(
+                    "Warning",
+                    "399 sipsec \"Contact: * needs Expires: 0 and no other contact\"",
+                )],
+                src,
+                out,
+            );
+        }
+        let mut changes: Vec<ContactChange<'_>> = Vec::with_capacity(msg.contact_count());
+        for c in msg.contacts() {
+            let wanted = c.expires.or(msg.expires()).unwrap_or(default);
+            if wanted != 0 && wanted < min {
+                let min = min.to_string();
+                return self.respond(
+                    msg,
+                    StatusCode::INTERVAL_TOO_BRIEF,
+                    &[("Min-Expires", &min)],
+                    src,
+                    out,
+                );
+            }
+            changes.push(ContactChange {
+                contact: c.addr.uri().as_str(),
+                expires: wanted.min(max),
+                q: c.q.unwrap_or(1000),
+            });
+        }
+        self.records.clear();
+        let result = self.shared.location.update(
+            &aor,
+            &changes,
+            star,
+            msg.call_id(),
+            msg.cseq().seq,
+            src,
+            now,
+            &mut self.bindings,
+            &mut self.records,
         );
+        if let Err(UpdateError::OutOfOrder { .. }) = result {
+            return self.respond(
+                msg,
+                StatusCode::SERVER_INTERNAL_ERROR,
+                &[(
+                    "Warning",
+                    "399 sipsec \"CSeq not above the stored one for this Call-ID\"",
+                )],
+                src,
+                out,
+            );
+        }
+        if let Some(j) = &mut self.journal {
+            if j.append(&self.records).is_err() {
+                bump(&self.shared.stats.journal_errors);
+                return self.respond(msg, StatusCode::SERVER_INTERNAL_ERROR, &[], src, out);
+            }
+        }
+        bump(&self.shared.stats.registered);
+        self.lines.clear();
+        for b in &self.bindings {
+            let _ = write!(
+                self.lines,
+                "Contact: <{}>;expires={}\r\n",
+                b.contact,
+                b.expires_at.saturating_sub(now)
+            );
+        }
+        self.respond(msg, StatusCode::OK, &[], src, out)
+    }
+
+    /// The branch this proxy uses when forwarding `msg` statelessly: a
+    /// function of the incoming top Via, so retransmissions, the ACK for a
+    /// failure and CANCEL all get the INVITE's branch (RFC 3261 §16.11).
+    fn branch(&self, msg: &Message<'_>) -> u64 {
+        let v = msg.top_via();
+        let mut h = self.shared.branch_salt.build_hasher();
+        h.write(v.branch().unwrap_or("").as_bytes());
+        h.write(v.as_str().as_bytes());
+        if !v.is_rfc3261_branch() {
+            // RFC 2543 peers: the transaction is identified by more fields.
+            h.write(msg.call_id().as_bytes());
+            h.write_u32(msg.cseq().seq);
+            h.write(msg.from().tag().unwrap_or("").as_bytes());
+        }
+        h.finish()
+    }
+
+    fn route(&mut self, msg: &Message<'_>, src: SocketAddr, now: u64, out: &mut Vec<u8>) -> Reply {
+        let method = msg.method();
+        if msg.max_forwards() == Some(0) {
+            return self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out);
+        }
+        if msg.vias().skip(1).any(|v| self.is_our_via(&v)) || self.is_our_via(msg.top_via()) {
+            return self.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out);
+        }
+        // Loose routing (§16.4): a first Route naming us is removed.
+        let pop_route = msg
+            .first_route()
+            .is_some_and(|(_, r)| self.is_local_uri(r.uri()));
+        let next_route = msg.routes().nth(usize::from(pop_route));
+        let Some(ruri) = msg.request_uri() else {
+            return Reply::Drop;
+        };
+        let mut new_ruri: Option<String> = None;
+        let target = if let Some(r) = next_route {
+            let u = r.uri();
+            u.host().and_then(|h| resolve(h, u.port()))
+        } else if self.is_local_uri(ruri) {
+            let Some(key) = aor(ruri) else {
+                return match method {
+                    Method::Options => self.respond(
+                        msg,
+                        StatusCode::OK,
+                        &[("Allow", ALLOW), ("Accept", "application/sdp")],
+                        src,
+                        out,
+                    ),
+                    _ => self.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
+                };
+            };
+            let mode = self.shared.config.mode;
+            if mode == Mode::Registrar {
+                return self.respond(
+                    msg,
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    &[("Allow", "REGISTER, OPTIONS")],
+                    src,
+                    out,
+                );
+            }
+            if self.shared.auth.is_some()
+                && matches!(method, Method::Invite | Method::Message | Method::Subscribe)
+            {
+                if let Err(reply) = self.authenticate(msg, true, now, src, out) {
+                    return reply;
+                }
+            }
+            self.shared.location.lookup(&key, now, &mut self.bindings);
+            if self.bindings.is_empty() {
+                return self.respond(msg, StatusCode::NOT_FOUND, &[], src, out);
+            }
+            if mode == Mode::Redirect {
+                self.lines.clear();
+                for b in &self.bindings {
+                    let _ = write!(self.lines, "Contact: <{}>\r\n", b.contact);
+                }
+                return self.respond(msg, StatusCode::MOVED_TEMPORARILY, &[], src, out);
+            }
+            let contact = self.bindings[0].contact.clone();
+            let addr = Uri::parse(&contact, sip_core::UriContext::Header)
+                .ok()
+                .and_then(|u| u.host().and_then(|h| resolve(h, u.port())));
+            new_ruri = Some(contact);
+            addr
+        } else {
+            // No open relay: only requests for this server's domains are proxied.
+            return self.respond(
+                msg,
+                StatusCode::FORBIDDEN,
+                &[("Warning", "399 sipsec \"relaying denied\"")],
+                src,
+                out,
+            );
+        };
+        let Some(target) = target else {
+            return self.respond(
+                msg,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &[("Warning", "399 sipsec \"next hop is not an IP address\"")],
+                src,
+                out,
+            );
+        };
+        let branch = self.branch(msg);
+        self.via.clear();
+        let _ = write!(
+            self.via,
+            "SIP/2.0/UDP {};branch=z9hG4bKsps{branch:016x}",
+            self.shared.config.advertise
+        );
+        let top = msg.top_via();
+        let annotate =
+            top.rport().is_some() || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
+        self.ip.clear();
+        let _ = write!(self.ip, "{}", src.ip());
+        let edits = RequestEdits {
+            request_uri: new_ruri.as_deref(),
+            via: Some(&self.via),
+            record_route: None,
+            pop_route,
+            received: annotate.then_some((self.ip.as_str(), src.port())),
+            max_forwards: true,
+        };
+        match forward_request(msg, &edits, out) {
+            Ok(()) => {
+                bump(&self.shared.stats.forwarded);
+                Reply::Send(target)
+            }
+            Err(_) => {
+                out.clear();
+                self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out)
+            }
+        }
+    }
+
+    fn forward_response(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Reply {
+        if !self.is_our_via(msg.top_via()) || msg.via_count() < 2 {
+            bump(&self.shared.stats.dropped);
+            return Reply::Drop;
+        }
+        let Some(next) = msg.vias().nth(1) else {
+            return Reply::Drop;
+        };
+        let host = next
+            .received()
+            .and_then(|r| r.parse::<IpAddr>().ok())
+            .map(|ip| match ip {
+                IpAddr::V4(a) => Host::V4(a),
+                IpAddr::V6(a) => Host::V6(a),
+            })
+            .unwrap_or(next.host());
+        let port = match next.rport() {
+            Some(Some(p)) => Some(p),
+            _ => next.port(),
+        };
+        let Some(dest) = resolve(host, port) else {
+            bump(&self.shared.stats.dropped);
+            return Reply::Drop;
+        };
+        match forward_response(msg, out) {
+            Ok(()) => Reply::Send(dest),
+            Err(_) => Reply::Drop,
+        }
     }
 }

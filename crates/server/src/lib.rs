@@ -1,12 +1,21 @@
 //! The sipsec SIP server.
 //!
-//! [`core`] decides what to answer (no I/O); [`udp`] moves datagrams
-//! between sockets and the core on one thread per worker.
+//! [`core`] decides what to answer or forward (no I/O); [`udp`] moves
+//! datagrams between sockets and the core on one thread per worker;
+//! [`location`] keeps bindings (in memory, journaled to disk); [`auth`] and
+//! [`users`] implement digest authentication.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod auth;
+pub mod config;
 pub mod core;
+pub mod location;
+pub mod server;
 pub mod udp;
+pub mod users;
 
-pub use crate::core::Core;
+pub use crate::config::{Config, Mode};
+pub use crate::core::{Core, Reply, Shared};
+pub use crate::server::{start, StartError, Started};
 pub use crate::udp::{ServerHandle, UdpServer};

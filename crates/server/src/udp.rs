@@ -6,11 +6,12 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::core::{Core, Reply};
+use crate::core::{Core, Reply, Shared};
+use crate::location::{Journal, Location};
 
 /// Largest datagram accepted (RFC 3261 §18.1.1 allows up to 65,535 bytes).
 const MAX_DATAGRAM: usize = 65_535;
@@ -18,41 +19,47 @@ const MAX_DATAGRAM: usize = 65_535;
 /// How often an idle worker checks for shutdown.
 const POLL: Duration = Duration::from_millis(200);
 
-/// A running UDP server.
+/// Current Unix time in seconds.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    workers: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
 }
 
 impl ServerHandle {
-    /// The bound address (useful with port 0).
+    /// The bound UDP address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Stops the workers and waits for them.
+    /// The state shared by the workers.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for w in self.workers.drain(..) {
-            let _ = w.join();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
         }
     }
 
-    /// Waits for the workers (they run until the process ends).
+    /// Waits for the threads (they run until the process ends).
     pub fn wait(mut self) {
-        for w in self.workers.drain(..) {
-            let _ = w.join();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
         }
     }
-}
-
-/// Binds UDP sockets and starts workers.
-#[derive(Debug, Clone)]
-pub struct UdpServer {
-    addr: SocketAddr,
-    workers: usize,
 }
 
 fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
@@ -60,7 +67,6 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
-    s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     // Large buffers absorb bursts under load.
     let _ = s.set_recv_buffer_size(4 << 20);
@@ -71,63 +77,94 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(u)
 }
 
-impl UdpServer {
-    /// A server for `addr` with `workers` threads (at least one).
-    pub fn new(addr: SocketAddr, workers: usize) -> Self {
-        Self {
-            addr,
-            workers: workers.max(1),
-        }
-    }
+/// Bound UDP sockets, one per worker, ready to start.
+#[derive(Debug)]
+pub struct UdpServer {
+    addr: SocketAddr,
+    sockets: Vec<UdpSocket>,
+}
 
-    /// Binds every worker's socket, then starts the workers.
-    pub fn start(&self) -> io::Result<ServerHandle> {
-        let first = bind_reuseport(self.addr)?;
+impl UdpServer {
+    /// Binds `workers` SO_REUSEPORT sockets on `addr` (port 0 picks one port for all).
+    ///
+    /// A plain bind comes first so that a port already in use, even by
+    /// another sipsec with SO_REUSEPORT, is reported instead of shared.
+    pub fn bind(addr: SocketAddr, workers: usize) -> io::Result<Self> {
+        let probe = UdpSocket::bind(addr)?;
+        let addr = probe.local_addr()?;
+        drop(probe);
+        let first = bind_reuseport(addr)?;
         let addr = first.local_addr()?;
         let mut sockets = vec![first];
-        for _ in 1..self.workers {
+        for _ in 1..workers.max(1) {
             sockets.push(bind_reuseport(addr)?);
         }
+        Ok(Self { addr, sockets })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Starts one worker per socket (journal `i` goes to worker `i`) and
+    /// the expiry sweeper.
+    pub fn start(
+        self,
+        shared: Arc<Shared>,
+        journals: Vec<Option<Journal>>,
+    ) -> io::Result<ServerHandle> {
         let stop = Arc::new(AtomicBool::new(false));
-        let workers = sockets
-            .into_iter()
-            .enumerate()
-            .map(|(i, sock)| {
-                let stop = stop.clone();
+        let mut threads = Vec::new();
+        let mut journals = journals.into_iter();
+        for (i, sock) in self.sockets.into_iter().enumerate() {
+            let stop = stop.clone();
+            let core = Core::new(shared.clone(), journals.next().flatten());
+            threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))
-                    .spawn(move || worker(sock, &stop))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
+                    .spawn(move || worker(sock, core, &stop))?,
+            );
+        }
+        let sweeper_stop = stop.clone();
+        let sweeper_shared = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("expiry".into())
+                .spawn(move || {
+                    let mut last = unix_now();
+                    while !sweeper_stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(POLL);
+                        let now = unix_now();
+                        if now >= last + 10 {
+                            sweeper_shared.location.expire(now);
+                            last = now;
+                        }
+                    }
+                })?,
+        );
         Ok(ServerHandle {
-            addr,
+            addr: self.addr,
             stop,
-            workers,
+            threads,
+            shared,
         })
     }
 }
 
-fn worker(sock: UdpSocket, stop: &AtomicBool) {
-    let mut core = Core::new();
+fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::with_capacity(MAX_DATAGRAM);
     while !stop.load(Ordering::Relaxed) {
         let (n, src) = match sock.recv_from(&mut buf) {
             Ok(x) => x,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
-            // ICMP errors from earlier sends surface here on Linux; keep serving.
+            // Timeouts let the loop see `stop`; ICMP errors from earlier
+            // sends also surface here on Linux: keep serving.
             Err(_) => continue,
         };
         out.clear();
-        if core.handle(&buf[..n], src, &mut out) == Reply::Send {
-            let _ = sock.send_to(&out, src);
+        if let Reply::Send(dest) = core.handle(&buf[..n], src, unix_now(), &mut out) {
+            let _ = sock.send_to(&out, dest);
         }
     }
 }

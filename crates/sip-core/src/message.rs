@@ -23,7 +23,7 @@ use crate::error::{ErrorKind, ParseError};
 use crate::header::{Header, HeaderName};
 use crate::limits::Limits;
 use crate::method::Method;
-use crate::name_addr::{parse_list, parse_single, NameAddr};
+use crate::name_addr::{parse_list, parse_name_addr, parse_single, NameAddr};
 use crate::scan::{is_token, is_token_str, is_word, offset_in, parse_u64, trim_lws, Cursor};
 use crate::status::StatusCode;
 use crate::uri::{parse_uri, Uri, UriContext};
@@ -685,6 +685,18 @@ impl<'a> Message<'a> {
                 cursor: Cursor::new(h.value, 0),
                 done: false,
                 parse: |c: &mut Cursor<'a>| parse_contact(c, usize::MAX).ok(),
+            })
+    }
+
+    /// Route values in order.
+    pub fn routes(&self) -> impl Iterator<Item = NameAddr<'a>> + 'a {
+        self.headers_named(HeaderName::Route)
+            .flat_map(|h| CommaValues {
+                cursor: Cursor::new(h.value, 0),
+                done: false,
+                parse: |c: &mut Cursor<'a>| {
+                    parse_name_addr(c, HeaderName::Route, usize::MAX, true, |_, _, _| Ok(())).ok()
+                },
             })
     }
 

@@ -126,6 +126,8 @@ pub struct ResponseOptions<'a> {
     pub copy_record_route: bool,
     /// Extra header fields, already formatted as `(name, value)`.
     pub extra: &'a [(&'a str, &'a str)],
+    /// Further header lines, already formatted, each ending in CRLF.
+    pub raw_headers: &'a str,
     /// Content-Type of `body`, if any.
     pub content_type: Option<&'a str>,
     /// Body.
@@ -164,6 +166,7 @@ pub fn write_response(
     for (n, v) in opts.extra {
         w.header(n, v);
     }
+    w.out.extend_from_slice(opts.raw_headers.as_bytes());
     if let Some(ct) = opts.content_type {
         w.header("Content-Type", ct);
     }

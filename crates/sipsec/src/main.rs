@@ -2,12 +2,14 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod users;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use sipsec_server::{Config, Mode};
 
 /// sipsec: a secure, fast SIP server, softphone and benchmark harness.
 #[derive(Parser)]
@@ -19,20 +21,56 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the SIP server.
-    Serve {
-        /// UDP address to listen on.
-        #[arg(long, default_value = "127.0.0.1:5060")]
-        udp: SocketAddr,
-        /// Worker threads (one UDP socket each); default: one per core.
-        #[arg(long)]
-        workers: Option<usize>,
+    /// Run the SIP server (registrar by default; proxy or redirect by --mode).
+    Serve(ServeArgs),
+    /// Manage the users file (HA1 hashes; passwords are never stored).
+    Users {
+        #[command(subcommand)]
+        command: users::UsersCommand,
     },
     /// Work with SIP messages.
     Sip {
         #[command(subcommand)]
         command: SipCommand,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    Registrar,
+    Proxy,
+    Redirect,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Registrar only, or registrar plus proxy or redirect server.
+    #[arg(long, value_enum, default_value = "registrar")]
+    mode: ModeArg,
+    /// Require digest authentication (401 for REGISTER, 407 for INVITE).
+    #[arg(long)]
+    auth: bool,
+    /// UDP address to listen on.
+    #[arg(long, default_value = "127.0.0.1:5060")]
+    udp: SocketAddr,
+    /// Address to put in Via and to recognise as this server (default: --udp).
+    #[arg(long)]
+    advertise: Option<SocketAddr>,
+    /// Users file (see `sipsec users add`).
+    #[arg(long, default_value = "users.tsv")]
+    users: PathBuf,
+    /// Realm used in challenges.
+    #[arg(long, default_value = "sipsec")]
+    realm: String,
+    /// Directory of the embedded location store.
+    #[arg(long, default_value = "sipsec-data")]
+    data_dir: PathBuf,
+    /// Worker threads, one UDP socket each (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// fsync every location change (survives power loss; slower).
+    #[arg(long)]
+    fsync: bool,
 }
 
 #[derive(Subcommand)]
@@ -47,7 +85,8 @@ enum SipCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { udp, workers } => serve(udp, workers),
+        Command::Serve(args) => serve(args),
+        Command::Users { command } => users::run(command),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {
@@ -68,21 +107,61 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(udp: SocketAddr, workers: Option<usize>) -> ExitCode {
-    let workers =
-        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    match sipsec_server::UdpServer::new(udp, workers).start() {
-        Ok(h) => {
+fn serve(a: ServeArgs) -> ExitCode {
+    let mut config = Config {
+        mode: match a.mode {
+            ModeArg::Registrar => Mode::Registrar,
+            ModeArg::Proxy => Mode::Proxy,
+            ModeArg::Redirect => Mode::Redirect,
+        },
+        auth: a.auth,
+        udp: a.udp,
+        advertise: a.advertise.unwrap_or(a.udp),
+        users: a.users,
+        realm: a.realm,
+        data_dir: a.data_dir,
+        ..Config::default()
+    };
+    if let Some(w) = a.workers {
+        config.workers = w.max(1);
+    }
+    if a.fsync {
+        config.durability = sipsec_server::location::Durability::Fsync;
+    }
+    if config.advertise.ip().is_unspecified() {
+        eprintln!(
+            "error: --udp {} is a wildcard address: give --advertise with the address peers reach",
+            config.udp
+        );
+        return ExitCode::FAILURE;
+    }
+    let summary = format!(
+        "mode {}, auth {}, {} worker(s), data in {}",
+        config.mode.as_str(),
+        if config.auth { "on" } else { "off" },
+        config.workers,
+        config.data_dir.display()
+    );
+    match sipsec_server::start(config) {
+        Ok(started) => {
+            let h = started.handle;
+            let users = h.shared().auth.as_ref().map_or(0, |a| a.users().len());
             println!(
-                "sipsec serve: listening on udp {} with {workers} worker(s); methods: {}",
+                "sipsec serve: listening on udp {}; {summary}; {} binding(s) restored, {users} user(s) loaded",
                 h.local_addr(),
-                sipsec_server::core::ALLOW
+                started.recovered.bindings,
             );
+            if started.recovered.skipped_lines > 0 {
+                eprintln!(
+                    "warning: {} unreadable journal line(s) skipped (a write torn by a crash)",
+                    started.recovered.skipped_lines
+                );
+            }
             h.wait();
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: cannot listen on udp {udp}: {e}");
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,497 @@
+//! The server over real loopback UDP sockets.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sip_core::auth::Challenge;
+use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
+use sip_core::{HeaderName, Message, StatusCode};
+use sipsec_server::location::Location;
+use sipsec_server::users::{UserEntry, Users};
+use sipsec_server::{start, Config, Mode, Started};
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sipsec-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn server(mode: Mode, auth: bool, dir: &Path) -> Started {
+    let users = dir.join("users.tsv");
+    if auth {
+        let mut u = Users::default();
+        for (n, p) in [("alice", "wonderland"), ("bob", "builder")] {
+            u.insert(n, "sipsec", UserEntry::from_password(n, "sipsec", p))
+                .expect("user");
+        }
+        u.save(&users).expect("save users");
+    }
+    start(Config {
+        mode,
+        auth,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 2,
+        users,
+        data_dir: dir.join("data"),
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
+struct Ua {
+    sock: UdpSocket,
+    server: SocketAddr,
+}
+
+impl Ua {
+    fn new(server: SocketAddr) -> Self {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("ua socket");
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        Self { sock, server }
+    }
+    fn port(&self) -> u16 {
+        self.sock.local_addr().expect("bound").port()
+    }
+    fn send(&self, msg: &str, to: SocketAddr) {
+        self.sock.send_to(msg.as_bytes(), to).expect("send");
+    }
+    fn recv(&self) -> (String, SocketAddr) {
+        let mut buf = vec![0u8; 65_535];
+        let (n, from) = self.sock.recv_from(&mut buf).expect("a message arrives");
+        (String::from_utf8(buf[..n].to_vec()).expect("utf-8"), from)
+    }
+    fn ask(&self, msg: &str) -> String {
+        self.send(msg, self.server);
+        self.recv().0
+    }
+    fn register(&self, user: &str, call_id: &str, cseq: u32, contact: &str, extra: &str) -> String {
+        self.ask(&format!(
+            "REGISTER sip:{srv} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};branch=z9hG4bK{call_id}{cseq};rport\r\nMax-Forwards: 70\r\nFrom: <sip:{user}@{srv}>;tag=f{cseq}\r\nTo: <sip:{user}@{srv}>\r\nCall-ID: {call_id}\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\n{extra}Content-Length: 0\r\n\r\n",
+            srv = self.server,
+            p = self.port(),
+        ))
+    }
+}
+
+fn status(resp: &str) -> u16 {
+    Message::parse(resp.as_bytes())
+        .expect("response parses")
+        .status()
+        .expect("response")
+        .as_u16()
+}
+
+#[test]
+fn register_refresh_logout_and_limits() {
+    let dir = tempdir("reg");
+    let s = server(Mode::Registrar, false, &dir);
+    let ua = Ua::new(s.handle.local_addr());
+    let c1 = format!("<sip:alice@127.0.0.1:{}>", ua.port());
+    let r = ua.register("alice", "r1", 1, &c1, "Expires: 600\r\n");
+    assert_eq!(status(&r), 200, "{r}");
+    let m = Message::parse(r.as_bytes()).expect("parses");
+    let c = m.contacts().next().expect("binding listed");
+    assert_eq!(c.expires, Some(600));
+    let r = ua.register(
+        "alice",
+        "r2",
+        1,
+        "<sip:alice@192.0.2.9:5070>;q=0.5;expires=300",
+        "",
+    );
+    assert_eq!(
+        Message::parse(r.as_bytes())
+            .expect("parses")
+            .contact_count(),
+        2
+    );
+    assert_eq!(
+        status(&ua.register("alice", "r1", 1, &c1, "")),
+        500,
+        "same Call-ID, same CSeq"
+    );
+    let r = ua.register("alice", "r3", 1, "<sip:alice@192.0.2.10>;expires=10", "");
+    assert_eq!(status(&r), 423);
+    assert!(r.contains("Min-Expires: 60\r\n"), "{r}");
+    let r = ua.register("alice", "r1", 2, &format!("{c1};expires=0"), "");
+    assert_eq!(
+        Message::parse(r.as_bytes())
+            .expect("parses")
+            .contact_count(),
+        1,
+        "{r}"
+    );
+    assert_eq!(
+        status(&ua.register("alice", "r9", 1, "*", "")),
+        400,
+        "* needs Expires: 0"
+    );
+    let r = ua.register("alice", "r9", 1, "*", "Expires: 0\r\n");
+    assert_eq!(status(&r), 200);
+    assert_eq!(
+        Message::parse(r.as_bytes())
+            .expect("parses")
+            .contact_count(),
+        0
+    );
+    assert_eq!(
+        s.handle
+            .shared()
+            .location
+            .len(sipsec_server::udp::unix_now()),
+        0
+    );
+    s.handle.shutdown();
+}
+
+fn authorization(
+    challenge: &str,
+    user: &str,
+    password: &str,
+    method: &str,
+    uri: &str,
+    nc: u32,
+    header: &str,
+) -> String {
+    let c = Challenge::parse(challenge).expect("challenge parses");
+    let alg = Algorithm::from_token(c.algorithm.unwrap_or("MD5")).expect("known algorithm");
+    let realm = c.realm.expect("realm");
+    let nonce = c.nonce.expect("nonce");
+    let ha1 = digest::ha1(alg, user, realm, password);
+    let nc = format!("{nc:08x}");
+    let resp = digest::response(&ResponseInput {
+        algorithm: alg,
+        ha1: &ha1,
+        nonce,
+        cnonce: "0a4f113b",
+        nc: &nc,
+        qop: Some(Qop::Auth),
+        method,
+        uri,
+        body: b"",
+    });
+    format!(
+        "{header}: Digest username=\"{user}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{resp}\", algorithm={}, qop=auth, nc={nc}, cnonce=\"0a4f113b\"\r\n",
+        alg.as_str()
+    )
+}
+
+#[test]
+fn digest_registration() {
+    let dir = tempdir("auth");
+    let s = server(Mode::Registrar, true, &dir);
+    let ua = Ua::new(s.handle.local_addr());
+    let uri = format!("sip:{}", s.handle.local_addr());
+    let contact = "<sip:alice@192.0.2.1>";
+    let r = ua.register("alice", "a1", 1, contact, "");
+    assert_eq!(status(&r), 401);
+    let m = Message::parse(r.as_bytes()).expect("parses");
+    let challenges: Vec<_> = m
+        .headers_named(HeaderName::WwwAuthenticate)
+        .map(|h| h.value.to_owned())
+        .collect();
+    assert_eq!(challenges.len(), 2);
+    assert!(challenges[0].contains("algorithm=SHA-256") && challenges[1].contains("algorithm=MD5"));
+
+    let good = authorization(
+        &challenges[0],
+        "alice",
+        "wonderland",
+        "REGISTER",
+        &uri,
+        1,
+        "Authorization",
+    );
+    assert_eq!(status(&ua.register("alice", "a1", 2, contact, &good)), 200);
+    // The same nonce count again is a replay.
+    assert_eq!(status(&ua.register("alice", "a1", 3, contact, &good)), 401);
+    let next = authorization(
+        &challenges[0],
+        "alice",
+        "wonderland",
+        "REGISTER",
+        &uri,
+        2,
+        "Authorization",
+    );
+    assert_eq!(status(&ua.register("alice", "a1", 4, contact, &next)), 200);
+    // Both challenges carry one nonce, so its count goes on rising.
+    let md5 = authorization(
+        &challenges[1],
+        "alice",
+        "wonderland",
+        "REGISTER",
+        &uri,
+        3,
+        "Authorization",
+    );
+    assert_eq!(status(&ua.register("alice", "a1", 5, contact, &md5)), 200);
+
+    let wrong = authorization(
+        &challenges[0],
+        "alice",
+        "guess",
+        "REGISTER",
+        &uri,
+        9,
+        "Authorization",
+    );
+    let unknown = authorization(
+        &challenges[0],
+        "mallory",
+        "guess",
+        "REGISTER",
+        &uri,
+        9,
+        "Authorization",
+    );
+    let rw = ua.register("alice", "a2", 1, contact, &wrong);
+    let ru = ua.register("mallory", "a3", 1, contact, &unknown);
+    assert_eq!(
+        (status(&rw), status(&ru)),
+        (401, 401),
+        "unknown users fail exactly like wrong passwords"
+    );
+    // Bob's credentials cannot register Alice (fresh challenge: new nonce).
+    let r = ua.register("alice", "a4", 1, contact, "");
+    let fresh = Message::parse(r.as_bytes())
+        .expect("parses")
+        .header(HeaderName::WwwAuthenticate)
+        .expect("challenge")
+        .to_owned();
+    assert!(!fresh.contains(
+        Challenge::parse(&challenges[0])
+            .expect("parses")
+            .nonce
+            .expect("nonce")
+    ));
+    let bob = authorization(
+        &fresh,
+        "bob",
+        "builder",
+        "REGISTER",
+        &uri,
+        1,
+        "Authorization",
+    );
+    assert_eq!(status(&ua.register("alice", "a4", 1, contact, &bob)), 403);
+    let garbage = "Authorization: Digest username=\"alice\r\n";
+    assert_eq!(
+        status(&ua.register("alice", "a5", 1, contact, garbage)),
+        400
+    );
+    let stats = &s.handle.shared().stats;
+    assert_eq!(
+        stats
+            .auth_failures
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+    s.handle.shutdown();
+}
+
+fn invite(
+    from_port: u16,
+    server: SocketAddr,
+    user: &str,
+    branch: &str,
+    max_forwards: u8,
+    method: &str,
+) -> String {
+    format!(
+        "{method} sip:{user}@{server} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{from_port};branch={branch};rport\r\nMax-Forwards: {max_forwards}\r\nFrom: <sip:alice@{server}>;tag=a1\r\nTo: <sip:{user}@{server}>\r\nCall-ID: call-{branch}\r\nCSeq: 1 {method}\r\nContact: <sip:alice@127.0.0.1:{from_port}>\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+#[test]
+fn proxy_forwards_requests_and_responses() {
+    let dir = tempdir("proxy");
+    let s = server(Mode::Proxy, false, &dir);
+    let srv = s.handle.local_addr();
+    let uac = Ua::new(srv);
+    let uas = Ua::new(srv);
+    assert_eq!(
+        status(&uas.register(
+            "bob",
+            "b1",
+            1,
+            &format!("<sip:bob@127.0.0.1:{}>", uas.port()),
+            ""
+        )),
+        200
+    );
+
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bKinv1", 70, "INVITE"),
+        srv,
+    );
+    let (fwd, from) = uas.recv();
+    assert_eq!(from, srv);
+    let f = Message::parse(fwd.as_bytes()).expect("forwarded INVITE parses");
+    assert_eq!(
+        f.request_uri().expect("request").as_str(),
+        format!("sip:bob@127.0.0.1:{}", uas.port())
+    );
+    assert_eq!(f.max_forwards(), Some(69));
+    assert_eq!(f.via_count(), 2);
+    let vias: Vec<_> = f.vias().collect();
+    assert_eq!(
+        vias[1].received(),
+        Some("127.0.0.1"),
+        "rport asks for received (RFC 3581 §4)"
+    );
+    assert_eq!(vias[1].rport(), Some(Some(uac.port())));
+
+    // The UAS answers to the top Via (the proxy); the UAC gets it with one Via.
+    for code in ["180 Ringing", "200 OK"] {
+        let mut resp = Vec::new();
+        sip_core::writer::write_response(
+            &mut resp,
+            &f,
+            StatusCode::new(code[..3].parse().expect("code")).expect("valid"),
+            &sip_core::writer::ResponseOptions {
+                to_tag: Some("b9"),
+                ..Default::default()
+            },
+        );
+        uas.send(std::str::from_utf8(&resp).expect("utf-8"), srv);
+        let (r, _) = uac.recv();
+        let r = Message::parse(r.as_bytes()).expect("response parses");
+        assert_eq!(r.via_count(), 1);
+        assert_eq!(r.top_via().branch(), Some("z9hG4bKinv1"));
+    }
+    // ACK and BYE sent to the proxy reach the UAS too.
+    for (m, b) in [("ACK", "z9hG4bKack1"), ("BYE", "z9hG4bKbye1")] {
+        uac.send(&invite(uac.port(), srv, "bob", b, 70, m), srv);
+        let (fwd, _) = uas.recv();
+        assert!(
+            fwd.starts_with(&format!("{m} sip:bob@127.0.0.1:{}", uas.port())),
+            "{fwd}"
+        );
+    }
+    // Retransmitted INVITE gets the same downstream branch (stateless §16.11).
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bKinv1", 70, "INVITE"),
+        srv,
+    );
+    let (again, _) = uas.recv();
+    let b1 = f.top_via().branch().expect("branch").to_owned();
+    assert_eq!(
+        Message::parse(again.as_bytes())
+            .expect("parses")
+            .top_via()
+            .branch(),
+        Some(b1.as_str())
+    );
+
+    assert_eq!(
+        status(&uac.ask(&invite(
+            uac.port(),
+            srv,
+            "nobody",
+            "z9hG4bKnf",
+            70,
+            "INVITE"
+        ))),
+        404
+    );
+    assert_eq!(
+        status(&uac.ask(&invite(uac.port(), srv, "bob", "z9hG4bKmf", 0, "INVITE"))),
+        483
+    );
+    let foreign = invite(uac.port(), srv, "bob", "z9hG4bKrelay", 70, "INVITE").replacen(
+        &format!("sip:bob@{srv}"),
+        "sip:bob@192.0.2.50",
+        1,
+    );
+    assert_eq!(status(&uac.ask(&foreign)), 403, "no open relay");
+    s.handle.shutdown();
+}
+
+#[test]
+fn redirect_answers_302_with_contacts() {
+    let dir = tempdir("redirect");
+    let s = server(Mode::Redirect, false, &dir);
+    let srv = s.handle.local_addr();
+    let ua = Ua::new(srv);
+    assert_eq!(
+        status(&ua.register("bob", "b1", 1, "<sip:bob@192.0.2.7:5062>", "")),
+        200
+    );
+    let r = ua.ask(&invite(ua.port(), srv, "bob", "z9hG4bKr1", 70, "INVITE"));
+    let m = Message::parse(r.as_bytes()).expect("parses");
+    assert_eq!(m.status(), Some(StatusCode::MOVED_TEMPORARILY));
+    assert_eq!(
+        m.contacts()
+            .next()
+            .map(|c| c.addr.uri().as_str().to_owned()),
+        Some("sip:bob@192.0.2.7:5062".into())
+    );
+    assert_eq!(
+        status(&ua.ask(&invite(ua.port(), srv, "carol", "z9hG4bKr2", 70, "INVITE"))),
+        404
+    );
+    s.handle.shutdown();
+}
+
+#[test]
+fn bindings_survive_restart() {
+    let dir = tempdir("restart");
+    let s = server(Mode::Redirect, false, &dir);
+    let ua = Ua::new(s.handle.local_addr());
+    assert_eq!(
+        status(&ua.register("bob", "b1", 1, "<sip:bob@192.0.2.7:5062>", "")),
+        200
+    );
+    assert_eq!(
+        status(&ua.register("carol", "c1", 1, "<sip:carol@192.0.2.8>", "")),
+        200
+    );
+    assert_eq!(
+        status(&ua.register("carol", "c1", 2, "<sip:carol@192.0.2.8>;expires=0", "")),
+        200
+    );
+    s.handle.shutdown();
+    let s = server(Mode::Redirect, false, &dir);
+    assert_eq!(s.recovered.bindings, 1);
+    let ua = Ua::new(s.handle.local_addr());
+    let r = ua.ask(&invite(
+        ua.port(),
+        s.handle.local_addr(),
+        "bob",
+        "z9hG4bKr1",
+        70,
+        "INVITE",
+    ));
+    assert_eq!(status(&r), 302);
+    assert_eq!(
+        status(&ua.ask(&invite(
+            ua.port(),
+            s.handle.local_addr(),
+            "carol",
+            "z9hG4bKr2",
+            70,
+            "INVITE"
+        ))),
+        404
+    );
+    s.handle.shutdown();
+}
+
+#[test]
+fn auth_without_users_is_a_clear_error() {
+    let dir = tempdir("nousers");
+    let e = start(Config {
+        auth: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        users: dir.join("missing.tsv"),
+        data_dir: dir.join("data"),
+        ..Config::default()
+    })
+    .expect_err("must not start");
+    assert!(e.to_string().contains("missing.tsv"), "{e}");
+}

@@ -1,0 +1,107 @@
+//! `sipsec users`: manage the users file.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use sipsec_server::users::{UserEntry, Users};
+
+#[derive(Subcommand)]
+pub enum UsersCommand {
+    /// Add or replace a user; the password is read from a prompt or stdin.
+    Add {
+        /// Username (the user part of the AoR).
+        name: String,
+        /// Realm the HA1 hashes are computed for.
+        #[arg(long, default_value = "sipsec")]
+        realm: String,
+        /// Users file to update (created if missing, mode 0600).
+        #[arg(long, default_value = "users.tsv")]
+        file: PathBuf,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Import `username,password` rows from a CSV file (passwords are hashed, not stored).
+    Import {
+        /// CSV file with the header `username,password`.
+        csv: PathBuf,
+        /// Realm the HA1 hashes are computed for.
+        #[arg(long, default_value = "sipsec")]
+        realm: String,
+        /// Users file to update (created if missing, mode 0600).
+        #[arg(long, default_value = "users.tsv")]
+        file: PathBuf,
+    },
+}
+
+fn read_password(from_stdin: bool) -> Result<String, String> {
+    let stdin = std::io::stdin();
+    if !from_stdin && stdin.is_terminal() {
+        // No echo control without extra dependencies: warn and read a line.
+        eprint!("password for the new user (input is visible; prefer --password-stdin): ");
+        let _ = std::io::stderr().flush();
+    } else if !from_stdin {
+        return Err(
+            "standard input is not a terminal: pass --password-stdin to read the password from it"
+                .into(),
+        );
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the password: {e}"))?;
+    let pw = line.trim_end_matches(['\r', '\n']).to_owned();
+    if pw.is_empty() {
+        return Err("empty password".into());
+    }
+    Ok(pw)
+}
+
+pub fn run(cmd: UsersCommand) -> ExitCode {
+    let result = match cmd {
+        UsersCommand::Add {
+            name,
+            realm,
+            file,
+            password_stdin,
+        } => read_password(password_stdin).and_then(|pw| {
+            let mut users = Users::load_or_empty(&file).map_err(|e| e.to_string())?;
+            users
+                .insert(&name, &realm, UserEntry::from_password(&name, &realm, &pw))
+                .map_err(|e| e.to_string())?;
+            users.save(&file).map_err(|e| e.to_string())?;
+            Ok(format!(
+                "{}: user {name} in realm {realm} saved ({} in all)",
+                file.display(),
+                users.len()
+            ))
+        }),
+        UsersCommand::Import { csv, realm, file } => std::fs::read_to_string(&csv)
+            .map_err(|e| format!("cannot read {}: {e}", csv.display()))
+            .and_then(|text| {
+                let mut users = Users::load_or_empty(&file).map_err(|e| e.to_string())?;
+                let n = users
+                    .import_csv(&text, &realm, &csv.display().to_string())
+                    .map_err(|e| e.to_string())?;
+                users.save(&file).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "{}: imported {n} user(s) into realm {realm} ({} in all)",
+                    file.display(),
+                    users.len()
+                ))
+            }),
+    };
+    match result {
+        Ok(msg) => {
+            println!("{msg}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

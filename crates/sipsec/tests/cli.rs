@@ -1,0 +1,199 @@
+//! The `sipsec` binary end to end: serve, users, kill -9 recovery.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sipsec-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Starts `sipsec serve` and returns it with the address it printed.
+fn serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--udp",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--data-dir",
+        ])
+        .arg(dir.join("data"))
+        .args(extra)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sipsec runs");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("piped"))
+        .read_line(&mut line)
+        .expect("banner");
+    let addr = line
+        .split("listening on udp ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (child, addr, line)
+}
+
+fn register(server: SocketAddr, user: &str, cseq: u32) -> String {
+    let c = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let msg = format!(
+        "REGISTER sip:{server} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK{user}{cseq}\r\nFrom: <sip:{user}@{server}>;tag=1\r\nTo: <sip:{user}@{server}>\r\nCall-ID: {user}-cli\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:{user}@192.0.2.44:5060>\r\nExpires: 3600\r\nContent-Length: 0\r\n\r\n"
+    );
+    c.send_to(msg.as_bytes(), server).expect("send");
+    let mut buf = [0u8; 4096];
+    let (n, _) = c.recv_from(&mut buf).expect("answer");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn bindings_survive_kill_9() {
+    let dir = tempdir("kill9");
+    let (mut child, addr, _) = serve(&dir, &[]);
+    for (i, user) in ["u1", "u2", "u3"].iter().enumerate() {
+        let r = register(addr, user, i as u32 + 1);
+        assert!(r.starts_with("SIP/2.0 200 OK\r\n"), "{r}");
+    }
+    child.kill().expect("SIGKILL"); // std sends SIGKILL on Unix
+    child.wait().expect("reaped");
+    let (mut child, _, banner) = serve(&dir, &[]);
+    assert!(banner.contains("3 binding(s) restored"), "{banner}");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+}
+
+#[test]
+fn users_add_import_and_auth_serve() {
+    let dir = tempdir("users");
+    let users = dir.join("users.tsv");
+    let mut add = Command::new(BIN)
+        .args([
+            "users",
+            "add",
+            "alice",
+            "--realm",
+            "example.test",
+            "--password-stdin",
+            "--file",
+        ])
+        .arg(&users)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    add.stdin
+        .take()
+        .expect("piped")
+        .write_all(b"s3cret!\n")
+        .expect("password");
+    assert!(add.wait().expect("exits").success());
+    std::fs::write(
+        dir.join("u.csv"),
+        "username,password\nbob,b0b\ncarol,c,arol\n",
+    )
+    .expect("csv");
+    let out = Command::new(BIN)
+        .args(["users", "import"])
+        .arg(dir.join("u.csv"))
+        .args(["--realm", "example.test", "--file"])
+        .arg(&users)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&users).expect("users file");
+    assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 3);
+    assert!(!text.contains("s3cret") && !text.contains("b0b") && !text.contains("c,arol"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&users)
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    // Without a terminal or --password-stdin, `users add` refuses clearly.
+    let out = Command::new(BIN)
+        .args(["users", "add", "x", "--file"])
+        .arg(&users)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--password-stdin"));
+
+    let (mut child, addr, banner) = serve(
+        &dir,
+        &[
+            "--auth",
+            "--realm",
+            "example.test",
+            "--users",
+            users.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(banner.contains("3 user(s) loaded"), "{banner}");
+    assert!(register(addr, "alice", 1).starts_with("SIP/2.0 401 Unauthorized\r\n"));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+
+    // A broken users file stops the server with the line at fault.
+    std::fs::write(dir.join("bad.tsv"), "alice\texample.test\tzz\n").expect("write");
+    let out = Command::new(BIN)
+        .args(["serve", "--udp", "127.0.0.1:0", "--auth", "--users"])
+        .arg(dir.join("bad.tsv"))
+        .arg("--data-dir")
+        .arg(dir.join("data2"))
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.tsv:1:"), "{err}");
+}
+
+#[test]
+fn port_in_use_is_reported() {
+    let dir = tempdir("inuse");
+    let taken = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = Command::new(BIN)
+        .args(["serve", "--udp", &addr, "--data-dir"])
+        .arg(dir.join("data"))
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on udp {addr}")),
+        "{err}"
+    );
+    drop(taken);
+    // A second sipsec on the same port is refused, not silently load-shared.
+    let (mut first, addr, _) = serve(&dir, &[]);
+    let out = Command::new(BIN)
+        .args(["serve", "--udp", &addr.to_string(), "--data-dir"])
+        .arg(dir.join("data2"))
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "second server must not start");
+    first.kill().expect("SIGKILL");
+    first.wait().expect("reaped");
+}
