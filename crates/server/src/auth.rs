@@ -203,6 +203,19 @@ pub enum AuthResult<'a> {
     Failed(AuthFailure),
 }
 
+/// Whether the digest-uri names this request's target (RFC 3261 §22.4):
+/// the Request-URI itself, or a SIP URI for the same host and port (some
+/// clients, SIPp among them, sign the server's URI).
+fn digest_uri_matches(ruri: &sip_core::Uri<'_>, digest_uri: &str) -> bool {
+    if ruri.as_str() == digest_uri {
+        return true;
+    }
+    match sip_core::Uri::parse(digest_uri, sip_core::UriContext::Header) {
+        Ok(d) => d.is_sip() && ruri.is_sip() && d.host() == ruri.host() && d.port() == ruri.port(),
+        Err(_) => false,
+    }
+}
+
 /// Everything needed to authenticate requests in one realm.
 #[derive(Debug)]
 pub struct Authenticator {
@@ -211,14 +224,15 @@ pub struct Authenticator {
     key: NonceKey,
     nc: NcTracker,
     users: Users,
+    algorithms: Vec<Algorithm>,
     /// HA1s for users that do not exist, so that a lookup miss costs the
     /// same work as a wrong password.
     decoy: UserEntry,
 }
 
 impl Authenticator {
-    /// Creates an authenticator.
-    pub fn new(realm: &str, key: NonceKey, users: Users) -> Self {
+    /// Creates an authenticator challenging with `algorithms`, in order.
+    pub fn new(realm: &str, key: NonceKey, users: Users, algorithms: &[Algorithm]) -> Self {
         let decoy =
             UserEntry::from_password("\u{0}decoy", realm, &format!("{:?}", key.issue(0, "decoy")));
         Self {
@@ -226,6 +240,7 @@ impl Authenticator {
             key,
             nc: NcTracker::new(1 << 16),
             users,
+            algorithms: algorithms.to_vec(),
             decoy,
         }
     }
@@ -235,8 +250,8 @@ impl Authenticator {
         &self.users
     }
 
-    /// Appends the two challenge headers (SHA-256 first, then MD5) for a
-    /// 401 (`WWW-Authenticate`) or 407 (`Proxy-Authenticate`).
+    /// Appends one challenge header per configured algorithm, in order,
+    /// for a 401 (`WWW-Authenticate`) or 407 (`Proxy-Authenticate`).
     pub fn challenges(
         &self,
         proxy: bool,
@@ -251,7 +266,8 @@ impl Authenticator {
         };
         let nonce = self.key.issue(now, &self.realm);
         let stale = if stale { ", stale=true" } else { "" };
-        for alg in ["SHA-256", "MD5"] {
+        for alg in &self.algorithms {
+            let alg = alg.as_str();
             out.push((
                 name,
                 format!(
@@ -291,10 +307,11 @@ impl Authenticator {
             return AuthResult::Failed(AuthFailure::Malformed);
         };
         let algorithm = match c.algorithm {
-            None => Algorithm::Md5,
+            None if self.algorithms.contains(&Algorithm::Md5) => Algorithm::Md5,
+            None => return AuthResult::Failed(AuthFailure::Rejected),
             Some(a) => match Algorithm::from_token(a) {
-                Some(a) => a,
-                None => return AuthResult::Failed(AuthFailure::Rejected),
+                Some(a) if self.algorithms.contains(&a) => a,
+                _ => return AuthResult::Failed(AuthFailure::Rejected),
             },
         };
         match self.key.check(nonce, &self.realm, now) {
@@ -322,7 +339,9 @@ impl Authenticator {
             body: b"",
         };
         let good = digest::verify(&input, response);
-        let uri_ok = msg.request_uri().is_some_and(|r| r.as_str() == uri);
+        let uri_ok = msg
+            .request_uri()
+            .is_some_and(|r| digest_uri_matches(r, uri));
         if !(good && uri_ok && entry.is_some()) {
             return AuthResult::Failed(AuthFailure::Rejected);
         }

@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use sip_core::digest::Algorithm;
+
 use crate::location::Durability;
 
 /// What the server does with requests that are not REGISTER.
@@ -56,6 +58,10 @@ pub struct Config {
     pub auth: bool,
     /// Realm challenged.
     pub realm: String,
+    /// Digest algorithms challenged, in order of preference (RFC 8760
+    /// §2.4: SHA-256 first). Put MD5 first for clients that only try the
+    /// first challenge (SIPp 3.6 does).
+    pub digest_algorithms: Vec<Algorithm>,
     /// Users file (HA1 hashes).
     pub users: PathBuf,
     /// Nonce lifetime in seconds.
@@ -83,6 +89,7 @@ impl Default for Config {
             domains: vec!["localhost".to_owned()],
             auth: false,
             realm: "sipsec".to_owned(),
+            digest_algorithms: vec![Algorithm::Sha256, Algorithm::Md5],
             users: PathBuf::from("users.tsv"),
             nonce_ttl: 300,
             data_dir: PathBuf::from("sipsec-data"),

@@ -19,6 +19,10 @@ use crate::location::{
     Binding, ContactChange, Journal, Location, MemoryLocation, Record, UpdateError,
 };
 
+/// Prefix of the To tags on responses this server generates; an ACK
+/// carrying one acknowledges such a response and ends here.
+pub const LOCAL_TAG_PREFIX: &str = "sipsec-";
+
 /// Methods this server accepts, advertised in Allow.
 pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, INFO, UPDATE, PRACK";
 
@@ -89,6 +93,7 @@ pub struct Core {
     lines: String,
     via: String,
     ip: String,
+    tag: String,
     challenges: Vec<(&'static str, String)>,
 }
 
@@ -140,6 +145,7 @@ impl Core {
             lines: String::with_capacity(512),
             via: String::with_capacity(128),
             ip: String::with_capacity(48),
+            tag: String::with_capacity(24),
             challenges: Vec::with_capacity(2),
         }
     }
@@ -218,12 +224,23 @@ impl Core {
         if msg.method() == Method::Ack {
             return Reply::Drop;
         }
+        // The same request (and its retransmissions) always gets the same tag.
+        let mut h = self.shared.branch_salt.build_hasher();
+        h.write(msg.call_id().as_bytes());
+        h.write(msg.from().tag().unwrap_or("").as_bytes());
+        h.write(msg.top_via().branch().unwrap_or("").as_bytes());
+        self.tag.clear();
+        let _ = write!(
+            self.tag,
+            "{LOCAL_TAG_PREFIX}{:012x}",
+            h.finish() & 0xffff_ffff_ffff
+        );
         write_response(
             out,
             msg,
             status,
             &ResponseOptions {
-                to_tag: Some("sps1"),
+                to_tag: Some(&self.tag),
                 extra,
                 raw_headers: &self.lines,
                 ..Default::default()
@@ -413,6 +430,15 @@ impl Core {
 
     fn route(&mut self, msg: &Message<'_>, src: SocketAddr, now: u64, out: &mut Vec<u8>) -> Reply {
         let method = msg.method();
+        if method == Method::Ack
+            && msg
+                .to()
+                .tag()
+                .is_some_and(|t| t.starts_with(LOCAL_TAG_PREFIX))
+        {
+            // Acknowledges a final response this server generated (§17.2.1).
+            return Reply::Drop;
+        }
         if msg.max_forwards() == Some(0) {
             return self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out);
         }

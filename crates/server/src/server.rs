@@ -63,7 +63,12 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             return Err(StartError::NoUsers(config.users.display().to_string()));
         }
         let key = NonceKey::random(config.nonce_ttl).map_err(StartError::Random)?;
-        Some(Authenticator::new(&config.realm, key, users))
+        Some(Authenticator::new(
+            &config.realm,
+            key,
+            users,
+            &config.digest_algorithms,
+        ))
     } else {
         None
     };

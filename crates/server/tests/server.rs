@@ -279,6 +279,26 @@ fn digest_registration() {
         "Authorization",
     );
     assert_eq!(status(&ua.register("alice", "a4", 1, contact, &bob)), 403);
+    // Credentials computed for another target are refused.
+    let r = ua.register("alice", "a6", 1, contact, "");
+    let fresh = Message::parse(r.as_bytes())
+        .expect("parses")
+        .header(HeaderName::WwwAuthenticate)
+        .expect("challenge")
+        .to_owned();
+    let elsewhere = authorization(
+        &fresh,
+        "alice",
+        "wonderland",
+        "REGISTER",
+        "sip:192.0.2.99",
+        1,
+        "Authorization",
+    );
+    assert_eq!(
+        status(&ua.register("alice", "a6", 2, contact, &elsewhere)),
+        401
+    );
     let garbage = "Authorization: Digest username=\"alice\r\n";
     assert_eq!(
         status(&ua.register("alice", "a5", 1, contact, garbage)),
@@ -289,7 +309,7 @@ fn digest_registration() {
         stats
             .auth_failures
             .load(std::sync::atomic::Ordering::Relaxed),
-        3
+        4
     );
     s.handle.shutdown();
 }

@@ -56,6 +56,9 @@ struct ServeArgs {
     /// Address to put in Via and to recognise as this server (default: --udp).
     #[arg(long)]
     advertise: Option<SocketAddr>,
+    /// Digest algorithms to challenge with, in order of preference.
+    #[arg(long, value_delimiter = ',', default_value = "sha-256,md5", value_parser = parse_algorithm)]
+    digest: Vec<sip_core::digest::Algorithm>,
     /// Users file (see `sipsec users add`).
     #[arg(long, default_value = "users.tsv")]
     users: PathBuf,
@@ -107,6 +110,16 @@ fn main() -> ExitCode {
     }
 }
 
+fn parse_algorithm(s: &str) -> Result<sip_core::digest::Algorithm, String> {
+    use sip_core::digest::Algorithm;
+    match Algorithm::from_token(s) {
+        Some(a @ (Algorithm::Md5 | Algorithm::Sha256 | Algorithm::Sha512_256)) => Ok(a),
+        _ => Err(format!(
+            "unknown digest algorithm {s:?}: use md5, sha-256 or sha-512-256"
+        )),
+    }
+}
+
 fn serve(a: ServeArgs) -> ExitCode {
     let mut config = Config {
         mode: match a.mode {
@@ -115,6 +128,7 @@ fn serve(a: ServeArgs) -> ExitCode {
             ModeArg::Redirect => Mode::Redirect,
         },
         auth: a.auth,
+        digest_algorithms: a.digest,
         udp: a.udp,
         advertise: a.advertise.unwrap_or(a.udp),
         users: a.users,
