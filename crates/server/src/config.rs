@@ -47,6 +47,8 @@ pub struct Config {
     pub mode: Mode,
     /// UDP listening address.
     pub udp: SocketAddr,
+    /// TCP listening address (`None`: no TCP). Port 0 means the UDP port.
+    pub tcp: Option<SocketAddr>,
     /// Worker threads (UDP sockets).
     pub workers: usize,
     /// Address put in Via and used to recognise requests for this server;
@@ -84,6 +86,7 @@ impl Default for Config {
         Self {
             mode: Mode::Registrar,
             udp,
+            tcp: Some(udp),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             advertise: udp,
             domains: vec!["localhost".to_owned()],

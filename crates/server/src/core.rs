@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sip_core::proxy::{forward_request, forward_response, RequestEdits};
 use sip_core::uri::Host;
@@ -26,11 +26,38 @@ pub const LOCAL_TAG_PREFIX: &str = "sipsec-";
 /// Methods this server accepts, advertised in Allow.
 pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, INFO, UPDATE, PRACK";
 
+/// The transports the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// UDP.
+    Udp,
+    /// TCP.
+    Tcp,
+}
+
+impl Transport {
+    /// The Via token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "UDP",
+            Transport::Tcp => "TCP",
+        }
+    }
+
+    fn of_uri(uri: &Uri<'_>) -> Self {
+        match uri.param("transport").flatten() {
+            Some(t) if t.eq_ignore_ascii_case("tcp") => Transport::Tcp,
+            _ => Transport::Udp,
+        }
+    }
+}
+
 /// Where to send what the core wrote into `out`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
-    /// Send `out` to this address.
-    Send(SocketAddr),
+    /// Send `out` to this address over this transport (for TCP, on the
+    /// connection with that peer, opening one if needed).
+    Send(SocketAddr, Transport),
     /// Send nothing (responses not for us, ACKs, unanswerable garbage).
     Drop,
 }
@@ -87,7 +114,8 @@ impl Shared {
 #[derive(Debug)]
 pub struct Core {
     shared: Arc<Shared>,
-    journal: Option<Journal>,
+    journal: Option<Arc<Mutex<Journal>>>,
+    transport: Transport,
     bindings: Vec<Binding>,
     records: Vec<Record>,
     lines: String,
@@ -136,10 +164,11 @@ fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
 
 impl Core {
     /// A handler for one worker; `journal` persists binding changes.
-    pub fn new(shared: Arc<Shared>, journal: Option<Journal>) -> Self {
+    pub fn new(shared: Arc<Shared>, journal: Option<Arc<Mutex<Journal>>>) -> Self {
         Self {
             shared,
             journal,
+            transport: Transport::Udp,
             bindings: Vec::with_capacity(8),
             records: Vec::with_capacity(8),
             lines: String::with_capacity(512),
@@ -182,15 +211,24 @@ impl Core {
         self.is_local_host(via.host(), via.port())
     }
 
-    /// Handles one message from `src` at `now` (Unix seconds), writing any
-    /// answer or forwarded message into `out` (cleared by the caller).
-    pub fn handle(&mut self, input: &[u8], src: SocketAddr, now: u64, out: &mut Vec<u8>) -> Reply {
+    /// Handles one message that arrived from `src` over `transport` at
+    /// `now` (Unix seconds), writing any answer or forwarded message into
+    /// `out` (cleared by the caller).
+    pub fn handle(
+        &mut self,
+        input: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.transport = transport;
         let msg = match Message::parse(input) {
             Ok(m) => m,
             Err(e) => {
                 bump(&self.shared.stats.malformed);
                 return if write_error_response(input, &e, out) {
-                    Reply::Send(src)
+                    Reply::Send(src, transport)
                 } else {
                     bump(&self.shared.stats.dropped);
                     Reply::Drop
@@ -247,7 +285,7 @@ impl Core {
             },
         );
         self.lines.clear();
-        Reply::Send(src)
+        Reply::Send(src, self.transport)
     }
 
     fn challenge(
@@ -392,8 +430,12 @@ impl Core {
                 out,
             );
         }
-        if let Some(j) = &mut self.journal {
-            if j.append(&self.records).is_err() {
+        if let Some(j) = &self.journal {
+            let written = j
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .append(&self.records);
+            if written.is_err() {
                 bump(&self.shared.stats.journal_errors);
                 return self.respond(msg, StatusCode::SERVER_INTERNAL_ERROR, &[], src, out);
             }
@@ -454,8 +496,10 @@ impl Core {
             return Reply::Drop;
         };
         let mut new_ruri: Option<String> = None;
+        let mut out_transport = Transport::Udp;
         let target = if let Some(r) = next_route {
             let u = r.uri();
+            out_transport = Transport::of_uri(u);
             u.host().and_then(|h| resolve(h, u.port()))
         } else if self.is_local_uri(ruri) {
             let Some(key) = aor(ruri) else {
@@ -501,7 +545,10 @@ impl Core {
             let contact = self.bindings[0].contact.clone();
             let addr = Uri::parse(&contact, sip_core::UriContext::Header)
                 .ok()
-                .and_then(|u| u.host().and_then(|h| resolve(h, u.port())));
+                .and_then(|u| {
+                    out_transport = Transport::of_uri(&u);
+                    u.host().and_then(|h| resolve(h, u.port()))
+                });
             new_ruri = Some(contact);
             addr
         } else {
@@ -527,12 +574,15 @@ impl Core {
         self.via.clear();
         let _ = write!(
             self.via,
-            "SIP/2.0/UDP {};branch=z9hG4bKsps{branch:016x}",
+            "SIP/2.0/{} {};branch=z9hG4bKsps{branch:016x}",
+            out_transport.as_str(),
             self.shared.config.advertise
         );
         let top = msg.top_via();
-        let annotate =
-            top.rport().is_some() || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
+        let reliable = self.transport == Transport::Tcp;
+        let annotate = reliable
+            || top.rport().is_some()
+            || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
         self.ip.clear();
         let _ = write!(self.ip, "{}", src.ip());
         let edits = RequestEdits {
@@ -542,11 +592,12 @@ impl Core {
             pop_route,
             received: annotate.then_some((self.ip.as_str(), src.port())),
             max_forwards: true,
+            force_rport: reliable,
         };
         match forward_request(msg, &edits, out) {
             Ok(()) => {
                 bump(&self.shared.stats.forwarded);
-                Reply::Send(target)
+                Reply::Send(target, out_transport)
             }
             Err(_) => {
                 out.clear();
@@ -579,8 +630,12 @@ impl Core {
             bump(&self.shared.stats.dropped);
             return Reply::Drop;
         };
+        let transport = match next.transport() {
+            sip_core::via::Transport::Tcp => Transport::Tcp,
+            _ => Transport::Udp,
+        };
         match forward_response(msg, out) {
-            Ok(()) => Reply::Send(dest),
+            Ok(()) => Reply::Send(dest, transport),
             Err(_) => Reply::Drop,
         }
     }

@@ -12,10 +12,11 @@ pub mod config;
 pub mod core;
 pub mod location;
 pub mod server;
+pub mod tcp;
 pub mod udp;
 pub mod users;
 
 pub use crate::config::{Config, Mode};
-pub use crate::core::{Core, Reply, Shared};
+pub use crate::core::{Core, Reply, Shared, Transport};
 pub use crate::server::{start, StartError, Started};
 pub use crate::udp::{ServerHandle, UdpServer};

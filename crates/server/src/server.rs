@@ -6,6 +6,7 @@ use crate::auth::{Authenticator, NonceKey};
 use crate::config::Config;
 use crate::core::Shared;
 use crate::location::{MemoryLocation, Persistence, Recovered};
+use crate::tcp::TcpHub;
 use crate::udp::{unix_now, ServerHandle, UdpServer};
 use crate::users::Users;
 
@@ -27,8 +28,10 @@ pub enum StartError {
         err: std::io::Error,
     },
     /// A listening socket could not be bound.
-    #[error("cannot listen on udp {addr}: {err}")]
+    #[error("cannot listen on {proto} {addr}: {err}")]
     Bind {
+        /// "udp" or "tcp".
+        proto: &'static str,
         /// Address.
         addr: std::net::SocketAddr,
         /// Cause.
@@ -78,12 +81,55 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(store)?;
     let addr = config.udp;
-    let bind = |err| StartError::Bind { addr, err };
+    let bind = |err| StartError::Bind {
+        proto: "udp",
+        addr,
+        err,
+    };
     let udp = UdpServer::bind(addr, workers).map_err(bind)?;
+    let udp_port = udp.local_addr().port();
     if config.advertise.port() == 0 {
-        config.advertise.set_port(udp.local_addr().port());
+        config.advertise.set_port(udp_port);
     }
+    // TCP listens on the UDP port when asked for port 0, so one address
+    // names the server on both transports.
+    let tcp_listener = match config.tcp {
+        Some(mut t) => {
+            if t.port() == 0 {
+                t.set_port(udp_port);
+            }
+            Some(
+                std::net::TcpListener::bind(t).map_err(|err| StartError::Bind {
+                    proto: "tcp",
+                    addr: t,
+                    err,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let tcp_addr = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let tcp_journal = if tcp_listener.is_some() {
+        Some(Arc::new(std::sync::Mutex::new(
+            persistence.journal(workers).map_err(store)?,
+        )))
+    } else {
+        None
+    };
     let shared = Arc::new(Shared::new(config, location, auth));
-    let handle = udp.start(shared, journals).map_err(bind)?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let hub = match tcp_listener {
+        Some(l) => {
+            let hub = TcpHub::new(shared.clone(), tcp_journal, udp.sender().ok(), stop.clone());
+            threads.push(hub.listen(l).map_err(bind)?);
+            Some(hub)
+        }
+        None => None,
+    };
+    let handle = udp
+        .start(shared, journals, hub, stop, threads)
+        .map_err(bind)?
+        .with_tcp(tcp_addr);
     Ok(Started { handle, recovered })
 }

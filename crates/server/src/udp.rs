@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::core::{Core, Reply, Shared};
+use crate::core::{Core, Reply, Shared, Transport};
 use crate::location::{Journal, Location};
+use crate::tcp::TcpHub;
 
 /// Largest datagram accepted (RFC 3261 §18.1.1 allows up to 65,535 bytes).
 const MAX_DATAGRAM: usize = 65_535;
@@ -30,6 +31,7 @@ pub fn unix_now() -> u64 {
 #[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
+    tcp: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -41,9 +43,20 @@ impl ServerHandle {
         self.addr
     }
 
+    /// The bound TCP address, when TCP is on.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp
+    }
+
     /// The state shared by the workers.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Records the TCP address.
+    pub fn with_tcp(mut self, tcp: Option<SocketAddr>) -> Self {
+        self.tcp = tcp;
+        self
     }
 
     /// Stops the threads and waits for them.
@@ -107,23 +120,34 @@ impl UdpServer {
         self.addr
     }
 
+    /// A handle on the first socket, for sending from other threads.
+    pub fn sender(&self) -> io::Result<UdpSocket> {
+        self.sockets[0].try_clone()
+    }
+
     /// Starts one worker per socket (journal `i` goes to worker `i`) and
     /// the expiry sweeper.
     pub fn start(
         self,
         shared: Arc<Shared>,
         journals: Vec<Option<Journal>>,
+        hub: Option<Arc<TcpHub>>,
+        stop: Arc<AtomicBool>,
+        mut threads: Vec<JoinHandle<()>>,
     ) -> io::Result<ServerHandle> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
         let mut journals = journals.into_iter();
         for (i, sock) in self.sockets.into_iter().enumerate() {
             let stop = stop.clone();
-            let core = Core::new(shared.clone(), journals.next().flatten());
+            let hub = hub.clone();
+            let journal = journals
+                .next()
+                .flatten()
+                .map(|j| Arc::new(std::sync::Mutex::new(j)));
+            let core = Core::new(shared.clone(), journal);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))
-                    .spawn(move || worker(sock, core, &stop))?,
+                    .spawn(move || worker(sock, core, &stop, hub.as_ref()))?,
             );
         }
         let sweeper_stop = stop.clone();
@@ -145,6 +169,7 @@ impl UdpServer {
         );
         Ok(ServerHandle {
             addr: self.addr,
+            tcp: None,
             stop,
             threads,
             shared,
@@ -152,7 +177,7 @@ impl UdpServer {
     }
 }
 
-fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool) {
+fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<TcpHub>>) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::with_capacity(MAX_DATAGRAM);
     while !stop.load(Ordering::Relaxed) {
@@ -163,8 +188,16 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool) {
             Err(_) => continue,
         };
         out.clear();
-        if let Reply::Send(dest) = core.handle(&buf[..n], src, unix_now(), &mut out) {
-            let _ = sock.send_to(&out, dest);
+        match core.handle(&buf[..n], src, Transport::Udp, unix_now(), &mut out) {
+            Reply::Send(dest, Transport::Udp) => {
+                let _ = sock.send_to(&out, dest);
+            }
+            Reply::Send(dest, Transport::Tcp) => {
+                if let Some(hub) = hub {
+                    let _ = hub.send(dest, &out);
+                }
+            }
+            Reply::Drop => {}
         }
     }
 }

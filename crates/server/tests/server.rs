@@ -32,6 +32,7 @@ fn server(mode: Mode, auth: bool, dir: &Path) -> Started {
         mode,
         auth,
         udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
         users,
@@ -507,6 +508,7 @@ fn auth_without_users_is_a_clear_error() {
     let dir = tempdir("nousers");
     let e = start(Config {
         auth: true,
+        tcp: None,
         udp: "127.0.0.1:0".parse().expect("addr"),
         users: dir.join("missing.tsv"),
         data_dir: dir.join("data"),

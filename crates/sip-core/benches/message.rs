@@ -95,6 +95,7 @@ fn benches(c: &mut Criterion) {
         pop_route: false,
         received: Some(("192.0.2.101", 5060)),
         max_forwards: true,
+        force_rport: false,
     };
     g.bench_function("proxy_forward_invite", |b| {
         b.iter(|| {

@@ -22,6 +22,9 @@ pub enum Frame {
 /// more bytes are needed, and an error for a header section or declared
 /// body beyond `limits.max_message_len` (close the connection then).
 pub fn frame(buf: &[u8], limits: &Limits) -> Result<Frame, ParseError> {
+    if buf.is_empty() {
+        return Err(ParseError::new(ErrorKind::Incomplete, 0));
+    }
     let crlf = buf
         .iter()
         .take_while(|b| matches!(b, b'\r' | b'\n'))
@@ -104,6 +107,7 @@ mod tests {
         let mut two = MSG.to_vec();
         two.extend_from_slice(MSG);
         assert_eq!(frame(&two, &l), Ok(Frame::Message(MSG.len())));
+        assert_eq!(frame(b"", &l).unwrap_err().kind, ErrorKind::Incomplete);
         for cut in 1..MSG.len() {
             assert_eq!(
                 frame(&MSG[..cut], &l).unwrap_err().kind,

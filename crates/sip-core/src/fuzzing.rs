@@ -47,6 +47,7 @@ pub fn message(data: &[u8]) {
             pop_route: m.route_count() > 0,
             received: Some(("192.0.2.9", 5070)),
             max_forwards: true,
+            force_rport: true,
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
             // A proxy adds at most three header lines (Via, Record-Route,

@@ -37,6 +37,10 @@ pub struct RequestEdits<'e> {
     pub received: Option<(&'e str, u16)>,
     /// Decrement Max-Forwards, or add `Max-Forwards: 70` when absent.
     pub max_forwards: bool,
+    /// With `received`: add `rport=PORT` even when the sender did not ask
+    /// (connection-oriented transports, where responses must find the
+    /// connection the request came on).
+    pub force_rport: bool,
 }
 
 struct Splice<'e> {
@@ -114,7 +118,7 @@ pub fn forward_request(
     out: &mut Vec<u8>,
 ) -> Result<(), EditError> {
     let head = msg.head();
-    let mut splices: [Splice<'_>; 6] = std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
+    let mut splices: [Splice<'_>; 7] = std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
     let mut n = 0;
     if let (Some(new), Some(uri)) = (edits.request_uri, msg.request_uri()) {
         let s = offset_in(head, uri.as_str());
@@ -173,6 +177,14 @@ pub fn forward_request(
                 number: Some(u64::from(port)),
             };
             n += 1;
+        } else if via.rport().is_none() && edits.force_rport {
+            splices[n] = Splice {
+                start: end,
+                end,
+                text: [";rport=", "", "", "", "", "", "", ""],
+                number: Some(u64::from(port)),
+            };
+            n += 1;
         }
     }
     if edits.pop_route {
@@ -225,6 +237,7 @@ Content-Length: 4\r\n\r\nv=0\n";
                 pop_route: true,
                 received: Some(("203.0.113.5", 40000)),
                 max_forwards: true,
+                force_rport: false,
             },
             &mut out,
         )
@@ -249,6 +262,34 @@ Content-Length: 4\r\n\r\nv=0\n";
             Some("<sip:192.0.2.1;lr>")
         );
         assert_eq!(f.body(), b"v=0\n");
+    }
+
+    #[test]
+    fn forced_rport() {
+        let s =
+            String::from_utf8_lossy(INVITE).replace(";rport;branch=z9hG4bKa", ";branch=z9hG4bKa");
+        let m = Message::parse(s.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let edits = RequestEdits {
+            received: Some(("203.0.113.5", 40000)),
+            force_rport: true,
+            ..Default::default()
+        };
+        forward_request(&m, &edits, &mut out).unwrap();
+        let f = Message::parse(&out).unwrap();
+        assert_eq!(f.top_via().rport(), Some(Some(40000)));
+        assert_eq!(f.top_via().received(), Some("203.0.113.5"));
+        out.clear();
+        forward_request(
+            &m,
+            &RequestEdits {
+                force_rport: false,
+                ..edits
+            },
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(Message::parse(&out).unwrap().top_via().rport(), None);
     }
 
     #[test]

@@ -74,6 +74,7 @@ fn parse_and_forward_allocate_nothing() {
                         via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKx"),
                         record_route: Some("<sip:192.0.2.1;lr>"),
                         max_forwards: true,
+                        force_rport: false,
                         received: Some(("192.0.2.99", 5062)),
                         request_uri: Some("sip:bob@192.0.2.4"),
                         pop_route: false,

@@ -53,6 +53,12 @@ struct ServeArgs {
     /// UDP address to listen on.
     #[arg(long, default_value = "127.0.0.1:5060")]
     udp: SocketAddr,
+    /// TCP address to listen on (default: the --udp address).
+    #[arg(long)]
+    tcp: Option<SocketAddr>,
+    /// Do not listen on TCP.
+    #[arg(long, conflicts_with = "tcp")]
+    no_tcp: bool,
     /// Address to put in Via and to recognise as this server (default: --udp).
     #[arg(long)]
     advertise: Option<SocketAddr>,
@@ -130,6 +136,11 @@ fn serve(a: ServeArgs) -> ExitCode {
         auth: a.auth,
         digest_algorithms: a.digest,
         udp: a.udp,
+        tcp: if a.no_tcp {
+            None
+        } else {
+            Some(a.tcp.unwrap_or(a.udp))
+        },
         advertise: a.advertise.unwrap_or(a.udp),
         users: a.users,
         realm: a.realm,
@@ -160,8 +171,12 @@ fn serve(a: ServeArgs) -> ExitCode {
         Ok(started) => {
             let h = started.handle;
             let users = h.shared().auth.as_ref().map_or(0, |a| a.users().len());
+            let tcp = h
+                .tcp_addr()
+                .map(|t| format!(" and tcp {t}"))
+                .unwrap_or_default();
             println!(
-                "sipsec serve: listening on udp {}; {summary}; {} binding(s) restored, {users} user(s) loaded",
+                "sipsec serve: listening on udp {}{tcp}; {summary}; {} binding(s) restored, {users} user(s) loaded",
                 h.local_addr(),
                 started.recovered.bindings,
             );

@@ -40,7 +40,7 @@ fn serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, String) {
     let addr = line
         .split("listening on udp ")
         .nth(1)
-        .and_then(|r| r.split(';').next())
+        .and_then(|r| r.split([';', ' ']).next())
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no address in {line:?}"));
     (child, addr, line)

@@ -1,6 +1,7 @@
 //! Interop with real SIPp (Debian `sip-tester`, installed by setup.sh):
 //! the six published operations, each with and without digest
-//! authentication, 2,000 calls at 300 calls/s over UDP, zero failures.
+//! authentication, over UDP and TCP, 2,000 calls at 300 calls/s each,
+//! zero failures.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
@@ -101,16 +102,40 @@ fn serve(dir: &Path, mode: &str, auth: bool) -> Server {
     let addr = line
         .split("listening on udp ")
         .nth(1)
-        .and_then(|r| r.split(';').next())
+        .and_then(|r| r.split([';', ' ']).next())
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no address in {line:?}"));
     Server { child, addr }
 }
 
+/// SIPp's transport flag.
+#[derive(Clone, Copy, Debug)]
+enum Proto {
+    Udp,
+    Tcp,
+}
+
+impl Proto {
+    fn flag(self) -> &'static str {
+        match self {
+            Proto::Udp => "u1",
+            Proto::Tcp => "t1",
+        }
+    }
+}
+
 /// Runs a SIPp client scenario to completion and checks every call succeeded.
-fn sipp(server: SocketAddr, scenario: &str, local_port: u16, calls: u32, extra: &[&str]) {
+fn sipp(
+    server: SocketAddr,
+    proto: Proto,
+    scenario: &str,
+    local_port: u16,
+    calls: u32,
+    extra: &[&str],
+) {
     let out = Command::new("sipp")
         .arg(server.to_string())
+        .args(["-t", proto.flag()])
         .arg("-sf")
         .arg(scenarios().join(scenario))
         .args([
@@ -146,7 +171,7 @@ fn sipp(server: SocketAddr, scenario: &str, local_port: u16, calls: u32, extra: 
     let (ok, failed) = (count("Successful call"), count("Failed call"));
     assert!(
         out.status.success() && ok == calls && failed == 0,
-        "{scenario} {extra:?}: {ok} successful, {failed} failed (exit {:?})\n{}\n{}",
+        "{scenario} over {proto:?} {extra:?}: {ok} successful, {failed} failed (exit {:?})\n{}\n{}",
         out.status.code(),
         text.lines()
             .rev()
@@ -160,8 +185,8 @@ fn sipp(server: SocketAddr, scenario: &str, local_port: u16, calls: u32, extra: 
     );
 }
 
-fn registrar_operations(auth: bool) {
-    let dir = tempdir(if auth { "reg-auth" } else { "reg" });
+fn registrar_operations(auth: bool, proto: Proto) {
+    let dir = tempdir(&format!("reg-{auth}-{proto:?}"));
     let (_, inf) = users(&dir);
     let s = serve(&dir, "registrar", auth);
     let sc = if auth {
@@ -173,37 +198,37 @@ fn registrar_operations(auth: bool) {
     let port = free_port();
     // Same local port each time, so the contacts of update and logout are
     // the bindings that register created.
-    sipp(
-        s.addr,
-        sc,
-        port,
-        CALLS,
-        &["-inf", inf, "-key", "expires", "3600"],
-    ); // register
-    sipp(
-        s.addr,
-        sc,
-        port,
-        CALLS,
-        &["-inf", inf, "-key", "expires", "1800"],
-    ); // register update
-    sipp(
-        s.addr,
-        sc,
-        port,
-        CALLS,
-        &["-inf", inf, "-key", "expires", "0"],
-    ); // register logout
+    for expires in ["3600", "1800", "0"] {
+        // register, register update, register logout
+        sipp(
+            s.addr,
+            proto,
+            sc,
+            port,
+            CALLS,
+            &["-inf", inf, "-key", "expires", expires],
+        );
+    }
 }
 
 #[test]
-fn sipp_register_update_logout() {
-    registrar_operations(false);
+fn sipp_register_update_logout_udp() {
+    registrar_operations(false, Proto::Udp);
 }
 
 #[test]
-fn sipp_register_update_logout_with_digest() {
-    registrar_operations(true);
+fn sipp_register_update_logout_with_digest_udp() {
+    registrar_operations(true, Proto::Udp);
+}
+
+#[test]
+fn sipp_register_update_logout_tcp() {
+    registrar_operations(false, Proto::Tcp);
+}
+
+#[test]
+fn sipp_register_update_logout_with_digest_tcp() {
+    registrar_operations(true, Proto::Tcp);
 }
 
 struct Uas(Child);
@@ -215,79 +240,69 @@ impl Drop for Uas {
     }
 }
 
-fn call_operations(auth: bool) {
-    let dir = tempdir(if auth { "call-auth" } else { "call" });
+fn call_operations(auth: bool, proto: Proto) {
+    let dir = tempdir(&format!("call-{auth}-{proto:?}"));
     let (_, inf) = users(&dir);
     let inf = inf.to_str().expect("utf-8 path").to_owned();
     let callee_inf = dir.join("callee.inf");
     let callee_inf = callee_inf.to_str().expect("utf-8 path");
+    let callee_reg = ["-inf", callee_inf, "-key", "expires", "3600"];
     let reg = if auth {
         "register_auth.xml"
     } else {
         "register.xml"
     };
     let suffix = if auth { "_auth" } else { "" };
-    let creds: Vec<&str> = if auth { vec!["-inf", &inf] } else { vec![] };
+    let with_creds = |service: &'static str| -> Vec<String> {
+        let mut v = vec!["-s".to_owned(), service.to_owned()];
+        if auth {
+            v.extend(["-inf".to_owned(), inf.clone()]);
+        }
+        v
+    };
 
     // Proxy: the SIPp UAS registers as `callee`, then calls go through.
     let proxy = serve(&dir, "proxy", auth);
     let uas_port = free_port();
-    sipp(
-        proxy.addr,
-        reg,
-        uas_port,
-        1,
-        &["-inf", callee_inf, "-key", "expires", "3600"],
-    );
+    sipp(proxy.addr, proto, reg, uas_port, 1, &callee_reg);
     let uas = Uas(Command::new("sipp")
         .args([
             "-sn",
             "uas",
+            "-t",
+            proto.flag(),
             "-p",
             &uas_port.to_string(),
             "-i",
             "127.0.0.1",
-            "-nostdin",
-            "-timeout",
-            "150s",
         ])
+        .args(["-nostdin", "-timeout", "150s"])
         .stdout(Stdio::null())
         .spawn()
         .expect("sipp uas"));
-    let mut args = vec!["-s", "callee"];
-    args.extend(&creds);
-    sipp(
-        proxy.addr,
-        &format!("invite{suffix}.xml"),
-        free_port(),
-        CALLS,
-        &args,
-    );
-    let mut args = vec!["-s", "nobody"];
-    args.extend(&creds);
-    sipp(
-        proxy.addr,
-        &format!("invite_not_found{suffix}.xml"),
-        free_port(),
-        CALLS,
-        &args,
-    );
+    for (scenario, service) in [("invite", "callee"), ("invite_not_found", "nobody")] {
+        let owned = with_creds(service);
+        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+        sipp(
+            proxy.addr,
+            proto,
+            &format!("{scenario}{suffix}.xml"),
+            free_port(),
+            CALLS,
+            &args,
+        );
+    }
     drop(uas);
     drop(proxy);
 
     // Redirect: 302 with the registered contact.
     let redirect = serve(&dir, "redirect", auth);
+    sipp(redirect.addr, proto, reg, free_port(), 1, &callee_reg);
+    let owned = with_creds("callee");
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
     sipp(
         redirect.addr,
-        reg,
-        free_port(),
-        1,
-        &["-inf", callee_inf, "-key", "expires", "3600"],
-    );
-    let mut args = vec!["-s", "callee"];
-    args.extend(&creds);
-    sipp(
-        redirect.addr,
+        proto,
         &format!("redirect{suffix}.xml"),
         free_port(),
         CALLS,
@@ -296,11 +311,21 @@ fn call_operations(auth: bool) {
 }
 
 #[test]
-fn sipp_invite_not_found_redirect() {
-    call_operations(false);
+fn sipp_invite_not_found_redirect_udp() {
+    call_operations(false, Proto::Udp);
 }
 
 #[test]
-fn sipp_invite_not_found_redirect_with_digest() {
-    call_operations(true);
+fn sipp_invite_not_found_redirect_with_digest_udp() {
+    call_operations(true, Proto::Udp);
+}
+
+#[test]
+fn sipp_invite_not_found_redirect_tcp() {
+    call_operations(false, Proto::Tcp);
+}
+
+#[test]
+fn sipp_invite_not_found_redirect_with_digest_tcp() {
+    call_operations(true, Proto::Tcp);
 }

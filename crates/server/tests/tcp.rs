@@ -1,0 +1,182 @@
+//! The server over real loopback TCP connections.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sip_core::framing::{frame, Frame};
+use sip_core::{Limits, Message};
+use sipsec_server::{start, Config, Mode, Started};
+
+fn server(mode: Mode, name: &str) -> Started {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("sipsec-tcp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    start(Config {
+        mode,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 2,
+        data_dir: dir,
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
+/// Reads one framed message from a stream.
+fn read_message(s: &mut TcpStream, buf: &mut Vec<u8>) -> String {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match frame(buf, &Limits::DEFAULT) {
+            Ok(Frame::Message(n)) => {
+                let m = String::from_utf8(buf[..n].to_vec()).expect("utf-8");
+                buf.drain(..n);
+                return m;
+            }
+            Ok(Frame::KeepAlive(n)) => {
+                buf.drain(..n);
+            }
+            Err(_) => {
+                let n = s.read(&mut chunk).expect("read");
+                assert!(n > 0, "connection closed early");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+fn register(
+    server: SocketAddr,
+    user: &str,
+    contact: &str,
+    via_proto: &str,
+    via_port: u16,
+) -> String {
+    format!(
+        "REGISTER sip:{server} SIP/2.0\r\nVia: SIP/2.0/{via_proto} 127.0.0.1:{via_port};branch=z9hG4bK{user}r\r\nFrom: <sip:{user}@{server}>;tag=1\r\nTo: <sip:{user}@{server}>\r\nCall-ID: {user}-tcp\r\nCSeq: 1 REGISTER\r\nContact: {contact}\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+#[test]
+fn register_keepalive_and_framing_errors() {
+    let s = server(Mode::Registrar, "reg");
+    let addr = s.handle.tcp_addr().expect("tcp on");
+    assert_eq!(
+        addr.port(),
+        s.handle.local_addr().port(),
+        "one port for both transports"
+    );
+    let mut c = connect(addr);
+    let mut buf = Vec::new();
+    let msg = register(
+        addr,
+        "alice",
+        "<sip:alice@192.0.2.1;transport=tcp>",
+        "TCP",
+        9,
+    );
+    // Two messages in one write, split across another: framing must cope.
+    let two = format!("{msg}{}", msg.replace("CSeq: 1", "CSeq: 2"));
+    c.write_all(&two.as_bytes()[..100]).expect("write");
+    std::thread::sleep(Duration::from_millis(50));
+    c.write_all(&two.as_bytes()[100..]).expect("write");
+    for cseq in ["CSeq: 1 REGISTER", "CSeq: 2 REGISTER"] {
+        let r = read_message(&mut c, &mut buf);
+        assert!(
+            r.starts_with("SIP/2.0 200 OK\r\n") && r.contains(cseq),
+            "{r}"
+        );
+    }
+    // RFC 5626 keep-alive: CRLFCRLF ping, CRLF pong.
+    c.write_all(b"\r\n\r\n").expect("ping");
+    let mut pong = [0u8; 2];
+    c.read_exact(&mut pong).expect("pong");
+    assert_eq!(&pong, b"\r\n");
+    // A message without Content-Length cannot be framed: 400, then close.
+    c.write_all(msg.replace("Content-Length: 0\r\n", "").as_bytes())
+        .expect("write");
+    let r = read_message(&mut c, &mut buf);
+    assert!(r.starts_with("SIP/2.0 400 Bad Request\r\n"), "{r}");
+    assert!(r.contains("missing mandatory Content-Length"), "{r}");
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    s.handle.shutdown();
+}
+
+#[test]
+fn proxy_between_tcp_and_udp() {
+    let s = server(Mode::Proxy, "proxy");
+    let tcp = s.handle.tcp_addr().expect("tcp on");
+    let udp = s.handle.local_addr();
+
+    // Callee reachable over TCP: registers a ;transport=tcp contact.
+    let callee = TcpListener::bind("127.0.0.1:0").expect("listen");
+    let callee_port = callee.local_addr().expect("addr").port();
+    let reg = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    reg.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let contact = format!("<sip:bob@127.0.0.1:{callee_port};transport=tcp>");
+    reg.send_to(
+        register(
+            udp,
+            "bob",
+            &contact,
+            "UDP",
+            reg.local_addr().expect("addr").port(),
+        )
+        .as_bytes(),
+        udp,
+    )
+    .expect("send");
+    let mut b = [0u8; 4096];
+    let (n, _) = reg.recv_from(&mut b).expect("200");
+    assert!(b[..n].starts_with(b"SIP/2.0 200 OK"));
+
+    // Caller over TCP.
+    let mut caller = connect(tcp);
+    let caller_port = caller.local_addr().expect("addr").port();
+    let invite = format!(
+        "INVITE sip:bob@{udp} SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:{caller_port};branch=z9hG4bKtcp1\r\nMax-Forwards: 70\r\nFrom: <sip:alice@{udp}>;tag=a\r\nTo: <sip:bob@{udp}>\r\nCall-ID: tcp-call\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@127.0.0.1:{caller_port};transport=tcp>\r\nContent-Length: 0\r\n\r\n"
+    );
+    caller.write_all(invite.as_bytes()).expect("invite");
+    let (mut uas, _) = callee.accept().expect("proxy connects to the callee");
+    uas.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut ubuf = Vec::new();
+    let fwd = read_message(&mut uas, &mut ubuf);
+    let f = Message::parse(fwd.as_bytes()).expect("forwarded parses");
+    assert_eq!(f.top_via().transport_str(), "TCP");
+    let vias: Vec<_> = f.vias().collect();
+    assert_eq!(
+        vias[1].rport(),
+        Some(Some(caller_port)),
+        "forced rport finds the caller's connection"
+    );
+    // The callee answers on the same connection; the caller gets it on its own.
+    let mut resp = Vec::new();
+    sip_core::writer::write_response(
+        &mut resp,
+        &f,
+        sip_core::StatusCode::OK,
+        &sip_core::writer::ResponseOptions {
+            to_tag: Some("b"),
+            ..Default::default()
+        },
+    );
+    uas.write_all(&resp).expect("200");
+    let mut cbuf = Vec::new();
+    let r = read_message(&mut caller, &mut cbuf);
+    let r = Message::parse(r.as_bytes()).expect("parses");
+    assert_eq!(r.status(), Some(sip_core::StatusCode::OK));
+    assert_eq!(r.via_count(), 1);
+    s.handle.shutdown();
+}
