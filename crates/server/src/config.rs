@@ -49,6 +49,8 @@ pub struct Config {
     pub udp: SocketAddr,
     /// TCP listening address (`None`: no TCP). Port 0 means the UDP port.
     pub tcp: Option<SocketAddr>,
+    /// Operator endpoint (`/metrics`, `/status`); `None` turns it off.
+    pub http: Option<SocketAddr>,
     /// Worker threads (UDP sockets).
     pub workers: usize,
     /// Address put in Via and used to recognise requests for this server;
@@ -87,6 +89,7 @@ impl Default for Config {
             mode: Mode::Registrar,
             udp,
             tcp: Some(udp),
+            http: Some(SocketAddr::from(([127, 0, 0, 1], 8060))),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             advertise: udp,
             domains: vec!["localhost".to_owned()],

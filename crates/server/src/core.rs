@@ -6,6 +6,7 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use sip_core::proxy::{forward_request, forward_response, RequestEdits};
 use sip_core::uri::Host;
@@ -18,6 +19,7 @@ use crate::config::{Config, Mode};
 use crate::location::{
     Binding, ContactChange, Journal, Location, MemoryLocation, Record, UpdateError,
 };
+use crate::metrics::{Metrics, Stage};
 
 /// Prefix of the To tags on responses this server generates; an ACK
 /// carrying one acknowledges such a response and ends here.
@@ -62,27 +64,6 @@ pub enum Reply {
     Drop,
 }
 
-/// Counters shared by all workers.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Requests received.
-    pub requests: AtomicU64,
-    /// Responses received.
-    pub responses: AtomicU64,
-    /// Malformed messages.
-    pub malformed: AtomicU64,
-    /// Messages dropped without an answer.
-    pub dropped: AtomicU64,
-    /// Requests forwarded (proxy mode).
-    pub forwarded: AtomicU64,
-    /// Successful registrations.
-    pub registered: AtomicU64,
-    /// Authentication failures (wrong credentials, replay, unknown user).
-    pub auth_failures: AtomicU64,
-    /// Journal write failures.
-    pub journal_errors: AtomicU64,
-}
-
 /// State shared by every worker.
 #[derive(Debug)]
 pub struct Shared {
@@ -92,8 +73,10 @@ pub struct Shared {
     pub location: Arc<MemoryLocation>,
     /// Present when authentication is on.
     pub auth: Option<Authenticator>,
-    /// Counters.
-    pub stats: Stats,
+    /// Counters and stage timings.
+    pub metrics: Metrics,
+    /// When the server started (Unix seconds).
+    pub started: u64,
     branch_salt: RandomState,
 }
 
@@ -104,7 +87,8 @@ impl Shared {
             config,
             location,
             auth,
-            stats: Stats::default(),
+            metrics: Metrics::default(),
+            started: crate::udp::unix_now(),
             branch_salt: RandomState::new(),
         }
     }
@@ -223,23 +207,26 @@ impl Core {
         out: &mut Vec<u8>,
     ) -> Reply {
         self.transport = transport;
-        let msg = match Message::parse(input) {
+        let t0 = Instant::now();
+        let parsed = Message::parse(input);
+        self.shared.metrics.stage(Stage::Parse, t0.elapsed());
+        let msg = match parsed {
             Ok(m) => m,
             Err(e) => {
-                bump(&self.shared.stats.malformed);
+                bump(&self.shared.metrics.malformed);
                 return if write_error_response(input, &e, out) {
                     Reply::Send(src, transport)
                 } else {
-                    bump(&self.shared.stats.dropped);
+                    bump(&self.shared.metrics.dropped);
                     Reply::Drop
                 };
             }
         };
         if !msg.is_request() {
-            bump(&self.shared.stats.responses);
+            bump(&self.shared.metrics.responses_received);
             return self.forward_response(&msg, out);
         }
-        bump(&self.shared.stats.requests);
+        self.shared.metrics.request(msg.method().as_str());
         match msg.method() {
             Method::Register if self.request_is_for_us(&msg) => self.register(&msg, src, now, out),
             _ => self.route(&msg, src, now, out),
@@ -273,6 +260,7 @@ impl Core {
             "{LOCAL_TAG_PREFIX}{:012x}",
             h.finish() & 0xffff_ffff_ffff
         );
+        let t0 = Instant::now();
         write_response(
             out,
             msg,
@@ -284,6 +272,10 @@ impl Core {
                 ..Default::default()
             },
         );
+        self.shared
+            .metrics
+            .stage(Stage::FormatResponse, t0.elapsed());
+        self.shared.metrics.response(status.as_u16());
         self.lines.clear();
         Reply::Send(src, self.transport)
     }
@@ -326,7 +318,10 @@ impl Core {
         let Some(auth) = &self.shared.auth else {
             return Ok(None);
         };
-        match auth.check(msg, proxy, now) {
+        let t0 = Instant::now();
+        let result = auth.check(msg, proxy, now);
+        self.shared.metrics.stage(Stage::Authenticate, t0.elapsed());
+        match result {
             AuthResult::Ok(user) => Ok(Some(user.to_owned())),
             AuthResult::Failed(AuthFailure::Malformed) => Err(self.respond(
                 msg,
@@ -337,7 +332,7 @@ impl Core {
             )),
             AuthResult::Failed(f) => {
                 if f == AuthFailure::Rejected {
-                    bump(&self.shared.stats.auth_failures);
+                    bump(&self.shared.metrics.auth_failures);
                 }
                 Err(self.challenge(msg, proxy, f == AuthFailure::Stale, now, src, out))
             }
@@ -407,6 +402,7 @@ impl Core {
             });
         }
         self.records.clear();
+        let t0 = Instant::now();
         let result = self.shared.location.update(
             &aor,
             &changes,
@@ -436,11 +432,12 @@ impl Core {
                 .unwrap_or_else(|e| e.into_inner())
                 .append(&self.records);
             if written.is_err() {
-                bump(&self.shared.stats.journal_errors);
+                bump(&self.shared.metrics.journal_errors);
                 return self.respond(msg, StatusCode::SERVER_INTERNAL_ERROR, &[], src, out);
             }
         }
-        bump(&self.shared.stats.registered);
+        self.shared.metrics.stage(Stage::AddUser, t0.elapsed());
+        bump(&self.shared.metrics.registered);
         self.lines.clear();
         for b in &self.bindings {
             let _ = write!(
@@ -531,7 +528,9 @@ impl Core {
                     return reply;
                 }
             }
+            let t0 = Instant::now();
             self.shared.location.lookup(&key, now, &mut self.bindings);
+            self.shared.metrics.stage(Stage::FindUser, t0.elapsed());
             if self.bindings.is_empty() {
                 return self.respond(msg, StatusCode::NOT_FOUND, &[], src, out);
             }
@@ -596,7 +595,7 @@ impl Core {
         };
         match forward_request(msg, &edits, out) {
             Ok(()) => {
-                bump(&self.shared.stats.forwarded);
+                bump(&self.shared.metrics.forwarded);
                 Reply::Send(target, out_transport)
             }
             Err(_) => {
@@ -608,7 +607,7 @@ impl Core {
 
     fn forward_response(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Reply {
         if !self.is_our_via(msg.top_via()) || msg.via_count() < 2 {
-            bump(&self.shared.stats.dropped);
+            bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         }
         let Some(next) = msg.vias().nth(1) else {
@@ -627,7 +626,7 @@ impl Core {
             _ => next.port(),
         };
         let Some(dest) = resolve(host, port) else {
-            bump(&self.shared.stats.dropped);
+            bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         };
         let transport = match next.transport() {
@@ -635,7 +634,12 @@ impl Core {
             _ => Transport::Udp,
         };
         match forward_response(msg, out) {
-            Ok(()) => Reply::Send(dest, transport),
+            Ok(()) => {
+                if let Some(st) = msg.status() {
+                    self.shared.metrics.response(st.as_u16());
+                }
+                Reply::Send(dest, transport)
+            }
             Err(_) => Reply::Drop,
         }
     }

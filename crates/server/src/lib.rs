@@ -10,7 +10,9 @@
 pub mod auth;
 pub mod config;
 pub mod core;
+pub mod http;
 pub mod location;
+pub mod metrics;
 pub mod server;
 pub mod tcp;
 pub mod udp;

@@ -116,6 +116,17 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     } else {
         None
     };
+    let http_listener = match config.http {
+        Some(h) => Some(
+            std::net::TcpListener::bind(h).map_err(|err| StartError::Bind {
+                proto: "http",
+                addr: h,
+                err,
+            })?,
+        ),
+        None => None,
+    };
+    let udp_addr = udp.local_addr();
     let shared = Arc::new(Shared::new(config, location, auth));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
@@ -127,9 +138,20 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         }
         None => None,
     };
+    let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+    if let Some(l) = http_listener {
+        let view = crate::http::View {
+            shared: shared.clone(),
+            hub: hub.clone(),
+            udp: udp_addr,
+            tcp: tcp_addr,
+        };
+        threads.push(crate::http::serve(view, l, stop.clone()).map_err(bind)?);
+    }
     let handle = udp
         .start(shared, journals, hub, stop, threads)
         .map_err(bind)?
-        .with_tcp(tcp_addr);
+        .with_tcp(tcp_addr)
+        .with_http(http_addr);
     Ok(Started { handle, recovered })
 }

@@ -32,6 +32,7 @@ pub fn unix_now() -> u64 {
 pub struct ServerHandle {
     addr: SocketAddr,
     tcp: Option<SocketAddr>,
+    http: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -51,6 +52,17 @@ impl ServerHandle {
     /// The state shared by the workers.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Records the HTTP address.
+    pub fn with_http(mut self, http: Option<SocketAddr>) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// The operator endpoint's address, when on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
     }
 
     /// Records the TCP address.
@@ -170,6 +182,7 @@ impl UdpServer {
         Ok(ServerHandle {
             addr: self.addr,
             tcp: None,
+            http: None,
             stop,
             threads,
             shared,

@@ -33,6 +33,7 @@ fn server(mode: Mode, auth: bool, dir: &Path) -> Started {
         auth,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        http: Some("127.0.0.1:0".parse().expect("addr")),
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
         users,
@@ -305,7 +306,7 @@ fn digest_registration() {
         status(&ua.register("alice", "a5", 1, contact, garbage)),
         400
     );
-    let stats = &s.handle.shared().stats;
+    let stats = &s.handle.shared().metrics;
     assert_eq!(
         stats
             .auth_failures

@@ -17,6 +17,7 @@ fn server(mode: Mode, name: &str) -> Started {
         mode,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
         data_dir: dir,

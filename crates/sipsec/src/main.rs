@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod status;
 mod users;
 
 use std::net::SocketAddr;
@@ -23,6 +24,12 @@ struct Cli {
 enum Command {
     /// Run the SIP server (registrar by default; proxy or redirect by --mode).
     Serve(ServeArgs),
+    /// Show a running server's configuration and registered users.
+    Status {
+        /// The server's operator endpoint.
+        #[arg(long, default_value = "127.0.0.1:8060")]
+        http: SocketAddr,
+    },
     /// Manage the users file (HA1 hashes; passwords are never stored).
     Users {
         #[command(subcommand)]
@@ -59,6 +66,12 @@ struct ServeArgs {
     /// Do not listen on TCP.
     #[arg(long, conflicts_with = "tcp")]
     no_tcp: bool,
+    /// Operator endpoint (/metrics, /status); keep it on loopback.
+    #[arg(long, default_value = "127.0.0.1:8060")]
+    http: SocketAddr,
+    /// Do not serve /metrics and /status.
+    #[arg(long)]
+    no_http: bool,
     /// Address to put in Via and to recognise as this server (default: --udp).
     #[arg(long)]
     advertise: Option<SocketAddr>,
@@ -96,6 +109,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Users { command } => users::run(command),
+        Command::Status { http } => status::run(http),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {
@@ -141,6 +155,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         } else {
             Some(a.tcp.unwrap_or(a.udp))
         },
+        http: (!a.no_http).then_some(a.http),
         advertise: a.advertise.unwrap_or(a.udp),
         users: a.users,
         realm: a.realm,
@@ -175,8 +190,12 @@ fn serve(a: ServeArgs) -> ExitCode {
                 .tcp_addr()
                 .map(|t| format!(" and tcp {t}"))
                 .unwrap_or_default();
+            let http = h
+                .http_addr()
+                .map(|t| format!("; status on http://{t}/status"))
+                .unwrap_or_default();
             println!(
-                "sipsec serve: listening on udp {}{tcp}; {summary}; {} binding(s) restored, {users} user(s) loaded",
+                "sipsec serve: listening on udp {}{tcp}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
                 h.local_addr(),
                 started.recovered.bindings,
             );

@@ -22,6 +22,8 @@ fn serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, String) {
             "serve",
             "--udp",
             "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
             "--workers",
             "2",
             "--data-dir",
@@ -42,7 +44,11 @@ fn serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, String) {
         .nth(1)
         .and_then(|r| r.split([';', ' ']).next())
         .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+        .unwrap_or_else(|| {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().expect("piped"), &mut err);
+            panic!("no address in {line:?}; stderr: {err}")
+        });
     (child, addr, line)
 }
 
@@ -158,7 +164,14 @@ fn users_add_import_and_auth_serve() {
     // A broken users file stops the server with the line at fault.
     std::fs::write(dir.join("bad.tsv"), "alice\texample.test\tzz\n").expect("write");
     let out = Command::new(BIN)
-        .args(["serve", "--udp", "127.0.0.1:0", "--auth", "--users"])
+        .args([
+            "serve",
+            "--udp",
+            "127.0.0.1:0",
+            "--no-http",
+            "--auth",
+            "--users",
+        ])
         .arg(dir.join("bad.tsv"))
         .arg("--data-dir")
         .arg(dir.join("data2"))
@@ -175,7 +188,7 @@ fn port_in_use_is_reported() {
     let taken = UdpSocket::bind("127.0.0.1:0").expect("socket");
     let addr = taken.local_addr().expect("addr").to_string();
     let out = Command::new(BIN)
-        .args(["serve", "--udp", &addr, "--data-dir"])
+        .args(["serve", "--udp", &addr, "--no-http", "--data-dir"])
         .arg(dir.join("data"))
         .output()
         .expect("runs");
@@ -189,11 +202,84 @@ fn port_in_use_is_reported() {
     // A second sipsec on the same port is refused, not silently load-shared.
     let (mut first, addr, _) = serve(&dir, &[]);
     let out = Command::new(BIN)
-        .args(["serve", "--udp", &addr.to_string(), "--data-dir"])
+        .args([
+            "serve",
+            "--udp",
+            &addr.to_string(),
+            "--no-http",
+            "--data-dir",
+        ])
         .arg(dir.join("data2"))
         .output()
         .expect("runs");
     assert!(!out.status.success(), "second server must not start");
     first.kill().expect("SIGKILL");
     first.wait().expect("reaped");
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text
+}
+
+#[test]
+fn status_and_metrics() {
+    let dir = tempdir("status");
+    let (mut child, addr, banner) = serve(&dir, &[]);
+    let http = banner
+        .split("status on http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no http address in {banner:?}"))
+        .to_owned();
+    assert!(register(addr, "dave", 1).starts_with("SIP/2.0 200 OK\r\n"));
+    let out = Command::new(BIN)
+        .args(["status", "--http", &http])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("mode registrar"), "{table}");
+    assert!(
+        table.contains(&format!("sip:dave@{}", addr.ip())),
+        "{table}"
+    );
+    assert!(table.contains("sip:dave@192.0.2.44:5060"), "{table}");
+    assert!(table.contains("1 binding(s)"), "{table}");
+
+    let m = http_get(&http, "/metrics");
+    assert!(m.starts_with("HTTP/1.1 200 OK\r\n"), "{m}");
+    assert!(
+        m.contains("sipsec_requests_total{method=\"REGISTER\"} 1\n"),
+        "{m}"
+    );
+    assert!(m.contains("sipsec_registrations_total 1\n"), "{m}");
+    assert!(m.contains("sipsec_bindings 1\n"), "{m}");
+    assert!(
+        m.contains("sipsec_stage_seconds_count{stage=\"parse\"} 1\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("sipsec_stage_seconds_count{stage=\"add_user\"} 1\n"),
+        "{m}"
+    );
+    assert!(http_get(&http, "/nope").starts_with("HTTP/1.1 404"));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+
+    // Nothing listening: a clear error, not a hang.
+    let out = Command::new(BIN)
+        .args(["status", "--http", &http])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
 }

@@ -82,6 +82,7 @@ fn serve(dir: &Path, mode: &str, auth: bool) -> Server {
         "serve",
         "--udp",
         "127.0.0.1:0",
+        "--no-http",
         "--mode",
         mode,
         "--data-dir",

@@ -1,0 +1,305 @@
+//! Counters and stage-time histograms, exported in the Prometheus text
+//! format (<https://prometheus.io/docs/instrumenting/exposition_formats/>).
+//!
+//! Stages are the ones the published lean server reported: parse, find
+//! user, authenticate, format response, add user. Recording is a few
+//! relaxed atomic adds.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds of the histogram buckets, in nanoseconds.
+pub const BUCKETS_NS: [u64; 14] = [
+    250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 1_000_000,
+    4_000_000, 16_000_000,
+];
+
+/// A fixed-bucket latency histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS_NS.len() + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one duration.
+    pub fn record(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let i = BUCKETS_NS
+            .iter()
+            .position(|b| ns <= *b)
+            .unwrap_or(BUCKETS_NS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Mean in nanoseconds (0 without samples).
+    pub fn mean_ns(&self) -> u64 {
+        self.sum_ns
+            .load(Ordering::Relaxed)
+            .checked_div(self.count())
+            .unwrap_or(0)
+    }
+
+    fn write(&self, out: &mut String, name: &str, label: &str) {
+        let mut cumulative = 0;
+        for (i, b) in BUCKETS_NS.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{label},le=\"{}\"}} {cumulative}",
+                *b as f64 / 1e9
+            );
+        }
+        cumulative += self.buckets[BUCKETS_NS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{label},le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{label}}} {}",
+            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "{name}_count{{{label}}} {}", self.count());
+    }
+}
+
+/// The internal stages timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Parsing the message.
+    Parse,
+    /// Looking the user up in the location service.
+    FindUser,
+    /// Checking credentials.
+    Authenticate,
+    /// Writing the response.
+    FormatResponse,
+    /// Adding or updating bindings (memory and journal).
+    AddUser,
+}
+
+impl Stage {
+    /// All stages.
+    pub const ALL: [Stage; 5] = [
+        Stage::Parse,
+        Stage::FindUser,
+        Stage::Authenticate,
+        Stage::FormatResponse,
+        Stage::AddUser,
+    ];
+
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Parse => "parse",
+            Stage::FindUser => "find_user",
+            Stage::Authenticate => "authenticate",
+            Stage::FormatResponse => "format_response",
+            Stage::AddUser => "add_user",
+        }
+    }
+}
+
+const METHODS: [&str; 15] = [
+    "INVITE",
+    "ACK",
+    "BYE",
+    "CANCEL",
+    "REGISTER",
+    "OPTIONS",
+    "PRACK",
+    "SUBSCRIBE",
+    "NOTIFY",
+    "PUBLISH",
+    "INFO",
+    "REFER",
+    "MESSAGE",
+    "UPDATE",
+    "other",
+];
+
+/// Everything the server counts.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: [AtomicU64; METHODS.len()],
+    responses_sent: [AtomicU64; 6],
+    stages: [Histogram; 5],
+    /// Responses received (proxy).
+    pub responses_received: AtomicU64,
+    /// Malformed messages.
+    pub malformed: AtomicU64,
+    /// Messages dropped without an answer.
+    pub dropped: AtomicU64,
+    /// Requests forwarded.
+    pub forwarded: AtomicU64,
+    /// Successful REGISTERs.
+    pub registered: AtomicU64,
+    /// Authentication failures (wrong credentials, replay, unknown user).
+    pub auth_failures: AtomicU64,
+    /// Journal write failures.
+    pub journal_errors: AtomicU64,
+    /// Requests refused by the rate limiter or a ban.
+    pub rate_limited: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    /// Counts a request by method.
+    pub fn request(&self, method: &str) {
+        let i = METHODS
+            .iter()
+            .position(|m| *m == method)
+            .unwrap_or(METHODS.len() - 1);
+        bump(&self.requests[i]);
+    }
+
+    /// Counts a response this server sent or forwarded, by class.
+    pub fn response(&self, code: u16) {
+        bump(&self.responses_sent[usize::from(code / 100).clamp(1, 6) - 1]);
+    }
+
+    /// Records a stage duration.
+    pub fn stage(&self, s: Stage, d: Duration) {
+        self.stages[s as usize].record(d);
+    }
+
+    /// A stage's histogram.
+    pub fn stage_histogram(&self, s: Stage) -> &Histogram {
+        &self.stages[s as usize]
+    }
+
+    /// Requests counted for a method.
+    pub fn requests(&self, method: &str) -> u64 {
+        METHODS
+            .iter()
+            .position(|m| *m == method)
+            .map_or(0, |i| self.requests[i].load(Ordering::Relaxed))
+    }
+
+    /// The Prometheus text exposition, with gauges supplied by the caller.
+    pub fn render(&self, gauges: &[(&str, &str, u64)]) -> String {
+        let mut o = String::with_capacity(8192);
+        o.push_str("# HELP sipsec_requests_total SIP requests received, by method.\n# TYPE sipsec_requests_total counter\n");
+        for (i, m) in METHODS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "sipsec_requests_total{{method=\"{m}\"}} {}",
+                self.requests[i].load(Ordering::Relaxed)
+            );
+        }
+        o.push_str("# HELP sipsec_responses_sent_total Responses sent or forwarded, by class.\n# TYPE sipsec_responses_sent_total counter\n");
+        for (i, c) in self.responses_sent.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "sipsec_responses_sent_total{{class=\"{}xx\"}} {}",
+                i + 1,
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let counters: [(&str, &str, &AtomicU64); 8] = [
+            (
+                "sipsec_responses_received_total",
+                "Responses received for forwarding.",
+                &self.responses_received,
+            ),
+            (
+                "sipsec_malformed_total",
+                "Malformed messages.",
+                &self.malformed,
+            ),
+            (
+                "sipsec_dropped_total",
+                "Messages dropped without an answer.",
+                &self.dropped,
+            ),
+            (
+                "sipsec_forwarded_total",
+                "Requests forwarded.",
+                &self.forwarded,
+            ),
+            (
+                "sipsec_registrations_total",
+                "Successful registrations.",
+                &self.registered,
+            ),
+            (
+                "sipsec_auth_failures_total",
+                "Failed authentications.",
+                &self.auth_failures,
+            ),
+            (
+                "sipsec_journal_errors_total",
+                "Location journal write failures.",
+                &self.journal_errors,
+            ),
+            (
+                "sipsec_rate_limited_total",
+                "Requests refused by rate limit or ban.",
+                &self.rate_limited,
+            ),
+        ];
+        for (name, help, c) in counters {
+            let _ = writeln!(
+                o,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        for (name, help, v) in gauges {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        o.push_str("# HELP sipsec_stage_seconds Time spent in internal stages.\n# TYPE sipsec_stage_seconds histogram\n");
+        for s in Stage::ALL {
+            self.stage_histogram(s).write(
+                &mut o,
+                "sipsec_stage_seconds",
+                &format!("stage=\"{}\"", s.as_str()),
+            );
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.record(Duration::from_nanos(100));
+        h.record(Duration::from_nanos(700));
+        h.record(Duration::from_secs(1));
+        let mut s = String::new();
+        h.write(&mut s, "x", "a=\"b\"");
+        assert!(s.contains("x_bucket{a=\"b\",le=\"0.00000025\"} 1\n"), "{s}");
+        assert!(s.contains("x_bucket{a=\"b\",le=\"0.000001\"} 2\n"), "{s}");
+        assert!(s.contains("x_bucket{a=\"b\",le=\"+Inf\"} 3\n"), "{s}");
+        assert!(s.contains("x_count{a=\"b\"} 3\n"));
+    }
+
+    #[test]
+    fn render_has_every_family() {
+        let m = Metrics::default();
+        m.request("REGISTER");
+        m.request("FOO");
+        m.response(200);
+        m.response(404);
+        let t = m.render(&[("sipsec_bindings", "Live bindings.", 7)]);
+        assert!(t.contains("sipsec_requests_total{method=\"REGISTER\"} 1\n"));
+        assert!(t.contains("sipsec_requests_total{method=\"other\"} 1\n"));
+        assert!(t.contains("sipsec_responses_sent_total{class=\"4xx\"} 1\n"));
+        assert!(t.contains("sipsec_bindings 7\n"));
+        assert!(t.contains("sipsec_stage_seconds_count{stage=\"add_user\"} 0\n"));
+    }
+}
