@@ -106,3 +106,276 @@ impl Default for Config {
         }
     }
 }
+
+/// `sipsec.toml`: every key optional; absent keys keep their defaults.
+/// Unknown keys are errors, so a typo never silently falls back.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `registrar`, `proxy` or `redirect`.
+    pub mode: Option<String>,
+    /// UDP address.
+    pub udp: Option<SocketAddr>,
+    /// TCP address, or `"off"`.
+    pub tcp: Option<String>,
+    /// Operator endpoint address, or `"off"`.
+    pub http: Option<String>,
+    /// Address for Via and for recognising this server.
+    pub advertise: Option<SocketAddr>,
+    /// Host names that mean this server.
+    pub domains: Option<Vec<String>>,
+    /// Worker threads; 0 means one per core.
+    pub workers: Option<usize>,
+    /// Location store directory.
+    pub data_dir: Option<PathBuf>,
+    /// `process` or `fsync`.
+    pub durability: Option<String>,
+    /// `[auth]` table.
+    pub auth: Option<AuthSection>,
+    /// `[registrar]` table.
+    pub registrar: Option<RegistrarSection>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Require digest authentication.
+    pub enabled: Option<bool>,
+    /// Realm.
+    pub realm: Option<String>,
+    /// Users file.
+    pub users: Option<PathBuf>,
+    /// Algorithms challenged, in order: `sha-256`, `md5`, `sha-512-256`.
+    pub digest: Option<Vec<String>>,
+    /// Nonce lifetime, seconds.
+    pub nonce_ttl: Option<u64>,
+}
+
+/// `[registrar]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrarSection {
+    /// Shortest registration accepted.
+    pub min_expires: Option<u32>,
+    /// Longest registration granted.
+    pub max_expires: Option<u32>,
+    /// Registration time when none is asked.
+    pub default_expires: Option<u32>,
+}
+
+/// A configuration problem, naming the file and what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {err}")]
+    Read {
+        /// File.
+        path: String,
+        /// Cause.
+        err: std::io::Error,
+    },
+    /// TOML syntax or an unknown key / wrong type.
+    #[error("{path}: {msg}")]
+    Parse {
+        /// File.
+        path: String,
+        /// Parser message (with line and column).
+        msg: String,
+    },
+    /// A value outside its allowed set.
+    #[error("{path}: {key}: {msg}")]
+    Value {
+        /// File.
+        path: String,
+        /// Key.
+        key: &'static str,
+        /// What is allowed.
+        msg: String,
+    },
+}
+
+/// Parses `off` or an address.
+pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("off") {
+        Ok(None)
+    } else {
+        s.parse()
+            .map(Some)
+            .map_err(|_| format!("{s:?} is neither \"off\" nor an address like 127.0.0.1:5060"))
+    }
+}
+
+/// Parses a digest algorithm name accepted in challenges.
+pub fn parse_digest(s: &str) -> Result<Algorithm, String> {
+    match Algorithm::from_token(s) {
+        Some(a @ (Algorithm::Md5 | Algorithm::Sha256 | Algorithm::Sha512_256)) => Ok(a),
+        _ => Err(format!(
+            "unknown digest algorithm {s:?}: use md5, sha-256 or sha-512-256"
+        )),
+    }
+}
+
+impl Config {
+    /// Applies a configuration file's text over `self`.
+    pub fn apply_toml(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
+        let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            msg: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        let value = |key, msg: String| ConfigError::Value {
+            path: path.to_owned(),
+            key,
+            msg,
+        };
+        if let Some(m) = f.mode {
+            self.mode = Mode::parse(&m)
+                .ok_or_else(|| value("mode", format!("{m:?}: use registrar, proxy or redirect")))?;
+        }
+        if let Some(u) = f.udp {
+            self.udp = u;
+            self.advertise = u;
+            if self.tcp.is_some() {
+                self.tcp = Some(u);
+            }
+        }
+        if let Some(t) = f.tcp {
+            self.tcp = parse_optional_addr(&t).map_err(|m| value("tcp", m))?;
+        }
+        if let Some(h) = f.http {
+            self.http = parse_optional_addr(&h).map_err(|m| value("http", m))?;
+        }
+        if let Some(a) = f.advertise {
+            self.advertise = a;
+        }
+        if let Some(d) = f.domains {
+            self.domains = d;
+        }
+        if let Some(w) = f.workers {
+            if w > 0 {
+                self.workers = w;
+            }
+        }
+        if let Some(d) = f.data_dir {
+            self.data_dir = d;
+        }
+        if let Some(d) = f.durability {
+            self.durability = match d.as_str() {
+                "process" => Durability::Process,
+                "fsync" => Durability::Fsync,
+                other => {
+                    return Err(value(
+                        "durability",
+                        format!("{other:?}: use process or fsync"),
+                    ))
+                }
+            };
+        }
+        if let Some(a) = f.auth {
+            if let Some(e) = a.enabled {
+                self.auth = e;
+            }
+            if let Some(r) = a.realm {
+                self.realm = r;
+            }
+            if let Some(u) = a.users {
+                self.users = u;
+            }
+            if let Some(d) = a.digest {
+                let algs = d
+                    .iter()
+                    .map(|s| parse_digest(s))
+                    .collect::<Result<Vec<_>, _>>();
+                self.digest_algorithms = algs.map_err(|m| value("auth.digest", m))?;
+                if self.digest_algorithms.is_empty() {
+                    return Err(value("auth.digest", "name at least one algorithm".into()));
+                }
+            }
+            if let Some(t) = a.nonce_ttl {
+                self.nonce_ttl = t;
+            }
+        }
+        if let Some(r) = f.registrar {
+            self.min_expires = r.min_expires.unwrap_or(self.min_expires);
+            self.max_expires = r.max_expires.unwrap_or(self.max_expires);
+            self.default_expires = r.default_expires.unwrap_or(self.default_expires);
+        }
+        if self.min_expires > self.max_expires {
+            return Err(value(
+                "registrar",
+                format!(
+                    "min_expires {} is above max_expires {}",
+                    self.min_expires, self.max_expires
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads and applies a configuration file.
+    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            path: path.display().to_string(),
+            err,
+        })?;
+        self.apply_toml(&text, &path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses_to_the_defaults() {
+        let text = include_str!("../../../sipsec.example.toml");
+        let mut c = Config::default();
+        c.apply_toml(text, "sipsec.example.toml")
+            .expect("example is valid");
+        let d = Config::default();
+        assert_eq!(
+            (c.mode, c.udp, c.tcp, c.http),
+            (d.mode, d.udp, d.tcp, d.http)
+        );
+        assert_eq!(
+            (c.auth, c.realm.as_str(), c.digest_algorithms.clone()),
+            (d.auth, d.realm.as_str(), d.digest_algorithms)
+        );
+        assert_eq!(
+            (c.min_expires, c.max_expires, c.default_expires),
+            (60, 7200, 3600)
+        );
+    }
+
+    #[test]
+    fn values_and_errors() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "mode = \"proxy\"\nudp = \"127.0.0.1:5070\"\nhttp = \"off\"\n[auth]\nenabled = true\ndigest = [\"md5\"]\n",
+            "x.toml",
+        )
+        .expect("valid");
+        assert_eq!(c.mode, Mode::Proxy);
+        assert_eq!(
+            c.tcp,
+            Some("127.0.0.1:5070".parse().expect("addr")),
+            "tcp follows udp"
+        );
+        assert_eq!(c.http, None);
+        assert_eq!(c.digest_algorithms, vec![Algorithm::Md5]);
+        for (bad, needle) in [
+            ("mode = \"gateway\"", "mode"),
+            ("udpp = \"1.2.3.4:5\"", "unknown field"),
+            ("tcp = \"nowhere\"", "tcp"),
+            ("[auth]\ndigest = [\"sha-1\"]", "auth.digest"),
+            ("[registrar]\nmin_expires = 9000", "min_expires"),
+            ("workers = \"two\"", "invalid type"),
+        ] {
+            let e = Config::default()
+                .apply_toml(bad, "x.toml")
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(needle) && e.starts_with("x.toml"), "{bad}: {e}");
+        }
+    }
+}

@@ -51,43 +51,46 @@ enum ModeArg {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Registrar only, or registrar plus proxy or redirect server.
-    #[arg(long, value_enum, default_value = "registrar")]
-    mode: ModeArg,
+    /// Configuration file (see sipsec.example.toml); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Registrar only, or registrar plus proxy or redirect server [default: registrar].
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
     /// Require digest authentication (401 for REGISTER, 407 for INVITE).
     #[arg(long)]
     auth: bool,
-    /// UDP address to listen on.
-    #[arg(long, default_value = "127.0.0.1:5060")]
-    udp: SocketAddr,
-    /// TCP address to listen on (default: the --udp address).
+    /// Digest algorithms to challenge with, in order [default: sha-256,md5].
+    #[arg(long, value_delimiter = ',', value_parser = sipsec_server::config::parse_digest)]
+    digest: Option<Vec<sip_core::digest::Algorithm>>,
+    /// UDP address to listen on [default: 127.0.0.1:5060].
+    #[arg(long)]
+    udp: Option<SocketAddr>,
+    /// TCP address to listen on [default: the UDP address].
     #[arg(long)]
     tcp: Option<SocketAddr>,
     /// Do not listen on TCP.
     #[arg(long, conflicts_with = "tcp")]
     no_tcp: bool,
-    /// Operator endpoint (/metrics, /status); keep it on loopback.
-    #[arg(long, default_value = "127.0.0.1:8060")]
-    http: SocketAddr,
-    /// Do not serve /metrics and /status.
+    /// Operator endpoint (/metrics, /status); keep it on loopback [default: 127.0.0.1:8060].
     #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Do not serve /metrics and /status.
+    #[arg(long, conflicts_with = "http")]
     no_http: bool,
-    /// Address to put in Via and to recognise as this server (default: --udp).
+    /// Address to put in Via and to recognise as this server [default: the UDP address].
     #[arg(long)]
     advertise: Option<SocketAddr>,
-    /// Digest algorithms to challenge with, in order of preference.
-    #[arg(long, value_delimiter = ',', default_value = "sha-256,md5", value_parser = parse_algorithm)]
-    digest: Vec<sip_core::digest::Algorithm>,
-    /// Users file (see `sipsec users add`).
-    #[arg(long, default_value = "users.tsv")]
-    users: PathBuf,
-    /// Realm used in challenges.
-    #[arg(long, default_value = "sipsec")]
-    realm: String,
-    /// Directory of the embedded location store.
-    #[arg(long, default_value = "sipsec-data")]
-    data_dir: PathBuf,
-    /// Worker threads, one UDP socket each (default: one per core).
+    /// Users file (see `sipsec users add`) [default: users.tsv].
+    #[arg(long)]
+    users: Option<PathBuf>,
+    /// Realm used in challenges [default: sipsec].
+    #[arg(long)]
+    realm: Option<String>,
+    /// Directory of the embedded location store [default: sipsec-data].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Worker threads, one UDP socket each [default: one per core].
     #[arg(long)]
     workers: Option<usize>,
     /// fsync every location change (survives power loss; slower).
@@ -130,44 +133,71 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_algorithm(s: &str) -> Result<sip_core::digest::Algorithm, String> {
-    use sip_core::digest::Algorithm;
-    match Algorithm::from_token(s) {
-        Some(a @ (Algorithm::Md5 | Algorithm::Sha256 | Algorithm::Sha512_256)) => Ok(a),
-        _ => Err(format!(
-            "unknown digest algorithm {s:?}: use md5, sha-256 or sha-512-256"
-        )),
+/// Defaults, then the file, then flags.
+fn build_config(a: ServeArgs) -> Result<Config, String> {
+    let mut config = Config::default();
+    if let Some(path) = &a.config {
+        config.apply_file(path).map_err(|e| e.to_string())?;
     }
-}
-
-fn serve(a: ServeArgs) -> ExitCode {
-    let mut config = Config {
-        mode: match a.mode {
+    if let Some(m) = a.mode {
+        config.mode = match m {
             ModeArg::Registrar => Mode::Registrar,
             ModeArg::Proxy => Mode::Proxy,
             ModeArg::Redirect => Mode::Redirect,
-        },
-        auth: a.auth,
-        digest_algorithms: a.digest,
-        udp: a.udp,
-        tcp: if a.no_tcp {
-            None
-        } else {
-            Some(a.tcp.unwrap_or(a.udp))
-        },
-        http: (!a.no_http).then_some(a.http),
-        advertise: a.advertise.unwrap_or(a.udp),
-        users: a.users,
-        realm: a.realm,
-        data_dir: a.data_dir,
-        ..Config::default()
-    };
+        };
+    }
+    config.auth |= a.auth;
+    if let Some(d) = a.digest {
+        config.digest_algorithms = d;
+    }
+    if let Some(u) = a.udp {
+        config.udp = u;
+        config.advertise = u;
+        if config.tcp.is_some() {
+            config.tcp = Some(u);
+        }
+    }
+    if let Some(t) = a.tcp {
+        config.tcp = Some(t);
+    }
+    if a.no_tcp {
+        config.tcp = None;
+    }
+    if let Some(h) = a.http {
+        config.http = Some(h);
+    }
+    if a.no_http {
+        config.http = None;
+    }
+    if let Some(adv) = a.advertise {
+        config.advertise = adv;
+    }
+    if let Some(u) = a.users {
+        config.users = u;
+    }
+    if let Some(r) = a.realm {
+        config.realm = r;
+    }
+    if let Some(d) = a.data_dir {
+        config.data_dir = d;
+    }
     if let Some(w) = a.workers {
         config.workers = w.max(1);
     }
     if a.fsync {
         config.durability = sipsec_server::location::Durability::Fsync;
     }
+    Ok(config)
+}
+
+fn serve(a: ServeArgs) -> ExitCode {
+    let config = match build_config(a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if config.advertise.ip().is_unspecified() {
         eprintln!(
             "error: --udp {} is a wildcard address: give --advertise with the address peers reach",

@@ -283,3 +283,60 @@ fn status_and_metrics() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
 }
+
+#[test]
+fn config_file_and_flag_precedence() {
+    let dir = tempdir("config");
+    let cfg = dir.join("sipsec.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "mode = \"proxy\"\nudp = \"127.0.0.1:0\"\nhttp = \"off\"\nworkers = 1\ndata_dir = \"{}\"\n[registrar]\nmin_expires = 120\n",
+            dir.join("cfgdata").display()
+        ),
+    )
+    .expect("config");
+    let cfg_arg = cfg.to_str().expect("utf-8").to_owned();
+    let run = |extra: &[&str]| {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config", &cfg_arg])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("piped"))
+            .read_line(&mut line)
+            .expect("banner");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        line
+    };
+    let banner = run(&[]);
+    assert!(
+        banner.contains("mode proxy") && banner.contains("1 worker(s)"),
+        "{banner}"
+    );
+    assert!(!banner.contains("status on http"), "http = off: {banner}");
+    let banner = run(&["--mode", "redirect"]);
+    assert!(
+        banner.contains("mode redirect"),
+        "flags override the file: {banner}"
+    );
+
+    std::fs::write(&cfg, "mode = \"proxy\"\nudpp = \"127.0.0.1:0\"\n").expect("config");
+    let out = Command::new(BIN)
+        .args(["serve", "--config", &cfg_arg])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sipsec.toml") && err.contains("udpp"), "{err}");
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(dir.join("missing.toml"))
+        .output()
+        .expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}
