@@ -17,6 +17,10 @@ macro_rules! header_names {
             Other,
         }
 
+        /// Every spelling the stack recognises, for checking `from_name`.
+        #[cfg(test)]
+        const ALIASES: &[(&str, HeaderName)] = &[$($(($alias, HeaderName::$variant),)*)*];
+
         impl HeaderName {
             /// The canonical (long) spelling.
             pub const fn as_str(self) -> &'static str {
@@ -27,19 +31,213 @@ macro_rules! header_names {
             }
 
             /// Classifies a header name, case-insensitively, accepting compact forms.
+            // Generated arms stay uniform even where one `if` could merge into the match.
+            #[allow(clippy::collapsible_match)]
             pub fn from_name(name: &str) -> Self {
                 let b = name.as_bytes();
-                if b.len() > 32 {
-                    return Self::Other;
+                let eq = |alias: &[u8]| alias.len() == b.len() && alias.eq_ignore_ascii_case(b);
+                // Dispatch on the first letter: at most a handful of comparisons.
+                match b.first().map(u8::to_ascii_lowercase) {
+                Some(b'a') => {
+                    if eq(b"allow") {
+                        return Self::Allow;
+                    }
+                    if eq(b"accept") {
+                        return Self::Accept;
+                    }
+                    if eq(b"allow-events") {
+                        return Self::AllowEvents;
+                    }
+                    if eq(b"authorization") {
+                        return Self::Authorization;
+                    }
+                    if eq(b"authentication-info") {
+                        return Self::AuthenticationInfo;
+                    }
                 }
-                let mut buf = [0u8; 32];
-                let lower = &mut buf[..b.len()];
-                lower.copy_from_slice(b);
-                lower.make_ascii_lowercase();
-                match &*lower {
-                    $($(x if x == $alias.as_bytes() => Self::$variant,)*)*
-                    _ => Self::Other,
+                Some(b'b') => {
+                    if eq(b"b") {
+                        return Self::ReferredBy;
+                    }
                 }
+                Some(b'c') => {
+                    if eq(b"c") {
+                        return Self::ContentType;
+                    }
+                    if eq(b"cseq") {
+                        return Self::CSeq;
+                    }
+                    if eq(b"call-id") {
+                        return Self::CallId;
+                    }
+                    if eq(b"contact") {
+                        return Self::Contact;
+                    }
+                    if eq(b"content-type") {
+                        return Self::ContentType;
+                    }
+                    if eq(b"content-length") {
+                        return Self::ContentLength;
+                    }
+                    if eq(b"content-encoding") {
+                        return Self::ContentEncoding;
+                    }
+                }
+                Some(b'd') => {
+                    if eq(b"date") {
+                        return Self::Date;
+                    }
+                }
+                Some(b'e') => {
+                    if eq(b"e") {
+                        return Self::ContentEncoding;
+                    }
+                    if eq(b"event") {
+                        return Self::Event;
+                    }
+                    if eq(b"expires") {
+                        return Self::Expires;
+                    }
+                }
+                Some(b'f') => {
+                    if eq(b"f") {
+                        return Self::From;
+                    }
+                    if eq(b"from") {
+                        return Self::From;
+                    }
+                }
+                Some(b'i') => {
+                    if eq(b"i") {
+                        return Self::CallId;
+                    }
+                }
+                Some(b'k') => {
+                    if eq(b"k") {
+                        return Self::Supported;
+                    }
+                }
+                Some(b'l') => {
+                    if eq(b"l") {
+                        return Self::ContentLength;
+                    }
+                }
+                Some(b'm') => {
+                    if eq(b"m") {
+                        return Self::Contact;
+                    }
+                    if eq(b"min-expires") {
+                        return Self::MinExpires;
+                    }
+                    if eq(b"max-forwards") {
+                        return Self::MaxForwards;
+                    }
+                }
+                Some(b'o') => {
+                    if eq(b"o") {
+                        return Self::Event;
+                    }
+                }
+                Some(b'p') => {
+                    if eq(b"path") {
+                        return Self::Path;
+                    }
+                    if eq(b"proxy-require") {
+                        return Self::ProxyRequire;
+                    }
+                    if eq(b"proxy-authenticate") {
+                        return Self::ProxyAuthenticate;
+                    }
+                    if eq(b"proxy-authorization") {
+                        return Self::ProxyAuthorization;
+                    }
+                }
+                Some(b'r') => {
+                    if eq(b"r") {
+                        return Self::ReferTo;
+                    }
+                    if eq(b"route") {
+                        return Self::Route;
+                    }
+                    if eq(b"require") {
+                        return Self::Require;
+                    }
+                    if eq(b"refer-to") {
+                        return Self::ReferTo;
+                    }
+                    if eq(b"referred-by") {
+                        return Self::ReferredBy;
+                    }
+                    if eq(b"retry-after") {
+                        return Self::RetryAfter;
+                    }
+                    if eq(b"record-route") {
+                        return Self::RecordRoute;
+                    }
+                }
+                Some(b's') => {
+                    if eq(b"s") {
+                        return Self::Subject;
+                    }
+                    if eq(b"server") {
+                        return Self::Server;
+                    }
+                    if eq(b"subject") {
+                        return Self::Subject;
+                    }
+                    if eq(b"supported") {
+                        return Self::Supported;
+                    }
+                    if eq(b"session-expires") {
+                        return Self::SessionExpires;
+                    }
+                }
+                Some(b't') => {
+                    if eq(b"t") {
+                        return Self::To;
+                    }
+                    if eq(b"to") {
+                        return Self::To;
+                    }
+                    if eq(b"timestamp") {
+                        return Self::Timestamp;
+                    }
+                }
+                Some(b'u') => {
+                    if eq(b"u") {
+                        return Self::AllowEvents;
+                    }
+                    if eq(b"user-agent") {
+                        return Self::UserAgent;
+                    }
+                    if eq(b"unsupported") {
+                        return Self::Unsupported;
+                    }
+                }
+                Some(b'v') => {
+                    if eq(b"v") {
+                        return Self::Via;
+                    }
+                    if eq(b"via") {
+                        return Self::Via;
+                    }
+                }
+                Some(b'w') => {
+                    if eq(b"warning") {
+                        return Self::Warning;
+                    }
+                    if eq(b"www-authenticate") {
+                        return Self::WwwAuthenticate;
+                    }
+                }
+                Some(b'x') => {
+                    if eq(b"x") {
+                        return Self::SessionExpires;
+                    }
+                }
+                    _ => {}
+                }
+                Self::Other
             }
         }
     };
@@ -109,6 +307,23 @@ pub struct Header<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_alias_in_any_case() {
+        for (alias, name) in ALIASES {
+            assert_eq!(HeaderName::from_name(alias), *name, "{alias}");
+            assert_eq!(
+                HeaderName::from_name(&alias.to_ascii_uppercase()),
+                *name,
+                "{alias}"
+            );
+            assert_eq!(
+                HeaderName::from_name(&format!("{alias}x")),
+                HeaderName::Other
+            );
+        }
+        assert_eq!(HeaderName::from_name(""), HeaderName::Other);
+    }
 
     #[test]
     fn compact_and_case_insensitive() {

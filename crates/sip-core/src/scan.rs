@@ -10,6 +10,9 @@ const UNRESERVED: u8 = 2; // alphanum / mark
 const WORD: u8 = 4; // Call-ID word characters
 const LWS: u8 = 8;
 const HEX: u8 = 16;
+const USER: u8 = 32; // unreserved / & = + $ , ; ? /
+const PARAM: u8 = 64; // unreserved / [ ] / : & + $
+const PASSWORD: u8 = 128; // unreserved / & = + $ ,
 
 const fn class_table() -> [u8; 256] {
     let mut t = [0u8; 256];
@@ -69,6 +72,20 @@ const fn class_table() -> [u8; 256] {
         if c.is_ascii_hexdigit() {
             f |= HEX;
         }
+        let unreserved = alnum
+            || matches!(
+                c,
+                b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')'
+            );
+        if unreserved || matches!(c, b'&' | b'=' | b'+' | b'$' | b',' | b';' | b'?' | b'/') {
+            f |= USER;
+        }
+        if unreserved || matches!(c, b'[' | b']' | b'/' | b':' | b'&' | b'+' | b'$') {
+            f |= PARAM;
+        }
+        if unreserved || matches!(c, b'&' | b'=' | b'+' | b'$' | b',') {
+            f |= PASSWORD;
+        }
         t[i] = f;
         i += 1;
     }
@@ -87,6 +104,24 @@ pub(crate) fn is_token(b: u8) -> bool {
 #[inline]
 pub(crate) fn is_unreserved(b: u8) -> bool {
     CLASS[b as usize] & UNRESERVED != 0
+}
+
+/// URI `user` character (RFC 3261 §25.1), escapes aside.
+#[inline]
+pub(crate) fn is_user_char(b: u8) -> bool {
+    CLASS[b as usize] & USER != 0
+}
+
+/// URI `paramchar` (RFC 3261 §25.1), escapes aside.
+#[inline]
+pub(crate) fn is_param_char(b: u8) -> bool {
+    CLASS[b as usize] & PARAM != 0
+}
+
+/// URI `password` character (RFC 3261 §25.1), escapes aside.
+#[inline]
+pub(crate) fn is_password_char(b: u8) -> bool {
+    CLASS[b as usize] & PASSWORD != 0
 }
 
 /// `word` character, as used by Call-ID (RFC 3261 §25.1).
@@ -151,7 +186,17 @@ pub(crate) fn parse_u64(s: &str) -> Option<u64> {
 
 /// Removes leading and trailing linear white space.
 pub(crate) fn trim_lws(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_ascii() && is_lws(c as u8))
+    let b = s.as_bytes();
+    let mut start = 0;
+    let mut end = b.len();
+    while start < end && is_lws(b[start]) {
+        start += 1;
+    }
+    while end > start && is_lws(b[end - 1]) {
+        end -= 1;
+    }
+    // Only ASCII bytes were skipped, so both ends are character boundaries.
+    &s[start..end]
 }
 
 /// Byte offset of `inner` within `outer`; both must borrow the same buffer.

@@ -13,7 +13,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::error::{ErrorKind, ParseError, UriError};
-use crate::scan::{check_escaped, is_unreserved};
+use crate::scan::{check_escaped, is_param_char, is_password_char, is_unreserved, is_user_char};
 
 /// Where a URI appears; Request-URIs may not carry URI headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,18 +171,6 @@ fn uri_err(e: UriError, offset: usize) -> ParseError {
     ParseError::new(ErrorKind::Uri(e), offset)
 }
 
-fn is_user_char(c: u8) -> bool {
-    is_unreserved(c) || matches!(c, b'&' | b'=' | b'+' | b'$' | b',' | b';' | b'?' | b'/')
-}
-
-fn is_password_char(c: u8) -> bool {
-    is_unreserved(c) || matches!(c, b'&' | b'=' | b'+' | b'$' | b',')
-}
-
-fn is_param_char(c: u8) -> bool {
-    is_unreserved(c) || matches!(c, b'[' | b']' | b'/' | b':' | b'&' | b'+' | b'$')
-}
-
 fn is_header_char(c: u8) -> bool {
     is_unreserved(c) || matches!(c, b'[' | b']' | b'/' | b'?' | b':' | b'+' | b'$')
 }
@@ -257,6 +245,41 @@ pub(crate) fn parse_uri(
     }
 }
 
+/// Validates `%HEXHEX` at `i`; returns the index after it.
+#[inline]
+fn escape_at(b: &[u8], i: usize) -> Option<usize> {
+    (i + 2 < b.len() && crate::scan::is_hex(b[i + 1]) && crate::scan::is_hex(b[i + 2]))
+        .then_some(i + 3)
+}
+
+/// Parses an IPv4 dotted quad without allocation; `None` if not one.
+fn parse_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut n = 0;
+    let mut i = 0;
+    while n < 4 {
+        let start = i;
+        let mut v: u32 = 0;
+        while i < b.len() && b[i].is_ascii_digit() && i - start < 3 {
+            v = v * 10 + u32::from(b[i] - b'0');
+            i += 1;
+        }
+        if i == start || v > 255 || (i - start > 1 && b[start] == b'0') {
+            return None;
+        }
+        octets[n] = v as u8;
+        n += 1;
+        if n < 4 {
+            if b.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+    }
+    (i == b.len()).then(|| Ipv4Addr::from(octets))
+}
+
+/// One pass over `rest` (everything after `sip:`), byte by byte.
 fn parse_sip<'a>(
     raw: &'a str,
     scheme: Scheme,
@@ -265,109 +288,168 @@ fn parse_sip<'a>(
     ctx: UriContext,
     max_params: usize,
 ) -> Result<Uri<'a>, ParseError> {
-    let (mut user, mut password, hp_start) = (None, None, 0);
-    let mut hp_start = hp_start;
-    if let Some(at) = memchr::memchr(b'@', rest.as_bytes()) {
-        let userinfo = &rest[..at];
-        let (u, p) = match userinfo.find(':') {
-            Some(c) => (&userinfo[..c], Some((&userinfo[c + 1..], c + 1))),
-            None => (userinfo, None),
-        };
-        if u.is_empty() {
-            return Err(uri_err(UriError::User, base));
-        }
-        check_escaped(u, is_user_char).map_err(|o| uri_err(UriError::User, base + o))?;
-        if let Some((pw, off)) = p {
-            check_escaped(pw, is_password_char)
-                .map_err(|o| uri_err(UriError::Password, base + off + o))?;
-            password = Some(pw);
-        }
-        user = Some(u);
-        hp_start = at + 1;
-    }
     let b = rest.as_bytes();
-    let mut i = hp_start;
+    let err = |e, at: usize| uri_err(e, base + at);
+    let (mut user, mut password, mut i) = (None, None, 0);
+    if let Some(at) = memchr::memchr(b'@', b) {
+        // userinfo = user [ ":" password ] "@"
+        let mut colon = None;
+        while i < at {
+            let c = b[i];
+            if c == b':' && colon.is_none() {
+                colon = Some(i);
+                i += 1;
+            } else if c == b'%' {
+                i = escape_at(&b[..at], i).ok_or_else(|| {
+                    err(
+                        if colon.is_some() {
+                            UriError::Password
+                        } else {
+                            UriError::User
+                        },
+                        i,
+                    )
+                })?;
+            } else if colon.is_none() && is_user_char(c) || colon.is_some() && is_password_char(c) {
+                i += 1;
+            } else {
+                return Err(err(
+                    if colon.is_some() {
+                        UriError::Password
+                    } else {
+                        UriError::User
+                    },
+                    i,
+                ));
+            }
+        }
+        let user_end = colon.unwrap_or(at);
+        if user_end == 0 {
+            return Err(err(UriError::User, 0));
+        }
+        user = Some(&rest[..user_end]);
+        password = colon.map(|c| &rest[c + 1..at]);
+        i = at + 1;
+    }
+    // host
     let host = if b.get(i) == Some(&b'[') {
         let close = memchr::memchr(b']', &b[i..])
             .map(|c| i + c)
-            .ok_or_else(|| uri_err(UriError::Host, base + i))?;
+            .ok_or_else(|| err(UriError::Host, i))?;
         let addr: Ipv6Addr = rest[i + 1..close]
             .parse()
-            .map_err(|_| uri_err(UriError::Host, base + i))?;
+            .map_err(|_| err(UriError::Host, i))?;
         i = close + 1;
         Host::V6(addr)
     } else {
         let start = i;
+        let mut numeric = true;
         while i < b.len() && !matches!(b[i], b':' | b';' | b'?') {
+            let c = b[i];
+            if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+                return Err(err(UriError::Host, i));
+            }
+            numeric &= c.is_ascii_digit() || c == b'.';
             i += 1;
         }
-        parse_host(&rest[start..i], base + start)?
+        if i == start || b[start] == b'.' || b[start] == b'-' {
+            return Err(err(UriError::Host, start));
+        }
+        match numeric.then(|| parse_ipv4(&b[start..i])).flatten() {
+            Some(a) => Host::V4(a),
+            None => Host::Name(&rest[start..i]),
+        }
     };
+    // port
     let mut port = None;
     if b.get(i) == Some(&b':') {
         let start = i + 1;
         i = start;
-        while i < b.len() && b[i].is_ascii_digit() {
+        let mut v: u32 = 0;
+        while i < b.len() && b[i].is_ascii_digit() && i - start < 5 {
+            v = v * 10 + u32::from(b[i] - b'0');
             i += 1;
         }
-        port =
-            Some(parse_port(&rest[start..i]).ok_or_else(|| uri_err(UriError::Port, base + start))?);
+        if i == start || v > 65_535 || (i < b.len() && b[i].is_ascii_digit()) {
+            return Err(err(UriError::Port, start));
+        }
+        port = Some(v as u16);
     }
+    // uri-parameters = *( ";" pname [ "=" pvalue ] )
     let mut params = "";
     if b.get(i) == Some(&b';') {
         let start = i + 1;
-        let end = memchr::memchr(b'?', &b[start..]).map_or(b.len(), |q| start + q);
-        params = &rest[start..end];
-        let mut off = start;
-        for (n, item) in params.split(';').enumerate() {
-            if n >= max_params {
+        let mut count = 0;
+        loop {
+            // at the start of a parameter
+            i += 1;
+            count += 1;
+            if count > max_params {
                 return Err(ParseError::new(
                     ErrorKind::TooManyValues { limit: max_params },
-                    base + off,
+                    base + i,
                 ));
             }
-            let (name, value) = match item.find('=') {
-                Some(e) => (&item[..e], Some(&item[e + 1..])),
-                None => (item, None),
-            };
-            if name.is_empty() || value.is_some_and(str::is_empty) {
-                return Err(uri_err(UriError::Param, base + off));
+            let name_start = i;
+            let mut value_start = None;
+            while i < b.len() && !matches!(b[i], b';' | b'?') {
+                let c = b[i];
+                if c == b'=' && value_start.is_none() {
+                    value_start = Some(i + 1);
+                    i += 1;
+                } else if c == b'%' {
+                    i = escape_at(b, i).ok_or_else(|| err(UriError::Param, i))?;
+                } else if is_param_char(c) {
+                    i += 1;
+                } else {
+                    return Err(err(UriError::Param, i));
+                }
             }
-            check_escaped(name, is_param_char)
-                .map_err(|o| uri_err(UriError::Param, base + off + o))?;
-            if let Some(v) = value {
-                check_escaped(v, is_param_char)
-                    .map_err(|o| uri_err(UriError::Param, base + off + name.len() + 1 + o))?;
+            let name_end = value_start.map_or(i, |v| v - 1);
+            if name_end == name_start || value_start == Some(i) {
+                return Err(err(UriError::Param, name_start));
             }
-            off += item.len() + 1;
+            if b.get(i) != Some(&b';') {
+                break;
+            }
         }
-        i = end;
+        params = &rest[start..i];
     }
+    // headers = "?" header *( "&" header ), header = hname "=" hvalue
     let mut headers = None;
     if b.get(i) == Some(&b'?') {
         if ctx == UriContext::RequestUri {
-            return Err(uri_err(UriError::HeadersInRequestUri, base + i));
+            return Err(err(UriError::HeadersInRequestUri, i));
         }
-        let h = &rest[i + 1..];
-        let mut off = i + 1;
-        for item in h.split('&') {
-            let (name, value) = item
-                .split_once('=')
-                .ok_or_else(|| uri_err(UriError::Headers, base + off))?;
-            if name.is_empty() {
-                return Err(uri_err(UriError::Headers, base + off));
+        let start = i + 1;
+        loop {
+            i += 1;
+            let name_start = i;
+            let mut eq = None;
+            while i < b.len() && b[i] != b'&' {
+                let c = b[i];
+                if c == b'=' && eq.is_none() {
+                    eq = Some(i);
+                    i += 1;
+                } else if c == b'%' {
+                    i = escape_at(b, i).ok_or_else(|| err(UriError::Headers, i))?;
+                } else if is_header_char(c) {
+                    i += 1;
+                } else {
+                    return Err(err(UriError::Headers, i));
+                }
             }
-            check_escaped(name, is_header_char)
-                .map_err(|o| uri_err(UriError::Headers, base + off + o))?;
-            check_escaped(value, is_header_char)
-                .map_err(|o| uri_err(UriError::Headers, base + off + name.len() + 1 + o))?;
-            off += item.len() + 1;
+            if eq.is_none_or(|e| e == name_start) {
+                return Err(err(UriError::Headers, name_start));
+            }
+            if i >= b.len() {
+                break;
+            }
         }
-        headers = Some(h);
-        i = b.len();
+        headers = Some(&rest[start..]);
     }
     if i != b.len() {
-        return Err(uri_err(UriError::Host, base + i));
+        return Err(err(UriError::Host, i));
     }
     Ok(Uri {
         raw,
@@ -397,7 +479,7 @@ pub(crate) fn parse_host(s: &str, base: usize) -> Result<Host<'_>, ParseError> {
         return Err(uri_err(UriError::Host, base));
     }
     if b.iter().all(|c| c.is_ascii_digit() || *c == b'.') {
-        if let Ok(a) = s.parse::<Ipv4Addr>() {
+        if let Some(a) = parse_ipv4(b) {
             return Ok(Host::V4(a));
         }
     }
@@ -521,6 +603,26 @@ mod tests {
         let o = Uri::parse("soap.beep://192.0.2.103:3002", UriContext::RequestUri).unwrap();
         assert_eq!(o.scheme(), Scheme::Other);
         assert_eq!(err("http:", UriContext::Header), UriError::Opaque);
+    }
+
+    #[test]
+    fn ipv4_literals() {
+        assert_eq!(parse_ipv4(b"192.0.2.1"), Some(Ipv4Addr::new(192, 0, 2, 1)));
+        assert_eq!(parse_ipv4(b"255.255.255.255"), Some(Ipv4Addr::BROADCAST));
+        for bad in [
+            &b"256.0.0.1"[..],
+            b"1.2.3",
+            b"1.2.3.4.5",
+            b"01.2.3.4",
+            b"1..2.3",
+            b"",
+            b"1.2.3.4.",
+        ] {
+            assert_eq!(parse_ipv4(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        // All-numeric names that are not addresses stay names.
+        let u = Uri::parse("sip:1.2.3", UriContext::Header).unwrap();
+        assert_eq!(u.host(), Some(Host::Name("1.2.3")));
     }
 
     #[test]
