@@ -80,6 +80,8 @@ pub struct Config {
     pub max_expires: u32,
     /// Registration time when the request names none.
     pub default_expires: u32,
+    /// Per-source rate limit and fail-ban.
+    pub guard: crate::guard::GuardConfig,
 }
 
 impl Default for Config {
@@ -103,6 +105,7 @@ impl Default for Config {
             min_expires: 60,
             max_expires: 7200,
             default_expires: 3600,
+            guard: crate::guard::GuardConfig::default(),
         }
     }
 }
@@ -134,6 +137,26 @@ pub struct FileConfig {
     pub auth: Option<AuthSection>,
     /// `[registrar]` table.
     pub registrar: Option<RegistrarSection>,
+    /// `[guard]` table.
+    pub guard: Option<GuardSection>,
+}
+
+/// `[guard]`: per-source rate limit and fail-ban.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardSection {
+    /// Requests per second per source IP (0: no limit).
+    pub rate: Option<u32>,
+    /// Burst above the rate.
+    pub burst: Option<u32>,
+    /// Auth failures within the window that ban a source (0: no bans).
+    pub max_auth_failures: Option<u32>,
+    /// Failure window, seconds.
+    pub failure_window: Option<u64>,
+    /// Ban length, seconds.
+    pub ban_seconds: Option<u64>,
+    /// Exempt loopback sources from the rate limit (bans still apply).
+    pub exempt_loopback: Option<bool>,
 }
 
 /// `[auth]`.
@@ -299,6 +322,21 @@ impl Config {
             self.min_expires = r.min_expires.unwrap_or(self.min_expires);
             self.max_expires = r.max_expires.unwrap_or(self.max_expires);
             self.default_expires = r.default_expires.unwrap_or(self.default_expires);
+        }
+        if let Some(g) = f.guard {
+            let c = &mut self.guard;
+            c.rate = g.rate.unwrap_or(c.rate);
+            c.burst = g.burst.unwrap_or(c.burst);
+            c.max_auth_failures = g.max_auth_failures.unwrap_or(c.max_auth_failures);
+            c.failure_window = g.failure_window.unwrap_or(c.failure_window);
+            c.ban_seconds = g.ban_seconds.unwrap_or(c.ban_seconds);
+            c.exempt_loopback = g.exempt_loopback.unwrap_or(c.exempt_loopback);
+            if c.rate > 0 && c.burst == 0 {
+                return Err(value(
+                    "guard.burst",
+                    "must be at least 1 when rate is set".into(),
+                ));
+            }
         }
         if self.min_expires > self.max_expires {
             return Err(value(

@@ -77,18 +77,22 @@ pub struct Shared {
     pub metrics: Metrics,
     /// When the server started (Unix seconds).
     pub started: u64,
+    /// Per-source rate limit and fail-ban.
+    pub guard: crate::guard::Guard,
     branch_salt: RandomState,
 }
 
 impl Shared {
     /// Bundles the shared state.
     pub fn new(config: Config, location: Arc<MemoryLocation>, auth: Option<Authenticator>) -> Self {
+        let guard = crate::guard::Guard::new(config.guard.clone());
         Self {
             config,
             location,
             auth,
             metrics: Metrics::default(),
             started: crate::udp::unix_now(),
+            guard,
             branch_salt: RandomState::new(),
         }
     }
@@ -107,6 +111,12 @@ pub struct Core {
     ip: String,
     tag: String,
     challenges: Vec<(&'static str, String)>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn bump(c: &AtomicU64) {
@@ -207,6 +217,10 @@ impl Core {
         out: &mut Vec<u8>,
     ) -> Reply {
         self.transport = transport;
+        if self.shared.guard.admit(src.ip(), now_ms()) != crate::guard::Verdict::Admit {
+            bump(&self.shared.metrics.rate_limited);
+            return Reply::Drop;
+        }
         let t0 = Instant::now();
         let parsed = Message::parse(input);
         self.shared.metrics.stage(Stage::Parse, t0.elapsed());
@@ -333,6 +347,7 @@ impl Core {
             AuthResult::Failed(f) => {
                 if f == AuthFailure::Rejected {
                     bump(&self.shared.metrics.auth_failures);
+                    self.shared.guard.auth_failed(src.ip(), now_ms());
                 }
                 Err(self.challenge(msg, proxy, f == AuthFailure::Stale, now, src, out))
             }

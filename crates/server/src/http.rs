@@ -96,6 +96,8 @@ impl View {
             "forwarded_total": m.forwarded.load(Ordering::Relaxed),
             "auth_failures_total": m.auth_failures.load(Ordering::Relaxed),
             "malformed_total": m.malformed.load(Ordering::Relaxed),
+            "rate_limited_total": m.rate_limited.load(Ordering::Relaxed),
+            "banned": self.shared.guard.banned(now).into_iter().map(|(ip, left)| json!({"address": ip.to_string(), "seconds_left": left})).collect::<Vec<_>>(),
             "bindings": bindings,
         })
     }

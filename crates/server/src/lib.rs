@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod config;
 pub mod core;
+pub mod guard;
 pub mod http;
 pub mod location;
 pub mod metrics;
