@@ -435,7 +435,7 @@ impl Core {
                 StatusCode::SERVER_INTERNAL_ERROR,
                 &[(
                     "Warning",
-                    "399 sipsec \"CSeq not above the stored one for this Call-ID\"",
+                    "399 sipsec \"CSeq below the stored one for this Call-ID\"",
                 )],
                 src,
                 out,

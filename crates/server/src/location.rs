@@ -44,8 +44,10 @@ pub struct ContactChange<'a> {
 /// Why an update was refused (RFC 3261 §10.3 step 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum UpdateError {
-    /// Same Call-ID with a CSeq not above the stored one: a stale or replayed REGISTER.
-    #[error("CSeq {got} is not above {stored} for this Call-ID")]
+    /// Same Call-ID with a lower CSeq than the stored one: a stale REGISTER
+    /// (RFC 3261 §10.3 step 7). An equal CSeq is a retransmission of the
+    /// request that made the binding and is applied again, idempotently.
+    #[error("CSeq {got} is below {stored} for this Call-ID")]
     OutOfOrder {
         /// CSeq received.
         got: u32,
@@ -195,7 +197,7 @@ impl Location for MemoryLocation {
                 .filter(|b| b.call_id == call_id && b.expires_at > now)
             {
                 let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
-                if touched && cseq <= b.cseq {
+                if touched && cseq < b.cseq {
                     return Err(UpdateError::OutOfOrder {
                         got: cseq,
                         stored: b.cseq,
@@ -564,32 +566,31 @@ mod tests {
         .expect("second contact");
         assert_eq!(cur.len(), 2);
         assert_eq!(cur[0].contact, "sip:a@1.1.1.1", "q=1 first");
-        assert_eq!(
+        let mut up = |cseq, expires| {
             loc.update(
                 "sip:a@x",
-                &[change("sip:a@1.1.1.1", 60)],
+                &[change("sip:a@1.1.1.1", expires)],
                 false,
                 "c1",
-                1,
+                cseq,
                 src(),
                 101,
                 &mut cur,
-                &mut rec
-            ),
-            Err(UpdateError::OutOfOrder { got: 1, stored: 1 })
+                &mut rec,
+            )
+        };
+        assert_eq!(
+            up(1, 60),
+            Ok(()),
+            "a retransmission (same Call-ID and CSeq) applies again"
         );
-        loc.update(
-            "sip:a@x",
-            &[change("sip:a@1.1.1.1", 0)],
-            false,
-            "c1",
-            2,
-            src(),
-            101,
-            &mut cur,
-            &mut rec,
-        )
-        .expect("remove");
+        assert_eq!(up(3, 60), Ok(()));
+        assert_eq!(
+            up(2, 60),
+            Err(UpdateError::OutOfOrder { got: 2, stored: 3 }),
+            "stale"
+        );
+        assert_eq!(up(4, 0), Ok(()), "remove");
         assert_eq!(cur.len(), 1);
         assert_eq!(loc.len(170), 0, "expired");
         loc.update(

@@ -113,13 +113,19 @@ fn register_refresh_logout_and_limits() {
     );
     assert_eq!(
         status(&ua.register("alice", "r1", 1, &c1, "")),
+        200,
+        "a retransmission (same Call-ID and CSeq) gets the same answer"
+    );
+    assert_eq!(status(&ua.register("alice", "r1", 5, &c1, "")), 200);
+    assert_eq!(
+        status(&ua.register("alice", "r1", 4, &c1, "")),
         500,
-        "same Call-ID, same CSeq"
+        "a lower CSeq for the same Call-ID is stale"
     );
     let r = ua.register("alice", "r3", 1, "<sip:alice@192.0.2.10>;expires=10", "");
     assert_eq!(status(&r), 423);
     assert!(r.contains("Min-Expires: 60\r\n"), "{r}");
-    let r = ua.register("alice", "r1", 2, &format!("{c1};expires=0"), "");
+    let r = ua.register("alice", "r1", 6, &format!("{c1};expires=0"), "");
     assert_eq!(
         Message::parse(r.as_bytes())
             .expect("parses")
