@@ -110,7 +110,9 @@ modparam("usrloc", "db_mode", 0)
 modparam("registrar", "max_expires", 7200)
 request_route {{
     if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}
-    if (is_method("ACK")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
+    # ACK for a locally sent final response ends here; the end-to-end ACK
+    # for a 2xx belongs to no transaction and is routed like BYE.
+    if (is_method("ACK") && t_check_trans()) {{ t_relay(); exit; }}
     if (is_method("REGISTER")) {{ save("location"); exit; }}
     {route}
 }}
