@@ -12,7 +12,7 @@ use sip_core::proxy::{forward_request, forward_response, RequestEdits};
 use sip_core::uri::Host;
 use sip_core::via::Via;
 use sip_core::writer::{write_error_response, write_response, ResponseOptions};
-use sip_core::{Message, Method, StatusCode, Uri};
+use sip_core::{Limits, Message, Method, StatusCode, Uri};
 
 use crate::auth::{AuthFailure, AuthResult, Authenticator};
 use crate::config::{Config, Mode};
@@ -608,7 +608,29 @@ impl Core {
             max_forwards: true,
             force_rport: reliable,
         };
+        let added = 1
+            + usize::from(edits.record_route.is_some())
+            + usize::from(msg.max_forwards().is_none())
+            - usize::from(edits.pop_route && msg.route_count() == 1);
         match forward_request(msg, &edits, out) {
+            // What we forward must itself be acceptable to the next hop:
+            // our lines can push a request at the limits over them.
+            Ok(())
+                if out.len() > Limits::DEFAULT.max_message_len
+                    || msg.header_count() + added > Limits::DEFAULT.max_headers =>
+            {
+                out.clear();
+                self.respond(
+                    msg,
+                    StatusCode::MESSAGE_TOO_LARGE_5XX,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"too large to forward with this proxy's headers\"",
+                    )],
+                    src,
+                    out,
+                )
+            }
             Ok(()) => {
                 bump(&self.shared.metrics.forwarded);
                 Reply::Send(target, out_transport)

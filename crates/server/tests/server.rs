@@ -524,3 +524,93 @@ fn auth_without_users_is_a_clear_error() {
     .expect_err("must not start");
     assert!(e.to_string().contains("missing.tsv"), "{e}");
 }
+
+#[test]
+fn proxy_refuses_what_it_could_not_forward_within_limits() {
+    let dir = tempdir("limits");
+    let s = server(Mode::Proxy, false, &dir);
+    let srv = s.handle.local_addr();
+    let uac = Ua::new(srv);
+    assert_eq!(
+        status(&uac.register("bob", "b1", 1, "<sip:bob@127.0.0.1:9>", "")),
+        200
+    );
+    // 128 header fields: parseable (the limit), but not once our Via is added.
+    let filler: String = (0..120).map(|i| format!("X-Pad-{i}: x\r\n")).collect();
+    let big = invite(uac.port(), srv, "bob", "z9hG4bKbig", 70, "INVITE").replacen(
+        "Content-Length: 0\r\n",
+        &format!("{filler}Content-Length: 0\r\n"),
+        1,
+    );
+    assert_eq!(
+        Message::parse(big.as_bytes())
+            .expect("parses")
+            .header_count(),
+        128
+    );
+    assert_eq!(status(&uac.ask(&big)), 513);
+    // One field fewer still fits and is forwarded (to a closed port: no answer).
+    let fits = big.replacen("X-Pad-0: x\r\n", "", 1);
+    let forwarded = s
+        .handle
+        .shared()
+        .metrics
+        .forwarded
+        .load(std::sync::atomic::Ordering::Relaxed);
+    uac.send(&fits, srv);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut now_forwarded = forwarded;
+    while now_forwarded == forwarded && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        now_forwarded = s
+            .handle
+            .shared()
+            .metrics
+            .forwarded
+            .load(std::sync::atomic::Ordering::Relaxed);
+    }
+    assert_eq!(now_forwarded, forwarded + 1);
+    s.handle.shutdown();
+}
+
+#[test]
+fn ipv6_registration() {
+    let dir = tempdir("ipv6");
+    let Ok(probe) = UdpSocket::bind("[::1]:0") else {
+        panic!("IPv6 loopback unavailable on this machine");
+    };
+    drop(probe);
+    let s = start(Config {
+        udp: "[::1]:0".parse().expect("addr"),
+        tcp: Some("[::1]:0".parse().expect("addr")),
+        http: None,
+        advertise: "[::1]:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        ..Config::default()
+    })
+    .expect("server on ::1");
+    let srv = s.handle.local_addr();
+    assert!(srv.is_ipv6());
+    let sock = UdpSocket::bind("[::1]:0").expect("client");
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let port = sock.local_addr().expect("addr").port();
+    let msg = format!(
+        "REGISTER sip:{srv} SIP/2.0\r\nVia: SIP/2.0/UDP [::1]:{port};branch=z9hG4bKv6;rport\r\nFrom: <sip:v6@{srv}>;tag=1\r\nTo: <sip:v6@{srv}>\r\nCall-ID: v6\r\nCSeq: 1 REGISTER\r\nContact: <sip:v6@[::1]:{port}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    sock.send_to(msg.as_bytes(), srv).expect("send");
+    let mut buf = [0u8; 4096];
+    let (n, _) = sock.recv_from(&mut buf).expect("answer");
+    let r = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(r.starts_with("SIP/2.0 200 OK\r\n"), "{r}");
+    let snap = s
+        .handle
+        .shared()
+        .location
+        .snapshot(sipsec_server::udp::unix_now());
+    assert_eq!(snap.len(), 1);
+    assert_eq!(snap[0].0, "sip:v6@[::1]");
+    assert!(snap[0].1.source.is_ipv6());
+    s.handle.shutdown();
+}

@@ -90,25 +90,18 @@ pub(crate) fn parse_contacts<'a>(
     if trim_lws(value) == "*" {
         return Ok(true);
     }
-    let mut c = Cursor::new(value, base);
-    let mut n = 0;
-    loop {
-        n += 1;
-        if n > max_values {
-            return Err(ParseError::new(
-                ErrorKind::TooManyValues { limit: max_values },
-                c.offset(),
-            ));
-        }
-        f(parse_contact(&mut c, max_values)?);
-        c.skip_lws();
-        if c.at_end() {
-            return Ok(false);
-        }
-        if !c.eat_sep(b',') {
-            return Err(invalid("expected ',' or end of value", c.offset()));
-        }
-    }
+    crate::params::parse_comma_list(
+        value,
+        base,
+        HeaderName::Contact,
+        max_values,
+        |c| parse_contact(c, max_values),
+        |contact| {
+            f(contact);
+            Ok(())
+        },
+    )?;
+    Ok(false)
 }
 
 #[cfg(test)]

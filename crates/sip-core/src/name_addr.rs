@@ -190,30 +190,16 @@ pub(crate) fn parse_list<'a>(
     header: HeaderName,
     max_values: usize,
     require_brackets: bool,
-    mut f: impl FnMut(NameAddr<'a>) -> Result<(), ParseError>,
+    f: impl FnMut(NameAddr<'a>) -> Result<(), ParseError>,
 ) -> Result<(), ParseError> {
-    let mut c = Cursor::new(value, base);
-    let mut n = 0;
-    loop {
-        n += 1;
-        if n > max_values {
-            return Err(ParseError::new(
-                ErrorKind::TooManyValues { limit: max_values },
-                c.offset(),
-            ));
-        }
-        let na = parse_name_addr(&mut c, header, max_values, require_brackets, |_, _, _| {
-            Ok(())
-        })?;
-        f(na)?;
-        c.skip_lws();
-        if c.at_end() {
-            return Ok(());
-        }
-        if !c.eat_sep(b',') {
-            return Err(invalid(header, "expected ',' or end of value", c.offset()));
-        }
-    }
+    crate::params::parse_comma_list(
+        value,
+        base,
+        header,
+        max_values,
+        |c| parse_name_addr(c, header, max_values, require_brackets, |_, _, _| Ok(())),
+        f,
+    )
 }
 
 #[cfg(test)]

@@ -138,6 +138,37 @@ pub(crate) fn parse_params<'a>(
     })
 }
 
+/// Parses `item *(COMMA item)` (RFC 3261 §7.3.1) with `one` reading each
+/// item, and at most `max_values` items.
+pub(crate) fn parse_comma_list<'a, T>(
+    value: &'a str,
+    base: usize,
+    header: HeaderName,
+    max_values: usize,
+    mut one: impl FnMut(&mut Cursor<'a>) -> Result<T, ParseError>,
+    mut each: impl FnMut(T) -> Result<(), ParseError>,
+) -> Result<(), ParseError> {
+    let mut c = Cursor::new(value, base);
+    let mut n = 0;
+    loop {
+        n += 1;
+        if n > max_values {
+            return Err(ParseError::new(
+                ErrorKind::TooManyValues { limit: max_values },
+                c.offset(),
+            ));
+        }
+        each(one(&mut c)?)?;
+        c.skip_lws();
+        if c.at_end() {
+            return Ok(());
+        }
+        if !c.eat_sep(b',') {
+            return Err(invalid(header, "expected ',' or end of value", c.offset()));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -245,25 +245,17 @@ pub(crate) fn parse_via_list<'a>(
     max_values: usize,
     mut f: impl FnMut(Via<'a>),
 ) -> Result<(), ParseError> {
-    let mut c = Cursor::new(value, base);
-    let mut n = 0;
-    loop {
-        n += 1;
-        if n > max_values {
-            return Err(ParseError::new(
-                ErrorKind::TooManyValues { limit: max_values },
-                c.offset(),
-            ));
-        }
-        f(parse_via(&mut c, max_values)?);
-        c.skip_lws();
-        if c.at_end() {
-            return Ok(());
-        }
-        if !c.eat_sep(b',') {
-            return Err(invalid("expected ',' or end of value", c.offset()));
-        }
-    }
+    crate::params::parse_comma_list(
+        value,
+        base,
+        HeaderName::Via,
+        max_values,
+        |c| parse_via(c, max_values),
+        |v| {
+            f(v);
+            Ok(())
+        },
+    )
 }
 
 #[cfg(test)]

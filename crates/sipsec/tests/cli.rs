@@ -2,54 +2,29 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
+mod common;
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
+use common::{tempdir, Running, BIN};
 
-/// Starts `sipsec serve` and returns it with the address it printed.
-fn serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, String) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--udp",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--workers",
-            "2",
-            "--data-dir",
-        ])
-        .arg(dir.join("data"))
-        .args(extra)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sipsec runs");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("piped"))
-        .read_line(&mut line)
-        .expect("banner");
-    let addr = line
-        .split("listening on udp ")
-        .nth(1)
-        .and_then(|r| r.split([';', ' ']).next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| {
-            let mut err = String::new();
-            let _ = std::io::Read::read_to_string(child.stderr.as_mut().expect("piped"), &mut err);
-            panic!("no address in {line:?}; stderr: {err}")
-        });
-    (child, addr, line)
+/// Starts `sipsec serve` on ephemeral ports with its data in `dir`.
+fn serve(dir: &Path, extra: &[&str]) -> Running {
+    let data = dir.join("data");
+    let mut args = vec![
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    common::serve(&args)
 }
 
 fn register(server: SocketAddr, user: &str, cseq: u32) -> String {
@@ -68,17 +43,17 @@ fn register(server: SocketAddr, user: &str, cseq: u32) -> String {
 #[test]
 fn bindings_survive_kill_9() {
     let dir = tempdir("kill9");
-    let (mut child, addr, _) = serve(&dir, &[]);
+    let s = serve(&dir, &[]);
+    let addr = s.addr;
     for (i, user) in ["u1", "u2", "u3"].iter().enumerate() {
         let r = register(addr, user, i as u32 + 1);
         assert!(r.starts_with("SIP/2.0 200 OK\r\n"), "{r}");
     }
-    child.kill().expect("SIGKILL"); // std sends SIGKILL on Unix
-    child.wait().expect("reaped");
-    let (mut child, _, banner) = serve(&dir, &[]);
+    drop(s); // SIGKILL
+    let s = serve(&dir, &[]);
+    let banner = &s.banner;
     assert!(banner.contains("3 binding(s) restored"), "{banner}");
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    drop(s);
 }
 
 #[test]
@@ -146,7 +121,7 @@ fn users_add_import_and_auth_serve() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--password-stdin"));
 
-    let (mut child, addr, banner) = serve(
+    let s = serve(
         &dir,
         &[
             "--auth",
@@ -156,10 +131,10 @@ fn users_add_import_and_auth_serve() {
             users.to_str().expect("utf-8"),
         ],
     );
+    let (addr, banner) = (s.addr, s.banner.clone());
     assert!(banner.contains("3 user(s) loaded"), "{banner}");
     assert!(register(addr, "alice", 1).starts_with("SIP/2.0 401 Unauthorized\r\n"));
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    drop(s);
 
     // A broken users file stops the server with the line at fault.
     std::fs::write(dir.join("bad.tsv"), "alice\texample.test\tzz\n").expect("write");
@@ -200,7 +175,8 @@ fn port_in_use_is_reported() {
     );
     drop(taken);
     // A second sipsec on the same port is refused, not silently load-shared.
-    let (mut first, addr, _) = serve(&dir, &[]);
+    let first = serve(&dir, &[]);
+    let addr = first.addr;
     let out = Command::new(BIN)
         .args([
             "serve",
@@ -213,8 +189,7 @@ fn port_in_use_is_reported() {
         .output()
         .expect("runs");
     assert!(!out.status.success(), "second server must not start");
-    first.kill().expect("SIGKILL");
-    first.wait().expect("reaped");
+    drop(first);
 }
 
 fn http_get(addr: &str, path: &str) -> String {
@@ -229,7 +204,8 @@ fn http_get(addr: &str, path: &str) -> String {
 #[test]
 fn status_and_metrics() {
     let dir = tempdir("status");
-    let (mut child, addr, banner) = serve(&dir, &[]);
+    let s = serve(&dir, &[]);
+    let (addr, banner) = (s.addr, s.banner.clone());
     let http = banner
         .split("status on http://")
         .nth(1)
@@ -272,8 +248,7 @@ fn status_and_metrics() {
         "{m}"
     );
     assert!(http_get(&http, "/nope").starts_with("HTTP/1.1 404"));
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    drop(s);
 
     // Nothing listening: a clear error, not a hang.
     let out = Command::new(BIN)

@@ -4,10 +4,9 @@
 //! keep succeeding meanwhile; with bans off the same svcrack run succeeds,
 //! which shows the test can fail.
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,69 +15,29 @@ use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
 use sip_core::{HeaderName, Message};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
+mod common;
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-scan-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
+use common::{tempdir, Running};
 
-struct Server(Child, SocketAddr);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(dir: &Path, extra: &[&str]) -> Server {
-    std::fs::write(
-        dir.join("u.csv"),
-        "username,password\n100,pw-49\n101,legit-secret\n",
-    )
-    .expect("csv");
+fn serve(dir: &Path, extra: &[&str]) -> Running {
     let users = dir.join("users.tsv");
-    let out = Command::new(BIN)
-        .args(["users", "import"])
-        .arg(dir.join("u.csv"))
-        .arg("--file")
-        .arg(&users)
-        .output()
-        .expect("import");
-    assert!(out.status.success());
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--udp",
-            "127.0.0.1:0",
-            "--no-tcp",
-            "--no-http",
-            "--auth",
-            "--digest",
-            "md5,sha-256",
-        ])
-        .arg("--users")
-        .arg(&users)
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("piped"))
-        .read_line(&mut line)
-        .expect("banner");
-    let addr = line
-        .split("listening on udp ")
-        .nth(1)
-        .and_then(|r| r.split([';', ' ']).next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Server(child, addr)
+    common::import_users("100,pw-49\n101,legit-secret\n", dir, &users);
+    let data = dir.join("data");
+    let mut args = vec![
+        "--udp",
+        "127.0.0.1:0",
+        "--no-tcp",
+        "--no-http",
+        "--auth",
+        "--digest",
+        "md5,sha-256",
+        "--users",
+        users.to_str().expect("utf-8 path"),
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    common::serve(&args)
 }
 
 /// Runs a SIPVicious tool through the interpreter it was installed into.
@@ -161,7 +120,7 @@ fn legit_register(server: SocketAddr, cseq: u32) -> u16 {
 fn svwar_finds_nothing_and_svcrack_is_banned() {
     let dir = tempdir("guard");
     let s = serve(&dir, &[]);
-    let port = s.1.port().to_string();
+    let port = s.addr.port().to_string();
 
     let war = sipvicious("svwar", &["-e90-220", "-p", &port, "127.0.0.1"]);
     let war_text = text(&war);
@@ -174,7 +133,7 @@ fn svwar_finds_nothing_and_svcrack_is_banned() {
     let done = Arc::new(AtomicBool::new(false));
     let legit = {
         let done = done.clone();
-        let server = s.1;
+        let server = s.addr;
         std::thread::spawn(move || {
             let mut results = Vec::new();
             let mut cseq = 1;
@@ -218,7 +177,7 @@ fn without_bans_svcrack_succeeds() {
     std::fs::write(dir.join("noban.toml"), "[guard]\nmax_auth_failures = 0\n").expect("config");
     let cfg = dir.join("noban.toml");
     let s = serve(&dir, &["--config", cfg.to_str().expect("utf-8")]);
-    let port = s.1.port().to_string();
+    let port = s.addr.port().to_string();
     let crack = sipvicious(
         "svcrack",
         &[

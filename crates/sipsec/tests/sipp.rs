@@ -3,25 +3,19 @@
 //! authentication, over UDP and TCP, 2,000 calls at 300 calls/s each,
 //! zero failures.
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
+mod common;
+
+use common::{tempdir, Running};
 const CALLS: u32 = 2000;
 const RATE: u32 = 300;
 const USERS: u32 = 2000;
 
 fn scenarios() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../interop/sipp")
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-sipp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
 }
 
 fn free_port() -> u16 {
@@ -42,71 +36,43 @@ fn users(dir: &Path) -> (PathBuf, PathBuf) {
         inf += &format!("user{i:04};[authentication username=user{i:04} password=pw-user{i:04}]\n");
     }
     csv += "callee,pw-callee\n";
-    std::fs::write(dir.join("users.csv"), csv).expect("csv");
     std::fs::write(dir.join("users.inf"), inf).expect("inf");
     std::fs::write(
         dir.join("callee.inf"),
         "SEQUENTIAL\ncallee;[authentication username=callee password=pw-callee]\n",
     )
     .expect("inf");
-    let out = Command::new(BIN)
-        .args(["users", "import"])
-        .arg(dir.join("users.csv"))
-        .arg("--file")
-        .arg(dir.join("users.tsv"))
-        .output()
-        .expect("sipsec users import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::import_users(
+        csv.trim_start_matches("username,password\n"),
+        dir,
+        &dir.join("users.tsv"),
     );
     (dir.join("users.tsv"), dir.join("users.inf"))
 }
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &Path, mode: &str, auth: bool) -> Server {
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "serve",
+fn serve(dir: &Path, mode: &str, auth: bool) -> Running {
+    let data = dir.join(format!("data-{mode}-{auth}"));
+    let users = dir.join("users.tsv");
+    let mut args = vec![
         "--udp",
         "127.0.0.1:0",
         "--no-http",
         "--mode",
         mode,
         "--data-dir",
-    ])
-    .arg(dir.join(format!("data-{mode}-{auth}")))
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+        data.to_str().expect("utf-8 path"),
+    ];
     if auth {
         // SIPp 3.6 answers only the first challenge and only knows MD5.
-        cmd.args(["--auth", "--digest", "md5,sha-256", "--users"])
-            .arg(dir.join("users.tsv"));
+        args.extend([
+            "--auth",
+            "--digest",
+            "md5,sha-256",
+            "--users",
+            users.to_str().expect("utf-8 path"),
+        ]);
     }
-    let mut child = cmd.spawn().expect("sipsec serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("piped"))
-        .read_line(&mut line)
-        .expect("banner");
-    let addr = line
-        .split("listening on udp ")
-        .nth(1)
-        .and_then(|r| r.split([';', ' ']).next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Server { child, addr }
+    common::serve(&args)
 }
 
 /// SIPp's transport flag.

@@ -1,0 +1,91 @@
+//! Helpers shared by the integration tests (each test file uses a part).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
+
+/// A fresh directory for one test.
+pub fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sipsec-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct Running {
+    /// The process.
+    pub child: Child,
+    /// The UDP address from its banner.
+    pub addr: SocketAddr,
+    /// The banner line.
+    pub banner: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The UDP address in a `sipsec serve` banner.
+pub fn banner_addr(line: &str) -> Option<SocketAddr> {
+    line.split("listening on udp ")
+        .nth(1)
+        .and_then(|r| r.split([';', ' ']).next())
+        .and_then(|a| a.parse().ok())
+}
+
+/// Starts `sipsec serve ARGS`, waits for its banner and returns it running.
+/// Panics with the server's stderr if it does not start.
+pub fn serve(args: &[&str]) -> Running {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sipsec runs");
+    let mut banner = String::new();
+    BufReader::new(child.stdout.as_mut().expect("piped"))
+        .read_line(&mut banner)
+        .expect("banner");
+    let Some(addr) = banner_addr(&banner) else {
+        let mut err = String::new();
+        let _ = child
+            .stderr
+            .as_mut()
+            .expect("piped")
+            .read_to_string(&mut err);
+        panic!("no address in {banner:?}; stderr: {err}");
+    };
+    Running {
+        child,
+        addr,
+        banner,
+    }
+}
+
+/// Runs `sipsec users import` of `username,password` rows into `users`.
+pub fn import_users(csv_rows: &str, dir: &std::path::Path, users: &std::path::Path) {
+    let csv = dir.join("import.csv");
+    std::fs::write(&csv, format!("username,password\n{csv_rows}")).expect("csv");
+    let out = Command::new(BIN)
+        .args(["users", "import"])
+        .arg(&csv)
+        .arg("--file")
+        .arg(users)
+        .output()
+        .expect("sipsec users import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
