@@ -1,5 +1,6 @@
 //! UDP transport: one socket per worker thread, bound with SO_REUSEPORT
-//! so the kernel spreads datagrams across workers; buffers are reused.
+//! so the kernel spreads datagrams across workers; each worker moves
+//! datagrams in batches (recvmmsg/sendmmsg) through reused buffers.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -12,10 +13,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::core::{Core, Reply, Shared, Transport};
 use crate::location::{Journal, Location};
+use crate::mmsg::{RecvBatch, SendBatch};
 use crate::tcp::TcpHub;
-
-/// Largest datagram accepted (RFC 3261 §18.1.1 allows up to 65,535 bytes).
-const MAX_DATAGRAM: usize = 65_535;
 
 /// How often an idle worker checks for shutdown.
 const POLL: Duration = Duration::from_millis(200);
@@ -191,26 +190,28 @@ impl UdpServer {
 }
 
 fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<TcpHub>>) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut out = Vec::with_capacity(MAX_DATAGRAM);
+    let mut rx = RecvBatch::new();
+    let mut tx = SendBatch::default();
     while !stop.load(Ordering::Relaxed) {
-        let (n, src) = match sock.recv_from(&mut buf) {
-            Ok(x) => x,
-            // Timeouts let the loop see `stop`; ICMP errors from earlier
-            // sends also surface here on Linux: keep serving.
-            Err(_) => continue,
-        };
-        out.clear();
-        match core.handle(&buf[..n], src, Transport::Udp, unix_now(), &mut out) {
-            Reply::Send(dest, Transport::Udp) => {
-                let _ = sock.send_to(&out, dest);
-            }
-            Reply::Send(dest, Transport::Tcp) => {
-                if let Some(hub) = hub {
-                    let _ = hub.send(dest, &out);
+        // Timeouts let the loop see `stop`; ICMP errors from earlier sends
+        // also surface here on Linux: keep serving.
+        let Ok(n) = rx.recv(&sock) else { continue };
+        let now = unix_now();
+        for i in 0..n {
+            let Some((data, src)) = rx.get(i) else {
+                continue;
+            };
+            let out = tx.next_buf();
+            match core.handle(data, src, Transport::Udp, now, out) {
+                Reply::Send(dest, Transport::Udp) => tx.commit(dest),
+                Reply::Send(dest, Transport::Tcp) => {
+                    if let Some(hub) = hub {
+                        let _ = hub.send(dest, out);
+                    }
                 }
+                Reply::Drop => {}
             }
-            Reply::Drop => {}
         }
+        tx.flush(&sock);
     }
 }
