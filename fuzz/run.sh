@@ -6,7 +6,16 @@ cd "$(dirname "$0")"
 target=${1:?target: message | uri | digest_header}
 secs=${2:-600}
 mkdir -p "corpus/$target"
-if [ "$target" = message ]; then
-    cp ../crates/sip-core/testdata/rfc4475/*/*.sip "corpus/$target/"
-fi
+# Seeds (the corpus directory itself is not committed).
+case "$target" in
+    message)
+        cp ../crates/sip-core/testdata/rfc4475/*/*.sip ../crates/sip-core/testdata/bench/*.sip "corpus/$target/" ;;
+    uri)
+        printf 'sip:alice:pw@[2001:db8::1]:5061;transport=tcp;lr?subject=x&y=z' > corpus/uri/seed-sip
+        printf 'tel:+1-201-555-0123;phone-context=example.com' > corpus/uri/seed-tel ;;
+    digest_header)
+        printf 'Digest username="bob", realm="biloxi.example.com", nonce="dcd98b", uri="sip:bob@biloxi.example.com", qop=auth, nc=00000001, cnonce="0a4f113b", response="6629fae49393a05397450978507c4ef1", algorithm=SHA-256' > corpus/digest_header/seed-credentials
+        printf 'Digest realm="atlanta.example.com", qop="auth,auth-int", nonce="ea9c8e88df84f1cec4341ae6cbe5a359", opaque="", stale=TRUE, algorithm=MD5' > corpus/digest_header/seed-challenge ;;
+esac
+cp ../crates/sip-core/testdata/fuzz-regressions/* "corpus/$target/"
 exec cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$secs" -max_len=4096
