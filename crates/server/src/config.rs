@@ -56,6 +56,9 @@ pub struct Config {
     /// Address put in Via and used to recognise requests for this server;
     /// defaults to the UDP address.
     pub advertise: SocketAddr,
+    /// Add Record-Route to dialog-creating requests the proxy forwards, so
+    /// ACK, BYE and re-INVITEs traverse it too (RFC 3261 §16.6 step 4).
+    pub record_route: bool,
     /// Extra host names that mean "this server" in Request-URIs.
     pub domains: Vec<String>,
     /// Require digest authentication (401 for REGISTER, 407 for INVITE).
@@ -94,6 +97,7 @@ impl Default for Config {
             http: Some(SocketAddr::from(([127, 0, 0, 1], 8060))),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             advertise: udp,
+            record_route: false,
             domains: vec!["localhost".to_owned()],
             auth: false,
             realm: "sipsec".to_owned(),
@@ -127,6 +131,8 @@ pub struct FileConfig {
     pub advertise: Option<SocketAddr>,
     /// Host names that mean this server.
     pub domains: Option<Vec<String>>,
+    /// Record-route dialog-creating requests (proxy mode).
+    pub record_route: Option<bool>,
     /// Worker threads; 0 means one per core.
     pub workers: Option<usize>,
     /// Location store directory.
@@ -273,6 +279,9 @@ impl Config {
         }
         if let Some(d) = f.domains {
             self.domains = d;
+        }
+        if let Some(r) = f.record_route {
+            self.record_route = r;
         }
         if let Some(w) = f.workers {
             if w > 0 {

@@ -109,6 +109,7 @@ pub struct Core {
     lines: String,
     via: String,
     ip: String,
+    rr: String,
     tag: String,
     challenges: Vec<(&'static str, String)>,
 }
@@ -168,6 +169,7 @@ impl Core {
             lines: String::with_capacity(512),
             via: String::with_capacity(128),
             ip: String::with_capacity(48),
+            rr: String::with_capacity(64),
             tag: String::with_capacity(24),
             challenges: Vec::with_capacity(2),
         }
@@ -565,6 +567,11 @@ impl Core {
                 });
             new_ruri = Some(contact);
             addr
+        } else if pop_route {
+            // In-dialog request that record-routed through us (§16.12):
+            // the Request-URI is the peer's contact.
+            out_transport = Transport::of_uri(ruri);
+            ruri.host().and_then(|h| resolve(h, ruri.port()))
         } else {
             // No open relay: only requests for this server's domains are proxied.
             return self.respond(
@@ -599,10 +606,23 @@ impl Core {
             || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
         self.ip.clear();
         let _ = write!(self.ip, "{}", src.ip());
+        // Dialog-creating requests for local users record-route when asked,
+        // so the dialog's later requests come back through this proxy.
+        self.rr.clear();
+        if self.shared.config.record_route
+            && new_ruri.is_some()
+            && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
+        {
+            let _ = write!(self.rr, "<sip:{};lr", self.shared.config.advertise);
+            if out_transport == Transport::Tcp {
+                self.rr.push_str(";transport=tcp");
+            }
+            self.rr.push('>');
+        }
         let edits = RequestEdits {
             request_uri: new_ruri.as_deref(),
             via: Some(&self.via),
-            record_route: None,
+            record_route: (!self.rr.is_empty()).then_some(self.rr.as_str()),
             pop_route,
             received: annotate.then_some((self.ip.as_str(), src.port())),
             max_forwards: true,

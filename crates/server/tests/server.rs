@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
-use sip_core::{HeaderName, Message, StatusCode};
+use sip_core::{HeaderName, Message, Method, StatusCode};
 use sipsec_server::location::Location;
 use sipsec_server::users::{UserEntry, Users};
 use sipsec_server::{start, Config, Mode, Started};
@@ -612,5 +612,59 @@ fn ipv6_registration() {
     assert_eq!(snap.len(), 1);
     assert_eq!(snap[0].0, "sip:v6@[::1]");
     assert!(snap[0].1.source.is_ipv6());
+    s.handle.shutdown();
+}
+
+#[test]
+fn record_route_brings_in_dialog_requests_back() {
+    let dir = tempdir("rr");
+    let s = start(Config {
+        mode: Mode::Proxy,
+        record_route: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        ..Config::default()
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    let (uac, uas) = (Ua::new(srv), Ua::new(srv));
+    let contact = format!("sip:bob@127.0.0.1:{}", uas.port());
+    assert_eq!(
+        status(&uas.register("bob", "b1", 1, &format!("<{contact}>"), "")),
+        200
+    );
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bKrr1", 70, "INVITE"),
+        srv,
+    );
+    let (fwd, _) = uas.recv();
+    let f = Message::parse(fwd.as_bytes()).expect("parses");
+    let rr = format!("<sip:{srv};lr>");
+    assert_eq!(f.header(HeaderName::RecordRoute), Some(rr.as_str()));
+    // The BYE goes to the callee's contact with the recorded route.
+    let bye = invite(uac.port(), srv, "bob", "z9hG4bKrr2", 70, "BYE")
+        .replacen(&format!("BYE sip:bob@{srv}"), &format!("BYE {contact}"), 1)
+        .replacen(
+            "Content-Length: 0\r\n",
+            &format!("Route: {rr}\r\nContent-Length: 0\r\n"),
+            1,
+        );
+    uac.send(&bye, srv);
+    let (fwd, _) = uas.recv();
+    let f = Message::parse(fwd.as_bytes()).expect("parses");
+    assert_eq!(f.method(), Method::Bye);
+    assert_eq!(f.route_count(), 0, "our Route is consumed");
+    assert_eq!(f.via_count(), 2);
+    // Without our Route, a foreign Request-URI is still refused.
+    let relay = invite(uac.port(), srv, "bob", "z9hG4bKrr3", 70, "BYE").replacen(
+        &format!("BYE sip:bob@{srv}"),
+        "BYE sip:bob@192.0.2.50",
+        1,
+    );
+    assert_eq!(status(&uac.ask(&relay)), 403);
     s.handle.shutdown();
 }

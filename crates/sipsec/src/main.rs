@@ -93,6 +93,9 @@ struct ServeArgs {
     /// Worker threads, one UDP socket each [default: one per core].
     #[arg(long)]
     workers: Option<usize>,
+    /// Record-route forwarded INVITE/SUBSCRIBE/REFER so in-dialog requests traverse the proxy.
+    #[arg(long)]
+    record_route: bool,
     /// fsync every location change (survives power loss; slower).
     #[arg(long)]
     fsync: bool,
@@ -147,6 +150,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         };
     }
     config.auth |= a.auth;
+    config.record_route |= a.record_route;
     if let Some(d) = a.digest {
         config.digest_algorithms = d;
     }
