@@ -668,3 +668,89 @@ fn record_route_brings_in_dialog_requests_back() {
     assert_eq!(status(&uac.ask(&relay)), 403);
     s.handle.shutdown();
 }
+
+/// Drives the core directly with chosen times: an expired nonce gets a new
+/// challenge with stale=true, a fresh one is accepted.
+#[test]
+fn expired_nonces_are_stale() {
+    use sipsec_server::auth::{Authenticator, NonceKey};
+    use sipsec_server::location::MemoryLocation;
+    use sipsec_server::{Core, Reply, Shared, Transport};
+    use std::sync::Arc;
+
+    let mut users = Users::default();
+    users
+        .insert(
+            "alice",
+            "sipsec",
+            UserEntry::from_password("alice", "sipsec", "wonderland"),
+        )
+        .expect("user");
+    let auth = Authenticator::new(
+        "sipsec",
+        NonceKey::from_secret([9; 32], 60),
+        users,
+        &[Algorithm::Md5],
+    );
+    let config = Config {
+        auth: true,
+        advertise: "127.0.0.1:5060".parse().expect("addr"),
+        ..Config::default()
+    };
+    let shared = Arc::new(Shared::new(
+        config,
+        Arc::new(MemoryLocation::new()),
+        Some(auth),
+    ));
+    let mut core = Core::new(shared, None);
+    let src: SocketAddr = "127.0.0.1:5099".parse().expect("addr");
+    let register = |cseq: u32, auth: &str| {
+        format!(
+            "REGISTER sip:127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5099;branch=z9hG4bKst{cseq}\r\nFrom: <sip:alice@127.0.0.1>;tag=s\r\nTo: <sip:alice@127.0.0.1>\r\nCall-ID: stale-test\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:alice@127.0.0.1:5099>\r\n{auth}Content-Length: 0\r\n\r\n"
+        )
+    };
+    let mut out = Vec::new();
+    let mut ask = |msg: String, now: u64| -> String {
+        out.clear();
+        assert_eq!(
+            core.handle(msg.as_bytes(), src, Transport::Udp, now, &mut out),
+            Reply::Send(src, Transport::Udp)
+        );
+        String::from_utf8(out.clone()).expect("utf-8")
+    };
+    let t0 = 1_000_000;
+    let r = ask(register(1, ""), t0);
+    let challenge = Message::parse(r.as_bytes())
+        .expect("parses")
+        .header(HeaderName::WwwAuthenticate)
+        .expect("401")
+        .to_owned();
+    assert!(!challenge.contains("stale"));
+    let uri = "sip:127.0.0.1:5060";
+    let creds = authorization(
+        &challenge,
+        "alice",
+        "wonderland",
+        "REGISTER",
+        uri,
+        1,
+        "Authorization",
+    );
+    let late = ask(register(2, &creds), t0 + 61);
+    assert_eq!(status(&late), 401);
+    assert!(late.contains("stale=true"), "{late}");
+    let fresh = authorization(
+        &challenge,
+        "alice",
+        "wonderland",
+        "REGISTER",
+        uri,
+        2,
+        "Authorization",
+    );
+    assert_eq!(
+        status(&ask(register(3, &fresh), t0 + 30)),
+        200,
+        "within nonce_ttl"
+    );
+}
