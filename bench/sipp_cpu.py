@@ -49,14 +49,29 @@ def sipp(server, scenario, rate, calls, port, extra, transport="u1"):
         return int(vals[-1]) if vals and vals[-1].isdigit() else 0
     return count("Successful call"), count("Failed call"), elapsed
 
+AUTH = False
+
+def sipsec_users(workdir):
+    """A users file with user00000… (password pw) and callee, via `sipsec users import`."""
+    exe = os.path.join(ROOT, "target", "release", "sipsec")
+    csv = os.path.join(workdir, "users.csv")
+    with open(csv, "w") as f:
+        f.write("username,password\ncallee,pw\n")
+        for i in range(USERS):
+            f.write(f"user{i:05d},pw\n")
+    users = os.path.join(workdir, "users.tsv")
+    subprocess.run([exe, "users", "import", csv, "--file", users], check=True, capture_output=True)
+    return users
+
 class Server:
     def __init__(self, kind, mode, workdir, port):
         self.kind, self.port, self.proc = kind, port, None
         if kind == "sipsec":
             exe = os.path.join(ROOT, "target", "release", "sipsec")
+            auth = ["--auth", "--digest", "md5", "--users", sipsec_users(workdir)] if AUTH else []
             self.proc = subprocess.Popen([exe, "serve", "--mode", mode, "--udp", f"127.0.0.1:{port}",
                                           "--no-tcp", "--no-http", "--workers", "2",
-                                          "--data-dir", os.path.join(workdir, f"data-{mode}")],
+                                          "--data-dir", os.path.join(workdir, f"data-{mode}")] + auth,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             self.proc.stdout.readline()
             self.name = "sipsec"
@@ -156,9 +171,10 @@ def measure(kind, rate, calls, workdir, port, only):
 def registrar_ops(kind, workdir, port, inf, run):
     s = Server(kind, "registrar", workdir, port)
     reg_port = 16000
-    run("register", s, "register.xml", ["-inf", inf, "-key", "expires", "3600"], reg_port)
-    run("register-update", s, "register.xml", ["-inf", inf, "-key", "expires", "1800"], reg_port)
-    run("register-logout", s, "register.xml", ["-inf", inf, "-key", "expires", "0"], reg_port)
+    sc = "register_auth.xml" if AUTH else "register.xml"
+    run("register", s, sc, ["-inf", inf, "-key", "expires", "3600"], reg_port)
+    run("register-update", s, sc, ["-inf", inf, "-key", "expires", "1800"], reg_port)
+    run("register-logout", s, sc, ["-inf", inf, "-key", "expires", "0"], reg_port)
     s.stop()
 
 def proxy_ops(kind, workdir, port, callee, run):
@@ -186,7 +202,12 @@ def main():
     ap.add_argument("--port", type=int, default=15060)
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--only", default="", help="comma-separated operations to run (default: all)")
+    ap.add_argument("--auth", action="store_true", help="digest authentication (sipsec only; registrar operations)")
     a = ap.parse_args()
+    global AUTH
+    AUTH = a.auth
+    if a.auth and (a.server != "sipsec" or (a.only and any(not o.startswith("register") for o in a.only.split(",")))):
+        sys.exit("--auth measures sipsec's registrar operations only: add --only register,register-update,register-logout")
     if not shutil.which("sipp"):
         sys.exit("sipp not found: run ./setup.sh")
     with tempfile.TemporaryDirectory() as d:

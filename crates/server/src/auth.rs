@@ -143,10 +143,12 @@ impl NonceKey {
     }
 }
 
-/// Remembers the highest nonce count used with each nonce (RFC 7616 §3.4.5).
+/// Remembers the highest nonce count used with each nonce (RFC 7616
+/// §3.4.5) and which request used it, so that a retransmission of that
+/// same request (lost answer, UDP) is not mistaken for a replay.
 #[derive(Debug)]
 pub struct NcTracker {
-    shards: Vec<Mutex<HashMap<Nonce, u32>>>,
+    shards: Vec<Mutex<HashMap<Nonce, (u32, u64)>>>,
     per_shard: usize,
 }
 
@@ -160,8 +162,10 @@ impl NcTracker {
         }
     }
 
-    /// Accepts `nc` if it is above every count seen with `nonce`.
-    pub fn accept(&self, nonce: &str, nc: u32) -> bool {
+    /// Accepts `nc` if it is above every count seen with `nonce`, or equal
+    /// to the last one and `request` identifies the same request (a
+    /// retransmission).
+    pub fn accept(&self, nonce: &str, nc: u32, request: u64) -> bool {
         let Ok(key) = <[u8; NONCE_LEN]>::try_from(nonce.as_bytes()) else {
             return false;
         };
@@ -170,12 +174,12 @@ impl NcTracker {
         if m.len() >= self.per_shard && !m.contains_key(&Nonce(key)) {
             m.clear();
         }
-        let last = m.entry(Nonce(key)).or_insert(0);
-        if nc > *last {
-            *last = nc;
+        let last = m.entry(Nonce(key)).or_insert((0, 0));
+        if nc > last.0 {
+            *last = (nc, request);
             true
         } else {
-            false
+            nc == last.0 && request == last.1
         }
     }
 }
@@ -225,6 +229,7 @@ pub struct Authenticator {
     nc: NcTracker,
     users: Users,
     algorithms: Vec<Algorithm>,
+    request_ids: std::hash::RandomState,
     /// HA1s for users that do not exist, so that a lookup miss costs the
     /// same work as a wrong password.
     decoy: UserEntry,
@@ -241,6 +246,7 @@ impl Authenticator {
             nc: NcTracker::new(1 << 16),
             users,
             algorithms: algorithms.to_vec(),
+            request_ids: std::hash::RandomState::new(),
             decoy,
         }
     }
@@ -345,8 +351,16 @@ impl Authenticator {
         if !(good && uri_ok && entry.is_some()) {
             return AuthResult::Failed(AuthFailure::Rejected);
         }
+        let request = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = self.request_ids.build_hasher();
+            h.write(msg.call_id().as_bytes());
+            h.write_u32(msg.cseq().seq);
+            h.write(msg.method().as_str().as_bytes());
+            h.finish()
+        };
         match c.nc_value() {
-            Some(n) if self.nc.accept(nonce, n) => AuthResult::Ok(username),
+            Some(n) if self.nc.accept(nonce, n, request) => AuthResult::Ok(username),
             _ => AuthResult::Failed(AuthFailure::Rejected),
         }
     }
@@ -387,9 +401,16 @@ mod tests {
     fn nc_must_increase() {
         let t = NcTracker::new(64);
         let n = key().issue(1, "r");
-        assert!(t.accept(n.as_str(), 1));
-        assert!(!t.accept(n.as_str(), 1));
-        assert!(t.accept(n.as_str(), 3));
-        assert!(!t.accept(n.as_str(), 2));
+        assert!(t.accept(n.as_str(), 1, 11));
+        assert!(
+            t.accept(n.as_str(), 1, 11),
+            "retransmission of the same request"
+        );
+        assert!(
+            !t.accept(n.as_str(), 1, 12),
+            "same count, other request: replay"
+        );
+        assert!(t.accept(n.as_str(), 3, 13));
+        assert!(!t.accept(n.as_str(), 2, 12));
     }
 }
