@@ -147,6 +147,8 @@ pub struct Metrics {
     pub journal_errors: AtomicU64,
     /// Requests refused by the rate limiter or a ban.
     pub rate_limited: AtomicU64,
+    /// Outbound TCP connects in progress (a gauge).
+    pub tcp_connects_pending: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -255,6 +257,11 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_tcp_connects_pending Outbound TCP connects in progress.\n# TYPE sipsec_tcp_connects_pending gauge\nsipsec_tcp_connects_pending {}",
+            self.tcp_connects_pending.load(Ordering::Relaxed)
+        );
         for (name, help, v) in gauges {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }

@@ -28,6 +28,8 @@ pub const MAX_CONNECTIONS: usize = 4096;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 const POLL: Duration = Duration::from_millis(200);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Outbound connects in progress at most; more are refused (dropped).
+pub const MAX_PENDING_CONNECTS: usize = 64;
 
 type Writer = Arc<Mutex<TcpStream>>;
 
@@ -111,21 +113,49 @@ impl TcpHub {
         Ok(writer)
     }
 
-    /// Sends `bytes` to `dest` on its connection, connecting if needed.
+    /// Sends `bytes` to `dest` on its open connection. Without one, the
+    /// connect happens on a background thread (at most
+    /// [`MAX_PENDING_CONNECTS`] at once) so that an unreachable target
+    /// cannot stall the caller, a worker serving everyone; the message is
+    /// sent when the connection is up, or dropped like a lost datagram.
     pub fn send(self: &Arc<Self>, dest: SocketAddr, bytes: &[u8]) -> io::Result<()> {
         let existing = lock(&self.conns).get(&dest).cloned();
-        let conn = match existing {
-            Some(c) => c,
-            None => {
-                let s = TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT)?;
-                self.adopt(s, dest)?
-            }
+        let Some(conn) = existing else {
+            return self.connect_then_send(dest, bytes.to_vec());
         };
         let r = lock(&conn).write_all(bytes);
         if r.is_err() {
             lock(&self.conns).remove(&dest);
         }
         r
+    }
+
+    fn connect_then_send(self: &Arc<Self>, dest: SocketAddr, bytes: Vec<u8>) -> io::Result<()> {
+        let pending = &self.shared.metrics.tcp_connects_pending;
+        if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CONNECTS as u64 {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(io::Error::other("too many TCP connects in progress"));
+        }
+        let hub = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tcp-connect".into())
+            .spawn(move || {
+                let result = TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT)
+                    .and_then(|s| hub.adopt(s, dest))
+                    .and_then(|conn| lock(&conn).write_all(&bytes));
+                if result.is_err() {
+                    lock(&hub.conns).remove(&dest);
+                }
+                hub.shared
+                    .metrics
+                    .tcp_connects_pending
+                    .fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Sends what a core produced.

@@ -181,3 +181,63 @@ fn proxy_between_tcp_and_udp() {
     assert_eq!(r.via_count(), 1);
     s.handle.shutdown();
 }
+
+/// A TCP target that never answers must not stall the UDP worker: a
+/// request sent right behind the INVITEs to it is answered while their
+/// connects (2 s timeout) are still pending. A blocked worker could only
+/// answer after they had all timed out.
+#[test]
+fn unreachable_tcp_target_does_not_stall_workers() {
+    let s = server(Mode::Proxy, "blackhole");
+    let udp = s.handle.local_addr();
+    let c = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let port = c.local_addr().expect("addr").port();
+    let mut b = [0u8; 4096];
+    // 192.0.2.1 (TEST-NET-1) is never routed: the connect can only time out.
+    c.send_to(
+        register(
+            udp,
+            "ghost",
+            "<sip:ghost@192.0.2.1:5060;transport=tcp>",
+            "UDP",
+            port,
+        )
+        .as_bytes(),
+        udp,
+    )
+    .expect("send");
+    let (n, _) = c.recv_from(&mut b).expect("200");
+    assert!(b[..n].starts_with(b"SIP/2.0 200 OK"));
+    let invite = format!(
+        "INVITE sip:ghost@{udp} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bKbh1\r\nMax-Forwards: 70\r\nFrom: <sip:a@{udp}>;tag=a\r\nTo: <sip:ghost@{udp}>\r\nCall-ID: bh\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
+    );
+    for i in 0..4 {
+        c.send_to(invite.replace("bh1", &format!("bh{i}")).as_bytes(), udp)
+            .expect("send");
+    }
+    // A REGISTER right behind them is answered at once, not after connect timeouts.
+    c.send_to(
+        register(udp, "alive", "<sip:alive@192.0.2.2>", "UDP", port).as_bytes(),
+        udp,
+    )
+    .expect("send");
+    let (n, _) = c.recv_from(&mut b).expect("answer");
+    let pending = s
+        .handle
+        .shared()
+        .metrics
+        .tcp_connects_pending
+        .load(std::sync::atomic::Ordering::Acquire);
+    assert!(
+        b[..n].starts_with(b"SIP/2.0 200 OK"),
+        "{}",
+        String::from_utf8_lossy(&b[..n])
+    );
+    assert!(
+        pending > 0,
+        "the connects must still be in progress when the REGISTER is answered"
+    );
+    s.handle.shutdown();
+}
