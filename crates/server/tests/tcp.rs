@@ -186,6 +186,9 @@ fn proxy_between_tcp_and_udp() {
 /// request sent right behind the INVITEs to it is answered while their
 /// connects (2 s timeout) are still pending. A blocked worker could only
 /// answer after they had all timed out.
+///
+/// The unanswering target stays on loopback: a listener whose accept queue
+/// is full makes Linux drop further SYNs, so connects to it hang.
 #[test]
 fn unreachable_tcp_target_does_not_stall_workers() {
     let s = server(Mode::Proxy, "blackhole");
@@ -195,16 +198,25 @@ fn unreachable_tcp_target_does_not_stall_workers() {
         .expect("timeout");
     let port = c.local_addr().expect("addr").port();
     let mut b = [0u8; 4096];
-    // 192.0.2.1 (TEST-NET-1) is never routed: the connect can only time out.
+    let blackhole =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    blackhole
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    blackhole.listen(0).expect("listen");
+    let hole = blackhole
+        .local_addr()
+        .expect("addr")
+        .as_socket()
+        .expect("inet");
+    // Fill the accept queue (never accepted), so later SYNs are dropped.
+    let fillers: Vec<_> = (0..4)
+        .filter_map(|_| TcpStream::connect_timeout(&hole, Duration::from_millis(300)).ok())
+        .collect();
+    assert!(!fillers.is_empty());
+    let contact = format!("<sip:ghost@{hole};transport=tcp>");
     c.send_to(
-        register(
-            udp,
-            "ghost",
-            "<sip:ghost@192.0.2.1:5060;transport=tcp>",
-            "UDP",
-            port,
-        )
-        .as_bytes(),
+        register(udp, "ghost", &contact, "UDP", port).as_bytes(),
         udp,
     )
     .expect("send");
