@@ -54,12 +54,14 @@ AUTH = False
 def sipsec_users(workdir):
     """A users file with user00000… (password pw) and callee, via `sipsec users import`."""
     exe = os.path.join(ROOT, "target", "release", "sipsec")
+    users = os.path.join(workdir, "users.tsv")
+    if os.path.exists(users):
+        return users  # one import serves every mode of a run
     csv = os.path.join(workdir, "users.csv")
     with open(csv, "w") as f:
         f.write("username,password\ncallee,pw\n")
         for i in range(USERS):
             f.write(f"user{i:05d},pw\n")
-    users = os.path.join(workdir, "users.tsv")
     subprocess.run([exe, "users", "import", csv, "--file", users], check=True, capture_output=True)
     return users
 

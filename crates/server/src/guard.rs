@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Guard settings. The defaults are on.
@@ -72,6 +73,9 @@ pub struct Guard {
     cfg: GuardConfig,
     shards: Vec<Mutex<HashMap<IpAddr, Source>>>,
     hasher: RandomState,
+    /// The latest expiry (Unix seconds) of any ban: while it has passed, a
+    /// source exempt from the rate limit is admitted without a lookup.
+    bans_until: AtomicU64,
 }
 
 impl Guard {
@@ -81,6 +85,7 @@ impl Guard {
             cfg,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
+            bans_until: AtomicU64::new(0),
         }
     }
 
@@ -123,6 +128,9 @@ impl Guard {
         if !limit && self.cfg.max_auth_failures == 0 {
             return Verdict::Admit;
         }
+        if !limit && now_ms / 1000 >= self.bans_until.load(Ordering::Relaxed) {
+            return Verdict::Admit;
+        }
         let mut map = self.shard(&ip);
         if !limit && !map.contains_key(&ip) {
             return Verdict::Admit;
@@ -161,6 +169,7 @@ impl Guard {
         if s.failures >= self.cfg.max_auth_failures {
             s.banned_until = now_s + self.cfg.ban_seconds;
             s.failures = 0;
+            self.bans_until.fetch_max(s.banned_until, Ordering::Relaxed);
             return true;
         }
         false
