@@ -59,6 +59,10 @@ pub struct Config {
     /// Add Record-Route to dialog-creating requests the proxy forwards, so
     /// ACK, BYE and re-INVITEs traverse it too (RFC 3261 §16.6 step 4).
     pub record_route: bool,
+    /// Proxy with transactions (RFC 3261 §16, §17): absorb retransmissions,
+    /// send 100 Trying, handle CANCEL, time out with 408; record-routes
+    /// dialog-creating requests. Off: stateless forwarding (§16.11).
+    pub stateful: bool,
     /// Extra host names that mean "this server" in Request-URIs.
     pub domains: Vec<String>,
     /// Require digest authentication (401 for REGISTER, 407 for INVITE).
@@ -98,6 +102,7 @@ impl Default for Config {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             advertise: udp,
             record_route: false,
+            stateful: false,
             domains: vec!["localhost".to_owned()],
             auth: false,
             realm: "sipsec".to_owned(),
@@ -133,6 +138,8 @@ pub struct FileConfig {
     pub domains: Option<Vec<String>>,
     /// Record-route dialog-creating requests (proxy mode).
     pub record_route: Option<bool>,
+    /// Transaction-stateful proxy.
+    pub stateful: Option<bool>,
     /// Worker threads; 0 means one per core.
     pub workers: Option<usize>,
     /// Location store directory.
@@ -282,6 +289,9 @@ impl Config {
         }
         if let Some(r) = f.record_route {
             self.record_route = r;
+        }
+        if let Some(st) = f.stateful {
+            self.stateful = st;
         }
         if let Some(w) = f.workers {
             if w > 0 {

@@ -20,6 +20,7 @@ use crate::location::{
     Binding, ContactChange, Journal, Location, MemoryLocation, Record, UpdateError,
 };
 use crate::metrics::{Metrics, Stage};
+use crate::stateful::{Hop, Key, Seen, Sends, StartError, Transactions, Upstream, BRANCH_PREFIX};
 
 /// Prefix of the To tags on responses this server generates; an ACK
 /// carrying one acknowledges such a response and ends here.
@@ -79,6 +80,8 @@ pub struct Shared {
     pub started: u64,
     /// Per-source rate limit and fail-ban.
     pub guard: crate::guard::Guard,
+    /// The proxy's transactions, when it is transaction-stateful.
+    pub transactions: Option<Transactions>,
     branch_salt: RandomState,
 }
 
@@ -86,6 +89,8 @@ impl Shared {
     /// Bundles the shared state.
     pub fn new(config: Config, location: Arc<MemoryLocation>, auth: Option<Authenticator>) -> Self {
         let guard = crate::guard::Guard::new(config.guard.clone());
+        let transactions = (config.stateful && config.mode == Mode::Proxy)
+            .then(|| Transactions::new(sip_core::transaction::TimerConfig::RFC3261));
         Self {
             config,
             location,
@@ -93,6 +98,7 @@ impl Shared {
             metrics: Metrics::default(),
             started: crate::udp::unix_now(),
             guard,
+            transactions,
             branch_salt: RandomState::new(),
         }
     }
@@ -112,6 +118,7 @@ pub struct Core {
     rr: String,
     tag: String,
     challenges: Vec<(&'static str, String)>,
+    sends: Sends,
 }
 
 fn now_ms() -> u64 {
@@ -172,12 +179,20 @@ impl Core {
             rr: String::with_capacity(64),
             tag: String::with_capacity(24),
             challenges: Vec::with_capacity(2),
+            sends: Sends::default(),
         }
     }
 
     /// The shared state.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Messages the last [`handle`](Self::handle) produced besides its
+    /// reply (stateful proxy: 100 Trying, ACK and CANCEL downstream,
+    /// responses resent for retransmitted requests).
+    pub fn extra(&self) -> &Sends {
+        &self.sends
     }
 
     fn is_local_host(&self, host: Host<'_>, port: Option<u16>) -> bool {
@@ -219,6 +234,7 @@ impl Core {
         out: &mut Vec<u8>,
     ) -> Reply {
         self.transport = transport;
+        self.sends.clear();
         if self.shared.guard.admit(src.ip(), now_ms()) != crate::guard::Verdict::Admit {
             bump(&self.shared.metrics.rate_limited);
             return Reply::Drop;
@@ -484,8 +500,55 @@ impl Core {
         h.finish()
     }
 
+    /// Where responses to `msg` go (RFC 3261 §18.2.2): back on the
+    /// connection for TCP; for UDP the source address, and the Via's port
+    /// unless rport asked for the source port.
+    fn upstream(&self, msg: &Message<'_>, src: SocketAddr) -> Hop {
+        let top = msg.top_via();
+        if self.transport == Transport::Tcp || top.rport().is_some() {
+            return (src, self.transport);
+        }
+        (
+            SocketAddr::new(src.ip(), top.port().unwrap_or(5060)),
+            Transport::Udp,
+        )
+    }
+
+    /// Stateful proxy: requests that belong to a transaction end here.
+    fn stateful_request(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let tx = self.shared.transactions.as_ref()?;
+        let key = Key {
+            branch: self.branch(msg),
+            cancel: false,
+        };
+        let now = Instant::now();
+        let metrics = &self.shared.metrics;
+        if msg.method() == Method::Cancel {
+            // §16.10: answer the CANCEL here; the INVITE's 487 comes back
+            // from downstream.
+            let status = if tx.on_cancel(key, now, &mut self.sends, metrics) {
+                StatusCode::OK
+            } else {
+                StatusCode::CALL_DOES_NOT_EXIST
+            };
+            return Some(self.respond(msg, status, &[], src, out));
+        }
+        match tx.on_request(key, msg.method(), now, &mut self.sends, metrics) {
+            Seen::Absorbed => Some(Reply::Drop),
+            Seen::New => None,
+        }
+    }
+
     fn route(&mut self, msg: &Message<'_>, src: SocketAddr, now: u64, out: &mut Vec<u8>) -> Reply {
         let method = msg.method();
+        if let Some(reply) = self.stateful_request(msg, src, out) {
+            return reply;
+        }
         if method == Method::Ack
             && msg
                 .to()
@@ -595,7 +658,7 @@ impl Core {
         self.via.clear();
         let _ = write!(
             self.via,
-            "SIP/2.0/{} {};branch=z9hG4bKsps{branch:016x}",
+            "SIP/2.0/{} {};branch={BRANCH_PREFIX}{branch:016x}",
             out_transport.as_str(),
             self.shared.config.advertise
         );
@@ -609,7 +672,7 @@ impl Core {
         // Dialog-creating requests for local users record-route when asked,
         // so the dialog's later requests come back through this proxy.
         self.rr.clear();
-        if self.shared.config.record_route
+        if (self.shared.config.record_route || self.shared.transactions.is_some())
             && new_ruri.is_some()
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
@@ -651,10 +714,7 @@ impl Core {
                     out,
                 )
             }
-            Ok(()) => {
-                bump(&self.shared.metrics.forwarded);
-                Reply::Send(target, out_transport)
-            }
+            Ok(()) => self.forwarded(msg, src, target, out_transport, out),
             Err(_) => {
                 out.clear();
                 self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out)
@@ -662,10 +722,82 @@ impl Core {
         }
     }
 
+    /// A request was written into `out` for `target`: with transactions,
+    /// open one first (a response may come back before this returns).
+    fn forwarded(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        target: SocketAddr,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        if let Some(tx) = &self.shared.transactions {
+            if msg.method() != Method::Ack {
+                let key = Key {
+                    branch: self.branch(msg),
+                    cancel: false,
+                };
+                let up = self.upstream(msg, src);
+                let started = tx.start(
+                    key,
+                    msg,
+                    up,
+                    out,
+                    (target, transport),
+                    Instant::now(),
+                    &mut self.sends,
+                    &self.shared.metrics,
+                );
+                match started {
+                    Ok(()) => {}
+                    Err(StartError::Exists) => {
+                        out.clear();
+                        return Reply::Drop;
+                    }
+                    Err(StartError::Full) => {
+                        out.clear();
+                        return self.respond(
+                            msg,
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            &[("Retry-After", "5")],
+                            src,
+                            out,
+                        );
+                    }
+                }
+            }
+        }
+        bump(&self.shared.metrics.forwarded);
+        Reply::Send(target, transport)
+    }
+
     fn forward_response(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Reply {
         if !self.is_our_via(msg.top_via()) || msg.via_count() < 2 {
             bump(&self.shared.metrics.dropped);
             return Reply::Drop;
+        }
+        if let (Some(tx), Some(key)) = (&self.shared.transactions, Key::of_response(msg)) {
+            let metrics = &self.shared.metrics;
+            let strip = |m: &Message<'_>, o: &mut Vec<u8>| forward_response(m, o).is_ok();
+            match tx.on_response(
+                key,
+                msg,
+                Instant::now(),
+                out,
+                &mut self.sends,
+                metrics,
+                strip,
+            ) {
+                Upstream::Unknown => {}
+                Upstream::Absorbed => return Reply::Drop,
+                Upstream::Send((dest, transport)) => {
+                    if let Some(st) = msg.status() {
+                        metrics.response(st.as_u16());
+                    }
+                    return Reply::Send(dest, transport);
+                }
+            }
         }
         let Some(next) = msg.vias().nth(1) else {
             return Reply::Drop;

@@ -3,7 +3,8 @@
 //! [`core`] decides what to answer or forward (no I/O); [`udp`] moves
 //! datagrams between sockets and the core on one thread per worker;
 //! [`location`] keeps bindings (in memory, journaled to disk); [`auth`] and
-//! [`users`] implement digest authentication.
+//! [`users`] implement digest authentication; [`stateful`] keeps the
+//! proxy's transactions when it runs transaction-stateful.
 #![deny(unsafe_code)] // allowed only in `mmsg`, the recvmmsg/sendmmsg wrapper
 #![deny(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod location;
 pub mod metrics;
 pub mod mmsg;
 pub mod server;
+pub mod stateful;
 pub mod tcp;
 pub mod udp;
 pub mod users;

@@ -149,6 +149,14 @@ pub struct Metrics {
     pub rate_limited: AtomicU64,
     /// Outbound TCP connects in progress (a gauge).
     pub tcp_connects_pending: AtomicU64,
+    /// Proxy transactions in the table (a gauge; stateful mode).
+    pub active_transactions: AtomicU64,
+    /// Request retransmissions absorbed by a transaction (stateful mode).
+    pub retransmissions_absorbed: AtomicU64,
+    /// Client transactions that timed out, answered upstream with 408.
+    pub transaction_timeouts: AtomicU64,
+    /// CANCELs received for a pending INVITE.
+    pub cancels: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -208,7 +216,7 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let counters: [(&str, &str, &AtomicU64); 11] = [
             (
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
@@ -249,6 +257,21 @@ impl Metrics {
                 "Requests refused by rate limit or ban.",
                 &self.rate_limited,
             ),
+            (
+                "sipsec_retransmissions_absorbed_total",
+                "Request retransmissions answered from a transaction.",
+                &self.retransmissions_absorbed,
+            ),
+            (
+                "sipsec_transaction_timeouts_total",
+                "Forwarded requests never answered (408 sent upstream).",
+                &self.transaction_timeouts,
+            ),
+            (
+                "sipsec_cancels_total",
+                "CANCELs matched to a pending INVITE.",
+                &self.cancels,
+            ),
         ];
         for (name, help, c) in counters {
             let _ = writeln!(
@@ -261,6 +284,11 @@ impl Metrics {
             o,
             "# HELP sipsec_tcp_connects_pending Outbound TCP connects in progress.\n# TYPE sipsec_tcp_connects_pending gauge\nsipsec_tcp_connects_pending {}",
             self.tcp_connects_pending.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_active_transactions Proxy transactions in progress.\n# TYPE sipsec_active_transactions gauge\nsipsec_active_transactions {}",
+            self.active_transactions.load(Ordering::Relaxed)
         );
         for (name, help, v) in gauges {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use crate::auth::{Authenticator, NonceKey};
 use crate::config::Config;
-use crate::core::Shared;
+use crate::core::{Shared, Transport};
 use crate::location::{MemoryLocation, Persistence, Recovered};
+use crate::stateful::Sends;
 use crate::tcp::TcpHub;
 use crate::udp::{unix_now, ServerHandle, UdpServer};
 use crate::users::Users;
@@ -138,6 +139,12 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         }
         None => None,
     };
+    if shared.transactions.is_some() {
+        let sock = udp.sender().map_err(bind)?;
+        threads.push(
+            transaction_timers(shared.clone(), sock, hub.clone(), stop.clone()).map_err(bind)?,
+        );
+    }
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
         let view = crate::http::View {
@@ -154,4 +161,40 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         .with_tcp(tcp_addr)
         .with_http(http_addr);
     Ok(Started { handle, recovered })
+}
+
+/// How often the stateful proxy's timers are checked.
+const TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Runs the stateful proxy's timers (retransmissions, 408s, clean-up).
+fn transaction_timers(
+    shared: Arc<Shared>,
+    udp: std::net::UdpSocket,
+    hub: Option<Arc<TcpHub>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("transactions".into())
+        .spawn(move || {
+            let mut sends = Sends::default();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(TICK);
+                let Some(tx) = &shared.transactions else {
+                    return;
+                };
+                sends.clear();
+                tx.tick(std::time::Instant::now(), &mut sends, &shared.metrics);
+                for (bytes, (dest, transport)) in sends.iter() {
+                    match (transport, &hub) {
+                        (Transport::Udp, _) => {
+                            let _ = udp.send_to(bytes, dest);
+                        }
+                        (Transport::Tcp, Some(hub)) => {
+                            let _ = hub.send(dest, bytes);
+                        }
+                        (Transport::Tcp, None) => {}
+                    }
+                }
+            }
+        })
 }

@@ -214,6 +214,9 @@ impl TcpHub {
                         let reply =
                             core.handle(&buf[..n], peer, Transport::Tcp, unix_now(), &mut out);
                         self.dispatch(reply, &out);
+                        for (bytes, (dest, transport)) in core.extra().iter() {
+                            self.dispatch(Reply::Send(dest, transport), bytes);
+                        }
                         buf.drain(..n);
                     }
                     Err(e) if e.kind == ErrorKind::Incomplete => break,

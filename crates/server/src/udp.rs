@@ -211,6 +211,19 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
                 }
                 Reply::Drop => {}
             }
+            for (bytes, (dest, transport)) in core.extra().iter() {
+                match transport {
+                    Transport::Udp => {
+                        tx.next_buf().extend_from_slice(bytes);
+                        tx.commit(dest);
+                    }
+                    Transport::Tcp => {
+                        if let Some(hub) = hub {
+                            let _ = hub.send(dest, bytes);
+                        }
+                    }
+                }
+            }
         }
         tx.flush(&sock);
     }

@@ -757,3 +757,110 @@ fn expired_nonces_are_stale() {
         "within nonce_ttl"
     );
 }
+
+fn respond_to(req: &Message<'_>, code: u16, tag: &str) -> String {
+    let mut out = Vec::new();
+    sip_core::writer::write_response(
+        &mut out,
+        req,
+        StatusCode::new(code).expect("valid code"),
+        &sip_core::writer::ResponseOptions {
+            to_tag: Some(tag),
+            ..Default::default()
+        },
+    );
+    String::from_utf8(out).expect("utf-8")
+}
+
+/// Receives until a message that is not a `100 Trying` arrives.
+fn recv_skipping_trying(ua: &Ua) -> String {
+    loop {
+        let (m, _) = ua.recv();
+        if !m.starts_with("SIP/2.0 100 ") {
+            return m;
+        }
+    }
+}
+
+#[test]
+fn stateful_proxy_absorbs_retransmissions_and_forwards_cancel() {
+    let dir = tempdir("stateful");
+    let s = start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 2,
+        data_dir: dir.join("data"),
+        ..Config::default()
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    let metrics = &s.handle.shared().metrics;
+    let (uac, uas) = (Ua::new(srv), Ua::new(srv));
+    let contact = format!("<sip:bob@127.0.0.1:{}>", uas.port());
+    assert_eq!(status(&uas.register("bob", "b1", 1, &contact, "")), 200);
+
+    let inv = invite(uac.port(), srv, "bob", "z9hG4bKst1", 70, "INVITE");
+    uac.send(&inv, srv);
+    assert_eq!(status(&uac.recv().0), 100, "100 Trying at once (§16.2)");
+    let (fwd, _) = uas.recv();
+    let f = Message::parse(fwd.as_bytes()).expect("forwarded INVITE parses");
+    assert_eq!(f.method(), Method::Invite);
+    assert!(
+        f.header(HeaderName::RecordRoute).is_some(),
+        "stateful proxies record-route"
+    );
+    // A retransmitted INVITE is answered with the last provisional and
+    // not forwarded again.
+    uac.send(&inv, srv);
+    assert_eq!(status(&uac.recv().0), 100);
+    assert_eq!(
+        metrics
+            .retransmissions_absorbed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    uas.send(&respond_to(&f, 180, "b9"), srv);
+    assert_eq!(status(&recv_skipping_trying(&uac)), 180);
+
+    // CANCEL: answered 200 here, sent downstream, and the callee's 487 comes
+    // back; the proxy ACKs the 487 itself (hop by hop).
+    let cancel = inv.replacen("INVITE sip:", "CANCEL sip:", 1).replacen(
+        "CSeq: 1 INVITE",
+        "CSeq: 1 CANCEL",
+        1,
+    );
+    uac.send(&cancel, srv);
+    let r = uac.recv().0;
+    assert_eq!(status(&r), 200, "{r}");
+    assert!(r.contains("CSeq: 1 CANCEL"), "{r}");
+    let (c, _) = uas.recv();
+    let c = Message::parse(c.as_bytes()).expect("CANCEL parses");
+    assert_eq!(c.method(), Method::Cancel);
+    assert_eq!(c.top_via().branch(), f.top_via().branch());
+    uas.send(&respond_to(&c, 200, "b9"), srv);
+    uas.send(&respond_to(&f, 487, "b9"), srv);
+    let r = recv_skipping_trying(&uac);
+    assert_eq!(status(&r), 487, "{r}");
+    let (ack, _) = uas.recv();
+    let a = Message::parse(ack.as_bytes()).expect("ACK parses");
+    assert_eq!(a.method(), Method::Ack);
+    assert_eq!(a.to().tag(), Some("b9"));
+    assert_eq!(a.top_via().branch(), f.top_via().branch());
+    // The caller's ACK for the 487 ends at the proxy.
+    let ack =
+        inv.replacen("INVITE sip:", "ACK sip:", 1)
+            .replacen("CSeq: 1 INVITE", "CSeq: 1 ACK", 1);
+    uac.send(&ack, srv);
+    // CANCEL for an unknown transaction: 481.
+    let stray = invite(uac.port(), srv, "bob", "z9hG4bKnone", 70, "CANCEL");
+    assert_eq!(status(&uac.ask(&stray)), 481);
+    assert_eq!(
+        metrics.cancels.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    s.handle.shutdown();
+}

@@ -229,6 +229,43 @@ pub fn write_error_response(input: &[u8], err: &crate::ParseError, out: &mut Vec
     true
 }
 
+/// Writes a request that shares `request`'s transaction identity and
+/// routing (RFC 3261 §9.1, §17.1.1.3): its Request-URI, top Via only,
+/// Route fields, From, Call-ID and CSeq number, with `method` and `to`.
+fn write_sibling(request: &Message<'_>, method: &str, to: &str, out: &mut Vec<u8>) {
+    let StartLine::Request { uri, .. } = request.start_line() else {
+        return;
+    };
+    let mut w = MessageWriter::request(out, method, uri.as_str());
+    w.header("Via", request.top_via().as_str());
+    w.header("Max-Forwards", "70");
+    for h in request.headers_named(HeaderName::Route) {
+        w.header("Route", h.value);
+    }
+    w.header("From", request.from().as_str());
+    w.header("To", to);
+    w.header("Call-ID", request.call_id());
+    w.out.extend_from_slice(b"CSeq: ");
+    write_u64(w.out, u64::from(request.cseq().seq));
+    w.out.push(b' ');
+    w.out.extend_from_slice(method.as_bytes());
+    w.out.extend_from_slice(b"\r\n");
+    w.finish(b"");
+}
+
+/// Writes the CANCEL for a pending `request` (RFC 3261 §9.1). Nothing is
+/// written for a response.
+pub fn write_cancel(request: &Message<'_>, out: &mut Vec<u8>) {
+    write_sibling(request, "CANCEL", request.to().as_str(), out);
+}
+
+/// Writes the ACK an INVITE client transaction sends for the non-2xx
+/// final `response` to `request` (RFC 3261 §17.1.1.3): the To of the
+/// response (with its tag), everything else from the INVITE.
+pub fn write_ack(request: &Message<'_>, response: &Message<'_>, out: &mut Vec<u8>) {
+    write_sibling(request, "ACK", response.to().as_str(), out);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +347,43 @@ mod tests {
         let r = Message::parse(&out).unwrap();
         assert_eq!(r.to().tag(), None);
         assert_eq!(r.header(HeaderName::RecordRoute), None);
+    }
+
+    #[test]
+    fn cancel_and_ack_keep_the_transaction_identity() {
+        let req = b"INVITE sip:b@10.0.0.2:5070 SIP/2.0\r\nVia: SIP/2.0/UDP p:5060;branch=z9hG4bKsps1, SIP/2.0/UDP a;branch=z9hG4bK2\r\nRoute: <sip:r1;lr>\r\nRoute: <sip:r2;lr>\r\nMax-Forwards: 69\r\nFrom: \"A\" <sip:a@h>;tag=x\r\nTo: <sip:b@h>\r\nCall-ID: id1\r\nCSeq: 314159 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: 3\r\n\r\nv=0";
+        let m = Message::parse(req).unwrap();
+        let mut out = Vec::new();
+        write_cancel(&m, &mut out);
+        let c = Message::parse(&out).unwrap();
+        assert_eq!(c.method(), crate::Method::Cancel);
+        assert_eq!(c.request_uri().unwrap().as_str(), "sip:b@10.0.0.2:5070");
+        assert_eq!(c.via_count(), 1);
+        assert_eq!(c.top_via().branch(), Some("z9hG4bKsps1"));
+        assert_eq!(c.route_count(), 2);
+        assert_eq!(c.from().tag(), Some("x"));
+        assert_eq!(c.to().as_str(), "<sip:b@h>");
+        assert_eq!(c.call_id(), "id1");
+        assert_eq!(c.cseq().seq, 314159);
+        assert_eq!(c.cseq().method, crate::Method::Cancel);
+        assert_eq!(c.max_forwards(), Some(70));
+        assert!(c.body().is_empty());
+
+        let resp = b"SIP/2.0 486 Busy Here\r\nVia: SIP/2.0/UDP p:5060;branch=z9hG4bKsps1\r\nFrom: \"A\" <sip:a@h>;tag=x\r\nTo: <sip:b@h>;tag=callee\r\nCall-ID: id1\r\nCSeq: 314159 INVITE\r\nContent-Length: 0\r\n\r\n";
+        let r = Message::parse(resp).unwrap();
+        out.clear();
+        write_ack(&m, &r, &mut out);
+        let a = Message::parse(&out).unwrap();
+        assert_eq!(a.method(), crate::Method::Ack);
+        assert_eq!(a.to().tag(), Some("callee"));
+        assert_eq!(a.cseq().seq, 314159);
+        assert_eq!(a.cseq().method, crate::Method::Ack);
+        assert_eq!(a.top_via().branch(), Some("z9hG4bKsps1"));
+        assert_eq!(a.route_count(), 2);
+
+        // A response has no transaction to cancel.
+        out.clear();
+        write_cancel(&r, &mut out);
+        assert!(out.is_empty());
     }
 }

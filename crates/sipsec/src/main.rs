@@ -96,6 +96,9 @@ struct ServeArgs {
     /// Record-route forwarded INVITE/SUBSCRIBE/REFER so in-dialog requests traverse the proxy.
     #[arg(long)]
     record_route: bool,
+    /// Proxy with transaction state: 100 Trying, retransmissions absorbed, CANCEL, 408.
+    #[arg(long)]
+    stateful: bool,
     /// fsync every location change (survives power loss; slower).
     #[arg(long)]
     fsync: bool,
@@ -151,6 +154,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     }
     config.auth |= a.auth;
     config.record_route |= a.record_route;
+    config.stateful |= a.stateful;
     if let Some(d) = a.digest {
         config.digest_algorithms = d;
     }

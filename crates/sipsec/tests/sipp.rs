@@ -6,6 +6,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 mod common;
 
@@ -50,7 +51,7 @@ fn users(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("users.tsv"), dir.join("users.inf"))
 }
 
-fn serve(dir: &Path, mode: &str, auth: bool) -> Running {
+fn serve(dir: &Path, mode: &str, auth: bool, extra: &[&str]) -> Running {
     let data = dir.join(format!("data-{mode}-{auth}"));
     let users = dir.join("users.tsv");
     let mut args = vec![
@@ -72,6 +73,7 @@ fn serve(dir: &Path, mode: &str, auth: bool) -> Running {
             users.to_str().expect("utf-8 path"),
         ]);
     }
+    args.extend(extra);
     common::serve(&args)
 }
 
@@ -155,7 +157,7 @@ fn sipp(
 fn registrar_operations(auth: bool, proto: Proto) {
     let dir = tempdir(&format!("reg-{auth}-{proto:?}"));
     let (_, inf) = users(&dir);
-    let s = serve(&dir, "registrar", auth);
+    let s = serve(&dir, "registrar", auth, &[]);
     let sc = if auth {
         "register_auth.xml"
     } else {
@@ -207,31 +209,82 @@ impl Drop for Uas {
     }
 }
 
-fn call_operations(auth: bool, proto: Proto) {
-    let dir = tempdir(&format!("call-{auth}-{proto:?}"));
-    let (_, inf) = users(&dir);
-    let inf = inf.to_str().expect("utf-8 path").to_owned();
-    let callee_inf = dir.join("callee.inf");
-    let callee_inf = callee_inf.to_str().expect("utf-8 path");
-    let callee_reg = ["-inf", callee_inf, "-key", "expires", "3600"];
-    let reg = if auth {
-        "register_auth.xml"
-    } else {
-        "register.xml"
-    };
-    let suffix = if auth { "_auth" } else { "" };
-    let with_creds = |service: &'static str| -> Vec<String> {
-        let mut v = vec!["-s".to_owned(), service.to_owned()];
-        if auth {
-            v.extend(["-inf".to_owned(), inf.clone()]);
-        }
-        v
-    };
+/// Arguments common to the call scenarios of one test.
+struct Calls {
+    dir: PathBuf,
+    inf: String,
+    auth: bool,
+    proto: Proto,
+}
 
-    // Proxy: the SIPp UAS registers as `callee`, then calls go through.
-    let proxy = serve(&dir, "proxy", auth);
+impl Calls {
+    fn new(name: &str, auth: bool, proto: Proto) -> Self {
+        let dir = tempdir(&format!("{name}-{auth}-{proto:?}"));
+        let (_, inf) = users(&dir);
+        let inf = inf.to_str().expect("utf-8 path").to_owned();
+        Self {
+            dir,
+            inf,
+            auth,
+            proto,
+        }
+    }
+
+    fn suffix(&self) -> &'static str {
+        if self.auth {
+            "_auth"
+        } else {
+            ""
+        }
+    }
+
+    /// Registers `callee` from `port` (the UAS's address).
+    fn register_callee(&self, server: SocketAddr, port: u16) {
+        let callee_inf = self.dir.join("callee.inf");
+        let callee_inf = callee_inf.to_str().expect("utf-8 path");
+        let reg = if self.auth {
+            "register_auth.xml"
+        } else {
+            "register.xml"
+        };
+        sipp(
+            server,
+            self.proto,
+            reg,
+            port,
+            1,
+            &["-inf", callee_inf, "-key", "expires", "3600"],
+        );
+    }
+
+    /// Runs `scenario` calling `service`, with credentials when auth is on.
+    fn run(&self, server: SocketAddr, scenario: &str, service: &str) {
+        let mut args = vec!["-s", service];
+        if self.auth {
+            args.extend(["-inf", self.inf.as_str()]);
+        }
+        sipp(
+            server,
+            self.proto,
+            &format!("{scenario}{}.xml", self.suffix()),
+            free_port(),
+            CALLS,
+            &args,
+        );
+    }
+}
+
+/// Proxy: the SIPp UAS registers as `callee`, then calls go through
+/// (stateless or transaction-stateful), and calls to nobody get 404.
+fn proxy_operations(auth: bool, proto: Proto, stateful: bool) {
+    let c = Calls::new(&format!("proxy-{stateful}"), auth, proto);
+    let mut args = vec![];
+    if stateful {
+        args.push("--stateful");
+    }
+    let proxy = serve(&c.dir, "proxy", auth, &args);
     let uas_port = free_port();
-    sipp(proxy.addr, proto, reg, uas_port, 1, &callee_reg);
+    c.register_callee(proxy.addr, uas_port);
     let uas = Uas(Command::new("sipp")
         .args([
             "-sn",
@@ -247,34 +300,32 @@ fn call_operations(auth: bool, proto: Proto) {
         .stdout(Stdio::null())
         .spawn()
         .expect("sipp uas"));
-    for (scenario, service) in [("invite", "callee"), ("invite_not_found", "nobody")] {
-        let owned = with_creds(service);
-        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
-        sipp(
-            proxy.addr,
-            proto,
-            &format!("{scenario}{suffix}.xml"),
-            free_port(),
-            CALLS,
-            &args,
-        );
+    if let Proto::Tcp = proto {
+        // Over TCP nobody retransmits: an INVITE forwarded before the UAS
+        // listens would be lost, so wait until it accepts connections.
+        let uas_addr = SocketAddr::from(([127, 0, 0, 1], uas_port));
+        let listening = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            std::net::TcpStream::connect(uas_addr).is_ok()
+        });
+        assert!(listening, "the SIPp UAS never listened on {uas_addr}");
     }
+    c.run(proxy.addr, "invite", "callee");
+    c.run(proxy.addr, "invite_not_found", "nobody");
     drop(uas);
-    drop(proxy);
+}
 
-    // Redirect: 302 with the registered contact.
-    let redirect = serve(&dir, "redirect", auth);
-    sipp(redirect.addr, proto, reg, free_port(), 1, &callee_reg);
-    let owned = with_creds("callee");
-    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
-    sipp(
-        redirect.addr,
-        proto,
-        &format!("redirect{suffix}.xml"),
-        free_port(),
-        CALLS,
-        &args,
-    );
+/// Redirect: 302 with the registered contact.
+fn redirect_operations(auth: bool, proto: Proto) {
+    let c = Calls::new("redirect", auth, proto);
+    let redirect = serve(&c.dir, "redirect", auth, &[]);
+    c.register_callee(redirect.addr, free_port());
+    c.run(redirect.addr, "redirect", "callee");
+}
+
+fn call_operations(auth: bool, proto: Proto) {
+    proxy_operations(auth, proto, false);
+    redirect_operations(auth, proto);
 }
 
 #[test]
@@ -295,4 +346,24 @@ fn sipp_invite_not_found_redirect_tcp() {
 #[test]
 fn sipp_invite_not_found_redirect_with_digest_tcp() {
     call_operations(true, Proto::Tcp);
+}
+
+#[test]
+fn sipp_stateful_invite_udp() {
+    proxy_operations(false, Proto::Udp, true);
+}
+
+#[test]
+fn sipp_stateful_invite_with_digest_udp() {
+    proxy_operations(true, Proto::Udp, true);
+}
+
+#[test]
+fn sipp_stateful_invite_tcp() {
+    proxy_operations(false, Proto::Tcp, true);
+}
+
+#[test]
+fn sipp_stateful_invite_with_digest_tcp() {
+    proxy_operations(true, Proto::Tcp, true);
 }

@@ -1,0 +1,896 @@
+//! Transaction-stateful proxying (RFC 3261 §16 over the §17 machines of
+//! `sip_core::transaction`).
+//!
+//! Every request the proxy forwards gets an entry: a server transaction
+//! towards the previous hop and a client transaction towards the next,
+//! with the bytes either side may have to send again. The table takes
+//! messages and time and writes what to send into [`Sends`]; sockets and
+//! threads stay with the caller, so tests drive it with any clock.
+//!
+//! Entries live in shards keyed by the branch this proxy put in its Via
+//! (a hash of the incoming transaction identity, so a CANCEL and an ACK
+//! for a failure find their INVITE). Each shard keeps a heap of deadlines;
+//! [`Transactions::tick`] pops the due ones.
+//!
+//! Responses this proxy makes itself for requests it does not forward
+//! (404, 407, 483 …) stay stateless: they are a function of the request,
+//! so a retransmitted request gets the same answer again.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sip_core::transaction::{
+    ClientInvite, ClientInviteState, ClientNonInvite, ClientNonInviteState, Output, ServerInvite,
+    ServerInviteState, ServerNonInvite, ServerNonInviteState, TimerConfig,
+};
+use sip_core::writer::{write_ack, write_cancel, write_response, ResponseOptions};
+use sip_core::{Message, Method, StatusCode};
+
+use crate::core::{Transport, LOCAL_TAG_PREFIX};
+use crate::metrics::Metrics;
+
+/// A destination: address and transport.
+pub type Hop = (SocketAddr, Transport);
+
+/// Timer C (RFC 3261 §16.6 step 11): how long an INVITE may stay in
+/// Proceeding after its last provisional response.
+pub const TIMER_C: Duration = Duration::from_secs(180);
+/// Most transactions at once; past it new requests get 503.
+pub const MAX_TRANSACTIONS: u64 = 1 << 20;
+const SHARDS: usize = 32;
+/// Prefix of the branch this proxy writes in its Via.
+pub const BRANCH_PREFIX: &str = "z9hG4bKsps";
+
+/// Messages to send, packed into one reused buffer.
+#[derive(Debug, Default)]
+pub struct Sends {
+    buf: Vec<u8>,
+    items: Vec<(Range<usize>, Hop)>,
+}
+
+impl Sends {
+    /// Queues a copy of `bytes` for `to`.
+    pub fn push(&mut self, bytes: &[u8], to: Hop) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        self.items.push((start..self.buf.len(), to));
+    }
+
+    /// The queued messages, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Hop)> {
+        self.items.iter().map(|(r, h)| (&self.buf[r.clone()], *h))
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Forgets everything queued, keeping the capacity.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.items.clear();
+    }
+}
+
+/// Identifies an entry: this proxy's branch, and whether it is the CANCEL
+/// sharing that branch with an INVITE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// The branch value after [`BRANCH_PREFIX`].
+    pub branch: u64,
+    /// The CANCEL's own transaction.
+    pub cancel: bool,
+}
+
+impl Key {
+    /// The entry a response belongs to, from its top Via and CSeq.
+    pub fn of_response(msg: &Message<'_>) -> Option<Self> {
+        let hex = msg.top_via().branch()?.strip_prefix(BRANCH_PREFIX)?;
+        let branch = u64::from_str_radix(hex, 16).ok()?;
+        Some(Self {
+            branch,
+            cancel: msg.cseq().method == Method::Cancel,
+        })
+    }
+}
+
+#[derive(Debug)]
+enum Server {
+    Invite(ServerInvite),
+    NonInvite(ServerNonInvite),
+    /// A CANCEL this proxy originated: no one upstream to answer.
+    Absent,
+}
+
+impl Server {
+    fn retransmission(&mut self) -> Output {
+        match self {
+            Server::Invite(t) => t.on_request_retransmission(),
+            Server::NonInvite(t) => t.on_request_retransmission(),
+            Server::Absent => Output::default(),
+        }
+    }
+
+    fn tu_response(&mut self, status: StatusCode, now: Instant) -> Output {
+        match self {
+            Server::Invite(t) => t.on_tu_response(status, now),
+            Server::NonInvite(t) => t.on_tu_response(status, now),
+            Server::Absent => Output::default(),
+        }
+    }
+
+    fn final_sent(&self) -> bool {
+        match self {
+            Server::Invite(t) => !matches!(t.state(), ServerInviteState::Proceeding { .. }),
+            Server::NonInvite(t) => !matches!(
+                t.state(),
+                ServerNonInviteState::Trying | ServerNonInviteState::Proceeding
+            ),
+            Server::Absent => true,
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Server::Invite(t) => t.next_deadline(),
+            Server::NonInvite(t) => t.next_deadline(),
+            Server::Absent => None,
+        }
+    }
+
+    fn on_timer(&mut self, now: Instant) -> Output {
+        match self {
+            Server::Invite(t) => t.on_timer(now),
+            Server::NonInvite(t) => t.on_timer(now),
+            Server::Absent => Output::default(),
+        }
+    }
+
+    fn terminated(&self) -> bool {
+        match self {
+            Server::Invite(t) => t.is_terminated(),
+            Server::NonInvite(t) => t.is_terminated(),
+            Server::Absent => true,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Client {
+    Invite(ClientInvite),
+    NonInvite(ClientNonInvite),
+}
+
+impl Client {
+    fn on_response(&mut self, status: StatusCode, now: Instant) -> Output {
+        match self {
+            Client::Invite(t) => t.on_response(status, now),
+            Client::NonInvite(t) => t.on_response(status, now),
+        }
+    }
+
+    /// No final response yet.
+    fn pending(&self) -> bool {
+        match self {
+            Client::Invite(t) => matches!(
+                t.state(),
+                ClientInviteState::Calling { .. } | ClientInviteState::Proceeding
+            ),
+            Client::NonInvite(t) => matches!(
+                t.state(),
+                ClientNonInviteState::Trying { .. } | ClientNonInviteState::Proceeding { .. }
+            ),
+        }
+    }
+
+    fn proceeding(&self) -> bool {
+        matches!(self, Client::Invite(t) if t.state() == ClientInviteState::Proceeding)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Client::Invite(t) => t.next_deadline(),
+            Client::NonInvite(t) => t.next_deadline(),
+        }
+    }
+
+    fn on_timer(&mut self, now: Instant) -> Output {
+        match self {
+            Client::Invite(t) => t.on_timer(now),
+            Client::NonInvite(t) => t.on_timer(now),
+        }
+    }
+
+    fn abandon(&mut self) -> Output {
+        match self {
+            Client::Invite(t) => t.on_transport_error(),
+            Client::NonInvite(t) => t.on_transport_error(),
+        }
+    }
+
+    fn terminated(&self) -> bool {
+        match self {
+            Client::Invite(t) => t.is_terminated(),
+            Client::NonInvite(t) => t.is_terminated(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cancel {
+    No,
+    /// Asked for before any provisional response: sent when one arrives.
+    Wanted,
+    Sent,
+}
+
+#[derive(Debug)]
+struct Entry {
+    server: Server,
+    client: Client,
+    upstream: Hop,
+    downstream: Hop,
+    /// The request as received, kept until a final response goes upstream
+    /// (a 408 is written from it).
+    original: Vec<u8>,
+    /// The request as forwarded: resent by timers A/E, and the source of
+    /// CANCEL and ACK.
+    forwarded: Vec<u8>,
+    /// The last response sent upstream, resent for retransmitted requests
+    /// and by timer G.
+    response: Vec<u8>,
+    /// The ACK sent downstream for a non-2xx final, resent when the final
+    /// is retransmitted.
+    ack: Vec<u8>,
+    cancel: Cancel,
+    timer_c: Option<Instant>,
+    /// The deadline this entry has on the heap.
+    scheduled: Option<Instant>,
+}
+
+impl Entry {
+    fn deadline(&self) -> Option<Instant> {
+        [self.server.deadline(), self.client.deadline(), self.timer_c]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn done(&self) -> bool {
+        self.client.terminated() && self.server.terminated()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Key, Entry>,
+    heap: BinaryHeap<Reverse<(Instant, Key)>>,
+}
+
+impl Shard {
+    /// Puts `key` on the heap for its entry's next deadline, or removes a
+    /// finished entry.
+    fn reschedule(&mut self, key: Key, active: &AtomicU64) {
+        let Some(e) = self.map.get_mut(&key) else {
+            return;
+        };
+        if e.done() {
+            self.map.remove(&key);
+            active.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let next = e.deadline();
+        if next != e.scheduled {
+            e.scheduled = next;
+            if let Some(t) = next {
+                self.heap.push(Reverse((t, key)));
+            }
+        }
+    }
+}
+
+/// What became of a request offered to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Not part of a transaction: route it.
+    New,
+    /// A retransmission or hop-by-hop ACK, handled here.
+    Absorbed,
+}
+
+/// What to do with a response offered to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    /// No transaction matches: forward statelessly (e.g. a 2xx retransmitted
+    /// after the transaction ended).
+    Unknown,
+    /// Handled here; nothing goes upstream.
+    Absorbed,
+    /// Send the written response to this hop.
+    Send(Hop),
+}
+
+/// Why a transaction could not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartError {
+    /// The same transaction already exists (a retransmission raced in).
+    Exists,
+    /// [`MAX_TRANSACTIONS`] reached.
+    Full,
+}
+
+/// The proxy's transactions.
+#[derive(Debug)]
+pub struct Transactions {
+    shards: Box<[Mutex<Shard>]>,
+    timers: TimerConfig,
+}
+
+fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Writes the response this proxy sends itself for a request it forwarded
+/// (100 Trying; 408 when the next hop never answered).
+fn own_response(request: &[u8], status: StatusCode, key: Key, out: &mut Vec<u8>) {
+    let Ok(msg) = Message::parse(request) else {
+        return;
+    };
+    let tag = format!("{LOCAL_TAG_PREFIX}{:012x}", key.branch & 0xffff_ffff_ffff);
+    write_response(
+        out,
+        &msg,
+        status,
+        &ResponseOptions {
+            to_tag: Some(&tag),
+            ..Default::default()
+        },
+    );
+}
+
+impl Transactions {
+    /// An empty table using `timers`.
+    pub fn new(timers: TimerConfig) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            timers,
+        }
+    }
+
+    fn shard(&self, key: Key) -> &Mutex<Shard> {
+        &self.shards[(key.branch % SHARDS as u64) as usize]
+    }
+
+    /// Entries in the table.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).map.len()).sum()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Offers a request that is neither CANCEL nor a new transaction's
+    /// first copy: a retransmission is answered with the last response
+    /// (into `sends`), an ACK for a non-2xx final this proxy sent upstream
+    /// is absorbed (§17.2.1). Anything else is [`Seen::New`].
+    pub fn on_request(
+        &self,
+        key: Key,
+        method: Method<'_>,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) -> Seen {
+        let mut shard = lock(self.shard(key));
+        let Some(e) = shard.map.get_mut(&key) else {
+            return Seen::New;
+        };
+        if method == Method::Ack {
+            let Server::Invite(t) = &mut e.server else {
+                return Seen::New;
+            };
+            if !matches!(
+                t.state(),
+                ServerInviteState::Completed { .. } | ServerInviteState::Confirmed { .. }
+            ) {
+                // An ACK for a 2xx reusing the INVITE's branch: end to end.
+                return Seen::New;
+            }
+            t.on_ack(now);
+            shard.reschedule(key, &metrics.active_transactions);
+            return Seen::Absorbed;
+        }
+        metrics
+            .retransmissions_absorbed
+            .fetch_add(1, Ordering::Relaxed);
+        if e.server.retransmission().retransmit && !e.response.is_empty() {
+            sends.push(&e.response, e.upstream);
+        }
+        Seen::Absorbed
+    }
+
+    /// Starts the transaction for `request` (as received from `upstream`),
+    /// forwarded as `forwarded` to `downstream`. An INVITE gets 100 Trying
+    /// into `sends` at once (§16.2, §17.2.1).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        &self,
+        key: Key,
+        request: &Message<'_>,
+        upstream: Hop,
+        forwarded: &[u8],
+        downstream: Hop,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) -> Result<(), StartError> {
+        let active = &metrics.active_transactions;
+        if active.load(Ordering::Relaxed) >= MAX_TRANSACTIONS {
+            return Err(StartError::Full);
+        }
+        let mut shard = lock(self.shard(key));
+        if shard.map.contains_key(&key) {
+            return Err(StartError::Exists);
+        }
+        let reliable_up = upstream.1 == Transport::Tcp;
+        let reliable_down = downstream.1 == Transport::Tcp;
+        let invite = request.method() == Method::Invite;
+        let mut e = Entry {
+            server: if invite {
+                Server::Invite(ServerInvite::new(reliable_up, self.timers))
+            } else {
+                Server::NonInvite(ServerNonInvite::new(reliable_up, self.timers))
+            },
+            client: if invite {
+                Client::Invite(ClientInvite::new(now, reliable_down, self.timers))
+            } else {
+                Client::NonInvite(ClientNonInvite::new(now, reliable_down, self.timers))
+            },
+            upstream,
+            downstream,
+            original: request.as_bytes().to_vec(),
+            forwarded: forwarded.to_vec(),
+            response: Vec::new(),
+            ack: Vec::new(),
+            cancel: Cancel::No,
+            timer_c: invite.then(|| now + TIMER_C),
+            scheduled: None,
+        };
+        if invite {
+            write_response(
+                &mut e.response,
+                request,
+                StatusCode::TRYING,
+                &ResponseOptions::default(),
+            );
+            e.server.tu_response(StatusCode::TRYING, now);
+            sends.push(&e.response, upstream);
+        }
+        shard.map.insert(key, e);
+        active.fetch_add(1, Ordering::Relaxed);
+        shard.reschedule(key, active);
+        Ok(())
+    }
+
+    /// A CANCEL for the INVITE whose entry is `invite`: `false` when there
+    /// is none (the caller answers 481). Otherwise the caller answers 200;
+    /// this sends CANCEL downstream if the INVITE is still pending, at once
+    /// when a provisional response has arrived, else when one does (§9.1).
+    pub fn on_cancel(
+        &self,
+        invite: Key,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) -> bool {
+        let mut shard = lock(self.shard(invite));
+        let Some(e) = shard.map.get_mut(&invite) else {
+            return false;
+        };
+        if !matches!(e.server, Server::Invite(_)) {
+            return false;
+        }
+        metrics.cancels.fetch_add(1, Ordering::Relaxed);
+        if e.cancel == Cancel::No && e.client.pending() {
+            e.cancel = Cancel::Wanted;
+            if e.client.proceeding() {
+                self.send_cancel(&mut shard, invite, now, sends, metrics);
+            }
+        }
+        true
+    }
+
+    /// Sends CANCEL for the INVITE at `invite` and opens its own client
+    /// transaction (same shard: same branch).
+    fn send_cancel(
+        &self,
+        shard: &mut Shard,
+        invite: Key,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) {
+        let Some(e) = shard.map.get_mut(&invite) else {
+            return;
+        };
+        e.cancel = Cancel::Sent;
+        let mut bytes = Vec::new();
+        if let Ok(req) = Message::parse(&e.forwarded) {
+            write_cancel(&req, &mut bytes);
+        }
+        let downstream = e.downstream;
+        if bytes.is_empty() {
+            return;
+        }
+        sends.push(&bytes, downstream);
+        let key = Key {
+            branch: invite.branch,
+            cancel: true,
+        };
+        let c = Entry {
+            server: Server::Absent,
+            client: Client::NonInvite(ClientNonInvite::new(
+                now,
+                downstream.1 == Transport::Tcp,
+                self.timers,
+            )),
+            upstream: downstream,
+            downstream,
+            original: Vec::new(),
+            forwarded: bytes,
+            response: Vec::new(),
+            ack: Vec::new(),
+            cancel: Cancel::No,
+            timer_c: None,
+            scheduled: None,
+        };
+        if shard.map.insert(key, c).is_none() {
+            metrics.active_transactions.fetch_add(1, Ordering::Relaxed);
+        }
+        shard.reschedule(key, &metrics.active_transactions);
+    }
+
+    /// A response from downstream. For [`Upstream::Send`], `out` holds it
+    /// with this proxy's Via removed (`forward` writes that).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_response(
+        &self,
+        key: Key,
+        msg: &Message<'_>,
+        now: Instant,
+        out: &mut Vec<u8>,
+        sends: &mut Sends,
+        metrics: &Metrics,
+        forward: impl FnOnce(&Message<'_>, &mut Vec<u8>) -> bool,
+    ) -> Upstream {
+        let Some(status) = msg.status() else {
+            return Upstream::Unknown;
+        };
+        let mut guard = lock(self.shard(key));
+        let shard = &mut *guard;
+        let Some(e) = shard.map.get_mut(&key) else {
+            return Upstream::Unknown;
+        };
+        let o = e.client.on_response(status, now);
+        if o.send_ack {
+            if e.ack.is_empty() {
+                if let Ok(req) = Message::parse(&e.forwarded) {
+                    write_ack(&req, msg, &mut e.ack);
+                }
+            }
+            if !e.ack.is_empty() {
+                sends.push(&e.ack, e.downstream);
+            }
+        }
+        let mut verdict = Upstream::Absorbed;
+        if o.deliver && status != StatusCode::TRYING && !matches!(e.server, Server::Absent) {
+            if status.is_provisional() && e.timer_c.is_some() {
+                e.timer_c = Some(now + TIMER_C);
+            }
+            out.clear();
+            if forward(msg, out) && e.server.tu_response(status, now).send_response {
+                verdict = Upstream::Send(e.upstream);
+                let keep = !(status.is_success() && matches!(e.server, Server::Invite(_)));
+                e.response.clear();
+                if keep {
+                    e.response.extend_from_slice(out);
+                }
+            } else {
+                out.clear();
+            }
+        }
+        if !e.client.pending() {
+            // Final response: what was kept to resend requests or to write
+            // a 408 is no longer needed.
+            e.original = Vec::new();
+            e.forwarded = Vec::new();
+            e.timer_c = None;
+        } else if e.cancel == Cancel::Wanted && e.client.proceeding() {
+            self.send_cancel(shard, key, now, sends, metrics);
+        }
+        shard.reschedule(key, &metrics.active_transactions);
+        verdict
+    }
+
+    /// Runs every timer due at `now`; what must be sent goes into `sends`.
+    pub fn tick(&self, now: Instant, sends: &mut Sends, metrics: &Metrics) {
+        for m in self.shards.iter() {
+            let mut guard = lock(m);
+            let shard = &mut *guard;
+            while let Some(Reverse((t, key))) = shard.heap.peek().copied() {
+                if t > now {
+                    break;
+                }
+                shard.heap.pop();
+                match shard.map.get(&key) {
+                    Some(e) if e.scheduled == Some(t) => {}
+                    _ => continue, // superseded or gone
+                }
+                self.fire(shard, key, now, sends, metrics);
+                if let Some(e) = shard.map.get_mut(&key) {
+                    e.scheduled = None;
+                }
+                shard.reschedule(key, &metrics.active_transactions);
+            }
+        }
+    }
+
+    fn fire(
+        &self,
+        shard: &mut Shard,
+        key: Key,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) {
+        let Some(e) = shard.map.get_mut(&key) else {
+            return;
+        };
+        let s = e.server.on_timer(now);
+        if s.retransmit && !e.response.is_empty() {
+            sends.push(&e.response, e.upstream);
+        }
+        let c = e.client.on_timer(now);
+        if c.retransmit && !e.forwarded.is_empty() {
+            sends.push(&e.forwarded, e.downstream);
+        }
+        let mut give_up = c.timeout;
+        if e.timer_c.is_some_and(|t| now >= t) {
+            if e.cancel != Cancel::Sent && e.client.proceeding() {
+                // Timer C: cancel the branch; its 487 comes back normally,
+                // and if nothing does, give up at the next firing.
+                e.timer_c = Some(now + self.timers.timeout());
+                self.send_cancel(shard, key, now, sends, metrics);
+                return;
+            }
+            e.timer_c = None;
+            give_up |= e.client.pending();
+            e.client.abandon();
+        }
+        if give_up && !e.server.final_sent() {
+            metrics.transaction_timeouts.fetch_add(1, Ordering::Relaxed);
+            let mut resp = Vec::new();
+            own_response(&e.original, StatusCode::REQUEST_TIMEOUT, key, &mut resp);
+            if e.server
+                .tu_response(StatusCode::REQUEST_TIMEOUT, now)
+                .send_response
+            {
+                sends.push(&resp, e.upstream);
+                e.response = resp;
+            }
+            e.original = Vec::new();
+            e.forwarded = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(port: u16, t: Transport) -> Hop {
+        (SocketAddr::from(([127, 0, 0, 1], port)), t)
+    }
+
+    const INVITE: &[u8] = b"INVITE sip:bob@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5080;branch=z9hG4bKa1;rport\r\nMax-Forwards: 70\r\nFrom: <sip:alice@sipsec>;tag=a\r\nTo: <sip:bob@sipsec>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+    const FORWARDED: &[u8] = b"INVITE sip:bob@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKsps00000000000000ab\r\nVia: SIP/2.0/UDP 127.0.0.1:5080;branch=z9hG4bKa1;rport=5080\r\nMax-Forwards: 69\r\nFrom: <sip:alice@sipsec>;tag=a\r\nTo: <sip:bob@sipsec>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+    const KEY: Key = Key {
+        branch: 0xab,
+        cancel: false,
+    };
+
+    fn response(status: u16, method: &str) -> Vec<u8> {
+        format!("SIP/2.0 {status} X\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKsps00000000000000ab\r\nVia: SIP/2.0/UDP 127.0.0.1:5080;branch=z9hG4bKa1;rport=5080\r\nFrom: <sip:alice@sipsec>;tag=a\r\nTo: <sip:bob@sipsec>;tag=b\r\nCall-ID: c1\r\nCSeq: 1 {method}\r\nContent-Length: 0\r\n\r\n").into_bytes()
+    }
+
+    fn strip(msg: &Message<'_>, out: &mut Vec<u8>) -> bool {
+        sip_core::proxy::forward_response(msg, out).is_ok()
+    }
+
+    fn started(t0: Instant, down: Transport) -> (Transactions, Metrics, Sends) {
+        let tx = Transactions::new(TimerConfig::RFC3261);
+        let m = Metrics::default();
+        let mut sends = Sends::default();
+        let req = Message::parse(INVITE).unwrap();
+        tx.start(
+            KEY,
+            &req,
+            hop(5080, Transport::Udp),
+            FORWARDED,
+            hop(5070, down),
+            t0,
+            &mut sends,
+            &m,
+        )
+        .unwrap();
+        (tx, m, sends)
+    }
+
+    fn statuses(sends: &Sends) -> Vec<String> {
+        sends
+            .iter()
+            .map(|(b, (a, _))| {
+                let m = Message::parse(b).unwrap();
+                let what = match m.status() {
+                    Some(s) => s.as_u16().to_string(),
+                    None => m.method().as_str().to_owned(),
+                };
+                format!("{what}->{}", a.port())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn invite_gets_100_trying_and_retransmissions_are_absorbed() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends) = started(t0, Transport::Udp);
+        assert_eq!(statuses(&sends), ["100->5080"]);
+        assert_eq!(m.active_transactions.load(Ordering::Relaxed), 1);
+        let req = Message::parse(INVITE).unwrap();
+        assert_eq!(
+            tx.start(
+                KEY,
+                &req,
+                hop(5080, Transport::Udp),
+                FORWARDED,
+                hop(5070, Transport::Udp),
+                t0,
+                &mut sends,
+                &m
+            ),
+            Err(StartError::Exists)
+        );
+        sends.clear();
+        assert_eq!(
+            tx.on_request(KEY, Method::Invite, t0, &mut sends, &m),
+            Seen::Absorbed
+        );
+        assert_eq!(statuses(&sends), ["100->5080"], "last provisional resent");
+        // Timer A resends the INVITE downstream after T1.
+        sends.clear();
+        tx.tick(t0 + Duration::from_millis(510), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["INVITE->5070"]);
+    }
+
+    #[test]
+    fn non_2xx_final_is_acked_downstream_and_its_ack_absorbed() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends) = started(t0, Transport::Udp);
+        sends.clear();
+        let busy = response(486, "INVITE");
+        let busy = Message::parse(&busy).unwrap();
+        let mut out = Vec::new();
+        let v = tx.on_response(KEY, &busy, t0, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Send(hop(5080, Transport::Udp)));
+        let up = Message::parse(&out).unwrap();
+        assert_eq!(up.via_count(), 1);
+        assert_eq!(statuses(&sends), ["ACK->5070"]);
+        // The final retransmitted by the callee: ACK again, nothing upstream.
+        sends.clear();
+        let v = tx.on_response(KEY, &busy, t0, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Absorbed);
+        assert_eq!(statuses(&sends), ["ACK->5070"]);
+        // Timer G resends the 486 upstream until the caller's ACK.
+        sends.clear();
+        tx.tick(t0 + Duration::from_millis(510), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["486->5080"]);
+        assert_eq!(
+            tx.on_request(KEY, Method::Ack, t0, &mut sends, &m),
+            Seen::Absorbed
+        );
+        // Timer I (T4) ends it; the client side ended at timer D (32 s).
+        tx.tick(t0 + Duration::from_secs(40), &mut sends, &m);
+        assert!(tx.is_empty());
+        assert_eq!(m.active_transactions.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn no_answer_times_out_with_408_upstream() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends) = started(t0, Transport::Tcp);
+        sends.clear();
+        tx.tick(t0 + Duration::from_secs(31), &mut sends, &m);
+        assert!(sends.is_empty(), "TCP: no retransmissions, B not yet");
+        tx.tick(t0 + Duration::from_secs(33), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["408->5080"]);
+        let r = Message::parse(sends.iter().next().unwrap().0).unwrap();
+        assert!(r.to().tag().unwrap().starts_with(LOCAL_TAG_PREFIX));
+        assert_eq!(r.top_via().branch(), Some("z9hG4bKa1"));
+        assert_eq!(m.transaction_timeouts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn cancel_waits_for_a_provisional_then_goes_downstream() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends) = started(t0, Transport::Udp);
+        sends.clear();
+        let absent = Key {
+            branch: 1,
+            cancel: false,
+        };
+        assert!(!tx.on_cancel(absent, t0, &mut sends, &m));
+        assert!(tx.on_cancel(KEY, t0, &mut sends, &m));
+        assert!(sends.is_empty(), "no CANCEL before a provisional (§9.1)");
+        let ringing = response(180, "INVITE");
+        let ringing = Message::parse(&ringing).unwrap();
+        let mut out = Vec::new();
+        let v = tx.on_response(KEY, &ringing, t0, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Send(hop(5080, Transport::Udp)));
+        assert_eq!(statuses(&sends), ["CANCEL->5070"]);
+        // The 200 for our CANCEL is absorbed; the 487 goes upstream.
+        sends.clear();
+        let ok = response(200, "CANCEL");
+        let ok = Message::parse(&ok).unwrap();
+        let k = Key::of_response(&ok).unwrap();
+        assert!(k.cancel);
+        assert_eq!(
+            tx.on_response(k, &ok, t0, &mut out, &mut sends, &m, strip),
+            Upstream::Absorbed
+        );
+        let terminated = response(487, "INVITE");
+        let terminated = Message::parse(&terminated).unwrap();
+        assert_eq!(
+            tx.on_response(KEY, &terminated, t0, &mut out, &mut sends, &m, strip),
+            Upstream::Send(hop(5080, Transport::Udp))
+        );
+        assert_eq!(statuses(&sends), ["ACK->5070"]);
+    }
+
+    #[test]
+    fn timer_c_cancels_a_ringing_branch_then_gives_up() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends) = started(t0, Transport::Tcp);
+        let ringing = response(180, "INVITE");
+        let ringing = Message::parse(&ringing).unwrap();
+        let mut out = Vec::new();
+        tx.on_response(KEY, &ringing, t0, &mut out, &mut sends, &m, strip);
+        sends.clear();
+        tx.tick(t0 + TIMER_C + Duration::from_secs(1), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["CANCEL->5070"]);
+        sends.clear();
+        tx.tick(t0 + TIMER_C + Duration::from_secs(40), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["408->5080"]);
+    }
+
+    #[test]
+    fn unknown_responses_are_left_to_the_caller() {
+        let tx = Transactions::new(TimerConfig::RFC3261);
+        let m = Metrics::default();
+        let ok = response(200, "INVITE");
+        let ok = Message::parse(&ok).unwrap();
+        let mut out = Vec::new();
+        let mut sends = Sends::default();
+        assert_eq!(
+            tx.on_response(KEY, &ok, Instant::now(), &mut out, &mut sends, &m, strip),
+            Upstream::Unknown
+        );
+    }
+}
