@@ -777,7 +777,7 @@ impl Core {
             bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         }
-        if let (Some(tx), Some(key)) = (&self.shared.transactions, Key::of_response(msg)) {
+        if let (Some(tx), Some(key)) = (&self.shared.transactions, Key::of_message(msg)) {
             let metrics = &self.shared.metrics;
             let strip = |m: &Message<'_>, o: &mut Vec<u8>| forward_response(m, o).is_ok();
             match tx.on_response(

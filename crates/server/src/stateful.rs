@@ -89,8 +89,9 @@ pub struct Key {
 }
 
 impl Key {
-    /// The entry a response belongs to, from its top Via and CSeq.
-    pub fn of_response(msg: &Message<'_>) -> Option<Self> {
+    /// The entry a message belongs to, from its top Via and CSeq: a
+    /// response coming back, or a request this proxy sent.
+    pub fn of_message(msg: &Message<'_>) -> Option<Self> {
         let hex = msg.top_via().branch()?.strip_prefix(BRANCH_PREFIX)?;
         let branch = u64::from_str_radix(hex, 16).ok()?;
         Some(Self {
@@ -620,6 +621,37 @@ impl Transactions {
         verdict
     }
 
+    /// Sending `key`'s request downstream failed (TCP connect refused or
+    /// the connection broke): the client transaction ends, and the caller
+    /// gets 503 at once instead of 408 after timer B (§16.7 step 5,
+    /// §17.1.1.2).
+    pub fn on_transport_error(&self, key: Key, now: Instant, sends: &mut Sends, metrics: &Metrics) {
+        let mut guard = lock(self.shard(key));
+        let shard = &mut *guard;
+        let Some(e) = shard.map.get_mut(&key) else {
+            return;
+        };
+        if !e.client.pending() {
+            return;
+        }
+        e.client.abandon();
+        e.timer_c = None;
+        if !e.server.final_sent() {
+            let mut resp = Vec::new();
+            own_response(&e.original, StatusCode::SERVICE_UNAVAILABLE, key, &mut resp);
+            if e.server
+                .tu_response(StatusCode::SERVICE_UNAVAILABLE, now)
+                .send_response
+            {
+                sends.push(&resp, e.upstream);
+                e.response = resp;
+            }
+        }
+        e.original = Vec::new();
+        e.forwarded = Vec::new();
+        shard.reschedule(key, &metrics.active_transactions);
+    }
+
     /// Runs every timer due at `now`; what must be sent goes into `sends`.
     pub fn tick(&self, now: Instant, sends: &mut Sends, metrics: &Metrics) {
         for m in self.shards.iter() {
@@ -849,7 +881,7 @@ mod tests {
         sends.clear();
         let ok = response(200, "CANCEL");
         let ok = Message::parse(&ok).unwrap();
-        let k = Key::of_response(&ok).unwrap();
+        let k = Key::of_message(&ok).unwrap();
         assert!(k.cancel);
         assert_eq!(
             tx.on_response(k, &ok, t0, &mut out, &mut sends, &m, strip),
@@ -878,6 +910,20 @@ mod tests {
         sends.clear();
         tx.tick(t0 + TIMER_C + Duration::from_secs(40), &mut sends, &m);
         assert_eq!(statuses(&sends), ["408->5080"]);
+    }
+
+    #[test]
+    fn transport_failure_downstream_is_503_upstream_at_once() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends) = started(t0, Transport::Tcp);
+        sends.clear();
+        let fwd = Message::parse(FORWARDED).unwrap();
+        tx.on_transport_error(Key::of_message(&fwd).unwrap(), t0, &mut sends, &m);
+        assert_eq!(statuses(&sends), ["503->5080"]);
+        sends.clear();
+        tx.tick(t0 + Duration::from_secs(40), &mut sends, &m);
+        assert!(sends.is_empty(), "no 408 after the 503");
+        assert!(tx.is_empty());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use sip_core::{ErrorKind, Limits};
 
 use crate::core::{Core, Reply, Shared, Transport};
 use crate::location::Journal;
+use crate::stateful::{Key, Sends};
 use crate::udp::unix_now;
 
 /// Most simultaneous connections; further ones are refused.
@@ -126,8 +127,28 @@ impl TcpHub {
         let r = lock(&conn).write_all(bytes);
         if r.is_err() {
             lock(&self.conns).remove(&dest);
+            self.undeliverable(bytes);
         }
         r
+    }
+
+    /// A message could not be sent. For a request the stateful proxy
+    /// forwarded, its transaction answers the caller (503) at once.
+    fn undeliverable(self: &Arc<Self>, bytes: &[u8]) {
+        let Some(tx) = &self.shared.transactions else {
+            return;
+        };
+        let Ok(msg) = sip_core::Message::parse(bytes) else {
+            return;
+        };
+        let Some(key) = Key::of_message(&msg).filter(|_| msg.is_request()) else {
+            return;
+        };
+        let mut sends = Sends::default();
+        tx.on_transport_error(key, Instant::now(), &mut sends, &self.shared.metrics);
+        for (b, (dest, transport)) in sends.iter() {
+            self.dispatch(Reply::Send(dest, transport), b);
+        }
     }
 
     fn connect_then_send(self: &Arc<Self>, dest: SocketAddr, bytes: Vec<u8>) -> io::Result<()> {
@@ -145,6 +166,7 @@ impl TcpHub {
                     .and_then(|conn| lock(&conn).write_all(&bytes));
                 if result.is_err() {
                     lock(&hub.conns).remove(&dest);
+                    hub.undeliverable(&bytes);
                 }
                 hub.shared
                     .metrics

@@ -864,3 +864,36 @@ fn stateful_proxy_absorbs_retransmissions_and_forwards_cancel() {
     );
     s.handle.shutdown();
 }
+
+#[test]
+fn stateful_proxy_answers_503_when_the_callee_cannot_be_reached_over_tcp() {
+    let dir = tempdir("stateful-503");
+    let s = start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        ..Config::default()
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    // A loopback port with nothing listening: connects are refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port");
+    let uac = Ua::new(srv);
+    let contact = format!("<sip:bob@{closed};transport=tcp>");
+    assert_eq!(status(&uac.register("bob", "b503", 1, &contact, "")), 200);
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bK503", 70, "INVITE"),
+        srv,
+    );
+    assert_eq!(status(&uac.recv().0), 100);
+    let r = uac.recv().0;
+    assert_eq!(status(&r), 503, "{r}");
+    s.handle.shutdown();
+}
