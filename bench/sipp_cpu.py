@@ -4,11 +4,13 @@
 For each operation (register, register update, register logout, invite
 through the proxy, invite-not-found, redirect) SIPp offers a fixed rate;
 the server's CPU time (utime+stime of all its processes, from /proc) is
-read before and after, giving CPU microseconds per call. A rate ramp then
-finds the highest offered rate fully processed (zero failed calls).
+read before and after, giving CPU microseconds per call. With --peak, a
+rate ramp finds the highest offered rate fully processed (zero failed
+calls, finished within 10 % + 1 s of the step's length) per operation.
 
-    bench/sipp_cpu.py --server sipsec   [--rate 2000] [--calls 20000]
-    bench/sipp_cpu.py --server kamailio [--rate 2000] [--calls 20000]
+    bench/sipp_cpu.py --server sipsec   [--rate 2000] [--calls 20000] [--stateful]
+    bench/sipp_cpu.py --server kamailio [--rate 2000] [--calls 20000] [--stateful]
+    bench/sipp_cpu.py --server sipsec --peak [--seconds 5]
 
 Loopback only; every SIPp run is bounded by call count and -timeout.
 This is the stop-gap until `sipsec bench` replaces SIPp (it is single
@@ -50,6 +52,7 @@ def sipp(server, scenario, rate, calls, port, extra, transport="u1"):
     return count("Successful call"), count("Failed call"), elapsed
 
 AUTH = False
+STATEFUL = False
 
 def sipsec_users(workdir):
     """A users file with user00000… (password pw) and callee, via `sipsec users import`."""
@@ -71,6 +74,8 @@ class Server:
         if kind == "sipsec":
             exe = os.path.join(ROOT, "target", "release", "sipsec")
             auth = ["--auth", "--digest", "md5", "--users", sipsec_users(workdir)] if AUTH else []
+            if STATEFUL and mode == "proxy":
+                auth.append("--stateful")
             self.proc = subprocess.Popen([exe, "serve", "--mode", mode, "--udp", f"127.0.0.1:{port}",
                                           "--no-tcp", "--no-http", "--workers", "2",
                                           "--data-dir", os.path.join(workdir, f"data-{mode}")] + auth,
@@ -103,7 +108,8 @@ class Server:
 def kamailio_cfg(mode, port):
     route = {
         "registrar": 'sl_send_reply("405", "Method Not Allowed"); exit;',
-        "proxy": 'if (!lookup("location")) { sl_send_reply("404", "Not Found"); exit; } forward(); exit;',
+        "proxy": ('if (!lookup("location")) { sl_send_reply("404", "Not Found"); exit; } '
+                  + ('if (is_method("INVITE")) { record_route(); } t_relay(); exit;' if STATEFUL else 'forward(); exit;')),
         "redirect": 'if (!lookup("location")) { sl_send_reply("404", "Not Found"); exit; } sl_send_reply("302", "Moved Temporarily"); exit;',
     }[mode]
     return f"""#!KAMAILIO
@@ -123,10 +129,12 @@ loadmodule "registrar.so"
 loadmodule "textops.so"
 loadmodule "siputils.so"
 loadmodule "xlog.so"
+loadmodule "rr.so"
 modparam("usrloc", "db_mode", 0)
 modparam("registrar", "max_expires", 7200)
 request_route {{
     if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}
+    if (has_totag() && loose_route()) {{ t_relay(); exit; }}
     # ACK for a locally sent final response ends here; the end-to-end ACK
     # for a 2xx belongs to no transaction and is routed like BYE.
     if (is_method("ACK") && t_check_trans()) {{ t_relay(); exit; }}
@@ -146,20 +154,41 @@ def users_file(workdir):
         f.write("SEQUENTIAL\ncallee;[authentication username=callee password=pw]\n")
     return path, callee
 
-def measure(kind, rate, calls, workdir, port, only):
+PEAK_RATES = [1000, 2000, 4000, 6000, 8000, 12000, 16000, 20000, 24000, 32000]
+
+def measure(kind, rate, calls, workdir, port, only, peak=0):
     inf, callee = users_file(workdir)
     results = {}
-    def run(label, mode_server, scenario, extra, local_port):
-        if only and label not in only:
-            return
+    def once(label, mode_server, scenario, extra, local_port, rate, calls):
         pids = mode_server.pids()
         c0 = cpu_seconds(pids)
         ok, failed, elapsed = sipp(f"127.0.0.1:{port}", scenario, rate, calls, local_port, extra)
         c1 = cpu_seconds(mode_server.pids())
-        results[label] = {"calls": calls, "ok": ok, "failed": failed, "offered_cps": rate,
-                          "achieved_cps": round(ok / elapsed, 1) if elapsed else 0,
-                          "cpu_us_per_call": round((c1 - c0) * 1e6 / max(ok, 1), 1)}
-        print(f"{kind:9s} {label:17s} ok={ok:6d} failed={failed:4d} cpu/call={results[label]['cpu_us_per_call']:7.1f} us", flush=True)
+        r = {"calls": calls, "ok": ok, "failed": failed, "offered_cps": rate,
+             "achieved_cps": round(ok / elapsed, 1) if elapsed else 0,
+             "cpu_us_per_call": round((c1 - c0) * 1e6 / max(ok, 1), 1)}
+        print(f"{kind:9s} {label:17s} rate={rate:6d} ok={ok:6d} failed={failed:4d} "
+              f"achieved={r['achieved_cps']:8.1f}/s cpu/call={r['cpu_us_per_call']:7.1f} us", flush=True)
+        return r
+    def run(label, mode_server, scenario, extra, local_port):
+        if only and label not in only:
+            return
+        if not peak:
+            results[label] = once(label, mode_server, scenario, extra, local_port, rate, calls)
+            return
+        # Ramp: the peak is the highest rate with no failed call whose
+        # calls completed at (nearly) the offered rate.
+        best = None
+        for r in PEAK_RATES:
+            res = once(label, mode_server, scenario, extra, local_port, r, r * peak)
+            # Wall time includes SIPp's start and the last calls' round
+            # trips: allow 10 % plus one second before calling it late.
+            late = res["calls"] / max(res["achieved_cps"], 1) > peak * 1.1 + 1.0
+            if res["failed"] or res["ok"] < res["calls"] or late:
+                break
+            best = res
+        results[label] = {"peak_cps": best["offered_cps"] if best else 0, "at_peak": best}
+        print(f"{kind:9s} {label:17s} peak={results[label]['peak_cps']} calls/s", flush=True)
 
     wanted = lambda *labels: not only or any(l in only for l in labels)
     if wanted("register", "register-update", "register-logout"):
@@ -205,16 +234,20 @@ def main():
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--only", default="", help="comma-separated operations to run (default: all)")
     ap.add_argument("--auth", action="store_true", help="digest authentication (sipsec only; registrar operations)")
+    ap.add_argument("--stateful", action="store_true", help="transaction-stateful proxy (sipsec --stateful; Kamailio t_relay)")
+    ap.add_argument("--peak", action="store_true", help="ramp the rate per operation and report the peak")
+    ap.add_argument("--seconds", type=int, default=5, help="length of each ramp step (--peak)")
     a = ap.parse_args()
-    global AUTH
+    global AUTH, STATEFUL
     AUTH = a.auth
+    STATEFUL = a.stateful
     if a.auth and (a.server != "sipsec" or (a.only and any(not o.startswith("register") for o in a.only.split(",")))):
         sys.exit("--auth measures sipsec's registrar operations only: add --only register,register-update,register-logout")
     if not shutil.which("sipp"):
         sys.exit("sipp not found: run ./setup.sh")
     with tempfile.TemporaryDirectory() as d:
         only = [o for o in a.only.split(",") if o]
-        res = measure(a.server, a.rate, a.calls, d, a.port, only)
+        res = measure(a.server, a.rate, a.calls, d, a.port, only, a.seconds if a.peak else 0)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"server": a.server, "results": res}, f, indent=2)

@@ -40,6 +40,32 @@ impl Mode {
     }
 }
 
+/// What the registrar does with Path header fields (RFC 3327).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PathMode {
+    /// Ignore Path: requests go straight to the contact.
+    Off,
+    /// Store Path with the binding and route through it; echo it in the
+    /// 200 OK when the UA sent `Supported: path`.
+    #[default]
+    Lazy,
+    /// Like `Lazy`, but a REGISTER with Path from a UA that does not
+    /// support it gets 420 Bad Extension.
+    Strict,
+}
+
+impl PathMode {
+    /// Parses `off`, `lazy` or `strict`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "off" => Some(PathMode::Off),
+            "lazy" => Some(PathMode::Lazy),
+            "strict" => Some(PathMode::Strict),
+            _ => None,
+        }
+    }
+}
+
 /// Everything `sipsec serve` needs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -83,6 +109,8 @@ pub struct Config {
     pub durability: Durability,
     /// Shortest registration accepted (423 below it, RFC 3261 §10.3 step 7).
     pub min_expires: u32,
+    /// Path (RFC 3327) handling.
+    pub path: PathMode,
     /// Longest registration granted; longer requests are shortened.
     pub max_expires: u32,
     /// Registration time when the request names none.
@@ -112,6 +140,7 @@ impl Default for Config {
             data_dir: PathBuf::from("sipsec-data"),
             durability: Durability::Process,
             min_expires: 60,
+            path: PathMode::Lazy,
             max_expires: 7200,
             default_expires: 3600,
             guard: crate::guard::GuardConfig::default(),
@@ -198,6 +227,8 @@ pub struct RegistrarSection {
     pub max_expires: Option<u32>,
     /// Registration time when none is asked.
     pub default_expires: Option<u32>,
+    /// Path (RFC 3327): `off`, `lazy` or `strict`.
+    pub path: Option<String>,
 }
 
 /// A configuration problem, naming the file and what to fix.
@@ -341,6 +372,11 @@ impl Config {
             self.min_expires = r.min_expires.unwrap_or(self.min_expires);
             self.max_expires = r.max_expires.unwrap_or(self.max_expires);
             self.default_expires = r.default_expires.unwrap_or(self.default_expires);
+            if let Some(p) = r.path {
+                self.path = PathMode::parse(&p).ok_or_else(|| {
+                    value("registrar.path", format!("{p:?}: use off, lazy or strict"))
+                })?;
+            }
         }
         if let Some(g) = f.guard {
             let c = &mut self.guard;
@@ -399,9 +435,10 @@ mod tests {
             (d.auth, d.realm.as_str(), d.digest_algorithms)
         );
         assert_eq!(
-            (c.min_expires, c.max_expires, c.default_expires),
-            (60, 7200, 3600)
+            (c.min_expires, c.max_expires, c.default_expires, c.path),
+            (60, 7200, 3600, d.path)
         );
+        assert_eq!((c.stateful, c.record_route), (d.stateful, d.record_route));
     }
 
     #[test]
@@ -426,6 +463,7 @@ mod tests {
             ("tcp = \"nowhere\"", "tcp"),
             ("[auth]\ndigest = [\"sha-1\"]", "auth.digest"),
             ("[registrar]\nmin_expires = 9000", "min_expires"),
+            ("[registrar]\npath = \"maybe\"", "registrar.path"),
             ("workers = \"two\"", "invalid type"),
         ] {
             let e = Config::default()

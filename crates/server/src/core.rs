@@ -12,12 +12,12 @@ use sip_core::proxy::{forward_request, forward_response, RequestEdits};
 use sip_core::uri::Host;
 use sip_core::via::Via;
 use sip_core::writer::{write_error_response, write_response, ResponseOptions};
-use sip_core::{Limits, Message, Method, StatusCode, Uri};
+use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
 use crate::auth::{AuthFailure, AuthResult, Authenticator};
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, PathMode};
 use crate::location::{
-    Binding, ContactChange, Journal, Location, MemoryLocation, Record, UpdateError,
+    Binding, ContactChange, Journal, Location, MemoryLocation, Record, Registration, UpdateError,
 };
 use crate::metrics::{Metrics, Stage};
 use crate::stateful::{Hop, Key, Seen, Sends, StartError, Transactions, Upstream, BRANCH_PREFIX};
@@ -119,6 +119,7 @@ pub struct Core {
     tag: String,
     challenges: Vec<(&'static str, String)>,
     sends: Sends,
+    path: String,
 }
 
 fn now_ms() -> u64 {
@@ -152,6 +153,22 @@ pub fn aor(uri: &Uri<'_>) -> Option<String> {
     Some(s)
 }
 
+/// Whether a header such as Supported or Require lists `tag`.
+fn has_option_tag(msg: &Message<'_>, name: HeaderName, tag: &str) -> bool {
+    msg.headers_named(name)
+        .flat_map(|h| h.value.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(tag))
+}
+
+/// The first URI of a stored Path (`<sip:edge;lr>, <…>`).
+fn first_path_uri(path: &str) -> Option<Uri<'_>> {
+    let start = path.find('<')? + 1;
+    let end = start + path[start..].find('>')?;
+    Uri::parse(&path[start..end], sip_core::UriContext::Header)
+        .ok()
+        .filter(Uri::is_sip)
+}
+
 /// The transport address a URI or Via points at (IP literals and
 /// `localhost` only: the hot path does no DNS).
 fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
@@ -180,6 +197,7 @@ impl Core {
             tag: String::with_capacity(24),
             challenges: Vec::with_capacity(2),
             sends: Sends::default(),
+            path: String::new(),
         }
     }
 
@@ -436,14 +454,22 @@ impl Core {
         }
         self.records.clear();
         let t0 = Instant::now();
+        let supports_path = has_option_tag(msg, HeaderName::Supported, "path");
+        if let Err(reply) = self.collect_path(msg, supports_path, src, out) {
+            return reply;
+        }
+        let reg = Registration {
+            call_id: msg.call_id(),
+            cseq: msg.cseq().seq,
+            source: src,
+            path: &self.path,
+            now,
+        };
         let result = self.shared.location.update(
             &aor,
             &changes,
             star,
-            msg.call_id(),
-            msg.cseq().seq,
-            src,
-            now,
+            &reg,
             &mut self.bindings,
             &mut self.records,
         );
@@ -480,7 +506,63 @@ impl Core {
                 b.expires_at.saturating_sub(now)
             );
         }
+        if supports_path && !self.path.is_empty() {
+            // RFC 3327 §5.3: the stored Path goes back to the UA.
+            let _ = write!(self.lines, "Path: {}\r\n", self.path);
+        }
         self.respond(msg, StatusCode::OK, &[], src, out)
+    }
+
+    /// Gathers the REGISTER's Path values into `self.path` (RFC 3327)
+    /// according to the configured mode; `Err` is the refusal to send.
+    fn collect_path(
+        &mut self,
+        msg: &Message<'_>,
+        supported: bool,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Reply> {
+        self.path.clear();
+        let mode = self.shared.config.path;
+        if mode == PathMode::Off {
+            return Ok(());
+        }
+        for h in msg.headers_named(HeaderName::Path) {
+            if !self.path.is_empty() {
+                self.path.push_str(", ");
+            }
+            // Folded lines become spaces: the journal is one line per record.
+            self.path.extend(
+                h.value
+                    .chars()
+                    .map(|c| if c.is_ascii_whitespace() { ' ' } else { c }),
+            );
+        }
+        if self.path.is_empty() {
+            return Ok(());
+        }
+        if first_path_uri(&self.path).is_none() {
+            return Err(self.respond(
+                msg,
+                StatusCode::BAD_REQUEST,
+                &[("Warning", "399 sipsec \"Path must hold <sip:...> values\"")],
+                src,
+                out,
+            ));
+        }
+        if mode == PathMode::Strict && !supported {
+            return Err(self.respond(
+                msg,
+                StatusCode::BAD_EXTENSION,
+                &[(
+                    "Warning",
+                    "399 sipsec \"Path needs Supported: path (RFC 3327)\"",
+                )],
+                src,
+                out,
+            ));
+        }
+        Ok(())
     }
 
     /// The branch this proxy uses when forwarding `msg` statelessly: a
@@ -622,12 +704,23 @@ impl Core {
                 return self.respond(msg, StatusCode::MOVED_TEMPORARILY, &[], src, out);
             }
             let contact = self.bindings[0].contact.clone();
-            let addr = Uri::parse(&contact, sip_core::UriContext::Header)
-                .ok()
-                .and_then(|u| {
-                    out_transport = Transport::of_uri(&u);
-                    u.host().and_then(|h| resolve(h, u.port()))
-                });
+            // A stored Path (RFC 3327) is the route to the contact: the
+            // request goes to its first hop with the Path as Route.
+            self.path.clear();
+            if self.shared.config.path != PathMode::Off {
+                self.path.push_str(&self.bindings[0].path);
+            }
+            let next = match first_path_uri(&self.path) {
+                Some(hop) => Some(hop),
+                None => {
+                    self.path.clear();
+                    Uri::parse(&contact, sip_core::UriContext::Header).ok()
+                }
+            };
+            let addr = next.and_then(|u| {
+                out_transport = Transport::of_uri(&u);
+                u.host().and_then(|h| resolve(h, u.port()))
+            });
             new_ruri = Some(contact);
             addr
         } else if pop_route {
@@ -686,6 +779,7 @@ impl Core {
             request_uri: new_ruri.as_deref(),
             via: Some(&self.via),
             record_route: (!self.rr.is_empty()).then_some(self.rr.as_str()),
+            route: (new_ruri.is_some() && !self.path.is_empty()).then_some(self.path.as_str()),
             pop_route,
             received: annotate.then_some((self.ip.as_str(), src.port())),
             max_forwards: true,
@@ -693,6 +787,7 @@ impl Core {
         };
         let added = 1
             + usize::from(edits.record_route.is_some())
+            + usize::from(edits.route.is_some())
             + usize::from(msg.max_forwards().is_none())
             - usize::from(edits.pop_route && msg.route_count() == 1);
         match forward_request(msg, &edits, out) {

@@ -28,6 +28,24 @@ pub struct Binding {
     pub cseq: u32,
     /// Where the REGISTER came from.
     pub source: SocketAddr,
+    /// The REGISTER's Path values (RFC 3327), comma-separated, first hop
+    /// first; empty without Path.
+    pub path: String,
+}
+
+/// The REGISTER a set of changes comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    /// Its Call-ID.
+    pub call_id: &'a str,
+    /// Its CSeq number.
+    pub cseq: u32,
+    /// Where it came from.
+    pub source: SocketAddr,
+    /// Path values to store (no tab or line feed), or "".
+    pub path: &'a str,
+    /// When it arrived (Unix seconds).
+    pub now: u64,
 }
 
 /// A requested change to one contact.
@@ -84,16 +102,12 @@ pub trait Location: Send + Sync {
     /// Applies a REGISTER's changes atomically for `aor`. `remove_all` is
     /// `Contact: *`. Returns the bindings after the change; journal
     /// records are appended to `records`.
-    #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
         aor: &str,
         changes: &[ContactChange<'_>],
         remove_all: bool,
-        call_id: &str,
-        cseq: u32,
-        source: SocketAddr,
-        now: u64,
+        reg: &Registration<'_>,
         current: &mut Vec<Binding>,
         records: &mut Vec<Record>,
     ) -> Result<(), UpdateError>;
@@ -181,13 +195,17 @@ impl Location for MemoryLocation {
         aor: &str,
         changes: &[ContactChange<'_>],
         remove_all: bool,
-        call_id: &str,
-        cseq: u32,
-        source: SocketAddr,
-        now: u64,
+        reg: &Registration<'_>,
         current: &mut Vec<Binding>,
         records: &mut Vec<Record>,
     ) -> Result<(), UpdateError> {
+        let Registration {
+            call_id,
+            cseq,
+            source,
+            path,
+            now,
+        } = *reg;
         let mut shard = self.shard(aor).write().unwrap_or_else(|e| e.into_inner());
         let list = shard.get(aor);
         // Validate first so a refused REGISTER changes nothing.
@@ -237,6 +255,7 @@ impl Location for MemoryLocation {
                 call_id: call_id.to_owned(),
                 cseq,
                 source,
+                path: path.to_owned(),
             };
             match pos {
                 Some(p) => list[p] = binding.clone(),
@@ -317,11 +336,16 @@ fn encode(r: &Record, out: &mut Vec<u8>) {
             aor,
             binding: b,
         } => {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{seq}\tB\t{aor}\t{}\t{}\t{}\t{}\t{}\t{}",
                 b.contact, b.expires_at, b.q, b.call_id, b.cseq, b.source
             );
+            // Path is a trailing field, absent from records written before it.
+            if !b.path.is_empty() {
+                let _ = write!(out, "\t{}", b.path);
+            }
+            out.push(b'\n');
         }
         Record::Remove { seq, aor, contact } => {
             let _ = writeln!(out, "{seq}\tD\t{aor}\t{contact}");
@@ -342,6 +366,7 @@ fn decode(line: &str) -> Option<Record> {
                 call_id: f.next()?.to_owned(),
                 cseq: f.next()?.parse().ok()?,
                 source: f.next()?.parse().ok()?,
+                path: f.next().unwrap_or("").to_owned(),
             };
             f.next()
                 .is_none()
@@ -523,6 +548,16 @@ mod tests {
         "192.0.2.1:5060".parse().expect("literal")
     }
 
+    fn reg(call_id: &str, cseq: u32, now: u64) -> Registration<'_> {
+        Registration {
+            call_id,
+            cseq,
+            source: src(),
+            path: "",
+            now,
+        }
+    }
+
     fn change(contact: &str, expires: u32) -> ContactChange<'_> {
         ContactChange {
             contact,
@@ -539,10 +574,7 @@ mod tests {
             "sip:a@x",
             &[change("sip:a@1.1.1.1", 60)],
             false,
-            "c1",
-            1,
-            src(),
-            100,
+            &reg("c1", 1, 100),
             &mut cur,
             &mut rec,
         )
@@ -556,10 +588,7 @@ mod tests {
                 q: 500,
             }],
             false,
-            "c2",
-            1,
-            src(),
-            100,
+            &reg("c2", 1, 100),
             &mut cur,
             &mut rec,
         )
@@ -571,10 +600,7 @@ mod tests {
                 "sip:a@x",
                 &[change("sip:a@1.1.1.1", expires)],
                 false,
-                "c1",
-                cseq,
-                src(),
-                101,
+                &reg("c1", cseq, 101),
                 &mut cur,
                 &mut rec,
             )
@@ -593,20 +619,37 @@ mod tests {
         assert_eq!(up(4, 0), Ok(()), "remove");
         assert_eq!(cur.len(), 1);
         assert_eq!(loc.len(170), 0, "expired");
-        loc.update(
-            "sip:a@x",
-            &[],
-            true,
-            "c9",
-            1,
-            src(),
-            101,
-            &mut cur,
-            &mut rec,
-        )
-        .expect("star");
+        loc.update("sip:a@x", &[], true, &reg("c9", 1, 101), &mut cur, &mut rec)
+            .expect("star");
         assert!(cur.is_empty());
         assert_eq!(loc.len(101), 0);
+    }
+
+    #[test]
+    fn path_is_an_optional_trailing_field() {
+        let r = Record::Bind {
+            seq: 7,
+            aor: "sip:a@x".into(),
+            binding: Binding {
+                contact: "sip:a@1.1.1.1".into(),
+                expires_at: 160,
+                q: 1000,
+                call_id: "c1".into(),
+                cseq: 1,
+                source: src(),
+                path: "<sip:edge.example;lr>, <sip:p2.example;lr>".into(),
+            },
+        };
+        let mut out = Vec::new();
+        encode(&r, &mut out);
+        let line = std::str::from_utf8(&out).expect("utf-8");
+        assert_eq!(decode(line.trim_end()), Some(r));
+        // A record written before Path was stored still decodes.
+        let old = "7\tB\tsip:a@x\tsip:a@1.1.1.1\t160\t1000\tc1\t1\t192.0.2.1:5060";
+        let Some(Record::Bind { binding, .. }) = decode(old) else {
+            panic!("old record")
+        };
+        assert_eq!(binding.path, "");
     }
 
     #[test]
@@ -620,10 +663,7 @@ mod tests {
             "sip:a@x",
             &[change("sip:a@1.1.1.1", 60)],
             false,
-            "c1",
-            1,
-            src(),
-            100,
+            &reg("c1", 1, 100),
             &mut cur,
             &mut rec,
         )
@@ -632,10 +672,7 @@ mod tests {
             "sip:b@x",
             &[change("sip:b@1.1.1.1", 60)],
             false,
-            "c2",
-            1,
-            src(),
-            100,
+            &reg("c2", 1, 100),
             &mut cur,
             &mut rec,
         )
@@ -644,10 +681,7 @@ mod tests {
             "sip:b@x",
             &[change("sip:b@1.1.1.1", 0)],
             false,
-            "c2",
-            2,
-            src(),
-            100,
+            &reg("c2", 2, 100),
             &mut cur,
             &mut rec,
         )

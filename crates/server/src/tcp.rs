@@ -235,10 +235,12 @@ impl TcpHub {
                         out.clear();
                         let reply =
                             core.handle(&buf[..n], peer, Transport::Tcp, unix_now(), &mut out);
-                        self.dispatch(reply, &out);
+                        // Extras first: a 100 Trying must not trail the
+                        // answers the forwarded INVITE draws.
                         for (bytes, (dest, transport)) in core.extra().iter() {
                             self.dispatch(Reply::Send(dest, transport), bytes);
                         }
+                        self.dispatch(reply, &out);
                         buf.drain(..n);
                     }
                     Err(e) if e.kind == ErrorKind::Incomplete => break,

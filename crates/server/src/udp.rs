@@ -202,20 +202,14 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
                 continue;
             };
             let out = tx.next_buf();
-            match core.handle(data, src, Transport::Udp, now, out) {
-                Reply::Send(dest, Transport::Udp) => tx.commit(dest),
-                Reply::Send(dest, Transport::Tcp) => {
-                    if let Some(hub) = hub {
-                        let _ = hub.send(dest, out);
-                    }
-                }
-                Reply::Drop => {}
-            }
+            let reply = core.handle(data, src, Transport::Udp, now, out);
+            // What the core produced besides its reply goes first, so that a
+            // 100 Trying reaches the caller before the forwarded INVITE can
+            // draw an answer (stateful mode only; rare and small).
             for (bytes, (dest, transport)) in core.extra().iter() {
                 match transport {
                     Transport::Udp => {
-                        tx.next_buf().extend_from_slice(bytes);
-                        tx.commit(dest);
+                        let _ = sock.send_to(bytes, dest);
                     }
                     Transport::Tcp => {
                         if let Some(hub) = hub {
@@ -223,6 +217,15 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
                         }
                     }
                 }
+            }
+            match reply {
+                Reply::Send(dest, Transport::Udp) => tx.commit(dest),
+                Reply::Send(dest, Transport::Tcp) => {
+                    if let Some(hub) = hub {
+                        let _ = hub.send(dest, out);
+                    }
+                }
+                Reply::Drop => {}
             }
         }
         tx.flush(&sock);

@@ -897,3 +897,48 @@ fn stateful_proxy_answers_503_when_the_callee_cannot_be_reached_over_tcp() {
     assert_eq!(status(&r), 503, "{r}");
     s.handle.shutdown();
 }
+
+#[test]
+fn path_from_registration_routes_requests_through_the_edge_proxy() {
+    let dir = tempdir("path");
+    let s = server(Mode::Proxy, false, &dir);
+    let srv = s.handle.local_addr();
+    let (uac, uas, edge) = (Ua::new(srv), Ua::new(srv), Ua::new(srv));
+    let contact = format!("<sip:bob@127.0.0.1:{}>", uas.port());
+    let path = format!("<sip:127.0.0.1:{};lr>", edge.port());
+    // The UA supports Path: the 200 OK echoes it (RFC 3327 §5.3).
+    let ok = uas.register(
+        "bob",
+        "p1",
+        1,
+        &contact,
+        &format!("Path: {path}\r\nSupported: path\r\n"),
+    );
+    assert_eq!(status(&ok), 200, "{ok}");
+    let r = Message::parse(ok.as_bytes()).expect("parses");
+    assert_eq!(r.header(HeaderName::Path), Some(path.as_str()));
+    // Without Supported: path the Path is kept but not echoed.
+    let carol = format!("<sip:carol@127.0.0.1:{}>", uas.port());
+    let ok = uas.register("carol", "p2", 1, &carol, &format!("Path: {path}\r\n"));
+    assert_eq!(status(&ok), 200, "{ok}");
+    assert!(!ok.contains("Path:"), "{ok}");
+    // A Path that is not a list of <sip:…> values is refused.
+    let bad = uas.register("dave", "p3", 1, &contact, "Path: garbage\r\n");
+    assert_eq!(status(&bad), 400, "{bad}");
+
+    // An INVITE for bob goes to the edge proxy, with the Path as Route and
+    // bob's contact as Request-URI.
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bKpath1", 70, "INVITE"),
+        srv,
+    );
+    let (fwd, _) = edge.recv();
+    let f = Message::parse(fwd.as_bytes()).expect("parses");
+    assert_eq!(
+        f.request_uri().expect("request").as_str(),
+        format!("sip:bob@127.0.0.1:{}", uas.port())
+    );
+    let routes: Vec<String> = f.routes().map(|r| r.as_str().to_owned()).collect();
+    assert_eq!(routes, [path]);
+    s.handle.shutdown();
+}

@@ -92,6 +92,7 @@ fn benches(c: &mut Criterion) {
         request_uri: Some("sip:bob@192.0.2.4:5060"),
         via: Some("SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKp1a2b3"),
         record_route: Some("<sip:192.0.2.1;lr>"),
+        route: None,
         pop_route: false,
         received: Some(("192.0.2.101", 5060)),
         max_forwards: true,

@@ -44,16 +44,18 @@ pub fn message(data: &[u8]) {
             request_uri: Some("sip:target@192.0.2.2:5062"),
             via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKfuzz"),
             record_route: Some("<sip:192.0.2.1;lr>"),
+            route: Some("<sip:edge.example;lr>"),
             pop_route: m.route_count() > 0,
             received: Some(("192.0.2.9", 5070)),
             max_forwards: true,
             force_rport: true,
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
-            // A proxy adds at most three header lines (Via, Record-Route,
-            // Max-Forwards): a request at the limits may exceed them by that.
+            // A proxy adds at most four header lines (Via, Record-Route,
+            // Route, Max-Forwards): a request at the limits may exceed them
+            // by that.
             let headroom = Limits {
-                max_headers: Limits::DEFAULT.max_headers + 3,
+                max_headers: Limits::DEFAULT.max_headers + 4,
                 max_message_len: Limits::DEFAULT.max_message_len
                     + out.len().saturating_sub(m.len()),
                 ..Limits::DEFAULT
@@ -68,7 +70,7 @@ pub fn message(data: &[u8]) {
             assert_eq!(f.top_via().branch(), Some("z9hG4bKfuzz"));
             assert_eq!(
                 f.route_count() + usize::from(edits.pop_route),
-                m.route_count()
+                m.route_count() + 1
             );
             assert_eq!(f.body(), m.body());
         }

@@ -30,6 +30,10 @@ pub struct RequestEdits<'e> {
     pub via: Option<&'e str>,
     /// Record-Route value to add, e.g. `<sip:192.0.2.1;lr>`.
     pub record_route: Option<&'e str>,
+    /// Route value(s) to put before any Route the request has: the Path a
+    /// registrar stored for the target (RFC 3327 §5.3), e.g.
+    /// `<sip:edge.example;lr>`.
+    pub route: Option<&'e str>,
     /// Remove the first Route value (it named this proxy, §16.4).
     pub pop_route: bool,
     /// Source address of the request: adds `received=` to the previous
@@ -43,15 +47,17 @@ pub struct RequestEdits<'e> {
     pub force_rport: bool,
 }
 
+const SPLICE_PARTS: usize = 10;
+
 struct Splice<'e> {
     start: usize,
     end: usize,
-    text: [&'e str; 8],
+    text: [&'e str; SPLICE_PARTS],
     number: Option<u64>,
 }
 
 fn splice<'e>(start: usize, end: usize, parts: &[&'e str]) -> Splice<'e> {
-    let mut text = [""; 8];
+    let mut text = [""; SPLICE_PARTS];
     text[..parts.len()].copy_from_slice(parts);
     Splice {
         start,
@@ -59,6 +65,12 @@ fn splice<'e>(start: usize, end: usize, parts: &[&'e str]) -> Splice<'e> {
         text,
         number: None,
     }
+}
+
+fn rport_text(prefix: &str) -> [&str; SPLICE_PARTS] {
+    let mut t = [""; SPLICE_PARTS];
+    t[0] = prefix;
+    t
 }
 
 fn apply(head: &str, body: &[u8], splices: &mut [Splice<'_>], out: &mut Vec<u8>) {
@@ -125,7 +137,8 @@ pub fn forward_request(
         splices[n] = splice(s, s + uri.as_str().len(), &[new]);
         n += 1;
     }
-    // New Via, Record-Route and (when absent) Max-Forwards lines go first.
+    // New Via, Record-Route, Route and (when absent) Max-Forwards lines go
+    // first: a new Route thus precedes the request's own.
     let line = msg.start_line_str().len();
     let headers_at = line
         + if head.as_bytes().get(line) == Some(&b'\r') {
@@ -143,6 +156,10 @@ pub fn forward_request(
         top.text[k..k + 3].copy_from_slice(&["Record-Route: ", r, "\r\n"]);
         k += 3;
     }
+    if let Some(r) = edits.route {
+        top.text[k..k + 3].copy_from_slice(&["Route: ", r, "\r\n"]);
+        k += 3;
+    }
     if edits.max_forwards && msg.max_forwards_raw().is_none() {
         top.text[k] = "Max-Forwards: 70\r\n";
     }
@@ -157,7 +174,7 @@ pub fn forward_request(
             splices[n] = Splice {
                 start: s,
                 end: s + raw.len(),
-                text: [""; 8],
+                text: [""; SPLICE_PARTS],
                 number: Some(u64::from(v) - 1),
             };
             n += 1;
@@ -173,7 +190,7 @@ pub fn forward_request(
             splices[n] = Splice {
                 start: s,
                 end: s + raw.len(),
-                text: ["rport=", "", "", "", "", "", "", ""],
+                text: rport_text("rport="),
                 number: Some(u64::from(port)),
             };
             n += 1;
@@ -181,7 +198,7 @@ pub fn forward_request(
             splices[n] = Splice {
                 start: end,
                 end,
-                text: [";rport=", "", "", "", "", "", "", ""],
+                text: rport_text(";rport="),
                 number: Some(u64::from(port)),
             };
             n += 1;
@@ -234,6 +251,7 @@ Content-Length: 4\r\n\r\nv=0\n";
                 request_uri: Some("sip:bob@192.0.2.7:5062"),
                 via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKp1"),
                 record_route: Some("<sip:192.0.2.1;lr>"),
+                route: Some("<sip:edge.example;lr>"),
                 pop_route: true,
                 received: Some(("203.0.113.5", 40000)),
                 max_forwards: true,
@@ -252,10 +270,11 @@ Content-Length: 4\r\n\r\nv=0\n";
         assert_eq!(vias[1].received(), Some("203.0.113.5"));
         assert_eq!(vias[1].rport(), Some(Some(40000)));
         assert_eq!(vias[2].branch(), Some("z9hG4bKz"));
-        assert_eq!(f.route_count(), 1);
+        let routes: Vec<_> = f.routes().map(|r| r.uri().as_str()).collect();
         assert_eq!(
-            f.first_route().unwrap().1.uri().as_str(),
-            "sip:next.example.com;lr"
+            routes,
+            ["sip:edge.example;lr", "sip:next.example.com;lr"],
+            "the added Route first, ours popped"
         );
         assert_eq!(
             f.header(HeaderName::RecordRoute),

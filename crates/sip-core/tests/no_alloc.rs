@@ -73,6 +73,7 @@ fn parse_and_forward_allocate_nothing() {
                     &RequestEdits {
                         via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKx"),
                         record_route: Some("<sip:192.0.2.1;lr>"),
+                        route: Some("<sip:edge.example;lr>"),
                         max_forwards: true,
                         force_rport: false,
                         received: Some(("192.0.2.99", 5062)),

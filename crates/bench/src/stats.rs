@@ -1,0 +1,262 @@
+//! Statistics of a run: latency histogram and percentiles, the published
+//! latency buckets and coefficient, per-second series, peak detection.
+
+use hdrhistogram::Histogram;
+
+/// Upper bounds (inclusive, milliseconds) of the published latency
+/// buckets 0–30, 31–60, 61–90, 91–120, 121–150; the sixth is >150 ms.
+pub const BUCKET_BOUNDS_MS: [u64; 5] = [30, 60, 90, 120, 150];
+
+/// The published example weights of the latency coefficient.
+pub const DEFAULT_WEIGHTS: [f64; 5] = [0.55, 0.445, 0.004, 0.0007, 0.0003];
+
+/// Call latencies in microseconds, 1 µs to 10 min, 3 significant digits.
+#[derive(Debug, Clone)]
+pub struct Latency {
+    hist: Histogram<u64>,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Latency {
+    /// An empty histogram.
+    pub fn new() -> Self {
+        Self {
+            // Bounds are constants that hdrhistogram accepts.
+            hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
+        }
+    }
+
+    /// Records one latency in microseconds (clamped to the range).
+    pub fn record_us(&mut self, us: u64) {
+        self.hist.saturating_record(us.max(1));
+    }
+
+    /// Adds another histogram's samples.
+    pub fn merge(&mut self, other: &Latency) {
+        // Same bounds on both sides: cannot fail.
+        let _ = self.hist.add(&other.hist);
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// The latency at quantile `q` (0..=1), in microseconds.
+    pub fn quantile_us(&self, q: f64) -> u64 {
+        if self.count() == 0 {
+            return 0;
+        }
+        self.hist.value_at_quantile(q)
+    }
+
+    /// Largest sample, in microseconds.
+    pub fn max_us(&self) -> u64 {
+        self.hist.max()
+    }
+
+    /// Mean, in microseconds.
+    pub fn mean_us(&self) -> f64 {
+        self.hist.mean()
+    }
+
+    /// Shares of calls in the six published buckets (sum 1, or all 0
+    /// without samples).
+    pub fn bucket_shares(&self) -> [f64; 6] {
+        let total = self.count();
+        let mut shares = [0.0; 6];
+        if total == 0 {
+            return shares;
+        }
+        let mut below = 0;
+        for (i, ms) in BUCKET_BOUNDS_MS.iter().enumerate() {
+            // Bucket i holds latencies up to `ms` milliseconds inclusive
+            // (to the histogram's precision).
+            let upto = self.hist.count_between(0, ms * 1000 + 999);
+            shares[i] = (upto - below) as f64 / total as f64;
+            below = upto;
+        }
+        shares[5] = (total - below) as f64 / total as f64;
+        shares
+    }
+
+    /// Cumulative distribution points (latency µs, share ≤ it), for plots.
+    pub fn cdf(&self) -> Vec<(u64, f64)> {
+        let total = self.count().max(1) as f64;
+        self.hist
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
+            .scan(0u64, |acc, (value, n)| {
+                *acc += n;
+                Some((value, *acc as f64 / total))
+            })
+            .collect()
+    }
+}
+
+/// The latency coefficient `p1*w1 + … + p5*w5 − p6` of bucket shares `p`.
+pub fn coefficient(shares: &[f64; 6], weights: &[f64; 5]) -> f64 {
+    shares[..5]
+        .iter()
+        .zip(weights)
+        .map(|(p, w)| p * w)
+        .sum::<f64>()
+        - shares[5]
+}
+
+/// Parses weights given as `w1,w2,w3,w4,w5` (they must sum to 1).
+pub fn parse_weights(s: &str) -> Result<[f64; 5], String> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("weights {s:?}: {e}"))?;
+    let w: [f64; 5] = v
+        .try_into()
+        .map_err(|_| format!("weights {s:?}: give exactly five numbers"))?;
+    let sum: f64 = w.iter().sum();
+    if w.iter().any(|x| *x < 0.0) || (sum - 1.0).abs() > 1e-6 {
+        return Err(format!("weights {s:?} must be non-negative and sum to 1 (sum {sum})"));
+    }
+    Ok(w)
+}
+
+/// One step of a rate ramp: what was offered and what came out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    /// Offered calls/s.
+    pub offered: f64,
+    /// Successful calls/s.
+    pub achieved: f64,
+    /// Failed calls in the step.
+    pub failed: u64,
+    /// 99th percentile latency, µs.
+    pub p99_us: u64,
+}
+
+/// Peak and sustainable throughput of a ramp (BRIEF §1): sustainable is
+/// the highest offered rate fully processed (no failure, achieved within
+/// `tolerance` of offered, p99 under `max_p99_us`); peak is the highest
+/// achieved rate among steps that stayed stable (no more than 1 % failed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capacity {
+    /// Highest successful calls/s while stable.
+    pub peak: f64,
+    /// Highest offered rate fully processed.
+    pub sustainable: f64,
+}
+
+/// Finds peak and sustainable throughput in a ramp's steps (in order).
+pub fn capacity(steps: &[Step], tolerance: f64, max_p99_us: u64) -> Capacity {
+    let mut sustainable = 0.0_f64;
+    let mut peak = 0.0_f64;
+    for s in steps {
+        let calls = s.achieved + s.failed as f64;
+        let stable = calls > 0.0 && (s.failed as f64) <= 0.01 * calls.max(1.0) * 1.0;
+        if stable {
+            peak = peak.max(s.achieved);
+        }
+        let full = s.failed == 0
+            && s.achieved >= s.offered * (1.0 - tolerance)
+            && s.p99_us <= max_p99_us;
+        if full {
+            sustainable = sustainable.max(s.offered);
+        }
+    }
+    Capacity { peak, sustainable }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_shares_and_coefficient() {
+        let mut l = Latency::new();
+        // 50 calls at 10 ms, 30 at 45 ms, 10 at 100 ms, 10 at 400 ms.
+        for (ms, n) in [(10, 50), (45, 30), (100, 10), (400, 10)] {
+            for _ in 0..n {
+                l.record_us(ms * 1000);
+            }
+        }
+        let s = l.bucket_shares();
+        let want = [0.5, 0.3, 0.0, 0.1, 0.0, 0.1];
+        for (a, b) in s.iter().zip(want) {
+            assert!((a - b).abs() < 1e-9, "{s:?}");
+        }
+        let c = coefficient(&s, &DEFAULT_WEIGHTS);
+        let expect = 0.5 * 0.55 + 0.3 * 0.445 + 0.1 * 0.0007 - 0.1;
+        assert!((c - expect).abs() < 1e-12, "{c} vs {expect}");
+        // Bucket edges: 30 ms is in the first bucket, 31 ms in the second,
+        // 150 ms in the fifth, 151 ms beyond.
+        let mut e = Latency::new();
+        for ms in [30, 31, 150, 151] {
+            e.record_us(ms * 1000);
+        }
+        assert_eq!(e.bucket_shares(), [0.25, 0.25, 0.0, 0.0, 0.25, 0.25]);
+    }
+
+    #[test]
+    fn percentiles_and_merge() {
+        let mut a = Latency::new();
+        let mut b = Latency::new();
+        for us in 1..=500 {
+            a.record_us(us);
+        }
+        for us in 501..=1000 {
+            b.record_us(us);
+        }
+        a.merge(&b);
+        assert_eq!(a.count(), 1000);
+        let near = |got: u64, want: u64| got.abs_diff(want) <= want / 500 + 1;
+        assert!(near(a.quantile_us(0.5), 500), "{}", a.quantile_us(0.5));
+        assert!(near(a.quantile_us(0.99), 990));
+        assert!(near(a.max_us(), 1000));
+        assert!((a.mean_us() - 500.5).abs() < 1.0);
+        let cdf = a.cdf();
+        assert!((cdf.last().expect("points").1 - 1.0).abs() < 1e-12);
+        assert_eq!(Latency::new().quantile_us(0.99), 0);
+        assert_eq!(Latency::new().bucket_shares(), [0.0; 6]);
+    }
+
+    #[test]
+    fn weights_are_checked() {
+        assert_eq!(
+            parse_weights("0.55,0.445,0.004,0.0007,0.0003"),
+            Ok(DEFAULT_WEIGHTS)
+        );
+        assert!(parse_weights("0.5,0.5").is_err());
+        assert!(parse_weights("0.5,0.5,0.1,0,0").is_err());
+        assert!(parse_weights("a,b,c,d,e").is_err());
+    }
+
+    #[test]
+    fn peak_and_sustainable_on_a_synthetic_ramp() {
+        let step = |offered: f64, achieved: f64, failed: u64, p99_ms: u64| Step {
+            offered,
+            achieved,
+            failed,
+            p99_us: p99_ms * 1000,
+        };
+        let ramp = [
+            step(1000.0, 1000.0, 0, 2),
+            step(2000.0, 1995.0, 0, 3),
+            step(4000.0, 3990.0, 0, 20),
+            // Falls behind: achieved well below offered, latency grows.
+            step(8000.0, 6100.0, 0, 900),
+            // Overload: failures.
+            step(16000.0, 5200.0, 4000, 5000),
+        ];
+        let c = capacity(&ramp, 0.05, 200_000);
+        assert_eq!(c.sustainable, 4000.0);
+        assert_eq!(c.peak, 6100.0);
+        // A latency ceiling below step 3's p99 lowers sustainable.
+        assert_eq!(capacity(&ramp, 0.05, 10_000).sustainable, 2000.0);
+        assert_eq!(capacity(&[], 0.05, 1).peak, 0.0);
+    }
+}
