@@ -14,6 +14,9 @@ pub const DEFAULT_WEIGHTS: [f64; 5] = [0.55, 0.445, 0.004, 0.0007, 0.0003];
 #[derive(Debug, Clone)]
 pub struct Latency {
     hist: Histogram<u64>,
+    /// Exact counts per published bucket (the histogram's buckets are
+    /// approximate at the edges).
+    buckets: [u64; 6],
 }
 
 impl Default for Latency {
@@ -28,18 +31,29 @@ impl Latency {
         Self {
             // Bounds are constants that hdrhistogram accepts.
             hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
+            buckets: [0; 6],
         }
     }
 
     /// Records one latency in microseconds (clamped to the range).
     pub fn record_us(&mut self, us: u64) {
         self.hist.saturating_record(us.max(1));
+        // Whole milliseconds, as published: 30.9 ms is in 0–30.
+        let ms = us / 1000;
+        let i = BUCKET_BOUNDS_MS
+            .iter()
+            .position(|b| ms <= *b)
+            .unwrap_or(BUCKET_BOUNDS_MS.len());
+        self.buckets[i] += 1;
     }
 
     /// Adds another histogram's samples.
     pub fn merge(&mut self, other: &Latency) {
         // Same bounds on both sides: cannot fail.
         let _ = self.hist.add(&other.hist);
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets) {
+            *a += b;
+        }
     }
 
     /// Number of samples.
@@ -68,20 +82,14 @@ impl Latency {
     /// Shares of calls in the six published buckets (sum 1, or all 0
     /// without samples).
     pub fn bucket_shares(&self) -> [f64; 6] {
-        let total = self.count();
+        let total: u64 = self.buckets.iter().sum();
         let mut shares = [0.0; 6];
         if total == 0 {
             return shares;
         }
-        let mut below = 0;
-        for (i, ms) in BUCKET_BOUNDS_MS.iter().enumerate() {
-            // Bucket i holds latencies up to `ms` milliseconds inclusive
-            // (to the histogram's precision).
-            let upto = self.hist.count_between(0, ms * 1000 + 999);
-            shares[i] = (upto - below) as f64 / total as f64;
-            below = upto;
+        for (s, n) in shares.iter_mut().zip(self.buckets) {
+            *s = n as f64 / total as f64;
         }
-        shares[5] = (total - below) as f64 / total as f64;
         shares
     }
 
@@ -121,7 +129,9 @@ pub fn parse_weights(s: &str) -> Result<[f64; 5], String> {
         .map_err(|_| format!("weights {s:?}: give exactly five numbers"))?;
     let sum: f64 = w.iter().sum();
     if w.iter().any(|x| *x < 0.0) || (sum - 1.0).abs() > 1e-6 {
-        return Err(format!("weights {s:?} must be non-negative and sum to 1 (sum {sum})"));
+        return Err(format!(
+            "weights {s:?} must be non-negative and sum to 1 (sum {sum})"
+        ));
     }
     Ok(w)
 }
@@ -157,13 +167,12 @@ pub fn capacity(steps: &[Step], tolerance: f64, max_p99_us: u64) -> Capacity {
     let mut peak = 0.0_f64;
     for s in steps {
         let calls = s.achieved + s.failed as f64;
-        let stable = calls > 0.0 && (s.failed as f64) <= 0.01 * calls.max(1.0) * 1.0;
+        let stable = calls > 0.0 && s.failed as f64 <= 0.01 * calls;
         if stable {
             peak = peak.max(s.achieved);
         }
-        let full = s.failed == 0
-            && s.achieved >= s.offered * (1.0 - tolerance)
-            && s.p99_us <= max_p99_us;
+        let full =
+            s.failed == 0 && s.achieved >= s.offered * (1.0 - tolerance) && s.p99_us <= max_p99_us;
         if full {
             sustainable = sustainable.max(s.offered);
         }
@@ -192,11 +201,11 @@ mod tests {
         let c = coefficient(&s, &DEFAULT_WEIGHTS);
         let expect = 0.5 * 0.55 + 0.3 * 0.445 + 0.1 * 0.0007 - 0.1;
         assert!((c - expect).abs() < 1e-12, "{c} vs {expect}");
-        // Bucket edges: 30 ms is in the first bucket, 31 ms in the second,
-        // 150 ms in the fifth, 151 ms beyond.
+        // Bucket edges in whole milliseconds: 30.999 ms is in the first
+        // bucket, 31 ms in the second, 150.5 ms in the fifth, 151 ms beyond.
         let mut e = Latency::new();
-        for ms in [30, 31, 150, 151] {
-            e.record_us(ms * 1000);
+        for us in [30_999, 31_000, 150_500, 151_000] {
+            e.record_us(us);
         }
         assert_eq!(e.bucket_shares(), [0.25, 0.25, 0.0, 0.0, 0.25, 0.25]);
     }

@@ -1,6 +1,7 @@
 //! The `sipsec` command line.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod check;
 mod status;
 mod users;
@@ -34,6 +35,11 @@ enum Command {
     Users {
         #[command(subcommand)]
         command: users::UsersCommand,
+    },
+    /// Load-test a SIP server and measure it (calls/s, latency, server CPU).
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
     },
     /// Work with SIP messages.
     Sip {
@@ -119,6 +125,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Users { command } => users::run(command),
         Command::Status { http } => status::run(http),
+        Command::Bench { command } => bench::run(command),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {

@@ -1,0 +1,64 @@
+//! CPU time of the server under test, from `/proc/PID/stat` (utime +
+//! stime of every process given, e.g. all of Kamailio's children).
+
+use std::time::Duration;
+
+/// Clock ticks per second of `/proc` times (USER_HZ; 100 on Linux).
+const TICKS: f64 = 100.0;
+
+/// Processes whose command name (`/proc/PID/comm`) is `name`.
+pub fn pids_named(name: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .collect()
+}
+
+/// CPU seconds used so far by `pids` (those gone count as 0).
+pub fn cpu_seconds(pids: &[u32]) -> f64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the parenthesised command name: state is 3rd,
+            // utime 14th and stime 15th of the whole line.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = f.get(11)?.parse().ok()?;
+            let stime: f64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) / TICKS)
+        })
+        .sum()
+}
+
+/// CPU % of one core used between two readings `dt` apart.
+pub fn percent(before: f64, after: f64, dt: Duration) -> f64 {
+    if dt.is_zero() {
+        return 0.0;
+    }
+    (after - before).max(0.0) / dt.as_secs_f64() * 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        // Burn a little CPU so the counter is above zero.
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert_ne!(x, 1);
+        assert!(cpu_seconds(&[me]) > 0.0);
+        assert_eq!(cpu_seconds(&[u32::MAX]), 0.0);
+        let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).expect("comm");
+        assert!(pids_named(comm.trim_end()).contains(&me));
+        assert!((percent(1.0, 1.5, Duration::from_secs(1)) - 50.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,704 @@
+//! The load engine: worker threads, each with its own UDP socket and its
+//! share of the calls, driving every call through its scenario with
+//! RFC 3261 retransmissions (timer A/E from T1 = 500 ms, timeout 64·T1).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sip_core::auth::Challenge;
+use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
+use sip_core::writer::write_u64;
+use sip_core::{HeaderName, Message};
+
+use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
+use crate::stats::Latency;
+
+/// RFC 3261 T1.
+pub const T1: Duration = Duration::from_millis(500);
+/// RFC 3261 T2.
+pub const T2: Duration = Duration::from_secs(4);
+/// Transaction timeout (64·T1).
+pub const TIMEOUT: Duration = Duration::from_secs(32);
+
+/// How calls are started.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shape {
+    /// Open loop: this many new calls per second.
+    Rate(f64),
+    /// Closed loop: keep this many calls in flight.
+    InFlight(usize),
+}
+
+/// A user to call as, from a CSV of `username,password`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Name.
+    pub name: String,
+    /// Password (only for computing digests).
+    pub password: String,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The server.
+    pub target: SocketAddr,
+    /// The flow.
+    pub scenario: Scenario,
+    /// Load shape.
+    pub shape: Shape,
+    /// Most calls to start.
+    pub calls: u64,
+    /// Longest time to keep starting calls.
+    pub duration: Duration,
+    /// Time allowed after the last start for calls to finish.
+    pub drain: Duration,
+    /// Worker threads (one socket each).
+    pub threads: usize,
+    /// First local port (worker `i` binds `port + i`); 0 for ephemeral.
+    pub local_port: u16,
+    /// Callers, used in turn.
+    pub users: Vec<User>,
+}
+
+/// One second of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Second {
+    /// Calls started.
+    pub started: u64,
+    /// Calls completed successfully.
+    pub ok: u64,
+    /// Calls failed.
+    pub failed: u64,
+    /// Requests retransmitted.
+    pub retransmissions: u64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Calls started.
+    pub started: u64,
+    /// Calls completed successfully.
+    pub ok: u64,
+    /// Failed calls by cause.
+    pub failures: BTreeMap<String, u64>,
+    /// Requests retransmitted.
+    pub retransmissions: u64,
+    /// Responses that matched no step (stray retransmissions and the like).
+    pub unexpected: u64,
+    /// Latency of successful calls (sum of their timed legs).
+    pub latency: Latency,
+    /// Per second, from the start.
+    pub seconds: Vec<Second>,
+    /// From the first start to the last completion.
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    /// Failed calls.
+    pub fn failed(&self) -> u64 {
+        self.failures.values().sum()
+    }
+
+    fn merge(&mut self, o: Outcome) {
+        self.started += o.started;
+        self.ok += o.ok;
+        for (k, v) in o.failures {
+            *self.failures.entry(k).or_default() += v;
+        }
+        self.retransmissions += o.retransmissions;
+        self.unexpected += o.unexpected;
+        self.latency.merge(&o.latency);
+        if self.seconds.len() < o.seconds.len() {
+            self.seconds.resize(o.seconds.len(), Second::default());
+        }
+        for (a, b) in self.seconds.iter_mut().zip(o.seconds) {
+            a.started += b.started;
+            a.ok += b.ok;
+            a.failed += b.failed;
+            a.retransmissions += b.retransmissions;
+        }
+        self.elapsed = self.elapsed.max(o.elapsed);
+    }
+}
+
+/// Counters the progress display reads while a run goes on.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Calls started.
+    pub started: AtomicU64,
+    /// Calls succeeded.
+    pub ok: AtomicU64,
+    /// Calls failed.
+    pub failed: AtomicU64,
+}
+
+/// A digest challenge kept to answer.
+#[derive(Debug, Clone)]
+struct Captured {
+    proxy: bool,
+    algorithm: Algorithm,
+    realm: String,
+    nonce: String,
+    opaque: Option<String>,
+    qop: bool,
+}
+
+#[derive(Debug)]
+struct Call {
+    number: u64,
+    slot: usize,
+    step: usize,
+    user: usize,
+    leg_start: Instant,
+    latency: Duration,
+    cseq: u32,
+    branch: u32,
+    method: &'static str,
+    txn_start: Instant,
+    retransmit: Option<Duration>,
+    generation: u32,
+    last: Vec<u8>,
+    peer_tag: String,
+    challenge: Option<Captured>,
+}
+
+struct Worker<'a> {
+    run: &'a Run,
+    id: usize,
+    sock: UdpSocket,
+    local: String,
+    remote: String,
+    run_id: u32,
+    slots: Vec<Option<Call>>,
+    free: Vec<usize>,
+    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    out: Vec<u8>,
+    scratch: Vec<u8>,
+    outcome: Outcome,
+    start: Instant,
+    live: &'a Live,
+    active: usize,
+    /// Timer generations, unique across the worker's calls: a slot reused
+    /// by a new call must not inherit the old call's pending timers.
+    generations: u32,
+}
+
+/// Runs `run`, updating `live` as it goes; stops early when `stop` is set.
+pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome> {
+    if run.users.is_empty() {
+        return Err(io::Error::other("no users to call as"));
+    }
+    let threads = run.threads.max(1);
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let run_id = std::process::id().rotate_left(16) ^ clock;
+    let sockets = (0..threads)
+        .map(|i| {
+            let port = if run.local_port == 0 {
+                0
+            } else {
+                run.local_port + i as u16
+            };
+            let ip = if run.target.is_ipv6() {
+                "::1".parse().expect("literal")
+            } else {
+                std::net::IpAddr::from([127, 0, 0, 1])
+            };
+            let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
+            s.set_read_timeout(Some(Duration::from_millis(1)))?;
+            Ok(s)
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    let start = Instant::now();
+    let outcomes = std::thread::scope(|scope| {
+        let handles: Vec<_> = sockets
+            .into_iter()
+            .enumerate()
+            .map(|(id, sock)| {
+                scope.spawn(move || {
+                    let local = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                    let mut w = Worker {
+                        run,
+                        id,
+                        sock,
+                        local,
+                        remote: run.target.to_string(),
+                        run_id,
+                        slots: Vec::new(),
+                        free: Vec::new(),
+                        timers: BinaryHeap::new(),
+                        out: Vec::with_capacity(2048),
+                        scratch: Vec::with_capacity(256),
+                        outcome: Outcome::default(),
+                        start,
+                        live,
+                        active: 0,
+                        generations: 0,
+                    };
+                    w.go(threads, stop);
+                    w.outcome
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect::<Vec<_>>()
+    });
+    let mut total = Outcome::default();
+    for o in outcomes {
+        total.merge(o);
+    }
+    Ok(total)
+}
+
+impl Worker<'_> {
+    fn second(&mut self, now: Instant) -> &mut Second {
+        let i = now.duration_since(self.start).as_secs() as usize;
+        if self.outcome.seconds.len() <= i {
+            self.outcome.seconds.resize(i + 1, Second::default());
+        }
+        &mut self.outcome.seconds[i]
+    }
+
+    fn go(&mut self, threads: usize, stop: &AtomicBool) {
+        let quota = self.run.calls / threads as u64
+            + u64::from((self.id as u64) < self.run.calls % threads as u64);
+        let interval = match self.run.shape {
+            Shape::Rate(r) => Duration::from_secs_f64(threads as f64 / r.max(0.001)),
+            Shape::InFlight(_) => Duration::ZERO,
+        };
+        // Workers start staggered so their calls interleave evenly.
+        let first = self.start + interval.mul_f64(self.id as f64 / threads as f64);
+        let stop_starting = self.start + self.run.duration;
+        let mut started = 0u64;
+        let mut starts_ended: Option<Instant> = None;
+        let mut buf = vec![0u8; 65_535];
+        loop {
+            let now = Instant::now();
+            let may_start = now < stop_starting && !stop.load(Ordering::Relaxed);
+            while may_start && started < quota {
+                let due = match self.run.shape {
+                    Shape::Rate(_) => first + interval.mul_f64(started as f64) <= now,
+                    Shape::InFlight(n) => self.active < n.div_ceil(threads),
+                };
+                if !due {
+                    break;
+                }
+                let number = started * threads as u64 + self.id as u64;
+                self.start_call(number, now);
+                started += 1;
+            }
+            if let Ok((n, _)) = self.sock.recv_from(&mut buf) {
+                self.on_message(&buf[..n]);
+            }
+            self.fire_timers(Instant::now());
+            if started >= quota || !may_start {
+                if self.active == 0 {
+                    break;
+                }
+                // Drain: calls in flight get `drain` to finish.
+                let ended = *starts_ended.get_or_insert(now);
+                if now >= ended + self.run.drain {
+                    self.abandon_all(now);
+                    break;
+                }
+            }
+        }
+        self.outcome.started = started;
+        self.outcome.elapsed = Instant::now().duration_since(self.start);
+    }
+
+    fn abandon_all(&mut self, now: Instant) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].is_some() {
+                self.fail(i, "unfinished at the end of the run", now);
+            }
+        }
+    }
+
+    fn start_call(&mut self, number: u64, now: Instant) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.slots[slot] = Some(Call {
+            number,
+            slot,
+            step: 0,
+            user: (number % self.run.users.len() as u64) as usize,
+            leg_start: now,
+            latency: Duration::ZERO,
+            cseq: 0,
+            branch: 0,
+            method: "",
+            txn_start: now,
+            retransmit: None,
+            generation: 0,
+            last: Vec::new(),
+            peer_tag: String::new(),
+            challenge: None,
+        });
+        self.active += 1;
+        self.second(now).started += 1;
+        self.live.started.fetch_add(1, Ordering::Relaxed);
+        self.advance(slot, now);
+    }
+
+    /// Runs Send steps until the call waits for a response or ends.
+    fn advance(&mut self, slot: usize, now: Instant) {
+        loop {
+            let Some(call) = self.slots[slot].as_ref() else {
+                return;
+            };
+            match self.run.scenario.steps.get(call.step) {
+                None => return self.succeed(slot, now),
+                Some(Step::Expect(_)) => return,
+                Some(Step::Send(s)) => {
+                    if let Err(e) = self.send(slot, s, now) {
+                        return self.fail(slot, &format!("send: {e}"), now);
+                    }
+                    if let Some(c) = self.slots[slot].as_mut() {
+                        c.step += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, slot: usize, s: &Send, now: Instant) -> io::Result<()> {
+        let run = self.run;
+        let Some(call) = self.slots[slot].as_mut() else {
+            return Ok(());
+        };
+        if s.cseq == Cseq::Next {
+            call.cseq += 1;
+        }
+        if s.branch == Branch::New {
+            call.branch += 1;
+        }
+        if s.leg_start {
+            call.leg_start = now;
+        }
+        let user = &run.users[call.user];
+        let mut uri = std::mem::take(&mut self.scratch);
+        uri.clear();
+        let ctx = Ctx {
+            call,
+            user,
+            local: &self.local,
+            remote: &self.remote,
+            run_id: self.run_id,
+            worker: self.id,
+            scenario: &run.scenario,
+            method: s.method,
+            uri: "",
+        };
+        s.uri.render(&mut uri, |v, o| ctx.value(v, o));
+        let uri_str = std::str::from_utf8(&uri).unwrap_or("");
+        let ctx = Ctx {
+            uri: uri_str,
+            ..ctx
+        };
+        let out = &mut self.out;
+        out.clear();
+        out.extend_from_slice(s.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(uri_str.as_bytes());
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        s.headers.render(out, |v, o| ctx.value(v, o));
+        out.extend_from_slice(b"Content-Length: ");
+        write_u64(out, s.body.len() as u64);
+        out.extend_from_slice(b"\r\n\r\n");
+        out.extend_from_slice(s.body.as_bytes());
+        self.scratch = uri;
+        let sent = self.sock.send_to(&self.out, run.target);
+        self.generations = self.generations.wrapping_add(1);
+        let generation = self.generations;
+        let call = self.slots[slot].as_mut().expect("call is live");
+        if s.retransmit {
+            call.method = s.method;
+            call.txn_start = now;
+            call.generation = generation;
+            call.retransmit = Some(T1);
+            call.last.clear();
+            call.last.extend_from_slice(&self.out);
+            self.timers.push(Reverse((now + T1, slot, call.generation)));
+        }
+        sent.map(|_| ())
+    }
+
+    fn on_message(&mut self, bytes: &[u8]) {
+        let Ok(msg) = Message::parse(bytes) else {
+            self.outcome.unexpected += 1;
+            return;
+        };
+        let Some(status) = msg.status() else {
+            // Requests to the generator (e.g. a BYE from a callee): not ours.
+            self.outcome.unexpected += 1;
+            return;
+        };
+        let Some(slot) = self.slot_of(msg.call_id()) else {
+            self.outcome.unexpected += 1;
+            return;
+        };
+        let now = Instant::now();
+        let status = status.as_u16();
+        let run = self.run;
+        let steps = &run.scenario.steps;
+        let call = self.slots[slot].as_mut().expect("slot_of checks");
+        if msg.cseq().seq != call.cseq || msg.cseq().method.as_str() != call.method {
+            // A retransmitted response to an earlier transaction.
+            self.outcome.unexpected += 1;
+            return;
+        }
+        if status >= 200 || call.method == "INVITE" {
+            // A final response ends retransmissions; for INVITE any does.
+            if status >= 200 || call.retransmit.is_some() {
+                self.generations = self.generations.wrapping_add(1);
+                call.generation = self.generations;
+                call.retransmit = None;
+                if status < 200 {
+                    // Still bounded by the transaction timeout.
+                    self.timers
+                        .push(Reverse((call.txn_start + TIMEOUT, slot, call.generation)));
+                }
+            }
+        }
+        // The first acceptable Expect from here, skipping optional ones.
+        let mut i = call.step;
+        let matched = loop {
+            match steps.get(i) {
+                Some(Step::Expect(e)) if e.accepts(status) => break Some((i, *e)),
+                Some(Step::Expect(e)) if e.optional => i += 1,
+                _ => break None,
+            }
+        };
+        let Some((i, e)) = matched else {
+            if status >= 200 {
+                return self.fail(slot, &format!("unexpected {status}"), now);
+            }
+            self.outcome.unexpected += 1;
+            return;
+        };
+        call.step = i + 1;
+        if let Some(tag) = msg.to().tag() {
+            call.peer_tag.clear();
+            call.peer_tag.push_str(";tag=");
+            call.peer_tag.push_str(tag);
+        }
+        if e.leg_end {
+            call.latency += now.duration_since(call.leg_start);
+        }
+        if e.challenge {
+            call.challenge = capture(&msg);
+            if call.challenge.is_none() {
+                return self.fail(slot, "challenge without a usable digest offer", now);
+            }
+        }
+        self.advance(slot, now);
+    }
+
+    fn slot_of(&self, call_id: &str) -> Option<usize> {
+        // [call_id] is `NUMBER.SLOT.WORKER.RUN` in hex.
+        let mut parts = call_id.split('.');
+        let number = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let slot = usize::from_str_radix(parts.next()?, 16).ok()?;
+        let live = self.slots.get(slot)?.as_ref()?;
+        (live.number == number).then_some(slot)
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(&Reverse((t, slot, generation))) = self.timers.peek() {
+            if t > now {
+                return;
+            }
+            self.timers.pop();
+            let Some(call) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            if call.generation != generation {
+                continue;
+            }
+            if now.duration_since(call.txn_start) >= TIMEOUT {
+                self.fail(slot, "timeout", now);
+                continue;
+            }
+            let Some(interval) = call.retransmit else {
+                continue;
+            };
+            let _ = self.sock.send_to(&call.last, self.run.target);
+            let next = if call.method == "INVITE" {
+                interval * 2
+            } else {
+                (interval * 2).min(T2)
+            };
+            call.retransmit = Some(next);
+            let at = (now + next).min(call.txn_start + TIMEOUT);
+            self.timers.push(Reverse((at, slot, generation)));
+            self.outcome.retransmissions += 1;
+            self.second(now).retransmissions += 1;
+        }
+    }
+
+    fn end(&mut self, slot: usize) -> Option<Call> {
+        let call = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        self.active -= 1;
+        Some(call)
+    }
+
+    fn succeed(&mut self, slot: usize, now: Instant) {
+        if let Some(call) = self.end(slot) {
+            self.outcome.ok += 1;
+            self.outcome
+                .latency
+                .record_us(call.latency.as_micros().min(u128::from(u64::MAX)) as u64);
+            self.second(now).ok += 1;
+            self.live.ok.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn fail(&mut self, slot: usize, cause: &str, now: Instant) {
+        if self.end(slot).is_some() {
+            *self.outcome.failures.entry(cause.to_owned()).or_default() += 1;
+            self.second(now).failed += 1;
+            self.live.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn capture(msg: &Message<'_>) -> Option<Captured> {
+    let proxy = msg.status().map(|s| s.as_u16()) == Some(407);
+    let name = if proxy {
+        HeaderName::ProxyAuthenticate
+    } else {
+        HeaderName::WwwAuthenticate
+    };
+    // The first offer with an algorithm we can answer (RFC 8760 §2.4).
+    msg.headers_named(name).find_map(|h| {
+        let c = Challenge::parse(h.value).ok()?;
+        let algorithm = Algorithm::from_token(c.algorithm.unwrap_or("MD5"))?;
+        Some(Captured {
+            proxy,
+            algorithm,
+            realm: c.realm?.to_owned(),
+            nonce: c.nonce?.to_owned(),
+            opaque: c.opaque.map(str::to_owned),
+            qop: c.offers_qop("auth"),
+        })
+    })
+}
+
+struct Ctx<'a> {
+    call: &'a Call,
+    user: &'a User,
+    local: &'a str,
+    remote: &'a str,
+    run_id: u32,
+    worker: usize,
+    scenario: &'a Scenario,
+    method: &'a str,
+    uri: &'a str,
+}
+
+fn hex(out: &mut Vec<u8>, n: u64) {
+    let _ = std::io::Write::write_fmt(out, format_args!("{n:x}"));
+}
+
+impl Ctx<'_> {
+    fn value(&self, v: Var, o: &mut Vec<u8>) {
+        let c = self.call;
+        match v {
+            Var::CallId => {
+                // NUMBER.SLOT.WORKER.RUN: the response finds its call.
+                hex(o, c.number);
+                o.push(b'.');
+                hex(o, c.slot as u64);
+                o.push(b'.');
+                hex(o, self.worker as u64);
+                o.push(b'.');
+                hex(o, u64::from(self.run_id));
+            }
+            Var::Branch => {
+                o.extend_from_slice(b"z9hG4bK-sb");
+                hex(o, c.number);
+                o.push(b'-');
+                hex(o, u64::from(c.branch));
+                o.push(b'-');
+                hex(o, u64::from(self.run_id));
+            }
+            Var::Local => o.extend_from_slice(self.local.as_bytes()),
+            Var::Remote => o.extend_from_slice(self.remote.as_bytes()),
+            Var::User => o.extend_from_slice(self.user.name.as_bytes()),
+            Var::Service => o.extend_from_slice(self.scenario.service.as_bytes()),
+            Var::Cseq => write_u64(o, u64::from(c.cseq)),
+            Var::FromTag => {
+                o.push(b'f');
+                hex(o, c.number);
+            }
+            Var::PeerTag => o.extend_from_slice(c.peer_tag.as_bytes()),
+            Var::Expires => write_u64(o, u64::from(self.scenario.expires)),
+            Var::Authorization => self.authorization(o),
+        }
+    }
+
+    fn authorization(&self, o: &mut Vec<u8>) {
+        let Some(ch) = &self.call.challenge else {
+            return;
+        };
+        let ha1 = digest::ha1(
+            ch.algorithm,
+            &self.user.name,
+            &ch.realm,
+            &self.user.password,
+        );
+        let cnonce = format!("{:08x}", self.call.number as u32 ^ self.run_id);
+        let nc = "00000001";
+        let response = digest::response(&ResponseInput {
+            algorithm: ch.algorithm,
+            ha1: &ha1,
+            nonce: &ch.nonce,
+            cnonce: &cnonce,
+            nc,
+            qop: ch.qop.then_some(Qop::Auth),
+            method: self.method,
+            uri: self.uri,
+            body: b"",
+        });
+        let header = if ch.proxy {
+            "Proxy-Authorization"
+        } else {
+            "Authorization"
+        };
+        let _ = std::io::Write::write_fmt(
+            o,
+            format_args!(
+                "{header}: Digest username=\"{}\", realm=\"{}\", nonce=\"{}\", uri=\"{}\", response=\"{}\", algorithm={}",
+                self.user.name,
+                ch.realm,
+                ch.nonce,
+                self.uri,
+                response.as_str(),
+                ch.algorithm.as_str()
+            ),
+        );
+        if ch.qop {
+            let _ = std::io::Write::write_fmt(
+                o,
+                format_args!(", qop=auth, nc={nc}, cnonce=\"{cnonce}\""),
+            );
+        }
+        if let Some(op) = &ch.opaque {
+            let _ = std::io::Write::write_fmt(o, format_args!(", opaque=\"{op}\""));
+        }
+        o.extend_from_slice(b"\r\n");
+    }
+}

@@ -1,0 +1,132 @@
+//! `sipsec bench`: a multi-threaded SIP load generator that measures what
+//! the published experiments measured (BRIEF §1): calls/s offered and
+//! achieved, failures by cause, retransmissions, latency per operation as
+//! an HDR histogram and in the published buckets with the latency
+//! coefficient, and the server's CPU per call.
+//!
+//! [`scenario`] describes call flows as data; [`engine`] runs them on
+//! worker threads; [`responder`] is the built-in callee and the null
+//! responder; [`stats`] and [`report`] turn outcomes into figures.
+
+pub mod cpu;
+pub mod engine;
+pub mod report;
+pub mod responder;
+pub mod scenario;
+pub mod stats;
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use crate::engine::{Live, Run, User};
+use crate::report::Report;
+
+/// Everything a measured run needs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The run.
+    pub run: Run,
+    /// The callee's credentials (invite and redirect scenarios).
+    pub callee: User,
+    /// Server processes whose CPU time is sampled (may be empty).
+    pub server_pids: Vec<u32>,
+    /// Latency coefficient weights.
+    pub weights: [f64; 5],
+}
+
+/// Reads users from a CSV file with a `username,password` header.
+pub fn load_users(path: &std::path::Path) -> Result<Vec<User>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut lines = text.lines().enumerate();
+    match lines.next() {
+        Some((_, h)) if h.trim().eq_ignore_ascii_case("username,password") => {}
+        _ => {
+            return Err(format!(
+                "{}: the first line must be the header username,password",
+                path.display()
+            ))
+        }
+    }
+    let mut users = Vec::new();
+    for (i, line) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (name, password) = line
+            .split_once(',')
+            .ok_or_else(|| format!("{}:{}: expected username,password", path.display(), i + 1))?;
+        users.push(User {
+            name: name.trim().to_owned(),
+            password: password.to_owned(),
+        });
+    }
+    if users.is_empty() {
+        return Err(format!("{}: no users", path.display()));
+    }
+    Ok(users)
+}
+
+/// `user00000` … with password `pw`, for servers without authentication.
+pub fn generated_users(n: usize) -> Vec<User> {
+    (0..n)
+        .map(|i| User {
+            name: format!("user{i:05}"),
+            password: "pw".to_owned(),
+        })
+        .collect()
+}
+
+/// Runs one measurement: registers the built-in callee when the scenario
+/// needs one, samples the server's CPU each second, and reports.
+pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report, String> {
+    let run = &opts.run;
+    let callee = if run.scenario.needs_callee {
+        let ip = if run.target.is_ipv6() {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        };
+        let r =
+            responder::Responder::start(ip.parse().expect("literal"), responder::Mode::Callee, 1)
+                .map_err(|e| format!("callee: {e}"))?;
+        responder::register(run.target, &opts.callee, r.addr(), 3600)
+            .map_err(|e| format!("registering the callee: {e}"))?;
+        Some(r)
+    } else {
+        None
+    };
+    let done = AtomicBool::new(false);
+    let (outcome, cpu) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut samples = Vec::new();
+            if opts.server_pids.is_empty() {
+                return samples;
+            }
+            let t0 = Instant::now();
+            let mut last = cpu::cpu_seconds(&opts.server_pids);
+            samples.push(last);
+            let mut tick = 1u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let due = t0 + Duration::from_secs(tick);
+                let now = Instant::now();
+                if now < due {
+                    std::thread::sleep((due - now).min(Duration::from_millis(50)));
+                    continue;
+                }
+                last = cpu::cpu_seconds(&opts.server_pids);
+                samples.push(last);
+                tick += 1;
+            }
+            samples.push(cpu::cpu_seconds(&opts.server_pids).max(last));
+            samples
+        });
+        let outcome = engine::execute(run, live, stop);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (outcome, sampler.join().unwrap_or_default())
+    });
+    if let Some(r) = callee {
+        r.stop();
+    }
+    let outcome = outcome.map_err(|e| e.to_string())?;
+    Ok(Report::new(opts, &outcome, &cpu))
+}

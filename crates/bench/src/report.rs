@@ -1,0 +1,232 @@
+//! A run's figures: JSON (everything), CSV (per second) and a text summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::engine::{Outcome, Second, Shape};
+use crate::stats::{coefficient, BUCKET_BOUNDS_MS};
+use crate::Options;
+
+/// Latency figures in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyMs {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+/// One second of the run, with the server's CPU when sampled.
+#[derive(Debug, Clone, Serialize)]
+pub struct SecondRow {
+    /// Seconds since the start.
+    pub t: usize,
+    /// Calls started (offered).
+    pub offered: u64,
+    /// Calls completed successfully.
+    pub achieved: u64,
+    /// Calls failed.
+    pub failed: u64,
+    /// Requests retransmitted.
+    pub retransmissions: u64,
+    /// Server CPU, % of one core (absent without a server process).
+    pub server_cpu_percent: Option<f64>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Target address.
+    pub target: String,
+    /// `rate N` or `in-flight N`.
+    pub shape: String,
+    /// Calls started.
+    pub started: u64,
+    /// Calls completed successfully.
+    pub ok: u64,
+    /// Calls failed.
+    pub failed: u64,
+    /// Failed calls by cause.
+    pub failures: BTreeMap<String, u64>,
+    /// Requests retransmitted.
+    pub retransmissions: u64,
+    /// Responses that matched no call step.
+    pub unexpected: u64,
+    /// Wall time, seconds.
+    pub elapsed_s: f64,
+    /// Successful calls per second over the run.
+    pub achieved_cps: f64,
+    /// Latency of successful calls (sum of their timed legs).
+    pub latency_ms: LatencyMs,
+    /// Shares of calls in 0–30, 31–60, 61–90, 91–120, 121–150, >150 ms.
+    pub buckets: [f64; 6],
+    /// `p1*w1 + … + p5*w5 − p6`.
+    pub latency_coefficient: f64,
+    /// The weights used.
+    pub weights: [f64; 5],
+    /// Server CPU seconds during the run (when sampled).
+    pub server_cpu_s: Option<f64>,
+    /// Server CPU microseconds per successful call (when sampled).
+    pub server_cpu_us_per_call: Option<f64>,
+    /// Per second.
+    pub seconds: Vec<SecondRow>,
+    /// Latency CDF points (ms, share).
+    pub cdf: Vec<(f64, f64)>,
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+impl Report {
+    /// Builds the report of `o`; `cpu` holds the server's cumulative CPU
+    /// seconds at the start, after each second, and at the end.
+    pub fn new(opts: &Options, o: &Outcome, cpu: &[f64]) -> Self {
+        let l = &o.latency;
+        let buckets = l.bucket_shares();
+        let cpu_used = match (cpu.first(), cpu.last()) {
+            (Some(a), Some(b)) if cpu.len() >= 2 => Some(b - a),
+            _ => None,
+        };
+        let elapsed = o.elapsed.as_secs_f64();
+        let seconds = o
+            .seconds
+            .iter()
+            .enumerate()
+            .map(|(t, s): (usize, &Second)| SecondRow {
+                t,
+                offered: s.started,
+                achieved: s.ok,
+                failed: s.failed,
+                retransmissions: s.retransmissions,
+                server_cpu_percent: match (cpu.get(t), cpu.get(t + 1)) {
+                    (Some(a), Some(b)) => Some(((b - a) * 100.0).max(0.0)),
+                    _ => None,
+                },
+            })
+            .collect();
+        Self {
+            scenario: opts.run.scenario.name.clone(),
+            target: opts.run.target.to_string(),
+            shape: match opts.run.shape {
+                Shape::Rate(r) => format!("rate {r}"),
+                Shape::InFlight(n) => format!("in-flight {n}"),
+            },
+            started: o.started,
+            ok: o.ok,
+            failed: o.failed(),
+            failures: o.failures.clone(),
+            retransmissions: o.retransmissions,
+            unexpected: o.unexpected,
+            elapsed_s: elapsed,
+            achieved_cps: if elapsed > 0.0 {
+                o.ok as f64 / elapsed
+            } else {
+                0.0
+            },
+            latency_ms: LatencyMs {
+                p50: ms(l.quantile_us(0.5)),
+                p90: ms(l.quantile_us(0.9)),
+                p99: ms(l.quantile_us(0.99)),
+                p999: ms(l.quantile_us(0.999)),
+                max: ms(l.max_us()),
+                mean: l.mean_us() / 1000.0,
+            },
+            buckets,
+            latency_coefficient: coefficient(&buckets, &opts.weights),
+            weights: opts.weights,
+            server_cpu_s: cpu_used,
+            server_cpu_us_per_call: cpu_used.filter(|_| o.ok > 0).map(|c| c * 1e6 / o.ok as f64),
+            seconds,
+            cdf: l.cdf().into_iter().map(|(us, p)| (ms(us), p)).collect(),
+        }
+    }
+
+    /// The report as pretty JSON.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Per-second rows as CSV.
+    pub fn csv(&self) -> String {
+        let mut s = String::from("t,offered,achieved,failed,retransmissions,server_cpu_percent\n");
+        for r in &self.seconds {
+            let cpu = r
+                .server_cpu_percent
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{cpu}",
+                r.t, r.offered, r.achieved, r.failed, r.retransmissions
+            );
+        }
+        s
+    }
+
+    /// A human summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} against {} ({}): {} started, {} ok, {} failed in {:.2} s = {:.1} calls/s",
+            self.scenario,
+            self.target,
+            self.shape,
+            self.started,
+            self.ok,
+            self.failed,
+            self.elapsed_s,
+            self.achieved_cps
+        );
+        for (cause, n) in &self.failures {
+            let _ = writeln!(s, "  failed: {n} × {cause}");
+        }
+        let l = &self.latency_ms;
+        let _ = writeln!(
+            s,
+            "  latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}  mean {:.2}",
+            l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+        );
+        let mut lo = 0;
+        let mut parts = Vec::new();
+        for (i, share) in self.buckets.iter().enumerate() {
+            let label = match BUCKET_BOUNDS_MS.get(i) {
+                Some(hi) => {
+                    let l = format!("{lo}-{hi}");
+                    lo = hi + 1;
+                    l
+                }
+                None => format!(">{}", BUCKET_BOUNDS_MS[4]),
+            };
+            parts.push(format!("{label}: {:.1}%", share * 100.0));
+        }
+        let _ = writeln!(
+            s,
+            "  buckets (ms): {}  coefficient {:.4}",
+            parts.join("  "),
+            self.latency_coefficient
+        );
+        let _ = writeln!(
+            s,
+            "  retransmissions {}, unexpected responses {}",
+            self.retransmissions, self.unexpected
+        );
+        if let (Some(c), Some(per)) = (self.server_cpu_s, self.server_cpu_us_per_call) {
+            let _ = writeln!(s, "  server CPU {c:.2} s = {per:.1} µs per successful call");
+        }
+        s
+    }
+}

@@ -1,0 +1,273 @@
+//! Answering side of a run: the built-in callee (a UAS that registers and
+//! answers INVITE with 180 and 200, BYE with 200) and the null responder
+//! (200 to every request at once, to measure the generator's own ceiling).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sip_core::auth::Challenge;
+use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
+use sip_core::writer::{write_response, ResponseOptions};
+use sip_core::{HeaderName, Message, Method, StatusCode};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::engine::User;
+
+/// How the responder answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A callee: INVITE → 180 + 200 (with SDP), ACK → nothing, others → 200.
+    Callee,
+    /// 200 to every request but ACK, at once.
+    Null,
+}
+
+/// A running responder.
+#[derive(Debug)]
+pub struct Responder {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+const SDP: &str = "v=0\r\no=- 2 2 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40002 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+
+fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.bind(&addr.into())?;
+    let u: UdpSocket = s.into();
+    u.set_read_timeout(Some(Duration::from_millis(50)))?;
+    Ok(u)
+}
+
+impl Responder {
+    /// Starts `threads` responder threads sharing `addr` (port 0 picks one).
+    pub fn start(addr: SocketAddr, mode: Mode, threads: usize) -> std::io::Result<Self> {
+        let first = bind(addr)?;
+        let addr = first.local_addr()?;
+        let mut sockets = vec![first];
+        for _ in 1..threads.max(1) {
+            sockets.push(bind(addr)?);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let threads = sockets
+            .into_iter()
+            .enumerate()
+            .map(|(i, sock)| {
+                let (stop, answered) = (stop.clone(), answered.clone());
+                std::thread::Builder::new()
+                    .name(format!("responder-{i}"))
+                    .spawn(move || serve(&sock, mode, addr, &stop, &answered))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self {
+            addr,
+            stop,
+            answered,
+            threads,
+        })
+    }
+
+    /// The address it answers on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Requests answered so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Stops the threads.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, stop: &AtomicBool, answered: &AtomicU64) {
+    let mut buf = vec![0u8; 65_535];
+    let mut out = Vec::with_capacity(2048);
+    let tag = format!("uas{:x}", addr.port());
+    let contact = format!("<sip:callee@{addr}>");
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((n, src)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Ok(req) = Message::parse(&buf[..n]) else {
+            continue;
+        };
+        if !req.is_request() || req.method() == Method::Ack {
+            continue;
+        }
+        let mut reply = |status: StatusCode, body: &[u8]| {
+            out.clear();
+            let extra = [("Contact", contact.as_str())];
+            write_response(
+                &mut out,
+                &req,
+                status,
+                &ResponseOptions {
+                    to_tag: Some(&tag),
+                    copy_record_route: true,
+                    extra: if req.method() == Method::Invite {
+                        &extra
+                    } else {
+                        &[]
+                    },
+                    content_type: (!body.is_empty()).then_some("application/sdp"),
+                    body,
+                    ..Default::default()
+                },
+            );
+            let _ = sock.send_to(&out, src);
+        };
+        if mode == Mode::Callee && req.method() == Method::Invite {
+            reply(StatusCode::RINGING, b"");
+            reply(StatusCode::OK, SDP.as_bytes());
+        } else if req.method() == Method::Invite {
+            reply(StatusCode::OK, SDP.as_bytes());
+        } else {
+            reply(StatusCode::OK, b"");
+        }
+        answered.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Registers `user` at `server` with contact `contact_addr` as its only
+/// binding (earlier ones, e.g. a previous run's callee, are removed
+/// first), answering digest challenges: the callee before an invite run.
+pub fn register(
+    server: SocketAddr,
+    user: &User,
+    contact_addr: SocketAddr,
+    expires: u32,
+) -> Result<(), String> {
+    register_contact(server, user, "*", 0, 1)?;
+    register_contact(
+        server,
+        user,
+        &format!("<sip:{}@{contact_addr}>", user.name),
+        expires,
+        10,
+    )
+}
+
+fn register_contact(
+    server: SocketAddr,
+    user: &User,
+    contact: &str,
+    expires: u32,
+    first_cseq: u32,
+) -> Result<(), String> {
+    let sock = UdpSocket::bind(SocketAddr::new(server.ip(), 0)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(|e| e.to_string())?;
+    let local = sock.local_addr().map_err(|e| e.to_string())?;
+    let uri = format!("sip:{server}");
+    let mut authorization = String::new();
+    for cseq in first_cseq..first_cseq + 3 {
+        let msg = format!(
+            "REGISTER {uri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-reg{cseq}-{}\r\nMax-Forwards: 70\r\nFrom: <sip:{name}@{server}>;tag=r{cseq}\r\nTo: <sip:{name}@{server}>\r\nCall-ID: callee-{}@{local}\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\nExpires: {expires}\r\n{authorization}Content-Length: 0\r\n\r\n",
+            local.port(),
+            local.port(),
+            name = user.name,
+        );
+        let response = ask(&sock, msg.as_bytes(), server)?;
+        let r = Message::parse(&response).map_err(|e| format!("bad response: {e}"))?;
+        match r.status().map(StatusCode::as_u16) {
+            Some(200) => return Ok(()),
+            Some(code @ (401 | 407)) => {
+                let name = if code == 401 {
+                    HeaderName::WwwAuthenticate
+                } else {
+                    HeaderName::ProxyAuthenticate
+                };
+                let header = if code == 401 {
+                    "Authorization"
+                } else {
+                    "Proxy-Authorization"
+                };
+                authorization = r
+                    .headers_named(name)
+                    .find_map(|h| answer(h.value, header, user, &uri))
+                    .ok_or("challenge without a usable digest offer")?;
+            }
+            other => return Err(format!("REGISTER for {} answered {other:?}", user.name)),
+        }
+    }
+    Err(format!(
+        "REGISTER for {} kept being challenged (wrong password?)",
+        user.name
+    ))
+}
+
+/// Sends `msg` and waits for a final response, retransmitting (T1 doubling).
+fn ask(sock: &UdpSocket, msg: &[u8], server: SocketAddr) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; 65_535];
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        sock.send_to(msg, server).map_err(|e| e.to_string())?;
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            if let Ok(n) = sock.recv(&mut buf) {
+                if Message::parse(&buf[..n])
+                    .ok()
+                    .and_then(|m| m.status())
+                    .is_some_and(|s| s.is_final())
+                {
+                    return Ok(buf[..n].to_vec());
+                }
+            }
+        }
+    }
+    Err(format!("no answer from {server}"))
+}
+
+fn answer(challenge: &str, header: &str, user: &User, uri: &str) -> Option<String> {
+    let c = Challenge::parse(challenge).ok()?;
+    let alg = Algorithm::from_token(c.algorithm.unwrap_or("MD5"))?;
+    let (realm, nonce) = (c.realm?, c.nonce?);
+    let ha1 = digest::ha1(alg, &user.name, realm, &user.password);
+    let qop = c.offers_qop("auth");
+    let resp = digest::response(&ResponseInput {
+        algorithm: alg,
+        ha1: &ha1,
+        nonce,
+        cnonce: "5ea1ca11",
+        nc: "00000001",
+        qop: qop.then_some(Qop::Auth),
+        method: "REGISTER",
+        uri,
+        body: b"",
+    });
+    let mut line = format!(
+        "{header}: Digest username=\"{}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{}\", algorithm={}",
+        user.name,
+        resp.as_str(),
+        alg.as_str()
+    );
+    if qop {
+        line.push_str(", qop=auth, nc=00000001, cnonce=\"5ea1ca11\"");
+    }
+    if let Some(o) = c.opaque {
+        line.push_str(&format!(", opaque=\"{o}\""));
+    }
+    line.push_str("\r\n");
+    Some(line)
+}

@@ -1,0 +1,236 @@
+//! `sipsec bench`: load generation against any SIP server on loopback.
+
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use sipsec_bench::engine::{Live, Run, Shape, User};
+use sipsec_bench::responder::{Mode, Responder};
+use sipsec_bench::{cpu, scenario, stats};
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Run one scenario against a server and report calls/s, failures,
+    /// latency (percentiles, published buckets, coefficient) and server CPU.
+    Run(Box<RunArgs>),
+    /// Answer every request with 200 at once: a target to measure the
+    /// generator's own ceiling.
+    Null {
+        /// Address to answer on.
+        #[arg(long, default_value = "127.0.0.1:5090")]
+        udp: SocketAddr,
+        /// Responder threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Stop after this many seconds (default: run until killed).
+        #[arg(long)]
+        seconds: Option<u64>,
+    },
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The server (loopback only).
+    #[arg(long, default_value = "127.0.0.1:5060")]
+    target: SocketAddr,
+    /// register, register-update, register-logout, invite, invite-not-found, redirect.
+    #[arg(long, default_value = "register")]
+    scenario: String,
+    /// Answer digest challenges (401 for REGISTER, 407 for INVITE).
+    #[arg(long)]
+    auth: bool,
+    /// Callers: CSV with a `username,password` header [default: user00000…user09999, password pw].
+    #[arg(long)]
+    users: Option<PathBuf>,
+    /// Open loop: new calls per second.
+    #[arg(long, default_value_t = 1000.0, conflicts_with = "in_flight")]
+    rate: f64,
+    /// Closed loop: keep this many calls in flight instead of a rate.
+    #[arg(long)]
+    in_flight: Option<usize>,
+    /// Most calls to start.
+    #[arg(long, default_value_t = 10_000)]
+    calls: u64,
+    /// Longest time to keep starting calls, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    duration: f64,
+    /// Time calls in flight get to finish after the last start, seconds.
+    #[arg(long, default_value_t = 35.0)]
+    drain: f64,
+    /// Generator threads, one UDP socket each.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// First local port (thread i binds PORT+i); fixed ports make register,
+    /// register-update and register-logout runs touch the same bindings.
+    #[arg(long, default_value_t = 0)]
+    local_port: u16,
+    /// The callee's user name (invite, redirect).
+    #[arg(long, default_value = "callee")]
+    callee: String,
+    /// The callee's password [default: from --users, else pw].
+    #[arg(long)]
+    callee_password: Option<String>,
+    /// Sample this server process's CPU.
+    #[arg(long)]
+    server_pid: Vec<u32>,
+    /// Sample the CPU of every process with this name (e.g. kamailio).
+    #[arg(long)]
+    server_name: Option<String>,
+    /// Latency coefficient weights w1..w5.
+    #[arg(long, default_value = "0.55,0.445,0.004,0.0007,0.0003")]
+    weights: String,
+    /// Write the full report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the per-second series as CSV here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+pub fn run(cmd: BenchCommand) -> ExitCode {
+    let result = match cmd {
+        BenchCommand::Run(a) => run_scenario(*a),
+        BenchCommand::Null {
+            udp,
+            threads,
+            seconds,
+        } => null(udp, threads, seconds),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn loopback_only(addr: SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{addr} is not a loopback address: sipsec bench only loads servers on 127.0.0.0/8 or ::1"
+        ))
+    }
+}
+
+fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
+    loopback_only(a.target)?;
+    let weights = stats::parse_weights(&a.weights)?;
+    let scenario = scenario::built_in(&a.scenario, a.auth)?;
+    let users = match &a.users {
+        Some(p) => sipsec_bench::load_users(p)?,
+        None => sipsec_bench::generated_users(10_000),
+    };
+    let callee_password = a
+        .callee_password
+        .clone()
+        .or_else(|| {
+            users
+                .iter()
+                .find(|u| u.name == a.callee)
+                .map(|u| u.password.clone())
+        })
+        .unwrap_or_else(|| "pw".to_owned());
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    let valid = positive(a.rate) && positive(a.duration) && a.drain.is_finite() && a.drain >= 0.0;
+    if !valid {
+        return Err("--rate and --duration must be positive, --drain not negative".into());
+    }
+    let mut server_pids = a.server_pid.clone();
+    if let Some(name) = &a.server_name {
+        let found = cpu::pids_named(name);
+        if found.is_empty() {
+            return Err(format!("no process named {name:?} to sample"));
+        }
+        server_pids.extend(found);
+    }
+    let opts = sipsec_bench::Options {
+        run: Run {
+            target: a.target,
+            scenario,
+            shape: match a.in_flight {
+                Some(n) => Shape::InFlight(n.max(1)),
+                None => Shape::Rate(a.rate),
+            },
+            calls: a.calls,
+            duration: Duration::from_secs_f64(a.duration),
+            drain: Duration::from_secs_f64(a.drain),
+            threads: a.threads.max(1),
+            local_port: a.local_port,
+            users,
+        },
+        callee: User {
+            name: a.callee.clone(),
+            password: callee_password,
+        },
+        server_pids,
+        weights,
+    };
+    let live = Live::default();
+    let stop = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let report = std::thread::scope(|s| {
+        let progress = s.spawn(|| progress(&live, &done));
+        let r = sipsec_bench::measure(&opts, &live, &stop);
+        done.store(true, Ordering::Relaxed);
+        let _ = progress.join();
+        r
+    })?;
+    print!("{}", report.summary());
+    if let Some(p) = &a.json {
+        std::fs::write(p, report.json()).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = &a.csv {
+        std::fs::write(p, report.csv()).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(if report.failed == 0 && report.ok > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// A live line on a terminal: started, ok, failed, calls/s.
+fn progress(live: &Live, done: &AtomicBool) {
+    let tty = std::io::stderr().is_terminal();
+    let t0 = Instant::now();
+    let mut last_ok = 0;
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(250));
+        if !tty || t0.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        let ok = live.ok.load(Ordering::Relaxed);
+        eprint!(
+            "\r{:6.1} s  started {}  ok {}  failed {}  {:.0} calls/s   ",
+            t0.elapsed().as_secs_f64(),
+            live.started.load(Ordering::Relaxed),
+            ok,
+            live.failed.load(Ordering::Relaxed),
+            (ok - last_ok) as f64 * 4.0
+        );
+        last_ok = ok;
+    }
+    if tty {
+        eprintln!();
+    }
+}
+
+fn null(udp: SocketAddr, threads: usize, seconds: Option<u64>) -> Result<ExitCode, String> {
+    loopback_only(udp)?;
+    let r = Responder::start(udp, Mode::Null, threads).map_err(|e| format!("{udp}: {e}"))?;
+    println!("sipsec bench null: answering on udp {}", r.addr());
+    let end = seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    while end.is_none_or(|e| Instant::now() < e) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("answered {} requests", r.answered());
+    r.stop();
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,192 @@
+//! `sipsec bench` end to end: every built-in scenario, with and without
+//! digest authentication, against a real `sipsec serve`; the null
+//! responder; CPU sampling; clear errors for bad arguments.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{tempdir, BIN};
+
+const CALLS: &str = "300";
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["bench", "run"])
+        .args(args)
+        .output()
+        .expect("sipsec bench runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Users for both sides: a CSV for the generator, imported for the server.
+fn users(dir: &Path) -> std::path::PathBuf {
+    let mut rows = String::from("callee,pw-callee\n");
+    for i in 0..50 {
+        rows.push_str(&format!("user{i:05},pw{i}\n"));
+    }
+    common::import_users(&rows, dir, &dir.join("users.tsv"));
+    let csv = dir.join("users.csv");
+    std::fs::write(&csv, format!("username,password\n{rows}")).expect("csv");
+    csv
+}
+
+fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("json written")).expect("json")
+}
+
+fn scenarios(auth: bool) {
+    let dir = tempdir(&format!("bench-{auth}"));
+    let csv = users(&dir);
+    let users_tsv = dir.join("users.tsv");
+    for (mode, names) in [
+        (
+            "registrar",
+            &["register", "register-update", "register-logout"][..],
+        ),
+        ("proxy", &["invite", "invite-not-found"][..]),
+        ("redirect", &["redirect"][..]),
+    ] {
+        let data = dir.join(format!("data-{mode}"));
+        let mut args = vec![
+            "--udp",
+            "127.0.0.1:0",
+            "--no-tcp",
+            "--no-http",
+            "--mode",
+            mode,
+            "--data-dir",
+            data.to_str().expect("utf-8"),
+        ];
+        if auth {
+            args.extend(["--auth", "--users", users_tsv.to_str().expect("utf-8")]);
+        }
+        let server = common::serve(&args);
+        let target = server.addr.to_string();
+        let pid = server.child.id().to_string();
+        for name in names {
+            let json = dir.join(format!("{name}.json"));
+            let mut a = vec![
+                "--target",
+                &target,
+                "--scenario",
+                name,
+                "--rate",
+                "300",
+                "--calls",
+                CALLS,
+                "--server-pid",
+                &pid,
+                "--json",
+                json.to_str().expect("utf-8"),
+                "--users",
+                csv.to_str().expect("utf-8"),
+            ];
+            if auth {
+                a.push("--auth");
+            }
+            let out = bench(&a);
+            assert!(out.status.success(), "{name} auth={auth}: {}", text(&out));
+            let r = report(&json);
+            assert_eq!(r["ok"], 300, "{name} auth={auth}: {r}");
+            assert_eq!(r["failed"], 0, "{name}");
+            let shares: f64 = r["buckets"]
+                .as_array()
+                .expect("buckets")
+                .iter()
+                .map(|v| v.as_f64().expect("share"))
+                .sum();
+            assert!((shares - 1.0).abs() < 1e-9, "{name}: {shares}");
+            assert!(r["server_cpu_us_per_call"].as_f64().is_some(), "{r}");
+            assert!(r["latency_ms"]["p99"].as_f64().expect("p99") > 0.0);
+            assert!(text(&out).contains("coefficient"));
+        }
+    }
+}
+
+#[test]
+fn every_scenario_against_sipsec() {
+    scenarios(false);
+}
+
+#[test]
+fn every_scenario_with_digest_against_sipsec() {
+    scenarios(true);
+}
+
+#[test]
+fn null_responder_answers_the_generator() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut null = Command::new(BIN)
+        .args(["bench", "null", "--udp", &addr, "--seconds", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("null responder");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(null.stdout.as_mut().expect("piped")),
+        &mut line,
+    )
+    .expect("banner");
+    assert!(line.contains("answering"), "{line}");
+    let csv = tempdir("bench-null").join("series.csv");
+    let out = bench(&[
+        "--target",
+        &addr,
+        "--scenario",
+        "register",
+        "--rate",
+        "2000",
+        "--calls",
+        "2000",
+        "--csv",
+        csv.to_str().expect("utf-8"),
+    ]);
+    let _ = null.kill();
+    let _ = null.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    let series = std::fs::read_to_string(&csv).expect("csv");
+    assert!(series.starts_with("t,offered,achieved,failed"), "{series}");
+    let achieved: u64 = series
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(2)?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(achieved, 2000);
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    for (args, needle) in [
+        (
+            &["--target", "192.0.2.1:5060"][..],
+            "not a loopback address",
+        ),
+        (&["--scenario", "bogus"][..], "unknown scenario"),
+        (&["--weights", "0.5,0.5"][..], "five numbers"),
+        (
+            &["--users", "/nonexistent/users.csv"][..],
+            "/nonexistent/users.csv",
+        ),
+        (
+            &["--server-name", "no-such-process-here"][..],
+            "no process named",
+        ),
+    ] {
+        let out = bench(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(needle), "{args:?}: {}", text(&out));
+    }
+}
