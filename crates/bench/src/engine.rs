@@ -24,6 +24,11 @@ pub const T2: Duration = Duration::from_secs(4);
 /// Transaction timeout (64·T1).
 pub const TIMEOUT: Duration = Duration::from_secs(32);
 
+/// Calls started per loop turn at most.
+const START_BURST: usize = 16;
+/// Datagrams read per loop turn at most.
+const RECV_BURST: usize = 64;
+
 /// How calls are started.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Shape {
@@ -212,7 +217,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                 std::net::IpAddr::from([127, 0, 0, 1])
             };
             let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
-            s.set_read_timeout(Some(Duration::from_millis(1)))?;
+            s.set_nonblocking(true)?;
             Ok(s)
         })
         .collect::<io::Result<Vec<_>>>()?;
@@ -284,7 +289,10 @@ impl Worker<'_> {
         loop {
             let now = Instant::now();
             let may_start = now < stop_starting && !stop.load(Ordering::Relaxed);
-            while may_start && started < quota {
+            // A few starts at a time, so that a generator running behind
+            // its schedule still reads its socket before it overflows.
+            let mut burst = 0;
+            while may_start && started < quota && burst < START_BURST {
                 let due = match self.run.shape {
                     Shape::Rate(_) => first + interval.mul_f64(started as f64) <= now,
                     Shape::InFlight(n) => self.active < n.div_ceil(threads),
@@ -295,11 +303,35 @@ impl Worker<'_> {
                 let number = started * threads as u64 + self.id as u64;
                 self.start_call(number, now);
                 started += 1;
+                burst += 1;
             }
-            if let Ok((n, _)) = self.sock.recv_from(&mut buf) {
-                self.on_message(&buf[..n]);
+            // Everything queued, up to a batch.
+            let mut received = 0;
+            while received < RECV_BURST {
+                match self.sock.recv_from(&mut buf) {
+                    Ok((n, _)) => self.on_message(&buf[..n]),
+                    Err(_) => break,
+                }
+                received += 1;
             }
             self.fire_timers(Instant::now());
+            if burst == 0 && received == 0 {
+                // Idle: sleep until a response arrives or the next start or
+                // timer is due (at most 50 ms, to notice `stop`).
+                let mut next = now + Duration::from_millis(50);
+                if may_start && started < quota {
+                    if let Shape::Rate(_) = self.run.shape {
+                        next = next.min(first + interval.mul_f64(started as f64));
+                    }
+                }
+                if let Some(Reverse((t, _, _))) = self.timers.peek() {
+                    next = next.min(*t);
+                }
+                let now = Instant::now();
+                if next > now {
+                    crate::poll::readable(&self.sock, next - now);
+                }
+            }
             if started >= quota || !may_start {
                 if self.active == 0 {
                     break;

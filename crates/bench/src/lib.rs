@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod engine;
+mod poll;
 pub mod report;
 pub mod responder;
 pub mod scenario;
