@@ -8,6 +8,7 @@
 //! worker threads; [`responder`] is the built-in callee and the null
 //! responder; [`stats`] and [`report`] turn outcomes into figures.
 
+pub mod compare;
 pub mod cpu;
 pub mod engine;
 mod poll;
@@ -21,6 +22,12 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Live, Run, User};
 use crate::report::Report;
+
+/// Pins the calling thread, and the generator threads it starts later,
+/// to CPU `core`.
+pub fn pin_to_core(core: usize) -> std::io::Result<()> {
+    poll::pin_to_core(core)
+}
 
 /// Everything a measured run needs.
 #[derive(Debug, Clone)]

@@ -1,6 +1,8 @@
-//! Waiting for a socket to become readable with a sub-millisecond timeout
-//! (`ppoll(2)`): socket read timeouts are rounded to scheduler ticks
-//! (4 ms at HZ=250), far too coarse to pace thousands of calls per second.
+//! The crate's two system calls without a safe std wrapper: waiting for a
+//! socket to become readable with a sub-millisecond timeout (`ppoll(2)`;
+//! socket read timeouts are rounded to scheduler ticks, 4 ms at HZ=250,
+//! far too coarse to pace thousands of calls per second), and pinning the
+//! generator to a CPU (`sched_setaffinity(2)`).
 #![allow(unsafe_code)]
 
 use std::net::UdpSocket;
@@ -22,6 +24,23 @@ pub fn readable(sock: &UdpSocket, timeout: Duration) -> bool {
     // passed; a null signal mask leaves the mask unchanged.
     let n = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
     n > 0 && fd.revents & libc::POLLIN != 0
+}
+
+/// Restricts the calling thread (and threads it spawns later) to CPU `core`.
+pub fn pin_to_core(core: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set;
+    // CPU_SET writes inside it for `core` < CPU_SETSIZE, checked first.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if core >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::other("no such CPU"));
+        }
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

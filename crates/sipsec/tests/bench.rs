@@ -190,3 +190,34 @@ fn bad_arguments_are_clear_errors() {
         assert!(text(&out).contains(needle), "{args:?}: {}", text(&out));
     }
 }
+
+/// `sipsec bench compare` starts sipsec and Kamailio (shipped config, the
+/// shipped 10,000 users), runs all six scenarios with and without digest
+/// against each, and prints the ratio table.
+#[test]
+fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let json = tempdir("bench-compare").join("compare.json");
+    let out = Command::new(BIN)
+        .current_dir(&root)
+        .args(["bench", "compare", "--rate", "500", "--calls", "300"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench compare runs");
+    assert!(
+        out.status.success(),
+        "{} (Kamailio comes from ./setup.sh)",
+        text(&out)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("CPU sipsec/kamailio"), "{table}");
+    let cells = report(&json);
+    let cells = cells.as_array().expect("cells");
+    assert_eq!(cells.len(), 2 * 6 * 2, "targets × scenarios × auth");
+    for c in cells {
+        assert_eq!(c["report"]["ok"], 300, "{}", c);
+        assert_eq!(c["report"]["failed"], 0, "{}", c);
+        assert!(c["report"]["server_cpu_s"].as_f64().is_some(), "{c}");
+    }
+}

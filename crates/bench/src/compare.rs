@@ -1,0 +1,370 @@
+//! Side by side: the same scenarios against several servers in one run,
+//! each server started and stopped here with the same users, optionally
+//! pinned to its own core; the result is a ratio table.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::engine::{Live, Run, Shape, User};
+use crate::report::Report;
+use crate::{cpu, scenario, Options};
+
+/// A server to measure.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// `sipsec serve`, from this executable.
+    Sipsec {
+        /// The `sipsec` binary.
+        exe: PathBuf,
+    },
+    /// Kamailio with the shipped configuration.
+    Kamailio {
+        /// `interop/kamailio/kamailio.cfg`.
+        cfg: PathBuf,
+    },
+}
+
+impl Target {
+    /// Its name in tables.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Target::Sipsec { .. } => "sipsec",
+            Target::Kamailio { .. } => "kamailio",
+        }
+    }
+}
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Servers, the first being the one whose ratios are reported.
+    pub targets: Vec<Target>,
+    /// Scenario names.
+    pub scenarios: Vec<String>,
+    /// Run without auth, with auth, or both.
+    pub auth: Vec<bool>,
+    /// Offered calls/s.
+    pub rate: f64,
+    /// Calls per scenario.
+    pub calls: u64,
+    /// Users (the callee among them).
+    pub users: Vec<User>,
+    /// Server on core 0, generator on core 1.
+    pub pin: bool,
+    /// Server worker threads / Kamailio children.
+    pub workers: usize,
+    /// Generator threads.
+    pub threads: usize,
+    /// Scratch directory for users files, databases and stores.
+    pub workdir: PathBuf,
+    /// Latency coefficient weights.
+    pub weights: [f64; 5],
+}
+
+/// One scenario on one server.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// Server.
+    pub target: String,
+    /// Scenario.
+    pub scenario: String,
+    /// With digest auth.
+    pub auth: bool,
+    /// The run's report.
+    pub report: Report,
+}
+
+fn mode_of(scenario: &str) -> &'static str {
+    match scenario {
+        "invite" | "invite-not-found" => "proxy",
+        "redirect" => "redirect",
+        _ => "registrar",
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until something answers an OPTIONS on `addr`.
+fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), String> {
+    let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| e.to_string())?;
+    let local = sock.local_addr().map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the server exited at start ({status})"));
+        }
+        let msg = format!("OPTIONS sip:{addr} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-ready{}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p\r\nTo: <sip:{addr}>\r\nCall-ID: ready-{}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n", local.port(), local.port());
+        let _ = sock.send_to(msg.as_bytes(), addr);
+        if sock.recv(&mut buf).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!("no answer from {addr} within 15 s"))
+}
+
+/// A started server, killed when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    pids: Vec<u32>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pid = self.child.id();
+        // SIGTERM lets Kamailio stop its children; kill if it lingers.
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("kill")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        quiet(&[&pid.to_string()]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for p in &self.pids {
+            quiet(&["-9", &p.to_string()]);
+        }
+    }
+}
+
+fn command(pin: bool, program: &Path) -> Command {
+    if pin {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "0"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Writes the users for both servers: sipsec's HA1 file (via `sipsec users
+/// import`) and Kamailio's db_text `subscriber` table (HA1 only).
+fn write_users(plan: &Plan) -> Result<(), String> {
+    let dir = &plan.workdir;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut csv = String::from("username,password\n");
+    let mut table = String::from(
+        "id(int,auto) username(string) domain(string,null) password(string,null) ha1(string,null) ha1b(string,null)\n",
+    );
+    for (i, u) in plan.users.iter().enumerate() {
+        let _ = writeln!(csv, "{},{}", u.name, u.password);
+        let ha1 = sip_core::digest::ha1(
+            sip_core::digest::Algorithm::Md5,
+            &u.name,
+            "sipsec",
+            &u.password,
+        );
+        let _ = writeln!(table, "{}:{}:sipsec::{}:", i + 1, u.name, ha1.as_str());
+    }
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+    };
+    write("users.csv", &csv)?;
+    write("subscriber", &table)?;
+    write(
+        "version",
+        "table_name(string) table_version(int)\nsubscriber:7\n",
+    )?;
+    for t in &plan.targets {
+        if let Target::Sipsec { exe } = t {
+            let out = Command::new(exe)
+                .args(["users", "import"])
+                .arg(dir.join("users.csv"))
+                .arg("--file")
+                .arg(dir.join("users.tsv"))
+                .output()
+                .map_err(|e| format!("{}: {e}", exe.display()))?;
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server, String> {
+    let port = free_port().map_err(|e| e.to_string())?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = &plan.workdir;
+    let workers = plan.workers.max(1).to_string();
+    let mut child = match target {
+        Target::Sipsec { exe } => {
+            let data = dir.join(format!("data-{mode}-{auth}"));
+            let _ = std::fs::remove_dir_all(&data);
+            let mut c = command(plan.pin, exe);
+            c.args(["serve", "--mode", mode, "--udp", &addr.to_string()])
+                .args(["--no-tcp", "--no-http", "--workers", &workers])
+                .arg("--data-dir")
+                .arg(&data);
+            if auth {
+                // Both servers challenge with MD5 only, as Kamailio does.
+                c.args(["--auth", "--digest", "md5", "--users"])
+                    .arg(dir.join("users.tsv"));
+            }
+            c
+        }
+        Target::Kamailio { cfg } => {
+            let mut c = command(plan.pin, Path::new("kamailio"));
+            c.arg("-f")
+                .arg(cfg)
+                .args(["-DD", "-E", "-m", "256", "-M", "32", "-n", &workers])
+                .args(["-l", &format!("udp:{addr}")])
+                .arg("-w")
+                .arg(dir)
+                .args(["-A", &format!("MODE_{}", mode.to_uppercase())]);
+            if auth {
+                c.args(["-A", "WITH_AUTH", "-A"])
+                    .arg(format!("DBURL=\"text://{}\"", dir.display()));
+            }
+            c
+        }
+    }
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .map_err(|e| format!("cannot start {}: {e}", target.name()))?;
+    wait_ready(addr, &mut child).map_err(|e| format!("{} ({mode}): {e}", target.name()))?;
+    let pids = match target {
+        Target::Sipsec { .. } => vec![child.id()],
+        Target::Kamailio { .. } => cpu::pids_named("kamailio"),
+    };
+    Ok(Server { child, addr, pids })
+}
+
+/// Runs the plan; `progress` hears about each cell as it finishes.
+pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>, String> {
+    write_users(plan)?;
+    let callee = plan
+        .users
+        .iter()
+        .find(|u| u.name == "callee")
+        .cloned()
+        .ok_or("the users need a `callee` for invite and redirect")?;
+    let mut cells = Vec::new();
+    for target in &plan.targets {
+        for &auth in &plan.auth {
+            for mode in ["registrar", "proxy", "redirect"] {
+                let names: Vec<&String> = plan
+                    .scenarios
+                    .iter()
+                    .filter(|s| mode_of(s) == mode)
+                    .collect();
+                if names.is_empty() {
+                    continue;
+                }
+                let server = start(plan, target, mode, auth)?;
+                // Fixed local ports: update and logout touch register's bindings.
+                let local_port = free_port().map_err(|e| e.to_string())?;
+                for name in names {
+                    let opts = Options {
+                        run: Run {
+                            target: server.addr,
+                            scenario: scenario::built_in(name, auth)?,
+                            shape: Shape::Rate(plan.rate),
+                            calls: plan.calls,
+                            duration: Duration::from_secs_f64(plan.calls as f64 / plan.rate + 1.0),
+                            drain: Duration::from_secs(35),
+                            threads: plan.threads,
+                            local_port,
+                            users: plan.users.clone(),
+                        },
+                        callee: callee.clone(),
+                        server_pids: server.pids.clone(),
+                        weights: plan.weights,
+                    };
+                    let report = crate::measure(&opts, &Live::default(), &AtomicBool::new(false))?;
+                    let cell = Cell {
+                        target: target.name().to_owned(),
+                        scenario: name.clone(),
+                        auth,
+                        report,
+                    };
+                    progress(&cell);
+                    cells.push(cell);
+                }
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// The ratio table: per scenario and auth, calls/s and CPU µs per call of
+/// each target, and the first target's CPU relative to each other one.
+pub fn table(cells: &[Cell], targets: &[Target]) -> String {
+    let mut s = String::new();
+    let names: Vec<&str> = targets.iter().map(Target::name).collect();
+    let _ = write!(s, "| scenario | auth |");
+    for n in &names {
+        let _ = write!(s, " {n} calls/s | {n} CPU µs/call | {n} failed |");
+    }
+    for n in names.iter().skip(1) {
+        let _ = write!(s, " CPU {}/{n} |", names[0]);
+    }
+    s.push('\n');
+    let cols = 2 + 3 * names.len() + names.len().saturating_sub(1);
+    s.push_str(&"|---".repeat(cols));
+    s.push_str("|\n");
+    let mut rows: Vec<(&str, bool)> = cells
+        .iter()
+        .map(|c| (c.scenario.as_str(), c.auth))
+        .collect();
+    rows.dedup();
+    rows.sort_by_key(|(sc, a)| (scenario::BUILT_IN.iter().position(|b| b == sc), *a));
+    rows.dedup();
+    for (sc, auth) in rows {
+        let find = |t: &str| {
+            cells
+                .iter()
+                .find(|c| c.target == t && c.scenario == sc && c.auth == auth)
+        };
+        let _ = write!(s, "| {sc} | {} |", if auth { "digest" } else { "none" });
+        for n in &names {
+            match find(n) {
+                Some(c) => {
+                    let cpu = c
+                        .report
+                        .server_cpu_us_per_call
+                        .map_or("-".to_owned(), |v| format!("{v:.1}"));
+                    let _ = write!(
+                        s,
+                        " {:.0} | {cpu} | {} |",
+                        c.report.achieved_cps, c.report.failed
+                    );
+                }
+                None => s.push_str(" - | - | - |"),
+            }
+        }
+        let first = find(names[0]).and_then(|c| c.report.server_cpu_us_per_call);
+        for n in names.iter().skip(1) {
+            let other = find(n).and_then(|c| c.report.server_cpu_us_per_call);
+            match (first, other) {
+                (Some(a), Some(b)) if b > 0.0 => {
+                    let _ = write!(s, " {:.2} |", a / b);
+                }
+                _ => s.push_str(" - |"),
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
