@@ -6,12 +6,15 @@ use std::time::Duration;
 /// Clock ticks per second of `/proc` times (USER_HZ; 100 on Linux).
 const TICKS: f64 = 100.0;
 
-/// Processes whose command name (`/proc/PID/comm`) is `name`.
+/// Processes whose command name (`/proc/PID/comm`) is `name`, this one
+/// excepted (the generator is itself a `sipsec`).
 pub fn pids_named(name: &str) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let me = std::process::id();
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == name)
         })
@@ -58,7 +61,7 @@ mod tests {
         assert!(cpu_seconds(&[me]) > 0.0);
         assert_eq!(cpu_seconds(&[u32::MAX]), 0.0);
         let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).expect("comm");
-        assert!(pids_named(comm.trim_end()).contains(&me));
+        assert!(!pids_named(comm.trim_end()).contains(&me), "never itself");
         assert!((percent(1.0, 1.5, Duration::from_secs(1)) - 50.0).abs() < 1e-9);
     }
 }

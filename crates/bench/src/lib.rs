@@ -11,6 +11,7 @@
 pub mod compare;
 pub mod cpu;
 pub mod engine;
+pub mod peak;
 mod poll;
 pub mod report;
 pub mod responder;

@@ -17,6 +17,9 @@ pub enum BenchCommand {
     /// Run one scenario against a server and report calls/s, failures,
     /// latency (percentiles, published buckets, coefficient) and server CPU.
     Run(Box<RunArgs>),
+    /// Ramp the offered rate until the server falls behind; report peak and
+    /// sustainable throughput (BRIEF §1) with every step.
+    Peak(Box<PeakArgs>),
     /// Run scenarios against sipsec and Kamailio (started here, same users)
     /// and print the ratio table: calls/s and server CPU µs per call.
     Compare(Box<CompareArgs>),
@@ -35,8 +38,9 @@ pub enum BenchCommand {
     },
 }
 
+/// What every measured run needs: target, scenario, users, sampling, output.
 #[derive(Args)]
-pub struct RunArgs {
+pub struct CommonArgs {
     /// The server (loopback only).
     #[arg(long, default_value = "127.0.0.1:5060")]
     target: SocketAddr,
@@ -49,21 +53,6 @@ pub struct RunArgs {
     /// Callers: CSV with a `username,password` header [default: user00000…user09999, password pw].
     #[arg(long)]
     users: Option<PathBuf>,
-    /// Open loop: new calls per second.
-    #[arg(long, default_value_t = 1000.0, conflicts_with = "in_flight")]
-    rate: f64,
-    /// Closed loop: keep this many calls in flight instead of a rate.
-    #[arg(long)]
-    in_flight: Option<usize>,
-    /// Most calls to start.
-    #[arg(long, default_value_t = 10_000)]
-    calls: u64,
-    /// Longest time to keep starting calls, seconds.
-    #[arg(long, default_value_t = 60.0)]
-    duration: f64,
-    /// Time calls in flight get to finish after the last start, seconds.
-    #[arg(long, default_value_t = 35.0)]
-    drain: f64,
     /// Generator threads, one UDP socket each.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -89,9 +78,51 @@ pub struct RunArgs {
     /// Write the full report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Open loop: new calls per second.
+    #[arg(long, default_value_t = 1000.0, conflicts_with = "in_flight")]
+    rate: f64,
+    /// Closed loop: keep this many calls in flight instead of a rate.
+    #[arg(long)]
+    in_flight: Option<usize>,
+    /// Most calls to start.
+    #[arg(long, default_value_t = 10_000)]
+    calls: u64,
+    /// Longest time to keep starting calls, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    duration: f64,
+    /// Time calls in flight get to finish after the last start, seconds.
+    #[arg(long, default_value_t = 35.0)]
+    drain: f64,
     /// Write the per-second series as CSV here.
     #[arg(long)]
     csv: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct PeakArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// First offered rate, calls/s.
+    #[arg(long, default_value_t = 1000.0)]
+    start: f64,
+    /// Each step offers this many times the previous rate.
+    #[arg(long, default_value_t = 1.5)]
+    factor: f64,
+    /// Highest rate to offer.
+    #[arg(long, default_value_t = 200_000.0)]
+    max: f64,
+    /// Length of each step, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// p99 latency above this (ms) means the server is not keeping up.
+    #[arg(long, default_value_t = 150.0)]
+    max_p99_ms: f64,
 }
 
 #[derive(Args)]
@@ -135,6 +166,56 @@ pub struct CompareArgs {
     /// Write the ratio table (markdown) here.
     #[arg(long)]
     markdown: Option<PathBuf>,
+}
+
+fn peak(a: PeakArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::peak::{self, Ramp};
+    let valid =
+        positive(a.start) && positive(a.max) && positive(a.seconds) && positive(a.max_p99_ms);
+    if !valid || a.factor <= 1.0 {
+        return Err(
+            "--start, --max, --seconds, --max-p99-ms must be positive and --factor above 1".into(),
+        );
+    }
+    let base = options(&a.common)?;
+    let ramp = Ramp {
+        start: a.start,
+        factor: a.factor,
+        max: a.max,
+        seconds: a.seconds,
+        max_p99_us: (a.max_p99_ms * 1000.0) as u64,
+        tolerance: 0.05,
+    };
+    println!("offered/s  achieved/s  failed  p99 ms  server µs/call");
+    let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {
+        println!(
+            "{:9.0}  {:10.1}  {:6}  {:6.2}  {:>8}",
+            st.offered,
+            st.achieved,
+            st.failed,
+            st.p99_us as f64 / 1000.0,
+            r.server_cpu_us_per_call
+                .map_or("-".to_owned(), |v| format!("{v:.1}"))
+        );
+    })?;
+    println!(
+        "{}: peak {:.0} calls/s, sustainable {:.0} calls/s",
+        base.run.scenario.name, cap.peak, cap.sustainable
+    );
+    if let Some(p) = &a.common.json {
+        let json = serde_json::json!({
+            "scenario": base.run.scenario.name,
+            "peak_cps": cap.peak,
+            "sustainable_cps": cap.sustainable,
+            "steps": steps.iter().zip(&reports).map(|(st, r)| serde_json::json!({
+                "offered": st.offered, "achieved": st.achieved, "failed": st.failed,
+                "p99_ms": st.p99_us as f64 / 1000.0, "report": r,
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&json).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn compare(a: CompareArgs) -> Result<ExitCode, String> {
@@ -232,6 +313,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
     let result = match cmd {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
+        BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Null {
             udp,
             threads,
@@ -257,7 +339,9 @@ fn loopback_only(addr: SocketAddr) -> Result<(), String> {
     }
 }
 
-fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
+/// The run's options from the shared arguments; shape and counts are the
+/// caller's to set.
+fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     loopback_only(a.target)?;
     let weights = stats::parse_weights(&a.weights)?;
     let scenario = scenario::built_in(&a.scenario, a.auth)?;
@@ -275,11 +359,6 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
                 .map(|u| u.password.clone())
         })
         .unwrap_or_else(|| "pw".to_owned());
-    let positive = |x: f64| x.is_finite() && x > 0.0;
-    let valid = positive(a.rate) && positive(a.duration) && a.drain.is_finite() && a.drain >= 0.0;
-    if !valid {
-        return Err("--rate and --duration must be positive, --drain not negative".into());
-    }
     let mut server_pids = a.server_pid.clone();
     if let Some(name) = &a.server_name {
         let found = cpu::pids_named(name);
@@ -288,17 +367,14 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
         }
         server_pids.extend(found);
     }
-    let opts = sipsec_bench::Options {
+    Ok(sipsec_bench::Options {
         run: Run {
             target: a.target,
             scenario,
-            shape: match a.in_flight {
-                Some(n) => Shape::InFlight(n.max(1)),
-                None => Shape::Rate(a.rate),
-            },
-            calls: a.calls,
-            duration: Duration::from_secs_f64(a.duration),
-            drain: Duration::from_secs_f64(a.drain),
+            shape: Shape::Rate(1.0),
+            calls: 0,
+            duration: Duration::ZERO,
+            drain: Duration::ZERO,
             threads: a.threads.max(1),
             local_port: a.local_port,
             users,
@@ -309,7 +385,26 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
         },
         server_pids,
         weights,
+    })
+}
+
+fn positive(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
+fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
+    let valid = positive(a.rate) && positive(a.duration) && a.drain.is_finite() && a.drain >= 0.0;
+    if !valid {
+        return Err("--rate and --duration must be positive, --drain not negative".into());
+    }
+    let mut opts = options(&a.common)?;
+    opts.run.shape = match a.in_flight {
+        Some(n) => Shape::InFlight(n.max(1)),
+        None => Shape::Rate(a.rate),
     };
+    opts.run.calls = a.calls;
+    opts.run.duration = Duration::from_secs_f64(a.duration);
+    opts.run.drain = Duration::from_secs_f64(a.drain);
     let live = Live::default();
     let stop = AtomicBool::new(false);
     let done = AtomicBool::new(false);
@@ -321,7 +416,7 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
         r
     })?;
     print!("{}", report.summary());
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.common.json {
         std::fs::write(p, report.json()).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     if let Some(p) = &a.csv {

@@ -216,8 +216,66 @@ fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
     let cells = cells.as_array().expect("cells");
     assert_eq!(cells.len(), 2 * 6 * 2, "targets × scenarios × auth");
     for c in cells {
-        assert_eq!(c["report"]["ok"], 300, "{}", c);
-        assert_eq!(c["report"]["failed"], 0, "{}", c);
-        assert!(c["report"]["server_cpu_s"].as_f64().is_some(), "{c}");
+        let r = &c["report"];
+        let (ok, failed) = (r["ok"].as_u64(), r["failed"].as_u64());
+        if c["target"] == "sipsec" {
+            assert_eq!((ok, failed), (Some(300), Some(0)), "{c}");
+        } else {
+            // The peer's own losses under a loaded CI machine are its
+            // business; every call must still be accounted for and answered.
+            assert_eq!(ok.zip(failed).map(|(o, f)| o + f), Some(300), "{c}");
+            assert!(ok > Some(0), "{c}");
+        }
+        assert!(r["server_cpu_s"].as_f64().is_some(), "{c}");
     }
+}
+
+#[test]
+fn peak_ramps_and_reports_peak_and_sustainable() {
+    let dir = tempdir("bench-peak");
+    let data = dir.join("data");
+    let server = common::serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--no-tcp",
+        "--no-http",
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+    ]);
+    let json = dir.join("peak.json");
+    let out = Command::new(BIN)
+        .args(["bench", "peak", "--target", &server.addr.to_string()])
+        .args([
+            "--start",
+            "300",
+            "--factor",
+            "2",
+            "--max",
+            "600",
+            "--seconds",
+            "1",
+        ])
+        .args(["--server-pid", &server.child.id().to_string()])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench peak runs");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("register: peak"), "{}", text(&out));
+    let r = report(&json);
+    // How far the ramp gets depends on the machine's load (the ramp stops
+    // at the knee); its shape does not.
+    let steps = r["steps"].as_array().expect("steps");
+    assert!((1..=2).contains(&steps.len()), "{r}");
+    assert_eq!(steps[0]["offered"], 300.0);
+    assert_eq!(steps[0]["report"]["started"], 300, "{r}");
+    let sustainable = r["sustainable_cps"].as_f64().expect("sustainable");
+    assert!([0.0, 300.0, 600.0].contains(&sustainable), "{r}");
+    assert!(r["peak_cps"].as_f64().is_some(), "{r}");
+    let bad = Command::new(BIN)
+        .args(["bench", "peak", "--factor", "1"])
+        .output()
+        .expect("runs");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("--factor above 1"), "{}", text(&bad));
 }

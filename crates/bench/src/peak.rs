@@ -1,0 +1,130 @@
+//! Peak and sustainable throughput: a rate ramp against one server, step
+//! by step until it falls behind (achieved well under offered, failures,
+//! or latency past a ceiling), then BRIEF §1's two figures.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use crate::engine::{Live, Shape};
+use crate::report::Report;
+use crate::stats::{capacity, Capacity, Step};
+use crate::Options;
+
+/// How to ramp.
+#[derive(Debug, Clone)]
+pub struct Ramp {
+    /// First offered rate.
+    pub start: f64,
+    /// Each step offers this many times the previous one.
+    pub factor: f64,
+    /// Highest rate offered.
+    pub max: f64,
+    /// Length of each step, seconds.
+    pub seconds: f64,
+    /// p99 latency above this is a blow-up, µs.
+    pub max_p99_us: u64,
+    /// Achieved within this share of offered counts as fully processed.
+    pub tolerance: f64,
+}
+
+impl Ramp {
+    /// The offered rates, in order.
+    pub fn rates(&self) -> Vec<f64> {
+        let mut v = Vec::new();
+        let mut r = self.start;
+        while r <= self.max * (1.0 + 1e-9) && v.len() < 64 {
+            v.push(r.round());
+            r *= self.factor.max(1.01);
+        }
+        v
+    }
+}
+
+/// Whether a step shows the server past its knee: the ramp stops there.
+pub fn overloaded(s: &Step, ramp: &Ramp) -> bool {
+    let calls = s.achieved + s.failed as f64;
+    s.achieved < s.offered * 0.8
+        || s.failed as f64 > 0.01 * calls
+        || s.p99_us > 10 * ramp.max_p99_us
+}
+
+/// Runs the ramp with `base` (its shape and call count are replaced per
+/// step); `on_step` hears each step as it ends.
+pub fn peak(
+    base: &Options,
+    ramp: &Ramp,
+    mut on_step: impl FnMut(&Step, &Report),
+) -> Result<(Capacity, Vec<Step>, Vec<Report>), String> {
+    let mut steps = Vec::new();
+    let mut reports = Vec::new();
+    for rate in ramp.rates() {
+        let mut opts = base.clone();
+        opts.run.shape = Shape::Rate(rate);
+        opts.run.calls = (rate * ramp.seconds).ceil() as u64;
+        opts.run.duration = Duration::from_secs_f64(ramp.seconds + 1.0);
+        opts.run.drain = Duration::from_secs(5);
+        let report = crate::measure(&opts, &Live::default(), &AtomicBool::new(false))?;
+        // Achieved over the step's nominal length: calls finishing late
+        // lower it, as they lower the server's real throughput.
+        let span = report.elapsed_s.max(ramp.seconds);
+        let step = Step {
+            offered: rate,
+            achieved: report.ok as f64 / span,
+            failed: report.failed,
+            p99_us: (report.latency_ms.p99 * 1000.0) as u64,
+        };
+        on_step(&step, &report);
+        steps.push(step);
+        reports.push(report);
+        if overloaded(&step, ramp) {
+            break;
+        }
+    }
+    Ok((
+        capacity(&steps, ramp.tolerance, ramp.max_p99_us),
+        steps,
+        reports,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp() -> Ramp {
+        Ramp {
+            start: 1000.0,
+            factor: 2.0,
+            max: 10_000.0,
+            seconds: 5.0,
+            max_p99_us: 150_000,
+            tolerance: 0.05,
+        }
+    }
+
+    #[test]
+    fn rates_grow_geometrically_up_to_the_max() {
+        assert_eq!(ramp().rates(), [1000.0, 2000.0, 4000.0, 8000.0]);
+        let flat = Ramp {
+            factor: 1.0,
+            max: 1000.0,
+            ..ramp()
+        };
+        assert_eq!(flat.rates(), [1000.0], "a factor ≤ 1 still ends");
+    }
+
+    #[test]
+    fn the_knee_stops_the_ramp() {
+        let r = ramp();
+        let step = |achieved: f64, failed: u64, p99_ms: u64| Step {
+            offered: 4000.0,
+            achieved,
+            failed,
+            p99_us: p99_ms * 1000,
+        };
+        assert!(!overloaded(&step(3990.0, 0, 5), &r));
+        assert!(overloaded(&step(3000.0, 0, 5), &r), "falls behind");
+        assert!(overloaded(&step(3990.0, 100, 5), &r), "fails calls");
+        assert!(overloaded(&step(3990.0, 0, 2000), &r), "latency blow-up");
+    }
+}
