@@ -244,10 +244,9 @@ fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server,
     .spawn()
     .map_err(|e| format!("cannot start {}: {e}", target.name()))?;
     wait_ready(addr, &mut child).map_err(|e| format!("{} ({mode}): {e}", target.name()))?;
-    let pids = match target {
-        Target::Sipsec { .. } => vec![child.id()],
-        Target::Kamailio { .. } => cpu::pids_named("kamailio"),
-    };
+    // Kamailio forks its workers after start: all of them are measured,
+    // and only they are stopped (another run's servers are left alone).
+    let pids = cpu::process_tree(child.id());
     Ok(Server { child, addr, pids })
 }
 
@@ -367,4 +366,75 @@ pub fn table(cells: &[Cell], targets: &[Target]) -> String {
         s.push('\n');
     }
     s
+}
+
+/// The comparison as an HTML page: the table and CPU and throughput bars.
+pub fn html(cells: &[Cell], targets: &[Target]) -> String {
+    use crate::plot;
+    let names: Vec<&str> = targets.iter().map(Target::name).collect();
+    let mut sections = Vec::new();
+    for auth in [false, true] {
+        let scenarios: Vec<String> = scenario::BUILT_IN
+            .iter()
+            .filter(|sc| cells.iter().any(|c| c.scenario == **sc && c.auth == auth))
+            .map(|sc| (*sc).to_owned())
+            .collect();
+        if scenarios.is_empty() {
+            continue;
+        }
+        let value = |t: &str, sc: &str, f: &dyn Fn(&Report) -> Option<f64>| {
+            cells
+                .iter()
+                .find(|c| c.target == t && c.scenario == sc && c.auth == auth)
+                .and_then(|c| f(&c.report))
+                .unwrap_or(f64::NAN)
+        };
+        let series = |f: &dyn Fn(&Report) -> Option<f64>| -> Vec<(&str, Vec<f64>)> {
+            names
+                .iter()
+                .map(|n| (*n, scenarios.iter().map(|sc| value(n, sc, f)).collect()))
+                .collect()
+        };
+        let which = if auth { "with digest" } else { "without auth" };
+        sections.push((
+            format!("Server CPU per call, {which}"),
+            plot::bars(
+                &format!("Server CPU µs per call, {which}"),
+                "µs per call",
+                &scenarios,
+                &series(&|r| r.server_cpu_us_per_call),
+            ),
+        ));
+        sections.push((
+            format!("Throughput, {which}"),
+            plot::bars(
+                &format!("Achieved calls/s, {which}"),
+                "calls/s",
+                &scenarios,
+                &series(&|r| Some(r.achieved_cps)),
+            ),
+        ));
+    }
+    let md = table(cells, targets);
+    let rows: Vec<Vec<String>> = md
+        .lines()
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    let head_line = md.lines().next().unwrap_or("");
+    let head: Vec<&str> = head_line
+        .trim_matches('|')
+        .split('|')
+        .map(str::trim)
+        .collect();
+    sections.insert(0, ("Ratio table".to_owned(), plot::table(&head, &rows)));
+    plot::page(
+        &format!("sipsec bench compare: {}", names.join(" vs ")),
+        &sections,
+    )
 }

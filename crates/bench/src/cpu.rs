@@ -21,6 +21,36 @@ pub fn pids_named(name: &str) -> Vec<u32> {
         .collect()
 }
 
+/// `pid` and all its descendants (e.g. Kamailio's main process and the
+/// children it forks), so that two servers of the same name never mix.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|p| {
+                    let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+                    // After the command name: state, then the parent's pid.
+                    let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+                    Some((p, ppid.parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
 /// CPU seconds used so far by `pids` (those gone count as 0).
 pub fn cpu_seconds(pids: &[u32]) -> f64 {
     pids.iter()
@@ -63,5 +93,14 @@ mod tests {
         let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).expect("comm");
         assert!(!pids_named(comm.trim_end()).contains(&me), "never itself");
         assert!((percent(1.0, 1.5, Duration::from_secs(1)) - 50.0).abs() < 1e-9);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let tree = process_tree(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(tree[0], me);
+        assert!(tree.contains(&child.id()), "children are in the tree");
     }
 }

@@ -12,6 +12,7 @@ pub mod compare;
 pub mod cpu;
 pub mod engine;
 pub mod peak;
+pub mod plot;
 mod poll;
 pub mod report;
 pub mod responder;

@@ -87,6 +87,79 @@ pub fn peak(
     ))
 }
 
+/// The ramp as an HTML page: achieved vs offered, p99 and server CPU.
+pub fn html(name: &str, cap: &Capacity, steps: &[Step], reports: &[Report]) -> String {
+    use crate::plot;
+    let offered: Vec<(f64, f64)> = steps.iter().map(|s| (s.offered, s.offered)).collect();
+    let achieved: Vec<(f64, f64)> = steps.iter().map(|s| (s.offered, s.achieved)).collect();
+    let p99: Vec<(f64, f64)> = steps
+        .iter()
+        .map(|s| (s.offered, s.p99_us as f64 / 1000.0))
+        .collect();
+    let cpu: Vec<(f64, f64)> = steps
+        .iter()
+        .zip(reports)
+        .filter_map(|(s, r)| Some((s.offered, r.server_cpu_us_per_call?)))
+        .collect();
+    let rows: Vec<Vec<String>> = steps
+        .iter()
+        .zip(reports)
+        .map(|(s, r)| {
+            vec![
+                format!("{:.0}", s.offered),
+                format!("{:.1}", s.achieved),
+                s.failed.to_string(),
+                format!("{:.2}", s.p99_us as f64 / 1000.0),
+                r.server_cpu_us_per_call
+                    .map_or("-".into(), |v| format!("{v:.1}")),
+            ]
+        })
+        .collect();
+    let mut sections = vec![
+        (
+            format!(
+                "{name}: peak {:.0} calls/s, sustainable {:.0} calls/s",
+                cap.peak, cap.sustainable
+            ),
+            plot::table(
+                &[
+                    "offered/s",
+                    "achieved/s",
+                    "failed",
+                    "p99 ms",
+                    "server µs/call",
+                ],
+                &rows,
+            ),
+        ),
+        (
+            "Achieved vs offered".to_owned(),
+            plot::lines(
+                "Achieved vs offered",
+                "offered calls/s",
+                "calls/s",
+                &[("offered", offered), ("achieved", achieved)],
+            ),
+        ),
+        (
+            "Latency".to_owned(),
+            plot::lines("p99 latency", "offered calls/s", "ms", &[("p99", p99)]),
+        ),
+    ];
+    if !cpu.is_empty() {
+        sections.push((
+            "CPU vs load".to_owned(),
+            plot::lines(
+                "Server CPU per call",
+                "offered calls/s",
+                "µs per call",
+                &[("server", cpu)],
+            ),
+        ));
+    }
+    plot::page(&format!("sipsec bench peak: {name}"), &sections)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,7 +97,8 @@ impl Report {
         let l = &o.latency;
         let buckets = l.bucket_shares();
         let cpu_used = match (cpu.first(), cpu.last()) {
-            (Some(a), Some(b)) if cpu.len() >= 2 => Some(b - a),
+            // A process that exited takes its time with it: never negative.
+            (Some(a), Some(b)) if cpu.len() >= 2 => Some((b - a).max(0.0)),
             _ => None,
         };
         let elapsed = o.elapsed.as_secs_f64();
@@ -228,5 +229,115 @@ impl Report {
             let _ = writeln!(s, "  server CPU {c:.2} s = {per:.1} µs per successful call");
         }
         s
+    }
+
+    /// A self-contained HTML page: summary tables and plots.
+    pub fn html(&self) -> String {
+        use crate::plot;
+        let l = &self.latency_ms;
+        let f1 = |v: f64| format!("{v:.1}");
+        let f2 = |v: f64| format!("{v:.2}");
+        let summary = plot::table(
+            &[
+                "started",
+                "ok",
+                "failed",
+                "calls/s",
+                "retransmissions",
+                "server CPU µs/call",
+            ],
+            &[vec![
+                self.started.to_string(),
+                self.ok.to_string(),
+                self.failed.to_string(),
+                f1(self.achieved_cps),
+                self.retransmissions.to_string(),
+                self.server_cpu_us_per_call.map_or("-".into(), f1),
+            ]],
+        );
+        let latency = plot::table(
+            &[
+                "p50 ms",
+                "p90 ms",
+                "p99 ms",
+                "p99.9 ms",
+                "max ms",
+                "mean ms",
+                "coefficient",
+            ],
+            &[vec![
+                f2(l.p50),
+                f2(l.p90),
+                f2(l.p99),
+                f2(l.p999),
+                f2(l.max),
+                f2(l.mean),
+                format!("{:.4}", self.latency_coefficient),
+            ]],
+        );
+        let labels: Vec<String> = ["0-30", "31-60", "61-90", "91-120", "121-150", ">150"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let buckets = plot::bars(
+            "Latency buckets",
+            "% of calls",
+            &labels,
+            &[("calls", self.buckets.iter().map(|b| b * 100.0).collect())],
+        );
+        let per_second = plot::lines(
+            "Offered and achieved per second",
+            "seconds",
+            "calls/s",
+            &[
+                (
+                    "offered",
+                    self.seconds
+                        .iter()
+                        .map(|r| (r.t as f64, r.offered as f64))
+                        .collect(),
+                ),
+                (
+                    "achieved",
+                    self.seconds
+                        .iter()
+                        .map(|r| (r.t as f64, r.achieved as f64))
+                        .collect(),
+                ),
+                (
+                    "failed",
+                    self.seconds
+                        .iter()
+                        .map(|r| (r.t as f64, r.failed as f64))
+                        .collect(),
+                ),
+            ],
+        );
+        let cdf = plot::lines(
+            "Latency CDF",
+            "ms",
+            "share of calls",
+            &[("latency", self.cdf.clone())],
+        );
+        let mut sections = vec![
+            (
+                format!("{} against {} ({})", self.scenario, self.target, self.shape),
+                summary,
+            ),
+            ("Latency".to_owned(), format!("{latency}{buckets}{cdf}")),
+            ("Load".to_owned(), per_second),
+        ];
+        let cpu: Vec<(f64, f64)> = self
+            .seconds
+            .iter()
+            .filter_map(|r| Some((r.t as f64, r.server_cpu_percent?)))
+            .collect();
+        if !cpu.is_empty() {
+            sections.push((
+                "Server CPU".to_owned(),
+                plot::lines("Server CPU", "seconds", "% of one core", &[("cpu", cpu)]),
+            ));
+        }
+        plot::page(&format!("sipsec bench: {}", self.scenario), &sections)
     }
 }

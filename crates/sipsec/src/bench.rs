@@ -78,6 +78,9 @@ pub struct CommonArgs {
     /// Write the full report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write an HTML page with the tables and plots (SVG) here.
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -166,6 +169,9 @@ pub struct CompareArgs {
     /// Write the ratio table (markdown) here.
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// Write an HTML page with the table and plots (SVG) here.
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 fn peak(a: PeakArgs) -> Result<ExitCode, String> {
@@ -215,6 +221,9 @@ fn peak(a: PeakArgs) -> Result<ExitCode, String> {
         std::fs::write(p, serde_json::to_string_pretty(&json).unwrap_or_default())
             .map_err(|e| format!("{}: {e}", p.display()))?;
     }
+    write_opt(&a.common.html, || {
+        peak::html(&base.run.scenario.name, &cap, &steps, &reports)
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -301,6 +310,7 @@ fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.markdown {
         std::fs::write(p, &table).map_err(|e| format!("{}: {e}", p.display()))?;
     }
+    write_opt(&a.html, || compare::html(&cells, &targets))?;
     let failed: u64 = cells.iter().map(|c| c.report.failed).sum();
     Ok(if failed == 0 {
         ExitCode::SUCCESS
@@ -326,6 +336,14 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Writes `make()` to `path` when one was given.
+fn write_opt(path: &Option<PathBuf>, make: impl FnOnce() -> String) -> Result<(), String> {
+    match path {
+        Some(p) => std::fs::write(p, make()).map_err(|e| format!("{}: {e}", p.display())),
+        None => Ok(()),
     }
 }
 
@@ -419,6 +437,7 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.common.json {
         std::fs::write(p, report.json()).map_err(|e| format!("{}: {e}", p.display()))?;
     }
+    write_opt(&a.common.html, || report.html())?;
     if let Some(p) = &a.csv {
         std::fs::write(p, report.csv()).map_err(|e| format!("{}: {e}", p.display()))?;
     }

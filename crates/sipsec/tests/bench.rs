@@ -74,6 +74,7 @@ fn scenarios(auth: bool) {
         let pid = server.child.id().to_string();
         for name in names {
             let json = dir.join(format!("{name}.json"));
+            let html = dir.join(format!("{name}.html"));
             let mut a = vec![
                 "--target",
                 &target,
@@ -87,6 +88,8 @@ fn scenarios(auth: bool) {
                 &pid,
                 "--json",
                 json.to_str().expect("utf-8"),
+                "--html",
+                html.to_str().expect("utf-8"),
                 "--users",
                 csv.to_str().expect("utf-8"),
             ];
@@ -108,6 +111,8 @@ fn scenarios(auth: bool) {
             assert!(r["server_cpu_us_per_call"].as_f64().is_some(), "{r}");
             assert!(r["latency_ms"]["p99"].as_f64().expect("p99") > 0.0);
             assert!(text(&out).contains("coefficient"));
+            let page = std::fs::read_to_string(&html).expect("html written");
+            assert!(page.contains("Latency CDF") && page.matches("<svg").count() >= 3);
         }
     }
 }
@@ -197,14 +202,19 @@ fn bad_arguments_are_clear_errors() {
 #[test]
 fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let json = tempdir("bench-compare").join("compare.json");
+    let dir = tempdir("bench-compare");
+    let (json, html) = (dir.join("compare.json"), dir.join("compare.html"));
     let out = Command::new(BIN)
         .current_dir(&root)
         .args(["bench", "compare", "--rate", "500", "--calls", "300"])
         .arg("--json")
         .arg(&json)
+        .arg("--html")
+        .arg(&html)
         .output()
         .expect("sipsec bench compare runs");
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert_eq!(page.matches("<svg").count(), 4, "CPU and calls/s, ± auth");
     assert!(
         out.status.success(),
         "{} (Kamailio comes from ./setup.sh)",
@@ -243,6 +253,7 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
         data.to_str().expect("utf-8"),
     ]);
     let json = dir.join("peak.json");
+    let html = dir.join("peak.html");
     let out = Command::new(BIN)
         .args(["bench", "peak", "--target", &server.addr.to_string()])
         .args([
@@ -258,6 +269,8 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
         .args(["--server-pid", &server.child.id().to_string()])
         .arg("--json")
         .arg(&json)
+        .arg("--html")
+        .arg(&html)
         .output()
         .expect("sipsec bench peak runs");
     assert!(out.status.success(), "{}", text(&out));
@@ -272,6 +285,8 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     let sustainable = r["sustainable_cps"].as_f64().expect("sustainable");
     assert!([0.0, 300.0, 600.0].contains(&sustainable), "{r}");
     assert!(r["peak_cps"].as_f64().is_some(), "{r}");
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("Achieved vs offered"), "{page}");
     let bad = Command::new(BIN)
         .args(["bench", "peak", "--factor", "1"])
         .output()

@@ -1,0 +1,307 @@
+//! Plots as self-contained SVG (line and bar charts with axes, ticks and a
+//! legend) and the HTML page that shows a run's tables and plots. Written
+//! directly: no font files or rendering stack to install.
+
+use std::fmt::Write as _;
+
+const W: f64 = 720.0;
+const H: f64 = 400.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 50.0;
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
+
+/// Escapes text for SVG and HTML.
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A "nice" step for about `n` ticks over `span`.
+fn tick_step(span: f64, n: f64) -> f64 {
+    if !(span.is_finite() && span > 0.0) {
+        return 1.0;
+    }
+    let raw = span / n;
+    let mag = 10f64.powf(raw.log10().floor());
+    let norm = raw / mag;
+    let nice = if norm < 1.5 {
+        1.0
+    } else if norm < 3.5 {
+        2.0
+    } else if norm < 7.5 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * mag
+}
+
+fn label(v: f64) -> String {
+    if v.abs() >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else if v.fract().abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+}
+
+impl Frame {
+    fn px(&self, x: f64) -> f64 {
+        LEFT + (x - self.x0) / (self.x1 - self.x0).max(f64::MIN_POSITIVE) * (W - LEFT - RIGHT)
+    }
+    fn py(&self, y: f64) -> f64 {
+        H - BOTTOM - (y - self.y0) / (self.y1 - self.y0).max(f64::MIN_POSITIVE) * (H - TOP - BOTTOM)
+    }
+}
+
+fn open(s: &mut String, title: &str, x_label: &str, y_label: &str) {
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" text-anchor="middle" font-size="15">{}</text><text x="{}" y="{}" text-anchor="middle">{}</text><text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">{}</text>"#,
+        W / 2.0,
+        escape(title),
+        (LEFT + W - RIGHT) / 2.0,
+        H - 10.0,
+        escape(x_label),
+        (TOP + H - BOTTOM) / 2.0,
+        (TOP + H - BOTTOM) / 2.0,
+        escape(y_label)
+    );
+}
+
+fn axes(s: &mut String, f: &Frame, x_ticks: bool) {
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#333"/>"##,
+        H - BOTTOM,
+        W - RIGHT,
+        H - BOTTOM,
+        H - BOTTOM
+    );
+    let step = tick_step(f.y1 - f.y0, 5.0);
+    let mut y = (f.y0 / step).ceil() * step;
+    while y <= f.y1 + step * 1e-9 {
+        let py = f.py(y);
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            W - RIGHT,
+            LEFT - 6.0,
+            py + 4.0,
+            label(y)
+        );
+        y += step;
+    }
+    if x_ticks {
+        let step = tick_step(f.x1 - f.x0, 8.0);
+        let mut x = (f.x0 / step).ceil() * step;
+        while x <= f.x1 + step * 1e-9 {
+            let px = f.px(x);
+            let _ = write!(
+                s,
+                r##"<line x1="{px:.1}" y1="{}" x2="{px:.1}" y2="{}" stroke="#333"/><text x="{px:.1}" y="{}" text-anchor="middle">{}</text>"##,
+                H - BOTTOM,
+                H - BOTTOM + 5.0,
+                H - BOTTOM + 18.0,
+                label(x)
+            );
+            x += step;
+        }
+    }
+}
+
+fn legend(s: &mut String, names: &[&str]) {
+    for (i, n) in names.iter().enumerate() {
+        let y = TOP + 8.0 + 16.0 * i as f64;
+        let x = W - RIGHT - 170.0;
+        let _ = write!(
+            s,
+            r#"<rect x="{x}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+            y - 10.0,
+            COLORS[i % COLORS.len()],
+            x + 18.0,
+            y,
+            escape(n)
+        );
+    }
+}
+
+/// Lines through points, one per named series.
+pub fn lines(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> String {
+    let pts = series.iter().flat_map(|(_, p)| p.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0_f64);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let f = Frame {
+        x0,
+        x1,
+        y0: 0.0,
+        y1: if y1 > 0.0 { y1 * 1.05 } else { 1.0 },
+    };
+    let mut s = String::new();
+    open(&mut s, title, x_label, y_label);
+    axes(&mut s, &f, true);
+    for (i, (_, p)) in series.iter().enumerate() {
+        let path: Vec<String> = p
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", f.px(x), f.py(y)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#,
+            COLORS[i % COLORS.len()],
+            path.join(" ")
+        );
+    }
+    legend(&mut s, &series.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+    s.push_str("</svg>");
+    s
+}
+
+/// Grouped bars: one group per label, one bar per named series.
+pub fn bars(title: &str, y_label: &str, labels: &[String], series: &[(&str, Vec<f64>)]) -> String {
+    let top = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0_f64, f64::max);
+    let f = Frame {
+        x0: 0.0,
+        x1: labels.len().max(1) as f64,
+        y0: 0.0,
+        y1: if top > 0.0 { top * 1.1 } else { 1.0 },
+    };
+    let mut s = String::new();
+    open(&mut s, title, "", y_label);
+    axes(&mut s, &f, false);
+    let group = (W - LEFT - RIGHT) / labels.len().max(1) as f64;
+    let bar = group * 0.8 / series.len().max(1) as f64;
+    for (g, l) in labels.iter().enumerate() {
+        let gx = LEFT + group * g as f64;
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            gx + group / 2.0,
+            H - BOTTOM + 16.0,
+            escape(l)
+        );
+        for (i, (_, v)) in series.iter().enumerate() {
+            let Some(&val) = v.get(g) else { continue };
+            if !val.is_finite() {
+                continue;
+            }
+            let y = f.py(val);
+            let _ = write!(
+                s,
+                r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}</title></rect>"#,
+                gx + group * 0.1 + bar * i as f64,
+                bar,
+                (H - BOTTOM - y).max(0.0),
+                COLORS[i % COLORS.len()],
+                label(val)
+            );
+        }
+    }
+    legend(&mut s, &series.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+    s.push_str("</svg>");
+    s
+}
+
+/// An HTML page of titled sections (each already HTML: tables, SVG).
+pub fn page(title: &str, sections: &[(String, String)]) -> String {
+    let mut s = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{0}</title><style>body{{font-family:sans-serif;margin:2em;max-width:1000px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f4f4f4}}</style></head><body><h1>{0}</h1>",
+        escape(title)
+    );
+    for (h, body) in sections {
+        let _ = write!(s, "<h2>{}</h2>{body}", escape(h));
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+/// An HTML table.
+pub fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut s = String::from("<table><tr>");
+    for h in head {
+        let _ = write!(s, "<th>{}</th>", escape(h));
+    }
+    s.push_str("</tr>");
+    for r in rows {
+        s.push_str("<tr>");
+        for c in r {
+            let _ = write!(s, "<td>{}</td>", escape(c));
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(tick_step(100.0, 5.0), 20.0);
+        assert_eq!(tick_step(7.0, 5.0), 1.0);
+        assert_eq!(tick_step(0.0, 5.0), 1.0);
+        assert_eq!(label(25_000.0), "25k");
+        assert_eq!(label(3.0), "3");
+    }
+
+    #[test]
+    fn charts_are_well_formed_svg() {
+        let l = lines(
+            "achieved <vs> offered",
+            "offered",
+            "calls/s",
+            &[("sipsec", vec![(1.0, 1.0), (2.0, 2.0)]), ("empty", vec![])],
+        );
+        assert!(l.starts_with("<svg") && l.ends_with("</svg>"));
+        assert!(l.contains("&lt;vs&gt;"), "titles are escaped");
+        assert_eq!(l.matches("<polyline").count(), 2);
+        let b = bars(
+            "cpu",
+            "µs",
+            &["register".into(), "invite".into()],
+            &[("a", vec![1.0, f64::NAN]), ("b", vec![2.0, 3.0])],
+        );
+        assert_eq!(
+            b.matches("<rect x").count(),
+            3 + 2,
+            "3 bars + 2 legend boxes"
+        );
+        let p = page("run", &[("t".into(), table(&["a"], &[vec!["<1>".into()]]))]);
+        assert!(p.contains("<td>&lt;1&gt;</td>"));
+    }
+}
