@@ -286,6 +286,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             threads: plan.threads,
                             local_port,
                             users: plan.users.clone(),
+                            transport: crate::link::Transport::Udp,
                         },
                         callee: callee.clone(),
                         server_pids: server.pids.clone(),

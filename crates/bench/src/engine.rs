@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
 use sip_core::writer::write_u64;
 use sip_core::{HeaderName, Message};
 
+use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
 use crate::stats::Latency;
 
@@ -68,6 +69,8 @@ pub struct Run {
     pub local_port: u16,
     /// Callers, used in turn.
     pub users: Vec<User>,
+    /// UDP or TCP.
+    pub transport: Transport,
 }
 
 /// One second of a run.
@@ -176,7 +179,7 @@ struct Call {
 struct Worker<'a> {
     run: &'a Run,
     id: usize,
-    sock: UdpSocket,
+    link: Link,
     local: String,
     remote: String,
     run_id: u32,
@@ -192,6 +195,9 @@ struct Worker<'a> {
     /// Timer generations, unique across the worker's calls: a slot reused
     /// by a new call must not inherit the old call's pending timers.
     generations: u32,
+    /// Messages received in this loop turn, back to back, and their ends.
+    inbox: Vec<u8>,
+    ends: Vec<usize>,
 }
 
 /// Runs `run`, updating `live` as it goes; stops early when `stop` is set.
@@ -216,9 +222,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             } else {
                 std::net::IpAddr::from([127, 0, 0, 1])
             };
-            let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
-            s.set_nonblocking(true)?;
-            Ok(s)
+            Link::open(run.transport, SocketAddr::new(ip, port), run.target)
         })
         .collect::<io::Result<Vec<_>>>()?;
     let start = Instant::now();
@@ -226,13 +230,13 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
         let handles: Vec<_> = sockets
             .into_iter()
             .enumerate()
-            .map(|(id, sock)| {
+            .map(|(id, link)| {
                 scope.spawn(move || {
-                    let local = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                    let local = link.local_addr().map(|a| a.to_string()).unwrap_or_default();
                     let mut w = Worker {
                         run,
                         id,
-                        sock,
+                        link,
                         local,
                         remote: run.target.to_string(),
                         run_id,
@@ -246,6 +250,8 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         live,
                         active: 0,
                         generations: 0,
+                        inbox: Vec::new(),
+                        ends: Vec::new(),
                     };
                     w.go(threads, stop);
                     w.outcome
@@ -306,13 +312,26 @@ impl Worker<'_> {
                 burst += 1;
             }
             // Everything queued, up to a batch.
-            let mut received = 0;
-            while received < RECV_BURST {
-                match self.sock.recv_from(&mut buf) {
-                    Ok((n, _)) => self.on_message(&buf[..n]),
-                    Err(_) => break,
-                }
-                received += 1;
+            let (inbox, ends) = (&mut self.inbox, &mut self.ends);
+            inbox.clear();
+            ends.clear();
+            let received = self.link.receive(&mut buf, RECV_BURST, |m| {
+                inbox.extend_from_slice(m);
+                ends.push(inbox.len());
+            });
+            let _ = self.link.flush();
+            let closed = self.link.closed();
+            let inbox = std::mem::take(&mut self.inbox);
+            let mut at = 0;
+            for i in 0..self.ends.len() {
+                let end = self.ends[i];
+                self.on_message(&inbox[at..end]);
+                at = end;
+            }
+            self.inbox = inbox;
+            if closed {
+                self.abandon_all(Instant::now(), "connection closed by the server");
+                break;
             }
             self.fire_timers(Instant::now());
             if burst == 0 && received == 0 {
@@ -329,7 +348,7 @@ impl Worker<'_> {
                 }
                 let now = Instant::now();
                 if next > now {
-                    crate::poll::readable(&self.sock, next - now);
+                    self.link.wait(next - now);
                 }
             }
             if started >= quota || !may_start {
@@ -339,7 +358,7 @@ impl Worker<'_> {
                 // Drain: calls in flight get `drain` to finish.
                 let ended = *starts_ended.get_or_insert(now);
                 if now >= ended + self.run.drain {
-                    self.abandon_all(now);
+                    self.abandon_all(now, "unfinished at the end of the run");
                     break;
                 }
             }
@@ -348,10 +367,10 @@ impl Worker<'_> {
         self.outcome.elapsed = Instant::now().duration_since(self.start);
     }
 
-    fn abandon_all(&mut self, now: Instant) {
+    fn abandon_all(&mut self, now: Instant, cause: &str) {
         for i in 0..self.slots.len() {
             if self.slots[i].is_some() {
-                self.fail(i, "unfinished at the end of the run", now);
+                self.fail(i, cause, now);
             }
         }
     }
@@ -432,6 +451,7 @@ impl Worker<'_> {
             scenario: &run.scenario,
             method: s.method,
             uri: "",
+            transport: run.transport.as_str(),
         };
         s.uri.render(&mut uri, |v, o| ctx.value(v, o));
         let uri_str = std::str::from_utf8(&uri).unwrap_or("");
@@ -451,20 +471,28 @@ impl Worker<'_> {
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(s.body.as_bytes());
         self.scratch = uri;
-        let sent = self.sock.send_to(&self.out, run.target);
+        let sent = self.link.send(&self.out, run.target);
         self.generations = self.generations.wrapping_add(1);
         let generation = self.generations;
+        let reliable = self.link.reliable();
         let call = self.slots[slot].as_mut().expect("call is live");
         if s.retransmit {
             call.method = s.method;
             call.txn_start = now;
             call.generation = generation;
-            call.retransmit = Some(T1);
-            call.last.clear();
-            call.last.extend_from_slice(&self.out);
-            self.timers.push(Reverse((now + T1, slot, call.generation)));
+            if reliable {
+                // TCP: no retransmissions, only the transaction timeout.
+                call.retransmit = None;
+                self.timers
+                    .push(Reverse((now + TIMEOUT, slot, call.generation)));
+            } else {
+                call.retransmit = Some(T1);
+                call.last.clear();
+                call.last.extend_from_slice(&self.out);
+                self.timers.push(Reverse((now + T1, slot, call.generation)));
+            }
         }
-        sent.map(|_| ())
+        sent
     }
 
     fn on_message(&mut self, bytes: &[u8]) {
@@ -566,7 +594,7 @@ impl Worker<'_> {
             let Some(interval) = call.retransmit else {
                 continue;
             };
-            let _ = self.sock.send_to(&call.last, self.run.target);
+            let _ = self.link.send(&call.last, self.run.target);
             let next = if call.method == "INVITE" {
                 interval * 2
             } else {
@@ -639,6 +667,7 @@ struct Ctx<'a> {
     scenario: &'a Scenario,
     method: &'a str,
     uri: &'a str,
+    transport: &'static str,
 }
 
 fn hex(out: &mut Vec<u8>, n: u64) {
@@ -668,6 +697,7 @@ impl Ctx<'_> {
                 hex(o, u64::from(self.run_id));
             }
             Var::Local => o.extend_from_slice(self.local.as_bytes()),
+            Var::Transport => o.extend_from_slice(self.transport.as_bytes()),
             Var::Remote => o.extend_from_slice(self.remote.as_bytes()),
             Var::User => o.extend_from_slice(self.user.name.as_bytes()),
             Var::Service => o.extend_from_slice(self.scenario.service.as_bytes()),

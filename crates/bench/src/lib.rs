@@ -11,6 +11,7 @@
 pub mod compare;
 pub mod cpu;
 pub mod engine;
+pub mod link;
 pub mod peak;
 pub mod plot;
 mod poll;

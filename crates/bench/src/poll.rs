@@ -5,25 +5,26 @@
 //! generator to a CPU (`sched_setaffinity(2)`).
 #![allow(unsafe_code)]
 
-use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
-/// Waits until `sock` is readable or `timeout` passes; true when readable.
-pub fn readable(sock: &UdpSocket, timeout: Duration) -> bool {
-    let mut fd = libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLIN,
+/// Waits until `fd` is readable (or writable too, with `write`) or
+/// `timeout` passes; true when it is.
+pub fn wait(fd: RawFd, write: bool, timeout: Duration) -> bool {
+    let events = libc::POLLIN | if write { libc::POLLOUT } else { 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
         revents: 0,
     };
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
-    // SAFETY: `fd` and `ts` are valid for the call; one descriptor is
+    // SAFETY: `pfd` and `ts` are valid for the call; one descriptor is
     // passed; a null signal mask leaves the mask unchanged.
-    let n = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
-    n > 0 && fd.revents & libc::POLLIN != 0
+    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    n > 0 && pfd.revents & events != 0
 }
 
 /// Restricts the calling thread (and threads it spawns later) to CPU `core`.
@@ -49,11 +50,17 @@ mod tests {
 
     #[test]
     fn waits_for_data_or_the_timeout() {
+        use std::net::UdpSocket;
+        use std::os::fd::AsRawFd;
         let a = UdpSocket::bind("127.0.0.1:0").expect("socket");
         let b = UdpSocket::bind("127.0.0.1:0").expect("socket");
-        assert!(!readable(&a, Duration::from_micros(200)));
+        assert!(!wait(a.as_raw_fd(), false, Duration::from_micros(200)));
         b.send_to(b"x", a.local_addr().expect("addr"))
             .expect("send");
-        assert!(readable(&a, Duration::from_secs(5)));
+        assert!(wait(a.as_raw_fd(), false, Duration::from_secs(5)));
+        assert!(
+            wait(b.as_raw_fd(), true, Duration::from_secs(5)),
+            "writable"
+        );
     }
 }

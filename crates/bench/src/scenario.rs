@@ -14,6 +14,8 @@ pub enum Var {
     Branch,
     /// `[local]`: the generator socket's `ip:port`.
     Local,
+    /// `[transport]`: `UDP` or `TCP`.
+    Transport,
     /// `[remote]`: the target's `ip:port`.
     Remote,
     /// `[user]`: the caller's user name.
@@ -39,6 +41,7 @@ impl Var {
             "call_id" => Var::CallId,
             "branch" => Var::Branch,
             "local" => Var::Local,
+            "transport" => Var::Transport,
             "remote" => Var::Remote,
             "user" => Var::User,
             "service" => Var::Service,
@@ -195,7 +198,7 @@ pub const BUILT_IN: [&str; 6] = [
     "redirect",
 ];
 
-const COMMON: &str = "Via: SIP/2.0/UDP [local];branch=[branch];rport\r\nMax-Forwards: 70\r\nFrom: <sip:[user]@[remote]>;tag=[from_tag]\r\n";
+const COMMON: &str = "Via: SIP/2.0/[transport] [local];branch=[branch];rport\r\nMax-Forwards: 70\r\nFrom: <sip:[user]@[remote]>;tag=[from_tag]\r\n";
 
 fn send(method: &'static str, uri: &str, headers: &str, body: &str) -> Send {
     Send {

@@ -53,9 +53,12 @@ pub struct CommonArgs {
     /// Callers: CSV with a `username,password` header [default: user00000…user09999, password pw].
     #[arg(long)]
     users: Option<PathBuf>,
-    /// Generator threads, one UDP socket each.
+    /// Generator threads, one UDP socket (or TCP connection) each.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Use TCP (one connection per generator thread) instead of UDP.
+    #[arg(long)]
+    tcp: bool,
     /// First local port (thread i binds PORT+i); fixed ports make register,
     /// register-update and register-logout runs touch the same bindings.
     #[arg(long, default_value_t = 0)]
@@ -396,6 +399,11 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             threads: a.threads.max(1),
             local_port: a.local_port,
             users,
+            transport: if a.tcp {
+                sipsec_bench::link::Transport::Tcp
+            } else {
+                sipsec_bench::link::Transport::Udp
+            },
         },
         callee: User {
             name: a.callee.clone(),

@@ -43,8 +43,8 @@ fn report(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("json written")).expect("json")
 }
 
-fn scenarios(auth: bool) {
-    let dir = tempdir(&format!("bench-{auth}"));
+fn scenarios(auth: bool, tcp: bool) {
+    let dir = tempdir(&format!("bench-{auth}-{tcp}"));
     let csv = users(&dir);
     let users_tsv = dir.join("users.tsv");
     for (mode, names) in [
@@ -59,7 +59,6 @@ fn scenarios(auth: bool) {
         let mut args = vec![
             "--udp",
             "127.0.0.1:0",
-            "--no-tcp",
             "--no-http",
             "--mode",
             mode,
@@ -96,6 +95,9 @@ fn scenarios(auth: bool) {
             if auth {
                 a.push("--auth");
             }
+            if tcp {
+                a.push("--tcp");
+            }
             let out = bench(&a);
             assert!(out.status.success(), "{name} auth={auth}: {}", text(&out));
             let r = report(&json);
@@ -119,12 +121,17 @@ fn scenarios(auth: bool) {
 
 #[test]
 fn every_scenario_against_sipsec() {
-    scenarios(false);
+    scenarios(false, false);
 }
 
 #[test]
 fn every_scenario_with_digest_against_sipsec() {
-    scenarios(true);
+    scenarios(true, false);
+}
+
+#[test]
+fn every_scenario_with_digest_over_tcp() {
+    scenarios(true, true);
 }
 
 #[test]
@@ -188,6 +195,10 @@ fn bad_arguments_are_clear_errors() {
         (
             &["--server-name", "no-such-process-here"][..],
             "no process named",
+        ),
+        (
+            &["--tcp", "--target", "127.0.0.1:1"][..],
+            "TCP connect to 127.0.0.1:1",
         ),
     ] {
         let out = bench(args);
