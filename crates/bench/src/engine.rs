@@ -144,6 +144,8 @@ pub struct Live {
     pub ok: AtomicU64,
     /// Calls failed.
     pub failed: AtomicU64,
+    /// 99th percentile latency so far, µs (the highest of the workers').
+    pub p99_us: AtomicU64,
 }
 
 /// A digest challenge kept to answer.
@@ -623,6 +625,10 @@ impl Worker<'_> {
                 .record_us(call.latency.as_micros().min(u128::from(u64::MAX)) as u64);
             self.second(now).ok += 1;
             self.live.ok.fetch_add(1, Ordering::Relaxed);
+            if self.outcome.ok % 1024 == 0 {
+                let p99 = self.outcome.latency.quantile_us(0.99);
+                self.live.p99_us.fetch_max(p99, Ordering::Relaxed);
+            }
         }
     }
 

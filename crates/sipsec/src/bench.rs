@@ -1,6 +1,5 @@
 //! `sipsec bench`: load generation against any SIP server on loopback.
 
-use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -435,7 +434,8 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
     let stop = AtomicBool::new(false);
     let done = AtomicBool::new(false);
     let report = std::thread::scope(|s| {
-        let progress = s.spawn(|| progress(&live, &done));
+        let (total, live_ref, done_ref) = (opts.run.calls, &live, &done);
+        let progress = s.spawn(move || progress(live_ref, done_ref, total));
         let r = sipsec_bench::measure(&opts, &live, &stop);
         done.store(true, Ordering::Relaxed);
         let _ = progress.join();
@@ -456,30 +456,34 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
     })
 }
 
-/// A live line on a terminal: started, ok, failed, calls/s.
-fn progress(live: &Live, done: &AtomicBool) {
-    let tty = std::io::stderr().is_terminal();
-    let t0 = Instant::now();
-    let mut last_ok = 0;
+/// A live progress bar on a terminal (hidden otherwise): calls done of
+/// the total, the success rate of the last second, failures, p99 so far.
+fn progress(live: &Live, done: &AtomicBool, total: u64) {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr_with_hz(4),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} calls  {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let mut last = (Instant::now(), 0u64);
     while !done.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(250));
-        if !tty || t0.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
         let ok = live.ok.load(Ordering::Relaxed);
-        eprint!(
-            "\r{:6.1} s  started {}  ok {}  failed {}  {:.0} calls/s   ",
-            t0.elapsed().as_secs_f64(),
-            live.started.load(Ordering::Relaxed),
-            ok,
-            live.failed.load(Ordering::Relaxed),
-            (ok - last_ok) as f64 * 4.0
-        );
-        last_ok = ok;
+        let failed = live.failed.load(Ordering::Relaxed);
+        bar.set_position(ok + failed);
+        if last.0.elapsed() >= Duration::from_secs(1) {
+            let rate = (ok - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            bar.set_message(format!(
+                "{rate:.0} calls/s  {failed} failed  p99 {:.2} ms",
+                live.p99_us.load(Ordering::Relaxed) as f64 / 1000.0
+            ));
+            last = (Instant::now(), ok);
+        }
     }
-    if tty {
-        eprintln!();
-    }
+    bar.finish_and_clear();
 }
 
 fn null(udp: SocketAddr, threads: usize, seconds: Option<u64>) -> Result<ExitCode, String> {
