@@ -55,7 +55,7 @@ pub struct Plan {
     pub calls: u64,
     /// Users (the callee among them).
     pub users: Vec<User>,
-    /// Server on core 0, generator on core 1.
+    /// Server on core 0, generator on core 1 (busy-polling its own core).
     pub pin: bool,
     /// Server worker threads / Kamailio children.
     pub workers: usize,
@@ -287,6 +287,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             local_port,
                             users: plan.users.clone(),
                             transport: crate::link::Transport::Udp,
+                            busy_poll: plan.pin,
                         },
                         callee: callee.clone(),
                         server_pids: server.pids.clone(),

@@ -71,6 +71,11 @@ pub struct Run {
     pub users: Vec<User>,
     /// UDP or TCP.
     pub transport: Transport,
+    /// Spin instead of sleeping when idle. With the generator on a core of
+    /// its own, this keeps the kernel from charging the server for waking
+    /// a sleeping generator on every response (an inter-processor wake-up,
+    /// costly in a VM), so the server's CPU is the server's work.
+    pub busy_poll: bool,
 }
 
 /// One second of a run.
@@ -336,7 +341,9 @@ impl Worker<'_> {
                 break;
             }
             self.fire_timers(Instant::now());
-            if burst == 0 && received == 0 {
+            if burst == 0 && received == 0 && self.run.busy_poll {
+                std::hint::spin_loop();
+            } else if burst == 0 && received == 0 {
                 // Idle: sleep until a response arrives or the next start or
                 // timer is due (at most 50 ms, to notice `stop`).
                 let mut next = now + Duration::from_millis(50);

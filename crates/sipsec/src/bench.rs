@@ -58,6 +58,10 @@ pub struct CommonArgs {
     /// Use TCP (one connection per generator thread) instead of UDP.
     #[arg(long)]
     tcp: bool,
+    /// Spin instead of sleeping when idle (give the generator its own core,
+    /// e.g. with taskset): the server is then not charged for waking it.
+    #[arg(long)]
+    busy_poll: bool,
     /// First local port (thread i binds PORT+i); fixed ports make register,
     /// register-update and register-logout runs touch the same bindings.
     #[arg(long, default_value_t = 0)]
@@ -147,7 +151,8 @@ pub struct CompareArgs {
     /// Calls per scenario.
     #[arg(long, default_value_t = 20_000)]
     calls: u64,
-    /// Server on CPU 0 (taskset), generator on CPU 1.
+    /// Server on CPU 0 (taskset), generator on CPU 1, busy-polling there so
+    /// the server's CPU is not charged for waking it.
     #[arg(long)]
     pin: bool,
     /// Server workers / Kamailio children [default: 1 pinned, else 2].
@@ -398,6 +403,7 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             threads: a.threads.max(1),
             local_port: a.local_port,
             users,
+            busy_poll: a.busy_poll,
             transport: if a.tcp {
                 sipsec_bench::link::Transport::Tcp
             } else {
