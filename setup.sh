@@ -12,10 +12,10 @@ if command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get update -qq
     # C toolchain for build scripts (libfuzzer-sys); SIPp (sip-tester),
     # sipsak and the baresip softphone for the interop tests; Kamailio, the
-    # peer `sipsec bench compare` measures against.
+    # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots.
     $SUDO apt-get install -y -qq --no-install-recommends \
         build-essential pkg-config ca-certificates sip-tester sipsak baresip-core \
-        kamailio >/dev/null
+        kamailio librsvg2-bin >/dev/null
 else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2
 fi

@@ -266,6 +266,57 @@ pub fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     s
 }
 
+/// The SVG plots of a page made by [`page`], in order.
+pub fn svgs(html: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(start) = rest.find("<svg") {
+        let Some(len) = rest[start..].find("</svg>") else {
+            break;
+        };
+        let end = start + len + "</svg>".len();
+        out.push(&rest[start..end]);
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Writes each plot of `html` into `dir` as `NAME-K.svg`, and as
+/// `NAME-K.png` too when `rsvg-convert` (Debian: librsvg2-bin) is there.
+/// Returns the files written.
+pub fn write_files(
+    html: &str,
+    dir: &std::path::Path,
+    name: &str,
+) -> Result<Vec<std::path::PathBuf>, String> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for (k, svg) in svgs(html).into_iter().enumerate() {
+        let base = dir.join(format!("{name}-{}", k + 1));
+        let svg_path = base.with_extension("svg");
+        std::fs::write(&svg_path, svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
+        files.push(svg_path);
+        let png = base.with_extension("png");
+        let child = std::process::Command::new("rsvg-convert")
+            .arg("-o")
+            .arg(&png)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            continue; // No converter: SVG only.
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(svg.as_bytes());
+        }
+        if child.wait().is_ok_and(|s| s.success()) {
+            files.push(png);
+        }
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,7 +352,14 @@ mod tests {
             3 + 2,
             "3 bars + 2 legend boxes"
         );
-        let p = page("run", &[("t".into(), table(&["a"], &[vec!["<1>".into()]]))]);
+        let p = page(
+            "run",
+            &[
+                ("t".into(), table(&["a"], &[vec!["<1>".into()]])),
+                ("plots".into(), format!("{l}{b}")),
+            ],
+        );
         assert!(p.contains("<td>&lt;1&gt;</td>"));
+        assert_eq!(svgs(&p), [l.as_str(), b.as_str()]);
     }
 }

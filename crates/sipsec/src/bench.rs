@@ -87,6 +87,10 @@ pub struct CommonArgs {
     /// Write an HTML page with the tables and plots (SVG) here.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// Also write each plot as SVG and PNG files into this directory (PNG
+    /// needs rsvg-convert, installed by setup.sh).
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -179,6 +183,9 @@ pub struct CompareArgs {
     /// Write an HTML page with the table and plots (SVG) here.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// Also write each plot as SVG and PNG files into this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 fn peak(a: PeakArgs) -> Result<ExitCode, String> {
@@ -228,7 +235,7 @@ fn peak(a: PeakArgs) -> Result<ExitCode, String> {
         std::fs::write(p, serde_json::to_string_pretty(&json).unwrap_or_default())
             .map_err(|e| format!("{}: {e}", p.display()))?;
     }
-    write_opt(&a.common.html, || {
+    outputs(&a.common.html, &a.common.plots, "peak", || {
         peak::html(&base.run.scenario.name, &cap, &steps, &reports)
     })?;
     Ok(ExitCode::SUCCESS)
@@ -317,7 +324,9 @@ fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.markdown {
         std::fs::write(p, &table).map_err(|e| format!("{}: {e}", p.display()))?;
     }
-    write_opt(&a.html, || compare::html(&cells, &targets))?;
+    outputs(&a.html, &a.plots, "compare", || {
+        compare::html(&cells, &targets)
+    })?;
     let failed: u64 = cells.iter().map(|c| c.report.failed).sum();
     Ok(if failed == 0 {
         ExitCode::SUCCESS
@@ -346,12 +355,25 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
     }
 }
 
-/// Writes `make()` to `path` when one was given.
-fn write_opt(path: &Option<PathBuf>, make: impl FnOnce() -> String) -> Result<(), String> {
-    match path {
-        Some(p) => std::fs::write(p, make()).map_err(|e| format!("{}: {e}", p.display())),
-        None => Ok(()),
+/// Writes the HTML page and the plot files that were asked for.
+fn outputs(
+    html: &Option<PathBuf>,
+    plots: &Option<PathBuf>,
+    name: &str,
+    make: impl FnOnce() -> String,
+) -> Result<(), String> {
+    if html.is_none() && plots.is_none() {
+        return Ok(());
     }
+    let page = make();
+    if let Some(p) = html {
+        std::fs::write(p, &page).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(dir) = plots {
+        let files = sipsec_bench::plot::write_files(&page, dir, name)?;
+        eprintln!("{} plot files in {}", files.len(), dir.display());
+    }
+    Ok(())
 }
 
 fn loopback_only(addr: SocketAddr) -> Result<(), String> {
@@ -451,7 +473,7 @@ fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.common.json {
         std::fs::write(p, report.json()).map_err(|e| format!("{}: {e}", p.display()))?;
     }
-    write_opt(&a.common.html, || report.html())?;
+    outputs(&a.common.html, &a.common.plots, "run", || report.html())?;
     if let Some(p) = &a.csv {
         std::fs::write(p, report.csv()).map_err(|e| format!("{}: {e}", p.display()))?;
     }

@@ -282,6 +282,8 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
         .arg(&json)
         .arg("--html")
         .arg(&html)
+        .arg("--plots")
+        .arg(dir.join("plots"))
         .output()
         .expect("sipsec bench peak runs");
     assert!(out.status.success(), "{}", text(&out));
@@ -298,6 +300,12 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     assert!(r["peak_cps"].as_f64().is_some(), "{r}");
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("Achieved vs offered"), "{page}");
+    // SVG always; PNG through rsvg-convert, which setup.sh installs.
+    for ext in ["svg", "png"] {
+        let f = dir.join("plots").join(format!("peak-1.{ext}"));
+        let bytes = std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(bytes.len() > 100, "{}", f.display());
+    }
     let bad = Command::new(BIN)
         .args(["bench", "peak", "--factor", "1"])
         .output()
