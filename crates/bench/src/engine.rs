@@ -777,3 +777,94 @@ impl Ctx<'_> {
         o.extend_from_slice(b"\r\n");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::net::UdpSocket;
+    use std::sync::Arc;
+
+    use sip_core::writer::{write_response, ResponseOptions};
+    use sip_core::StatusCode;
+
+    /// A responder that ignores the first copy of every request and
+    /// answers its retransmission: RFC 3261 timer A/E at work.
+    fn lossy_responder(stop: Arc<AtomicBool>) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("socket");
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        let addr = sock.local_addr().expect("addr");
+        let t = std::thread::spawn(move || {
+            let mut seen = HashSet::new();
+            let mut buf = [0u8; 4096];
+            let mut out = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((n, src)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let m = Message::parse(&buf[..n]).expect("generator sends valid SIP");
+                let branch = m.top_via().branch().unwrap_or("").to_owned();
+                if seen.insert(branch) {
+                    continue; // "lost"
+                }
+                out.clear();
+                write_response(
+                    &mut out,
+                    &m,
+                    StatusCode::OK,
+                    &ResponseOptions {
+                        to_tag: Some("t"),
+                        ..Default::default()
+                    },
+                );
+                let _ = sock.send_to(&out, src);
+            }
+        });
+        (addr, t)
+    }
+
+    fn run(target: SocketAddr, calls: u64) -> Run {
+        Run {
+            target,
+            scenario: crate::scenario::built_in("register", false).expect("built in"),
+            shape: Shape::Rate(200.0),
+            calls,
+            duration: Duration::from_secs(30),
+            drain: Duration::from_secs(10),
+            threads: 2,
+            local_port: 0,
+            users: crate::generated_users(10),
+            transport: Transport::Udp,
+            busy_poll: false,
+        }
+    }
+
+    #[test]
+    fn lost_requests_are_retransmitted_after_t1() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, t) = lossy_responder(stop.clone());
+        let o = execute(&run(addr, 40), &Live::default(), &AtomicBool::new(false)).expect("runs");
+        stop.store(true, Ordering::Relaxed);
+        let _ = t.join();
+        assert_eq!(o.ok, 40, "{:?}", o.failures);
+        assert_eq!(o.retransmissions, 40, "one retransmission per call");
+        // Each call waited T1 for its retransmission (a lower bound set by
+        // the protocol, not a speed expectation).
+        assert!(o.latency.quantile_us(0.0) >= 490_000);
+        assert_eq!(o.seconds.iter().map(|s| s.retransmissions).sum::<u64>(), 40);
+    }
+
+    #[test]
+    fn silence_is_a_timeout_after_the_drain() {
+        // A bound socket that never answers.
+        let mute = UdpSocket::bind("127.0.0.1:0").expect("socket");
+        let mut r = run(mute.local_addr().expect("addr"), 4);
+        r.drain = Duration::from_millis(1200);
+        let o = execute(&r, &Live::default(), &AtomicBool::new(false)).expect("runs");
+        assert_eq!(o.ok, 0);
+        assert_eq!(o.failures.get("unfinished at the end of the run"), Some(&4));
+        // T1 then 2·T1 passed within the drain: two retransmissions each.
+        assert!(o.retransmissions >= 4, "{}", o.retransmissions);
+    }
+}
