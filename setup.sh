@@ -16,6 +16,12 @@ if command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends \
         build-essential pkg-config ca-certificates sip-tester sipsak baresip-core \
         kamailio librsvg2-bin >/dev/null
+    # Debian starts the packaged Kamailio service, which would hold port
+    # 5060 that `sipsec serve` uses by default; the benchmarks start their
+    # own Kamailio. Stop and disable the service where systemd runs.
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
+    fi
 else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2
 fi
