@@ -454,10 +454,10 @@ impl Core {
         }
         self.records.clear();
         let t0 = Instant::now();
-        let supports_path = has_option_tag(msg, HeaderName::Supported, "path");
-        if let Err(reply) = self.collect_path(msg, supports_path, src, out) {
-            return reply;
-        }
+        let supports_path = match self.collect_path(msg, src, out) {
+            Ok(supported) => supported,
+            Err(reply) => return reply,
+        };
         let reg = Registration {
             call_id: msg.call_id(),
             cseq: msg.cseq().seq,
@@ -514,18 +514,19 @@ impl Core {
     }
 
     /// Gathers the REGISTER's Path values into `self.path` (RFC 3327)
-    /// according to the configured mode; `Err` is the refusal to send.
+    /// according to the configured mode; `Ok` tells whether the UA sent
+    /// `Supported: path` (only looked up when there is a Path), `Err` is
+    /// the refusal to send.
     fn collect_path(
         &mut self,
         msg: &Message<'_>,
-        supported: bool,
         src: SocketAddr,
         out: &mut Vec<u8>,
-    ) -> Result<(), Reply> {
+    ) -> Result<bool, Reply> {
         self.path.clear();
         let mode = self.shared.config.path;
         if mode == PathMode::Off {
-            return Ok(());
+            return Ok(false);
         }
         for h in msg.headers_named(HeaderName::Path) {
             if !self.path.is_empty() {
@@ -539,8 +540,9 @@ impl Core {
             );
         }
         if self.path.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
+        let supported = has_option_tag(msg, HeaderName::Supported, "path");
         if first_path_uri(&self.path).is_none() {
             return Err(self.respond(
                 msg,
@@ -562,7 +564,7 @@ impl Core {
                 out,
             ));
         }
-        Ok(())
+        Ok(supported)
     }
 
     /// The branch this proxy uses when forwarding `msg` statelessly: a
@@ -872,7 +874,13 @@ impl Core {
             bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         }
-        if let (Some(tx), Some(key)) = (&self.shared.transactions, Key::of_message(msg)) {
+        // Stateless mode skips the branch decoding altogether.
+        let stateful = self
+            .shared
+            .transactions
+            .as_ref()
+            .and_then(|tx| Some((tx, Key::of_message(msg)?)));
+        if let Some((tx, key)) = stateful {
             let metrics = &self.shared.metrics;
             let strip = |m: &Message<'_>, o: &mut Vec<u8>| forward_response(m, o).is_ok();
             match tx.on_response(

@@ -18,6 +18,20 @@ fn tempdir(name: &str) -> PathBuf {
     d
 }
 
+/// A proxy on ephemeral loopback ports (UDP only, no HTTP) storing in `dir`.
+fn loopback_proxy(dir: &Path) -> Config {
+    Config {
+        mode: Mode::Proxy,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        ..Config::default()
+    }
+}
+
 fn server(mode: Mode, auth: bool, dir: &Path) -> Started {
     let users = dir.join("users.tsv");
     if auth {
@@ -622,15 +636,8 @@ fn ipv6_registration() {
 fn record_route_brings_in_dialog_requests_back() {
     let dir = tempdir("rr");
     let s = start(Config {
-        mode: Mode::Proxy,
         record_route: true,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        ..Config::default()
+        ..loopback_proxy(&dir)
     })
     .expect("server");
     let srv = s.handle.local_addr();
@@ -786,15 +793,9 @@ fn recv_skipping_trying(ua: &Ua) -> String {
 fn stateful_proxy_absorbs_retransmissions_and_forwards_cancel() {
     let dir = tempdir("stateful");
     let s = start(Config {
-        mode: Mode::Proxy,
         stateful: true,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
-        data_dir: dir.join("data"),
-        ..Config::default()
+        ..loopback_proxy(&dir)
     })
     .expect("server");
     let srv = s.handle.local_addr();
@@ -869,15 +870,9 @@ fn stateful_proxy_absorbs_retransmissions_and_forwards_cancel() {
 fn stateful_proxy_answers_503_when_the_callee_cannot_be_reached_over_tcp() {
     let dir = tempdir("stateful-503");
     let s = start(Config {
-        mode: Mode::Proxy,
         stateful: true,
-        udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        ..Config::default()
+        ..loopback_proxy(&dir)
     })
     .expect("server");
     let srv = s.handle.local_addr();

@@ -55,20 +55,11 @@ fn scenarios(auth: bool, tcp: bool) {
         ("proxy", &["invite", "invite-not-found"][..]),
         ("redirect", &["redirect"][..]),
     ] {
-        let data = dir.join(format!("data-{mode}"));
-        let mut args = vec![
-            "--udp",
-            "127.0.0.1:0",
-            "--no-http",
-            "--mode",
-            mode,
-            "--data-dir",
-            data.to_str().expect("utf-8"),
-        ];
+        let mut args = vec![];
         if auth {
             args.extend(["--auth", "--users", users_tsv.to_str().expect("utf-8")]);
         }
-        let server = common::serve(&args);
+        let server = common::serve_mode(&dir, mode, &format!("data-{mode}"), &args);
         let target = server.addr.to_string();
         let pid = server.child.id().to_string();
         for name in names {

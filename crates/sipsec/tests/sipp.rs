@@ -52,17 +52,8 @@ fn users(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn serve(dir: &Path, mode: &str, auth: bool, extra: &[&str]) -> Running {
-    let data = dir.join(format!("data-{mode}-{auth}"));
     let users = dir.join("users.tsv");
-    let mut args = vec![
-        "--udp",
-        "127.0.0.1:0",
-        "--no-http",
-        "--mode",
-        mode,
-        "--data-dir",
-        data.to_str().expect("utf-8 path"),
-    ];
+    let mut args = vec![];
     if auth {
         // SIPp 3.6 answers only the first challenge and only knows MD5.
         args.extend([
@@ -74,7 +65,7 @@ fn serve(dir: &Path, mode: &str, auth: bool, extra: &[&str]) -> Running {
         ]);
     }
     args.extend(extra);
-    common::serve(&args)
+    common::serve_mode(dir, mode, &format!("data-{mode}-{auth}"), &args)
 }
 
 /// SIPp's transport flag.

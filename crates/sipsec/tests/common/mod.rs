@@ -89,3 +89,20 @@ pub fn import_users(csv_rows: &str, dir: &std::path::Path, users: &std::path::Pa
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Starts `sipsec serve` in `mode` on an ephemeral UDP port (TCP on the
+/// same port, no HTTP), its store in `dir/data_name`, plus `extra` flags.
+pub fn serve_mode(dir: &std::path::Path, mode: &str, data_name: &str, extra: &[&str]) -> Running {
+    let data = dir.join(data_name);
+    let mut args = vec![
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--mode",
+        mode,
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ];
+    args.extend(extra);
+    serve(&args)
+}
