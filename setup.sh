@@ -10,11 +10,12 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    # C toolchain for build scripts (libfuzzer-sys); SIPp (sip-tester),
+    # C toolchain for build scripts (libfuzzer-sys); OpenSSL 3 headers and
+    # CLI for the RSA variants and their interop tests; SIPp (sip-tester),
     # sipsak and the baresip softphone for the interop tests; Kamailio, the
     # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots.
     $SUDO apt-get install -y -qq --no-install-recommends \
-        build-essential pkg-config ca-certificates sip-tester sipsak baresip-core \
+        build-essential pkg-config libssl-dev openssl ca-certificates sip-tester sipsak baresip-core \
         kamailio librsvg2-bin >/dev/null
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their

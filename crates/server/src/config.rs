@@ -117,6 +117,8 @@ pub struct Config {
     pub default_expires: u32,
     /// Per-source rate limit and fail-ban.
     pub guard: crate::guard::GuardConfig,
+    /// SIP over TLS (`sips:`), when a certificate and key are given.
+    pub tls: Option<crate::tls::TlsSettings>,
 }
 
 impl Default for Config {
@@ -144,6 +146,7 @@ impl Default for Config {
             max_expires: 7200,
             default_expires: 3600,
             guard: crate::guard::GuardConfig::default(),
+            tls: None,
         }
     }
 }
@@ -181,6 +184,24 @@ pub struct FileConfig {
     pub registrar: Option<RegistrarSection>,
     /// `[guard]` table.
     pub guard: Option<GuardSection>,
+    /// `[tls]` table.
+    pub tls: Option<TlsSection>,
+}
+
+/// `[tls]`: SIP over TLS. `cert` and `key` turn it on.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Listening address (default: the UDP address's IP, port 5061).
+    pub addr: Option<SocketAddr>,
+    /// Certificate chain, PEM.
+    pub cert: Option<PathBuf>,
+    /// Private key, PEM (RSA of any variant, ECDSA, Ed25519).
+    pub key: Option<PathBuf>,
+    /// CA bundle; when set, clients must present a certificate it signed.
+    pub client_ca: Option<PathBuf>,
+    /// CA bundle trusted for outbound TLS (default: the system's).
+    pub peer_ca: Option<PathBuf>,
 }
 
 /// `[guard]`: per-source rate limit and fail-ban.
@@ -260,6 +281,12 @@ pub enum ConfigError {
         /// What is allowed.
         msg: String,
     },
+}
+
+/// Where TLS listens by default: the UDP address's IP, port 5061 (RFC 3261
+/// §19.1.2), or any free port when UDP asked for one.
+pub fn default_tls_addr(udp: SocketAddr) -> SocketAddr {
+    SocketAddr::new(udp.ip(), if udp.port() == 0 { 0 } else { 5061 })
 }
 
 /// Parses `off` or an address.
@@ -378,6 +405,18 @@ impl Config {
                 })?;
             }
         }
+        if let Some(t) = f.tls {
+            let (Some(cert), Some(key)) = (t.cert, t.key) else {
+                return Err(value("tls", "give both cert and key".into()));
+            };
+            self.tls = Some(crate::tls::TlsSettings {
+                addr: t.addr.unwrap_or_else(|| default_tls_addr(self.udp)),
+                cert,
+                key,
+                client_ca: t.client_ca,
+                peer_ca: t.peer_ca,
+            });
+        }
         if let Some(g) = f.guard {
             let c = &mut self.guard;
             c.rate = g.rate.unwrap_or(c.rate);
@@ -457,6 +496,12 @@ mod tests {
         );
         assert_eq!(c.http, None);
         assert_eq!(c.digest_algorithms, vec![Algorithm::Md5]);
+        assert_eq!(c.tls, None, "TLS stays off without a [tls] table");
+        c.apply_toml("[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n", "x.toml")
+            .expect("valid");
+        let tls = c.tls.clone().expect("tls on");
+        assert_eq!(tls.addr, "127.0.0.1:5061".parse().expect("addr"));
+        assert_eq!((tls.client_ca, tls.peer_ca), (None, None));
         for (bad, needle) in [
             ("mode = \"gateway\"", "mode"),
             ("udpp = \"1.2.3.4:5\"", "unknown field"),
@@ -465,6 +510,8 @@ mod tests {
             ("[registrar]\nmin_expires = 9000", "min_expires"),
             ("[registrar]\npath = \"maybe\"", "registrar.path"),
             ("workers = \"two\"", "invalid type"),
+            ("[tls]\ncert = \"c.pem\"", "tls: give both cert and key"),
+            ("[tls]\ncertificate = \"c.pem\"", "unknown field"),
         ] {
             let e = Config::default()
                 .apply_toml(bad, "x.toml")

@@ -36,6 +36,8 @@ pub enum Transport {
     Udp,
     /// TCP.
     Tcp,
+    /// TLS over TCP.
+    Tls,
 }
 
 impl Transport {
@@ -44,12 +46,25 @@ impl Transport {
         match self {
             Transport::Udp => "UDP",
             Transport::Tcp => "TCP",
+            Transport::Tls => "TLS",
         }
     }
 
+    /// Connection-oriented: responses go back on the connection and
+    /// nothing is retransmitted (RFC 3261 §17.1.1.2).
+    pub fn is_reliable(self) -> bool {
+        self != Transport::Udp
+    }
+
+    /// The transport a URI asks for: `sips:` or `transport=tls` is TLS
+    /// (RFC 3261 §26.2.2), `transport=tcp` TCP, anything else UDP.
     fn of_uri(uri: &Uri<'_>) -> Self {
+        if uri.scheme() == sip_core::uri::Scheme::Sips {
+            return Transport::Tls;
+        }
         match uri.param("transport").flatten() {
             Some(t) if t.eq_ignore_ascii_case("tcp") => Transport::Tcp,
+            Some(t) if t.eq_ignore_ascii_case("tls") => Transport::Tls,
             _ => Transport::Udp,
         }
     }
@@ -215,7 +230,9 @@ impl Core {
 
     fn is_local_host(&self, host: Host<'_>, port: Option<u16>) -> bool {
         let adv = self.shared.config.advertise;
-        let port_ok = port.unwrap_or(5060) == adv.port();
+        let tls_port = self.shared.config.tls.as_ref().map(|t| t.addr.port());
+        let port_ok = port.unwrap_or(5060) == adv.port()
+            || tls_port.is_some_and(|t| port.unwrap_or(5061) == t);
         let host_ok = match host {
             Host::V4(a) => IpAddr::V4(a) == adv.ip(),
             Host::V6(a) => IpAddr::V6(a) == adv.ip(),
@@ -589,7 +606,7 @@ impl Core {
     /// unless rport asked for the source port.
     fn upstream(&self, msg: &Message<'_>, src: SocketAddr) -> Hop {
         let top = msg.top_via();
-        if self.transport == Transport::Tcp || top.rport().is_some() {
+        if self.transport.is_reliable() || top.rport().is_some() {
             return (src, self.transport);
         }
         (
@@ -750,15 +767,21 @@ impl Core {
             );
         };
         let branch = self.branch(msg);
+        // Over TLS this server is reached at its TLS address.
+        let here = match (&self.shared.config.tls, out_transport) {
+            (Some(t), Transport::Tls) => {
+                SocketAddr::new(self.shared.config.advertise.ip(), t.addr.port())
+            }
+            _ => self.shared.config.advertise,
+        };
         self.via.clear();
         let _ = write!(
             self.via,
-            "SIP/2.0/{} {};branch={BRANCH_PREFIX}{branch:016x}",
+            "SIP/2.0/{} {here};branch={BRANCH_PREFIX}{branch:016x}",
             out_transport.as_str(),
-            self.shared.config.advertise
         );
         let top = msg.top_via();
-        let reliable = self.transport == Transport::Tcp;
+        let reliable = self.transport.is_reliable();
         let annotate = reliable
             || top.rport().is_some()
             || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
@@ -771,9 +794,11 @@ impl Core {
             && new_ruri.is_some()
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
-            let _ = write!(self.rr, "<sip:{};lr", self.shared.config.advertise);
-            if out_transport == Transport::Tcp {
-                self.rr.push_str(";transport=tcp");
+            let _ = write!(self.rr, "<sip:{here};lr");
+            match out_transport {
+                Transport::Tcp => self.rr.push_str(";transport=tcp"),
+                Transport::Tls => self.rr.push_str(";transport=tls"),
+                Transport::Udp => {}
             }
             self.rr.push('>');
         }
@@ -923,6 +948,7 @@ impl Core {
         };
         let transport = match next.transport() {
             sip_core::via::Transport::Tcp => Transport::Tcp,
+            sip_core::via::Transport::Tls => Transport::Tls,
             _ => Transport::Udp,
         };
         match forward_response(msg, out) {

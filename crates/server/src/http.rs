@@ -26,6 +26,8 @@ pub struct View {
     pub udp: SocketAddr,
     /// The TCP address.
     pub tcp: Option<SocketAddr>,
+    /// TLS, when on.
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
 }
 
 impl View {
@@ -90,6 +92,14 @@ impl View {
             "active_transactions": m.active_transactions.load(Ordering::Relaxed),
             "udp": self.udp.to_string(),
             "tcp": self.tcp.map(|t| t.to_string()),
+            "tls": self.tls.as_ref().zip(c.tls.as_ref()).map(|(ctx, t)| json!({
+                "addr": t.addr.to_string(),
+                "cert": t.cert.display().to_string(),
+                "key": ctx.certs.info().description,
+                "mutual": ctx.mutual,
+                "handshakes_total": m.tls_handshakes.load(Ordering::Relaxed),
+                "reloads_total": m.tls_reloads.load(Ordering::Relaxed),
+            })),
             "users": self.users(),
             "uptime_seconds": now.saturating_sub(self.shared.started),
             "tcp_connections": self.hub.as_ref().map_or(0, |h| h.connections()),

@@ -19,6 +19,7 @@ pub mod mmsg;
 pub mod server;
 pub mod stateful;
 pub mod tcp;
+pub mod tls;
 pub mod udp;
 pub mod users;
 

@@ -157,6 +157,14 @@ pub struct Metrics {
     pub transaction_timeouts: AtomicU64,
     /// CANCELs received for a pending INVITE.
     pub cancels: AtomicU64,
+    /// TLS handshakes completed (accepted and opened).
+    pub tls_handshakes: AtomicU64,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshake_failures: AtomicU64,
+    /// Certificate/key reloads that took effect.
+    pub tls_reloads: AtomicU64,
+    /// Reloads refused (the old certificate stayed in use).
+    pub tls_reload_failures: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -216,7 +224,7 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 11] = [
+        let counters: [(&str, &str, &AtomicU64); 15] = [
             (
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
@@ -271,6 +279,26 @@ impl Metrics {
                 "sipsec_cancels_total",
                 "CANCELs matched to a pending INVITE.",
                 &self.cancels,
+            ),
+            (
+                "sipsec_tls_handshakes_total",
+                "TLS handshakes completed.",
+                &self.tls_handshakes,
+            ),
+            (
+                "sipsec_tls_handshake_failures_total",
+                "TLS handshakes failed or timed out.",
+                &self.tls_handshake_failures,
+            ),
+            (
+                "sipsec_tls_reloads_total",
+                "Certificate and key reloads that took effect.",
+                &self.tls_reloads,
+            ),
+            (
+                "sipsec_tls_reload_failures_total",
+                "Certificate and key reloads refused (old pair kept).",
+                &self.tls_reload_failures,
             ),
         ];
         for (name, help, c) in counters {

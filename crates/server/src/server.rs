@@ -8,6 +8,7 @@ use crate::core::{Shared, Transport};
 use crate::location::{MemoryLocation, Persistence, Recovered};
 use crate::stateful::Sends;
 use crate::tcp::TcpHub;
+use crate::tls::TlsContext;
 use crate::udp::{unix_now, ServerHandle, UdpServer};
 use crate::users::Users;
 
@@ -41,6 +42,9 @@ pub enum StartError {
     /// The OS random generator failed.
     #[error("no randomness for nonces: {0}")]
     Random(std::io::Error),
+    /// The TLS certificate, key or CA files could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A started server and what recovery found.
@@ -110,7 +114,26 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         None => None,
     };
     let tcp_addr = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let tcp_journal = if tcp_listener.is_some() {
+    let tls = match &config.tls {
+        Some(t) => Some(Arc::new(TlsContext::new(t)?)),
+        None => None,
+    };
+    let tls_listener = match &mut config.tls {
+        Some(t) => {
+            let l = std::net::TcpListener::bind(t.addr).map_err(|err| StartError::Bind {
+                proto: "tls",
+                addr: t.addr,
+                err,
+            })?;
+            if let Ok(a) = l.local_addr() {
+                t.addr = a;
+            }
+            Some(l)
+        }
+        None => None,
+    };
+    let tls_addr = tls_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let tcp_journal = if tcp_listener.is_some() || tls_listener.is_some() {
         Some(Arc::new(std::sync::Mutex::new(
             persistence.journal(workers).map_err(store)?,
         )))
@@ -131,14 +154,27 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let shared = Arc::new(Shared::new(config, location, auth));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
-    let hub = match tcp_listener {
-        Some(l) => {
-            let hub = TcpHub::new(shared.clone(), tcp_journal, udp.sender().ok(), stop.clone());
-            threads.push(hub.listen(l).map_err(bind)?);
-            Some(hub)
+    let hub = if tcp_listener.is_some() || tls_listener.is_some() {
+        let hub = TcpHub::new(
+            shared.clone(),
+            tcp_journal,
+            udp.sender().ok(),
+            tls.clone(),
+            stop.clone(),
+        );
+        if let Some(l) = tcp_listener {
+            threads.push(hub.listen(l, false).map_err(bind)?);
         }
-        None => None,
+        if let Some(l) = tls_listener {
+            threads.push(hub.listen(l, true).map_err(bind)?);
+        }
+        Some(hub)
+    } else {
+        None
     };
+    if let Some(ctx) = &tls {
+        threads.push(watch_certificates(ctx.clone(), shared.clone(), stop.clone()).map_err(bind)?);
+    }
     if shared.transactions.is_some() {
         let sock = udp.sender().map_err(bind)?;
         threads.push(
@@ -152,6 +188,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             hub: hub.clone(),
             udp: udp_addr,
             tcp: tcp_addr,
+            tls: tls.clone(),
         };
         threads.push(crate::http::serve(view, l, stop.clone()).map_err(bind)?);
     }
@@ -159,6 +196,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         .start(shared, journals, hub, stop, threads)
         .map_err(bind)?
         .with_tcp(tcp_addr)
+        .with_tls(tls_addr)
         .with_http(http_addr);
     Ok(Started { handle, recovered })
 }
@@ -189,10 +227,57 @@ fn transaction_timers(
                         (Transport::Udp, _) => {
                             let _ = udp.send_to(bytes, dest);
                         }
-                        (Transport::Tcp, Some(hub)) => {
-                            let _ = hub.send(dest, bytes);
+                        (t, Some(hub)) => {
+                            let _ = hub.send(dest, t, bytes);
                         }
-                        (Transport::Tcp, None) => {}
+                        (_, None) => {}
+                    }
+                }
+            }
+        })
+}
+
+/// How often the certificate and key files are checked for changes.
+const CERT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reloads the TLS certificate and key when their files change or on
+/// SIGHUP, without a restart; a broken pair is reported and the old one
+/// kept.
+fn watch_certificates(
+    ctx: Arc<TlsContext>,
+    shared: Arc<Shared>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())?;
+    std::thread::Builder::new()
+        .name("tls-reload".into())
+        .spawn(move || {
+            let mut waited = std::time::Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(TICK);
+                waited += TICK;
+                let forced = hup.swap(false, Ordering::Relaxed);
+                if !forced && waited < CERT_POLL {
+                    continue;
+                }
+                waited = std::time::Duration::ZERO;
+                match ctx.certs.reload(forced) {
+                    Ok(true) => {
+                        shared.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
+                        eprintln!(
+                            "sipsec: TLS certificate reloaded ({})",
+                            ctx.certs.info().description
+                        );
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        shared
+                            .metrics
+                            .tls_reload_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        eprintln!("sipsec: TLS reload refused, keeping the old certificate: {e}");
                     }
                 }
             }

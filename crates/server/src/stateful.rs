@@ -441,8 +441,8 @@ impl Transactions {
         if shard.map.contains_key(&key) {
             return Err(StartError::Exists);
         }
-        let reliable_up = upstream.1 == Transport::Tcp;
-        let reliable_down = downstream.1 == Transport::Tcp;
+        let reliable_up = upstream.1.is_reliable();
+        let reliable_down = downstream.1.is_reliable();
         let invite = request.method() == Method::Invite;
         let mut e = Entry {
             server: if invite {
@@ -540,7 +540,7 @@ impl Transactions {
             server: Server::Absent,
             client: Client::NonInvite(ClientNonInvite::new(
                 now,
-                downstream.1 == Transport::Tcp,
+                downstream.1.is_reliable(),
                 self.timers,
             )),
             upstream: downstream,

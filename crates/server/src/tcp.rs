@@ -1,10 +1,12 @@
-//! TCP transport (RFC 3261 §18.3): one reader thread per connection,
-//! stream framing from sip-core, and a table of open connections so
-//! responses and forwarded requests reuse them.
+//! TCP and TLS transports (RFC 3261 §18.3, §26.2): one reader thread per
+//! connection, stream framing from sip-core, and a table of open
+//! connections so responses and forwarded requests reuse them.
 //!
-//! Threads keep this simple and fast for the connection counts SIP
-//! trunks and test loads use; the table is the seam where an async
-//! runtime can take over when TLS arrives.
+//! A TLS connection is a rustls session (sans-IO) beside its socket: the
+//! reader feeds it the bytes it reads without holding any lock across
+//! the read; senders lock the connection, write plaintext and flush the
+//! records. Threads keep this simple and fast for the connection counts
+//! SIP trunks and test loads use.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -18,9 +20,12 @@ use sip_core::framing::{frame, Frame};
 use sip_core::writer::write_error_response;
 use sip_core::{ErrorKind, Limits};
 
+use rustls::pki_types::ServerName;
+
 use crate::core::{Core, Reply, Shared, Transport};
 use crate::location::Journal;
 use crate::stateful::{Key, Sends};
+use crate::tls::TlsContext;
 use crate::udp::unix_now;
 
 /// Most simultaneous connections; further ones are refused.
@@ -31,8 +36,37 @@ const POLL: Duration = Duration::from_millis(200);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Outbound connects in progress at most; more are refused (dropped).
 pub const MAX_PENDING_CONNECTS: usize = 64;
+/// A TLS handshake not finished in this time closes the connection.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-type Writer = Arc<Mutex<TcpStream>>;
+/// One connection's sending side: the socket and, for TLS, the session.
+#[derive(Debug)]
+struct Conn {
+    sock: TcpStream,
+    tls: Option<rustls::Connection>,
+}
+
+impl Conn {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.tls {
+            None => self.sock.write_all(bytes),
+            Some(tls) => {
+                tls.writer().write_all(bytes)?;
+                flush(tls, &mut self.sock)
+            }
+        }
+    }
+}
+
+/// Writes every pending TLS record.
+fn flush(tls: &mut rustls::Connection, sock: &mut TcpStream) -> io::Result<()> {
+    while tls.wants_write() {
+        tls.write_tls(sock)?;
+    }
+    Ok(())
+}
+
+type Writer = Arc<Mutex<Conn>>;
 
 /// Open TCP connections and what their readers share.
 #[derive(Debug)]
@@ -40,6 +74,7 @@ pub struct TcpHub {
     shared: Arc<Shared>,
     journal: Option<Arc<Mutex<Journal>>>,
     udp: Option<UdpSocket>,
+    tls: Option<Arc<TlsContext>>,
     conns: Mutex<HashMap<SocketAddr, Writer>>,
     stop: Arc<AtomicBool>,
 }
@@ -49,17 +84,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl TcpHub {
-    /// A hub; `udp` sends what TCP readers must forward over UDP.
+    /// A hub; `udp` sends what TCP readers must forward over UDP; `tls`
+    /// serves and opens TLS connections.
     pub fn new(
         shared: Arc<Shared>,
         journal: Option<Arc<Mutex<Journal>>>,
         udp: Option<UdpSocket>,
+        tls: Option<Arc<TlsContext>>,
         stop: Arc<AtomicBool>,
     ) -> Arc<Self> {
         Arc::new(Self {
             shared,
             journal,
             udp,
+            tls,
             conns: Mutex::new(HashMap::new()),
             stop,
         })
@@ -70,17 +108,32 @@ impl TcpHub {
         lock(&self.conns).len()
     }
 
-    /// Accepts connections until stopped.
-    pub fn listen(self: &Arc<Self>, listener: TcpListener) -> io::Result<JoinHandle<()>> {
+    /// Accepts connections until stopped; `secure`: each is a TLS server
+    /// session (the hub must have a TLS context).
+    pub fn listen(
+        self: &Arc<Self>,
+        listener: TcpListener,
+        secure: bool,
+    ) -> io::Result<JoinHandle<()>> {
         listener.set_nonblocking(true)?;
         let hub = self.clone();
         std::thread::Builder::new()
-            .name("tcp-accept".into())
+            .name(if secure { "tls-accept" } else { "tcp-accept" }.into())
             .spawn(move || {
                 while !hub.stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, peer)) => {
-                            let _ = hub.adopt(stream, peer);
+                            let session = match (&hub.tls, secure) {
+                                (Some(ctx), true) => {
+                                    match rustls::ServerConnection::new(ctx.server.clone()) {
+                                        Ok(s) => Some(rustls::Connection::Server(s)),
+                                        Err(_) => continue,
+                                    }
+                                }
+                                (None, true) => continue,
+                                (_, false) => None,
+                            };
+                            let _ = hub.adopt(stream, peer, session);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(10))
@@ -91,11 +144,19 @@ impl TcpHub {
             })
     }
 
-    fn adopt(self: &Arc<Self>, stream: TcpStream, peer: SocketAddr) -> io::Result<Writer> {
+    fn adopt(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        tls: Option<rustls::Connection>,
+    ) -> io::Result<Writer> {
         stream.set_nonblocking(false)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(POLL))?;
-        let writer: Writer = Arc::new(Mutex::new(stream.try_clone()?));
+        let writer: Writer = Arc::new(Mutex::new(Conn {
+            sock: stream.try_clone()?,
+            tls,
+        }));
         {
             let mut conns = lock(&self.conns);
             if conns.len() >= MAX_CONNECTIONS {
@@ -104,9 +165,10 @@ impl TcpHub {
             conns.insert(peer, writer.clone());
         }
         let hub = self.clone();
+        let conn = writer.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("tcp-{peer}"))
-            .spawn(move || hub.read_loop(peer, stream));
+            .spawn(move || hub.read_loop(peer, stream, conn));
         if let Err(e) = spawned {
             lock(&self.conns).remove(&peer);
             return Err(e);
@@ -115,16 +177,22 @@ impl TcpHub {
     }
 
     /// Sends `bytes` to `dest` on its open connection. Without one, the
-    /// connect happens on a background thread (at most
-    /// [`MAX_PENDING_CONNECTS`] at once) so that an unreachable target
-    /// cannot stall the caller, a worker serving everyone; the message is
-    /// sent when the connection is up, or dropped like a lost datagram.
-    pub fn send(self: &Arc<Self>, dest: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+    /// connect (TCP, or TLS when `transport` says so) happens on a
+    /// background thread (at most [`MAX_PENDING_CONNECTS`] at once) so
+    /// that an unreachable target cannot stall the caller, a worker
+    /// serving everyone; the message is sent when the connection is up,
+    /// or dropped like a lost datagram.
+    pub fn send(
+        self: &Arc<Self>,
+        dest: SocketAddr,
+        transport: Transport,
+        bytes: &[u8],
+    ) -> io::Result<()> {
         let existing = lock(&self.conns).get(&dest).cloned();
         let Some(conn) = existing else {
-            return self.connect_then_send(dest, bytes.to_vec());
+            return self.connect_then_send(dest, transport, bytes.to_vec());
         };
-        let r = lock(&conn).write_all(bytes);
+        let r = lock(&conn).send(bytes);
         if r.is_err() {
             lock(&self.conns).remove(&dest);
             self.undeliverable(bytes);
@@ -151,7 +219,28 @@ impl TcpHub {
         }
     }
 
-    fn connect_then_send(self: &Arc<Self>, dest: SocketAddr, bytes: Vec<u8>) -> io::Result<()> {
+    fn connect_then_send(
+        self: &Arc<Self>,
+        dest: SocketAddr,
+        transport: Transport,
+        bytes: Vec<u8>,
+    ) -> io::Result<()> {
+        // A TLS next hop is named by address here, so its certificate must
+        // carry that IP address (subjectAltName iPAddress).
+        let session = match (transport, &self.tls) {
+            (Transport::Tls, Some(ctx)) => Some(rustls::Connection::Client(
+                rustls::ClientConnection::new(
+                    ctx.client.clone(),
+                    ServerName::IpAddress(dest.ip().into()),
+                )
+                .map_err(io::Error::other)?,
+            )),
+            (Transport::Tls, None) => {
+                self.undeliverable(&bytes);
+                return Err(io::Error::other("no TLS configured for a sips: next hop"));
+            }
+            _ => None,
+        };
         let pending = &self.shared.metrics.tcp_connects_pending;
         if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CONNECTS as u64 {
             pending.fetch_sub(1, Ordering::AcqRel);
@@ -162,8 +251,8 @@ impl TcpHub {
             .name("tcp-connect".into())
             .spawn(move || {
                 let result = TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT)
-                    .and_then(|s| hub.adopt(s, dest))
-                    .and_then(|conn| lock(&conn).write_all(&bytes));
+                    .and_then(|s| hub.adopt(s, dest, session))
+                    .and_then(|conn| lock(&conn).send(&bytes));
                 if result.is_err() {
                     lock(&hub.conns).remove(&dest);
                     hub.undeliverable(&bytes);
@@ -183,8 +272,8 @@ impl TcpHub {
     /// Sends what a core produced.
     pub fn dispatch(self: &Arc<Self>, reply: Reply, out: &[u8]) {
         match reply {
-            Reply::Send(dest, Transport::Tcp) => {
-                let _ = self.send(dest, out);
+            Reply::Send(dest, t @ (Transport::Tcp | Transport::Tls)) => {
+                let _ = self.send(dest, t, out);
             }
             Reply::Send(dest, Transport::Udp) => {
                 if let Some(u) = &self.udp {
@@ -195,16 +284,52 @@ impl TcpHub {
         }
     }
 
-    fn read_loop(self: Arc<Self>, peer: SocketAddr, mut stream: TcpStream) {
+    fn read_loop(self: Arc<Self>, peer: SocketAddr, mut stream: TcpStream, conn: Writer) {
+        let secure = lock(&conn).tls.is_some();
+        let transport = if secure {
+            Transport::Tls
+        } else {
+            Transport::Tcp
+        };
         let mut core = Core::new(self.shared.clone(), self.journal.clone());
         let limits = Limits::DEFAULT;
         let mut buf: Vec<u8> = Vec::with_capacity(8192);
         let mut out = Vec::with_capacity(8192);
         let mut chunk = vec![0u8; 16 * 1024];
-        let mut last = Instant::now();
+        let opened = Instant::now();
+        let mut last = opened;
+        let mut handshaking = secure;
         'conn: while !self.stop.load(Ordering::Relaxed) {
             match stream.read(&mut chunk) {
                 Ok(0) => break,
+                Ok(n) if secure => {
+                    last = Instant::now();
+                    match self.decrypt(&conn, &chunk[..n], &mut buf) {
+                        Ok(open) => {
+                            if handshaking
+                                && !lock(&conn).tls.as_ref().is_some_and(|t| t.is_handshaking())
+                            {
+                                handshaking = false;
+                                self.shared
+                                    .metrics
+                                    .tls_handshakes
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                            if !open {
+                                break;
+                            }
+                        }
+                        Err(_) => {
+                            if handshaking {
+                                self.shared
+                                    .metrics
+                                    .tls_handshake_failures
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                            break;
+                        }
+                    }
+                }
                 Ok(n) => {
                     buf.extend_from_slice(&chunk[..n]);
                     last = Instant::now();
@@ -215,6 +340,13 @@ impl TcpHub {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
+                    if handshaking && opened.elapsed() > HANDSHAKE_TIMEOUT {
+                        self.shared
+                            .metrics
+                            .tls_handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
                     if last.elapsed() > IDLE_TIMEOUT {
                         break;
                     }
@@ -227,14 +359,13 @@ impl TcpHub {
                     Ok(Frame::KeepAlive(n)) => {
                         // RFC 5626 §3.5.1: a CRLFCRLF ping gets a CRLF pong.
                         if n >= 4 {
-                            let _ = self.send(peer, b"\r\n");
+                            let _ = lock(&conn).send(b"\r\n");
                         }
                         buf.drain(..n);
                     }
                     Ok(Frame::Message(n)) => {
                         out.clear();
-                        let reply =
-                            core.handle(&buf[..n], peer, Transport::Tcp, unix_now(), &mut out);
+                        let reply = core.handle(&buf[..n], peer, transport, unix_now(), &mut out);
                         // Extras first: a 100 Trying must not trail the
                         // answers the forwarded INVITE draws.
                         for (bytes, (dest, transport)) in core.extra().iter() {
@@ -249,13 +380,66 @@ impl TcpHub {
                         // possible, then close.
                         out.clear();
                         if write_error_response(&buf, &e, &mut out) {
-                            let _ = self.send(peer, &out);
+                            let _ = lock(&conn).send(&out);
                         }
                         break 'conn;
                     }
                 }
             }
         }
-        lock(&self.conns).remove(&peer);
+        {
+            let mut c = lock(&conn);
+            let Conn { sock, tls } = &mut *c;
+            if let Some(tls) = tls {
+                tls.send_close_notify();
+                let _ = flush(tls, sock);
+            }
+        }
+        let mut conns = lock(&self.conns);
+        if conns.get(&peer).is_some_and(|w| Arc::ptr_eq(w, &conn)) {
+            conns.remove(&peer);
+        }
+    }
+
+    /// Feeds TLS records read from the socket to the session, appends the
+    /// plaintext to `buf` and sends what the session must answer
+    /// (handshake messages, alerts). `Ok(false)`: the peer closed.
+    fn decrypt(&self, conn: &Writer, mut records: &[u8], buf: &mut Vec<u8>) -> io::Result<bool> {
+        let mut c = lock(conn);
+        let Conn {
+            sock,
+            tls: Some(tls),
+        } = &mut *c
+        else {
+            return Err(io::Error::other("not a TLS connection"));
+        };
+        let mut open = true;
+        while !records.is_empty() {
+            tls.read_tls(&mut records)?;
+            let state = match tls.process_new_packets() {
+                Ok(state) => state,
+                Err(e) => {
+                    // Send the alert that says why, then give up.
+                    let _ = flush(tls, sock);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+            };
+            let mut left = state.plaintext_bytes_to_read();
+            while left > 0 {
+                let start = buf.len();
+                buf.resize(start + left, 0);
+                let n = tls.reader().read(&mut buf[start..])?;
+                buf.truncate(start + n);
+                left -= n.min(left);
+                if n == 0 {
+                    break;
+                }
+            }
+            if state.peer_has_closed() {
+                open = false;
+            }
+        }
+        flush(tls, sock)?;
+        Ok(open)
     }
 }

@@ -31,6 +31,7 @@ pub fn unix_now() -> u64 {
 pub struct ServerHandle {
     addr: SocketAddr,
     tcp: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
     http: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -68,6 +69,17 @@ impl ServerHandle {
     pub fn with_tcp(mut self, tcp: Option<SocketAddr>) -> Self {
         self.tcp = tcp;
         self
+    }
+
+    /// Records the TLS address.
+    pub fn with_tls(mut self, tls: Option<SocketAddr>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The bound TLS address, when TLS is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls
     }
 
     /// Stops the threads and waits for them.
@@ -181,6 +193,7 @@ impl UdpServer {
         Ok(ServerHandle {
             addr: self.addr,
             tcp: None,
+            tls: None,
             http: None,
             stop,
             threads,
@@ -211,18 +224,18 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
                     Transport::Udp => {
                         let _ = sock.send_to(bytes, dest);
                     }
-                    Transport::Tcp => {
+                    t => {
                         if let Some(hub) = hub {
-                            let _ = hub.send(dest, bytes);
+                            let _ = hub.send(dest, t, bytes);
                         }
                     }
                 }
             }
             match reply {
                 Reply::Send(dest, Transport::Udp) => tx.commit(dest),
-                Reply::Send(dest, Transport::Tcp) => {
+                Reply::Send(dest, t) => {
                     if let Some(hub) = hub {
-                        let _ = hub.send(dest, out);
+                        let _ = hub.send(dest, t, out);
                     }
                 }
                 Reply::Drop => {}

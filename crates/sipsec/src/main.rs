@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod keygen;
 mod status;
 mod users;
 
@@ -24,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the SIP server (registrar by default; proxy or redirect by --mode).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show a running server's configuration and registered users.
     Status {
         /// The server's operator endpoint.
@@ -40,6 +41,11 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,
+    },
+    /// Generate keys (RSA in every variant, EC) and certificates for TLS.
+    Keygen {
+        #[command(subcommand)]
+        command: keygen::KeygenCommand,
     },
     /// Work with SIP messages.
     Sip {
@@ -108,6 +114,21 @@ struct ServeArgs {
     /// fsync every location change (survives power loss; slower).
     #[arg(long)]
     fsync: bool,
+    /// SIP over TLS on this address (sips:) [default with --cert: the UDP IP, port 5061].
+    #[arg(long)]
+    tls: Option<SocketAddr>,
+    /// TLS certificate chain, PEM (reloaded when the file changes or on SIGHUP).
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// TLS private key, PEM: RSA (standard, CRT or multi-prime), ECDSA or Ed25519.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Require TLS clients to present a certificate signed by a CA in this file.
+    #[arg(long)]
+    client_ca: Option<PathBuf>,
+    /// CAs trusted for outbound TLS to next hops [default: the system bundle].
+    #[arg(long)]
+    peer_ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -122,10 +143,11 @@ enum SipCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Users { command } => users::run(command),
         Command::Status { http } => status::run(http),
         Command::Bench { command } => bench::run(command),
+        Command::Keygen { command } => keygen::run(command),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {
@@ -202,6 +224,35 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     if a.fsync {
         config.durability = sipsec_server::location::Durability::Fsync;
     }
+    let tls_asked = a.tls.is_some()
+        || a.cert.is_some()
+        || a.key.is_some()
+        || a.client_ca.is_some()
+        || a.peer_ca.is_some();
+    if tls_asked {
+        let from_file = config.tls.take();
+        let cert = a
+            .cert
+            .or_else(|| from_file.as_ref().map(|t| t.cert.clone()));
+        let key = a.key.or_else(|| from_file.as_ref().map(|t| t.key.clone()));
+        let (Some(cert), Some(key)) = (cert, key) else {
+            return Err("TLS needs both --cert CERT.pem and --key KEY.pem".into());
+        };
+        config.tls = Some(sipsec_server::tls::TlsSettings {
+            addr: a
+                .tls
+                .or_else(|| from_file.as_ref().map(|t| t.addr))
+                .unwrap_or_else(|| sipsec_server::config::default_tls_addr(config.udp)),
+            cert,
+            key,
+            client_ca: a
+                .client_ca
+                .or_else(|| from_file.as_ref().and_then(|t| t.client_ca.clone())),
+            peer_ca: a
+                .peer_ca
+                .or_else(|| from_file.as_ref().and_then(|t| t.peer_ca.clone())),
+        });
+    }
     Ok(config)
 }
 
@@ -233,14 +284,27 @@ fn serve(a: ServeArgs) -> ExitCode {
             let users = h.shared().auth.as_ref().map_or(0, |a| a.users().len());
             let tcp = h
                 .tcp_addr()
-                .map(|t| format!(" and tcp {t}"))
+                .map(|t| format!(", tcp {t}"))
+                .unwrap_or_default();
+            let tls = h
+                .tls_addr()
+                .map(|t| {
+                    let key = h
+                        .shared()
+                        .config
+                        .tls
+                        .as_ref()
+                        .map(|s| s.key.display().to_string())
+                        .unwrap_or_default();
+                    format!(", tls {t} (key {key})")
+                })
                 .unwrap_or_default();
             let http = h
                 .http_addr()
                 .map(|t| format!("; status on http://{t}/status"))
                 .unwrap_or_default();
             println!(
-                "sipsec serve: listening on udp {}{tcp}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
+                "sipsec serve: listening on udp {}{tcp}{tls}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
                 h.local_addr(),
                 started.recovered.bindings,
             );

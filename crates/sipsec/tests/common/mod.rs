@@ -38,7 +38,15 @@ impl Drop for Running {
 pub fn banner_addr(line: &str) -> Option<SocketAddr> {
     line.split("listening on udp ")
         .nth(1)
-        .and_then(|r| r.split([';', ' ']).next())
+        .and_then(|r| r.split([';', ' ', ',']).next())
+        .and_then(|a| a.parse().ok())
+}
+
+/// The TLS address in a `sipsec serve` banner.
+pub fn banner_tls_addr(line: &str) -> Option<SocketAddr> {
+    line.split(", tls ")
+        .nth(1)
+        .and_then(|r| r.split([';', ' ', ',']).next())
         .and_then(|a| a.parse().ok())
 }
 

@@ -1,0 +1,367 @@
+//! TLS for SIP (RFC 3261 §26.2, RFC 5630): rustls sessions over the TCP
+//! connections of [`crate::tcp`], a certificate store that reloads without
+//! a restart, and RSA server keys of every variant.
+//!
+//! RSA keys sign through `rsa-variants` (OpenSSL): a *standard* key (no
+//! CRT factors), a CRT key or a multi-prime key all work as the server's
+//! key, and the experiment of BRIEF §4 measures what each costs per
+//! handshake. ECDSA and Ed25519 keys sign through the rustls provider.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use rsa_variants::{HashAlg, PrivateKey};
+use rustls::client::ResolvesClientCert;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, SubjectPublicKeyInfoDer};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::{CertifiedKey, Signer, SigningKey};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
+
+/// Where the TLS material lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Listening address (port 0: the UDP port + 1; 5061 by convention).
+    pub addr: std::net::SocketAddr,
+    /// Certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// Private key, PEM: RSA of any variant (PKCS#1 or PKCS#8), ECDSA
+    /// (SEC1 or PKCS#8) or Ed25519.
+    pub key: PathBuf,
+    /// CAs whose client certificates are required (mutual TLS); `None`
+    /// accepts clients without certificates.
+    pub client_ca: Option<PathBuf>,
+    /// CAs trusted for outbound connections (next hops); `None` uses the
+    /// system bundle.
+    pub peer_ca: Option<PathBuf>,
+}
+
+/// System CA bundle on Debian and derivatives.
+const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Why TLS could not be set up; each names the file and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("{path}: {err}")]
+    Read {
+        /// File.
+        path: String,
+        /// Cause.
+        err: io::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("{0}: no PEM certificate (-----BEGIN CERTIFICATE-----) in the file")]
+    NoCertificate(String),
+    /// The key file holds no usable key.
+    #[error("{path}: {why}")]
+    BadKey {
+        /// File.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The key does not belong to the certificate.
+    #[error("{key} does not match the certificate in {cert}")]
+    Mismatch {
+        /// Key file.
+        key: String,
+        /// Certificate file.
+        cert: String,
+    },
+    /// A CA file could not be used.
+    #[error("{path}: {why}")]
+    BadCa {
+        /// File.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|err| TlsError::Read {
+        path: path.display().to_string(),
+        err,
+    })
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// An RSA key of any variant as a rustls signing key.
+#[derive(Debug)]
+struct RsaKey {
+    key: Arc<PrivateKey>,
+    spki: Vec<u8>,
+}
+
+/// TLS 1.3 needs PSS; TLS 1.2 peers may only offer PKCS#1 v1.5.
+const RSA_SCHEMES: [SignatureScheme; 6] = [
+    SignatureScheme::RSA_PSS_SHA256,
+    SignatureScheme::RSA_PSS_SHA384,
+    SignatureScheme::RSA_PSS_SHA512,
+    SignatureScheme::RSA_PKCS1_SHA256,
+    SignatureScheme::RSA_PKCS1_SHA384,
+    SignatureScheme::RSA_PKCS1_SHA512,
+];
+
+impl SigningKey for RsaKey {
+    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
+        let scheme = RSA_SCHEMES.into_iter().find(|s| offered.contains(s))?;
+        Some(Box::new(RsaSigner {
+            key: self.key.clone(),
+            scheme,
+        }))
+    }
+
+    fn public_key(&self) -> Option<SubjectPublicKeyInfoDer<'_>> {
+        Some(SubjectPublicKeyInfoDer::from(self.spki.as_slice()))
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        SignatureAlgorithm::RSA
+    }
+}
+
+#[derive(Debug)]
+struct RsaSigner {
+    key: Arc<PrivateKey>,
+    scheme: SignatureScheme,
+}
+
+impl Signer for RsaSigner {
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
+        let r = match self.scheme {
+            SignatureScheme::RSA_PSS_SHA256 => self.key.sign_pss(HashAlg::Sha256, message),
+            SignatureScheme::RSA_PSS_SHA384 => self.key.sign_pss(HashAlg::Sha384, message),
+            SignatureScheme::RSA_PSS_SHA512 => self.key.sign_pss(HashAlg::Sha512, message),
+            SignatureScheme::RSA_PKCS1_SHA256 => self.key.sign_pkcs1(HashAlg::Sha256, message),
+            SignatureScheme::RSA_PKCS1_SHA384 => self.key.sign_pkcs1(HashAlg::Sha384, message),
+            _ => self.key.sign_pkcs1(HashAlg::Sha512, message),
+        };
+        r.map_err(|e| rustls::Error::General(format!("RSA signature: {e}")))
+    }
+
+    fn scheme(&self) -> SignatureScheme {
+        self.scheme
+    }
+}
+
+/// What a key file holds, for logs and `/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// e.g. "RSA-2048 CRT (2 primes)" or "ECDSA".
+    pub description: String,
+}
+
+/// Reads a certificate chain and its key and checks they belong together.
+pub fn load_certified_key(cert: &Path, key: &Path) -> Result<(CertifiedKey, KeyInfo), TlsError> {
+    let cert_pem = read(cert)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|_| TlsError::NoCertificate(cert.display().to_string()))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate(cert.display().to_string()));
+    }
+    let key_pem = read(key)?;
+    let bad_key = |why: String| TlsError::BadKey {
+        path: key.display().to_string(),
+        why,
+    };
+    let (signing, info): (Arc<dyn SigningKey>, KeyInfo) = match PrivateKey::from_pem(&key_pem) {
+        Ok(rsa) => {
+            let spki = rsa
+                .public_key()
+                .and_then(|p| p.to_der())
+                .map_err(|e| bad_key(e.to_string()))?;
+            let info = KeyInfo {
+                description: format!("RSA-{} {}", rsa.bits(), rsa.variant()),
+            };
+            (
+                Arc::new(RsaKey {
+                    key: Arc::new(rsa),
+                    spki,
+                }),
+                info,
+            )
+        }
+        Err(rsa_variants::Error::NotRsa(_)) => {
+            let der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
+                bad_key("no PEM private key (RSA, EC or PKCS#8) in the file".into())
+            })?;
+            let signing = rustls::crypto::ring::sign::any_supported_type(&der)
+                .map_err(|e| bad_key(format!("unsupported key: {e}")))?;
+            let description = format!("{:?}", signing.algorithm());
+            (signing, KeyInfo { description })
+        }
+        Err(e) => return Err(bad_key(e.to_string())),
+    };
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(_) => {
+            return Err(TlsError::Mismatch {
+                key: key.display().to_string(),
+                cert: cert.display().to_string(),
+            })
+        }
+    }
+    Ok((certified, info))
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The server's certificate and key, swapped atomically on reload.
+#[derive(Debug)]
+pub struct CertStore {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+    info: RwLock<KeyInfo>,
+    stamps: Mutex<(Option<SystemTime>, Option<SystemTime>)>,
+}
+
+impl CertStore {
+    /// Loads the pair once; fails with a message naming the bad file.
+    pub fn load(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let stamps = (modified(cert), modified(key));
+        let (certified, info) = load_certified_key(cert, key)?;
+        Ok(Self {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            current: RwLock::new(Arc::new(certified)),
+            info: RwLock::new(info),
+            stamps: Mutex::new(stamps),
+        })
+    }
+
+    /// The key in use.
+    pub fn info(&self) -> KeyInfo {
+        self.info.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn certified(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reloads when `force` or when either file changed since the last
+    /// load. `Ok(true)`: a new pair is in use. On error the old pair
+    /// stays in use.
+    pub fn reload(&self, force: bool) -> Result<bool, TlsError> {
+        let now = (modified(&self.cert), modified(&self.key));
+        let mut stamps = self.stamps.lock().unwrap_or_else(|e| e.into_inner());
+        if !force && *stamps == now {
+            return Ok(false);
+        }
+        // Remember the attempt, so a broken file is reported once, not
+        // every poll; a later edit is tried again.
+        *stamps = now;
+        let (certified, info) = load_certified_key(&self.cert, &self.key)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(certified);
+        *self.info.write().unwrap_or_else(|e| e.into_inner()) = info;
+        Ok(true)
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.certified())
+    }
+}
+
+impl ResolvesClientCert for CertStore {
+    fn resolve(&self, _hints: &[&[u8]], _schemes: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.certified())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let bad = |why: String| TlsError::BadCa {
+        path: path.display().to_string(),
+        why,
+    };
+    let pem = read(path)?;
+    let mut store = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| bad(format!("unreadable PEM: {e}")))?;
+        store
+            .add(cert)
+            .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
+    }
+    if store.is_empty() {
+        return Err(bad("no PEM certificate in the file".into()));
+    }
+    Ok(store)
+}
+
+/// Server and client configurations sharing one reloadable certificate.
+#[derive(Debug)]
+pub struct TlsContext {
+    /// For accepted connections.
+    pub server: Arc<ServerConfig>,
+    /// For connections this server opens (forwarding to `sips:` targets);
+    /// presents the same certificate when a peer asks for one.
+    pub client: Arc<ClientConfig>,
+    /// The certificate store (reload, key description).
+    pub certs: Arc<CertStore>,
+    /// Client certificates required.
+    pub mutual: bool,
+}
+
+impl TlsContext {
+    /// Loads everything `settings` names.
+    pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
+        let certs = Arc::new(CertStore::load(&settings.cert, &settings.key)?);
+        let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
+        let builder =
+            ServerConfig::builder_with_provider(provider()).with_protocol_versions(&versions)?;
+        let builder = match &settings.client_ca {
+            Some(ca) => {
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+                        .build()
+                        .map_err(|e| TlsError::BadCa {
+                            path: ca.display().to_string(),
+                            why: e.to_string(),
+                        })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let server = builder.with_cert_resolver(certs.clone());
+        let peer_roots = match &settings.peer_ca {
+            Some(ca) => roots(ca)?,
+            None if Path::new(SYSTEM_ROOTS).exists() => {
+                roots(Path::new(SYSTEM_ROOTS)).unwrap_or_else(|_| RootCertStore::empty())
+            }
+            None => RootCertStore::empty(),
+        };
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&versions)?
+            .with_root_certificates(peer_roots)
+            .with_client_cert_resolver(certs.clone());
+        Ok(Self {
+            server: Arc::new(server),
+            client: Arc::new(client),
+            certs,
+            mutual: settings.client_ca.is_some(),
+        })
+    }
+}

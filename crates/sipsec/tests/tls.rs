@@ -1,0 +1,515 @@
+//! SIP over TLS: every RSA variant (and ECDSA, Ed25519) as the server key,
+//! TLS 1.2 and 1.3 against `openssl s_client`, mutual TLS, reload without
+//! restart, clear start-up errors, and forwarding to a `sips:` contact
+//! (`openssl s_server` as the callee).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{banner_tls_addr, serve, tempdir, BIN};
+
+fn sipsec(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().expect("sipsec runs");
+    assert!(
+        out.status.success(),
+        "sipsec {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// A CA (ECDSA) in `dir`: `ca.key`, `ca.pem`.
+fn make_ca(dir: &Path) -> PathBuf {
+    let key = dir.join("ca.key");
+    let cert = dir.join("ca.pem");
+    sipsec(&["keygen", "ec", "-o", p(&key)]);
+    sipsec(&[
+        "keygen",
+        "cert",
+        "--key",
+        p(&key),
+        "--cn",
+        "sipsec test CA",
+        "--ca",
+        "-o",
+        p(&cert),
+    ]);
+    cert
+}
+
+/// A certificate for `key`, issued by the CA in `dir`, valid for
+/// 127.0.0.1, with common name `cn`.
+fn issue(dir: &Path, key: &Path, cn: &str, out: &Path) {
+    sipsec(&[
+        "keygen",
+        "cert",
+        "--key",
+        p(key),
+        "--cn",
+        cn,
+        "--san",
+        "127.0.0.1",
+        "--issuer-cert",
+        p(&dir.join("ca.pem")),
+        "--issuer-key",
+        p(&dir.join("ca.key")),
+        "-o",
+        p(out),
+    ]);
+}
+
+fn options(port: u16, call: &str) -> String {
+    format!(
+        "OPTIONS sip:127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/TLS 127.0.0.1:5999;branch=z9hG4bK{call}\r\n\
+         From: <sip:probe@127.0.0.1>;tag=t{call}\r\nTo: <sip:127.0.0.1:{port}>\r\nCall-ID: {call}\r\n\
+         CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// Sends one OPTIONS through `openssl s_client` and returns everything it
+/// printed (verification lines and the response), once a whole response
+/// arrived or the client gave up.
+fn s_client(addr: SocketAddr, ca: &Path, extra: &[&str]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string(), "-CAfile", p(ca)])
+        .args(["-verify_return_error", "-quiet"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client (setup.sh installs openssl)");
+    let mut stdin = child.stdin.take().expect("piped");
+    let _ = stdin.write_all(options(addr.port(), "tls1").as_bytes());
+    let stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut got = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            got.push_str(&line);
+            got.push('\n');
+            // The response ends with the blank line after Content-Length: 0.
+            if line.trim().is_empty() && got.contains("Content-Length") {
+                break;
+            }
+        }
+        let _ = tx.send(got);
+    });
+    let got = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    let _ = stderr.read_to_string(&mut err);
+    format!("{err}{got}")
+}
+
+fn serve_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> (common::Running, SocketAddr) {
+    let data = dir.join(format!(
+        "data-{}",
+        key.file_stem().and_then(|s| s.to_str()).unwrap_or("k")
+    ));
+    let mut args = vec![
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--data-dir",
+        p(&data),
+        "--tls",
+        "127.0.0.1:0",
+        "--cert",
+        p(cert),
+        "--key",
+        p(key),
+    ];
+    args.extend(extra);
+    let server = serve(&args);
+    let tls = banner_tls_addr(&server.banner).expect("tls address in the banner");
+    (server, tls)
+}
+
+#[test]
+fn every_key_variant_serves_tls_12_and_13_to_openssl() {
+    let dir = tempdir("tls-variants");
+    let ca = make_ca(&dir);
+    let keys: [(&str, Vec<&str>, &str); 5] = [
+        (
+            "standard",
+            vec!["rsa", "--variant", "standard", "--bits", "2048"],
+            "standard",
+        ),
+        (
+            "crt",
+            vec!["rsa", "--variant", "crt", "--bits", "2048"],
+            "CRT",
+        ),
+        (
+            "multiprime",
+            vec![
+                "rsa",
+                "--variant",
+                "multiprime",
+                "--bits",
+                "2048",
+                "--pkcs8",
+            ],
+            "multi-prime (3 primes)",
+        ),
+        ("p256", vec!["ec", "--curve", "p256"], "ECDSA-256"),
+        ("ed25519", vec!["ec", "--curve", "ed25519"], "Ed25519"),
+    ];
+    for (name, gen, shown) in keys {
+        let key = dir.join(format!("{name}.key"));
+        let cert = dir.join(format!("{name}.pem"));
+        let mut args = vec!["keygen"];
+        args.extend(gen);
+        args.extend(["-o", p(&key)]);
+        sipsec(&args);
+        assert!(
+            sipsec(&["keygen", "show", p(&key)]).contains(shown),
+            "{name}"
+        );
+        issue(&dir, &key, "127.0.0.1", &cert);
+        let (_server, tls) = serve_tls(&dir, &cert, &key, &[]);
+        for version in ["-tls1_3", "-tls1_2"] {
+            let out = s_client(tls, &ca, &[version]);
+            assert!(out.contains("verify return:1"), "{name} {version}: {out}");
+            assert!(out.contains("SIP/2.0 200 OK"), "{name} {version}: {out}");
+            assert!(
+                out.contains("Via: SIP/2.0/TLS 127.0.0.1:5999"),
+                "{name} {version}: {out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn mutual_tls_requires_a_client_certificate() {
+    let dir = tempdir("tls-mutual");
+    let ca = make_ca(&dir);
+    let key = dir.join("server.key");
+    let cert = dir.join("server.pem");
+    sipsec(&["keygen", "rsa", "--bits", "2048", "-o", p(&key)]);
+    issue(&dir, &key, "127.0.0.1", &cert);
+    let client_key = dir.join("client.key");
+    let client_cert = dir.join("client.pem");
+    sipsec(&["keygen", "ec", "-o", p(&client_key)]);
+    issue(&dir, &client_key, "alice.phone.test", &client_cert);
+    let (_server, tls) = serve_tls(&dir, &cert, &key, &["--client-ca", p(&ca)]);
+    let without = s_client(tls, &ca, &[]);
+    assert!(!without.contains("SIP/2.0 200 OK"), "{without}");
+    let with = s_client(
+        tls,
+        &ca,
+        &["-cert", p(&client_cert), "-key", p(&client_key)],
+    );
+    assert!(with.contains("SIP/2.0 200 OK"), "{with}");
+    // A certificate from another CA is refused too.
+    let other = tempdir("tls-mutual-other");
+    make_ca(&other);
+    let stranger_key = other.join("stranger.key");
+    let stranger_cert = other.join("stranger.pem");
+    sipsec(&["keygen", "ec", "-o", p(&stranger_key)]);
+    issue(&other, &stranger_key, "mallory.test", &stranger_cert);
+    let stranger = s_client(
+        tls,
+        &ca,
+        &["-cert", p(&stranger_cert), "-key", p(&stranger_key)],
+    );
+    assert!(!stranger.contains("SIP/2.0 200 OK"), "{stranger}");
+}
+
+/// Polls `s_client` until the served certificate's CN is `cn` (bounded:
+/// the server checks its files every second).
+fn wait_for_cn(tls: SocketAddr, ca: &Path, cn: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = s_client(tls, ca, &[]);
+        if out.contains(&format!("depth=0 CN = {cn}")) || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn certificate_reloads_on_change_and_on_sighup_and_survives_a_broken_file() {
+    let dir = tempdir("tls-reload");
+    let ca = make_ca(&dir);
+    let key = dir.join("live.key");
+    let cert = dir.join("live.pem");
+    sipsec(&[
+        "keygen",
+        "rsa",
+        "--variant",
+        "crt",
+        "--bits",
+        "2048",
+        "-o",
+        p(&key),
+    ]);
+    issue(&dir, &key, "first.test", &cert);
+    let (server, tls) = serve_tls(&dir, &cert, &key, &[]);
+    assert!(wait_for_cn(tls, &ca, "first.test").contains("CN = first.test"));
+
+    // New key and certificate written in place: picked up without restart.
+    let key2 = dir.join("next.key");
+    let cert2 = dir.join("next.pem");
+    sipsec(&[
+        "keygen",
+        "rsa",
+        "--variant",
+        "multiprime",
+        "--bits",
+        "2048",
+        "-o",
+        p(&key2),
+    ]);
+    issue(&dir, &key2, "second.test", &cert2);
+    std::fs::copy(&key2, &key).unwrap();
+    std::fs::copy(&cert2, &cert).unwrap();
+    let out = wait_for_cn(tls, &ca, "second.test");
+    assert!(
+        out.contains("SIP/2.0 200 OK") && out.contains("CN = second.test"),
+        "{out}"
+    );
+
+    // A broken key is refused; the server keeps serving the old pair.
+    std::fs::write(&key, b"not a key").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = s_client(tls, &ca, &[]);
+    assert!(
+        out.contains("CN = second.test") && out.contains("200 OK"),
+        "{out}"
+    );
+
+    // SIGHUP reloads even when the files' times did not change: restore
+    // the first pair with the broken file's timestamps.
+    let stamp = std::fs::metadata(&key).unwrap().modified().unwrap();
+    let cert_stamp = std::fs::metadata(&cert).unwrap().modified().unwrap();
+    let key1 = dir.join("first.key");
+    sipsec(&[
+        "keygen",
+        "rsa",
+        "--variant",
+        "standard",
+        "--bits",
+        "2048",
+        "-o",
+        p(&key1),
+    ]);
+    issue(&dir, &key1, "third.test", &dir.join("third.pem"));
+    std::fs::copy(&key1, &key).unwrap();
+    std::fs::copy(dir.join("third.pem"), &cert).unwrap();
+    for (f, t) in [(&key, stamp), (&cert, cert_stamp)] {
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(s_client(tls, &ca, &[]).contains("CN = second.test"));
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = wait_for_cn(tls, &ca, "third.test");
+    assert!(
+        out.contains("CN = third.test") && out.contains("200 OK"),
+        "{out}"
+    );
+}
+
+fn start_error(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .output()
+        .expect("sipsec runs");
+    assert!(!out.status.success(), "{args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_tls_files_are_named_at_start() {
+    let dir = tempdir("tls-bad");
+    make_ca(&dir);
+    let key = dir.join("a.key");
+    let cert = dir.join("a.pem");
+    let other_key = dir.join("b.key");
+    sipsec(&["keygen", "rsa", "--bits", "1024", "-o", p(&key)]);
+    sipsec(&["keygen", "rsa", "--bits", "1024", "-o", p(&other_key)]);
+    issue(&dir, &key, "127.0.0.1", &cert);
+    let data = dir.join("data");
+    let base = [
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--data-dir",
+        p(&data),
+        "--tls",
+        "127.0.0.1:0",
+    ];
+    let run = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend(extra);
+        start_error(&a)
+    };
+    let missing = dir.join("missing.pem");
+    let e = run(&["--cert", p(&missing), "--key", p(&key)]);
+    assert!(
+        e.contains("missing.pem") && e.contains("No such file"),
+        "{e}"
+    );
+    let e = run(&["--cert", p(&key), "--key", p(&key)]);
+    assert!(e.contains("no PEM certificate"), "{e}");
+    let e = run(&["--cert", p(&cert), "--key", p(&cert)]);
+    assert!(e.contains("a.pem") && e.contains("private key"), "{e}");
+    let e = run(&["--cert", p(&cert), "--key", p(&other_key)]);
+    assert!(e.contains("does not match"), "{e}");
+    let e = run(&["--cert", p(&cert)]);
+    assert!(e.contains("--key"), "{e}");
+    let e = run(&["--cert", p(&cert), "--key", p(&key), "--client-ca", p(&key)]);
+    assert!(e.contains("a.key"), "{e}");
+}
+
+/// `openssl s_server` as a TLS callee: prints what it receives.
+struct Callee {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Callee {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
+    let dir = tempdir("tls-forward");
+    let ca = make_ca(&dir);
+    let proxy_key = dir.join("proxy.key");
+    let proxy_cert = dir.join("proxy.pem");
+    sipsec(&["keygen", "rsa", "--bits", "2048", "-o", p(&proxy_key)]);
+    issue(&dir, &proxy_key, "127.0.0.1", &proxy_cert);
+    let callee_key = dir.join("callee.key");
+    let callee_cert = dir.join("callee.pem");
+    sipsec(&[
+        "keygen",
+        "rsa",
+        "--variant",
+        "multiprime",
+        "--bits",
+        "2048",
+        "-o",
+        p(&callee_key),
+    ]);
+    issue(&dir, &callee_key, "127.0.0.1", &callee_cert);
+    let port = free_tcp_port();
+    // stdbuf: s_server's stdout is a pipe, line-buffer it so lines arrive
+    // while it runs.
+    let mut child = Command::new("stdbuf")
+        .args(["-oL", "openssl", "s_server", "-accept", &port.to_string()])
+        .args(["-cert", p(&callee_cert), "-key", p(&callee_key), "-quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let callee = Callee { child, lines };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let data = dir.join("data");
+    let proxy = serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--data-dir",
+        p(&data),
+        "--mode",
+        "proxy",
+        "--tls",
+        "127.0.0.1:0",
+        "--cert",
+        p(&proxy_cert),
+        "--key",
+        p(&proxy_key),
+        "--peer-ca",
+        p(&ca),
+    ]);
+    let ua = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ua.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let me = ua.local_addr().unwrap();
+    let register = format!(
+        "REGISTER sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKr1\r\nFrom: <sip:bob@{a}>;tag=r\r\n\
+         To: <sip:bob@{a}>\r\nCall-ID: reg-tls\r\nCSeq: 1 REGISTER\r\n\
+         Contact: <sips:bob@127.0.0.1:{port}>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n",
+        a = proxy.addr
+    );
+    ua.send_to(register.as_bytes(), proxy.addr).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = ua.recv(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"SIP/2.0 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let invite = format!(
+        "INVITE sip:bob@{a} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKi1\r\nFrom: <sip:alice@{a}>;tag=i\r\n\
+         To: <sip:bob@{a}>\r\nCall-ID: call-tls\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\n\
+         Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
+        a = proxy.addr
+    );
+    ua.send_to(invite.as_bytes(), proxy.addr).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut got = Vec::new();
+    while Instant::now() < deadline && !got.iter().any(|l: &String| l.starts_with("Call-ID")) {
+        if let Ok(l) = callee.lines.recv_timeout(Duration::from_millis(200)) {
+            got.push(l);
+        }
+    }
+    let text = got.join("\n");
+    assert!(
+        text.contains(&format!("INVITE sips:bob@127.0.0.1:{port} SIP/2.0")),
+        "{text}"
+    );
+    assert!(text.contains("Via: SIP/2.0/TLS 127.0.0.1:"), "{text}");
+    assert!(text.contains("Call-ID: call-tls"), "{text}");
+}
