@@ -287,9 +287,11 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             local_port,
                             users: plan.users.clone(),
                             transport: crate::link::Transport::Udp,
+                            tls: None,
                             busy_poll: plan.pin,
                         },
                         callee: callee.clone(),
+                        callee_registrar: None,
                         server_pids: server.pids.clone(),
                         weights: plan.weights,
                     };

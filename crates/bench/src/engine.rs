@@ -69,8 +69,10 @@ pub struct Run {
     pub local_port: u16,
     /// Callers, used in turn.
     pub users: Vec<User>,
-    /// UDP or TCP.
+    /// UDP, TCP or TLS.
     pub transport: Transport,
+    /// TLS client configuration (CAs trusted), for `Transport::Tls`.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// Spin instead of sleeping when idle. With the generator on a core of
     /// its own, this keeps the kernel from charging the server for waking
     /// a sleeping generator on every response (an inter-processor wake-up,
@@ -229,7 +231,12 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             } else {
                 std::net::IpAddr::from([127, 0, 0, 1])
             };
-            Link::open(run.transport, SocketAddr::new(ip, port), run.target)
+            Link::open(
+                run.transport,
+                SocketAddr::new(ip, port),
+                run.target,
+                run.tls.as_ref(),
+            )
         })
         .collect::<io::Result<Vec<_>>>()?;
     let start = Instant::now();
@@ -337,7 +344,12 @@ impl Worker<'_> {
             }
             self.inbox = inbox;
             if closed {
-                self.abandon_all(Instant::now(), "connection closed by the server");
+                let why = self
+                    .link
+                    .error()
+                    .unwrap_or("connection closed by the server")
+                    .to_owned();
+                self.abandon_all(Instant::now(), &why);
                 break;
             }
             self.fire_timers(Instant::now());
@@ -836,6 +848,7 @@ mod tests {
             local_port: 0,
             users: crate::generated_users(10),
             transport: Transport::Udp,
+            tls: None,
             busy_poll: false,
         }
     }

@@ -39,6 +39,9 @@ pub struct Options {
     pub run: Run,
     /// The callee's credentials (invite and redirect scenarios).
     pub callee: User,
+    /// Where the callee registers over UDP (default: the target; a TLS
+    /// target needs the server's UDP address here).
+    pub callee_registrar: Option<std::net::SocketAddr>,
     /// Server processes whose CPU time is sampled (may be empty).
     pub server_pids: Vec<u32>,
     /// Latency coefficient weights.
@@ -100,7 +103,8 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
         let r =
             responder::Responder::start(ip.parse().expect("literal"), responder::Mode::Callee, 1)
                 .map_err(|e| format!("callee: {e}"))?;
-        responder::register(run.target, &opts.callee, r.addr(), 3600)
+        let registrar = opts.callee_registrar.unwrap_or(run.target);
+        responder::register(registrar, &opts.callee, r.addr(), 3600)
             .map_err(|e| format!("registering the callee: {e}"))?;
         Some(r)
     } else {

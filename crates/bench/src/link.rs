@@ -1,11 +1,16 @@
-//! A worker's connection to the target: a UDP socket, or one TCP
+//! A worker's connection to the target: a UDP socket, or one TCP or TLS
 //! connection with stream framing (RFC 3261 §18.3) and a write queue, so a
-//! worker never blocks on a full socket buffer.
+//! worker never blocks on a full socket buffer. A TLS link is a rustls
+//! session (sans-IO) over the non-blocking socket; its handshake runs
+//! inside the worker's ordinary send/receive/flush calls.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::ServerName;
 
 use sip_core::framing::{frame, Frame};
 use sip_core::{ErrorKind, Limits};
@@ -17,6 +22,8 @@ pub enum Transport {
     Udp,
     /// TCP, one connection per worker.
     Tcp,
+    /// TLS, one connection per worker.
+    Tls,
 }
 
 impl Transport {
@@ -25,6 +32,7 @@ impl Transport {
         match self {
             Transport::Udp => "UDP",
             Transport::Tcp => "TCP",
+            Transport::Tls => "TLS",
         }
     }
 }
@@ -45,41 +53,114 @@ pub enum Link {
         /// The peer closed the connection or it failed.
         closed: bool,
     },
+    /// A TLS session over a non-blocking TCP connection.
+    Tls {
+        /// The stream.
+        stream: TcpStream,
+        /// The session; it also queues what the socket did not take.
+        session: Box<rustls::ClientConnection>,
+        /// Plaintext read and not yet framed.
+        rbuf: Vec<u8>,
+        /// The peer closed the connection, or it or the session failed.
+        closed: bool,
+        /// Why the session failed (handshake, certificate, protocol).
+        error: Option<String>,
+    },
+}
+
+/// Connects a TCP stream from `local` (port 0: any) and makes it
+/// non-blocking.
+fn connect(local: SocketAddr, target: SocketAddr) -> io::Result<TcpStream> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(target),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if local.port() != 0 {
+        s.set_reuse_address(true)?;
+        s.bind(&local.into())?;
+    }
+    s.connect_timeout(&target.into(), Duration::from_secs(5))
+        .map_err(|e| io::Error::new(e.kind(), format!("TCP connect to {target}: {e}")))?;
+    let stream: TcpStream = s.into();
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(true)?;
+    Ok(stream)
+}
+
+/// Hands complete messages in `rbuf` to `on` (at most `max`), dropping
+/// keep-alives; a stream that cannot be framed is marked closed.
+fn deframe(rbuf: &mut Vec<u8>, closed: &mut bool, max: usize, on: &mut impl FnMut(&[u8])) -> usize {
+    let mut n = 0;
+    let mut at = 0;
+    while n < max {
+        match frame(&rbuf[at..], &Limits::DEFAULT) {
+            Ok(Frame::KeepAlive(k)) => at += k,
+            Ok(Frame::Message(k)) => {
+                on(&rbuf[at..at + k]);
+                at += k;
+                n += 1;
+            }
+            Err(e) if e.kind == ErrorKind::Incomplete => break,
+            Err(_) => {
+                // The stream cannot be resynchronised.
+                *closed = true;
+                at = rbuf.len();
+                break;
+            }
+        }
+    }
+    rbuf.drain(..at);
+    n
 }
 
 impl Link {
-    /// Opens the link from `local` (port 0: any) to `target`.
-    pub fn open(transport: Transport, local: SocketAddr, target: SocketAddr) -> io::Result<Self> {
+    /// Opens the link from `local` (port 0: any) to `target`; TLS needs
+    /// a client configuration (the target's certificate must name its IP
+    /// address).
+    pub fn open(
+        transport: Transport,
+        local: SocketAddr,
+        target: SocketAddr,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> io::Result<Self> {
         match transport {
             Transport::Udp => {
                 let s = UdpSocket::bind(local)?;
                 s.set_nonblocking(true)?;
                 Ok(Link::Udp(s))
             }
-            Transport::Tcp => {
-                let s = socket2::Socket::new(
-                    socket2::Domain::for_address(target),
-                    socket2::Type::STREAM,
-                    Some(socket2::Protocol::TCP),
-                )?;
-                if local.port() != 0 {
-                    s.set_reuse_address(true)?;
-                    s.bind(&local.into())?;
-                }
-                s.connect_timeout(&target.into(), Duration::from_secs(5))
-                    .map_err(|e| {
-                        io::Error::new(e.kind(), format!("TCP connect to {target}: {e}"))
-                    })?;
-                let stream: TcpStream = s.into();
-                stream.set_nodelay(true)?;
-                stream.set_nonblocking(true)?;
-                Ok(Link::Tcp {
-                    stream,
+            Transport::Tcp => Ok(Link::Tcp {
+                stream: connect(local, target)?,
+                rbuf: Vec::with_capacity(64 * 1024),
+                wbuf: Vec::new(),
+                closed: false,
+            }),
+            Transport::Tls => {
+                let config = tls.ok_or_else(|| io::Error::other("TLS needs a CA (--tls-ca)"))?;
+                let mut session = rustls::ClientConnection::new(
+                    config.clone(),
+                    ServerName::IpAddress(target.ip().into()),
+                )
+                .map_err(io::Error::other)?;
+                // The worker's own queue bound is its in-flight calls.
+                session.set_buffer_limit(None);
+                Ok(Link::Tls {
+                    stream: connect(local, target)?,
+                    session: Box::new(session),
                     rbuf: Vec::with_capacity(64 * 1024),
-                    wbuf: Vec::new(),
                     closed: false,
+                    error: None,
                 })
             }
+        }
+    }
+
+    /// Why the connection ended, when more is known than "closed".
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Link::Tls { error, .. } => error.as_deref(),
+            _ => None,
         }
     }
 
@@ -87,27 +168,36 @@ impl Link {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             Link::Udp(s) => s.local_addr(),
-            Link::Tcp { stream, .. } => stream.local_addr(),
+            Link::Tcp { stream, .. } | Link::Tls { stream, .. } => stream.local_addr(),
         }
     }
 
     /// Whether requests are retransmitted (UDP) or not (TCP).
     pub fn reliable(&self) -> bool {
-        matches!(self, Link::Tcp { .. })
+        !matches!(self, Link::Udp(_))
     }
 
     /// Whether the connection is gone (TCP only).
     pub fn closed(&self) -> bool {
-        matches!(self, Link::Tcp { closed: true, .. })
+        matches!(
+            self,
+            Link::Tcp { closed: true, .. } | Link::Tls { closed: true, .. }
+        )
     }
 
     /// Sends one message (queued if the socket is full).
     pub fn send(&mut self, bytes: &[u8], target: SocketAddr) -> io::Result<()> {
         match self {
             Link::Udp(s) => s.send_to(bytes, target).map(|_| ()),
-            Link::Tcp { closed: true, .. } => Err(io::Error::other("connection closed")),
+            Link::Tcp { closed: true, .. } | Link::Tls { closed: true, .. } => {
+                Err(io::Error::other("connection closed"))
+            }
             Link::Tcp { wbuf, .. } => {
                 wbuf.extend_from_slice(bytes);
+                self.flush()
+            }
+            Link::Tls { session, .. } => {
+                session.writer().write_all(bytes)?;
                 self.flush()
             }
         }
@@ -115,6 +205,29 @@ impl Link {
 
     /// Writes what is queued, as far as the socket takes it.
     pub fn flush(&mut self) -> io::Result<()> {
+        if let Link::Tls {
+            stream,
+            session,
+            closed,
+            ..
+        } = self
+        {
+            while session.wants_write() {
+                match session.write_tls(stream) {
+                    Ok(0) => {
+                        *closed = true;
+                        return Err(io::Error::other("connection closed"));
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) => {
+                        *closed = true;
+                        return Err(e);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let Link::Tcp {
             stream,
             wbuf,
@@ -171,27 +284,31 @@ impl Link {
                         Err(_) => *closed = true,
                     }
                 }
-                let mut n = 0;
-                let mut at = 0;
-                while n < max.max(1) * 4 {
-                    match frame(&rbuf[at..], &Limits::DEFAULT) {
-                        Ok(Frame::KeepAlive(k)) => at += k,
-                        Ok(Frame::Message(k)) => {
-                            on(&rbuf[at..at + k]);
-                            at += k;
-                            n += 1;
+                deframe(rbuf, closed, max.max(1) * 4, &mut on)
+            }
+            Link::Tls {
+                stream,
+                session,
+                rbuf,
+                closed,
+                error,
+            } => {
+                if !*closed {
+                    match stream.read(buf) {
+                        Ok(0) => *closed = true,
+                        Ok(len) => {
+                            if let Err(e) = decrypt(session, &buf[..len], rbuf) {
+                                // Send the alert that says why, then stop.
+                                while session.wants_write() && session.write_tls(stream).is_ok() {}
+                                *error = Some(format!("TLS: {e}"));
+                                *closed = true;
+                            }
                         }
-                        Err(e) if e.kind == ErrorKind::Incomplete => break,
-                        Err(_) => {
-                            // The stream cannot be resynchronised.
-                            *closed = true;
-                            at = rbuf.len();
-                            break;
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => *closed = true,
                     }
                 }
-                rbuf.drain(..at);
-                n
+                deframe(rbuf, closed, max.max(1) * 4, &mut on)
             }
         }
     }
@@ -202,7 +319,65 @@ impl Link {
         let (fd, write): (RawFd, bool) = match self {
             Link::Udp(s) => (s.as_raw_fd(), false),
             Link::Tcp { stream, wbuf, .. } => (stream.as_raw_fd(), !wbuf.is_empty()),
+            Link::Tls {
+                stream, session, ..
+            } => (stream.as_raw_fd(), session.wants_write()),
         };
         crate::poll::wait(fd, write, timeout);
     }
+}
+
+/// Feeds TLS records to the session and appends the plaintext to `rbuf`.
+fn decrypt(
+    session: &mut rustls::ClientConnection,
+    mut records: &[u8],
+    rbuf: &mut Vec<u8>,
+) -> io::Result<()> {
+    while !records.is_empty() {
+        session.read_tls(&mut records)?;
+        let state = session
+            .process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut left = state.plaintext_bytes_to_read();
+        while left > 0 {
+            let start = rbuf.len();
+            rbuf.resize(start + left, 0);
+            let n = session.reader().read(&mut rbuf[start..])?;
+            rbuf.truncate(start + n);
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+    }
+    Ok(())
+}
+
+/// A TLS client configuration trusting the CAs in `ca` (PEM), TLS 1.2 and
+/// 1.3.
+pub fn client_config(ca: &std::path::Path) -> io::Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(ca)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", ca.display())))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| io::Error::other(format!("{}: {e}", ca.display())))?;
+        roots
+            .add(cert)
+            .map_err(|e| io::Error::other(format!("{}: {e}", ca.display())))?;
+    }
+    if roots.is_empty() {
+        return Err(io::Error::other(format!(
+            "{}: no PEM certificate",
+            ca.display()
+        )));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    .map_err(io::Error::other)?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
 }

@@ -56,8 +56,14 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Use TCP (one connection per generator thread) instead of UDP.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tls")]
     tcp: bool,
+    /// Use TLS (one connection per generator thread); needs --tls-ca.
+    #[arg(long, requires = "tls_ca")]
+    tls: bool,
+    /// CA certificates (PEM) that issued the target's certificate, which must name its IP.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
     /// Spin instead of sleeping when idle (give the generator its own core,
     /// e.g. with taskset): the server is then not charged for waking it.
     #[arg(long)]
@@ -69,6 +75,9 @@ pub struct CommonArgs {
     /// The callee's user name (invite, redirect).
     #[arg(long, default_value = "callee")]
     callee: String,
+    /// Where the built-in callee registers over UDP [default: --target; with --tls, the server's UDP address].
+    #[arg(long)]
+    callee_registrar: Option<SocketAddr>,
     /// The callee's password [default: from --users, else pw].
     #[arg(long)]
     callee_password: Option<String>,
@@ -392,6 +401,15 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     loopback_only(a.target)?;
     let weights = stats::parse_weights(&a.weights)?;
     let scenario = scenario::built_in(&a.scenario, a.auth)?;
+    if a.tls && scenario.needs_callee && a.callee_registrar.is_none() {
+        return Err(format!(
+            "--scenario {} over --tls: give --callee-registrar with the server's UDP address, where the built-in callee registers",
+            a.scenario
+        ));
+    }
+    if let Some(r) = a.callee_registrar {
+        loopback_only(r)?;
+    }
     let users = match &a.users {
         Some(p) => sipsec_bench::load_users(p)?,
         None => sipsec_bench::generated_users(10_000),
@@ -426,16 +444,25 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             local_port: a.local_port,
             users,
             busy_poll: a.busy_poll,
-            transport: if a.tcp {
+            transport: if a.tls {
+                sipsec_bench::link::Transport::Tls
+            } else if a.tcp {
                 sipsec_bench::link::Transport::Tcp
             } else {
                 sipsec_bench::link::Transport::Udp
+            },
+            tls: match (&a.tls_ca, a.tls) {
+                (Some(ca), true) => Some(
+                    sipsec_bench::link::client_config(ca).map_err(|e| format!("--tls-ca: {e}"))?,
+                ),
+                _ => None,
             },
         },
         callee: User {
             name: a.callee.clone(),
             password: callee_password,
         },
+        callee_registrar: a.callee_registrar,
         server_pids,
         weights,
     })

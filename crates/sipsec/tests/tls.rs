@@ -513,3 +513,83 @@ fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
     assert!(text.contains("Via: SIP/2.0/TLS 127.0.0.1:"), "{text}");
     assert!(text.contains("Call-ID: call-tls"), "{text}");
 }
+
+#[test]
+fn bench_drives_register_and_invite_over_tls() {
+    let dir = tempdir("tls-bench");
+    let ca = make_ca(&dir);
+    let key = dir.join("server.key");
+    let cert = dir.join("server.pem");
+    sipsec(&[
+        "keygen",
+        "rsa",
+        "--variant",
+        "multiprime",
+        "--bits",
+        "2048",
+        "-o",
+        p(&key),
+    ]);
+    issue(&dir, &key, "127.0.0.1", &cert);
+    let (server, tls) = serve_tls(&dir, &cert, &key, &["--mode", "proxy"]);
+    let udp = server.addr.to_string();
+    let target = tls.to_string();
+    for (scenario, extra) in [
+        ("register", vec![]),
+        ("invite", vec!["--callee-registrar", udp.as_str()]),
+    ] {
+        let mut args = vec![
+            "bench",
+            "run",
+            "--target",
+            &target,
+            "--tls",
+            "--tls-ca",
+            p(&ca),
+            "--scenario",
+            scenario,
+            "--rate",
+            "300",
+            "--calls",
+            "300",
+            "--drain",
+            "5",
+        ];
+        args.extend(extra);
+        let out = sipsec(&args);
+        assert!(
+            out.contains("300 started, 300 ok, 0 failed"),
+            "{scenario}: {out}"
+        );
+    }
+    // A CA that did not issue the server's certificate: every call fails,
+    // and the report says why.
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "run",
+            "--target",
+            &target,
+            "--tls",
+            "--tls-ca",
+            p(&cert),
+            "--scenario",
+            "register",
+            "--rate",
+            "100",
+            "--calls",
+            "20",
+            "--duration",
+            "2",
+            "--drain",
+            "1",
+        ])
+        .output()
+        .expect("sipsec runs");
+    assert!(!out.status.success(), "failed calls fail the run");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("UnknownIssuer") && out.contains("0 ok"),
+        "{out}"
+    );
+}
