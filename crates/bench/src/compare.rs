@@ -88,12 +88,12 @@ fn mode_of(scenario: &str) -> &'static str {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// Waits until something answers an OPTIONS on `addr`.
-fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), String> {
+pub(crate) fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), String> {
     let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| e.to_string())?;
@@ -114,10 +114,10 @@ fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), String> {
 }
 
 /// A started server, killed when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    pids: Vec<u32>,
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) addr: SocketAddr,
+    pub(crate) pids: Vec<u32>,
 }
 
 impl Drop for Server {
@@ -147,7 +147,7 @@ impl Drop for Server {
     }
 }
 
-fn command(pin: bool, program: &Path) -> Command {
+pub(crate) fn command(pin: bool, program: &Path) -> Command {
     if pin {
         let mut c = Command::new("taskset");
         c.args(["-c", "0"]).arg(program);

@@ -11,6 +11,7 @@
 pub mod compare;
 pub mod cpu;
 pub mod engine;
+pub mod handshake;
 pub mod link;
 pub mod peak;
 pub mod plot;
@@ -19,6 +20,7 @@ pub mod report;
 pub mod responder;
 pub mod scenario;
 pub mod stats;
+pub mod variants;
 
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};

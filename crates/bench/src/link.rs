@@ -354,8 +354,11 @@ fn decrypt(
 }
 
 /// A TLS client configuration trusting the CAs in `ca` (PEM), TLS 1.2 and
-/// 1.3.
-pub fn client_config(ca: &std::path::Path) -> io::Result<Arc<rustls::ClientConfig>> {
+/// 1.3; `allow_rsa_1024` also accepts servers with 1024-bit RSA keys.
+pub fn client_config(
+    ca: &std::path::Path,
+    allow_rsa_1024: bool,
+) -> io::Result<Arc<rustls::ClientConfig>> {
     use rustls::pki_types::pem::PemObject;
     let pem = std::fs::read(ca)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", ca.display())))?;
@@ -372,12 +375,16 @@ pub fn client_config(ca: &std::path::Path) -> io::Result<Arc<rustls::ClientConfi
             ca.display()
         )));
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-    .map_err(io::Error::other)?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let ring = rustls::crypto::ring::default_provider();
+    let provider = if allow_rsa_1024 {
+        rsa_variants::tls::allow_rsa_1024(ring)
+    } else {
+        ring
+    };
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(Arc::new(config))
 }

@@ -158,14 +158,24 @@ pub fn register(
     contact_addr: SocketAddr,
     expires: u32,
 ) -> Result<(), String> {
-    register_contact(server, user, "*", 0, 1)?;
-    register_contact(
+    register_uri(
         server,
         user,
         &format!("<sip:{}@{contact_addr}>", user.name),
         expires,
-        10,
     )
+}
+
+/// Like [`register`] with a Contact value of the caller's choosing (e.g.
+/// a `sips:` URI): stale bindings are cleared first.
+pub fn register_uri(
+    server: SocketAddr,
+    user: &User,
+    contact: &str,
+    expires: u32,
+) -> Result<(), String> {
+    register_contact(server, user, "*", 0, 1)?;
+    register_contact(server, user, contact, expires, 10)
 }
 
 fn register_contact(

@@ -12,6 +12,8 @@
 
 mod der;
 mod ffi;
+#[cfg(feature = "rustls")]
+pub mod tls;
 
 use std::fmt;
 

@@ -202,6 +202,8 @@ pub struct TlsSection {
     pub client_ca: Option<PathBuf>,
     /// CA bundle trusted for outbound TLS (default: the system's).
     pub peer_ca: Option<PathBuf>,
+    /// Accept peers' 1024-bit RSA keys (legacy; off by default).
+    pub allow_rsa_1024: Option<bool>,
 }
 
 /// `[guard]`: per-source rate limit and fail-ban.
@@ -415,6 +417,7 @@ impl Config {
                 key,
                 client_ca: t.client_ca,
                 peer_ca: t.peer_ca,
+                allow_rsa_1024: t.allow_rsa_1024.unwrap_or(false),
             });
         }
         if let Some(g) = f.guard {

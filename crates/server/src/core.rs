@@ -228,9 +228,19 @@ impl Core {
         &self.sends
     }
 
-    fn is_local_host(&self, host: Host<'_>, port: Option<u16>) -> bool {
+    /// Whether `host:port` names this server. `tls`: reached over TLS,
+    /// where the TLS port (default 5061) counts too; elsewhere only the
+    /// UDP/TCP port does, so a peer whose own port happens to equal our
+    /// TLS port is not mistaken for us.
+    fn is_local_host(&self, host: Host<'_>, port: Option<u16>, tls: bool) -> bool {
         let adv = self.shared.config.advertise;
-        let tls_port = self.shared.config.tls.as_ref().map(|t| t.addr.port());
+        let tls_port = self
+            .shared
+            .config
+            .tls
+            .as_ref()
+            .map(|t| t.addr.port())
+            .filter(|_| tls);
         let port_ok = port.unwrap_or(5060) == adv.port()
             || tls_port.is_some_and(|t| port.unwrap_or(5061) == t);
         let host_ok = match host {
@@ -246,15 +256,19 @@ impl Core {
         host_ok && (port_ok || matches!(host, Host::Name(_)) && port.is_none())
     }
 
+    /// A URI naming this server: its TLS port counts for `sips:`,
+    /// `transport=tls`, and requests that arrived over TLS.
     fn is_local_uri(&self, uri: &Uri<'_>) -> bool {
+        let tls = self.transport == Transport::Tls || Transport::of_uri(uri) == Transport::Tls;
         uri.is_sip()
             && uri
                 .host()
-                .is_some_and(|h| self.is_local_host(h, uri.port()))
+                .is_some_and(|h| self.is_local_host(h, uri.port(), tls))
     }
 
     fn is_our_via(&self, via: &Via<'_>) -> bool {
-        self.is_local_host(via.host(), via.port())
+        let tls = via.transport() == sip_core::via::Transport::Tls;
+        self.is_local_host(via.host(), via.port(), tls)
     }
 
     /// Handles one message that arrived from `src` over `transport` at

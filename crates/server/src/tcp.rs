@@ -299,7 +299,8 @@ impl TcpHub {
         let opened = Instant::now();
         let mut last = opened;
         let mut handshaking = secure;
-        'conn: while !self.stop.load(Ordering::Relaxed) {
+        let mut peer_closed = false;
+        'conn: while !peer_closed && !self.stop.load(Ordering::Relaxed) {
             match stream.read(&mut chunk) {
                 Ok(0) => break,
                 Ok(n) if secure => {
@@ -315,9 +316,9 @@ impl TcpHub {
                                     .tls_handshakes
                                     .fetch_add(1, Ordering::Relaxed);
                             }
-                            if !open {
-                                break;
-                            }
+                            // A close_notify may arrive with the last
+                            // message: handle what came, then stop.
+                            peer_closed = !open;
                         }
                         Err(_) => {
                             if handshaking {

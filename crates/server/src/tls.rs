@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
-use rsa_variants::{HashAlg, PrivateKey};
+use rsa_variants::PrivateKey;
 use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, SubjectPublicKeyInfoDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
-use rustls::sign::{CertifiedKey, Signer, SigningKey};
-use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
+use rustls::sign::{CertifiedKey, SigningKey};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 
 /// Where the TLS material lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,9 @@ pub struct TlsSettings {
     /// CAs trusted for outbound connections (next hops); `None` uses the
     /// system bundle.
     pub peer_ca: Option<PathBuf>,
+    /// Accept peers' 1024-bit RSA keys and signatures (verified by
+    /// OpenSSL); off by default, as 2048 is the floor.
+    pub allow_rsa_1024: bool,
 }
 
 /// System CA bundle on Debian and derivatives.
@@ -92,67 +95,13 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// An RSA key of any variant as a rustls signing key.
-#[derive(Debug)]
-struct RsaKey {
-    key: Arc<PrivateKey>,
-    spki: Vec<u8>,
-}
-
-/// TLS 1.3 needs PSS; TLS 1.2 peers may only offer PKCS#1 v1.5.
-const RSA_SCHEMES: [SignatureScheme; 6] = [
-    SignatureScheme::RSA_PSS_SHA256,
-    SignatureScheme::RSA_PSS_SHA384,
-    SignatureScheme::RSA_PSS_SHA512,
-    SignatureScheme::RSA_PKCS1_SHA256,
-    SignatureScheme::RSA_PKCS1_SHA384,
-    SignatureScheme::RSA_PKCS1_SHA512,
-];
-
-impl SigningKey for RsaKey {
-    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = RSA_SCHEMES.into_iter().find(|s| offered.contains(s))?;
-        Some(Box::new(RsaSigner {
-            key: self.key.clone(),
-            scheme,
-        }))
-    }
-
-    fn public_key(&self) -> Option<SubjectPublicKeyInfoDer<'_>> {
-        Some(SubjectPublicKeyInfoDer::from(self.spki.as_slice()))
-    }
-
-    fn algorithm(&self) -> SignatureAlgorithm {
-        SignatureAlgorithm::RSA
-    }
-}
-
-#[derive(Debug)]
-struct RsaSigner {
-    key: Arc<PrivateKey>,
-    scheme: SignatureScheme,
-}
-
-impl Signer for RsaSigner {
-    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
-        let r = match self.scheme {
-            SignatureScheme::RSA_PSS_SHA256 => self.key.sign_pss(HashAlg::Sha256, message),
-            SignatureScheme::RSA_PSS_SHA384 => self.key.sign_pss(HashAlg::Sha384, message),
-            SignatureScheme::RSA_PSS_SHA512 => self.key.sign_pss(HashAlg::Sha512, message),
-            SignatureScheme::RSA_PKCS1_SHA256 => self.key.sign_pkcs1(HashAlg::Sha256, message),
-            SignatureScheme::RSA_PKCS1_SHA384 => self.key.sign_pkcs1(HashAlg::Sha384, message),
-            _ => self.key.sign_pkcs1(HashAlg::Sha512, message),
-        };
-        r.map_err(|e| rustls::Error::General(format!("RSA signature: {e}")))
-    }
-
-    fn scheme(&self) -> SignatureScheme {
-        self.scheme
-    }
+fn provider(allow_rsa_1024: bool) -> Arc<CryptoProvider> {
+    let ring = rustls::crypto::ring::default_provider();
+    Arc::new(if allow_rsa_1024 {
+        rsa_variants::tls::allow_rsa_1024(ring)
+    } else {
+        ring
+    })
 }
 
 /// What a key file holds, for logs and `/status`.
@@ -178,20 +127,12 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<(CertifiedKey, KeyI
     };
     let (signing, info): (Arc<dyn SigningKey>, KeyInfo) = match PrivateKey::from_pem(&key_pem) {
         Ok(rsa) => {
-            let spki = rsa
-                .public_key()
-                .and_then(|p| p.to_der())
-                .map_err(|e| bad_key(e.to_string()))?;
             let info = KeyInfo {
                 description: format!("RSA-{} {}", rsa.bits(), rsa.variant()),
             };
-            (
-                Arc::new(RsaKey {
-                    key: Arc::new(rsa),
-                    spki,
-                }),
-                info,
-            )
+            let signing =
+                rsa_variants::tls::signing_key(rsa).map_err(|e| bad_key(e.to_string()))?;
+            (signing, info)
         }
         Err(rsa_variants::Error::NotRsa(_)) => {
             let der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
@@ -330,17 +271,20 @@ impl TlsContext {
     pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
         let certs = Arc::new(CertStore::load(&settings.cert, &settings.key)?);
         let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
-        let builder =
-            ServerConfig::builder_with_provider(provider()).with_protocol_versions(&versions)?;
+        let provider = provider(settings.allow_rsa_1024);
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&versions)?;
         let builder = match &settings.client_ca {
             Some(ca) => {
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
-                        .build()
-                        .map_err(|e| TlsError::BadCa {
-                            path: ca.display().to_string(),
-                            why: e.to_string(),
-                        })?;
+                let verifier = WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots(ca)?),
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| TlsError::BadCa {
+                    path: ca.display().to_string(),
+                    why: e.to_string(),
+                })?;
                 builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),
@@ -353,7 +297,7 @@ impl TlsContext {
             }
             None => RootCertStore::empty(),
         };
-        let client = ClientConfig::builder_with_provider(provider())
+        let client = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&versions)?
             .with_root_certificates(peer_roots)
             .with_client_cert_resolver(certs.clone());
@@ -363,5 +307,44 @@ impl TlsContext {
             certs,
             mutual: settings.client_ca.is_some(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rsa_1024_verification_is_an_opt_in_that_replaces_only_rsa() {
+        let strict = provider(false);
+        let legacy = provider(true);
+        let algs = |p: &CryptoProvider, scheme| {
+            p.signature_verification_algorithms
+                .mapping
+                .iter()
+                .find(|(s, _)| *s == scheme)
+                .map(|(_, a)| format!("{a:?}"))
+                .unwrap_or_default()
+        };
+        for scheme in [
+            SignatureScheme::RSA_PSS_SHA256,
+            SignatureScheme::RSA_PKCS1_SHA256,
+        ] {
+            assert!(!algs(&strict, scheme).contains("LegacyRsa"));
+            assert!(algs(&legacy, scheme).contains("LegacyRsa"), "{scheme:?}");
+        }
+        let ecdsa = SignatureScheme::ECDSA_NISTP256_SHA256;
+        assert_eq!(algs(&strict, ecdsa), algs(&legacy, ecdsa));
+        assert_eq!(
+            strict.signature_verification_algorithms.all.len(),
+            legacy.signature_verification_algorithms.all.len()
+                + strict
+                    .signature_verification_algorithms
+                    .all
+                    .iter()
+                    .filter(|a| a.public_key_alg_id() == rustls::pki_types::alg_id::RSA_ENCRYPTION)
+                    .count()
+                - 6
+        );
     }
 }

@@ -937,3 +937,62 @@ fn path_from_registration_routes_requests_through_the_edge_proxy() {
     assert_eq!(routes, [path]);
     s.handle.shutdown();
 }
+
+/// A UDP peer whose port number equals the proxy's TLS port is not the
+/// proxy: its Via is not mistaken for ours (which would answer 482).
+#[test]
+fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
+    let dir = tempdir("tls-port-peer");
+    let (key, cert) = (dir.join("k.pem"), dir.join("c.pem"));
+    let ok = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args(["-days", "1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl CLI (setup.sh installs it)");
+    assert!(ok.success());
+    let uac_sock = UdpSocket::bind("127.0.0.1:0").expect("ua socket");
+    let port = uac_sock.local_addr().expect("bound").port();
+    let s = start(Config {
+        tls: Some(sipsec_server::tls::TlsSettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            cert,
+            key,
+            client_ca: None,
+            peer_ca: None,
+            allow_rsa_1024: false,
+        }),
+        ..loopback_proxy(&dir)
+    })
+    .expect("server starts");
+    let srv = s.handle.local_addr();
+    assert_eq!(s.handle.tls_addr().map(|a| a.port()), Some(port));
+    uac_sock
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let uac = Ua {
+        sock: uac_sock,
+        server: srv,
+    };
+    let uas = Ua::new(srv);
+    let contact = format!("<sip:bob@127.0.0.1:{}>", uas.port());
+    assert_eq!(status(&uas.register("bob", "b1", 1, &contact, "")), 200);
+    uac.send(
+        &invite(port, srv, "bob", "z9hG4bKtlsport", 70, "INVITE"),
+        srv,
+    );
+    let (fwd, _) = uas.recv();
+    assert!(fwd.starts_with("INVITE sip:bob@127.0.0.1:"), "{fwd}");
+    s.handle.shutdown();
+}

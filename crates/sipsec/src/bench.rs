@@ -22,6 +22,11 @@ pub enum BenchCommand {
     /// Run scenarios against sipsec and Kamailio (started here, same users)
     /// and print the ratio table: calls/s and server CPU µs per call.
     Compare(Box<CompareArgs>),
+    /// The RSA-variant experiment: sipsec's proxy over TLS with server keys
+    /// in each variant and size, calls over new TLS connections inbound
+    /// (private-key side) and outbound (public-key side); CPU % and
+    /// response time per offered rate.
+    RsaVariants(Box<RsaVariantsArgs>),
     /// Answer every request with 200 at once: a target to measure the
     /// generator's own ceiling.
     Null {
@@ -64,6 +69,9 @@ pub struct CommonArgs {
     /// CA certificates (PEM) that issued the target's certificate, which must name its IP.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Accept a target with a 1024-bit RSA key (legacy).
+    #[arg(long)]
+    tls_allow_rsa_1024: bool,
     /// Spin instead of sleeping when idle (give the generator its own core,
     /// e.g. with taskset): the server is then not charged for waking it.
     #[arg(long)]
@@ -195,6 +203,137 @@ pub struct CompareArgs {
     /// Also write each plot as SVG and PNG files into this directory.
     #[arg(long)]
     plots: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RsaVariantsArgs {
+    /// Modulus sizes, comma-separated.
+    #[arg(long, default_value = "1024,2048,3072,4096", value_delimiter = ',')]
+    bits: Vec<u32>,
+    /// Variants, comma-separated: standard, crt, multiprime (3 primes), multiprime4, multiprime5.
+    #[arg(long, default_value = "standard,crt,multiprime", value_delimiter = ',')]
+    variants: Vec<String>,
+    /// Offered calls/s, comma-separated.
+    #[arg(long, default_value = "200,400,600,800,1000", value_delimiter = ',')]
+    rates: Vec<f64>,
+    /// Seconds per point.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Directions, comma-separated: inbound, outbound.
+    #[arg(long, default_value = "inbound,outbound", value_delimiter = ',')]
+    directions: Vec<String>,
+    /// Concurrent callers in the generator.
+    #[arg(long, default_value_t = 32)]
+    threads: usize,
+    /// Proxy on CPU 0 (taskset), generator and next hops on CPU 1.
+    #[arg(long)]
+    pin: bool,
+    /// A smoke run: 1024 bits, 100 calls/s, 1 s per point (what CI runs).
+    #[arg(long)]
+    quick: bool,
+    /// Write every point as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the tables (markdown) here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write an HTML page with the tables and plots here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Also write each plot as SVG and PNG files into this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
+}
+
+fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::variants::{self, Direction};
+    let variants = a
+        .variants
+        .iter()
+        .map(|v| match v.as_str() {
+            "multiprime4" => rsa_variants::Variant::parse("multiprime", Some(4)),
+            "multiprime5" => rsa_variants::Variant::parse("multiprime", Some(5)),
+            other => rsa_variants::Variant::parse(other, None),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--variants: {e}"))?;
+    let directions = a
+        .directions
+        .iter()
+        .map(|d| match d.as_str() {
+            "inbound" => Ok(Direction::Inbound),
+            "outbound" => Ok(Direction::Outbound),
+            other => Err(format!("--directions {other:?}: use inbound or outbound")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (bits, rates, seconds) = if a.quick {
+        (vec![1024], vec![100.0], 1.0)
+    } else {
+        (a.bits.clone(), a.rates.clone(), a.seconds)
+    };
+    if rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) || !(seconds.is_finite() && seconds > 0.0)
+    {
+        return Err("--rates and --seconds must be positive".into());
+    }
+    for &b in &bits {
+        for v in &variants {
+            if let rsa_variants::Variant::MultiPrime { primes } = v {
+                if *primes > rsa_variants::Variant::max_primes(b) {
+                    return Err(format!(
+                        "{primes}-prime keys need at least {} bits; drop {b} from --bits or that variant",
+                        if *primes == 4 { 4096 } else { 8192 }
+                    ));
+                }
+            }
+        }
+    }
+    let workdir = std::env::temp_dir().join(format!("sipsec-rsa-variants-{}", std::process::id()));
+    let plan = variants::Plan {
+        exe: std::env::current_exe().map_err(|e| format!("finding the sipsec binary: {e}"))?,
+        workdir: workdir.clone(),
+        bits,
+        variants,
+        rates: rates.clone(),
+        seconds,
+        directions,
+        threads: a.threads.max(1),
+        pin: a.pin,
+    };
+    let points = variants::experiment(&plan, |p| {
+        let failed: u64 = p.failures.values().sum();
+        eprintln!(
+            "{:8} RSA-{:<4} {:12} {:6.0}/s offered  {:7.1}/s answered  CPU {:6.1} %  {:8.1} µs/call  mean {:7.2} ms  p99 {:7.2} ms  {failed} failed",
+            p.direction.name(),
+            p.bits,
+            p.variant,
+            p.offered,
+            p.achieved,
+            p.cpu_percent,
+            p.cpu_us_per_call,
+            p.mean_ms,
+            p.p99_ms
+        );
+    });
+    let _ = std::fs::remove_dir_all(&workdir);
+    let points = points?;
+    let table = variants::markdown(&points, &rates);
+    print!("{table}");
+    if let Some(p) = &a.json {
+        let json = serde_json::to_string_pretty(&points).unwrap_or_default();
+        std::fs::write(p, json).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = &a.markdown {
+        std::fs::write(p, &table).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    outputs(&a.html, &a.plots, "rsa-variants", || {
+        variants::html(&points, &rates)
+    })?;
+    let failed: u64 = points.iter().flat_map(|p| p.failures.values()).sum();
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn peak(a: PeakArgs) -> Result<ExitCode, String> {
@@ -348,6 +487,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
     let result = match cmd {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
+        BenchCommand::RsaVariants(a) => rsa_variants(*a),
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Null {
             udp,
@@ -453,7 +593,8 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             },
             tls: match (&a.tls_ca, a.tls) {
                 (Some(ca), true) => Some(
-                    sipsec_bench::link::client_config(ca).map_err(|e| format!("--tls-ca: {e}"))?,
+                    sipsec_bench::link::client_config(ca, a.tls_allow_rsa_1024)
+                        .map_err(|e| format!("--tls-ca: {e}"))?,
                 ),
                 _ => None,
             },

@@ -129,6 +129,9 @@ struct ServeArgs {
     /// CAs trusted for outbound TLS to next hops [default: the system bundle].
     #[arg(long)]
     peer_ca: Option<PathBuf>,
+    /// Accept peers' 1024-bit RSA keys and signatures (legacy; below today's floor of 2048).
+    #[arg(long)]
+    tls_allow_rsa_1024: bool,
 }
 
 #[derive(Subcommand)]
@@ -228,7 +231,8 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         || a.cert.is_some()
         || a.key.is_some()
         || a.client_ca.is_some()
-        || a.peer_ca.is_some();
+        || a.peer_ca.is_some()
+        || a.tls_allow_rsa_1024;
     if tls_asked {
         let from_file = config.tls.take();
         let cert = a
@@ -251,6 +255,8 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
             peer_ca: a
                 .peer_ca
                 .or_else(|| from_file.as_ref().and_then(|t| t.peer_ca.clone())),
+            allow_rsa_1024: a.tls_allow_rsa_1024
+                || from_file.as_ref().is_some_and(|t| t.allow_rsa_1024),
         });
     }
     Ok(config)

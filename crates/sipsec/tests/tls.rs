@@ -593,3 +593,48 @@ fn bench_drives_register_and_invite_over_tls() {
         "{out}"
     );
 }
+
+#[test]
+fn rsa_variants_experiment_quick_mode_answers_every_call() {
+    let dir = tempdir("tls-rsa-variants");
+    let json = dir.join("points.json");
+    let html = dir.join("page.html");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "rsa-variants",
+            "--quick",
+            "--json",
+            p(&json),
+            "--html",
+            p(&html),
+        ])
+        .output()
+        .expect("sipsec runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
+    let points = points.as_array().expect("array");
+    // Three variants × inbound and outbound at 1024 bits, 100 calls each.
+    assert_eq!(points.len(), 6, "{text}");
+    for pt in points {
+        assert_eq!(pt["ok"], 100, "{pt}");
+        assert_eq!(pt["bits"], 1024);
+        assert!(pt["cpu_percent"].as_f64().expect("number") > 0.0, "{pt}");
+    }
+    for needle in [
+        "RSA-1024 standard",
+        "RSA-1024 crt",
+        "RSA-1024 multiprime3",
+        "outbound",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<svg") && page.contains("inbound TLS connections"));
+}
