@@ -245,6 +245,23 @@ pub struct RsaVariantsArgs {
     plots: Option<PathBuf>,
 }
 
+/// Writes `value` as JSON and `table` as markdown where asked.
+fn json_and_markdown(
+    json: Option<&std::path::Path>,
+    value: &impl serde::Serialize,
+    markdown: Option<&std::path::Path>,
+    table: &str,
+) -> Result<(), String> {
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(value).unwrap_or_default();
+        std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = markdown {
+        std::fs::write(p, table).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
 fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
     use sipsec_bench::variants::{self, Direction};
     let variants = a
@@ -318,13 +335,7 @@ fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
     let points = points?;
     let table = variants::markdown(&points, &rates);
     print!("{table}");
-    if let Some(p) = &a.json {
-        let json = serde_json::to_string_pretty(&points).unwrap_or_default();
-        std::fs::write(p, json).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    if let Some(p) = &a.markdown {
-        std::fs::write(p, &table).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
+    json_and_markdown(a.json.as_deref(), &points, a.markdown.as_deref(), &table)?;
     outputs(&a.html, &a.plots, "rsa-variants", || {
         variants::html(&points, &rates)
     })?;
@@ -465,13 +476,7 @@ fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     let cells = cells?;
     let table = compare::table(&cells, &targets);
     print!("{table}");
-    if let Some(p) = &a.json {
-        let json = serde_json::to_string_pretty(&cells).unwrap_or_default();
-        std::fs::write(p, json).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    if let Some(p) = &a.markdown {
-        std::fs::write(p, &table).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
+    json_and_markdown(a.json.as_deref(), &cells, a.markdown.as_deref(), &table)?;
     outputs(&a.html, &a.plots, "compare", || {
         compare::html(&cells, &targets)
     })?;

@@ -28,15 +28,32 @@ fn free_sip_port() -> u16 {
 }
 
 /// Writes a baresip config directory for `user` (password `pw-USER`),
-/// auto-answering, with audio from a WAV file and no sound card.
-fn phone(dir: &Path, user: &str, server: SocketAddr, transport: &str) -> std::path::PathBuf {
+/// auto-answering, with audio from a WAV file and no sound card; `tls`
+/// adds its CA file and its own certificate-and-key PEM.
+fn phone(
+    dir: &Path,
+    user: &str,
+    server: SocketAddr,
+    transport: &str,
+    tls: Option<(&Path, &Path)>,
+) -> std::path::PathBuf {
     let d = dir.join(user);
     std::fs::create_dir_all(&d).expect("phone dir");
     let port = free_sip_port();
+    let tls_lines = tls
+        .map(|(ca, cert)| {
+            format!(
+                "sip_cafile {}\nsip_certificate {}\n",
+                ca.display(),
+                cert.display()
+            )
+        })
+        .unwrap_or_default();
     std::fs::write(
         d.join("config"),
         format!(
             "poll_method epoll\n\
+             {tls_lines}\
              sip_listen 127.0.0.1:{port}\n\
              net_interface 127.0.0.1\n\
              call_local_timeout 20\n\
@@ -91,11 +108,104 @@ fn metrics(http: SocketAddr) -> String {
     body
 }
 
+fn keygen(args: &[&str]) {
+    let out = Command::new(common::BIN)
+        .arg("keygen")
+        .args(args)
+        .output()
+        .expect("sipsec keygen");
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A CA, the server's certificate (a *standard*-variant RSA key) and a
+/// certificate-and-key PEM per phone, all for 127.0.0.1.
+struct Pki {
+    ca: std::path::PathBuf,
+    server_cert: std::path::PathBuf,
+    server_key: std::path::PathBuf,
+}
+
+fn pki(dir: &Path) -> Pki {
+    let f = |n: &str| dir.join(n);
+    let p = |n: &str| f(n).to_str().expect("utf-8").to_owned();
+    keygen(&["ec", "-o", &p("ca.key")]);
+    keygen(&[
+        "cert",
+        "--key",
+        &p("ca.key"),
+        "--cn",
+        "test CA",
+        "--ca",
+        "-o",
+        &p("ca.pem"),
+    ]);
+    let issue = |key: &str, cert: &str| {
+        keygen(&[
+            "cert",
+            "--key",
+            &p(key),
+            "--cn",
+            "127.0.0.1",
+            "--san",
+            "127.0.0.1",
+            "--issuer-cert",
+            &p("ca.pem"),
+            "--issuer-key",
+            &p("ca.key"),
+            "-o",
+            &p(cert),
+        ]);
+    };
+    keygen(&[
+        "rsa",
+        "--variant",
+        "standard",
+        "--bits",
+        "2048",
+        "-o",
+        &p("server.key"),
+    ]);
+    issue("server.key", "server.pem");
+    for phone in ["alice", "bob"] {
+        let (key, cert) = (format!("{phone}.key"), format!("{phone}.crt"));
+        keygen(&["rsa", "--bits", "2048", "-o", &p(&key)]);
+        issue(&key, &cert);
+        // libre reads the certificate and its key from one file.
+        let both = [
+            std::fs::read(f(&cert)).expect("cert"),
+            std::fs::read(f(&key)).expect("key"),
+        ]
+        .concat();
+        std::fs::write(f(&format!("{phone}.pem")), both).expect("pem");
+    }
+    Pki {
+        ca: f("ca.pem"),
+        server_cert: f("server.pem"),
+        server_key: f("server.key"),
+    }
+}
+
 fn call(stateful: bool, transport: &str) {
     let dir = tempdir(&format!("baresip-{stateful}-{transport}"));
     common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
     let data = dir.join("data");
     let users = dir.join("users.tsv");
+    let pki = (transport == "tls").then(|| pki(&dir));
+    let tls_args: Vec<String> = match &pki {
+        Some(k) => [
+            "--tls",
+            "127.0.0.1:0",
+            "--cert",
+            k.server_cert.to_str().expect("utf-8"),
+            "--key",
+            k.server_key.to_str().expect("utf-8"),
+            "--peer-ca",
+            k.ca.to_str().expect("utf-8"),
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        None => Vec::new(),
+    };
     let mut args = vec![
         "--udp",
         "127.0.0.1:0",
@@ -118,7 +228,17 @@ fn call(stateful: bool, transport: &str) {
     } else {
         args.push("--record-route");
     }
+    args.extend(tls_args.iter().map(String::as_str));
     let server = common::serve(&args);
+    // Phones reach the server on the transport's address.
+    let target = match &pki {
+        Some(_) => common::banner_tls_addr(&server.banner).expect("tls address"),
+        None => server.addr,
+    };
+    let phone_tls = |who: &str| {
+        pki.as_ref()
+            .map(|k| (k.ca.clone(), dir.join(format!("{who}.pem"))))
+    };
     let http: SocketAddr = server
         .banner
         .split("status on http://")
@@ -127,7 +247,9 @@ fn call(stateful: bool, transport: &str) {
         .and_then(|a| a.parse().ok())
         .expect("http address in banner");
 
-    let bob = baresip(&phone(&dir, "bob", server.addr, transport), 9, &[]);
+    let bob_tls = phone_tls("bob");
+    let bob_tls = bob_tls.as_ref().map(|(a, b)| (a.as_path(), b.as_path()));
+    let bob = baresip(&phone(&dir, "bob", target, transport, bob_tls), 9, &[]);
     // Bob is registered before Alice dials.
     let registered = (0..250).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -135,10 +257,16 @@ fn call(stateful: bool, transport: &str) {
     });
     assert!(registered, "bob never registered:\n{}", metrics(http));
     // Alice hangs up when she quits, before Bob's 5 s of audio run out.
+    let alice_tls = phone_tls("alice");
+    let alice_tls = alice_tls.as_ref().map(|(a, b)| (a.as_path(), b.as_path()));
+    let dial = match transport {
+        "tls" => format!("/dial sip:bob@{target};transport=tls"),
+        _ => format!("/dial sip:bob@{target}"),
+    };
     let alice = baresip(
-        &phone(&dir, "alice", server.addr, transport),
+        &phone(&dir, "alice", target, transport, alice_tls),
         4,
-        &[&format!("/dial sip:bob@{}", server.addr)],
+        &[&dial],
     )
     .wait_with_output()
     .expect("alice runs");
@@ -183,4 +311,9 @@ fn baresip_phones_call_through_the_stateful_proxy_over_udp() {
 #[test]
 fn baresip_phones_call_through_the_stateless_proxy_over_tcp() {
     call(false, "tcp");
+}
+
+#[test]
+fn baresip_phones_call_through_the_stateful_proxy_over_tls() {
+    call(true, "tls");
 }

@@ -68,6 +68,19 @@ fn issue(dir: &Path, key: &Path, cn: &str, out: &Path) {
     ]);
 }
 
+/// Generates `NAME.key` with `sipsec keygen KIND…` and `NAME.pem`, issued
+/// by the CA in `dir` for `cn` (and 127.0.0.1).
+fn key_and_cert(dir: &Path, name: &str, kind: &[&str], cn: &str) -> (PathBuf, PathBuf) {
+    let key = dir.join(format!("{name}.key"));
+    let cert = dir.join(format!("{name}.pem"));
+    let mut args = vec!["keygen"];
+    args.extend(kind);
+    args.extend(["-o", p(&key)]);
+    sipsec(&args);
+    issue(dir, &key, cn, &cert);
+    (key, cert)
+}
+
 fn options(port: u16, call: &str) -> String {
     format!(
         "OPTIONS sip:127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/TLS 127.0.0.1:5999;branch=z9hG4bK{call}\r\n\
@@ -199,14 +212,8 @@ fn every_key_variant_serves_tls_12_and_13_to_openssl() {
 fn mutual_tls_requires_a_client_certificate() {
     let dir = tempdir("tls-mutual");
     let ca = make_ca(&dir);
-    let key = dir.join("server.key");
-    let cert = dir.join("server.pem");
-    sipsec(&["keygen", "rsa", "--bits", "2048", "-o", p(&key)]);
-    issue(&dir, &key, "127.0.0.1", &cert);
-    let client_key = dir.join("client.key");
-    let client_cert = dir.join("client.pem");
-    sipsec(&["keygen", "ec", "-o", p(&client_key)]);
-    issue(&dir, &client_key, "alice.phone.test", &client_cert);
+    let (key, cert) = key_and_cert(&dir, "server", &["rsa", "--bits", "2048"], "127.0.0.1");
+    let (client_key, client_cert) = key_and_cert(&dir, "client", &["ec"], "alice.phone.test");
     let (_server, tls) = serve_tls(&dir, &cert, &key, &["--client-ca", p(&ca)]);
     let without = s_client(tls, &ca, &[]);
     assert!(!without.contains("SIP/2.0 200 OK"), "{without}");
@@ -219,10 +226,7 @@ fn mutual_tls_requires_a_client_certificate() {
     // A certificate from another CA is refused too.
     let other = tempdir("tls-mutual-other");
     make_ca(&other);
-    let stranger_key = other.join("stranger.key");
-    let stranger_cert = other.join("stranger.pem");
-    sipsec(&["keygen", "ec", "-o", p(&stranger_key)]);
-    issue(&other, &stranger_key, "mallory.test", &stranger_cert);
+    let (stranger_key, stranger_cert) = key_and_cert(&other, "stranger", &["ec"], "mallory.test");
     let stranger = s_client(
         tls,
         &ca,
@@ -413,23 +417,10 @@ fn free_tcp_port() -> u16 {
 fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
     let dir = tempdir("tls-forward");
     let ca = make_ca(&dir);
-    let proxy_key = dir.join("proxy.key");
-    let proxy_cert = dir.join("proxy.pem");
-    sipsec(&["keygen", "rsa", "--bits", "2048", "-o", p(&proxy_key)]);
-    issue(&dir, &proxy_key, "127.0.0.1", &proxy_cert);
-    let callee_key = dir.join("callee.key");
-    let callee_cert = dir.join("callee.pem");
-    sipsec(&[
-        "keygen",
-        "rsa",
-        "--variant",
-        "multiprime",
-        "--bits",
-        "2048",
-        "-o",
-        p(&callee_key),
-    ]);
-    issue(&dir, &callee_key, "127.0.0.1", &callee_cert);
+    let (proxy_key, proxy_cert) =
+        key_and_cert(&dir, "proxy", &["rsa", "--bits", "2048"], "127.0.0.1");
+    let multiprime = ["rsa", "--variant", "multiprime", "--bits", "2048"];
+    let (callee_key, callee_cert) = key_and_cert(&dir, "callee", &multiprime, "127.0.0.1");
     let port = free_tcp_port();
     // stdbuf: s_server's stdout is a pipe, line-buffer it so lines arrive
     // while it runs.
@@ -518,19 +509,8 @@ fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
 fn bench_drives_register_and_invite_over_tls() {
     let dir = tempdir("tls-bench");
     let ca = make_ca(&dir);
-    let key = dir.join("server.key");
-    let cert = dir.join("server.pem");
-    sipsec(&[
-        "keygen",
-        "rsa",
-        "--variant",
-        "multiprime",
-        "--bits",
-        "2048",
-        "-o",
-        p(&key),
-    ]);
-    issue(&dir, &key, "127.0.0.1", &cert);
+    let multiprime = ["rsa", "--variant", "multiprime", "--bits", "2048"];
+    let (key, cert) = key_and_cert(&dir, "server", &multiprime, "127.0.0.1");
     let (server, tls) = serve_tls(&dir, &cert, &key, &["--mode", "proxy"]);
     let udp = server.addr.to_string();
     let target = tls.to_string();
