@@ -418,31 +418,37 @@ pub fn html(points: &[Point], rates: &[f64]) -> String {
             rows.iter().map(|p| (p.bits, p.variant.clone())).collect();
         keys.dedup();
         let names: Vec<String> = keys.iter().map(|(b, v)| format!("RSA-{b} {v}")).collect();
-        let series = |f: fn(&Point) -> f64| -> Vec<(&str, Vec<(f64, f64)>)> {
-            keys.iter()
-                .zip(&names)
-                .map(|((b, v), n)| {
-                    let pts = rows
-                        .iter()
-                        .filter(|p| p.bits == *b && &p.variant == v)
-                        .map(|p| (p.offered, f(p)))
-                        .collect();
-                    (n.as_str(), pts)
-                })
-                .collect()
-        };
-        let cpu = plot::lines(
-            &format!("{}: proxy CPU", direction.name()),
-            "offered calls/s",
-            "CPU % of one core",
-            &series(|p| p.cpu_percent),
-        );
-        let rt = plot::lines(
-            &format!("{}: response time", direction.name()),
-            "offered calls/s",
-            "mean ms",
-            &series(|p| p.mean_ms),
-        );
+        // One chart per size: its variants' lines side by side.
+        let mut charts = String::new();
+        let mut sizes: Vec<u32> = keys.iter().map(|(b, _)| *b).collect();
+        sizes.dedup();
+        for size in sizes {
+            let series = |f: fn(&Point) -> f64| -> Vec<(&str, Vec<(f64, f64)>)> {
+                keys.iter()
+                    .filter(|(b, _)| *b == size)
+                    .map(|(b, v)| {
+                        let pts = rows
+                            .iter()
+                            .filter(|p| p.bits == *b && &p.variant == v)
+                            .map(|p| (p.offered, f(p)))
+                            .collect();
+                        (v.as_str(), pts)
+                    })
+                    .collect()
+            };
+            charts.push_str(&plot::lines(
+                &format!("{} RSA-{size}: proxy CPU", direction.name()),
+                "offered calls/s",
+                "CPU % of one core",
+                &series(|p| p.cpu_percent),
+            ));
+            charts.push_str(&plot::lines(
+                &format!("{} RSA-{size}: response time", direction.name()),
+                "offered calls/s",
+                "mean ms",
+                &series(|p| p.mean_ms),
+            ));
+        }
         let head: Vec<String> = std::iter::once("key".to_owned())
             .chain(rates.iter().map(|r| format!("{r:.0}/s: CPU % / ms")))
             .collect();
@@ -464,7 +470,7 @@ pub fn html(points: &[Point], rates: &[f64]) -> String {
             .collect();
         sections.push((
             format!("{} TLS connections", direction.name()),
-            format!("{}{cpu}{rt}", plot::table(&head_refs, &table_rows)),
+            format!("{}{charts}", plot::table(&head_refs, &table_rows)),
         ));
     }
     plot::page("sipsec bench rsa-variants", &sections)
