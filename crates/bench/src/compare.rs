@@ -288,6 +288,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             users: plan.users.clone(),
                             transport: crate::link::Transport::Udp,
                             tls: None,
+                            connection_per_call: false,
                             busy_poll: plan.pin,
                         },
                         callee: callee.clone(),

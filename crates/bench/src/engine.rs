@@ -73,6 +73,10 @@ pub struct Run {
     pub transport: Transport,
     /// TLS client configuration (CAs trusted), for `Transport::Tls`.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// TCP/TLS: a new connection for every call (one call at a time per
+    /// thread), so each call pays the connection set-up and, over TLS,
+    /// the full handshake: the server's private-key operation.
+    pub connection_per_call: bool,
     /// Spin instead of sleeping when idle. With the generator on a core of
     /// its own, this keeps the kernel from charging the server for waking
     /// a sleeping generator on every response (an inter-processor wake-up,
@@ -207,6 +211,8 @@ struct Worker<'a> {
     /// Messages received in this loop turn, back to back, and their ends.
     inbox: Vec<u8>,
     ends: Vec<usize>,
+    /// The link has carried a call (connection-per-call mode).
+    used: bool,
 }
 
 /// Runs `run`, updating `live` as it goes; stops early when `stop` is set.
@@ -266,6 +272,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         generations: 0,
                         inbox: Vec::new(),
                         ends: Vec::new(),
+                        used: false,
                     };
                     w.go(threads, stop);
                     w.outcome
@@ -317,10 +324,14 @@ impl Worker<'_> {
                     Shape::Rate(_) => first + interval.mul_f64(started as f64) <= now,
                     Shape::InFlight(n) => self.active < n.div_ceil(threads),
                 };
-                if !due {
+                if !due || (self.run.connection_per_call && self.active > 0) {
                     break;
                 }
                 let number = started * threads as u64 + self.id as u64;
+                if self.run.connection_per_call && !self.fresh_link(now) {
+                    started += 1;
+                    continue;
+                }
                 self.start_call(number, now);
                 started += 1;
                 burst += 1;
@@ -392,6 +403,50 @@ impl Worker<'_> {
         for i in 0..self.slots.len() {
             if self.slots[i].is_some() {
                 self.fail(i, cause, now);
+            }
+        }
+    }
+
+    /// Connection-per-call mode: replaces a used link with a new
+    /// connection. `false` when the connect failed (counted as a failed
+    /// call).
+    fn fresh_link(&mut self, now: Instant) -> bool {
+        if !self.used {
+            self.used = true;
+            return true;
+        }
+        self.link.close();
+        let local = SocketAddr::new(
+            self.link
+                .local_addr()
+                .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.ip()),
+            0,
+        );
+        match Link::open(
+            self.run.transport,
+            local,
+            self.run.target,
+            self.run.tls.as_ref(),
+        ) {
+            Ok(link) => {
+                self.link = link;
+                self.local = self
+                    .link
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                true
+            }
+            Err(e) => {
+                self.outcome.started += 1;
+                *self
+                    .outcome
+                    .failures
+                    .entry(format!("connect: {e}"))
+                    .or_default() += 1;
+                self.second(now).started += 1;
+                self.second(now).failed += 1;
+                false
             }
         }
     }
@@ -849,6 +904,7 @@ mod tests {
             users: crate::generated_users(10),
             transport: Transport::Udp,
             tls: None,
+            connection_per_call: false,
             busy_poll: false,
         }
     }

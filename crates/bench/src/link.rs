@@ -156,6 +156,23 @@ impl Link {
         }
     }
 
+    /// Ends a TCP or TLS connection politely (TLS: close_notify).
+    pub fn close(&mut self) {
+        match self {
+            Link::Tls {
+                stream, session, ..
+            } => {
+                session.send_close_notify();
+                while session.wants_write() && session.write_tls(stream).is_ok() {}
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+            Link::Tcp { stream, .. } => {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+            Link::Udp(_) => {}
+        }
+    }
+
     /// Why the connection ended, when more is known than "closed".
     pub fn error(&self) -> Option<&str> {
         match self {
@@ -387,4 +404,13 @@ pub fn client_config(
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// `config` without session resumption: every connection a full
+/// handshake (certificate and server signature), as a load that must make
+/// the server pay its private-key operation needs.
+pub fn without_resumption(config: &Arc<rustls::ClientConfig>) -> Arc<rustls::ClientConfig> {
+    let mut full = (**config).clone();
+    full.resumption = rustls::client::Resumption::disabled();
+    Arc::new(full)
 }

@@ -258,11 +258,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
     // The published experiment used 1024-bit keys: both sides accept them.
     let client =
         crate::link::client_config(&dir.join("ca.pem"), true).map_err(|e| e.to_string())?;
-    // Every call a full handshake: no session resumption, which would
-    // skip the certificate and the server's signature.
-    let mut full = (*client).clone();
-    full.resumption = rustls::client::Resumption::disabled();
-    let client = Arc::new(full);
+    let client = crate::link::without_resumption(&client);
     if plan.pin {
         // Threads started from here on (callers, next hops) inherit it.
         crate::poll::pin_to_core(1).map_err(|e| format!("pinning the generator: {e}"))?;

@@ -72,6 +72,10 @@ pub struct CommonArgs {
     /// Accept a target with a 1024-bit RSA key (legacy).
     #[arg(long)]
     tls_allow_rsa_1024: bool,
+    /// With --tcp or --tls: a new connection for every call (one call at a
+    /// time per thread; over TLS each call is a full handshake, no resumption).
+    #[arg(long)]
+    connection_per_call: bool,
     /// Spin instead of sleeping when idle (give the generator its own core,
     /// e.g. with taskset): the server is then not charged for waking it.
     #[arg(long)]
@@ -555,6 +559,9 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     if let Some(r) = a.callee_registrar {
         loopback_only(r)?;
     }
+    if a.connection_per_call && !(a.tcp || a.tls) {
+        return Err("--connection-per-call needs --tcp or --tls".into());
+    }
     let users = match &a.users {
         Some(p) => sipsec_bench::load_users(p)?,
         None => sipsec_bench::generated_users(10_000),
@@ -597,12 +604,18 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
                 sipsec_bench::link::Transport::Udp
             },
             tls: match (&a.tls_ca, a.tls) {
-                (Some(ca), true) => Some(
-                    sipsec_bench::link::client_config(ca, a.tls_allow_rsa_1024)
-                        .map_err(|e| format!("--tls-ca: {e}"))?,
-                ),
+                (Some(ca), true) => {
+                    let config = sipsec_bench::link::client_config(ca, a.tls_allow_rsa_1024)
+                        .map_err(|e| format!("--tls-ca: {e}"))?;
+                    if a.connection_per_call {
+                        Some(sipsec_bench::link::without_resumption(&config))
+                    } else {
+                        Some(config)
+                    }
+                }
                 _ => None,
             },
+            connection_per_call: a.connection_per_call,
         },
         callee: User {
             name: a.callee.clone(),

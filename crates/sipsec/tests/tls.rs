@@ -137,7 +137,8 @@ fn serve_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> (common::Ru
     let mut args = vec![
         "--udp",
         "127.0.0.1:0",
-        "--no-http",
+        "--http",
+        "127.0.0.1:0",
         "--data-dir",
         p(&data),
         "--tls",
@@ -505,6 +506,25 @@ fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
     assert!(text.contains("Call-ID: call-tls"), "{text}");
 }
 
+/// Completed TLS handshakes, from the server's /metrics.
+fn handshakes(server: &common::Running) -> u64 {
+    let http = server
+        .banner
+        .split("status on http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("http address in the banner");
+    let mut s = std::net::TcpStream::connect(http).expect("http");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("response");
+    body.lines()
+        .find_map(|l| l.strip_prefix("sipsec_tls_handshakes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("handshake counter")
+}
+
 #[test]
 fn bench_drives_register_and_invite_over_tls() {
     let dir = tempdir("tls-bench");
@@ -542,6 +562,28 @@ fn bench_drives_register_and_invite_over_tls() {
             "{scenario}: {out}"
         );
     }
+    // A new connection, and a full handshake, for every call.
+    let before = handshakes(&server);
+    let out = sipsec(&[
+        "bench",
+        "run",
+        "--target",
+        &target,
+        "--tls",
+        "--tls-ca",
+        p(&ca),
+        "--connection-per-call",
+        "--threads",
+        "4",
+        "--scenario",
+        "register",
+        "--rate",
+        "100",
+        "--calls",
+        "100",
+    ]);
+    assert!(out.contains("100 started, 100 ok, 0 failed"), "{out}");
+    assert_eq!(handshakes(&server) - before, 100);
     // A CA that did not issue the server's certificate: every call fails,
     // and the report says why.
     let out = Command::new(BIN)
