@@ -195,13 +195,20 @@ pub struct CompareArgs {
     /// Latency coefficient weights w1..w5.
     #[arg(long, default_value = "0.55,0.445,0.004,0.0007,0.0003")]
     weights: String,
-    /// Write every run's report as JSON here.
+    #[command(flatten)]
+    out: TableOutputs,
+}
+
+/// Where a multi-run experiment writes its results.
+#[derive(Args)]
+pub struct TableOutputs {
+    /// Write every run's results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write the ratio table (markdown) here.
+    /// Write the tables (markdown) here.
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Write an HTML page with the table and plots (SVG) here.
+    /// Write an HTML page with the tables and plots (SVG) here.
     #[arg(long)]
     html: Option<PathBuf>,
     /// Also write each plot as SVG and PNG files into this directory.
@@ -235,18 +242,8 @@ pub struct RsaVariantsArgs {
     /// A smoke run: 1024 bits, 100 calls/s, 1 s per point (what CI runs).
     #[arg(long)]
     quick: bool,
-    /// Write every point as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write the tables (markdown) here.
-    #[arg(long)]
-    markdown: Option<PathBuf>,
-    /// Write an HTML page with the tables and plots here.
-    #[arg(long)]
-    html: Option<PathBuf>,
-    /// Also write each plot as SVG and PNG files into this directory.
-    #[arg(long)]
-    plots: Option<PathBuf>,
+    #[command(flatten)]
+    out: TableOutputs,
 }
 
 /// Writes `value` as JSON and `table` as markdown where asked.
@@ -339,8 +336,13 @@ fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
     let points = points?;
     let table = variants::markdown(&points, &rates);
     print!("{table}");
-    json_and_markdown(a.json.as_deref(), &points, a.markdown.as_deref(), &table)?;
-    outputs(&a.html, &a.plots, "rsa-variants", || {
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &points,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    outputs(&a.out.html, &a.out.plots, "rsa-variants", || {
         variants::html(&points, &rates)
     })?;
     let failed: u64 = points.iter().flat_map(|p| p.failures.values()).sum();
@@ -480,8 +482,13 @@ fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     let cells = cells?;
     let table = compare::table(&cells, &targets);
     print!("{table}");
-    json_and_markdown(a.json.as_deref(), &cells, a.markdown.as_deref(), &table)?;
-    outputs(&a.html, &a.plots, "compare", || {
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &cells,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    outputs(&a.out.html, &a.out.plots, "compare", || {
         compare::html(&cells, &targets)
     })?;
     let failed: u64 = cells.iter().map(|c| c.report.failed).sum();
