@@ -27,10 +27,11 @@ else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2
 fi
 
-# SIPVicious (svwar, svcrack) for the scanner tests.
+# SIPVicious (svwar, svcrack) for the scanner tests; pylibsrtp (a wheel
+# bundling libsrtp 2) for the SRTP differential tests.
 if command -v python3 >/dev/null 2>&1; then
-    python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 \
-        || echo "setup.sh: could not install sipvicious; the scanner tests will fail" >&2
+    python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
+        || echo "setup.sh: could not install sipvicious/pylibsrtp; the scanner and SRTP tests will fail" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
