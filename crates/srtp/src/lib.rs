@@ -11,6 +11,7 @@
 //!
 //! Not yet: SRTCP, AEAD_AES_GCM (RFC 7714), MKI, the per-step timing hook.
 
+pub mod fuzzing;
 pub mod kdf;
 mod replay;
 
