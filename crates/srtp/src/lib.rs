@@ -166,8 +166,10 @@ impl Aes {
                 counter = counter.wrapping_add(1);
             }
             self.encrypt_blocks(&mut blocks[..n]);
-            for (d, k) in chunk.iter_mut().zip(blocks.iter().flat_map(|b| b.iter())) {
-                *d ^= k;
+            for (d, k) in chunk.chunks_mut(16).zip(blocks.iter()) {
+                for (x, y) in d.iter_mut().zip(k.iter()) {
+                    *x ^= y;
+                }
             }
         }
     }
