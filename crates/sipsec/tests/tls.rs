@@ -300,25 +300,14 @@ fn certificate_reloads_on_change_and_on_sighup_and_survives_a_broken_file() {
         "{out}"
     );
 
-    // SIGHUP reloads even when the files' times did not change: restore
-    // the first pair with the broken file's timestamps.
+    // SIGHUP reloads even when the files' times did not change: a new
+    // pair takes the live files' timestamps first, then renames over them
+    // (atomically, so the server's poll never sees a changed time).
     let stamp = std::fs::metadata(&key).unwrap().modified().unwrap();
     let cert_stamp = std::fs::metadata(&cert).unwrap().modified().unwrap();
-    let key1 = dir.join("first.key");
-    sipsec(&[
-        "keygen",
-        "rsa",
-        "--variant",
-        "standard",
-        "--bits",
-        "2048",
-        "-o",
-        p(&key1),
-    ]);
-    issue(&dir, &key1, "third.test", &dir.join("third.pem"));
-    std::fs::copy(&key1, &key).unwrap();
-    std::fs::copy(dir.join("third.pem"), &cert).unwrap();
-    for (f, t) in [(&key, stamp), (&cert, cert_stamp)] {
+    let standard = ["rsa", "--variant", "standard", "--bits", "2048"];
+    let (key3, cert3) = key_and_cert(&dir, "third", &standard, "third.test");
+    for (f, t) in [(&key3, stamp), (&cert3, cert_stamp)] {
         std::fs::File::options()
             .write(true)
             .open(f)
@@ -326,6 +315,8 @@ fn certificate_reloads_on_change_and_on_sighup_and_survives_a_broken_file() {
             .set_modified(t)
             .unwrap();
     }
+    std::fs::rename(&key3, &key).unwrap();
+    std::fs::rename(&cert3, &cert).unwrap();
     std::thread::sleep(Duration::from_millis(2500));
     assert!(s_client(tls, &ca, &[]).contains("CN = second.test"));
     let pid = server.child.id().to_string();
