@@ -259,7 +259,10 @@ impl Core {
     /// A URI naming this server: its TLS port counts for `sips:`,
     /// `transport=tls`, and requests that arrived over TLS.
     fn is_local_uri(&self, uri: &Uri<'_>) -> bool {
-        let tls = self.transport == Transport::Tls || Transport::of_uri(uri) == Transport::Tls;
+        // Only a server with TLS has a TLS port to match (and only then is
+        // the URI's transport worth looking up, on this per-message path).
+        let tls = self.shared.config.tls.is_some()
+            && (self.transport == Transport::Tls || Transport::of_uri(uri) == Transport::Tls);
         uri.is_sip()
             && uri
                 .host()
