@@ -13,10 +13,11 @@ if command -v apt-get >/dev/null 2>&1; then
     # C toolchain for build scripts (libfuzzer-sys); OpenSSL 3 headers and
     # CLI for the RSA variants and their interop tests; SIPp (sip-tester),
     # sipsak and the baresip softphone for the interop tests; Kamailio, the
-    # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots.
+    # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots;
+    # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp).
     $SUDO apt-get install -y -qq --no-install-recommends \
         build-essential pkg-config libssl-dev openssl ca-certificates sip-tester sipsak baresip-core \
-        kamailio librsvg2-bin >/dev/null
+        kamailio librsvg2-bin libsrtp2-dev >/dev/null
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their
     # own Kamailio. Stop and disable the service where systemd runs.
@@ -28,7 +29,8 @@ else
 fi
 
 # SIPVicious (svwar, svcrack) for the scanner tests; pylibsrtp (a wheel
-# bundling libsrtp 2) for the SRTP differential tests.
+# bundling libsrtp 2.7 built on OpenSSL) for the SRTP differential tests
+# and the libsrtp side of `sipsec bench srtp`.
 if command -v python3 >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
         || echo "setup.sh: could not install sipvicious/pylibsrtp; the scanner and SRTP tests will fail" >&2

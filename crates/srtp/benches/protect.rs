@@ -18,7 +18,7 @@ fn profiles(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for profile in Profile::ALL {
         let key = vec![7u8; profile.key_len()];
-        let salt = [9u8; 14];
+        let salt = vec![9u8; profile.salt_len()];
         let mut tx = Context::new(profile, &key, &salt).expect("context");
         let mut buf = Vec::with_capacity(200);
         let template = packet(0);

@@ -2,7 +2,8 @@
 //! session keys are AES-CM keystream under the master key, with the
 //! counter block made from the master salt, a label and index DIV kdr.
 
-use crate::{Aes, Error, SALT_LEN};
+use crate::cipher::Aes;
+use crate::{Error, SALT_LEN};
 
 /// What a derived key is for (RFC 3711 §4.3.2, §4.3.1 labels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,9 @@ pub enum Label {
 }
 
 /// Fills `out` with the key for `label` and `r` = index DIV kdr (0 when
-/// the rate is 0), from a master key and 14-byte master salt.
+/// the rate is 0), from a master key and master salt: 14 bytes for
+/// AES-CM, 12 for AES-GCM (zero-padded to 14, as libsrtp does; RFC 7714
+/// §11 keeps the RFC 3711 PRF).
 pub fn derive(
     master_key: &[u8],
     master_salt: &[u8],
@@ -30,14 +33,22 @@ pub fn derive(
     r: u64,
     out: &mut [u8],
 ) -> Result<(), Error> {
-    let salt: &[u8; SALT_LEN] = master_salt.try_into().map_err(|_| {
-        Error::BadKey(format!(
-            "the master salt is {SALT_LEN} bytes, not {}",
-            master_salt.len()
-        ))
-    })?;
-    derive_with(&Aes::new(master_key)?, salt, label, r, out);
+    let salt = padded_salt(master_salt)?;
+    derive_with(&Aes::new(master_key)?, &salt, label, r, out);
     Ok(())
+}
+
+/// A 12- or 14-byte master salt, zero-padded to 14.
+pub(crate) fn padded_salt(master_salt: &[u8]) -> Result<[u8; SALT_LEN], Error> {
+    if master_salt.len() != SALT_LEN && master_salt.len() != 12 {
+        return Err(Error::BadKey(format!(
+            "the master salt is 14 bytes (AES-CM) or 12 (AES-GCM), not {}",
+            master_salt.len()
+        )));
+    }
+    let mut salt = [0u8; SALT_LEN];
+    salt[..master_salt.len()].copy_from_slice(master_salt);
+    Ok(salt)
 }
 
 pub(crate) fn derive_with(
