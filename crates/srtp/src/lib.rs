@@ -25,6 +25,7 @@ mod hook;
 pub mod kdf;
 mod profile;
 mod replay;
+pub mod sdes;
 
 use std::collections::HashMap;
 
