@@ -19,6 +19,7 @@ mod poll;
 pub mod report;
 pub mod responder;
 pub mod scenario;
+pub mod srtp;
 pub mod stats;
 pub mod variants;
 

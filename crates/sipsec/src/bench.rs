@@ -27,6 +27,10 @@ pub enum BenchCommand {
     /// (private-key side) and outbound (public-key side); CPU % and
     /// response time per offered rate.
     RsaVariants(Box<RsaVariantsArgs>),
+    /// The SRTP experiment: ns per packet protect and unprotect for every
+    /// profile, ours against libsrtp 2.7 on OpenSSL in the same run, and
+    /// ours broken down per internal step.
+    Srtp(Box<SrtpArgs>),
     /// Answer every request with 200 at once: a target to measure the
     /// generator's own ceiling.
     Null {
@@ -244,6 +248,70 @@ pub struct RsaVariantsArgs {
     quick: bool,
     #[command(flatten)]
     out: TableOutputs,
+}
+
+#[derive(Args)]
+pub struct SrtpArgs {
+    /// Profiles, comma-separated (SDES names; default: all eight).
+    #[arg(long, value_delimiter = ',')]
+    profiles: Vec<String>,
+    /// Packets per round.
+    #[arg(long, default_value_t = 100_000)]
+    packets: usize,
+    /// Rounds per profile and side (the tables show the median).
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// A smoke run: 2,000 packets, 2 rounds (what CI runs).
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    out: TableOutputs,
+}
+
+fn srtp_bench(a: SrtpArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::srtp;
+    let profiles = if a.profiles.is_empty() {
+        ::srtp::Profile::ALL.to_vec()
+    } else {
+        a.profiles
+            .iter()
+            .map(|p| {
+                ::srtp::Profile::parse(p)
+                    .ok_or_else(|| format!("--profiles: unknown SRTP profile {p:?}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let (packets, rounds) = if a.quick {
+        (2_000, 2)
+    } else {
+        (a.packets, a.rounds)
+    };
+    if packets == 0 || packets > 1 << 20 || rounds == 0 {
+        return Err("--packets is 1 to 1048576 and --rounds at least 1".into());
+    }
+    let workdir = std::env::temp_dir().join(format!("sipsec-srtp-{}", std::process::id()));
+    let rows = srtp::experiment(&profiles, packets, rounds, &workdir, |r| {
+        eprintln!(
+            "{:24} protect {:6.0} ns (libsrtp {:6.0})  unprotect {:6.0} ns (libsrtp {:6.0})",
+            r.profile,
+            r.sipsec.protect(),
+            r.libsrtp.protect(),
+            r.sipsec.unprotect(),
+            r.libsrtp.unprotect()
+        );
+    });
+    let _ = std::fs::remove_dir_all(&workdir);
+    let rows = rows?;
+    let table = srtp::markdown(&rows);
+    print!("{table}");
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &rows,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    outputs(&a.out.html, &a.out.plots, "srtp", || srtp::html(&rows))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Writes `value` as JSON and `table` as markdown where asked.
@@ -504,6 +572,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
+        BenchCommand::Srtp(a) => srtp_bench(*a),
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Null {
             udp,

@@ -1,0 +1,75 @@
+//! `sipsec bench srtp`: the quick run measures every profile on both
+//! sides (ours and libsrtp on OpenSSL) and writes its tables and plots;
+//! bad arguments get a clear error.
+
+mod common;
+
+use std::process::Command;
+
+use common::{tempdir, BIN};
+
+#[test]
+fn srtp_bench_quick_measures_every_profile_on_both_sides() {
+    let dir = tempdir("srtp-bench");
+    let (json, md, html) = (
+        dir.join("srtp.json"),
+        dir.join("srtp.md"),
+        dir.join("srtp.html"),
+    );
+    let out = Command::new(BIN)
+        .args(["bench", "srtp", "--quick", "--json"])
+        .arg(&json)
+        .arg("--markdown")
+        .arg(&md)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("sipsec runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
+    let rows = rows.as_array().expect("array");
+    assert_eq!(rows.len(), 8, "every profile");
+    for r in rows {
+        for side in ["sipsec", "libsrtp"] {
+            for op in ["protect_ns", "unprotect_ns"] {
+                let v = r[side][op].as_array().expect("rounds");
+                assert_eq!(v.len(), 2, "{r}");
+                assert!(v.iter().all(|x| x.as_f64().expect("ns") > 0.0), "{r}");
+            }
+        }
+        let steps = r["steps"]["protect"].as_array().expect("steps");
+        let encryption = steps
+            .iter()
+            .find(|s| s[0] == "encryption")
+            .expect("encryption step");
+        assert!(encryption[1].as_f64().expect("ns") > 0.0, "{r}");
+        assert!(r["steps"]["key_derivation_ns"].as_f64().expect("ns") > 0.0);
+    }
+    for needle in [
+        "AES_192_CM_HMAC_SHA1_32",
+        "AEAD_AES_256_GCM",
+        "replay check",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    assert_eq!(std::fs::read_to_string(&md).expect("markdown"), text);
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<svg") && page.contains("per-step timings"));
+}
+
+#[test]
+fn srtp_bench_refuses_unknown_profiles() {
+    let out = Command::new(BIN)
+        .args(["bench", "srtp", "--profiles", "AES_CM_128_NULL"])
+        .output()
+        .expect("sipsec runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown SRTP profile"), "{err}");
+}
