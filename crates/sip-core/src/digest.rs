@@ -235,6 +235,52 @@ pub struct ResponseInput<'a> {
     pub body: &'a [u8],
 }
 
+/// A client's answer to a digest challenge (RFC 3261 §22.4, RFC 7616):
+/// the value of the Authorization or Proxy-Authorization field, or `None`
+/// when the challenge lacks realm or nonce or names an algorithm we cannot
+/// compute. `qop=auth` is used when offered; `nc` counts uses of the nonce.
+pub fn authorization(
+    challenge: &crate::auth::Challenge<'_>,
+    username: &str,
+    password: &str,
+    method: &str,
+    uri: &str,
+    cnonce: &str,
+    nc: u32,
+) -> Option<String> {
+    if !challenge.scheme.eq_ignore_ascii_case("Digest") {
+        return None;
+    }
+    let algorithm = Algorithm::from_token(challenge.algorithm.unwrap_or("MD5"))?;
+    let (realm, nonce) = (challenge.realm?, challenge.nonce?);
+    let qop = challenge.offers_qop("auth").then_some(Qop::Auth);
+    let nc = format!("{nc:08x}");
+    let ha1 = ha1(algorithm, username, realm, password);
+    let response = response(&ResponseInput {
+        algorithm,
+        ha1: &ha1,
+        nonce,
+        cnonce,
+        nc: &nc,
+        qop,
+        method,
+        uri,
+        body: b"",
+    });
+    let mut out = format!(
+        "Digest username=\"{username}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{}\", algorithm={}",
+        response.as_str(),
+        algorithm.as_str()
+    );
+    if qop.is_some() {
+        out.push_str(&format!(", qop=auth, nc={nc}, cnonce=\"{cnonce}\""));
+    }
+    if let Some(o) = challenge.opaque {
+        out.push_str(&format!(", opaque=\"{o}\""));
+    }
+    Some(out)
+}
+
 /// Computes the expected `response` value.
 pub fn response(i: &ResponseInput<'_>) -> Hex {
     let alg = i.algorithm;
@@ -284,6 +330,39 @@ pub fn verify(i: &ResponseInput<'_>, received: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_client_answer_verifies_on_the_server_side() {
+        use crate::auth::{Challenge, Credentials};
+        for value in [
+            "Digest realm=\"r\", nonce=\"n1\", qop=\"auth\", algorithm=SHA-256, opaque=\"o\"",
+            "Digest realm=\"r\", nonce=\"n2\"",
+        ] {
+            let c = Challenge::parse(value).unwrap();
+            let answer =
+                authorization(&c, "alice", "pw", "INVITE", "sip:bob@x", "c0ffee", 1).unwrap();
+            let cred = Credentials::parse(&answer).unwrap();
+            let alg = Algorithm::from_token(cred.algorithm.unwrap()).unwrap();
+            let ha1 = ha1(alg, "alice", "r", "pw");
+            let input = ResponseInput {
+                algorithm: alg,
+                ha1: &ha1,
+                nonce: cred.nonce.unwrap(),
+                cnonce: cred.cnonce.unwrap_or(""),
+                nc: cred.nc.unwrap_or(""),
+                qop: cred.qop.and_then(Qop::from_token),
+                method: "INVITE",
+                uri: "sip:bob@x",
+                body: b"",
+            };
+            assert!(verify(&input, cred.response.unwrap()), "{answer}");
+        }
+        let odd = Challenge::parse("Digest realm=\"r\", nonce=\"n\", algorithm=AKAv1-MD5").unwrap();
+        assert_eq!(
+            authorization(&odd, "a", "b", "REGISTER", "sip:x", "c", 1),
+            None
+        );
+    }
     use super::*;
 
     /// RFC 2617 §3.5 example (MD5, qop=auth).

@@ -4,6 +4,7 @@
 mod bench;
 mod check;
 mod keygen;
+mod phone;
 mod status;
 mod users;
 
@@ -46,6 +47,12 @@ enum Command {
     Keygen {
         #[command(subcommand)]
         command: keygen::KeygenCommand,
+    },
+    /// A softphone: register, call, answer; RTP or SRTP (SDES) media,
+    /// WAV play and record, call-quality statistics.
+    Phone {
+        #[command(subcommand)]
+        command: phone::PhoneCommand,
     },
     /// Work with SIP messages.
     Sip {
@@ -151,6 +158,7 @@ fn main() -> ExitCode {
         Command::Status { http } => status::run(http),
         Command::Bench { command } => bench::run(command),
         Command::Keygen { command } => keygen::run(command),
+        Command::Phone { command } => phone::run(command),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {

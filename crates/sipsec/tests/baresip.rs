@@ -317,3 +317,135 @@ fn baresip_phones_call_through_the_stateless_proxy_over_tcp() {
 fn baresip_phones_call_through_the_stateful_proxy_over_tls() {
     call(true, "tls");
 }
+
+/// `sipsec phone` calls a baresip phone through `sipsec serve` with
+/// SRTP (SDES, RTP/SAVP, baresip's `srtp-mand`): baresip plays a
+/// 1000 Hz tone from a WAV file and `sipsec phone` must find it in its
+/// recording; baresip must receive our SRTP.
+fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
+    let dir = tempdir(&format!("baresip-srtp-{suite}"));
+    common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
+    let users = dir.join("users.tsv");
+    let data = dir.join("data");
+    let server = common::serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--mode",
+        "proxy",
+        "--stateful",
+        "--auth",
+        "--digest",
+        "md5",
+        "--users",
+        users.to_str().expect("utf-8"),
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+    ]);
+    let http: SocketAddr = server
+        .banner
+        .split("status on http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .expect("http address in banner");
+    let tone = dir.join("tone1000.wav");
+    let mut samples = vec![0i16; 8_000 * 10];
+    media::tone::Tone::new(1_000.0, 8_000, 8_000.0).fill(&mut samples);
+    media::wav::write(&tone, &samples).expect("tone file");
+    let bob_dir = dir.join("bob");
+    std::fs::create_dir_all(&bob_dir).expect("bob dir");
+    std::fs::write(
+        bob_dir.join("config"),
+        format!(
+            "poll_method epoll\n\
+             sip_listen 127.0.0.1:{}\n\
+             net_interface 127.0.0.1\n\
+             audio_player aubridge,play-bob\n\
+             audio_source aufile,{}\n\
+             audio_alert aubridge,alert-bob\n\
+             module_path /usr/lib/baresip/modules\n\
+             module g711.so\n\
+             module aufile.so\n\
+             module aubridge.so\n\
+             module srtp.so\n\
+             module_tmp account.so\n\
+             module_app menu.so\n",
+            free_sip_port(),
+            tone.display()
+        ),
+    )
+    .expect("config");
+    std::fs::write(
+        bob_dir.join("accounts"),
+        format!(
+            "<sip:bob@{};transport=udp>;auth_pass=pw-bob;answermode=auto;regint=600;audio_codecs=pcmu;mediaenc=srtp-mand\n",
+            server.addr
+        ),
+    )
+    .expect("accounts");
+    let bob = baresip(&bob_dir, 12, &[]);
+    let registered = (0..250).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        metrics(http).contains("sipsec_registrations_total 1\n")
+    });
+    assert!(registered, "bob never registered:\n{}", metrics(http));
+    let heard = dir.join("heard.wav");
+    let s = server.addr.to_string();
+    let alice = Command::new(common::BIN)
+        .env("SIPSEC_PASSWORD", "pw-alice")
+        .args([
+            "phone",
+            "call",
+            &format!("sip:bob@{s}"),
+            "--user",
+            "alice",
+            "--server",
+            &s,
+            "--bind",
+            "127.0.0.1:0",
+            "--srtp",
+            suite,
+            "--insecure-sdes",
+            "--tone",
+            "440",
+            "--packets",
+            "200",
+            "--record",
+        ])
+        .arg(&heard)
+        .output()
+        .expect("sipsec phone runs");
+    let bob = {
+        let mut bob = bob;
+        let _ = bob.kill();
+        bob.wait_with_output().expect("bob runs")
+    };
+    let (a, b) = (text(&alice), text(&bob));
+    let both = format!("--- sipsec phone\n{a}\n--- baresip\n{b}");
+    assert!(alice.status.success(), "{both}");
+    assert!(a.contains(&format!("srtp {suite}")), "{both}");
+    assert!(
+        b.contains(&format!("SRTP is Enabled (cryptosuite={suite})")),
+        "{both}"
+    );
+    assert!(
+        b.contains("incoming rtp for 'audio' established"),
+        "baresip receives our SRTP: {both}"
+    );
+    let rec = media::wav::read(&heard).expect("recording");
+    let middle = &rec[rec.len() / 4..rec.len() * 3 / 4];
+    let f = media::tone::dominant_frequency(middle, 8_000, 100.0, 3_900.0, 20.0);
+    assert_eq!(f, Some(1_000.0), "the tone baresip played: {both}");
+}
+
+#[test]
+fn sipsec_phone_calls_baresip_over_srtp_aes_cm_128_sha1_80() {
+    sipsec_phone_calls_baresip_over_srtp("AES_CM_128_HMAC_SHA1_80");
+}
+
+#[test]
+fn sipsec_phone_calls_baresip_over_srtp_aead_aes_256_gcm() {
+    sipsec_phone_calls_baresip_over_srtp("AEAD_AES_256_GCM");
+}

@@ -1,0 +1,342 @@
+//! `sipsec phone`: register, call and answer, with RTP or SRTP media.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use media::g711::Law;
+use ua::phone::{CallReport, Config, Phone};
+use ua::session::Source;
+
+#[derive(Subcommand)]
+pub enum PhoneCommand {
+    /// Register with the server (digest authentication) and exit.
+    Register {
+        #[command(flatten)]
+        who: Who,
+        /// Remove the registration instead.
+        #[arg(long)]
+        unregister: bool,
+    },
+    /// Call a SIP URI: through --server, or straight to the URI's host.
+    Call {
+        /// Whom to call, e.g. sip:bob@127.0.0.1:5062.
+        target: String,
+        #[command(flatten)]
+        who: Who,
+        #[command(flatten)]
+        media: MediaArgs,
+        /// Register first (with --server).
+        #[arg(long)]
+        register: bool,
+        /// Seconds to ring before CANCEL.
+        #[arg(long, default_value_t = 30)]
+        ring_timeout: u64,
+    },
+    /// Wait for a call and answer it at once (auto-answer).
+    Answer {
+        #[command(flatten)]
+        who: Who,
+        #[command(flatten)]
+        media: MediaArgs,
+        /// Register first (with --server).
+        #[arg(long)]
+        register: bool,
+        /// Seconds to wait for the call.
+        #[arg(long, default_value_t = 60)]
+        wait: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LawArg {
+    Pcmu,
+    Pcma,
+}
+
+#[derive(Args)]
+pub struct Who {
+    /// Our user name.
+    #[arg(long)]
+    user: String,
+    /// File holding the digest password (else $SIPSEC_PASSWORD).
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+    /// Registrar and outbound proxy (UDP), e.g. 127.0.0.1:5060.
+    #[arg(long)]
+    server: Option<String>,
+    /// Our domain (default: the server's host, else our address).
+    #[arg(long)]
+    domain: Option<String>,
+    /// Local SIP address (UDP).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    bind: SocketAddr,
+    /// Learn our public address from this STUN server (RFC 5389) for
+    /// Contact and SDP.
+    #[arg(long)]
+    stun: Option<SocketAddr>,
+    /// Registration lifetime, s.
+    #[arg(long, default_value_t = 3600)]
+    expires: u32,
+}
+
+#[derive(Args)]
+pub struct MediaArgs {
+    /// SRTP suites to offer or accept, comma-separated SDES names
+    /// (e.g. AES_CM_128_HMAC_SHA1_80,AES_192_CM_HMAC_SHA1_80,AEAD_AES_128_GCM).
+    #[arg(long, value_delimiter = ',')]
+    srtp: Vec<String>,
+    /// Accept that SDES keys travel in clear SIP (UDP signalling).
+    #[arg(long)]
+    insecure_sdes: bool,
+    /// Play this WAV file (8 kHz; looped).
+    #[arg(long, conflicts_with = "tone")]
+    play: Option<PathBuf>,
+    /// Play a sine tone of this frequency (Hz).
+    #[arg(long)]
+    tone: Option<f64>,
+    /// Record what we receive into this WAV file.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// RTP packets (20 ms each) to send.
+    #[arg(long, default_value_t = 500)]
+    packets: u64,
+    /// Write the call's statistics as JSON here.
+    #[arg(long)]
+    stats: Option<PathBuf>,
+    /// The G.711 law to prefer.
+    #[arg(long, value_enum, default_value_t = LawArg::Pcmu)]
+    law: LawArg,
+    /// RTP port (0: any free even port).
+    #[arg(long, default_value_t = 0)]
+    rtp_port: u16,
+}
+
+fn password(who: &Who) -> Result<Option<String>, String> {
+    if let Some(p) = &who.password_file {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        return Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()));
+    }
+    Ok(std::env::var("SIPSEC_PASSWORD").ok())
+}
+
+fn stun_ip(server: SocketAddr, bind: SocketAddr) -> Result<IpAddr, String> {
+    let sock =
+        UdpSocket::bind(SocketAddr::new(bind.ip(), 0)).map_err(|e| format!("STUN socket: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(|e| e.to_string())?;
+    let mut txid = [0u8; 12];
+    getrandom::fill(&mut txid).map_err(|e| e.to_string())?;
+    let req = ua::stun::binding_request(txid);
+    let mut buf = [0u8; 1500];
+    for _ in 0..4 {
+        sock.send_to(&req, server)
+            .map_err(|e| format!("STUN {server}: {e}"))?;
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            return ua::stun::parse_response(&buf[..n], &txid)
+                .map(|a| a.ip())
+                .map_err(|e| format!("STUN {server}: {e}"));
+        }
+    }
+    Err(format!("STUN {server}: no answer"))
+}
+
+fn config(who: &Who, media: Option<&MediaArgs>, ring_timeout: u64) -> Result<Config, String> {
+    let server = match &who.server {
+        Some(s) => {
+            let (host, port) = match s.rsplit_once(':') {
+                Some((h, p)) if !h.ends_with(']') || s.starts_with('[') => (
+                    h.to_string(),
+                    Some(
+                        p.parse::<u16>()
+                            .map_err(|_| format!("--server {s}: bad port"))?,
+                    ),
+                ),
+                _ => (s.clone(), None),
+            };
+            let addrs = ua::resolve::resolve(&host, port, false, ua::resolve::system_nameserver())
+                .map_err(|e| format!("--server: {e}"))?;
+            Some(addrs[0])
+        }
+        None => None,
+    };
+    let domain = who
+        .domain
+        .clone()
+        .unwrap_or_else(|| match (&who.server, server) {
+            (Some(s), _) if s.parse::<SocketAddr>().is_err() => {
+                s.rsplit_once(':').map_or(s.clone(), |(h, _)| h.to_string())
+            }
+            (_, Some(a)) => a.ip().to_string(),
+            _ => "127.0.0.1".to_string(),
+        });
+    let public_ip = who.stun.map(|s| stun_ip(s, who.bind)).transpose()?;
+    let (srtp, insecure_sdes, law, rtp_port) = match media {
+        Some(m) => (
+            m.srtp
+                .iter()
+                .map(|n| {
+                    srtp::Profile::parse(n).ok_or_else(|| format!("--srtp: unknown suite {n:?}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            m.insecure_sdes,
+            match m.law {
+                LawArg::Pcmu => Law::Pcmu,
+                LawArg::Pcma => Law::Pcma,
+            },
+            m.rtp_port,
+        ),
+        None => (Vec::new(), false, Law::Pcmu, 0),
+    };
+    if !srtp.is_empty() && insecure_sdes {
+        eprintln!("warning: SDES over UDP signalling: the SRTP keys travel in clear SIP");
+    }
+    Ok(Config {
+        user: who.user.clone(),
+        password: password(who)?,
+        domain,
+        server,
+        bind: who.bind,
+        public_ip,
+        rtp_port,
+        srtp,
+        insecure_sdes,
+        law,
+        expires: who.expires,
+        ring_timeout,
+    })
+}
+
+fn source(m: &MediaArgs) -> Result<Source, String> {
+    Ok(match (&m.play, m.tone) {
+        (Some(p), _) => Source::Samples(Arc::new(media::wav::read(p).map_err(|e| e.to_string())?)),
+        (None, Some(f)) if f > 0.0 && f < 4_000.0 => Source::Tone(f),
+        (None, Some(f)) => return Err(format!("--tone {f}: between 0 and 4000 Hz")),
+        (None, None) => Source::Silence,
+    })
+}
+
+fn report(r: &CallReport, m: &MediaArgs) -> Result<(), String> {
+    let s = &r.media.received;
+    println!(
+        "call with {}: {} hung up; srtp {}; law {}",
+        r.peer,
+        r.hangup,
+        r.media.srtp.as_deref().unwrap_or("off"),
+        r.media.law.name()
+    );
+    println!(
+        "sent {} packets; received {} (lost {}, {:.2} %), {} duplicates, {} reordered, {} rejected",
+        r.media.sent,
+        s.packets,
+        s.lost,
+        s.loss_percent,
+        s.duplicates,
+        s.reordered,
+        r.media.rejected
+    );
+    println!(
+        "delta max {:.2} ms mean {:.2} ms; jitter max {:.2} ms mean {:.2} ms; {:.1} kbit/s IP, {:.1} kbit/s payload; MOS {:.2}",
+        s.delta_max_ms,
+        s.delta_mean_ms,
+        s.jitter_max_ms,
+        s.jitter_mean_ms,
+        s.ip_bps / 1000.0,
+        s.payload_bps / 1000.0,
+        s.mos
+    );
+    if let Some(p) = &m.record {
+        media::wav::write(p, &r.media.recording).map_err(|e| e.to_string())?;
+    }
+    if let Some(p) = &m.stats {
+        let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+        std::fs::write(p, json).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn phone(cfg: Config) -> Result<Phone, String> {
+    let mut p = Phone::new(cfg).map_err(|e| e.to_string())?;
+    p.on_progress(|line| eprintln!("{line}"));
+    Ok(p)
+}
+
+fn register(p: &mut Phone, expires: u32) -> Result<(), String> {
+    let granted = p.register(expires).map_err(|e| e.to_string())?;
+    eprintln!("registered for {granted} s");
+    Ok(())
+}
+
+fn run_inner(cmd: PhoneCommand) -> Result<(), String> {
+    match cmd {
+        PhoneCommand::Register { who, unregister } => {
+            let mut p = phone(config(&who, None, 30)?)?;
+            let expires = if unregister { 0 } else { who.expires };
+            let granted = p.register(expires).map_err(|e| e.to_string())?;
+            println!(
+                "{} {}",
+                if unregister {
+                    "unregistered"
+                } else {
+                    "registered for"
+                },
+                if unregister {
+                    String::new()
+                } else {
+                    format!("{granted} s")
+                }
+            );
+            Ok(())
+        }
+        PhoneCommand::Call {
+            target,
+            who,
+            media,
+            register: reg,
+            ring_timeout,
+        } => {
+            let src = source(&media)?;
+            let mut p = phone(config(&who, Some(&media), ring_timeout)?)?;
+            if reg {
+                register(&mut p, who.expires)?;
+            }
+            let r = p
+                .call(&target, src, media.packets)
+                .map_err(|e| e.to_string())?;
+            report(&r, &media)
+        }
+        PhoneCommand::Answer {
+            who,
+            media,
+            register: reg,
+            wait,
+        } => {
+            let src = source(&media)?;
+            let mut p = phone(config(&who, Some(&media), 30)?)?;
+            if reg {
+                register(&mut p, who.expires)?;
+            }
+            eprintln!("waiting for a call on {}", p.local_addr());
+            let r = p
+                .answer(Duration::from_secs(wait), src, media.packets)
+                .map_err(|e| e.to_string());
+            if reg {
+                let _ = p.register(0);
+            }
+            report(&r?, &media)
+        }
+    }
+}
+
+pub fn run(cmd: PhoneCommand) -> ExitCode {
+    match run_inner(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sipsec phone: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

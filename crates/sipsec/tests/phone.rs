@@ -1,0 +1,416 @@
+//! `sipsec phone`: two phones register with `sipsec serve` (digest auth)
+//! and call through it with RTP and with SRTP (SDES), each hearing the
+//! other's tone in its recording; a direct call without a server; STUN;
+//! and a clear message for every failure (not found, wrong password,
+//! busy, no SRTP suite in common, unanswered call cancelled, SDES over
+//! UDP without the opt-in).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::JoinHandle;
+
+use common::{tempdir, BIN};
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn phone(password: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("phone").args(args).env("SIPSEC_PASSWORD", password);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Starts an answering phone and waits until it is ready for calls;
+/// returns it, its SIP address and (when joined) the rest of its stderr.
+fn answering(password: &str, args: &[&str]) -> (Child, String, JoinHandle<String>) {
+    let mut child = phone(password, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sipsec phone runs");
+    let Some(stderr) = child.stderr.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("stderr was piped");
+    };
+    let mut err = BufReader::new(stderr);
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).expect("stderr") == 0 {
+            let _ = child.wait();
+            panic!("the answering phone stopped: {seen}");
+        }
+        seen.push_str(&line);
+        if let Some(addr) = line.strip_prefix("waiting for a call on ") {
+            let addr = addr.trim().to_string();
+            // Keep draining stderr so the phone never blocks on it.
+            let rest = std::thread::spawn(move || {
+                let mut rest = String::new();
+                let _ = err.read_to_string(&mut rest);
+                rest
+            });
+            return (child, addr, rest);
+        }
+    }
+}
+
+/// The tone the WAV file at `path` carries most, from 100 to 3900 Hz.
+fn tone_in(path: &Path) -> f64 {
+    let samples = media::wav::read(path).expect("recording");
+    assert!(samples.len() > 8_000, "at least a second recorded");
+    let middle = &samples[samples.len() / 4..samples.len() * 3 / 4];
+    media::tone::dominant_frequency(middle, 8_000, 100.0, 3_900.0, 20.0).expect("not silence")
+}
+
+fn server(dir: &Path) -> common::Running {
+    common::import_users("alice,pw-alice\nbob,pw-bob\n", dir, &dir.join("users.tsv"));
+    let users = dir.join("users.tsv");
+    common::serve_mode(
+        dir,
+        "proxy",
+        "data",
+        &["--auth", "--users", p(&users), "--stateful"],
+    )
+}
+
+fn call_through_proxy(srtp: Option<&str>) {
+    let dir = tempdir(&format!("phone-{}", srtp.unwrap_or("rtp")));
+    let srv = server(&dir);
+    let s = srv.addr.to_string();
+    let (bob_wav, alice_wav, stats) = (
+        dir.join("bob.wav"),
+        dir.join("alice.wav"),
+        dir.join("alice.json"),
+    );
+    let mut secure: Vec<&str> = Vec::new();
+    if let Some(suite) = srtp {
+        secure = vec!["--srtp", suite, "--insecure-sdes"];
+    }
+    let mut bob_args = vec![
+        "answer",
+        "--user",
+        "bob",
+        "--server",
+        &s,
+        "--register",
+        "--bind",
+        "127.0.0.1:0",
+        "--tone",
+        "1000",
+        "--packets",
+        "150",
+        "--record",
+        p(&bob_wav),
+    ];
+    bob_args.extend(&secure);
+    let (bob, _, _) = answering("pw-bob", &bob_args);
+    let target = format!("sip:bob@{s}");
+    let mut alice_args = vec![
+        "call",
+        &target,
+        "--user",
+        "alice",
+        "--server",
+        &s,
+        "--bind",
+        "127.0.0.1:0",
+        "--tone",
+        "440",
+        "--packets",
+        "200",
+        "--record",
+        p(&alice_wav),
+        "--stats",
+        p(&stats),
+    ];
+    alice_args.extend(&secure);
+    let alice = phone("pw-alice", &alice_args).output().expect("alice runs");
+    let bob = bob.wait_with_output().expect("bob runs");
+    let (a, b) = (text(&alice), text(&bob));
+    assert!(alice.status.success(), "alice: {a}\nbob: {b}");
+    assert!(bob.status.success(), "bob: {b}\nalice: {a}");
+    assert!(
+        a.contains("180 Ringing") && a.contains("call established"),
+        "{a}"
+    );
+    assert!(b.contains("remote hung up"), "{b}");
+    let want = format!("srtp {}", srtp.unwrap_or("off"));
+    assert!(a.contains(&want) && b.contains(&want), "{a}\n{b}");
+    // Each hears the other.
+    assert!(
+        (tone_in(&alice_wav) - 1000.0).abs() <= 20.0,
+        "alice heard {}",
+        tone_in(&alice_wav)
+    );
+    assert!(
+        (tone_in(&bob_wav) - 440.0).abs() <= 20.0,
+        "bob heard {}",
+        tone_in(&bob_wav)
+    );
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats).expect("stats")).expect("json");
+    let m = &j["media"];
+    assert_eq!(m["sent"], 200, "{j}");
+    assert_eq!(m["received"]["packets"], 150, "{j}");
+    assert_eq!(m["received"]["lost"], 0, "{j}");
+    assert_eq!(m["rejected"], 0, "{j}");
+    assert!(m["received"]["mos"].as_f64().expect("mos") > 4.0, "{j}");
+    let mean = m["received"]["delta_mean_ms"].as_f64().expect("delta");
+    assert!((mean - 20.0).abs() < 2.0, "packets paced every 20 ms: {j}");
+}
+
+#[test]
+fn phones_call_through_the_proxy_with_plain_rtp() {
+    call_through_proxy(None);
+}
+
+#[test]
+fn phones_call_through_the_proxy_with_srtp_aes_192_sha1_32() {
+    call_through_proxy(Some("AES_192_CM_HMAC_SHA1_32"));
+}
+
+#[test]
+fn phones_call_through_the_proxy_with_srtp_aead_aes_128_gcm() {
+    call_through_proxy(Some("AEAD_AES_128_GCM"));
+}
+
+#[test]
+fn direct_call_without_a_server_and_stun_for_the_address() {
+    let dir = tempdir("phone-direct");
+    // A STUN server that maps everyone to 127.0.0.1 and their port.
+    let stun = UdpSocket::bind("127.0.0.1:0").expect("stun socket");
+    let stun_addr = stun.local_addr().expect("bound");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = stun.recv_from(&mut buf) {
+            if let Some(r) = ua::stun::binding_response(&buf[..n], from) {
+                let _ = stun.send_to(&r, from);
+            }
+        }
+    });
+    let wav = dir.join("heard.wav");
+    let (bob, at, _) = answering(
+        "",
+        &[
+            "answer",
+            "--user",
+            "bob",
+            "--bind",
+            "127.0.0.1:0",
+            "--tone",
+            "700",
+            "--packets",
+            "100",
+        ],
+    );
+    let target = format!("sip:bob@{at}");
+    let alice = phone(
+        "",
+        &[
+            "call",
+            &target,
+            "--user",
+            "alice",
+            "--bind",
+            "127.0.0.1:0",
+            "--stun",
+            &stun_addr.to_string(),
+            "--packets",
+            "80",
+            "--record",
+            p(&wav),
+        ],
+    )
+    .output()
+    .expect("alice runs");
+    let bob = bob.wait_with_output().expect("bob runs");
+    assert!(alice.status.success(), "{}\n{}", text(&alice), text(&bob));
+    assert!((tone_in(&wav) - 700.0).abs() <= 20.0);
+    // A STUN server that never answers is named in the error.
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    let out = phone(
+        "",
+        &[
+            "call",
+            &target,
+            "--user",
+            "alice",
+            "--stun",
+            &silent.local_addr().expect("a").to_string(),
+        ],
+    )
+    .output()
+    .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("STUN") && text(&out).contains("no answer"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A UAS that answers every INVITE with `final_code` (after a 180), or
+/// with only a 180 when it is 0 (and 487 after a CANCEL).
+fn fake_uas(final_code: u16) -> SocketAddr {
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("uas");
+    let addr = sock.local_addr().expect("bound");
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_535];
+        let mut invite: Option<String> = None;
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+            let head: Vec<&str> = msg.split("\r\n").collect();
+            let keep = |m: &str| {
+                m.split("\r\n")
+                    .filter(|l| {
+                        ["Via:", "From:", "To:", "Call-ID:", "CSeq:"]
+                            .iter()
+                            .any(|h| l.starts_with(h))
+                    })
+                    .map(|l| {
+                        if l.starts_with("To:") {
+                            format!("{l};tag=uas")
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\r\n")
+            };
+            let reply = |code: &str, m: &str| {
+                format!("SIP/2.0 {code}\r\n{}\r\nContent-Length: 0\r\n\r\n", keep(m))
+            };
+            if head[0].starts_with("INVITE") {
+                invite = Some(msg.clone());
+                let _ = sock.send_to(reply("180 Ringing", &msg).as_bytes(), from);
+                if final_code != 0 {
+                    let _ = sock.send_to(
+                        reply(&format!("{final_code} Refused"), &msg).as_bytes(),
+                        from,
+                    );
+                }
+            } else if head[0].starts_with("CANCEL") {
+                let _ = sock.send_to(reply("200 OK", &msg).as_bytes(), from);
+                if let Some(inv) = &invite {
+                    let _ = sock.send_to(reply("487 Request Terminated", inv).as_bytes(), from);
+                }
+            }
+        }
+    });
+    addr
+}
+
+fn fails_with(args: &[&str], password: &str, needle: &str) {
+    let out = phone(password, args).output().expect("sipsec phone runs");
+    let t = text(&out);
+    assert!(!out.status.success(), "{args:?} succeeded: {t}");
+    assert!(t.contains(needle), "{args:?}: wanted {needle:?} in: {t}");
+}
+
+#[test]
+fn every_failure_gets_a_clear_message() {
+    let dir = tempdir("phone-failures");
+    let srv = server(&dir);
+    let s = srv.addr.to_string();
+    let nobody = format!("sip:carol@{s}");
+    fails_with(
+        &[
+            "call",
+            &nobody,
+            "--user",
+            "alice",
+            "--server",
+            &s,
+            "--packets",
+            "1",
+        ],
+        "pw-alice",
+        "not found",
+    );
+    fails_with(
+        &["register", "--user", "alice", "--server", &s],
+        "wrong",
+        "authentication failed",
+    );
+    fails_with(
+        &[
+            "call",
+            &nobody,
+            "--user",
+            "alice",
+            "--server",
+            &s,
+            "--srtp",
+            "AES_CM_128_HMAC_SHA1_80",
+        ],
+        "pw-alice",
+        "--insecure-sdes",
+    );
+    fails_with(
+        &[
+            "call",
+            &nobody,
+            "--user",
+            "alice",
+            "--srtp",
+            "NULL_CIPHER",
+            "--insecure-sdes",
+        ],
+        "",
+        "unknown suite",
+    );
+    let busy = format!("sip:bob@{}", fake_uas(486));
+    fails_with(&["call", &busy, "--user", "alice"], "", "busy");
+    let ringing = format!("sip:bob@{}", fake_uas(0));
+    fails_with(
+        &["call", &ringing, "--user", "alice", "--ring-timeout", "1"],
+        "",
+        "no answer within 1 s; the call was cancelled",
+    );
+    // Offer and answer without a suite in common: both sides say so.
+    let (bob, at, bob_err) = answering(
+        "",
+        &[
+            "answer",
+            "--user",
+            "bob",
+            "--bind",
+            "127.0.0.1:0",
+            "--srtp",
+            "AEAD_AES_256_GCM",
+            "--insecure-sdes",
+        ],
+    );
+    let target = format!("sip:bob@{at}");
+    fails_with(
+        &[
+            "call",
+            &target,
+            "--user",
+            "alice",
+            "--srtp",
+            "AES_CM_128_HMAC_SHA1_80",
+            "--insecure-sdes",
+        ],
+        "",
+        "no SRTP suite in common",
+    );
+    let bob = bob.wait_with_output().expect("bob runs");
+    let said = bob_err.join().expect("stderr");
+    assert!(!bob.status.success());
+    assert!(said.contains("no SRTP suite in common"), "{said}");
+}

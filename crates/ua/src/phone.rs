@@ -1,0 +1,877 @@
+//! The phone: registration with digest authentication, calls out
+//! (INVITE with an SDP offer, 100/180/183/200, ACK, 401/407 retry,
+//! CANCEL when unanswered, BYE) and calls in (auto-answer), over UDP, with
+//! RTP or SDES-keyed SRTP media ([`crate::session`]).
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use media::g711::Law;
+use sip_core::auth::Challenge;
+use sip_core::{HeaderName, Message};
+use srtp::sdes::{self, Crypto};
+use srtp::Profile;
+
+use crate::sdp::{self, Audio};
+use crate::session::{self, MediaReport, Sockets, Source};
+use crate::sip::{self, Request};
+
+/// Why a phone operation failed: each with the words a user needs.
+#[derive(Debug, thiserror::Error)]
+pub enum PhoneError {
+    /// A socket failed.
+    #[error("network: {0}")]
+    Io(#[from] std::io::Error),
+    /// Nobody answered in time.
+    #[error("no response to {0} within 32 s (is the server at that address?)")]
+    Timeout(String),
+    /// The callee is busy (486, 600).
+    #[error("busy: {0}")]
+    Busy(String),
+    /// No such user (404, 604).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The server refused our credentials.
+    #[error("authentication failed: {0}")]
+    AuthFailed(String),
+    /// The callee takes none of our SRTP suites (or needs SRTP we lack).
+    #[error("no SRTP suite in common (488): {0}")]
+    NoCommonSuite(String),
+    /// Any other final response.
+    #[error("{what} failed: {code} {reason}")]
+    Status {
+        /// The request.
+        what: String,
+        /// The status code.
+        code: u16,
+        /// The reason phrase.
+        reason: String,
+    },
+    /// The peer's SDP could not be used.
+    #[error("{0}")]
+    Sdp(#[from] crate::sdp::SdpError),
+    /// SDES over signalling anyone can read, without the opt-in.
+    #[error("SDES puts the SRTP keys in the SDP, and SIP over UDP carries them in clear: pass --insecure-sdes to accept that")]
+    InsecureSdes,
+    /// The call was not answered before the ring timeout; it was cancelled.
+    #[error("no answer within {0} s; the call was cancelled")]
+    NoAnswer(u64),
+    /// A bad argument.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Who the phone is and how it talks.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// User name (and digest username).
+    pub user: String,
+    /// Digest password, when the server challenges.
+    pub password: Option<String>,
+    /// The domain of our address of record.
+    pub domain: String,
+    /// Outbound proxy and registrar; `None` for peer-to-peer calls.
+    pub server: Option<SocketAddr>,
+    /// Local SIP address (UDP).
+    pub bind: SocketAddr,
+    /// The address to put in Contact and SDP (from STUN); default: the
+    /// local address used towards the peer.
+    pub public_ip: Option<IpAddr>,
+    /// RTP port (0: any free even port).
+    pub rtp_port: u16,
+    /// SRTP suites, in preference order; empty: plain RTP.
+    pub srtp: Vec<Profile>,
+    /// Accept SDES keys over unencrypted signalling.
+    pub insecure_sdes: bool,
+    /// The G.711 law we prefer.
+    pub law: Law,
+    /// Registration lifetime, s.
+    pub expires: u32,
+    /// Seconds an outgoing call may ring before CANCEL.
+    pub ring_timeout: u64,
+}
+
+/// One finished call.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CallReport {
+    /// The peer's address of record.
+    pub peer: String,
+    /// Provisional responses seen (caller side).
+    pub provisional: Vec<u16>,
+    /// Seconds from INVITE to 200 OK (caller side).
+    pub setup_s: f64,
+    /// Who hung up: "local" or "remote".
+    pub hangup: String,
+    /// The media.
+    pub media: MediaReport,
+}
+
+const T1: Duration = Duration::from_millis(500);
+const T2: Duration = Duration::from_secs(4);
+const TIMER_B: Duration = Duration::from_secs(32);
+
+/// A SIP phone on one UDP socket.
+pub struct Phone {
+    cfg: Config,
+    sock: UdpSocket,
+    local: SocketAddr,
+    cseq: u32,
+    register_call_id: String,
+    register_tag: String,
+    log: Box<dyn FnMut(&str) + Send>,
+}
+
+/// The local address the system would use to reach `peer`.
+fn local_ip_towards(peer: SocketAddr) -> Option<IpAddr> {
+    let bind = if peer.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let s = UdpSocket::bind(bind).ok()?;
+    s.connect(peer).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
+/// Status code and reason phrase, with the Warning text when there is one.
+fn status_of(m: &Message<'_>) -> (u16, String) {
+    let mut reason = m.reason().unwrap_or("").to_string();
+    if let Some(w) = m.header_raw("Warning") {
+        reason.push_str(&format!(" ({w})"));
+    }
+    (m.status().map(|s| s.as_u16()).unwrap_or(0), reason)
+}
+
+/// The final response of a client transaction and what came before it.
+struct Outcome {
+    bytes: Vec<u8>,
+    provisional: Vec<u16>,
+}
+
+impl Phone {
+    /// Binds the phone's SIP socket. Refuses SRTP over UDP signalling
+    /// unless `insecure_sdes` says the user accepts it.
+    pub fn new(cfg: Config) -> Result<Self, PhoneError> {
+        if !cfg.srtp.is_empty() && !cfg.insecure_sdes {
+            return Err(PhoneError::InsecureSdes);
+        }
+        if cfg.user.is_empty() || cfg.user.contains(['@', ':', ' ', '<', '>']) {
+            return Err(PhoneError::Invalid(format!(
+                "user {:?}: a plain SIP user name",
+                cfg.user
+            )));
+        }
+        let sock = UdpSocket::bind(cfg.bind)?;
+        let mut local = sock.local_addr()?;
+        if local.ip().is_unspecified() {
+            let towards = cfg
+                .server
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 5060)));
+            local.set_ip(local_ip_towards(towards).unwrap_or(IpAddr::from([127, 0, 0, 1])));
+        }
+        if let Some(ip) = cfg.public_ip {
+            local.set_ip(ip);
+        }
+        Ok(Self {
+            cfg,
+            sock,
+            local,
+            cseq: 1,
+            register_call_id: sip::token(12),
+            register_tag: sip::token(4),
+            log: Box::new(|_| {}),
+        })
+    }
+
+    /// Reports progress lines ("180 Ringing", "call established") here.
+    pub fn on_progress(&mut self, log: impl FnMut(&str) + Send + 'static) {
+        self.log = Box::new(log);
+    }
+
+    /// The phone's SIP address (for Contact).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn host(addr: SocketAddr) -> String {
+        match addr {
+            SocketAddr::V4(a) => a.to_string(),
+            SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+        }
+    }
+
+    fn contact(&self) -> String {
+        format!("sip:{}@{}", self.cfg.user, Self::host(self.local))
+    }
+
+    fn aor(&self) -> String {
+        format!("sip:{}@{}", self.cfg.user, self.cfg.domain)
+    }
+
+    fn next_cseq(&mut self) -> u32 {
+        self.cseq += 1;
+        self.cseq
+    }
+
+    fn base_request(
+        &self,
+        method: &str,
+        uri: &str,
+        to: &str,
+        call_id: &str,
+        tag: &str,
+        cseq: u32,
+    ) -> Request {
+        Request {
+            method: method.into(),
+            uri: uri.into(),
+            via: format!("UDP {}", Self::host(self.local)),
+            branch: sip::branch(),
+            from: format!("<{}>", self.aor()),
+            from_tag: tag.into(),
+            to: to.into(),
+            to_tag: None,
+            call_id: call_id.into(),
+            cseq,
+            contact: None,
+            routes: Vec::new(),
+            extra: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// Answers requests that arrive while we wait for something else.
+    fn stray_request(&mut self, m: &Message<'_>, from: SocketAddr) {
+        let reply = match m.method().as_str() {
+            "ACK" => return,
+            "OPTIONS" => sip::response(m, 200, "OK", Some(&sip::token(4)), None, None),
+            "INVITE" => sip::response(m, 486, "Busy Here", Some(&sip::token(4)), None, None),
+            _ => sip::response(m, 481, "Call/Transaction Does Not Exist", None, None, None),
+        };
+        let _ = self.sock.send_to(&reply, from);
+    }
+
+    /// Runs a client transaction (RFC 3261 §17.1 over UDP: Timer A/E
+    /// retransmissions, Timer B/F) and returns the final response. INVITE
+    /// ringing past `ring` is cancelled.
+    fn transact(
+        &mut self,
+        dest: SocketAddr,
+        req: &Request,
+        ring: Option<Duration>,
+    ) -> Result<Outcome, PhoneError> {
+        let bytes = req.to_bytes();
+        let invite = req.method == "INVITE";
+        let started = Instant::now();
+        let mut interval = T1;
+        let mut next_send = started;
+        let mut provisional = Vec::new();
+        let mut cancelled = false;
+        let mut buf = vec![0u8; 65_535];
+        loop {
+            let now = Instant::now();
+            if provisional.is_empty() && now >= next_send && !cancelled {
+                self.sock.send_to(&bytes, dest)?;
+                next_send = now + interval;
+                interval = if invite {
+                    interval * 2
+                } else {
+                    (interval * 2).min(T2)
+                };
+            }
+            if provisional.is_empty() && now.duration_since(started) > TIMER_B {
+                return Err(PhoneError::Timeout(req.method.clone()));
+            }
+            if let (Some(limit), false, false) = (ring, provisional.is_empty(), cancelled) {
+                if now.duration_since(started) > limit {
+                    let mut cancel = req.clone();
+                    cancel.method = "CANCEL".into();
+                    cancel.body = None;
+                    cancel.contact = None;
+                    cancel.extra.clear();
+                    self.transact(dest, &cancel, None)?;
+                    cancelled = true;
+                }
+            }
+            if now.duration_since(started) > Duration::from_secs(600) {
+                return Err(PhoneError::Timeout(req.method.clone()));
+            }
+            let wait = next_send
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(5), T1);
+            self.sock.set_read_timeout(Some(wait))?;
+            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&buf[..n]) else {
+                continue;
+            };
+            if m.is_request() {
+                self.stray_request(&m, from);
+                continue;
+            }
+            if m.top_via().branch() != Some(req.branch.as_str())
+                || m.cseq().method.as_str() != req.method
+            {
+                continue;
+            }
+            let (code, reason) = status_of(&m);
+            if code < 200 {
+                if code > 100 {
+                    (self.log)(&format!("{code} {reason}"));
+                }
+                provisional.push(code);
+                continue;
+            }
+            if cancelled && code == 487 {
+                self.ack_error(dest, req, &m);
+                return Err(PhoneError::NoAnswer(ring.map_or(0, |r| r.as_secs())));
+            }
+            return Ok(Outcome {
+                bytes: buf[..n].to_vec(),
+                provisional,
+            });
+        }
+    }
+
+    /// The ACK for a non-2xx final response to INVITE (§17.1.1.3).
+    fn ack_error(&mut self, dest: SocketAddr, invite: &Request, resp: &Message<'_>) {
+        let mut ack = invite.clone();
+        ack.method = "ACK".into();
+        ack.to_tag = resp.to().tag().map(str::to_owned);
+        ack.body = None;
+        ack.contact = None;
+        ack.extra.clear();
+        let _ = self.sock.send_to(&ack.to_bytes(), dest);
+    }
+
+    /// Adds credentials answering the challenge in `resp` to `req`.
+    fn authorize(&self, req: &mut Request, resp: &Message<'_>) -> Result<(), PhoneError> {
+        let code = resp.status().map(|s| s.as_u16()).unwrap_or(0);
+        let (field, header) = if code == 407 {
+            (HeaderName::ProxyAuthenticate, "Proxy-Authorization")
+        } else {
+            (HeaderName::WwwAuthenticate, "Authorization")
+        };
+        let password = self.cfg.password.as_deref().ok_or_else(|| {
+            PhoneError::AuthFailed(format!("{code}: the server wants a password (--password)"))
+        })?;
+        let value = resp
+            .headers_named(field)
+            .find_map(|h| {
+                let c = Challenge::parse(h.value).ok()?;
+                sip_core::digest::authorization(
+                    &c,
+                    &self.cfg.user,
+                    password,
+                    &req.method,
+                    &req.uri,
+                    &sip::token(8),
+                    1,
+                )
+            })
+            .ok_or_else(|| PhoneError::AuthFailed(format!("{code}: no challenge we can answer")))?;
+        req.extra
+            .retain(|e| !e.starts_with("Authorization:") && !e.starts_with("Proxy-Authorization:"));
+        req.extra.push(format!("{header}: {value}"));
+        Ok(())
+    }
+
+    /// Registers the phone's Contact for `expires` seconds (0 removes it).
+    /// Returns the lifetime the registrar granted.
+    pub fn register(&mut self, expires: u32) -> Result<u32, PhoneError> {
+        let server = self
+            .cfg
+            .server
+            .ok_or_else(|| PhoneError::Invalid("registering needs --server".into()))?;
+        let uri = format!("sip:{}", self.cfg.domain);
+        let (call_id, tag) = (self.register_call_id.clone(), self.register_tag.clone());
+        let cseq = self.next_cseq();
+        let mut req = self.base_request(
+            "REGISTER",
+            &uri,
+            &format!("<{}>", self.aor()),
+            &call_id,
+            &tag,
+            cseq,
+        );
+        req.contact = Some(self.contact());
+        req.extra.push(format!("Expires: {expires}"));
+        let mut challenged = false;
+        loop {
+            let out = self.transact(server, &req, None)?;
+            let m = Message::parse(&out.bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+            let (code, reason) = status_of(&m);
+            match code {
+                200..=299 => {
+                    let granted = m
+                        .contacts()
+                        .find(|c| c.addr.uri().as_str().contains(&Self::host(self.local)))
+                        .and_then(|c| c.expires)
+                        .or(m.expires())
+                        .unwrap_or(expires);
+                    return Ok(granted);
+                }
+                401 | 407 if !challenged => {
+                    challenged = true;
+                    self.authorize(&mut req, &m)?;
+                    req.cseq = self.next_cseq();
+                    req.branch = sip::branch();
+                }
+                401 | 407 | 403 => {
+                    return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
+                }
+                _ => {
+                    return Err(PhoneError::Status {
+                        what: "REGISTER".into(),
+                        code,
+                        reason,
+                    })
+                }
+            }
+        }
+    }
+
+    fn offer(&self, rtp_port: u16) -> Result<(Audio, Vec<Crypto>), PhoneError> {
+        let mut ours = Vec::new();
+        for (i, p) in self.cfg.srtp.iter().enumerate() {
+            let mut key = vec![0u8; p.key_len() + p.salt_len()];
+            getrandom::fill(&mut key)
+                .map_err(|e| PhoneError::Invalid(format!("no randomness for SRTP keys: {e}")))?;
+            ours.push(
+                Crypto::new(i as u32 + 1, *p, key)
+                    .map_err(|e| PhoneError::Invalid(e.to_string()))?,
+            );
+        }
+        let other = match self.cfg.law {
+            Law::Pcmu => Law::Pcma,
+            Law::Pcma => Law::Pcmu,
+        };
+        Ok((
+            Audio {
+                addr: self.local.ip(),
+                port: rtp_port,
+                savp: !ours.is_empty(),
+                payloads: vec![self.cfg.law.payload_type(), other.payload_type()],
+                crypto: ours.clone(),
+            },
+            ours,
+        ))
+    }
+
+    fn resolve_uri(&self, uri: &str) -> Result<SocketAddr, PhoneError> {
+        let parsed = sip_core::Uri::parse(uri, sip_core::UriContext::Header)
+            .map_err(|e| PhoneError::Invalid(format!("{uri}: {e}")))?;
+        let host = parsed
+            .host()
+            .ok_or_else(|| PhoneError::Invalid(format!("{uri}: no host")))?
+            .to_string();
+        crate::resolve::resolve(
+            &host,
+            parsed.port(),
+            false,
+            crate::resolve::system_nameserver(),
+        )
+        .map_err(|e| PhoneError::Invalid(e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| PhoneError::Invalid(format!("{uri}: no address")))
+    }
+
+    /// Calls `target` (a SIP URI): through the server when one is set,
+    /// else straight to the URI's host. Sends `packets` packets of
+    /// `source`, then hangs up (unless the callee does first).
+    pub fn call(
+        &mut self,
+        target: &str,
+        source: Source,
+        packets: u64,
+    ) -> Result<CallReport, PhoneError> {
+        let target = if target.starts_with("sip:") || target.starts_with("sips:") {
+            target.to_string()
+        } else {
+            format!("sip:{target}")
+        };
+        let dest = match self.cfg.server {
+            Some(s) => s,
+            None => self.resolve_uri(&target)?,
+        };
+        let sockets = Sockets::bind(self.local.ip(), self.cfg.rtp_port)
+            .or_else(|_| Sockets::bind(self.cfg.bind.ip(), self.cfg.rtp_port))?;
+        let (audio, ours) = self.offer(sockets.port())?;
+        let session_id = u64::from_str_radix(&sip::token(4), 16).unwrap_or(1);
+        let body = sdp::write(session_id, 1, &audio);
+        let (call_id, tag) = (sip::token(12), sip::token(4));
+        let cseq = self.next_cseq();
+        let mut req = self.base_request(
+            "INVITE",
+            &target,
+            &format!("<{target}>"),
+            &call_id,
+            &tag,
+            cseq,
+        );
+        req.contact = Some(self.contact());
+        req.body = Some(("application/sdp".into(), body));
+        let started = Instant::now();
+        let mut challenged = false;
+        let ring = Some(Duration::from_secs(self.cfg.ring_timeout));
+        let (out, provisional) = loop {
+            let out = self.transact(dest, &req, ring)?;
+            let m = Message::parse(&out.bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+            let (code, reason) = status_of(&m);
+            if code >= 300 {
+                self.ack_error(dest, &req, &m);
+            }
+            match code {
+                200..=299 => break (out.bytes.clone(), out.provisional),
+                401 | 407 if !challenged => {
+                    challenged = true;
+                    self.authorize(&mut req, &m)?;
+                    req.cseq = self.next_cseq();
+                    req.branch = sip::branch();
+                }
+                401 | 407 | 403 => {
+                    return Err(PhoneError::AuthFailed(format!("INVITE: {code} {reason}")))
+                }
+                486 | 600 => return Err(PhoneError::Busy(format!("{target} ({code} {reason})"))),
+                404 | 604 => {
+                    return Err(PhoneError::NotFound(format!("{target} ({code} {reason})")))
+                }
+                488 | 606 => {
+                    return Err(PhoneError::NoCommonSuite(format!(
+                        "{target} answered {code} {reason}"
+                    )))
+                }
+                _ => {
+                    return Err(PhoneError::Status {
+                        what: "INVITE".into(),
+                        code,
+                        reason,
+                    })
+                }
+            }
+        };
+        let setup_s = started.elapsed().as_secs_f64();
+        let m = Message::parse(&out).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        let to_tag = m.to().tag().map(str::to_owned);
+        let remote_target = m
+            .contacts()
+            .next()
+            .map(|c| c.addr.uri().as_str().to_owned())
+            .unwrap_or_else(|| target.clone());
+        let mut routes = sip::record_routes(&m);
+        routes.reverse();
+        let answer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
+        let in_dialog = |phone: &mut Self, method: &str, cseq: u32| {
+            let mut r = phone.base_request(
+                method,
+                &remote_target,
+                &format!("<{target}>"),
+                &call_id,
+                &tag,
+                cseq,
+            );
+            r.to_tag = to_tag.clone();
+            r.routes = routes.clone();
+            r
+        };
+        let next_hop = match routes.first() {
+            Some(r) if r.contains(";lr") => self.resolve_uri(sip::addr_uri(r)).unwrap_or(dest),
+            _ => self.resolve_uri(&remote_target).unwrap_or(dest),
+        };
+        let ack = in_dialog(self, "ACK", cseq_of(&m));
+        self.sock.send_to(&ack.to_bytes(), next_hop)?;
+        // The answer decides the media; a bad one ends the call at once.
+        let negotiated = answer
+            .map_err(PhoneError::from)
+            .and_then(|a| self.negotiate_answer(&a, &ours).map(|c| (a, c)));
+        let (answer, crypto) = match negotiated {
+            Ok(x) => x,
+            Err(e) => {
+                let cseq = self.next_cseq();
+                let bye = in_dialog(self, "BYE", cseq);
+                let _ = self.transact(next_hop, &bye, None);
+                return Err(e);
+            }
+        };
+        (self.log)("call established");
+        let law = answer.law().unwrap_or(self.cfg.law);
+        let running = session::start(
+            sockets,
+            SocketAddr::new(answer.addr, answer.port),
+            law,
+            source,
+            packets,
+            crypto,
+            self.aor(),
+        )?;
+        let hangup = self.wait_media(&running, &call_id, true)?;
+        if hangup == "local" {
+            let cseq = self.next_cseq();
+            let bye = in_dialog(self, "BYE", cseq);
+            let _ = self.transact(next_hop, &bye, None);
+        }
+        Ok(CallReport {
+            peer: target,
+            provisional,
+            setup_s,
+            hangup: hangup.into(),
+            media: running.finish(),
+        })
+    }
+
+    /// Keys from the answer: our offered key for the tag it picked (send)
+    /// and its key (receive).
+    fn negotiate_answer(
+        &self,
+        answer: &Audio,
+        ours: &[Crypto],
+    ) -> Result<Option<session::Crypto>, PhoneError> {
+        if ours.is_empty() {
+            return Ok(None);
+        }
+        let theirs = answer
+            .crypto
+            .iter()
+            .find(|c| ours.iter().any(|o| o.tag == c.tag && o.suite == c.suite))
+            .ok_or_else(|| {
+                PhoneError::NoCommonSuite("the answer has no a=crypto matching our offer".into())
+            })?;
+        let mine = ours
+            .iter()
+            .find(|o| o.tag == theirs.tag)
+            .ok_or_else(|| PhoneError::NoCommonSuite("tag".into()))?;
+        contexts(mine, theirs).map(Some)
+    }
+
+    /// Waits while media flows: answers BYE (remote hang-up) or, when
+    /// `hang_up_after_send`, returns once every packet went out.
+    fn wait_media(
+        &mut self,
+        running: &session::Running,
+        call_id: &str,
+        hang_up_after_send: bool,
+    ) -> Result<&'static str, PhoneError> {
+        let mut buf = vec![0u8; 65_535];
+        self.sock
+            .set_read_timeout(Some(Duration::from_millis(50)))?;
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            if running.sender_done() {
+                if hang_up_after_send {
+                    // Let the last packets land.
+                    std::thread::sleep(Duration::from_millis(300));
+                    return Ok("local");
+                }
+                // The callee waits for the caller's BYE, but not forever.
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(30) {
+                    return Ok("local");
+                }
+            }
+            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&buf[..n]) else {
+                continue;
+            };
+            if !m.is_request() {
+                continue;
+            }
+            if m.method().as_str() == "BYE" && m.call_id() == call_id {
+                let ok = sip::response(&m, 200, "OK", None, None, None);
+                self.sock.send_to(&ok, from)?;
+                (self.log)("remote hung up");
+                return Ok("remote");
+            }
+            if m.method().as_str() == "ACK" && m.call_id() == call_id {
+                continue;
+            }
+            self.stray_request(&m, from);
+        }
+    }
+
+    /// Waits up to `wait` for a call, answers it at once and plays
+    /// `packets` packets of `source` until the caller hangs up.
+    pub fn answer(
+        &mut self,
+        wait: Duration,
+        source: Source,
+        packets: u64,
+    ) -> Result<CallReport, PhoneError> {
+        let deadline = Instant::now() + wait;
+        let mut buf = vec![0u8; 65_535];
+        let (bytes, from) = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(PhoneError::Timeout(format!(
+                    "an incoming call ({} s)",
+                    wait.as_secs()
+                )));
+            }
+            self.sock
+                .set_read_timeout(Some(left.min(Duration::from_millis(500))))?;
+            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&buf[..n]) else {
+                continue;
+            };
+            if m.is_request() && m.method().as_str() == "INVITE" {
+                break (buf[..n].to_vec(), from);
+            }
+            if m.is_request() {
+                self.stray_request(&m, from);
+            }
+        };
+        let m = Message::parse(&bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        let to_tag = sip::token(4);
+        let trying = sip::response(&m, 100, "Trying", None, None, None);
+        self.sock.send_to(&trying, from)?;
+        let peer = sip::addr_uri(m.from().as_str()).to_string();
+        let offer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
+        let refuse = |phone: &Self, code: u16, reason: &str| {
+            let r = sip::response(&m, code, reason, Some(&to_tag), None, None);
+            let _ = phone.sock.send_to(&r, from);
+        };
+        let offer = match offer {
+            Ok(o) => o,
+            Err(e) => {
+                refuse(self, 488, "Not Acceptable Here");
+                return Err(e.into());
+            }
+        };
+        let Some(law) = [self.cfg.law, Law::Pcmu, Law::Pcma]
+            .into_iter()
+            .find(|l| offer.payloads.contains(&l.payload_type()))
+        else {
+            refuse(self, 488, "Not Acceptable Here");
+            return Err(PhoneError::NoCommonSuite(
+                "the offer has no G.711 payload".into(),
+            ));
+        };
+        let sockets = Sockets::bind(self.local.ip(), self.cfg.rtp_port)?;
+        let mut answer = Audio {
+            addr: self.local.ip(),
+            port: sockets.port(),
+            savp: offer.savp,
+            payloads: vec![law.payload_type()],
+            crypto: Vec::new(),
+        };
+        let crypto = if self.cfg.srtp.is_empty() {
+            if offer.savp {
+                refuse(self, 488, "Not Acceptable Here");
+                return Err(PhoneError::NoCommonSuite(
+                    "the caller requires SRTP; start with --srtp".into(),
+                ));
+            }
+            None
+        } else {
+            let Some(theirs) = sdes::choose(&offer.crypto, &self.cfg.srtp) else {
+                refuse(self, 488, "Not Acceptable Here");
+                return Err(PhoneError::NoCommonSuite(format!(
+                    "{peer} offered {}",
+                    offer
+                        .crypto
+                        .iter()
+                        .map(|c| c.suite_name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            };
+            let mut key = vec![0u8; theirs.suite.key_len() + theirs.suite.salt_len()];
+            getrandom::fill(&mut key)
+                .map_err(|e| PhoneError::Invalid(format!("no randomness: {e}")))?;
+            let mine = theirs
+                .answer(key)
+                .map_err(|e| PhoneError::Invalid(e.to_string()))?;
+            answer.crypto.push(mine.clone());
+            Some(contexts(&mine, theirs)?)
+        };
+        let ringing = sip::response(
+            &m,
+            180,
+            "Ringing",
+            Some(&to_tag),
+            Some(&self.contact()),
+            None,
+        );
+        self.sock.send_to(&ringing, from)?;
+        let body = sdp::write(u64::from(std::process::id()), 1, &answer);
+        let ok = sip::response(
+            &m,
+            200,
+            "OK",
+            Some(&to_tag),
+            Some(&self.contact()),
+            Some(("application/sdp", &body)),
+        );
+        // Timer G: retransmit the 200 until the ACK.
+        let call_id = m.call_id().to_string();
+        let started = Instant::now();
+        let mut interval = T1;
+        let mut acked = false;
+        while !acked && started.elapsed() < TIMER_B {
+            self.sock.send_to(&ok, from)?;
+            let until = Instant::now() + interval;
+            while Instant::now() < until {
+                self.sock.set_read_timeout(Some(
+                    until
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(5)),
+                ))?;
+                let Ok((n, src)) = self.sock.recv_from(&mut buf) else {
+                    break;
+                };
+                let Ok(r) = Message::parse(&buf[..n]) else {
+                    continue;
+                };
+                if r.is_request() && r.call_id() == call_id && r.method().as_str() == "ACK" {
+                    acked = true;
+                    break;
+                }
+                if r.is_request() && !(r.method().as_str() == "INVITE" && r.call_id() == call_id) {
+                    self.stray_request(&r, src);
+                }
+            }
+            interval = (interval * 2).min(T2);
+        }
+        if !acked {
+            return Err(PhoneError::Timeout("the ACK for our 200 OK".into()));
+        }
+        (self.log)("call established");
+        let running = session::start(
+            sockets,
+            SocketAddr::new(offer.addr, offer.port),
+            law,
+            source,
+            packets,
+            crypto,
+            self.aor(),
+        )?;
+        let hangup = self.wait_media(&running, &call_id, false)?;
+        Ok(CallReport {
+            peer,
+            provisional: Vec::new(),
+            setup_s: 0.0,
+            hangup: hangup.into(),
+            media: running.finish(),
+        })
+    }
+}
+
+fn cseq_of(m: &Message<'_>) -> u32 {
+    m.cseq().seq
+}
+
+/// Send and receive contexts from our attribute and the peer's.
+fn contexts(mine: &Crypto, theirs: &Crypto) -> Result<session::Crypto, PhoneError> {
+    let opts = srtp::Options::default();
+    let bad = |e: srtp::Error| PhoneError::Invalid(format!("SRTP keys: {e}"));
+    Ok(session::Crypto {
+        tx: mine.context(opts).map_err(bad)?,
+        rx: theirs.context(opts).map_err(bad)?,
+        suite: mine.suite.name().to_string(),
+    })
+}

@@ -1,0 +1,352 @@
+//! The media of one call: RTP (or SRTP) sent every 20 ms on a
+//! drift-free grid from a tone, a recording or silence, received,
+//! decoded, recorded and measured; RTCP (or SRTCP) sender reports every
+//! 5 s and a BYE at the end. Two threads, one per direction.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use media::g711::Law;
+use media::rtcp::{self, ReportBlock, SenderInfo};
+use media::rtp::{self, Header, Pacer};
+use media::stats::{ReceiveStats, Summary};
+use media::tone::Tone;
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Silence.
+    Silence,
+    /// A sine tone at this frequency (Hz).
+    Tone(f64),
+    /// These samples (8 kHz), looped.
+    Samples(Arc<Vec<i16>>),
+}
+
+/// The two sockets of one stream: RTP on an even port, RTCP on the next.
+#[derive(Debug)]
+pub struct Sockets {
+    rtp: UdpSocket,
+    rtcp: UdpSocket,
+}
+
+impl Sockets {
+    /// Binds RTP at `port` (0: the first free even port from 20000) and
+    /// RTCP at `port + 1` on `ip`.
+    pub fn bind(ip: IpAddr, port: u16) -> std::io::Result<Self> {
+        let pair = |p: u16| -> std::io::Result<Self> {
+            Ok(Self {
+                rtp: UdpSocket::bind((ip, p))?,
+                rtcp: UdpSocket::bind((ip, p + 1))?,
+            })
+        };
+        if port != 0 {
+            return pair(port);
+        }
+        let mut offset = [0u8; 2];
+        let _ = getrandom::fill(&mut offset);
+        let start = 20_000 + (u16::from_be_bytes(offset) % 10_000) * 2;
+        let mut last = None;
+        for k in 0..500u16 {
+            let p = 20_000 + (start - 20_000 + 2 * k) % 40_000;
+            match pair(p) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no free RTP port")))
+    }
+
+    /// The RTP port.
+    pub fn port(&self) -> u16 {
+        self.rtp.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+}
+
+/// The SRTP contexts of a call, when it is secured.
+pub struct Crypto {
+    /// Protects what we send.
+    pub tx: srtp::Context,
+    /// Unprotects what we receive.
+    pub rx: srtp::Context,
+    /// The suite's name.
+    pub suite: String,
+}
+
+/// What a call's media did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MediaReport {
+    /// RTP packets sent.
+    pub sent: u64,
+    /// Receive statistics.
+    pub received: Summary,
+    /// Packets refused by SRTP (forged, replayed, wrong key) or not RTP.
+    pub rejected: u64,
+    /// RTCP packets received and understood.
+    pub rtcp_received: u64,
+    /// The SRTP suite, when secured.
+    pub srtp: Option<String>,
+    /// The payload's law.
+    pub law: Law,
+    /// The decoded audio (not serialised).
+    #[serde(skip)]
+    pub recording: Vec<i16>,
+}
+
+/// Media running in the background.
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    sender: JoinHandle<u64>,
+    receiver: JoinHandle<(ReceiveStats, u64, u64, Vec<i16>)>,
+    srtp: Option<String>,
+    law: Law,
+}
+
+/// At most an hour of recording.
+const MAX_RECORDING: usize = 3_600 * 8_000;
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = getrandom::fill(&mut b);
+    u32::from_be_bytes(b)
+}
+
+/// Starts sending `packets` packets to `remote` (RTP; RTCP on the next
+/// port) and receiving on `sockets` until [`Running::stop`].
+pub fn start(
+    sockets: Sockets,
+    remote: SocketAddr,
+    law: Law,
+    source: Source,
+    packets: u64,
+    crypto: Option<Crypto>,
+    cname: String,
+) -> std::io::Result<Running> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let (tx_ctx, rx_ctx, suite) = match crypto {
+        Some(c) => (Some(c.tx), Some(c.rx), Some(c.suite)),
+        None => (None, None, None),
+    };
+    let tx_ctx = Arc::new(Mutex::new(tx_ctx));
+    let rtp_tx = sockets.rtp.try_clone()?;
+    let rtcp_tx = sockets.rtcp.try_clone()?;
+    let remote_rtcp = SocketAddr::new(remote.ip(), remote.port().wrapping_add(1));
+    let ssrc = random_u32();
+    let shared_stats = Arc::new(Mutex::new((0u32, 0u32))); // (highest seq, jitter) for reports
+    let sender = {
+        let (stop, sent, tx_ctx, stats) = (
+            stop.clone(),
+            sent.clone(),
+            tx_ctx.clone(),
+            shared_stats.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut tone = match &source {
+                Source::Tone(f) => Some(Tone::new(*f, media::RATE, 8_000.0)),
+                _ => None,
+            };
+            let mut seq = random_u32() as u16;
+            let mut ts = random_u32();
+            let mut pcm = vec![0i16; media::SAMPLES_PER_PACKET];
+            let mut at = 0usize;
+            let mut octets = 0u32;
+            let mut pacer = Pacer::new(Instant::now(), Duration::from_millis(20));
+            let mut buf = Vec::with_capacity(256);
+            let send_rtcp =
+                |ctx: &mut Option<srtp::Context>, n: u32, octets: u32, ts: u32, bye: bool| {
+                    let (highest, jitter) = *stats.lock().unwrap_or_else(|e| e.into_inner());
+                    let block = ReportBlock {
+                        ssrc: 0,
+                        highest_seq: highest,
+                        jitter,
+                        ..ReportBlock::default()
+                    };
+                    let info = SenderInfo {
+                        ntp: rtcp::ntp(SystemTime::now()),
+                        rtp_timestamp: ts,
+                        packets: n,
+                        octets,
+                    };
+                    let mut p = rtcp::compound(ssrc, Some(&info), &[block], &cname, bye);
+                    if let Some(c) = ctx.as_mut() {
+                        if c.protect_rtcp(&mut p).is_err() {
+                            return;
+                        }
+                    }
+                    let _ = rtcp_tx.send_to(&p, remote_rtcp);
+                };
+            for n in 0..packets {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let due = pacer.next_due();
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                match (&source, tone.as_mut()) {
+                    (_, Some(t)) => t.fill(&mut pcm),
+                    (Source::Samples(s), _) if !s.is_empty() => {
+                        for x in pcm.iter_mut() {
+                            *x = s[at % s.len()];
+                            at += 1;
+                        }
+                    }
+                    _ => pcm.fill(0),
+                }
+                buf.clear();
+                Header {
+                    payload_type: law.payload_type(),
+                    marker: n == 0,
+                    seq,
+                    timestamp: ts,
+                    ssrc,
+                }
+                .write(&mut buf);
+                law.encode(&pcm, &mut buf);
+                let mut ctx = tx_ctx.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(c) = ctx.as_mut() {
+                    if c.protect(&mut buf).is_err() {
+                        break;
+                    }
+                }
+                let _ = rtp_tx.send_to(&buf, remote);
+                octets = octets.wrapping_add(media::SAMPLES_PER_PACKET as u32);
+                if n % 250 == 0 {
+                    send_rtcp(&mut ctx, n as u32 + 1, octets, ts, false);
+                }
+                drop(ctx);
+                pacer.sent();
+                sent.fetch_add(1, Ordering::Relaxed);
+                seq = seq.wrapping_add(1);
+                ts = ts.wrapping_add(media::SAMPLES_PER_PACKET as u32);
+            }
+            let n = pacer.count();
+            let mut ctx = tx_ctx.lock().unwrap_or_else(|e| e.into_inner());
+            send_rtcp(&mut ctx, n as u32, octets, ts, true);
+            n
+        })
+    };
+    let receiver = {
+        let stop = stop.clone();
+        let stats_out = shared_stats;
+        let mut rx_ctx = rx_ctx;
+        let rtp = sockets.rtp;
+        let rtcp_sock = sockets.rtcp;
+        rtp.set_read_timeout(Some(Duration::from_millis(20)))?;
+        rtcp_sock.set_nonblocking(true)?;
+        std::thread::spawn(move || {
+            let origin = Instant::now();
+            let mut stats = ReceiveStats::new(media::RATE);
+            let (mut rejected, mut rtcp_received) = (0u64, 0u64);
+            let mut recording: Vec<i16> = Vec::new();
+            let mut first_ts: Option<u32> = None;
+            let mut buf = vec![0u8; 2048];
+            let mut decoded = Vec::with_capacity(media::SAMPLES_PER_PACKET);
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(n) = rtp.recv(&mut buf) {
+                    if rtp::is_rtcp(&buf[..n]) {
+                        // RTCP multiplexed on the RTP port (RFC 5761).
+                        match read_rtcp(&buf[..n], rx_ctx.as_mut()) {
+                            true => rtcp_received += 1,
+                            false => rejected += 1,
+                        }
+                        continue;
+                    }
+                    let arrival = origin.elapsed().as_secs_f64();
+                    let mut packet = buf[..n].to_vec();
+                    let wire = packet.len();
+                    if let Some(c) = rx_ctx.as_mut() {
+                        if c.unprotect(&mut packet).is_err() {
+                            rejected += 1;
+                            continue;
+                        }
+                    }
+                    let Some((h, payload)) = Header::parse(&packet) else {
+                        rejected += 1;
+                        continue;
+                    };
+                    let Some(plaw) = Law::from_payload_type(h.payload_type) else {
+                        continue; // telephone events, comfort noise
+                    };
+                    stats.on_packet(arrival, h.seq, h.timestamp, payload.len(), wire);
+                    *stats_out.lock().unwrap_or_else(|e| e.into_inner()) =
+                        (stats.highest_seq(), stats.jitter_units());
+                    decoded.clear();
+                    plaw.decode(&packet[payload], &mut decoded);
+                    let base = *first_ts.get_or_insert(h.timestamp);
+                    let at = h.timestamp.wrapping_sub(base) as usize;
+                    if at < MAX_RECORDING {
+                        let end = (at + decoded.len()).min(MAX_RECORDING);
+                        if recording.len() < end {
+                            recording.resize(end, 0);
+                        }
+                        recording[at..end].copy_from_slice(&decoded[..end - at]);
+                    }
+                }
+                while let Ok(n) = rtcp_sock.recv(&mut buf) {
+                    match read_rtcp(&buf[..n], rx_ctx.as_mut()) {
+                        true => rtcp_received += 1,
+                        false => rejected += 1,
+                    }
+                }
+            }
+            (stats, rejected, rtcp_received, recording)
+        })
+    };
+    Ok(Running {
+        stop,
+        sent,
+        sender,
+        receiver,
+        srtp: suite,
+        law,
+    })
+}
+
+/// Unprotects (when secured) and parses one RTCP packet.
+fn read_rtcp(packet: &[u8], ctx: Option<&mut srtp::Context>) -> bool {
+    let mut p = packet.to_vec();
+    if let Some(c) = ctx {
+        if c.unprotect_rtcp(&mut p).is_err() {
+            return false;
+        }
+    }
+    rtcp::parse(&p).is_some()
+}
+
+impl Running {
+    /// Whether every packet asked for has been sent.
+    pub fn sender_done(&self) -> bool {
+        self.sender.is_finished()
+    }
+
+    /// Packets sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Stops both directions and reports.
+    pub fn finish(self) -> MediaReport {
+        self.stop.store(true, Ordering::Relaxed);
+        let sent = self.sender.join().unwrap_or(0);
+        let (stats, rejected, rtcp_received, recording) = self
+            .receiver
+            .join()
+            .unwrap_or_else(|_| (ReceiveStats::new(media::RATE), 0, 0, Vec::new()));
+        MediaReport {
+            sent,
+            received: stats.summary(0.0),
+            rejected,
+            rtcp_received,
+            srtp: self.srtp,
+            law: self.law,
+            recording,
+        }
+    }
+}
