@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::srtp::{Context, Profile, Step, StepTimes};
 use serde::Serialize;
@@ -329,8 +329,9 @@ pub fn markdown(rows: &[Row]) -> String {
     o
 }
 
-/// The HTML page: the tables and bar charts.
-pub fn html(rows: &[Row]) -> String {
+/// The HTML page: the tables and bar charts, and the calls' section
+/// when there is one.
+pub fn html(rows: &[Row], calls: Option<(String, String)>) -> String {
     let labels: Vec<String> = rows.iter().map(|r| r.profile.clone()).collect();
     let per_packet = plot::bars(
         "ns per packet: sipsec vs libsrtp (OpenSSL)",
@@ -406,21 +407,257 @@ pub fn html(rows: &[Row]) -> String {
             ]
         })
         .collect();
-    plot::page(
-        "sipsec bench srtp",
-        &[
-            (
-                "ns per packet against libsrtp".to_string(),
-                format!("{}{per_packet}", plot::table(&head, &table_rows)),
+    let mut sections = vec![
+        (
+            "ns per packet against libsrtp".to_string(),
+            format!("{}{per_packet}", plot::table(&head, &table_rows)),
+        ),
+        (
+            "per-step timings".to_string(),
+            format!(
+                "{}{}",
+                step_chart("protect", |s| &s.protect),
+                step_chart("unprotect", |s| &s.unprotect)
             ),
-            (
-                "per-step timings".to_string(),
-                format!(
-                    "{}{}",
-                    step_chart("protect", |s| &s.protect),
-                    step_chart("unprotect", |s| &s.unprotect)
-                ),
-            ),
-        ],
+        ),
+    ];
+    sections.extend(calls);
+    plot::page("sipsec bench srtp", &sections)
+}
+
+/// One direction of one measured call.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRow {
+    /// "RTP" or the SRTP profile.
+    pub config: String,
+    /// "caller → callee" or back.
+    pub direction: String,
+    /// What the receiving side measured.
+    pub stats: media::stats::Summary,
+    /// Packets refused by SRTP at the receiver.
+    pub rejected: u64,
+    /// Throughput counting Ethernet framing too (14 bytes a packet), bit/s:
+    /// the published figures' unit.
+    pub ethernet_bps: f64,
+}
+
+fn ethernet_bps(s: &media::stats::Summary) -> f64 {
+    if s.duration_s > 0.0 {
+        s.ip_bps + s.packets as f64 * 14.0 * 8.0 / s.duration_s
+    } else {
+        0.0
+    }
+}
+
+/// Calls through a `sipsec serve` proxy (digest auth, stateful) between
+/// two in-process phones, `packets` packets each way, once without SRTP
+/// and once per profile.
+pub fn calls(
+    exe: &Path,
+    profiles: &[Profile],
+    packets: u64,
+    workdir: &Path,
+    mut progress: impl FnMut(&CallRow),
+) -> Result<Vec<CallRow>, String> {
+    use ua::phone::{Config, Phone};
+    use ua::session::Source;
+    std::fs::create_dir_all(workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+    let csv = workdir.join("users.csv");
+    let users = workdir.join("users.tsv");
+    std::fs::write(&csv, "username,password\nalice,pw-alice\nbob,pw-bob\n")
+        .map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .args(["users", "import"])
+        .arg(&csv)
+        .arg("--file")
+        .arg(&users)
+        .output()
+        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sipsec users import: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let port = crate::compare::free_port().map_err(|e| e.to_string())?;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut child = Command::new(exe)
+        .args([
+            "serve",
+            "--mode",
+            "proxy",
+            "--stateful",
+            "--auth",
+            "--no-http",
+        ])
+        .args(["--udp", &addr.to_string()])
+        .arg("--users")
+        .arg(&users)
+        .arg("--data-dir")
+        .arg(workdir.join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    crate::compare::wait_ready(addr, &mut child)?;
+    let server = crate::compare::Server {
+        child,
+        addr,
+        pids: Vec::new(),
+    };
+    let config = |user: &str, srtp: Vec<Profile>| Config {
+        user: user.into(),
+        password: Some(format!("pw-{user}")),
+        domain: "127.0.0.1".into(),
+        server: Some(server.addr),
+        bind: ([127, 0, 0, 1], 0).into(),
+        public_ip: None,
+        rtp_port: 0,
+        srtp,
+        insecure_sdes: true,
+        law: media::g711::Law::Pcmu,
+        expires: 600,
+        ring_timeout: 30,
+    };
+    let mut rows = Vec::new();
+    let configs: Vec<Option<Profile>> = std::iter::once(None)
+        .chain(profiles.iter().copied().map(Some))
+        .collect();
+    for p in configs {
+        let suites: Vec<Profile> = p.into_iter().collect();
+        let name = p.map_or("RTP".to_string(), |p| p.name().to_string());
+        let mut bob = Phone::new(config("bob", suites.clone())).map_err(|e| e.to_string())?;
+        bob.register(600).map_err(|e| format!("bob: {e}"))?;
+        let callee = std::thread::spawn(move || {
+            let r = bob.answer(Duration::from_secs(30), Source::Tone(1_000.0), packets);
+            let _ = bob.register(0);
+            r
+        });
+        let mut alice = Phone::new(config("alice", suites)).map_err(|e| e.to_string())?;
+        let target = format!("sip:bob@{}", server.addr);
+        let caller = alice
+            .call(&target, Source::Tone(440.0), packets)
+            .map_err(|e| format!("{name}: alice: {e}"))?;
+        let answered = callee
+            .join()
+            .map_err(|_| format!("{name}: bob's thread failed"))?
+            .map_err(|e| format!("{name}: bob: {e}"))?;
+        for (direction, report) in [("caller → callee", &answered), ("callee → caller", &caller)]
+        {
+            let row = CallRow {
+                config: name.clone(),
+                direction: direction.into(),
+                stats: report.media.received.clone(),
+                rejected: report.media.rejected,
+                ethernet_bps: ethernet_bps(&report.media.received),
+            };
+            progress(&row);
+            rows.push(row);
+        }
+    }
+    drop(server);
+    Ok(rows)
+}
+
+/// The call-quality table beside the published figures.
+pub fn calls_markdown(rows: &[CallRow], packets: u64) -> String {
+    let mut o = format!(
+        "\ncalls through sipsec serve, {packets} packets each way (20 ms G.711)\n\n\
+         | config | direction | delta max ms | delta mean ms | jitter max ms | jitter mean ms | kbit/s IP | kbit/s Ethernet | kbit/s payload | loss % | MOS |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for r in rows {
+        let s = &r.stats;
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            r.config,
+            r.direction,
+            s.delta_max_ms,
+            s.delta_mean_ms,
+            s.jitter_max_ms,
+            s.jitter_mean_ms,
+            s.ip_bps / 1000.0,
+            r.ethernet_bps / 1000.0,
+            s.payload_bps / 1000.0,
+            s.loss_percent,
+            s.mos
+        );
+    }
+    o.push_str(
+        "\npublished (BRIEF §2): 81.6 kbit/s without SRTP, 83.23 kbit/s with a 32-bit tag (214-byte frames become 218)\n",
+    );
+    o
+}
+
+/// The calls' HTML section: the table and bar charts of delta, jitter
+/// and throughput per configuration.
+pub fn calls_html(rows: &[CallRow], packets: u64) -> (String, String) {
+    let labels: Vec<String> = rows
+        .iter()
+        .filter(|r| r.direction.starts_with("caller"))
+        .map(|r| r.config.clone())
+        .collect();
+    let pick = |f: fn(&CallRow) -> f64| -> Vec<(&str, Vec<f64>)> {
+        ["caller → callee", "callee → caller"]
+            .into_iter()
+            .map(|d| (d, rows.iter().filter(|r| r.direction == d).map(f).collect()))
+            .collect()
+    };
+    let head = [
+        "config",
+        "direction",
+        "delta max ms",
+        "delta mean ms",
+        "jitter max ms",
+        "jitter mean ms",
+        "kbit/s IP",
+        "kbit/s Ethernet",
+        "loss %",
+        "MOS",
+    ];
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let s = &r.stats;
+            vec![
+                r.config.clone(),
+                r.direction.clone(),
+                format!("{:.2}", s.delta_max_ms),
+                format!("{:.2}", s.delta_mean_ms),
+                format!("{:.3}", s.jitter_max_ms),
+                format!("{:.3}", s.jitter_mean_ms),
+                format!("{:.2}", s.ip_bps / 1000.0),
+                format!("{:.2}", r.ethernet_bps / 1000.0),
+                format!("{:.2}", s.loss_percent),
+                format!("{:.2}", s.mos),
+            ]
+        })
+        .collect();
+    let body = format!(
+        "{}{}{}{}",
+        plot::table(&head, &table_rows),
+        plot::bars(
+            "maximum delta",
+            "ms",
+            &labels,
+            &pick(|r| r.stats.delta_max_ms)
+        ),
+        plot::bars(
+            "mean jitter",
+            "ms",
+            &labels,
+            &pick(|r| r.stats.jitter_mean_ms)
+        ),
+        plot::bars(
+            "throughput, Ethernet level",
+            "kbit/s",
+            &labels,
+            &pick(|r| r.ethernet_bps / 1000.0)
+        ),
+    );
+    (
+        format!("calls through sipsec serve, {packets} packets each way"),
+        body,
     )
 }

@@ -31,9 +31,9 @@ fn srtp_bench_quick_measures_every_profile_on_both_sides() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: serde_json::Value =
+    let all: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
-    let rows = rows.as_array().expect("array");
+    let rows = all["per_packet"].as_array().expect("array");
     assert_eq!(rows.len(), 8, "every profile");
     for r in rows {
         for side in ["sipsec", "libsrtp"] {
@@ -51,10 +51,21 @@ fn srtp_bench_quick_measures_every_profile_on_both_sides() {
         assert!(encryption[1].as_f64().expect("ns") > 0.0, "{r}");
         assert!(r["steps"]["key_derivation_ns"].as_f64().expect("ns") > 0.0);
     }
+    // Part two: a call without SRTP and one per profile, both directions.
+    let calls = all["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 18, "{all}");
+    for c in calls {
+        assert_eq!(c["stats"]["packets"], 50, "{c}");
+        assert_eq!(c["rejected"], 0, "{c}");
+        let ip = c["stats"]["ip_bps"].as_f64().expect("bps");
+        assert!(ip > 70_000.0 && ip < 100_000.0, "about 80 kbit/s: {c}");
+    }
     for needle in [
         "AES_192_CM_HMAC_SHA1_32",
         "AEAD_AES_256_GCM",
         "replay check",
+        "calls through sipsec serve",
+        "caller → callee",
     ] {
         assert!(text.contains(needle), "{needle}: {text}");
     }
