@@ -518,6 +518,7 @@ pub fn calls(
         law: media::g711::Law::Pcmu,
         expires: 600,
         ring_timeout: 30,
+        tls: None,
     };
     let mut rows = Vec::new();
     let configs: Vec<Option<Profile>> = std::iter::once(None)

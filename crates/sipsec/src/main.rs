@@ -52,7 +52,7 @@ enum Command {
     /// WAV play and record, call-quality statistics.
     Phone {
         #[command(subcommand)]
-        command: phone::PhoneCommand,
+        command: Box<phone::PhoneCommand>,
     },
     /// Work with SIP messages.
     Sip {
@@ -158,7 +158,7 @@ fn main() -> ExitCode {
         Command::Status { http } => status::run(http),
         Command::Bench { command } => bench::run(command),
         Command::Keygen { command } => keygen::run(command),
-        Command::Phone { command } => phone::run(command),
+        Command::Phone { command } => phone::run(*command),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {

@@ -81,6 +81,19 @@ pub struct Who {
     /// Registration lifetime, s.
     #[arg(long, default_value_t = 3600)]
     expires: u32,
+    /// Signal over TLS to --server (its TLS address); SDES keys are then
+    /// protected in transit.
+    #[arg(long, requires = "tls_ca")]
+    tls: bool,
+    /// The CA certificates (PEM) the server's certificate must chain to.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: --server's host).
+    #[arg(long)]
+    tls_name: Option<String>,
+    /// Accept a server with a 1024-bit RSA key (too weak for new deployments).
+    #[arg(long)]
+    tls_allow_rsa_1024: bool,
 }
 
 #[derive(Args)]
@@ -191,7 +204,21 @@ fn config(who: &Who, media: Option<&MediaArgs>, ring_timeout: u64) -> Result<Con
         ),
         None => (Vec::new(), false, Law::Pcmu, 0),
     };
-    if !srtp.is_empty() && insecure_sdes {
+    let tls = match (&who.tls_ca, who.tls) {
+        (Some(ca), true) => {
+            let config = sipsec_bench::link::client_config(ca, who.tls_allow_rsa_1024)
+                .map_err(|e| format!("--tls-ca: {e}"))?;
+            let name = who.tls_name.clone().unwrap_or_else(|| match &who.server {
+                Some(s) => s
+                    .rsplit_once(':')
+                    .map_or(s.clone(), |(h, _)| h.trim_matches(['[', ']']).to_string()),
+                None => String::new(),
+            });
+            Some(ua::phone::TlsSetup { config, name })
+        }
+        _ => None,
+    };
+    if !srtp.is_empty() && insecure_sdes && tls.is_none() {
         eprintln!("warning: SDES over UDP signalling: the SRTP keys travel in clear SIP");
     }
     Ok(Config {
@@ -207,6 +234,7 @@ fn config(who: &Who, media: Option<&MediaArgs>, ring_timeout: u64) -> Result<Con
         law,
         expires: who.expires,
         ring_timeout,
+        tls,
     })
 }
 

@@ -414,3 +414,145 @@ fn every_failure_gets_a_clear_message() {
     assert!(!bob.status.success());
     assert!(said.contains("no SRTP suite in common"), "{said}");
 }
+
+fn keygen(args: &[&str]) {
+    let out = Command::new(BIN)
+        .arg("keygen")
+        .args(args)
+        .output()
+        .expect("sipsec keygen runs");
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
+    let dir = tempdir("phone-tls");
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    keygen(&["ec", "-o", &f("ca.key")]);
+    keygen(&[
+        "cert",
+        "--key",
+        &f("ca.key"),
+        "--cn",
+        "test CA",
+        "--ca",
+        "-o",
+        &f("ca.pem"),
+    ]);
+    keygen(&["ec", "-o", &f("srv.key")]);
+    keygen(&[
+        "cert",
+        "--key",
+        &f("srv.key"),
+        "--cn",
+        "127.0.0.1",
+        "--san",
+        "127.0.0.1",
+        "--issuer-cert",
+        &f("ca.pem"),
+        "--issuer-key",
+        &f("ca.key"),
+        "-o",
+        &f("srv.pem"),
+    ]);
+    // A CA the server's certificate does not chain to.
+    keygen(&["ec", "-o", &f("other.key")]);
+    keygen(&[
+        "cert",
+        "--key",
+        &f("other.key"),
+        "--cn",
+        "other",
+        "--ca",
+        "-o",
+        &f("other.pem"),
+    ]);
+    common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
+    let srv = common::serve_mode(
+        &dir,
+        "proxy",
+        "data",
+        &[
+            "--auth",
+            "--users",
+            &f("users.tsv"),
+            "--stateful",
+            "--tls",
+            "127.0.0.1:0",
+            "--cert",
+            &f("srv.pem"),
+            "--key",
+            &f("srv.key"),
+        ],
+    );
+    let tls = common::banner_tls_addr(&srv.banner)
+        .expect("tls address")
+        .to_string();
+    let wav = dir.join("alice.wav");
+    let (bob, _, _) = answering(
+        "pw-bob",
+        &[
+            "answer",
+            "--user",
+            "bob",
+            "--server",
+            &tls,
+            "--tls",
+            "--tls-ca",
+            &f("ca.pem"),
+            "--register",
+            "--tone",
+            "1000",
+            "--packets",
+            "100",
+            "--srtp",
+            "AES_256_CM_HMAC_SHA1_80",
+        ],
+    );
+    let target = format!("sip:bob@{}", srv.addr);
+    let alice = phone(
+        "pw-alice",
+        &[
+            "call",
+            &target,
+            "--user",
+            "alice",
+            "--server",
+            &tls,
+            "--tls",
+            "--tls-ca",
+            &f("ca.pem"),
+            "--tone",
+            "440",
+            "--packets",
+            "120",
+            "--record",
+            p(&wav),
+            "--srtp",
+            "AES_256_CM_HMAC_SHA1_80",
+        ],
+    )
+    .output()
+    .expect("alice runs");
+    let bob = bob.wait_with_output().expect("bob runs");
+    let (a, b) = (text(&alice), text(&bob));
+    assert!(alice.status.success() && bob.status.success(), "{a}\n{b}");
+    assert!(!a.contains("warning: SDES"), "no warning over TLS: {a}");
+    assert!(a.contains("srtp AES_256_CM_HMAC_SHA1_80"), "{a}");
+    assert!((tone_in(&wav) - 1000.0).abs() <= 20.0);
+    // A server whose certificate does not chain to the given CA.
+    fails_with(
+        &[
+            "register",
+            "--user",
+            "alice",
+            "--server",
+            &tls,
+            "--tls",
+            "--tls-ca",
+            &f("other.pem"),
+        ],
+        "pw-alice",
+        "TLS handshake",
+    );
+}

@@ -7,5 +7,6 @@ pub mod phone;
 pub mod resolve;
 pub mod sdp;
 pub mod session;
+pub mod signal;
 pub mod sip;
 pub mod stun;

@@ -14,6 +14,7 @@ use srtp::Profile;
 
 use crate::sdp::{self, Audio};
 use crate::session::{self, MediaReport, Sockets, Source};
+use crate::signal::Signal;
 use crate::sip::{self, Request};
 
 /// Why a phone operation failed: each with the words a user needs.
@@ -89,6 +90,25 @@ pub struct Config {
     pub expires: u32,
     /// Seconds an outgoing call may ring before CANCEL.
     pub ring_timeout: u64,
+    /// Signal over TLS to the server instead of UDP.
+    pub tls: Option<TlsSetup>,
+}
+
+/// How to reach the server over TLS.
+#[derive(Clone)]
+pub struct TlsSetup {
+    /// Roots and protocol versions.
+    pub config: std::sync::Arc<rustls::ClientConfig>,
+    /// The name (or IP address) the server's certificate must carry.
+    pub name: String,
+}
+
+impl std::fmt::Debug for TlsSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSetup")
+            .field("name", &self.name)
+            .finish()
+    }
 }
 
 /// One finished call.
@@ -113,7 +133,7 @@ const TIMER_B: Duration = Duration::from_secs(32);
 /// A SIP phone on one UDP socket.
 pub struct Phone {
     cfg: Config,
-    sock: UdpSocket,
+    sig: Signal,
     local: SocketAddr,
     cseq: u32,
     register_call_id: String,
@@ -152,7 +172,7 @@ impl Phone {
     /// Binds the phone's SIP socket. Refuses SRTP over UDP signalling
     /// unless `insecure_sdes` says the user accepts it.
     pub fn new(cfg: Config) -> Result<Self, PhoneError> {
-        if !cfg.srtp.is_empty() && !cfg.insecure_sdes {
+        if !cfg.srtp.is_empty() && !cfg.insecure_sdes && cfg.tls.is_none() {
             return Err(PhoneError::InsecureSdes);
         }
         if cfg.user.is_empty() || cfg.user.contains(['@', ':', ' ', '<', '>']) {
@@ -161,8 +181,16 @@ impl Phone {
                 cfg.user
             )));
         }
-        let sock = UdpSocket::bind(cfg.bind)?;
-        let mut local = sock.local_addr()?;
+        let sig = match (&cfg.tls, cfg.server) {
+            (Some(t), Some(server)) => Signal::tls(server, &t.name, t.config.clone())?,
+            (Some(_), None) => {
+                return Err(PhoneError::Invalid(
+                    "TLS signalling needs --server (the phone connects to it)".into(),
+                ))
+            }
+            (None, _) => Signal::Udp(UdpSocket::bind(cfg.bind)?),
+        };
+        let mut local = sig.local_addr()?;
         if local.ip().is_unspecified() {
             let towards = cfg
                 .server
@@ -174,7 +202,7 @@ impl Phone {
         }
         Ok(Self {
             cfg,
-            sock,
+            sig,
             local,
             cseq: 1,
             register_call_id: sip::token(12),
@@ -201,7 +229,16 @@ impl Phone {
     }
 
     fn contact(&self) -> String {
-        format!("sip:{}@{}", self.cfg.user, Self::host(self.local))
+        let transport = if self.sig.reliable() {
+            ";transport=tls"
+        } else {
+            ""
+        };
+        format!(
+            "sip:{}@{}{transport}",
+            self.cfg.user,
+            Self::host(self.local)
+        )
     }
 
     fn aor(&self) -> String {
@@ -225,7 +262,7 @@ impl Phone {
         Request {
             method: method.into(),
             uri: uri.into(),
-            via: format!("UDP {}", Self::host(self.local)),
+            via: format!("{} {}", self.sig.via(), Self::host(self.local)),
             branch: sip::branch(),
             from: format!("<{}>", self.aor()),
             from_tag: tag.into(),
@@ -248,7 +285,7 @@ impl Phone {
             "INVITE" => sip::response(m, 486, "Busy Here", Some(&sip::token(4)), None, None),
             _ => sip::response(m, 481, "Call/Transaction Does Not Exist", None, None, None),
         };
-        let _ = self.sock.send_to(&reply, from);
+        let _ = self.sig.send_to(&reply, from);
     }
 
     /// Runs a client transaction (RFC 3261 §17.1 over UDP: Timer A/E
@@ -267,11 +304,14 @@ impl Phone {
         let mut next_send = started;
         let mut provisional = Vec::new();
         let mut cancelled = false;
-        let mut buf = vec![0u8; 65_535];
+        // Reliable transports send once (RFC 3261 §17.1.1.2).
+        let reliable = self.sig.reliable();
+        let mut sent = false;
         loop {
             let now = Instant::now();
-            if provisional.is_empty() && now >= next_send && !cancelled {
-                self.sock.send_to(&bytes, dest)?;
+            if provisional.is_empty() && now >= next_send && !cancelled && !(reliable && sent) {
+                sent = true;
+                self.sig.send_to(&bytes, dest)?;
                 next_send = now + interval;
                 interval = if invite {
                     interval * 2
@@ -299,11 +339,10 @@ impl Phone {
             let wait = next_send
                 .saturating_duration_since(Instant::now())
                 .clamp(Duration::from_millis(5), T1);
-            self.sock.set_read_timeout(Some(wait))?;
-            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+            let Some((data, from)) = self.sig.recv(wait)? else {
                 continue;
             };
-            let Ok(m) = Message::parse(&buf[..n]) else {
+            let Ok(m) = Message::parse(&data) else {
                 continue;
             };
             if m.is_request() {
@@ -328,7 +367,7 @@ impl Phone {
                 return Err(PhoneError::NoAnswer(ring.map_or(0, |r| r.as_secs())));
             }
             return Ok(Outcome {
-                bytes: buf[..n].to_vec(),
+                bytes: data.clone(),
                 provisional,
             });
         }
@@ -342,7 +381,7 @@ impl Phone {
         ack.body = None;
         ack.contact = None;
         ack.extra.clear();
-        let _ = self.sock.send_to(&ack.to_bytes(), dest);
+        let _ = self.sig.send_to(&ack.to_bytes(), dest);
     }
 
     /// Adds credentials answering the challenge in `resp` to `req`.
@@ -581,7 +620,7 @@ impl Phone {
             _ => self.resolve_uri(&remote_target).unwrap_or(dest),
         };
         let ack = in_dialog(self, "ACK", cseq_of(&m));
-        self.sock.send_to(&ack.to_bytes(), next_hop)?;
+        self.sig.send_to(&ack.to_bytes(), next_hop)?;
         // The answer decides the media; a bad one ends the call at once.
         let negotiated = answer
             .map_err(PhoneError::from)
@@ -653,9 +692,6 @@ impl Phone {
         call_id: &str,
         hang_up_after_send: bool,
     ) -> Result<&'static str, PhoneError> {
-        let mut buf = vec![0u8; 65_535];
-        self.sock
-            .set_read_timeout(Some(Duration::from_millis(50)))?;
         let mut idle_since: Option<Instant> = None;
         loop {
             if running.sender_done() {
@@ -670,10 +706,10 @@ impl Phone {
                     return Ok("local");
                 }
             }
-            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+            let Some((data, from)) = self.sig.recv(Duration::from_millis(50))? else {
                 continue;
             };
-            let Ok(m) = Message::parse(&buf[..n]) else {
+            let Ok(m) = Message::parse(&data) else {
                 continue;
             };
             if !m.is_request() {
@@ -681,7 +717,7 @@ impl Phone {
             }
             if m.method().as_str() == "BYE" && m.call_id() == call_id {
                 let ok = sip::response(&m, 200, "OK", None, None, None);
-                self.sock.send_to(&ok, from)?;
+                self.sig.send_to(&ok, from)?;
                 (self.log)("remote hung up");
                 return Ok("remote");
             }
@@ -701,7 +737,6 @@ impl Phone {
         packets: u64,
     ) -> Result<CallReport, PhoneError> {
         let deadline = Instant::now() + wait;
-        let mut buf = vec![0u8; 65_535];
         let (bytes, from) = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -710,16 +745,14 @@ impl Phone {
                     wait.as_secs()
                 )));
             }
-            self.sock
-                .set_read_timeout(Some(left.min(Duration::from_millis(500))))?;
-            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+            let Some((data, from)) = self.sig.recv(left.min(Duration::from_millis(500)))? else {
                 continue;
             };
-            let Ok(m) = Message::parse(&buf[..n]) else {
+            let Ok(m) = Message::parse(&data) else {
                 continue;
             };
             if m.is_request() && m.method().as_str() == "INVITE" {
-                break (buf[..n].to_vec(), from);
+                break (data.clone(), from);
             }
             if m.is_request() {
                 self.stray_request(&m, from);
@@ -728,12 +761,12 @@ impl Phone {
         let m = Message::parse(&bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
         let to_tag = sip::token(4);
         let trying = sip::response(&m, 100, "Trying", None, None, None);
-        self.sock.send_to(&trying, from)?;
+        self.sig.send_to(&trying, from)?;
         let peer = sip::addr_uri(m.from().as_str()).to_string();
         let offer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
-        let refuse = |phone: &Self, code: u16, reason: &str| {
+        let refuse = |phone: &mut Self, code: u16, reason: &str| {
             let r = sip::response(&m, code, reason, Some(&to_tag), None, None);
-            let _ = phone.sock.send_to(&r, from);
+            let _ = phone.sig.send_to(&r, from);
         };
         let offer = match offer {
             Ok(o) => o,
@@ -797,7 +830,7 @@ impl Phone {
             Some(&self.contact()),
             None,
         );
-        self.sock.send_to(&ringing, from)?;
+        self.sig.send_to(&ringing, from)?;
         let body = sdp::write(u64::from(std::process::id()), 1, &answer);
         let ok = sip::response(
             &m,
@@ -812,19 +845,20 @@ impl Phone {
         let started = Instant::now();
         let mut interval = T1;
         let mut acked = false;
+        let reliable = self.sig.reliable();
+        let mut sent = false;
         while !acked && started.elapsed() < TIMER_B {
-            self.sock.send_to(&ok, from)?;
+            if !(reliable && sent) {
+                self.sig.send_to(&ok, from)?;
+                sent = true;
+            }
             let until = Instant::now() + interval;
             while Instant::now() < until {
-                self.sock.set_read_timeout(Some(
-                    until
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(5)),
-                ))?;
-                let Ok((n, src)) = self.sock.recv_from(&mut buf) else {
+                let left = until.saturating_duration_since(Instant::now());
+                let Some((data, src)) = self.sig.recv(left)? else {
                     break;
                 };
-                let Ok(r) = Message::parse(&buf[..n]) else {
+                let Ok(r) = Message::parse(&data) else {
                     continue;
                 };
                 if r.is_request() && r.call_id() == call_id && r.method().as_str() == "ACK" {
