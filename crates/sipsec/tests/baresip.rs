@@ -239,13 +239,7 @@ fn call(stateful: bool, transport: &str) {
         pki.as_ref()
             .map(|k| (k.ca.clone(), dir.join(format!("{who}.pem"))))
     };
-    let http: SocketAddr = server
-        .banner
-        .split("status on http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|a| a.parse().ok())
-        .expect("http address in banner");
+    let http = common::banner_http_addr(&server.banner).expect("http address in banner");
 
     let bob_tls = phone_tls("bob");
     let bob_tls = bob_tls.as_ref().map(|(a, b)| (a.as_path(), b.as_path()));
@@ -343,13 +337,7 @@ fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
         "--data-dir",
         data.to_str().expect("utf-8"),
     ]);
-    let http: SocketAddr = server
-        .banner
-        .split("status on http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|a| a.parse().ok())
-        .expect("http address in banner");
+    let http = common::banner_http_addr(&server.banner).expect("http address in banner");
     let tone = dir.join("tone1000.wav");
     let mut samples = vec![0i16; 8_000 * 10];
     media::tone::Tone::new(1_000.0, 8_000, 8_000.0).fill(&mut samples);

@@ -206,12 +206,9 @@ fn status_and_metrics() {
     let dir = tempdir("status");
     let s = serve(&dir, &[]);
     let (addr, banner) = (s.addr, s.banner.clone());
-    let http = banner
-        .split("status on http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
+    let http = common::banner_http_addr(&banner)
         .unwrap_or_else(|| panic!("no http address in {banner:?}"))
-        .to_owned();
+        .to_string();
     assert!(register(addr, "dave", 1).starts_with("SIP/2.0 200 OK\r\n"));
     let out = Command::new(BIN)
         .args(["status", "--http", &http])

@@ -499,12 +499,7 @@ fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
 
 /// Completed TLS handshakes, from the server's /metrics.
 fn handshakes(server: &common::Running) -> u64 {
-    let http = server
-        .banner
-        .split("status on http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("http address in the banner");
+    let http = common::banner_http_addr(&server.banner).expect("http address in the banner");
     let mut s = std::net::TcpStream::connect(http).expect("http");
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         .expect("request");

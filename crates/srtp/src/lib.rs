@@ -489,11 +489,8 @@ impl<H: Hook> Context<H> {
     /// Protects the RTP packet in `packet` in place: encrypts the payload
     /// and appends the tag (and MKI).
     pub fn protect(&mut self, packet: &mut Vec<u8>) -> Result<(), Error> {
-        let len = packet.len();
-        packet.resize(len + self.rtp_overhead(), 0);
-        let r = self.protect_in_place(packet, len);
-        packet.truncate(*r.as_ref().unwrap_or(&len));
-        r.map(drop)
+        let overhead = self.rtp_overhead();
+        grow_in_place(packet, overhead, |buf, len| self.protect_in_place(buf, len))
     }
 
     /// Protects the `len`-byte RTP packet at the start of `buf`, which
@@ -670,11 +667,10 @@ impl<H: Hook> Context<H> {
     /// Protects the RTCP compound packet in `packet` in place: encrypts
     /// all but the first 8 bytes, appends E+index, tag (and MKI).
     pub fn protect_rtcp(&mut self, packet: &mut Vec<u8>) -> Result<(), Error> {
-        let len = packet.len();
-        packet.resize(len + self.rtcp_overhead(), 0);
-        let r = self.protect_rtcp_in_place(packet, len);
-        packet.truncate(*r.as_ref().unwrap_or(&len));
-        r.map(drop)
+        let overhead = self.rtcp_overhead();
+        grow_in_place(packet, overhead, |buf, len| {
+            self.protect_rtcp_in_place(buf, len)
+        })
     }
 
     /// Protects the `len`-byte RTCP packet at the start of `buf`, which
@@ -856,6 +852,20 @@ impl<H: Hook> Context<H> {
             .accept(index.into());
         Ok(body_end)
     }
+}
+
+/// Runs an in-place protect on `packet` grown by `overhead` bytes; a
+/// refused packet is left as it was.
+fn grow_in_place(
+    packet: &mut Vec<u8>,
+    overhead: usize,
+    protect: impl FnOnce(&mut [u8], usize) -> Result<usize, Error>,
+) -> Result<(), Error> {
+    let len = packet.len();
+    packet.resize(len + overhead, 0);
+    let r = protect(packet, len);
+    packet.truncate(*r.as_ref().unwrap_or(&len));
+    r.map(drop)
 }
 
 /// The fixed RTCP header: at least 8 bytes, version 2 (RFC 3550 §6.4).

@@ -521,3 +521,47 @@ fn rfc6188_7_4_aes_192_key_derivation() {
         "355b10973cd95b9eacf4061c7e1a7151e7cfbfcb",
     );
 }
+
+/// The AES-CM keystream tables: RFC 3711 §B.2 (AES-128), RFC 6188 §7.1
+/// (AES-256) and §7.3 (AES-192): session salt F0F1…FCFD, SSRC and index
+/// zero, 65,282 blocks; the first and last three blocks are given. A
+/// packet of zeros protected under those session keys carries the
+/// keystream as its ciphertext.
+#[test]
+fn rfc3711_b2_and_rfc6188_7_1_7_3_aes_cm_keystreams() {
+    let blocks = 65_282;
+    for (profile, key, first, last) in [
+        (
+            Profile::Aes128CmSha1_80,
+            "2B7E151628AED2A6ABF7158809CF4F3C",
+            "E03EAD0935C95E80E166B16DD92B4EB4 D23513162B02D0F72A43A2FE4A5F97AB 41E95B3BB0A2E8DD477901E4FCA894C0",
+            "EC8CDF7398607CB0F2D21675EA9EA1E4 362B7C3C6773516318A077D7FC5073AE 6A2CC3787889374FBEB4C81B17BA6C44",
+        ),
+        (
+            Profile::Aes256CmSha1_80,
+            "57f82fe3613fd170a85ec93c40b1f0922ec4cb0dc025b58272147cc438944a98",
+            "92bdd28a93c3f52511c677d08b5515a4 9da71b2378a854f67050756ded165bac 63c4868b7096d88421b563b8c94c9a31",
+            "cea518c90fd91ced9cbb18c078a54711 3dbc4814f4da5f00a08772b63c6a046d 6eb246913062a16891433e97dd01a57f",
+        ),
+        (
+            Profile::Aes192CmSha1_80,
+            "eab234764e517b2d3d160d587d8c86219740f65f99b6bcf7",
+            "35096cba4610028dc1b57503804ce37c 5de986291dcce161d5165ec4568f5c9a 474a40c77894bc17180202272a4c264d",
+            "d108d1a31a00bad6367ec23eb044b415 c8f57129fdeb970b59f917b257662d4c a5dab625811034e8cebdfeb6dc158dd3",
+        ),
+    ] {
+        let mut tx = Context::with_session_keys(
+            profile,
+            &hex(key),
+            &hex("F0F1F2F3F4F5F6F7F8F9FAFBFCFD"),
+            &[0; 20],
+        )
+        .unwrap();
+        let mut p = vec![0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        p.resize(12 + blocks * 16, 0);
+        tx.protect(&mut p).unwrap();
+        let stream = &p[12..12 + blocks * 16];
+        assert_eq!(&stream[..48], &hex(first)[..], "{profile} first blocks");
+        assert_eq!(&stream[stream.len() - 48..], &hex(last)[..], "{profile} last blocks");
+    }
+}

@@ -162,6 +162,16 @@ fn status_of(m: &Message<'_>) -> (u16, String) {
     (m.status().map(|s| s.as_u16()).unwrap_or(0), reason)
 }
 
+/// What a call's media needs once the offer and answer are agreed.
+struct Media {
+    sockets: Sockets,
+    remote: SocketAddr,
+    law: Law,
+    source: Source,
+    packets: u64,
+    crypto: Option<session::Crypto>,
+}
+
 /// The final response of a client transaction and what came before it.
 struct Outcome {
     bytes: Vec<u8>,
@@ -634,18 +644,17 @@ impl Phone {
                 return Err(e);
             }
         };
-        (self.log)("call established");
         let law = answer.law().unwrap_or(self.cfg.law);
-        let running = session::start(
+        let remote = SocketAddr::new(answer.addr, answer.port);
+        let media = Media {
             sockets,
-            SocketAddr::new(answer.addr, answer.port),
+            remote,
             law,
             source,
             packets,
             crypto,
-            self.aor(),
-        )?;
-        let hangup = self.wait_media(&running, &call_id, true)?;
+        };
+        let (running, hangup) = self.run_media(media, &call_id, true)?;
         if hangup == "local" {
             let cseq = self.next_cseq();
             let bye = in_dialog(self, "BYE", cseq);
@@ -682,6 +691,28 @@ impl Phone {
             .find(|o| o.tag == theirs.tag)
             .ok_or_else(|| PhoneError::NoCommonSuite("tag".into()))?;
         contexts(mine, theirs).map(Some)
+    }
+
+    /// Starts the media of an established call and waits while it flows
+    /// (see [`Phone::wait_media`]).
+    fn run_media(
+        &mut self,
+        m: Media,
+        call_id: &str,
+        hang_up_after_send: bool,
+    ) -> Result<(session::Running, &'static str), PhoneError> {
+        (self.log)("call established");
+        let running = session::start(
+            m.sockets,
+            m.remote,
+            m.law,
+            m.source,
+            m.packets,
+            m.crypto,
+            self.aor(),
+        )?;
+        let hangup = self.wait_media(&running, call_id, hang_up_after_send)?;
+        Ok((running, hangup))
     }
 
     /// Waits while media flows: answers BYE (remote hang-up) or, when
@@ -874,17 +905,16 @@ impl Phone {
         if !acked {
             return Err(PhoneError::Timeout("the ACK for our 200 OK".into()));
         }
-        (self.log)("call established");
-        let running = session::start(
+        let remote = SocketAddr::new(offer.addr, offer.port);
+        let media = Media {
             sockets,
-            SocketAddr::new(offer.addr, offer.port),
+            remote,
             law,
             source,
             packets,
             crypto,
-            self.aor(),
-        )?;
-        let hangup = self.wait_media(&running, &call_id, false)?;
+        };
+        let (running, hangup) = self.run_media(media, &call_id, false)?;
         Ok(CallReport {
             peer,
             provisional: Vec::new(),

@@ -50,6 +50,14 @@ pub fn banner_tls_addr(line: &str) -> Option<SocketAddr> {
         .and_then(|a| a.parse().ok())
 }
 
+/// The HTTP (status and metrics) address in a `sipsec serve` banner.
+pub fn banner_http_addr(line: &str) -> Option<SocketAddr> {
+    line.split("status on http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|a| a.parse().ok())
+}
+
 /// Starts `sipsec serve ARGS`, waits for its banner and returns it running.
 /// Panics with the server's stderr if it does not start.
 pub fn serve(args: &[&str]) -> Running {
