@@ -10,7 +10,8 @@
 //! - ECIES over P-256 ([`ecies`]);
 //! - AES with a key derived from the user's digest credentials, AES-GCM
 //!   by default and the published AES-CBC with ISO 10126 padding as a
-//!   compatibility mode ([`aes`]).
+//!   compatibility mode ([`aes`]);
+//! - HPKE (RFC 9180) with X25519 ([`hpke`]).
 //!
 //! Every failure to decrypt is the same [`Error::Undecryptable`], so a
 //! proxy answering on it gives attackers no oracle.
@@ -18,6 +19,7 @@
 pub mod aes;
 pub mod ecies;
 pub mod encoding;
+pub mod hpke;
 pub mod rsa;
 
 pub use encoding::Encoding;
@@ -36,6 +38,8 @@ pub enum Scheme {
     AesGcm = 3,
     /// AES-128-CBC with ISO 10126 padding (the published mode).
     AesCbc = 4,
+    /// HPKE (RFC 9180): DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM.
+    Hpke = 5,
 }
 
 impl Scheme {
@@ -46,6 +50,7 @@ impl Scheme {
             2 => Some(Scheme::Ecies),
             3 => Some(Scheme::AesGcm),
             4 => Some(Scheme::AesCbc),
+            5 => Some(Scheme::Hpke),
             _ => None,
         }
     }
@@ -57,6 +62,7 @@ impl Scheme {
             Scheme::Ecies => "ecies-p256",
             Scheme::AesGcm => "aes-gcm",
             Scheme::AesCbc => "aes-cbc",
+            Scheme::Hpke => "hpke-x25519",
         }
     }
 }

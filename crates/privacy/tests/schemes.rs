@@ -230,3 +230,56 @@ fn aes_gcm_and_the_published_cbc_mode() {
         Err(Error::Undecryptable)
     );
 }
+
+/// RFC 9180 §A.1.1: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM,
+/// base mode, the first encryption (sequence 0).
+#[test]
+fn rfc9180_a1_1_hpke_base_mode() {
+    use privacy::hpke::{key_schedule, open_base, public_of, seal_base};
+    let sk_e: [u8; 32] = hex("52c4a758a802cd8b936eceea314432798d5baf2d7e9235dc084ab1b9cfa2f736")
+        .try_into()
+        .unwrap();
+    let sk_r: [u8; 32] = hex("4612c550263fc8ad58375df3f557aac531d26850903e55a9f23f21d8534e8ac8")
+        .try_into()
+        .unwrap();
+    let pk_r = hex("3948cfe0ad1ddb695d780e59077195da6c56506b027329794ab02bca80815c4d");
+    assert_eq!(public_of(&sk_r).unwrap().to_vec(), pk_r);
+    let info = hex("4f6465206f6e2061204772656369616e2055726e");
+    let (key, nonce) = key_schedule(
+        &hex("fe0e18c9f024ce43799ae393c7e8fe8fce9d218875e8227b0187c04e7d2ea1fc"),
+        &info,
+    )
+    .unwrap();
+    assert_eq!(key.to_vec(), hex("4531685d41d65f03dc48f6b8302c05b0"));
+    assert_eq!(nonce.to_vec(), hex("56d890e5accaaf011cff4b7d"));
+    let aad = hex("436f756e742d30");
+    let pt = hex("4265617574792069732074727574682c20747275746820626561757479");
+    let (enc, ct) = seal_base(&pk_r, &sk_e, &info, &aad, &pt).unwrap();
+    assert_eq!(
+        enc,
+        hex("37fda3567bdbd628e88668c3c8d7e97d1d1253b6d4ea6d44c150f741f1bf4431")
+    );
+    assert_eq!(ct, hex("f938558b5d72f1a23810b4be2ab4f84331acc02fc97babc53a52ae8218a355a96d8770ac83d07bea87e13c512a"));
+    assert_eq!(open_base(&sk_r, &enc, &info, &aad, &ct).unwrap(), pt);
+}
+
+#[test]
+fn hpke_x25519() {
+    use privacy::hpke::{public_of, Hpke, HpkeKey};
+    let mut sk = [0u8; 32];
+    openssl::rand::rand_bytes(&mut sk).unwrap();
+    let mut other = [0u8; 32];
+    openssl::rand::rand_bytes(&mut other).unwrap();
+    let enc = Hpke::new(public_of(&sk).unwrap(), 4);
+    check(&enc, &HpkeKey::new(sk, 4), &HpkeKey::new(other, 4));
+    // Keys as PEM files, the way proxies and phones get them.
+    let key = openssl::pkey::PKey::generate_x25519().unwrap();
+    let enc = Hpke::from_pem(&key.public_key_to_pem().unwrap(), 2).unwrap();
+    let dec = HpkeKey::from_pem(&key.private_key_to_pem_pkcs8().unwrap(), 2).unwrap();
+    assert_eq!(dec.decrypt(&enc.encrypt("erin").unwrap()).unwrap(), "erin");
+    let (_, p256_public) = p256_pair();
+    assert!(
+        Hpke::from_pem(&p256_public, 2).is_err(),
+        "an EC key is not X25519"
+    );
+}
