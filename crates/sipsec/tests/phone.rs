@@ -373,6 +373,19 @@ fn every_failure_gets_a_clear_message() {
         "",
         "unknown suite",
     );
+    // A target outside the proxy's domain: the policy and its Warning.
+    fails_with(
+        &[
+            "call",
+            "sip:bob@127.0.0.1:9",
+            "--user",
+            "alice",
+            "--server",
+            &s,
+        ],
+        "pw-alice",
+        "403 Forbidden (399 sipsec \"relaying denied\")",
+    );
     let busy = format!("sip:bob@{}", fake_uas(486));
     fails_with(&["call", &busy, "--user", "alice"], "", "busy");
     let ringing = format!("sip:bob@{}", fake_uas(0));

@@ -467,7 +467,11 @@ impl Phone {
                     req.cseq = self.next_cseq();
                     req.branch = sip::branch();
                 }
-                401 | 407 | 403 => {
+                // A second challenge, or 403 to our credentials: refused.
+                401 | 407 => {
+                    return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
+                }
+                403 if challenged => {
                     return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
                 }
                 _ => {
@@ -580,9 +584,12 @@ impl Phone {
                     req.cseq = self.next_cseq();
                     req.branch = sip::branch();
                 }
-                401 | 407 | 403 => {
+                // A second challenge: our credentials were refused. (A 403
+                // is policy, e.g. relaying denied: reported with its Warning.)
+                401 | 407 => {
                     return Err(PhoneError::AuthFailed(format!("INVITE: {code} {reason}")))
                 }
+
                 486 | 600 => return Err(PhoneError::Busy(format!("{target} ({code} {reason})"))),
                 404 | 604 => {
                     return Err(PhoneError::NotFound(format!("{target} ({code} {reason})")))
