@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
-use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
+use sip_core::digest;
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -251,33 +251,14 @@ fn ask(sock: &UdpSocket, msg: &[u8], server: SocketAddr) -> Result<Vec<u8>, Stri
 
 fn answer(challenge: &str, header: &str, user: &User, uri: &str) -> Option<String> {
     let c = Challenge::parse(challenge).ok()?;
-    let alg = Algorithm::from_token(c.algorithm.unwrap_or("MD5"))?;
-    let (realm, nonce) = (c.realm?, c.nonce?);
-    let ha1 = digest::ha1(alg, &user.name, realm, &user.password);
-    let qop = c.offers_qop("auth");
-    let resp = digest::response(&ResponseInput {
-        algorithm: alg,
-        ha1: &ha1,
-        nonce,
-        cnonce: "5ea1ca11",
-        nc: "00000001",
-        qop: qop.then_some(Qop::Auth),
-        method: "REGISTER",
+    let value = digest::authorization(
+        &c,
+        &user.name,
+        &user.password,
+        "REGISTER",
         uri,
-        body: b"",
-    });
-    let mut line = format!(
-        "{header}: Digest username=\"{}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{}\", algorithm={}",
-        user.name,
-        resp.as_str(),
-        alg.as_str()
-    );
-    if qop {
-        line.push_str(", qop=auth, nc=00000001, cnonce=\"5ea1ca11\"");
-    }
-    if let Some(o) = c.opaque {
-        line.push_str(&format!(", opaque=\"{o}\""));
-    }
-    line.push_str("\r\n");
-    Some(line)
+        "5ea1ca11",
+        1,
+    )?;
+    Some(format!("{header}: {value}\r\n"))
 }

@@ -426,6 +426,29 @@ impl Phone {
         Ok(())
     }
 
+    /// After a 401/407: the request again with credentials, a new CSeq
+    /// and branch, the first time; a second challenge means our
+    /// credentials were refused.
+    fn rechallenge(
+        &mut self,
+        req: &mut Request,
+        resp: &Message<'_>,
+        challenged: &mut bool,
+    ) -> Result<(), PhoneError> {
+        if *challenged {
+            let (code, reason) = status_of(resp);
+            return Err(PhoneError::AuthFailed(format!(
+                "{}: {code} {reason}",
+                req.method
+            )));
+        }
+        *challenged = true;
+        self.authorize(req, resp)?;
+        req.cseq = self.next_cseq();
+        req.branch = sip::branch();
+        Ok(())
+    }
+
     /// Registers the phone's Contact for `expires` seconds (0 removes it).
     /// Returns the lifetime the registrar granted.
     pub fn register(&mut self, expires: u32) -> Result<u32, PhoneError> {
@@ -461,16 +484,7 @@ impl Phone {
                         .unwrap_or(expires);
                     return Ok(granted);
                 }
-                401 | 407 if !challenged => {
-                    challenged = true;
-                    self.authorize(&mut req, &m)?;
-                    req.cseq = self.next_cseq();
-                    req.branch = sip::branch();
-                }
-                // A second challenge, or 403 to our credentials: refused.
-                401 | 407 => {
-                    return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
-                }
+                401 | 407 => self.rechallenge(&mut req, &m, &mut challenged)?,
                 403 if challenged => {
                     return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
                 }
@@ -578,17 +592,9 @@ impl Phone {
             }
             match code {
                 200..=299 => break (out.bytes.clone(), out.provisional),
-                401 | 407 if !challenged => {
-                    challenged = true;
-                    self.authorize(&mut req, &m)?;
-                    req.cseq = self.next_cseq();
-                    req.branch = sip::branch();
-                }
-                // A second challenge: our credentials were refused. (A 403
-                // is policy, e.g. relaying denied: reported with its Warning.)
-                401 | 407 => {
-                    return Err(PhoneError::AuthFailed(format!("INVITE: {code} {reason}")))
-                }
+                // (A 403 is policy, e.g. relaying denied: reported below
+                // with its Warning.)
+                401 | 407 => self.rechallenge(&mut req, &m, &mut challenged)?,
 
                 486 | 600 => return Err(PhoneError::Busy(format!("{target} ({code} {reason})"))),
                 404 | 604 => {
