@@ -14,10 +14,11 @@ if command -v apt-get >/dev/null 2>&1; then
     # CLI for the RSA variants and their interop tests; SIPp (sip-tester),
     # sipsak and the baresip softphone for the interop tests; Kamailio, the
     # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots;
-    # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp).
+    # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp);
+    # tcpdump for the PrivaSIP capture test (no user ID between proxies).
     $SUDO apt-get install -y -qq --no-install-recommends \
         build-essential pkg-config libssl-dev openssl ca-certificates sip-tester sipsak baresip-core \
-        kamailio librsvg2-bin libsrtp2-dev >/dev/null
+        kamailio librsvg2-bin libsrtp2-dev tcpdump >/dev/null
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their
     # own Kamailio. Stop and disable the service where systemd runs.

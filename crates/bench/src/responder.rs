@@ -253,8 +253,7 @@ fn answer(challenge: &str, header: &str, user: &User, uri: &str) -> Option<Strin
     let c = Challenge::parse(challenge).ok()?;
     let value = digest::authorization(
         &c,
-        &user.name,
-        &user.password,
+        &digest::Answerer::new(&user.name, &user.password),
         "REGISTER",
         uri,
         "5ea1ca11",

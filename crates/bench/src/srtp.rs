@@ -519,6 +519,7 @@ pub fn calls(
         expires: 600,
         ring_timeout: 30,
         tls: None,
+        privacy: None,
     };
     let mut rows = Vec::new();
     let configs: Vec<Option<Profile>> = std::iter::once(None)

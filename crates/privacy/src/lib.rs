@@ -20,6 +20,7 @@ pub mod aes;
 pub mod ecies;
 pub mod encoding;
 pub mod hpke;
+pub mod keys;
 pub mod rsa;
 
 pub use encoding::Encoding;
@@ -110,6 +111,22 @@ pub fn split(raw: &[u8]) -> Result<(Scheme, u8, &[u8]), Error> {
         )),
         _ => Err(Error::Undecryptable),
     }
+}
+
+/// The shortest raw pseudonym any scheme makes (AES-GCM of an empty ID:
+/// header, nonce, tag).
+pub const MIN_RAW_LEN: usize = 3 + 12 + 16;
+
+/// The raw bytes of `text` when it is shaped like a pseudonym: hex or
+/// base32 of at least [`MIN_RAW_LEN`] bytes starting with our version and
+/// a known scheme. A plain user name practically never is (it would have
+/// to be 50+ characters of one alphabet with those first bytes).
+pub fn pseudonym_bytes(text: &str) -> Option<Vec<u8>> {
+    if text.len() < MIN_RAW_LEN * 8 / 5 {
+        return None;
+    }
+    let raw = Encoding::decode_any(text)?;
+    (raw.len() >= MIN_RAW_LEN && split(&raw).is_ok()).then_some(raw)
 }
 
 /// Random bytes from OpenSSL's CSPRNG.

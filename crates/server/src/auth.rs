@@ -196,13 +196,16 @@ pub enum AuthFailure {
     Rejected,
     /// Credentials that do not parse: 400.
     Malformed,
+    /// A pseudonym username that does not open (PrivaSIP): the uniform
+    /// refusal.
+    Undecryptable,
 }
 
 /// The outcome of checking a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthResult<'a> {
-    /// Authenticated as this username.
-    Ok(&'a str),
+    /// Authenticated as this username (revealed, when it came encrypted).
+    Ok(std::borrow::Cow<'a, str>),
     /// Not authenticated.
     Failed(AuthFailure),
 }
@@ -288,6 +291,20 @@ impl Authenticator {
     /// Checks the request's credentials (Authorization, or
     /// Proxy-Authorization when `proxy`).
     pub fn check<'m>(&self, msg: &Message<'m>, proxy: bool, now: u64) -> AuthResult<'m> {
+        self.check_as(msg, proxy, now, |u| Some(std::borrow::Cow::Borrowed(u)))
+    }
+
+    /// [`check`](Self::check) with the username passed through `reveal`
+    /// first (PrivaSIP: the username may be a pseudonym); `None` from it
+    /// is [`AuthFailure::Undecryptable`]. Called only once the cheap
+    /// checks (syntax, nonce, qop) have passed.
+    pub fn check_as<'m>(
+        &self,
+        msg: &Message<'m>,
+        proxy: bool,
+        now: u64,
+        reveal: impl FnOnce(&'m str) -> Option<std::borrow::Cow<'m, str>>,
+    ) -> AuthResult<'m> {
         let wanted = if proxy {
             HeaderName::ProxyAuthorization
         } else {
@@ -331,7 +348,10 @@ impl Authenticator {
         else {
             return AuthResult::Failed(AuthFailure::Rejected);
         };
-        let entry = self.users.get(username, &self.realm);
+        let Some(username) = reveal(username) else {
+            return AuthResult::Failed(AuthFailure::Undecryptable);
+        };
+        let entry = self.users.get(&username, &self.realm);
         let ha1: &Hex = entry.unwrap_or(&self.decoy).ha1(algorithm);
         let input = ResponseInput {
             algorithm,

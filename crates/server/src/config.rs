@@ -119,6 +119,12 @@ pub struct Config {
     pub guard: crate::guard::GuardConfig,
     /// SIP over TLS (`sips:`), when a certificate and key are given.
     pub tls: Option<crate::tls::TlsSettings>,
+    /// Identity privacy (PrivaSIP): keys that open pseudonyms.
+    pub privacy: Option<crate::privacy::PrivacySettings>,
+    /// Other domains' proxies: requests for these domains are forwarded to
+    /// the address (proxy mode), and requests from those addresses are
+    /// trusted as coming from that domain's proxy (not challenged).
+    pub peers: Vec<(String, SocketAddr)>,
 }
 
 impl Default for Config {
@@ -147,6 +153,8 @@ impl Default for Config {
             default_expires: 3600,
             guard: crate::guard::GuardConfig::default(),
             tls: None,
+            privacy: None,
+            peers: Vec::new(),
         }
     }
 }
@@ -186,6 +194,40 @@ pub struct FileConfig {
     pub guard: Option<GuardSection>,
     /// `[tls]` table.
     pub tls: Option<TlsSection>,
+    /// `[privacy]` table.
+    pub privacy: Option<PrivacySection>,
+    /// `[peers]` table: domain = "address".
+    pub peers: Option<std::collections::BTreeMap<String, SocketAddr>>,
+}
+
+/// `[privacy]`: PrivaSIP pseudonyms this proxy opens.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacySection {
+    /// Private keys (RSA of any variant, P-256, X25519), each with the key
+    /// id published beside its public half.
+    pub keys: Option<Vec<PrivacyKey>>,
+    /// AES pseudonyms under keys from the users' HA1: `off`, `gcm` or the
+    /// published `cbc`.
+    pub aes: Option<String>,
+    /// Key id of AES pseudonyms (default 1).
+    pub aes_key_id: Option<u8>,
+    /// `stateless` (decrypt every time) or `stateful` (cache).
+    pub mode: Option<String>,
+    /// Cache entries in stateful mode (default 100,000).
+    pub cache: Option<usize>,
+    /// Seconds a cached pseudonym stays (default 300).
+    pub cache_ttl: Option<u64>,
+}
+
+/// One key of `[privacy]`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacyKey {
+    /// Key id (0–255).
+    pub id: u8,
+    /// Private key file, PEM.
+    pub key: PathBuf,
 }
 
 /// `[tls]`: SIP over TLS. `cert` and `key` turn it on.
@@ -312,6 +354,59 @@ pub fn parse_digest(s: &str) -> Result<Algorithm, String> {
     }
 }
 
+/// The settings of a `[privacy]` table.
+fn privacy_settings(
+    p: PrivacySection,
+) -> Result<crate::privacy::PrivacySettings, (&'static str, String)> {
+    use crate::privacy::AesMode;
+    let aes = match p.aes.as_deref().unwrap_or("off") {
+        "off" => AesMode::Off,
+        "gcm" => AesMode::Gcm,
+        "cbc" => AesMode::Cbc,
+        other => return Err(("privacy.aes", format!("{other:?}: use off, gcm or cbc"))),
+    };
+    let stateful = match p.mode.as_deref().unwrap_or("stateful") {
+        "stateful" => true,
+        "stateless" => false,
+        other => {
+            return Err((
+                "privacy.mode",
+                format!("{other:?}: use stateless or stateful"),
+            ))
+        }
+    };
+    let keys: Vec<(u8, PathBuf)> = p
+        .keys
+        .unwrap_or_default()
+        .into_iter()
+        .map(|k| (k.id, k.key))
+        .collect();
+    if keys.is_empty() && aes == AesMode::Off {
+        return Err((
+            "privacy",
+            "give keys = [{ id = 1, key = \"file.pem\" }] or aes = \"gcm\"".into(),
+        ));
+    }
+    let cache = if stateful {
+        p.cache.unwrap_or(100_000)
+    } else {
+        0
+    };
+    if stateful && cache == 0 {
+        return Err((
+            "privacy.cache",
+            "0 entries: say mode = \"stateless\" instead".into(),
+        ));
+    }
+    Ok(crate::privacy::PrivacySettings {
+        keys,
+        aes,
+        aes_key_id: p.aes_key_id.unwrap_or(1),
+        cache,
+        cache_ttl: p.cache_ttl.unwrap_or(300),
+    })
+}
+
 impl Config {
     /// Applies a configuration file's text over `self`.
     pub fn apply_toml(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
@@ -435,6 +530,12 @@ impl Config {
                 ));
             }
         }
+        if let Some(p) = f.privacy {
+            self.privacy = Some(privacy_settings(p).map_err(|(k, m)| value(k, m))?);
+        }
+        if let Some(peers) = f.peers {
+            self.peers = peers.into_iter().collect();
+        }
         if self.min_expires > self.max_expires {
             return Err(value(
                 "registrar",
@@ -502,6 +603,17 @@ mod tests {
         assert_eq!(c.tls, None, "TLS stays off without a [tls] table");
         c.apply_toml("[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n", "x.toml")
             .expect("valid");
+        c.apply_toml(
+            "[privacy]\nkeys = [{ id = 2, key = \"k.pem\" }]\nmode = \"stateless\"\n[peers]\n\"b.example\" = \"127.0.0.1:5080\"\n",
+            "x.toml",
+        )
+        .expect("valid");
+        let p = c.privacy.clone().expect("privacy on");
+        assert_eq!((p.keys.len(), p.cache), (1, 0));
+        assert_eq!(
+            c.peers,
+            vec![("b.example".into(), "127.0.0.1:5080".parse().expect("addr"))]
+        );
         let tls = c.tls.clone().expect("tls on");
         assert_eq!(tls.addr, "127.0.0.1:5061".parse().expect("addr"));
         assert_eq!((tls.client_ca, tls.peer_ca), (None, None));
@@ -515,6 +627,14 @@ mod tests {
             ("workers = \"two\"", "invalid type"),
             ("[tls]\ncert = \"c.pem\"", "tls: give both cert and key"),
             ("[tls]\ncertificate = \"c.pem\"", "unknown field"),
+            ("[privacy]\nmode = \"stateful\"", "privacy: give keys"),
+            ("[privacy]\naes = \"ecb\"", "privacy.aes"),
+            ("[privacy]\naes = \"gcm\"\nmode = \"lazy\"", "privacy.mode"),
+            ("[privacy]\naes = \"gcm\"\ncache = 0", "privacy.cache"),
+            (
+                "[peers]\n\"b.example\" = \"nowhere\"",
+                "invalid socket address",
+            ),
         ] {
             let e = Config::default()
                 .apply_toml(bad, "x.toml")

@@ -1,6 +1,7 @@
 //! Request handling, independent of sockets and threads: registrar
 //! (RFC 3261 §10.3), stateless proxy (§16.11) and redirect server (§8.3).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
@@ -20,6 +21,7 @@ use crate::location::{
     Binding, ContactChange, Journal, Location, MemoryLocation, Record, Registration, UpdateError,
 };
 use crate::metrics::{Metrics, Stage};
+use crate::privacy::{Privacy, Reveal};
 use crate::stateful::{Hop, Key, Seen, Sends, StartError, Transactions, Upstream, BRANCH_PREFIX};
 
 /// Prefix of the To tags on responses this server generates; an ACK
@@ -97,6 +99,8 @@ pub struct Shared {
     pub guard: crate::guard::Guard,
     /// The proxy's transactions, when it is transaction-stateful.
     pub transactions: Option<Transactions>,
+    /// PrivaSIP keys, when configured.
+    pub privacy: Option<crate::privacy::Privacy>,
     branch_salt: RandomState,
 }
 
@@ -114,6 +118,7 @@ impl Shared {
             started: crate::udp::unix_now(),
             guard,
             transactions,
+            privacy: None,
             branch_salt: RandomState::new(),
         }
     }
@@ -149,8 +154,11 @@ fn bump(c: &AtomicU64) {
 
 /// The address-of-record of a URI: `sip:user@host`, host lowercased.
 pub fn aor(uri: &Uri<'_>) -> Option<String> {
-    let user = uri.user()?;
-    let host = uri.host()?;
+    Some(aor_of(uri.user()?, uri.host()?))
+}
+
+/// `sip:user@host`, host lowercased.
+fn aor_of(user: &str, host: Host<'_>) -> String {
     let mut s = String::with_capacity(8 + user.len() + 32);
     s.push_str("sip:");
     s.push_str(user);
@@ -165,7 +173,21 @@ pub fn aor(uri: &Uri<'_>) -> Option<String> {
             let _ = write!(s, "{other}");
         }
     }
-    Some(s)
+    s
+}
+
+/// What a user part at this server stands for: itself, or the ID inside
+/// a pseudonym encrypted for us; `None` for a pseudonym that does not
+/// open.
+fn reveal<'a>(privacy: Option<&Privacy>, user: &'a str, now: u64) -> Option<Cow<'a, str>> {
+    let Some(p) = privacy else {
+        return Some(Cow::Borrowed(user));
+    };
+    match p.reveal(user, now) {
+        Reveal::Plain => Some(Cow::Borrowed(user)),
+        Reveal::Id(id) => Some(Cow::Owned(id)),
+        Reveal::Refused => None,
+    }
 }
 
 /// Whether a header such as Supported or Require lists `tag`.
@@ -403,10 +425,12 @@ impl Core {
             return Ok(None);
         };
         let t0 = Instant::now();
-        let result = auth.check(msg, proxy, now);
+        let privacy = self.shared.privacy.as_ref();
+        let result = auth.check_as(msg, proxy, now, |u| reveal(privacy, u, now));
         self.shared.metrics.stage(Stage::Authenticate, t0.elapsed());
         match result {
-            AuthResult::Ok(user) => Ok(Some(user.to_owned())),
+            AuthResult::Ok(user) => Ok(Some(user.into_owned())),
+            AuthResult::Failed(AuthFailure::Undecryptable) => Err(self.refuse(msg, src, out)),
             AuthResult::Failed(AuthFailure::Malformed) => Err(self.respond(
                 msg,
                 StatusCode::BAD_REQUEST,
@@ -424,6 +448,78 @@ impl Core {
         }
     }
 
+    /// The one answer to a pseudonym that does not open, wherever it was:
+    /// 403 and nothing more, counted against the source like a failed
+    /// authentication (so guessing is rate-limited and banned).
+    fn refuse(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+        self.shared.guard.auth_failed(src.ip(), now_ms());
+        self.respond(msg, StatusCode::FORBIDDEN, &[], src, out)
+    }
+
+    /// Whether `src` is another domain's proxy we peer with.
+    fn is_peer(&self, src: SocketAddr) -> bool {
+        self.shared.config.peers.iter().any(|(_, a)| *a == src)
+    }
+
+    /// The peer proxy serving the Request-URI's domain.
+    fn peer_for(&self, uri: &Uri<'_>) -> Option<SocketAddr> {
+        let Some(Host::Name(n)) = uri.host() else {
+            return None;
+        };
+        self.shared
+            .config
+            .peers
+            .iter()
+            .find(|(d, _)| d.eq_ignore_ascii_case(n))
+            .map(|(_, a)| *a)
+    }
+
+    /// A request that needs a local caller (INVITE, MESSAGE, SUBSCRIBE)
+    /// with authentication on: digest, and under PrivaSIP the From user
+    /// must open to the authenticated user. Requests from peer proxies
+    /// were authenticated in their domain.
+    fn authorize_caller(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Reply> {
+        if self.shared.auth.is_none()
+            || !matches!(
+                msg.method(),
+                Method::Invite | Method::Message | Method::Subscribe
+            )
+            || self.is_peer(src)
+        {
+            return Ok(false);
+        }
+        let Some(user) = self.authenticate(msg, true, now, src, out)? else {
+            return Ok(false);
+        };
+        let from = msg.from().uri();
+        let Some(from_user) = from.user() else {
+            return Ok(true);
+        };
+        if self.shared.privacy.is_none() || !self.is_local_uri(from) {
+            return Ok(true);
+        }
+        match reveal(self.shared.privacy.as_ref(), from_user, now) {
+            None => Err(self.refuse(msg, src, out)),
+            Some(Cow::Owned(id)) if id != user => Err(self.respond(
+                msg,
+                StatusCode::FORBIDDEN,
+                &[(
+                    "Warning",
+                    "399 sipsec \"From is not the authenticated user\"",
+                )],
+                src,
+                out,
+            )),
+            Some(_) => Ok(true),
+        }
+    }
+
     fn register(
         &mut self,
         msg: &Message<'_>,
@@ -435,7 +531,8 @@ impl Core {
             Ok(u) => u,
             Err(reply) => return reply,
         };
-        let Some(aor) = aor(msg.to().uri()) else {
+        let to = msg.to().uri();
+        let (Some(to_user), Some(to_host)) = (to.user(), to.host()) else {
             return self.respond(
                 msg,
                 StatusCode::BAD_REQUEST,
@@ -447,11 +544,15 @@ impl Core {
                 out,
             );
         };
+        let Some(to_user) = reveal(self.shared.privacy.as_ref(), to_user, now) else {
+            return self.refuse(msg, src, out);
+        };
         if let Some(user) = user {
-            if msg.to().uri().user() != Some(user.as_str()) {
+            if *to_user != *user {
                 return self.respond(msg, StatusCode::FORBIDDEN, &[], src, out);
             }
         }
+        let aor = aor_of(&to_user, to_host);
         let cfg = &self.shared.config;
         let (min, max, default) = (cfg.min_expires, cfg.max_expires, cfg.default_expires);
         let star = msg.is_contact_star();
@@ -691,13 +792,22 @@ impl Core {
             return Reply::Drop;
         };
         let mut new_ruri: Option<String> = None;
+        let mut to_peer = false;
+        let mut authenticated = false;
         let mut out_transport = Transport::Udp;
         let target = if let Some(r) = next_route {
             let u = r.uri();
             out_transport = Transport::of_uri(u);
             u.host().and_then(|h| resolve(h, u.port()))
         } else if self.is_local_uri(ruri) {
-            let Some(key) = aor(ruri) else {
+            let key = match (ruri.user(), ruri.host()) {
+                (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
+                    Some(u) => Some(aor_of(&u, h)),
+                    None => return self.refuse(msg, src, out),
+                },
+                _ => None,
+            };
+            let Some(key) = key else {
                 return match method {
                     Method::Options => self.respond(
                         msg,
@@ -719,12 +829,9 @@ impl Core {
                     out,
                 );
             }
-            if self.shared.auth.is_some()
-                && matches!(method, Method::Invite | Method::Message | Method::Subscribe)
-            {
-                if let Err(reply) = self.authenticate(msg, true, now, src, out) {
-                    return reply;
-                }
+            match self.authorize_caller(msg, src, now, out) {
+                Ok(a) => authenticated = a,
+                Err(reply) => return reply,
             }
             let t0 = Instant::now();
             self.shared.location.lookup(&key, now, &mut self.bindings);
@@ -764,6 +871,18 @@ impl Core {
             // the Request-URI is the peer's contact.
             out_transport = Transport::of_uri(ruri);
             ruri.host().and_then(|h| resolve(h, ruri.port()))
+        } else if let Some(peer) = self
+            .peer_for(ruri)
+            .filter(|_| self.shared.config.mode == Mode::Proxy)
+        {
+            // Another domain we peer with: our users' requests go to its
+            // proxy, the Request-URI (perhaps a pseudonym for it) as is.
+            match self.authorize_caller(msg, src, now, out) {
+                Ok(a) => authenticated = a,
+                Err(reply) => return reply,
+            }
+            to_peer = true;
+            Some(peer)
         } else {
             // No open relay: only requests for this server's domains are proxied.
             return self.respond(
@@ -808,7 +927,7 @@ impl Core {
         // so the dialog's later requests come back through this proxy.
         self.rr.clear();
         if (self.shared.config.record_route || self.shared.transactions.is_some())
-            && new_ruri.is_some()
+            && (new_ruri.is_some() || to_peer)
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
             let _ = write!(self.rr, "<sip:{here};lr");
@@ -828,18 +947,32 @@ impl Core {
             received: annotate.then_some((self.ip.as_str(), src.port())),
             max_forwards: true,
             force_rport: reliable,
+            // The credentials we checked stop here (RFC 3261 §22.3).
+            remove: if authenticated {
+                self.shared.auth.as_ref().and_then(|a| {
+                    msg.headers_named(HeaderName::ProxyAuthorization)
+                        .find(|h| {
+                            sip_core::auth::Credentials::parse(h.value)
+                                .is_ok_and(|c| c.realm == Some(a.realm.as_str()))
+                        })
+                        .map(|h| (h.line, h.value))
+                })
+            } else {
+                None
+            },
         };
         let added = 1
             + usize::from(edits.record_route.is_some())
             + usize::from(edits.route.is_some())
-            + usize::from(msg.max_forwards().is_none())
-            - usize::from(edits.pop_route && msg.route_count() == 1);
+            + usize::from(msg.max_forwards().is_none());
+        let removed = usize::from(edits.pop_route && msg.route_count() == 1)
+            + usize::from(edits.remove.is_some());
         match forward_request(msg, &edits, out) {
             // What we forward must itself be acceptable to the next hop:
             // our lines can push a request at the limits over them.
             Ok(())
                 if out.len() > Limits::DEFAULT.max_message_len
-                    || msg.header_count() + added > Limits::DEFAULT.max_headers =>
+                    || msg.header_count() + added > Limits::DEFAULT.max_headers + removed =>
             {
                 out.clear();
                 self.respond(

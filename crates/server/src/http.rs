@@ -60,7 +60,33 @@ impl View {
                 now.saturating_sub(self.shared.started),
             ),
         ];
-        self.shared.metrics.render(&gauges)
+        let mut text = self.shared.metrics.render(&gauges);
+        if let Some(p) = &self.shared.privacy {
+            let c = &p.counters;
+            for (name, help, v) in [
+                (
+                    "sipsec_privacy_decryptions_total",
+                    "Pseudonyms decrypted.",
+                    &c.decryptions,
+                ),
+                (
+                    "sipsec_privacy_cache_hits_total",
+                    "Pseudonyms found in the cache.",
+                    &c.cache_hits,
+                ),
+                (
+                    "sipsec_privacy_refused_total",
+                    "Pseudonyms that did not open (refused).",
+                    &c.refused,
+                ),
+            ] {
+                text.push_str(&format!(
+                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+                    v.load(Ordering::Relaxed)
+                ));
+            }
+        }
+        text
     }
 
     /// The `/status` document.
@@ -108,6 +134,12 @@ impl View {
             "auth_failures_total": m.auth_failures.load(Ordering::Relaxed),
             "malformed_total": m.malformed.load(Ordering::Relaxed),
             "rate_limited_total": m.rate_limited.load(Ordering::Relaxed),
+            "privacy": self.shared.privacy.as_ref().map(|p| json!({
+                "stateful": p.stateful(),
+                "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),
+                "cache_hits_total": p.counters.cache_hits.load(Ordering::Relaxed),
+                "refused_total": p.counters.refused.load(Ordering::Relaxed),
+            })),
             "banned": self.shared.guard.banned(now).into_iter().map(|(ip, left)| json!({"address": ip.to_string(), "seconds_left": left})).collect::<Vec<_>>(),
             "bindings": bindings,
         })

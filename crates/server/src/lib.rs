@@ -16,6 +16,7 @@ pub mod http;
 pub mod location;
 pub mod metrics;
 pub mod mmsg;
+pub mod privacy;
 pub mod server;
 pub mod stateful;
 pub mod tcp;

@@ -42,6 +42,9 @@ pub enum StartError {
     /// The OS random generator failed.
     #[error("no randomness for nonces: {0}")]
     Random(std::io::Error),
+    /// The privacy keys could not be used.
+    #[error("privacy: {0}")]
+    Privacy(String),
     /// The TLS certificate, key or CA files could not be used.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -151,7 +154,16 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         None => None,
     };
     let udp_addr = udp.local_addr();
-    let shared = Arc::new(Shared::new(config, location, auth));
+    let privacy = match &config.privacy {
+        Some(p) => Some(
+            crate::privacy::Privacy::load(p, auth.as_ref().map(|a| a.users()), &config.realm)
+                .map_err(StartError::Privacy)?,
+        ),
+        None => None,
+    };
+    let mut shared = Shared::new(config, location, auth);
+    shared.privacy = privacy;
+    let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
     let hub = if tcp_listener.is_some() || tls_listener.is_some() {

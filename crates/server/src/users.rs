@@ -114,6 +114,13 @@ impl Users {
         self.count == 0
     }
 
+    /// Every (username, realm, hashes) entry, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &UserEntry)> {
+        self.map
+            .iter()
+            .flat_map(|(n, rs)| rs.iter().map(move |(r, e)| (n.as_str(), r.as_str(), e)))
+    }
+
     /// Looks a user up in O(1).
     pub fn get(&self, username: &str, realm: &str) -> Option<&UserEntry> {
         self.map

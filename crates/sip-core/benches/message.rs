@@ -97,6 +97,7 @@ fn benches(c: &mut Criterion) {
         received: Some(("192.0.2.101", 5060)),
         max_forwards: true,
         force_rport: false,
+        remove: None,
     };
     g.bench_function("proxy_forward_invite", |b| {
         b.iter(|| {

@@ -235,14 +235,44 @@ pub struct ResponseInput<'a> {
     pub body: &'a [u8],
 }
 
+/// Who answers a digest challenge.
+#[derive(Clone, Copy)]
+pub struct Answerer<'a> {
+    /// The user name the HA1 is computed over.
+    pub username: &'a str,
+    /// The password.
+    pub password: &'a str,
+    /// What to put in `username=` instead (a PrivaSIP pseudonym); `None`
+    /// sends the user name.
+    pub shown: Option<&'a str>,
+}
+
+impl std::fmt::Debug for Answerer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Answerer")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Answerer<'a> {
+    /// A user answering under their own name.
+    pub fn new(username: &'a str, password: &'a str) -> Self {
+        Self {
+            username,
+            password,
+            shown: None,
+        }
+    }
+}
+
 /// A client's answer to a digest challenge (RFC 3261 §22.4, RFC 7616):
 /// the value of the Authorization or Proxy-Authorization field, or `None`
 /// when the challenge lacks realm or nonce or names an algorithm we cannot
 /// compute. `qop=auth` is used when offered; `nc` counts uses of the nonce.
 pub fn authorization(
     challenge: &crate::auth::Challenge<'_>,
-    username: &str,
-    password: &str,
+    who: &Answerer<'_>,
     method: &str,
     uri: &str,
     cnonce: &str,
@@ -255,7 +285,8 @@ pub fn authorization(
     let (realm, nonce) = (challenge.realm?, challenge.nonce?);
     let qop = challenge.offers_qop("auth").then_some(Qop::Auth);
     let nc = format!("{nc:08x}");
-    let ha1 = ha1(algorithm, username, realm, password);
+    let ha1 = ha1(algorithm, who.username, realm, who.password);
+    let username = who.shown.unwrap_or(who.username);
     let response = response(&ResponseInput {
         algorithm,
         ha1: &ha1,
@@ -339,9 +370,14 @@ mod tests {
             "Digest realm=\"r\", nonce=\"n2\"",
         ] {
             let c = Challenge::parse(value).unwrap();
-            let answer =
-                authorization(&c, "alice", "pw", "INVITE", "sip:bob@x", "c0ffee", 1).unwrap();
+            // Under a pseudonym (PrivaSIP) the hash is still alice's.
+            let hidden = Answerer {
+                shown: Some("01abcd"),
+                ..Answerer::new("alice", "pw")
+            };
+            let answer = authorization(&c, &hidden, "INVITE", "sip:bob@x", "c0ffee", 1).unwrap();
             let cred = Credentials::parse(&answer).unwrap();
+            assert_eq!(cred.username, Some("01abcd"));
             let alg = Algorithm::from_token(cred.algorithm.unwrap()).unwrap();
             let ha1 = ha1(alg, "alice", "r", "pw");
             let input = ResponseInput {
@@ -359,7 +395,7 @@ mod tests {
         }
         let odd = Challenge::parse("Digest realm=\"r\", nonce=\"n\", algorithm=AKAv1-MD5").unwrap();
         assert_eq!(
-            authorization(&odd, "a", "b", "REGISTER", "sip:x", "c", 1),
+            authorization(&odd, &Answerer::new("a", "b"), "REGISTER", "sip:x", "c", 1),
             None
         );
     }

@@ -49,6 +49,7 @@ pub fn message(data: &[u8]) {
             received: Some(("192.0.2.9", 5070)),
             max_forwards: true,
             force_rport: true,
+            remove: None,
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
             // A proxy adds at most four header lines (Via, Record-Route,

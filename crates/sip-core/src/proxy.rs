@@ -41,6 +41,10 @@ pub struct RequestEdits<'e> {
     pub received: Option<(&'e str, u16)>,
     /// Decrement Max-Forwards, or add `Max-Forwards: 70` when absent.
     pub max_forwards: bool,
+    /// A header of the request to leave out, as its `(line, value)`:
+    /// the Proxy-Authorization this proxy consumed (RFC 3261 §22.3), so
+    /// credentials for our realm do not travel on to other domains.
+    pub remove: Option<(&'e str, &'e str)>,
     /// With `received`: add `rport=PORT` even when the sender did not ask
     /// (connection-oriented transports, where responses must find the
     /// connection the request came on).
@@ -130,7 +134,7 @@ pub fn forward_request(
     out: &mut Vec<u8>,
 ) -> Result<(), EditError> {
     let head = msg.head();
-    let mut splices: [Splice<'_>; 7] = std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
+    let mut splices: [Splice<'_>; 8] = std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
     let mut n = 0;
     if let (Some(new), Some(uri)) = (edits.request_uri, msg.request_uri()) {
         let s = offset_in(head, uri.as_str());
@@ -210,6 +214,11 @@ pub fn forward_request(
         splices[n] = splice(s, e, &[]);
         n += 1;
     }
+    if let Some((line, value)) = edits.remove {
+        let (s, e) = remove_first_value(head, line, value);
+        splices[n] = splice(s, e, &[]);
+        n += 1;
+    }
     apply(head, msg.body(), &mut splices[..n], out);
     Ok(())
 }
@@ -256,6 +265,7 @@ Content-Length: 4\r\n\r\nv=0\n";
                 received: Some(("203.0.113.5", 40000)),
                 max_forwards: true,
                 force_rport: false,
+                remove: None,
             },
             &mut out,
         )
@@ -292,6 +302,7 @@ Content-Length: 4\r\n\r\nv=0\n";
         let edits = RequestEdits {
             received: Some(("203.0.113.5", 40000)),
             force_rport: true,
+            remove: None,
             ..Default::default()
         };
         forward_request(&m, &edits, &mut out).unwrap();
@@ -303,6 +314,7 @@ Content-Length: 4\r\n\r\nv=0\n";
             &m,
             &RequestEdits {
                 force_rport: false,
+                remove: None,
                 ..edits
             },
             &mut out,

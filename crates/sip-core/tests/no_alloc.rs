@@ -76,6 +76,7 @@ fn parse_and_forward_allocate_nothing() {
                         route: Some("<sip:edge.example;lr>"),
                         max_forwards: true,
                         force_rport: false,
+                        remove: None,
                         received: Some(("192.0.2.99", 5062)),
                         request_uri: Some("sip:bob@192.0.2.4"),
                         pop_route: false,

@@ -73,6 +73,16 @@ pub enum KeygenCommand {
         #[arg(short, long)]
         out: PathBuf,
     },
+    /// Write the public half of a private key (SubjectPublicKeyInfo PEM),
+    /// e.g. a proxy's PrivaSIP key for its phones.
+    Public {
+        /// The private key.
+        #[arg(long)]
+        key: PathBuf,
+        /// Output file.
+        #[arg(short, long)]
+        out: PathBuf,
+    },
     /// Say what a private key file holds (type, size, RSA variant).
     Show {
         /// PEM or DER private key.
@@ -85,6 +95,8 @@ pub enum Curve {
     P256,
     P384,
     Ed25519,
+    /// Key agreement only (HPKE for PrivaSIP).
+    X25519,
 }
 
 pub fn run(cmd: KeygenCommand) -> ExitCode {
@@ -115,6 +127,7 @@ pub fn run(cmd: KeygenCommand) -> ExitCode {
             issuer: issuer_cert.as_deref().zip(issuer_key.as_deref()),
             out: &out,
         }),
+        KeygenCommand::Public { key, out } => public(&key, &out),
         KeygenCommand::Show { file } => show(&file),
     };
     match result {
@@ -164,6 +177,17 @@ fn rsa(
     ))
 }
 
+fn public(key: &Path, out: &Path) -> Result<String, String> {
+    let pkey = load_key(key)?;
+    let pem = pkey.public_key_to_pem().map_err(|e| e.to_string())?;
+    std::fs::write(out, pem).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(format!(
+        "wrote {}: the public half of {}",
+        out.display(),
+        describe(&pkey)
+    ))
+}
+
 fn ec(curve: Curve, out: &Path) -> Result<String, String> {
     let key = match curve {
         Curve::P256 | Curve::P384 => {
@@ -176,6 +200,7 @@ fn ec(curve: Curve, out: &Path) -> Result<String, String> {
             PKey::from_ec_key(ec)
         }
         Curve::Ed25519 => PKey::generate_ed25519(),
+        Curve::X25519 => PKey::generate_x25519(),
     }
     .map_err(|e| e.to_string())?;
     let pem = key.private_key_to_pem_pkcs8().map_err(|e| e.to_string())?;
@@ -203,6 +228,7 @@ fn describe(key: &PKey<Private>) -> String {
         },
         Id::EC => format!("ECDSA-{}", key.bits()),
         Id::ED25519 => "Ed25519".into(),
+        Id::X25519 => "X25519".into(),
         other => format!("{other:?}"),
     }
 }

@@ -94,6 +94,95 @@ pub struct Who {
     /// Accept a server with a 1024-bit RSA key (too weak for new deployments).
     #[arg(long)]
     tls_allow_rsa_1024: bool,
+    #[command(flatten)]
+    privacy: PrivacyArgs,
+}
+
+/// Identity privacy (PrivaSIP), opt-in.
+#[derive(Args)]
+pub struct PrivacyArgs {
+    /// PrivaSIP level: 1 encrypts our user (From, digest username) for our
+    /// home proxy; 2 also the callee's (Request-URI, To) for theirs.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    privacy: Option<u8>,
+    /// Our home proxy's public key or certificate (PEM): RSA gives
+    /// RSA-OAEP, P-256 ECIES, X25519 HPKE.
+    #[arg(long, requires = "privacy")]
+    home_key: Option<PathBuf>,
+    /// Encrypt for the home proxy with AES under a key from our password
+    /// instead: gcm, or the published cbc.
+    #[arg(long, conflicts_with = "home_key", requires = "privacy")]
+    home_aes: Option<String>,
+    /// The key id the home proxy publishes with its key.
+    #[arg(long, default_value_t = 1)]
+    home_key_id: u8,
+    /// The callee's home proxy's public key or certificate (PrivaSIP-2).
+    #[arg(long, requires = "privacy")]
+    callee_key: Option<PathBuf>,
+    /// The key id of --callee-key.
+    #[arg(long, default_value_t = 1)]
+    callee_key_id: u8,
+    /// The home proxy's digest realm, for --home-aes [default: the domain].
+    #[arg(long)]
+    realm: Option<String>,
+    /// Pseudonyms in base32 (shorter) instead of hex.
+    #[arg(long)]
+    base32: bool,
+}
+
+fn read_cipher(path: &std::path::Path, key_id: u8) -> Result<ua::phone::IdCipher, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    privacy::keys::cipher_from_pem(&pem, key_id)
+        .map(Arc::from)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The phone's PrivaSIP setup from the command line.
+fn privacy_setup(
+    a: &PrivacyArgs,
+    user: &str,
+    password: Option<&str>,
+    domain: &str,
+) -> Result<Option<ua::phone::PrivacySetup>, String> {
+    let Some(level) = a.privacy else {
+        return Ok(None);
+    };
+    let home: ua::phone::IdCipher = match (&a.home_key, a.home_aes.as_deref()) {
+        (Some(k), _) => read_cipher(k, a.home_key_id)?,
+        (None, Some(mode @ ("gcm" | "cbc"))) => {
+            let password =
+                password.ok_or("--home-aes derives its key from the password: give one")?;
+            let realm = a.realm.as_deref().unwrap_or(domain);
+            let ha1 =
+                sip_core::digest::ha1(sip_core::digest::Algorithm::Sha256, user, realm, password);
+            Arc::new(
+                privacy::aes::AesId::new(ha1.as_str(), realm, a.home_key_id, mode == "cbc")
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        (None, Some(other)) => return Err(format!("--home-aes {other:?}: use gcm or cbc")),
+        (None, None) => {
+            return Err("--privacy needs the home proxy's key (--home-key) or --home-aes".into())
+        }
+    };
+    let callee = match (level, &a.callee_key) {
+        (2, Some(k)) => Some(read_cipher(k, a.callee_key_id)?),
+        (2, None) => {
+            return Err("--privacy 2 needs the callee's home proxy key (--callee-key)".into())
+        }
+        (_, Some(_)) => return Err("--callee-key is for --privacy 2".into()),
+        _ => None,
+    };
+    Ok(Some(ua::phone::PrivacySetup {
+        home,
+        callee,
+        encoding: if a.base32 {
+            privacy::Encoding::Base32
+        } else {
+            privacy::Encoding::Hex
+        },
+        limit: 2048,
+    }))
 }
 
 #[derive(Args)]
@@ -221,9 +310,12 @@ fn config(who: &Who, media: Option<&MediaArgs>, ring_timeout: u64) -> Result<Con
     if !srtp.is_empty() && insecure_sdes && tls.is_none() {
         eprintln!("warning: SDES over UDP signalling: the SRTP keys travel in clear SIP");
     }
+    let password = password(who)?;
+    let privacy = privacy_setup(&who.privacy, &who.user, password.as_deref(), &domain)?;
     Ok(Config {
         user: who.user.clone(),
-        password: password(who)?,
+        password,
+        privacy,
         domain,
         server,
         bind: who.bind,

@@ -60,6 +60,9 @@ pub enum PhoneError {
     /// A bad argument.
     #[error("{0}")]
     Invalid(String),
+    /// A user ID could not be encrypted (PrivaSIP).
+    #[error("identity privacy: {0}")]
+    Privacy(String),
 }
 
 /// Who the phone is and how it talks.
@@ -92,6 +95,56 @@ pub struct Config {
     pub ring_timeout: u64,
     /// Signal over TLS to the server instead of UDP.
     pub tls: Option<TlsSetup>,
+    /// Identity privacy (PrivaSIP), off when `None`.
+    pub privacy: Option<PrivacySetup>,
+}
+
+/// A shareable encrypter of user IDs.
+pub type IdCipher = std::sync::Arc<dyn privacy::IdCipher + Send + Sync>;
+
+/// PrivaSIP (opt-in): which user IDs leave the phone encrypted, and for
+/// whom. Level 1 encrypts our user (From, the digest username) for our
+/// home proxy, shows "Anonymous" and drops the user from Contact; level 2
+/// also encrypts the callee's user (Request-URI, To) for the callee's home
+/// proxy. Every registration and every call gets fresh pseudonyms; within
+/// one they stay, as RFC 3261 wants From and To to.
+#[derive(Clone)]
+pub struct PrivacySetup {
+    /// Encrypts for our home proxy.
+    pub home: IdCipher,
+    /// Encrypts for the callee's home proxy (PrivaSIP-2); `None`: level 1.
+    pub callee: Option<IdCipher>,
+    /// Hex (published) or base32.
+    pub encoding: privacy::Encoding,
+    /// Longest pseudonym allowed, in characters.
+    pub limit: usize,
+}
+
+impl std::fmt::Debug for PrivacySetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivacySetup")
+            .field("home", &self.home.scheme())
+            .field("callee", &self.callee.as_ref().map(|c| c.scheme()))
+            .field("encoding", &self.encoding)
+            .finish()
+    }
+}
+
+impl PrivacySetup {
+    fn seal(&self, cipher: &IdCipher, id: &str) -> Result<String, PhoneError> {
+        cipher
+            .pseudonym(id, self.encoding, self.limit)
+            .map_err(|e| PhoneError::Privacy(e.to_string()))
+    }
+}
+
+/// Who we say we are in one registration or call.
+#[derive(Debug, Clone)]
+struct Identity {
+    /// From (and a REGISTER's To) name-addr.
+    from: String,
+    /// The digest `username=` (a pseudonym under PrivaSIP).
+    shown: Option<String>,
 }
 
 /// How to reach the server over TLS.
@@ -244,15 +297,62 @@ impl Phone {
         } else {
             ""
         };
-        format!(
-            "sip:{}@{}{transport}",
-            self.cfg.user,
-            Self::host(self.local)
-        )
+        // PrivaSIP: the Contact names the host only.
+        let user = if self.cfg.privacy.is_some() {
+            String::new()
+        } else {
+            format!("{}@", self.cfg.user)
+        };
+        format!("sip:{user}{}{transport}", Self::host(self.local))
     }
 
     fn aor(&self) -> String {
         format!("sip:{}@{}", self.cfg.user, self.cfg.domain)
+    }
+
+    /// The RTCP CNAME: our address of record, or under PrivaSIP a random
+    /// one (RFC 7022), since RTCP may travel in clear.
+    fn cname(&self) -> String {
+        match self.cfg.privacy {
+            Some(_) => format!("{}@{}", sip::token(8), self.local.ip()),
+            None => self.aor(),
+        }
+    }
+
+    /// Our From for a new registration or call: under PrivaSIP a fresh
+    /// pseudonym for the home proxy, shown as "Anonymous".
+    fn identity(&self) -> Result<Identity, PhoneError> {
+        let Some(p) = &self.cfg.privacy else {
+            return Ok(Identity {
+                from: format!("<{}>", self.aor()),
+                shown: None,
+            });
+        };
+        let pseudonym = p.seal(&p.home, &self.cfg.user)?;
+        Ok(Identity {
+            from: format!("\"Anonymous\" <sip:{pseudonym}@{}>", self.cfg.domain),
+            shown: Some(pseudonym),
+        })
+    }
+
+    /// The Request-URI and To of a call to `target`: PrivaSIP-2 puts a
+    /// fresh pseudonym for the callee's home proxy in the user part.
+    fn callee_uri(&self, target: &str) -> Result<String, PhoneError> {
+        let Some((p, callee)) = self
+            .cfg
+            .privacy
+            .as_ref()
+            .and_then(|p| Some((p, p.callee.as_ref()?)))
+        else {
+            return Ok(target.to_string());
+        };
+        let (scheme, rest) = target
+            .split_once(':')
+            .ok_or_else(|| PhoneError::Invalid(format!("{target}: not a SIP URI")))?;
+        let (user, host) = rest.split_once('@').ok_or_else(|| {
+            PhoneError::Invalid(format!("{target}: PrivaSIP-2 needs a user part to encrypt"))
+        })?;
+        Ok(format!("{scheme}:{}@{host}", p.seal(callee, user)?))
     }
 
     fn next_cseq(&mut self) -> u32 {
@@ -264,7 +364,7 @@ impl Phone {
         &self,
         method: &str,
         uri: &str,
-        to: &str,
+        (from, to): (&str, &str),
         call_id: &str,
         tag: &str,
         cseq: u32,
@@ -274,7 +374,7 @@ impl Phone {
             uri: uri.into(),
             via: format!("{} {}", self.sig.via(), Self::host(self.local)),
             branch: sip::branch(),
-            from: format!("<{}>", self.aor()),
+            from: from.into(),
             from_tag: tag.into(),
             to: to.into(),
             to_tag: None,
@@ -395,7 +495,12 @@ impl Phone {
     }
 
     /// Adds credentials answering the challenge in `resp` to `req`.
-    fn authorize(&self, req: &mut Request, resp: &Message<'_>) -> Result<(), PhoneError> {
+    fn authorize(
+        &self,
+        req: &mut Request,
+        resp: &Message<'_>,
+        shown: Option<&str>,
+    ) -> Result<(), PhoneError> {
         let code = resp.status().map(|s| s.as_u16()).unwrap_or(0);
         let (field, header) = if code == 407 {
             (HeaderName::ProxyAuthenticate, "Proxy-Authorization")
@@ -409,15 +514,11 @@ impl Phone {
             .headers_named(field)
             .find_map(|h| {
                 let c = Challenge::parse(h.value).ok()?;
-                sip_core::digest::authorization(
-                    &c,
-                    &self.cfg.user,
-                    password,
-                    &req.method,
-                    &req.uri,
-                    &sip::token(8),
-                    1,
-                )
+                let who = sip_core::digest::Answerer {
+                    shown,
+                    ..sip_core::digest::Answerer::new(&self.cfg.user, password)
+                };
+                sip_core::digest::authorization(&c, &who, &req.method, &req.uri, &sip::token(8), 1)
             })
             .ok_or_else(|| PhoneError::AuthFailed(format!("{code}: no challenge we can answer")))?;
         req.extra
@@ -434,6 +535,7 @@ impl Phone {
         req: &mut Request,
         resp: &Message<'_>,
         challenged: &mut bool,
+        shown: Option<&str>,
     ) -> Result<(), PhoneError> {
         if *challenged {
             let (code, reason) = status_of(resp);
@@ -443,7 +545,7 @@ impl Phone {
             )));
         }
         *challenged = true;
-        self.authorize(req, resp)?;
+        self.authorize(req, resp, shown)?;
         req.cseq = self.next_cseq();
         req.branch = sip::branch();
         Ok(())
@@ -459,14 +561,9 @@ impl Phone {
         let uri = format!("sip:{}", self.cfg.domain);
         let (call_id, tag) = (self.register_call_id.clone(), self.register_tag.clone());
         let cseq = self.next_cseq();
-        let mut req = self.base_request(
-            "REGISTER",
-            &uri,
-            &format!("<{}>", self.aor()),
-            &call_id,
-            &tag,
-            cseq,
-        );
+        let me = self.identity()?;
+        let mut req =
+            self.base_request("REGISTER", &uri, (&me.from, &me.from), &call_id, &tag, cseq);
         req.contact = Some(self.contact());
         req.extra.push(format!("Expires: {expires}"));
         let mut challenged = false;
@@ -484,7 +581,9 @@ impl Phone {
                         .unwrap_or(expires);
                     return Ok(granted);
                 }
-                401 | 407 => self.rechallenge(&mut req, &m, &mut challenged)?,
+                401 | 407 => {
+                    self.rechallenge(&mut req, &m, &mut challenged, me.shown.as_deref())?
+                }
                 403 if challenged => {
                     return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
                 }
@@ -568,18 +667,8 @@ impl Phone {
         let (audio, ours) = self.offer(sockets.port())?;
         let session_id = u64::from_str_radix(&sip::token(4), 16).unwrap_or(1);
         let body = sdp::write(session_id, 1, &audio);
-        let (call_id, tag) = (sip::token(12), sip::token(4));
-        let cseq = self.next_cseq();
-        let mut req = self.base_request(
-            "INVITE",
-            &target,
-            &format!("<{target}>"),
-            &call_id,
-            &tag,
-            cseq,
-        );
-        req.contact = Some(self.contact());
-        req.body = Some(("application/sdp".into(), body));
+        let (mut req, me) = self.invite(&target, body)?;
+        let (call_id, tag, to) = (req.call_id.clone(), req.from_tag.clone(), req.to.clone());
         let started = Instant::now();
         let mut challenged = false;
         let ring = Some(Duration::from_secs(self.cfg.ring_timeout));
@@ -594,7 +683,9 @@ impl Phone {
                 200..=299 => break (out.bytes.clone(), out.provisional),
                 // (A 403 is policy, e.g. relaying denied: reported below
                 // with its Warning.)
-                401 | 407 => self.rechallenge(&mut req, &m, &mut challenged)?,
+                401 | 407 => {
+                    self.rechallenge(&mut req, &m, &mut challenged, me.shown.as_deref())?
+                }
 
                 486 | 600 => return Err(PhoneError::Busy(format!("{target} ({code} {reason})"))),
                 404 | 604 => {
@@ -629,7 +720,7 @@ impl Phone {
             let mut r = phone.base_request(
                 method,
                 &remote_target,
-                &format!("<{target}>"),
+                (&me.from, &to),
                 &call_id,
                 &tag,
                 cseq,
@@ -682,6 +773,33 @@ impl Phone {
         })
     }
 
+    /// A new INVITE to `target` with an SDP `body`, and who it says we
+    /// are: fresh Call-ID, tag and (under PrivaSIP) pseudonyms.
+    fn invite(&mut self, target: &str, body: String) -> Result<(Request, Identity), PhoneError> {
+        let me = self.identity()?;
+        let uri = self.callee_uri(target)?;
+        let (call_id, tag) = (sip::token(12), sip::token(4));
+        let cseq = self.next_cseq();
+        let mut req = self.base_request(
+            "INVITE",
+            &uri,
+            (&me.from, &format!("<{uri}>")),
+            &call_id,
+            &tag,
+            cseq,
+        );
+        req.contact = Some(self.contact());
+        req.body = Some(("application/sdp".into(), body));
+        Ok((req, me))
+    }
+
+    /// The bytes of the INVITE a call to `target` would start with: what
+    /// the INVITE preparation experiment times (PrivaSIP encryption
+    /// included).
+    pub fn prepare_invite(&mut self, target: &str, sdp: &str) -> Result<Vec<u8>, PhoneError> {
+        Ok(self.invite(target, sdp.to_string())?.0.to_bytes())
+    }
+
     /// Keys from the answer: our offered key for the tag it picked (send)
     /// and its key (receive).
     fn negotiate_answer(
@@ -722,7 +840,7 @@ impl Phone {
             m.source,
             m.packets,
             m.crypto,
-            self.aor(),
+            self.cname(),
         )?;
         let hangup = self.wait_media(&running, call_id, hang_up_after_send)?;
         Ok((running, hangup))

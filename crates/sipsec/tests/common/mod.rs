@@ -4,7 +4,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::JoinHandle;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
@@ -121,4 +122,55 @@ pub fn serve_mode(dir: &std::path::Path, mode: &str, data_name: &str, extra: &[&
     ];
     args.extend(extra);
     serve(&args)
+}
+
+/// `sipsec phone ARGS` with the password in the environment.
+pub fn phone(password: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("phone").args(args).env("SIPSEC_PASSWORD", password);
+    c
+}
+
+/// A process's stdout and stderr.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Starts an answering phone and waits until it is ready for calls;
+/// returns it, its SIP address and (when joined) the rest of its stderr.
+pub fn answering(password: &str, args: &[&str]) -> (Child, String, JoinHandle<String>) {
+    let mut child = phone(password, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sipsec phone runs");
+    let Some(stderr) = child.stderr.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("stderr was piped");
+    };
+    let mut err = BufReader::new(stderr);
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).expect("stderr") == 0 {
+            let _ = child.wait();
+            panic!("the answering phone stopped: {seen}");
+        }
+        seen.push_str(&line);
+        if let Some(addr) = line.strip_prefix("waiting for a call on ") {
+            let addr = addr.trim().to_string();
+            // Keep draining stderr so the phone never blocks on it.
+            let rest = std::thread::spawn(move || {
+                let mut rest = String::new();
+                let _ = err.read_to_string(&mut rest);
+                rest
+            });
+            return (child, addr, rest);
+        }
+    }
 }

@@ -1,0 +1,344 @@
+//! PrivaSIP at the proxy: user IDs that arrive as pseudonyms encrypted
+//! for this server (Request-URI, To, From, the digest username) are
+//! revealed for authentication and the location lookup only; what is
+//! forwarded keeps them encrypted.
+//!
+//! Stateless, every pseudonym is decrypted where it is needed. Stateful,
+//! a bounded cache maps pseudonym text → ID for a while, so the same
+//! pseudonym in several headers, in the INVITE sent again with
+//! credentials, and in the dialog's later requests costs one decryption.
+//! Anything shaped like a pseudonym that does not open is refused, always
+//! the same way.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use privacy::aes::AesId;
+use privacy::keys::Decipher;
+use privacy::{IdDecipher, Scheme};
+
+use crate::users::Users;
+
+/// Which AES pseudonyms the proxy accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AesMode {
+    /// None.
+    #[default]
+    Off,
+    /// AES-128-GCM under keys from the users' HA1.
+    Gcm,
+    /// The published AES-128-CBC with ISO 10126 padding (no integrity).
+    Cbc,
+}
+
+/// `[privacy]` in the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct PrivacySettings {
+    /// Private keys by the key id published with their public halves.
+    pub keys: Vec<(u8, PathBuf)>,
+    /// AES pseudonyms (trial decryption over the users' keys).
+    pub aes: AesMode,
+    /// The key id of AES pseudonyms.
+    pub aes_key_id: u8,
+    /// Cache entries (0: stateless).
+    pub cache: usize,
+    /// Seconds a cached pseudonym stays.
+    pub cache_ttl: u64,
+}
+
+/// What a user part turned out to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reveal {
+    /// Not a pseudonym: a plain user name.
+    Plain,
+    /// A pseudonym for us, and the ID inside.
+    Id(String),
+    /// Shaped like a pseudonym, but not one we can open.
+    Refused,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct PrivacyCounters {
+    /// Decryptions performed.
+    pub decryptions: AtomicU64,
+    /// Pseudonyms answered from the cache.
+    pub cache_hits: AtomicU64,
+    /// Pseudonyms refused.
+    pub refused: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    map: HashMap<String, (String, u64)>,
+}
+
+/// The proxy's keys and cache.
+pub struct Privacy {
+    keys: Vec<Decipher>,
+    aes: Vec<(String, AesId)>,
+    aes_key_id: u8,
+    capacity: usize,
+    ttl: u64,
+    cache: Mutex<Cache>,
+    /// Counters.
+    pub counters: PrivacyCounters,
+}
+
+impl std::fmt::Debug for Privacy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Privacy")
+            .field("keys", &self.keys.len())
+            .field("aes_users", &self.aes.len())
+            .field("cache", &self.capacity)
+            .finish()
+    }
+}
+
+impl Privacy {
+    /// Loads the keys; AES needs the users (their SHA-256 HA1 in `realm`).
+    pub fn load(s: &PrivacySettings, users: Option<&Users>, realm: &str) -> Result<Self, String> {
+        let mut keys = Vec::new();
+        for (id, path) in &s.keys {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let key = privacy::keys::decipher_from_pem(&pem, *id)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if keys
+                .iter()
+                .any(|k: &Decipher| k.scheme() == key.scheme() && k.key_id() == *id)
+            {
+                return Err(format!(
+                    "{}: a second {} key with id {id}",
+                    path.display(),
+                    key.scheme().name()
+                ));
+            }
+            keys.push(key);
+        }
+        let mut aes = Vec::new();
+        if s.aes != AesMode::Off {
+            let users = users
+                .ok_or("aes pseudonyms need authentication on ([auth] enabled, a users file)")?;
+            for (name, r, entry) in users.iter() {
+                if r == realm {
+                    let ha1 = entry.ha1(sip_core::digest::Algorithm::Sha256);
+                    let key = AesId::new(ha1.as_str(), realm, s.aes_key_id, s.aes == AesMode::Cbc)
+                        .map_err(|e| e.to_string())?;
+                    aes.push((name.to_owned(), key));
+                }
+            }
+        }
+        if keys.is_empty() && aes.is_empty() {
+            return Err("give at least one key, or aes with users".into());
+        }
+        Ok(Self {
+            keys,
+            aes,
+            aes_key_id: s.aes_key_id,
+            capacity: s.cache,
+            ttl: s.cache_ttl,
+            cache: Mutex::new(Cache::default()),
+            counters: PrivacyCounters::default(),
+        })
+    }
+
+    /// Whether pseudonyms are cached (stateful mode).
+    pub fn stateful(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// What `user` is, at `now` (Unix seconds).
+    pub fn reveal(&self, user: &str, now: u64) -> Reveal {
+        let Some(raw) = privacy::pseudonym_bytes(user) else {
+            return Reveal::Plain;
+        };
+        if self.capacity > 0 {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((id, until)) = cache.map.get(user) {
+                if *until > now {
+                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    return Reveal::Id(id.clone());
+                }
+            }
+        }
+        self.counters.decryptions.fetch_add(1, Ordering::Relaxed);
+        match self.decrypt(&raw) {
+            Some(id) => {
+                if self.capacity > 0 {
+                    self.remember(user, &id, now);
+                }
+                Reveal::Id(id)
+            }
+            None => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                Reveal::Refused
+            }
+        }
+    }
+
+    fn decrypt(&self, raw: &[u8]) -> Option<String> {
+        let (scheme, key_id, _) = privacy::split(raw).ok()?;
+        if matches!(scheme, Scheme::AesGcm | Scheme::AesCbc) {
+            if key_id != self.aes_key_id {
+                return None;
+            }
+            // A symmetric pseudonym does not say whose key it is under:
+            // the user it opens to under their own key is the one.
+            return self
+                .aes
+                .iter()
+                .filter(|(_, k)| k.scheme() == scheme)
+                .find_map(|(name, k)| k.decrypt(raw).ok().filter(|id| id == name));
+        }
+        self.keys
+            .iter()
+            .find(|k| k.scheme() == scheme && k.key_id() == key_id)?
+            .decrypt(raw)
+            .ok()
+    }
+
+    /// Bounded: when full, expired entries go; if that is not enough, an
+    /// eighth of the rest (in the map's random order) goes too.
+    fn remember(&self, text: &str, id: &str, now: u64) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.map.len() >= self.capacity {
+            cache.map.retain(|_, (_, until)| *until > now);
+            if cache.map.len() >= self.capacity {
+                let drop: Vec<String> = cache
+                    .map
+                    .keys()
+                    .take(self.capacity / 8 + 1)
+                    .cloned()
+                    .collect();
+                for k in drop {
+                    cache.map.remove(&k);
+                }
+            }
+        }
+        cache
+            .map
+            .insert(text.to_owned(), (id.to_owned(), now + self.ttl));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use privacy::{Encoding, IdCipher};
+
+    fn setup(cache: usize) -> (Privacy, privacy::keys::Cipher, tempdir::Dir) {
+        let dir = tempdir::Dir::new();
+        let key = openssl::pkey::PKey::generate_x25519().unwrap();
+        let pem = key.private_key_to_pem_pkcs8().unwrap();
+        let path = dir.0.join("hpke.pem");
+        std::fs::write(&path, &pem).unwrap();
+        let public = privacy::keys::public_pem(&pem).unwrap();
+        let enc = privacy::keys::cipher_from_pem(&public, 3).unwrap();
+        let settings = PrivacySettings {
+            keys: vec![(3, path)],
+            cache,
+            cache_ttl: 60,
+            ..Default::default()
+        };
+        (Privacy::load(&settings, None, "r").unwrap(), enc, dir)
+    }
+
+    mod tempdir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                let p = std::env::temp_dir().join(format!(
+                    "sipsec-privacy-{}-{:?}",
+                    std::process::id(),
+                    std::thread::current().id()
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Dir(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn plain_names_pass_pseudonyms_open_and_bad_ones_are_refused() {
+        let (p, enc, _d) = setup(0);
+        assert_eq!(p.reveal("alice", 0), Reveal::Plain);
+        assert_eq!(p.reveal("1000", 0), Reveal::Plain);
+        let text = enc.pseudonym("alice", Encoding::Hex, 1000).unwrap();
+        assert_eq!(p.reveal(&text, 0), Reveal::Id("alice".into()));
+        let b32 = enc.pseudonym("alice", Encoding::Base32, 1000).unwrap();
+        assert_eq!(p.reveal(&b32, 0), Reveal::Id("alice".into()));
+        // Tampered, and for a key id we do not hold: the same refusal.
+        let mut bad = text.clone().into_bytes();
+        let last = bad.len() - 1;
+        bad[last] = if bad[last] == b'0' { b'1' } else { b'0' };
+        assert_eq!(
+            p.reveal(std::str::from_utf8(&bad).unwrap(), 0),
+            Reveal::Refused
+        );
+        let other_id = format!("{}04{}", &text[..4], &text[6..]);
+        assert_eq!(p.reveal(&other_id, 0), Reveal::Refused);
+        assert_eq!(p.counters.decryptions.load(Ordering::Relaxed), 4);
+        assert_eq!(p.counters.refused.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn the_cache_saves_decryptions_expires_and_stays_bounded() {
+        let (p, enc, _d) = setup(16);
+        let text = enc.pseudonym("bob", Encoding::Hex, 1000).unwrap();
+        for _ in 0..3 {
+            assert_eq!(p.reveal(&text, 100), Reveal::Id("bob".into()));
+        }
+        assert_eq!(p.counters.decryptions.load(Ordering::Relaxed), 1);
+        assert_eq!(p.counters.cache_hits.load(Ordering::Relaxed), 2);
+        // After the TTL it is decrypted again.
+        assert_eq!(p.reveal(&text, 161), Reveal::Id("bob".into()));
+        assert_eq!(p.counters.decryptions.load(Ordering::Relaxed), 2);
+        for i in 0..100 {
+            let t = enc
+                .pseudonym(&format!("u{i}"), Encoding::Hex, 1000)
+                .unwrap();
+            assert_eq!(p.reveal(&t, 200), Reveal::Id(format!("u{i}")));
+            assert!(p.cache.lock().unwrap().map.len() <= 16);
+        }
+    }
+
+    #[test]
+    fn aes_pseudonyms_open_under_their_users_key_only() {
+        let mut users = Users::default();
+        for u in ["alice", "bob"] {
+            users
+                .insert(
+                    u,
+                    "example.org",
+                    crate::users::UserEntry::from_password(u, "example.org", "pw"),
+                )
+                .unwrap();
+        }
+        let ha1 = |u: &str| {
+            sip_core::digest::ha1(sip_core::digest::Algorithm::Sha256, u, "example.org", "pw")
+        };
+        for (mode, cbc) in [(AesMode::Gcm, false), (AesMode::Cbc, true)] {
+            let settings = PrivacySettings {
+                aes: mode,
+                aes_key_id: 1,
+                ..Default::default()
+            };
+            let p = Privacy::load(&settings, Some(&users), "example.org").unwrap();
+            let bob = AesId::new(ha1("bob").as_str(), "example.org", 1, cbc).unwrap();
+            let t = bob.pseudonym("bob", Encoding::Hex, 1000).unwrap();
+            assert_eq!(p.reveal(&t, 0), Reveal::Id("bob".into()));
+            // Bob's key cannot claim to be alice.
+            let lie = bob.pseudonym("alice", Encoding::Hex, 1000).unwrap();
+            assert_eq!(p.reveal(&lie, 0), Reveal::Refused);
+        }
+        let err = Privacy::load(&PrivacySettings::default(), None, "r").unwrap_err();
+        assert!(err.contains("at least one key"), "{err}");
+    }
+}

@@ -1,0 +1,429 @@
+//! PrivaSIP across two domains on loopback: `a.example` (alice's home
+//! proxy) and `b.example` (bob's home and inbound proxy), two `sipsec
+//! serve` peered with each other. Phones register and call with their IDs
+//! encrypted; tcpdump captures what crosses between the proxies, and no
+//! plaintext user ID may be in it — while the same capture of a plain call
+//! shows both names, so the check can fail. Wrong keys get one uniform
+//! 403.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::{answering, phone, tempdir, text, Running, BIN};
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// A UDP port free right now (the proxies must know each other's before
+/// they start).
+fn free_port() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    s.local_addr().expect("addr").port()
+}
+
+fn keygen(args: &[&str]) {
+    let out = Command::new(BIN)
+        .arg("keygen")
+        .args(args)
+        .output()
+        .expect("sipsec keygen");
+    assert!(out.status.success(), "keygen {args:?}: {}", text(&out));
+}
+
+/// A private key of `kind` and its public half: (private, public).
+fn key_pair(dir: &Path, name: &str, kind: &str) -> (PathBuf, PathBuf) {
+    let (private, public) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.pub.pem")),
+    );
+    match kind {
+        "rsa-multiprime" => keygen(&[
+            "rsa",
+            "--variant",
+            "multiprime",
+            "--bits",
+            "2048",
+            "-o",
+            p(&private),
+        ]),
+        "rsa-standard" => keygen(&[
+            "rsa",
+            "--variant",
+            "standard",
+            "--bits",
+            "2048",
+            "-o",
+            p(&private),
+        ]),
+        "ecies" => keygen(&["ec", "--curve", "p256", "-o", p(&private)]),
+        "hpke" => keygen(&["ec", "--curve", "x25519", "-o", p(&private)]),
+        other => panic!("{other}"),
+    }
+    keygen(&["public", "--key", p(&private), "-o", p(&public)]);
+    (private, public)
+}
+
+/// One domain's proxy.
+struct Domain {
+    name: &'static str,
+    port: u16,
+}
+
+impl Domain {
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+/// Starts the proxy of `d`, peered with `peer`, opening pseudonyms with
+/// `key` (and AES when `aes`), stateful or stateless.
+fn proxy(
+    dir: &Path,
+    d: &Domain,
+    peer: &Domain,
+    key: Option<&Path>,
+    aes: bool,
+    mode: &str,
+) -> Running {
+    let users = dir.join(format!("{}.users.tsv", d.name));
+    let csv = dir.join(format!("{}.csv", d.name));
+    std::fs::write(&csv, "username,password\nalice,pw-alice\nbob,pw-bob\n").expect("csv");
+    let out = Command::new(BIN)
+        .args([
+            "users",
+            "import",
+            p(&csv),
+            "--realm",
+            d.name,
+            "--file",
+            p(&users),
+        ])
+        .output()
+        .expect("users import");
+    assert!(out.status.success(), "{}", text(&out));
+    let mut privacy = String::new();
+    if key.is_some() || aes {
+        privacy = format!("[privacy]\nmode = \"{mode}\"\n");
+        if let Some(k) = key {
+            privacy.push_str(&format!("keys = [{{ id = 1, key = \"{}\" }}]\n", p(k)));
+        }
+        if aes {
+            privacy.push_str("aes = \"gcm\"\n");
+        }
+    }
+    let config = format!(
+        "mode = \"proxy\"\nudp = \"127.0.0.1:{}\"\ntcp = \"off\"\nhttp = \"off\"\nstateful = true\n\
+         domains = [\"{}\"]\ndata_dir = \"{}\"\n[auth]\nenabled = true\nrealm = \"{}\"\nusers = \"{}\"\n\
+         {privacy}[peers]\n\"{}\" = \"{}\"\n",
+        d.port,
+        d.name,
+        p(&dir.join(format!("{}.data", d.name))),
+        d.name,
+        p(&users),
+        peer.name,
+        peer.addr(),
+    );
+    let path = dir.join(format!("{}.toml", d.name));
+    std::fs::write(&path, config).expect("config");
+    common::serve(&["--config", p(&path)])
+}
+
+/// tcpdump on loopback, keeping only datagrams between the two proxies.
+struct Capture {
+    child: Child,
+    file: PathBuf,
+}
+
+impl Capture {
+    fn start(dir: &Path, a: &Domain, b: &Domain) -> Self {
+        let file = dir.join("between-proxies.pcap");
+        let filter = format!("udp and port {} and port {}", a.port, b.port);
+        let mut child = Command::new("tcpdump")
+            .args([
+                "-i",
+                "lo",
+                "-U",
+                "--immediate-mode",
+                "-n",
+                "-w",
+                p(&file),
+                &filter,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump runs (./setup.sh installs it; capturing needs root or CAP_NET_RAW)");
+        let mut err = BufReader::new(child.stderr.take().expect("piped"));
+        let mut line = String::new();
+        err.read_line(&mut line).expect("tcpdump stderr");
+        assert!(line.contains("listening on lo"), "tcpdump: {line}");
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while err.read_line(&mut sink).is_ok_and(|n| n > 0) {}
+        });
+        Self { child, file }
+    }
+
+    /// Stops tcpdump and returns the datagram payloads it saw (pcap:
+    /// 24-byte file header, then 16-byte record headers).
+    fn stop(mut self) -> Vec<Vec<u8>> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let bytes = std::fs::read(&self.file).expect("pcap written");
+        let mut out = Vec::new();
+        let mut at = 24;
+        while at + 16 <= bytes.len() {
+            let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4")) as usize;
+            at += 16;
+            out.push(bytes[at..(at + len).min(bytes.len())].to_vec());
+            at += len;
+        }
+        out
+    }
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    let hay = String::from_utf8_lossy(hay).to_ascii_lowercase();
+    hay.contains(needle)
+}
+
+/// Bob registers at b.example and answers; alice calls him through both
+/// proxies. Returns what crossed between the proxies.
+fn call_across(
+    dir: &Path,
+    (a, b): (&Domain, &Domain),
+    alice_privacy: &[&str],
+    bob_privacy: &[&str],
+) -> Vec<Vec<u8>> {
+    let cap = Capture::start(dir, a, b);
+    let mut bob_args = vec![
+        "answer",
+        "--user",
+        "bob",
+        "--domain",
+        b.name,
+        "--register",
+        "--bind",
+        "127.0.0.1:0",
+        "--tone",
+        "1000",
+        "--packets",
+        "50",
+    ];
+    let b_addr = b.addr();
+    bob_args.extend(["--server", &b_addr]);
+    bob_args.extend(bob_privacy);
+    let (bob, _, _) = answering("pw-bob", &bob_args);
+    let a_addr = a.addr();
+    let mut alice_args = vec![
+        "call",
+        "sip:bob@b.example",
+        "--user",
+        "alice",
+        "--domain",
+        a.name,
+        "--server",
+        &a_addr,
+        "--bind",
+        "127.0.0.1:0",
+        "--tone",
+        "440",
+        "--packets",
+        "60",
+    ];
+    alice_args.extend(alice_privacy);
+    let alice = phone("pw-alice", &alice_args).output().expect("alice runs");
+    let bob = bob.wait_with_output().expect("bob runs");
+    let (ta, tb) = (text(&alice), text(&bob));
+    assert!(alice.status.success(), "alice: {ta}\nbob: {tb}");
+    assert!(bob.status.success(), "bob: {tb}\nalice: {ta}");
+    assert!(
+        ta.contains("180 Ringing") && ta.contains("call established"),
+        "{ta}"
+    );
+    assert!(tb.contains("remote hung up"), "{tb}");
+    assert!(ta.contains("lost 0"), "{ta}");
+    cap.stop()
+}
+
+fn domains() -> (Domain, Domain) {
+    (
+        Domain {
+            name: "a.example",
+            port: free_port(),
+        },
+        Domain {
+            name: "b.example",
+            port: free_port(),
+        },
+    )
+}
+
+/// What crossed carried the whole call set-up and tear-down.
+fn assert_call_crossed(packets: &[Vec<u8>]) {
+    for m in [
+        "invite sip:",
+        "sip/2.0 180 ringing",
+        "bye sip:",
+        "sip/2.0 200 ok",
+    ] {
+        assert!(
+            packets.iter().any(|d| contains(d, m)),
+            "{m:?} crossed between the proxies: {:?}",
+            packets
+                .iter()
+                .map(|d| String::from_utf8_lossy(d).into_owned())
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn privasip_2_calls_cross_two_domains_with_no_user_id_in_clear() {
+    let dir = tempdir("privasip2");
+    let (a, b) = domains();
+    // a.example: a multi-prime RSA key; b.example: HPKE (X25519).
+    let (a_key, a_pub) = key_pair(&dir, "a", "rsa-multiprime");
+    let (b_key, b_pub) = key_pair(&dir, "b", "hpke");
+    let _pa = proxy(&dir, &a, &b, Some(&a_key), false, "stateful");
+    let _pb = proxy(&dir, &b, &a, Some(&b_key), false, "stateful");
+    let alice = [
+        "--privacy",
+        "2",
+        "--home-key",
+        p(&a_pub),
+        "--callee-key",
+        p(&b_pub),
+    ];
+    let bob = ["--privacy", "1", "--home-key", p(&b_pub)];
+    let seen = call_across(&dir, (&a, &b), &alice, &bob);
+    assert_call_crossed(&seen);
+    // What crossed names pseudonyms (hex, version 1) and "Anonymous".
+    let invite = seen
+        .iter()
+        .map(|d| String::from_utf8_lossy(d).into_owned())
+        .find(|d| d.contains("INVITE sip:"))
+        .expect("the INVITE crossed");
+    assert!(invite.contains("INVITE sip:01"), "{invite}");
+    assert!(invite.contains("\"Anonymous\" <sip:01"), "{invite}");
+    for d in &seen {
+        for name in ["alice", "bob"] {
+            assert!(
+                !contains(d, name),
+                "{name} crossed in clear:\n{}",
+                String::from_utf8_lossy(d)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_capture_sees_names_when_privacy_is_off() {
+    let dir = tempdir("privasip-off");
+    let (a, b) = domains();
+    let _pa = proxy(&dir, &a, &b, None, false, "stateful");
+    let _pb = proxy(&dir, &b, &a, None, false, "stateful");
+    let seen = call_across(&dir, (&a, &b), &[], &[]);
+    assert_call_crossed(&seen);
+    // Alice's proxy consumed her credentials: they do not travel on.
+    assert!(seen.iter().all(|d| !contains(d, "proxy-authorization")));
+    for name in ["alice", "bob"] {
+        assert!(
+            seen.iter().any(|d| contains(d, name)),
+            "{name} is visible without privacy"
+        );
+    }
+}
+
+#[test]
+fn privasip_1_with_aes_and_ecies_stateless() {
+    let dir = tempdir("privasip1");
+    let (a, b) = domains();
+    // a.example opens AES pseudonyms (keys from the users' HA1);
+    // b.example holds an ECIES P-256 key.
+    let (b_key, b_pub) = key_pair(&dir, "b", "ecies");
+    let _pa = proxy(&dir, &a, &b, None, true, "stateless");
+    let _pb = proxy(&dir, &b, &a, Some(&b_key), false, "stateless");
+    let alice = [
+        "--privacy",
+        "1",
+        "--home-aes",
+        "gcm",
+        "--realm",
+        "a.example",
+    ];
+    let bob = ["--privacy", "1", "--home-key", p(&b_pub), "--base32"];
+    let seen = call_across(&dir, (&a, &b), &alice, &bob);
+    assert_call_crossed(&seen);
+    // PrivaSIP-1 hides the caller; the callee's ID is in clear by design.
+    assert!(seen.iter().all(|d| !contains(d, "alice")));
+    assert!(seen.iter().any(|d| contains(d, "bob")));
+}
+
+#[test]
+fn wrong_keys_get_one_uniform_refusal() {
+    let dir = tempdir("privasip-refused");
+    let (a, b) = domains();
+    let (a_key, _) = key_pair(&dir, "a", "ecies");
+    // A key the proxy does not hold, and a key id it does not publish.
+    let (_, stranger_pub) = key_pair(&dir, "stranger", "ecies");
+    let (_, a_pub) = (a_key.clone(), dir.join("a.pub.pem"));
+    let _pa = proxy(&dir, &a, &b, Some(&a_key), false, "stateful");
+    let a_addr = a.addr();
+    let mut answers = Vec::new();
+    for extra in [
+        vec!["--home-key", p(&stranger_pub)],
+        vec!["--home-key", p(&a_pub), "--home-key-id", "9"],
+    ] {
+        let mut args = vec![
+            "register",
+            "--user",
+            "alice",
+            "--domain",
+            "a.example",
+            "--server",
+            &a_addr,
+            "--bind",
+            "127.0.0.1:0",
+            "--privacy",
+            "1",
+        ];
+        args.extend(extra);
+        let out = phone("pw-alice", &args).output().expect("phone runs");
+        let t = text(&out);
+        assert!(!out.status.success(), "{t}");
+        answers.push(t.lines().last().unwrap_or("").to_string());
+    }
+    assert!(answers[0].contains("403 Forbidden"), "{answers:?}");
+    assert_eq!(answers[0], answers[1], "the same answer for both");
+    // The right key registers.
+    let out = phone(
+        "pw-alice",
+        &[
+            "register",
+            "--user",
+            "alice",
+            "--domain",
+            "a.example",
+            "--server",
+            &a_addr,
+            "--bind",
+            "127.0.0.1:0",
+            "--privacy",
+            "1",
+            "--home-key",
+            p(&a_pub),
+        ],
+    )
+    .output()
+    .expect("phone runs");
+    assert!(out.status.success(), "{}", text(&out));
+}
