@@ -16,6 +16,7 @@ pub mod link;
 pub mod peak;
 pub mod plot;
 mod poll;
+pub mod privacy;
 pub mod report;
 pub mod responder;
 pub mod scenario;

@@ -31,6 +31,9 @@ pub enum BenchCommand {
     /// profile, ours against libsrtp 2.7 on OpenSSL in the same run, and
     /// ours broken down per internal step.
     Srtp(Box<SrtpArgs>),
+    /// The PrivaSIP INVITE-preparation experiment (published Table 1): ms
+    /// to build an INVITE for plain SIP and each scheme and level.
+    PrivacyPrepare(Box<PrivacyPrepareArgs>),
     /// Answer every request with 200 at once: a target to measure the
     /// generator's own ceiling.
     Null {
@@ -272,6 +275,52 @@ pub struct SrtpArgs {
     quick: bool,
     #[command(flatten)]
     out: TableOutputs,
+}
+
+#[derive(Args)]
+pub struct PrivacyPrepareArgs {
+    /// INVITEs timed per configuration.
+    #[arg(long, default_value_t = 1_000)]
+    iterations: usize,
+    /// Untimed INVITEs first.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// RSA modulus bits (the published run used 1024).
+    #[arg(long, default_value_t = 2048)]
+    bits: u32,
+    /// A smoke run: 20 INVITEs per configuration (what CI runs).
+    #[arg(long)]
+    quick: bool,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the table (markdown) here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+fn privacy_prepare(a: PrivacyPrepareArgs) -> Result<ExitCode, String> {
+    let (iterations, warmup) = if a.quick {
+        (20, 2)
+    } else {
+        (a.iterations, a.warmup)
+    };
+    if iterations == 0 || iterations > 1_000_000 {
+        return Err("--iterations is 1 to 1000000".into());
+    }
+    if !(1024..=8192).contains(&a.bits) {
+        return Err("--bits is 1024 to 8192".into());
+    }
+    let rows = sipsec_bench::privacy::prepare(iterations, warmup, a.bits, |r| {
+        eprintln!(
+            "{:32} mean {:8.4} ms  sd {:8.4}  min {:8.4}  max {:8.4}",
+            r.config, r.mean_ms, r.sd_ms, r.min_ms, r.max_ms
+        );
+    })?;
+    let table = sipsec_bench::privacy::markdown(&rows);
+    print!("{table}");
+    json_and_markdown(a.json.as_deref(), &rows, a.markdown.as_deref(), &table)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn srtp_bench(a: SrtpArgs) -> Result<ExitCode, String> {
@@ -621,6 +670,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Compare(a) => compare(*a),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
         BenchCommand::Srtp(a) => srtp_bench(*a),
+        BenchCommand::PrivacyPrepare(a) => privacy_prepare(*a),
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Null {
             udp,

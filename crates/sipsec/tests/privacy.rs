@@ -427,3 +427,35 @@ fn wrong_keys_get_one_uniform_refusal() {
     .expect("phone runs");
     assert!(out.status.success(), "{}", text(&out));
 }
+
+#[test]
+fn the_invite_preparation_experiment_runs_every_configuration() {
+    let dir = tempdir("privacy-prepare");
+    let json = dir.join("prepare.json");
+    let out = Command::new(BIN)
+        .args(["bench", "privacy-prepare", "--quick", "--bits", "1024"])
+        .args(["--json", p(&json)])
+        .output()
+        .expect("sipsec bench runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid");
+    let rows = rows.as_array().expect("rows");
+    // Plain, PrivaSIP-1 × (3 RSA variants, ECIES, AES, HPKE), PrivaSIP-2 × (3 RSA, ECIES, HPKE).
+    assert_eq!(rows.len(), 12, "{rows:?}");
+    let plain = rows[0]["invite_bytes"].as_u64().expect("bytes");
+    for r in rows {
+        assert_eq!(r["n"], 20);
+        let (mean, min, max) = (
+            r["mean_ms"].as_f64().expect("mean"),
+            r["min_ms"].as_f64().expect("min"),
+            r["max_ms"].as_f64().expect("max"),
+        );
+        assert!(min > 0.0 && min <= mean && mean <= max, "{r}");
+        if r["config"] != "plain SIP" {
+            // The pseudonyms make every PrivaSIP INVITE longer.
+            assert!(r["invite_bytes"].as_u64().expect("bytes") > plain, "{r}");
+        }
+    }
+    assert!(text(&out).contains("published mean ms (Table 1)"));
+}
