@@ -8,7 +8,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{tempdir, Running, BIN};
+use common::{http_get, tempdir, Running, BIN};
 
 /// Starts `sipsec serve` on ephemeral ports with its data in `dir`.
 fn serve(dir: &Path, extra: &[&str]) -> Running {
@@ -190,15 +190,6 @@ fn port_in_use_is_reported() {
         .expect("runs");
     assert!(!out.status.success(), "second server must not start");
     drop(first);
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("response");
-    text
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use common::{answering, phone, tempdir, text, Running, BIN};
+use common::{answering, http_get, phone, tempdir, text, Running, BIN};
 
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
@@ -117,7 +117,7 @@ fn proxy(
         }
     }
     let config = format!(
-        "mode = \"proxy\"\nudp = \"127.0.0.1:{}\"\ntcp = \"off\"\nhttp = \"off\"\nstateful = true\n\
+        "mode = \"proxy\"\nudp = \"127.0.0.1:{}\"\ntcp = \"off\"\nhttp = \"127.0.0.1:0\"\nstateful = true\n\
          domains = [\"{}\"]\ndata_dir = \"{}\"\n[auth]\nenabled = true\nrealm = \"{}\"\nusers = \"{}\"\n\
          {privacy}[peers]\n\"{}\" = \"{}\"\n",
         d.port,
@@ -188,6 +188,15 @@ impl Capture {
         }
         out
     }
+}
+
+/// The `privacy` counters in a proxy's `/status`.
+fn privacy_counters(proxy: &Running) -> serde_json::Value {
+    let http = common::banner_http_addr(&proxy.banner).expect("http address in the banner");
+    let response = http_get(&http.to_string(), "/status");
+    let body = response.split("\r\n\r\n").nth(1).expect("body");
+    let status: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    status["privacy"].clone()
 }
 
 fn contains(hay: &[u8], needle: &str) -> bool {
@@ -293,8 +302,8 @@ fn privasip_2_calls_cross_two_domains_with_no_user_id_in_clear() {
     // a.example: a multi-prime RSA key; b.example: HPKE (X25519).
     let (a_key, a_pub) = key_pair(&dir, "a", "rsa-multiprime");
     let (b_key, b_pub) = key_pair(&dir, "b", "hpke");
-    let _pa = proxy(&dir, &a, &b, Some(&a_key), false, "stateful");
-    let _pb = proxy(&dir, &b, &a, Some(&b_key), false, "stateful");
+    let pa = proxy(&dir, &a, &b, Some(&a_key), false, "stateful");
+    let pb = proxy(&dir, &b, &a, Some(&b_key), false, "stateful");
     let alice = [
         "--privacy",
         "2",
@@ -314,6 +323,16 @@ fn privasip_2_calls_cross_two_domains_with_no_user_id_in_clear() {
         .expect("the INVITE crossed");
     assert!(invite.contains("INVITE sip:01"), "{invite}");
     assert!(invite.contains("\"Anonymous\" <sip:01"), "{invite}");
+    // Stateful: the pseudonyms seen again (the INVITE sent with
+    // credentials, To beside the Request-URI) come from the cache.
+    let (ca, cb) = (privacy_counters(&pa), privacy_counters(&pb));
+    eprintln!("stateful counters: a.example {ca}, b.example {cb}");
+    assert_eq!(ca["stateful"], true);
+    assert!(ca["cache_hits_total"].as_u64() > Some(0), "{ca}");
+    assert_eq!(
+        (ca["refused_total"].as_u64(), cb["refused_total"].as_u64()),
+        (Some(0), Some(0))
+    );
     for d in &seen {
         for name in ["alice", "bob"] {
             assert!(
@@ -350,8 +369,8 @@ fn privasip_1_with_aes_and_ecies_stateless() {
     // a.example opens AES pseudonyms (keys from the users' HA1);
     // b.example holds an ECIES P-256 key.
     let (b_key, b_pub) = key_pair(&dir, "b", "ecies");
-    let _pa = proxy(&dir, &a, &b, None, true, "stateless");
-    let _pb = proxy(&dir, &b, &a, Some(&b_key), false, "stateless");
+    let pa = proxy(&dir, &a, &b, None, true, "stateless");
+    let pb = proxy(&dir, &b, &a, Some(&b_key), false, "stateless");
     let alice = [
         "--privacy",
         "1",
@@ -366,6 +385,14 @@ fn privasip_1_with_aes_and_ecies_stateless() {
     // PrivaSIP-1 hides the caller; the callee's ID is in clear by design.
     assert!(seen.iter().all(|d| !contains(d, "alice")));
     assert!(seen.iter().any(|d| contains(d, "bob")));
+    // Stateless: every pseudonym is decrypted where it is needed.
+    let (ca, cb) = (privacy_counters(&pa), privacy_counters(&pb));
+    eprintln!("stateless counters: a.example {ca}, b.example {cb}");
+    assert_eq!(ca["stateful"], false);
+    for c in [&ca, &cb] {
+        assert_eq!(c["cache_hits_total"], 0, "{c}");
+        assert!(c["decryptions_total"].as_u64() > Some(0), "{c}");
+    }
 }
 
 #[test]

@@ -174,3 +174,13 @@ pub fn answering(password: &str, args: &[&str]) -> (Child, String, JoinHandle<St
         }
     }
 }
+
+/// A plain HTTP GET of `path` at `addr`; the whole response.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text
+}
