@@ -211,7 +211,7 @@ pub fn markdown(rows: &[Row]) -> String {
     );
     for r in rows {
         s.push_str(&format!(
-            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | ±{:.4} | {} | {} |\n",
+            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | ±{:.5} | {} | {} |\n",
             r.config,
             r.mean_ms,
             r.min_ms,

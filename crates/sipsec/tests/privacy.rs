@@ -405,11 +405,7 @@ fn wrong_keys_get_one_uniform_refusal() {
     let (_, a_pub) = (a_key.clone(), dir.join("a.pub.pem"));
     let _pa = proxy(&dir, &a, &b, Some(&a_key), false, "stateful");
     let a_addr = a.addr();
-    let mut answers = Vec::new();
-    for extra in [
-        vec!["--home-key", p(&stranger_pub)],
-        vec!["--home-key", p(&a_pub), "--home-key-id", "9"],
-    ] {
+    let register = |key: &[&str]| {
         let mut args = vec![
             "register",
             "--user",
@@ -423,8 +419,15 @@ fn wrong_keys_get_one_uniform_refusal() {
             "--privacy",
             "1",
         ];
-        args.extend(extra);
-        let out = phone("pw-alice", &args).output().expect("phone runs");
+        args.extend(key);
+        phone("pw-alice", &args).output().expect("phone runs")
+    };
+    let mut answers = Vec::new();
+    for key in [
+        vec!["--home-key", p(&stranger_pub)],
+        vec!["--home-key", p(&a_pub), "--home-key-id", "9"],
+    ] {
+        let out = register(&key);
         let t = text(&out);
         assert!(!out.status.success(), "{t}");
         answers.push(t.lines().last().unwrap_or("").to_string());
@@ -432,26 +435,7 @@ fn wrong_keys_get_one_uniform_refusal() {
     assert!(answers[0].contains("403 Forbidden"), "{answers:?}");
     assert_eq!(answers[0], answers[1], "the same answer for both");
     // The right key registers.
-    let out = phone(
-        "pw-alice",
-        &[
-            "register",
-            "--user",
-            "alice",
-            "--domain",
-            "a.example",
-            "--server",
-            &a_addr,
-            "--bind",
-            "127.0.0.1:0",
-            "--privacy",
-            "1",
-            "--home-key",
-            p(&a_pub),
-        ],
-    )
-    .output()
-    .expect("phone runs");
+    let out = register(&["--home-key", p(&a_pub)]);
     assert!(out.status.success(), "{}", text(&out));
 }
 
@@ -485,4 +469,51 @@ fn the_invite_preparation_experiment_runs_every_configuration() {
         }
     }
     assert!(text(&out).contains("published mean ms (Table 1)"));
+}
+
+#[test]
+fn bad_privacy_settings_are_named_at_start() {
+    let dir = tempdir("privacy-bad-config");
+    let garbage = dir.join("garbage.pem");
+    std::fs::write(&garbage, "hello\n").expect("write");
+    let ed = dir.join("ed.pem");
+    keygen(&["ec", "--curve", "ed25519", "-o", p(&ed)]);
+    for (key, want) in [
+        (dir.join("missing.pem"), "missing.pem: No such file"),
+        (garbage, "no readable private key"),
+        (ed, "Ed25519 key decrypts nothing here"),
+    ] {
+        let config = dir.join("sipsec.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "mode = \"proxy\"\nudp = \"127.0.0.1:0\"\nhttp = \"off\"\ndata_dir = \"{}\"\n[privacy]\nkeys = [{{ id = 1, key = \"{}\" }}]\n",
+                p(&dir.join("data")),
+                p(&key)
+            ),
+        )
+        .expect("config");
+        let out = Command::new(BIN)
+            .args(["serve", "--config", p(&config)])
+            .output()
+            .expect("sipsec serve runs");
+        let t = text(&out);
+        assert!(!out.status.success() && t.contains(want), "{want}: {t}");
+    }
+    // A phone asking for PrivaSIP-2 without the callee's key is told so.
+    let out = phone(
+        "pw",
+        &[
+            "register",
+            "--user",
+            "a",
+            "--privacy",
+            "2",
+            "--home-aes",
+            "gcm",
+        ],
+    )
+    .output()
+    .expect("phone runs");
+    assert!(text(&out).contains("--callee-key"), "{}", text(&out));
 }
