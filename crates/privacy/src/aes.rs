@@ -14,7 +14,7 @@
 
 use openssl::symm::{decrypt_aead, encrypt_aead, Cipher, Crypter, Mode};
 
-use crate::ecies::hkdf_sha256;
+use crate::kdf::hkdf;
 use crate::{body_for, header, id_from, random, Error, IdCipher, IdDecipher, Scheme};
 
 const INFO: &[u8] = b"sipsec privasip aes v1";
@@ -40,12 +40,12 @@ impl AesId {
     /// `cbc` picks the published CBC mode instead of GCM.
     pub fn new(ha1_hex: &str, realm: &str, key_id: u8, cbc: bool) -> Result<Self, Error> {
         let mut key = [0u8; 16];
-        hkdf_sha256(
+        hkdf(
             realm.as_bytes(),
             ha1_hex.as_bytes(),
             &[INFO, &[key_id]].concat(),
             &mut key,
-        )?;
+        );
         Ok(Self {
             key,
             key_id,

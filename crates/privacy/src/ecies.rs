@@ -11,13 +11,10 @@
 //! A key encrypts one message only (e is fresh each time), so the fixed
 //! nonce is safe. All primitives are OpenSSL's.
 
-use openssl::bn::BigNumContext;
-use openssl::derive::Deriver;
-use openssl::ec::{EcGroup, EcKey, EcPoint, PointConversionForm};
-use openssl::md::Md;
+use openssl::bn::{BigNum, BigNumContext};
+use openssl::ec::{EcGroup, EcKey, EcPoint, EcPointRef, PointConversionForm};
 use openssl::nid::Nid;
-use openssl::pkey::{Id, PKey, Private, Public};
-use openssl::pkey_ctx::PkeyCtx;
+use openssl::pkey::{PKey, Private, Public};
 use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
 
 use crate::{body_for, header, id_from, Error, IdCipher, IdDecipher, Scheme};
@@ -37,37 +34,39 @@ fn point_bytes(key: &EcKey<impl openssl::pkey::HasPublic>) -> Result<Vec<u8>, Er
         .map_err(|e| Error::Key(e.to_string()))
 }
 
-/// HKDF-SHA256 (RFC 5869) through OpenSSL.
-pub fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[u8], out: &mut [u8]) -> Result<(), Error> {
-    let err = |e: openssl::error::ErrorStack| Error::Key(e.to_string());
-    let mut ctx = PkeyCtx::new_id(Id::HKDF).map_err(err)?;
-    ctx.derive_init().map_err(err)?;
-    ctx.set_hkdf_md(Md::sha256()).map_err(err)?;
-    ctx.set_hkdf_salt(salt).map_err(err)?;
-    ctx.set_hkdf_key(ikm).map_err(err)?;
-    ctx.add_hkdf_info(info).map_err(err)?;
-    ctx.derive(Some(out)).map_err(err)?;
-    Ok(())
-}
-
+/// K from ECDH of `scalar` and `peer` (ephemeral and recipient points
+/// as bytes for the salt). The multiplication is the one OpenSSL's ECDH
+/// does (P-256 has cofactor 1), without building EVP keys per call: that
+/// conversion cost more than the multiplication.
 fn shared_key(
-    mine: &PKey<Private>,
-    theirs: &PKey<Public>,
+    group: &EcGroup,
+    scalar: &openssl::bn::BigNumRef,
+    peer: &EcPointRef,
     ephemeral: &[u8],
     recipient: &[u8],
 ) -> Result<[u8; 32], Error> {
     let bad = |_| Error::Undecryptable;
-    let mut d = Deriver::new(mine).map_err(bad)?;
-    d.set_peer(theirs).map_err(bad)?;
-    let z = d.derive_to_vec().map_err(bad)?;
+    let mut ctx = BigNumContext::new().map_err(bad)?;
+    let mut shared = EcPoint::new(group).map_err(bad)?;
+    shared.mul2(group, peer, scalar, &mut ctx).map_err(bad)?;
+    if shared.is_infinity(group) {
+        return Err(Error::Undecryptable);
+    }
+    let (mut x, mut y) = (BigNum::new().map_err(bad)?, BigNum::new().map_err(bad)?);
+    shared
+        .affine_coordinates(group, &mut x, &mut y, &mut ctx)
+        .map_err(bad)?;
+    let mut z = x.to_vec_padded(32).map_err(bad)?;
     let mut k = [0u8; 32];
-    hkdf_sha256(&[ephemeral, recipient].concat(), &z, INFO, &mut k)?;
+    crate::kdf::hkdf(&[ephemeral, recipient].concat(), &z, INFO, &mut k);
+    z.fill(0);
     Ok(k)
 }
 
 /// Encrypts for the holder of a P-256 public key.
 pub struct Ecies {
-    recipient: PKey<Public>,
+    group: EcGroup,
+    recipient: EcKey<Public>,
     recipient_point: Vec<u8>,
     key_id: u8,
 }
@@ -82,9 +81,9 @@ impl Ecies {
             return Err(Error::Key("the ECIES key must be on P-256".into()));
         }
         let recipient_point = point_bytes(&key)?;
-        let recipient = PKey::from_ec_key(key).map_err(|e| Error::Key(e.to_string()))?;
         Ok(Self {
-            recipient,
+            group: group()?,
+            recipient: key,
             recipient_point,
             key_id,
         })
@@ -93,9 +92,14 @@ impl Ecies {
     /// Encrypts with a given ephemeral key (known-answer tests).
     pub fn encrypt_with(&self, id: &str, ephemeral: &EcKey<Private>) -> Result<Vec<u8>, Error> {
         let e_point = point_bytes(ephemeral)?;
-        let e = PKey::from_ec_key(ephemeral.clone()).map_err(|e| Error::Key(e.to_string()))?;
-        let k = shared_key(&e, &self.recipient, &e_point, &self.recipient_point)
-            .map_err(|_| Error::Key("ECDH failed".into()))?;
+        let k = shared_key(
+            &self.group,
+            ephemeral.private_key(),
+            self.recipient.public_key(),
+            &e_point,
+            &self.recipient_point,
+        )
+        .map_err(|_| Error::Key("ECDH failed".into()))?;
         let head = header(Scheme::Ecies, self.key_id);
         let mut tag = [0u8; TAG];
         let ct = encrypt_aead(
@@ -119,15 +123,15 @@ impl IdCipher for Ecies {
         self.key_id
     }
     fn encrypt(&self, id: &str) -> Result<Vec<u8>, Error> {
-        let group = group()?;
-        let ephemeral = EcKey::generate(&group).map_err(|e| Error::Key(e.to_string()))?;
+        let ephemeral = EcKey::generate(&self.group).map_err(|e| Error::Key(e.to_string()))?;
         self.encrypt_with(id, &ephemeral)
     }
 }
 
 /// Decrypts with the recipient's P-256 private key.
 pub struct EciesKey {
-    key: PKey<Private>,
+    group: EcGroup,
+    key: EcKey<Private>,
     point: Vec<u8>,
     key_id: u8,
 }
@@ -142,8 +146,12 @@ impl EciesKey {
             return Err(Error::Key("the ECIES key must be on P-256".into()));
         }
         let point = point_bytes(&key)?;
-        let key = PKey::from_ec_key(key).map_err(|e| Error::Key(e.to_string()))?;
-        Ok(Self { key, point, key_id })
+        Ok(Self {
+            group: group()?,
+            key,
+            point,
+            key_id,
+        })
     }
 }
 
@@ -161,14 +169,17 @@ impl IdDecipher for EciesKey {
         }
         let (e_point, rest) = body.split_at(POINT);
         let (ct, tag) = rest.split_at(rest.len() - TAG);
-        let group = group()?;
-        let mut ctx = BigNumContext::new().map_err(|_| Error::Undecryptable)?;
-        let point =
-            EcPoint::from_bytes(&group, e_point, &mut ctx).map_err(|_| Error::Undecryptable)?;
-        let e = EcKey::from_public_key(&group, &point)
-            .and_then(PKey::from_ec_key)
-            .map_err(|_| Error::Undecryptable)?;
-        let k = shared_key(&self.key, &e, e_point, &self.point)?;
+        let bad = |_| Error::Undecryptable;
+        let mut ctx = BigNumContext::new().map_err(bad)?;
+        // Rejects points not on the curve.
+        let e = EcPoint::from_bytes(&self.group, e_point, &mut ctx).map_err(bad)?;
+        let k = shared_key(
+            &self.group,
+            self.key.private_key(),
+            &e,
+            e_point,
+            &self.point,
+        )?;
         let head = &raw[..3];
         let id = decrypt_aead(Cipher::aes_256_gcm(), &k, Some(&[0; 12]), head, ct, tag)
             .map_err(|_| Error::Undecryptable)?;

@@ -8,12 +8,10 @@
 //! as associated data.
 
 use openssl::derive::Deriver;
-use openssl::md::Md;
-use openssl::pkey::{Id, PKey};
-use openssl::pkey_ctx::{HkdfMode, PkeyCtx};
+use openssl::pkey::{Id, PKey, Private};
 use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
 
-use crate::{body_for, header, id_from, random, Error, IdCipher, IdDecipher, Scheme};
+use crate::{body_for, header, id_from, kdf, random, Error, IdCipher, IdDecipher, Scheme};
 
 const KEM_ID: u16 = 0x0020;
 const KDF_ID: u16 = 0x0001;
@@ -24,39 +22,13 @@ fn err(e: openssl::error::ErrorStack) -> Error {
     Error::Key(e.to_string())
 }
 
-fn hkdf(mode: HkdfMode, salt: &[u8], key: &[u8], info: &[u8], out: &mut [u8]) -> Result<(), Error> {
-    let mut ctx = PkeyCtx::new_id(Id::HKDF).map_err(err)?;
-    ctx.derive_init().map_err(err)?;
-    ctx.set_hkdf_mode(mode).map_err(err)?;
-    ctx.set_hkdf_md(Md::sha256()).map_err(err)?;
-    if !salt.is_empty() {
-        ctx.set_hkdf_salt(salt).map_err(err)?;
-    }
-    ctx.set_hkdf_key(key).map_err(err)?;
-    if !info.is_empty() {
-        ctx.add_hkdf_info(info).map_err(err)?;
-    }
-    ctx.derive(Some(out)).map_err(err)?;
-    Ok(())
+fn labeled_extract(suite: &[u8], salt: &[u8], label: &[u8], ikm: &[u8]) -> [u8; 32] {
+    kdf::extract(salt, &[b"HPKE-v1", suite, label, ikm])
 }
 
-fn labeled_extract(suite: &[u8], salt: &[u8], label: &[u8], ikm: &[u8]) -> Result<[u8; 32], Error> {
-    let mut prk = [0u8; 32];
-    let labeled = [b"HPKE-v1".as_slice(), suite, label, ikm].concat();
-    hkdf(HkdfMode::EXTRACT_ONLY, salt, &labeled, &[], &mut prk)?;
-    Ok(prk)
-}
-
-fn labeled_expand(
-    suite: &[u8],
-    prk: &[u8],
-    label: &[u8],
-    info: &[u8],
-    out: &mut [u8],
-) -> Result<(), Error> {
+fn labeled_expand(suite: &[u8], prk: &[u8], label: &[u8], info: &[u8], out: &mut [u8]) {
     let len = (out.len() as u16).to_be_bytes();
-    let labeled = [&len[..], b"HPKE-v1", suite, label, info].concat();
-    hkdf(HkdfMode::EXPAND_ONLY, &[], prk, &labeled, out)
+    kdf::expand(prk, &[&len, b"HPKE-v1", suite, label, info], out);
 }
 
 fn kem_suite() -> Vec<u8> {
@@ -73,27 +45,36 @@ fn hpke_suite() -> Vec<u8> {
     .concat()
 }
 
-/// X25519 of a raw private key and a raw public key.
-fn dh(private: &[u8; 32], public: &[u8]) -> Result<Vec<u8>, Error> {
-    let sk = PKey::private_key_from_raw_bytes(private, Id::X25519).map_err(err)?;
+/// A raw X25519 private key as an OpenSSL key. Importing it computes the
+/// public key (one scalar multiplication): do it once per key.
+fn private_key(private: &[u8; 32]) -> Result<PKey<Private>, Error> {
+    PKey::private_key_from_raw_bytes(private, Id::X25519).map_err(err)
+}
+
+/// The raw public half of an X25519 key.
+fn raw_public(sk: &PKey<Private>) -> Result<[u8; 32], Error> {
+    let raw = sk.raw_public_key().map_err(err)?;
+    raw.try_into()
+        .map_err(|_| Error::Key("X25519 public key length".into()))
+}
+
+/// X25519 of a private key and a raw public key.
+fn dh(sk: &PKey<Private>, public: &[u8]) -> Result<Vec<u8>, Error> {
     let pk =
         PKey::public_key_from_raw_bytes(public, Id::X25519).map_err(|_| Error::Undecryptable)?;
-    let mut d = Deriver::new(&sk).map_err(err)?;
+    let mut d = Deriver::new(sk).map_err(err)?;
     d.set_peer(&pk).map_err(|_| Error::Undecryptable)?;
     d.derive_to_vec().map_err(|_| Error::Undecryptable)
 }
 
 /// The raw X25519 public key of a raw private key.
 pub fn public_of(private: &[u8; 32]) -> Result<[u8; 32], Error> {
-    let sk = PKey::private_key_from_raw_bytes(private, Id::X25519).map_err(err)?;
-    let raw = sk.raw_public_key().map_err(err)?;
-    raw.try_into()
-        .map_err(|_| Error::Key("X25519 public key length".into()))
+    raw_public(&private_key(private)?)
 }
 
-fn shared_secret(dh_out: &[u8], enc: &[u8], pk_r: &[u8]) -> Result<[u8; 32], Error> {
+fn shared_secret(dh_out: &[u8], enc: &[u8], pk_r: &[u8]) -> [u8; 32] {
     let suite = kem_suite();
-    let eae_prk = labeled_extract(&suite, &[], b"eae_prk", dh_out)?;
+    let eae_prk = labeled_extract(&suite, &[], b"eae_prk", dh_out);
     let mut shared = [0u8; 32];
     labeled_expand(
         &suite,
@@ -101,22 +82,22 @@ fn shared_secret(dh_out: &[u8], enc: &[u8], pk_r: &[u8]) -> Result<[u8; 32], Err
         b"shared_secret",
         &[enc, pk_r].concat(),
         &mut shared,
-    )?;
-    Ok(shared)
+    );
+    shared
 }
 
 /// The base-mode key schedule (RFC 9180 §5.1): AEAD key and base nonce.
-pub fn key_schedule(shared: &[u8], info: &[u8]) -> Result<([u8; 16], [u8; 12]), Error> {
+pub fn key_schedule(shared: &[u8], info: &[u8]) -> ([u8; 16], [u8; 12]) {
     let suite = hpke_suite();
-    let psk_id_hash = labeled_extract(&suite, &[], b"psk_id_hash", &[])?;
-    let info_hash = labeled_extract(&suite, &[], b"info_hash", info)?;
+    let psk_id_hash = labeled_extract(&suite, &[], b"psk_id_hash", &[]);
+    let info_hash = labeled_extract(&suite, &[], b"info_hash", info);
     let context = [&[0u8][..], &psk_id_hash, &info_hash].concat();
-    let secret = labeled_extract(&suite, shared, b"secret", &[])?;
+    let secret = labeled_extract(&suite, shared, b"secret", &[]);
     let mut key = [0u8; 16];
     let mut nonce = [0u8; 12];
-    labeled_expand(&suite, &secret, b"key", &context, &mut key)?;
-    labeled_expand(&suite, &secret, b"base_nonce", &context, &mut nonce)?;
-    Ok((key, nonce))
+    labeled_expand(&suite, &secret, b"key", &context, &mut key);
+    labeled_expand(&suite, &secret, b"base_nonce", &context, &mut nonce);
+    (key, nonce)
 }
 
 /// Single-shot seal (sequence 0) to `pk_r` with the ephemeral private key
@@ -128,10 +109,11 @@ pub fn seal_base(
     aad: &[u8],
     pt: &[u8],
 ) -> Result<(Vec<u8>, Vec<u8>), Error> {
-    let enc = public_of(sk_e)?;
-    let dh_out = dh(sk_e, pk_r).map_err(|_| Error::Key("not an X25519 public key".into()))?;
-    let shared = shared_secret(&dh_out, &enc, pk_r)?;
-    let (key, nonce) = key_schedule(&shared, info)?;
+    let sk_e = private_key(sk_e)?;
+    let enc = raw_public(&sk_e)?;
+    let dh_out = dh(&sk_e, pk_r).map_err(|_| Error::Key("not an X25519 public key".into()))?;
+    let shared = shared_secret(&dh_out, &enc, pk_r);
+    let (key, nonce) = key_schedule(&shared, info);
     let mut tag = [0u8; 16];
     let ct =
         encrypt_aead(Cipher::aes_128_gcm(), &key, Some(&nonce), aad, pt, &mut tag).map_err(err)?;
@@ -146,13 +128,26 @@ pub fn open_base(
     aad: &[u8],
     ct: &[u8],
 ) -> Result<Vec<u8>, Error> {
+    let sk_r = private_key(sk_r)?;
+    open_with(&sk_r, &raw_public(&sk_r)?, enc, info, aad, ct)
+}
+
+/// [`open_base`] with the key imported and its public half computed
+/// beforehand: one scalar multiplication per open.
+fn open_with(
+    sk_r: &PKey<Private>,
+    pk_r: &[u8; 32],
+    enc: &[u8],
+    info: &[u8],
+    aad: &[u8],
+    ct: &[u8],
+) -> Result<Vec<u8>, Error> {
     if ct.len() < 16 {
         return Err(Error::Undecryptable);
     }
-    let pk_r = public_of(sk_r)?;
     let dh_out = dh(sk_r, enc)?;
-    let shared = shared_secret(&dh_out, enc, &pk_r)?;
-    let (key, nonce) = key_schedule(&shared, info)?;
+    let shared = shared_secret(&dh_out, enc, pk_r);
+    let (key, nonce) = key_schedule(&shared, info);
     let (body, tag) = ct.split_at(ct.len() - 16);
     decrypt_aead(Cipher::aes_128_gcm(), &key, Some(&nonce), aad, body, tag)
         .map_err(|_| Error::Undecryptable)
@@ -205,14 +200,22 @@ impl IdCipher for Hpke {
 
 /// Decrypts with our X25519 private key.
 pub struct HpkeKey {
-    sk_r: [u8; 32],
+    sk_r: PKey<Private>,
+    pk_r: [u8; 32],
     key_id: u8,
 }
 
 impl HpkeKey {
     /// From the raw 32-byte private key.
-    pub fn new(sk_r: [u8; 32], key_id: u8) -> Self {
-        Self { sk_r, key_id }
+    pub fn new(mut sk_r: [u8; 32], key_id: u8) -> Result<Self, Error> {
+        let sk = private_key(&sk_r);
+        sk_r.fill(0);
+        let sk_r = sk?;
+        Ok(Self {
+            pk_r: raw_public(&sk_r)?,
+            sk_r,
+            key_id,
+        })
     }
 
     /// From an X25519 private key in PEM (PKCS#8).
@@ -223,11 +226,11 @@ impl HpkeKey {
             return Err(Error::Key("the HPKE key must be X25519".into()));
         }
         let raw = k.raw_private_key().map_err(err)?;
-        Ok(Self::new(
+        Self::new(
             raw.try_into()
                 .map_err(|_| Error::Key("X25519 key length".into()))?,
             key_id,
-        ))
+        )
     }
 }
 
@@ -244,6 +247,6 @@ impl IdDecipher for HpkeKey {
             return Err(Error::Undecryptable);
         }
         let (enc, ct) = body.split_at(32);
-        id_from(open_base(&self.sk_r, enc, INFO, &raw[..3], ct)?)
+        id_from(open_with(&self.sk_r, &self.pk_r, enc, INFO, &raw[..3], ct)?)
     }
 }

@@ -20,6 +20,7 @@ pub mod aes;
 pub mod ecies;
 pub mod encoding;
 pub mod hpke;
+pub mod kdf;
 pub mod keys;
 pub mod rsa;
 
