@@ -290,9 +290,11 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             tls: None,
                             connection_per_call: false,
                             busy_poll: plan.pin,
+                            ids: None,
                         },
                         callee: callee.clone(),
                         callee_registrar: None,
+                        callee_domain: None,
                         server_pids: server.pids.clone(),
                         weights: plan.weights,
                     };

@@ -48,6 +48,17 @@ pub struct User {
     pub password: String,
 }
 
+/// The user parts one call shows instead of the user's and the service's
+/// names: PrivaSIP pseudonyms, made before the run so that their cost is
+/// the phone's (measured by `bench privacy-prepare`), not the load's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallIds {
+    /// `[caller]`: the From user and the digest `username=`.
+    pub caller: String,
+    /// `[callee]`: the Request-URI and To user.
+    pub callee: String,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -82,6 +93,9 @@ pub struct Run {
     /// a sleeping generator on every response (an inter-processor wake-up,
     /// costly in a VM), so the server's CPU is the server's work.
     pub busy_poll: bool,
+    /// Per call number, the IDs it shows (none: the plain names). A run
+    /// with more calls than entries reuses them in turn.
+    pub ids: Option<std::sync::Arc<Vec<CallIds>>>,
 }
 
 /// One second of a run.
@@ -187,6 +201,10 @@ struct Call {
     last: Vec<u8>,
     peer_tag: String,
     challenge: Option<Captured>,
+    /// The dialog's route set (a `Route:` line) and remote target, from
+    /// the 2xx to the INVITE (RFC 3261 §12.1.2).
+    route: String,
+    target: String,
 }
 
 struct Worker<'a> {
@@ -472,6 +490,8 @@ impl Worker<'_> {
             last: Vec::new(),
             peer_tag: String::new(),
             challenge: None,
+            route: String::new(),
+            target: String::new(),
         });
         self.active += 1;
         self.second(now).started += 1;
@@ -515,11 +535,17 @@ impl Worker<'_> {
             call.leg_start = now;
         }
         let user = &run.users[call.user];
+        let ids = run
+            .ids
+            .as_ref()
+            .filter(|v| !v.is_empty())
+            .map(|v| &v[(call.number % v.len() as u64) as usize]);
         let mut uri = std::mem::take(&mut self.scratch);
         uri.clear();
         let ctx = Ctx {
             call,
             user,
+            ids,
             local: &self.local,
             remote: &self.remote,
             run_id: self.run_id,
@@ -609,11 +635,17 @@ impl Worker<'_> {
             }
         }
         // The first acceptable Expect from here, skipping optional ones.
+        // A skipped optional response that would have ended a leg (a 180
+        // overtaken by the 200) ends it here: the latest it can have come.
         let mut i = call.step;
+        let mut skipped_leg_end = false;
         let matched = loop {
             match steps.get(i) {
                 Some(Step::Expect(e)) if e.accepts(status) => break Some((i, *e)),
-                Some(Step::Expect(e)) if e.optional => i += 1,
+                Some(Step::Expect(e)) if e.optional => {
+                    skipped_leg_end |= e.leg_end;
+                    i += 1;
+                }
                 _ => break None,
             }
         };
@@ -630,7 +662,10 @@ impl Worker<'_> {
             call.peer_tag.push_str(";tag=");
             call.peer_tag.push_str(tag);
         }
-        if e.leg_end {
+        if call.method == "INVITE" && (200..300).contains(&status) {
+            dialog(&msg, call);
+        }
+        if e.leg_end || skipped_leg_end {
             call.latency += now.duration_since(call.leg_start);
         }
         if e.challenge {
@@ -715,6 +750,23 @@ impl Worker<'_> {
     }
 }
 
+/// Keeps the route set (Record-Route reversed) and remote target (the
+/// Contact) of a 2xx to an INVITE, for the in-dialog ACK and BYE.
+fn dialog(msg: &Message<'_>, call: &mut Call) {
+    call.route.clear();
+    let set = ua::sip::record_routes(msg);
+    if !set.is_empty() {
+        call.route.push_str("Route: ");
+        call.route
+            .push_str(&set.into_iter().rev().collect::<Vec<_>>().join(", "));
+        call.route.push_str("\r\n");
+    }
+    call.target.clear();
+    if let Some(c) = msg.contacts().next() {
+        call.target.push_str(c.addr.uri().as_str());
+    }
+}
+
 fn capture(msg: &Message<'_>) -> Option<Captured> {
     let proxy = msg.status().map(|s| s.as_u16()) == Some(407);
     let name = if proxy {
@@ -740,6 +792,7 @@ fn capture(msg: &Message<'_>) -> Option<Captured> {
 struct Ctx<'a> {
     call: &'a Call,
     user: &'a User,
+    ids: Option<&'a CallIds>,
     local: &'a str,
     remote: &'a str,
     run_id: u32,
@@ -781,6 +834,14 @@ impl Ctx<'_> {
             Var::Remote => o.extend_from_slice(self.remote.as_bytes()),
             Var::User => o.extend_from_slice(self.user.name.as_bytes()),
             Var::Service => o.extend_from_slice(self.scenario.service.as_bytes()),
+            Var::Caller => {
+                o.extend_from_slice(self.ids.map_or(&self.user.name, |i| &i.caller).as_bytes())
+            }
+            Var::Callee => o.extend_from_slice(
+                self.ids
+                    .map_or(&self.scenario.service, |i| &i.callee)
+                    .as_bytes(),
+            ),
             Var::Cseq => write_u64(o, u64::from(c.cseq)),
             Var::FromTag => {
                 o.push(b'f');
@@ -789,6 +850,14 @@ impl Ctx<'_> {
             Var::PeerTag => o.extend_from_slice(c.peer_tag.as_bytes()),
             Var::Expires => write_u64(o, u64::from(self.scenario.expires)),
             Var::Authorization => self.authorization(o),
+            Var::Route => o.extend_from_slice(c.route.as_bytes()),
+            Var::DialogUri if c.target.is_empty() => {
+                o.extend_from_slice(b"sip:");
+                self.value(Var::Callee, o);
+                o.push(b'@');
+                o.extend_from_slice(self.remote.as_bytes());
+            }
+            Var::DialogUri => o.extend_from_slice(c.target.as_bytes()),
         }
     }
 
@@ -824,7 +893,9 @@ impl Ctx<'_> {
             o,
             format_args!(
                 "{header}: Digest username=\"{}\", realm=\"{}\", nonce=\"{}\", uri=\"{}\", response=\"{}\", algorithm={}",
-                self.user.name,
+                // Under PrivaSIP the username shown is the caller's
+                // pseudonym; the digest is over the real name.
+                self.ids.map_or(&self.user.name, |i| &i.caller),
                 ch.realm,
                 ch.nonce,
                 self.uri,
@@ -906,6 +977,7 @@ mod tests {
             tls: None,
             connection_per_call: false,
             busy_poll: false,
+            ids: None,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod peak;
 pub mod plot;
 mod poll;
 pub mod privacy;
+pub mod privacy_route;
 pub mod report;
 pub mod responder;
 pub mod scenario;
@@ -46,6 +47,9 @@ pub struct Options {
     /// Where the callee registers over UDP (default: the target; a TLS
     /// target needs the server's UDP address here).
     pub callee_registrar: Option<std::net::SocketAddr>,
+    /// The domain of the callee's address-of-record (default: the
+    /// registrar's address).
+    pub callee_domain: Option<String>,
     /// Server processes whose CPU time is sampled (may be empty).
     pub server_pids: Vec<u32>,
     /// Latency coefficient weights.
@@ -108,7 +112,12 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
             responder::Responder::start(ip.parse().expect("literal"), responder::Mode::Callee, 1)
                 .map_err(|e| format!("callee: {e}"))?;
         let registrar = opts.callee_registrar.unwrap_or(run.target);
-        responder::register(registrar, &opts.callee, r.addr(), 3600)
+        let domain = opts
+            .callee_domain
+            .clone()
+            .unwrap_or_else(|| registrar.to_string());
+        let contact = format!("<sip:{}@{}>", opts.callee.name, r.addr());
+        responder::register_in(registrar, &domain, &opts.callee, &contact, 3600)
             .map_err(|e| format!("registering the callee: {e}"))?;
         Some(r)
     } else {

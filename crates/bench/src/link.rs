@@ -126,9 +126,18 @@ impl Link {
     ) -> io::Result<Self> {
         match transport {
             Transport::Udp => {
-                let s = UdpSocket::bind(local)?;
+                let s = socket2::Socket::new(
+                    socket2::Domain::for_address(local),
+                    socket2::Type::DGRAM,
+                    Some(socket2::Protocol::UDP),
+                )?;
+                // Large buffers absorb the bursts of a thousand calls in
+                // flight (capped by net.core.rmem_max / wmem_max).
+                let _ = s.set_recv_buffer_size(4 << 20);
+                let _ = s.set_send_buffer_size(4 << 20);
+                s.bind(&local.into())?;
                 s.set_nonblocking(true)?;
-                Ok(Link::Udp(s))
+                Ok(Link::Udp(s.into()))
             }
             Transport::Tcp => Ok(Link::Tcp {
                 stream: connect(local, target)?,

@@ -24,6 +24,8 @@ pub struct LatencyMs {
     pub max: f64,
     /// Mean.
     pub mean: f64,
+    /// Standard deviation.
+    pub sd: f64,
 }
 
 /// One second of the run, with the server's CPU when sampled.
@@ -144,6 +146,7 @@ impl Report {
                 p999: ms(l.quantile_us(0.999)),
                 max: ms(l.max_us()),
                 mean: l.mean_us() / 1000.0,
+                sd: l.stdev_us() / 1000.0,
             },
             buckets,
             latency_coefficient: coefficient(&buckets, &opts.weights),

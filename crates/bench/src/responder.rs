@@ -100,19 +100,74 @@ impl Drop for Responder {
     }
 }
 
+/// 2xx responses to INVITE sent and not yet acknowledged: the UAS
+/// retransmits them (T1 doubling up to T2) until the ACK or a BYE comes,
+/// for at most 64·T1 (RFC 3261 §13.3.1.4) — a lost 200 must not leave the
+/// caller waiting for its transaction to time out.
+#[derive(Default)]
+struct Unacked {
+    by_call: std::collections::HashMap<String, (Vec<u8>, SocketAddr, Instant, Duration)>,
+    due: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+}
+
+impl Unacked {
+    fn add(&mut self, call_id: &str, bytes: &[u8], to: SocketAddr, now: Instant) {
+        let at = now + crate::engine::T1;
+        self.by_call.insert(
+            call_id.to_owned(),
+            (bytes.to_vec(), to, now, crate::engine::T1),
+        );
+        self.due.push(std::cmp::Reverse((at, call_id.to_owned())));
+    }
+
+    fn acked(&mut self, call_id: &str) {
+        self.by_call.remove(call_id);
+    }
+
+    /// Resends what is due.
+    fn fire(&mut self, sock: &UdpSocket, now: Instant) {
+        while let Some(std::cmp::Reverse((at, _))) = self.due.peek() {
+            if *at > now {
+                return;
+            }
+            let Some(std::cmp::Reverse((_, call_id))) = self.due.pop() else {
+                return;
+            };
+            let Some((bytes, to, first, interval)) = self.by_call.get_mut(&call_id) else {
+                continue;
+            };
+            if now.duration_since(*first) >= crate::engine::TIMEOUT {
+                self.by_call.remove(&call_id);
+                continue;
+            }
+            let _ = sock.send_to(bytes, *to);
+            *interval = (*interval * 2).min(crate::engine::T2);
+            self.due.push(std::cmp::Reverse((now + *interval, call_id)));
+        }
+    }
+}
+
 fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, stop: &AtomicBool, answered: &AtomicU64) {
     let mut buf = vec![0u8; 65_535];
     let mut out = Vec::with_capacity(2048);
     let tag = format!("uas{:x}", addr.port());
     let contact = format!("<sip:callee@{addr}>");
+    let mut unacked = Unacked::default();
     while !stop.load(Ordering::Relaxed) {
+        unacked.fire(sock, Instant::now());
         let Ok((n, src)) = sock.recv_from(&mut buf) else {
             continue;
         };
         let Ok(req) = Message::parse(&buf[..n]) else {
             continue;
         };
-        if !req.is_request() || req.method() == Method::Ack {
+        if !req.is_request() {
+            continue;
+        }
+        if matches!(req.method(), Method::Ack | Method::Bye) {
+            unacked.acked(req.call_id());
+        }
+        if req.method() == Method::Ack {
             continue;
         }
         let mut reply = |status: StatusCode, body: &[u8]| {
@@ -140,6 +195,7 @@ fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, stop: &AtomicBool, answ
         if mode == Mode::Callee && req.method() == Method::Invite {
             reply(StatusCode::RINGING, b"");
             reply(StatusCode::OK, SDP.as_bytes());
+            unacked.add(req.call_id(), &out, src, Instant::now());
         } else if req.method() == Method::Invite {
             reply(StatusCode::OK, SDP.as_bytes());
         } else {
@@ -174,12 +230,25 @@ pub fn register_uri(
     contact: &str,
     expires: u32,
 ) -> Result<(), String> {
-    register_contact(server, user, "*", 0, 1)?;
-    register_contact(server, user, contact, expires, 10)
+    register_in(server, &server.to_string(), user, contact, expires)
+}
+
+/// Like [`register_uri`] for the address-of-record `user@domain` (a
+/// server that serves a domain name rather than its address).
+pub fn register_in(
+    server: SocketAddr,
+    domain: &str,
+    user: &User,
+    contact: &str,
+    expires: u32,
+) -> Result<(), String> {
+    register_contact(server, domain, user, "*", 0, 1)?;
+    register_contact(server, domain, user, contact, expires, 10)
 }
 
 fn register_contact(
     server: SocketAddr,
+    domain: &str,
     user: &User,
     contact: &str,
     expires: u32,
@@ -189,11 +258,11 @@ fn register_contact(
     sock.set_read_timeout(Some(Duration::from_millis(500)))
         .map_err(|e| e.to_string())?;
     let local = sock.local_addr().map_err(|e| e.to_string())?;
-    let uri = format!("sip:{server}");
+    let uri = format!("sip:{domain}");
     let mut authorization = String::new();
     for cseq in first_cseq..first_cseq + 3 {
         let msg = format!(
-            "REGISTER {uri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-reg{cseq}-{}\r\nMax-Forwards: 70\r\nFrom: <sip:{name}@{server}>;tag=r{cseq}\r\nTo: <sip:{name}@{server}>\r\nCall-ID: callee-{}@{local}\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\nExpires: {expires}\r\n{authorization}Content-Length: 0\r\n\r\n",
+            "REGISTER {uri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-reg{cseq}-{}\r\nMax-Forwards: 70\r\nFrom: <sip:{name}@{domain}>;tag=r{cseq}\r\nTo: <sip:{name}@{domain}>\r\nCall-ID: callee-{}@{local}\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\nExpires: {expires}\r\n{authorization}Content-Length: 0\r\n\r\n",
             local.port(),
             local.port(),
             name = user.name,

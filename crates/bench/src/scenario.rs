@@ -22,6 +22,12 @@ pub enum Var {
     User,
     /// `[service]`: the callee's user name.
     Service,
+    /// `[caller]`: the From user and digest username this call shows (a
+    /// PrivaSIP pseudonym, or the user's name).
+    Caller,
+    /// `[callee]`: the callee's user part this call shows (a PrivaSIP
+    /// pseudonym, or `[service]`).
+    Callee,
     /// `[cseq]`: this transaction's CSeq number.
     Cseq,
     /// `[from_tag]`.
@@ -33,6 +39,10 @@ pub enum Var {
     /// `[authorization]`: a whole `Authorization:` or
     /// `Proxy-Authorization:` line answering the last challenge, or nothing.
     Authorization,
+    /// `[route]`: a `Route:` line with the dialog's route set, or nothing.
+    Route,
+    /// `[dialog_uri]`: the dialog's remote target (the 2xx's Contact).
+    DialogUri,
 }
 
 impl Var {
@@ -45,11 +55,15 @@ impl Var {
             "remote" => Var::Remote,
             "user" => Var::User,
             "service" => Var::Service,
+            "caller" => Var::Caller,
+            "callee" => Var::Callee,
             "cseq" => Var::Cseq,
             "from_tag" => Var::FromTag,
             "peer_tag" => Var::PeerTag,
             "expires" => Var::Expires,
             "authorization" => Var::Authorization,
+            "route" => Var::Route,
+            "dialog_uri" => Var::DialogUri,
             _ => return None,
         })
     }
@@ -342,6 +356,96 @@ pub fn built_in(name: &str, auth: bool) -> Result<Scenario, String> {
     })
 }
 
+/// INVITE → 180 Ringing from a caller of `caller_domain` to the callee
+/// of `callee_domain`, through the caller's home proxy (the target) and
+/// the callee's (the PrivaSIP server response time, BRIEF §3). The user
+/// parts are `[caller]` and `[callee]`: pseudonyms when the run has them.
+/// With `auth` the first INVITE is challenged (untimed) and the timed leg
+/// is the authenticated INVITE → 180; the call then completes (200, ACK
+/// and BYE along the dialog's route set) without further timed legs.
+pub fn ringing(caller_domain: &str, callee_domain: &str, auth: bool) -> Result<Scenario, String> {
+    for d in [caller_domain, callee_domain] {
+        if d.is_empty() || d.contains(['[', ']', '<', '>', ' ', '@']) {
+            return Err(format!(
+                "domain {d:?}: a host name or IPv4 address (no brackets, spaces or @)"
+            ));
+        }
+    }
+    let from = format!(
+        "Via: SIP/2.0/[transport] [local];branch=[branch];rport\r\nMax-Forwards: 70\r\nFrom: <sip:[caller]@{caller_domain}>;tag=[from_tag]\r\n"
+    );
+    let to = format!("sip:[callee]@{callee_domain}");
+    let invite = send(
+        "INVITE",
+        &to,
+        &format!("{from}To: <{to}>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] INVITE\r\nContact: <sip:[local]>\r\nContent-Type: application/sdp\r\n[authorization]"),
+        SDP,
+    );
+    let ack = |uri: &str, route: &str| Send {
+        cseq: Cseq::Same,
+        branch: Branch::Same,
+        retransmit: false,
+        leg_start: false,
+        ..send(
+            "ACK",
+            uri,
+            &format!(
+                "{from}{route}To: <{to}>[peer_tag]\r\nCall-ID: [call_id]\r\nCSeq: [cseq] ACK\r\n"
+            ),
+            "",
+        )
+    };
+    let mut steps = Vec::new();
+    if auth {
+        steps.push(Step::Send(invite.clone()));
+        steps.push(optional(100, 100));
+        steps.push(Step::Expect(Expect {
+            challenge: true,
+            leg_end: false,
+            ..expect(407, 407)
+        }));
+        steps.push(Step::Send(ack(&to, "")));
+    }
+    steps.push(Step::Send(invite));
+    steps.push(optional(100, 100));
+    // The timed leg ends at the 180 (or at the 200 that overtook it).
+    steps.push(Step::Expect(Expect {
+        optional: true,
+        ..expect(180, 180)
+    }));
+    steps.push(optional(100, 199));
+    steps.push(Step::Expect(Expect {
+        leg_end: false,
+        ..expect(200, 200)
+    }));
+    steps.push(Step::Send(Send {
+        branch: Branch::New,
+        ..ack("[dialog_uri]", "[route]")
+    }));
+    steps.push(Step::Send(Send {
+        leg_start: false,
+        ..send(
+            "BYE",
+            "[dialog_uri]",
+            &format!(
+                "{from}[route]To: <{to}>[peer_tag]\r\nCall-ID: [call_id]\r\nCSeq: [cseq] BYE\r\n"
+            ),
+            "",
+        )
+    }));
+    steps.push(Step::Expect(Expect {
+        leg_end: false,
+        ..expect(200, 200)
+    }));
+    Ok(Scenario {
+        name: "invite-ringing".to_owned(),
+        steps,
+        needs_callee: true,
+        service: "callee".to_owned(),
+        expires: 3600,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +490,23 @@ mod tests {
         assert_eq!(built_in("register-logout", false).unwrap().expires, 0);
         assert!(built_in("invite", false).unwrap().needs_callee);
         assert!(built_in("bogus", false).is_err());
+    }
+
+    #[test]
+    fn ringing_times_one_leg_and_checks_its_domains() {
+        for auth in [false, true] {
+            let s = ringing("a.example", "b.example", auth).unwrap();
+            let ends: Vec<u16> = s
+                .steps
+                .iter()
+                .filter_map(|st| match st {
+                    Step::Expect(e) if e.leg_end => Some(e.min),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(ends, [180], "only INVITE → 180 is timed (auth {auth})");
+        }
+        assert!(ringing("[::1]", "b.example", false).is_err());
+        assert!(ringing("a.example", "", false).is_err());
     }
 }

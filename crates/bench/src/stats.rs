@@ -79,6 +79,14 @@ impl Latency {
         self.hist.mean()
     }
 
+    /// Standard deviation, in microseconds.
+    pub fn stdev_us(&self) -> f64 {
+        if self.count() < 2 {
+            return 0.0;
+        }
+        self.hist.stdev()
+    }
+
     /// Shares of calls in the six published buckets (sum 1, or all 0
     /// without samples).
     pub fn bucket_shares(&self) -> [f64; 6] {

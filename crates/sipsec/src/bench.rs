@@ -34,6 +34,10 @@ pub enum BenchCommand {
     /// The PrivaSIP INVITE-preparation experiment (published Table 1): ms
     /// to build an INVITE for plain SIP and each scheme and level.
     PrivacyPrepare(Box<PrivacyPrepareArgs>),
+    /// The PrivaSIP server experiment (published Tables 2–7): INVITE → 180
+    /// through two proxies started here, N calls in flight, for plain SIP
+    /// and each scheme, level and mode.
+    PrivacyRoute(Box<PrivacyRouteArgs>),
     /// Answer every request with 200 at once: a target to measure the
     /// generator's own ceiling.
     Null {
@@ -297,6 +301,175 @@ pub struct PrivacyPrepareArgs {
     /// Write the table (markdown) here.
     #[arg(long)]
     markdown: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct PrivacyRouteArgs {
+    /// Calls kept in flight, one run each, comma-separated.
+    #[arg(
+        long,
+        default_value = "100,200,300,400,500,600,700,800,900,1000",
+        value_delimiter = ','
+    )]
+    in_flight: Vec<usize>,
+    /// Calls per run.
+    #[arg(long, default_value_t = 5_000)]
+    calls: u64,
+    /// Untimed calls before each configuration's first run.
+    #[arg(long, default_value_t = 500)]
+    warmup: u64,
+    /// Schemes, comma-separated: rsa (all three variants), rsa-standard,
+    /// rsa-crt, rsa-multiprime, ecies, aes, hpke.
+    #[arg(long, default_value = "rsa,ecies,aes,hpke", value_delimiter = ',')]
+    schemes: Vec<String>,
+    /// PrivaSIP levels, comma-separated (1, 2).
+    #[arg(long, default_value = "1,2", value_delimiter = ',')]
+    levels: Vec<u8>,
+    /// Proxy modes, comma-separated: stateless, stateful.
+    #[arg(long, default_value = "stateless,stateful", value_delimiter = ',')]
+    modes: Vec<String>,
+    /// RSA modulus bits (the published run used 1024).
+    #[arg(long, default_value_t = 2048)]
+    bits: u32,
+    /// Callers registered at the home proxy.
+    #[arg(long, default_value_t = 100)]
+    users: usize,
+    /// Worker threads per proxy.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Generator threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// A smoke run (what CI runs): 10 and 50 in flight, 200 calls, plain
+    /// SIP, PrivaSIP-1 AES stateless, PrivaSIP-2 RSA 3-prime and HPKE
+    /// stateful.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the rows as CSV here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    #[command(flatten)]
+    out: TableOutputs,
+}
+
+fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::privacy_route::{self as route, Plan, Scheme, Setup};
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let workdir = std::env::temp_dir().join(format!("sipsec-privacy-route-{}", std::process::id()));
+    let mut schemes = Vec::new();
+    for s in &a.schemes {
+        schemes.extend(Scheme::parse_list(s)?);
+    }
+    if let Some(l) = a.levels.iter().find(|l| !matches!(l, 1 | 2)) {
+        return Err(format!("--levels: {l} is not a PrivaSIP level (1 or 2)"));
+    }
+    let modes = a
+        .modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "stateless" => Ok(false),
+            "stateful" => Ok(true),
+            other => Err(format!("--modes: {other:?} is stateless or stateful")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !(1024..=8192).contains(&a.bits) {
+        return Err("--bits is 1024 to 8192".into());
+    }
+    if a.in_flight.is_empty() || a.in_flight.iter().any(|&n| n == 0 || n > 100_000) {
+        return Err("--in-flight takes 1 to 100000 calls per run".into());
+    }
+    if a.calls == 0 || a.calls > 10_000_000 {
+        return Err("--calls is 1 to 10000000".into());
+    }
+    if a.users == 0 || a.users > 1_000_000 {
+        return Err("--users is 1 to 1000000".into());
+    }
+    let mut plan = Plan {
+        exe,
+        workdir: workdir.clone(),
+        setups: route::setups(&schemes, &a.levels, &modes),
+        in_flight: a.in_flight,
+        calls: a.calls,
+        warmup: a.warmup,
+        bits: a.bits,
+        users: a.users,
+        workers: a.workers.max(1),
+        threads: a.threads.max(1),
+        weights: stats::DEFAULT_WEIGHTS,
+    };
+    if a.quick {
+        let multiprime = Scheme::Rsa(rsa_variants::Variant::MultiPrime { primes: 3 });
+        plan.setups = vec![
+            Setup {
+                scheme: Scheme::Plain,
+                level: 0,
+                stateful: false,
+            },
+            Setup {
+                scheme: Scheme::Aes,
+                level: 1,
+                stateful: false,
+            },
+            Setup {
+                scheme: multiprime,
+                level: 2,
+                stateful: true,
+            },
+            Setup {
+                scheme: Scheme::Hpke,
+                level: 2,
+                stateful: true,
+            },
+        ];
+        plan.in_flight = vec![10, 50];
+        plan.calls = 200;
+        plan.warmup = 20;
+        plan.users = plan.users.min(10);
+    }
+    eprintln!(
+        "{} configurations × {} runs of {} calls; proxies for {} and {} on loopback",
+        plan.setups.len(),
+        plan.in_flight.len(),
+        plan.calls,
+        route::HOME,
+        route::INBOUND
+    );
+    let result = route::measure(&plan, |r| {
+        eprintln!(
+            "{:52} {:5} in flight  ok {:6}  failed {:4}  mean {:8.2} ms  sd {:8.2}  {:7.0} calls/s  {:.2} decryptions/call",
+            r.config,
+            r.in_flight,
+            r.ok,
+            r.failures.values().sum::<u64>(),
+            r.mean_ms,
+            r.sd_ms,
+            r.calls_per_s,
+            r.decryptions_per_call
+        );
+    });
+    let _ = std::fs::remove_dir_all(&workdir);
+    let rows = result?;
+    let table = route::markdown(&rows);
+    print!("{table}");
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &rows,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    if let Some(p) = &a.csv {
+        std::fs::write(p, route::csv(&rows)).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    outputs(&a.out.html, &a.out.plots, "privacy-route", || {
+        route::html(&rows)
+    })?;
+    let failed: u64 = rows.iter().map(|r| r.failures.values().sum::<u64>()).sum();
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("{failed} calls failed (see the table)");
+        ExitCode::FAILURE
+    })
 }
 
 fn privacy_prepare(a: PrivacyPrepareArgs) -> Result<ExitCode, String> {
@@ -671,6 +844,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
         BenchCommand::Srtp(a) => srtp_bench(*a),
         BenchCommand::PrivacyPrepare(a) => privacy_prepare(*a),
+        BenchCommand::PrivacyRoute(a) => privacy_route(*a),
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Null {
             udp,
@@ -770,6 +944,7 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             local_port: a.local_port,
             users,
             busy_poll: a.busy_poll,
+            ids: None,
             transport: if a.tls {
                 sipsec_bench::link::Transport::Tls
             } else if a.tcp {
@@ -796,6 +971,7 @@ fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             password: callee_password,
         },
         callee_registrar: a.callee_registrar,
+        callee_domain: None,
         server_pids,
         weights,
     })

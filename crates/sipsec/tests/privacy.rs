@@ -472,6 +472,57 @@ fn the_invite_preparation_experiment_runs_every_configuration() {
 }
 
 #[test]
+fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryptions() {
+    let dir = tempdir("privacy-route");
+    let (json, html) = (dir.join("route.json"), dir.join("route.html"));
+    let out = Command::new(BIN)
+        .args(["bench", "privacy-route", "--quick"])
+        .args(["--json", p(&json), "--html", p(&html)])
+        .output()
+        .expect("sipsec bench runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid");
+    let rows = rows.as_array().expect("rows");
+    // 4 configurations × 2 numbers of calls in flight.
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    for r in rows {
+        let config = r["config"].as_str().expect("config");
+        assert_eq!(r["ok"], 200, "{r}");
+        assert_eq!(r["failures"], serde_json::json!({}), "{r}");
+        let mean = r["mean_ms"].as_f64().expect("mean");
+        assert!(
+            mean > 0.0 && mean <= r["p99_ms"].as_f64().expect("p99") * 1.5,
+            "{r}"
+        );
+        // What each proxy had to open per call: plain nothing; PrivaSIP-1
+        // stateless the username and From at a.example (the same
+        // pseudonym, decrypted twice); PrivaSIP-2 stateful the username at
+        // a.example (From then comes from the cache) and the Request-URI
+        // at b.example.
+        let (decryptions, hits) = match config {
+            "plain SIP" => (0.0, 0.0),
+            c if c.starts_with("PrivaSIP-1 AES-128-GCM stateless") => (2.0, 0.0),
+            c if c.starts_with("PrivaSIP-2") && c.ends_with("stateful") => (2.0, 1.0),
+            other => panic!("unexpected configuration {other}"),
+        };
+        let got = (
+            r["decryptions_per_call"].as_f64().expect("decryptions"),
+            r["cache_hits_per_call"].as_f64().expect("hits"),
+        );
+        if r["retransmissions"] == 0 {
+            assert_eq!(got, (decryptions, hits), "{r}");
+        } else {
+            // A retransmitted INVITE may be opened again.
+            assert!(got.0 >= decryptions && got.0 < decryptions + 1.0, "{r}");
+        }
+    }
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains("<svg") && page.contains("PrivaSIP-2 stateful"));
+    assert!(text(&out).contains("Throughput sustained"));
+}
+
+#[test]
 fn bad_privacy_settings_are_named_at_start() {
     let dir = tempdir("privacy-bad-config");
     let garbage = dir.join("garbage.pem");
