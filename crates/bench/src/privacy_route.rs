@@ -34,12 +34,12 @@ pub const HOME: &str = "a.example";
 pub const INBOUND: &str = "b.example";
 
 /// How user IDs are encrypted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
     /// No PrivaSIP.
     Plain,
     /// RSA-OAEP with the proxy's key in this variant.
-    Rsa(#[serde(skip)] Variant),
+    Rsa(Variant),
     /// ECIES over P-256.
     Ecies,
     /// AES-128-GCM under a key from the caller's digest credentials.
