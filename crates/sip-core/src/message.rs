@@ -56,9 +56,11 @@ pub struct Message<'a> {
     base: usize,
     start: StartLine<'a>,
     start_line: &'a str,
-    headers_at: usize,
     body: &'a [u8],
     header_count: usize,
+    index: [Field; INDEXED],
+    indexed: usize,
+    rest_at: Option<usize>,
     call_id: &'a str,
     cseq: CSeq<'a>,
     from: NameAddr<'a>,
@@ -75,6 +77,70 @@ pub struct Message<'a> {
     contact_count: usize,
     first_route: Option<(&'a str, NameAddr<'a>)>,
     route_count: usize,
+}
+
+/// Header fields the parse remembers, so that looking one up later does
+/// not scan the header section again; fields past these are scanned.
+const INDEXED: usize = 24;
+
+/// Where one header field lies in the header section (byte offsets; a
+/// field ending past 64 KiB is left to the scan).
+#[derive(Debug, Clone, Copy)]
+struct Field {
+    name: HeaderName,
+    start: u16,
+    name_end: u16,
+    value_start: u16,
+    value_end: u16,
+    end: u16,
+}
+
+impl Field {
+    const EMPTY: Field = Field {
+        name: HeaderName::Other,
+        start: 0,
+        name_end: 0,
+        value_start: 0,
+        value_end: 0,
+        end: 0,
+    };
+
+    fn header<'a>(&self, head: &'a str) -> Header<'a> {
+        let at = usize::from;
+        Header {
+            name: self.name,
+            raw_name: &head[at(self.start)..at(self.name_end)],
+            value: &head[at(self.value_start)..at(self.value_end)],
+            line: &head[at(self.start)..at(self.end)],
+        }
+    }
+}
+
+/// The header fields of a parsed [`Message`], in order.
+#[derive(Debug, Clone)]
+pub struct Headers<'m, 'a> {
+    head: &'a str,
+    indexed: std::slice::Iter<'m, Field>,
+    rest: Option<HeaderIter<'a>>,
+}
+
+impl<'a> Iterator for Headers<'_, 'a> {
+    type Item = Header<'a>;
+
+    fn next(&mut self) -> Option<Header<'a>> {
+        match self.indexed.next() {
+            Some(f) => Some(f.header(self.head)),
+            None => self.rest.as_mut()?.next(),
+        }
+    }
+}
+
+/// The header fields found by the parse.
+struct Indexed {
+    count: usize,
+    index: [Field; INDEXED],
+    indexed: usize,
+    rest_at: Option<usize>,
 }
 
 /// Where the header section ends.
@@ -490,10 +556,12 @@ impl<'a> Message<'a> {
             ));
         }
         let start = parse_start_line(start_line, base, limits)?;
-        let headers_at = pos;
 
         let mut b = Builder::default();
         let mut count = 0usize;
+        let mut index = [Field::EMPTY; INDEXED];
+        let mut indexed = 0;
+        let mut rest_at = None;
         while let Some((fs, fe)) = next_field(head, &mut pos) {
             count += 1;
             if count > limits.max_headers {
@@ -516,10 +584,34 @@ impl<'a> Message<'a> {
             let (raw_name, value) =
                 split_field(field).map_err(|(k, o)| ParseError::new(k, base + fs + o))?;
             let name = HeaderName::from_name(raw_name);
-            let at = base + offset_in(head, value);
-            b.add(name, field, value, at, limits)?;
+            let value_at = offset_in(head, value);
+            let slot = index
+                .get_mut(indexed)
+                .filter(|_| u16::try_from(fe).is_ok() && rest_at.is_none());
+            if let Some(slot) = slot {
+                indexed += 1;
+                // Every offset is at most `fe`, checked to fit.
+                let o = |n: usize| n as u16;
+                *slot = Field {
+                    name,
+                    start: o(fs),
+                    name_end: o(fs + raw_name.len()),
+                    value_start: o(value_at),
+                    value_end: o(value_at + value.len()),
+                    end: o(fe),
+                };
+            } else if rest_at.is_none() {
+                rest_at = Some(fs);
+            }
+            b.add(name, field, value, base + value_at, limits)?;
         }
-        b.finish(buf, head, base, start, start_line, headers_at, count, &span)
+        let headers = Indexed {
+            count,
+            index,
+            indexed,
+            rest_at,
+        };
+        b.finish(buf, head, base, start, start_line, headers, &span)
     }
 
     /// Bytes consumed: header section plus Content-Length body. Bytes after
@@ -632,7 +724,7 @@ impl<'a> Message<'a> {
     }
 
     /// All Via values, top first.
-    pub fn vias(&self) -> impl Iterator<Item = Via<'a>> + 'a {
+    pub fn vias(&self) -> impl Iterator<Item = Via<'a>> + '_ {
         self.headers_named(HeaderName::Via)
             .flat_map(|h| CommaValues {
                 cursor: Cursor::new(h.value, 0),
@@ -677,7 +769,7 @@ impl<'a> Message<'a> {
     }
 
     /// Contact values in order (none for `*`).
-    pub fn contacts(&self) -> impl Iterator<Item = Contact<'a>> + 'a {
+    pub fn contacts(&self) -> impl Iterator<Item = Contact<'a>> + '_ {
         let star = self.contact_star;
         self.headers_named(HeaderName::Contact)
             .filter(move |_| !star)
@@ -689,7 +781,7 @@ impl<'a> Message<'a> {
     }
 
     /// Route values in order.
-    pub fn routes(&self) -> impl Iterator<Item = NameAddr<'a>> + 'a {
+    pub fn routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
         self.headers_named(HeaderName::Route)
             .flat_map(|h| CommaValues {
                 cursor: Cursor::new(h.value, 0),
@@ -716,15 +808,22 @@ impl<'a> Message<'a> {
     }
 
     /// All header fields in order.
-    pub fn headers(&self) -> HeaderIter<'a> {
-        HeaderIter {
+    pub fn headers(&self) -> Headers<'_, 'a> {
+        Headers {
             head: self.head,
-            pos: self.headers_at,
+            indexed: self.index[..self.indexed].iter(),
+            rest: self.rest_at.map(|pos| HeaderIter {
+                head: self.head,
+                pos,
+            }),
         }
     }
 
     /// Header fields with the given name, in order.
-    pub fn headers_named(&self, name: HeaderName) -> impl Iterator<Item = Header<'a>> + 'a {
+    pub fn headers_named(
+        &self,
+        name: HeaderName,
+    ) -> std::iter::Filter<Headers<'_, 'a>, impl FnMut(&Header<'a>) -> bool> {
         self.headers().filter(move |h| h.name == name)
     }
 
@@ -952,8 +1051,7 @@ impl<'a> Builder<'a> {
         base: usize,
         start: StartLine<'a>,
         start_line: &'a str,
-        headers_at: usize,
-        header_count: usize,
+        headers: Indexed,
         span: &HeadSpan,
     ) -> Result<Message<'a>, ParseError> {
         let end = base + head.len();
@@ -989,9 +1087,11 @@ impl<'a> Builder<'a> {
             base,
             start,
             start_line,
-            headers_at,
             body: &buf[span.body_start..total],
-            header_count,
+            header_count: headers.count,
+            index: headers.index,
+            indexed: headers.indexed,
+            rest_at: headers.rest_at,
             call_id,
             cseq,
             from,
@@ -1051,6 +1151,37 @@ Content-Length: 0\r\n\r\n";
         assert_eq!(m.header_count(), 9);
         assert_eq!(m.len(), REGISTER.len());
         assert!(m.body().is_empty());
+    }
+
+    #[test]
+    fn headers_past_the_index_are_scanned_in_order() {
+        for extra in [0, INDEXED - 9, INDEXED - 8, INDEXED, 3 * INDEXED] {
+            let mut text = String::from_utf8(REGISTER.to_vec()).expect("utf-8");
+            let end = text.len() - 2;
+            let mut more = String::new();
+            for i in 0..extra {
+                more.push_str(&format!("X-H{i}: v{i}\r\n folded {i}\r\n"));
+            }
+            text.insert_str(end, &more);
+            let m = Message::parse(text.as_bytes()).expect("parses");
+            let indexed: Vec<_> = m
+                .headers()
+                .map(|h| (h.name, h.raw_name, h.value, h.line))
+                .collect();
+            let scanned: Vec<_> = HeaderIter::over(m.head())
+                .map(|h| (h.name, h.raw_name, h.value, h.line))
+                .collect();
+            assert_eq!(indexed, scanned, "{extra} extra headers");
+            assert_eq!(indexed.len(), m.header_count());
+            assert_eq!(m.header(HeaderName::ContentLength), Some("0"));
+            if extra > 0 {
+                let last = format!("X-H{}", extra - 1);
+                assert_eq!(
+                    m.header_raw(&last),
+                    Some(format!("v{}\r\n folded {}", extra - 1, extra - 1).as_str())
+                );
+            }
+        }
     }
 
     #[test]

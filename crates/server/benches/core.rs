@@ -1,0 +1,115 @@
+//! The server's own work per request, without sockets: `Core::handle` on
+//! the requests `sipsec bench compare` sends (REGISTER new/refresh/logout,
+//! INVITE to an unknown user, INVITE redirected), with and without the
+//! journal. What is left of a call's CPU cost in `bench compare` is the
+//! kernel's.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use sipsec_server::location::{Durability, MemoryLocation, Persistence};
+use sipsec_server::{Config, Core, Mode, Reply, Shared, Transport};
+
+const USERS: usize = 10_000;
+const NOW: u64 = 1_000_000;
+
+fn register(user: usize, expires: u32) -> Vec<u8> {
+    format!(
+        "REGISTER sip:127.0.0.1:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.0.1:5099;branch=z9hG4bK-{user}-{expires};rport\r\n\
+Max-Forwards: 70\r\n\
+From: <sip:u{user}@127.0.0.1>;tag=f{user}\r\n\
+To: <sip:u{user}@127.0.0.1>\r\n\
+Call-ID: reg-{user}@127.0.0.1\r\n\
+CSeq: 1 REGISTER\r\n\
+Contact: <sip:u{user}@127.0.0.1:5099;transport=udp>\r\n\
+Expires: {expires}\r\n\
+User-Agent: sipsec-bench/0.1\r\n\
+Content-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+fn invite(user: usize) -> Vec<u8> {
+    let sdp = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+    format!(
+        "INVITE sip:u{user}@127.0.0.1:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.0.1:5099;branch=z9hG4bK-inv-{user};rport\r\n\
+Max-Forwards: 70\r\n\
+From: <sip:caller@127.0.0.1>;tag=c{user}\r\n\
+To: <sip:u{user}@127.0.0.1>\r\n\
+Call-ID: inv-{user}@127.0.0.1\r\n\
+CSeq: 1 INVITE\r\n\
+Contact: <sip:caller@127.0.0.1:5099>\r\n\
+Content-Type: application/sdp\r\n\
+Content-Length: {}\r\n\r\n{sdp}",
+        sdp.len()
+    )
+    .into_bytes()
+}
+
+fn core(mode: Mode, journal: Option<&std::path::Path>) -> Core {
+    let config = Config {
+        mode,
+        advertise: "127.0.0.1:5060".parse().expect("literal"),
+        ..Config::default()
+    };
+    let shared = Arc::new(Shared::new(config, Arc::new(MemoryLocation::new()), None));
+    let journal = journal.map(|dir| {
+        let p = Persistence::new(dir, Durability::Process).expect("journal dir");
+        Arc::new(Mutex::new(p.journal(0).expect("journal")))
+    });
+    Core::new(shared, journal)
+}
+
+/// Handles `msgs` round-robin, one per iteration.
+fn run(c: &mut Criterion, name: &str, core: &mut Core, msgs: &[Vec<u8>]) {
+    let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
+    let mut out = Vec::with_capacity(4096);
+    let mut i = 0;
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            out.clear();
+            let r = core.handle(black_box(&msgs[i]), src, Transport::Udp, NOW, &mut out);
+            i = (i + 1) % msgs.len();
+            assert!(matches!(r, Reply::Send(..)));
+        })
+    });
+}
+
+fn benches(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("sipsec-core-bench-{}", std::process::id()));
+    let regs: Vec<_> = (0..USERS).map(|u| register(u, 3600)).collect();
+    let logouts: Vec<_> = (0..USERS).map(|u| register(u, 0)).collect();
+    let invites: Vec<_> = (0..USERS).map(invite).collect();
+
+    let mut registrar = core(Mode::Registrar, None);
+    run(c, "register/refresh", &mut registrar, &regs);
+    let mut journaled = core(Mode::Registrar, Some(&dir));
+    run(c, "register/refresh_journal", &mut journaled, &regs);
+    // Logout and register alternate, so every logout removes a binding.
+    let pairs: Vec<_> = regs
+        .iter()
+        .zip(&logouts)
+        .flat_map(|(r, l)| [r.clone(), l.clone()])
+        .collect();
+    run(c, "register/bind_then_logout", &mut registrar, &pairs);
+
+    let mut proxy = core(Mode::Proxy, None);
+    run(c, "invite/not_found", &mut proxy, &invites);
+    let mut redirect = core(Mode::Redirect, None);
+    let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
+    let mut out = Vec::new();
+    for r in &regs {
+        out.clear();
+        redirect.handle(r, src, Transport::Udp, NOW, &mut out);
+    }
+    run(c, "invite/redirect", &mut redirect, &invites);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(core_benches, benches);
+criterion_main!(core_benches);
