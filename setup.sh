@@ -15,10 +15,11 @@ if command -v apt-get >/dev/null 2>&1; then
     # sipsak and the baresip softphone for the interop tests; Kamailio, the
     # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots;
     # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp);
-    # tcpdump for the PrivaSIP capture test (no user ID between proxies).
+    # tcpdump for the PrivaSIP capture test (no user ID between proxies);
+# golang-go for the Go adapter of `sipsec crypto-bench` (crossbench/go).
     $SUDO apt-get install -y -qq --no-install-recommends \
         build-essential pkg-config libssl-dev openssl ca-certificates sip-tester sipsak baresip-core \
-        kamailio librsvg2-bin libsrtp2-dev tcpdump >/dev/null
+        kamailio librsvg2-bin libsrtp2-dev tcpdump golang-go >/dev/null
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their
     # own Kamailio. Stop and disable the service where systemd runs.
@@ -31,10 +32,13 @@ fi
 
 # SIPVicious (svwar, svcrack) for the scanner tests; pylibsrtp (a wheel
 # bundling libsrtp 2.7 built on OpenSSL) for the SRTP differential tests
-# and the libsrtp side of `sipsec bench srtp`.
+# and the libsrtp side of `sipsec bench srtp`; cryptography (with its
+# bundled OpenSSL) and PyCryptodome for the Python adapters of
+# `sipsec crypto-bench` (crossbench/python).
 if command -v python3 >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
-        || echo "setup.sh: could not install sipvicious/pylibsrtp; the scanner and SRTP tests will fail" >&2
+        cryptography==48.0.0 pycryptodome==3.23.0 \
+        || echo "setup.sh: could not install the Python packages; the scanner, SRTP and crypto-bench tests will fail" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

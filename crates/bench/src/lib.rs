@@ -10,6 +10,7 @@
 
 pub mod compare;
 pub mod cpu;
+pub mod crossbench;
 pub mod engine;
 pub mod handshake;
 pub mod link;

@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod crypto_bench;
 mod keygen;
 mod phone;
 mod status;
@@ -43,6 +44,9 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// Compare RSA implementations across languages and libraries (C, Go,
+    /// Python, Rust): cross-check, then time key generation, OAEP and PSS.
+    CryptoBench(Box<crypto_bench::CryptoBenchArgs>),
     /// Generate keys (RSA in every variant, EC) and certificates for TLS.
     Keygen {
         #[command(subcommand)]
@@ -158,6 +162,7 @@ fn main() -> ExitCode {
         Command::Status { http } => status::run(http),
         Command::Bench { command } => bench::run(command),
         Command::Keygen { command } => keygen::run(command),
+        Command::CryptoBench(args) => crypto_bench::run(*args),
         Command::Phone { command } => phone::run(*command),
         Command::Sip {
             command: SipCommand::Check { file },

@@ -1,0 +1,3 @@
+module sipsec/crossbench
+
+go 1.19
