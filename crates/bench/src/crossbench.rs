@@ -238,21 +238,11 @@ impl Drop for Adapter {
 }
 
 fn to_hex(b: &[u8]) -> String {
-    b.iter()
-        .fold(String::with_capacity(2 * b.len()), |mut s, x| {
-            let _ = write!(s, "{x:02x}");
-            s
-        })
+    privacy::Encoding::Hex.encode(b)
 }
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    privacy::Encoding::Hex.decode(s)
 }
 
 /// The largest OAEP-SHA-256 message for a key of `bits` (190 at 2048,
