@@ -16,10 +16,13 @@ if command -v apt-get >/dev/null 2>&1; then
     # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots;
     # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp);
     # tcpdump for the PrivaSIP capture test (no user ID between proxies);
-# golang-go for the Go adapter of `sipsec crypto-bench` (crossbench/go).
+    # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
+    # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
+    # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
     $SUDO apt-get install -y -qq --no-install-recommends \
         build-essential pkg-config libssl-dev openssl ca-certificates sip-tester sipsak baresip-core \
-        kamailio librsvg2-bin libsrtp2-dev tcpdump golang-go >/dev/null
+        kamailio librsvg2-bin libsrtp2-dev tcpdump golang-go \
+        libcrypto++-dev libbenchmark-dev default-jdk-headless maven >/dev/null
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their
     # own Kamailio. Stop and disable the service where systemd runs.
@@ -33,11 +36,11 @@ fi
 # SIPVicious (svwar, svcrack) for the scanner tests; pylibsrtp (a wheel
 # bundling libsrtp 2.7 built on OpenSSL) for the SRTP differential tests
 # and the libsrtp side of `sipsec bench srtp`; cryptography (with its
-# bundled OpenSSL) and PyCryptodome for the Python adapters of
-# `sipsec crypto-bench` (crossbench/python).
+# bundled OpenSSL), PyCryptodome and pytest-benchmark for the Python
+# adapters of `sipsec crypto-bench` (crossbench/python).
 if command -v python3 >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
-        cryptography==48.0.0 pycryptodome==3.23.0 \
+        cryptography==48.0.0 pycryptodome==3.23.0 pytest-benchmark==5.3.1 \
         || echo "setup.sh: could not install the Python packages; the scanner, SRTP and crypto-bench tests will fail" >&2
 fi
 
@@ -52,3 +55,13 @@ fi
 
 cargo build --release --locked -p sipsec
 echo "setup.sh: built target/release/sipsec"
+
+# crypto-bench's Java libraries (BouncyCastle, JMH) from Maven Central and
+# the Rust adapters' crates (aws-lc-rs, RustCrypto rsa, criterion), fetched
+# now so that a run needs no registry.
+if command -v mvn >/dev/null 2>&1; then
+    (cd crossbench/java && mvn -q -B dependency:copy-dependencies \
+        -DoutputDirectory="$PWD/../../target/crossbench/java/lib") \
+        || echo "setup.sh: could not fetch the Java libraries; the Java adapters of crypto-bench will fail" >&2
+fi
+cargo fetch --locked --manifest-path crossbench/rust/Cargo.toml

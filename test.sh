@@ -11,6 +11,9 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== crypto-bench's Rust adapters (crossbench/rust, its own workspace)"
+(cd crossbench/rust && cargo fmt --check && \
+    cargo clippy --locked --all-targets --quiet --target-dir ../../target/crossbench/check -- -D warnings)
 echo "== fuzz targets compile"
 (cd fuzz && cargo check --locked --quiet)
 echo "== cargo test"

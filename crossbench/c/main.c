@@ -2,11 +2,17 @@
  * crossbench/protocol.md (RSA-OAEP with SHA-256 and MGF1-SHA-256, RSA-PSS
  * with SHA-256 and a 32-byte salt). One JSON object per line in and out;
  * requests are flat objects of strings and numbers, which is all the
- * runner sends. Build: cc -O2 main.c -o adapter $(pkg-config --libs libcrypto)
+ * runner sends. Key variants: "crt" and "multiprime" from the PEM (PKCS#8
+ * of a PKCS#1 key, version 1 with other-prime-info for multi-prime),
+ * "standard" from n, e and d alone, so that OpenSSL computes c^d mod n.
+ * No benchmark framework fits C: the framework timing is not offered.
+ * Build: cc -O2 main.c -o adapter $(pkg-config --libs libcrypto)
  */
 #include <openssl/crypto.h>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
@@ -152,6 +158,29 @@ static EVP_PKEY *generate(int bits) {
     return k;
 }
 
+/* A key with no factors: n, e and d as hex. */
+static EVP_PKEY *from_ned(const char *nh, const char *eh, const char *dh) {
+    BIGNUM *n = NULL, *e = NULL, *d = NULL;
+    OSSL_PARAM_BLD *bld = OSSL_PARAM_BLD_new();
+    OSSL_PARAM *params = NULL;
+    EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_name(NULL, "RSA", NULL);
+    EVP_PKEY *k = NULL;
+    if (nh && eh && dh && BN_hex2bn(&n, nh) && BN_hex2bn(&e, eh) && BN_hex2bn(&d, dh) && bld && c &&
+        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, n) &&
+        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, e) &&
+        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_D, d) &&
+        (params = OSSL_PARAM_BLD_to_param(bld)) != NULL && EVP_PKEY_fromdata_init(c) > 0 &&
+        EVP_PKEY_fromdata(c, &k, EVP_PKEY_KEYPAIR, params) <= 0)
+        k = NULL;
+    OSSL_PARAM_free(params);
+    OSSL_PARAM_BLD_free(bld);
+    EVP_PKEY_CTX_free(c);
+    BN_free(n);
+    BN_free(e);
+    BN_free(d);
+    return k;
+}
+
 static double now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -201,13 +230,24 @@ static void handle(const char *line) {
     char *op = get_str(line, "op");
     if (!op) { printf("{\"ok\":false,\"error\":\"no op\"}\n"); return; }
     if (!strcmp(op, "hello")) {
-        printf("{\"ok\":true,\"name\":\"c-openssl\",\"version\":\"%s\",\"language\":\"c\"}\n",
+        printf("{\"ok\":true,\"name\":\"c-openssl\",\"version\":\"%s\",\"language\":\"c\","
+               "\"variants\":[\"crt\",\"standard\",\"multiprime\"],\"min_bits\":512,\"framework\":\"\"}\n",
                OpenSSL_version(OPENSSL_VERSION));
     } else if (!strcmp(op, "load")) {
-        char *id = get_str(line, "id"), *pem = get_str(line, "pem");
-        BIO *b = pem ? BIO_new_mem_buf(pem, -1) : NULL;
-        EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
-        BIO_free(b);
+        char *id = get_str(line, "id"), *pem = get_str(line, "pem"), *variant = get_str(line, "variant");
+        EVP_PKEY *k = NULL;
+        if (variant && !strcmp(variant, "standard")) {
+            char *n = get_str(line, "n"), *e = get_str(line, "e"), *d = get_str(line, "d");
+            k = from_ned(n, e, d);
+            free(n);
+            free(e);
+            free(d);
+        } else {
+            BIO *b = pem ? BIO_new_mem_buf(pem, -1) : NULL;
+            k = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+            BIO_free(b);
+        }
+        free(variant);
         if (!k || !id || nkeys == MAX_KEYS || strlen(id) >= sizeof keys[0].id) {
             fail("cannot load the key");
             EVP_PKEY_free(k);
@@ -220,6 +260,8 @@ static void handle(const char *line) {
         free(pem);
     } else if (!strcmp(op, "bench")) {
         bench(line);
+    } else if (!strcmp(op, "framework")) {
+        printf("{\"ok\":false,\"error\":\"no benchmark framework for C: the plain timer is the measurement\"}\n");
     } else {
         char *id = get_str(line, "key");
         EVP_PKEY *k = find_key(id);

@@ -14,25 +14,30 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"sort"
+	"testing"
 	"time"
 )
 
 type request struct {
-	Op         string `json:"op"`
-	ID         string `json:"id"`
-	Pem        string `json:"pem"`
-	Key        string `json:"key"`
-	Msg        string `json:"msg"`
-	Ct         string `json:"ct"`
-	Sig        string `json:"sig"`
-	What       string `json:"what"`
-	Bits       int    `json:"bits"`
-	MsgLen     int    `json:"msg_len"`
-	Iterations int    `json:"iterations"`
-	Reps       int    `json:"reps"`
+	Op         string  `json:"op"`
+	ID         string  `json:"id"`
+	Pem        string  `json:"pem"`
+	Key        string  `json:"key"`
+	Msg        string  `json:"msg"`
+	Ct         string  `json:"ct"`
+	Sig        string  `json:"sig"`
+	What       string  `json:"what"`
+	Bits       int     `json:"bits"`
+	MsgLen     int     `json:"msg_len"`
+	Iterations int     `json:"iterations"`
+	Reps       int     `json:"reps"`
+	Seconds    float64 `json:"seconds"`
 }
 
 var pss = &rsa.PSSOptions{SaltLength: 32, Hash: crypto.SHA256}
@@ -75,9 +80,10 @@ func timed(f func() error, n, reps int) ([]float64, error) {
 	return out, nil
 }
 
-func bench(keys map[string]*rsa.PrivateKey, r request) ([]float64, error) {
+// prepare makes the input of one bench cell once and returns the call.
+func prepare(keys map[string]*rsa.PrivateKey, r request) (func() error, error) {
 	if r.What == "keygen" {
-		return timed(func() error { _, err := rsa.GenerateKey(rand.Reader, r.Bits); return err }, r.Iterations, r.Reps)
+		return func() error { _, err := rsa.GenerateKey(rand.Reader, r.Bits); return err }, nil
 	}
 	k, ok := keys[r.Key]
 	if !ok {
@@ -90,23 +96,79 @@ func bench(keys map[string]*rsa.PrivateKey, r request) ([]float64, error) {
 	h := sha256.New()
 	switch r.What {
 	case "encrypt":
-		return timed(func() error { _, err := rsa.EncryptOAEP(h, rand.Reader, &k.PublicKey, msg, nil); return err }, r.Iterations, r.Reps)
+		return func() error { _, err := rsa.EncryptOAEP(h, rand.Reader, &k.PublicKey, msg, nil); return err }, nil
 	case "decrypt":
 		ct, err := rsa.EncryptOAEP(h, rand.Reader, &k.PublicKey, msg, nil)
 		if err != nil {
 			return nil, err
 		}
-		return timed(func() error { _, err := rsa.DecryptOAEP(h, rand.Reader, k, ct, nil); return err }, r.Iterations, r.Reps)
+		return func() error { _, err := rsa.DecryptOAEP(h, rand.Reader, k, ct, nil); return err }, nil
 	case "sign":
-		return timed(func() error { _, err := rsa.SignPSS(rand.Reader, k, crypto.SHA256, digest(msg), pss); return err }, r.Iterations, r.Reps)
+		return func() error { _, err := rsa.SignPSS(rand.Reader, k, crypto.SHA256, digest(msg), pss); return err }, nil
 	case "verify":
 		sig, err := rsa.SignPSS(rand.Reader, k, crypto.SHA256, digest(msg), pss)
 		if err != nil {
 			return nil, err
 		}
-		return timed(func() error { return rsa.VerifyPSS(&k.PublicKey, crypto.SHA256, digest(msg), sig, pss) }, r.Iterations, r.Reps)
+		return func() error { return rsa.VerifyPSS(&k.PublicKey, crypto.SHA256, digest(msg), sig, pss) }, nil
 	}
 	return nil, fmt.Errorf("unknown bench operation %q", r.What)
+}
+
+// framework times one cell with Go's own benchmark machinery
+// (testing.Benchmark, which picks b.N itself): reps runs of about
+// r.Seconds each, summarised here as mean, sample sd and median.
+func framework(f func() error, r request) (map[string]any, error) {
+	secs := r.Seconds
+	if secs <= 0 {
+		secs = 1
+	}
+	if err := flag.Set("test.benchtime", time.Duration(secs*float64(time.Second)).String()); err != nil {
+		return nil, err
+	}
+	reps := r.Reps
+	if reps < 2 {
+		reps = 2
+	}
+	var failed error
+	var ns []float64
+	var total int
+	for i := 0; i < reps; i++ {
+		res := testing.Benchmark(func(b *testing.B) {
+			for j := 0; j < b.N; j++ {
+				if err := f(); err != nil {
+					failed = err
+					b.FailNow()
+				}
+			}
+		})
+		if failed != nil {
+			return nil, failed
+		}
+		if res.N == 0 {
+			return nil, errors.New("testing.Benchmark ran nothing")
+		}
+		ns = append(ns, float64(res.T.Nanoseconds())/float64(res.N))
+		total += res.N
+	}
+	mean := 0.0
+	for _, x := range ns {
+		mean += x
+	}
+	mean /= float64(len(ns))
+	sd := 0.0
+	for _, x := range ns {
+		sd += (x - mean) * (x - mean)
+	}
+	sd = math.Sqrt(sd / float64(len(ns)-1))
+	sorted := append([]float64(nil), ns...)
+	sort.Float64s(sorted)
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	return map[string]any{"framework": "testing.B", "mean_ns": mean, "sd_ns": sd, "median_ns": median,
+		"samples": len(ns), "iterations": total}, nil
 }
 
 func handle(keys map[string]*rsa.PrivateKey, r request) (map[string]any, error) {
@@ -120,7 +182,8 @@ func handle(keys map[string]*rsa.PrivateKey, r request) (map[string]any, error) 
 	hexArg := func(s string) ([]byte, error) { return hex.DecodeString(s) }
 	switch r.Op {
 	case "hello":
-		return map[string]any{"name": "go-crypto-rsa", "version": runtime.Version(), "language": "go"}, nil
+		return map[string]any{"name": "go-crypto-rsa", "version": runtime.Version(), "language": "go",
+			"variants": []string{"crt"}, "min_bits": 1024, "framework": "testing.B"}, nil
 	case "load":
 		k, err := load(r.Pem)
 		if err != nil {
@@ -166,14 +229,22 @@ func handle(keys map[string]*rsa.PrivateKey, r request) (map[string]any, error) 
 			}
 			return map[string]any{"valid": rsa.VerifyPSS(&k.PublicKey, crypto.SHA256, digest(m), s, pss) == nil}, nil
 		}
-	case "bench":
-		ns, err := bench(keys, r)
+	case "bench", "framework":
+		f, err := prepare(keys, r)
+		if err != nil {
+			return nil, err
+		}
+		if r.Op == "framework" {
+			return framework(f, r)
+		}
+		ns, err := timed(f, r.Iterations, r.Reps)
 		return map[string]any{"ns": ns}, err
 	}
 	return nil, fmt.Errorf("unknown op %q", r.Op)
 }
 
 func main() {
+	testing.Init()
 	keys := map[string]*rsa.PrivateKey{}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<24)

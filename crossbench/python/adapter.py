@@ -131,30 +131,87 @@ def timed(fn, arg, iterations, reps):
     return out
 
 
-def bench(lib, keys, req):
-    what, n, reps = req["what"], int(req["iterations"]), int(req["reps"])
+def prepare(lib, key, req):
+    """The call of one bench cell and its arguments, made once."""
+    what = req["what"]
     if what == "keygen":
-        return timed(lib.generate, (int(req["bits"]),), n, reps)
-    key = keys[req["key"]]
+        return lib.generate, (int(req["bits"]),)
+    if key is None:
+        raise KeyError("unknown key %r" % req.get("key"))
     msg = os.urandom(int(req.get("msg_len", 32)))
     if what == "encrypt":
-        return timed(lib.encryptor(key), (msg,), n, reps)
+        return lib.encryptor(key), (msg,)
     if what == "decrypt":
-        return timed(lib.decryptor(key), (lib.encrypt(key, msg),), n, reps)
+        return lib.decryptor(key), (lib.encrypt(key, msg),)
     if what == "sign":
-        return timed(lib.signer(key), (msg,), n, reps)
+        return lib.signer(key), (msg,)
     if what == "verify":
-        return timed(lib.verifier(key), (msg, lib.signer(key)(msg)), n, reps)
+        verify = lib.verifier(key)
+
+        def checked(m, s):
+            if not verify(m, s):
+                raise ValueError("verification failed")
+
+        return checked, (msg, lib.signer(key)(msg))
     raise ValueError("unknown bench operation %r" % what)
 
 
-def handle(lib, keys, req):
+def framework(lib_name, loads, req):
+    """One cell under pytest-benchmark (bench_cell.py, in a child pytest):
+    its own calibration, warm-up on, at least `reps` rounds in about
+    reps × seconds."""
+    import subprocess
+    import tempfile
+
+    job = dict(req, lib=lib_name)
+    if req["what"] != "keygen":
+        if req.get("key") not in loads:
+            raise KeyError("unknown key %r" % req.get("key"))
+        job["pem"] = loads[req["key"]]
+    reps = max(2, int(req.get("reps", 5)))
+    seconds = max(0.01, float(req.get("seconds", 1.0)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory(prefix="crossbench-pytest") as tmp:
+        with open(os.path.join(tmp, "job.json"), "w") as f:
+            json.dump(job, f)
+        out = os.path.join(tmp, "result.json")
+        env = dict(os.environ, CROSSBENCH_JOB=os.path.join(tmp, "job.json"), PYTHONPATH=here)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", tmp,
+             "-c", os.path.join(here, "bench_cell.ini"), "--benchmark-json", out,
+             "--benchmark-min-rounds", str(reps), "--benchmark-max-time", str(reps * seconds),
+             "--benchmark-warmup", "on", os.path.join(here, "bench_cell.py")],
+            env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        if run.returncode != 0 or not os.path.exists(out):
+            tail = run.stdout.strip().splitlines()[-5:]
+            raise RuntimeError("pytest-benchmark failed: %s" % " | ".join(tail))
+        with open(out) as f:
+            result = json.load(f)
+    import pytest_benchmark
+
+    st = result["benchmarks"][0]["stats"]
+    return {
+        "framework": "pytest-benchmark %s" % pytest_benchmark.__version__,
+        "mean_ns": st["mean"] * 1e9,
+        "sd_ns": st["stddev"] * 1e9,
+        "median_ns": st["median"] * 1e9,
+        "samples": st["rounds"],
+        "iterations": st["rounds"] * st["iterations"],
+    }
+
+
+def handle(lib, keys, req, loads):
     op = req.get("op")
     if op == "hello":
-        return {"name": lib.name, "version": lib.version, "language": "python"}
+        return {"name": lib.name, "version": lib.version, "language": "python",
+                "variants": ["crt"], "min_bits": 1024, "framework": "pytest-benchmark"}
     if op == "load":
+        if req.get("variant", "crt") != "crt":
+            raise ValueError("this adapter loads CRT keys only")
         key, bits = lib.load(req["pem"])
         keys[req["id"]] = key
+        loads[req["id"]] = req["pem"]
         return {"bits": bits}
     if op == "encrypt":
         return {"ct": lib.encrypt(keys[req["key"]], bytes.fromhex(req["msg"])).hex()}
@@ -166,12 +223,19 @@ def handle(lib, keys, req):
         ok = lib.verifier(keys[req["key"]])(bytes.fromhex(req["msg"]), bytes.fromhex(req["sig"]))
         return {"valid": ok}
     if op == "bench":
-        return {"ns": bench(lib, keys, req)}
+        fn, args = prepare(lib, keys.get(req.get("key")), req)
+        return {"ns": timed(fn, args, int(req["iterations"]), int(req["reps"]))}
+    if op == "framework":
+        return framework(LIB_NAMES[type(lib)], loads, req)
     raise ValueError("unknown op %r" % op)
 
 
+LIBS = {"cryptography": Cryptography, "pycryptodome": PyCryptodome}
+LIB_NAMES = {v: k for k, v in LIBS.items()}
+
+
 def main():
-    libs = {"cryptography": Cryptography, "pycryptodome": PyCryptodome}
+    libs = LIBS
     if len(sys.argv) != 3 or sys.argv[1] != "--lib" or sys.argv[2] not in libs:
         sys.stderr.write("usage: adapter.py --lib cryptography|pycryptodome\n")
         return 2
@@ -180,7 +244,7 @@ def main():
     except ImportError as e:
         sys.stderr.write("adapter.py: %s is not installed (%s); run ./setup.sh\n" % (sys.argv[2], e))
         return 3
-    keys = {}
+    keys, loads = {}, {}
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -189,7 +253,7 @@ def main():
             if req.get("op") == "quit":
                 break
             reply = {"ok": True}
-            reply.update(handle(lib, keys, req))
+            reply.update(handle(lib, keys, req, loads))
         except Exception as e:  # every failure is reported, the adapter stays up
             reply = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
         sys.stdout.write(json.dumps(reply) + "\n")

@@ -4,16 +4,20 @@
 //! shared keys, checks that every implementation opens every other's
 //! ciphertexts and accepts every other's signatures, then times each
 //! operation with the study's protocol (repetitions × iterations after a
-//! warm-up) and summarises every implementation with the same code.
+//! warm-up, plain timer) and again with each language's benchmark
+//! framework, and summarises every implementation with the same code.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
 
-use rsa_variants::{HashAlg, PrivateKey, Variant};
+use rsa_variants::{PrivateKey, Variant};
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use crate::plot;
 
 /// An implementation the runner can start.
 #[derive(Debug, Clone)]
@@ -25,11 +29,15 @@ pub struct Spec {
 }
 
 /// The languages the runner knows, in report order.
-pub const LANGUAGES: [&str; 4] = ["c", "go", "python", "rust"];
+pub const LANGUAGES: [&str; 6] = ["c", "cpp", "go", "java", "python", "rust"];
 
-fn have(program: &str) -> bool {
+/// The key variants (`rsa-variants`): d alone, two primes with CRT,
+/// three primes with CRT.
+pub const VARIANTS: [&str; 3] = ["crt", "standard", "multiprime"];
+
+fn have(program: &str, arg: &str) -> bool {
     Command::new(program)
-        .arg("--version")
+        .arg(arg)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -41,24 +49,33 @@ fn run_build(cmd: &mut Command, what: &str) -> Result<(), String> {
         .output()
         .map_err(|e| format!("building the {what} adapter: {e}"))?;
     if !out.status.success() {
+        let mut text = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+        if text.is_empty() {
+            text = String::from_utf8_lossy(&out.stdout).trim_end().to_owned();
+        }
         return Err(format!(
-            "building the {what} adapter failed:\n{}",
-            String::from_utf8_lossy(&out.stderr).trim_end()
+            "building the {what} adapter failed (run ./setup.sh if a library is missing):\n{text}"
         ));
     }
     Ok(())
 }
 
+fn need(program: &str, arg: &str, what: &str) -> Result<(), String> {
+    if have(program, arg) {
+        Ok(())
+    } else {
+        Err(format!("{what} needs {program}: run ./setup.sh"))
+    }
+}
+
+fn abs(p: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
 /// Builds (where needed) and names the adapters of `languages`, from the
-/// sources in `dir`, into `build`; `exe` is this program (the Rust
-/// adapters run inside it). A missing toolchain is an error that names
-/// what to install.
-pub fn prepare(
-    languages: &[String],
-    dir: &Path,
-    build: &Path,
-    exe: &Path,
-) -> Result<Vec<Spec>, String> {
+/// sources in `dir`, into `build`. A missing toolchain is an error that
+/// names what to install.
+pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spec>, String> {
     if !dir.join("protocol.md").is_file() {
         return Err(format!(
             "{}: not the crossbench folder (no protocol.md); pass --crossbench DIR",
@@ -71,9 +88,7 @@ pub fn prepare(
     for lang in languages {
         match lang.as_str() {
             "c" => {
-                if !have("cc") {
-                    return Err("the C adapter needs cc and libssl-dev: run ./setup.sh".into());
-                }
+                need("cc", "--version", "the C adapter (with libssl-dev)")?;
                 let out = build.join("c-openssl");
                 run_build(
                     Command::new("cc")
@@ -88,25 +103,37 @@ pub fn prepare(
                     argv: vec![s(&out)],
                 });
             }
+            "cpp" => {
+                need(
+                    "c++",
+                    "--version",
+                    "the C++ adapter (with libcrypto++-dev, libbenchmark-dev)",
+                )?;
+                let out = build.join("cpp-cryptopp");
+                run_build(
+                    Command::new("c++")
+                        .args(["-O2", "-std=c++17", "-Wall", "-o"])
+                        .arg(&out)
+                        .arg(dir.join("cpp/main.cpp"))
+                        .args(["-lcryptopp", "-lbenchmark", "-lpthread"]),
+                    "C++",
+                )?;
+                specs.push(Spec {
+                    id: "cpp-cryptopp".into(),
+                    argv: vec![s(&out)],
+                });
+            }
             "go" => {
-                if !have("go") {
-                    return Err(
-                        "the Go adapter needs go (Debian: golang-go): run ./setup.sh".into(),
-                    );
-                }
-                let out = build.join("go-crypto-rsa");
-                let abs = std::path::absolute(&out).map_err(|e| e.to_string())?;
+                need("go", "version", "the Go adapter (Debian: golang-go)")?;
+                let out = abs(&build.join("go-crypto-rsa"))?;
                 let mut go = Command::new("go");
                 if std::env::var_os("GOCACHE").is_none() && std::env::var_os("HOME").is_none() {
                     // Go refuses to build without a cache directory.
-                    go.env(
-                        "GOCACHE",
-                        std::path::absolute(build.join("go-cache")).map_err(|e| e.to_string())?,
-                    );
+                    go.env("GOCACHE", abs(&build.join("go-cache"))?);
                 }
                 run_build(
                     go.args(["build", "-o"])
-                        .arg(&abs)
+                        .arg(&out)
                         .arg(".")
                         .current_dir(dir.join("go")),
                     "Go",
@@ -116,10 +143,54 @@ pub fn prepare(
                     argv: vec![s(&out)],
                 });
             }
-            "python" => {
-                if !have("python3") {
-                    return Err("the Python adapters need python3: run ./setup.sh".into());
+            "java" => {
+                need("javac", "-version", "the Java adapter (a JDK)")?;
+                let lib = abs(&build.join("java/lib"))?;
+                if !lib.join("jmh-core-1.37.jar").is_file() {
+                    // BouncyCastle and JMH from Maven Central (setup.sh
+                    // fetches them once into ~/.m2).
+                    need("mvn", "--version", "the Java adapter (Debian: maven)")?;
+                    run_build(
+                        Command::new("mvn")
+                            .args(["-q", "-B", "dependency:copy-dependencies"])
+                            .arg(format!("-DoutputDirectory={}", lib.display()))
+                            .current_dir(dir.join("java")),
+                        "Java (Maven)",
+                    )?;
                 }
+                let classes = build.join("java/classes");
+                let _ = std::fs::remove_dir_all(&classes);
+                let sources: Vec<PathBuf> = std::fs::read_dir(dir.join("java/src/crossbench"))
+                    .map_err(|e| format!("{}: {e}", dir.join("java/src").display()))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "java"))
+                    .collect();
+                run_build(
+                    Command::new("javac")
+                        .args(["-encoding", "UTF-8", "-cp"])
+                        .arg(format!("{}/*", lib.display()))
+                        .arg("-d")
+                        .arg(&classes)
+                        .args(&sources),
+                    "Java",
+                )?;
+                let cp = format!("{}:{}/*", abs(&classes)?.display(), lib.display());
+                for (lib, id) in [("jca", "java-jca"), ("bc", "java-bouncycastle")] {
+                    specs.push(Spec {
+                        id: id.into(),
+                        argv: vec![
+                            "java".into(),
+                            "-cp".into(),
+                            cp.clone(),
+                            "crossbench.Adapter".into(),
+                            "--lib".into(),
+                            lib.into(),
+                        ],
+                    });
+                }
+            }
+            "python" => {
+                need("python3", "--version", "the Python adapters")?;
                 for lib in ["cryptography", "pycryptodome"] {
                     specs.push(Spec {
                         id: format!("python-{lib}"),
@@ -132,10 +203,35 @@ pub fn prepare(
                     });
                 }
             }
-            "rust" => specs.push(Spec {
-                id: "rust-rsa-variants".into(),
-                argv: vec![s(exe), "crypto-bench".into(), "adapter".into()],
-            }),
+            "rust" => {
+                need("cargo", "--version", "the Rust adapters")?;
+                let target = abs(&build.join("rust"))?;
+                run_build(
+                    Command::new("cargo")
+                        .args([
+                            "build",
+                            "--release",
+                            "--locked",
+                            "--quiet",
+                            "--manifest-path",
+                        ])
+                        .arg(dir.join("rust/Cargo.toml"))
+                        .arg("--target-dir")
+                        .arg(&target),
+                    "Rust",
+                )?;
+                let exe = target.join("release/crossbench-rust");
+                for (lib, id) in [
+                    ("rsa-variants", "rust-rsa-variants"),
+                    ("aws-lc-rs", "rust-aws-lc-rs"),
+                    ("rustcrypto", "rust-rustcrypto-rsa"),
+                ] {
+                    specs.push(Spec {
+                        id: id.into(),
+                        argv: vec![s(&exe), "--lib".into(), lib.into()],
+                    });
+                }
+            }
             other => {
                 return Err(format!(
                     "unknown language {other:?} (known: {})",
@@ -147,12 +243,27 @@ pub fn prepare(
     Ok(specs)
 }
 
+/// What an adapter says of itself (`hello`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Info {
+    /// The runner's id for it.
+    pub id: String,
+    /// Library and backend versions.
+    pub version: String,
+    /// Its language.
+    pub language: String,
+    /// Its benchmark framework; empty when none fits (C).
+    pub framework: String,
+    /// Key variants it computes with.
+    pub variants: Vec<String>,
+    /// Smallest modulus it accepts.
+    pub min_bits: u32,
+}
+
 /// A running adapter.
 pub struct Adapter {
-    /// Its id.
-    pub id: String,
-    /// What it said of itself (`hello`).
-    pub version: String,
+    /// What it said of itself.
+    pub info: Info,
     child: Child,
     input: BufWriter<ChildStdin>,
     output: BufReader<ChildStdout>,
@@ -172,15 +283,43 @@ impl Adapter {
             return Err(format!("{}: no pipes", spec.id));
         };
         let mut a = Self {
-            id: spec.id.clone(),
-            version: String::new(),
+            info: Info {
+                id: spec.id.clone(),
+                version: String::new(),
+                language: String::new(),
+                framework: String::new(),
+                variants: Vec::new(),
+                min_bits: 0,
+            },
             child,
             input: BufWriter::new(i),
             output: BufReader::new(o),
         };
         let hello = a.call(&json!({"op": "hello"}))?;
-        a.version = hello["version"].as_str().unwrap_or("?").to_owned();
+        let text = |f: &str| hello[f].as_str().unwrap_or("").to_owned();
+        a.info.version = text("version");
+        a.info.language = text("language");
+        a.info.framework = text("framework");
+        a.info.variants = hello["variants"]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_else(|| vec!["crt".into()]);
+        a.info.min_bits = hello["min_bits"].as_u64().unwrap_or(0) as u32;
         Ok(a)
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.info.id
+    }
+
+    /// Whether it computes with `key`.
+    pub fn supports(&self, key: &TestKey) -> bool {
+        key.bits >= self.info.min_bits && self.info.variants.iter().any(|v| v == key.variant)
     }
 
     /// Sends one request and returns the reply, or the adapter's error.
@@ -200,18 +339,23 @@ impl Adapter {
             }
             return Err(format!(
                 "{}: the adapter stopped answering ({}){}{}",
-                self.id,
+                self.info.id,
                 req["op"].as_str().unwrap_or("?"),
                 if err.is_empty() { "" } else { ": " },
                 err.trim_end()
             ));
         }
-        let v: Value = serde_json::from_str(&reply)
-            .map_err(|e| format!("{}: not a JSON reply ({e}): {}", self.id, reply.trim_end()))?;
+        let v: Value = serde_json::from_str(&reply).map_err(|e| {
+            format!(
+                "{}: not a JSON reply ({e}): {}",
+                self.info.id,
+                reply.trim_end()
+            )
+        })?;
         if v["ok"] != json!(true) {
             return Err(format!(
                 "{}: {} failed: {}",
-                self.id,
+                self.info.id,
                 req["op"].as_str().unwrap_or("?"),
                 v["error"].as_str().unwrap_or("no reason given")
             ));
@@ -222,7 +366,7 @@ impl Adapter {
     fn hex(&mut self, req: &Value, field: &str) -> Result<Vec<u8>, String> {
         let v = self.call(req)?;
         let h = v[field].as_str().unwrap_or("");
-        from_hex(h).ok_or_else(|| format!("{}: {field} is not hex", self.id))
+        from_hex(h).ok_or_else(|| format!("{}: {field} is not hex", self.info.id))
     }
 }
 
@@ -251,57 +395,134 @@ pub fn oaep_max(bits: u32) -> usize {
     (bits as usize / 8).saturating_sub(2 * 32 + 2)
 }
 
+/// The published message size (OAEP-SHA-256's largest at 2048 bits).
+pub const PUBLISHED_MSG: usize = 190;
+
+/// Message sizes measured for `op` at `bits`: OAEP takes the published
+/// 190 bytes where the key allows it and the largest the key allows;
+/// PSS signs 190 bytes; key generation has none.
+pub fn msg_lens(op: &str, bits: u32) -> Vec<usize> {
+    match op {
+        "keygen" => vec![0],
+        "encrypt" | "decrypt" => {
+            let max = oaep_max(bits);
+            if PUBLISHED_MSG < max {
+                vec![PUBLISHED_MSG, max]
+            } else {
+                vec![max]
+            }
+        }
+        _ => vec![PUBLISHED_MSG],
+    }
+}
+
 /// A shared test key.
 pub struct TestKey {
-    /// `k1024`, `k2048`, …
+    /// `k2048` for CRT keys, `k2048-standard`, `k2048-multiprime`.
     pub id: String,
     /// Modulus bits.
     pub bits: u32,
-    /// PKCS#8 PEM.
+    /// One of [`VARIANTS`].
+    pub variant: &'static str,
+    /// PKCS#8 PEM (zero factors for a standard key; PKCS#1 version 1
+    /// with other-prime-info for a multi-prime key).
     pub pem: String,
+    /// n, e and d as hex, for libraries that build a key from them.
+    pub ned: [String; 3],
 }
 
-/// Makes one CRT key per size (rsa-variants, OpenSSL) and writes them
-/// into `dir` when given.
-pub fn make_keys(sizes: &[u32], dir: Option<&Path>) -> Result<Vec<TestKey>, String> {
-    let mut keys = Vec::new();
-    for &bits in sizes {
-        let k = PrivateKey::generate(Variant::Crt, bits).map_err(|e| e.to_string())?;
-        let pem = String::from_utf8(k.to_pkcs8_pem().map_err(|e| e.to_string())?)
+impl TestKey {
+    fn new(bits: u32, variant: &'static str, key: &PrivateKey) -> Result<Self, String> {
+        let pem = String::from_utf8(key.to_pkcs8_pem().map_err(|e| e.to_string())?)
             .map_err(|e| e.to_string())?;
-        if let Some(dir) = dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let p = dir.join(format!("rsa-{bits}-crt.pem"));
-            std::fs::write(&p, &pem).map_err(|e| format!("{}: {e}", p.display()))?;
-        }
-        keys.push(TestKey {
-            id: format!("k{bits}"),
+        let rsa = key.pkey().rsa().map_err(|e| e.to_string())?;
+        let hex = |b: &openssl::bn::BigNumRef| -> Result<String, String> {
+            Ok(b.to_hex_str()
+                .map_err(|e| e.to_string())?
+                .to_ascii_lowercase())
+        };
+        Ok(Self {
+            id: if variant == "crt" {
+                format!("k{bits}")
+            } else {
+                format!("k{bits}-{variant}")
+            },
             bits,
+            variant,
             pem,
-        });
+            ned: [hex(rsa.n())?, hex(rsa.e())?, hex(rsa.d())?],
+        })
+    }
+
+    fn load_request(&self) -> Value {
+        json!({
+            "op": "load", "id": self.id, "variant": self.variant, "pem": self.pem,
+            "n": self.ned[0], "e": self.ned[1], "d": self.ned[2],
+        })
+    }
+}
+
+/// Makes the shared keys with rsa-variants (OpenSSL): per size a CRT key,
+/// the same key without its factors (standard) and a 3-prime key, as
+/// `variants` asks; writes them into `dir` when given.
+pub fn make_keys(
+    sizes: &[u32],
+    variants: &[String],
+    dir: Option<&Path>,
+) -> Result<Vec<TestKey>, String> {
+    let mut keys = Vec::new();
+    let e = |e: rsa_variants::Error| e.to_string();
+    for &bits in sizes {
+        let crt = PrivateKey::generate(Variant::Crt, bits).map_err(e)?;
+        keys.push(TestKey::new(bits, "crt", &crt)?);
+        if variants.iter().any(|v| v == "standard") {
+            keys.push(TestKey::new(
+                bits,
+                "standard",
+                &crt.to_standard().map_err(e)?,
+            )?);
+        }
+        if variants.iter().any(|v| v == "multiprime") {
+            let mp = PrivateKey::generate(Variant::MultiPrime { primes: 3 }, bits).map_err(e)?;
+            keys.push(TestKey::new(bits, "multiprime", &mp)?);
+        }
+    }
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for k in &keys {
+            let p = dir.join(format!("rsa-{}-{}.pem", k.bits, k.variant));
+            std::fs::write(&p, &k.pem).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
     }
     Ok(keys)
 }
 
-/// Loads the keys into every adapter, then has each one encrypt and sign
-/// under each key and every adapter (itself included) decrypt and verify;
-/// a tampered message must not verify. Returns how many pairs passed.
+/// Loads each key into every adapter that computes with it, then has each
+/// of those encrypt and sign and every one of them (itself included)
+/// decrypt and verify; a tampered message must not verify. Returns how
+/// many pairs passed.
 pub fn cross_check(adapters: &mut [Adapter], keys: &[TestKey]) -> Result<usize, String> {
-    for a in adapters.iter_mut() {
-        for k in keys {
-            let v = a.call(&json!({"op": "load", "id": k.id, "pem": k.pem}))?;
-            if v["bits"].as_u64() != Some(u64::from(k.bits)) {
-                return Err(format!("{}: loaded {} as {} bits", a.id, k.id, v["bits"]));
-            }
-        }
-    }
     let mut pairs = 0;
     for k in keys {
-        for i in 0..adapters.len() {
+        let who: Vec<usize> = (0..adapters.len())
+            .filter(|&i| adapters[i].supports(k))
+            .collect();
+        for &i in &who {
+            let v = adapters[i].call(&k.load_request())?;
+            if v["bits"].as_u64() != Some(u64::from(k.bits)) {
+                return Err(format!(
+                    "{}: loaded {} as {} bits",
+                    adapters[i].id(),
+                    k.id,
+                    v["bits"]
+                ));
+            }
+        }
+        for &i in &who {
             let msg: Vec<u8> = (0..oaep_max(k.bits))
                 .map(|n| (n * 7 + i * 13) as u8)
                 .collect();
-            let from = adapters[i].id.clone();
+            let from = adapters[i].id().to_owned();
             let ct = adapters[i].hex(
                 &json!({"op": "encrypt", "key": k.id, "msg": to_hex(&msg)}),
                 "ct",
@@ -310,9 +531,15 @@ pub fn cross_check(adapters: &mut [Adapter], keys: &[TestKey]) -> Result<usize, 
                 &json!({"op": "sign", "key": k.id, "msg": to_hex(&msg)}),
                 "sig",
             )?;
-            for b in adapters.iter_mut() {
-                let to = b.id.clone();
-                let at = |op: &str| format!("{to} {op} of {from}'s RSA-{} ({})", k.bits, k.id);
+            for &j in &who {
+                let b = &mut adapters[j];
+                let to = b.id().to_owned();
+                let at = |op: &str| {
+                    format!(
+                        "{to} {op} of {from}'s RSA-{} {} ({})",
+                        k.bits, k.variant, k.id
+                    )
+                };
                 let got = b
                     .hex(
                         &json!({"op": "decrypt", "key": k.id, "ct": to_hex(&ct)}),
@@ -372,17 +599,17 @@ pub fn summary(xs: &[f64]) -> (f64, f64, f64, f64) {
     (mean, sd, median, t * sd / (n as f64).sqrt())
 }
 
-/// One measured cell.
+/// One measured cell with the plain timer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     /// Implementation id.
     pub implementation: String,
-    /// What it reported of itself.
-    pub version: String,
     /// keygen, encrypt, decrypt, sign, verify.
     pub operation: String,
     /// Key size.
     pub bits: u32,
+    /// Key variant (crt, standard, multiprime).
+    pub variant: String,
     /// Message bytes (OAEP and PSS), 0 for key generation.
     pub msg_len: usize,
     /// Iterations per repetition.
@@ -401,105 +628,277 @@ pub struct Row {
     pub ci95_us: f64,
 }
 
+/// One cell measured by the language's benchmark framework, beside the
+/// plain timer's figure for the same cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct FrameworkRow {
+    /// Implementation id.
+    pub implementation: String,
+    /// JMH, criterion, testing.B, pytest-benchmark, Google Benchmark.
+    pub framework: String,
+    /// The operation.
+    pub operation: String,
+    /// Key size.
+    pub bits: u32,
+    /// Key variant.
+    pub variant: String,
+    /// Message bytes.
+    pub msg_len: usize,
+    /// The framework's mean, µs per operation.
+    pub mean_us: f64,
+    /// Its standard deviation (over its own samples), µs.
+    pub sd_us: f64,
+    /// Its median, µs.
+    pub median_us: f64,
+    /// Samples (rounds, iterations, repetitions: the framework's unit).
+    pub samples: u64,
+    /// Operations it ran in all.
+    pub iterations: u64,
+    /// The plain timer's mean for the same cell (most iterations), µs.
+    pub plain_mean_us: f64,
+    /// framework mean / plain mean.
+    pub ratio: f64,
+}
+
 /// The run's plan.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     /// Key sizes.
     pub sizes: Vec<u32>,
     /// Operations, from keygen, encrypt, decrypt, sign, verify.
     pub operations: Vec<String>,
+    /// Key variants for the private-key operations (decrypt, sign).
+    pub variants: Vec<String>,
     /// Iterations per repetition, each measured separately.
     pub iterations: Vec<u64>,
+    /// Iterations per repetition for key generation (slow: fewer).
+    pub keygen_iterations: Vec<u64>,
     /// Repetitions per cell.
     pub reps: u32,
     /// A cell whose estimate exceeds this many seconds runs fewer iterations.
     pub cell_seconds: f64,
+    /// Seconds per framework sample; 0 leaves the frameworks out.
+    pub framework_seconds: f64,
+    /// Key generation above this size is left out of the framework runs
+    /// (a framework wants many samples; one 4096-bit key takes seconds).
+    pub framework_keygen_max_bits: u32,
 }
 
 /// Operations the protocol names.
 pub const OPERATIONS: [&str; 5] = ["keygen", "encrypt", "decrypt", "sign", "verify"];
 
-/// Times every operation, size and iteration count on every adapter;
-/// `progress` hears each finished cell.
-pub fn measure(
-    adapters: &mut [Adapter],
-    plan: &Plan,
-    mut progress: impl FnMut(&Row),
-) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
+/// One cell of the plan: an operation on one implementation.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// The operation.
+    pub op: String,
+    /// Key size.
+    pub bits: u32,
+    /// Key variant.
+    pub variant: &'static str,
+    /// Message bytes.
+    pub msg_len: usize,
+    /// Index of the adapter.
+    pub adapter: usize,
+}
+
+/// Every cell of `plan` on `adapters`, in report order: the private-key
+/// operations once per variant, the rest on the CRT key; an implementation
+/// is left out of keys it does not compute with.
+pub fn cells(plan: &Plan, adapters: &[Adapter], keys: &[TestKey]) -> Vec<Cell> {
+    let mut out = Vec::new();
     for op in &plan.operations {
         for &bits in &plan.sizes {
-            let msg_len = if op == "keygen" { 0 } else { oaep_max(bits) };
-            for a in adapters.iter_mut() {
-                // The first (smallest) count gives the estimate for the cap.
-                let mut per_op_us: Option<f64> = None;
-                for &asked in &plan.iterations {
-                    let mut iterations = asked;
-                    if let Some(us) = per_op_us {
-                        let budget = plan.cell_seconds * 1e6 / (us * f64::from(plan.reps + 1));
-                        iterations = iterations.min((budget as u64).max(1));
-                    }
-                    let v = a.call(&json!({
-                        "op": "bench", "what": op, "key": format!("k{bits}"), "bits": bits,
-                        "msg_len": msg_len, "iterations": iterations, "reps": plan.reps,
-                    }))?;
-                    let reps_us: Vec<f64> = v["ns"]
-                        .as_array()
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(Value::as_f64)
-                                .map(|ns| ns / 1e3)
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    if reps_us.len() != plan.reps as usize {
-                        return Err(format!(
-                            "{}: bench {op} {bits} returned {} repetitions, not {}",
-                            a.id,
-                            reps_us.len(),
-                            plan.reps
-                        ));
-                    }
-                    let (mean_us, sd_us, median_us, ci95_us) = summary(&reps_us);
-                    per_op_us.get_or_insert(mean_us);
-                    let row = Row {
-                        implementation: a.id.clone(),
-                        version: a.version.clone(),
-                        operation: op.clone(),
-                        bits,
-                        msg_len,
-                        iterations,
-                        capped_from: (iterations != asked).then_some(asked),
-                        reps_us,
-                        mean_us,
-                        sd_us,
-                        median_us,
-                        ci95_us,
-                    };
-                    progress(&row);
-                    rows.push(row);
-                    if iterations < asked {
-                        break; // larger counts would be capped the same way
+            for variant in VARIANTS {
+                let private = op == "decrypt" || op == "sign";
+                if (variant != "crt" && !private) || !plan.variants.iter().any(|v| v == variant) {
+                    continue;
+                }
+                let Some(key) = keys.iter().find(|k| k.bits == bits && k.variant == variant) else {
+                    continue;
+                };
+                for msg_len in msg_lens(op, bits) {
+                    for (adapter, a) in adapters.iter().enumerate() {
+                        if a.supports(key) {
+                            out.push(Cell {
+                                op: op.clone(),
+                                bits,
+                                variant,
+                                msg_len,
+                                adapter,
+                            });
+                        }
                     }
                 }
             }
         }
     }
-    Ok(rows)
+    out
 }
 
-/// CSV of every row.
+/// What one finished cell reports to the progress display.
+pub struct Progress<'a> {
+    /// Cells done, this one included.
+    pub done: usize,
+    /// Cells in all.
+    pub total: usize,
+    /// Seconds since the first cell started.
+    pub elapsed: f64,
+    /// The plain timer's rows of the cell (one per iteration count).
+    pub rows: &'a [Row],
+    /// The framework's row, when it ran.
+    pub framework: Option<&'a FrameworkRow>,
+}
+
+fn reps_from(v: &Value, field: &str) -> Vec<f64> {
+    v[field]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_f64)
+                .map(|ns| ns / 1e3)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Times every cell with the plain timer (each iteration count of the
+/// plan, capped by `cell_seconds`) and, where the implementation has a
+/// framework, with the framework; `progress` hears each finished cell.
+pub fn measure(
+    adapters: &mut [Adapter],
+    plan: &Plan,
+    cells: &[Cell],
+    mut progress: impl FnMut(Progress<'_>),
+) -> Result<(Vec<Row>, Vec<FrameworkRow>), String> {
+    let mut rows = Vec::new();
+    let mut fw_rows = Vec::new();
+    let t0 = Instant::now();
+    for (n, c) in cells.iter().enumerate() {
+        let a = &mut adapters[c.adapter];
+        let key = if c.variant == "crt" {
+            format!("k{}", c.bits)
+        } else {
+            format!("k{}-{}", c.bits, c.variant)
+        };
+        let counts = if c.op == "keygen" {
+            &plan.keygen_iterations
+        } else {
+            &plan.iterations
+        };
+        let first = rows.len();
+        // The first (smallest) count gives the estimate for the cap.
+        let mut per_op_us: Option<f64> = None;
+        for &asked in counts {
+            let mut iterations = asked;
+            if let Some(us) = per_op_us {
+                let budget = plan.cell_seconds * 1e6 / (us * f64::from(plan.reps + 1));
+                iterations = iterations.min((budget as u64).max(1));
+            }
+            let v = a.call(&json!({
+                "op": "bench", "what": c.op, "key": key, "bits": c.bits,
+                "msg_len": c.msg_len, "iterations": iterations, "reps": plan.reps,
+            }))?;
+            let reps_us = reps_from(&v, "ns");
+            if reps_us.len() != plan.reps as usize {
+                return Err(format!(
+                    "{}: bench {} {} returned {} repetitions, not {}",
+                    a.id(),
+                    c.op,
+                    c.bits,
+                    reps_us.len(),
+                    plan.reps
+                ));
+            }
+            let (mean_us, sd_us, median_us, ci95_us) = summary(&reps_us);
+            per_op_us.get_or_insert(mean_us);
+            rows.push(Row {
+                implementation: a.id().to_owned(),
+                operation: c.op.clone(),
+                bits: c.bits,
+                variant: c.variant.into(),
+                msg_len: c.msg_len,
+                iterations,
+                capped_from: (iterations != asked).then_some(asked),
+                reps_us,
+                mean_us,
+                sd_us,
+                median_us,
+                ci95_us,
+            });
+            if iterations < asked {
+                break; // larger counts would be capped the same way
+            }
+        }
+        let plain_mean_us = rows[first..]
+            .iter()
+            .max_by_key(|r| r.iterations)
+            .map_or(0.0, |r| r.mean_us);
+        let wants_framework = plan.framework_seconds > 0.0
+            && !a.info.framework.is_empty()
+            && (c.op != "keygen" || c.bits <= plan.framework_keygen_max_bits);
+        if wants_framework {
+            let v = a.call(&json!({
+                "op": "framework", "what": c.op, "key": key, "bits": c.bits,
+                "msg_len": c.msg_len, "reps": plan.reps, "seconds": plan.framework_seconds,
+            }))?;
+            let us = |f: &str| v[f].as_f64().unwrap_or(f64::NAN) / 1e3;
+            let mean_us = us("mean_ns");
+            if !(mean_us.is_finite() && mean_us > 0.0) {
+                return Err(format!(
+                    "{}: framework {} {} gave no mean: {v}",
+                    a.id(),
+                    c.op,
+                    c.bits
+                ));
+            }
+            fw_rows.push(FrameworkRow {
+                implementation: a.id().to_owned(),
+                framework: v["framework"]
+                    .as_str()
+                    .unwrap_or(&a.info.framework)
+                    .to_owned(),
+                operation: c.op.clone(),
+                bits: c.bits,
+                variant: c.variant.into(),
+                msg_len: c.msg_len,
+                mean_us,
+                sd_us: us("sd_ns"),
+                median_us: us("median_ns"),
+                samples: v["samples"].as_u64().unwrap_or(0),
+                iterations: v["iterations"].as_u64().unwrap_or(0),
+                plain_mean_us,
+                ratio: mean_us / plain_mean_us,
+            });
+        }
+        progress(Progress {
+            done: n + 1,
+            total: cells.len(),
+            elapsed: t0.elapsed().as_secs_f64(),
+            rows: &rows[first..],
+            framework: if wants_framework {
+                fw_rows.last()
+            } else {
+                None
+            },
+        });
+    }
+    Ok((rows, fw_rows))
+}
+
+/// CSV of every plain-timer row.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "implementation,operation,bits,msg_len,iterations,capped_from,reps,mean_us,sd_us,median_us,ci95_us\n",
+        "implementation,operation,bits,variant,msg_len,iterations,capped_from,reps,mean_us,sd_us,median_us,ci95_us\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3}",
+            "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3}",
             r.implementation,
             r.operation,
             r.bits,
+            r.variant,
             r.msg_len,
             r.iterations,
             r.capped_from.map_or(String::new(), |n| n.to_string()),
@@ -513,211 +912,406 @@ pub fn csv(rows: &[Row]) -> String {
     s
 }
 
-/// Markdown: one table per operation, implementations as rows, sizes as
-/// columns; each cell the mean ± 95 % CI (µs) at the largest iteration
-/// count measured; the fastest per size in bold.
-pub fn markdown(rows: &[Row], plan: &Plan) -> String {
-    let mut s = String::new();
-    let mut impls: Vec<&str> = Vec::new();
-    for r in rows {
-        if !impls.contains(&r.implementation.as_str()) {
-            impls.push(&r.implementation);
+/// A run's results, as written to results.json.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The implementations, as they described themselves.
+    pub implementations: Vec<Info>,
+    /// The plan.
+    pub plan: Plan,
+    /// Pairs that passed the cross-check.
+    pub cross_check_pairs: usize,
+    /// Plain-timer rows (every iteration count).
+    pub rows: Vec<Row>,
+    /// Framework rows.
+    pub framework: Vec<FrameworkRow>,
+}
+
+/// A column of a table: a size and a message length.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Column {
+    bits: u32,
+    msg_len: usize,
+}
+
+impl Column {
+    fn label(self, op: &str) -> String {
+        if op == "keygen" || op == "sign" || op == "verify" {
+            format!("RSA-{}", self.bits)
+        } else {
+            format!("RSA-{} ({} B)", self.bits, self.msg_len)
         }
     }
-    // The row that stands for (implementation, op, bits): most iterations.
-    let best_row = |imp: &str, op: &str, bits: u32| {
-        rows.iter()
-            .filter(|r| r.implementation == imp && r.operation == op && r.bits == bits)
-            .max_by_key(|r| r.iterations)
-    };
-    for op in &plan.operations {
-        let sizes: Vec<u32> = plan
-            .sizes
+}
+
+impl Report {
+    fn impls(&self) -> Vec<&str> {
+        self.implementations.iter().map(|i| i.id.as_str()).collect()
+    }
+
+    /// The row that stands for a cell: the most iterations measured.
+    fn best(&self, imp: &str, op: &str, variant: &str, col: Column) -> Option<&Row> {
+        self.rows
             .iter()
-            .copied()
-            .filter(|b| rows.iter().any(|r| &r.operation == op && r.bits == *b))
-            .collect();
-        let _ = writeln!(s, "### {op} (µs per operation, mean ± 95 % CI)\n");
-        let _ = write!(s, "| implementation |");
-        for b in &sizes {
-            let _ = write!(s, " RSA-{b} |");
+            .filter(|r| {
+                r.implementation == imp
+                    && r.operation == op
+                    && r.variant == variant
+                    && r.bits == col.bits
+                    && r.msg_len == col.msg_len
+            })
+            .max_by_key(|r| r.iterations)
+    }
+
+    /// The (operation, variant) tables that have rows, in plan order.
+    fn tables(&self) -> Vec<(String, String, Vec<Column>)> {
+        let mut out = Vec::new();
+        for op in &self.plan.operations {
+            for v in VARIANTS {
+                let mut cols: Vec<Column> = Vec::new();
+                for r in self
+                    .rows
+                    .iter()
+                    .filter(|r| &r.operation == op && r.variant == v)
+                {
+                    let c = Column {
+                        bits: r.bits,
+                        msg_len: r.msg_len,
+                    };
+                    if !cols.contains(&c) {
+                        cols.push(c);
+                    }
+                }
+                if !cols.is_empty() {
+                    cols.sort_by_key(|c| (c.bits, c.msg_len));
+                    out.push((op.clone(), v.to_owned(), cols));
+                }
+            }
         }
-        let _ = write!(s, "\n|---|");
-        for _ in &sizes {
-            let _ = write!(s, "---|");
+        out
+    }
+
+    /// Per table column: the fastest implementation and its mean, then
+    /// the runner-up.
+    fn fastest(&self) -> Vec<[String; 7]> {
+        let mut out = Vec::new();
+        for (op, v, cols) in self.tables() {
+            for c in cols {
+                let mut ranked: Vec<&Row> = self
+                    .impls()
+                    .iter()
+                    .filter_map(|i| self.best(i, &op, &v, c))
+                    .collect();
+                ranked.sort_by(|a, b| a.mean_us.total_cmp(&b.mean_us));
+                let Some(first) = ranked.first() else {
+                    continue;
+                };
+                let (next, next_us, ratio) = match ranked.get(1) {
+                    Some(n) => (
+                        n.implementation.clone(),
+                        format!("{:.1}", n.mean_us),
+                        format!("{:.2}×", n.mean_us / first.mean_us),
+                    ),
+                    None => ("–".into(), "–".into(), "–".into()),
+                };
+                out.push([
+                    format!("{op} ({v})"),
+                    c.label(&op),
+                    first.implementation.clone(),
+                    format!("{:.1}", first.mean_us),
+                    next,
+                    next_us,
+                    ratio,
+                ]);
+            }
+        }
+        out
+    }
+
+    fn cell_text(r: &Row) -> String {
+        let ci = if r.reps_us.len() > 1 {
+            format!(" ± {:.1}", r.ci95_us)
+        } else {
+            String::new()
+        };
+        format!(
+            "{:.1}{ci} ({}×{}{})",
+            r.mean_us,
+            r.reps_us.len(),
+            r.iterations,
+            if r.capped_from.is_some() {
+                ", capped"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// The implementations and the protocol, as lines.
+    fn preamble(&self) -> Vec<String> {
+        let p = &self.plan;
+        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        vec![
+            format!(
+                "Protocol: one warm-up repetition, then {} repetitions × {} iterations (key generation: × {}), each count measured; a cell expected to take over {} s runs fewer iterations and is marked \"capped\". Cells: mean ± 95 % CI (Student t) at the largest count, µs per operation, (repetitions×iterations).",
+                p.reps,
+                list(&p.iterations),
+                list(&p.keygen_iterations),
+                p.cell_seconds
+            ),
+            "Algorithms: RSA-OAEP with SHA-256 and MGF1-SHA-256; RSA-PSS with SHA-256 and a 32-byte salt; e = 65537. Variants: crt (two primes), standard (n, e, d: no CRT), multiprime (three primes); public-key operations use the CRT key.".into(),
+            format!(
+                "Cross-check: {} pairs decrypted each other's ciphertexts, verified each other's signatures and refused a tampered message before any timing.",
+                self.cross_check_pairs
+            ),
+            if p.framework_seconds > 0.0 {
+                format!(
+                    "Frameworks: {} repetitions of about {} s each, in each framework's own way (JMH forks a JVM; criterion and pytest-benchmark run in a child process); key generation above {} bits is left out of the framework runs.",
+                    p.reps, p.framework_seconds, p.framework_keygen_max_bits
+                )
+            } else {
+                "Frameworks: not run (--framework-seconds 0).".into()
+            },
+        ]
+    }
+
+    /// Markdown: the implementations, one table per operation and variant
+    /// (fastest per column in bold), the fastest per operation and size,
+    /// and the frameworks beside the plain timer.
+    pub fn markdown(&self) -> String {
+        let mut s = String::from(
+            "## Implementations\n\n| id | version | framework | variants |\n|---|---|---|---|\n",
+        );
+        for i in &self.implementations {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                i.id,
+                i.version,
+                if i.framework.is_empty() {
+                    "none (plain loop)"
+                } else {
+                    &i.framework
+                },
+                i.variants.join(", ")
+            );
         }
         s.push('\n');
-        for imp in &impls {
-            let _ = write!(s, "| {imp} |");
-            for &b in &sizes {
-                let fastest = impls
-                    .iter()
-                    .filter_map(|i| best_row(i, op, b))
-                    .map(|r| r.mean_us)
-                    .fold(f64::INFINITY, f64::min);
-                match best_row(imp, op, b) {
-                    Some(r) => {
-                        let ci = if r.reps_us.len() > 1 {
-                            format!(" ± {:.1}", r.ci95_us)
-                        } else {
-                            String::new()
-                        };
-                        let cell = format!(
-                            "{:.1}{ci} ({}×{}{})",
-                            r.mean_us,
-                            r.reps_us.len(),
-                            r.iterations,
-                            if r.capped_from.is_some() {
-                                ", capped"
-                            } else {
-                                ""
-                            }
-                        );
-                        if r.mean_us == fastest {
-                            let _ = write!(s, " **{cell}** |");
-                        } else {
-                            let _ = write!(s, " {cell} |");
-                        }
-                    }
-                    None => s.push_str(" – |"),
+        for line in self.preamble() {
+            let _ = writeln!(s, "{line}\n");
+        }
+        for (op, v, cols) in self.tables() {
+            let _ = writeln!(s, "### {op}, {v} key (µs per operation)\n");
+            s.push_str("| implementation |");
+            for c in &cols {
+                let _ = write!(s, " {} |", c.label(&op));
+            }
+            s.push_str("\n|---|");
+            for _ in &cols {
+                s.push_str("---|");
+            }
+            s.push('\n');
+            for imp in self.impls() {
+                if cols.iter().all(|&c| self.best(imp, &op, &v, c).is_none()) {
+                    continue;
                 }
+                let _ = write!(s, "| {imp} |");
+                for &c in &cols {
+                    let fastest = self
+                        .impls()
+                        .iter()
+                        .filter_map(|i| self.best(i, &op, &v, c))
+                        .map(|r| r.mean_us)
+                        .fold(f64::INFINITY, f64::min);
+                    match self.best(imp, &op, &v, c) {
+                        Some(r) if r.mean_us == fastest => {
+                            let _ = write!(s, " **{}** |", Self::cell_text(r));
+                        }
+                        Some(r) => {
+                            let _ = write!(s, " {} |", Self::cell_text(r));
+                        }
+                        None => s.push_str(" – |"),
+                    }
+                }
+                s.push('\n');
             }
             s.push('\n');
         }
-        s.push('\n');
-    }
-    s
-}
-
-/// Serves the protocol on stdin/stdout with sipsec's own RSA
-/// (`rsa-variants`, on OpenSSL): the Rust adapter.
-pub fn serve_adapter() -> Result<(), String> {
-    let stdin = std::io::stdin();
-    let mut out = std::io::stdout().lock();
-    let mut keys: Vec<(String, PrivateKey)> = Vec::new();
-    for line in stdin.lock().lines() {
-        let line = line.map_err(|e| e.to_string())?;
-        if line.trim().is_empty() {
-            continue;
+        s.push_str("## Fastest per operation and size\n\n| operation | size | fastest | µs | next | µs | next / fastest |\n|---|---|---|---|---|---|---|\n");
+        for r in self.fastest() {
+            let _ = writeln!(s, "| {} |", r.join(" | "));
         }
-        let reply = match serde_json::from_str::<Value>(&line) {
-            Ok(req) if req["op"] == "quit" => break,
-            Ok(req) => match rust_op(&mut keys, &req) {
-                Ok(mut v) => {
-                    v["ok"] = json!(true);
-                    v
-                }
-                Err(e) => json!({"ok": false, "error": e}),
-            },
-            Err(e) => json!({"ok": false, "error": format!("not JSON: {e}")}),
-        };
-        writeln!(out, "{reply}")
-            .and_then(|()| out.flush())
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-fn rust_op(keys: &mut Vec<(String, PrivateKey)>, req: &Value) -> Result<Value, String> {
-    let h = HashAlg::Sha256;
-    let arg = |name: &str| -> Result<Vec<u8>, String> {
-        from_hex(req[name].as_str().unwrap_or("")).ok_or_else(|| format!("{name}: not hex"))
-    };
-    let key = |keys: &[(String, PrivateKey)]| -> Result<PrivateKey, String> {
-        let id = req["key"].as_str().unwrap_or("");
-        keys.iter()
-            .find(|(k, _)| k == id)
-            .map(|(_, k)| k.clone())
-            .ok_or_else(|| format!("unknown key {id:?}"))
-    };
-    let e = |e: rsa_variants::Error| e.to_string();
-    Ok(match req["op"].as_str().unwrap_or("") {
-        "hello" => json!({
-            "name": "rust-rsa-variants",
-            "version": format!("rsa-variants {}, {}", env!("CARGO_PKG_VERSION"), openssl::version::version()),
-            "language": "rust",
-        }),
-        "load" => {
-            let k =
-                PrivateKey::from_pem(req["pem"].as_str().unwrap_or("").as_bytes()).map_err(e)?;
-            let bits = k.bits();
-            keys.push((req["id"].as_str().unwrap_or("").to_owned(), k));
-            json!({"bits": bits})
-        }
-        "encrypt" => {
-            let k = key(keys)?;
-            let ct = k
-                .public_key()
-                .map_err(e)?
-                .encrypt_oaep(h, &arg("msg")?)
-                .map_err(e)?;
-            json!({"ct": to_hex(&ct)})
-        }
-        "decrypt" => json!({"msg": to_hex(&key(keys)?.decrypt_oaep(h, &arg("ct")?).map_err(e)?)}),
-        "sign" => json!({"sig": to_hex(&key(keys)?.sign_pss(h, &arg("msg")?).map_err(e)?)}),
-        "verify" => {
-            let p = key(keys)?.public_key().map_err(e)?;
-            json!({"valid": p.verify_pss(h, &arg("msg")?, &arg("sig")?)})
-        }
-        "bench" => json!({"ns": rust_bench(keys, req, key)?}),
-        other => return Err(format!("unknown op {other:?}")),
-    })
-}
-
-fn rust_bench(
-    keys: &[(String, PrivateKey)],
-    req: &Value,
-    key: impl Fn(&[(String, PrivateKey)]) -> Result<PrivateKey, String>,
-) -> Result<Vec<f64>, String> {
-    let h = HashAlg::Sha256;
-    let n = req["iterations"].as_u64().unwrap_or(1).max(1);
-    let reps = req["reps"].as_u64().unwrap_or(1).max(1);
-    let e = |e: rsa_variants::Error| e.to_string();
-    let mut op: Box<dyn FnMut() -> Result<(), String>> = match req["what"].as_str().unwrap_or("") {
-        "keygen" => {
-            let bits =
-                u32::try_from(req["bits"].as_u64().unwrap_or(2048)).map_err(|e| e.to_string())?;
-            Box::new(move || {
-                PrivateKey::generate(Variant::Crt, bits)
-                    .map(drop)
-                    .map_err(e)
-            })
-        }
-        what => {
-            let k = key(keys)?;
-            let p = k.public_key().map_err(e)?;
-            let msg = vec![0x5a; req["msg_len"].as_u64().unwrap_or(32) as usize];
-            match what {
-                "encrypt" => Box::new(move || p.encrypt_oaep(h, &msg).map(drop).map_err(e)),
-                "decrypt" => {
-                    let ct = p.encrypt_oaep(h, &msg).map_err(e)?;
-                    Box::new(move || k.decrypt_oaep(h, &ct).map(drop).map_err(e))
-                }
-                "sign" => Box::new(move || k.sign_pss(h, &msg).map(drop).map_err(e)),
-                "verify" => {
-                    let sig = k.sign_pss(h, &msg).map_err(e)?;
-                    Box::new(move || {
-                        p.verify_pss(h, &msg, &sig)
-                            .then_some(())
-                            .ok_or_else(|| "verification failed".to_owned())
-                    })
-                }
-                other => return Err(format!("unknown bench operation {other:?}")),
+        if !self.framework.is_empty() {
+            s.push_str("\n## Framework vs plain timer\n\n| implementation | framework | operation | size | framework mean ± sd | median | samples | plain mean | framework / plain |\n|---|---|---|---|---|---|---|---|---|\n");
+            for f in &self.framework {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} ({}) | {} | {:.1} ± {:.1} | {:.1} | {} | {:.1} | {:.3} |",
+                    f.implementation,
+                    f.framework,
+                    f.operation,
+                    f.variant,
+                    Column {
+                        bits: f.bits,
+                        msg_len: f.msg_len
+                    }
+                    .label(&f.operation),
+                    f.mean_us,
+                    f.sd_us,
+                    f.median_us,
+                    f.samples,
+                    f.plain_mean_us,
+                    f.ratio
+                );
             }
         }
-    };
-    let mut out = Vec::new();
-    for rep in 0..=reps {
-        let t0 = std::time::Instant::now();
-        for _ in 0..n {
-            op()?;
-        }
-        let dt = t0.elapsed().as_nanos() as f64;
-        if rep > 0 {
-            out.push(dt / n as f64);
-        }
+        s
     }
-    Ok(out)
+
+    /// The HTML page: a log-scale bar chart and a table per operation and
+    /// variant, the fastest table and the framework comparison.
+    pub fn html(&self) -> String {
+        let mut sections = Vec::new();
+        let mut head = String::new();
+        for line in self.preamble() {
+            let _ = write!(head, "<p>{}</p>", plot::escape(&line));
+        }
+        let rows: Vec<Vec<String>> = self
+            .implementations
+            .iter()
+            .map(|i| {
+                vec![
+                    i.id.clone(),
+                    i.version.clone(),
+                    i.framework.clone(),
+                    i.variants.join(", "),
+                ]
+            })
+            .collect();
+        head.push_str(&plot::table(
+            &["id", "version", "framework", "variants"],
+            &rows,
+        ));
+        sections.push(("Implementations".to_owned(), head));
+        for (op, v, cols) in self.tables() {
+            let labels: Vec<String> = cols.iter().map(|c| c.label(&op)).collect();
+            let impls: Vec<&str> = self
+                .impls()
+                .into_iter()
+                .filter(|i| cols.iter().any(|&c| self.best(i, &op, &v, c).is_some()))
+                .collect();
+            let series: Vec<(&str, Vec<f64>)> = impls
+                .iter()
+                .map(|i| {
+                    (
+                        *i,
+                        cols.iter()
+                            .map(|&c| self.best(i, &op, &v, c).map_or(f64::NAN, |r| r.mean_us))
+                            .collect(),
+                    )
+                })
+                .collect();
+            let mut body = plot::bars_log(
+                &format!("{op}, {v} key"),
+                "µs per operation (log scale)",
+                &labels,
+                &series,
+            );
+            let mut head: Vec<&str> = vec!["implementation"];
+            head.extend(labels.iter().map(String::as_str));
+            let table: Vec<Vec<String>> = impls
+                .iter()
+                .map(|i| {
+                    let mut row = vec![(*i).to_owned()];
+                    row.extend(
+                        cols.iter()
+                            .map(|&c| self.best(i, &op, &v, c).map_or("–".into(), Self::cell_text)),
+                    );
+                    row
+                })
+                .collect();
+            body.push_str(&plot::table(&head, &table));
+            sections.push((format!("{op}, {v} key"), body));
+        }
+        sections.push((
+            "Fastest per operation and size".into(),
+            plot::table(
+                &[
+                    "operation",
+                    "size",
+                    "fastest",
+                    "µs",
+                    "next",
+                    "µs",
+                    "next / fastest",
+                ],
+                &self
+                    .fastest()
+                    .into_iter()
+                    .map(Vec::from)
+                    .collect::<Vec<_>>(),
+            ),
+        ));
+        if !self.framework.is_empty() {
+            let rows: Vec<Vec<String>> = self
+                .framework
+                .iter()
+                .map(|f| {
+                    vec![
+                        f.implementation.clone(),
+                        f.framework.clone(),
+                        format!("{} ({})", f.operation, f.variant),
+                        Column {
+                            bits: f.bits,
+                            msg_len: f.msg_len,
+                        }
+                        .label(&f.operation),
+                        format!("{:.1} ± {:.1}", f.mean_us, f.sd_us),
+                        format!("{:.1}", f.plain_mean_us),
+                        format!("{:.3}", f.ratio),
+                    ]
+                })
+                .collect();
+            sections.push((
+                "Framework vs plain timer".into(),
+                plot::table(
+                    &[
+                        "implementation",
+                        "framework",
+                        "operation",
+                        "size",
+                        "framework µs",
+                        "plain µs",
+                        "framework / plain",
+                    ],
+                    &rows,
+                ),
+            ));
+        }
+        plot::page("sipsec crypto-bench: RSA across languages", &sections)
+    }
+
+    /// Writes results.json, results.csv, results.md, index.html and the
+    /// plots (plots/crypto-K.svg, and PNG where rsvg-convert is) into
+    /// `dir`; returns the files.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let html = self.html();
+        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let mut files = Vec::new();
+        for (name, text) in [
+            ("results.json", json),
+            ("results.csv", csv(&self.rows)),
+            ("results.md", self.markdown()),
+            ("index.html", html.clone()),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+            files.push(p);
+        }
+        files.extend(plot::write_files(&html, &dir.join("plots"), "crypto")?);
+        Ok(files)
+    }
 }
 
 /// Where the runner builds adapters: beside the other build output.
@@ -749,6 +1343,11 @@ mod tests {
             Some(vec![0, 1, 0xfe, 0xff])
         );
         assert_eq!(from_hex("abc"), None);
+        assert_eq!(msg_lens("encrypt", 1024), [62]);
+        assert_eq!(msg_lens("decrypt", 2048), [190]);
+        assert_eq!(msg_lens("encrypt", 4096), [190, 446]);
+        assert_eq!(msg_lens("sign", 1024), [190]);
+        assert_eq!(msg_lens("keygen", 4096), [0]);
         assert_eq!(from_hex("zz"), None);
     }
 }

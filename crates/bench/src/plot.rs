@@ -10,8 +10,9 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
-const COLORS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+const COLORS: [&str; 10] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
 ];
 
 /// Escapes text for SVG and HTML.
@@ -188,20 +189,66 @@ pub fn lines(
 
 /// Grouped bars: one group per label, one bar per named series.
 pub fn bars(title: &str, y_label: &str, labels: &[String], series: &[(&str, Vec<f64>)]) -> String {
-    let top = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().copied())
-        .filter(|v| v.is_finite())
-        .fold(0.0_f64, f64::max);
-    let f = Frame {
-        x0: 0.0,
-        x1: labels.len().max(1) as f64,
-        y0: 0.0,
-        y1: if top > 0.0 { top * 1.1 } else { 1.0 },
+    grouped(title, y_label, labels, series, false)
+}
+
+/// Grouped bars on a logarithmic axis (decades), for values that span
+/// orders of magnitude; values ≤ 0 are left out.
+pub fn bars_log(
+    title: &str,
+    y_label: &str,
+    labels: &[String],
+    series: &[(&str, Vec<f64>)],
+) -> String {
+    grouped(title, y_label, labels, series, true)
+}
+
+fn grouped(
+    title: &str,
+    y_label: &str,
+    labels: &[String],
+    series: &[(&str, Vec<f64>)],
+    log: bool,
+) -> String {
+    let shown = |v: f64| v.is_finite() && (!log || v > 0.0);
+    let values = || {
+        series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|v| shown(*v))
+    };
+    let top = values().fold(0.0_f64, f64::max);
+    let f = if log {
+        let lo = values().fold(f64::INFINITY, f64::min);
+        let (lo, hi) = if lo.is_finite() {
+            (
+                lo.log10().floor(),
+                top.log10().ceil().max(lo.log10().floor() + 1.0),
+            )
+        } else {
+            (0.0, 1.0)
+        };
+        Frame {
+            x0: 0.0,
+            x1: labels.len().max(1) as f64,
+            y0: lo,
+            y1: hi,
+        }
+    } else {
+        Frame {
+            x0: 0.0,
+            x1: labels.len().max(1) as f64,
+            y0: 0.0,
+            y1: if top > 0.0 { top * 1.1 } else { 1.0 },
+        }
     };
     let mut s = String::new();
     open(&mut s, title, "", y_label);
-    axes(&mut s, &f, false);
+    if log {
+        log_axes(&mut s, &f);
+    } else {
+        axes(&mut s, &f, false);
+    }
     let group = (W - LEFT - RIGHT) / labels.len().max(1) as f64;
     let bar = group * 0.8 / series.len().max(1) as f64;
     for (g, l) in labels.iter().enumerate() {
@@ -215,10 +262,10 @@ pub fn bars(title: &str, y_label: &str, labels: &[String], series: &[(&str, Vec<
         );
         for (i, (_, v)) in series.iter().enumerate() {
             let Some(&val) = v.get(g) else { continue };
-            if !val.is_finite() {
+            if !shown(val) {
                 continue;
             }
-            let y = f.py(val);
+            let y = f.py(if log { val.log10() } else { val });
             let _ = write!(
                 s,
                 r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}</title></rect>"#,
@@ -233,6 +280,31 @@ pub fn bars(title: &str, y_label: &str, labels: &[String], series: &[(&str, Vec<
     legend(&mut s, &series.iter().map(|(n, _)| *n).collect::<Vec<_>>());
     s.push_str("</svg>");
     s
+}
+
+/// The axes of a log chart: the frame's y runs over decades (log10).
+fn log_axes(s: &mut String, f: &Frame) {
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#333"/>"##,
+        H - BOTTOM,
+        W - RIGHT,
+        H - BOTTOM,
+        H - BOTTOM
+    );
+    let mut d = f.y0;
+    while d <= f.y1 + 1e-9 {
+        let py = f.py(d);
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            W - RIGHT,
+            LEFT - 6.0,
+            py + 4.0,
+            label(10f64.powf(d))
+        );
+        d += 1.0;
+    }
 }
 
 /// An HTML page of titled sections (each already HTML: tables, SVG).

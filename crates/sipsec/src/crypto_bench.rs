@@ -4,17 +4,18 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
-use sipsec_bench::crossbench::{self, Adapter, Plan, OPERATIONS};
+use clap::Args;
+use sipsec_bench::crossbench::{self, Adapter, Plan, Report, LANGUAGES, OPERATIONS, VARIANTS};
 
 /// Arguments of `sipsec crypto-bench`.
 #[derive(Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct CryptoBenchArgs {
-    #[command(subcommand)]
-    command: Option<CryptoBenchCommand>,
-    /// Languages, comma-separated: c, go, python, rust.
-    #[arg(long, value_delimiter = ',', default_value = "c,go,python,rust")]
+    /// Languages, comma-separated: c, cpp, go, java, python, rust.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "c,cpp,go,java,python,rust"
+    )]
     langs: Vec<String>,
     /// Key sizes in bits, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1024,2048,3072,4096")]
@@ -26,16 +27,27 @@ pub struct CryptoBenchArgs {
         default_value = "keygen,encrypt,decrypt,sign,verify"
     )]
     ops: Vec<String>,
+    /// Key variants for decrypt and sign: crt, standard, multiprime.
+    #[arg(long, value_delimiter = ',', default_value = "crt,standard,multiprime")]
+    variants: Vec<String>,
     /// Iterations per repetition (the study's protocol), each measured.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000")]
     iterations: Vec<u64>,
+    /// Iterations per repetition for key generation (slow: fewer).
+    #[arg(long, value_delimiter = ',', default_value = "1,10")]
+    keygen_iterations: Vec<u64>,
     /// Repetitions per cell (after one warm-up repetition).
     #[arg(long, default_value_t = 5)]
     reps: u32,
     /// Seconds a cell may take; slower cells run fewer iterations, marked "capped".
     #[arg(long, default_value_t = 20.0)]
     cell_seconds: f64,
-    /// Smoke run: 2048 bits (key generation 1024), 1 × 10 iterations.
+    /// Seconds per framework sample (JMH, criterion, testing.B,
+    /// pytest-benchmark, Google Benchmark); 0 runs no framework.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    framework_seconds: f64,
+    /// Smoke run: 2048 bits, 1 × 10 iterations (key generation 1 × 1),
+    /// short framework runs.
     #[arg(long)]
     quick: bool,
     /// The crossbench folder (adapter sources and protocol.md).
@@ -44,25 +56,13 @@ pub struct CryptoBenchArgs {
     /// Where adapters are built.
     #[arg(long, default_value = "target/crossbench")]
     build_dir: PathBuf,
+    /// Where results go: results.json, results.csv, results.md,
+    /// index.html and plots/.
+    #[arg(long, default_value = "target/crypto-bench")]
+    out: PathBuf,
     /// Also write the shared test keys (PKCS#8 PEM) here.
     #[arg(long)]
     keys_dir: Option<PathBuf>,
-    /// Write every row (with each repetition) as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write every row as CSV here.
-    #[arg(long)]
-    csv: Option<PathBuf>,
-    /// Write the tables (markdown) here.
-    #[arg(long)]
-    markdown: Option<PathBuf>,
-}
-
-#[derive(Subcommand)]
-enum CryptoBenchCommand {
-    /// Serve the line protocol on stdin/stdout with sipsec's own RSA
-    /// (rsa-variants on OpenSSL): the Rust adapter the runner starts.
-    Adapter,
 }
 
 fn fail(code: u8, msg: &str) -> ExitCode {
@@ -70,25 +70,57 @@ fn fail(code: u8, msg: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
+fn unknown<'a>(given: &'a [String], known: &[&str]) -> Option<&'a String> {
+    given.iter().find(|g| !known.contains(&g.as_str()))
+}
+
+fn minutes(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.0}s")
+    } else {
+        format!("{}m{:02.0}s", (s / 60.0) as u64, s % 60.0)
+    }
+}
+
 /// Runs the command.
 pub fn run(a: CryptoBenchArgs) -> ExitCode {
-    if let Some(CryptoBenchCommand::Adapter) = a.command {
-        return match crossbench::serve_adapter() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(1, &e),
-        };
-    }
     let mut plan = Plan {
         sizes: a.sizes.clone(),
         operations: a.ops.clone(),
+        variants: a.variants.clone(),
         iterations: a.iterations.clone(),
+        keygen_iterations: a.keygen_iterations.clone(),
         reps: a.reps,
         cell_seconds: a.cell_seconds,
+        framework_seconds: a.framework_seconds,
+        framework_keygen_max_bits: 2048,
     };
     if a.quick {
         plan.sizes = vec![2048];
         plan.iterations = vec![10];
+        plan.keygen_iterations = vec![1];
         plan.reps = 1;
+        if plan.framework_seconds > 0.0 {
+            plan.framework_seconds = 0.05;
+        }
+    }
+    for (flag, given, known) in [
+        ("--langs", &a.langs, &LANGUAGES[..]),
+        ("--ops", &plan.operations, &OPERATIONS[..]),
+        ("--variants", &plan.variants, &VARIANTS[..]),
+    ] {
+        if let Some(x) = unknown(given, known) {
+            return fail(
+                2,
+                &format!("{flag}: unknown value {x:?} (known: {})", known.join(", ")),
+            );
+        }
+    }
+    if !plan.variants.iter().any(|v| v == "crt") {
+        return fail(
+            2,
+            "--variants: crt is needed (the public-key operations use it)",
+        );
     }
     if let Some(b) = plan
         .sizes
@@ -100,30 +132,25 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
             &format!("--sizes: {b} is not a multiple of 8 in 1024..=8192"),
         );
     }
-    if let Some(op) = plan
-        .operations
-        .iter()
-        .find(|o| !OPERATIONS.contains(&o.as_str()))
+    if plan.iterations.is_empty()
+        || plan.iterations.contains(&0)
+        || plan.keygen_iterations.is_empty()
+        || plan.keygen_iterations.contains(&0)
+        || plan.reps == 0
     {
         return fail(
             2,
-            &format!(
-                "--ops: unknown operation {op:?} (known: {})",
-                OPERATIONS.join(", ")
-            ),
+            "--iterations, --keygen-iterations and --reps must be positive",
         );
-    }
-    if plan.iterations.is_empty() || plan.iterations.contains(&0) || plan.reps == 0 {
-        return fail(2, "--iterations and --reps must be positive");
     }
     if !plan.cell_seconds.is_finite() || plan.cell_seconds <= 0.0 {
         return fail(2, "--cell-seconds must be positive");
     }
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => return fail(1, &format!("cannot find this program: {e}")),
-    };
-    let specs = match crossbench::prepare(&a.langs, &a.crossbench, &a.build_dir, &exe) {
+    if !plan.framework_seconds.is_finite() || plan.framework_seconds < 0.0 {
+        return fail(2, "--framework-seconds must be 0 (off) or positive");
+    }
+    eprintln!("building the adapters in {}", a.build_dir.display());
+    let specs = match crossbench::prepare(&a.langs, &a.crossbench, &a.build_dir) {
         Ok(s) => s,
         Err(e) => return fail(2, &e),
     };
@@ -131,78 +158,74 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
     for s in &specs {
         match Adapter::start(s) {
             Ok(ad) => {
-                eprintln!("{:<22} {}", ad.id, ad.version);
+                eprintln!("{:<22} {}", ad.id(), ad.info.version);
                 adapters.push(ad);
             }
             Err(e) => return fail(1, &e),
         }
     }
-    // Key generation in quick mode: one 1024-bit key per implementation.
-    let keygen_quick = a.quick && plan.operations.iter().any(|o| o == "keygen");
-    let keys = match crossbench::make_keys(&plan.sizes, a.keys_dir.as_deref()) {
+    let keys = match crossbench::make_keys(&plan.sizes, &plan.variants, a.keys_dir.as_deref()) {
         Ok(k) => k,
         Err(e) => return fail(1, &format!("making the test keys: {e}")),
     };
-    match crossbench::cross_check(&mut adapters, &keys) {
-        Ok(n) => eprintln!(
-            "cross-check: {n} pairs agree (decrypt each other's OAEP, verify each other's PSS, refuse a tampered message)"
-        ),
+    let pairs = match crossbench::cross_check(&mut adapters, &keys) {
+        Ok(n) => n,
         Err(e) => return fail(1, &format!("cross-check failed: {e}")),
-    }
-    let print = |r: &crossbench::Row| {
+    };
+    eprintln!(
+        "cross-check: {pairs} pairs agree (decrypt each other's OAEP, verify each other's PSS, refuse a tampered message)"
+    );
+    let cells = crossbench::cells(&plan, &adapters, &keys);
+    eprintln!(
+        "measuring {} cells ({} implementations)",
+        cells.len(),
+        adapters.len()
+    );
+    let show = |p: crossbench::Progress<'_>| {
+        let Some(r) = p.rows.last() else { return };
+        let fw = p.framework.map_or(String::new(), |f| {
+            format!(" | {} {:.1} µs ({:.2}×)", f.framework, f.mean_us, f.ratio)
+        });
+        let left = p.elapsed / p.done as f64 * (p.total - p.done) as f64;
         eprintln!(
-            "{:<22} {:<8} {:>5} bits {:>6} × {:<6} {:>12.1} µs ± {:.1}{}",
+            "[{}/{}] {:<20} {:<7} {:>4} {:<10} {:>3} B {:>10.1} µs ± {:.1} ({}×{}{}){fw}  {} elapsed, ~{} left",
+            p.done,
+            p.total,
             r.implementation,
             r.operation,
             r.bits,
-            r.reps_us.len(),
-            r.iterations,
+            r.variant,
+            r.msg_len,
             r.mean_us,
             r.ci95_us,
-            r.capped_from
-                .map_or(String::new(), |n| format!(" (capped from {n})"))
-        )
+            r.reps_us.len(),
+            r.iterations,
+            if r.capped_from.is_some() { ", capped" } else { "" },
+            minutes(p.elapsed),
+            minutes(left)
+        );
     };
-    let mut rows = Vec::new();
-    if keygen_quick {
-        let kg = Plan {
-            sizes: vec![1024],
-            operations: vec!["keygen".into()],
-            iterations: vec![1],
-            reps: 1,
-            cell_seconds: plan.cell_seconds,
-        };
-        match crossbench::measure(&mut adapters, &kg, print) {
-            Ok(r) => rows.extend(r),
-            Err(e) => return fail(1, &e),
-        }
-        plan.operations.retain(|o| o != "keygen");
-    }
-    match crossbench::measure(&mut adapters, &plan, print) {
-        Ok(r) => rows.extend(r),
+    let (rows, framework) = match crossbench::measure(&mut adapters, &plan, &cells, show) {
+        Ok(r) => r,
         Err(e) => return fail(1, &e),
-    }
-    if keygen_quick {
-        plan.operations.insert(0, "keygen".into());
-        plan.sizes.insert(0, 1024);
-    }
-    let md = crossbench::markdown(&rows, &plan);
-    println!("{md}");
-    let write = |path: &Option<PathBuf>, text: String| -> Result<(), String> {
-        match path {
-            Some(p) => std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display())),
-            None => Ok(()),
-        }
     };
-    let json = serde_json::to_string_pretty(&rows).unwrap_or_default();
-    for (p, t) in [
-        (&a.json, json),
-        (&a.csv, crossbench::csv(&rows)),
-        (&a.markdown, md),
-    ] {
-        if let Err(e) = write(p, t) {
-            return fail(1, &e);
+    let report = Report {
+        implementations: adapters.iter().map(|a| a.info.clone()).collect(),
+        plan,
+        cross_check_pairs: pairs,
+        rows,
+        framework,
+    };
+    println!("{}", report.markdown());
+    match report.write(&a.out) {
+        Ok(files) => {
+            eprintln!(
+                "wrote {} files into {} (index.html, results.json/.csv/.md, plots/)",
+                files.len(),
+                a.out.display()
+            );
+            ExitCode::SUCCESS
         }
+        Err(e) => fail(1, &e),
     }
-    ExitCode::SUCCESS
 }

@@ -1,6 +1,7 @@
-//! `sipsec crypto-bench` end to end: every adapter (C, Go, Python ×2,
-//! Rust) is built and started, cross-checked and timed in quick mode; a
-//! broken adapter stops the run at the cross-check with the pair named.
+//! `sipsec crypto-bench` end to end: every adapter (C, C++, Go, Java ×2,
+//! Python ×2, Rust ×3) is built and started, cross-checked and timed in
+//! quick mode with the plain timer and its language's framework; a broken
+//! adapter stops the run at the cross-check with the pair named.
 
 mod common;
 
@@ -18,55 +19,112 @@ fn sipsec() -> Command {
 #[test]
 fn quick_mode_cross_checks_and_times_every_language() {
     let dir = common::tempdir("crypto-bench-quick");
-    let json = dir.join("rows.json");
+    let results = dir.join("results");
     let keys = dir.join("keys");
     let out = sipsec()
         .args(["crypto-bench", "--quick", "--crossbench"])
         .arg(crossbench())
+        // Built once per target dir: the Rust adapters take a minute or two.
         .arg("--build-dir")
-        .arg(dir.join("build"))
+        .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("crossbench"))
         .arg("--keys-dir")
         .arg(&keys)
-        .arg("--json")
-        .arg(&json)
-        .arg("--csv")
-        .arg(dir.join("rows.csv"))
+        .arg("--out")
+        .arg(&results)
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    // 5 implementations × 5 implementations, one 2048-bit key.
-    assert!(err.contains("cross-check: 25 pairs agree"), "{err}");
-    let rows: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("parses");
-    let rows = rows.as_array().expect("array");
+    // 2048 bits: 10 implementations take the CRT key (100 pairs), 4 the
+    // standard key (16), 2 the 3-prime key (4).
+    assert!(err.contains("cross-check: 120 pairs agree"), "{err}");
+    assert!(err.contains("[62/62]"), "progress: {err}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(results.join("results.json")).expect("json"))
+            .expect("parses");
+    let rows = report["rows"].as_array().expect("rows");
+    let framework = report["framework"].as_array().expect("framework rows");
     let ids = [
-        "c-openssl",
-        "go-crypto-rsa",
-        "python-cryptography",
-        "python-pycryptodome",
-        "rust-rsa-variants",
+        ("c-openssl", ""),
+        ("cpp-cryptopp", "Google Benchmark"),
+        ("go-crypto-rsa", "testing.B"),
+        ("java-jca", "JMH"),
+        ("java-bouncycastle", "JMH"),
+        ("python-cryptography", "pytest-benchmark"),
+        ("python-pycryptodome", "pytest-benchmark"),
+        ("rust-rsa-variants", "criterion"),
+        ("rust-aws-lc-rs", "criterion"),
+        ("rust-rustcrypto-rsa", "criterion"),
     ];
-    for id in ids {
-        for (op, bits) in [
-            ("keygen", 1024),
-            ("encrypt", 2048),
-            ("decrypt", 2048),
-            ("sign", 2048),
-            ("verify", 2048),
-        ] {
-            let r = rows
-                .iter()
-                .find(|r| r["implementation"] == id && r["operation"] == op && r["bits"] == bits)
-                .unwrap_or_else(|| panic!("no {op} {bits} row for {id}"));
+    for (id, fw) in ids {
+        for op in ["keygen", "encrypt", "decrypt", "sign", "verify"] {
+            let find = |rows: &[serde_json::Value]| {
+                rows.iter()
+                    .find(|r| {
+                        r["implementation"] == id
+                            && r["operation"] == op
+                            && r["bits"] == 2048
+                            && r["variant"] == "crt"
+                    })
+                    .cloned()
+            };
+            let r = find(rows).unwrap_or_else(|| panic!("no {op} row for {id}"));
             assert!(r["mean_us"].as_f64().expect("mean") > 0.0, "{r}");
+            match find(framework) {
+                Some(f) if !fw.is_empty() => {
+                    assert!(f["framework"].as_str().unwrap().starts_with(fw), "{f}");
+                    assert!(f["mean_us"].as_f64().expect("mean") > 0.0, "{f}");
+                    assert!(f["ratio"].as_f64().expect("ratio") > 0.0, "{f}");
+                }
+                None if fw.is_empty() => {}
+                other => panic!("{id} {op}: framework row {other:?}, expected {fw:?}"),
+            }
         }
     }
-    assert_eq!(rows.len(), ids.len() * 5);
-    let pem = std::fs::read_to_string(keys.join("rsa-2048-crt.pem")).expect("shared key");
-    assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"));
+    // The key variants: standard in OpenSSL (C, rsa-variants) and the JCA
+    // providers, 3-prime in OpenSSL.
+    for (variant, who) in [
+        (
+            "standard",
+            &[
+                "c-openssl",
+                "java-jca",
+                "java-bouncycastle",
+                "rust-rsa-variants",
+            ][..],
+        ),
+        ("multiprime", &["c-openssl", "rust-rsa-variants"][..]),
+    ] {
+        for op in ["decrypt", "sign"] {
+            let mut got: Vec<&str> = rows
+                .iter()
+                .filter(|r| r["operation"] == op && r["variant"] == variant)
+                .map(|r| r["implementation"].as_str().unwrap())
+                .collect();
+            got.sort_unstable();
+            let mut want = who.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "{op} {variant}");
+        }
+    }
+    assert_eq!(rows.len(), 62);
+    assert_eq!(framework.len(), 53);
+    for v in ["crt", "standard", "multiprime"] {
+        let pem = std::fs::read_to_string(keys.join(format!("rsa-2048-{v}.pem"))).expect("key");
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"));
+    }
     let md = String::from_utf8_lossy(&out.stdout);
-    assert!(md.contains("### decrypt") && md.contains("**"), "{md}");
+    assert!(
+        md.contains("### decrypt, crt key") && md.contains("**"),
+        "{md}"
+    );
+    assert!(md.contains("## Fastest per operation and size"), "{md}");
+    assert!(md.contains("## Framework vs plain timer"), "{md}");
+    let html = std::fs::read_to_string(results.join("index.html")).expect("html");
+    assert_eq!(html.matches("<svg").count(), 9, "one plot per table");
+    assert!(results.join("plots/crypto-1.svg").is_file());
+    let csv = std::fs::read_to_string(results.join("results.csv")).expect("csv");
+    assert_eq!(csv.lines().count(), 63);
 }
 
 #[test]
@@ -74,7 +132,9 @@ fn a_wrong_plaintext_stops_the_run_at_the_cross_check() {
     let dir = common::tempdir("crypto-bench-broken");
     let copy = dir.join("crossbench");
     std::fs::create_dir_all(copy.join("python")).expect("dir");
+    std::fs::create_dir_all(copy.join("c")).expect("dir");
     std::fs::copy(crossbench().join("protocol.md"), copy.join("protocol.md")).expect("copy");
+    std::fs::copy(crossbench().join("c/main.c"), copy.join("c/main.c")).expect("copy");
     let good = std::fs::read_to_string(crossbench().join("python/adapter.py")).expect("adapter");
     let line = r#"return {"msg": lib.decryptor(keys[req["key"]])(bytes.fromhex(req["ct"])).hex()}"#;
     assert!(good.contains(line), "the adapter's decrypt line moved");
@@ -88,7 +148,7 @@ fn a_wrong_plaintext_stops_the_run_at_the_cross_check() {
             "crypto-bench",
             "--quick",
             "--langs",
-            "rust,python",
+            "c,python",
             "--crossbench",
         ])
         .arg(&copy)
@@ -100,7 +160,7 @@ fn a_wrong_plaintext_stops_the_run_at_the_cross_check() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(
-            "cross-check failed: python-cryptography decryption of rust-rsa-variants's RSA-2048"
+            "cross-check failed: python-cryptography decryption of c-openssl's RSA-2048 crt (k2048)"
         ),
         "{err}"
     );
@@ -109,10 +169,17 @@ fn a_wrong_plaintext_stops_the_run_at_the_cross_check() {
 #[test]
 fn bad_arguments_are_named() {
     for (args, want) in [
-        (vec!["--langs", "cobol"], "unknown language \"cobol\""),
+        (vec!["--langs", "cobol"], "--langs: unknown value \"cobol\""),
         (vec!["--sizes", "1000"], "--sizes: 1000"),
-        (vec!["--ops", "fly"], "unknown operation \"fly\""),
+        (vec!["--ops", "fly"], "--ops: unknown value \"fly\""),
+        (
+            vec!["--variants", "crt,octo"],
+            "--variants: unknown value \"octo\"",
+        ),
+        (vec!["--variants", "standard"], "crt is needed"),
         (vec!["--reps", "0"], "must be positive"),
+        (vec!["--keygen-iterations", "0"], "must be positive"),
+        (vec!["--framework-seconds", "-1"], "--framework-seconds"),
         (
             vec!["--crossbench", "/nonexistent"],
             "not the crossbench folder",
