@@ -262,6 +262,8 @@ static void handle(const char *line) {
         bench(line);
     } else if (!strcmp(op, "framework")) {
         printf("{\"ok\":false,\"error\":\"no benchmark framework for C: the plain timer is the measurement\"}\n");
+    } else if (strcmp(op, "encrypt") && strcmp(op, "decrypt") && strcmp(op, "sign") && strcmp(op, "verify")) {
+        printf("{\"ok\":false,\"error\":\"unknown op\"}\n");
     } else {
         char *id = get_str(line, "key");
         EVP_PKEY *k = find_key(id);

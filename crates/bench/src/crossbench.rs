@@ -748,6 +748,19 @@ pub struct Progress<'a> {
     pub rows: &'a [Row],
     /// The framework's row, when it ran.
     pub framework: Option<&'a FrameworkRow>,
+    /// What failed in this cell, if anything.
+    pub failure: Option<&'a str>,
+}
+
+/// Everything [`measure`] gathered.
+#[derive(Debug, Default)]
+pub struct Measured {
+    /// Plain-timer rows.
+    pub rows: Vec<Row>,
+    /// Framework rows.
+    pub framework: Vec<FrameworkRow>,
+    /// Cells that failed, each named; the others were measured.
+    pub failures: Vec<String>,
 }
 
 fn reps_from(v: &Value, field: &str) -> Vec<f64> {
@@ -762,128 +775,154 @@ fn reps_from(v: &Value, field: &str) -> Vec<f64> {
         .unwrap_or_default()
 }
 
+fn key_id(c: &Cell) -> String {
+    if c.variant == "crt" {
+        format!("k{}", c.bits)
+    } else {
+        format!("k{}-{}", c.bits, c.variant)
+    }
+}
+
+/// The plain timer on one cell: a row per iteration count, the counts
+/// after a capped one skipped.
+fn plain_cell(a: &mut Adapter, plan: &Plan, c: &Cell) -> Result<Vec<Row>, String> {
+    let counts = if c.op == "keygen" {
+        &plan.keygen_iterations
+    } else {
+        &plan.iterations
+    };
+    let mut rows = Vec::new();
+    // The first (smallest) count gives the estimate for the cap.
+    let mut per_op_us: Option<f64> = None;
+    for &asked in counts {
+        let mut iterations = asked;
+        if let Some(us) = per_op_us {
+            let budget = plan.cell_seconds * 1e6 / (us * f64::from(plan.reps + 1));
+            iterations = iterations.min((budget as u64).max(1));
+        }
+        let v = a.call(&json!({
+            "op": "bench", "what": c.op, "key": key_id(c), "bits": c.bits,
+            "msg_len": c.msg_len, "iterations": iterations, "reps": plan.reps,
+        }))?;
+        let reps_us = reps_from(&v, "ns");
+        if reps_us.len() != plan.reps as usize {
+            return Err(format!(
+                "{}: bench returned {} repetitions, not {}",
+                a.id(),
+                reps_us.len(),
+                plan.reps
+            ));
+        }
+        let (mean_us, sd_us, median_us, ci95_us) = summary(&reps_us);
+        per_op_us.get_or_insert(mean_us);
+        rows.push(Row {
+            implementation: a.id().to_owned(),
+            operation: c.op.clone(),
+            bits: c.bits,
+            variant: c.variant.into(),
+            msg_len: c.msg_len,
+            iterations,
+            capped_from: (iterations != asked).then_some(asked),
+            reps_us,
+            mean_us,
+            sd_us,
+            median_us,
+            ci95_us,
+        });
+        if iterations < asked {
+            break; // larger counts would be capped the same way
+        }
+    }
+    Ok(rows)
+}
+
+/// The language's framework on one cell, beside `plain_mean_us`.
+fn framework_cell(
+    a: &mut Adapter,
+    plan: &Plan,
+    c: &Cell,
+    plain_mean_us: f64,
+) -> Result<FrameworkRow, String> {
+    let v = a.call(&json!({
+        "op": "framework", "what": c.op, "key": key_id(c), "bits": c.bits,
+        "msg_len": c.msg_len, "reps": plan.reps, "seconds": plan.framework_seconds,
+    }))?;
+    let us = |f: &str| v[f].as_f64().unwrap_or(f64::NAN) / 1e3;
+    let mean_us = us("mean_ns");
+    if !(mean_us.is_finite() && mean_us > 0.0) {
+        return Err(format!("{}: the framework gave no mean: {v}", a.id()));
+    }
+    Ok(FrameworkRow {
+        implementation: a.id().to_owned(),
+        framework: v["framework"]
+            .as_str()
+            .unwrap_or(&a.info.framework)
+            .to_owned(),
+        operation: c.op.clone(),
+        bits: c.bits,
+        variant: c.variant.into(),
+        msg_len: c.msg_len,
+        mean_us,
+        sd_us: us("sd_ns"),
+        median_us: us("median_ns"),
+        samples: v["samples"].as_u64().unwrap_or(0),
+        iterations: v["iterations"].as_u64().unwrap_or(0),
+        plain_mean_us,
+        ratio: mean_us / plain_mean_us,
+    })
+}
+
 /// Times every cell with the plain timer (each iteration count of the
 /// plan, capped by `cell_seconds`) and, where the implementation has a
 /// framework, with the framework; `progress` hears each finished cell.
+/// A cell that fails is named in [`Measured::failures`] and the run goes
+/// on, so that one library's fault loses no other result.
 pub fn measure(
     adapters: &mut [Adapter],
     plan: &Plan,
     cells: &[Cell],
     mut progress: impl FnMut(Progress<'_>),
-) -> Result<(Vec<Row>, Vec<FrameworkRow>), String> {
-    let mut rows = Vec::new();
-    let mut fw_rows = Vec::new();
+) -> Measured {
+    let mut m = Measured::default();
     let t0 = Instant::now();
     for (n, c) in cells.iter().enumerate() {
         let a = &mut adapters[c.adapter];
-        let key = if c.variant == "crt" {
-            format!("k{}", c.bits)
-        } else {
-            format!("k{}-{}", c.bits, c.variant)
-        };
-        let counts = if c.op == "keygen" {
-            &plan.keygen_iterations
-        } else {
-            &plan.iterations
-        };
-        let first = rows.len();
-        // The first (smallest) count gives the estimate for the cap.
-        let mut per_op_us: Option<f64> = None;
-        for &asked in counts {
-            let mut iterations = asked;
-            if let Some(us) = per_op_us {
-                let budget = plan.cell_seconds * 1e6 / (us * f64::from(plan.reps + 1));
-                iterations = iterations.min((budget as u64).max(1));
-            }
-            let v = a.call(&json!({
-                "op": "bench", "what": c.op, "key": key, "bits": c.bits,
-                "msg_len": c.msg_len, "iterations": iterations, "reps": plan.reps,
-            }))?;
-            let reps_us = reps_from(&v, "ns");
-            if reps_us.len() != plan.reps as usize {
-                return Err(format!(
-                    "{}: bench {} {} returned {} repetitions, not {}",
-                    a.id(),
-                    c.op,
-                    c.bits,
-                    reps_us.len(),
-                    plan.reps
-                ));
-            }
-            let (mean_us, sd_us, median_us, ci95_us) = summary(&reps_us);
-            per_op_us.get_or_insert(mean_us);
-            rows.push(Row {
-                implementation: a.id().to_owned(),
-                operation: c.op.clone(),
-                bits: c.bits,
-                variant: c.variant.into(),
-                msg_len: c.msg_len,
-                iterations,
-                capped_from: (iterations != asked).then_some(asked),
-                reps_us,
-                mean_us,
-                sd_us,
-                median_us,
-                ci95_us,
-            });
-            if iterations < asked {
-                break; // larger counts would be capped the same way
-            }
+        let name =
+            |what: &str| format!("{what} {} {} {} ({} B)", c.op, c.bits, c.variant, c.msg_len);
+        let first = m.rows.len();
+        let mut failure = None;
+        match plain_cell(a, plan, c) {
+            Ok(rows) => m.rows.extend(rows),
+            Err(e) => failure = Some(format!("{}: {e}", name("plain timer"))),
         }
-        let plain_mean_us = rows[first..]
+        let plain_mean_us = m.rows[first..]
             .iter()
             .max_by_key(|r| r.iterations)
-            .map_or(0.0, |r| r.mean_us);
+            .map(|r| r.mean_us);
+        let mut framework = None;
         let wants_framework = plan.framework_seconds > 0.0
             && !a.info.framework.is_empty()
             && (c.op != "keygen" || c.bits <= plan.framework_keygen_max_bits);
-        if wants_framework {
-            let v = a.call(&json!({
-                "op": "framework", "what": c.op, "key": key, "bits": c.bits,
-                "msg_len": c.msg_len, "reps": plan.reps, "seconds": plan.framework_seconds,
-            }))?;
-            let us = |f: &str| v[f].as_f64().unwrap_or(f64::NAN) / 1e3;
-            let mean_us = us("mean_ns");
-            if !(mean_us.is_finite() && mean_us > 0.0) {
-                return Err(format!(
-                    "{}: framework {} {} gave no mean: {v}",
-                    a.id(),
-                    c.op,
-                    c.bits
-                ));
+        if let (true, Some(plain)) = (wants_framework, plain_mean_us) {
+            match framework_cell(a, plan, c, plain) {
+                Ok(f) => {
+                    m.framework.push(f);
+                    framework = m.framework.last();
+                }
+                Err(e) => failure = Some(format!("{}: {e}", name(&a.info.framework))),
             }
-            fw_rows.push(FrameworkRow {
-                implementation: a.id().to_owned(),
-                framework: v["framework"]
-                    .as_str()
-                    .unwrap_or(&a.info.framework)
-                    .to_owned(),
-                operation: c.op.clone(),
-                bits: c.bits,
-                variant: c.variant.into(),
-                msg_len: c.msg_len,
-                mean_us,
-                sd_us: us("sd_ns"),
-                median_us: us("median_ns"),
-                samples: v["samples"].as_u64().unwrap_or(0),
-                iterations: v["iterations"].as_u64().unwrap_or(0),
-                plain_mean_us,
-                ratio: mean_us / plain_mean_us,
-            });
         }
         progress(Progress {
             done: n + 1,
             total: cells.len(),
             elapsed: t0.elapsed().as_secs_f64(),
-            rows: &rows[first..],
-            framework: if wants_framework {
-                fw_rows.last()
-            } else {
-                None
-            },
+            rows: &m.rows[first..],
+            framework,
+            failure: failure.as_deref(),
         });
+        m.failures.extend(failure);
     }
-    Ok((rows, fw_rows))
+    m
 }
 
 /// CSV of every plain-timer row.
@@ -925,6 +964,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Framework rows.
     pub framework: Vec<FrameworkRow>,
+    /// Cells that failed, each named.
+    pub failures: Vec<String>,
 }
 
 /// A column of a table: a size and a message length.
@@ -1140,6 +1181,12 @@ impl Report {
         s.push_str("## Fastest per operation and size\n\n| operation | size | fastest | µs | next | µs | next / fastest |\n|---|---|---|---|---|---|---|\n");
         for r in self.fastest() {
             let _ = writeln!(s, "| {} |", r.join(" | "));
+        }
+        if !self.failures.is_empty() {
+            s.push_str("\n## Cells that failed\n\n");
+            for f in &self.failures {
+                let _ = writeln!(s, "- {f}");
+            }
         }
         if !self.framework.is_empty() {
             s.push_str("\n## Framework vs plain timer\n\n| implementation | framework | operation | size | framework mean ± sd | median | samples | plain mean | framework / plain |\n|---|---|---|---|---|---|---|---|---|\n");

@@ -182,6 +182,9 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         adapters.len()
     );
     let show = |p: crossbench::Progress<'_>| {
+        if let Some(f) = p.failure {
+            eprintln!("[{}/{}] FAILED {f}", p.done, p.total);
+        }
         let Some(r) = p.rows.last() else { return };
         let fw = p.framework.map_or(String::new(), |f| {
             format!(" | {} {:.1} µs ({:.2}×)", f.framework, f.mean_us, f.ratio)
@@ -205,27 +208,34 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
             minutes(left)
         );
     };
-    let (rows, framework) = match crossbench::measure(&mut adapters, &plan, &cells, show) {
-        Ok(r) => r,
-        Err(e) => return fail(1, &e),
-    };
+    let m = crossbench::measure(&mut adapters, &plan, &cells, show);
     let report = Report {
         implementations: adapters.iter().map(|a| a.info.clone()).collect(),
         plan,
         cross_check_pairs: pairs,
-        rows,
-        framework,
+        rows: m.rows,
+        framework: m.framework,
+        failures: m.failures,
     };
     println!("{}", report.markdown());
     match report.write(&a.out) {
-        Ok(files) => {
-            eprintln!(
-                "wrote {} files into {} (index.html, results.json/.csv/.md, plots/)",
-                files.len(),
-                a.out.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(1, &e),
+        Ok(files) => eprintln!(
+            "wrote {} files into {} (index.html, results.json/.csv/.md, plots/)",
+            files.len(),
+            a.out.display()
+        ),
+        Err(e) => return fail(1, &e),
+    }
+    if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        fail(
+            1,
+            &format!(
+                "{} cells failed (the others are in the results):\n{}",
+                report.failures.len(),
+                report.failures.join("\n")
+            ),
+        )
     }
 }

@@ -130,19 +130,11 @@ fn quick_mode_cross_checks_and_times_every_language() {
 #[test]
 fn a_wrong_plaintext_stops_the_run_at_the_cross_check() {
     let dir = common::tempdir("crypto-bench-broken");
-    let copy = dir.join("crossbench");
-    std::fs::create_dir_all(copy.join("python")).expect("dir");
-    std::fs::create_dir_all(copy.join("c")).expect("dir");
-    std::fs::copy(crossbench().join("protocol.md"), copy.join("protocol.md")).expect("copy");
-    std::fs::copy(crossbench().join("c/main.c"), copy.join("c/main.c")).expect("copy");
-    let good = std::fs::read_to_string(crossbench().join("python/adapter.py")).expect("adapter");
-    let line = r#"return {"msg": lib.decryptor(keys[req["key"]])(bytes.fromhex(req["ct"])).hex()}"#;
-    assert!(good.contains(line), "the adapter's decrypt line moved");
-    let broken = good.replace(
-        line,
+    let copy = broken_copy(
+        &dir,
+        r#"return {"msg": lib.decryptor(keys[req["key"]])(bytes.fromhex(req["ct"])).hex()}"#,
         r#"return {"msg": lib.decryptor(keys[req["key"]])(bytes.fromhex(req["ct"]))[::-1].hex()}"#,
     );
-    std::fs::write(copy.join("python/adapter.py"), broken).expect("write");
     let out = sipsec()
         .args([
             "crypto-bench",
@@ -164,6 +156,66 @@ fn a_wrong_plaintext_stops_the_run_at_the_cross_check() {
         ),
         "{err}"
     );
+}
+
+/// A copy of the C and Python adapters, `find` replaced in the Python one.
+fn broken_copy(dir: &Path, find: &str, replace: &str) -> PathBuf {
+    let copy = dir.join("crossbench");
+    std::fs::create_dir_all(copy.join("python")).expect("dir");
+    std::fs::create_dir_all(copy.join("c")).expect("dir");
+    std::fs::copy(crossbench().join("protocol.md"), copy.join("protocol.md")).expect("copy");
+    std::fs::copy(crossbench().join("c/main.c"), copy.join("c/main.c")).expect("copy");
+    let good = std::fs::read_to_string(crossbench().join("python/adapter.py")).expect("adapter");
+    assert!(good.contains(find), "the adapter's line moved: {find}");
+    std::fs::write(copy.join("python/adapter.py"), good.replace(find, replace)).expect("write");
+    copy
+}
+
+#[test]
+fn a_failing_cell_is_named_and_the_others_are_kept() {
+    let dir = common::tempdir("crypto-bench-cell");
+    let copy = broken_copy(
+        &dir,
+        "    if what == \"sign\":\n        return lib.signer(key), (msg,)",
+        "    if what == \"sign\":\n        raise RuntimeError(\"sign broke\")",
+    );
+    let results = dir.join("results");
+    let out = sipsec()
+        .args(["crypto-bench", "--quick", "--langs", "c,python"])
+        .args([
+            "--ops",
+            "encrypt,sign",
+            "--variants",
+            "crt",
+            "--framework-seconds",
+            "0",
+        ])
+        .arg("--crossbench")
+        .arg(&copy)
+        .arg("--build-dir")
+        .arg(dir.join("build"))
+        .arg("--out")
+        .arg(&results)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("2 cells failed"), "{err}");
+    assert!(
+        err.contains("plain timer sign 2048 crt (190 B): python-cryptography: bench failed: RuntimeError: sign broke"),
+        "{err}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(results.join("results.json")).expect("json"))
+            .expect("parses");
+    let rows = report["rows"].as_array().expect("rows");
+    let has = |id: &str, op: &str| {
+        rows.iter()
+            .any(|r| r["implementation"] == id && r["operation"] == op)
+    };
+    assert!(has("c-openssl", "sign") && has("python-cryptography", "encrypt"));
+    assert!(!has("python-cryptography", "sign") && !has("python-pycryptodome", "sign"));
+    assert_eq!(report["failures"].as_array().expect("failures").len(), 2);
 }
 
 #[test]

@@ -40,6 +40,7 @@ final class Rsa {
     private final Cipher dec;
     private final Signature signer;
     private final Signature verifier;
+    private final PublicKey pub;
 
     /** The library: "jca" (the JDK's SunJCE and SunRsaSign) or "bc". */
     static Provider provider(String lib) {
@@ -110,6 +111,7 @@ final class Rsa {
         signer.initSign(priv, RNG);
         verifier = pss(p);
         verifier.initVerify(pub);
+        this.pub = pub;
     }
 
     byte[] encrypt(byte[] m) throws Exception {
@@ -130,6 +132,11 @@ final class Rsa {
             verifier.update(m);
             return verifier.verify(sig);
         } catch (Exception e) {
+            try {
+                verifier.initVerify(pub); // a throw leaves the object mid-use
+            } catch (Exception again) {
+                throw new IllegalStateException(again);
+            }
             return false;
         }
     }
