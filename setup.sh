@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Installs what sipsec needs on Debian/Ubuntu and builds the release binary.
+# With --crypto-bench, installs only what the adapters of `sipsec
+# crypto-bench` need (crossbench/) and builds nothing.
 # Safe to run again; uses sudo only when not root.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+ALL=1
+case "${1:-}" in
+    "") ;;
+    --crypto-bench) ALL=0 ;;
+    *)
+        echo "usage: ./setup.sh [--crypto-bench]" >&2
+        exit 2
+        ;;
+esac
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -19,15 +31,22 @@ if command -v apt-get >/dev/null 2>&1; then
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
-    $SUDO apt-get install -y -qq --no-install-recommends \
-        build-essential pkg-config libssl-dev openssl ca-certificates sip-tester sipsak baresip-core \
-        kamailio librsvg2-bin libsrtp2-dev tcpdump golang-go \
-        libcrypto++-dev libbenchmark-dev default-jdk-headless maven >/dev/null
-    # Debian starts the packaged Kamailio service, which would hold port
-    # 5060 that `sipsec serve` uses by default; the benchmarks start their
-    # own Kamailio. Stop and disable the service where systemd runs.
-    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-        $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
+    CRYPTO_BENCH="build-essential pkg-config libssl-dev librsvg2-bin golang-go
+        libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
+    if [ "$ALL" = 1 ]; then
+        # shellcheck disable=SC2086
+        $SUDO apt-get install -y -qq --no-install-recommends $CRYPTO_BENCH \
+            openssl ca-certificates sip-tester sipsak baresip-core \
+            kamailio libsrtp2-dev tcpdump >/dev/null
+        # Debian starts the packaged Kamailio service, which would hold port
+        # 5060 that `sipsec serve` uses by default; the benchmarks start their
+        # own Kamailio. Stop and disable the service where systemd runs.
+        if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+            $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
+        fi
+    else
+        # shellcheck disable=SC2086
+        $SUDO apt-get install -y -qq --no-install-recommends $CRYPTO_BENCH >/dev/null
     fi
 else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2
@@ -39,9 +58,17 @@ fi
 # bundled OpenSSL), PyCryptodome and pytest-benchmark for the Python
 # adapters of `sipsec crypto-bench` (crossbench/python).
 if command -v python3 >/dev/null 2>&1; then
-    python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
-        cryptography==48.0.0 pycryptodome==3.23.0 pytest-benchmark==5.3.1 \
-        || echo "setup.sh: could not install the Python packages; the scanner, SRTP and crypto-bench tests will fail" >&2
+    PY_CRYPTO_BENCH="cryptography==48.0.0 pycryptodome==3.23.0 pytest-benchmark==5.3.1"
+    if [ "$ALL" = 1 ]; then
+        # shellcheck disable=SC2086
+        python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
+            $PY_CRYPTO_BENCH \
+            || echo "setup.sh: could not install the Python packages; the scanner, SRTP and crypto-bench tests will fail" >&2
+    else
+        # shellcheck disable=SC2086
+        python3 -m pip install --quiet --disable-pip-version-check $PY_CRYPTO_BENCH \
+            || echo "setup.sh: could not install the Python packages of crypto-bench" >&2
+    fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -53,8 +80,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     fi
 fi
 
-cargo build --release --locked -p sipsec
-echo "setup.sh: built target/release/sipsec"
+if [ "$ALL" = 1 ]; then
+    cargo build --release --locked -p sipsec
+    echo "setup.sh: built target/release/sipsec"
+fi
 
 # crypto-bench's Java libraries (BouncyCastle, JMH) from Maven Central and
 # the Rust adapters' crates (aws-lc-rs, RustCrypto rsa, criterion), fetched

@@ -10,8 +10,10 @@
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Instant;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rsa_variants::{PrivateKey, Variant};
 use serde::Serialize;
@@ -35,14 +37,98 @@ pub const LANGUAGES: [&str; 6] = ["c", "cpp", "go", "java", "python", "rust"];
 /// three primes with CRT.
 pub const VARIANTS: [&str; 3] = ["crt", "standard", "multiprime"];
 
-fn have(program: &str, arg: &str) -> bool {
-    Command::new(program)
-        .arg(arg)
+fn have(argv: &[&str]) -> bool {
+    Command::new(argv[0])
+        .args(&argv[1..])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok()
+        .is_ok_and(|s| s.success())
 }
+
+/// What the adapters of each language need: a probe that succeeds when it
+/// is there, and what provides it.
+fn requirements(lang: &str) -> &'static [(&'static [&'static str], &'static str)] {
+    match lang {
+        "c" => &[
+            (
+                &["cc", "--version"],
+                "a C compiler (Debian: build-essential)",
+            ),
+            (
+                &["pkg-config", "--exists", "libcrypto"],
+                "OpenSSL's headers (Debian: libssl-dev, pkg-config)",
+            ),
+        ],
+        "cpp" => &[
+            (
+                &["c++", "--version"],
+                "a C++ compiler (Debian: build-essential)",
+            ),
+            (
+                &["pkg-config", "--exists", "libcrypto++"],
+                "Crypto++ (Debian: libcrypto++-dev)",
+            ),
+            (
+                &["pkg-config", "--exists", "benchmark"],
+                "Google Benchmark (Debian: libbenchmark-dev)",
+            ),
+        ],
+        "go" => &[(&["go", "version"], "Go (Debian: golang-go)")],
+        "java" => &[
+            (
+                &["javac", "-version"],
+                "a JDK (Debian: default-jdk-headless)",
+            ),
+            (
+                &["java", "-version"],
+                "a JRE (Debian: default-jdk-headless)",
+            ),
+        ],
+        "python" => &[
+            (&["python3", "--version"], "Python 3 (Debian: python3)"),
+            (
+                &["python3", "-c", "import cryptography"],
+                "the Python package cryptography (pip)",
+            ),
+            (
+                &["python3", "-c", "import Crypto.PublicKey.RSA"],
+                "the Python package pycryptodome (pip)",
+            ),
+            (
+                &["python3", "-c", "import pytest_benchmark"],
+                "the Python package pytest-benchmark (pip)",
+            ),
+        ],
+        "rust" => &[(&["cargo", "--version"], "cargo (rustup)")],
+        _ => &[],
+    }
+}
+
+/// What the adapters of `languages` need and this machine lacks, one line
+/// each ("go: Go (Debian: golang-go)"); empty when all is there. The Java
+/// libraries come from Maven Central into `build`, so Maven is needed only
+/// until they are there.
+pub fn missing(languages: &[String], build: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for lang in languages {
+        for (probe, what) in requirements(lang) {
+            if !have(probe) {
+                out.push(format!("{lang}: {what}"));
+            }
+        }
+        if lang == "java"
+            && !build.join("java/lib").join(JMH_JAR).is_file()
+            && !have(&["mvn", "--version"])
+        {
+            out.push("java: Maven, to fetch BouncyCastle and JMH (Debian: maven)".into());
+        }
+    }
+    out
+}
+
+/// Present once the Java libraries are fetched.
+const JMH_JAR: &str = "jmh-core-1.37.jar";
 
 fn run_build(cmd: &mut Command, what: &str) -> Result<(), String> {
     let out = cmd
@@ -54,18 +140,10 @@ fn run_build(cmd: &mut Command, what: &str) -> Result<(), String> {
             text = String::from_utf8_lossy(&out.stdout).trim_end().to_owned();
         }
         return Err(format!(
-            "building the {what} adapter failed (run ./setup.sh if a library is missing):\n{text}"
+            "building the {what} adapter failed (`./setup.sh --crypto-bench` installs the libraries):\n{text}"
         ));
     }
     Ok(())
-}
-
-fn need(program: &str, arg: &str, what: &str) -> Result<(), String> {
-    if have(program, arg) {
-        Ok(())
-    } else {
-        Err(format!("{what} needs {program}: run ./setup.sh"))
-    }
 }
 
 fn abs(p: &Path) -> Result<PathBuf, String> {
@@ -73,13 +151,20 @@ fn abs(p: &Path) -> Result<PathBuf, String> {
 }
 
 /// Builds (where needed) and names the adapters of `languages`, from the
-/// sources in `dir`, into `build`. A missing toolchain is an error that
-/// names what to install.
+/// sources in `dir`, into `build`. Missing toolchains are an error that
+/// names each of them and what installs them.
 pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spec>, String> {
     if !dir.join("protocol.md").is_file() {
         return Err(format!(
             "{}: not the crossbench folder (no protocol.md); pass --crossbench DIR",
             dir.display()
+        ));
+    }
+    let lacking = missing(languages, build);
+    if !lacking.is_empty() {
+        return Err(format!(
+            "this machine lacks what the adapters need:\n  {}\ninstall it with `./setup.sh --crypto-bench` (or run again with --install)",
+            lacking.join("\n  ")
         ));
     }
     std::fs::create_dir_all(build).map_err(|e| format!("{}: {e}", build.display()))?;
@@ -88,7 +173,6 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
     for lang in languages {
         match lang.as_str() {
             "c" => {
-                need("cc", "--version", "the C adapter (with libssl-dev)")?;
                 let out = build.join("c-openssl");
                 run_build(
                     Command::new("cc")
@@ -104,11 +188,6 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 });
             }
             "cpp" => {
-                need(
-                    "c++",
-                    "--version",
-                    "the C++ adapter (with libcrypto++-dev, libbenchmark-dev)",
-                )?;
                 let out = build.join("cpp-cryptopp");
                 run_build(
                     Command::new("c++")
@@ -124,7 +203,6 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 });
             }
             "go" => {
-                need("go", "version", "the Go adapter (Debian: golang-go)")?;
                 let out = abs(&build.join("go-crypto-rsa"))?;
                 let mut go = Command::new("go");
                 if std::env::var_os("GOCACHE").is_none() && std::env::var_os("HOME").is_none() {
@@ -144,12 +222,10 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 });
             }
             "java" => {
-                need("javac", "-version", "the Java adapter (a JDK)")?;
                 let lib = abs(&build.join("java/lib"))?;
-                if !lib.join("jmh-core-1.37.jar").is_file() {
+                if !lib.join(JMH_JAR).is_file() {
                     // BouncyCastle and JMH from Maven Central (setup.sh
                     // fetches them once into ~/.m2).
-                    need("mvn", "--version", "the Java adapter (Debian: maven)")?;
                     run_build(
                         Command::new("mvn")
                             .args(["-q", "-B", "dependency:copy-dependencies"])
@@ -190,7 +266,6 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 }
             }
             "python" => {
-                need("python3", "--version", "the Python adapters")?;
                 for lib in ["cryptography", "pycryptodome"] {
                     specs.push(Spec {
                         id: format!("python-{lib}"),
@@ -204,7 +279,6 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 }
             }
             "rust" => {
-                need("cargo", "--version", "the Rust adapters")?;
                 let target = abs(&build.join("rust"))?;
                 run_build(
                     Command::new("cargo")
@@ -260,18 +334,27 @@ pub struct Info {
     pub min_bits: u32,
 }
 
+/// How much of an adapter's stderr is kept to explain its failure.
+const STDERR_KEPT: usize = 4096;
+
 /// A running adapter.
 pub struct Adapter {
     /// What it said of itself.
     pub info: Info,
     child: Child,
     input: BufWriter<ChildStdin>,
-    output: BufReader<ChildStdout>,
+    /// Reply lines, read by a thread so that a call can time out.
+    replies: Receiver<std::io::Result<String>>,
+    /// The end of its stderr, drained by a thread so that a chatty
+    /// adapter never blocks on a full pipe.
+    stderr: Arc<Mutex<String>>,
+    timeout: Duration,
 }
 
 impl Adapter {
-    /// Starts `spec` and asks who it is.
-    pub fn start(spec: &Spec) -> Result<Self, String> {
+    /// Starts `spec` and asks who it is. A call without an answer within
+    /// `timeout` stops the adapter and fails.
+    pub fn start(spec: &Spec, timeout: Duration) -> Result<Self, String> {
         let mut child = Command::new(&spec.argv[0])
             .args(&spec.argv[1..])
             .stdin(Stdio::piped())
@@ -279,9 +362,47 @@ impl Adapter {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("{}: cannot start {}: {e}", spec.id, spec.argv[0]))?;
-        let (Some(i), Some(o)) = (child.stdin.take(), child.stdout.take()) else {
+        let (Some(i), Some(o), Some(e)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
             return Err(format!("{}: no pipes", spec.id));
         };
+        let (tx, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = BufReader::new(o);
+            loop {
+                let mut line = String::new();
+                match out.read_line(&mut line) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        if tx.send(Ok(line)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let tail = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(e).lines() {
+                let Ok(line) = line else { return };
+                let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                t.push_str(&line);
+                t.push('\n');
+                if t.len() > 2 * STDERR_KEPT {
+                    let mut cut = t.len() - STDERR_KEPT;
+                    while !t.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    t.drain(..cut);
+                }
+            }
+        });
         let mut a = Self {
             info: Info {
                 id: spec.id.clone(),
@@ -293,7 +414,9 @@ impl Adapter {
             },
             child,
             input: BufWriter::new(i),
-            output: BufReader::new(o),
+            replies,
+            stderr,
+            timeout,
         };
         let hello = a.call(&json!({"op": "hello"}))?;
         let text = |f: &str| hello[f].as_str().unwrap_or("").to_owned();
@@ -324,27 +447,43 @@ impl Adapter {
 
     /// Sends one request and returns the reply, or the adapter's error.
     pub fn call(&mut self, req: &Value) -> Result<Value, String> {
+        let op = req["op"].as_str().unwrap_or("?");
         let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
         line.push('\n');
-        let mut reply = String::new();
-        let io = self
+        let sent = self
             .input
             .write_all(line.as_bytes())
-            .and_then(|()| self.input.flush())
-            .and_then(|()| self.output.read_line(&mut reply));
-        if matches!(io, Ok(0) | Err(_)) {
-            let mut err = String::new();
-            if let Some(mut e) = self.child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            .and_then(|()| self.input.flush());
+        let reply = match sent {
+            Ok(()) => self.replies.recv_timeout(self.timeout),
+            Err(_) => Err(RecvTimeoutError::Disconnected),
+        };
+        let reply = match reply {
+            Ok(Ok(r)) => r,
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = self.child.kill();
+                return Err(format!(
+                    "{}: no answer to {op} within {} s; the adapter was stopped",
+                    self.info.id,
+                    self.timeout.as_secs_f64()
+                ));
             }
-            return Err(format!(
-                "{}: the adapter stopped answering ({}){}{}",
-                self.info.id,
-                req["op"].as_str().unwrap_or("?"),
-                if err.is_empty() { "" } else { ": " },
-                err.trim_end()
-            ));
-        }
+            Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => {
+                // Give the stderr thread a moment to read the last words.
+                std::thread::sleep(Duration::from_millis(100));
+                if self.child.try_wait().ok().flatten().is_none() {
+                    let _ = self.child.kill();
+                }
+                let _ = self.child.wait();
+                let err = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+                return Err(format!(
+                    "{}: the adapter stopped answering ({op}){}{}",
+                    self.info.id,
+                    if err.is_empty() { "" } else { ": " },
+                    err.trim_end()
+                ));
+            }
+        };
         let v: Value = serde_json::from_str(&reply).map_err(|e| {
             format!(
                 "{}: not a JSON reply ({e}): {}",
@@ -354,9 +493,8 @@ impl Adapter {
         })?;
         if v["ok"] != json!(true) {
             return Err(format!(
-                "{}: {} failed: {}",
+                "{}: {op} failed: {}",
                 self.info.id,
-                req["op"].as_str().unwrap_or("?"),
                 v["error"].as_str().unwrap_or("no reason given")
             ));
         }

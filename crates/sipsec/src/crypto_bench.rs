@@ -2,7 +2,8 @@
 //! `crossbench/protocol.md` and `docs/crypto-bench.md`).
 
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use clap::Args;
 use sipsec_bench::crossbench::{self, Adapter, Plan, Report, LANGUAGES, OPERATIONS, VARIANTS};
@@ -46,6 +47,10 @@ pub struct CryptoBenchArgs {
     /// pytest-benchmark, Google Benchmark); 0 runs no framework.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     framework_seconds: f64,
+    /// Seconds an adapter may take to answer one request before it is
+    /// stopped and its remaining cells fail.
+    #[arg(long, default_value_t = 600.0)]
+    call_timeout: f64,
     /// Smoke run: 2048 bits, 1 × 10 iterations (key generation 1 × 1),
     /// short framework runs.
     #[arg(long)]
@@ -63,6 +68,10 @@ pub struct CryptoBenchArgs {
     /// Also write the shared test keys (PKCS#8 PEM) here.
     #[arg(long)]
     keys_dir: Option<PathBuf>,
+    /// Install what the adapters lack first, with `setup.sh --crypto-bench`
+    /// beside the crossbench folder (apt-get, pip, Maven; sudo when not root).
+    #[arg(long)]
+    install: bool,
 }
 
 fn fail(code: u8, msg: &str) -> ExitCode {
@@ -74,11 +83,44 @@ fn unknown<'a>(given: &'a [String], known: &[&str]) -> Option<&'a String> {
     given.iter().find(|g| !known.contains(&g.as_str()))
 }
 
+/// `s` seconds as "42s" or "4m05s" (rounded to the second first, so that
+/// 299.6 s is "5m00s", not "4m60s").
 fn minutes(s: f64) -> String {
-    if s < 60.0 {
-        format!("{s:.0}s")
+    let s = s.max(0.0).round() as u64;
+    if s < 60 {
+        format!("{s}s")
     } else {
-        format!("{}m{:02.0}s", (s / 60.0) as u64, s % 60.0)
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+/// Runs `setup.sh --crypto-bench` when the adapters lack something.
+fn install(a: &CryptoBenchArgs) -> Result<(), String> {
+    let lacking = crossbench::missing(&a.langs, &a.build_dir);
+    if lacking.is_empty() {
+        eprintln!("--install: the adapters have what they need");
+        return Ok(());
+    }
+    let script = a.crossbench.join("../setup.sh");
+    if !script.is_file() {
+        return Err(format!("--install: {} not found", script.display()));
+    }
+    eprintln!(
+        "--install: missing {}; running {} --crypto-bench",
+        lacking.join("; "),
+        script.display()
+    );
+    // The script's output goes to stderr: stdout carries the tables.
+    let status = Command::new("bash")
+        .arg(&script)
+        .arg("--crypto-bench")
+        .stdout(Stdio::from(std::io::stderr()))
+        .status()
+        .map_err(|e| format!("--install: cannot run {}: {e}", script.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("--install: {} failed ({status})", script.display()))
     }
 }
 
@@ -146,8 +188,16 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
     if !plan.cell_seconds.is_finite() || plan.cell_seconds <= 0.0 {
         return fail(2, "--cell-seconds must be positive");
     }
+    if !(0.1..=86_400.0).contains(&a.call_timeout) {
+        return fail(2, "--call-timeout must be between 0.1 and 86400 seconds");
+    }
     if !plan.framework_seconds.is_finite() || plan.framework_seconds < 0.0 {
         return fail(2, "--framework-seconds must be 0 (off) or positive");
+    }
+    if a.install {
+        if let Err(e) = install(&a) {
+            return fail(2, &e);
+        }
     }
     eprintln!("building the adapters in {}", a.build_dir.display());
     let specs = match crossbench::prepare(&a.langs, &a.crossbench, &a.build_dir) {
@@ -156,7 +206,7 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
     };
     let mut adapters = Vec::new();
     for s in &specs {
-        match Adapter::start(s) {
+        match Adapter::start(s, Duration::from_secs_f64(a.call_timeout)) {
             Ok(ad) => {
                 eprintln!("{:<22} {}", ad.id(), ad.info.version);
                 adapters.push(ad);
@@ -237,5 +287,19 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
                 report.failures.join("\n")
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::minutes;
+
+    #[test]
+    fn times_left_round_to_the_second_before_splitting() {
+        assert_eq!(minutes(0.4), "0s");
+        assert_eq!(minutes(59.4), "59s");
+        assert_eq!(minutes(59.6), "1m00s");
+        assert_eq!(minutes(299.6), "5m00s");
+        assert_eq!(minutes(3725.0), "62m05s");
     }
 }

@@ -219,6 +219,46 @@ fn a_failing_cell_is_named_and_the_others_are_kept() {
 }
 
 #[test]
+fn a_hung_adapter_is_stopped_after_the_call_timeout() {
+    let dir = common::tempdir("crypto-bench-hang");
+    let copy = broken_copy(
+        &dir,
+        "    if what == \"sign\":\n        return lib.signer(key), (msg,)",
+        "    if what == \"sign\":\n        time.sleep(3600)",
+    );
+    let results = dir.join("results");
+    let out = sipsec()
+        .args(["crypto-bench", "--quick", "--langs", "python"])
+        .args(["--ops", "sign,verify", "--variants", "crt"])
+        .args(["--framework-seconds", "0", "--call-timeout", "3"])
+        .arg("--crossbench")
+        .arg(&copy)
+        .arg("--build-dir")
+        .arg(dir.join("build"))
+        .arg("--out")
+        .arg(&results)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("python-cryptography: no answer to bench within 3 s; the adapter was stopped"),
+        "{err}"
+    );
+    // Its later cells fail at once; the other adapter's are unaffected
+    // until it hangs in turn.
+    assert!(
+        err.contains("python-cryptography: the adapter stopped answering (bench)"),
+        "{err}"
+    );
+    assert!(err.contains("4 cells failed"), "{err}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(results.join("results.json")).expect("json"))
+            .expect("parses");
+    assert_eq!(report["failures"].as_array().expect("failures").len(), 4);
+}
+
+#[test]
 fn bad_arguments_are_named() {
     for (args, want) in [
         (vec!["--langs", "cobol"], "--langs: unknown value \"cobol\""),
@@ -232,6 +272,7 @@ fn bad_arguments_are_named() {
         (vec!["--reps", "0"], "must be positive"),
         (vec!["--keygen-iterations", "0"], "must be positive"),
         (vec!["--framework-seconds", "-1"], "--framework-seconds"),
+        (vec!["--call-timeout", "0"], "--call-timeout"),
         (
             vec!["--crossbench", "/nonexistent"],
             "not the crossbench folder",
@@ -251,4 +292,63 @@ fn bad_arguments_are_named() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn missing_toolchains_are_all_named_with_what_installs_them() {
+    let dir = common::tempdir("crypto-bench-missing");
+    let empty = dir.join("bin");
+    std::fs::create_dir_all(&empty).expect("dir");
+    let out = sipsec()
+        .args(["crypto-bench", "--quick", "--langs", "go,python,java"])
+        .arg("--crossbench")
+        .arg(crossbench())
+        .arg("--build-dir")
+        .arg(dir.join("build"))
+        .env("PATH", &empty)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "go: Go (Debian: golang-go)",
+        "python: Python 3",
+        "python: the Python package pycryptodome (pip)",
+        "java: a JDK (Debian: default-jdk-headless)",
+        "java: Maven",
+        "`./setup.sh --crypto-bench` (or run again with --install)",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    assert!(!dir.join("build/go-crypto-rsa").exists(), "nothing built");
+}
+
+#[test]
+fn install_does_nothing_when_the_adapters_have_what_they_need() {
+    let dir = common::tempdir("crypto-bench-install");
+    let out = sipsec()
+        .args(["crypto-bench", "--install", "--quick", "--langs", "c"])
+        .args([
+            "--ops",
+            "encrypt",
+            "--variants",
+            "crt",
+            "--framework-seconds",
+            "0",
+        ])
+        .arg("--crossbench")
+        .arg(crossbench())
+        .arg("--build-dir")
+        .arg(dir.join("build"))
+        .arg("--out")
+        .arg(dir.join("results"))
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("--install: the adapters have what they need"),
+        "{err}"
+    );
+    assert!(err.contains("[1/1] c-openssl"), "{err}");
 }
