@@ -10,6 +10,8 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
+/// The legend's column, right of the plot so that it covers no data.
+const LEGEND: f64 = 190.0;
 const COLORS: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf",
@@ -72,13 +74,12 @@ impl Frame {
 fn open(s: &mut String, title: &str, x_label: &str, y_label: &str) {
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" text-anchor="middle" font-size="15">{}</text><text x="{}" y="{}" text-anchor="middle">{}</text><text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">{}</text>"#,
-        W / 2.0,
-        escape(title),
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{0}" height="{H}" viewBox="0 0 {0} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{1}" y="22" text-anchor="middle" font-size="15">{2}</text><text x="{1}" y="{3}" text-anchor="middle">{4}</text><text x="16" y="{5}" text-anchor="middle" transform="rotate(-90 16 {5})">{6}</text>"#,
+        W + LEGEND,
         (LEFT + W - RIGHT) / 2.0,
+        escape(title),
         H - 10.0,
         escape(x_label),
-        (TOP + H - BOTTOM) / 2.0,
         (TOP + H - BOTTOM) / 2.0,
         escape(y_label)
     );
@@ -128,7 +129,7 @@ fn axes(s: &mut String, f: &Frame, x_ticks: bool) {
 fn legend(s: &mut String, names: &[&str]) {
     for (i, n) in names.iter().enumerate() {
         let y = TOP + 8.0 + 16.0 * i as f64;
-        let x = W - RIGHT - 170.0;
+        let x = W + 4.0;
         let _ = write!(
             s,
             r#"<rect x="{x}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}">{}</text>"#,
@@ -253,13 +254,24 @@ fn grouped(
     let bar = group * 0.8 / series.len().max(1) as f64;
     for (g, l) in labels.iter().enumerate() {
         let gx = LEFT + group * g as f64;
+        // "RSA-3072 (318 B)": the part in brackets on a second line, so
+        // that neighbouring groups' labels do not run into each other.
+        let cx = gx + group / 2.0;
+        let (first, second) = l.split_once(" (").map_or((l.as_str(), ""), |(a, b)| (a, b));
         let _ = write!(
             s,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            gx + group / 2.0,
+            r#"<text x="{cx:.1}" y="{}" text-anchor="middle">{}"#,
             H - BOTTOM + 16.0,
-            escape(l)
+            escape(first)
         );
+        if !second.is_empty() {
+            let _ = write!(
+                s,
+                r#"<tspan x="{cx:.1}" dy="14">({}</tspan>"#,
+                escape(second)
+            );
+        }
+        s.push_str("</text>");
         for (i, (_, v)) in series.iter().enumerate() {
             let Some(&val) = v.get(g) else { continue };
             if !shown(val) {
@@ -423,6 +435,25 @@ mod tests {
             b.matches("<rect x").count(),
             3 + 2,
             "3 bars + 2 legend boxes"
+        );
+        let legend_x: Vec<f64> = b
+            .match_indices(r#"<rect x=""#)
+            .map(|(i, m)| {
+                let rest = &b[i + m.len()..];
+                rest[..rest.find('"').unwrap()].parse().unwrap()
+            })
+            .filter(|x| *x >= W)
+            .collect();
+        assert_eq!(legend_x.len(), 2, "the legend is right of the plot: {b}");
+        let two = bars_log(
+            "decrypt",
+            "µs",
+            &["RSA-3072 (318 B)".into()],
+            &[("a", vec![10.0])],
+        );
+        assert!(
+            two.contains(r#">RSA-3072<tspan x="#) && two.contains(r#"dy="14">(318 B)</tspan>"#),
+            "{two}"
         );
         let p = page(
             "run",
