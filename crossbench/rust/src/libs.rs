@@ -214,7 +214,14 @@ impl Lib for AwsLc {
         "aws-lc-rs"
     }
     fn version(&self) -> String {
-        "aws-lc-rs 1 (AWS-LC)".into()
+        concat!(
+            "aws-lc-rs ",
+            env!("LOCKED_AWS_LC_RS"),
+            " (aws-lc-sys ",
+            env!("LOCKED_AWS_LC_SYS"),
+            ")"
+        )
+        .into()
     }
     fn variants(&self) -> &'static [&'static str] {
         &["crt"]
@@ -311,7 +318,12 @@ impl Lib for RustCrypto {
         "rustcrypto"
     }
     fn version(&self) -> String {
-        "RustCrypto rsa 0.9 (RUSTSEC-2023-0071: comparison only)".into()
+        concat!(
+            "RustCrypto rsa ",
+            env!("LOCKED_RSA"),
+            " (RUSTSEC-2023-0071: comparison only)"
+        )
+        .into()
     }
     fn variants(&self) -> &'static [&'static str] {
         &["crt"]

@@ -134,7 +134,7 @@ fn framework(
         .map(|a| a.iter().filter_map(Value::as_f64).sum())
         .unwrap_or(0.0);
     Ok(json!({
-        "framework": "criterion 0.5",
+        "framework": concat!("criterion ", env!("LOCKED_CRITERION")),
         "mean_ns": est["mean"]["point_estimate"],
         "sd_ns": est["std_dev"]["point_estimate"],
         "median_ns": est["median"]["point_estimate"],
@@ -192,7 +192,7 @@ fn handle(lib: &'static dyn Lib, keys: &mut Vec<Loaded>, req: &Value) -> Result<
     Ok(match field(req, "op") {
         "hello" => json!({
             "name": lib.id(), "version": lib.version(), "language": "rust",
-            "variants": lib.variants(), "min_bits": lib.min_bits(), "framework": "criterion 0.5",
+            "variants": lib.variants(), "min_bits": lib.min_bits(), "framework": concat!("criterion ", env!("LOCKED_CRITERION")),
         }),
         "load" => {
             let variant = req["variant"].as_str().unwrap_or("crt");
