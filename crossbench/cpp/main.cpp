@@ -241,11 +241,15 @@ static std::string framework(const Req& r) {
 
 static std::string handle(const Req& r) {
     std::string op = r.count("op") ? r.at("op") : "";
-    if (op == "hello")
-        return "{\"ok\":true,\"name\":\"cryptopp\",\"version\":\"Crypto++ " +
-               std::to_string(CryptoPP::LibraryVersion()) +
+    if (op == "hello") {
+        // LibraryVersion() is 870 for 8.7.0: the linked library, not the headers.
+        int v = CryptoPP::LibraryVersion();
+        std::string version = std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) +
+                              "." + std::to_string(v % 10);
+        return "{\"ok\":true,\"name\":\"cryptopp\",\"version\":\"Crypto++ " + version +
                "\",\"language\":\"c++\",\"variants\":[\"crt\"],\"min_bits\":1024,"
                "\"framework\":\"Google Benchmark\"}";
+    }
     if (op == "load") {
         if (r.count("variant") && r.at("variant") != "crt")
             throw std::runtime_error("Crypto++ computes with CRT keys only");
