@@ -85,27 +85,34 @@ fn open(s: &mut String, title: &str, x_label: &str, y_label: &str) {
     );
 }
 
-fn axes(s: &mut String, f: &Frame, x_ticks: bool) {
+/// The x and y axis lines around the plot area.
+fn frame_lines(s: &mut String) {
     let _ = write!(
         s,
-        r##"<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#333"/>"##,
+        r##"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="#333"/>"##,
         H - BOTTOM,
         W - RIGHT,
-        H - BOTTOM,
-        H - BOTTOM
     );
+}
+
+/// A horizontal grid line at `py` with its value left of the y axis.
+fn gridline(s: &mut String, py: f64, text: &str) {
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{text}</text>"##,
+        W - RIGHT,
+        LEFT - 6.0,
+        py + 4.0,
+    );
+}
+
+fn axes(s: &mut String, f: &Frame, x_ticks: bool) {
+    frame_lines(s);
     let step = tick_step(f.y1 - f.y0, 5.0);
     let mut y = (f.y0 / step).ceil() * step;
     while y <= f.y1 + step * 1e-9 {
         let py = f.py(y);
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            py + 4.0,
-            label(y)
-        );
+        gridline(s, py, &label(y));
         y += step;
     }
     if x_ticks {
@@ -296,25 +303,11 @@ fn grouped(
 
 /// The axes of a log chart: the frame's y runs over decades (log10).
 fn log_axes(s: &mut String, f: &Frame) {
-    let _ = write!(
-        s,
-        r##"<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#333"/>"##,
-        H - BOTTOM,
-        W - RIGHT,
-        H - BOTTOM,
-        H - BOTTOM
-    );
+    frame_lines(s);
     let mut d = f.y0;
     while d <= f.y1 + 1e-9 {
         let py = f.py(d);
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            py + 4.0,
-            label(10f64.powf(d))
-        );
+        gridline(s, py, &label(10f64.powf(d)));
         d += 1.0;
     }
 }

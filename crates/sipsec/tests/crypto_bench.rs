@@ -171,6 +171,28 @@ fn broken_copy(dir: &Path, find: &str, replace: &str) -> PathBuf {
     copy
 }
 
+/// Runs crypto-bench in quick mode on the adapters in `copy` with `args`,
+/// results into `dir`: the exit code, stderr and results.json.
+fn run_on(copy: &Path, dir: &Path, args: &[&str]) -> (Option<i32>, String, serde_json::Value) {
+    let results = dir.join("results");
+    let out = sipsec()
+        .args(["crypto-bench", "--quick", "--variants", "crt"])
+        .args(args)
+        .arg("--crossbench")
+        .arg(copy)
+        .arg("--build-dir")
+        .arg(dir.join("build"))
+        .arg("--out")
+        .arg(&results)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = std::fs::read(results.join("results.json"))
+        .map(|j| serde_json::from_slice(&j).expect("parses"))
+        .unwrap_or_else(|e| panic!("no results.json ({e}): {err}"));
+    (out.status.code(), err, report)
+}
+
 #[test]
 fn a_failing_cell_is_named_and_the_others_are_kept() {
     let dir = common::tempdir("crypto-bench-cell");
@@ -179,35 +201,24 @@ fn a_failing_cell_is_named_and_the_others_are_kept() {
         "    if what == \"sign\":\n        return lib.signer(key), (msg,)",
         "    if what == \"sign\":\n        raise RuntimeError(\"sign broke\")",
     );
-    let results = dir.join("results");
-    let out = sipsec()
-        .args(["crypto-bench", "--quick", "--langs", "c,python"])
-        .args([
+    let (code, err, report) = run_on(
+        &copy,
+        &dir,
+        &[
+            "--langs",
+            "c,python",
             "--ops",
             "encrypt,sign",
-            "--variants",
-            "crt",
             "--framework-seconds",
             "0",
-        ])
-        .arg("--crossbench")
-        .arg(&copy)
-        .arg("--build-dir")
-        .arg(dir.join("build"))
-        .arg("--out")
-        .arg(&results)
-        .output()
-        .expect("runs");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("2 cells failed"), "{err}");
     assert!(
         err.contains("plain timer sign 2048 crt (190 B): python-cryptography: bench failed: RuntimeError: sign broke"),
         "{err}"
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(results.join("results.json")).expect("json"))
-            .expect("parses");
     let rows = report["rows"].as_array().expect("rows");
     let has = |id: &str, op: &str| {
         rows.iter()
@@ -226,21 +237,21 @@ fn a_hung_adapter_is_stopped_after_the_call_timeout() {
         "    if what == \"sign\":\n        return lib.signer(key), (msg,)",
         "    if what == \"sign\":\n        time.sleep(3600)",
     );
-    let results = dir.join("results");
-    let out = sipsec()
-        .args(["crypto-bench", "--quick", "--langs", "python"])
-        .args(["--ops", "sign,verify", "--variants", "crt"])
-        .args(["--framework-seconds", "0", "--call-timeout", "3"])
-        .arg("--crossbench")
-        .arg(&copy)
-        .arg("--build-dir")
-        .arg(dir.join("build"))
-        .arg("--out")
-        .arg(&results)
-        .output()
-        .expect("runs");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err, report) = run_on(
+        &copy,
+        &dir,
+        &[
+            "--langs",
+            "python",
+            "--ops",
+            "sign,verify",
+            "--framework-seconds",
+            "0",
+            "--call-timeout",
+            "3",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("python-cryptography: no answer to bench within 3 s; the adapter was stopped"),
         "{err}"
@@ -252,9 +263,6 @@ fn a_hung_adapter_is_stopped_after_the_call_timeout() {
         "{err}"
     );
     assert!(err.contains("4 cells failed"), "{err}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(results.join("results.json")).expect("json"))
-            .expect("parses");
     assert_eq!(report["failures"].as_array().expect("failures").len(), 4);
 }
 
