@@ -31,22 +31,19 @@ if command -v apt-get >/dev/null 2>&1; then
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
-    CRYPTO_BENCH="build-essential pkg-config libssl-dev librsvg2-bin golang-go
+    PACKAGES="build-essential pkg-config libssl-dev librsvg2-bin golang-go
         libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
     if [ "$ALL" = 1 ]; then
-        # shellcheck disable=SC2086
-        $SUDO apt-get install -y -qq --no-install-recommends $CRYPTO_BENCH \
-            openssl ca-certificates sip-tester sipsak baresip-core \
-            kamailio libsrtp2-dev tcpdump >/dev/null
-        # Debian starts the packaged Kamailio service, which would hold port
-        # 5060 that `sipsec serve` uses by default; the benchmarks start their
-        # own Kamailio. Stop and disable the service where systemd runs.
-        if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-            $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
-        fi
-    else
-        # shellcheck disable=SC2086
-        $SUDO apt-get install -y -qq --no-install-recommends $CRYPTO_BENCH >/dev/null
+        PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
+            kamailio libsrtp2-dev tcpdump"
+    fi
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+    # Debian starts the packaged Kamailio service, which would hold port
+    # 5060 that `sipsec serve` uses by default; the benchmarks start their
+    # own Kamailio. Stop and disable the service where systemd runs.
+    if [ "$ALL" = 1 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
     fi
 else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2
@@ -58,17 +55,13 @@ fi
 # bundled OpenSSL), PyCryptodome and pytest-benchmark for the Python
 # adapters of `sipsec crypto-bench` (crossbench/python).
 if command -v python3 >/dev/null 2>&1; then
-    PY_CRYPTO_BENCH="cryptography==48.0.0 pycryptodome==3.23.0 pytest-benchmark==5.3.1"
+    PY_PACKAGES="cryptography==48.0.0 pycryptodome==3.23.0 pytest-benchmark==5.3.1"
     if [ "$ALL" = 1 ]; then
-        # shellcheck disable=SC2086
-        python3 -m pip install --quiet --disable-pip-version-check sipvicious==0.3.8 pylibsrtp==0.12.0 \
-            $PY_CRYPTO_BENCH \
-            || echo "setup.sh: could not install the Python packages; the scanner, SRTP and crypto-bench tests will fail" >&2
-    else
-        # shellcheck disable=SC2086
-        python3 -m pip install --quiet --disable-pip-version-check $PY_CRYPTO_BENCH \
-            || echo "setup.sh: could not install the Python packages of crypto-bench" >&2
+        PY_PACKAGES="sipvicious==0.3.8 pylibsrtp==0.12.0 $PY_PACKAGES"
     fi
+    # shellcheck disable=SC2086
+    python3 -m pip install --quiet --disable-pip-version-check $PY_PACKAGES \
+        || echo "setup.sh: could not install the Python packages ($PY_PACKAGES); the tests that use them will fail" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -369,20 +369,10 @@ impl Adapter {
         };
         let (tx, replies) = mpsc::channel();
         std::thread::spawn(move || {
-            let mut out = BufReader::new(o);
-            loop {
-                let mut line = String::new();
-                match out.read_line(&mut line) {
-                    Ok(0) => return,
-                    Ok(_) => {
-                        if tx.send(Ok(line)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
+            for line in BufReader::new(o).lines() {
+                let failed = line.is_err();
+                if tx.send(line).is_err() || failed {
+                    return;
                 }
             }
         });

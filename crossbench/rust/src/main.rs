@@ -17,6 +17,10 @@ use serde_json::{json, Value};
 
 use libs::{Key, Lib};
 
+/// The framework's name and locked version (build.rs), as `hello` and
+/// `framework` replies give it.
+const FRAMEWORK: &str = concat!("criterion ", env!("LOCKED_CRITERION"));
+
 fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -134,7 +138,7 @@ fn framework(
         .map(|a| a.iter().filter_map(Value::as_f64).sum())
         .unwrap_or(0.0);
     Ok(json!({
-        "framework": concat!("criterion ", env!("LOCKED_CRITERION")),
+        "framework": FRAMEWORK,
         "mean_ns": est["mean"]["point_estimate"],
         "sd_ns": est["std_dev"]["point_estimate"],
         "median_ns": est["median"]["point_estimate"],
@@ -192,7 +196,7 @@ fn handle(lib: &'static dyn Lib, keys: &mut Vec<Loaded>, req: &Value) -> Result<
     Ok(match field(req, "op") {
         "hello" => json!({
             "name": lib.id(), "version": lib.version(), "language": "rust",
-            "variants": lib.variants(), "min_bits": lib.min_bits(), "framework": concat!("criterion ", env!("LOCKED_CRITERION")),
+            "variants": lib.variants(), "min_bits": lib.min_bits(), "framework": FRAMEWORK,
         }),
         "load" => {
             let variant = req["variant"].as_str().unwrap_or("crt");
