@@ -734,7 +734,7 @@ impl Worker<'_> {
                 .record_us(call.latency.as_micros().min(u128::from(u64::MAX)) as u64);
             self.second(now).ok += 1;
             self.live.ok.fetch_add(1, Ordering::Relaxed);
-            if self.outcome.ok % 1024 == 0 {
+            if self.outcome.ok.is_multiple_of(1024) {
                 let p99 = self.outcome.latency.quantile_us(0.99);
                 self.live.p99_us.fetch_max(p99, Ordering::Relaxed);
             }

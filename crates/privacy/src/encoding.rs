@@ -41,7 +41,7 @@ impl Encoding {
     pub fn decode(self, text: &str) -> Option<Vec<u8>> {
         match self {
             Encoding::Hex => {
-                if text.len() % 2 != 0 {
+                if !text.len().is_multiple_of(2) {
                     return None;
                 }
                 (0..text.len())
@@ -70,7 +70,7 @@ impl Encoding {
     /// Reads either encoding: hex when every character is a hex digit and
     /// the length is even, else base32.
     pub fn decode_any(text: &str) -> Option<Vec<u8>> {
-        let hexish = text.len() % 2 == 0 && text.bytes().all(|b| b.is_ascii_hexdigit());
+        let hexish = text.len().is_multiple_of(2) && text.bytes().all(|b| b.is_ascii_hexdigit());
         if hexish {
             if let Some(raw) = Encoding::Hex.decode(text) {
                 if raw.first() == Some(&crate::VERSION) {

@@ -331,7 +331,7 @@ impl Core {
     ) -> Reply {
         self.transport = transport;
         self.sends.clear();
-        self.timed = self.handled % STAGE_SAMPLE == 0;
+        self.timed = self.handled.is_multiple_of(STAGE_SAMPLE);
         self.handled = self.handled.wrapping_add(1);
         if self.shared.guard.admit(src.ip(), now_ms()) != crate::guard::Verdict::Admit {
             bump(&self.shared.metrics.rate_limited);

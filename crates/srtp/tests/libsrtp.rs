@@ -32,7 +32,7 @@ fn packets(seed: u64) -> Vec<Vec<u8>> {
         .map(|i| {
             let r = rng.next();
             let csrcs = (r % 3) as u8;
-            let ext = r % 5 == 0;
+            let ext = r.is_multiple_of(5);
             let mut p = vec![
                 0x80 | csrcs | if ext { 0x10 } else { 0 },
                 (r >> 8) as u8 & 0x7f,
