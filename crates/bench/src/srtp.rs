@@ -572,7 +572,7 @@ pub fn calls_markdown(rows: &[CallRow], packets: u64) -> String {
         let s = &r.stats;
         let _ = writeln!(
             o,
-            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             r.config,
             r.direction,
             s.delta_max_ms,
@@ -583,7 +583,7 @@ pub fn calls_markdown(rows: &[CallRow], packets: u64) -> String {
             r.ethernet_bps / 1000.0,
             s.payload_bps / 1000.0,
             s.loss_percent,
-            s.mos
+            s.mos_text()
         );
     }
     o.push_str(
@@ -632,7 +632,7 @@ pub fn calls_html(rows: &[CallRow], packets: u64) -> (String, String) {
                 format!("{:.2}", s.ip_bps / 1000.0),
                 format!("{:.2}", r.ethernet_bps / 1000.0),
                 format!("{:.2}", s.loss_percent),
-                format!("{:.2}", s.mos),
+                s.mos_text(),
             ]
         })
         .collect();

@@ -63,8 +63,17 @@ pub struct Summary {
     pub payload_bps: f64,
     /// First to last arrival, s.
     pub duration_s: f64,
-    /// E-model MOS estimate (see [`mos`]).
-    pub mos: f64,
+    /// E-model MOS estimate (see [`mos`]); `None` when no packet arrived,
+    /// since a silent call has no quality to estimate.
+    pub mos: Option<f64>,
+}
+
+impl Summary {
+    /// The MOS with two decimals, or `n/a` without media.
+    pub fn mos_text(&self) -> String {
+        self.mos
+            .map_or_else(|| "n/a".to_owned(), |m| format!("{m:.2}"))
+    }
 }
 
 impl ReceiveStats {
@@ -209,7 +218,7 @@ impl ReceiveStats {
             ip_bps: per_s(self.wire_bytes),
             payload_bps: per_s(self.payload_bytes),
             duration_s: duration,
-            mos: mos(loss_percent, delay),
+            mos: (self.received > 0).then(|| mos(loss_percent, delay)),
         }
     }
 }
@@ -265,7 +274,7 @@ mod tests {
             m.ip_bps
         );
         assert!((m.payload_bps - 64_000.0 * 500.0 / 499.0).abs() < 1.0);
-        assert!(m.mos > 4.3, "{}", m.mos);
+        assert!(m.mos.is_some_and(|m| m > 4.3), "{:?}", m.mos);
     }
 
     #[test]
@@ -293,7 +302,11 @@ mod tests {
             "{}",
             m.jitter_max_ms
         );
-        assert!(m.mos < 3.0, "9 % loss without concealment: {}", m.mos);
+        assert!(
+            m.mos.is_some_and(|m| m < 3.0),
+            "9 % loss without concealment: {:?}",
+            m.mos
+        );
     }
 
     #[test]

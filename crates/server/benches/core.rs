@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sipsec_server::location::{Durability, MemoryLocation, Persistence};
@@ -60,7 +60,7 @@ fn core(mode: Mode, journal: Option<&std::path::Path>) -> Core {
     let shared = Arc::new(Shared::new(config, Arc::new(MemoryLocation::new()), None));
     let journal = journal.map(|dir| {
         let p = Persistence::new(dir, Durability::Process).expect("journal dir");
-        Arc::new(Mutex::new(p.journal(0).expect("journal")))
+        p.journal(0).expect("journal")
     });
     Core::new(shared, journal)
 }

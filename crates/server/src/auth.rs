@@ -5,9 +5,16 @@
 //! issued ‖ counter ‖ realm))[..32]`: unique per challenge (the counter),
 //! checkable by any worker without shared state, and its age gives
 //! `stale=true` after expiry.
+//!
+//! The secret lives in the data directory (`nonce.key`, mode 0600), so
+//! nonces survive a restart; a well-formed nonce that the secret did not
+//! make (an older secret, another server) is answered `stale=true`, never
+//! counted as a failure.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -44,13 +51,41 @@ impl std::fmt::Debug for Nonce {
 pub enum NonceState {
     /// Ours and fresh.
     Fresh,
-    /// Ours but expired: re-challenge with `stale=true`.
+    /// Ours but expired, or well-formed under a secret we no longer
+    /// hold: re-challenge with `stale=true`.
     Stale,
-    /// Not ours.
+    /// Not a nonce of ours in form.
     Invalid,
 }
 
+/// The identity of a nonce this server issued: when, and the challenge
+/// counter. Unique per challenge; the tracker keys on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NonceId {
+    /// Issue time, Unix seconds.
+    pub issued: u64,
+    /// Challenge counter.
+    pub counter: u64,
+}
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn random_secret() -> std::io::Result<[u8; 32]> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(secret)
+}
+
+fn parse_secret(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
 
 /// Issues and checks nonces with a secret key.
 pub struct NonceKey {
@@ -70,9 +105,53 @@ impl std::fmt::Debug for NonceKey {
 impl NonceKey {
     /// A key from the OS random generator; nonces live `ttl` seconds.
     pub fn random(ttl: u64) -> std::io::Result<Self> {
-        let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(Self::from_secret(secret, ttl))
+        Ok(Self::from_secret(random_secret()?, ttl))
+    }
+
+    /// The key kept in `path` (hex, mode 0600), created from the OS random
+    /// generator the first time. Rotate it by deleting the file and
+    /// restarting: nonces under the old secret are then answered
+    /// `stale=true`, so phones re-authenticate without a failure.
+    pub fn load_or_create(path: &Path, ttl: u64) -> std::io::Result<Self> {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let named =
+            |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let mode = std::fs::metadata(path).map_err(named)?.permissions().mode();
+                if mode & 0o077 != 0 {
+                    return Err(named(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!("readable by others (mode {:o}): chmod 600 it", mode & 0o777),
+                    )));
+                }
+                let secret = parse_secret(text.trim()).ok_or_else(|| {
+                    named(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "not 64 hex digits: delete it to make a new secret",
+                    ))
+                })?;
+                Ok(Self::from_secret(secret, ttl))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let secret = random_secret()?;
+                let tmp = path.with_extension("tmp");
+                let _ = std::fs::remove_file(&tmp);
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .map_err(named)?;
+                let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+                f.write_all(format!("{hex}\n").as_bytes()).map_err(named)?;
+                f.sync_all().map_err(named)?;
+                std::fs::rename(&tmp, path).map_err(named)?;
+                Ok(Self::from_secret(secret, ttl))
+            }
+            Err(e) => Err(named(e)),
+        }
     }
 
     /// A key from given bytes (tests).
@@ -116,11 +195,25 @@ impl NonceKey {
         self.build(now, c, realm)
     }
 
+    /// Nonces live this long, seconds.
+    pub fn ttl(&self) -> u64 {
+        self.ttl
+    }
+
     /// Checks a received nonce.
     pub fn check(&self, nonce: &str, realm: &str, now: u64) -> NonceState {
+        self.check_id(nonce, realm, now).0
+    }
+
+    /// Checks a received nonce and names it.
+    pub fn check_id(&self, nonce: &str, realm: &str, now: u64) -> (NonceState, NonceId) {
         let b = nonce.as_bytes();
-        if b.len() != NONCE_LEN {
-            return NonceState::Invalid;
+        let none = NonceId {
+            issued: 0,
+            counter: 0,
+        };
+        if b.len() != NONCE_LEN || !b.iter().all(u8::is_ascii_hexdigit) {
+            return (NonceState::Invalid, none);
         }
         let hex = |r: std::ops::Range<usize>| {
             std::str::from_utf8(&b[r])
@@ -129,58 +222,108 @@ impl NonceKey {
                 .and_then(|s| u64::from_str_radix(s, 16).ok())
         };
         let (Some(issued), Some(counter)) = (hex(0..16), hex(16..32)) else {
-            return NonceState::Invalid;
+            return (NonceState::Invalid, none);
         };
+        let id = NonceId { issued, counter };
         let expect = self.build(issued, counter, realm);
-        if !bool::from(expect.0.ct_eq(b)) {
-            return NonceState::Invalid;
-        }
-        if issued > now + 5 || now - issued.min(now) > self.ttl {
-            NonceState::Stale
+        let ours = bool::from(expect.0.ct_eq(b));
+        if !ours || issued > now + 5 || now - issued.min(now) > self.ttl {
+            (NonceState::Stale, id)
         } else {
-            NonceState::Fresh
+            (NonceState::Fresh, id)
         }
     }
+}
+
+/// What the tracker says of a nonce count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NcVerdict {
+    /// A count above every one seen with this nonce, or a retransmission
+    /// of the very request that used the highest one.
+    Accepted,
+    /// A count already used by another request: a replay.
+    Replay,
+    /// The tracker is full of nonces still valid and does not hold this
+    /// one: challenge again with `stale=true` rather than accept unseen.
+    Full,
+}
+
+#[derive(Debug, Default)]
+struct NcShard {
+    /// Nonces by issue time first, so the expired ones are at the front.
+    seen: BTreeMap<NonceId, (u32, u64)>,
 }
 
 /// Remembers the highest nonce count used with each nonce (RFC 7616
 /// §3.4.5) and which request used it, so that a retransmission of that
 /// same request (lost answer, UDP) is not mistaken for a replay.
+///
+/// Memory is bounded without forgetting a nonce that is still valid:
+/// a nonce leaves only once it has expired (then [`NonceKey::check`]
+/// calls it stale anyway); when every slot holds a valid nonce, a nonce
+/// not yet held gets [`NcVerdict::Full`]. Shards are picked by the
+/// challenge counter, so they fill evenly.
 #[derive(Debug)]
 pub struct NcTracker {
-    shards: Vec<Mutex<HashMap<Nonce, (u32, u64)>>>,
+    shards: Vec<Mutex<NcShard>>,
     per_shard: usize,
+    ttl: u64,
 }
 
+const NC_SHARDS: usize = 16;
+
 impl NcTracker {
-    /// Tracks at most about `capacity` nonces; when a shard is full it is
-    /// cleared, so old nonces must be re-challenged (they are stale soon anyway).
-    pub fn new(capacity: usize) -> Self {
+    /// Tracks at most about `capacity` nonces that live `ttl` seconds.
+    pub fn new(capacity: usize, ttl: u64) -> Self {
         Self {
-            shards: (0..16).map(|_| Mutex::new(HashMap::new())).collect(),
-            per_shard: (capacity / 16).max(16),
+            shards: (0..NC_SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: (capacity / NC_SHARDS).max(1),
+            ttl,
         }
     }
 
-    /// Accepts `nc` if it is above every count seen with `nonce`, or equal
-    /// to the last one and `request` identifies the same request (a
-    /// retransmission).
-    pub fn accept(&self, nonce: &str, nc: u32, request: u64) -> bool {
-        let Ok(key) = <[u8; NONCE_LEN]>::try_from(nonce.as_bytes()) else {
-            return false;
-        };
-        let shard = usize::from(key[NONCE_LEN - 1]) % self.shards.len();
+    /// Nonces held.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).seen.len())
+            .sum()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Offers count `nc` of nonce `id` used by the request identified by
+    /// `request`, at `now` (Unix seconds).
+    pub fn accept(&self, id: NonceId, nc: u32, request: u64, now: u64) -> NcVerdict {
+        let shard = (id.counter as usize) % NC_SHARDS;
         let mut m = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= self.per_shard && !m.contains_key(&Nonce(key)) {
-            m.clear();
+        if let Some(last) = m.seen.get_mut(&id) {
+            return if nc > last.0 {
+                *last = (nc, request);
+                NcVerdict::Accepted
+            } else if nc == last.0 && request == last.1 {
+                NcVerdict::Accepted
+            } else {
+                NcVerdict::Replay
+            };
         }
-        let last = m.entry(Nonce(key)).or_insert((0, 0));
-        if nc > last.0 {
-            *last = (nc, request);
-            true
-        } else {
-            nc == last.0 && request == last.1
+        if m.seen.len() >= self.per_shard {
+            // Forget only what has expired.
+            while let Some((first, _)) = m.seen.first_key_value() {
+                if first.issued.saturating_add(self.ttl) >= now {
+                    break;
+                }
+                m.seen.pop_first();
+            }
+            if m.seen.len() >= self.per_shard {
+                return NcVerdict::Full;
+            }
         }
+        m.seen.insert(id, (nc, request));
+        NcVerdict::Accepted
     }
 }
 
@@ -189,10 +332,20 @@ impl NcTracker {
 pub enum AuthFailure {
     /// No credentials for our realm: challenge.
     Missing,
-    /// Our nonce, expired: challenge with `stale=true`.
+    /// Our nonce expired, a nonce under another secret, or a nonce the
+    /// full replay tracker cannot take: challenge with `stale=true`.
     Stale,
-    /// Wrong password, unknown user, foreign nonce, replayed nc, bad uri:
-    /// challenge again and count the failure.
+    /// A nonce count another request already used: challenge with a
+    /// fresh nonce (not counted toward a ban: the credentials were right,
+    /// and a replay's source address proves nothing).
+    Replay,
+    /// Credentials this server cannot check (an algorithm it did not
+    /// offer, no qop=auth, a nonce not in its form): challenge again,
+    /// not counted.
+    Unusable,
+    /// With a fresh nonce this server issued: a wrong response, an unknown
+    /// user or a digest-uri for another target. Challenge again and count
+    /// the failure toward a ban.
     Rejected,
     /// Credentials that do not parse: 400.
     Malformed,
@@ -230,7 +383,7 @@ pub struct Authenticator {
     pub realm: String,
     key: NonceKey,
     nc: NcTracker,
-    users: Users,
+    users: RwLock<Arc<Users>>,
     algorithms: Vec<Algorithm>,
     request_ids: std::hash::RandomState,
     /// HA1s for users that do not exist, so that a lookup miss costs the
@@ -239,24 +392,38 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// Creates an authenticator challenging with `algorithms`, in order.
-    pub fn new(realm: &str, key: NonceKey, users: Users, algorithms: &[Algorithm]) -> Self {
+    /// Creates an authenticator challenging with `algorithms`, in order,
+    /// tracking nonce counts of at most `max_nonces` nonces.
+    pub fn new(
+        realm: &str,
+        key: NonceKey,
+        users: Users,
+        algorithms: &[Algorithm],
+        max_nonces: usize,
+    ) -> Self {
         let decoy =
             UserEntry::from_password("\u{0}decoy", realm, &format!("{:?}", key.issue(0, "decoy")));
+        let ttl = key.ttl();
         Self {
             realm: realm.to_owned(),
             key,
-            nc: NcTracker::new(1 << 16),
-            users,
+            nc: NcTracker::new(max_nonces, ttl),
+            users: RwLock::new(Arc::new(users)),
             algorithms: algorithms.to_vec(),
             request_ids: std::hash::RandomState::new(),
             decoy,
         }
     }
 
-    /// The users loaded.
-    pub fn users(&self) -> &Users {
-        &self.users
+    /// The users loaded now.
+    pub fn users(&self) -> Arc<Users> {
+        self.users.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the users at once (a reload); requests in flight finish
+    /// with the set they started with.
+    pub fn set_users(&self, users: Users) {
+        *self.users.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(users);
     }
 
     /// Appends one challenge header per configured algorithm, in order,
@@ -290,8 +457,16 @@ impl Authenticator {
 
     /// Checks the request's credentials (Authorization, or
     /// Proxy-Authorization when `proxy`).
-    pub fn check<'m>(&self, msg: &Message<'m>, proxy: bool, now: u64) -> AuthResult<'m> {
-        self.check_as(msg, proxy, now, |u| Some(std::borrow::Cow::Borrowed(u)))
+    pub fn check<'m>(
+        &self,
+        msg: &Message<'m>,
+        src: SocketAddr,
+        proxy: bool,
+        now: u64,
+    ) -> AuthResult<'m> {
+        self.check_as(msg, src, proxy, now, |u| {
+            Some(std::borrow::Cow::Borrowed(u))
+        })
     }
 
     /// [`check`](Self::check) with the username passed through `reveal`
@@ -301,6 +476,7 @@ impl Authenticator {
     pub fn check_as<'m>(
         &self,
         msg: &Message<'m>,
+        src: SocketAddr,
         proxy: bool,
         now: u64,
         reveal: impl FnOnce(&'m str) -> Option<std::borrow::Cow<'m, str>>,
@@ -331,27 +507,28 @@ impl Authenticator {
         };
         let algorithm = match c.algorithm {
             None if self.algorithms.contains(&Algorithm::Md5) => Algorithm::Md5,
-            None => return AuthResult::Failed(AuthFailure::Rejected),
+            None => return AuthResult::Failed(AuthFailure::Unusable),
             Some(a) => match Algorithm::from_token(a) {
                 Some(a) if self.algorithms.contains(&a) => a,
-                _ => return AuthResult::Failed(AuthFailure::Rejected),
+                _ => return AuthResult::Failed(AuthFailure::Unusable),
             },
         };
-        match self.key.check(nonce, &self.realm, now) {
-            NonceState::Fresh => {}
-            NonceState::Stale => return AuthResult::Failed(AuthFailure::Stale),
-            NonceState::Invalid => return AuthResult::Failed(AuthFailure::Rejected),
-        }
+        let id = match self.key.check_id(nonce, &self.realm, now) {
+            (NonceState::Fresh, id) => id,
+            (NonceState::Stale, _) => return AuthResult::Failed(AuthFailure::Stale),
+            (NonceState::Invalid, _) => return AuthResult::Failed(AuthFailure::Unusable),
+        };
         // We offer qop=auth only; RFC 2069-style responses are refused.
         let (Some(Qop::Auth), Some(cnonce), Some(nc)) =
             (c.qop.and_then(Qop::from_token), c.cnonce, c.nc)
         else {
-            return AuthResult::Failed(AuthFailure::Rejected);
+            return AuthResult::Failed(AuthFailure::Unusable);
         };
         let Some(username) = reveal(username) else {
             return AuthResult::Failed(AuthFailure::Undecryptable);
         };
-        let entry = self.users.get(&username, &self.realm);
+        let users = self.users();
+        let entry = users.get(&username, &self.realm);
         let ha1: &Hex = entry.unwrap_or(&self.decoy).ha1(algorithm);
         let input = ResponseInput {
             algorithm,
@@ -371,18 +548,29 @@ impl Authenticator {
         if !(good && uri_ok && entry.is_some()) {
             return AuthResult::Failed(AuthFailure::Rejected);
         }
+        // A retransmission is the same request from the same place: the
+        // same bytes from the same address. Anything else reusing the
+        // count (another Contact, another source) is a replay.
         let request = {
             use std::hash::{BuildHasher, Hasher};
             let mut h = self.request_ids.build_hasher();
-            h.write(msg.call_id().as_bytes());
-            h.write_u32(msg.cseq().seq);
-            h.write(msg.method().as_str().as_bytes());
+            std::hash::Hash::hash(&src, &mut h);
+            h.write(msg.as_bytes());
             h.finish()
         };
-        match c.nc_value() {
-            Some(n) if self.nc.accept(nonce, n, request) => AuthResult::Ok(username),
-            _ => AuthResult::Failed(AuthFailure::Rejected),
+        let Some(n) = c.nc_value() else {
+            return AuthResult::Failed(AuthFailure::Unusable);
+        };
+        match self.nc.accept(id, n, request, now) {
+            NcVerdict::Accepted => AuthResult::Ok(username),
+            NcVerdict::Replay => AuthResult::Failed(AuthFailure::Replay),
+            NcVerdict::Full => AuthResult::Failed(AuthFailure::Stale),
         }
+    }
+
+    /// Nonces the replay tracker holds.
+    pub fn tracked_nonces(&self) -> usize {
+        self.nc.len()
     }
 }
 
@@ -402,35 +590,106 @@ mod tests {
         assert_eq!(k.check(n.as_str(), "r", 1000), NonceState::Fresh);
         assert_eq!(k.check(n.as_str(), "r", 1300), NonceState::Fresh);
         assert_eq!(k.check(n.as_str(), "r", 1301), NonceState::Stale);
-        assert_eq!(k.check(n.as_str(), "other", 1000), NonceState::Invalid);
+        // Not ours (another realm, a forged field, another secret): never
+        // fresh, and stale rather than a failure.
+        assert_eq!(k.check(n.as_str(), "other", 1000), NonceState::Stale);
         let mut forged = n.as_str().to_owned();
         forged.replace_range(15..16, "f");
         assert_eq!(
             k.check(&forged, "r", 1000),
-            NonceState::Invalid,
+            NonceState::Stale,
             "timestamp is authenticated"
         );
         assert_eq!(k.check("short", "r", 1000), NonceState::Invalid);
         assert_eq!(
-            NonceKey::from_secret([8; 32], 300).check(n.as_str(), "r", 1000),
+            k.check(&"z".repeat(NONCE_LEN), "r", 1000),
             NonceState::Invalid
+        );
+        assert_eq!(
+            NonceKey::from_secret([8; 32], 300).check(n.as_str(), "r", 1000),
+            NonceState::Stale
         );
     }
 
     #[test]
+    fn the_secret_is_kept_private_and_reused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sipsec-nonce-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("nonce.key");
+        let a = NonceKey::load_or_create(&path, 300).expect("created");
+        let mode = std::fs::metadata(&path).expect("file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let n = a.issue(1000, "r");
+        let b = NonceKey::load_or_create(&path, 300).expect("loaded");
+        assert_eq!(b.check(n.as_str(), "r", 1000), NonceState::Fresh);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = NonceKey::load_or_create(&path, 300).expect_err("world-readable");
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::write(&path, "nothex").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let e = NonceKey::load_or_create(&path, 300).expect_err("garbage");
+        assert!(e.to_string().contains("64 hex"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn id(k: &NonceKey, n: &Nonce) -> NonceId {
+        k.check_id(n.as_str(), "r", 1).1
+    }
+
+    #[test]
     fn nc_must_increase() {
-        let t = NcTracker::new(64);
-        let n = key().issue(1, "r");
-        assert!(t.accept(n.as_str(), 1, 11));
-        assert!(
-            t.accept(n.as_str(), 1, 11),
+        let k = key();
+        let t = NcTracker::new(64, 300);
+        let n = id(&k, &k.issue(1, "r"));
+        assert_eq!(t.accept(n, 1, 11, 1), NcVerdict::Accepted);
+        assert_eq!(
+            t.accept(n, 1, 11, 1),
+            NcVerdict::Accepted,
             "retransmission of the same request"
         );
-        assert!(
-            !t.accept(n.as_str(), 1, 12),
+        assert_eq!(
+            t.accept(n, 1, 12, 1),
+            NcVerdict::Replay,
             "same count, other request: replay"
         );
-        assert!(t.accept(n.as_str(), 3, 13));
-        assert!(!t.accept(n.as_str(), 2, 12));
+        assert_eq!(t.accept(n, 3, 13, 1), NcVerdict::Accepted);
+        assert_eq!(t.accept(n, 2, 12, 1), NcVerdict::Replay);
+    }
+
+    /// The tracker never forgets a nonce that is still valid, however many
+    /// others come: a captured nc=1 stays refused until the nonce expires
+    /// (then the nonce itself is stale), and a full tracker refuses to take
+    /// unseen nonces rather than accept them unchecked. Before, a full
+    /// shard was wiped and the capture was accepted again.
+    #[test]
+    fn a_full_tracker_forgets_only_expired_nonces() {
+        let k = key();
+        let capacity = 16 * 64;
+        let t = NcTracker::new(capacity, 300);
+        let victim = id(&k, &k.issue(1000, "r"));
+        assert_eq!(t.accept(victim, 1, 7, 1000), NcVerdict::Accepted);
+        let mut full = 0;
+        for i in 0..(4 * capacity as u64) {
+            let n = id(&k, &k.issue(1000 + i / 1000, "r"));
+            if t.accept(n, 1, i, 1001 + i / 1000) == NcVerdict::Full {
+                full += 1;
+            }
+            assert_eq!(
+                t.accept(victim, 1, 8, 1001),
+                NcVerdict::Replay,
+                "the captured request is refused after {i} others"
+            );
+        }
+        assert_eq!(
+            full,
+            3 * capacity + 1,
+            "every shard filled evenly (one slot holds the victim), then refused"
+        );
+        assert!(t.len() <= capacity);
+        // Once the old nonces have expired their slots are reused.
+        let later = id(&k, &k.issue(1400, "r"));
+        assert_eq!(t.accept(later, 1, 1, 1400), NcVerdict::Accepted);
     }
 }

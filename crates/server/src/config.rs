@@ -89,6 +89,9 @@ pub struct Config {
     /// send 100 Trying, handle CANCEL, time out with 408; record-routes
     /// dialog-creating requests. Off: stateless forwarding (§16.11).
     pub stateful: bool,
+    /// Memory the stateful proxy's transactions may hold; past it new
+    /// requests get 503 with Retry-After.
+    pub max_transaction_bytes: u64,
     /// Extra host names that mean "this server" in Request-URIs.
     pub domains: Vec<String>,
     /// Require digest authentication (401 for REGISTER, 407 for INVITE).
@@ -107,6 +110,16 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Journal durability.
     pub durability: Durability,
+    /// Journal bytes past which the store compacts online (snapshot plus
+    /// new journals), while the server runs.
+    pub journal_compact_bytes: u64,
+    /// Most contacts one address-of-record may hold.
+    pub max_contacts: usize,
+    /// What a REGISTER past `max_contacts` gets.
+    pub max_contacts_policy: crate::location::Overflow,
+    /// Most nonces whose counts the replay tracker holds at once; past it,
+    /// a nonce it does not hold is challenged again with `stale=true`.
+    pub max_tracked_nonces: usize,
     /// Shortest registration accepted (423 below it, RFC 3261 §10.3 step 7).
     pub min_expires: u32,
     /// Path (RFC 3327) handling.
@@ -139,6 +152,7 @@ impl Default for Config {
             advertise: udp,
             record_route: false,
             stateful: false,
+            max_transaction_bytes: crate::stateful::DEFAULT_MAX_BYTES,
             domains: vec!["localhost".to_owned()],
             auth: false,
             realm: "sipsec".to_owned(),
@@ -147,6 +161,10 @@ impl Default for Config {
             nonce_ttl: 300,
             data_dir: PathBuf::from("sipsec-data"),
             durability: Durability::Process,
+            journal_compact_bytes: 64 << 20,
+            max_contacts: 10,
+            max_contacts_policy: crate::location::Overflow::Reject,
+            max_tracked_nonces: 1 << 20,
             min_expires: 60,
             path: PathMode::Lazy,
             max_expires: 7200,
@@ -180,12 +198,16 @@ pub struct FileConfig {
     pub record_route: Option<bool>,
     /// Transaction-stateful proxy.
     pub stateful: Option<bool>,
+    /// Memory bound of the stateful proxy's transactions, bytes.
+    pub max_transaction_bytes: Option<u64>,
     /// Worker threads; 0 means one per core.
     pub workers: Option<usize>,
     /// Location store directory.
     pub data_dir: Option<PathBuf>,
     /// `process` or `fsync`.
     pub durability: Option<String>,
+    /// Journal bytes that trigger an online compaction.
+    pub journal_compact_bytes: Option<u64>,
     /// `[auth]` table.
     pub auth: Option<AuthSection>,
     /// `[registrar]` table.
@@ -280,6 +302,8 @@ pub struct AuthSection {
     pub digest: Option<Vec<String>>,
     /// Nonce lifetime, seconds.
     pub nonce_ttl: Option<u64>,
+    /// Most nonces tracked for replay protection.
+    pub max_tracked_nonces: Option<usize>,
 }
 
 /// `[registrar]`.
@@ -294,6 +318,10 @@ pub struct RegistrarSection {
     pub default_expires: Option<u32>,
     /// Path (RFC 3327): `off`, `lazy` or `strict`.
     pub path: Option<String>,
+    /// Most contacts per address-of-record.
+    pub max_contacts: Option<usize>,
+    /// `reject` (403) or `replace-oldest`.
+    pub max_contacts_policy: Option<String>,
 }
 
 /// A configuration problem, naming the file and what to fix.
@@ -448,6 +476,9 @@ impl Config {
         if let Some(st) = f.stateful {
             self.stateful = st;
         }
+        if let Some(b) = f.max_transaction_bytes {
+            self.max_transaction_bytes = b;
+        }
         if let Some(w) = f.workers {
             if w > 0 {
                 self.workers = w;
@@ -467,6 +498,9 @@ impl Config {
                     ))
                 }
             };
+        }
+        if let Some(b) = f.journal_compact_bytes {
+            self.journal_compact_bytes = b;
         }
         if let Some(a) = f.auth {
             if let Some(e) = a.enabled {
@@ -491,6 +525,15 @@ impl Config {
             if let Some(t) = a.nonce_ttl {
                 self.nonce_ttl = t;
             }
+            if let Some(n) = a.max_tracked_nonces {
+                if n == 0 {
+                    return Err(value(
+                        "auth.max_tracked_nonces",
+                        "must be at least 1".into(),
+                    ));
+                }
+                self.max_tracked_nonces = n;
+            }
         }
         if let Some(r) = f.registrar {
             self.min_expires = r.min_expires.unwrap_or(self.min_expires);
@@ -500,6 +543,24 @@ impl Config {
                 self.path = PathMode::parse(&p).ok_or_else(|| {
                     value("registrar.path", format!("{p:?}: use off, lazy or strict"))
                 })?;
+            }
+            if let Some(m) = r.max_contacts {
+                if m == 0 {
+                    return Err(value("registrar.max_contacts", "must be at least 1".into()));
+                }
+                self.max_contacts = m;
+            }
+            if let Some(p) = r.max_contacts_policy {
+                self.max_contacts_policy = match p.as_str() {
+                    "reject" => crate::location::Overflow::Reject,
+                    "replace-oldest" => crate::location::Overflow::ReplaceOldest,
+                    other => {
+                        return Err(value(
+                            "registrar.max_contacts_policy",
+                            format!("{other:?}: use reject or replace-oldest"),
+                        ))
+                    }
+                };
             }
         }
         if let Some(t) = f.tls {

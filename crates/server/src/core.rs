@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use sip_core::proxy::{forward_request, forward_response, RequestEdits};
@@ -18,7 +18,8 @@ use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 use crate::auth::{AuthFailure, AuthResult, Authenticator};
 use crate::config::{Config, Mode, PathMode};
 use crate::location::{
-    Binding, ContactChange, Journal, Location, MemoryLocation, Record, Registration, UpdateError,
+    Binding, ContactChange, Location, MemoryLocation, Record, Registration, SharedJournal,
+    UpdateError, UpdatePolicy,
 };
 use crate::metrics::{Metrics, Stage};
 use crate::privacy::{Privacy, Reveal};
@@ -108,8 +109,12 @@ impl Shared {
     /// Bundles the shared state.
     pub fn new(config: Config, location: Arc<MemoryLocation>, auth: Option<Authenticator>) -> Self {
         let guard = crate::guard::Guard::new(config.guard.clone());
-        let transactions = (config.stateful && config.mode == Mode::Proxy)
-            .then(|| Transactions::new(sip_core::transaction::TimerConfig::RFC3261));
+        let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
+            Transactions::new(
+                sip_core::transaction::TimerConfig::RFC3261,
+                config.max_transaction_bytes,
+            )
+        });
         Self {
             config,
             location,
@@ -128,10 +133,9 @@ impl Shared {
 #[derive(Debug)]
 pub struct Core {
     shared: Arc<Shared>,
-    journal: Option<Arc<Mutex<Journal>>>,
+    journal: Option<SharedJournal>,
     transport: Transport,
     bindings: Vec<Binding>,
-    records: Vec<Record>,
     lines: String,
     via: String,
     ip: String,
@@ -145,6 +149,9 @@ pub struct Core {
     /// Whether this request's stages are timed.
     timed: bool,
 }
+
+/// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
+pub const MAX_DATAGRAM: usize = 65_507;
 
 /// One request in this many has its stages timed: reading the clock
 /// twice per stage cost more than some stages themselves.
@@ -228,13 +235,12 @@ fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
 
 impl Core {
     /// A handler for one worker; `journal` persists binding changes.
-    pub fn new(shared: Arc<Shared>, journal: Option<Arc<Mutex<Journal>>>) -> Self {
+    pub fn new(shared: Arc<Shared>, journal: Option<SharedJournal>) -> Self {
         Self {
             shared,
             journal,
             transport: Transport::Udp,
             bindings: Vec::with_capacity(8),
-            records: Vec::with_capacity(8),
             lines: String::with_capacity(512),
             via: String::with_capacity(128),
             ip: String::with_capacity(48),
@@ -333,9 +339,16 @@ impl Core {
         self.sends.clear();
         self.timed = self.handled.is_multiple_of(STAGE_SAMPLE);
         self.handled = self.handled.wrapping_add(1);
-        if self.shared.guard.admit(src.ip(), now_ms()) != crate::guard::Verdict::Admit {
-            bump(&self.shared.metrics.rate_limited);
-            return Reply::Drop;
+        match self.shared.guard.admit(src.ip(), now_ms()) {
+            crate::guard::Verdict::Admit => {}
+            crate::guard::Verdict::Limited => {
+                bump(&self.shared.metrics.rate_limited);
+                return Reply::Drop;
+            }
+            crate::guard::Verdict::Banned => {
+                bump(&self.shared.metrics.banned);
+                return Reply::Drop;
+            }
         }
         let t0 = self.clock();
         let parsed = Message::parse(input);
@@ -377,6 +390,8 @@ impl Core {
         out: &mut Vec<u8>,
     ) -> Reply {
         if msg.method() == Method::Ack {
+            // An ACK is never answered: one this server cannot route ends here.
+            bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         }
         // The same request (and its retransmissions) always gets the same tag.
@@ -403,8 +418,26 @@ impl Core {
             },
         );
         self.stage(Stage::FormatResponse, t0);
-        self.shared.metrics.response(status.as_u16());
         self.lines.clear();
+        if self.transport == Transport::Udp && out.len() > MAX_DATAGRAM {
+            // Never drop an answer for its size: say so in a short one.
+            bump(&self.shared.metrics.oversize);
+            crate::log::oversize("response", src, out.len());
+            out.clear();
+            write_response(
+                out,
+                msg,
+                StatusCode::MESSAGE_TOO_LARGE_5XX,
+                &ResponseOptions {
+                    to_tag: Some(&self.tag),
+                    extra: &[(
+                        "Warning",
+                        "399 sipsec \"the answer would not fit a UDP datagram: use TCP\"",
+                    )],
+                    ..Default::default()
+                },
+            );
+        }
         Reply::Send(src, self.transport)
     }
 
@@ -448,7 +481,7 @@ impl Core {
         };
         let t0 = self.clock();
         let privacy = self.shared.privacy.as_ref();
-        let result = auth.check_as(msg, proxy, now, |u| reveal(privacy, u, now));
+        let result = auth.check_as(msg, src, proxy, now, |u| reveal(privacy, u, now));
         self.stage(Stage::Authenticate, t0);
         match result {
             AuthResult::Ok(user) => Ok(Some(user.into_owned())),
@@ -461,9 +494,17 @@ impl Core {
                 out,
             )),
             AuthResult::Failed(f) => {
-                if f == AuthFailure::Rejected {
-                    bump(&self.shared.metrics.auth_failures);
-                    self.shared.guard.auth_failed(src.ip(), now_ms());
+                match f {
+                    // Only a wrong answer to a nonce we issued counts toward
+                    // a ban: garbage or foreign nonces from a spoofed source
+                    // cannot get that source banned.
+                    AuthFailure::Rejected => {
+                        bump(&self.shared.metrics.auth_failures);
+                        self.shared.guard.auth_failed(src.ip(), now_ms());
+                        crate::log::auth_failure(src, msg.from().uri().user().unwrap_or(""));
+                    }
+                    AuthFailure::Replay => bump(&self.shared.metrics.auth_replays),
+                    _ => {}
                 }
                 Err(self.challenge(msg, proxy, f == AuthFailure::Stale, now, src, out))
             }
@@ -609,7 +650,6 @@ impl Core {
                 q: c.q.unwrap_or(1000),
             });
         }
-        self.records.clear();
         let t0 = self.clock();
         let supports_path = match self.collect_path(msg, src, out) {
             Ok(supported) => supported,
@@ -622,34 +662,86 @@ impl Core {
             path: &self.path,
             now,
         };
+        let cfg = &self.shared.config;
+        // Over UDP the 200 must fit one datagram with the request's own
+        // headers, which it echoes (RFC 3261 §18.2.2 leaves no other way
+        // back for a response).
+        let max_listing = if self.transport == Transport::Udp {
+            MAX_DATAGRAM.saturating_sub(msg.len() + 256)
+        } else {
+            usize::MAX
+        };
+        let policy = UpdatePolicy {
+            max_contacts: cfg.max_contacts,
+            overflow: cfg.max_contacts_policy,
+            max_listing,
+        };
+        let journal = self.journal.as_ref();
+        let mut persist = |records: &[Record]| match journal {
+            Some(j) => j.lock().unwrap_or_else(|e| e.into_inner()).append(records),
+            None => Ok(()),
+        };
         let result = self.shared.location.update(
             &aor,
             &changes,
             star,
             &reg,
+            &policy,
+            &mut persist,
             &mut self.bindings,
-            &mut self.records,
         );
-        if let Err(UpdateError::OutOfOrder { .. }) = result {
-            return self.respond(
-                msg,
-                StatusCode::SERVER_INTERNAL_ERROR,
-                &[(
-                    "Warning",
-                    "399 sipsec \"CSeq below the stored one for this Call-ID\"",
-                )],
-                src,
-                out,
-            );
-        }
-        if let Some(j) = &self.journal {
-            let written = j
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .append(&self.records);
-            if written.is_err() {
+        match result {
+            Ok(()) => {}
+            Err(UpdateError::OutOfOrder { .. }) => {
+                return self.respond(
+                    msg,
+                    StatusCode::SERVER_INTERNAL_ERROR,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"CSeq below the stored one for this Call-ID\"",
+                    )],
+                    src,
+                    out,
+                );
+            }
+            Err(UpdateError::TooManyContacts { max }) => {
+                let warning = format!(
+                    "399 sipsec \"too many contacts for this address-of-record (at most {max})\""
+                );
+                return self.respond(
+                    msg,
+                    StatusCode::FORBIDDEN,
+                    &[("Warning", &warning)],
+                    src,
+                    out,
+                );
+            }
+            Err(UpdateError::ListingTooLarge { .. }) => {
+                bump(&self.shared.metrics.oversize);
+                return self.respond(
+                    msg,
+                    StatusCode::MESSAGE_TOO_LARGE_5XX,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"the contact list would not fit a UDP answer: register over TCP\"",
+                    )],
+                    src,
+                    out,
+                );
+            }
+            Err(UpdateError::Journal(e)) => {
                 bump(&self.shared.metrics.journal_errors);
-                return self.respond(msg, StatusCode::SERVER_INTERNAL_ERROR, &[], src, out);
+                crate::log::journal_error(&aor, &e);
+                return self.respond(
+                    msg,
+                    StatusCode::SERVER_INTERNAL_ERROR,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"binding not stored: the location journal could not be written\"",
+                    )],
+                    src,
+                    out,
+                );
             }
         }
         self.stage(Stage::AddUser, t0);
@@ -946,9 +1038,14 @@ impl Core {
         self.ip.clear();
         let _ = write!(self.ip, "{}", src.ip());
         // Dialog-creating requests for local users record-route when asked,
-        // so the dialog's later requests come back through this proxy.
+        // so the dialog's later requests come back through this proxy. A
+        // phone on a TCP/TLS connection can only be reached over that
+        // connection, which ends here: its dialogs always record-route
+        // (as RFC 5626 §5.1 asks of an edge proxy), or the ACK and BYE
+        // would be sent to a contact nobody listens on.
+        let flow = self.transport.is_reliable() && self.transport == out_transport;
         self.rr.clear();
-        if (self.shared.config.record_route || self.shared.transactions.is_some())
+        if (self.shared.config.record_route || self.shared.transactions.is_some() || flow)
             && (new_ruri.is_some() || to_peer)
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
@@ -1091,12 +1188,7 @@ impl Core {
             ) {
                 Upstream::Unknown => {}
                 Upstream::Absorbed => return Reply::Drop,
-                Upstream::Send((dest, transport)) => {
-                    if let Some(st) = msg.status() {
-                        metrics.response(st.as_u16());
-                    }
-                    return Reply::Send(dest, transport);
-                }
+                Upstream::Send((dest, transport)) => return Reply::Send(dest, transport),
             }
         }
         let Some(next) = msg.vias().nth(1) else {
@@ -1124,13 +1216,17 @@ impl Core {
             _ => Transport::Udp,
         };
         match forward_response(msg, out) {
-            Ok(()) => {
-                if let Some(st) = msg.status() {
-                    self.shared.metrics.response(st.as_u16());
-                }
-                Reply::Send(dest, transport)
+            Ok(()) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
+                bump(&self.shared.metrics.oversize);
+                bump(&self.shared.metrics.dropped);
+                crate::log::oversize("forwarded response", dest, out.len());
+                Reply::Drop
             }
-            Err(_) => Reply::Drop,
+            Ok(()) => Reply::Send(dest, transport),
+            Err(_) => {
+                bump(&self.shared.metrics.dropped);
+                Reply::Drop
+            }
         }
     }
 }

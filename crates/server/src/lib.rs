@@ -14,6 +14,7 @@ pub mod core;
 pub mod guard;
 pub mod http;
 pub mod location;
+pub mod log;
 pub mod maplog;
 pub mod metrics;
 pub mod mmsg;

@@ -11,7 +11,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::maplog::MappedLog;
 
@@ -61,8 +61,8 @@ pub struct ContactChange<'a> {
     pub q: u16,
 }
 
-/// Why an update was refused (RFC 3261 §10.3 step 7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// Why an update was refused; a refused update changes nothing.
+#[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
     /// Same Call-ID with a lower CSeq than the stored one: a stale REGISTER
     /// (RFC 3261 §10.3 step 7). An equal CSeq is a retransmission of the
@@ -74,6 +74,62 @@ pub enum UpdateError {
         /// CSeq stored.
         stored: u32,
     },
+    /// The AoR would hold more contacts than allowed (and the policy is to
+    /// refuse).
+    #[error("at most {max} contacts per address-of-record")]
+    TooManyContacts {
+        /// The limit.
+        max: usize,
+    },
+    /// The contacts listed in the answer would not fit the reply.
+    #[error("the contact listing would take {bytes} bytes, above {max}")]
+    ListingTooLarge {
+        /// Bytes the listing would take.
+        bytes: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The change could not be persisted, so it was not applied.
+    #[error("journal: {0}")]
+    Journal(io::Error),
+}
+
+/// What happens when a REGISTER would take an AoR past its contact limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Refuse the REGISTER (403 with a Warning).
+    #[default]
+    Reject,
+    /// Drop the contacts closest to expiry (the least recently refreshed)
+    /// to make room.
+    ReplaceOldest,
+}
+
+/// Limits one update must respect.
+#[derive(Debug, Clone, Copy)]
+pub struct UpdatePolicy {
+    /// Most contacts per AoR.
+    pub max_contacts: usize,
+    /// What a REGISTER past the limit gets.
+    pub overflow: Overflow,
+    /// Most bytes the listing of contacts may take in the answer
+    /// (`usize::MAX`: unbounded). Each contact counts its URI plus
+    /// [`LISTING_OVERHEAD`].
+    pub max_listing: usize,
+}
+
+/// Bytes a contact adds to a 200 OK besides its URI
+/// (`Contact: <…>;expires=NNNNNNNNNN\r\n`).
+pub const LISTING_OVERHEAD: usize = 32;
+
+impl Default for UpdatePolicy {
+    fn default() -> Self {
+        Self {
+            max_contacts: 10,
+            overflow: Overflow::Reject,
+            max_listing: usize::MAX,
+        }
+    }
 }
 
 /// A journal record, written before the change is acknowledged.
@@ -102,16 +158,20 @@ pub enum Record {
 /// The location-service interface shared by every backend.
 pub trait Location: Send + Sync {
     /// Applies a REGISTER's changes atomically for `aor`. `remove_all` is
-    /// `Contact: *`. Returns the bindings after the change; journal
-    /// records are appended to `records`.
+    /// `Contact: *`. The records describing the change are handed to
+    /// `persist` first; only when it succeeds does the change take effect
+    /// (so memory never holds what the journal lacks). Returns the
+    /// bindings after the change in `current`.
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
         aor: &str,
         changes: &[ContactChange<'_>],
         remove_all: bool,
         reg: &Registration<'_>,
+        policy: &UpdatePolicy,
+        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
         current: &mut Vec<Binding>,
-        records: &mut Vec<Record>,
     ) -> Result<(), UpdateError>;
 
     /// Live bindings for `aor`, highest q first.
@@ -198,8 +258,9 @@ impl Location for MemoryLocation {
         changes: &[ContactChange<'_>],
         remove_all: bool,
         reg: &Registration<'_>,
+        policy: &UpdatePolicy,
+        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
         current: &mut Vec<Binding>,
-        records: &mut Vec<Record>,
     ) -> Result<(), UpdateError> {
         let Registration {
             call_id,
@@ -209,44 +270,39 @@ impl Location for MemoryLocation {
             now,
         } = *reg;
         let mut shard = self.shard(aor).write().unwrap_or_else(|e| e.into_inner());
-        let list = shard.get(aor);
-        // Validate first so a refused REGISTER changes nothing.
-        if let Some(list) = list {
-            for b in list
-                .iter()
-                .filter(|b| b.call_id == call_id && b.expires_at > now)
-            {
-                let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
-                if touched && cseq < b.cseq {
-                    return Err(UpdateError::OutOfOrder {
-                        got: cseq,
-                        stored: b.cseq,
-                    });
-                }
+        // Work on a copy: the stored list changes only once persisted.
+        let mut list: Vec<Binding> = shard
+            .get(aor)
+            .map(|l| l.iter().filter(|b| b.expires_at > now).cloned().collect())
+            .unwrap_or_default();
+        for b in list.iter().filter(|b| b.call_id == call_id) {
+            let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
+            if touched && cseq < b.cseq {
+                return Err(UpdateError::OutOfOrder {
+                    got: cseq,
+                    stored: b.cseq,
+                });
             }
         }
-        let list = shard.entry(aor.to_owned()).or_default();
-        list.retain(|b| b.expires_at > now);
+        let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
+        let remove = |records: &mut Vec<Record>, contact: String| {
+            records.push(Record::Remove {
+                seq: 0,
+                aor: aor.to_owned(),
+                contact,
+            });
+        };
         if remove_all {
             for b in list.drain(..) {
-                records.push(Record::Remove {
-                    seq: self.seq.fetch_add(1, Ordering::Relaxed),
-                    aor: aor.to_owned(),
-                    contact: b.contact,
-                });
+                remove(&mut records, b.contact);
             }
         }
         for c in changes {
             let pos = list.iter().position(|b| b.contact == c.contact);
-            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
             if c.expires == 0 {
                 if let Some(p) = pos {
                     list.remove(p);
-                    records.push(Record::Remove {
-                        seq,
-                        aor: aor.to_owned(),
-                        contact: c.contact.to_owned(),
-                    });
+                    remove(&mut records, c.contact.to_owned());
                 }
                 continue;
             }
@@ -264,16 +320,67 @@ impl Location for MemoryLocation {
                 None => list.push(binding.clone()),
             }
             records.push(Record::Bind {
-                seq,
+                seq: 0,
                 aor: aor.to_owned(),
                 binding,
             });
         }
+        if list.len() > policy.max_contacts {
+            if policy.overflow == Overflow::Reject {
+                return Err(UpdateError::TooManyContacts {
+                    max: policy.max_contacts,
+                });
+            }
+            // Make room by dropping what this request did not name,
+            // nearest expiry first.
+            let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact);
+            while list.len() > policy.max_contacts {
+                let Some(p) = list
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| !named(b))
+                    .min_by_key(|(_, b)| b.expires_at)
+                    .map(|(i, _)| i)
+                else {
+                    return Err(UpdateError::TooManyContacts {
+                        max: policy.max_contacts,
+                    });
+                };
+                let gone = list.remove(p);
+                remove(&mut records, gone.contact);
+            }
+        }
+        let listing: usize = list
+            .iter()
+            .map(|b| b.contact.len() + LISTING_OVERHEAD)
+            .sum();
+        if listing > policy.max_listing {
+            return Err(UpdateError::ListingTooLarge {
+                bytes: listing,
+                max: policy.max_listing,
+            });
+        }
+        // Sequence numbers are taken under the shard lock, so replaying
+        // every journal sorted by them reproduces this order.
+        for r in &mut records {
+            match r {
+                Record::Bind { seq, .. } | Record::Remove { seq, .. } => {
+                    *seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        persist(&records).map_err(UpdateError::Journal)?;
         current.clear();
         current.extend(list.iter().cloned());
         current.sort_by_key(|b| std::cmp::Reverse(b.q));
-        if list.is_empty() {
-            shard.remove(aor);
+        match shard.get_mut(aor) {
+            _ if list.is_empty() => {
+                shard.remove(aor);
+            }
+            Some(stored) => *stored = list,
+            None => {
+                shard.insert(aor.to_owned(), list);
+            }
         }
         Ok(())
     }
@@ -331,24 +438,26 @@ impl Location for MemoryLocation {
     }
 }
 
+fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
+    let _ = write!(
+        out,
+        "{seq}\tB\t{aor}\t{}\t{}\t{}\t{}\t{}\t{}",
+        b.contact, b.expires_at, b.q, b.call_id, b.cseq, b.source
+    );
+    // Path is a trailing field, absent from records written before it.
+    if !b.path.is_empty() {
+        let _ = write!(out, "\t{}", b.path);
+    }
+    out.push(b'\n');
+}
+
 fn encode(r: &Record, out: &mut Vec<u8>) {
     match r {
         Record::Bind {
             seq,
             aor,
             binding: b,
-        } => {
-            let _ = write!(
-                out,
-                "{seq}\tB\t{aor}\t{}\t{}\t{}\t{}\t{}\t{}",
-                b.contact, b.expires_at, b.q, b.call_id, b.cseq, b.source
-            );
-            // Path is a trailing field, absent from records written before it.
-            if !b.path.is_empty() {
-                let _ = write!(out, "\t{}", b.path);
-            }
-            out.push(b'\n');
-        }
+        } => encode_bind(*seq, aor, b, out),
         Record::Remove { seq, aor, contact } => {
             let _ = writeln!(out, "{seq}\tD\t{aor}\t{contact}");
         }
@@ -401,6 +510,7 @@ pub struct Journal {
     log: MappedLog,
     buf: Vec<u8>,
     durability: Durability,
+    worker: usize,
 }
 
 impl Journal {
@@ -417,13 +527,54 @@ impl Journal {
         self.log
             .append(&self.buf, self.durability == Durability::Fsync)
     }
+
+    /// Bytes written to the current file.
+    pub fn len(&self) -> u64 {
+        self.log.len()
+    }
+
+    /// Whether the current file holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.log.is_empty()
+    }
+}
+
+/// A shared journal, as workers hold it.
+pub type SharedJournal = Arc<Mutex<Journal>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The on-disk side of the embedded location store.
-#[derive(Debug, Clone)]
+///
+/// Files in the data directory:
+///
+/// ```text
+/// lock                       flock'ed by the running server, holds its PID
+/// location.snapshot          "#sipsec-location-snapshot gen=G", then records
+/// location-gG-wN.log         worker N's journal of generation G
+/// nonce.key                  the digest nonce secret (see auth)
+/// ```
+///
+/// Recovery loads the snapshot and replays, sorted by sequence number,
+/// the journals of its generation and later ones (older ones are already
+/// in it and are deleted). Online compaction: (1) every journal is
+/// switched to a new generation under its own lock; (2) memory is written
+/// to a temporary snapshot naming that generation, synced, renamed over
+/// the old one and the directory synced; (3) older journals are deleted.
+/// A crash at any point leaves a snapshot plus every journal newer than
+/// it, which replays to the state every acknowledged REGISTER saw.
+#[derive(Debug)]
 pub struct Persistence {
     dir: PathBuf,
     durability: Durability,
+    /// The generation new journals are opened at.
+    gen: AtomicU64,
+    journals: Mutex<Vec<SharedJournal>>,
+    /// Snapshot size after the last compaction.
+    snapshot_bytes: AtomicU64,
+    _lock: File,
 }
 
 /// What recovery found.
@@ -435,50 +586,130 @@ pub struct Recovered {
     pub skipped_lines: usize,
 }
 
+const SNAPSHOT_MAGIC: &str = "#sipsec-location-snapshot gen=";
+
+/// The generation of a journal file name: `location-gG-wN.log` is G, the
+/// older `location-wN.log` is 0.
+fn journal_gen(name: &str) -> Option<u64> {
+    let stem = name.strip_prefix("location-")?.strip_suffix(".log")?;
+    match stem.strip_prefix('g') {
+        Some(rest) => rest.split_once("-w")?.0.parse().ok(),
+        None => stem.strip_prefix('w')?.parse::<usize>().ok().map(|_| 0),
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Takes the data directory's lock, or says who holds it.
+fn lock_dir(dir: &Path) -> io::Result<File> {
+    use std::io::{Read, Seek};
+    let path = dir.join("lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = f.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() {
+                "another process".to_owned()
+            } else {
+                format!("another sipsec serve (PID {holder})")
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "{} is in use by {who}: give each server its own --data-dir",
+                    dir.display()
+                ),
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("{}: cannot lock: {e}", path.display()),
+            ))
+        }
+    }
+    f.set_len(0)?;
+    f.rewind()?;
+    f.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    Ok(f)
+}
+
 impl Persistence {
-    /// Uses `dir` (created if missing).
+    /// Uses `dir` (created if missing), locking it against a second server.
     pub fn new(dir: &Path, durability: Durability) -> io::Result<Self> {
         std::fs::create_dir_all(dir)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        let lock = lock_dir(dir)?;
         Ok(Self {
             dir: dir.to_owned(),
             durability,
+            gen: AtomicU64::new(1),
+            journals: Mutex::new(Vec::new()),
+            snapshot_bytes: AtomicU64::new(0),
+            _lock: lock,
         })
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn snapshot_path(&self) -> PathBuf {
         self.dir.join("location.snapshot")
     }
 
-    fn journals(&self) -> io::Result<Vec<PathBuf>> {
+    /// Journal files with their generation, sorted by name.
+    fn journals(&self) -> io::Result<Vec<(u64, PathBuf)>> {
         let mut v: Vec<_> = std::fs::read_dir(&self.dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("location-w") && n.ends_with(".log"))
+            .filter_map(|p| {
+                let g = journal_gen(p.file_name()?.to_str()?)?;
+                Some((g, p))
             })
             .collect();
         v.sort();
         Ok(v)
     }
 
+    fn journal_path(&self, gen: u64, worker: usize) -> PathBuf {
+        self.dir.join(format!("location-g{gen}-w{worker}.log"))
+    }
+
     /// Loads the snapshot and journals into `loc`, then compacts them into
-    /// a new snapshot and empties the journals.
+    /// a new snapshot and removes the journals.
     pub fn recover(&self, loc: &MemoryLocation, now: u64) -> io::Result<Recovered> {
         let mut records = Vec::new();
         let mut skipped = 0;
-        let mut files = vec![self.snapshot_path()];
-        files.extend(self.journals()?);
-        for path in &files {
+        let mut snapshot_gen = 0;
+        let mut read = |path: &Path, header: bool, records: &mut Vec<Record>| -> io::Result<u64> {
             let f = match File::open(path) {
                 Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
                 Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
             };
-            for line in BufReader::new(f).split(b'\n') {
+            let mut gen = 0;
+            for (i, line) in BufReader::new(f).split(b'\n').enumerate() {
                 let line = line?;
-                match std::str::from_utf8(&line).ok().and_then(decode) {
+                let text = std::str::from_utf8(&line).ok();
+                if header && i == 0 {
+                    if let Some(g) = text.and_then(|t| t.strip_prefix(SNAPSHOT_MAGIC)) {
+                        gen = g.trim().parse().unwrap_or(0);
+                        continue;
+                    }
+                }
+                match text.and_then(decode) {
                     Some(r) => records.push(r),
                     // An open journal's reserved space is zeros (a crash
                     // leaves them).
@@ -486,7 +717,19 @@ impl Persistence {
                     None => skipped += 1,
                 }
             }
+            Ok(gen)
+        };
+        snapshot_gen = snapshot_gen.max(read(&self.snapshot_path(), true, &mut records)?);
+        let journals = self.journals()?;
+        let mut newest = snapshot_gen;
+        for (gen, path) in &journals {
+            // Older generations are in the snapshot already.
+            if *gen >= snapshot_gen {
+                read(path, false, &mut records)?;
+                newest = newest.max(*gen);
+            }
         }
+        // Stable: snapshot records (sequence 0) stay ahead of the journals.
         records.sort_by_key(|r| match r {
             Record::Bind { seq, .. } | Record::Remove { seq, .. } => *seq,
         });
@@ -494,46 +737,94 @@ impl Persistence {
             loc.replay(r);
         }
         loc.expire(now);
-        // Compact: snapshot of live bindings, written atomically.
-        let tmp = self.dir.join("location.snapshot.tmp");
-        let mut buf = Vec::new();
-        let mut seq = 0;
-        let live = loc.snapshot(now);
-        for (aor, binding) in &live {
-            seq += 1;
-            encode(
-                &Record::Bind {
-                    seq,
-                    aor: aor.clone(),
-                    binding: binding.clone(),
-                },
-                &mut buf,
-            );
-        }
-        loc.seq.fetch_max(seq + 1, Ordering::Relaxed);
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&buf)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, self.snapshot_path())?;
-        for j in self.journals()? {
+        let gen = newest + 1;
+        let bytes = self.write_snapshot(loc, now, gen)?;
+        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        self.gen.store(gen, Ordering::Relaxed);
+        for (_, j) in self.journals()? {
             std::fs::remove_file(j)?;
         }
         Ok(Recovered {
-            bindings: live.len(),
+            bindings: loc.len(now),
             skipped_lines: skipped,
         })
     }
 
-    /// Opens worker `n`'s journal for appending.
-    pub fn journal(&self, n: usize) -> io::Result<Journal> {
-        let path = self.dir.join(format!("location-w{n}.log"));
-        Ok(Journal {
-            log: MappedLog::open(&path)?,
+    /// Writes every live binding as the snapshot of generation `gen`
+    /// (temporary file, fsync, rename, directory fsync); returns its size.
+    fn write_snapshot(&self, loc: &MemoryLocation, now: u64, gen: u64) -> io::Result<u64> {
+        let tmp = self.dir.join("location.snapshot.tmp");
+        let mut w = std::io::BufWriter::new(File::create(&tmp)?);
+        writeln!(w, "{SNAPSHOT_MAGIC}{gen}")?;
+        let mut buf = Vec::with_capacity(256);
+        let mut bytes = 0;
+        // One shard at a time, under its read lock: a change journaled
+        // before the rotation is in memory by the time its shard is read.
+        for s in &loc.shards {
+            let s = s.read().unwrap_or_else(|e| e.into_inner());
+            for (aor, list) in s.iter() {
+                for b in list.iter().filter(|b| b.expires_at > now) {
+                    buf.clear();
+                    encode_bind(0, aor, b, &mut buf);
+                    bytes += buf.len() as u64;
+                    w.write_all(&buf)?;
+                }
+            }
+        }
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, self.snapshot_path())?;
+        sync_dir(&self.dir)?;
+        Ok(bytes)
+    }
+
+    /// Opens worker `n`'s journal for appending at the current generation.
+    pub fn journal(&self, n: usize) -> io::Result<SharedJournal> {
+        let gen = self.gen.load(Ordering::Relaxed);
+        let j = Arc::new(Mutex::new(Journal {
+            log: MappedLog::open(&self.journal_path(gen, n))?,
             buf: Vec::with_capacity(1024),
             durability: self.durability,
-        })
+            worker: n,
+        }));
+        lock(&self.journals).push(j.clone());
+        Ok(j)
+    }
+
+    /// Bytes in the open journals.
+    pub fn journal_bytes(&self) -> u64 {
+        lock(&self.journals).iter().map(|j| lock(j).len()).sum()
+    }
+
+    /// Whether the journals have grown enough to compact: past `threshold`
+    /// bytes and past the last snapshot's size (so a large, mostly live
+    /// store is not rewritten over and over).
+    pub fn wants_compaction(&self, threshold: u64) -> bool {
+        let j = self.journal_bytes();
+        j > threshold && j > self.snapshot_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Compacts online: journals switch to a new generation, memory is
+    /// written as that generation's snapshot, older journals go. Safe to
+    /// crash at any step (see the type's documentation).
+    pub fn compact(&self, loc: &MemoryLocation, now: u64) -> io::Result<()> {
+        let gen = self.gen.fetch_add(1, Ordering::Relaxed) + 1;
+        let journals: Vec<SharedJournal> = lock(&self.journals).clone();
+        for j in &journals {
+            let mut j = lock(j);
+            let log = MappedLog::open(&self.journal_path(gen, j.worker))?;
+            // The old log is trimmed as it drops.
+            j.log = log;
+        }
+        let bytes = self.write_snapshot(loc, now, gen)?;
+        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        for (g, path) in self.journals()? {
+            if g < gen {
+                std::fs::remove_file(path)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -563,11 +854,30 @@ mod tests {
         }
     }
 
+    /// An update with the default policy whose records land in `rec`.
+    fn upd(
+        loc: &MemoryLocation,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        r: &Registration<'_>,
+        cur: &mut Vec<Binding>,
+        rec: &mut Vec<Record>,
+    ) -> Result<(), UpdateError> {
+        let mut persist = |records: &[Record]| {
+            rec.extend_from_slice(records);
+            Ok(())
+        };
+        let policy = UpdatePolicy::default();
+        loc.update(aor, changes, remove_all, r, &policy, &mut persist, cur)
+    }
+
     #[test]
     fn bind_refresh_remove_and_order() {
         let loc = MemoryLocation::new();
         let (mut cur, mut rec) = (Vec::new(), Vec::new());
-        loc.update(
+        upd(
+            &loc,
             "sip:a@x",
             &[change("sip:a@1.1.1.1", 60)],
             false,
@@ -577,7 +887,8 @@ mod tests {
         )
         .expect("bind");
         assert_eq!(cur.len(), 1);
-        loc.update(
+        upd(
+            &loc,
             "sip:a@x",
             &[ContactChange {
                 contact: "sip:a@2.2.2.2",
@@ -593,7 +904,8 @@ mod tests {
         assert_eq!(cur.len(), 2);
         assert_eq!(cur[0].contact, "sip:a@1.1.1.1", "q=1 first");
         let mut up = |cseq, expires| {
-            loc.update(
+            upd(
+                &loc,
                 "sip:a@x",
                 &[change("sip:a@1.1.1.1", expires)],
                 false,
@@ -602,24 +914,268 @@ mod tests {
                 &mut rec,
             )
         };
-        assert_eq!(
-            up(1, 60),
-            Ok(()),
+        assert!(
+            up(1, 60).is_ok(),
             "a retransmission (same Call-ID and CSeq) applies again"
         );
-        assert_eq!(up(3, 60), Ok(()));
-        assert_eq!(
-            up(2, 60),
-            Err(UpdateError::OutOfOrder { got: 2, stored: 3 }),
+        assert!(up(3, 60).is_ok());
+        assert!(
+            matches!(
+                up(2, 60),
+                Err(UpdateError::OutOfOrder { got: 2, stored: 3 })
+            ),
             "stale"
         );
-        assert_eq!(up(4, 0), Ok(()), "remove");
+        assert!(up(4, 0).is_ok(), "remove");
         assert_eq!(cur.len(), 1);
         assert_eq!(loc.len(170), 0, "expired");
-        loc.update("sip:a@x", &[], true, &reg("c9", 1, 101), &mut cur, &mut rec)
-            .expect("star");
+        upd(
+            &loc,
+            "sip:a@x",
+            &[],
+            true,
+            &reg("c9", 1, 101),
+            &mut cur,
+            &mut rec,
+        )
+        .expect("star");
         assert!(cur.is_empty());
         assert_eq!(loc.len(101), 0);
+    }
+
+    /// A change whose journal write fails is not applied: memory keeps
+    /// what the client was told (before, the binding was served although
+    /// the REGISTER got 500).
+    #[test]
+    fn a_failed_persist_changes_nothing() {
+        let loc = MemoryLocation::new();
+        let mut cur = Vec::new();
+        let policy = UpdatePolicy::default();
+        let mut ok = |_: &[Record]| Ok(());
+        loc.update(
+            "sip:a@x",
+            &[change("sip:a@1.1.1.1", 60)],
+            false,
+            &reg("c1", 1, 100),
+            &policy,
+            &mut ok,
+            &mut cur,
+        )
+        .expect("bind");
+        let mut full = |_: &[Record]| Err(io::Error::other("No space left on device"));
+        for (changes, star) in [
+            (vec![change("sip:a@2.2.2.2", 60)], false),
+            (vec![change("sip:a@1.1.1.1", 0)], false),
+            (vec![], true),
+        ] {
+            let r = loc.update(
+                "sip:a@x",
+                &changes,
+                star,
+                &reg("c1", 2, 100),
+                &policy,
+                &mut full,
+                &mut cur,
+            );
+            assert!(matches!(r, Err(UpdateError::Journal(_))));
+            let mut now = Vec::new();
+            loc.lookup("sip:a@x", 100, &mut now);
+            assert_eq!(now.len(), 1);
+            assert_eq!(now[0].contact, "sip:a@1.1.1.1");
+        }
+    }
+
+    #[test]
+    fn contacts_are_bounded_by_refusal_or_replacement() {
+        let loc = MemoryLocation::new();
+        let (mut cur, mut rec) = (Vec::new(), Vec::new());
+        let mut persist = |r: &[Record]| {
+            rec.extend_from_slice(r);
+            Ok(())
+        };
+        let mut policy = UpdatePolicy {
+            max_contacts: 2,
+            ..UpdatePolicy::default()
+        };
+        for (i, c) in ["sip:1@h", "sip:2@h"].into_iter().enumerate() {
+            loc.update(
+                "sip:a@x",
+                &[change(c, 60 + i as u32)],
+                false,
+                &reg("c", 1, 100),
+                &policy,
+                &mut persist,
+                &mut cur,
+            )
+            .expect("within the limit");
+        }
+        let third = [change("sip:3@h", 90)];
+        let r = loc.update(
+            "sip:a@x",
+            &third,
+            false,
+            &reg("c", 2, 100),
+            &policy,
+            &mut persist,
+            &mut cur,
+        );
+        assert!(matches!(r, Err(UpdateError::TooManyContacts { max: 2 })));
+        policy.overflow = Overflow::ReplaceOldest;
+        loc.update(
+            "sip:a@x",
+            &third,
+            false,
+            &reg("c", 3, 100),
+            &policy,
+            &mut persist,
+            &mut cur,
+        )
+        .expect("replaces");
+        let mut names: Vec<_> = cur.iter().map(|b| b.contact.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["sip:2@h", "sip:3@h"],
+            "the one closest to expiry went"
+        );
+        policy.max_listing = 10;
+        let r = loc.update(
+            "sip:b@x",
+            &[change("sip:long-enough@h", 60)],
+            false,
+            &reg("d", 1, 100),
+            &policy,
+            &mut persist,
+            &mut cur,
+        );
+        assert!(matches!(r, Err(UpdateError::ListingTooLarge { .. })));
+        assert_eq!(loc.len(100), 2, "refused updates leave no trace");
+        assert!(rec
+            .iter()
+            .any(|r| matches!(r, Record::Remove { contact, .. } if contact == "sip:1@h")));
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sipsec-loc-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Binds `n` AoRs (and removes every third) through the journal of `p`.
+    fn fill(p: &Persistence, loc: &MemoryLocation, j: &SharedJournal, from: usize, n: usize) {
+        let mut cur = Vec::new();
+        let policy = UpdatePolicy::default();
+        let mut persist = |r: &[Record]| lock(j).append(r);
+        for i in from..from + n {
+            let aor = format!("sip:u{i}@x");
+            let contact = format!("sip:u{i}@192.0.2.1");
+            loc.update(
+                &aor,
+                &[change(&contact, 600)],
+                false,
+                &reg("c", 1, 100),
+                &policy,
+                &mut persist,
+                &mut cur,
+            )
+            .expect("bind");
+            if i % 3 == 0 {
+                loc.update(
+                    &aor,
+                    &[change(&contact, 0)],
+                    false,
+                    &reg("c", 2, 100),
+                    &policy,
+                    &mut persist,
+                    &mut cur,
+                )
+                .expect("unbind");
+            }
+        }
+        let _ = p;
+    }
+
+    /// Online compaction leaves, at every step a crash can stop it at, a
+    /// directory that recovers to the same bindings.
+    #[test]
+    fn compaction_is_crash_safe_at_every_step() {
+        for stop_after in 0..4 {
+            let dir = temp(&format!("compact{stop_after}"));
+            let p = Persistence::new(&dir, Durability::Process).expect("dir");
+            let loc = MemoryLocation::new();
+            p.recover(&loc, 100).expect("empty");
+            let j = p.journal(0).expect("journal");
+            fill(&p, &loc, &j, 0, 300);
+            let want = loc.snapshot(100);
+            match stop_after {
+                // Journals rotated, no snapshot yet.
+                0 => {
+                    let gen = p.gen.fetch_add(1, Ordering::Relaxed) + 1;
+                    let mut g = lock(&j);
+                    g.log = MappedLog::open(&p.journal_path(gen, 0)).expect("rotate");
+                }
+                // Snapshot written but not renamed.
+                1 => {
+                    let old = std::fs::read(dir.join("location.snapshot")).expect("old");
+                    let gen = p.gen.load(Ordering::Relaxed) + 1;
+                    p.write_snapshot(&loc, 100, gen).expect("snapshot");
+                    std::fs::rename(
+                        dir.join("location.snapshot"),
+                        dir.join("location.snapshot.tmp"),
+                    )
+                    .expect("unrename");
+                    std::fs::write(dir.join("location.snapshot"), old).expect("old back");
+                }
+                // Snapshot renamed, old journals still there.
+                2 => {
+                    let gen = p.gen.fetch_add(1, Ordering::Relaxed) + 1;
+                    {
+                        let mut g = lock(&j);
+                        g.log = MappedLog::open(&p.journal_path(gen, 0)).expect("rotate");
+                    }
+                    p.write_snapshot(&loc, 100, gen).expect("snapshot");
+                }
+                // A whole compaction, then more changes.
+                _ => {
+                    p.compact(&loc, 100).expect("compact");
+                    fill(&p, &loc, &j, 300, 50);
+                }
+            }
+            let want = if stop_after == 3 {
+                loc.snapshot(100)
+            } else {
+                want
+            };
+            // kill -9: nothing is dropped or trimmed.
+            std::mem::forget(j);
+            std::mem::forget(p);
+            let again = MemoryLocation::new();
+            let p2 = {
+                // The crashed process's lock dies with it; here it is
+                // leaked, so take the directory as a new process would.
+                let _ = std::fs::remove_file(dir.join("lock"));
+                Persistence::new(&dir, Durability::Process).expect("reopen")
+            };
+            p2.recover(&again, 100).expect("recover");
+            assert_eq!(again.snapshot(100), want, "stopped after step {stop_after}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
+    fn the_data_directory_takes_one_server() {
+        let dir = temp("lock");
+        let first = Persistence::new(&dir, Durability::Process).expect("first");
+        let e = Persistence::new(&dir, Durability::Process).expect_err("second");
+        let said = e.to_string();
+        assert!(said.contains(&dir.display().to_string()), "{said}");
+        assert!(
+            said.contains(&format!("PID {}", std::process::id())),
+            "{said}"
+        );
+        drop(first);
+        Persistence::new(&dir, Durability::Process).expect("free again");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -651,40 +1207,29 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_recovery() {
-        let dir = std::env::temp_dir().join(format!("sipsec-loc-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = temp("roundtrip");
         let p = Persistence::new(&dir, Durability::Process).expect("dir");
         let loc = MemoryLocation::new();
         let (mut cur, mut rec) = (Vec::new(), Vec::new());
-        loc.update(
-            "sip:a@x",
-            &[change("sip:a@1.1.1.1", 60)],
-            false,
-            &reg("c1", 1, 100),
-            &mut cur,
-            &mut rec,
-        )
-        .expect("bind");
-        loc.update(
-            "sip:b@x",
-            &[change("sip:b@1.1.1.1", 60)],
-            false,
-            &reg("c2", 1, 100),
-            &mut cur,
-            &mut rec,
-        )
-        .expect("bind");
-        loc.update(
-            "sip:b@x",
-            &[change("sip:b@1.1.1.1", 0)],
-            false,
-            &reg("c2", 2, 100),
-            &mut cur,
-            &mut rec,
-        )
-        .expect("unbind");
-        let mut j = p.journal(0).expect("journal");
-        j.append(&rec).expect("write");
+        for (aor, contact, call, cseq, expires) in [
+            ("sip:a@x", "sip:a@1.1.1.1", "c1", 1, 60),
+            ("sip:b@x", "sip:b@1.1.1.1", "c2", 1, 60),
+            ("sip:b@x", "sip:b@1.1.1.1", "c2", 2, 0),
+        ] {
+            upd(
+                &loc,
+                aor,
+                &[change(contact, expires)],
+                false,
+                &reg(call, cseq, 100),
+                &mut cur,
+                &mut rec,
+            )
+            .expect("update");
+        }
+        let j = p.journal(0).expect("journal");
+        lock(&j).append(&rec).expect("write");
+        drop(j);
         std::fs::write(dir.join("location-w1.log"), b"garbage line\n").expect("torn");
         let fresh = MemoryLocation::new();
         let r = p.recover(&fresh, 110).expect("recover");

@@ -145,12 +145,23 @@ pub struct Metrics {
     pub auth_failures: AtomicU64,
     /// Journal write failures.
     pub journal_errors: AtomicU64,
-    /// Requests refused by the rate limiter or a ban.
+    /// Nonce counts reused by another request (replays refused).
+    pub auth_replays: AtomicU64,
+    /// Requests dropped because their source is banned.
+    pub banned: AtomicU64,
+    /// Messages too large for a UDP datagram (answered with a short error
+    /// or dropped).
+    pub oversize: AtomicU64,
+    /// Online compactions of the location journal.
+    pub compactions: AtomicU64,
+    /// Requests refused by the rate limiter.
     pub rate_limited: AtomicU64,
     /// Outbound TCP connects in progress (a gauge).
     pub tcp_connects_pending: AtomicU64,
     /// Proxy transactions in the table (a gauge; stateful mode).
     pub active_transactions: AtomicU64,
+    /// Memory the transaction table holds, bytes (a gauge; stateful mode).
+    pub transaction_bytes: AtomicU64,
     /// Request retransmissions absorbed by a transaction (stateful mode).
     pub retransmissions_absorbed: AtomicU64,
     /// Client transactions that timed out, answered upstream with 408.
@@ -184,6 +195,20 @@ impl Metrics {
     /// Counts a response this server sent or forwarded, by class.
     pub fn response(&self, code: u16) {
         bump(&self.responses_sent[usize::from(code / 100).clamp(1, 6) - 1]);
+    }
+
+    /// Counts what is being sent when it is a response: every send path
+    /// calls this once per message, so every response that leaves (made
+    /// here, forwarded, or resent by a transaction timer) is counted once.
+    pub fn sent(&self, bytes: &[u8]) {
+        if let Some(code) = bytes
+            .strip_prefix(b"SIP/2.0 ")
+            .and_then(|r| r.get(..3))
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(|c| c.parse::<u16>().ok())
+        {
+            self.response(code);
+        }
     }
 
     /// Records a stage duration.
@@ -224,7 +249,7 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 15] = [
+        let counters: [(&str, &str, &AtomicU64); 19] = [
             (
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
@@ -262,8 +287,28 @@ impl Metrics {
             ),
             (
                 "sipsec_rate_limited_total",
-                "Requests refused by rate limit or ban.",
+                "Requests dropped by the per-source rate limit.",
                 &self.rate_limited,
+            ),
+            (
+                "sipsec_requests_banned_total",
+                "Requests dropped because their source is banned.",
+                &self.banned,
+            ),
+            (
+                "sipsec_auth_replays_total",
+                "Nonce counts reused by another request (challenged again).",
+                &self.auth_replays,
+            ),
+            (
+                "sipsec_oversize_total",
+                "Messages too large for a UDP datagram (short error sent, or dropped).",
+                &self.oversize,
+            ),
+            (
+                "sipsec_journal_compactions_total",
+                "Online compactions of the location journal.",
+                &self.compactions,
             ),
             (
                 "sipsec_retransmissions_absorbed_total",
@@ -317,6 +362,11 @@ impl Metrics {
             o,
             "# HELP sipsec_active_transactions Proxy transactions in progress.\n# TYPE sipsec_active_transactions gauge\nsipsec_active_transactions {}",
             self.active_transactions.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_transaction_bytes Memory held by proxy transactions (entries and kept messages).\n# TYPE sipsec_transaction_bytes gauge\nsipsec_transaction_bytes {}",
+            self.transaction_bytes.load(Ordering::Relaxed)
         );
         for (name, help, v) in gauges {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

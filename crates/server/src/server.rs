@@ -5,10 +5,11 @@ use std::sync::Arc;
 use crate::auth::{Authenticator, NonceKey};
 use crate::config::Config;
 use crate::core::{Shared, Transport};
-use crate::location::{MemoryLocation, Persistence, Recovered};
+use crate::location::{Location, MemoryLocation, Persistence, Recovered};
 use crate::stateful::Sends;
 use crate::tcp::TcpHub;
 use crate::tls::TlsContext;
+use crate::udp::POLL;
 use crate::udp::{unix_now, ServerHandle, UdpServer};
 use crate::users::Users;
 
@@ -21,6 +22,18 @@ pub enum StartError {
     /// Authentication is on but the users file names nobody.
     #[error("--auth needs users: {0} has none (add some with `sipsec users add`)")]
     NoUsers(String),
+    /// Authentication is on but no user is in the realm served.
+    #[error("--auth: none of the {count} user(s) in {file} is in realm {realm:?} (they are in {found}): serve that realm with --realm, or add users with `sipsec users add --realm {realm}`")]
+    NoUsersInRealm {
+        /// Users file.
+        file: String,
+        /// Realm served.
+        realm: String,
+        /// Users in the file.
+        count: usize,
+        /// The realms the file has, quoted.
+        found: String,
+    },
     /// The data directory or its files could not be used.
     #[error("location store in {dir}: {err}")]
     Store {
@@ -40,7 +53,7 @@ pub enum StartError {
         err: std::io::Error,
     },
     /// The OS random generator failed.
-    #[error("no randomness for nonces: {0}")]
+    #[error("nonce secret: {0}")]
     Random(std::io::Error),
     /// The privacy keys could not be used.
     #[error("privacy: {0}")]
@@ -61,24 +74,33 @@ pub struct Started {
 
 /// Recovers the location store, loads users, binds and starts workers.
 pub fn start(mut config: Config) -> Result<Started, StartError> {
+    // A file-size limit (ulimit -f) must make a journal write fail with
+    // EFBIG, answered 500 like a full disk, not kill the server.
+    static XFSZ: std::sync::Once = std::sync::Once::new();
+    XFSZ.call_once(|| {
+        let _ = signal_hook::flag::register(
+            signal_hook::consts::SIGXFSZ,
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+    });
     let store = |err| StartError::Store {
         dir: config.data_dir.display().to_string(),
         err,
     };
     let location = Arc::new(MemoryLocation::new());
-    let persistence = Persistence::new(&config.data_dir, config.durability).map_err(store)?;
+    let persistence =
+        Arc::new(Persistence::new(&config.data_dir, config.durability).map_err(store)?);
     let recovered = persistence.recover(&location, unix_now()).map_err(store)?;
     let auth = if config.auth {
-        let users = Users::load(&config.users)?;
-        if users.is_empty() {
-            return Err(StartError::NoUsers(config.users.display().to_string()));
-        }
-        let key = NonceKey::random(config.nonce_ttl).map_err(StartError::Random)?;
+        let users = load_users(&config)?;
+        let key = NonceKey::load_or_create(&config.data_dir.join("nonce.key"), config.nonce_ttl)
+            .map_err(StartError::Random)?;
         Some(Authenticator::new(
             &config.realm,
             key,
             users,
             &config.digest_algorithms,
+            config.max_tracked_nonces,
         ))
     } else {
         None
@@ -137,9 +159,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     };
     let tls_addr = tls_listener.as_ref().and_then(|l| l.local_addr().ok());
     let tcp_journal = if tcp_listener.is_some() || tls_listener.is_some() {
-        Some(Arc::new(std::sync::Mutex::new(
-            persistence.journal(workers).map_err(store)?,
-        )))
+        Some(persistence.journal(workers).map_err(store)?)
     } else {
         None
     };
@@ -156,8 +176,12 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let udp_addr = udp.local_addr();
     let privacy = match &config.privacy {
         Some(p) => Some(
-            crate::privacy::Privacy::load(p, auth.as_ref().map(|a| a.users()), &config.realm)
-                .map_err(StartError::Privacy)?,
+            crate::privacy::Privacy::load(
+                p,
+                auth.as_ref().map(|a| a.users()).as_deref(),
+                &config.realm,
+            )
+            .map_err(StartError::Privacy)?,
         ),
         None => None,
     };
@@ -184,9 +208,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     } else {
         None
     };
-    if let Some(ctx) = &tls {
-        threads.push(watch_certificates(ctx.clone(), shared.clone(), stop.clone()).map_err(bind)?);
-    }
+    threads.push(store_upkeep(shared.clone(), persistence, stop.clone()).map_err(bind)?);
+    threads.push(watch_files(tls.clone(), shared.clone(), stop.clone()).map_err(bind)?);
     if shared.transactions.is_some() {
         let sock = udp.sender().map_err(bind)?;
         threads.push(
@@ -237,6 +260,7 @@ fn transaction_timers(
                 for (bytes, (dest, transport)) in sends.iter() {
                     match (transport, &hub) {
                         (Transport::Udp, _) => {
+                            shared.metrics.sent(bytes);
                             let _ = udp.send_to(bytes, dest);
                         }
                         (t, Some(hub)) => {
@@ -249,14 +273,94 @@ fn transaction_timers(
         })
 }
 
-/// How often the certificate and key files are checked for changes.
-const CERT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Loads the users file and checks that someone is in the realm served.
+fn load_users(config: &Config) -> Result<Users, StartError> {
+    let users = Users::load(&config.users)?;
+    let file = config.users.display().to_string();
+    if users.is_empty() {
+        return Err(StartError::NoUsers(file));
+    }
+    if !users.iter().any(|(_, r, _)| r == config.realm) {
+        let mut realms: Vec<&str> = users.iter().map(|(_, r, _)| r).collect();
+        realms.sort_unstable();
+        realms.dedup();
+        let found = realms
+            .iter()
+            .take(5)
+            .map(|r| format!("{r:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(StartError::NoUsersInRealm {
+            file,
+            realm: config.realm.clone(),
+            count: users.len(),
+            found,
+        });
+    }
+    Ok(users)
+}
 
-/// Reloads the TLS certificate and key when their files change or on
-/// SIGHUP, without a restart; a broken pair is reported and the old one
-/// kept.
-fn watch_certificates(
-    ctx: Arc<TlsContext>,
+/// How often the store checks for expired bindings.
+const EXPIRY_EVERY: u64 = 10;
+
+/// Expires bindings and compacts the journal online when it has grown.
+fn store_upkeep(
+    shared: Arc<Shared>,
+    persistence: Arc<Persistence>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    std::thread::Builder::new()
+        .name("store".into())
+        .spawn(move || {
+            let mut last_expiry = unix_now();
+            let threshold = shared.config.journal_compact_bytes;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(POLL);
+                let now = unix_now();
+                if now >= last_expiry + EXPIRY_EVERY {
+                    shared.location.expire(now);
+                    last_expiry = now;
+                }
+                if persistence.wants_compaction(threshold) {
+                    match persistence.compact(&shared.location, now) {
+                        Ok(()) => {
+                            shared.metrics.compactions.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            shared
+                                .metrics
+                                .journal_errors
+                                .fetch_add(1, Ordering::Relaxed);
+                            crate::log::line(
+                                "error",
+                                &format!(
+                                    "journal compaction in {} failed (will retry): {e}",
+                                    persistence.dir().display()
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        })
+}
+
+/// How often the certificate, key and users files are checked for changes.
+const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The users file's identity, to notice a change.
+fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// Reloads the users file (when authentication is on), and the TLS
+/// certificate and key (when TLS is on), when their files change or on
+/// SIGHUP, without a restart. A broken file is reported and the old
+/// contents kept.
+fn watch_files(
+    tls: Option<Arc<TlsContext>>,
     shared: Arc<Shared>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -264,34 +368,100 @@ fn watch_certificates(
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())?;
     std::thread::Builder::new()
-        .name("tls-reload".into())
+        .name("reload".into())
         .spawn(move || {
             let mut waited = std::time::Duration::ZERO;
+            let mut users_stamp = file_stamp(&shared.config.users);
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(TICK);
                 waited += TICK;
                 let forced = hup.swap(false, Ordering::Relaxed);
-                if !forced && waited < CERT_POLL {
+                if !forced && waited < FILE_POLL {
                     continue;
                 }
                 waited = std::time::Duration::ZERO;
-                match ctx.certs.reload(forced) {
-                    Ok(true) => {
-                        shared.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
-                        eprintln!(
-                            "sipsec: TLS certificate reloaded ({})",
-                            ctx.certs.info().description
-                        );
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        shared
-                            .metrics
-                            .tls_reload_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        eprintln!("sipsec: TLS reload refused, keeping the old certificate: {e}");
+                if let Some(ctx) = &tls {
+                    reload_certificates(ctx, &shared, forced);
+                }
+                if shared.auth.is_some() {
+                    let stamp = file_stamp(&shared.config.users);
+                    if forced || stamp != users_stamp {
+                        users_stamp = stamp;
+                        reload_users(&shared);
                     }
                 }
             }
         })
+}
+
+fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
+    use std::sync::atomic::Ordering;
+    match ctx.certs.reload(forced) {
+        Ok(true) => {
+            shared.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
+            crate::log::line(
+                "info",
+                &format!(
+                    "TLS certificate reloaded ({})",
+                    ctx.certs.info().description
+                ),
+            );
+        }
+        Ok(false) => {}
+        Err(e) => {
+            shared
+                .metrics
+                .tls_reload_failures
+                .fetch_add(1, Ordering::Relaxed);
+            crate::log::line(
+                "error",
+                &format!("TLS reload refused, keeping the old certificate: {e}"),
+            );
+        }
+    }
+}
+
+/// Swaps in the users file as it is now, all at once, and says what
+/// changed; a file that does not load, or has nobody in the realm,
+/// leaves the running set as it was.
+fn reload_users(shared: &Shared) {
+    let Some(auth) = &shared.auth else {
+        return;
+    };
+    let file = shared.config.users.display();
+    let new = match load_users(&shared.config) {
+        Ok(u) => u,
+        Err(e) => {
+            crate::log::line(
+                "error",
+                &format!(
+                    "users reload refused, keeping the {} loaded: {e}",
+                    auth.users().len()
+                ),
+            );
+            return;
+        }
+    };
+    let old = auth.users();
+    let (mut added, mut changed, mut removed) = (0, 0, 0);
+    for (name, realm, entry) in new.iter() {
+        match old.get(name, realm) {
+            None => added += 1,
+            Some(e) if e != entry => changed += 1,
+            Some(_) => {}
+        }
+    }
+    for (name, realm, _) in old.iter() {
+        if new.get(name, realm).is_none() {
+            removed += 1;
+        }
+    }
+    let total = new.len();
+    auth.set_users(new);
+    crate::log::line(
+        "info",
+        &format!(
+            "users reloaded from {file}: {total} user(s), {added} added, {changed} changed, {removed} removed"
+        ),
+    );
 }

@@ -20,7 +20,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,9 @@ pub type Hop = (SocketAddr, Transport);
 pub const TIMER_C: Duration = Duration::from_secs(180);
 /// Most transactions at once; past it new requests get 503.
 pub const MAX_TRANSACTIONS: u64 = 1 << 20;
+/// Default bound on the memory the table holds (entries and the messages
+/// they keep); past it new requests get 503 with Retry-After.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 const SHARDS: usize = 32;
 /// Prefix of the branch this proxy writes in its Via.
 pub const BRANCH_PREFIX: &str = "z9hG4bKsps";
@@ -253,9 +256,22 @@ struct Entry {
     timer_c: Option<Instant>,
     /// The deadline this entry has on the heap.
     scheduled: Option<Instant>,
+    /// The bytes this entry adds to `Metrics::transaction_bytes`.
+    counted: usize,
 }
 
 impl Entry {
+    /// Memory held for this entry: the entry, its key in the map and on the
+    /// heap, and the messages it keeps.
+    fn footprint(&self) -> usize {
+        std::mem::size_of::<Entry>()
+            + 2 * std::mem::size_of::<(Instant, Key)>()
+            + self.original.capacity()
+            + self.forwarded.capacity()
+            + self.response.capacity()
+            + self.ack.capacity()
+    }
+
     fn deadline(&self) -> Option<Instant> {
         [self.server.deadline(), self.client.deadline(), self.timer_c]
             .into_iter()
@@ -276,15 +292,29 @@ struct Shard {
 
 impl Shard {
     /// Puts `key` on the heap for its entry's next deadline, or removes a
-    /// finished entry.
-    fn reschedule(&mut self, key: Key, active: &AtomicU64) {
+    /// finished entry; keeps the memory gauge in step with the entry.
+    fn reschedule(&mut self, key: Key, metrics: &Metrics) {
         let Some(e) = self.map.get_mut(&key) else {
             return;
         };
         if e.done() {
+            let gone = e.counted;
             self.map.remove(&key);
-            active.fetch_sub(1, Ordering::Relaxed);
+            metrics.active_transactions.fetch_sub(1, Ordering::Relaxed);
+            metrics
+                .transaction_bytes
+                .fetch_sub(gone as u64, Ordering::Relaxed);
             return;
+        }
+        let now = e.footprint();
+        if now != e.counted {
+            let bytes = &metrics.transaction_bytes;
+            if now > e.counted {
+                bytes.fetch_add((now - e.counted) as u64, Ordering::Relaxed);
+            } else {
+                bytes.fetch_sub((e.counted - now) as u64, Ordering::Relaxed);
+            }
+            e.counted = now;
         }
         let next = e.deadline();
         if next != e.scheduled {
@@ -322,7 +352,7 @@ pub enum Upstream {
 pub enum StartError {
     /// The same transaction already exists (a retransmission raced in).
     Exists,
-    /// [`MAX_TRANSACTIONS`] reached.
+    /// [`MAX_TRANSACTIONS`] or the memory bound reached.
     Full,
 }
 
@@ -331,6 +361,7 @@ pub enum StartError {
 pub struct Transactions {
     shards: Box<[Mutex<Shard>]>,
     timers: TimerConfig,
+    max_bytes: u64,
 }
 
 fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
@@ -356,12 +387,27 @@ fn own_response(request: &[u8], status: StatusCode, key: Key, out: &mut Vec<u8>)
 }
 
 impl Transactions {
-    /// An empty table using `timers`.
-    pub fn new(timers: TimerConfig) -> Self {
+    /// An empty table using `timers`, holding at most `max_bytes` of
+    /// entries and messages.
+    pub fn new(timers: TimerConfig, max_bytes: u64) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             timers,
+            max_bytes,
         }
+    }
+
+    /// Bytes of map and heap slots allocated (used or not): what the
+    /// table would hand back to the allocator when idle.
+    pub fn allocated(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = lock(s);
+                s.map.capacity() * (std::mem::size_of::<(Key, Entry)>() + 1)
+                    + s.heap.capacity() * std::mem::size_of::<Reverse<(Instant, Key)>>()
+            })
+            .sum()
     }
 
     fn shard(&self, key: Key) -> &Mutex<Shard> {
@@ -406,7 +452,7 @@ impl Transactions {
                 return Seen::New;
             }
             t.on_ack(now);
-            shard.reschedule(key, &metrics.active_transactions);
+            shard.reschedule(key, metrics);
             return Seen::Absorbed;
         }
         metrics
@@ -434,7 +480,9 @@ impl Transactions {
         metrics: &Metrics,
     ) -> Result<(), StartError> {
         let active = &metrics.active_transactions;
-        if active.load(Ordering::Relaxed) >= MAX_TRANSACTIONS {
+        if active.load(Ordering::Relaxed) >= MAX_TRANSACTIONS
+            || metrics.transaction_bytes.load(Ordering::Relaxed) >= self.max_bytes
+        {
             return Err(StartError::Full);
         }
         let mut shard = lock(self.shard(key));
@@ -464,6 +512,7 @@ impl Transactions {
             cancel: Cancel::No,
             timer_c: invite.then(|| now + TIMER_C),
             scheduled: None,
+            counted: 0,
         };
         if invite {
             write_response(
@@ -477,7 +526,7 @@ impl Transactions {
         }
         shard.map.insert(key, e);
         active.fetch_add(1, Ordering::Relaxed);
-        shard.reschedule(key, active);
+        shard.reschedule(key, metrics);
         Ok(())
     }
 
@@ -552,11 +601,19 @@ impl Transactions {
             cancel: Cancel::No,
             timer_c: None,
             scheduled: None,
+            counted: 0,
         };
-        if shard.map.insert(key, c).is_none() {
-            metrics.active_transactions.fetch_add(1, Ordering::Relaxed);
+        match shard.map.insert(key, c) {
+            None => {
+                metrics.active_transactions.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(old) => {
+                metrics
+                    .transaction_bytes
+                    .fetch_sub(old.counted as u64, Ordering::Relaxed);
+            }
         }
-        shard.reschedule(key, &metrics.active_transactions);
+        shard.reschedule(key, metrics);
     }
 
     /// A response from downstream. For [`Upstream::Send`], `out` holds it
@@ -617,7 +674,7 @@ impl Transactions {
         } else if e.cancel == Cancel::Wanted && e.client.proceeding() {
             self.send_cancel(shard, key, now, sends, metrics);
         }
-        shard.reschedule(key, &metrics.active_transactions);
+        shard.reschedule(key, metrics);
         verdict
     }
 
@@ -649,7 +706,7 @@ impl Transactions {
         }
         e.original = Vec::new();
         e.forwarded = Vec::new();
-        shard.reschedule(key, &metrics.active_transactions);
+        shard.reschedule(key, metrics);
     }
 
     /// Runs every timer due at `now`; what must be sent goes into `sends`.
@@ -670,7 +727,17 @@ impl Transactions {
                 if let Some(e) = shard.map.get_mut(&key) {
                     e.scheduled = None;
                 }
-                shard.reschedule(key, &metrics.active_transactions);
+                shard.reschedule(key, metrics);
+            }
+            // After a storm, hand the emptied slots back: a table sized for
+            // the peak would otherwise keep its memory for good.
+            let len = shard.map.len();
+            if shard.map.capacity() > 64 && len * 4 < shard.map.capacity() {
+                shard.map.shrink_to(len * 2);
+            }
+            let heap = shard.heap.len();
+            if shard.heap.capacity() > 64 && heap * 4 < shard.heap.capacity() {
+                shard.heap.shrink_to(heap * 2);
             }
         }
     }
@@ -748,7 +815,7 @@ mod tests {
     }
 
     fn started(t0: Instant, down: Transport) -> (Transactions, Metrics, Sends) {
-        let tx = Transactions::new(TimerConfig::RFC3261);
+        let tx = Transactions::new(TimerConfig::RFC3261, DEFAULT_MAX_BYTES);
         let m = Metrics::default();
         let mut sends = Sends::default();
         let req = Message::parse(INVITE).unwrap();
@@ -778,6 +845,61 @@ mod tests {
                 format!("{what}->{}", a.port())
             })
             .collect()
+    }
+
+    /// A storm of INVITEs to a callee that never answers: the table stops
+    /// at its memory bound (503 for the rest), and once timer B has ended
+    /// them, the gauge is back at zero and the slots are handed back.
+    #[test]
+    fn the_table_is_bounded_by_memory_and_shrinks_after_a_storm() {
+        let t0 = Instant::now();
+        let bound = 8 << 20;
+        let tx = Transactions::new(TimerConfig::RFC3261, bound);
+        let m = Metrics::default();
+        let mut sends = Sends::default();
+        let req = Message::parse(INVITE).unwrap();
+        let (mut started, mut full) = (0, 0);
+        for branch in 0..40_000u64 {
+            let key = Key {
+                branch,
+                cancel: false,
+            };
+            match tx.start(
+                key,
+                &req,
+                hop(5080, Transport::Udp),
+                FORWARDED,
+                hop(5070, Transport::Udp),
+                t0,
+                &mut sends,
+                &m,
+            ) {
+                Ok(()) => started += 1,
+                Err(StartError::Full) => full += 1,
+                Err(StartError::Exists) => unreachable!("distinct keys"),
+            }
+            sends.clear();
+        }
+        let held = m.transaction_bytes.load(Ordering::Relaxed);
+        assert!(
+            full > 0 && started > 100,
+            "{started} started, {full} refused"
+        );
+        assert!(held >= bound && held < bound + 4096, "{held} bytes held");
+        let peak = tx.allocated();
+        // Timer B (64·T1), then timer C's leftovers: everything ends.
+        for s in 1..=200 {
+            tx.tick(t0 + Duration::from_secs(s), &mut sends, &m);
+            sends.clear();
+        }
+        assert!(tx.is_empty());
+        assert_eq!(m.transaction_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(m.active_transactions.load(Ordering::Relaxed), 0);
+        assert!(
+            tx.allocated() * 8 < peak,
+            "slots handed back: {} of {peak}",
+            tx.allocated()
+        );
     }
 
     #[test]
@@ -928,7 +1050,7 @@ mod tests {
 
     #[test]
     fn unknown_responses_are_left_to_the_caller() {
-        let tx = Transactions::new(TimerConfig::RFC3261);
+        let tx = Transactions::new(TimerConfig::RFC3261, DEFAULT_MAX_BYTES);
         let m = Metrics::default();
         let ok = response(200, "INVITE");
         let ok = Message::parse(&ok).unwrap();

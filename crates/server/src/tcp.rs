@@ -23,7 +23,7 @@ use sip_core::{ErrorKind, Limits};
 use rustls::pki_types::ServerName;
 
 use crate::core::{Core, Reply, Shared, Transport};
-use crate::location::Journal;
+use crate::location::SharedJournal;
 use crate::stateful::{Key, Sends};
 use crate::tls::TlsContext;
 use crate::udp::unix_now;
@@ -72,7 +72,7 @@ type Writer = Arc<Mutex<Conn>>;
 #[derive(Debug)]
 pub struct TcpHub {
     shared: Arc<Shared>,
-    journal: Option<Arc<Mutex<Journal>>>,
+    journal: Option<SharedJournal>,
     udp: Option<UdpSocket>,
     tls: Option<Arc<TlsContext>>,
     conns: Mutex<HashMap<SocketAddr, Writer>>,
@@ -88,7 +88,7 @@ impl TcpHub {
     /// serves and opens TLS connections.
     pub fn new(
         shared: Arc<Shared>,
-        journal: Option<Arc<Mutex<Journal>>>,
+        journal: Option<SharedJournal>,
         udp: Option<UdpSocket>,
         tls: Option<Arc<TlsContext>>,
         stop: Arc<AtomicBool>,
@@ -188,6 +188,7 @@ impl TcpHub {
         transport: Transport,
         bytes: &[u8],
     ) -> io::Result<()> {
+        self.shared.metrics.sent(bytes);
         let existing = lock(&self.conns).get(&dest).cloned();
         let Some(conn) = existing else {
             return self.connect_then_send(dest, transport, bytes.to_vec());
@@ -277,6 +278,7 @@ impl TcpHub {
             }
             Reply::Send(dest, Transport::Udp) => {
                 if let Some(u) = &self.udp {
+                    self.shared.metrics.sent(out);
                     let _ = u.send_to(out, dest);
                 }
             }

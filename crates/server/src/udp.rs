@@ -12,12 +12,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::core::{Core, Reply, Shared, Transport};
-use crate::location::{Journal, Location};
+use crate::location::SharedJournal;
 use crate::mmsg::{RecvBatch, SendBatch};
 use crate::tcp::TcpHub;
 
 /// How often an idle worker checks for shutdown.
-const POLL: Duration = Duration::from_millis(200);
+pub const POLL: Duration = Duration::from_millis(200);
 
 /// Current Unix time in seconds.
 pub fn unix_now() -> u64 {
@@ -148,12 +148,11 @@ impl UdpServer {
         self.sockets[0].try_clone()
     }
 
-    /// Starts one worker per socket (journal `i` goes to worker `i`) and
-    /// the expiry sweeper.
+    /// Starts one worker per socket (journal `i` goes to worker `i`).
     pub fn start(
         self,
         shared: Arc<Shared>,
-        journals: Vec<Option<Journal>>,
+        journals: Vec<Option<SharedJournal>>,
         hub: Option<Arc<TcpHub>>,
         stop: Arc<AtomicBool>,
         mut threads: Vec<JoinHandle<()>>,
@@ -162,10 +161,7 @@ impl UdpServer {
         for (i, sock) in self.sockets.into_iter().enumerate() {
             let stop = stop.clone();
             let hub = hub.clone();
-            let journal = journals
-                .next()
-                .flatten()
-                .map(|j| Arc::new(std::sync::Mutex::new(j)));
+            let journal = journals.next().flatten();
             let core = Core::new(shared.clone(), journal);
             threads.push(
                 std::thread::Builder::new()
@@ -173,23 +169,6 @@ impl UdpServer {
                     .spawn(move || worker(sock, core, &stop, hub.as_ref()))?,
             );
         }
-        let sweeper_stop = stop.clone();
-        let sweeper_shared = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("expiry".into())
-                .spawn(move || {
-                    let mut last = unix_now();
-                    while !sweeper_stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(POLL);
-                        let now = unix_now();
-                        if now >= last + 10 {
-                            sweeper_shared.location.expire(now);
-                            last = now;
-                        }
-                    }
-                })?,
-        );
         Ok(ServerHandle {
             addr: self.addr,
             tcp: None,
@@ -219,9 +198,11 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
             // What the core produced besides its reply goes first, so that a
             // 100 Trying reaches the caller before the forwarded INVITE can
             // draw an answer (stateful mode only; rare and small).
+            let metrics = &core.shared().metrics;
             for (bytes, (dest, transport)) in core.extra().iter() {
                 match transport {
                     Transport::Udp => {
+                        metrics.sent(bytes);
                         let _ = sock.send_to(bytes, dest);
                     }
                     t => {
@@ -232,7 +213,10 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
                 }
             }
             match reply {
-                Reply::Send(dest, Transport::Udp) => tx.commit(dest),
+                Reply::Send(dest, Transport::Udp) => {
+                    core.shared().metrics.sent(out);
+                    tx.commit(dest);
+                }
                 Reply::Send(dest, t) => {
                     if let Some(hub) = hub {
                         let _ = hub.send(dest, t, out);

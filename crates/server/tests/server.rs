@@ -330,12 +330,13 @@ fn digest_registration() {
         400
     );
     let stats = &s.handle.shared().metrics;
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
-        stats
-            .auth_failures
-            .load(std::sync::atomic::Ordering::Relaxed),
-        4
+        load(&stats.auth_failures),
+        3,
+        "wrong password, unknown user, another target"
     );
+    assert_eq!(load(&stats.auth_replays), 1, "the reused count");
     s.handle.shutdown();
 }
 
@@ -701,6 +702,7 @@ fn expired_nonces_are_stale() {
         NonceKey::from_secret([9; 32], 60),
         users,
         &[Algorithm::Md5],
+        1 << 10,
     );
     let config = Config {
         auth: true,

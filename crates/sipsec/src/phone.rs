@@ -358,22 +358,32 @@ fn report(r: &CallReport, m: &MediaArgs) -> Result<(), String> {
         s.reordered,
         r.media.rejected
     );
-    println!(
-        "delta max {:.2} ms mean {:.2} ms; jitter max {:.2} ms mean {:.2} ms; {:.1} kbit/s IP, {:.1} kbit/s payload; MOS {:.2}",
-        s.delta_max_ms,
-        s.delta_mean_ms,
-        s.jitter_max_ms,
-        s.jitter_mean_ms,
-        s.ip_bps / 1000.0,
-        s.payload_bps / 1000.0,
-        s.mos
-    );
+    if s.packets > 0 {
+        println!(
+            "delta max {:.2} ms mean {:.2} ms; jitter max {:.2} ms mean {:.2} ms; {:.1} kbit/s IP, {:.1} kbit/s payload; MOS {}",
+            s.delta_max_ms,
+            s.delta_mean_ms,
+            s.jitter_max_ms,
+            s.jitter_mean_ms,
+            s.ip_bps / 1000.0,
+            s.payload_bps / 1000.0,
+            s.mos_text()
+        );
+    }
     if let Some(p) = &m.record {
         media::wav::write(p, &r.media.recording).map_err(|e| e.to_string())?;
     }
     if let Some(p) = &m.stats {
         let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
         std::fs::write(p, json).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if s.packets == 0 && m.packets > 0 {
+        // A call that carried nothing is not a good call: no MOS, and a
+        // failure the caller's script can see.
+        return Err(format!(
+            "no media received from {} ({} packet(s) sent, none came back): check the media path (NAT, firewall, the SDP address)",
+            r.peer, r.media.sent
+        ));
     }
     Ok(())
 }

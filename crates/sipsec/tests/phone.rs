@@ -9,9 +9,8 @@ mod common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
-use std::process::Command;
 
-use common::{answering, phone, tempdir, text, BIN};
+use common::{answering, phone, tempdir, text};
 
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
@@ -377,49 +376,14 @@ fn every_failure_gets_a_clear_message() {
     assert!(said.contains("no SRTP suite in common"), "{said}");
 }
 
-fn keygen(args: &[&str]) {
-    let out = Command::new(BIN)
-        .arg("keygen")
-        .args(args)
-        .output()
-        .expect("sipsec keygen runs");
-    assert!(out.status.success(), "{}", text(&out));
-}
-
 #[test]
 fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
     let dir = tempdir("phone-tls");
     let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
-    keygen(&["ec", "-o", &f("ca.key")]);
-    keygen(&[
-        "cert",
-        "--key",
-        &f("ca.key"),
-        "--cn",
-        "test CA",
-        "--ca",
-        "-o",
-        &f("ca.pem"),
-    ]);
-    keygen(&["ec", "-o", &f("srv.key")]);
-    keygen(&[
-        "cert",
-        "--key",
-        &f("srv.key"),
-        "--cn",
-        "127.0.0.1",
-        "--san",
-        "127.0.0.1",
-        "--issuer-cert",
-        &f("ca.pem"),
-        "--issuer-key",
-        &f("ca.key"),
-        "-o",
-        &f("srv.pem"),
-    ]);
+    common::tls_files(&dir);
     // A CA the server's certificate does not chain to.
-    keygen(&["ec", "-o", &f("other.key")]);
-    keygen(&[
+    common::keygen(&["ec", "-o", &f("other.key")]);
+    common::keygen(&[
         "cert",
         "--key",
         &f("other.key"),

@@ -67,7 +67,9 @@ fn dictionary(dir: &Path) -> String {
     path.to_str().expect("utf-8").to_owned()
 }
 
-/// Registers user 101 from 127.0.0.2 with its real password; returns the final status.
+/// Registers user 101 from 127.0.0.2 with its real password, refreshing
+/// one contact as a phone does (from a new source port each time); returns
+/// the final status.
 fn legit_register(server: SocketAddr, cseq: u32) -> u16 {
     let s = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
     s.set_read_timeout(Some(Duration::from_secs(3)))
@@ -75,7 +77,7 @@ fn legit_register(server: SocketAddr, cseq: u32) -> u16 {
     let port = s.local_addr().expect("addr").port();
     let req = |cseq: u32, auth: &str| {
         format!(
-            "REGISTER sip:{server} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:{port};branch=z9hG4bKlegit{cseq}\r\nMax-Forwards: 70\r\nFrom: <sip:101@{server}>;tag=l{cseq}\r\nTo: <sip:101@{server}>\r\nCall-ID: legit-{cseq}@127.0.0.2\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:101@127.0.0.2:{port}>\r\n{auth}Content-Length: 0\r\n\r\n"
+            "REGISTER sip:{server} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:{port};branch=z9hG4bKlegit{cseq}\r\nMax-Forwards: 70\r\nFrom: <sip:101@{server}>;tag=l{cseq}\r\nTo: <sip:101@{server}>\r\nCall-ID: legit-{cseq}@127.0.0.2\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:101@127.0.0.2:5060>\r\n{auth}Content-Length: 0\r\n\r\n"
         )
     };
     let mut buf = [0u8; 4096];

@@ -62,9 +62,15 @@ pub fn banner_http_addr(line: &str) -> Option<SocketAddr> {
 /// Starts `sipsec serve ARGS`, waits for its banner and returns it running.
 /// Panics with the server's stderr if it does not start.
 pub fn serve(args: &[&str]) -> Running {
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .args(args)
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve").args(args);
+    serve_command(cmd)
+}
+
+/// Spawns `cmd` (a `sipsec serve`, perhaps behind a shell that sets
+/// limits), waits for its banner and returns it running.
+pub fn serve_command(mut cmd: Command) -> Running {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -87,6 +93,49 @@ pub fn serve(args: &[&str]) -> Running {
         addr,
         banner,
     }
+}
+
+/// `sipsec keygen ARGS`, which must succeed.
+pub fn keygen(args: &[&str]) {
+    let out = Command::new(BIN)
+        .arg("keygen")
+        .args(args)
+        .output()
+        .expect("sipsec keygen runs");
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A test CA (`ca.pem`, `ca.key`) and a server certificate for 127.0.0.1
+/// it signed (`srv.pem`, `srv.key`), in `dir`.
+pub fn tls_files(dir: &std::path::Path) {
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    keygen(&["ec", "-o", &f("ca.key")]);
+    keygen(&[
+        "cert",
+        "--key",
+        &f("ca.key"),
+        "--cn",
+        "test CA",
+        "--ca",
+        "-o",
+        &f("ca.pem"),
+    ]);
+    keygen(&["ec", "-o", &f("srv.key")]);
+    keygen(&[
+        "cert",
+        "--key",
+        &f("srv.key"),
+        "--cn",
+        "127.0.0.1",
+        "--san",
+        "127.0.0.1",
+        "--issuer-cert",
+        &f("ca.pem"),
+        "--issuer-key",
+        &f("ca.key"),
+        "-o",
+        &f("srv.pem"),
+    ]);
 }
 
 /// Runs `sipsec users import` of `username,password` rows into `users`.
