@@ -12,19 +12,7 @@ use common::{http_get, tempdir, Running, BIN};
 
 /// Starts `sipsec serve` on ephemeral ports with its data in `dir`.
 fn serve(dir: &Path, extra: &[&str]) -> Running {
-    let data = dir.join("data");
-    let mut args = vec![
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--workers",
-        "2",
-        "--data-dir",
-        data.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
-    common::serve(&args)
+    common::serve_in(&dir.join("data"), extra)
 }
 
 fn register(server: SocketAddr, user: &str, cseq: u32) -> String {

@@ -22,18 +22,7 @@ fn s(p: &Path) -> &str {
 
 /// Starts `sipsec serve` on ephemeral ports with HTTP on, storing in `data`.
 fn start(data: &Path, extra: &[&str]) -> Running {
-    let mut args = vec![
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--workers",
-        "2",
-        "--data-dir",
-        s(data),
-    ];
-    args.extend(extra);
-    common::serve(&args)
+    common::serve_in(data, extra)
 }
 
 /// Starts `sipsec serve ARGS` through `bash -c PRELUDE; exec …` (limits,

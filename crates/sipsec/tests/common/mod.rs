@@ -67,6 +67,23 @@ pub fn serve(args: &[&str]) -> Running {
     serve_command(cmd)
 }
 
+/// Starts `sipsec serve` on ephemeral UDP, TCP and HTTP ports with two
+/// workers, its store in `data`, plus `extra` flags.
+pub fn serve_in(data: &std::path::Path, extra: &[&str]) -> Running {
+    let mut args = vec![
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    serve(&args)
+}
+
 /// Spawns `cmd` (a `sipsec serve`, perhaps behind a shell that sets
 /// limits), waits for its banner and returns it running.
 pub fn serve_command(mut cmd: Command) -> Running {
