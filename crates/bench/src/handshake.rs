@@ -1,6 +1,6 @@
 //! Calls over a new TLS connection each: the load that makes a server pay
 //! its private-key operation (inbound) or its certificate verification
-//! (outbound) on every call — the RSA-variant experiment of BRIEF §4.
+//! (outbound) on every call — the experiment of the published RSA-variant study.
 //!
 //! - **Inbound**: each call opens a TCP connection to the server's TLS
 //!   port, completes a handshake (the server signs with its key), sends

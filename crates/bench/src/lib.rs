@@ -1,5 +1,5 @@
 //! `sipsec bench`: a multi-threaded SIP load generator that measures what
-//! the published experiments measured (BRIEF §1): calls/s offered and
+//! the published experiments measured (the published lean-server study): calls/s offered and
 //! achieved, failures by cause, retransmissions, latency per operation as
 //! an HDR histogram and in the published buckets with the latency
 //! coefficient, and the server's CPU per call.

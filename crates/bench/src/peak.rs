@@ -1,6 +1,6 @@
 //! Peak and sustainable throughput: a rate ramp against one server, step
 //! by step until it falls behind (achieved well under offered, failures,
-//! or latency past a ceiling), then BRIEF §1's two figures.
+//! or latency past a ceiling), then the published lean-server study's two figures.
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;

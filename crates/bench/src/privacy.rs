@@ -1,4 +1,4 @@
-//! The PrivaSIP INVITE-preparation experiment (BRIEF §3, the published
+//! The PrivaSIP INVITE-preparation experiment (the PrivaSIP papers, the published
 //! Table 1): how long the phone takes to build an INVITE — Call-ID, tags,
 //! branch, SDP, and under PrivaSIP the pseudonyms — for plain SIP and for
 //! each scheme and level, timed per INVITE over many INVITEs.
@@ -222,7 +222,7 @@ pub fn markdown(rows: &[Row]) -> String {
             r.published_ms.map_or("—".into(), |p| format!("{p:.2}"))
         ));
     }
-    s.push_str("\nPublished: 1024-bit RSA, 160-bit ECIES, 128-bit AES on a 2.6 GHz desktop (BRIEF §3); here RSA keys of the size given, ECIES P-256, HPKE X25519, AES-128-GCM.\n");
+    s.push_str("\nPublished: 1024-bit RSA, 160-bit ECIES, 128-bit AES on a 2.6 GHz desktop (the PrivaSIP papers); here RSA keys of the size given, ECIES P-256, HPKE X25519, AES-128-GCM.\n");
     s
 }
 

@@ -1,4 +1,4 @@
-//! The PrivaSIP server experiment (BRIEF §3, the published Tables 2–7):
+//! The PrivaSIP server experiment (the PrivaSIP papers, the published Tables 2–7):
 //! response time INVITE → 180 Ringing through the caller's home proxy and
 //! the callee's home proxy, two `sipsec serve` on loopback for `a.example`
 //! and `b.example`, with the generator keeping N calls in flight — for
@@ -657,7 +657,7 @@ pub fn markdown(rows: &[Row]) -> String {
             r.cache_hits_per_call,
         );
     }
-    s.push_str("\nPublished (BRIEF §3, SIPp keeping the queue at 100 … 1,000 calls; 1024-bit RSA): plain SIP 483–1,050 ms mean, PrivaSIP-2 RSA 1,245–1,749 ms.\n\nThroughput sustained (best run without failures)\n\n| configuration | calls/s | of plain SIP | decryptions/call |\n|---|---|---|---|\n");
+    s.push_str("\nPublished (the PrivaSIP papers, SIPp keeping the queue at 100 … 1,000 calls; 1024-bit RSA): plain SIP 483–1,050 ms mean, PrivaSIP-2 RSA 1,245–1,749 ms.\n\nThroughput sustained (best run without failures)\n\n| configuration | calls/s | of plain SIP | decryptions/call |\n|---|---|---|---|\n");
     for (c, b, ratio, d) in sustained(rows) {
         let _ = writeln!(
             s,

@@ -1,6 +1,6 @@
 //! Scenarios as data: a message flow of requests to send (templates with
 //! variables) and responses to expect, with the legs whose latencies are
-//! summed into the call's latency (BRIEF §1: REGISTER→200, or challenge
+//! summed into the call's latency (the published lean-server study: REGISTER→200, or challenge
 //! leg + authenticated leg; INVITE→200 plus BYE→200; INVITE→404; …).
 
 use std::fmt::Write as _;
@@ -358,7 +358,7 @@ pub fn built_in(name: &str, auth: bool) -> Result<Scenario, String> {
 
 /// INVITE → 180 Ringing from a caller of `caller_domain` to the callee
 /// of `callee_domain`, through the caller's home proxy (the target) and
-/// the callee's (the PrivaSIP server response time, BRIEF §3). The user
+/// the callee's (the PrivaSIP server response time of the PrivaSIP papers). The user
 /// parts are `[caller]` and `[callee]`: pseudonyms when the run has them.
 /// With `auth` the first INVITE is challenged (untimed) and the timed leg
 /// is the authenticated INVITE → 180; the call then completes (200, ACK

@@ -587,7 +587,7 @@ pub fn calls_markdown(rows: &[CallRow], packets: u64) -> String {
         );
     }
     o.push_str(
-        "\npublished (BRIEF §2): 81.6 kbit/s without SRTP, 83.23 kbit/s with a 32-bit tag (214-byte frames become 218)\n",
+        "\nPublished SRTP softphone study: 81.6 kbit/s without SRTP, 83.23 kbit/s with a 32-bit tag (214-byte frames become 218)\n",
     );
     o
 }

@@ -157,7 +157,7 @@ pub struct Step {
     pub p99_us: u64,
 }
 
-/// Peak and sustainable throughput of a ramp (BRIEF §1): sustainable is
+/// Peak and sustainable throughput of a ramp (the published lean-server study): sustainable is
 /// the highest offered rate fully processed (no failure, achieved within
 /// `tolerance` of offered, p99 under `max_p99_us`); peak is the highest
 /// achieved rate among steps that stayed stable (no more than 1 % failed).

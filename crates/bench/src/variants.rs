@@ -1,4 +1,4 @@
-//! The RSA-variant experiment (BRIEF §4): for each key variant and size,
+//! The published RSA-variant experiment: for each key variant and size,
 //! sipsec's proxy over TLS at offered 200…1000 calls/s, inbound (each call
 //! a new TLS connection to the proxy: its private-key operation) and
 //! outbound (each call forwarded over a new TLS connection to the next

@@ -4,7 +4,7 @@
 //!
 //! RSA keys sign through `rsa-variants` (OpenSSL): a *standard* key (no
 //! CRT factors), a CRT key or a multi-prime key all work as the server's
-//! key, and the experiment of BRIEF §4 measures what each costs per
+//! key, and the experiment of the published RSA-variant study measures what each costs per
 //! handshake. ECDSA and Ed25519 keys sign through the rustls provider.
 
 use std::io;

@@ -17,7 +17,7 @@ pub enum BenchCommand {
     /// latency (percentiles, published buckets, coefficient) and server CPU.
     Run(Box<RunArgs>),
     /// Ramp the offered rate until the server falls behind; report peak and
-    /// sustainable throughput (BRIEF §1) with every step.
+    /// sustainable throughput (the published lean-server study) with every step.
     Peak(Box<PeakArgs>),
     /// Run scenarios against sipsec and Kamailio (started here, same users)
     /// and print the ratio table: calls/s and server CPU µs per call.
