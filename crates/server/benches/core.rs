@@ -11,10 +11,17 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sipsec_server::location::{Durability, MemoryLocation, Persistence};
-use sipsec_server::{Config, Core, Mode, Reply, Shared, Transport};
+use sipsec_server::{Config, Core, Mode, Now, Reply, Shared, Transport};
 
 const USERS: usize = 10_000;
-const NOW: u64 = 1_000_000;
+const NOW_S: u64 = 1_000_000;
+
+fn now() -> Now {
+    Now {
+        unix_ms: NOW_S * 1000,
+        mono: std::time::Instant::now(),
+    }
+}
 
 fn register(user: usize, expires: u32) -> Vec<u8> {
     format!(
@@ -57,7 +64,12 @@ fn core(mode: Mode, journal: Option<&std::path::Path>) -> Core {
         advertise: "127.0.0.1:5060".parse().expect("literal"),
         ..Config::default()
     };
-    let shared = Arc::new(Shared::new(config, Arc::new(MemoryLocation::new()), None));
+    let shared = Arc::new(Shared::new(
+        config,
+        Arc::new(MemoryLocation::new()),
+        None,
+        now(),
+    ));
     let journal = journal.map(|dir| {
         let p = Persistence::new(dir, Durability::Process).expect("journal dir");
         p.journal(0).expect("journal")
@@ -70,10 +82,11 @@ fn run(c: &mut Criterion, name: &str, core: &mut Core, msgs: &[Vec<u8>]) {
     let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
     let mut out = Vec::with_capacity(4096);
     let mut i = 0;
+    let at = now();
     c.bench_function(name, |b| {
         b.iter(|| {
             out.clear();
-            let r = core.handle(black_box(&msgs[i]), src, Transport::Udp, NOW, &mut out);
+            let r = core.handle(black_box(&msgs[i]), src, Transport::Udp, at, &mut out);
             i = (i + 1) % msgs.len();
             assert!(matches!(r, Reply::Send(..)));
         })
@@ -105,7 +118,7 @@ fn benches(c: &mut Criterion) {
     let mut out = Vec::new();
     for r in &regs {
         out.clear();
-        redirect.handle(r, src, Transport::Udp, NOW, &mut out);
+        redirect.handle(r, src, Transport::Udp, now(), &mut out);
     }
     run(c, "invite/redirect", &mut redirect, &invites);
     let _ = std::fs::remove_dir_all(&dir);

@@ -73,6 +73,24 @@ impl Transport {
     }
 }
 
+/// When a message is handled, read once by the driver that received it:
+/// the core itself reads no clock, so a simulation can run it on virtual
+/// time.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// Wall-clock time, Unix milliseconds (nonces, expiry, bans).
+    pub unix_ms: u64,
+    /// Monotonic time (transaction timers).
+    pub mono: Instant,
+}
+
+impl Now {
+    /// Unix seconds.
+    pub fn secs(&self) -> u64 {
+        self.unix_ms / 1000
+    }
+}
+
 /// Where to send what the core wrote into `out`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
@@ -96,6 +114,9 @@ pub struct Shared {
     pub metrics: Metrics,
     /// When the server started (Unix seconds).
     pub started: u64,
+    /// When this state was made (the origin of monotonic time before the
+    /// first message).
+    pub created: Instant,
     /// Per-source rate limit and fail-ban.
     pub guard: crate::guard::Guard,
     /// The proxy's transactions, when it is transaction-stateful.
@@ -106,8 +127,13 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Bundles the shared state.
-    pub fn new(config: Config, location: Arc<MemoryLocation>, auth: Option<Authenticator>) -> Self {
+    /// Bundles the shared state; `now` is the start time.
+    pub fn new(
+        config: Config,
+        location: Arc<MemoryLocation>,
+        auth: Option<Authenticator>,
+        now: Now,
+    ) -> Self {
         let guard = crate::guard::Guard::new(config.guard.clone());
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
             Transactions::new(
@@ -120,7 +146,8 @@ impl Shared {
             location,
             auth,
             metrics: Metrics::default(),
-            started: crate::udp::unix_now(),
+            started: now.secs(),
+            created: now.mono,
             guard,
             transactions,
             privacy: None,
@@ -148,6 +175,8 @@ pub struct Core {
     handled: u64,
     /// Whether this request's stages are timed.
     timed: bool,
+    /// When the message being handled arrived.
+    now: Now,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -156,12 +185,6 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// One request in this many has its stages timed: reading the clock
 /// twice per stage cost more than some stages themselves.
 pub const STAGE_SAMPLE: u64 = 16;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
@@ -236,6 +259,7 @@ fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
 impl Core {
     /// A handler for one worker; `journal` persists binding changes.
     pub fn new(shared: Arc<Shared>, journal: Option<SharedJournal>) -> Self {
+        let created = shared.created;
         Self {
             shared,
             journal,
@@ -251,16 +275,21 @@ impl Core {
             path: String::new(),
             handled: 0,
             timed: false,
+            now: Now {
+                unix_ms: 0,
+                mono: created,
+            },
         }
     }
 
-    /// The start of a stage, when this request is timed.
-    fn clock(&self) -> Option<Instant> {
-        self.timed.then(Instant::now)
+    /// The start of a stage, when this request is timed (the metrics'
+    /// stopwatch: instrumentation, not a protocol decision).
+    fn clock(&self) -> Option<crate::metrics::Stopwatch> {
+        self.timed.then(crate::metrics::Stopwatch::start)
     }
 
     /// Records a stage started at `t0`, when this request is timed.
-    fn stage(&self, stage: Stage, t0: Option<Instant>) {
+    fn stage(&self, stage: Stage, t0: Option<crate::metrics::Stopwatch>) {
         if let Some(t0) = t0 {
             self.shared.metrics.stage(stage, t0.elapsed());
         }
@@ -325,21 +354,23 @@ impl Core {
     }
 
     /// Handles one message that arrived from `src` over `transport` at
-    /// `now` (Unix seconds), writing any answer or forwarded message into
-    /// `out` (cleared by the caller).
+    /// `now`, writing any answer or forwarded message into `out` (cleared
+    /// by the caller).
     pub fn handle(
         &mut self,
         input: &[u8],
         src: SocketAddr,
         transport: Transport,
-        now: u64,
+        now: Now,
         out: &mut Vec<u8>,
     ) -> Reply {
+        self.now = now;
+        let now = now.secs();
         self.transport = transport;
         self.sends.clear();
         self.timed = self.handled.is_multiple_of(STAGE_SAMPLE);
         self.handled = self.handled.wrapping_add(1);
-        match self.shared.guard.admit(src.ip(), now_ms()) {
+        match self.shared.guard.admit(src.ip(), self.now.unix_ms) {
             crate::guard::Verdict::Admit => {}
             crate::guard::Verdict::Limited => {
                 bump(&self.shared.metrics.rate_limited);
@@ -500,7 +531,7 @@ impl Core {
                     // cannot get that source banned.
                     AuthFailure::Rejected => {
                         bump(&self.shared.metrics.auth_failures);
-                        self.shared.guard.auth_failed(src.ip(), now_ms());
+                        self.shared.guard.auth_failed(src.ip(), self.now.unix_ms);
                         crate::log::auth_failure(src, msg.from().uri().user().unwrap_or(""));
                     }
                     AuthFailure::Replay => bump(&self.shared.metrics.auth_replays),
@@ -515,7 +546,7 @@ impl Core {
     /// 403 and nothing more, counted against the source like a failed
     /// authentication (so guessing is rate-limited and banned).
     fn refuse(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
-        self.shared.guard.auth_failed(src.ip(), now_ms());
+        self.shared.guard.auth_failed(src.ip(), self.now.unix_ms);
         self.respond(msg, StatusCode::FORBIDDEN, &[], src, out)
     }
 
@@ -859,7 +890,7 @@ impl Core {
             branch: self.branch(msg),
             cancel: false,
         };
-        let now = Instant::now();
+        let now = self.now.mono;
         let metrics = &self.shared.metrics;
         if msg.method() == Method::Cancel {
             // §16.10: answer the CANCEL here; the INVITE's 487 comes back
@@ -1136,7 +1167,7 @@ impl Core {
                     up,
                     out,
                     (target, transport),
-                    Instant::now(),
+                    self.now.mono,
                     &mut self.sends,
                     &self.shared.metrics,
                 );
@@ -1180,7 +1211,7 @@ impl Core {
             match tx.on_response(
                 key,
                 msg,
-                Instant::now(),
+                self.now.mono,
                 out,
                 &mut self.sends,
                 metrics,

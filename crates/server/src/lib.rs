@@ -27,6 +27,6 @@ pub mod udp;
 pub mod users;
 
 pub use crate::config::{Config, Mode};
-pub use crate::core::{Core, Reply, Shared, Transport};
+pub use crate::core::{Core, Now, Reply, Shared, Transport};
 pub use crate::server::{start, StartError, Started};
 pub use crate::udp::{ServerHandle, UdpServer};

@@ -185,7 +185,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         ),
         None => None,
     };
-    let mut shared = Shared::new(config, location, auth);
+    let mut shared = Shared::new(config, location, auth, crate::udp::now());
     shared.privacy = privacy;
     let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -26,7 +26,6 @@ use crate::core::{Core, Reply, Shared, Transport};
 use crate::location::SharedJournal;
 use crate::stateful::{Key, Sends};
 use crate::tls::TlsContext;
-use crate::udp::unix_now;
 
 /// Most simultaneous connections; further ones are refused.
 pub const MAX_CONNECTIONS: usize = 4096;
@@ -368,7 +367,8 @@ impl TcpHub {
                     }
                     Ok(Frame::Message(n)) => {
                         out.clear();
-                        let reply = core.handle(&buf[..n], peer, transport, unix_now(), &mut out);
+                        let reply =
+                            core.handle(&buf[..n], peer, transport, crate::udp::now(), &mut out);
                         // Extras first: a 100 Trying must not trail the
                         // answers the forwarded INVITE draws.
                         for (bytes, (dest, transport)) in core.extra().iter() {

@@ -26,6 +26,16 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The time now, as the core takes it.
+pub fn now() -> crate::core::Now {
+    crate::core::Now {
+        unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        mono: std::time::Instant::now(),
+    }
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
@@ -188,7 +198,7 @@ fn worker(sock: UdpSocket, mut core: Core, stop: &AtomicBool, hub: Option<&Arc<T
         // Timeouts let the loop see `stop`; ICMP errors from earlier sends
         // also surface here on Linux: keep serving.
         let Ok(n) = rx.recv(&sock) else { continue };
-        let now = unix_now();
+        let now = now();
         for i in 0..n {
             let Some((data, src)) = rx.get(i) else {
                 continue;

@@ -686,7 +686,7 @@ fn record_route_brings_in_dialog_requests_back() {
 fn expired_nonces_are_stale() {
     use sipsec_server::auth::{Authenticator, NonceKey};
     use sipsec_server::location::MemoryLocation;
-    use sipsec_server::{Core, Reply, Shared, Transport};
+    use sipsec_server::{Core, Now, Reply, Shared, Transport};
     use std::sync::Arc;
 
     let mut users = Users::default();
@@ -709,10 +709,17 @@ fn expired_nonces_are_stale() {
         advertise: "127.0.0.1:5060".parse().expect("addr"),
         ..Config::default()
     };
+    let origin = std::time::Instant::now();
+    // Virtual time: the core reads no clock, so seconds pass at will.
+    let at = |secs: u64| Now {
+        unix_ms: secs * 1000,
+        mono: origin + Duration::from_secs(secs - 1_000_000),
+    };
     let shared = Arc::new(Shared::new(
         config,
         Arc::new(MemoryLocation::new()),
         Some(auth),
+        at(1_000_000),
     ));
     let mut core = Core::new(shared, None);
     let src: SocketAddr = "127.0.0.1:5099".parse().expect("addr");
@@ -725,7 +732,7 @@ fn expired_nonces_are_stale() {
     let mut ask = |msg: String, now: u64| -> String {
         out.clear();
         assert_eq!(
-            core.handle(msg.as_bytes(), src, Transport::Udp, now, &mut out),
+            core.handle(msg.as_bytes(), src, Transport::Udp, at(now), &mut out),
             Reply::Send(src, Transport::Udp)
         );
         String::from_utf8(out.clone()).expect("utf-8")
