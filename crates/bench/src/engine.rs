@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
+use sip_core::transaction::TimerConfig;
 use sip_core::writer::write_u64;
 use sip_core::{HeaderName, Message};
 
@@ -18,12 +19,12 @@ use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
 use crate::stats::Latency;
 
-/// RFC 3261 T1.
-pub const T1: Duration = Duration::from_millis(500);
+/// RFC 3261 T1 (sip-core's timers, not a copy).
+pub const T1: Duration = TimerConfig::RFC3261.t1;
 /// RFC 3261 T2.
-pub const T2: Duration = Duration::from_secs(4);
+pub const T2: Duration = TimerConfig::RFC3261.t2;
 /// Transaction timeout (64·T1).
-pub const TIMEOUT: Duration = Duration::from_secs(32);
+pub const TIMEOUT: Duration = Duration::from_millis(64 * T1.as_millis() as u64);
 
 /// Calls started per loop turn at most.
 const START_BURST: usize = 16;

@@ -15,27 +15,10 @@ use rustls::pki_types::ServerName;
 use sip_core::framing::{frame, Frame};
 use sip_core::{ErrorKind, Limits};
 
-/// Which transport a run uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// UDP, with retransmissions.
-    Udp,
-    /// TCP, one connection per worker.
-    Tcp,
-    /// TLS, one connection per worker.
-    Tls,
-}
-
-impl Transport {
-    /// The Via token.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "UDP",
-            Transport::Tcp => "TCP",
-            Transport::Tls => "TLS",
-        }
-    }
-}
+/// Which transport a run uses: UDP (with retransmissions), or TCP or TLS
+/// with one connection per worker (the workspace's one transport type;
+/// others are refused by [`Link::open`]).
+pub use sip_core::Transport;
 
 /// A worker's way to the target.
 #[derive(Debug)]
@@ -162,6 +145,10 @@ impl Link {
                     error: None,
                 })
             }
+            other => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the load generator does not speak {}", other.as_str()),
+            )),
         }
     }
 

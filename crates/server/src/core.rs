@@ -32,46 +32,9 @@ pub const LOCAL_TAG_PREFIX: &str = "sipsec-";
 /// Methods this server accepts, advertised in Allow.
 pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, INFO, UPDATE, PRACK";
 
-/// The transports the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// UDP.
-    Udp,
-    /// TCP.
-    Tcp,
-    /// TLS over TCP.
-    Tls,
-}
-
-impl Transport {
-    /// The Via token.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "UDP",
-            Transport::Tcp => "TCP",
-            Transport::Tls => "TLS",
-        }
-    }
-
-    /// Connection-oriented: responses go back on the connection and
-    /// nothing is retransmitted (RFC 3261 §17.1.1.2).
-    pub fn is_reliable(self) -> bool {
-        self != Transport::Udp
-    }
-
-    /// The transport a URI asks for: `sips:` or `transport=tls` is TLS
-    /// (RFC 3261 §26.2.2), `transport=tcp` TCP, anything else UDP.
-    fn of_uri(uri: &Uri<'_>) -> Self {
-        if uri.scheme() == sip_core::uri::Scheme::Sips {
-            return Transport::Tls;
-        }
-        match uri.param("transport").flatten() {
-            Some(t) if t.eq_ignore_ascii_case("tcp") => Transport::Tcp,
-            Some(t) if t.eq_ignore_ascii_case("tls") => Transport::Tls,
-            _ => Transport::Udp,
-        }
-    }
-}
+/// The transports (one type for the workspace). The server listens on
+/// UDP, TCP and TLS; the drivers drop and count a message for any other.
+pub use sip_core::Transport;
 
 /// When a message is handled, read once by the driver that received it:
 /// the core itself reads no clock, so a simulation can run it on virtual
@@ -1081,10 +1044,14 @@ impl Core {
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
             let _ = write!(self.rr, "<sip:{here};lr");
-            match out_transport {
-                Transport::Tcp => self.rr.push_str(";transport=tcp"),
-                Transport::Tls => self.rr.push_str(";transport=tls"),
-                Transport::Udp => {}
+            if out_transport != Transport::Udp {
+                self.rr.push_str(";transport=");
+                self.rr.extend(
+                    out_transport
+                        .as_str()
+                        .chars()
+                        .map(|c| c.to_ascii_lowercase()),
+                );
             }
             self.rr.push('>');
         }

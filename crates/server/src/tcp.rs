@@ -187,6 +187,16 @@ impl TcpHub {
         transport: Transport,
         bytes: &[u8],
     ) -> io::Result<()> {
+        if !matches!(transport, Transport::Tcp | Transport::Tls) {
+            // No listener or connector for it (SCTP, WebSocket): the
+            // message cannot leave; a forwarded request is answered 503.
+            self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+            self.undeliverable(bytes);
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("no {} transport to reach {dest}", transport.as_str()),
+            ));
+        }
         self.shared.metrics.sent(bytes);
         let existing = lock(&self.conns).get(&dest).cloned();
         let Some(conn) = existing else {
@@ -280,6 +290,9 @@ impl TcpHub {
                     self.shared.metrics.sent(out);
                     let _ = u.send_to(out, dest);
                 }
+            }
+            Reply::Send(dest, t) => {
+                let _ = self.send(dest, t, out);
             }
             Reply::Drop => {}
         }

@@ -17,46 +17,7 @@ use crate::uri::{parse_host_prefix, parse_port, Host};
 /// The RFC 3261 branch magic cookie (§8.1.1.7).
 pub const BRANCH_MAGIC_COOKIE: &str = "z9hG4bK";
 
-/// Transport named in a Via.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// UDP
-    Udp,
-    /// TCP
-    Tcp,
-    /// TLS over TCP
-    Tls,
-    /// SCTP
-    Sctp,
-    /// WebSocket (RFC 7118)
-    Ws,
-    /// Secure WebSocket (RFC 7118)
-    Wss,
-    /// Anything else.
-    Other,
-}
-
-impl Transport {
-    fn classify(s: &str) -> Self {
-        const NAMES: [(&str, Transport); 6] = [
-            ("UDP", Transport::Udp),
-            ("TCP", Transport::Tcp),
-            ("TLS", Transport::Tls),
-            ("SCTP", Transport::Sctp),
-            ("WS", Transport::Ws),
-            ("WSS", Transport::Wss),
-        ];
-        NAMES
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(s))
-            .map_or(Transport::Other, |(_, t)| *t)
-    }
-
-    /// Whether the transport is reliable (timers and retransmissions differ, RFC 3261 §17).
-    pub fn is_reliable(self) -> bool {
-        !matches!(self, Transport::Udp | Transport::Other)
-    }
-}
+pub use crate::transport::Transport;
 
 /// One via-parm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +186,7 @@ pub(crate) fn parse_via<'a>(c: &mut Cursor<'a>, max_params: usize) -> Result<Via
         protocol_name,
         protocol_version,
         transport_raw,
-        transport: Transport::classify(transport_raw),
+        transport: Transport::from_token(transport_raw),
         host,
         port,
         params,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use media::g711::Law;
 use sip_core::auth::Challenge;
+use sip_core::transaction::TimerConfig;
 use sip_core::{HeaderName, Message};
 use srtp::sdes::{self, Crypto};
 use srtp::Profile;
@@ -179,9 +180,12 @@ pub struct CallReport {
     pub media: MediaReport,
 }
 
-const T1: Duration = Duration::from_millis(500);
-const T2: Duration = Duration::from_secs(4);
-const TIMER_B: Duration = Duration::from_secs(32);
+/// RFC 3261 §17 timers: sip-core's, not a copy.
+const TIMERS: TimerConfig = TimerConfig::RFC3261;
+const T1: Duration = TIMERS.t1;
+const T2: Duration = TIMERS.t2;
+/// Timer B (64·T1).
+const TIMER_B: Duration = Duration::from_millis(64 * TIMERS.t1.as_millis() as u64);
 
 /// A SIP phone on one UDP socket.
 pub struct Phone {
