@@ -78,8 +78,17 @@ pub fn run(http: SocketAddr) -> ExitCode {
     });
     match result {
         Ok(v) => {
-            print!("{}", render(&v));
-            ExitCode::SUCCESS
+            use std::io::Write;
+            // A reader that stops early (`| head`) closes the pipe: that
+            // ends the listing, it is not an error (and never a panic).
+            match std::io::stdout().lock().write_all(render(&v).as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: writing the status: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -235,6 +235,36 @@ fn status_and_metrics() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
 }
 
+/// `sipsec status | head -1` with a long listing: the closed pipe ends the
+/// output quietly (it used to panic with exit 101).
+#[test]
+fn status_into_a_closed_pipe_ends_quietly() {
+    use std::io::BufRead;
+    let dir = tempdir("status-pipe");
+    let s = serve(&dir, &[]);
+    let http = common::banner_http_addr(&s.banner)
+        .expect("http address")
+        .to_string();
+    for i in 0..3000 {
+        assert!(register(s.addr, &format!("u{i}"), 1).starts_with("SIP/2.0 200"));
+    }
+    let mut child = Command::new(BIN)
+        .args(["status", "--http", &http])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("a first line");
+    // The reader is gone: like `head -1`.
+    let out = child.wait_with_output().expect("ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(first.starts_with("mode registrar"), "{first}");
+    assert!(out.status.success() && !err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn config_file_and_flag_precedence() {
     let dir = tempdir("config");
