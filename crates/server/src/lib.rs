@@ -28,5 +28,5 @@ pub mod users;
 
 pub use crate::config::{Config, Mode};
 pub use crate::core::{Core, Now, Reply, Shared, Transport};
-pub use crate::server::{start, StartError, Started};
+pub use crate::server::{check, start, Checked, StartError, Started};
 pub use crate::udp::{ServerHandle, UdpServer};

@@ -273,6 +273,41 @@ fn transaction_timers(
         })
 }
 
+/// What `sipsec serve --check` found usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// Users loaded (0 without authentication).
+    pub users: usize,
+    /// The TLS key's description, when TLS is on.
+    pub tls: Option<String>,
+    /// Whether PrivaSIP keys were loaded.
+    pub privacy: bool,
+}
+
+/// Validates what `start` would load — users (and their realm), the TLS
+/// certificate and key, the PrivaSIP keys — without binding a socket or
+/// touching the data directory (a running server may hold it).
+pub fn check(config: &Config) -> Result<Checked, StartError> {
+    let users = if config.auth {
+        Some(load_users(config)?)
+    } else {
+        None
+    };
+    let tls = match &config.tls {
+        Some(t) => Some(TlsContext::new(t)?.certs.info().description),
+        None => None,
+    };
+    if let Some(p) = &config.privacy {
+        crate::privacy::Privacy::load(p, users.as_ref(), &config.realm)
+            .map_err(StartError::Privacy)?;
+    }
+    Ok(Checked {
+        users: users.map_or(0, |u| u.len()),
+        tls,
+        privacy: config.privacy.is_some(),
+    })
+}
+
 /// Loads the users file and checks that someone is in the realm served.
 fn load_users(config: &Config) -> Result<Users, StartError> {
     let users = Users::load(&config.users)?;

@@ -143,6 +143,10 @@ struct ServeArgs {
     /// Accept peers' 1024-bit RSA keys and signatures (legacy; below today's floor of 2048).
     #[arg(long)]
     tls_allow_rsa_1024: bool,
+    /// Validate the configuration, users file, TLS and privacy keys, then exit
+    /// (0: usable, 1: the error); binds nothing and leaves the data directory alone.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Subcommand)]
@@ -276,6 +280,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
 }
 
 fn serve(a: ServeArgs) -> ExitCode {
+    let check = a.check;
     let config = match build_config(a) {
         Ok(c) => c,
         Err(e) => {
@@ -289,6 +294,26 @@ fn serve(a: ServeArgs) -> ExitCode {
             config.udp
         );
         return ExitCode::FAILURE;
+    }
+    if check {
+        return match sipsec_server::check(&config) {
+            Ok(c) => {
+                println!(
+                    "configuration OK: mode {}, auth {} ({} user(s) in realm {}), tls {}, privacy {}",
+                    config.mode.as_str(),
+                    if config.auth { "on" } else { "off" },
+                    c.users,
+                    config.realm,
+                    c.tls.as_deref().unwrap_or("off"),
+                    if c.privacy { "on" } else { "off" }
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let summary = format!(
         "mode {}, auth {}, {} worker(s), data in {}",

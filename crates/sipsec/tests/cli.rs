@@ -235,6 +235,60 @@ fn status_and_metrics() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
 }
 
+/// `serve --check` loads what a start would (config, users, TLS) and exits,
+/// binding nothing and leaving the data directory alone.
+#[test]
+fn serve_check_validates_and_exits() {
+    let dir = tempdir("check");
+    let users = dir.join("users.tsv");
+    common::import_users("alice,pw\n", &dir, &users);
+    let data = dir.join("data");
+    let check = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["serve", "--check", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .output()
+            .expect("runs")
+    };
+    let u = users.to_str().expect("utf-8");
+    let ok = check(&["--auth", "--users", u]);
+    assert!(ok.status.success(), "{}", common::text(&ok));
+    assert!(
+        common::text(&ok).contains("configuration OK") && common::text(&ok).contains("1 user(s)"),
+        "{}",
+        common::text(&ok)
+    );
+    assert!(!data.exists(), "the data directory is not touched");
+    for (extra, needle) in [
+        (
+            vec!["--auth", "--users", u, "--realm", "other"],
+            "realm \"other\"",
+        ),
+        (
+            vec!["--auth", "--users", "/nonexistent/users.tsv"],
+            "nonexistent",
+        ),
+        (
+            vec![
+                "--cert",
+                "/nonexistent/c.pem",
+                "--key",
+                "/nonexistent/k.pem",
+            ],
+            "TLS",
+        ),
+    ] {
+        let bad = check(&extra);
+        assert!(!bad.status.success(), "{extra:?}: {}", common::text(&bad));
+        assert!(
+            common::text(&bad).contains(needle),
+            "{extra:?}: {}",
+            common::text(&bad)
+        );
+    }
+}
+
 /// `sipsec status | head -1` with a long listing: the closed pipe ends the
 /// output quietly (it used to panic with exit 101).
 #[test]
