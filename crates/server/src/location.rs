@@ -692,7 +692,6 @@ impl Persistence {
     pub fn recover(&self, loc: &MemoryLocation, now: u64) -> io::Result<Recovered> {
         let mut records = Vec::new();
         let mut skipped = 0;
-        let mut snapshot_gen = 0;
         let mut read = |path: &Path, header: bool, records: &mut Vec<Record>| -> io::Result<u64> {
             let f = match File::open(path) {
                 Ok(f) => f,
@@ -719,7 +718,7 @@ impl Persistence {
             }
             Ok(gen)
         };
-        snapshot_gen = snapshot_gen.max(read(&self.snapshot_path(), true, &mut records)?);
+        let snapshot_gen = read(&self.snapshot_path(), true, &mut records)?;
         let journals = self.journals()?;
         let mut newest = snapshot_gen;
         for (gen, path) in &journals {
@@ -1061,8 +1060,8 @@ mod tests {
         dir
     }
 
-    /// Binds `n` AoRs (and removes every third) through the journal of `p`.
-    fn fill(p: &Persistence, loc: &MemoryLocation, j: &SharedJournal, from: usize, n: usize) {
+    /// Binds `n` AoRs (and removes every third) through journal `j`.
+    fn fill(loc: &MemoryLocation, j: &SharedJournal, from: usize, n: usize) {
         let mut cur = Vec::new();
         let policy = UpdatePolicy::default();
         let mut persist = |r: &[Record]| lock(j).append(r);
@@ -1092,7 +1091,6 @@ mod tests {
                 .expect("unbind");
             }
         }
-        let _ = p;
     }
 
     /// Online compaction leaves, at every step a crash can stop it at, a
@@ -1105,7 +1103,7 @@ mod tests {
             let loc = MemoryLocation::new();
             p.recover(&loc, 100).expect("empty");
             let j = p.journal(0).expect("journal");
-            fill(&p, &loc, &j, 0, 300);
+            fill(&loc, &j, 0, 300);
             let want = loc.snapshot(100);
             match stop_after {
                 // Journals rotated, no snapshot yet.
@@ -1138,7 +1136,7 @@ mod tests {
                 // A whole compaction, then more changes.
                 _ => {
                     p.compact(&loc, 100).expect("compact");
-                    fill(&p, &loc, &j, 300, 50);
+                    fill(&loc, &j, 300, 50);
                 }
             }
             let want = if stop_after == 3 {

@@ -8,7 +8,7 @@ mod common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{banner_http_addr, http_get, tempdir, text, Running, BIN};
@@ -782,12 +782,6 @@ fn kill_9_during_online_compaction_loses_no_binding() {
     assert!(compactions > 0, "the journal was compacted while serving");
 }
 
-/// An answering phone over TLS; returns it and its stderr reader.
-fn tls_phone(password: &str, args: &[&str]) -> (Child, std::thread::JoinHandle<String>) {
-    let (child, _, rest) = common::answering(password, args);
-    (child, rest)
-}
-
 #[test]
 fn a_tls_call_through_a_proxy_without_record_route_carries_media_and_bye() {
     let dir = tempdir("hard-tls-rr");
@@ -813,7 +807,7 @@ fn a_tls_call_through_a_proxy_without_record_route_carries_media_and_bye() {
     let tls = common::banner_tls_addr(&srv.banner)
         .expect("tls address")
         .to_string();
-    let (mut bob, bob_err) = tls_phone(
+    let (mut bob, _, bob_err) = common::answering(
         "pw-bob",
         &[
             "answer",
