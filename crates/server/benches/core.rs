@@ -1,8 +1,9 @@
-//! The server's own work per request, without sockets: `Core::handle` on
-//! the requests `sipsec bench compare` sends (REGISTER new/refresh/logout,
-//! INVITE to an unknown user, INVITE redirected), with and without the
-//! journal. What is left of a call's CPU cost in `bench compare` is the
-//! kernel's.
+//! The server's own work per request, without sockets: the core driven
+//! as a UDP worker drives it (`io::drive::handle`: handle, store what it
+//! asks, release the answer) on the requests `sipsec bench compare` sends
+//! (REGISTER new/refresh/logout, INVITE to an unknown user, INVITE
+//! redirected), with and without the journal. What is left of a call's
+//! CPU cost in `bench compare` is the kernel's.
 #![allow(missing_docs)]
 
 use std::hint::black_box;
@@ -10,7 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sipsec_server::location::{Durability, MemoryLocation, Persistence};
+use sipsec_server::io::journal::{Durability, Persistence, SharedJournal};
+use sipsec_server::proto::location::MemoryLocation;
 use sipsec_server::{Config, Core, Mode, Now, Reply, Shared, Transport};
 
 const USERS: usize = 10_000;
@@ -58,35 +60,58 @@ Content-Length: {}\r\n\r\n{sdp}",
     .into_bytes()
 }
 
-fn core(mode: Mode, journal: Option<&std::path::Path>) -> Core {
+/// A core and, when asked, its journal.
+struct Worker {
+    core: Core,
+    journal: Option<SharedJournal>,
+    /// Kept open for the journal's lifetime.
+    _store: Option<Persistence>,
+}
+
+impl Worker {
+    fn handle(&mut self, msg: &[u8], src: SocketAddr, at: Now, out: &mut Vec<u8>) -> Reply {
+        let mut journal = self
+            .journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+        sipsec_server::io::drive::handle(
+            &mut self.core,
+            journal.as_deref_mut(),
+            msg,
+            src,
+            Transport::Udp,
+            at,
+            out,
+        )
+    }
+}
+
+fn core(mode: Mode, journal: Option<&std::path::Path>) -> Worker {
     let config = Config {
         mode,
         advertise: "127.0.0.1:5060".parse().expect("literal"),
         ..Config::default()
     };
-    let shared = Arc::new(Shared::new(
-        config,
-        Arc::new(MemoryLocation::new()),
-        None,
-        now(),
-    ));
-    let journal = journal.map(|dir| {
-        let p = Persistence::new(dir, Durability::Process).expect("journal dir");
-        p.journal(0).expect("journal")
-    });
-    Core::new(shared, journal)
+    let mut shared = Shared::new(config, Arc::new(MemoryLocation::new()), None, now());
+    shared.stage_clock = Some(std::time::Instant::now);
+    let store = journal.map(|dir| Persistence::new(dir, Durability::Process).expect("journal dir"));
+    let journal = store.as_ref().map(|p| p.journal(0).expect("journal"));
+    Worker {
+        core: Core::new(Arc::new(shared)),
+        journal,
+        _store: store,
+    }
 }
 
 /// Handles `msgs` round-robin, one per iteration.
-fn run(c: &mut Criterion, name: &str, core: &mut Core, msgs: &[Vec<u8>]) {
+fn run(c: &mut Criterion, name: &str, core: &mut Worker, msgs: &[Vec<u8>]) {
     let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
     let mut out = Vec::with_capacity(4096);
     let mut i = 0;
     let at = now();
     c.bench_function(name, |b| {
         b.iter(|| {
-            out.clear();
-            let r = core.handle(black_box(&msgs[i]), src, Transport::Udp, at, &mut out);
+            let r = core.handle(black_box(&msgs[i]), src, at, &mut out);
             i = (i + 1) % msgs.len();
             assert!(matches!(r, Reply::Send(..)));
         })
@@ -117,8 +142,7 @@ fn benches(c: &mut Criterion) {
     let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
     let mut out = Vec::new();
     for r in &regs {
-        out.clear();
-        redirect.handle(r, src, Transport::Udp, now(), &mut out);
+        redirect.handle(r, src, now(), &mut out);
     }
     run(c, "invite/redirect", &mut redirect, &invites);
     let _ = std::fs::remove_dir_all(&dir);

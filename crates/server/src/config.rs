@@ -5,7 +5,79 @@ use std::path::PathBuf;
 
 use sip_core::digest::Algorithm;
 
-use crate::location::Durability;
+/// How hard a journal write tries to reach stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `write(2)` before answering: survives process crashes (`kill -9`).
+    #[default]
+    Process,
+    /// Also `fsync(2)` each write: survives power loss, much slower.
+    Fsync,
+}
+
+/// What happens when a REGISTER would take an AoR past its contact limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Refuse the REGISTER (403 with a Warning).
+    #[default]
+    Reject,
+    /// Drop the contacts closest to expiry (the least recently refreshed)
+    /// to make room.
+    ReplaceOldest,
+}
+
+/// Default bound on the memory the stateful proxy's transactions hold
+/// (entries and the messages they keep); past it new requests get 503
+/// with Retry-After.
+pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
+
+/// Which AES pseudonyms the proxy accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AesMode {
+    /// None.
+    #[default]
+    Off,
+    /// AES-128-GCM under keys from the users' HA1.
+    Gcm,
+    /// The published AES-128-CBC with ISO 10126 padding (no integrity).
+    Cbc,
+}
+
+/// `[privacy]` in the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct PrivacySettings {
+    /// Private keys by the key id published with their public halves.
+    pub keys: Vec<(u8, PathBuf)>,
+    /// AES pseudonyms (trial decryption over the users' keys).
+    pub aes: AesMode,
+    /// The key id of AES pseudonyms.
+    pub aes_key_id: u8,
+    /// Cache entries (0: stateless).
+    pub cache: usize,
+    /// Seconds a cached pseudonym stays.
+    pub cache_ttl: u64,
+}
+
+/// Where the TLS material lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Listening address (port 0: the UDP port + 1; 5061 by convention).
+    pub addr: std::net::SocketAddr,
+    /// Certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// Private key, PEM: RSA of any variant (PKCS#1 or PKCS#8), ECDSA
+    /// (SEC1 or PKCS#8) or Ed25519.
+    pub key: PathBuf,
+    /// CAs whose client certificates are required (mutual TLS); `None`
+    /// accepts clients without certificates.
+    pub client_ca: Option<PathBuf>,
+    /// CAs trusted for outbound connections (next hops); `None` uses the
+    /// system bundle.
+    pub peer_ca: Option<PathBuf>,
+    /// Accept peers' 1024-bit RSA keys and signatures (verified by
+    /// OpenSSL); off by default, as 2048 is the floor.
+    pub allow_rsa_1024: bool,
+}
 
 /// What the server does with requests that are not REGISTER.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,7 +188,7 @@ pub struct Config {
     /// Most contacts one address-of-record may hold.
     pub max_contacts: usize,
     /// What a REGISTER past `max_contacts` gets.
-    pub max_contacts_policy: crate::location::Overflow,
+    pub max_contacts_policy: Overflow,
     /// Most nonces whose counts the replay tracker holds at once; past it,
     /// a nonce it does not hold is challenged again with `stale=true`.
     pub max_tracked_nonces: usize,
@@ -129,11 +201,11 @@ pub struct Config {
     /// Registration time when the request names none.
     pub default_expires: u32,
     /// Per-source rate limit and fail-ban.
-    pub guard: crate::guard::GuardConfig,
+    pub guard: crate::proto::guard::GuardConfig,
     /// SIP over TLS (`sips:`), when a certificate and key are given.
-    pub tls: Option<crate::tls::TlsSettings>,
+    pub tls: Option<TlsSettings>,
     /// Identity privacy (PrivaSIP): keys that open pseudonyms.
-    pub privacy: Option<crate::privacy::PrivacySettings>,
+    pub privacy: Option<PrivacySettings>,
     /// Other domains' proxies: requests for these domains are forwarded to
     /// the address (proxy mode), and requests from those addresses are
     /// trusted as coming from that domain's proxy (not challenged).
@@ -152,7 +224,7 @@ impl Default for Config {
             advertise: udp,
             record_route: false,
             stateful: false,
-            max_transaction_bytes: crate::stateful::DEFAULT_MAX_BYTES,
+            max_transaction_bytes: DEFAULT_MAX_TRANSACTION_BYTES,
             domains: vec!["localhost".to_owned()],
             auth: false,
             realm: "sipsec".to_owned(),
@@ -163,13 +235,13 @@ impl Default for Config {
             durability: Durability::Process,
             journal_compact_bytes: 64 << 20,
             max_contacts: 10,
-            max_contacts_policy: crate::location::Overflow::Reject,
+            max_contacts_policy: Overflow::Reject,
             max_tracked_nonces: 1 << 20,
             min_expires: 60,
             path: PathMode::Lazy,
             max_expires: 7200,
             default_expires: 3600,
-            guard: crate::guard::GuardConfig::default(),
+            guard: crate::proto::guard::GuardConfig::default(),
             tls: None,
             privacy: None,
             peers: Vec::new(),
@@ -383,10 +455,7 @@ pub fn parse_digest(s: &str) -> Result<Algorithm, String> {
 }
 
 /// The settings of a `[privacy]` table.
-fn privacy_settings(
-    p: PrivacySection,
-) -> Result<crate::privacy::PrivacySettings, (&'static str, String)> {
-    use crate::privacy::AesMode;
+fn privacy_settings(p: PrivacySection) -> Result<PrivacySettings, (&'static str, String)> {
     let aes = match p.aes.as_deref().unwrap_or("off") {
         "off" => AesMode::Off,
         "gcm" => AesMode::Gcm,
@@ -426,7 +495,7 @@ fn privacy_settings(
             "0 entries: say mode = \"stateless\" instead".into(),
         ));
     }
-    Ok(crate::privacy::PrivacySettings {
+    Ok(PrivacySettings {
         keys,
         aes,
         aes_key_id: p.aes_key_id.unwrap_or(1),
@@ -552,8 +621,8 @@ impl Config {
             }
             if let Some(p) = r.max_contacts_policy {
                 self.max_contacts_policy = match p.as_str() {
-                    "reject" => crate::location::Overflow::Reject,
-                    "replace-oldest" => crate::location::Overflow::ReplaceOldest,
+                    "reject" => Overflow::Reject,
+                    "replace-oldest" => Overflow::ReplaceOldest,
                     other => {
                         return Err(value(
                             "registrar.max_contacts_policy",
@@ -567,7 +636,7 @@ impl Config {
             let (Some(cert), Some(key)) = (t.cert, t.key) else {
                 return Err(value("tls", "give both cert and key".into()));
             };
-            self.tls = Some(crate::tls::TlsSettings {
+            self.tls = Some(TlsSettings {
                 addr: t.addr.unwrap_or_else(|| default_tls_addr(self.udp)),
                 cert,
                 key,

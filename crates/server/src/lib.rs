@@ -1,32 +1,24 @@
-//! The sipsec SIP server.
+//! The sipsec SIP server, in two layers (see `docs/server.md`):
 //!
-//! [`core`] decides what to answer or forward (no I/O); [`udp`] moves
-//! datagrams between sockets and the core on one thread per worker;
-//! [`location`] keeps bindings (in memory, journaled to disk); [`auth`] and
-//! [`users`] implement digest authentication; [`stateful`] keeps the
-//! proxy's transactions when it runs transaction-stateful.
-#![deny(unsafe_code)] // allowed only in `mmsg`, the recvmmsg/sendmmsg wrapper
+//! - [`proto`] decides: registrar (RFC 3261 §10.3), proxy (§16, stateless
+//!   or transaction-stateful), redirect (§8.3), digest authentication,
+//!   rate limits and bans, PrivaSIP pseudonyms and the in-memory location
+//!   service. It takes bytes, their source and the time, and returns what
+//!   to send, what to persist and what happened; it reads no clock and
+//!   touches no file or socket, so a simulation can drive it.
+//! - [`io`] does: UDP (recvmmsg/sendmmsg) workers, TCP and TLS
+//!   connections, the location journal, the timer thread, the operator's
+//!   HTTP endpoint, logging and start-up.
+//!
+//! [`config`] is below both: settings and their parsing.
+#![deny(unsafe_code)] // allowed only in `io::mmsg` and `io::maplog`
 #![deny(missing_docs)]
 
-pub mod auth;
 pub mod config;
-pub mod core;
-pub mod guard;
-pub mod http;
-pub mod location;
-pub mod log;
-pub mod maplog;
-pub mod metrics;
-pub mod mmsg;
-pub mod privacy;
-pub mod server;
-pub mod stateful;
-pub mod tcp;
-pub mod tls;
-pub mod udp;
-pub mod users;
+pub mod io;
+pub mod proto;
 
 pub use crate::config::{Config, Mode};
-pub use crate::core::{Core, Now, Reply, Shared, Transport};
-pub use crate::server::{check, start, Checked, StartError, Started};
-pub use crate::udp::{ServerHandle, UdpServer};
+pub use crate::io::server::{check, start, Checked, ServerHandle, StartError, Started};
+pub use crate::io::udp::UdpServer;
+pub use crate::proto::core::{Core, Now, Reply, Shared, Transport};

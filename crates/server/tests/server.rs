@@ -7,8 +7,8 @@ use std::time::Duration;
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
 use sip_core::{HeaderName, Message, Method, StatusCode};
-use sipsec_server::location::Location;
-use sipsec_server::users::{UserEntry, Users};
+use sipsec_server::proto::location::Location;
+use sipsec_server::proto::users::{UserEntry, Users};
 use sipsec_server::{start, Config, Mode, Started};
 
 fn tempdir(name: &str) -> PathBuf {
@@ -40,7 +40,7 @@ fn server(mode: Mode, auth: bool, dir: &Path) -> Started {
             u.insert(n, "sipsec", UserEntry::from_password(n, "sipsec", p))
                 .expect("user");
         }
-        u.save(&users).expect("save users");
+        sipsec_server::io::users_file::save(&u, &users).expect("save users");
     }
     start(Config {
         mode,
@@ -164,7 +164,7 @@ fn register_refresh_logout_and_limits() {
         s.handle
             .shared()
             .location
-            .len(sipsec_server::udp::unix_now()),
+            .len(sipsec_server::io::clock::unix_now()),
         0
     );
     s.handle.shutdown();
@@ -626,7 +626,7 @@ fn ipv6_registration() {
         .handle
         .shared()
         .location
-        .snapshot(sipsec_server::udp::unix_now());
+        .snapshot(sipsec_server::io::clock::unix_now());
     assert_eq!(snap.len(), 1);
     assert_eq!(snap[0].0, "sip:v6@[::1]");
     assert!(snap[0].1.source.is_ipv6());
@@ -684,8 +684,8 @@ fn record_route_brings_in_dialog_requests_back() {
 /// challenge with stale=true, a fresh one is accepted.
 #[test]
 fn expired_nonces_are_stale() {
-    use sipsec_server::auth::{Authenticator, NonceKey};
-    use sipsec_server::location::MemoryLocation;
+    use sipsec_server::proto::auth::{Authenticator, NonceKey};
+    use sipsec_server::proto::location::MemoryLocation;
     use sipsec_server::{Core, Now, Reply, Shared, Transport};
     use std::sync::Arc;
 
@@ -721,7 +721,7 @@ fn expired_nonces_are_stale() {
         Some(auth),
         at(1_000_000),
     ));
-    let mut core = Core::new(shared, None);
+    let mut core = Core::new(shared);
     let src: SocketAddr = "127.0.0.1:5099".parse().expect("addr");
     let register = |cseq: u32, auth: &str| {
         format!(
@@ -732,7 +732,15 @@ fn expired_nonces_are_stale() {
     let mut ask = |msg: String, now: u64| -> String {
         out.clear();
         assert_eq!(
-            core.handle(msg.as_bytes(), src, Transport::Udp, at(now), &mut out),
+            sipsec_server::io::drive::handle(
+                &mut core,
+                None,
+                msg.as_bytes(),
+                src,
+                Transport::Udp,
+                at(now),
+                &mut out
+            ),
             Reply::Send(src, Transport::Udp)
         );
         String::from_utf8(out.clone()).expect("utf-8")
@@ -974,7 +982,7 @@ fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
     let uac_sock = UdpSocket::bind("127.0.0.1:0").expect("ua socket");
     let port = uac_sock.local_addr().expect("bound").port();
     let s = start(Config {
-        tls: Some(sipsec_server::tls::TlsSettings {
+        tls: Some(sipsec_server::config::TlsSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             cert,
             key,

@@ -242,7 +242,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         config.workers = w.max(1);
     }
     if a.fsync {
-        config.durability = sipsec_server::location::Durability::Fsync;
+        config.durability = sipsec_server::config::Durability::Fsync;
     }
     let tls_asked = a.tls.is_some()
         || a.cert.is_some()
@@ -259,7 +259,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         let (Some(cert), Some(key)) = (cert, key) else {
             return Err("TLS needs both --cert CERT.pem and --key KEY.pem".into());
         };
-        config.tls = Some(sipsec_server::tls::TlsSettings {
+        config.tls = Some(sipsec_server::config::TlsSettings {
             addr: a
                 .tls
                 .or_else(|| from_file.as_ref().map(|t| t.addr))

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use sipsec_server::users::{UserEntry, Users};
+use sipsec_server::io::users_file;
+use sipsec_server::proto::users::UserEntry;
 
 #[derive(Subcommand)]
 pub enum UsersCommand {
@@ -68,11 +69,11 @@ pub fn run(cmd: UsersCommand) -> ExitCode {
             file,
             password_stdin,
         } => read_password(password_stdin).and_then(|pw| {
-            let mut users = Users::load_or_empty(&file).map_err(|e| e.to_string())?;
+            let mut users = users_file::load_or_empty(&file).map_err(|e| e.to_string())?;
             users
                 .insert(&name, &realm, UserEntry::from_password(&name, &realm, &pw))
                 .map_err(|e| e.to_string())?;
-            users.save(&file).map_err(|e| e.to_string())?;
+            users_file::save(&users, &file).map_err(|e| e.to_string())?;
             Ok(format!(
                 "{}: user {name} in realm {realm} saved ({} in all)",
                 file.display(),
@@ -82,11 +83,11 @@ pub fn run(cmd: UsersCommand) -> ExitCode {
         UsersCommand::Import { csv, realm, file } => std::fs::read_to_string(&csv)
             .map_err(|e| format!("cannot read {}: {e}", csv.display()))
             .and_then(|text| {
-                let mut users = Users::load_or_empty(&file).map_err(|e| e.to_string())?;
+                let mut users = users_file::load_or_empty(&file).map_err(|e| e.to_string())?;
                 let n = users
                     .import_csv(&text, &realm, &csv.display().to_string())
                     .map_err(|e| e.to_string())?;
-                users.save(&file).map_err(|e| e.to_string())?;
+                users_file::save(&users, &file).map_err(|e| e.to_string())?;
                 Ok(format!(
                     "{}: imported {n} user(s) into realm {realm} ({} in all)",
                     file.display(),

@@ -6,14 +6,13 @@
 //! checkable by any worker without shared state, and its age gives
 //! `stale=true` after expiry.
 //!
-//! The secret lives in the data directory (`nonce.key`, mode 0600), so
-//! nonces survive a restart; a well-formed nonce that the secret did not
+//! The secret comes from the driver (`io::keys` keeps it in the data
+//! directory as `nonce.key`, mode 0600), so nonces survive a restart; a well-formed nonce that the secret did not
 //! make (an older secret, another server) is answered `stale=true`, never
 //! counted as a failure.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
 use hmac::{Hmac, Mac};
@@ -23,7 +22,7 @@ use sip_core::digest::{self, Algorithm, Hex, Qop, ResponseInput};
 use sip_core::{HeaderName, Message};
 use subtle::ConstantTimeEq;
 
-use crate::users::{UserEntry, Users};
+use crate::proto::users::{UserEntry, Users};
 
 /// Length of a nonce in characters.
 pub const NONCE_LEN: usize = 64;
@@ -70,23 +69,6 @@ pub struct NonceId {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-fn random_secret() -> std::io::Result<[u8; 32]> {
-    let mut secret = [0u8; 32];
-    getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok(secret)
-}
-
-fn parse_secret(hex: &str) -> Option<[u8; 32]> {
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 /// Issues and checks nonces with a secret key.
 pub struct NonceKey {
     secret: [u8; 32],
@@ -103,58 +85,8 @@ impl std::fmt::Debug for NonceKey {
 }
 
 impl NonceKey {
-    /// A key from the OS random generator; nonces live `ttl` seconds.
-    pub fn random(ttl: u64) -> std::io::Result<Self> {
-        Ok(Self::from_secret(random_secret()?, ttl))
-    }
-
-    /// The key kept in `path` (hex, mode 0600), created from the OS random
-    /// generator the first time. Rotate it by deleting the file and
-    /// restarting: nonces under the old secret are then answered
-    /// `stale=true`, so phones re-authenticate without a failure.
-    pub fn load_or_create(path: &Path, ttl: u64) -> std::io::Result<Self> {
-        use std::io::Write;
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let named =
-            |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let mode = std::fs::metadata(path).map_err(named)?.permissions().mode();
-                if mode & 0o077 != 0 {
-                    return Err(named(std::io::Error::new(
-                        std::io::ErrorKind::PermissionDenied,
-                        format!("readable by others (mode {:o}): chmod 600 it", mode & 0o777),
-                    )));
-                }
-                let secret = parse_secret(text.trim()).ok_or_else(|| {
-                    named(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "not 64 hex digits: delete it to make a new secret",
-                    ))
-                })?;
-                Ok(Self::from_secret(secret, ttl))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let secret = random_secret()?;
-                let tmp = path.with_extension("tmp");
-                let _ = std::fs::remove_file(&tmp);
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&tmp)
-                    .map_err(named)?;
-                let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-                f.write_all(format!("{hex}\n").as_bytes()).map_err(named)?;
-                f.sync_all().map_err(named)?;
-                std::fs::rename(&tmp, path).map_err(named)?;
-                Ok(Self::from_secret(secret, ttl))
-            }
-            Err(e) => Err(named(e)),
-        }
-    }
-
-    /// A key from given bytes (tests).
+    /// A key from its secret (`io::keys` loads or makes one); nonces
+    /// live `ttl` seconds.
     pub fn from_secret(secret: [u8; 32], ttl: u64) -> Self {
         Self {
             secret,
@@ -609,29 +541,6 @@ mod tests {
             NonceKey::from_secret([8; 32], 300).check(n.as_str(), "r", 1000),
             NonceState::Stale
         );
-    }
-
-    #[test]
-    fn the_secret_is_kept_private_and_reused() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("sipsec-nonce-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("nonce.key");
-        let a = NonceKey::load_or_create(&path, 300).expect("created");
-        let mode = std::fs::metadata(&path).expect("file").permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        let n = a.issue(1000, "r");
-        let b = NonceKey::load_or_create(&path, 300).expect("loaded");
-        assert_eq!(b.check(n.as_str(), "r", 1000), NonceState::Fresh);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let e = NonceKey::load_or_create(&path, 300).expect_err("world-readable");
-        assert!(e.to_string().contains("chmod 600"), "{e}");
-        std::fs::write(&path, "nothex").expect("write");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        let e = NonceKey::load_or_create(&path, 300).expect_err("garbage");
-        assert!(e.to_string().contains("64 hex"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn id(k: &NonceKey, n: &Nonce) -> NonceId {

@@ -11,7 +11,6 @@
 //! the same way.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -19,33 +18,41 @@ use privacy::aes::AesId;
 use privacy::keys::Decipher;
 use privacy::{IdDecipher, Scheme};
 
-use crate::users::Users;
+use crate::proto::users::Users;
 
-/// Which AES pseudonyms the proxy accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AesMode {
-    /// None.
-    #[default]
-    Off,
-    /// AES-128-GCM under keys from the users' HA1.
-    Gcm,
-    /// The published AES-128-CBC with ISO 10126 padding (no integrity).
-    Cbc,
-}
+pub use crate::config::{AesMode, PrivacySettings};
 
-/// `[privacy]` in the configuration.
-#[derive(Debug, Clone, Default)]
-pub struct PrivacySettings {
-    /// Private keys by the key id published with their public halves.
-    pub keys: Vec<(u8, PathBuf)>,
-    /// AES pseudonyms (trial decryption over the users' keys).
-    pub aes: AesMode,
-    /// The key id of AES pseudonyms.
-    pub aes_key_id: u8,
-    /// Cache entries (0: stateless).
-    pub cache: usize,
-    /// Seconds a cached pseudonym stays.
-    pub cache_ttl: u64,
+/// Why the PrivaSIP keys could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrivacyError {
+    /// A private key could not be read or used.
+    #[error("{name}: {reason}")]
+    Key {
+        /// The key file.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Two keys of one scheme share a key id.
+    #[error("{name}: a second {scheme} key with id {id}")]
+    DuplicateKey {
+        /// The second key's file.
+        name: String,
+        /// The scheme.
+        scheme: &'static str,
+        /// The key id.
+        id: u8,
+    },
+    /// AES pseudonyms were asked for without users to derive keys from.
+    #[error("aes pseudonyms need authentication on ([auth] enabled, a users file)")]
+    AesNeedsUsers,
+    /// An AES key could not be derived.
+    #[error("aes: {0}")]
+    Aes(String),
+    /// Nothing to decrypt with.
+    #[error("give at least one key, or aes with users")]
+    NoKeys,
 }
 
 /// What a user part turned out to be.
@@ -98,40 +105,48 @@ impl std::fmt::Debug for Privacy {
 }
 
 impl Privacy {
-    /// Loads the keys; AES needs the users (their SHA-256 HA1 in `realm`).
-    pub fn load(s: &PrivacySettings, users: Option<&Users>, realm: &str) -> Result<Self, String> {
+    /// Sets up decryption with the private keys in `pems` (key id, a name
+    /// for messages, PEM text); AES needs the users (their SHA-256 HA1 in
+    /// `realm`).
+    pub fn new(
+        s: &PrivacySettings,
+        pems: &[(u8, String, Vec<u8>)],
+        users: Option<&Users>,
+        realm: &str,
+    ) -> Result<Self, PrivacyError> {
         let mut keys = Vec::new();
-        for (id, path) in &s.keys {
-            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let key = privacy::keys::decipher_from_pem(&pem, *id)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+        for (id, name, pem) in pems {
+            let key =
+                privacy::keys::decipher_from_pem(pem, *id).map_err(|e| PrivacyError::Key {
+                    name: name.clone(),
+                    reason: e.to_string(),
+                })?;
             if keys
                 .iter()
                 .any(|k: &Decipher| k.scheme() == key.scheme() && k.key_id() == *id)
             {
-                return Err(format!(
-                    "{}: a second {} key with id {id}",
-                    path.display(),
-                    key.scheme().name()
-                ));
+                return Err(PrivacyError::DuplicateKey {
+                    name: name.clone(),
+                    scheme: key.scheme().name(),
+                    id: *id,
+                });
             }
             keys.push(key);
         }
         let mut aes = Vec::new();
         if s.aes != AesMode::Off {
-            let users = users
-                .ok_or("aes pseudonyms need authentication on ([auth] enabled, a users file)")?;
+            let users = users.ok_or(PrivacyError::AesNeedsUsers)?;
             for (name, r, entry) in users.iter() {
                 if r == realm {
                     let ha1 = entry.ha1(sip_core::digest::Algorithm::Sha256);
                     let key = AesId::new(ha1.as_str(), realm, s.aes_key_id, s.aes == AesMode::Cbc)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| PrivacyError::Aes(e.to_string()))?;
                     aes.push((name.to_owned(), key));
                 }
             }
         }
         if keys.is_empty() && aes.is_empty() {
-            return Err("give at least one key, or aes with users".into());
+            return Err(PrivacyError::NoKeys);
         }
         Ok(Self {
             keys,
@@ -228,46 +243,23 @@ mod tests {
     use super::*;
     use privacy::{Encoding, IdCipher};
 
-    fn setup(cache: usize) -> (Privacy, privacy::keys::Cipher, tempdir::Dir) {
-        let dir = tempdir::Dir::new();
+    fn setup(cache: usize) -> (Privacy, privacy::keys::Cipher) {
         let key = openssl::pkey::PKey::generate_x25519().unwrap();
         let pem = key.private_key_to_pem_pkcs8().unwrap();
-        let path = dir.0.join("hpke.pem");
-        std::fs::write(&path, &pem).unwrap();
         let public = privacy::keys::public_pem(&pem).unwrap();
         let enc = privacy::keys::cipher_from_pem(&public, 3).unwrap();
         let settings = PrivacySettings {
-            keys: vec![(3, path)],
             cache,
             cache_ttl: 60,
             ..Default::default()
         };
-        (Privacy::load(&settings, None, "r").unwrap(), enc, dir)
-    }
-
-    mod tempdir {
-        pub struct Dir(pub std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Self {
-                let p = std::env::temp_dir().join(format!(
-                    "sipsec-privacy-{}-{:?}",
-                    std::process::id(),
-                    std::thread::current().id()
-                ));
-                std::fs::create_dir_all(&p).unwrap();
-                Dir(p)
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
+        let pems = [(3, "hpke.pem".to_owned(), pem)];
+        (Privacy::new(&settings, &pems, None, "r").unwrap(), enc)
     }
 
     #[test]
     fn plain_names_pass_pseudonyms_open_and_bad_ones_are_refused() {
-        let (p, enc, _d) = setup(0);
+        let (p, enc) = setup(0);
         assert_eq!(p.reveal("alice", 0), Reveal::Plain);
         assert_eq!(p.reveal("1000", 0), Reveal::Plain);
         let text = enc.pseudonym("alice", Encoding::Hex, 1000).unwrap();
@@ -290,7 +282,7 @@ mod tests {
 
     #[test]
     fn the_cache_saves_decryptions_expires_and_stays_bounded() {
-        let (p, enc, _d) = setup(16);
+        let (p, enc) = setup(16);
         let text = enc.pseudonym("bob", Encoding::Hex, 1000).unwrap();
         for _ in 0..3 {
             assert_eq!(p.reveal(&text, 100), Reveal::Id("bob".into()));
@@ -317,7 +309,7 @@ mod tests {
                 .insert(
                     u,
                     "example.org",
-                    crate::users::UserEntry::from_password(u, "example.org", "pw"),
+                    crate::proto::users::UserEntry::from_password(u, "example.org", "pw"),
                 )
                 .unwrap();
         }
@@ -330,7 +322,7 @@ mod tests {
                 aes_key_id: 1,
                 ..Default::default()
             };
-            let p = Privacy::load(&settings, Some(&users), "example.org").unwrap();
+            let p = Privacy::new(&settings, &[], Some(&users), "example.org").unwrap();
             let bob = AesId::new(ha1("bob").as_str(), "example.org", 1, cbc).unwrap();
             let t = bob.pseudonym("bob", Encoding::Hex, 1000).unwrap();
             assert_eq!(p.reveal(&t, 0), Reveal::Id("bob".into()));
@@ -338,7 +330,7 @@ mod tests {
             let lie = bob.pseudonym("alice", Encoding::Hex, 1000).unwrap();
             assert_eq!(p.reveal(&lie, 0), Reveal::Refused);
         }
-        let err = Privacy::load(&PrivacySettings::default(), None, "r").unwrap_err();
-        assert!(err.contains("at least one key"), "{err}");
+        let err = Privacy::new(&PrivacySettings::default(), &[], None, "r").unwrap_err();
+        assert!(err.to_string().contains("at least one key"), "{err}");
     }
 }

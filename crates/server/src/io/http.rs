@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::core::Shared;
-use crate::location::Location;
-use crate::tcp::TcpHub;
-use crate::udp::unix_now;
+use crate::io::clock::unix_now;
+use crate::io::tcp::TcpHub;
+use crate::proto::core::Shared;
+use crate::proto::location::Location;
 
 /// What the endpoint reports on.
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct View {
     /// The TCP address.
     pub tcp: Option<SocketAddr>,
     /// TLS, when on.
-    pub tls: Option<Arc<crate::tls::TlsContext>>,
+    pub tls: Option<Arc<crate::io::tls::TlsContext>>,
 }
 
 impl View {

@@ -31,8 +31,8 @@ use sip_core::transaction::{
 use sip_core::writer::{write_ack, write_cancel, write_response, ResponseOptions};
 use sip_core::{Message, Method, StatusCode};
 
-use crate::core::{Transport, LOCAL_TAG_PREFIX};
-use crate::metrics::Metrics;
+use crate::proto::metrics::Metrics;
+pub use sip_core::Transport;
 
 /// A destination: address and transport.
 pub type Hop = (SocketAddr, Transport);
@@ -42,10 +42,11 @@ pub type Hop = (SocketAddr, Transport);
 pub const TIMER_C: Duration = Duration::from_secs(180);
 /// Most transactions at once; past it new requests get 503.
 pub const MAX_TRANSACTIONS: u64 = 1 << 20;
-/// Default bound on the memory the table holds (entries and the messages
-/// they keep); past it new requests get 503 with Retry-After.
-pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+pub use crate::config::DEFAULT_MAX_TRANSACTION_BYTES as DEFAULT_MAX_BYTES;
 const SHARDS: usize = 32;
+/// Prefix of the To tags on responses this server generates; an ACK
+/// carrying one acknowledges such a response and ends here.
+pub const LOCAL_TAG_PREFIX: &str = "sipsec-";
 /// Prefix of the branch this proxy writes in its Via.
 pub const BRANCH_PREFIX: &str = "z9hG4bKsps";
 
@@ -707,6 +708,15 @@ impl Transactions {
         e.original = Vec::new();
         e.forwarded = Vec::new();
         shard.reschedule(key, metrics);
+    }
+
+    /// The earliest time a timer may be due (a superseded one can make it
+    /// early, never late); `None` when nothing is scheduled.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.shards
+            .iter()
+            .filter_map(|s| lock(s).heap.peek().map(|Reverse((t, _))| *t))
+            .min()
     }
 
     /// Runs every timer due at `now`; what must be sent goes into `sends`.

@@ -1,24 +1,28 @@
 //! Starting a configured server: recovery, users, workers.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use crate::auth::{Authenticator, NonceKey};
 use crate::config::Config;
-use crate::core::{Shared, Transport};
-use crate::location::{Location, MemoryLocation, Persistence, Recovered};
-use crate::stateful::Sends;
-use crate::tcp::TcpHub;
-use crate::tls::TlsContext;
-use crate::udp::POLL;
-use crate::udp::{unix_now, ServerHandle, UdpServer};
-use crate::users::Users;
+use crate::io::clock::unix_now;
+use crate::io::journal::{Persistence, Recovered};
+use crate::io::send::Sender;
+use crate::io::tcp::TcpHub;
+use crate::io::tls::TlsContext;
+use crate::io::udp::{UdpServer, POLL};
+use crate::proto::auth::Authenticator;
+use crate::proto::core::{Core, Shared};
+use crate::proto::location::{Location, MemoryLocation};
+use crate::proto::users::Users;
 
 /// Why the server could not start; each names what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The users file is missing or malformed.
     #[error("users file: {0}")]
-    Users(#[from] crate::users::UsersError),
+    Users(#[from] crate::proto::users::UsersError),
     /// Authentication is on but the users file names nobody.
     #[error("--auth needs users: {0} has none (add some with `sipsec users add`)")]
     NoUsers(String),
@@ -57,10 +61,10 @@ pub enum StartError {
     Random(std::io::Error),
     /// The privacy keys could not be used.
     #[error("privacy: {0}")]
-    Privacy(String),
+    Privacy(#[from] crate::proto::privacy::PrivacyError),
     /// The TLS certificate, key or CA files could not be used.
     #[error("TLS: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::io::tls::TlsError),
 }
 
 /// A started server and what recovery found.
@@ -93,7 +97,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let recovered = persistence.recover(&location, unix_now()).map_err(store)?;
     let auth = if config.auth {
         let users = load_users(&config)?;
-        let key = NonceKey::load_or_create(&config.data_dir.join("nonce.key"), config.nonce_ttl)
+        let key = crate::io::keys::nonce_key(&config.data_dir.join("nonce.key"), config.nonce_ttl)
             .map_err(StartError::Random)?;
         Some(Authenticator::new(
             &config.realm,
@@ -175,18 +179,16 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     };
     let udp_addr = udp.local_addr();
     let privacy = match &config.privacy {
-        Some(p) => Some(
-            crate::privacy::Privacy::load(
-                p,
-                auth.as_ref().map(|a| a.users()).as_deref(),
-                &config.realm,
-            )
-            .map_err(StartError::Privacy)?,
-        ),
+        Some(p) => Some(crate::io::keys::privacy(
+            p,
+            auth.as_ref().map(|a| a.users()).as_deref(),
+            &config.realm,
+        )?),
         None => None,
     };
-    let mut shared = Shared::new(config, location, auth, crate::udp::now());
+    let mut shared = Shared::new(config, location, auth, crate::io::clock::now());
     shared.privacy = privacy;
+    shared.stage_clock = Some(std::time::Instant::now);
     let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
@@ -194,7 +196,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         let hub = TcpHub::new(
             shared.clone(),
             tcp_journal,
-            udp.sender().ok(),
+            udp.sender().ok().map(Arc::new),
             tls.clone(),
             stop.clone(),
         );
@@ -211,64 +213,67 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     threads.push(store_upkeep(shared.clone(), persistence, stop.clone()).map_err(bind)?);
     threads.push(watch_files(tls.clone(), shared.clone(), stop.clone()).map_err(bind)?);
     if shared.transactions.is_some() {
-        let sock = udp.sender().map_err(bind)?;
+        let sock = Arc::new(udp.sender().map_err(bind)?);
+        let sender = Sender::new(
+            shared.clone(),
+            Some(sock),
+            hub.clone()
+                .map(|h| Arc::new(h) as Arc<dyn crate::io::send::Connections>),
+        );
         threads.push(
-            transaction_timers(shared.clone(), sock, hub.clone(), stop.clone()).map_err(bind)?,
+            transaction_timers(Core::new(shared.clone()), sender, stop.clone()).map_err(bind)?,
         );
     }
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
-        let view = crate::http::View {
+        let view = crate::io::http::View {
             shared: shared.clone(),
             hub: hub.clone(),
             udp: udp_addr,
             tcp: tcp_addr,
             tls: tls.clone(),
         };
-        threads.push(crate::http::serve(view, l, stop.clone()).map_err(bind)?);
+        threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }
-    let handle = udp
-        .start(shared, journals, hub, stop, threads)
-        .map_err(bind)?
-        .with_tcp(tcp_addr)
-        .with_tls(tls_addr)
-        .with_http(http_addr);
+    udp.start(&shared, journals, hub.as_ref(), &stop, &mut threads)
+        .map_err(bind)?;
+    let handle = ServerHandle {
+        addr: udp_addr,
+        tcp: tcp_addr,
+        tls: tls_addr,
+        http: http_addr,
+        stop,
+        threads,
+        shared,
+    };
     Ok(Started { handle, recovered })
 }
 
 /// How often the stateful proxy's timers are checked.
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Runs the stateful proxy's timers (retransmissions, 408s, clean-up).
+/// Runs the stateful proxy's timers (retransmissions, 408s, clean-up):
+/// the core says when the next one is due, this thread sleeps until then
+/// (at most [`TICK`]) and sends what firing them produced.
 fn transaction_timers(
-    shared: Arc<Shared>,
-    udp: std::net::UdpSocket,
-    hub: Option<Arc<TcpHub>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+    mut core: Core,
+    sender: Sender,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("transactions".into())
         .spawn(move || {
-            let mut sends = Sends::default();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                std::thread::sleep(TICK);
-                let Some(tx) = &shared.transactions else {
-                    return;
-                };
-                sends.clear();
-                tx.tick(std::time::Instant::now(), &mut sends, &shared.metrics);
-                for (bytes, (dest, transport)) in sends.iter() {
-                    match (transport, &hub) {
-                        (Transport::Udp, _) => {
-                            shared.metrics.sent(bytes);
-                            let _ = udp.send_to(bytes, dest);
-                        }
-                        (t, Some(hub)) => {
-                            let _ = hub.send(dest, t, bytes);
-                        }
-                        (_, None) => {}
-                    }
-                }
+            while !stop.load(Ordering::Relaxed) {
+                let wait = core
+                    .next_timer()
+                    .map_or(TICK, |t| {
+                        t.saturating_duration_since(std::time::Instant::now())
+                    })
+                    .min(TICK);
+                std::thread::sleep(wait);
+                core.on_timer(crate::io::clock::now());
+                sender.send_all(core.extra());
+                crate::io::drive::log_events(&mut core);
             }
         })
 }
@@ -298,8 +303,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
         None => None,
     };
     if let Some(p) = &config.privacy {
-        crate::privacy::Privacy::load(p, users.as_ref(), &config.realm)
-            .map_err(StartError::Privacy)?;
+        crate::io::keys::privacy(p, users.as_ref(), &config.realm)?;
     }
     Ok(Checked {
         users: users.map_or(0, |u| u.len()),
@@ -310,7 +314,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
 
 /// Loads the users file and checks that someone is in the realm served.
 fn load_users(config: &Config) -> Result<Users, StartError> {
-    let users = Users::load(&config.users)?;
+    let users = crate::io::users_file::load(&config.users)?;
     let file = config.users.display().to_string();
     if users.is_empty() {
         return Err(StartError::NoUsers(file));
@@ -367,7 +371,7 @@ fn store_upkeep(
                                 .metrics
                                 .journal_errors
                                 .fetch_add(1, Ordering::Relaxed);
-                            crate::log::line(
+                            crate::io::log::line(
                                 "error",
                                 &format!(
                                     "journal compaction in {} failed (will retry): {e}",
@@ -434,7 +438,7 @@ fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
     match ctx.certs.reload(forced) {
         Ok(true) => {
             shared.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
-            crate::log::line(
+            crate::io::log::line(
                 "info",
                 &format!(
                     "TLS certificate reloaded ({})",
@@ -448,7 +452,7 @@ fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
                 .metrics
                 .tls_reload_failures
                 .fetch_add(1, Ordering::Relaxed);
-            crate::log::line(
+            crate::io::log::line(
                 "error",
                 &format!("TLS reload refused, keeping the old certificate: {e}"),
             );
@@ -467,7 +471,7 @@ fn reload_users(shared: &Shared) {
     let new = match load_users(&shared.config) {
         Ok(u) => u,
         Err(e) => {
-            crate::log::line(
+            crate::io::log::line(
                 "error",
                 &format!(
                     "users reload refused, keeping the {} loaded: {e}",
@@ -493,10 +497,64 @@ fn reload_users(shared: &Shared) {
     }
     let total = new.len();
     auth.set_users(new);
-    crate::log::line(
+    crate::io::log::line(
         "info",
         &format!(
             "users reloaded from {file}: {total} user(s), {added} added, {changed} changed, {removed} removed"
         ),
     );
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    tcp: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl ServerHandle {
+    /// The bound UDP address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The bound TCP address, when TCP is on.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp
+    }
+
+    /// The state shared by the workers.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The operator endpoint's address, when on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
+    }
+
+    /// The bound TLS address, when TLS is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls
+    }
+
+    /// Stops the threads and waits for them.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Waits for the threads (they run until the process ends).
+    pub fn wait(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }

@@ -15,20 +15,20 @@ pub const BUCKETS_NS: [u64; 14] = [
     4_000_000, 16_000_000,
 ];
 
-/// Times a stage for the histograms: the one clock read that request
-/// handling does, and only for sampled requests.
+/// Times a stage for the histograms, from a clock the driver lends the
+/// core (`Shared::stage_clock`) and only for sampled requests.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopwatch(std::time::Instant);
 
 impl Stopwatch {
-    /// Starts timing.
-    pub fn start() -> Self {
-        Self(std::time::Instant::now())
+    /// Starts timing at `t`.
+    pub fn at(t: std::time::Instant) -> Self {
+        Self(t)
     }
 
-    /// Time since the start.
-    pub fn elapsed(&self) -> Duration {
-        self.0.elapsed()
+    /// Time from the start to `t`.
+    pub fn until(&self, t: std::time::Instant) -> Duration {
+        t.saturating_duration_since(self.0)
     }
 }
 

@@ -1,5 +1,5 @@
 //! TLS for SIP (RFC 3261 §26.2, RFC 5630): rustls sessions over the TCP
-//! connections of [`crate::tcp`], a certificate store that reloads without
+//! connections of [`crate::io::tcp`], a certificate store that reloads without
 //! a restart, and RSA server keys of every variant.
 //!
 //! RSA keys sign through `rsa-variants` (OpenSSL): a *standard* key (no
@@ -21,26 +21,7 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::{CertifiedKey, SigningKey};
 use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 
-/// Where the TLS material lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSettings {
-    /// Listening address (port 0: the UDP port + 1; 5061 by convention).
-    pub addr: std::net::SocketAddr,
-    /// Certificate chain, PEM, leaf first.
-    pub cert: PathBuf,
-    /// Private key, PEM: RSA of any variant (PKCS#1 or PKCS#8), ECDSA
-    /// (SEC1 or PKCS#8) or Ed25519.
-    pub key: PathBuf,
-    /// CAs whose client certificates are required (mutual TLS); `None`
-    /// accepts clients without certificates.
-    pub client_ca: Option<PathBuf>,
-    /// CAs trusted for outbound connections (next hops); `None` uses the
-    /// system bundle.
-    pub peer_ca: Option<PathBuf>,
-    /// Accept peers' 1024-bit RSA keys and signatures (verified by
-    /// OpenSSL); off by default, as 2048 is the floor.
-    pub allow_rsa_1024: bool,
-}
+pub use crate::config::TlsSettings;
 
 /// System CA bundle on Debian and derivatives.
 const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";

@@ -1,442 +1,15 @@
-//! The location service (RFC 3261 §10): address-of-record → bindings.
-//!
-//! [`Location`] is the narrow interface; [`MemoryLocation`] is the sharded
-//! in-memory store every worker shares; [`Journal`] makes its changes
-//! survive a crash (see `docs/server.md`).
+//! The embedded location store's files: per-worker append-only journals,
+//! snapshots, recovery and online compaction (see `docs/server.md`).
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::hash::{BuildHasher, RandomState};
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
-use crate::maplog::MappedLog;
-
-/// One contact bound to an address-of-record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding {
-    /// The contact URI.
-    pub contact: String,
-    /// Expiry, in Unix seconds.
-    pub expires_at: u64,
-    /// Preference in thousandths (`q=0.5` is 500); 1000 when absent.
-    pub q: u16,
-    /// Call-ID of the REGISTER that made the binding.
-    pub call_id: String,
-    /// CSeq of that REGISTER.
-    pub cseq: u32,
-    /// Where the REGISTER came from.
-    pub source: SocketAddr,
-    /// The REGISTER's Path values (RFC 3327), comma-separated, first hop
-    /// first; empty without Path.
-    pub path: String,
-}
-
-/// The REGISTER a set of changes comes from.
-#[derive(Debug, Clone, Copy)]
-pub struct Registration<'a> {
-    /// Its Call-ID.
-    pub call_id: &'a str,
-    /// Its CSeq number.
-    pub cseq: u32,
-    /// Where it came from.
-    pub source: SocketAddr,
-    /// Path values to store (no tab or line feed), or "".
-    pub path: &'a str,
-    /// When it arrived (Unix seconds).
-    pub now: u64,
-}
-
-/// A requested change to one contact.
-#[derive(Debug, Clone, Copy)]
-pub struct ContactChange<'a> {
-    /// The contact URI.
-    pub contact: &'a str,
-    /// Seconds to keep it; 0 removes it.
-    pub expires: u32,
-    /// Preference in thousandths.
-    pub q: u16,
-}
-
-/// Why an update was refused; a refused update changes nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum UpdateError {
-    /// Same Call-ID with a lower CSeq than the stored one: a stale REGISTER
-    /// (RFC 3261 §10.3 step 7). An equal CSeq is a retransmission of the
-    /// request that made the binding and is applied again, idempotently.
-    #[error("CSeq {got} is below {stored} for this Call-ID")]
-    OutOfOrder {
-        /// CSeq received.
-        got: u32,
-        /// CSeq stored.
-        stored: u32,
-    },
-    /// The AoR would hold more contacts than allowed (and the policy is to
-    /// refuse).
-    #[error("at most {max} contacts per address-of-record")]
-    TooManyContacts {
-        /// The limit.
-        max: usize,
-    },
-    /// The contacts listed in the answer would not fit the reply.
-    #[error("the contact listing would take {bytes} bytes, above {max}")]
-    ListingTooLarge {
-        /// Bytes the listing would take.
-        bytes: usize,
-        /// The most allowed.
-        max: usize,
-    },
-    /// The change could not be persisted, so it was not applied.
-    #[error("journal: {0}")]
-    Journal(io::Error),
-}
-
-/// What happens when a REGISTER would take an AoR past its contact limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Overflow {
-    /// Refuse the REGISTER (403 with a Warning).
-    #[default]
-    Reject,
-    /// Drop the contacts closest to expiry (the least recently refreshed)
-    /// to make room.
-    ReplaceOldest,
-}
-
-/// Limits one update must respect.
-#[derive(Debug, Clone, Copy)]
-pub struct UpdatePolicy {
-    /// Most contacts per AoR.
-    pub max_contacts: usize,
-    /// What a REGISTER past the limit gets.
-    pub overflow: Overflow,
-    /// Most bytes the listing of contacts may take in the answer
-    /// (`usize::MAX`: unbounded). Each contact counts its URI plus
-    /// [`LISTING_OVERHEAD`].
-    pub max_listing: usize,
-}
-
-/// Bytes a contact adds to a 200 OK besides its URI
-/// (`Contact: <…>;expires=NNNNNNNNNN\r\n`).
-pub const LISTING_OVERHEAD: usize = 32;
-
-impl Default for UpdatePolicy {
-    fn default() -> Self {
-        Self {
-            max_contacts: 10,
-            overflow: Overflow::Reject,
-            max_listing: usize::MAX,
-        }
-    }
-}
-
-/// A journal record, written before the change is acknowledged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
-    /// A binding was added or refreshed.
-    Bind {
-        /// Sequence number.
-        seq: u64,
-        /// AoR.
-        aor: String,
-        /// The binding.
-        binding: Binding,
-    },
-    /// A contact was removed.
-    Remove {
-        /// Sequence number.
-        seq: u64,
-        /// AoR.
-        aor: String,
-        /// Contact URI.
-        contact: String,
-    },
-}
-
-/// The location-service interface shared by every backend.
-pub trait Location: Send + Sync {
-    /// Applies a REGISTER's changes atomically for `aor`. `remove_all` is
-    /// `Contact: *`. The records describing the change are handed to
-    /// `persist` first; only when it succeeds does the change take effect
-    /// (so memory never holds what the journal lacks). Returns the
-    /// bindings after the change in `current`.
-    #[allow(clippy::too_many_arguments)]
-    fn update(
-        &self,
-        aor: &str,
-        changes: &[ContactChange<'_>],
-        remove_all: bool,
-        reg: &Registration<'_>,
-        policy: &UpdatePolicy,
-        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
-        current: &mut Vec<Binding>,
-    ) -> Result<(), UpdateError>;
-
-    /// Live bindings for `aor`, highest q first.
-    fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>);
-
-    /// Drops expired bindings; returns how many.
-    fn expire(&self, now: u64) -> usize;
-
-    /// All live bindings (for the operator view).
-    fn snapshot(&self, now: u64) -> Vec<(String, Binding)>;
-
-    /// Number of live bindings.
-    fn len(&self, now: u64) -> usize;
-
-    /// Whether there are no live bindings.
-    fn is_empty(&self, now: u64) -> bool {
-        self.len(now) == 0
-    }
-}
-
-const SHARDS: usize = 64;
-
-/// Sharded in-memory location store.
-#[derive(Debug)]
-pub struct MemoryLocation {
-    shards: Vec<RwLock<HashMap<String, Vec<Binding>>>>,
-    hasher: RandomState,
-    seq: AtomicU64,
-}
-
-impl Default for MemoryLocation {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl MemoryLocation {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
-            seq: AtomicU64::new(1),
-        }
-    }
-
-    fn shard(&self, aor: &str) -> &RwLock<HashMap<String, Vec<Binding>>> {
-        &self.shards[(self.hasher.hash_one(aor) as usize) % SHARDS]
-    }
-
-    /// Applies a journal record during recovery.
-    pub fn replay(&self, r: Record) {
-        let mut shard = match &r {
-            Record::Bind { aor, .. } | Record::Remove { aor, .. } => {
-                self.shard(aor).write().unwrap_or_else(|e| e.into_inner())
-            }
-        };
-        match r {
-            Record::Bind { seq, aor, binding } => {
-                self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                let list = shard.entry(aor).or_default();
-                match list.iter_mut().find(|b| b.contact == binding.contact) {
-                    Some(b) => *b = binding,
-                    None => list.push(binding),
-                }
-            }
-            Record::Remove { seq, aor, contact } => {
-                self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                if let Some(list) = shard.get_mut(&aor) {
-                    list.retain(|b| b.contact != contact);
-                    if list.is_empty() {
-                        shard.remove(&aor);
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Location for MemoryLocation {
-    fn update(
-        &self,
-        aor: &str,
-        changes: &[ContactChange<'_>],
-        remove_all: bool,
-        reg: &Registration<'_>,
-        policy: &UpdatePolicy,
-        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
-        current: &mut Vec<Binding>,
-    ) -> Result<(), UpdateError> {
-        let Registration {
-            call_id,
-            cseq,
-            source,
-            path,
-            now,
-        } = *reg;
-        let mut shard = self.shard(aor).write().unwrap_or_else(|e| e.into_inner());
-        // Work on a copy: the stored list changes only once persisted.
-        let mut list: Vec<Binding> = shard
-            .get(aor)
-            .map(|l| l.iter().filter(|b| b.expires_at > now).cloned().collect())
-            .unwrap_or_default();
-        for b in list.iter().filter(|b| b.call_id == call_id) {
-            let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
-            if touched && cseq < b.cseq {
-                return Err(UpdateError::OutOfOrder {
-                    got: cseq,
-                    stored: b.cseq,
-                });
-            }
-        }
-        let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
-        let remove = |records: &mut Vec<Record>, contact: String| {
-            records.push(Record::Remove {
-                seq: 0,
-                aor: aor.to_owned(),
-                contact,
-            });
-        };
-        if remove_all {
-            for b in list.drain(..) {
-                remove(&mut records, b.contact);
-            }
-        }
-        for c in changes {
-            let pos = list.iter().position(|b| b.contact == c.contact);
-            if c.expires == 0 {
-                if let Some(p) = pos {
-                    list.remove(p);
-                    remove(&mut records, c.contact.to_owned());
-                }
-                continue;
-            }
-            let binding = Binding {
-                contact: c.contact.to_owned(),
-                expires_at: now + u64::from(c.expires),
-                q: c.q,
-                call_id: call_id.to_owned(),
-                cseq,
-                source,
-                path: path.to_owned(),
-            };
-            match pos {
-                Some(p) => list[p] = binding.clone(),
-                None => list.push(binding.clone()),
-            }
-            records.push(Record::Bind {
-                seq: 0,
-                aor: aor.to_owned(),
-                binding,
-            });
-        }
-        if list.len() > policy.max_contacts {
-            if policy.overflow == Overflow::Reject {
-                return Err(UpdateError::TooManyContacts {
-                    max: policy.max_contacts,
-                });
-            }
-            // Make room by dropping what this request did not name,
-            // nearest expiry first.
-            let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact);
-            while list.len() > policy.max_contacts {
-                let Some(p) = list
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, b)| !named(b))
-                    .min_by_key(|(_, b)| b.expires_at)
-                    .map(|(i, _)| i)
-                else {
-                    return Err(UpdateError::TooManyContacts {
-                        max: policy.max_contacts,
-                    });
-                };
-                let gone = list.remove(p);
-                remove(&mut records, gone.contact);
-            }
-        }
-        let listing: usize = list
-            .iter()
-            .map(|b| b.contact.len() + LISTING_OVERHEAD)
-            .sum();
-        if listing > policy.max_listing {
-            return Err(UpdateError::ListingTooLarge {
-                bytes: listing,
-                max: policy.max_listing,
-            });
-        }
-        // Sequence numbers are taken under the shard lock, so replaying
-        // every journal sorted by them reproduces this order.
-        for r in &mut records {
-            match r {
-                Record::Bind { seq, .. } | Record::Remove { seq, .. } => {
-                    *seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        persist(&records).map_err(UpdateError::Journal)?;
-        current.clear();
-        current.extend(list.iter().cloned());
-        current.sort_by_key(|b| std::cmp::Reverse(b.q));
-        match shard.get_mut(aor) {
-            _ if list.is_empty() => {
-                shard.remove(aor);
-            }
-            Some(stored) => *stored = list,
-            None => {
-                shard.insert(aor.to_owned(), list);
-            }
-        }
-        Ok(())
-    }
-
-    fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
-        out.clear();
-        let shard = self.shard(aor).read().unwrap_or_else(|e| e.into_inner());
-        if let Some(list) = shard.get(aor) {
-            out.extend(list.iter().filter(|b| b.expires_at > now).cloned());
-        }
-        drop(shard);
-        out.sort_by_key(|b| std::cmp::Reverse(b.q));
-    }
-
-    fn expire(&self, now: u64) -> usize {
-        let mut n = 0;
-        for s in &self.shards {
-            let mut s = s.write().unwrap_or_else(|e| e.into_inner());
-            s.retain(|_, list| {
-                let before = list.len();
-                list.retain(|b| b.expires_at > now);
-                n += before - list.len();
-                !list.is_empty()
-            });
-        }
-        n
-    }
-
-    fn snapshot(&self, now: u64) -> Vec<(String, Binding)> {
-        let mut v = Vec::new();
-        for s in &self.shards {
-            let s = s.read().unwrap_or_else(|e| e.into_inner());
-            for (aor, list) in s.iter() {
-                v.extend(
-                    list.iter()
-                        .filter(|b| b.expires_at > now)
-                        .map(|b| (aor.clone(), b.clone())),
-                );
-            }
-        }
-        v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact.cmp(&b.1.contact)));
-        v
-    }
-
-    fn len(&self, now: u64) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let s = s.read().unwrap_or_else(|e| e.into_inner());
-                s.values()
-                    .map(|l| l.iter().filter(|b| b.expires_at > now).count())
-                    .sum::<usize>()
-            })
-            .sum()
-    }
-}
+pub use crate::config::Durability;
+use crate::io::maplog::MappedLog;
+use crate::proto::location::{Binding, Location, MemoryLocation, Record};
 
 fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     let _ = write!(
@@ -492,16 +65,6 @@ fn decode(line: &str) -> Option<Record> {
         }
         _ => None,
     }
-}
-
-/// How hard a journal write tries to reach stable storage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// `write(2)` before answering: survives process crashes (`kill -9`).
-    #[default]
-    Process,
-    /// Also `fsync(2)` each write: survives power loss, much slower.
-    Fsync,
 }
 
 /// A worker's append-only journal.
@@ -758,17 +321,22 @@ impl Persistence {
         let mut buf = Vec::with_capacity(256);
         let mut bytes = 0;
         // One shard at a time, under its read lock: a change journaled
-        // before the rotation is in memory by the time its shard is read.
-        for s in &loc.shards {
-            let s = s.read().unwrap_or_else(|e| e.into_inner());
-            for (aor, list) in s.iter() {
-                for b in list.iter().filter(|b| b.expires_at > now) {
-                    buf.clear();
-                    encode_bind(0, aor, b, &mut buf);
-                    bytes += buf.len() as u64;
-                    w.write_all(&buf)?;
-                }
+        // before the rotation was committed before its journal could be
+        // rotated (the driver holds the journal across the change).
+        let mut failed = None;
+        loc.visit(now, |aor, b| {
+            if failed.is_some() {
+                return;
             }
+            buf.clear();
+            encode_bind(0, aor, b, &mut buf);
+            bytes += buf.len() as u64;
+            if let Err(e) = w.write_all(&buf) {
+                failed = Some(e);
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
         let f = w.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
@@ -830,6 +398,26 @@ impl Persistence {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
+    use std::net::SocketAddr;
+
+    /// An update with the default policy whose records land in `rec`.
+    fn upd(
+        loc: &MemoryLocation,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        r: &Registration<'_>,
+        cur: &mut Vec<Binding>,
+        rec: &mut Vec<Record>,
+    ) -> Result<(), UpdateError> {
+        let mut persist = |records: &[Record]| {
+            rec.extend_from_slice(records);
+            Ok(())
+        };
+        let policy = UpdatePolicy::default();
+        loc.update(aor, changes, remove_all, r, &policy, &mut persist, cur)
+    }
 
     fn src() -> SocketAddr {
         "192.0.2.1:5060".parse().expect("literal")
@@ -851,207 +439,6 @@ mod tests {
             expires,
             q: 1000,
         }
-    }
-
-    /// An update with the default policy whose records land in `rec`.
-    fn upd(
-        loc: &MemoryLocation,
-        aor: &str,
-        changes: &[ContactChange<'_>],
-        remove_all: bool,
-        r: &Registration<'_>,
-        cur: &mut Vec<Binding>,
-        rec: &mut Vec<Record>,
-    ) -> Result<(), UpdateError> {
-        let mut persist = |records: &[Record]| {
-            rec.extend_from_slice(records);
-            Ok(())
-        };
-        let policy = UpdatePolicy::default();
-        loc.update(aor, changes, remove_all, r, &policy, &mut persist, cur)
-    }
-
-    #[test]
-    fn bind_refresh_remove_and_order() {
-        let loc = MemoryLocation::new();
-        let (mut cur, mut rec) = (Vec::new(), Vec::new());
-        upd(
-            &loc,
-            "sip:a@x",
-            &[change("sip:a@1.1.1.1", 60)],
-            false,
-            &reg("c1", 1, 100),
-            &mut cur,
-            &mut rec,
-        )
-        .expect("bind");
-        assert_eq!(cur.len(), 1);
-        upd(
-            &loc,
-            "sip:a@x",
-            &[ContactChange {
-                contact: "sip:a@2.2.2.2",
-                expires: 60,
-                q: 500,
-            }],
-            false,
-            &reg("c2", 1, 100),
-            &mut cur,
-            &mut rec,
-        )
-        .expect("second contact");
-        assert_eq!(cur.len(), 2);
-        assert_eq!(cur[0].contact, "sip:a@1.1.1.1", "q=1 first");
-        let mut up = |cseq, expires| {
-            upd(
-                &loc,
-                "sip:a@x",
-                &[change("sip:a@1.1.1.1", expires)],
-                false,
-                &reg("c1", cseq, 101),
-                &mut cur,
-                &mut rec,
-            )
-        };
-        assert!(
-            up(1, 60).is_ok(),
-            "a retransmission (same Call-ID and CSeq) applies again"
-        );
-        assert!(up(3, 60).is_ok());
-        assert!(
-            matches!(
-                up(2, 60),
-                Err(UpdateError::OutOfOrder { got: 2, stored: 3 })
-            ),
-            "stale"
-        );
-        assert!(up(4, 0).is_ok(), "remove");
-        assert_eq!(cur.len(), 1);
-        assert_eq!(loc.len(170), 0, "expired");
-        upd(
-            &loc,
-            "sip:a@x",
-            &[],
-            true,
-            &reg("c9", 1, 101),
-            &mut cur,
-            &mut rec,
-        )
-        .expect("star");
-        assert!(cur.is_empty());
-        assert_eq!(loc.len(101), 0);
-    }
-
-    /// A change whose journal write fails is not applied: memory keeps
-    /// what the client was told (before, the binding was served although
-    /// the REGISTER got 500).
-    #[test]
-    fn a_failed_persist_changes_nothing() {
-        let loc = MemoryLocation::new();
-        let mut cur = Vec::new();
-        let policy = UpdatePolicy::default();
-        let mut ok = |_: &[Record]| Ok(());
-        loc.update(
-            "sip:a@x",
-            &[change("sip:a@1.1.1.1", 60)],
-            false,
-            &reg("c1", 1, 100),
-            &policy,
-            &mut ok,
-            &mut cur,
-        )
-        .expect("bind");
-        let mut full = |_: &[Record]| Err(io::Error::other("No space left on device"));
-        for (changes, star) in [
-            (vec![change("sip:a@2.2.2.2", 60)], false),
-            (vec![change("sip:a@1.1.1.1", 0)], false),
-            (vec![], true),
-        ] {
-            let r = loc.update(
-                "sip:a@x",
-                &changes,
-                star,
-                &reg("c1", 2, 100),
-                &policy,
-                &mut full,
-                &mut cur,
-            );
-            assert!(matches!(r, Err(UpdateError::Journal(_))));
-            let mut now = Vec::new();
-            loc.lookup("sip:a@x", 100, &mut now);
-            assert_eq!(now.len(), 1);
-            assert_eq!(now[0].contact, "sip:a@1.1.1.1");
-        }
-    }
-
-    #[test]
-    fn contacts_are_bounded_by_refusal_or_replacement() {
-        let loc = MemoryLocation::new();
-        let (mut cur, mut rec) = (Vec::new(), Vec::new());
-        let mut persist = |r: &[Record]| {
-            rec.extend_from_slice(r);
-            Ok(())
-        };
-        let mut policy = UpdatePolicy {
-            max_contacts: 2,
-            ..UpdatePolicy::default()
-        };
-        for (i, c) in ["sip:1@h", "sip:2@h"].into_iter().enumerate() {
-            loc.update(
-                "sip:a@x",
-                &[change(c, 60 + i as u32)],
-                false,
-                &reg("c", 1, 100),
-                &policy,
-                &mut persist,
-                &mut cur,
-            )
-            .expect("within the limit");
-        }
-        let third = [change("sip:3@h", 90)];
-        let r = loc.update(
-            "sip:a@x",
-            &third,
-            false,
-            &reg("c", 2, 100),
-            &policy,
-            &mut persist,
-            &mut cur,
-        );
-        assert!(matches!(r, Err(UpdateError::TooManyContacts { max: 2 })));
-        policy.overflow = Overflow::ReplaceOldest;
-        loc.update(
-            "sip:a@x",
-            &third,
-            false,
-            &reg("c", 3, 100),
-            &policy,
-            &mut persist,
-            &mut cur,
-        )
-        .expect("replaces");
-        let mut names: Vec<_> = cur.iter().map(|b| b.contact.as_str()).collect();
-        names.sort_unstable();
-        assert_eq!(
-            names,
-            ["sip:2@h", "sip:3@h"],
-            "the one closest to expiry went"
-        );
-        policy.max_listing = 10;
-        let r = loc.update(
-            "sip:b@x",
-            &[change("sip:long-enough@h", 60)],
-            false,
-            &reg("d", 1, 100),
-            &policy,
-            &mut persist,
-            &mut cur,
-        );
-        assert!(matches!(r, Err(UpdateError::ListingTooLarge { .. })));
-        assert_eq!(loc.len(100), 2, "refused updates leave no trace");
-        assert!(rec
-            .iter()
-            .any(|r| matches!(r, Record::Remove { contact, .. } if contact == "sip:1@h")));
     }
 
     fn temp(name: &str) -> PathBuf {

@@ -7,8 +7,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, Write};
-use std::path::Path;
 
 use sip_core::digest::{ha1, Algorithm, Hex};
 
@@ -186,30 +184,9 @@ impl Users {
         Ok(users)
     }
 
-    /// Loads a users file.
-    pub fn load(path: &Path) -> Result<Self, UsersError> {
-        let text = std::fs::read_to_string(path).map_err(|e| UsersError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        Self::parse(&text, &path.display().to_string())
-    }
-
-    /// Loads a users file, or an empty set if it does not exist yet.
-    pub fn load_or_empty(path: &Path) -> Result<Self, UsersError> {
-        if path.exists() {
-            Self::load(path)
-        } else {
-            Ok(Users::default())
-        }
-    }
-
-    /// Writes the file atomically (temporary file, then rename), owner-only.
-    pub fn save(&self, path: &Path) -> Result<(), UsersError> {
-        let io = |e: io::Error| UsersError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
+    /// The file's text: the header, then one line per user and realm,
+    /// sorted by name.
+    pub fn render(&self) -> String {
         let mut names: Vec<_> = self.map.iter().collect();
         names.sort_by(|a, b| a.0.cmp(b.0));
         let mut out = String::with_capacity(self.count * 200);
@@ -223,17 +200,7 @@ impl Users {
                 ));
             }
         }
-        let tmp = path.with_extension("tmp");
-        {
-            let mut opts = std::fs::OpenOptions::new();
-            opts.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            let mut f = opts.open(&tmp).map_err(io)?;
-            f.write_all(out.as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, path).map_err(io)
+        out
     }
 
     /// Reads `username,password` CSV (with that header) and adds every row.
@@ -290,7 +257,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn save_load_round_trip_and_errors() {
+    fn render_parse_round_trip_and_errors() {
         let mut u = Users::default();
         u.insert(
             "alice",
@@ -300,23 +267,18 @@ mod tests {
         .expect("valid");
         let csv = "username,password\nbob,pa,ss\ncarol,x\r\n";
         assert_eq!(u.import_csv(csv, "sipsec", "users.csv"), Ok(2));
-        let dir = std::env::temp_dir().join(format!("sipsec-users-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let p = dir.join("users.tsv");
-        u.save(&p).expect("save");
-        let text = std::fs::read_to_string(&p).expect("read");
+        let text = u.render();
         assert!(
             !text.contains("secret") && !text.contains("pa,ss"),
-            "no passwords on disk"
+            "no passwords in the file"
         );
-        let back = Users::load(&p).expect("load");
+        let back = Users::parse(&text, "users.tsv").expect("parse");
         assert_eq!(back.len(), 3);
         assert_eq!(
             back.get("bob", "sipsec"),
             Some(&UserEntry::from_password("bob", "sipsec", "pa,ss"))
         );
         assert!(back.get("bob", "other").is_none());
-        let _ = std::fs::remove_dir_all(&dir);
 
         let e = Users::parse("alice\tsipsec\tnothex\ta\tb\n", "u").unwrap_err();
         assert!(e.to_string().starts_with("u:1: HA1-MD5"), "{e}");

@@ -103,7 +103,7 @@ pub fn auth_failure(src: SocketAddr, user: &str) {
 }
 
 /// A binding change could not be journaled and was not applied.
-pub fn journal_error(aor: &str, err: &std::io::Error) {
+pub fn journal_error(aor: &str, err: &str) {
     limited(&JOURNAL_ERRORS, "error", || {
         format!("journal write failed, binding for {aor} refused with 500: {err}")
     });

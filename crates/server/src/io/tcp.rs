@@ -22,10 +22,11 @@ use sip_core::{ErrorKind, Limits};
 
 use rustls::pki_types::ServerName;
 
-use crate::core::{Core, Reply, Shared, Transport};
-use crate::location::SharedJournal;
-use crate::stateful::{Key, Sends};
-use crate::tls::TlsContext;
+use crate::io::journal::SharedJournal;
+use crate::io::send::{Connections, Sender};
+use crate::io::tls::TlsContext;
+use crate::proto::core::{Core, Shared, Transport};
+use crate::proto::stateful::{Key, Sends};
 
 /// Most simultaneous connections; further ones are refused.
 pub const MAX_CONNECTIONS: usize = 4096;
@@ -72,7 +73,7 @@ type Writer = Arc<Mutex<Conn>>;
 pub struct TcpHub {
     shared: Arc<Shared>,
     journal: Option<SharedJournal>,
-    udp: Option<UdpSocket>,
+    udp: Option<Arc<UdpSocket>>,
     tls: Option<Arc<TlsContext>>,
     conns: Mutex<HashMap<SocketAddr, Writer>>,
     stop: Arc<AtomicBool>,
@@ -88,7 +89,7 @@ impl TcpHub {
     pub fn new(
         shared: Arc<Shared>,
         journal: Option<SharedJournal>,
-        udp: Option<UdpSocket>,
+        udp: Option<Arc<UdpSocket>>,
         tls: Option<Arc<TlsContext>>,
         stop: Arc<AtomicBool>,
     ) -> Arc<Self> {
@@ -224,9 +225,7 @@ impl TcpHub {
         };
         let mut sends = Sends::default();
         tx.on_transport_error(key, Instant::now(), &mut sends, &self.shared.metrics);
-        for (b, (dest, transport)) in sends.iter() {
-            self.dispatch(Reply::Send(dest, transport), b);
-        }
+        self.sender().send_all(&sends);
     }
 
     fn connect_then_send(
@@ -279,23 +278,13 @@ impl TcpHub {
         Ok(())
     }
 
-    /// Sends what a core produced.
-    pub fn dispatch(self: &Arc<Self>, reply: Reply, out: &[u8]) {
-        match reply {
-            Reply::Send(dest, t @ (Transport::Tcp | Transport::Tls)) => {
-                let _ = self.send(dest, t, out);
-            }
-            Reply::Send(dest, Transport::Udp) => {
-                if let Some(u) = &self.udp {
-                    self.shared.metrics.sent(out);
-                    let _ = u.send_to(out, dest);
-                }
-            }
-            Reply::Send(dest, t) => {
-                let _ = self.send(dest, t, out);
-            }
-            Reply::Drop => {}
-        }
+    /// Sends by transport, with this hub for TCP and TLS.
+    fn sender(self: &Arc<Self>) -> Sender {
+        Sender::new(
+            self.shared.clone(),
+            self.udp.clone(),
+            Some(Arc::new(self.clone())),
+        )
     }
 
     fn read_loop(self: Arc<Self>, peer: SocketAddr, mut stream: TcpStream, conn: Writer) {
@@ -305,7 +294,8 @@ impl TcpHub {
         } else {
             Transport::Tcp
         };
-        let mut core = Core::new(self.shared.clone(), self.journal.clone());
+        let mut core = Core::new(self.shared.clone());
+        let sender = self.sender();
         let limits = Limits::DEFAULT;
         let mut buf: Vec<u8> = Vec::with_capacity(8192);
         let mut out = Vec::with_capacity(8192);
@@ -379,15 +369,24 @@ impl TcpHub {
                         buf.drain(..n);
                     }
                     Ok(Frame::Message(n)) => {
-                        out.clear();
-                        let reply =
-                            core.handle(&buf[..n], peer, transport, crate::udp::now(), &mut out);
+                        let mut journal = self
+                            .journal
+                            .as_ref()
+                            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+                        let reply = crate::io::drive::handle(
+                            &mut core,
+                            journal.as_deref_mut(),
+                            &buf[..n],
+                            peer,
+                            transport,
+                            crate::io::clock::now(),
+                            &mut out,
+                        );
+                        drop(journal);
                         // Extras first: a 100 Trying must not trail the
                         // answers the forwarded INVITE draws.
-                        for (bytes, (dest, transport)) in core.extra().iter() {
-                            self.dispatch(Reply::Send(dest, transport), bytes);
-                        }
-                        self.dispatch(reply, &out);
+                        sender.send_all(core.extra());
+                        sender.reply(reply, &out);
                         buf.drain(..n);
                     }
                     Err(e) if e.kind == ErrorKind::Incomplete => break,
@@ -457,5 +456,11 @@ impl TcpHub {
         }
         flush(tls, sock)?;
         Ok(open)
+    }
+}
+
+impl Connections for Arc<TcpHub> {
+    fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8]) {
+        let _ = self.send(dest, transport, bytes);
     }
 }

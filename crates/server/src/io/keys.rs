@@ -1,0 +1,123 @@
+//! Secrets from files and the OS random generator, handed to the core:
+//! the digest nonce key and the PrivaSIP private keys.
+
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use crate::config::PrivacySettings;
+use crate::proto::auth::NonceKey;
+use crate::proto::privacy::{Privacy, PrivacyError};
+use crate::proto::users::Users;
+
+fn random_secret() -> io::Result<[u8; 32]> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(secret)
+}
+
+fn parse_secret(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A nonce key from the OS random generator; nonces live `ttl` seconds.
+pub fn random_nonce_key(ttl: u64) -> io::Result<NonceKey> {
+    Ok(NonceKey::from_secret(random_secret()?, ttl))
+}
+
+/// The nonce key kept in `path` (hex, mode 0600), created from the OS
+/// random generator the first time. Rotate it by deleting the file and
+/// restarting: nonces under the old secret are then answered
+/// `stale=true`, so phones re-authenticate without a failure.
+pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let mode = std::fs::metadata(path).map_err(named)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                return Err(named(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("readable by others (mode {:o}): chmod 600 it", mode & 0o777),
+                )));
+            }
+            let secret = parse_secret(text.trim()).ok_or_else(|| {
+                named(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "not 64 hex digits: delete it to make a new secret",
+                ))
+            })?;
+            Ok(NonceKey::from_secret(secret, ttl))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let secret = random_secret()?;
+            let tmp = path.with_extension("tmp");
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(named)?;
+            let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            f.write_all(format!("{hex}\n").as_bytes()).map_err(named)?;
+            f.sync_all().map_err(named)?;
+            std::fs::rename(&tmp, path).map_err(named)?;
+            Ok(NonceKey::from_secret(secret, ttl))
+        }
+        Err(e) => Err(named(e)),
+    }
+}
+
+/// Reads the PrivaSIP private keys named in `s` and sets up pseudonym
+/// decryption (AES needs the users: their SHA-256 HA1 in `realm`).
+pub fn privacy(
+    s: &PrivacySettings,
+    users: Option<&Users>,
+    realm: &str,
+) -> Result<Privacy, PrivacyError> {
+    let mut pems = Vec::with_capacity(s.keys.len());
+    for (id, path) in &s.keys {
+        let pem = std::fs::read(path).map_err(|e| PrivacyError::Key {
+            name: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        pems.push((*id, path.display().to_string(), pem));
+    }
+    Privacy::new(s, &pems, users, realm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::auth::NonceState;
+
+    #[test]
+    fn the_secret_is_kept_private_and_reused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sipsec-nonce-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("nonce.key");
+        let a = nonce_key(&path, 300).expect("created");
+        let mode = std::fs::metadata(&path).expect("file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let n = a.issue(1000, "r");
+        let b = nonce_key(&path, 300).expect("loaded");
+        assert_eq!(b.check(n.as_str(), "r", 1000), NonceState::Fresh);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = nonce_key(&path, 300).expect_err("world-readable");
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::write(&path, "nothex").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let e = nonce_key(&path, 300).expect_err("garbage");
+        assert!(e.to_string().contains("64 hex"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

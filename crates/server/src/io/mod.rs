@@ -1,0 +1,18 @@
+//! The drivers: they own the sockets, files, threads and clocks, feed
+//! what arrives to [`crate::proto::core::Core`] and carry out what it
+//! returns.
+
+pub mod clock;
+pub mod drive;
+pub mod http;
+pub mod journal;
+pub mod keys;
+pub mod log;
+pub mod maplog;
+pub mod mmsg;
+pub mod send;
+pub mod server;
+pub mod tcp;
+pub mod tls;
+pub mod udp;
+pub mod users_file;

@@ -1,0 +1,152 @@
+//! UDP transport: one socket per worker thread, bound with SO_REUSEPORT
+//! so the kernel spreads datagrams across workers; each worker moves
+//! datagrams in batches (recvmmsg/sendmmsg) through reused buffers.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::io::journal::SharedJournal;
+use crate::io::mmsg::{RecvBatch, SendBatch};
+use crate::io::send::{Connections, Sender};
+use crate::io::tcp::TcpHub;
+use crate::proto::core::{Core, Reply, Shared, Transport};
+
+/// How often an idle worker checks for shutdown.
+pub const POLL: Duration = Duration::from_millis(200);
+
+fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_port(true)?;
+    // Large buffers absorb bursts under load.
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    s.bind(&addr.into())?;
+    let u: UdpSocket = s.into();
+    u.set_read_timeout(Some(POLL))?;
+    Ok(u)
+}
+
+/// Bound UDP sockets, one per worker, ready to start.
+#[derive(Debug)]
+pub struct UdpServer {
+    addr: SocketAddr,
+    sockets: Vec<UdpSocket>,
+}
+
+impl UdpServer {
+    /// Binds `workers` SO_REUSEPORT sockets on `addr` (port 0 picks one port for all).
+    ///
+    /// A plain bind comes first so that a port already in use, even by
+    /// another sipsec with SO_REUSEPORT, is reported instead of shared.
+    pub fn bind(addr: SocketAddr, workers: usize) -> io::Result<Self> {
+        let probe = UdpSocket::bind(addr)?;
+        let addr = probe.local_addr()?;
+        drop(probe);
+        let first = bind_reuseport(addr)?;
+        let addr = first.local_addr()?;
+        let mut sockets = vec![first];
+        for _ in 1..workers.max(1) {
+            sockets.push(bind_reuseport(addr)?);
+        }
+        Ok(Self { addr, sockets })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A handle on the first socket, for sending from other threads.
+    pub fn sender(&self) -> io::Result<UdpSocket> {
+        self.sockets[0].try_clone()
+    }
+
+    /// Starts one worker per socket (journal `i` goes to worker `i`),
+    /// adding their threads to `threads`.
+    pub fn start(
+        self,
+        shared: &Arc<Shared>,
+        journals: Vec<Option<SharedJournal>>,
+        hub: Option<&Arc<TcpHub>>,
+        stop: &Arc<AtomicBool>,
+        threads: &mut Vec<JoinHandle<()>>,
+    ) -> io::Result<()> {
+        let mut journals = journals.into_iter();
+        for (i, sock) in self.sockets.into_iter().enumerate() {
+            let stop = stop.clone();
+            let sock = Arc::new(sock);
+            let sender = Sender::new(
+                shared.clone(),
+                Some(sock.clone()),
+                hub.map(|h| Arc::new(h.clone()) as Arc<dyn Connections>),
+            );
+            let journal = journals.next().flatten();
+            let core = Core::new(shared.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("udp-{i}"))
+                    .spawn(move || worker(&sock, core, journal, &stop, &sender))?,
+            );
+        }
+        Ok(())
+    }
+}
+
+fn worker(
+    sock: &UdpSocket,
+    mut core: Core,
+    journal: Option<SharedJournal>,
+    stop: &AtomicBool,
+    sender: &Sender,
+) {
+    let mut rx = RecvBatch::new();
+    let mut tx = SendBatch::default();
+    while !stop.load(Ordering::Relaxed) {
+        // Timeouts let the loop see `stop`; ICMP errors from earlier sends
+        // also surface here on Linux: keep serving.
+        let Ok(n) = rx.recv(sock) else { continue };
+        let now = crate::io::clock::now();
+        // The journal is held for the batch: a compaction that rotates it
+        // waits until every change written to it is in memory.
+        let mut journal = journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+        for i in 0..n {
+            let Some((data, src)) = rx.get(i) else {
+                continue;
+            };
+            let out = tx.next_buf();
+            let reply = crate::io::drive::handle(
+                &mut core,
+                journal.as_deref_mut(),
+                data,
+                src,
+                Transport::Udp,
+                now,
+                out,
+            );
+            // What the core produced besides its reply goes first, so that a
+            // 100 Trying reaches the caller before the forwarded INVITE can
+            // draw an answer (stateful mode only; rare and small).
+            sender.send_all(core.extra());
+            match reply {
+                Reply::Send(dest, Transport::Udp) => {
+                    core.shared().metrics.sent(out);
+                    tx.commit(dest);
+                }
+                other => sender.reply(other, out),
+            }
+        }
+        drop(journal);
+        tx.flush(sock);
+    }
+}

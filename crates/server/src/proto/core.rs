@@ -1,0 +1,677 @@
+//! The core's entry: [`Core::handle`] takes one message, its source,
+//! transport and [`Now`], and says what to do with it ([`Reply`], plus
+//! [`Core::extra`] messages, [`Core::to_persist`] records and
+//! [`Core::events`]). The registrar (`registrar.rs`), proxy (`proxy.rs`)
+//! and redirect server (`redirect.rs`) are its parts.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use sip_core::uri::Host;
+use sip_core::via::Via;
+use sip_core::writer::{write_error_response, write_response, ResponseOptions};
+use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
+
+use crate::config::{Config, Mode};
+use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
+use crate::proto::guard::{Guard, Verdict};
+use crate::proto::location::{Binding, Location, MemoryLocation, Prepared, Record};
+use crate::proto::metrics::{Metrics, Stage, Stopwatch};
+use crate::proto::privacy::{Privacy, Reveal};
+use crate::proto::stateful::{Sends, Transactions};
+
+pub use crate::proto::stateful::LOCAL_TAG_PREFIX;
+
+/// Methods this server accepts, advertised in Allow.
+pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, INFO, UPDATE, PRACK";
+
+/// The transports (one type for the workspace). The server listens on
+/// UDP, TCP and TLS; the drivers drop and count a message for any other.
+pub use sip_core::Transport;
+
+/// When a message is handled, read once by the driver that received it:
+/// the core itself reads no clock, so a simulation can run it on virtual
+/// time.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// Wall-clock time, Unix milliseconds (nonces, expiry, bans).
+    pub unix_ms: u64,
+    /// Monotonic time (transaction timers).
+    pub mono: Instant,
+}
+
+impl Now {
+    /// Unix seconds.
+    pub fn secs(&self) -> u64 {
+        self.unix_ms / 1000
+    }
+}
+
+/// What to do with what the core wrote into `out`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Send `out` to this address over this transport (for TCP, on the
+    /// connection with that peer, opening one if needed).
+    Send(SocketAddr, Transport),
+    /// Send nothing (responses not for us, ACKs, unanswerable garbage).
+    Drop,
+    /// `out` holds an answer that may go out only once the records in
+    /// [`Core::to_persist`] are stored: store them, then call
+    /// [`Core::persisted`], which says what to send.
+    Persist,
+    /// Another change to the same address-of-record is being stored
+    /// (by another worker): hand the same message in again shortly, or
+    /// give up with [`Core::answer_busy`].
+    Retry,
+}
+
+/// Something the operator should hear about; the drivers log these
+/// (rate limited).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A wrong answer to a nonce we issued.
+    AuthFailed {
+        /// The source.
+        src: SocketAddr,
+        /// The From user it claimed.
+        user: String,
+    },
+    /// A message too large for UDP, answered or dropped.
+    Oversize {
+        /// What it was ("response", "forwarded response").
+        what: &'static str,
+        /// Where it was for.
+        dest: SocketAddr,
+        /// Its size.
+        len: usize,
+    },
+    /// A binding change could not be stored and was refused with 500.
+    JournalFailed {
+        /// Its address-of-record.
+        aor: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// State shared by every worker.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration.
+    pub config: Config,
+    /// The location service.
+    pub location: Arc<MemoryLocation>,
+    /// Present when authentication is on.
+    pub auth: Option<Authenticator>,
+    /// Counters and stage timings.
+    pub metrics: Metrics,
+    /// When the server started (Unix seconds).
+    pub started: u64,
+    /// When this state was made (the origin of monotonic time before the
+    /// first message).
+    pub created: Instant,
+    /// Per-source rate limit and fail-ban.
+    pub guard: Guard,
+    /// The proxy's transactions, when it is transaction-stateful.
+    pub transactions: Option<Transactions>,
+    /// PrivaSIP keys, when configured.
+    pub privacy: Option<Privacy>,
+    /// The clock for sampled stage timings (instrumentation, never a
+    /// protocol decision); `None` turns them off (simulations).
+    pub stage_clock: Option<fn() -> Instant>,
+    pub(super) branch_salt: RandomState,
+}
+
+impl Shared {
+    /// Bundles the shared state; `now` is the start time.
+    pub fn new(
+        config: Config,
+        location: Arc<MemoryLocation>,
+        auth: Option<Authenticator>,
+        now: Now,
+    ) -> Self {
+        let guard = Guard::new(config.guard.clone());
+        let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
+            Transactions::new(
+                sip_core::transaction::TimerConfig::RFC3261,
+                config.max_transaction_bytes,
+            )
+        });
+        Self {
+            config,
+            location,
+            auth,
+            metrics: Metrics::default(),
+            started: now.secs(),
+            created: now.mono,
+            guard,
+            transactions,
+            privacy: None,
+            stage_clock: None,
+            branch_salt: RandomState::new(),
+        }
+    }
+}
+
+/// A worker's request handler with its reusable buffers.
+#[derive(Debug)]
+pub struct Core {
+    pub(super) shared: Arc<Shared>,
+    pub(super) transport: Transport,
+    pub(super) bindings: Vec<Binding>,
+    pub(super) lines: String,
+    pub(super) via: String,
+    pub(super) ip: String,
+    pub(super) rr: String,
+    tag: String,
+    challenges: Vec<(&'static str, String)>,
+    pub(super) sends: Sends,
+    pub(super) path: String,
+    /// Requests handled, for sampling stage timings.
+    handled: u64,
+    /// Whether this request's stages are timed.
+    timed: bool,
+    /// When the message being handled arrived.
+    pub(super) now: Now,
+    /// A binding change waiting for [`Core::persisted`], and where its
+    /// answer goes.
+    pub(super) pending: Option<(Prepared, SocketAddr, Transport)>,
+    pub(super) events: Vec<Event>,
+}
+
+/// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
+pub const MAX_DATAGRAM: usize = 65_507;
+
+/// One request in this many has its stages timed: reading the clock
+/// twice per stage cost more than some stages themselves.
+pub const STAGE_SAMPLE: u64 = 16;
+
+pub(super) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The address-of-record of a URI: `sip:user@host`, host lowercased.
+pub fn aor(uri: &Uri<'_>) -> Option<String> {
+    Some(aor_of(uri.user()?, uri.host()?))
+}
+
+/// `sip:user@host`, host lowercased.
+pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
+    let mut s = String::with_capacity(8 + user.len() + 32);
+    s.push_str("sip:");
+    s.push_str(user);
+    s.push('@');
+    match host {
+        Host::Name(n) => {
+            for c in n.chars() {
+                s.push(c.to_ascii_lowercase());
+            }
+        }
+        other => {
+            let _ = write!(s, "{other}");
+        }
+    }
+    s
+}
+
+/// What a user part at this server stands for: itself, or the ID inside
+/// a pseudonym encrypted for us; `None` for a pseudonym that does not
+/// open.
+pub(super) fn reveal<'a>(
+    privacy: Option<&Privacy>,
+    user: &'a str,
+    now: u64,
+) -> Option<Cow<'a, str>> {
+    let Some(p) = privacy else {
+        return Some(Cow::Borrowed(user));
+    };
+    match p.reveal(user, now) {
+        Reveal::Plain => Some(Cow::Borrowed(user)),
+        Reveal::Id(id) => Some(Cow::Owned(id)),
+        Reveal::Refused => None,
+    }
+}
+
+/// Whether a header such as Supported or Require lists `tag`.
+pub(super) fn has_option_tag(msg: &Message<'_>, name: HeaderName, tag: &str) -> bool {
+    msg.headers_named(name)
+        .flat_map(|h| h.value.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(tag))
+}
+
+/// The first URI of a stored Path (`<sip:edge;lr>, <…>`).
+pub(super) fn first_path_uri(path: &str) -> Option<Uri<'_>> {
+    let start = path.find('<')? + 1;
+    let end = start + path[start..].find('>')?;
+    Uri::parse(&path[start..end], sip_core::UriContext::Header)
+        .ok()
+        .filter(Uri::is_sip)
+}
+
+/// The transport address a URI or Via points at (IP literals and
+/// `localhost` only: the hot path does no DNS).
+pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
+    let ip = match host {
+        Host::V4(a) => IpAddr::V4(a),
+        Host::V6(a) => IpAddr::V6(a),
+        Host::Name(n) if n.eq_ignore_ascii_case("localhost") => IpAddr::from([127, 0, 0, 1]),
+        Host::Name(_) => return None,
+    };
+    Some(SocketAddr::new(ip, port.unwrap_or(5060)))
+}
+
+impl Core {
+    /// A handler for one worker.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let created = shared.created;
+        Self {
+            shared,
+            transport: Transport::Udp,
+            bindings: Vec::with_capacity(8),
+            lines: String::with_capacity(512),
+            via: String::with_capacity(128),
+            ip: String::with_capacity(48),
+            rr: String::with_capacity(64),
+            tag: String::with_capacity(24),
+            challenges: Vec::with_capacity(2),
+            sends: Sends::default(),
+            path: String::new(),
+            handled: 0,
+            timed: false,
+            now: Now {
+                unix_ms: 0,
+                mono: created,
+            },
+            pending: None,
+            events: Vec::new(),
+        }
+    }
+
+    /// The start of a stage, when this request is timed (the metrics'
+    /// stopwatch: instrumentation, not a protocol decision).
+    pub(super) fn clock(&self) -> Option<Stopwatch> {
+        let read = self.shared.stage_clock.filter(|_| self.timed)?;
+        Some(Stopwatch::at(read()))
+    }
+
+    /// Records a stage started at `t0`, when this request is timed.
+    pub(super) fn stage(&self, stage: Stage, t0: Option<Stopwatch>) {
+        if let (Some(t0), Some(read)) = (t0, self.shared.stage_clock) {
+            self.shared.metrics.stage(stage, t0.until(read()));
+        }
+    }
+
+    /// The shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Messages the last [`handle`](Self::handle) produced besides its
+    /// reply (stateful proxy: 100 Trying, ACK and CANCEL downstream,
+    /// responses resent for retransmitted requests).
+    pub fn extra(&self) -> &Sends {
+        &self.sends
+    }
+
+    /// Whether `host:port` names this server. `tls`: reached over TLS,
+    /// where the TLS port (default 5061) counts too; elsewhere only the
+    /// UDP/TCP port does, so a peer whose own port happens to equal our
+    /// TLS port is not mistaken for us.
+    fn is_local_host(&self, host: Host<'_>, port: Option<u16>, tls: bool) -> bool {
+        let adv = self.shared.config.advertise;
+        let tls_port = self
+            .shared
+            .config
+            .tls
+            .as_ref()
+            .map(|t| t.addr.port())
+            .filter(|_| tls);
+        let port_ok = port.unwrap_or(5060) == adv.port()
+            || tls_port.is_some_and(|t| port.unwrap_or(5061) == t);
+        let host_ok = match host {
+            Host::V4(a) => IpAddr::V4(a) == adv.ip(),
+            Host::V6(a) => IpAddr::V6(a) == adv.ip(),
+            Host::Name(n) => self
+                .shared
+                .config
+                .domains
+                .iter()
+                .any(|d| d.eq_ignore_ascii_case(n)),
+        };
+        host_ok && (port_ok || matches!(host, Host::Name(_)) && port.is_none())
+    }
+
+    /// A URI naming this server: its TLS port counts for `sips:`,
+    /// `transport=tls`, and requests that arrived over TLS.
+    pub(super) fn is_local_uri(&self, uri: &Uri<'_>) -> bool {
+        // Only a server with TLS has a TLS port to match (and only then is
+        // the URI's transport worth looking up, on this per-message path).
+        let tls = self.shared.config.tls.is_some()
+            && (self.transport == Transport::Tls || Transport::of_uri(uri) == Transport::Tls);
+        uri.is_sip()
+            && uri
+                .host()
+                .is_some_and(|h| self.is_local_host(h, uri.port(), tls))
+    }
+
+    pub(super) fn is_our_via(&self, via: &Via<'_>) -> bool {
+        let tls = via.transport() == sip_core::via::Transport::Tls;
+        self.is_local_host(via.host(), via.port(), tls)
+    }
+
+    /// What the last [`handle`](Self::handle) that returned
+    /// [`Reply::Persist`] needs stored before its answer may go out.
+    pub fn to_persist(&self) -> &[Record] {
+        self.pending.as_ref().map_or(&[], |(p, _, _)| p.records())
+    }
+
+    /// Things worth logging that the last calls produced; the driver
+    /// drains them.
+    pub fn events(&mut self) -> std::vec::Drain<'_, Event> {
+        self.events.drain(..)
+    }
+
+    /// The earliest time a transaction timer may be due (stateful proxy),
+    /// for the driver's timer.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.shared.transactions.as_ref()?.next_deadline()
+    }
+
+    /// Runs the transaction timers due at `now`; what must be sent is in
+    /// [`extra`](Self::extra) afterwards.
+    pub fn on_timer(&mut self, now: Now) {
+        self.sends.clear();
+        self.events.clear();
+        if let Some(tx) = &self.shared.transactions {
+            tx.tick(now.mono, &mut self.sends, &self.shared.metrics);
+        }
+    }
+
+    /// The driver stored (or failed to store) the records of the last
+    /// [`Reply::Persist`]: the change takes effect and its answer, still
+    /// in `out`, goes; or nothing changes and `out` becomes a 500.
+    /// `input` is the message that was handled.
+    pub fn persisted(
+        &mut self,
+        stored: std::io::Result<()>,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        let Some((prepared, dest, transport)) = self.pending.take() else {
+            return Reply::Drop;
+        };
+        let aor = prepared.aor().to_owned();
+        self.shared.location.commit(prepared, stored.is_ok());
+        match stored {
+            Ok(()) => {
+                bump(&self.shared.metrics.registered);
+                Reply::Send(dest, transport)
+            }
+            Err(e) => {
+                bump(&self.shared.metrics.journal_errors);
+                self.events.push(Event::JournalFailed {
+                    aor,
+                    error: e.to_string(),
+                });
+                out.clear();
+                let Ok(msg) = Message::parse(input) else {
+                    return Reply::Drop;
+                };
+                self.transport = transport;
+                self.respond(
+                    &msg,
+                    StatusCode::SERVER_INTERNAL_ERROR,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"binding not stored: the location journal could not be written\"",
+                    )],
+                    dest,
+                    out,
+                )
+            }
+        }
+    }
+
+    /// Gives up on a message that kept getting [`Reply::Retry`]: 500 with
+    /// Retry-After, so the phone tries again.
+    pub fn answer_busy(
+        &mut self,
+        input: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        out.clear();
+        let Ok(msg) = Message::parse(input) else {
+            return Reply::Drop;
+        };
+        self.transport = transport;
+        self.respond(
+            &msg,
+            StatusCode::SERVER_INTERNAL_ERROR,
+            &[("Retry-After", "1")],
+            src,
+            out,
+        )
+    }
+
+    /// Handles one message that arrived from `src` over `transport` at
+    /// `now`, writing any answer or forwarded message into `out` (cleared
+    /// by the caller).
+    pub fn handle(
+        &mut self,
+        input: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.now = now;
+        let now = now.secs();
+        self.transport = transport;
+        self.sends.clear();
+        self.events.clear();
+        if let Some((prepared, _, _)) = self.pending.take() {
+            // A driver that did not store the last change: it never
+            // happened (and its AoR is free again).
+            self.shared.location.commit(prepared, false);
+        }
+        self.timed = self.handled.is_multiple_of(STAGE_SAMPLE);
+        self.handled = self.handled.wrapping_add(1);
+        match self.shared.guard.admit(src.ip(), self.now.unix_ms) {
+            Verdict::Admit => {}
+            Verdict::Limited => {
+                bump(&self.shared.metrics.rate_limited);
+                return Reply::Drop;
+            }
+            Verdict::Banned => {
+                bump(&self.shared.metrics.banned);
+                return Reply::Drop;
+            }
+        }
+        let t0 = self.clock();
+        let parsed = Message::parse(input);
+        self.stage(Stage::Parse, t0);
+        let msg = match parsed {
+            Ok(m) => m,
+            Err(e) => {
+                bump(&self.shared.metrics.malformed);
+                return if write_error_response(input, &e, out) {
+                    Reply::Send(src, transport)
+                } else {
+                    bump(&self.shared.metrics.dropped);
+                    Reply::Drop
+                };
+            }
+        };
+        if !msg.is_request() {
+            bump(&self.shared.metrics.responses_received);
+            return self.forward_response(&msg, out);
+        }
+        self.shared.metrics.request(msg.method().as_str());
+        match msg.method() {
+            Method::Register if self.request_is_for_us(&msg) => self.register(&msg, src, now, out),
+            _ => self.route(&msg, src, now, out),
+        }
+    }
+
+    pub(super) fn request_is_for_us(&self, msg: &Message<'_>) -> bool {
+        msg.request_uri()
+            .is_some_and(|u| self.is_local_uri(u) || u.user().is_none())
+    }
+
+    pub(super) fn respond(
+        &mut self,
+        msg: &Message<'_>,
+        status: StatusCode,
+        extra: &[(&str, &str)],
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        if msg.method() == Method::Ack {
+            // An ACK is never answered: one this server cannot route ends here.
+            bump(&self.shared.metrics.dropped);
+            return Reply::Drop;
+        }
+        // The same request (and its retransmissions) always gets the same tag.
+        let mut h = self.shared.branch_salt.build_hasher();
+        h.write(msg.call_id().as_bytes());
+        h.write(msg.from().tag().unwrap_or("").as_bytes());
+        h.write(msg.top_via().branch().unwrap_or("").as_bytes());
+        self.tag.clear();
+        let _ = write!(
+            self.tag,
+            "{LOCAL_TAG_PREFIX}{:012x}",
+            h.finish() & 0xffff_ffff_ffff
+        );
+        let t0 = self.clock();
+        write_response(
+            out,
+            msg,
+            status,
+            &ResponseOptions {
+                to_tag: Some(&self.tag),
+                extra,
+                raw_headers: &self.lines,
+                ..Default::default()
+            },
+        );
+        self.stage(Stage::FormatResponse, t0);
+        self.lines.clear();
+        if self.transport == Transport::Udp && out.len() > MAX_DATAGRAM {
+            // Never drop an answer for its size: say so in a short one.
+            bump(&self.shared.metrics.oversize);
+            self.events.push(Event::Oversize {
+                what: "response",
+                dest: src,
+                len: out.len(),
+            });
+            out.clear();
+            write_response(
+                out,
+                msg,
+                StatusCode::MESSAGE_TOO_LARGE_5XX,
+                &ResponseOptions {
+                    to_tag: Some(&self.tag),
+                    extra: &[(
+                        "Warning",
+                        "399 sipsec \"the answer would not fit a UDP datagram: use TCP\"",
+                    )],
+                    ..Default::default()
+                },
+            );
+        }
+        Reply::Send(src, self.transport)
+    }
+
+    pub(super) fn challenge(
+        &mut self,
+        msg: &Message<'_>,
+        proxy: bool,
+        stale: bool,
+        now: u64,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        let Some(auth) = &self.shared.auth else {
+            return Reply::Drop;
+        };
+        self.challenges.clear();
+        auth.challenges(proxy, stale, now, &mut self.challenges);
+        self.lines.clear();
+        for (name, value) in &self.challenges {
+            let _ = write!(self.lines, "{name}: {value}\r\n");
+        }
+        let status = if proxy {
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        self.respond(msg, status, &[], src, out)
+    }
+
+    /// Runs authentication; `Err` carries the reply to send instead.
+    pub(super) fn authenticate(
+        &mut self,
+        msg: &Message<'_>,
+        proxy: bool,
+        now: u64,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<String>, Reply> {
+        let Some(auth) = &self.shared.auth else {
+            return Ok(None);
+        };
+        let t0 = self.clock();
+        let privacy = self.shared.privacy.as_ref();
+        let result = auth.check_as(msg, src, proxy, now, |u| reveal(privacy, u, now));
+        self.stage(Stage::Authenticate, t0);
+        match result {
+            AuthResult::Ok(user) => Ok(Some(user.into_owned())),
+            AuthResult::Failed(AuthFailure::Undecryptable) => Err(self.refuse(msg, src, out)),
+            AuthResult::Failed(AuthFailure::Malformed) => Err(self.respond(
+                msg,
+                StatusCode::BAD_REQUEST,
+                &[("Warning", "399 sipsec \"malformed credentials\"")],
+                src,
+                out,
+            )),
+            AuthResult::Failed(f) => {
+                match f {
+                    // Only a wrong answer to a nonce we issued counts toward
+                    // a ban: garbage or foreign nonces from a spoofed source
+                    // cannot get that source banned.
+                    AuthFailure::Rejected => {
+                        bump(&self.shared.metrics.auth_failures);
+                        self.shared.guard.auth_failed(src.ip(), self.now.unix_ms);
+                        self.events.push(Event::AuthFailed {
+                            src,
+                            user: msg.from().uri().user().unwrap_or("").to_owned(),
+                        });
+                    }
+                    AuthFailure::Replay => bump(&self.shared.metrics.auth_replays),
+                    _ => {}
+                }
+                Err(self.challenge(msg, proxy, f == AuthFailure::Stale, now, src, out))
+            }
+        }
+    }
+
+    /// The one answer to a pseudonym that does not open, wherever it was:
+    /// 403 and nothing more, counted against the source like a failed
+    /// authentication (so guessing is rate-limited and banned).
+    pub(super) fn refuse(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.shared.guard.auth_failed(src.ip(), self.now.unix_ms);
+        self.respond(msg, StatusCode::FORBIDDEN, &[], src, out)
+    }
+}

@@ -1,0 +1,823 @@
+//! The location service (RFC 3261 §10): address-of-record → bindings.
+//!
+//! [`Location`] is the narrow interface; [`MemoryLocation`] is the sharded
+//! in-memory store every worker shares. A change is made in two steps so
+//! that nothing here waits on storage: [`Location::prepare`] computes the
+//! records that describe it and marks the AoR busy; the driver persists
+//! them (`io::journal`), then [`Location::commit`] applies them, or drops
+//! them if they could not be stored (see `docs/server.md`).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+pub use crate::config::{Durability, Overflow};
+
+/// One contact bound to an address-of-record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The contact URI.
+    pub contact: String,
+    /// Expiry, in Unix seconds.
+    pub expires_at: u64,
+    /// Preference in thousandths (`q=0.5` is 500); 1000 when absent.
+    pub q: u16,
+    /// Call-ID of the REGISTER that made the binding.
+    pub call_id: String,
+    /// CSeq of that REGISTER.
+    pub cseq: u32,
+    /// Where the REGISTER came from.
+    pub source: SocketAddr,
+    /// The REGISTER's Path values (RFC 3327), comma-separated, first hop
+    /// first; empty without Path.
+    pub path: String,
+}
+
+/// The REGISTER a set of changes comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    /// Its Call-ID.
+    pub call_id: &'a str,
+    /// Its CSeq number.
+    pub cseq: u32,
+    /// Where it came from.
+    pub source: SocketAddr,
+    /// Path values to store (no tab or line feed), or "".
+    pub path: &'a str,
+    /// When it arrived (Unix seconds).
+    pub now: u64,
+}
+
+/// A requested change to one contact.
+#[derive(Debug, Clone, Copy)]
+pub struct ContactChange<'a> {
+    /// The contact URI.
+    pub contact: &'a str,
+    /// Seconds to keep it; 0 removes it.
+    pub expires: u32,
+    /// Preference in thousandths.
+    pub q: u16,
+}
+
+/// Why an update was refused; a refused update changes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// Same Call-ID with a lower CSeq than the stored one: a stale REGISTER
+    /// (RFC 3261 §10.3 step 7). An equal CSeq is a retransmission of the
+    /// request that made the binding and is applied again, idempotently.
+    #[error("CSeq {got} is below {stored} for this Call-ID")]
+    OutOfOrder {
+        /// CSeq received.
+        got: u32,
+        /// CSeq stored.
+        stored: u32,
+    },
+    /// The AoR would hold more contacts than allowed (and the policy is to
+    /// refuse).
+    #[error("at most {max} contacts per address-of-record")]
+    TooManyContacts {
+        /// The limit.
+        max: usize,
+    },
+    /// The contacts listed in the answer would not fit the reply.
+    #[error("the contact listing would take {bytes} bytes, above {max}")]
+    ListingTooLarge {
+        /// Bytes the listing would take.
+        bytes: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The change could not be persisted, so it was not applied.
+    #[error("journal: {0}")]
+    Journal(io::Error),
+    /// Another change to this AoR is being persisted; try again once it
+    /// is committed (a retry, not a refusal).
+    #[error("another change to this address-of-record is in flight")]
+    Busy,
+}
+
+/// Limits one update must respect.
+#[derive(Debug, Clone, Copy)]
+pub struct UpdatePolicy {
+    /// Most contacts per AoR.
+    pub max_contacts: usize,
+    /// What a REGISTER past the limit gets.
+    pub overflow: Overflow,
+    /// Most bytes the listing of contacts may take in the answer
+    /// (`usize::MAX`: unbounded). Each contact counts its URI plus
+    /// [`LISTING_OVERHEAD`].
+    pub max_listing: usize,
+}
+
+/// Bytes a contact adds to a 200 OK besides its URI
+/// (`Contact: <…>;expires=NNNNNNNNNN\r\n`).
+pub const LISTING_OVERHEAD: usize = 32;
+
+impl Default for UpdatePolicy {
+    fn default() -> Self {
+        Self {
+            max_contacts: 10,
+            overflow: Overflow::Reject,
+            max_listing: usize::MAX,
+        }
+    }
+}
+
+/// A journal record, written before the change is acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A binding was added or refreshed.
+    Bind {
+        /// Sequence number.
+        seq: u64,
+        /// AoR.
+        aor: String,
+        /// The binding.
+        binding: Binding,
+    },
+    /// A contact was removed.
+    Remove {
+        /// Sequence number.
+        seq: u64,
+        /// AoR.
+        aor: String,
+        /// Contact URI.
+        contact: String,
+    },
+}
+
+/// A change computed by [`Location::prepare`], waiting for its records to
+/// be persisted. Hand it back to [`Location::commit`] exactly once: until
+/// then its AoR refuses other changes with [`UpdateError::Busy`].
+#[derive(Debug)]
+#[must_use = "a prepared change keeps its AoR busy until committed"]
+pub struct Prepared {
+    aor: String,
+    /// 0: nothing to persist, nothing marked.
+    token: u64,
+    records: Vec<Record>,
+}
+
+impl Prepared {
+    /// The records to persist before the change may take effect.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// The address-of-record it changes.
+    pub fn aor(&self) -> &str {
+        &self.aor
+    }
+
+    /// Whether nothing needs persisting (a query, or a no-op removal).
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// The location-service interface shared by every backend.
+pub trait Location: Send + Sync {
+    /// Computes a REGISTER's changes for `aor` against the stored
+    /// bindings (`remove_all` is `Contact: *`) and marks the AoR busy
+    /// until [`commit`](Self::commit). Returns the bindings as they will
+    /// be after the change in `current`; nothing is applied yet.
+    fn prepare(
+        &self,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        reg: &Registration<'_>,
+        policy: &UpdatePolicy,
+        current: &mut Vec<Binding>,
+    ) -> Result<Prepared, UpdateError>;
+
+    /// Applies a prepared change whose records were `stored`, or forgets
+    /// it when they were not (memory never holds what storage lacks).
+    fn commit(&self, prepared: Prepared, stored: bool);
+
+    /// [`prepare`](Self::prepare), `persist`, [`commit`](Self::commit) in
+    /// one call, for callers that store synchronously (tests, tools).
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &self,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        reg: &Registration<'_>,
+        policy: &UpdatePolicy,
+        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
+        current: &mut Vec<Binding>,
+    ) -> Result<(), UpdateError> {
+        let prepared = self.prepare(aor, changes, remove_all, reg, policy, current)?;
+        if prepared.is_empty() {
+            self.commit(prepared, true);
+            return Ok(());
+        }
+        let result = persist(prepared.records());
+        self.commit(prepared, result.is_ok());
+        result.map_err(UpdateError::Journal)
+    }
+
+    /// Live bindings for `aor`, highest q first.
+    fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>);
+
+    /// Drops expired bindings; returns how many.
+    fn expire(&self, now: u64) -> usize;
+
+    /// All live bindings (for the operator view).
+    fn snapshot(&self, now: u64) -> Vec<(String, Binding)>;
+
+    /// Number of live bindings.
+    fn len(&self, now: u64) -> usize;
+
+    /// Whether there are no live bindings.
+    fn is_empty(&self, now: u64) -> bool {
+        self.len(now) == 0
+    }
+}
+
+const SHARDS: usize = 64;
+
+/// One shard: the committed bindings, and the changes being persisted
+/// (their token and the bindings they will leave).
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<String, Vec<Binding>>,
+    in_flight: HashMap<String, (u64, Vec<Binding>)>,
+}
+
+/// Sharded in-memory location store.
+#[derive(Debug)]
+pub struct MemoryLocation {
+    shards: Vec<RwLock<Shard>>,
+    hasher: RandomState,
+    seq: AtomicU64,
+    tokens: AtomicU64,
+}
+
+impl Default for MemoryLocation {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryLocation {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
+            hasher: RandomState::new(),
+            seq: AtomicU64::new(1),
+            tokens: AtomicU64::new(1),
+        }
+    }
+
+    fn shard(&self, aor: &str) -> &RwLock<Shard> {
+        &self.shards[(self.hasher.hash_one(aor) as usize) % SHARDS]
+    }
+
+    /// Calls `f` with every live committed binding, one shard at a time
+    /// under its read lock (snapshots).
+    pub fn visit(&self, now: u64, mut f: impl FnMut(&str, &Binding)) {
+        for s in &self.shards {
+            let s = s.read().unwrap_or_else(|e| e.into_inner());
+            for (aor, list) in &s.map {
+                for b in list.iter().filter(|b| b.expires_at > now) {
+                    f(aor, b);
+                }
+            }
+        }
+    }
+
+    /// Applies a journal record during recovery.
+    pub fn replay(&self, r: Record) {
+        let mut shard = match &r {
+            Record::Bind { aor, .. } | Record::Remove { aor, .. } => {
+                self.shard(aor).write().unwrap_or_else(|e| e.into_inner())
+            }
+        };
+        match r {
+            Record::Bind { seq, aor, binding } => {
+                self.seq.fetch_max(seq + 1, Ordering::Relaxed);
+                let list = shard.map.entry(aor).or_default();
+                match list.iter_mut().find(|b| b.contact == binding.contact) {
+                    Some(b) => *b = binding,
+                    None => list.push(binding),
+                }
+            }
+            Record::Remove { seq, aor, contact } => {
+                self.seq.fetch_max(seq + 1, Ordering::Relaxed);
+                if let Some(list) = shard.map.get_mut(&aor) {
+                    list.retain(|b| b.contact != contact);
+                    if list.is_empty() {
+                        shard.map.remove(&aor);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Location for MemoryLocation {
+    fn prepare(
+        &self,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        reg: &Registration<'_>,
+        policy: &UpdatePolicy,
+        current: &mut Vec<Binding>,
+    ) -> Result<Prepared, UpdateError> {
+        let Registration {
+            call_id,
+            cseq,
+            source,
+            path,
+            now,
+        } = *reg;
+        let mut shard = self.shard(aor).write().unwrap_or_else(|e| e.into_inner());
+        if shard.in_flight.contains_key(aor) {
+            return Err(UpdateError::Busy);
+        }
+        // Work on a copy: the stored list changes only once persisted.
+        let mut list: Vec<Binding> = shard
+            .map
+            .get(aor)
+            .map(|l| l.iter().filter(|b| b.expires_at > now).cloned().collect())
+            .unwrap_or_default();
+        for b in list.iter().filter(|b| b.call_id == call_id) {
+            let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
+            if touched && cseq < b.cseq {
+                return Err(UpdateError::OutOfOrder {
+                    got: cseq,
+                    stored: b.cseq,
+                });
+            }
+        }
+        let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
+        let remove = |records: &mut Vec<Record>, contact: String| {
+            records.push(Record::Remove {
+                seq: 0,
+                aor: aor.to_owned(),
+                contact,
+            });
+        };
+        if remove_all {
+            for b in list.drain(..) {
+                remove(&mut records, b.contact);
+            }
+        }
+        for c in changes {
+            let pos = list.iter().position(|b| b.contact == c.contact);
+            if c.expires == 0 {
+                if let Some(p) = pos {
+                    list.remove(p);
+                    remove(&mut records, c.contact.to_owned());
+                }
+                continue;
+            }
+            let binding = Binding {
+                contact: c.contact.to_owned(),
+                expires_at: now + u64::from(c.expires),
+                q: c.q,
+                call_id: call_id.to_owned(),
+                cseq,
+                source,
+                path: path.to_owned(),
+            };
+            match pos {
+                Some(p) => list[p] = binding.clone(),
+                None => list.push(binding.clone()),
+            }
+            records.push(Record::Bind {
+                seq: 0,
+                aor: aor.to_owned(),
+                binding,
+            });
+        }
+        if list.len() > policy.max_contacts {
+            if policy.overflow == Overflow::Reject {
+                return Err(UpdateError::TooManyContacts {
+                    max: policy.max_contacts,
+                });
+            }
+            // Make room by dropping what this request did not name,
+            // nearest expiry first.
+            let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact);
+            while list.len() > policy.max_contacts {
+                let Some(p) = list
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| !named(b))
+                    .min_by_key(|(_, b)| b.expires_at)
+                    .map(|(i, _)| i)
+                else {
+                    return Err(UpdateError::TooManyContacts {
+                        max: policy.max_contacts,
+                    });
+                };
+                let gone = list.remove(p);
+                remove(&mut records, gone.contact);
+            }
+        }
+        let listing: usize = list
+            .iter()
+            .map(|b| b.contact.len() + LISTING_OVERHEAD)
+            .sum();
+        if listing > policy.max_listing {
+            return Err(UpdateError::ListingTooLarge {
+                bytes: listing,
+                max: policy.max_listing,
+            });
+        }
+        // Sequence numbers are taken under the shard lock, so replaying
+        // every journal sorted by them reproduces this order.
+        for r in &mut records {
+            match r {
+                Record::Bind { seq, .. } | Record::Remove { seq, .. } => {
+                    *seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        current.clear();
+        current.extend(list.iter().cloned());
+        current.sort_by_key(|b| std::cmp::Reverse(b.q));
+        let token = if records.is_empty() {
+            0
+        } else {
+            let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+            shard.in_flight.insert(aor.to_owned(), (token, list));
+            token
+        };
+        Ok(Prepared {
+            aor: aor.to_owned(),
+            token,
+            records,
+        })
+    }
+
+    fn commit(&self, prepared: Prepared, stored: bool) {
+        if prepared.token == 0 {
+            return;
+        }
+        let mut shard = self
+            .shard(&prepared.aor)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some((token, list)) = shard.in_flight.remove(&prepared.aor) else {
+            return;
+        };
+        debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
+        if !stored {
+            return;
+        }
+        if list.is_empty() {
+            shard.map.remove(&prepared.aor);
+        } else {
+            shard.map.insert(prepared.aor, list);
+        }
+    }
+
+    fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
+        out.clear();
+        let shard = self.shard(aor).read().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = shard.map.get(aor) {
+            out.extend(list.iter().filter(|b| b.expires_at > now).cloned());
+        }
+        drop(shard);
+        out.sort_by_key(|b| std::cmp::Reverse(b.q));
+    }
+
+    fn expire(&self, now: u64) -> usize {
+        let mut n = 0;
+        for s in &self.shards {
+            let mut s = s.write().unwrap_or_else(|e| e.into_inner());
+            s.map.retain(|_, list| {
+                let before = list.len();
+                list.retain(|b| b.expires_at > now);
+                n += before - list.len();
+                !list.is_empty()
+            });
+        }
+        n
+    }
+
+    fn snapshot(&self, now: u64) -> Vec<(String, Binding)> {
+        let mut v = Vec::new();
+        for s in &self.shards {
+            let s = s.read().unwrap_or_else(|e| e.into_inner());
+            for (aor, list) in &s.map {
+                v.extend(
+                    list.iter()
+                        .filter(|b| b.expires_at > now)
+                        .map(|b| (aor.clone(), b.clone())),
+                );
+            }
+        }
+        v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact.cmp(&b.1.contact)));
+        v
+    }
+
+    fn len(&self, now: u64) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.read().unwrap_or_else(|e| e.into_inner());
+                s.map
+                    .values()
+                    .map(|l| l.iter().filter(|b| b.expires_at > now).count())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> SocketAddr {
+        "192.0.2.1:5060".parse().expect("literal")
+    }
+
+    fn reg(call_id: &str, cseq: u32, now: u64) -> Registration<'_> {
+        Registration {
+            call_id,
+            cseq,
+            source: src(),
+            path: "",
+            now,
+        }
+    }
+
+    fn change(contact: &str, expires: u32) -> ContactChange<'_> {
+        ContactChange {
+            contact,
+            expires,
+            q: 1000,
+        }
+    }
+
+    /// An update with the default policy whose records land in `rec`.
+    fn upd(
+        loc: &MemoryLocation,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        r: &Registration<'_>,
+        cur: &mut Vec<Binding>,
+        rec: &mut Vec<Record>,
+    ) -> Result<(), UpdateError> {
+        let mut persist = |records: &[Record]| {
+            rec.extend_from_slice(records);
+            Ok(())
+        };
+        let policy = UpdatePolicy::default();
+        loc.update(aor, changes, remove_all, r, &policy, &mut persist, cur)
+    }
+
+    #[test]
+    fn bind_refresh_remove_and_order() {
+        let loc = MemoryLocation::new();
+        let (mut cur, mut rec) = (Vec::new(), Vec::new());
+        upd(
+            &loc,
+            "sip:a@x",
+            &[change("sip:a@1.1.1.1", 60)],
+            false,
+            &reg("c1", 1, 100),
+            &mut cur,
+            &mut rec,
+        )
+        .expect("bind");
+        assert_eq!(cur.len(), 1);
+        upd(
+            &loc,
+            "sip:a@x",
+            &[ContactChange {
+                contact: "sip:a@2.2.2.2",
+                expires: 60,
+                q: 500,
+            }],
+            false,
+            &reg("c2", 1, 100),
+            &mut cur,
+            &mut rec,
+        )
+        .expect("second contact");
+        assert_eq!(cur.len(), 2);
+        assert_eq!(cur[0].contact, "sip:a@1.1.1.1", "q=1 first");
+        let mut up = |cseq, expires| {
+            upd(
+                &loc,
+                "sip:a@x",
+                &[change("sip:a@1.1.1.1", expires)],
+                false,
+                &reg("c1", cseq, 101),
+                &mut cur,
+                &mut rec,
+            )
+        };
+        assert!(
+            up(1, 60).is_ok(),
+            "a retransmission (same Call-ID and CSeq) applies again"
+        );
+        assert!(up(3, 60).is_ok());
+        assert!(
+            matches!(
+                up(2, 60),
+                Err(UpdateError::OutOfOrder { got: 2, stored: 3 })
+            ),
+            "stale"
+        );
+        assert!(up(4, 0).is_ok(), "remove");
+        assert_eq!(cur.len(), 1);
+        assert_eq!(loc.len(170), 0, "expired");
+        upd(
+            &loc,
+            "sip:a@x",
+            &[],
+            true,
+            &reg("c9", 1, 101),
+            &mut cur,
+            &mut rec,
+        )
+        .expect("star");
+        assert!(cur.is_empty());
+        assert_eq!(loc.len(101), 0);
+    }
+
+    /// A change whose journal write fails is not applied: memory keeps
+    /// what the client was told (before, the binding was served although
+    /// the REGISTER got 500).
+    #[test]
+    fn a_failed_persist_changes_nothing() {
+        let loc = MemoryLocation::new();
+        let mut cur = Vec::new();
+        let policy = UpdatePolicy::default();
+        let mut ok = |_: &[Record]| Ok(());
+        loc.update(
+            "sip:a@x",
+            &[change("sip:a@1.1.1.1", 60)],
+            false,
+            &reg("c1", 1, 100),
+            &policy,
+            &mut ok,
+            &mut cur,
+        )
+        .expect("bind");
+        let mut full = |_: &[Record]| Err(io::Error::other("No space left on device"));
+        for (changes, star) in [
+            (vec![change("sip:a@2.2.2.2", 60)], false),
+            (vec![change("sip:a@1.1.1.1", 0)], false),
+            (vec![], true),
+        ] {
+            let r = loc.update(
+                "sip:a@x",
+                &changes,
+                star,
+                &reg("c1", 2, 100),
+                &policy,
+                &mut full,
+                &mut cur,
+            );
+            assert!(matches!(r, Err(UpdateError::Journal(_))));
+            let mut now = Vec::new();
+            loc.lookup("sip:a@x", 100, &mut now);
+            assert_eq!(now.len(), 1);
+            assert_eq!(now[0].contact, "sip:a@1.1.1.1");
+        }
+    }
+
+    #[test]
+    fn contacts_are_bounded_by_refusal_or_replacement() {
+        let loc = MemoryLocation::new();
+        let (mut cur, mut rec) = (Vec::new(), Vec::new());
+        let mut persist = |r: &[Record]| {
+            rec.extend_from_slice(r);
+            Ok(())
+        };
+        let mut policy = UpdatePolicy {
+            max_contacts: 2,
+            ..UpdatePolicy::default()
+        };
+        for (i, c) in ["sip:1@h", "sip:2@h"].into_iter().enumerate() {
+            loc.update(
+                "sip:a@x",
+                &[change(c, 60 + i as u32)],
+                false,
+                &reg("c", 1, 100),
+                &policy,
+                &mut persist,
+                &mut cur,
+            )
+            .expect("within the limit");
+        }
+        let third = [change("sip:3@h", 90)];
+        let r = loc.update(
+            "sip:a@x",
+            &third,
+            false,
+            &reg("c", 2, 100),
+            &policy,
+            &mut persist,
+            &mut cur,
+        );
+        assert!(matches!(r, Err(UpdateError::TooManyContacts { max: 2 })));
+        policy.overflow = Overflow::ReplaceOldest;
+        loc.update(
+            "sip:a@x",
+            &third,
+            false,
+            &reg("c", 3, 100),
+            &policy,
+            &mut persist,
+            &mut cur,
+        )
+        .expect("replaces");
+        let mut names: Vec<_> = cur.iter().map(|b| b.contact.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["sip:2@h", "sip:3@h"],
+            "the one closest to expiry went"
+        );
+        policy.max_listing = 10;
+        let r = loc.update(
+            "sip:b@x",
+            &[change("sip:long-enough@h", 60)],
+            false,
+            &reg("d", 1, 100),
+            &policy,
+            &mut persist,
+            &mut cur,
+        );
+        assert!(matches!(r, Err(UpdateError::ListingTooLarge { .. })));
+        assert_eq!(loc.len(100), 2, "refused updates leave no trace");
+        assert!(rec
+            .iter()
+            .any(|r| matches!(r, Record::Remove { contact, .. } if contact == "sip:1@h")));
+    }
+
+    /// While a change is being persisted its AoR refuses another one
+    /// (the caller retries), other AoRs are free, and a change whose
+    /// storage failed leaves the AoR as it was and free again.
+    #[test]
+    fn an_aor_takes_one_change_at_a_time() {
+        let loc = MemoryLocation::new();
+        let policy = UpdatePolicy::default();
+        let mut cur = Vec::new();
+        let first = loc
+            .prepare(
+                "sip:a@x",
+                &[change("sip:a@1.1.1.1", 60)],
+                false,
+                &reg("c1", 1, 100),
+                &policy,
+                &mut cur,
+            )
+            .expect("prepare");
+        assert_eq!(first.records().len(), 1);
+        assert_eq!(cur.len(), 1, "the listing is the state after the change");
+        assert_eq!(loc.len(100), 0, "nothing applied before the commit");
+        let second = loc.prepare(
+            "sip:a@x",
+            &[change("sip:a@2.2.2.2", 60)],
+            false,
+            &reg("c2", 1, 100),
+            &policy,
+            &mut cur,
+        );
+        assert!(matches!(second, Err(UpdateError::Busy)));
+        let other = loc
+            .prepare(
+                "sip:b@x",
+                &[change("sip:b@1.1.1.1", 60)],
+                false,
+                &reg("c3", 1, 100),
+                &policy,
+                &mut cur,
+            )
+            .expect("another AoR");
+        loc.commit(other, true);
+        loc.commit(first, false);
+        assert_eq!(loc.len(100), 1, "only b@x was stored");
+        let again = loc
+            .prepare(
+                "sip:a@x",
+                &[change("sip:a@2.2.2.2", 60)],
+                false,
+                &reg("c2", 1, 100),
+                &policy,
+                &mut cur,
+            )
+            .expect("free again");
+        loc.commit(again, true);
+        loc.lookup("sip:a@x", 100, &mut cur);
+        assert_eq!(cur.len(), 1);
+        assert_eq!(cur[0].contact, "sip:a@2.2.2.2");
+    }
+}

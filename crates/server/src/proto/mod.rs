@@ -1,0 +1,16 @@
+//! The decisions, sans-IO: every module here takes its inputs (bytes,
+//! addresses, [`core::Now`]) as arguments and hands back what to do.
+//! Nothing here reads a clock, opens a file or socket, or imports
+//! [`crate::io`]; `tests/sans_io.rs` keeps it so.
+
+pub mod auth;
+pub mod core;
+pub mod guard;
+pub mod location;
+pub mod metrics;
+pub mod privacy;
+mod proxy;
+mod redirect;
+mod registrar;
+pub mod stateful;
+pub mod users;
