@@ -241,12 +241,18 @@ pub trait Location: Send + Sync {
 
 const SHARDS: usize = 64;
 
-/// One shard: the committed bindings, and the changes being persisted
-/// (their token and the bindings they will leave).
+/// One AoR: its committed bindings, and the change being persisted (its
+/// token and the bindings it will leave).
+#[derive(Debug, Default)]
+struct Aor {
+    list: Vec<Binding>,
+    pending: Option<(u64, Vec<Binding>)>,
+}
+
+/// One shard of AoRs.
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<String, Vec<Binding>>,
-    in_flight: HashMap<String, (u64, Vec<Binding>)>,
+    map: HashMap<String, Aor>,
 }
 
 /// Sharded in-memory location store.
@@ -284,8 +290,8 @@ impl MemoryLocation {
     pub fn visit(&self, now: u64, mut f: impl FnMut(&str, &Binding)) {
         for s in &self.shards {
             let s = s.read().unwrap_or_else(|e| e.into_inner());
-            for (aor, list) in &s.map {
-                for b in list.iter().filter(|b| b.expires_at > now) {
+            for (aor, a) in &s.map {
+                for b in a.list.iter().filter(|b| b.expires_at > now) {
                     f(aor, b);
                 }
             }
@@ -302,7 +308,7 @@ impl MemoryLocation {
         match r {
             Record::Bind { seq, aor, binding } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                let list = shard.map.entry(aor).or_default();
+                let list = &mut shard.map.entry(aor).or_default().list;
                 match list.iter_mut().find(|b| b.contact == binding.contact) {
                     Some(b) => *b = binding,
                     None => list.push(binding),
@@ -310,9 +316,9 @@ impl MemoryLocation {
             }
             Record::Remove { seq, aor, contact } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                if let Some(list) = shard.map.get_mut(&aor) {
-                    list.retain(|b| b.contact != contact);
-                    if list.is_empty() {
+                if let Some(a) = shard.map.get_mut(&aor) {
+                    a.list.retain(|b| b.contact != contact);
+                    if a.list.is_empty() {
                         shard.map.remove(&aor);
                     }
                 }
@@ -339,14 +345,19 @@ impl Location for MemoryLocation {
             now,
         } = *reg;
         let mut shard = self.shard(aor).write().unwrap_or_else(|e| e.into_inner());
-        if shard.in_flight.contains_key(aor) {
+        let stored = shard.map.get(aor);
+        if stored.is_some_and(|a| a.pending.is_some()) {
             return Err(UpdateError::Busy);
         }
         // Work on a copy: the stored list changes only once persisted.
-        let mut list: Vec<Binding> = shard
-            .map
-            .get(aor)
-            .map(|l| l.iter().filter(|b| b.expires_at > now).cloned().collect())
+        let mut list: Vec<Binding> = stored
+            .map(|a| {
+                a.list
+                    .iter()
+                    .filter(|b| b.expires_at > now)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         for b in list.iter().filter(|b| b.call_id == call_id) {
             let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
@@ -449,7 +460,19 @@ impl Location for MemoryLocation {
             0
         } else {
             let token = self.tokens.fetch_add(1, Ordering::Relaxed);
-            shard.in_flight.insert(aor.to_owned(), (token, list));
+            let pending = Some((token, list));
+            match shard.map.get_mut(aor) {
+                Some(a) => a.pending = pending,
+                None => {
+                    shard.map.insert(
+                        aor.to_owned(),
+                        Aor {
+                            list: Vec::new(),
+                            pending,
+                        },
+                    );
+                }
+            }
             token
         };
         Ok(Prepared {
@@ -467,24 +490,25 @@ impl Location for MemoryLocation {
             .shard(&prepared.aor)
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        let Some((token, list)) = shard.in_flight.remove(&prepared.aor) else {
+        let Some(a) = shard.map.get_mut(&prepared.aor) else {
+            return;
+        };
+        let Some((token, list)) = a.pending.take() else {
             return;
         };
         debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
-        if !stored {
-            return;
+        if stored {
+            a.list = list;
         }
-        if list.is_empty() {
+        if a.list.is_empty() {
             shard.map.remove(&prepared.aor);
-        } else {
-            shard.map.insert(prepared.aor, list);
         }
     }
 
     fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
         out.clear();
         let shard = self.shard(aor).read().unwrap_or_else(|e| e.into_inner());
-        if let Some(list) = shard.map.get(aor) {
+        if let Some(list) = shard.map.get(aor).map(|a| &a.list) {
             out.extend(list.iter().filter(|b| b.expires_at > now).cloned());
         }
         drop(shard);
@@ -495,11 +519,11 @@ impl Location for MemoryLocation {
         let mut n = 0;
         for s in &self.shards {
             let mut s = s.write().unwrap_or_else(|e| e.into_inner());
-            s.map.retain(|_, list| {
-                let before = list.len();
-                list.retain(|b| b.expires_at > now);
-                n += before - list.len();
-                !list.is_empty()
+            s.map.retain(|_, a| {
+                let before = a.list.len();
+                a.list.retain(|b| b.expires_at > now);
+                n += before - a.list.len();
+                !a.list.is_empty() || a.pending.is_some()
             });
         }
         n
@@ -509,9 +533,10 @@ impl Location for MemoryLocation {
         let mut v = Vec::new();
         for s in &self.shards {
             let s = s.read().unwrap_or_else(|e| e.into_inner());
-            for (aor, list) in &s.map {
+            for (aor, a) in &s.map {
                 v.extend(
-                    list.iter()
+                    a.list
+                        .iter()
                         .filter(|b| b.expires_at > now)
                         .map(|b| (aor.clone(), b.clone())),
                 );
@@ -528,7 +553,7 @@ impl Location for MemoryLocation {
                 let s = s.read().unwrap_or_else(|e| e.into_inner());
                 s.map
                     .values()
-                    .map(|l| l.iter().filter(|b| b.expires_at > now).count())
+                    .map(|a| a.list.iter().filter(|b| b.expires_at > now).count())
                     .sum::<usize>()
             })
             .sum()
