@@ -191,16 +191,19 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// twice per stage cost more than some stages themselves.
 pub const STAGE_SAMPLE: u64 = 16;
 
+#[inline]
 pub(super) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The address-of-record of a URI: `sip:user@host`, host lowercased.
+#[inline]
 pub fn aor(uri: &Uri<'_>) -> Option<String> {
     Some(aor_of(uri.user()?, uri.host()?))
 }
 
 /// `sip:user@host`, host lowercased.
+#[inline]
 pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
     let mut s = String::with_capacity(8 + user.len() + 32);
     s.push_str("sip:");
@@ -222,6 +225,7 @@ pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
 /// What a user part at this server stands for: itself, or the ID inside
 /// a pseudonym encrypted for us; `None` for a pseudonym that does not
 /// open.
+#[inline]
 pub(super) fn reveal<'a>(
     privacy: Option<&Privacy>,
     user: &'a str,
@@ -238,6 +242,7 @@ pub(super) fn reveal<'a>(
 }
 
 /// Whether a header such as Supported or Require lists `tag`.
+#[inline]
 pub(super) fn has_option_tag(msg: &Message<'_>, name: HeaderName, tag: &str) -> bool {
     msg.headers_named(name)
         .flat_map(|h| h.value.split(','))
@@ -245,6 +250,7 @@ pub(super) fn has_option_tag(msg: &Message<'_>, name: HeaderName, tag: &str) -> 
 }
 
 /// The first URI of a stored Path (`<sip:edge;lr>, <…>`).
+#[inline]
 pub(super) fn first_path_uri(path: &str) -> Option<Uri<'_>> {
     let start = path.find('<')? + 1;
     let end = start + path[start..].find('>')?;
@@ -255,6 +261,7 @@ pub(super) fn first_path_uri(path: &str) -> Option<Uri<'_>> {
 
 /// The transport address a URI or Via points at (IP literals and
 /// `localhost` only: the hot path does no DNS).
+#[inline]
 pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
     let ip = match host {
         Host::V4(a) => IpAddr::V4(a),
@@ -294,12 +301,14 @@ impl Core {
 
     /// The start of a stage, when this request is timed (the metrics'
     /// stopwatch: instrumentation, not a protocol decision).
+    #[inline]
     pub(super) fn clock(&self) -> Option<Stopwatch> {
         let read = self.shared.stage_clock.filter(|_| self.timed)?;
         Some(Stopwatch::at(read()))
     }
 
     /// Records a stage started at `t0`, when this request is timed.
+    #[inline]
     pub(super) fn stage(&self, stage: Stage, t0: Option<Stopwatch>) {
         if let (Some(t0), Some(read)) = (t0, self.shared.stage_clock) {
             self.shared.metrics.stage(stage, t0.until(read()));
@@ -322,6 +331,7 @@ impl Core {
     /// where the TLS port (default 5061) counts too; elsewhere only the
     /// UDP/TCP port does, so a peer whose own port happens to equal our
     /// TLS port is not mistaken for us.
+    #[inline]
     fn is_local_host(&self, host: Host<'_>, port: Option<u16>, tls: bool) -> bool {
         let adv = self.shared.config.advertise;
         let tls_port = self
@@ -348,6 +358,7 @@ impl Core {
 
     /// A URI naming this server: its TLS port counts for `sips:`,
     /// `transport=tls`, and requests that arrived over TLS.
+    #[inline]
     pub(super) fn is_local_uri(&self, uri: &Uri<'_>) -> bool {
         // Only a server with TLS has a TLS port to match (and only then is
         // the URI's transport worth looking up, on this per-message path).
@@ -359,6 +370,7 @@ impl Core {
                 .is_some_and(|h| self.is_local_host(h, uri.port(), tls))
     }
 
+    #[inline]
     pub(super) fn is_our_via(&self, via: &Via<'_>) -> bool {
         let tls = via.transport() == sip_core::via::Transport::Tls;
         self.is_local_host(via.host(), via.port(), tls)
@@ -520,6 +532,7 @@ impl Core {
         }
     }
 
+    #[inline]
     pub(super) fn request_is_for_us(&self, msg: &Message<'_>) -> bool {
         msg.request_uri()
             .is_some_and(|u| self.is_local_uri(u) || u.user().is_none())

@@ -156,6 +156,8 @@ pub enum Record {
 #[must_use = "a prepared change keeps its AoR busy until committed"]
 pub struct Prepared {
     aor: String,
+    /// The backend's partition holding the AoR (a shard).
+    shard: usize,
     /// 0: nothing to persist, nothing marked.
     token: u64,
     records: Vec<Record>,
@@ -183,10 +185,11 @@ pub trait Location: Send + Sync {
     /// Computes a REGISTER's changes for `aor` against the stored
     /// bindings (`remove_all` is `Contact: *`) and marks the AoR busy
     /// until [`commit`](Self::commit). Returns the bindings as they will
-    /// be after the change in `current`; nothing is applied yet.
+    /// be after the change in `current`; nothing is applied yet. `aor`
+    /// is kept in the [`Prepared`] change.
     fn prepare(
         &self,
-        aor: &str,
+        aor: String,
         changes: &[ContactChange<'_>],
         remove_all: bool,
         reg: &Registration<'_>,
@@ -211,7 +214,7 @@ pub trait Location: Send + Sync {
         persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
         current: &mut Vec<Binding>,
     ) -> Result<(), UpdateError> {
-        let prepared = self.prepare(aor, changes, remove_all, reg, policy, current)?;
+        let prepared = self.prepare(aor.to_owned(), changes, remove_all, reg, policy, current)?;
         if prepared.is_empty() {
             self.commit(prepared, true);
             return Ok(());
@@ -281,8 +284,12 @@ impl MemoryLocation {
         }
     }
 
+    fn shard_index(&self, aor: &str) -> usize {
+        (self.hasher.hash_one(aor) as usize) % SHARDS
+    }
+
     fn shard(&self, aor: &str) -> &RwLock<Shard> {
-        &self.shards[(self.hasher.hash_one(aor) as usize) % SHARDS]
+        &self.shards[self.shard_index(aor)]
     }
 
     /// Calls `f` with every live committed binding, one shard at a time
@@ -330,7 +337,7 @@ impl MemoryLocation {
 impl Location for MemoryLocation {
     fn prepare(
         &self,
-        aor: &str,
+        key: String,
         changes: &[ContactChange<'_>],
         remove_all: bool,
         reg: &Registration<'_>,
@@ -344,7 +351,11 @@ impl Location for MemoryLocation {
             path,
             now,
         } = *reg;
-        let mut shard = self.shard(aor).write().unwrap_or_else(|e| e.into_inner());
+        let index = self.shard_index(&key);
+        let mut shard = self.shards[index]
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let aor = key.as_str();
         let stored = shard.map.get(aor);
         if stored.is_some_and(|a| a.pending.is_some()) {
             return Err(UpdateError::Busy);
@@ -476,7 +487,8 @@ impl Location for MemoryLocation {
             token
         };
         Ok(Prepared {
-            aor: aor.to_owned(),
+            aor: key,
+            shard: index,
             token,
             records,
         })
@@ -486,8 +498,7 @@ impl Location for MemoryLocation {
         if prepared.token == 0 {
             return;
         }
-        let mut shard = self
-            .shard(&prepared.aor)
+        let mut shard = self.shards[prepared.shard]
             .write()
             .unwrap_or_else(|e| e.into_inner());
         let Some(a) = shard.map.get_mut(&prepared.aor) else {
@@ -797,7 +808,7 @@ mod tests {
         let mut cur = Vec::new();
         let first = loc
             .prepare(
-                "sip:a@x",
+                "sip:a@x".into(),
                 &[change("sip:a@1.1.1.1", 60)],
                 false,
                 &reg("c1", 1, 100),
@@ -809,7 +820,7 @@ mod tests {
         assert_eq!(cur.len(), 1, "the listing is the state after the change");
         assert_eq!(loc.len(100), 0, "nothing applied before the commit");
         let second = loc.prepare(
-            "sip:a@x",
+            "sip:a@x".into(),
             &[change("sip:a@2.2.2.2", 60)],
             false,
             &reg("c2", 1, 100),
@@ -819,7 +830,7 @@ mod tests {
         assert!(matches!(second, Err(UpdateError::Busy)));
         let other = loc
             .prepare(
-                "sip:b@x",
+                "sip:b@x".into(),
                 &[change("sip:b@1.1.1.1", 60)],
                 false,
                 &reg("c3", 1, 100),
@@ -832,7 +843,7 @@ mod tests {
         assert_eq!(loc.len(100), 1, "only b@x was stored");
         let again = loc
             .prepare(
-                "sip:a@x",
+                "sip:a@x".into(),
                 &[change("sip:a@2.2.2.2", 60)],
                 false,
                 &reg("c2", 1, 100),

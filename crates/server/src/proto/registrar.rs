@@ -111,7 +111,7 @@ impl Core {
         let result =
             self.shared
                 .location
-                .prepare(&aor, &changes, star, &reg, &policy, &mut self.bindings);
+                .prepare(aor, &changes, star, &reg, &policy, &mut self.bindings);
         let prepared = match result {
             Ok(p) => p,
             Err(UpdateError::Busy) => {
