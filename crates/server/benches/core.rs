@@ -92,7 +92,13 @@ fn core(mode: Mode, journal: Option<&std::path::Path>) -> Worker {
         advertise: "127.0.0.1:5060".parse().expect("literal"),
         ..Config::default()
     };
-    let mut shared = Shared::new(config, Arc::new(MemoryLocation::new()), None, now());
+    let mut shared = Shared::new(
+        config,
+        Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
+        None,
+        now(),
+        std::hash::RandomState::new(),
+    );
     shared.stage_clock = Some(std::time::Instant::now);
     let store = journal.map(|dir| Persistence::new(dir, Durability::Process).expect("journal dir"));
     let journal = store.as_ref().map(|p| p.journal(0).expect("journal"));

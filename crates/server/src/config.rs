@@ -444,13 +444,16 @@ pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     }
 }
 
+/// A digest algorithm name this server does not offer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown digest algorithm {0:?}: use md5, sha-256 or sha-512-256")]
+pub struct UnknownDigest(pub String);
+
 /// Parses a digest algorithm name accepted in challenges.
-pub fn parse_digest(s: &str) -> Result<Algorithm, String> {
+pub fn parse_digest(s: &str) -> Result<Algorithm, UnknownDigest> {
     match Algorithm::from_token(s) {
         Some(a @ (Algorithm::Md5 | Algorithm::Sha256 | Algorithm::Sha512_256)) => Ok(a),
-        _ => Err(format!(
-            "unknown digest algorithm {s:?}: use md5, sha-256 or sha-512-256"
-        )),
+        _ => Err(UnknownDigest(s.to_owned())),
     }
 }
 
@@ -586,7 +589,7 @@ impl Config {
                     .iter()
                     .map(|s| parse_digest(s))
                     .collect::<Result<Vec<_>, _>>();
-                self.digest_algorithms = algs.map_err(|m| value("auth.digest", m))?;
+                self.digest_algorithms = algs.map_err(|e| value("auth.digest", e.to_string()))?;
                 if self.digest_algorithms.is_empty() {
                     return Err(value("auth.digest", "name at least one algorithm".into()));
                 }

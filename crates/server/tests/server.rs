@@ -703,6 +703,7 @@ fn expired_nonces_are_stale() {
         users,
         &[Algorithm::Md5],
         1 << 10,
+        std::hash::RandomState::new(),
     );
     let config = Config {
         auth: true,
@@ -717,9 +718,10 @@ fn expired_nonces_are_stale() {
     };
     let shared = Arc::new(Shared::new(
         config,
-        Arc::new(MemoryLocation::new()),
+        Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
         Some(auth),
         at(1_000_000),
+        std::hash::RandomState::new(),
     ));
     let mut core = Core::new(shared);
     let src: SocketAddr = "127.0.0.1:5099".parse().expect("addr");

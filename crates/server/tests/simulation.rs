@@ -707,7 +707,13 @@ impl Sim {
             udp: at,
             ..config
         };
-        let shared = Shared::new(config, Arc::new(MemoryLocation::new()), auth, self.now());
+        let shared = Shared::new(
+            config,
+            Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
+            auth,
+            self.now(),
+            std::hash::RandomState::new(),
+        );
         self.nodes.insert(
             at,
             Node::Server(Box::new(Server {
@@ -1078,6 +1084,7 @@ fn a_replayed_authorization_is_refused() {
         users,
         &[Algorithm::Md5],
         1 << 12,
+        std::hash::RandomState::new(),
     );
     let registrar = Config {
         mode: Mode::Registrar,

@@ -487,7 +487,7 @@ mod tests {
         for stop_after in 0..4 {
             let dir = temp(&format!("compact{stop_after}"));
             let p = Persistence::new(&dir, Durability::Process).expect("dir");
-            let loc = MemoryLocation::new();
+            let loc = MemoryLocation::new(std::hash::RandomState::new());
             p.recover(&loc, 100).expect("empty");
             let j = p.journal(0).expect("journal");
             fill(&loc, &j, 0, 300);
@@ -534,7 +534,7 @@ mod tests {
             // kill -9: nothing is dropped or trimmed.
             std::mem::forget(j);
             std::mem::forget(p);
-            let again = MemoryLocation::new();
+            let again = MemoryLocation::new(std::hash::RandomState::new());
             let p2 = {
                 // The crashed process's lock dies with it; here it is
                 // leaked, so take the directory as a new process would.
@@ -594,7 +594,7 @@ mod tests {
     fn records_round_trip_and_recovery() {
         let dir = temp("roundtrip");
         let p = Persistence::new(&dir, Durability::Process).expect("dir");
-        let loc = MemoryLocation::new();
+        let loc = MemoryLocation::new(std::hash::RandomState::new());
         let (mut cur, mut rec) = (Vec::new(), Vec::new());
         for (aor, contact, call, cseq, expires) in [
             ("sip:a@x", "sip:a@1.1.1.1", "c1", 1, 60),
@@ -616,7 +616,7 @@ mod tests {
         lock(&j).append(&rec).expect("write");
         drop(j);
         std::fs::write(dir.join("location-w1.log"), b"garbage line\n").expect("torn");
-        let fresh = MemoryLocation::new();
+        let fresh = MemoryLocation::new(std::hash::RandomState::new());
         let r = p.recover(&fresh, 110).expect("recover");
         assert_eq!(
             r,
@@ -630,7 +630,7 @@ mod tests {
         assert_eq!(out[0].contact, "sip:a@1.1.1.1");
         assert_eq!(out[0].source, src());
         // Recovery again from the compacted snapshot alone.
-        let again = MemoryLocation::new();
+        let again = MemoryLocation::new(std::hash::RandomState::new());
         assert_eq!(p.recover(&again, 110).expect("recover").bindings, 1);
         let _ = std::fs::remove_dir_all(&dir);
     }

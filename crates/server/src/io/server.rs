@@ -91,7 +91,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         dir: config.data_dir.display().to_string(),
         err,
     };
-    let location = Arc::new(MemoryLocation::new());
+    let location = Arc::new(MemoryLocation::new(std::hash::RandomState::new()));
     let persistence =
         Arc::new(Persistence::new(&config.data_dir, config.durability).map_err(store)?);
     let recovered = persistence.recover(&location, unix_now()).map_err(store)?;
@@ -105,6 +105,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             users,
             &config.digest_algorithms,
             config.max_tracked_nonces,
+            std::hash::RandomState::new(),
         ))
     } else {
         None
@@ -186,7 +187,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         )?),
         None => None,
     };
-    let mut shared = Shared::new(config, location, auth, crate::io::clock::now());
+    let salt = std::hash::RandomState::new();
+    let mut shared = Shared::new(config, location, auth, crate::io::clock::now(), salt);
     shared.privacy = privacy;
     shared.stage_clock = Some(std::time::Instant::now);
     let shared = Arc::new(shared);

@@ -325,13 +325,16 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Creates an authenticator challenging with `algorithms`, in order,
-    /// tracking nonce counts of at most `max_nonces` nonces.
+    /// tracking nonce counts of at most `max_nonces` nonces; `request_ids`
+    /// (from the driver's randomness) keys the hash that tells a
+    /// retransmission from a replay.
     pub fn new(
         realm: &str,
         key: NonceKey,
         users: Users,
         algorithms: &[Algorithm],
         max_nonces: usize,
+        request_ids: std::hash::RandomState,
     ) -> Self {
         let decoy =
             UserEntry::from_password("\u{0}decoy", realm, &format!("{:?}", key.issue(0, "decoy")));
@@ -342,7 +345,7 @@ impl Authenticator {
             nc: NcTracker::new(max_nonces, ttl),
             users: RwLock::new(Arc::new(users)),
             algorithms: algorithms.to_vec(),
-            request_ids: std::hash::RandomState::new(),
+            request_ids,
             decoy,
         }
     }

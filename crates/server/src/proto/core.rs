@@ -128,14 +128,17 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Bundles the shared state; `now` is the start time.
+    /// Bundles the shared state; `now` is the start time, `salt` (from
+    /// the driver's randomness) keys the branches and tags this server
+    /// writes and the guard's table.
     pub fn new(
         config: Config,
         location: Arc<MemoryLocation>,
         auth: Option<Authenticator>,
         now: Now,
+        salt: RandomState,
     ) -> Self {
-        let guard = Guard::new(config.guard.clone());
+        let guard = Guard::new(config.guard.clone(), salt.clone());
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
             Transactions::new(
                 sip_core::transaction::TimerConfig::RFC3261,
@@ -153,7 +156,7 @@ impl Shared {
             transactions,
             privacy: None,
             stage_clock: None,
-            branch_salt: RandomState::new(),
+            branch_salt: salt,
         }
     }
 }

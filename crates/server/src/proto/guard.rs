@@ -80,11 +80,11 @@ pub struct Guard {
 
 impl Guard {
     /// A guard with `cfg`.
-    pub fn new(cfg: GuardConfig) -> Self {
+    pub fn new(cfg: GuardConfig, hasher: RandomState) -> Self {
         Self {
             cfg,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            hasher,
             bans_until: AtomicU64::new(0),
         }
     }
@@ -195,13 +195,19 @@ impl Guard {
 mod tests {
     use super::*;
 
+    impl Guard {
+        fn new_for_test(cfg: GuardConfig) -> Self {
+            Self::new(cfg, RandomState::new())
+        }
+    }
+
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("literal address")
     }
 
     #[test]
     fn token_bucket_limits_and_refills() {
-        let g = Guard::new(GuardConfig {
+        let g = Guard::new_for_test(GuardConfig {
             rate: 10,
             burst: 5,
             ..GuardConfig::default()
@@ -227,7 +233,7 @@ mod tests {
 
     #[test]
     fn failures_ban_then_expire() {
-        let g = Guard::new(GuardConfig {
+        let g = Guard::new_for_test(GuardConfig {
             max_auth_failures: 3,
             failure_window: 60,
             ban_seconds: 100,
@@ -254,7 +260,7 @@ mod tests {
 
     #[test]
     fn memory_is_bounded() {
-        let g = Guard::new(GuardConfig {
+        let g = Guard::new_for_test(GuardConfig {
             rate: 1,
             burst: 1,
             max_sources: 64,

@@ -267,18 +267,13 @@ pub struct MemoryLocation {
     tokens: AtomicU64,
 }
 
-impl Default for MemoryLocation {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl MemoryLocation {
-    /// An empty store.
-    pub fn new() -> Self {
+    /// An empty store; `hasher` (from the driver's randomness) spreads
+    /// AoRs over the shards.
+    pub fn new(hasher: RandomState) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
-            hasher: RandomState::new(),
+            hasher,
             seq: AtomicU64::new(1),
             tokens: AtomicU64::new(1),
         }
@@ -617,7 +612,7 @@ mod tests {
 
     #[test]
     fn bind_refresh_remove_and_order() {
-        let loc = MemoryLocation::new();
+        let loc = MemoryLocation::new(RandomState::new());
         let (mut cur, mut rec) = (Vec::new(), Vec::new());
         upd(
             &loc,
@@ -691,7 +686,7 @@ mod tests {
     /// the REGISTER got 500).
     #[test]
     fn a_failed_persist_changes_nothing() {
-        let loc = MemoryLocation::new();
+        let loc = MemoryLocation::new(RandomState::new());
         let mut cur = Vec::new();
         let policy = UpdatePolicy::default();
         let mut ok = |_: &[Record]| Ok(());
@@ -730,7 +725,7 @@ mod tests {
 
     #[test]
     fn contacts_are_bounded_by_refusal_or_replacement() {
-        let loc = MemoryLocation::new();
+        let loc = MemoryLocation::new(RandomState::new());
         let (mut cur, mut rec) = (Vec::new(), Vec::new());
         let mut persist = |r: &[Record]| {
             rec.extend_from_slice(r);
@@ -803,7 +798,7 @@ mod tests {
     /// storage failed leaves the AoR as it was and free again.
     #[test]
     fn an_aor_takes_one_change_at_a_time() {
-        let loc = MemoryLocation::new();
+        let loc = MemoryLocation::new(RandomState::new());
         let policy = UpdatePolicy::default();
         let mut cur = Vec::new();
         let first = loc
