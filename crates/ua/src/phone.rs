@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use media::g711::Law;
 use sip_core::auth::Challenge;
-use sip_core::transaction::TimerConfig;
-use sip_core::{HeaderName, Message};
+use sip_core::transaction::{ClientInvite, ClientNonInvite, Output, TimerConfig};
+use sip_core::{HeaderName, Message, StatusCode};
 use srtp::sdes::{self, Crypto};
 use srtp::Profile;
 
@@ -186,6 +186,43 @@ const T1: Duration = TIMERS.t1;
 const T2: Duration = TIMERS.t2;
 /// Timer B (64·T1).
 const TIMER_B: Duration = Duration::from_millis(64 * TIMERS.t1.as_millis() as u64);
+
+/// A client transaction: sip-core's INVITE or non-INVITE machine.
+enum Client {
+    Invite(ClientInvite),
+    NonInvite(ClientNonInvite),
+}
+
+impl Client {
+    fn start(invite: bool, now: Instant, reliable: bool) -> Self {
+        if invite {
+            Self::Invite(ClientInvite::new(now, reliable, TIMERS))
+        } else {
+            Self::NonInvite(ClientNonInvite::new(now, reliable, TIMERS))
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match self {
+            Self::Invite(m) => m.next_deadline(),
+            Self::NonInvite(m) => m.next_deadline(),
+        }
+    }
+
+    fn on_timer(&mut self, now: Instant) -> Output {
+        match self {
+            Self::Invite(m) => m.on_timer(now),
+            Self::NonInvite(m) => m.on_timer(now),
+        }
+    }
+
+    fn on_response(&mut self, status: StatusCode, now: Instant) -> Output {
+        match self {
+            Self::Invite(m) => m.on_response(status, now),
+            Self::NonInvite(m) => m.on_response(status, now),
+        }
+    }
+}
 
 /// A SIP phone on one UDP socket.
 pub struct Phone {
@@ -402,9 +439,10 @@ impl Phone {
         let _ = self.sig.send_to(&reply, from);
     }
 
-    /// Runs a client transaction (RFC 3261 §17.1 over UDP: Timer A/E
-    /// retransmissions, Timer B/F) and returns the final response. INVITE
-    /// ringing past `ring` is cancelled.
+    /// Runs a client transaction on sip-core's RFC 3261 §17.1 machines
+    /// (timers A/E retransmit over UDP, B/F give up; reliable transports
+    /// send once) and returns the final response. INVITE ringing past
+    /// `ring` is cancelled.
     fn transact(
         &mut self,
         dest: SocketAddr,
@@ -412,29 +450,22 @@ impl Phone {
         ring: Option<Duration>,
     ) -> Result<Outcome, PhoneError> {
         let bytes = req.to_bytes();
-        let invite = req.method == "INVITE";
         let started = Instant::now();
-        let mut interval = T1;
-        let mut next_send = started;
+        let reliable = self.sig.reliable();
+        let mut machine = Client::start(req.method == "INVITE", started, reliable);
+        self.sig.send_to(&bytes, dest)?;
         let mut provisional = Vec::new();
         let mut cancelled = false;
-        // Reliable transports send once (RFC 3261 §17.1.1.2).
-        let reliable = self.sig.reliable();
-        let mut sent = false;
         loop {
             let now = Instant::now();
-            if provisional.is_empty() && now >= next_send && !cancelled && !(reliable && sent) {
-                sent = true;
-                self.sig.send_to(&bytes, dest)?;
-                next_send = now + interval;
-                interval = if invite {
-                    interval * 2
-                } else {
-                    (interval * 2).min(T2)
-                };
-            }
-            if provisional.is_empty() && now.duration_since(started) > TIMER_B {
-                return Err(PhoneError::Timeout(req.method.clone()));
+            if machine.next_deadline().is_some_and(|d| now >= d) {
+                let o = machine.on_timer(now);
+                if o.retransmit && !cancelled {
+                    self.sig.send_to(&bytes, dest)?;
+                }
+                if o.timeout {
+                    return Err(PhoneError::Timeout(req.method.clone()));
+                }
             }
             if let (Some(limit), false, false) = (ring, provisional.is_empty(), cancelled) {
                 if now.duration_since(started) > limit {
@@ -450,8 +481,9 @@ impl Phone {
             if now.duration_since(started) > Duration::from_secs(600) {
                 return Err(PhoneError::Timeout(req.method.clone()));
             }
-            let wait = next_send
-                .saturating_duration_since(Instant::now())
+            let wait = machine
+                .next_deadline()
+                .map_or(T1, |d| d.saturating_duration_since(Instant::now()))
                 .clamp(Duration::from_millis(5), T1);
             let Some((data, from)) = self.sig.recv(wait)? else {
                 continue;
@@ -468,6 +500,10 @@ impl Phone {
             {
                 continue;
             }
+            let Some(status) = m.status() else {
+                continue;
+            };
+            machine.on_response(status, Instant::now());
             let (code, reason) = status_of(&m);
             if code < 200 {
                 if code > 100 {
