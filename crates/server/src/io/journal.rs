@@ -398,48 +398,8 @@ impl Persistence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
-    use std::net::SocketAddr;
-
-    /// An update with the default policy whose records land in `rec`.
-    fn upd(
-        loc: &MemoryLocation,
-        aor: &str,
-        changes: &[ContactChange<'_>],
-        remove_all: bool,
-        r: &Registration<'_>,
-        cur: &mut Vec<Binding>,
-        rec: &mut Vec<Record>,
-    ) -> Result<(), UpdateError> {
-        let mut persist = |records: &[Record]| {
-            rec.extend_from_slice(records);
-            Ok(())
-        };
-        let policy = UpdatePolicy::default();
-        loc.update(aor, changes, remove_all, r, &policy, &mut persist, cur)
-    }
-
-    fn src() -> SocketAddr {
-        "192.0.2.1:5060".parse().expect("literal")
-    }
-
-    fn reg(call_id: &str, cseq: u32, now: u64) -> Registration<'_> {
-        Registration {
-            call_id,
-            cseq,
-            source: src(),
-            path: "",
-            now,
-        }
-    }
-
-    fn change(contact: &str, expires: u32) -> ContactChange<'_> {
-        ContactChange {
-            contact,
-            expires,
-            q: 1000,
-        }
-    }
+    use crate::proto::location::tests::{change, reg, src, upd};
+    use crate::proto::location::UpdatePolicy;
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("sipsec-loc-{name}-{}", std::process::id()));

@@ -433,23 +433,31 @@ impl Core {
                     aor,
                     error: e.to_string(),
                 });
-                out.clear();
-                let Ok(msg) = Message::parse(input) else {
-                    return Reply::Drop;
-                };
-                self.transport = transport;
-                self.respond(
-                    &msg,
-                    StatusCode::SERVER_INTERNAL_ERROR,
-                    &[(
-                        "Warning",
-                        "399 sipsec \"binding not stored: the location journal could not be written\"",
-                    )],
-                    dest,
-                    out,
-                )
+                let warning = (
+                    "Warning",
+                    "399 sipsec \"binding not stored: the location journal could not be written\"",
+                );
+                self.server_error(input, &[warning], dest, transport, out)
             }
         }
+    }
+
+    /// Replaces `out` with a 500 (and `extra` header fields) to `input`,
+    /// a request handled earlier.
+    fn server_error(
+        &mut self,
+        input: &[u8],
+        extra: &[(&str, &str)],
+        dest: SocketAddr,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        out.clear();
+        let Ok(msg) = Message::parse(input) else {
+            return Reply::Drop;
+        };
+        self.transport = transport;
+        self.respond(&msg, StatusCode::SERVER_INTERNAL_ERROR, extra, dest, out)
     }
 
     /// Gives up on a message that kept getting [`Reply::Retry`]: 500 with
@@ -461,18 +469,7 @@ impl Core {
         transport: Transport,
         out: &mut Vec<u8>,
     ) -> Reply {
-        out.clear();
-        let Ok(msg) = Message::parse(input) else {
-            return Reply::Drop;
-        };
-        self.transport = transport;
-        self.respond(
-            &msg,
-            StatusCode::SERVER_INTERNAL_ERROR,
-            &[("Retry-After", "1")],
-            src,
-            out,
-        )
+        self.server_error(input, &[("Retry-After", "1")], src, transport, out)
     }
 
     /// Handles one message that arrived from `src` over `transport` at

@@ -567,14 +567,14 @@ impl Location for MemoryLocation {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn src() -> SocketAddr {
+    pub(crate) fn src() -> SocketAddr {
         "192.0.2.1:5060".parse().expect("literal")
     }
 
-    fn reg(call_id: &str, cseq: u32, now: u64) -> Registration<'_> {
+    pub(crate) fn reg(call_id: &str, cseq: u32, now: u64) -> Registration<'_> {
         Registration {
             call_id,
             cseq,
@@ -584,7 +584,7 @@ mod tests {
         }
     }
 
-    fn change(contact: &str, expires: u32) -> ContactChange<'_> {
+    pub(crate) fn change(contact: &str, expires: u32) -> ContactChange<'_> {
         ContactChange {
             contact,
             expires,
@@ -593,7 +593,7 @@ mod tests {
     }
 
     /// An update with the default policy whose records land in `rec`.
-    fn upd(
+    pub(crate) fn upd(
         loc: &MemoryLocation,
         aor: &str,
         changes: &[ContactChange<'_>],
