@@ -15,6 +15,7 @@ pub const BUSY_TRIES: usize = 10_000;
 /// Handles `input` from `src`; `journal` stores binding changes (`None`:
 /// memory only). Returns what to do with `out` and leaves the core's
 /// extra messages in [`Core::extra`].
+#[inline]
 pub fn handle(
     core: &mut Core,
     journal: Option<&mut Journal>,
@@ -24,31 +25,48 @@ pub fn handle(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Reply {
-    let mut reply = Reply::Retry;
-    for _ in 0..BUSY_TRIES {
-        out.clear();
-        reply = core.handle(input, src, transport, now, out);
-        if reply != Reply::Retry {
-            break;
-        }
-        std::thread::yield_now();
+    out.clear();
+    let mut reply = core.handle(input, src, transport, now, out);
+    if reply == Reply::Retry {
+        reply = retry(core, input, src, transport, now, out);
     }
-    let reply = match reply {
-        Reply::Persist => {
-            let stored = match journal {
-                Some(j) => j.append(core.to_persist()),
-                None => Ok(()),
-            };
-            core.persisted(stored, input, out)
-        }
-        Reply::Retry => core.answer_busy(input, src, transport, out),
-        other => other,
-    };
-    log_events(core);
+    if reply == Reply::Persist {
+        let stored = match journal {
+            Some(j) => j.append(core.to_persist()),
+            None => Ok(()),
+        };
+        reply = core.persisted(stored, input, out);
+    }
+    if core.has_events() {
+        log_events(core);
+    }
     reply
 }
 
+/// Hands a message whose AoR is busy in again until it is not, or gives
+/// up with 500 and Retry-After.
+#[cold]
+fn retry(
+    core: &mut Core,
+    input: &[u8],
+    src: SocketAddr,
+    transport: Transport,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Reply {
+    for _ in 1..BUSY_TRIES {
+        std::thread::yield_now();
+        out.clear();
+        let reply = core.handle(input, src, transport, now, out);
+        if reply != Reply::Retry {
+            return reply;
+        }
+    }
+    core.answer_busy(input, src, transport, out)
+}
+
 /// Logs what the core reported (rate limited).
+#[cold]
 pub fn log_events(core: &mut Core) {
     for e in core.events() {
         match e {

@@ -385,6 +385,12 @@ impl Core {
         self.pending.as_ref().map_or(&[], |(p, _, _)| p.records())
     }
 
+    /// Whether the last calls produced anything worth logging.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Things worth logging that the last calls produced; the driver
     /// drains them.
     pub fn events(&mut self) -> std::vec::Drain<'_, Event> {
@@ -420,14 +426,15 @@ impl Core {
         let Some((prepared, dest, transport)) = self.pending.take() else {
             return Reply::Drop;
         };
-        let aor = prepared.aor().to_owned();
-        self.shared.location.commit(prepared, stored.is_ok());
         match stored {
             Ok(()) => {
+                self.shared.location.commit(prepared, true);
                 bump(&self.shared.metrics.registered);
                 Reply::Send(dest, transport)
             }
             Err(e) => {
+                let aor = prepared.aor().to_owned();
+                self.shared.location.commit(prepared, false);
                 bump(&self.shared.metrics.journal_errors);
                 self.events.push(Event::JournalFailed {
                     aor,

@@ -351,12 +351,14 @@ impl Location for MemoryLocation {
             .write()
             .unwrap_or_else(|e| e.into_inner());
         let aor = key.as_str();
-        let stored = shard.map.get(aor);
-        if stored.is_some_and(|a| a.pending.is_some()) {
+        let shard = &mut *shard;
+        let mut stored = shard.map.get_mut(aor);
+        if stored.as_ref().is_some_and(|a| a.pending.is_some()) {
             return Err(UpdateError::Busy);
         }
         // Work on a copy: the stored list changes only once persisted.
         let mut list: Vec<Binding> = stored
+            .as_ref()
             .map(|a| {
                 a.list
                     .iter()
@@ -467,7 +469,7 @@ impl Location for MemoryLocation {
         } else {
             let token = self.tokens.fetch_add(1, Ordering::Relaxed);
             let pending = Some((token, list));
-            match shard.map.get_mut(aor) {
+            match stored.as_mut() {
                 Some(a) => a.pending = pending,
                 None => {
                     shard.map.insert(
