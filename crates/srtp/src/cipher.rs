@@ -1,14 +1,13 @@
 //! The primitives under the transforms: AES in counter mode (RFC 3711
-//! §4.1.1), HMAC-SHA1 (§4.2.1), AES-GCM (RFC 7714), and the session keys
-//! derived from a master key for one key-derivation epoch.
+//! §4.1.1), HMAC-SHA1 (§4.2.1) and AES-GCM (RFC 7714).
 
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes_gcm::aead::AeadInPlace;
-use hmac::{Hmac, Mac};
+use hmac::Hmac;
 use sha1::Sha1;
 
-use crate::kdf::{self, Label};
-use crate::{Error, Profile, SALT_LEN};
+use crate::error::Error;
+use crate::SALT_LEN;
 
 /// HMAC-SHA1 session authentication key length (160 bits).
 pub const AUTH_KEY_LEN: usize = 20;
@@ -21,7 +20,7 @@ pub(crate) enum Aes {
     A256(Box<aes::Aes256>),
 }
 
-fn bad_key(what: &str, len: usize) -> Error {
+pub(crate) fn bad_key(what: &str, len: usize) -> Error {
     Error::BadKey(format!("{what} of {len} bytes"))
 }
 
@@ -86,7 +85,7 @@ pub(crate) enum Gcm {
 pub(crate) const GCM_TAG_LEN: usize = 16;
 
 impl Gcm {
-    fn new(key: &[u8]) -> Result<Self, Error> {
+    pub(crate) fn new(key: &[u8]) -> Result<Self, Error> {
         let bad = || bad_key("AES-GCM key", key.len());
         Ok(match key.len() {
             16 => Gcm::G128(Box::new(
@@ -132,101 +131,28 @@ pub(crate) enum Transform {
     Gcm(Gcm),
 }
 
-/// Session keys derived from a master key for one key-derivation epoch,
-/// for SRTP or for SRTCP.
-#[derive(Clone)]
-pub(crate) struct SessionKeys {
-    pub(crate) transform: Transform,
-    /// The session salt, `salt_len` bytes used, zero-padded.
-    pub(crate) salt: [u8; SALT_LEN],
-    /// index DIV kdr these keys were derived for.
-    pub(crate) epoch: u64,
+/// AES-CM IV (RFC 3711 §4.1.1): (k_s * 2^16) XOR (SSRC * 2^64) XOR
+/// (i * 2^16).
+pub(crate) fn cm_iv(salt: &[u8; SALT_LEN], ssrc: u32, index: u64) -> [u8; 16] {
+    let mut iv = [0u8; 16];
+    iv[..SALT_LEN].copy_from_slice(salt);
+    for (d, s) in iv[4..8].iter_mut().zip(ssrc.to_be_bytes()) {
+        *d ^= s;
+    }
+    for (d, s) in iv[8..14].iter_mut().zip(&index.to_be_bytes()[2..]) {
+        *d ^= s;
+    }
+    iv
 }
 
-impl SessionKeys {
-    /// Keys taken as given, without derivation (the RFC 7714 known-answer
-    /// vectors are stated this way).
-    pub(crate) fn given(
-        profile: Profile,
-        key: &[u8],
-        salt: &[u8],
-        auth_key: &[u8],
-    ) -> Result<Self, Error> {
-        if key.len() != profile.key_len() || salt.len() != profile.salt_len() {
-            return Err(Error::BadKey(format!(
-                "{profile} session keys are {} + {} bytes, not {} + {}",
-                profile.key_len(),
-                profile.salt_len(),
-                key.len(),
-                salt.len()
-            )));
-        }
-        let mut padded = [0u8; SALT_LEN];
-        padded[..salt.len()].copy_from_slice(salt);
-        Ok(Self {
-            transform: transform(profile, key, auth_key)?,
-            salt: padded,
-            epoch: 0,
-        })
+/// AES-GCM IV (RFC 7714 §8.1, §9.1): 00 00 | SSRC | `tail` XOR salt,
+/// where the tail is ROC | SEQ for SRTP and 00 00 | index for SRTCP.
+pub(crate) fn gcm_iv(salt: &[u8; SALT_LEN], ssrc: u32, tail: [u8; 6]) -> [u8; 12] {
+    let mut iv = [0u8; 12];
+    iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
+    iv[6..].copy_from_slice(&tail);
+    for (d, s) in iv.iter_mut().zip(salt) {
+        *d ^= s;
     }
-
-    /// Derives the SRTP (`rtcp` false) or SRTCP keys for `epoch` from the
-    /// master key's PRF and its (zero-padded) master salt.
-    pub(crate) fn derive(
-        profile: Profile,
-        prf: &Aes,
-        master_salt: &[u8; SALT_LEN],
-        rtcp: bool,
-        epoch: u64,
-    ) -> Result<Self, Error> {
-        let (enc, auth, salt_label) = if rtcp {
-            (
-                Label::RtcpEncryption,
-                Label::RtcpAuthentication,
-                Label::RtcpSalt,
-            )
-        } else {
-            (
-                Label::RtpEncryption,
-                Label::RtpAuthentication,
-                Label::RtpSalt,
-            )
-        };
-        let mut key = [0u8; 32];
-        let key = &mut key[..profile.key_len()];
-        kdf::derive_with(prf, master_salt, enc, epoch, key);
-        let mut salt = [0u8; SALT_LEN];
-        kdf::derive_with(
-            prf,
-            master_salt,
-            salt_label,
-            epoch,
-            &mut salt[..profile.salt_len()],
-        );
-        let mut auth_key = [0u8; AUTH_KEY_LEN];
-        if !profile.is_aead() {
-            kdf::derive_with(prf, master_salt, auth, epoch, &mut auth_key);
-        }
-        let keys = Self {
-            transform: transform(profile, key, &auth_key)?,
-            salt,
-            epoch,
-        };
-        key.fill(0);
-        auth_key.fill(0);
-        Ok(keys)
-    }
-}
-
-fn transform(profile: Profile, key: &[u8], auth_key: &[u8]) -> Result<Transform, Error> {
-    Ok(if profile.is_aead() {
-        Transform::Gcm(Gcm::new(key)?)
-    } else {
-        let mac = <Hmac<Sha1> as Mac>::new_from_slice(auth_key)
-            .map_err(|_| bad_key("HMAC key", auth_key.len()))?;
-        Transform::Cm {
-            cipher: Aes::new(key)?,
-            mac: Box::new(mac),
-        }
-    })
+    iv
 }

@@ -3,7 +3,8 @@
 //! counter block made from the master salt, a label and index DIV kdr.
 
 use crate::cipher::Aes;
-use crate::{Error, SALT_LEN};
+use crate::error::Error;
+use crate::SALT_LEN;
 
 /// What a derived key is for (RFC 3711 §4.3.2, §4.3.1 labels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
