@@ -1,0 +1,266 @@
+//! What the bench subcommands share: target and load options, output files, progress.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use sipsec_bench::engine::{Live, Run, Shape, User};
+use sipsec_bench::{cpu, scenario, stats};
+
+/// What every measured run needs: target, scenario, users, sampling, output.
+#[derive(Args)]
+pub struct CommonArgs {
+    /// The server (loopback only).
+    #[arg(long, default_value = "127.0.0.1:5060")]
+    pub(super) target: SocketAddr,
+    /// register, register-update, register-logout, invite, invite-not-found, redirect.
+    #[arg(long, default_value = "register")]
+    pub(super) scenario: String,
+    /// Answer digest challenges (401 for REGISTER, 407 for INVITE).
+    #[arg(long)]
+    pub(super) auth: bool,
+    /// Callers: CSV with a `username,password` header [default: user00000…user09999, password pw].
+    #[arg(long)]
+    pub(super) users: Option<PathBuf>,
+    /// Generator threads, one UDP socket (or TCP connection) each.
+    #[arg(long, default_value_t = 2)]
+    pub(super) threads: usize,
+    /// Use TCP (one connection per generator thread) instead of UDP.
+    #[arg(long, conflicts_with = "tls")]
+    pub(super) tcp: bool,
+    /// Use TLS (one connection per generator thread); needs --tls-ca.
+    #[arg(long, requires = "tls_ca")]
+    pub(super) tls: bool,
+    /// CA certificates (PEM) that issued the target's certificate, which must name its IP.
+    #[arg(long)]
+    pub(super) tls_ca: Option<PathBuf>,
+    /// Accept a target with a 1024-bit RSA key (legacy).
+    #[arg(long)]
+    pub(super) tls_allow_rsa_1024: bool,
+    /// With --tcp or --tls: a new connection for every call (one call at a
+    /// time per thread; over TLS each call is a full handshake, no resumption).
+    #[arg(long)]
+    pub(super) connection_per_call: bool,
+    /// Spin instead of sleeping when idle (give the generator its own core,
+    /// e.g. with taskset): the server is then not charged for waking it.
+    #[arg(long)]
+    pub(super) busy_poll: bool,
+    /// First local port (thread i binds PORT+i); fixed ports make register,
+    /// register-update and register-logout runs touch the same bindings.
+    #[arg(long, default_value_t = 0)]
+    pub(super) local_port: u16,
+    /// The callee's user name (invite, redirect).
+    #[arg(long, default_value = "callee")]
+    pub(super) callee: String,
+    /// Where the built-in callee registers over UDP [default: --target; with --tls, the server's UDP address].
+    #[arg(long)]
+    pub(super) callee_registrar: Option<SocketAddr>,
+    /// The callee's password [default: from --users, else pw].
+    #[arg(long)]
+    pub(super) callee_password: Option<String>,
+    /// Sample this server process's CPU.
+    #[arg(long)]
+    pub(super) server_pid: Vec<u32>,
+    /// Sample the CPU of every process with this name (e.g. kamailio).
+    #[arg(long)]
+    pub(super) server_name: Option<String>,
+    /// Latency coefficient weights w1..w5.
+    #[arg(long, default_value = "0.55,0.445,0.004,0.0007,0.0003")]
+    pub(super) weights: String,
+    /// Write the full report as JSON here.
+    #[arg(long)]
+    pub(super) json: Option<PathBuf>,
+    /// Write an HTML page with the tables and plots (SVG) here.
+    #[arg(long)]
+    pub(super) html: Option<PathBuf>,
+    /// Also write each plot as SVG and PNG files into this directory (PNG
+    /// needs rsvg-convert, installed by setup.sh).
+    #[arg(long)]
+    pub(super) plots: Option<PathBuf>,
+}
+
+/// Where a multi-run experiment writes its results.
+#[derive(Args)]
+pub struct TableOutputs {
+    /// Write every run's results as JSON here.
+    #[arg(long)]
+    pub(super) json: Option<PathBuf>,
+    /// Write the tables (markdown) here.
+    #[arg(long)]
+    pub(super) markdown: Option<PathBuf>,
+    /// Write an HTML page with the tables and plots (SVG) here.
+    #[arg(long)]
+    pub(super) html: Option<PathBuf>,
+    /// Also write each plot as SVG and PNG files into this directory.
+    #[arg(long)]
+    pub(super) plots: Option<PathBuf>,
+}
+
+/// Writes `value` as JSON and `table` as markdown where asked.
+pub(super) fn json_and_markdown(
+    json: Option<&std::path::Path>,
+    value: &impl serde::Serialize,
+    markdown: Option<&std::path::Path>,
+    table: &str,
+) -> Result<(), String> {
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(value).unwrap_or_default();
+        std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = markdown {
+        std::fs::write(p, table).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes the HTML page and the plot files that were asked for.
+pub(super) fn outputs(
+    html: &Option<PathBuf>,
+    plots: &Option<PathBuf>,
+    name: &str,
+    make: impl FnOnce() -> String,
+) -> Result<(), String> {
+    if html.is_none() && plots.is_none() {
+        return Ok(());
+    }
+    let page = make();
+    if let Some(p) = html {
+        std::fs::write(p, &page).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(dir) = plots {
+        let files = sipsec_bench::plot::write_files(&page, dir, name)?;
+        eprintln!("{} plot files in {}", files.len(), dir.display());
+    }
+    Ok(())
+}
+
+pub(super) fn loopback_only(addr: SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{addr} is not a loopback address: sipsec bench only loads servers on 127.0.0.0/8 or ::1"
+        ))
+    }
+}
+
+/// The run's options from the shared arguments; shape and counts are the
+/// caller's to set.
+pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
+    loopback_only(a.target)?;
+    let weights = stats::parse_weights(&a.weights)?;
+    let scenario = scenario::built_in(&a.scenario, a.auth)?;
+    if a.tls && scenario.needs_callee && a.callee_registrar.is_none() {
+        return Err(format!(
+            "--scenario {} over --tls: give --callee-registrar with the server's UDP address, where the built-in callee registers",
+            a.scenario
+        ));
+    }
+    if let Some(r) = a.callee_registrar {
+        loopback_only(r)?;
+    }
+    if a.connection_per_call && !(a.tcp || a.tls) {
+        return Err("--connection-per-call needs --tcp or --tls".into());
+    }
+    let users = match &a.users {
+        Some(p) => sipsec_bench::load_users(p)?,
+        None => sipsec_bench::generated_users(10_000),
+    };
+    let callee_password = a
+        .callee_password
+        .clone()
+        .or_else(|| {
+            users
+                .iter()
+                .find(|u| u.name == a.callee)
+                .map(|u| u.password.clone())
+        })
+        .unwrap_or_else(|| "pw".to_owned());
+    let mut server_pids = a.server_pid.clone();
+    if let Some(name) = &a.server_name {
+        let found = cpu::pids_named(name);
+        if found.is_empty() {
+            return Err(format!("no process named {name:?} to sample"));
+        }
+        server_pids.extend(found);
+    }
+    Ok(sipsec_bench::Options {
+        run: Run {
+            target: a.target,
+            scenario,
+            shape: Shape::Rate(1.0),
+            calls: 0,
+            duration: Duration::ZERO,
+            drain: Duration::ZERO,
+            threads: a.threads.max(1),
+            local_port: a.local_port,
+            users,
+            busy_poll: a.busy_poll,
+            ids: None,
+            transport: if a.tls {
+                sipsec_bench::link::Transport::Tls
+            } else if a.tcp {
+                sipsec_bench::link::Transport::Tcp
+            } else {
+                sipsec_bench::link::Transport::Udp
+            },
+            tls: match (&a.tls_ca, a.tls) {
+                (Some(ca), true) => {
+                    let config = sipsec_bench::link::client_config(ca, a.tls_allow_rsa_1024)
+                        .map_err(|e| format!("--tls-ca: {e}"))?;
+                    if a.connection_per_call {
+                        Some(sipsec_bench::link::without_resumption(&config))
+                    } else {
+                        Some(config)
+                    }
+                }
+                _ => None,
+            },
+            connection_per_call: a.connection_per_call,
+        },
+        callee: User {
+            name: a.callee.clone(),
+            password: callee_password,
+        },
+        callee_registrar: a.callee_registrar,
+        callee_domain: None,
+        server_pids,
+        weights,
+    })
+}
+
+pub(super) fn positive(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
+/// A live progress bar on a terminal (hidden otherwise): calls done of
+/// the total, the success rate of the last second, failures, p99 so far.
+pub(super) fn progress(live: &Live, done: &AtomicBool, total: u64) {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr_with_hz(4),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} calls  {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let mut last = (Instant::now(), 0u64);
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(250));
+        let ok = live.ok.load(Ordering::Relaxed);
+        let failed = live.failed.load(Ordering::Relaxed);
+        bar.set_position(ok + failed);
+        if last.0.elapsed() >= Duration::from_secs(1) {
+            let rate = (ok - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            bar.set_message(format!(
+                "{rate:.0} calls/s  {failed} failed  p99 {:.2} ms",
+                live.p99_us.load(Ordering::Relaxed) as f64 / 1000.0
+            ));
+            last = (Instant::now(), ok);
+        }
+    }
+    bar.finish_and_clear();
+}

@@ -1,0 +1,142 @@
+//! `sipsec bench compare`: sipsec and its peers under the same load.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use sipsec_bench::{scenario, stats};
+
+use super::common::{json_and_markdown, outputs, TableOutputs};
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// Servers, comma-separated: sipsec, kamailio. Ratios are the first's CPU over each other's.
+    #[arg(long, default_value = "sipsec,kamailio", value_delimiter = ',')]
+    pub(super) targets: Vec<String>,
+    /// Scenarios, comma-separated [default: all six].
+    #[arg(long, value_delimiter = ',')]
+    pub(super) scenarios: Vec<String>,
+    /// Digest authentication: none, digest or both.
+    #[arg(long, default_value = "both")]
+    pub(super) auth: String,
+    /// Offered calls/s.
+    #[arg(long, default_value_t = 2000.0)]
+    pub(super) rate: f64,
+    /// Calls per scenario.
+    #[arg(long, default_value_t = 20_000)]
+    pub(super) calls: u64,
+    /// Server on CPU 0 (taskset), generator on CPU 1, busy-polling there so
+    /// the server's CPU is not charged for waking it.
+    #[arg(long)]
+    pub(super) pin: bool,
+    /// Server workers / Kamailio children [default: 1 pinned, else 2].
+    #[arg(long)]
+    pub(super) workers: Option<usize>,
+    /// Generator threads.
+    #[arg(long, default_value_t = 1)]
+    pub(super) threads: usize,
+    /// Users with passwords (callee included).
+    #[arg(long, default_value = "interop/users.csv")]
+    pub(super) users: PathBuf,
+    /// Kamailio configuration.
+    #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
+    pub(super) kamailio_cfg: PathBuf,
+    /// Latency coefficient weights w1..w5.
+    #[arg(long, default_value = "0.55,0.445,0.004,0.0007,0.0003")]
+    pub(super) weights: String,
+    #[command(flatten)]
+    pub(super) out: TableOutputs,
+}
+
+pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::compare::{self, Plan, Target};
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let targets = a
+        .targets
+        .iter()
+        .map(|t| match t.as_str() {
+            "sipsec" => Ok(Target::Sipsec { exe: exe.clone() }),
+            "kamailio" => {
+                if !a.kamailio_cfg.is_file() {
+                    return Err(format!(
+                        "{}: no Kamailio configuration (run from the repository root, or pass --kamailio-cfg)",
+                        a.kamailio_cfg.display()
+                    ));
+                }
+                let cfg = std::fs::canonicalize(&a.kamailio_cfg)
+                    .map_err(|e| format!("{}: {e}", a.kamailio_cfg.display()))?;
+                Ok(Target::Kamailio { cfg })
+            }
+            other => Err(format!("unknown target {other:?}: use sipsec or kamailio")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if targets.is_empty() {
+        return Err("name at least one target".into());
+    }
+    let scenarios = if a.scenarios.is_empty() {
+        scenario::BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        for s in &a.scenarios {
+            scenario::built_in(s, false)?;
+        }
+        a.scenarios.clone()
+    };
+    let auth = match a.auth.as_str() {
+        "none" => vec![false],
+        "digest" => vec![true],
+        "both" => vec![false, true],
+        other => return Err(format!("--auth {other:?}: use none, digest or both")),
+    };
+    if !(a.rate.is_finite() && a.rate > 0.0) || a.calls == 0 {
+        return Err("--rate and --calls must be positive".into());
+    }
+    let workdir = std::env::temp_dir().join(format!("sipsec-compare-{}", std::process::id()));
+    let plan = Plan {
+        targets: targets.clone(),
+        scenarios,
+        auth,
+        rate: a.rate,
+        calls: a.calls,
+        users: sipsec_bench::load_users(&a.users)?,
+        pin: a.pin,
+        workers: a.workers.unwrap_or(if a.pin { 1 } else { 2 }),
+        threads: a.threads.max(1),
+        workdir: workdir.clone(),
+        weights: stats::parse_weights(&a.weights)?,
+    };
+    if a.pin {
+        sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the generator to CPU 1: {e}"))?;
+    }
+    let cells = compare::compare(&plan, |c| {
+        eprintln!(
+            "{:9} {:17} {:6}  {:8.1} calls/s  {:>8} µs/call  {} failed",
+            c.target,
+            c.scenario,
+            if c.auth { "digest" } else { "none" },
+            c.report.achieved_cps,
+            c.report
+                .server_cpu_us_per_call
+                .map_or("-".to_owned(), |v| format!("{v:.1}")),
+            c.report.failed
+        );
+    });
+    let _ = std::fs::remove_dir_all(&workdir);
+    let cells = cells?;
+    let table = compare::table(&cells, &targets);
+    print!("{table}");
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &cells,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    outputs(&a.out.html, &a.out.plots, "compare", || {
+        compare::html(&cells, &targets)
+    })?;
+    let failed: u64 = cells.iter().map(|c| c.report.failed).sum();
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,87 @@
+//! `sipsec bench`: load generation against any SIP server on loopback.
+
+mod common;
+mod compare;
+mod peak;
+mod privacy;
+mod rsa;
+mod run;
+mod srtp;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use compare::{compare, CompareArgs};
+use peak::{peak, PeakArgs};
+use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteArgs};
+use rsa::{rsa_variants, RsaVariantsArgs};
+use run::{null, run_scenario, RunArgs};
+use srtp::{srtp_bench, SrtpArgs};
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Run one scenario against a server and report calls/s, failures,
+    /// latency (percentiles, published buckets, coefficient) and server CPU.
+    Run(Box<RunArgs>),
+    /// Ramp the offered rate until the server falls behind; report peak and
+    /// sustainable throughput (the published lean-server study) with every step.
+    Peak(Box<PeakArgs>),
+    /// Run scenarios against sipsec and Kamailio (started here, same users)
+    /// and print the ratio table: calls/s and server CPU µs per call.
+    Compare(Box<CompareArgs>),
+    /// The RSA-variant experiment: sipsec's proxy over TLS with server keys
+    /// in each variant and size, calls over new TLS connections inbound
+    /// (private-key side) and outbound (public-key side); CPU % and
+    /// response time per offered rate.
+    RsaVariants(Box<RsaVariantsArgs>),
+    /// The SRTP experiment: ns per packet protect and unprotect for every
+    /// profile, ours against libsrtp 2.7 on OpenSSL in the same run, and
+    /// ours broken down per internal step.
+    Srtp(Box<SrtpArgs>),
+    /// The PrivaSIP INVITE-preparation experiment (published Table 1): ms
+    /// to build an INVITE for plain SIP and each scheme and level.
+    PrivacyPrepare(Box<PrivacyPrepareArgs>),
+    /// The PrivaSIP server experiment (published Tables 2–7): INVITE → 180
+    /// through two proxies started here, N calls in flight, for plain SIP
+    /// and each scheme, level and mode.
+    PrivacyRoute(Box<PrivacyRouteArgs>),
+    /// Answer every request with 200 at once: a target to measure the
+    /// generator's own ceiling.
+    Null {
+        /// Address to answer on.
+        #[arg(long, default_value = "127.0.0.1:5090")]
+        udp: SocketAddr,
+        /// Responder threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Stop after this many seconds (default: run until killed).
+        #[arg(long)]
+        seconds: Option<u64>,
+    },
+}
+
+pub fn run(cmd: BenchCommand) -> ExitCode {
+    let result = match cmd {
+        BenchCommand::Run(a) => run_scenario(*a),
+        BenchCommand::Compare(a) => compare(*a),
+        BenchCommand::RsaVariants(a) => rsa_variants(*a),
+        BenchCommand::Srtp(a) => srtp_bench(*a),
+        BenchCommand::PrivacyPrepare(a) => privacy_prepare(*a),
+        BenchCommand::PrivacyRoute(a) => privacy_route(*a),
+        BenchCommand::Peak(a) => peak(*a),
+        BenchCommand::Null {
+            udp,
+            threads,
+            seconds,
+        } => null(udp, threads, seconds),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

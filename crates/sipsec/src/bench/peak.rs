@@ -1,0 +1,81 @@
+//! `sipsec bench peak`: ramp the offered rate until the server falls behind.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::common::{options, outputs, positive, CommonArgs};
+
+#[derive(Args)]
+pub struct PeakArgs {
+    #[command(flatten)]
+    pub(super) common: CommonArgs,
+    /// First offered rate, calls/s.
+    #[arg(long, default_value_t = 1000.0)]
+    pub(super) start: f64,
+    /// Each step offers this many times the previous rate.
+    #[arg(long, default_value_t = 1.5)]
+    pub(super) factor: f64,
+    /// Highest rate to offer.
+    #[arg(long, default_value_t = 200_000.0)]
+    pub(super) max: f64,
+    /// Length of each step, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub(super) seconds: f64,
+    /// p99 latency above this (ms) means the server is not keeping up.
+    #[arg(long, default_value_t = 150.0)]
+    pub(super) max_p99_ms: f64,
+}
+
+pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::peak::{self, Ramp};
+    let valid =
+        positive(a.start) && positive(a.max) && positive(a.seconds) && positive(a.max_p99_ms);
+    if !valid || a.factor <= 1.0 {
+        return Err(
+            "--start, --max, --seconds, --max-p99-ms must be positive and --factor above 1".into(),
+        );
+    }
+    let base = options(&a.common)?;
+    let ramp = Ramp {
+        start: a.start,
+        factor: a.factor,
+        max: a.max,
+        seconds: a.seconds,
+        max_p99_us: (a.max_p99_ms * 1000.0) as u64,
+        tolerance: 0.05,
+    };
+    println!("offered/s  achieved/s  failed  p99 ms  server µs/call");
+    let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {
+        println!(
+            "{:9.0}  {:10.1}  {:6}  {:6.2}  {:>8}",
+            st.offered,
+            st.achieved,
+            st.failed,
+            st.p99_us as f64 / 1000.0,
+            r.server_cpu_us_per_call
+                .map_or("-".to_owned(), |v| format!("{v:.1}"))
+        );
+    })?;
+    println!(
+        "{}: peak {:.0} calls/s, sustainable {:.0} calls/s",
+        base.run.scenario.name, cap.peak, cap.sustainable
+    );
+    if let Some(p) = &a.common.json {
+        let json = serde_json::json!({
+            "scenario": base.run.scenario.name,
+            "peak_cps": cap.peak,
+            "sustainable_cps": cap.sustainable,
+            "steps": steps.iter().zip(&reports).map(|(st, r)| serde_json::json!({
+                "offered": st.offered, "achieved": st.achieved, "failed": st.failed,
+                "p99_ms": st.p99_us as f64 / 1000.0, "report": r,
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&json).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    outputs(&a.common.html, &a.common.plots, "peak", || {
+        peak::html(&base.run.scenario.name, &cap, &steps, &reports)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
