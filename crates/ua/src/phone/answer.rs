@@ -1,0 +1,171 @@
+//! Answering calls: waiting for an INVITE, 180/200 with an SDP answer,
+//! the media, BYE either way.
+
+use super::*;
+
+impl Phone {
+    /// Waits up to `wait` for a call, answers it at once and plays
+    /// `packets` packets of `source` until the caller hangs up.
+    pub fn answer(
+        &mut self,
+        wait: Duration,
+        source: Source,
+        packets: u64,
+    ) -> Result<CallReport, PhoneError> {
+        let deadline = Instant::now() + wait;
+        let (bytes, from) = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(PhoneError::Timeout(format!(
+                    "an incoming call ({} s)",
+                    wait.as_secs()
+                )));
+            }
+            let Some((data, from)) = self.sig.recv(left.min(Duration::from_millis(500)))? else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&data) else {
+                continue;
+            };
+            if m.is_request() && m.method().as_str() == "INVITE" {
+                break (data.clone(), from);
+            }
+            if m.is_request() {
+                self.stray_request(&m, from);
+            }
+        };
+        let m = Message::parse(&bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        let to_tag = sip::token(4);
+        let trying = sip::response(&m, 100, "Trying", None, None, None);
+        self.sig.send_to(&trying, from)?;
+        let peer = sip::addr_uri(m.from().as_str()).to_string();
+        let offer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
+        let refuse = |phone: &mut Self, code: u16, reason: &str| {
+            let r = sip::response(&m, code, reason, Some(&to_tag), None, None);
+            let _ = phone.sig.send_to(&r, from);
+        };
+        let offer = match offer {
+            Ok(o) => o,
+            Err(e) => {
+                refuse(self, 488, "Not Acceptable Here");
+                return Err(e.into());
+            }
+        };
+        let Some(law) = [self.cfg.law, Law::Pcmu, Law::Pcma]
+            .into_iter()
+            .find(|l| offer.payloads.contains(&l.payload_type()))
+        else {
+            refuse(self, 488, "Not Acceptable Here");
+            return Err(PhoneError::NoCommonSuite(
+                "the offer has no G.711 payload".into(),
+            ));
+        };
+        let sockets = Sockets::bind(self.local.ip(), self.cfg.rtp_port)?;
+        let mut answer = Audio {
+            addr: self.local.ip(),
+            port: sockets.port(),
+            savp: offer.savp,
+            payloads: vec![law.payload_type()],
+            crypto: Vec::new(),
+        };
+        let crypto = if self.cfg.srtp.is_empty() {
+            if offer.savp {
+                refuse(self, 488, "Not Acceptable Here");
+                return Err(PhoneError::NoCommonSuite(
+                    "the caller requires SRTP; start with --srtp".into(),
+                ));
+            }
+            None
+        } else {
+            let Some(theirs) = sdes::choose(&offer.crypto, &self.cfg.srtp) else {
+                refuse(self, 488, "Not Acceptable Here");
+                return Err(PhoneError::NoCommonSuite(format!(
+                    "{peer} offered {}",
+                    offer
+                        .crypto
+                        .iter()
+                        .map(|c| c.suite_name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            };
+            let mut key = vec![0u8; theirs.suite.key_len() + theirs.suite.salt_len()];
+            getrandom::fill(&mut key)
+                .map_err(|e| PhoneError::Invalid(format!("no randomness: {e}")))?;
+            let mine = theirs
+                .answer(key)
+                .map_err(|e| PhoneError::Invalid(e.to_string()))?;
+            answer.crypto.push(mine.clone());
+            Some(contexts(&mine, theirs)?)
+        };
+        let ringing = sip::response(
+            &m,
+            180,
+            "Ringing",
+            Some(&to_tag),
+            Some(&self.contact()),
+            None,
+        );
+        self.sig.send_to(&ringing, from)?;
+        let body = sdp::write(u64::from(std::process::id()), 1, &answer);
+        let ok = sip::response(
+            &m,
+            200,
+            "OK",
+            Some(&to_tag),
+            Some(&self.contact()),
+            Some(("application/sdp", &body)),
+        );
+        // Timer G: retransmit the 200 until the ACK.
+        let call_id = m.call_id().to_string();
+        let started = Instant::now();
+        let mut interval = T1;
+        let mut acked = false;
+        let reliable = self.sig.reliable();
+        let mut sent = false;
+        while !acked && started.elapsed() < TIMER_B {
+            if !(reliable && sent) {
+                self.sig.send_to(&ok, from)?;
+                sent = true;
+            }
+            let until = Instant::now() + interval;
+            while Instant::now() < until {
+                let left = until.saturating_duration_since(Instant::now());
+                let Some((data, src)) = self.sig.recv(left)? else {
+                    break;
+                };
+                let Ok(r) = Message::parse(&data) else {
+                    continue;
+                };
+                if r.is_request() && r.call_id() == call_id && r.method().as_str() == "ACK" {
+                    acked = true;
+                    break;
+                }
+                if r.is_request() && !(r.method().as_str() == "INVITE" && r.call_id() == call_id) {
+                    self.stray_request(&r, src);
+                }
+            }
+            interval = (interval * 2).min(T2);
+        }
+        if !acked {
+            return Err(PhoneError::Timeout("the ACK for our 200 OK".into()));
+        }
+        let remote = SocketAddr::new(offer.addr, offer.port);
+        let media = Media {
+            sockets,
+            remote,
+            law,
+            source,
+            packets,
+            crypto,
+        };
+        let (running, hangup) = self.run_media(media, &call_id, false)?;
+        Ok(CallReport {
+            peer,
+            provisional: Vec::new(),
+            setup_s: 0.0,
+            hangup: hangup.into(),
+            media: running.finish(),
+        })
+    }
+}

@@ -1,0 +1,413 @@
+//! The phone: registration with digest authentication, calls out
+//! (INVITE with an SDP offer, 100/180/183/200, ACK, 401/407 retry,
+//! CANCEL when unanswered, BYE) and calls in (auto-answer), over UDP, with
+//! RTP or SDES-keyed SRTP media ([`crate::session`]).
+
+mod answer;
+mod call;
+mod register;
+mod transaction;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use media::g711::Law;
+use sip_core::auth::Challenge;
+use sip_core::transaction::{ClientInvite, ClientNonInvite, Output, TimerConfig};
+use sip_core::{HeaderName, Message, StatusCode};
+use srtp::sdes::{self, Crypto};
+use srtp::Profile;
+
+use crate::sdp::{self, Audio};
+use crate::session::{self, MediaReport, Sockets, Source};
+use crate::signal::Signal;
+use crate::sip::{self, Request};
+
+/// Why a phone operation failed: each with the words a user needs.
+#[derive(Debug, thiserror::Error)]
+pub enum PhoneError {
+    /// A socket failed.
+    #[error("network: {0}")]
+    Io(#[from] std::io::Error),
+    /// Nobody answered in time.
+    #[error("no response to {0} within 32 s (is the server at that address?)")]
+    Timeout(String),
+    /// The callee is busy (486, 600).
+    #[error("busy: {0}")]
+    Busy(String),
+    /// No such user (404, 604).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The server refused our credentials.
+    #[error("authentication failed: {0}")]
+    AuthFailed(String),
+    /// The callee takes none of our SRTP suites (or needs SRTP we lack).
+    #[error("no SRTP suite in common (488): {0}")]
+    NoCommonSuite(String),
+    /// Any other final response.
+    #[error("{what} failed: {code} {reason}")]
+    Status {
+        /// The request.
+        what: String,
+        /// The status code.
+        code: u16,
+        /// The reason phrase.
+        reason: String,
+    },
+    /// The peer's SDP could not be used.
+    #[error("{0}")]
+    Sdp(#[from] crate::sdp::SdpError),
+    /// SDES over signalling anyone can read, without the opt-in.
+    #[error("SDES puts the SRTP keys in the SDP, and SIP over UDP carries them in clear: pass --insecure-sdes to accept that")]
+    InsecureSdes,
+    /// The call was not answered before the ring timeout; it was cancelled.
+    #[error("no answer within {0} s; the call was cancelled")]
+    NoAnswer(u64),
+    /// A bad argument.
+    #[error("{0}")]
+    Invalid(String),
+    /// A user ID could not be encrypted (PrivaSIP).
+    #[error("identity privacy: {0}")]
+    Privacy(String),
+}
+
+/// Who the phone is and how it talks.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// User name (and digest username).
+    pub user: String,
+    /// Digest password, when the server challenges.
+    pub password: Option<String>,
+    /// The domain of our address of record.
+    pub domain: String,
+    /// Outbound proxy and registrar; `None` for peer-to-peer calls.
+    pub server: Option<SocketAddr>,
+    /// Local SIP address (UDP).
+    pub bind: SocketAddr,
+    /// The address to put in Contact and SDP (from STUN); default: the
+    /// local address used towards the peer.
+    pub public_ip: Option<IpAddr>,
+    /// RTP port (0: any free even port).
+    pub rtp_port: u16,
+    /// SRTP suites, in preference order; empty: plain RTP.
+    pub srtp: Vec<Profile>,
+    /// Accept SDES keys over unencrypted signalling.
+    pub insecure_sdes: bool,
+    /// The G.711 law we prefer.
+    pub law: Law,
+    /// Registration lifetime, s.
+    pub expires: u32,
+    /// Seconds an outgoing call may ring before CANCEL.
+    pub ring_timeout: u64,
+    /// Signal over TLS to the server instead of UDP.
+    pub tls: Option<TlsSetup>,
+    /// Identity privacy (PrivaSIP), off when `None`.
+    pub privacy: Option<PrivacySetup>,
+}
+
+/// A shareable encrypter of user IDs.
+pub type IdCipher = std::sync::Arc<dyn privacy::IdCipher + Send + Sync>;
+
+/// PrivaSIP (opt-in): which user IDs leave the phone encrypted, and for
+/// whom. Level 1 encrypts our user (From, the digest username) for our
+/// home proxy, shows "Anonymous" and drops the user from Contact; level 2
+/// also encrypts the callee's user (Request-URI, To) for the callee's home
+/// proxy. Every registration and every call gets fresh pseudonyms; within
+/// one they stay, as RFC 3261 wants From and To to.
+#[derive(Clone)]
+pub struct PrivacySetup {
+    /// Encrypts for our home proxy.
+    pub home: IdCipher,
+    /// Encrypts for the callee's home proxy (PrivaSIP-2); `None`: level 1.
+    pub callee: Option<IdCipher>,
+    /// Hex (published) or base32.
+    pub encoding: privacy::Encoding,
+    /// Longest pseudonym allowed, in characters.
+    pub limit: usize,
+}
+
+impl std::fmt::Debug for PrivacySetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivacySetup")
+            .field("home", &self.home.scheme())
+            .field("callee", &self.callee.as_ref().map(|c| c.scheme()))
+            .field("encoding", &self.encoding)
+            .finish()
+    }
+}
+
+impl PrivacySetup {
+    fn seal(&self, cipher: &IdCipher, id: &str) -> Result<String, PhoneError> {
+        cipher
+            .pseudonym(id, self.encoding, self.limit)
+            .map_err(|e| PhoneError::Privacy(e.to_string()))
+    }
+}
+
+/// Who we say we are in one registration or call.
+#[derive(Debug, Clone)]
+struct Identity {
+    /// From (and a REGISTER's To) name-addr.
+    from: String,
+    /// The digest `username=` (a pseudonym under PrivaSIP).
+    shown: Option<String>,
+}
+
+/// How to reach the server over TLS.
+#[derive(Clone)]
+pub struct TlsSetup {
+    /// Roots and protocol versions.
+    pub config: std::sync::Arc<rustls::ClientConfig>,
+    /// The name (or IP address) the server's certificate must carry.
+    pub name: String,
+}
+
+impl std::fmt::Debug for TlsSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSetup")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// One finished call.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CallReport {
+    /// The peer's address of record.
+    pub peer: String,
+    /// Provisional responses seen (caller side).
+    pub provisional: Vec<u16>,
+    /// Seconds from INVITE to 200 OK (caller side).
+    pub setup_s: f64,
+    /// Who hung up: "local" or "remote".
+    pub hangup: String,
+    /// The media.
+    pub media: MediaReport,
+}
+
+/// RFC 3261 §17 timers: sip-core's, not a copy.
+const TIMERS: TimerConfig = TimerConfig::RFC3261;
+const T1: Duration = TIMERS.t1;
+const T2: Duration = TIMERS.t2;
+/// Timer B (64·T1).
+const TIMER_B: Duration = Duration::from_millis(64 * TIMERS.t1.as_millis() as u64);
+
+/// A SIP phone on one UDP socket.
+pub struct Phone {
+    cfg: Config,
+    sig: Signal,
+    local: SocketAddr,
+    cseq: u32,
+    register_call_id: String,
+    register_tag: String,
+    log: Box<dyn FnMut(&str) + Send>,
+}
+
+/// The local address the system would use to reach `peer`.
+fn local_ip_towards(peer: SocketAddr) -> Option<IpAddr> {
+    let bind = if peer.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let s = UdpSocket::bind(bind).ok()?;
+    s.connect(peer).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
+/// Status code and reason phrase, with the Warning text when there is one.
+fn status_of(m: &Message<'_>) -> (u16, String) {
+    let mut reason = m.reason().unwrap_or("").to_string();
+    if let Some(w) = m.header_raw("Warning") {
+        reason.push_str(&format!(" ({w})"));
+    }
+    (m.status().map(|s| s.as_u16()).unwrap_or(0), reason)
+}
+
+/// What a call's media needs once the offer and answer are agreed.
+struct Media {
+    sockets: Sockets,
+    remote: SocketAddr,
+    law: Law,
+    source: Source,
+    packets: u64,
+    crypto: Option<session::Crypto>,
+}
+
+/// The final response of a client transaction and what came before it.
+struct Outcome {
+    bytes: Vec<u8>,
+    provisional: Vec<u16>,
+}
+
+impl Phone {
+    /// Binds the phone's SIP socket. Refuses SRTP over UDP signalling
+    /// unless `insecure_sdes` says the user accepts it.
+    pub fn new(cfg: Config) -> Result<Self, PhoneError> {
+        if !cfg.srtp.is_empty() && !cfg.insecure_sdes && cfg.tls.is_none() {
+            return Err(PhoneError::InsecureSdes);
+        }
+        if cfg.user.is_empty() || cfg.user.contains(['@', ':', ' ', '<', '>']) {
+            return Err(PhoneError::Invalid(format!(
+                "user {:?}: a plain SIP user name",
+                cfg.user
+            )));
+        }
+        let sig = match (&cfg.tls, cfg.server) {
+            (Some(t), Some(server)) => Signal::tls(server, &t.name, t.config.clone())?,
+            (Some(_), None) => {
+                return Err(PhoneError::Invalid(
+                    "TLS signalling needs --server (the phone connects to it)".into(),
+                ))
+            }
+            (None, _) => Signal::Udp(UdpSocket::bind(cfg.bind)?),
+        };
+        let mut local = sig.local_addr()?;
+        if local.ip().is_unspecified() {
+            let towards = cfg
+                .server
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 5060)));
+            local.set_ip(local_ip_towards(towards).unwrap_or(IpAddr::from([127, 0, 0, 1])));
+        }
+        if let Some(ip) = cfg.public_ip {
+            local.set_ip(ip);
+        }
+        Ok(Self {
+            cfg,
+            sig,
+            local,
+            cseq: 1,
+            register_call_id: sip::token(12),
+            register_tag: sip::token(4),
+            log: Box::new(|_| {}),
+        })
+    }
+
+    /// Reports progress lines ("180 Ringing", "call established") here.
+    pub fn on_progress(&mut self, log: impl FnMut(&str) + Send + 'static) {
+        self.log = Box::new(log);
+    }
+
+    /// The phone's SIP address (for Contact).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn host(addr: SocketAddr) -> String {
+        match addr {
+            SocketAddr::V4(a) => a.to_string(),
+            SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+        }
+    }
+
+    fn contact(&self) -> String {
+        let transport = if self.sig.reliable() {
+            ";transport=tls"
+        } else {
+            ""
+        };
+        // PrivaSIP: the Contact names the host only.
+        let user = if self.cfg.privacy.is_some() {
+            String::new()
+        } else {
+            format!("{}@", self.cfg.user)
+        };
+        format!("sip:{user}{}{transport}", Self::host(self.local))
+    }
+
+    fn aor(&self) -> String {
+        format!("sip:{}@{}", self.cfg.user, self.cfg.domain)
+    }
+
+    /// The RTCP CNAME: our address of record, or under PrivaSIP a random
+    /// one (RFC 7022), since RTCP may travel in clear.
+    fn cname(&self) -> String {
+        match self.cfg.privacy {
+            Some(_) => format!("{}@{}", sip::token(8), self.local.ip()),
+            None => self.aor(),
+        }
+    }
+
+    /// Our From for a new registration or call: under PrivaSIP a fresh
+    /// pseudonym for the home proxy, shown as "Anonymous".
+    fn identity(&self) -> Result<Identity, PhoneError> {
+        let Some(p) = &self.cfg.privacy else {
+            return Ok(Identity {
+                from: format!("<{}>", self.aor()),
+                shown: None,
+            });
+        };
+        let pseudonym = p.seal(&p.home, &self.cfg.user)?;
+        Ok(Identity {
+            from: format!("\"Anonymous\" <sip:{pseudonym}@{}>", self.cfg.domain),
+            shown: Some(pseudonym),
+        })
+    }
+
+    /// The Request-URI and To of a call to `target`: PrivaSIP-2 puts a
+    /// fresh pseudonym for the callee's home proxy in the user part.
+    fn callee_uri(&self, target: &str) -> Result<String, PhoneError> {
+        let Some((p, callee)) = self
+            .cfg
+            .privacy
+            .as_ref()
+            .and_then(|p| Some((p, p.callee.as_ref()?)))
+        else {
+            return Ok(target.to_string());
+        };
+        let (scheme, rest) = target
+            .split_once(':')
+            .ok_or_else(|| PhoneError::Invalid(format!("{target}: not a SIP URI")))?;
+        let (user, host) = rest.split_once('@').ok_or_else(|| {
+            PhoneError::Invalid(format!("{target}: PrivaSIP-2 needs a user part to encrypt"))
+        })?;
+        Ok(format!("{scheme}:{}@{host}", p.seal(callee, user)?))
+    }
+
+    fn next_cseq(&mut self) -> u32 {
+        self.cseq += 1;
+        self.cseq
+    }
+
+    fn base_request(
+        &self,
+        method: &str,
+        uri: &str,
+        (from, to): (&str, &str),
+        call_id: &str,
+        tag: &str,
+        cseq: u32,
+    ) -> Request {
+        Request {
+            method: method.into(),
+            uri: uri.into(),
+            via: format!("{} {}", self.sig.via(), Self::host(self.local)),
+            branch: sip::branch(),
+            from: from.into(),
+            from_tag: tag.into(),
+            to: to.into(),
+            to_tag: None,
+            call_id: call_id.into(),
+            cseq,
+            contact: None,
+            routes: Vec::new(),
+            extra: Vec::new(),
+            body: None,
+        }
+    }
+}
+
+fn cseq_of(m: &Message<'_>) -> u32 {
+    m.cseq().seq
+}
+
+/// Send and receive contexts from our attribute and the peer's.
+fn contexts(mine: &Crypto, theirs: &Crypto) -> Result<session::Crypto, PhoneError> {
+    let opts = srtp::Options::default();
+    let bad = |e: srtp::Error| PhoneError::Invalid(format!("SRTP keys: {e}"));
+    Ok(session::Crypto {
+        tx: mine.context(opts).map_err(bad)?,
+        rx: theirs.context(opts).map_err(bad)?,
+        suite: mine.suite.name().to_string(),
+    })
+}
