@@ -1,6 +1,7 @@
 //! The load engine: worker threads, each with its own UDP socket and its
 //! share of the calls, driving every call through its scenario with
-//! RFC 3261 retransmissions (timer A/E from T1 = 500 ms, timeout 64·T1).
+//! RFC 3261 retransmissions and timeouts from sip-core's client transaction
+//! machines (timers A/E from T1 = 500 ms, B/F at 64·T1).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -11,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
-use sip_core::transaction::TimerConfig;
+use sip_core::transaction::{Client, TimerConfig};
 use sip_core::writer::write_u64;
-use sip_core::{HeaderName, Message};
+use sip_core::{HeaderName, Message, StatusCode};
 
 use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
@@ -197,7 +198,9 @@ struct Call {
     branch: u32,
     method: &'static str,
     txn_start: Instant,
-    retransmit: Option<Duration>,
+    /// The request's client transaction (sip-core's RFC 3261 §17.1
+    /// machine: retransmissions and its timeout), until its final answer.
+    txn: Option<Client>,
     generation: u32,
     last: Vec<u8>,
     peer_tag: String,
@@ -206,6 +209,14 @@ struct Call {
     /// the 2xx to the INVITE (RFC 3261 §12.1.2).
     route: String,
     target: String,
+}
+
+/// When a transaction's timer next fires: its machine's next deadline,
+/// and never past the transaction timeout from `start` (an INVITE that
+/// only rang would otherwise wait for ever).
+fn deadline(txn: &Client, start: Instant) -> Instant {
+    let limit = start + TIMEOUT;
+    txn.next_deadline().map_or(limit, |d| d.min(limit))
 }
 
 struct Worker<'a> {
@@ -486,7 +497,7 @@ impl Worker<'_> {
             branch: 0,
             method: "",
             txn_start: now,
-            retransmit: None,
+            txn: None,
             generation: 0,
             last: Vec::new(),
             peer_tag: String::new(),
@@ -583,17 +594,14 @@ impl Worker<'_> {
             call.method = s.method;
             call.txn_start = now;
             call.generation = generation;
-            if reliable {
-                // TCP: no retransmissions, only the transaction timeout.
-                call.retransmit = None;
-                self.timers
-                    .push(Reverse((now + TIMEOUT, slot, call.generation)));
-            } else {
-                call.retransmit = Some(T1);
+            let txn = Client::new(s.method == "INVITE", now, reliable, TimerConfig::RFC3261);
+            if !reliable {
                 call.last.clear();
                 call.last.extend_from_slice(&self.out);
-                self.timers.push(Reverse((now + T1, slot, call.generation)));
             }
+            let at = deadline(&txn, now);
+            call.txn = Some(txn);
+            self.timers.push(Reverse((at, slot, generation)));
         }
         sent
     }
@@ -622,17 +630,18 @@ impl Worker<'_> {
             self.outcome.unexpected += 1;
             return;
         }
-        if status >= 200 || call.method == "INVITE" {
-            // A final response ends retransmissions; for INVITE any does.
-            if status >= 200 || call.retransmit.is_some() {
-                self.generations = self.generations.wrapping_add(1);
-                call.generation = self.generations;
-                call.retransmit = None;
-                if status < 200 {
-                    // Still bounded by the transaction timeout.
-                    self.timers
-                        .push(Reverse((call.txn_start + TIMEOUT, slot, call.generation)));
-                }
+        if let (Some(txn), Some(code)) = (call.txn.as_mut(), StatusCode::new(status)) {
+            // The machine moves on (a provisional stops INVITE
+            // retransmissions; a final one ends them); its timers are
+            // scheduled afresh, and a final answer ends the transaction.
+            txn.on_response(code, now);
+            self.generations = self.generations.wrapping_add(1);
+            call.generation = self.generations;
+            if status >= 200 {
+                call.txn = None;
+            } else {
+                let at = deadline(txn, call.txn_start);
+                self.timers.push(Reverse((at, slot, call.generation)));
             }
         }
         // The first acceptable Expect from here, skipping optional ones.
@@ -703,20 +712,21 @@ impl Worker<'_> {
                 self.fail(slot, "timeout", now);
                 continue;
             }
-            let Some(interval) = call.retransmit else {
+            let Some(txn) = call.txn.as_mut() else {
                 continue;
             };
-            let _ = self.link.send(&call.last, self.run.target);
-            let next = if call.method == "INVITE" {
-                interval * 2
-            } else {
-                (interval * 2).min(T2)
-            };
-            call.retransmit = Some(next);
-            let at = (now + next).min(call.txn_start + TIMEOUT);
+            let o = txn.on_timer(now);
+            if o.timeout {
+                self.fail(slot, "timeout", now);
+                continue;
+            }
+            let at = deadline(txn, call.txn_start);
             self.timers.push(Reverse((at, slot, generation)));
-            self.outcome.retransmissions += 1;
-            self.second(now).retransmissions += 1;
+            if o.retransmit {
+                let _ = self.link.send(&call.last, self.run.target);
+                self.outcome.retransmissions += 1;
+                self.second(now).retransmissions += 1;
+            }
         }
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
-use sip_core::transaction::{ClientInvite, ClientNonInvite, ServerInvite, TimerConfig};
+use sip_core::transaction::{ServerInvite, TimerConfig};
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode};
 use sipsec_server::proto::auth::{Authenticator, NonceKey};
@@ -161,15 +161,9 @@ enum Answer {
     Ring(Option<Duration>),
 }
 
-/// A client transaction of a phone.
-enum Machine {
-    Invite(ClientInvite),
-    NonInvite(ClientNonInvite),
-}
-
 struct Client {
     method: Method<'static>,
-    machine: Machine,
+    machine: sip_core::transaction::Client,
     request: Vec<u8>,
     dest: SocketAddr,
     /// The ACK for a 2xx, sent again for each 2xx retransmission.
@@ -260,11 +254,7 @@ impl Phone {
         dest: SocketAddr,
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
-        let machine = if method == Method::Invite {
-            Machine::Invite(ClientInvite::new(now, false, T))
-        } else {
-            Machine::NonInvite(ClientNonInvite::new(now, false, T))
-        };
+        let machine = sip_core::transaction::Client::new(method == Method::Invite, now, false, T);
         out.push((dest, request.clone()));
         self.clients.insert(
             branch,
@@ -379,10 +369,7 @@ impl Phone {
         let Some(c) = self.clients.get_mut(&key) else {
             return; // stray or after the transaction ended
         };
-        let o = match &mut c.machine {
-            Machine::Invite(m) => m.on_response(status, now),
-            Machine::NonInvite(m) => m.on_response(status, now),
-        };
+        let o = c.machine.on_response(status, now);
         let method = c.method;
         if o.deliver {
             self.responses.push((method, status.as_u16()));
@@ -549,10 +536,7 @@ impl Phone {
     fn wake(&mut self, now: Instant, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
         let mut ended = Vec::new();
         for (key, c) in &mut self.clients {
-            let o = match &mut c.machine {
-                Machine::Invite(m) => m.on_timer(now),
-                Machine::NonInvite(m) => m.on_timer(now),
-            };
+            let o = c.machine.on_timer(now);
             if o.retransmit {
                 out.push((c.dest, c.request.clone()));
             }
@@ -599,10 +583,10 @@ impl Phone {
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        let clients = self.clients.values().filter_map(|c| match &c.machine {
-            Machine::Invite(m) => m.next_deadline(),
-            Machine::NonInvite(m) => m.next_deadline(),
-        });
+        let clients = self
+            .clients
+            .values()
+            .filter_map(|c| c.machine.next_deadline());
         let incoming = self.incoming.values().flat_map(|i| {
             [
                 i.ok_at,

@@ -6,12 +6,14 @@
 //! `on_timer` at or after [`next_deadline`](ClientInvite::next_deadline).
 //! The owner keeps the bytes of the request and of the last response.
 
+mod client;
 mod client_invite;
 mod client_non_invite;
 mod server_invite;
 mod server_non_invite;
 mod timers;
 
+pub use client::Client;
 pub use client_invite::{ClientInvite, ClientInviteState};
 pub use client_non_invite::{ClientNonInvite, ClientNonInviteState};
 pub use server_invite::{ServerInvite, ServerInviteState};

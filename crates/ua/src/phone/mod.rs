@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use media::g711::Law;
 use sip_core::auth::Challenge;
-use sip_core::transaction::{ClientInvite, ClientNonInvite, Output, TimerConfig};
-use sip_core::{HeaderName, Message, StatusCode};
+use sip_core::transaction::{Client, TimerConfig};
+use sip_core::{HeaderName, Message};
 use srtp::sdes::{self, Crypto};
 use srtp::Profile;
 

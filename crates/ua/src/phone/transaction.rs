@@ -3,43 +3,6 @@
 
 use super::*;
 
-/// A client transaction: sip-core's INVITE or non-INVITE machine.
-pub(super) enum Client {
-    Invite(ClientInvite),
-    NonInvite(ClientNonInvite),
-}
-
-impl Client {
-    pub(super) fn start(invite: bool, now: Instant, reliable: bool) -> Self {
-        if invite {
-            Self::Invite(ClientInvite::new(now, reliable, TIMERS))
-        } else {
-            Self::NonInvite(ClientNonInvite::new(now, reliable, TIMERS))
-        }
-    }
-
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
-        match self {
-            Self::Invite(m) => m.next_deadline(),
-            Self::NonInvite(m) => m.next_deadline(),
-        }
-    }
-
-    pub(super) fn on_timer(&mut self, now: Instant) -> Output {
-        match self {
-            Self::Invite(m) => m.on_timer(now),
-            Self::NonInvite(m) => m.on_timer(now),
-        }
-    }
-
-    pub(super) fn on_response(&mut self, status: StatusCode, now: Instant) -> Output {
-        match self {
-            Self::Invite(m) => m.on_response(status, now),
-            Self::NonInvite(m) => m.on_response(status, now),
-        }
-    }
-}
-
 impl Phone {
     /// Answers requests that arrive while we wait for something else.
     pub(super) fn stray_request(&mut self, m: &Message<'_>, from: SocketAddr) {
@@ -65,7 +28,7 @@ impl Phone {
         let bytes = req.to_bytes();
         let started = Instant::now();
         let reliable = self.sig.reliable();
-        let mut machine = Client::start(req.method == "INVITE", started, reliable);
+        let mut machine = Client::new(req.method == "INVITE", started, reliable, TIMERS);
         self.sig.send_to(&bytes, dest)?;
         let mut provisional = Vec::new();
         let mut cancelled = false;
