@@ -7,8 +7,9 @@
 //! them (`io::journal`), then [`Location::commit`] applies them, or drops
 //! them if they could not be stored (see `docs/server.md`).
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+
+use hashbrown::HashTable;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,8 +157,9 @@ pub enum Record {
 #[must_use = "a prepared change keeps its AoR busy until committed"]
 pub struct Prepared {
     aor: String,
-    /// The backend's partition holding the AoR (a shard).
-    shard: usize,
+    /// The AoR's hash in the backend (its shard and slot), so committing
+    /// looks nothing up twice.
+    hash: u64,
     /// 0: nothing to persist, nothing marked.
     token: u64,
     records: Vec<Record>,
@@ -252,10 +254,36 @@ struct Aor {
     pending: Option<(u64, Vec<Binding>)>,
 }
 
-/// One shard of AoRs.
+/// One shard of AoRs, in a table addressed by the hash the store
+/// computes once per operation (it also picks the shard).
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<String, Aor>,
+    map: HashTable<(String, Aor)>,
+}
+
+impl Shard {
+    fn get(&self, hash: u64, aor: &str) -> Option<&Aor> {
+        self.map.find(hash, |(k, _)| k == aor).map(|(_, a)| a)
+    }
+
+    fn get_mut(&mut self, hash: u64, aor: &str) -> Option<&mut Aor> {
+        self.map.find_mut(hash, |(k, _)| k == aor).map(|(_, a)| a)
+    }
+
+    fn remove(&mut self, hash: u64, aor: &str) {
+        if let Ok(e) = self.map.find_entry(hash, |(k, _)| k == aor) {
+            e.remove();
+        }
+    }
+
+    /// The entry for `aor`, made empty if missing.
+    fn entry(&mut self, hash: u64, aor: &str, rehash: impl Fn(&str) -> u64) -> &mut Aor {
+        if self.get(hash, aor).is_none() {
+            self.map
+                .insert_unique(hash, (aor.to_owned(), Aor::default()), |(k, _)| rehash(k));
+        }
+        self.get_mut(hash, aor).expect("just inserted")
+    }
 }
 
 /// Sharded in-memory location store.
@@ -279,12 +307,14 @@ impl MemoryLocation {
         }
     }
 
-    fn shard_index(&self, aor: &str) -> usize {
-        (self.hasher.hash_one(aor) as usize) % SHARDS
+    fn hash(&self, aor: &str) -> u64 {
+        self.hasher.hash_one(aor)
     }
 
-    fn shard(&self, aor: &str) -> &RwLock<Shard> {
-        &self.shards[self.shard_index(aor)]
+    /// The shard for a hash: bits the tables themselves do not use for
+    /// the slot (low bits) or its tag (top 7 bits).
+    fn shard(&self, hash: u64) -> &RwLock<Shard> {
+        &self.shards[((hash >> 32) as usize) % SHARDS]
     }
 
     /// Calls `f` with every live committed binding, one shard at a time
@@ -292,7 +322,7 @@ impl MemoryLocation {
     pub fn visit(&self, now: u64, mut f: impl FnMut(&str, &Binding)) {
         for s in &self.shards {
             let s = s.read().unwrap_or_else(|e| e.into_inner());
-            for (aor, a) in &s.map {
+            for (aor, a) in s.map.iter() {
                 for b in a.list.iter().filter(|b| b.expires_at > now) {
                     f(aor, b);
                 }
@@ -302,15 +332,14 @@ impl MemoryLocation {
 
     /// Applies a journal record during recovery.
     pub fn replay(&self, r: Record) {
-        let mut shard = match &r {
-            Record::Bind { aor, .. } | Record::Remove { aor, .. } => {
-                self.shard(aor).write().unwrap_or_else(|e| e.into_inner())
-            }
+        let hash = match &r {
+            Record::Bind { aor, .. } | Record::Remove { aor, .. } => self.hash(aor),
         };
+        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
         match r {
             Record::Bind { seq, aor, binding } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                let list = &mut shard.map.entry(aor).or_default().list;
+                let list = &mut shard.entry(hash, &aor, |k| self.hash(k)).list;
                 match list.iter_mut().find(|b| b.contact == binding.contact) {
                     Some(b) => *b = binding,
                     None => list.push(binding),
@@ -318,10 +347,10 @@ impl MemoryLocation {
             }
             Record::Remove { seq, aor, contact } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                if let Some(a) = shard.map.get_mut(&aor) {
+                if let Some(a) = shard.get_mut(hash, &aor) {
                     a.list.retain(|b| b.contact != contact);
                     if a.list.is_empty() {
-                        shard.map.remove(&aor);
+                        shard.remove(hash, &aor);
                     }
                 }
             }
@@ -346,13 +375,11 @@ impl Location for MemoryLocation {
             path,
             now,
         } = *reg;
-        let index = self.shard_index(&key);
-        let mut shard = self.shards[index]
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let hash = self.hash(&key);
+        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
         let aor = key.as_str();
         let shard = &mut *shard;
-        let mut stored = shard.map.get_mut(aor);
+        let mut stored = shard.get_mut(hash, aor);
         if stored.as_ref().is_some_and(|a| a.pending.is_some()) {
             return Err(UpdateError::Busy);
         }
@@ -472,20 +499,20 @@ impl Location for MemoryLocation {
             match stored.as_mut() {
                 Some(a) => a.pending = pending,
                 None => {
-                    shard.map.insert(
-                        aor.to_owned(),
-                        Aor {
-                            list: Vec::new(),
-                            pending,
-                        },
-                    );
+                    let entry = Aor {
+                        list: Vec::new(),
+                        pending,
+                    };
+                    shard
+                        .map
+                        .insert_unique(hash, (aor.to_owned(), entry), |(k, _)| self.hash(k));
                 }
             }
             token
         };
         Ok(Prepared {
             aor: key,
-            shard: index,
+            hash,
             token,
             records,
         })
@@ -495,10 +522,9 @@ impl Location for MemoryLocation {
         if prepared.token == 0 {
             return;
         }
-        let mut shard = self.shards[prepared.shard]
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let Some(a) = shard.map.get_mut(&prepared.aor) else {
+        let hash = prepared.hash;
+        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        let Some(a) = shard.get_mut(hash, &prepared.aor) else {
             return;
         };
         let Some((token, list)) = a.pending.take() else {
@@ -509,14 +535,15 @@ impl Location for MemoryLocation {
             a.list = list;
         }
         if a.list.is_empty() {
-            shard.map.remove(&prepared.aor);
+            shard.remove(hash, &prepared.aor);
         }
     }
 
     fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
         out.clear();
-        let shard = self.shard(aor).read().unwrap_or_else(|e| e.into_inner());
-        if let Some(list) = shard.map.get(aor).map(|a| &a.list) {
+        let hash = self.hash(aor);
+        let shard = self.shard(hash).read().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = shard.get(hash, aor).map(|a| &a.list) {
             out.extend(list.iter().filter(|b| b.expires_at > now).cloned());
         }
         drop(shard);
@@ -527,7 +554,7 @@ impl Location for MemoryLocation {
         let mut n = 0;
         for s in &self.shards {
             let mut s = s.write().unwrap_or_else(|e| e.into_inner());
-            s.map.retain(|_, a| {
+            s.map.retain(|(_, a)| {
                 let before = a.list.len();
                 a.list.retain(|b| b.expires_at > now);
                 n += before - a.list.len();
@@ -541,7 +568,7 @@ impl Location for MemoryLocation {
         let mut v = Vec::new();
         for s in &self.shards {
             let s = s.read().unwrap_or_else(|e| e.into_inner());
-            for (aor, a) in &s.map {
+            for (aor, a) in s.map.iter() {
                 v.extend(
                     a.list
                         .iter()
@@ -560,8 +587,8 @@ impl Location for MemoryLocation {
             .map(|s| {
                 let s = s.read().unwrap_or_else(|e| e.into_inner());
                 s.map
-                    .values()
-                    .map(|a| a.list.iter().filter(|b| b.expires_at > now).count())
+                    .iter()
+                    .map(|(_, a)| a.list.iter().filter(|b| b.expires_at > now).count())
                     .sum::<usize>()
             })
             .sum()
