@@ -12,6 +12,7 @@ pub mod compare;
 pub mod cpu;
 pub mod crossbench;
 pub mod engine;
+pub mod error;
 pub mod handshake;
 pub mod link;
 pub mod peak;

@@ -3,6 +3,7 @@
 //! summed into the call's latency (the published lean-server study: REGISTER→200, or challenge
 //! leg + authenticated leg; INVITE→200 plus BYE→200; INVITE→404; …).
 
+use crate::error::Error;
 use std::fmt::Write as _;
 
 /// A value filled in when a message is rendered.
@@ -83,20 +84,20 @@ pub struct Template {
 
 impl Template {
     /// Parses `text`; an unknown `[name]` is an error naming it.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, Error> {
         let mut segs = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find('[') {
             let close = rest[open..]
                 .find(']')
                 .map(|c| open + c)
-                .ok_or_else(|| format!("unclosed '[' in template: {rest:?}"))?;
+                .ok_or_else(|| Error::UnclosedTemplate(rest.to_owned()))?;
             if open > 0 {
                 segs.push(Seg::Lit(rest[..open].to_owned()));
             }
             let name = &rest[open + 1..close];
-            let var = Var::from_name(name)
-                .ok_or_else(|| format!("unknown template variable [{name}]"))?;
+            let var =
+                Var::from_name(name).ok_or_else(|| Error::UnknownVariable(name.to_owned()))?;
             segs.push(Seg::Var(var));
             rest = &rest[close + 1..];
         }
@@ -278,7 +279,7 @@ fn ack(to_tag_var: &str) -> Send {
 const SDP: &str = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
 
 /// A built-in scenario, with or without digest authentication.
-pub fn built_in(name: &str, auth: bool) -> Result<Scenario, String> {
+pub fn built_in(name: &str, auth: bool) -> Result<Scenario, Error> {
     let mut steps = Vec::new();
     let register = |expires: u32| -> Scenario {
         let mut steps = Vec::new();
@@ -344,7 +345,10 @@ pub fn built_in(name: &str, auth: bool) -> Result<Scenario, String> {
             for n in BUILT_IN {
                 let _ = write!(known, " {n}");
             }
-            return Err(format!("unknown scenario {other:?}; built in:{known}"));
+            return Err(Error::UnknownScenario {
+                name: other.to_owned(),
+                known,
+            });
         }
     };
     Ok(Scenario {
@@ -363,12 +367,10 @@ pub fn built_in(name: &str, auth: bool) -> Result<Scenario, String> {
 /// With `auth` the first INVITE is challenged (untimed) and the timed leg
 /// is the authenticated INVITE → 180; the call then completes (200, ACK
 /// and BYE along the dialog's route set) without further timed legs.
-pub fn ringing(caller_domain: &str, callee_domain: &str, auth: bool) -> Result<Scenario, String> {
+pub fn ringing(caller_domain: &str, callee_domain: &str, auth: bool) -> Result<Scenario, Error> {
     for d in [caller_domain, callee_domain] {
         if d.is_empty() || d.contains(['[', ']', '<', '>', ' ', '@']) {
-            return Err(format!(
-                "domain {d:?}: a host name or IPv4 address (no brackets, spaces or @)"
-            ));
+            return Err(Error::BadDomain(d.to_owned()));
         }
     }
     let from = format!(
@@ -460,8 +462,18 @@ mod tests {
             _ => {}
         });
         assert_eq!(out, b"a alice b 7");
-        assert!(Template::parse("[nope]").unwrap_err().contains("[nope]"));
-        assert!(Template::parse("x [user").unwrap_err().contains("unclosed"));
+        assert_eq!(
+            Template::parse("[nope]").unwrap_err(),
+            Error::UnknownVariable("nope".into())
+        );
+        assert!(matches!(
+            Template::parse("x [user").unwrap_err(),
+            Error::UnclosedTemplate(_)
+        ));
+        assert!(Template::parse("x [user")
+            .unwrap_err()
+            .to_string()
+            .contains("unclosed"));
     }
 
     #[test]

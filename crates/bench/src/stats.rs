@@ -1,6 +1,7 @@
 //! Statistics of a run: latency histogram and percentiles, the published
 //! latency buckets and coefficient, per-second series, peak detection.
 
+use crate::error::Error;
 use hdrhistogram::Histogram;
 
 /// Upper bounds (inclusive, milliseconds) of the published latency
@@ -125,20 +126,28 @@ pub fn coefficient(shares: &[f64; 6], weights: &[f64; 5]) -> f64 {
         - shares[5]
 }
 
+fn weights(given: &str, why: String) -> Error {
+    Error::Weights {
+        given: given.to_owned(),
+        why,
+    }
+}
+
 /// Parses weights given as `w1,w2,w3,w4,w5` (they must sum to 1).
-pub fn parse_weights(s: &str) -> Result<[f64; 5], String> {
+pub fn parse_weights(s: &str) -> Result<[f64; 5], Error> {
     let v: Vec<f64> = s
         .split(',')
         .map(|x| x.trim().parse::<f64>())
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("weights {s:?}: {e}"))?;
+        .map_err(|e| weights(s, e.to_string()))?;
     let w: [f64; 5] = v
         .try_into()
-        .map_err(|_| format!("weights {s:?}: give exactly five numbers"))?;
+        .map_err(|_| weights(s, "give exactly five numbers".into()))?;
     let sum: f64 = w.iter().sum();
     if w.iter().any(|x| *x < 0.0) || (sum - 1.0).abs() > 1e-6 {
-        return Err(format!(
-            "weights {s:?} must be non-negative and sum to 1 (sum {sum})"
+        return Err(weights(
+            s,
+            format!("must be non-negative and sum to 1 (sum {sum})"),
         ));
     }
     Ok(w)
