@@ -304,16 +304,7 @@ impl Phone {
     /// From, To and CSeq number, to the same place.
     fn cancel(&mut self, now: Instant, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
         let (branch, invite, dest) = self.invite.clone().expect("an INVITE to cancel");
-        let m = Message::parse(&invite).expect("own INVITE parses");
-        let req = format!(
-            "CANCEL {} SIP/2.0\r\nVia: {}\r\nMax-Forwards: 70\r\nFrom: {}\r\nTo: {}\r\nCall-ID: {}\r\nCSeq: {} CANCEL\r\nContent-Length: 0\r\n\r\n",
-            m.request_uri().expect("request").as_str(),
-            m.top_via().as_str(),
-            m.header(HeaderName::From).expect("From"),
-            m.header(HeaderName::To).expect("To"),
-            m.call_id(),
-            m.cseq().seq,
-        );
+        let req = same_transaction(&invite, "CANCEL", None);
         // The CANCEL is its own transaction, matched by method too.
         self.start(
             now,
@@ -376,16 +367,7 @@ impl Phone {
         }
         if o.send_ack {
             // §17.1.1.3: ACK for a non-2xx final, same branch, hop by hop.
-            let req = Message::parse(&c.request).expect("own request");
-            let ack = format!(
-                "ACK {} SIP/2.0\r\nVia: {}\r\nMax-Forwards: 70\r\nFrom: {}\r\nTo: {}\r\nCall-ID: {}\r\nCSeq: {} ACK\r\nContent-Length: 0\r\n\r\n",
-                req.request_uri().expect("request").as_str(),
-                req.top_via().as_str(),
-                req.header(HeaderName::From).expect("From"),
-                msg.header(HeaderName::To).expect("To"),
-                req.call_id(),
-                req.cseq().seq,
-            );
+            let ack = same_transaction(&c.request, "ACK", msg.header(HeaderName::To));
             out.push((c.dest, ack.into_bytes()));
         }
         if method == Method::Invite && status.is_success() && o.deliver {
@@ -598,6 +580,22 @@ impl Phone {
         });
         clients.chain(incoming).min()
     }
+}
+
+/// A request in the transaction of `request` (RFC 3261 §9.1 CANCEL,
+/// §17.1.1.3 ACK for a non-2xx): its Request-URI, top Via, From,
+/// Call-ID and CSeq number; `to` replaces its To (the answer's, with tag).
+fn same_transaction(request: &[u8], method: &str, to: Option<&str>) -> String {
+    let m = Message::parse(request).expect("own request parses");
+    format!(
+        "{method} {} SIP/2.0\r\nVia: {}\r\nMax-Forwards: 70\r\nFrom: {}\r\nTo: {}\r\nCall-ID: {}\r\nCSeq: {} {method}\r\nContent-Length: 0\r\n\r\n",
+        m.request_uri().expect("request").as_str(),
+        m.top_via().as_str(),
+        m.header(HeaderName::From).expect("From"),
+        to.or(m.header(HeaderName::To)).expect("To"),
+        m.call_id(),
+        m.cseq().seq,
+    )
 }
 
 /// Where a SIP URI (or `<URI;lr>`) points: IP literals only.
