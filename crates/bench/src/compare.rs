@@ -2,6 +2,7 @@
 //! each server started and stopped here with the same users, optionally
 //! pinned to its own core; the result is a ratio table.
 
+use crate::error::Error;
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -93,16 +94,19 @@ pub(crate) fn free_port() -> std::io::Result<u16> {
 }
 
 /// Waits until something answers an OPTIONS on `addr`.
-pub(crate) fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), String> {
-    let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+pub(crate) fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), Error> {
+    let sock = UdpSocket::bind("127.0.0.1:0").map_err(Error::io("socket"))?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| e.to_string())?;
-    let local = sock.local_addr().map_err(|e| e.to_string())?;
+        .map_err(Error::io("socket"))?;
+    let local = sock.local_addr().map_err(Error::io("socket"))?;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the server exited at start ({status})"));
+            return Err(Error::peer(
+                addr,
+                format!("the server exited at start ({status})"),
+            ));
         }
         let msg = format!("OPTIONS sip:{addr} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-ready{}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p\r\nTo: <sip:{addr}>\r\nCall-ID: ready-{}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n", local.port(), local.port());
         let _ = sock.send_to(msg.as_bytes(), addr);
@@ -110,7 +114,7 @@ pub(crate) fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), Stri
             return Ok(());
         }
     }
-    Err(format!("no answer from {addr} within 15 s"))
+    Err(Error::Timeout(format!("no answer from {addr} within 15 s")))
 }
 
 /// A started server, killed when dropped.
@@ -159,9 +163,9 @@ pub(crate) fn command(pin: bool, program: &Path) -> Command {
 
 /// Writes the users for both servers: sipsec's HA1 file (via `sipsec users
 /// import`) and Kamailio's db_text `subscriber` table (HA1 only).
-fn write_users(plan: &Plan) -> Result<(), String> {
+fn write_users(plan: &Plan) -> Result<(), Error> {
     let dir = &plan.workdir;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
     let mut csv = String::from("username,password\n");
     let mut table = String::from(
         "id(int,auto) username(string) domain(string,null) password(string,null) ha1(string,null) ha1b(string,null)\n",
@@ -177,7 +181,7 @@ fn write_users(plan: &Plan) -> Result<(), String> {
         let _ = writeln!(table, "{}:{}:sipsec::{}:", i + 1, u.name, ha1.as_str());
     }
     let write = |name: &str, text: &str| {
-        std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+        std::fs::write(dir.join(name), text).map_err(Error::io(dir.join(name).display()))
     };
     write("users.csv", &csv)?;
     write("subscriber", &table)?;
@@ -193,17 +197,20 @@ fn write_users(plan: &Plan) -> Result<(), String> {
                 .arg("--file")
                 .arg(dir.join("users.tsv"))
                 .output()
-                .map_err(|e| format!("{}: {e}", exe.display()))?;
+                .map_err(Error::io(exe.display()))?;
             if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+                return Err(Error::peer(
+                    "sipsec users import",
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                ));
             }
         }
     }
     Ok(())
 }
 
-fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server, String> {
-    let port = free_port().map_err(|e| e.to_string())?;
+fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server, Error> {
+    let port = free_port().map_err(Error::io("finding a free port"))?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let dir = &plan.workdir;
     let workers = plan.workers.max(1).to_string();
@@ -242,8 +249,9 @@ fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server,
     .stdout(Stdio::null())
     .stderr(Stdio::null())
     .spawn()
-    .map_err(|e| format!("cannot start {}: {e}", target.name()))?;
-    wait_ready(addr, &mut child).map_err(|e| format!("{} ({mode}): {e}", target.name()))?;
+    .map_err(Error::io(format!("cannot start {}", target.name())))?;
+    wait_ready(addr, &mut child)
+        .map_err(|e| Error::peer(format!("{} ({mode})", target.name()), e))?;
     // Kamailio forks its workers after start: all of them are measured,
     // and only they are stopped (another run's servers are left alone).
     let pids = cpu::process_tree(child.id());
@@ -251,14 +259,14 @@ fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server,
 }
 
 /// Runs the plan; `progress` hears about each cell as it finishes.
-pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>, String> {
+pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>, Error> {
     write_users(plan)?;
     let callee = plan
         .users
         .iter()
         .find(|u| u.name == "callee")
         .cloned()
-        .ok_or("the users need a `callee` for invite and redirect")?;
+        .ok_or_else(|| Error::Input("the users need a `callee` for invite and redirect".into()))?;
     let mut cells = Vec::new();
     for target in &plan.targets {
         for &auth in &plan.auth {
@@ -273,7 +281,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                 }
                 let server = start(plan, target, mode, auth)?;
                 // Fixed local ports: update and logout touch register's bindings.
-                let local_port = free_port().map_err(|e| e.to_string())?;
+                let local_port = free_port().map_err(Error::io("finding a free port"))?;
                 for name in names {
                     let opts = Options {
                         run: Run {

@@ -28,6 +28,7 @@ use sip_core::framing::{frame, Frame};
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{Limits, Message, StatusCode};
 
+use crate::error::Error;
 use crate::stats::Latency;
 use crate::User;
 
@@ -65,7 +66,7 @@ pub struct Schedule {
 fn run_schedule(
     schedule: Schedule,
     stop: &AtomicBool,
-    call: &(dyn Fn(u64) -> Result<(), String> + Sync),
+    call: &(dyn Fn(u64) -> Result<(), Error> + Sync),
 ) -> Measured {
     let next = AtomicU64::new(0);
     let merged = Mutex::new(Measured::default());
@@ -90,7 +91,7 @@ fn run_schedule(
                             mine.ok += 1;
                             mine.latency.record_us(due.elapsed().as_micros() as u64);
                         }
-                        Err(cause) => *mine.failures.entry(cause).or_default() += 1,
+                        Err(e) => *mine.failures.entry(e.cause()).or_default() += 1,
                     }
                 }
                 let mut m = merged.lock().unwrap_or_else(|e| e.into_inner());
@@ -110,13 +111,18 @@ fn run_schedule(
 
 /// Reads framed SIP messages from `r` until a final response arrives;
 /// returns its status code.
-fn final_status(r: &mut impl Read) -> Result<u16, String> {
+fn final_status(r: &mut impl Read) -> Result<u16, Error> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
-        let n = r.read(&mut chunk).map_err(|e| io_cause(&e))?;
+        let n = r
+            .read(&mut chunk)
+            .map_err(Error::io("reading the response"))?;
         if n == 0 {
-            return Err("connection closed before a final response".into());
+            return Err(Error::peer(
+                "server",
+                "connection closed before a final response",
+            ));
         }
         buf.extend_from_slice(&chunk[..n]);
         loop {
@@ -126,7 +132,7 @@ fn final_status(r: &mut impl Read) -> Result<u16, String> {
                         .ok()
                         .and_then(|m| m.status())
                         .map(StatusCode::as_u16)
-                        .ok_or("unparsable response")?;
+                        .ok_or_else(|| Error::peer("server", "unparsable response"))?;
                     if code >= 200 {
                         return Ok(code);
                     }
@@ -136,16 +142,9 @@ fn final_status(r: &mut impl Read) -> Result<u16, String> {
                     buf.drain(..k);
                 }
                 Err(e) if e.kind == sip_core::ErrorKind::Incomplete => break,
-                Err(e) => return Err(format!("bad framing: {e}")),
+                Err(e) => return Err(Error::peer("server", format!("bad framing: {e}"))),
             }
         }
-    }
-}
-
-fn io_cause(e: &io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "timeout".into(),
-        _ => e.to_string(),
     }
 }
 
@@ -168,24 +167,27 @@ pub fn inbound(
 ) -> Measured {
     let run = std::process::id();
     let ruri = format!("sip:{callee}@{target}");
-    let call = |i: u64| -> Result<(), String> {
-        let sock = TcpStream::connect_timeout(&target, CALL_TIMEOUT).map_err(|e| io_cause(&e))?;
+    let call = |i: u64| -> Result<(), Error> {
+        let sock =
+            TcpStream::connect_timeout(&target, CALL_TIMEOUT).map_err(Error::io("connect"))?;
         sock.set_read_timeout(Some(CALL_TIMEOUT))
-            .map_err(|e| e.to_string())?;
-        sock.set_nodelay(true).map_err(|e| e.to_string())?;
-        let local = sock.local_addr().map_err(|e| e.to_string())?;
+            .map_err(Error::io("socket"))?;
+        sock.set_nodelay(true).map_err(Error::io("socket"))?;
+        let local = sock.local_addr().map_err(Error::io("socket"))?;
         let session =
             rustls::ClientConnection::new(tls.clone(), ServerName::IpAddress(target.ip().into()))
-                .map_err(|e| e.to_string())?;
+                .map_err(Error::crypto)?;
         let mut stream = rustls::StreamOwned::new(session, sock);
         let msg = invite(&ruri, "TLS", local, &format!("in{i}-{run}"));
-        stream.write_all(msg.as_bytes()).map_err(|e| io_cause(&e))?;
+        stream
+            .write_all(msg.as_bytes())
+            .map_err(Error::io("sending"))?;
         let code = final_status(&mut stream)?;
         stream.conn.send_close_notify();
         let _ = stream.flush();
         match code {
             200 => Ok(()),
-            c => Err(format!("status {c}")),
+            c => Err(Error::Status(c)),
         }
     };
     run_schedule(schedule, stop, &call)
@@ -289,7 +291,7 @@ fn answer_once(sock: TcpStream, config: Arc<rustls::ServerConfig>) -> io::Result
 }
 
 /// Registers the callees as `callee00`… with `sips:` contacts at `proxy`.
-pub fn register_callees(proxy: SocketAddr, callees: &TlsCallees) -> Result<Vec<String>, String> {
+pub fn register_callees(proxy: SocketAddr, callees: &TlsCallees) -> Result<Vec<String>, Error> {
     let mut names = Vec::new();
     for (k, addr) in callees.addrs().iter().enumerate() {
         let user = User {
@@ -316,11 +318,11 @@ pub fn outbound(
     stop: &AtomicBool,
 ) -> Measured {
     let run = std::process::id();
-    let call = |i: u64| -> Result<(), String> {
-        let sock = UdpSocket::bind(SocketAddr::new(proxy.ip(), 0)).map_err(|e| e.to_string())?;
+    let call = |i: u64| -> Result<(), Error> {
+        let sock = UdpSocket::bind(SocketAddr::new(proxy.ip(), 0)).map_err(Error::io("socket"))?;
         sock.set_read_timeout(Some(Duration::from_millis(500)))
-            .map_err(|e| e.to_string())?;
-        let local = sock.local_addr().map_err(|e| e.to_string())?;
+            .map_err(Error::io("socket"))?;
+        let local = sock.local_addr().map_err(Error::io("socket"))?;
         let callee = &callees[i as usize % callees.len().max(1)];
         let msg = invite(
             &format!("sip:{callee}@{proxy}"),
@@ -335,12 +337,12 @@ pub fn outbound(
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Err("timeout".into());
+                return Err(Error::Timeout(format!("INVITE to {callee}")));
             }
             if now >= next_send {
                 // RFC 3261 timer A: retransmit with doubling intervals.
                 sock.send_to(msg.as_bytes(), proxy)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(Error::io("sending"))?;
                 next_send = now + wait;
                 wait = (wait * 2).min(Duration::from_secs(4));
             }
@@ -348,7 +350,7 @@ pub fn outbound(
                 .min(deadline)
                 .saturating_duration_since(Instant::now());
             sock.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .map_err(|e| e.to_string())?;
+                .map_err(Error::io("socket"))?;
             let Ok(n) = sock.recv(&mut buf) else {
                 continue;
             };
@@ -358,7 +360,7 @@ pub fn outbound(
                 .map(StatusCode::as_u16);
             match code {
                 Some(200) => return Ok(()),
-                Some(c) if c >= 300 => return Err(format!("status {c}")),
+                Some(c) if c >= 300 => return Err(Error::Status(c)),
                 _ => {}
             }
         }

@@ -27,6 +27,7 @@ pub mod srtp;
 pub mod stats;
 pub mod variants;
 
+use crate::error::Error;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -59,16 +60,16 @@ pub struct Options {
 }
 
 /// Reads users from a CSV file with a `username,password` header.
-pub fn load_users(path: &std::path::Path) -> Result<Vec<User>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn load_users(path: &std::path::Path) -> Result<Vec<User>, Error> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path.display()))?;
     let mut lines = text.lines().enumerate();
     match lines.next() {
         Some((_, h)) if h.trim().eq_ignore_ascii_case("username,password") => {}
         _ => {
-            return Err(format!(
+            return Err(Error::Input(format!(
                 "{}: the first line must be the header username,password",
                 path.display()
-            ))
+            )))
         }
     }
     let mut users = Vec::new();
@@ -76,16 +77,20 @@ pub fn load_users(path: &std::path::Path) -> Result<Vec<User>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let (name, password) = line
-            .split_once(',')
-            .ok_or_else(|| format!("{}:{}: expected username,password", path.display(), i + 1))?;
+        let (name, password) = line.split_once(',').ok_or_else(|| {
+            Error::Input(format!(
+                "{}:{}: expected username,password",
+                path.display(),
+                i + 1
+            ))
+        })?;
         users.push(User {
             name: name.trim().to_owned(),
             password: password.to_owned(),
         });
     }
     if users.is_empty() {
-        return Err(format!("{}: no users", path.display()));
+        return Err(Error::Input(format!("{}: no users", path.display())));
     }
     Ok(users)
 }
@@ -102,7 +107,7 @@ pub fn generated_users(n: usize) -> Vec<User> {
 
 /// Runs one measurement: registers the built-in callee when the scenario
 /// needs one, samples the server's CPU each second, and reports.
-pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report, String> {
+pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report, Error> {
     let run = &opts.run;
     let callee = if run.scenario.needs_callee {
         let ip = if run.target.is_ipv6() {
@@ -112,15 +117,14 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
         };
         let r =
             responder::Responder::start(ip.parse().expect("literal"), responder::Mode::Callee, 1)
-                .map_err(|e| format!("callee: {e}"))?;
+                .map_err(Error::io("starting the callee"))?;
         let registrar = opts.callee_registrar.unwrap_or(run.target);
         let domain = opts
             .callee_domain
             .clone()
             .unwrap_or_else(|| registrar.to_string());
         let contact = format!("<sip:{}@{}>", opts.callee.name, r.addr());
-        responder::register_in(registrar, &domain, &opts.callee, &contact, 3600)
-            .map_err(|e| format!("registering the callee: {e}"))?;
+        responder::register_in(registrar, &domain, &opts.callee, &contact, 3600)?;
         Some(r)
     } else {
         None
@@ -157,6 +161,6 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
     if let Some(r) = callee {
         r.stop();
     }
-    let outcome = outcome.map_err(|e| e.to_string())?;
+    let outcome = outcome.map_err(Error::io("running the load"))?;
     Ok(Report::new(opts, &outcome, &cpu))
 }

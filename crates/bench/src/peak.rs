@@ -2,6 +2,7 @@
 //! by step until it falls behind (achieved well under offered, failures,
 //! or latency past a ceiling), then the published lean-server study's two figures.
 
+use crate::error::Error;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ pub fn peak(
     base: &Options,
     ramp: &Ramp,
     mut on_step: impl FnMut(&Step, &Report),
-) -> Result<(Capacity, Vec<Step>, Vec<Report>), String> {
+) -> Result<(Capacity, Vec<Step>, Vec<Report>), Error> {
     let mut steps = Vec::new();
     let mut reports = Vec::new();
     for rate in ramp.rates() {

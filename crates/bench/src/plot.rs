@@ -2,6 +2,7 @@
 //! legend) and the HTML page that shows a run's tables and plots. Written
 //! directly: no font files or rendering stack to install.
 
+use crate::error::Error;
 use std::fmt::Write as _;
 
 const W: f64 = 720.0;
@@ -365,14 +366,14 @@ pub fn write_files(
     html: &str,
     dir: &std::path::Path,
     name: &str,
-) -> Result<Vec<std::path::PathBuf>, String> {
+) -> Result<Vec<std::path::PathBuf>, Error> {
     use std::io::Write as _;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
     let mut files = Vec::new();
     for (k, svg) in svgs(html).into_iter().enumerate() {
         let base = dir.join(format!("{name}-{}", k + 1));
         let svg_path = base.with_extension("svg");
-        std::fs::write(&svg_path, svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
+        std::fs::write(&svg_path, svg).map_err(Error::io(svg_path.display()))?;
         files.push(svg_path);
         let png = base.with_extension("png");
         let child = std::process::Command::new("rsvg-convert")

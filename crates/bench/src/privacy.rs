@@ -8,6 +8,8 @@
 //! should cost the same — the run shows whether they do), ECIES P-256,
 //! HPKE X25519, AES-128-GCM from the digest credentials.
 
+use crate::error::Error;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,35 +66,35 @@ type Cipher = ua::phone::IdCipher;
 /// level, the published mean in ms.
 type Configuration = (String, Option<Cipher>, u8, Option<f64>);
 
-fn cipher_of(private_pem: &[u8]) -> Result<Cipher, String> {
-    let public = public_pem(private_pem).map_err(|e| e.to_string())?;
+fn cipher_of(private_pem: &[u8]) -> Result<Cipher, Error> {
+    let public = public_pem(private_pem).map_err(Error::crypto)?;
     cipher_from_pem(&public, 1)
         .map(Arc::from)
-        .map_err(|e| e.to_string())
+        .map_err(Error::crypto)
 }
 
 /// The configurations of the published Table 1 and ours.
-fn configurations(bits: u32) -> Result<Vec<Configuration>, String> {
+fn configurations(bits: u32) -> Result<Vec<Configuration>, Error> {
     let mut rsa = Vec::new();
     for v in [
         Variant::Standard,
         Variant::Crt,
         Variant::MultiPrime { primes: 3 },
     ] {
-        let key = PrivateKey::generate(v, bits).map_err(|e| e.to_string())?;
-        let pem = key.to_pkcs8_pem().map_err(|e| e.to_string())?;
+        let key = PrivateKey::generate(v, bits).map_err(Error::crypto)?;
+        let pem = key.to_pkcs8_pem().map_err(Error::crypto)?;
         rsa.push((format!("RSA-{bits} {}", key.variant()), cipher_of(&pem)?));
     }
     let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::X9_62_PRIME256V1)
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::crypto)?;
     let ec = openssl::pkey::PKey::from_ec_key(
-        openssl::ec::EcKey::generate(&group).map_err(|e| e.to_string())?,
+        openssl::ec::EcKey::generate(&group).map_err(Error::crypto)?,
     )
     .and_then(|k| k.private_key_to_pem_pkcs8())
-    .map_err(|e| e.to_string())?;
+    .map_err(Error::crypto)?;
     let x = openssl::pkey::PKey::generate_x25519()
         .and_then(|k| k.private_key_to_pem_pkcs8())
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::crypto)?;
     let ecies = ("ECIES P-256".to_string(), cipher_of(&ec)?);
     let hpke = ("HPKE X25519".to_string(), cipher_of(&x)?);
     let ha1 = sip_core::digest::ha1(
@@ -102,7 +104,7 @@ fn configurations(bits: u32) -> Result<Vec<Configuration>, String> {
         "pw",
     );
     let aes: Cipher = Arc::new(
-        privacy::aes::AesId::new(ha1.as_str(), "a.example", 1, false).map_err(|e| e.to_string())?,
+        privacy::aes::AesId::new(ha1.as_str(), "a.example", 1, false).map_err(Error::crypto)?,
     );
     let mut out = vec![("plain SIP".to_string(), None, 0, Some(0.16))];
     for (name, c) in &rsa {
@@ -141,7 +143,7 @@ pub fn prepare(
     warmup: usize,
     bits: u32,
     mut progress: impl FnMut(&Row),
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<Row>, Error> {
     let sdp = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40000 RTP/AVP 0 8\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\na=ptime:20\r\na=sendrecv\r\n";
     let mut rows = Vec::new();
     for (name, home, level, published) in configurations(bits)? {
@@ -157,8 +159,8 @@ pub fn prepare(
             user: "alice".into(),
             password: Some("pw".into()),
             domain: "a.example".into(),
-            server: Some("127.0.0.1:5060".parse().map_err(|_| "addr")?),
-            bind: "127.0.0.1:0".parse().map_err(|_| "addr")?,
+            server: Some(SocketAddr::from(([127, 0, 0, 1], 5060))),
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             public_ip: None,
             rtp_port: 0,
             srtp: Vec::new(),
@@ -169,12 +171,12 @@ pub fn prepare(
             tls: None,
             privacy,
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::peer(&name, e))?;
         let mut bytes = 0;
         for _ in 0..warmup {
             bytes = phone
                 .prepare_invite("sip:bob@b.example", sdp)
-                .map_err(|e| format!("{name}: {e}"))?
+                .map_err(|e| Error::peer(&name, e))?
                 .len();
         }
         let mut samples = Vec::with_capacity(iterations);
@@ -182,7 +184,7 @@ pub fn prepare(
             let t = Instant::now();
             let invite = phone
                 .prepare_invite("sip:bob@b.example", sdp)
-                .map_err(|e| format!("{name}: {e}"))?;
+                .map_err(|e| Error::peer(&name, e))?;
             samples.push(t.elapsed().as_secs_f64() * 1e3);
             bytes = invite.len();
         }

@@ -10,6 +10,7 @@
 //! servers are measured). The proxies' `/status` counters give the
 //! decryptions and cache hits per call; their CPU is sampled.
 
+use crate::error::Error;
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -51,7 +52,7 @@ pub enum Scheme {
 impl Scheme {
     /// Parses a scheme list entry: rsa (all three variants), rsa-standard,
     /// rsa-crt, rsa-multiprime, ecies, aes, hpke.
-    pub fn parse_list(s: &str) -> Result<Vec<Scheme>, String> {
+    pub fn parse_list(s: &str) -> Result<Vec<Scheme>, Error> {
         Ok(match s {
             "rsa" => vec![
                 Scheme::Rsa(Variant::Standard),
@@ -65,9 +66,9 @@ impl Scheme {
             "aes" => vec![Scheme::Aes],
             "hpke" => vec![Scheme::Hpke],
             other => {
-                return Err(format!(
+                return Err(Error::Input(format!(
                     "unknown scheme {other:?}: rsa, rsa-standard, rsa-crt, rsa-multiprime, ecies, aes, hpke"
-                ))
+                )))
             }
         })
     }
@@ -223,23 +224,26 @@ struct Keys {
     inbound: Option<Cipher>,
 }
 
-fn private_key(scheme: Scheme, bits: u32) -> Result<Vec<u8>, String> {
-    let e = |e: openssl::error::ErrorStack| e.to_string();
+fn private_key(scheme: Scheme, bits: u32) -> Result<Vec<u8>, Error> {
     Ok(match scheme {
         Scheme::Rsa(v) => PrivateKey::generate(v, bits)
             .and_then(|k| k.to_pkcs8_pem())
-            .map_err(|e| e.to_string())?,
+            .map_err(Error::crypto)?,
         Scheme::Ecies => {
             let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::X9_62_PRIME256V1)
-                .map_err(e)?;
-            openssl::pkey::PKey::from_ec_key(openssl::ec::EcKey::generate(&group).map_err(e)?)
-                .and_then(|k| k.private_key_to_pem_pkcs8())
-                .map_err(e)?
+                .map_err(Error::crypto)?;
+            openssl::pkey::PKey::from_ec_key(
+                openssl::ec::EcKey::generate(&group).map_err(Error::crypto)?,
+            )
+            .and_then(|k| k.private_key_to_pem_pkcs8())
+            .map_err(Error::crypto)?
         }
         Scheme::Hpke => openssl::pkey::PKey::generate_x25519()
             .and_then(|k| k.private_key_to_pem_pkcs8())
-            .map_err(e)?,
-        Scheme::Plain | Scheme::Aes => return Err(format!("{scheme:?} has no key pair")),
+            .map_err(Error::crypto)?,
+        Scheme::Plain | Scheme::Aes => {
+            return Err(Error::Input(format!("{scheme:?} has no key pair")))
+        }
     })
 }
 
@@ -249,23 +253,23 @@ fn key_pair(
     domain: &str,
     scheme: Scheme,
     bits: u32,
-) -> Result<(String, Cipher), String> {
+) -> Result<(String, Cipher), Error> {
     let pem = private_key(scheme, bits)?;
     let path = dir.join(format!("{domain}.key.pem"));
     write(&path, &pem)?;
-    let public = public_pem(&pem).map_err(|e| e.to_string())?;
-    let cipher: Cipher = Arc::from(cipher_from_pem(&public, 1).map_err(|e| e.to_string())?);
+    let public = public_pem(&pem).map_err(Error::crypto)?;
+    let cipher: Cipher = Arc::from(cipher_from_pem(&public, 1).map_err(Error::crypto)?);
     Ok((
         format!("keys = [{{ id = 1, key = \"{}\" }}]\n", path.display()),
         cipher,
     ))
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    std::fs::write(path, bytes).map_err(Error::io(path.display()))
 }
 
-fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, String> {
+fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, Error> {
     let dir = &plan.workdir;
     let mut k = Keys {
         home_conf: String::new(),
@@ -286,8 +290,7 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, String> {
                 &u.password,
             );
             let c: Cipher = Arc::new(
-                privacy::aes::AesId::new(ha1.as_str(), HOME, 1, false)
-                    .map_err(|e| e.to_string())?,
+                privacy::aes::AesId::new(ha1.as_str(), HOME, 1, false).map_err(Error::crypto)?,
             );
             *slot = Some(c);
         }
@@ -307,15 +310,13 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, String> {
 /// One set of pseudonyms per call number `first..first + n`, the caller
 /// being `callers[number % len]` as the engine picks it; made on every
 /// core.
-fn pseudonyms(keys: &Keys, callers: &[User], first: u64, n: u64) -> Result<Vec<CallIds>, String> {
-    let one = |number: u64| -> Result<CallIds, String> {
+fn pseudonyms(keys: &Keys, callers: &[User], first: u64, n: u64) -> Result<Vec<CallIds>, Error> {
+    let one = |number: u64| -> Result<CallIds, Error> {
         let i = (number % callers.len() as u64) as usize;
         let name = &callers[i].name;
-        let seal = |c: &Option<Cipher>, id: &str| -> Result<String, String> {
+        let seal = |c: &Option<Cipher>, id: &str| -> Result<String, Error> {
             match c {
-                Some(c) => c
-                    .pseudonym(id, Encoding::Hex, 2048)
-                    .map_err(|e| e.to_string()),
+                Some(c) => c.pseudonym(id, Encoding::Hex, 2048).map_err(Error::crypto),
                 None => Ok(id.to_owned()),
             }
         };
@@ -333,20 +334,23 @@ fn pseudonyms(keys: &Keys, callers: &[User], first: u64, n: u64) -> Result<Vec<C
                 s.spawn(move || {
                     let lo = first + (p * chunk).min(n);
                     let hi = first + ((p + 1) * chunk).min(n);
-                    (lo..hi).map(one).collect::<Result<Vec<_>, String>>()
+                    (lo..hi).map(one).collect::<Result<Vec<_>, Error>>()
                 })
             })
             .collect();
         let mut out = Vec::with_capacity(n as usize);
         for h in handles {
-            out.extend(h.join().map_err(|_| "a pseudonym thread panicked")??);
+            out.extend(
+                h.join()
+                    .map_err(|_| Error::Crypto("a pseudonym thread panicked".into()))??,
+            );
         }
         Ok(out)
     })
 }
 
 /// Writes a users file for `realm` through `sipsec users import`.
-fn users_file(plan: &Plan, realm: &str, users: &[User]) -> Result<PathBuf, String> {
+fn users_file(plan: &Plan, realm: &str, users: &[User]) -> Result<PathBuf, Error> {
     let csv = plan.workdir.join(format!("{realm}.csv"));
     let mut text = String::from("username,password\n");
     for u in users {
@@ -360,11 +364,11 @@ fn users_file(plan: &Plan, realm: &str, users: &[User]) -> Result<PathBuf, Strin
         .args(["--realm", realm, "--file"])
         .arg(&tsv)
         .output()
-        .map_err(|e| format!("{}: {e}", plan.exe.display()))?;
+        .map_err(Error::io(plan.exe.display()))?;
     if !out.status.success() {
-        return Err(format!(
-            "users import: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+        return Err(Error::peer(
+            "sipsec users import",
+            String::from_utf8_lossy(&out.stderr).trim(),
         ));
     }
     Ok(tsv)
@@ -385,12 +389,12 @@ fn start_proxy(
     privacy: &str,
     stateful: bool,
     peer: (&str, SocketAddr),
-) -> Result<Proxy, String> {
+) -> Result<Proxy, Error> {
     let http = SocketAddr::from((
         [127, 0, 0, 1],
         std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
+            .map_err(Error::io("finding a free port"))?
             .port(),
     ));
     let data = plan.workdir.join(format!("{domain}.data"));
@@ -422,11 +426,11 @@ fn start_proxy(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", plan.exe.display()))?;
+        .map_err(Error::io(format!("cannot start {}", plan.exe.display())))?;
     if let Err(e) = wait_ready(addr, &mut child) {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(format!("{domain} proxy: {e}"));
+        return Err(Error::peer(format!("{domain} proxy"), e));
     }
     let pids = cpu::process_tree(child.id());
     Ok(Proxy {
@@ -436,21 +440,20 @@ fn start_proxy(
 }
 
 /// (decryptions, cache hits) so far, from the proxy's `/status`.
-fn counters(http: SocketAddr) -> Result<(u64, u64), String> {
-    let mut s = TcpStream::connect_timeout(&http, Duration::from_secs(5))
-        .map_err(|e| format!("{http}: {e}"))?;
+fn counters(http: SocketAddr) -> Result<(u64, u64), Error> {
+    let mut s =
+        TcpStream::connect_timeout(&http, Duration::from_secs(5)).map_err(Error::io(http))?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     s.write_all(b"GET /status HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .map_err(|e| format!("{http}: {e}"))?;
+        .map_err(Error::io(http))?;
     let mut text = String::new();
-    s.read_to_string(&mut text)
-        .map_err(|e| format!("{http}: {e}"))?;
+    s.read_to_string(&mut text).map_err(Error::io(http))?;
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b)
-        .ok_or_else(|| format!("{http}: no HTTP body"))?;
+        .ok_or_else(|| Error::peer(http, "no HTTP body"))?;
     let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("{http}/status: {e}"))?;
+        serde_json::from_str(body).map_err(|e| Error::peer(format!("{http}/status"), e))?;
     let p = &v["privacy"];
     Ok((
         p["decryptions_total"].as_u64().unwrap_or(0),
@@ -459,9 +462,8 @@ fn counters(http: SocketAddr) -> Result<(u64, u64), String> {
 }
 
 /// Runs the plan; `progress` hears about each row as it finishes.
-pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, String> {
-    std::fs::create_dir_all(&plan.workdir)
-        .map_err(|e| format!("{}: {e}", plan.workdir.display()))?;
+pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, Error> {
+    std::fs::create_dir_all(&plan.workdir).map_err(Error::io(plan.workdir.display()))?;
     let callers: Vec<User> = (0..plan.users.max(1))
         .map(|i| User {
             name: format!("user{i:05}"),
@@ -478,8 +480,14 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, 
     let mut rows = Vec::new();
     for &setup in &plan.setups {
         let keys = keys(plan, setup, &callers)?;
-        let a = SocketAddr::from(([127, 0, 0, 1], free_port().map_err(|e| e.to_string())?));
-        let b = SocketAddr::from(([127, 0, 0, 1], free_port().map_err(|e| e.to_string())?));
+        let a = SocketAddr::from((
+            [127, 0, 0, 1],
+            free_port().map_err(Error::io("finding a free port"))?,
+        ));
+        let b = SocketAddr::from((
+            [127, 0, 0, 1],
+            free_port().map_err(Error::io("finding a free port"))?,
+        ));
         let pa = start_proxy(
             plan,
             HOME,
@@ -501,7 +509,7 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, 
         let mut pids = pa.server.pids.clone();
         pids.extend(&pb.server.pids);
         let mut next_call = 0u64;
-        let mut run = |in_flight: usize, calls: u64| -> Result<crate::report::Report, String> {
+        let mut run = |in_flight: usize, calls: u64| -> Result<crate::report::Report, Error> {
             // Fresh pseudonyms for every call: none seen before by the
             // stateful proxies.
             let ids = pseudonyms(&keys, &callers, next_call, calls)?;

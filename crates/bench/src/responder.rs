@@ -2,6 +2,7 @@
 //! answers INVITE with 180 and 200, BYE with 200) and the null responder
 //! (200 to every request at once, to measure the generator's own ceiling).
 
+use crate::error::Error;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -213,7 +214,7 @@ pub fn register(
     user: &User,
     contact_addr: SocketAddr,
     expires: u32,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     register_uri(
         server,
         user,
@@ -229,7 +230,7 @@ pub fn register_uri(
     user: &User,
     contact: &str,
     expires: u32,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     register_in(server, &server.to_string(), user, contact, expires)
 }
 
@@ -241,7 +242,7 @@ pub fn register_in(
     user: &User,
     contact: &str,
     expires: u32,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     register_contact(server, domain, user, "*", 0, 1)?;
     register_contact(server, domain, user, contact, expires, 10)
 }
@@ -253,11 +254,11 @@ fn register_contact(
     contact: &str,
     expires: u32,
     first_cseq: u32,
-) -> Result<(), String> {
-    let sock = UdpSocket::bind(SocketAddr::new(server.ip(), 0)).map_err(|e| e.to_string())?;
+) -> Result<(), Error> {
+    let sock = UdpSocket::bind(SocketAddr::new(server.ip(), 0)).map_err(Error::io("socket"))?;
     sock.set_read_timeout(Some(Duration::from_millis(500)))
-        .map_err(|e| e.to_string())?;
-    let local = sock.local_addr().map_err(|e| e.to_string())?;
+        .map_err(Error::io("socket"))?;
+    let local = sock.local_addr().map_err(Error::io("socket"))?;
     let uri = format!("sip:{domain}");
     let mut authorization = String::new();
     for cseq in first_cseq..first_cseq + 3 {
@@ -268,7 +269,8 @@ fn register_contact(
             name = user.name,
         );
         let response = ask(&sock, msg.as_bytes(), server)?;
-        let r = Message::parse(&response).map_err(|e| format!("bad response: {e}"))?;
+        let r = Message::parse(&response)
+            .map_err(|e| Error::peer(server, format!("bad response: {e}")))?;
         match r.status().map(StatusCode::as_u16) {
             Some(200) => return Ok(()),
             Some(code @ (401 | 407)) => {
@@ -285,23 +287,33 @@ fn register_contact(
                 authorization = r
                     .headers_named(name)
                     .find_map(|h| answer(h.value, header, user, &uri))
-                    .ok_or("challenge without a usable digest offer")?;
+                    .ok_or_else(|| {
+                        Error::peer(server, "challenge without a usable digest offer")
+                    })?;
             }
-            other => return Err(format!("REGISTER for {} answered {other:?}", user.name)),
+            other => {
+                return Err(Error::peer(
+                    server,
+                    format!("REGISTER for {} answered {other:?}", user.name),
+                ))
+            }
         }
     }
-    Err(format!(
-        "REGISTER for {} kept being challenged (wrong password?)",
-        user.name
+    Err(Error::peer(
+        server,
+        format!(
+            "REGISTER for {} kept being challenged (wrong password?)",
+            user.name
+        ),
     ))
 }
 
 /// Sends `msg` and waits for a final response, retransmitting (T1 doubling).
-fn ask(sock: &UdpSocket, msg: &[u8], server: SocketAddr) -> Result<Vec<u8>, String> {
+fn ask(sock: &UdpSocket, msg: &[u8], server: SocketAddr) -> Result<Vec<u8>, Error> {
     let mut buf = vec![0u8; 65_535];
     let deadline = Instant::now() + Duration::from_secs(8);
     while Instant::now() < deadline {
-        sock.send_to(msg, server).map_err(|e| e.to_string())?;
+        sock.send_to(msg, server).map_err(Error::io("sending"))?;
         let until = Instant::now() + Duration::from_millis(500);
         while Instant::now() < until {
             if let Ok(n) = sock.recv(&mut buf) {
@@ -315,7 +327,7 @@ fn ask(sock: &UdpSocket, msg: &[u8], server: SocketAddr) -> Result<Vec<u8>, Stri
             }
         }
     }
-    Err(format!("no answer from {server}"))
+    Err(Error::Timeout(format!("no answer from {server}")))
 }
 
 fn answer(challenge: &str, header: &str, user: &User, uri: &str) -> Option<String> {

@@ -462,10 +462,10 @@ mod tests {
             _ => {}
         });
         assert_eq!(out, b"a alice b 7");
-        assert_eq!(
+        assert!(matches!(
             Template::parse("[nope]").unwrap_err(),
-            Error::UnknownVariable("nope".into())
-        );
+            Error::UnknownVariable(v) if v == "nope"
+        ));
         assert!(matches!(
             Template::parse("x [user").unwrap_err(),
             Error::UnclosedTemplate(_)

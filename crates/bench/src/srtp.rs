@@ -10,6 +10,7 @@
 //! `interop/srtp/build-peer.sh`) so no language boundary sits inside its
 //! loop.
 
+use crate::error::Error;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,22 +64,22 @@ impl Timing {
 }
 
 /// Protected copies of `packets` packets, for the unprotect loops.
-fn protected_batch(profile: Profile, packets: usize) -> Result<Vec<Vec<u8>>, String> {
+fn protected_batch(profile: Profile, packets: usize) -> Result<Vec<Vec<u8>>, Error> {
     let (k, s) = keys(profile);
-    let mut tx = Context::new(profile, &k, &s).map_err(|e| e.to_string())?;
+    let mut tx = Context::new(profile, &k, &s).map_err(Error::crypto)?;
     let t = template();
     (0..packets)
         .map(|i| {
             let mut p = t.to_vec();
             p[2..4].copy_from_slice(&(i as u16).to_be_bytes());
-            tx.protect(&mut p).map_err(|e| e.to_string())?;
+            tx.protect(&mut p).map_err(Error::crypto)?;
             Ok(p)
         })
         .collect()
 }
 
 /// Our ns per packet over `rounds` rounds of `packets` packets.
-pub fn ours(profile: Profile, packets: usize, rounds: usize) -> Result<Timing, String> {
+pub fn ours(profile: Profile, packets: usize, rounds: usize) -> Result<Timing, Error> {
     let (k, s) = keys(profile);
     let t = template();
     let batch = protected_batch(profile, packets)?;
@@ -88,23 +89,23 @@ pub fn ours(profile: Profile, packets: usize, rounds: usize) -> Result<Timing, S
     };
     let mut buf = [0u8; 256];
     for _ in 0..rounds {
-        let mut tx = Context::new(profile, &k, &s).map_err(|e| e.to_string())?;
+        let mut tx = Context::new(profile, &k, &s).map_err(Error::crypto)?;
         let start = Instant::now();
         for i in 0..packets {
             buf[..172].copy_from_slice(&t);
             buf[2..4].copy_from_slice(&(i as u16).to_be_bytes());
             tx.protect_in_place(&mut buf, 172)
-                .map_err(|e| format!("protect: {e}"))?;
+                .map_err(|e| Error::Crypto(format!("protect: {e}")))?;
         }
         timing
             .protect_ns
             .push(start.elapsed().as_nanos() as f64 / packets as f64);
-        let mut rx = Context::new(profile, &k, &s).map_err(|e| e.to_string())?;
+        let mut rx = Context::new(profile, &k, &s).map_err(Error::crypto)?;
         let start = Instant::now();
         for p in &batch {
             buf[..p.len()].copy_from_slice(p);
             rx.unprotect_in_place(&mut buf[..p.len()])
-                .map_err(|e| format!("unprotect: {e}"))?;
+                .map_err(|e| Error::Crypto(format!("unprotect: {e}")))?;
         }
         timing
             .unprotect_ns
@@ -126,27 +127,27 @@ pub struct Steps {
 }
 
 /// The per-step breakdown for `profile`.
-pub fn steps(profile: Profile, packets: usize) -> Result<Steps, String> {
+pub fn steps(profile: Profile, packets: usize) -> Result<Steps, Error> {
     let (k, s) = keys(profile);
     let t = template();
     let batch = protected_batch(profile, packets)?;
     let mut tx = Context::new(profile, &k, &s)
-        .map_err(|e| e.to_string())?
+        .map_err(Error::crypto)?
         .with_hook(StepTimes::default());
     let mut rx = Context::new(profile, &k, &s)
-        .map_err(|e| e.to_string())?
+        .map_err(Error::crypto)?
         .with_hook(StepTimes::default());
     let mut buf = [0u8; 256];
     for i in 0..packets {
         buf[..172].copy_from_slice(&t);
         buf[2..4].copy_from_slice(&(i as u16).to_be_bytes());
         tx.protect_in_place(&mut buf, 172)
-            .map_err(|e| format!("protect: {e}"))?;
+            .map_err(|e| Error::Crypto(format!("protect: {e}")))?;
     }
     for p in &batch {
         buf[..p.len()].copy_from_slice(p);
         rx.unprotect_in_place(&mut buf[..p.len()])
-            .map_err(|e| format!("unprotect: {e}"))?;
+            .map_err(|e| Error::Crypto(format!("unprotect: {e}")))?;
     }
     let per_packet = |h: &StepTimes| -> Vec<(String, f64)> {
         Step::ALL
@@ -171,35 +172,30 @@ pub struct Libsrtp {
 impl Libsrtp {
     /// Builds the peer in `dir` (needs a C compiler, libsrtp2-dev and the
     /// pylibsrtp wheel: `./setup.sh` installs them).
-    pub fn build(dir: &Path) -> Result<Self, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pub fn build(dir: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
         let src = dir.join("libsrtp_peer.c");
         let script = dir.join("build-peer.sh");
-        std::fs::write(&src, PEER_SOURCE).map_err(|e| format!("{}: {e}", src.display()))?;
-        std::fs::write(&script, PEER_BUILD).map_err(|e| format!("{}: {e}", script.display()))?;
+        std::fs::write(&src, PEER_SOURCE).map_err(Error::io(src.display()))?;
+        std::fs::write(&script, PEER_BUILD).map_err(Error::io(script.display()))?;
         let bin = dir.join("libsrtp_peer");
         let out = Command::new("bash")
             .arg(&script)
             .arg(&bin)
             .output()
-            .map_err(|e| format!("running bash: {e}"))?;
+            .map_err(Error::io("running bash"))?;
         if !out.status.success() {
-            return Err(format!(
-                "building the libsrtp peer failed (./setup.sh installs libsrtp2-dev and pylibsrtp): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(Error::Build {
+                what: "the libsrtp peer (./setup.sh installs libsrtp2-dev and pylibsrtp)".into(),
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         let lib = String::from_utf8_lossy(&out.stdout).trim().to_string();
         Ok(Self { bin, lib })
     }
 
     /// libsrtp's ns per packet, same loop, same packet.
-    pub fn timing(
-        &self,
-        profile: Profile,
-        packets: usize,
-        rounds: usize,
-    ) -> Result<Timing, String> {
+    pub fn timing(&self, profile: Profile, packets: usize, rounds: usize) -> Result<Timing, Error> {
         let out = Command::new(&self.bin)
             .args([
                 self.lib.as_str(),
@@ -209,15 +205,15 @@ impl Libsrtp {
                 &rounds.to_string(),
             ])
             .output()
-            .map_err(|e| format!("running the libsrtp peer: {e}"))?;
+            .map_err(Error::io("running the libsrtp peer"))?;
         if !out.status.success() {
-            return Err(format!(
-                "libsrtp peer: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+            return Err(Error::peer(
+                "libsrtp peer",
+                String::from_utf8_lossy(&out.stderr).trim(),
             ));
         }
         let v: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| format!("libsrtp peer output: {e}"))?;
+            serde_json::from_slice(&out.stdout).map_err(|e| Error::peer("libsrtp peer", e))?;
         let list = |k: &str| -> Vec<f64> {
             v[k].as_array()
                 .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
@@ -251,7 +247,7 @@ pub fn experiment(
     rounds: usize,
     workdir: &Path,
     mut progress: impl FnMut(&Row),
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<Row>, Error> {
     let peer = Libsrtp::build(workdir)?;
     let mut rows = Vec::new();
     for &p in profiles {
@@ -458,28 +454,28 @@ pub fn calls(
     packets: u64,
     workdir: &Path,
     mut progress: impl FnMut(&CallRow),
-) -> Result<Vec<CallRow>, String> {
+) -> Result<Vec<CallRow>, Error> {
     use ua::phone::{Config, Phone};
     use ua::session::Source;
-    std::fs::create_dir_all(workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+    std::fs::create_dir_all(workdir).map_err(Error::io(workdir.display()))?;
     let csv = workdir.join("users.csv");
     let users = workdir.join("users.tsv");
     std::fs::write(&csv, "username,password\nalice,pw-alice\nbob,pw-bob\n")
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::io(csv.display()))?;
     let out = Command::new(exe)
         .args(["users", "import"])
         .arg(&csv)
         .arg("--file")
         .arg(&users)
         .output()
-        .map_err(|e| format!("{}: {e}", exe.display()))?;
+        .map_err(Error::io(exe.display()))?;
     if !out.status.success() {
-        return Err(format!(
-            "sipsec users import: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+        return Err(Error::peer(
+            "sipsec users import",
+            String::from_utf8_lossy(&out.stderr).trim(),
         ));
     }
-    let port = crate::compare::free_port().map_err(|e| e.to_string())?;
+    let port = crate::compare::free_port().map_err(Error::io("finding a free port"))?;
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let mut child = Command::new(exe)
         .args([
@@ -498,7 +494,7 @@ pub fn calls(
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("{}: {e}", exe.display()))?;
+        .map_err(Error::io(exe.display()))?;
     crate::compare::wait_ready(addr, &mut child)?;
     let server = crate::compare::Server {
         child,
@@ -528,22 +524,23 @@ pub fn calls(
     for p in configs {
         let suites: Vec<Profile> = p.into_iter().collect();
         let name = p.map_or("RTP".to_string(), |p| p.name().to_string());
-        let mut bob = Phone::new(config("bob", suites.clone())).map_err(|e| e.to_string())?;
-        bob.register(600).map_err(|e| format!("bob: {e}"))?;
+        let mut bob =
+            Phone::new(config("bob", suites.clone())).map_err(|e| Error::peer("bob", e))?;
+        bob.register(600).map_err(|e| Error::peer("bob", e))?;
         let callee = std::thread::spawn(move || {
             let r = bob.answer(Duration::from_secs(30), Source::Tone(1_000.0), packets);
             let _ = bob.register(0);
             r
         });
-        let mut alice = Phone::new(config("alice", suites)).map_err(|e| e.to_string())?;
+        let mut alice = Phone::new(config("alice", suites)).map_err(|e| Error::peer("alice", e))?;
         let target = format!("sip:bob@{}", server.addr);
         let caller = alice
             .call(&target, Source::Tone(440.0), packets)
-            .map_err(|e| format!("{name}: alice: {e}"))?;
+            .map_err(|e| Error::peer(format!("{name}: alice"), e))?;
         let answered = callee
             .join()
-            .map_err(|_| format!("{name}: bob's thread failed"))?
-            .map_err(|e| format!("{name}: bob: {e}"))?;
+            .map_err(|_| Error::peer(format!("{name}: bob"), "the thread failed"))?
+            .map_err(|e| Error::peer(format!("{name}: bob"), e))?;
         for (direction, report) in [("caller → callee", &answered), ("callee → caller", &caller)]
         {
             let row = CallRow {

@@ -253,8 +253,8 @@ mod tests {
     #[test]
     fn weights_are_checked() {
         assert_eq!(
-            parse_weights("0.55,0.445,0.004,0.0007,0.0003"),
-            Ok(DEFAULT_WEIGHTS)
+            parse_weights("0.55,0.445,0.004,0.0007,0.0003").unwrap(),
+            DEFAULT_WEIGHTS
         );
         assert!(parse_weights("0.5,0.5").is_err());
         assert!(parse_weights("0.5,0.5,0.1,0,0").is_err());

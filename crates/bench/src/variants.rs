@@ -11,6 +11,7 @@
 //! proxy only verifies their signatures, which costs the same for every
 //! variant of a size.
 
+use crate::error::Error;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -99,19 +100,18 @@ pub struct Point {
     pub p99_ms: f64,
 }
 
-fn run(exe: &Path, args: &[&str]) -> Result<(), String> {
+fn run(exe: &Path, args: &[&str]) -> Result<(), Error> {
     let out = Command::new(exe)
         .args(args)
         .stdout(Stdio::null())
         .output()
-        .map_err(|e| format!("{}: {e}", exe.display()))?;
+        .map_err(Error::io(exe.display()))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "sipsec {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
+        Err(Error::peer(
+            format!("sipsec {}", args.join(" ")),
+            String::from_utf8_lossy(&out.stderr).trim(),
         ))
     }
 }
@@ -127,7 +127,7 @@ fn key_and_cert(
     role: &str,
     variant: Variant,
     bits: u32,
-) -> Result<(PathBuf, PathBuf), String> {
+) -> Result<(PathBuf, PathBuf), Error> {
     let dir = &plan.workdir;
     let name = format!("{role}-{}-{bits}", variant.name());
     let key = dir.join(format!("{name}.key"));
@@ -174,28 +174,28 @@ fn key_and_cert(
     Ok((key, cert))
 }
 
-fn free_tcp_port() -> Result<u16, String> {
+fn free_tcp_port() -> Result<u16, Error> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| e.to_string())
+        .map_err(Error::io("finding a free port"))
 }
 
 /// The TLS configuration the next hops serve: `cert` and the RSA key of
 /// any variant in `key`.
-fn callee_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
+fn callee_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, Error> {
     let chain = rustls::pki_types::CertificateDer::pem_file_iter(cert)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", cert.display()))?;
-    let pem = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
-    let rsa = rsa_variants::PrivateKey::from_pem(&pem).map_err(|e| e.to_string())?;
-    let signing = rsa_variants::tls::signing_key(rsa).map_err(|e| e.to_string())?;
+        .map_err(|e| Error::Crypto(format!("{}: {e}", cert.display())))?;
+    let pem = std::fs::read(key).map_err(Error::io(key.display()))?;
+    let rsa = rsa_variants::PrivateKey::from_pem(&pem).map_err(Error::crypto)?;
+    let signing = rsa_variants::tls::signing_key(rsa).map_err(Error::crypto)?;
     let certified = rustls::sign::CertifiedKey::new(chain, signing);
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
-    .map_err(|e| e.to_string())?
+    .map_err(Error::crypto)?
     .with_no_client_auth()
     .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
     // No tickets and no session cache: the proxy's attempts to resume
@@ -237,9 +237,9 @@ fn point(
 }
 
 /// Runs the plan; `progress` sees each point as it is measured.
-pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<Point>, String> {
+pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<Point>, Error> {
     let dir = &plan.workdir;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
     run(&plan.exe, &["keygen", "ec", "-o", s(&dir.join("ca.key"))])?;
     run(
         &plan.exe,
@@ -256,12 +256,12 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
         ],
     )?;
     // The published experiment used 1024-bit keys: both sides accept them.
-    let client =
-        crate::link::client_config(&dir.join("ca.pem"), true).map_err(|e| e.to_string())?;
+    let client = crate::link::client_config(&dir.join("ca.pem"), true)
+        .map_err(Error::io(dir.join("ca.pem").display()))?;
     let client = crate::link::without_resumption(&client);
     if plan.pin {
         // Threads started from here on (callers, next hops) inherit it.
-        crate::poll::pin_to_core(1).map_err(|e| format!("pinning the generator: {e}"))?;
+        crate::poll::pin_to_core(1).map_err(Error::io("pinning the generator"))?;
     }
     let stop = AtomicBool::new(false);
     let mut points = Vec::new();
@@ -277,7 +277,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
         };
         for &variant in &plan.variants {
             let (key, cert) = key_and_cert(plan, "proxy", variant, bits)?;
-            let udp_port = free_port().map_err(|e| e.to_string())?;
+            let udp_port = free_port().map_err(Error::io("finding a free port"))?;
             let udp: SocketAddr = ([127, 0, 0, 1], udp_port).into();
             let tls: SocketAddr = ([127, 0, 0, 1], free_tcp_port()?).into();
             let data = dir.join(format!("data-{}-{bits}", variant.name()));
@@ -291,7 +291,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("{}: {e}", plan.exe.display()))?;
+                .map_err(Error::io(plan.exe.display()))?;
             wait_ready(udp, &mut child)?;
             let pids = cpu::process_tree(child.id());
             let server = Server {
@@ -304,7 +304,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
                 responder::Mode::Callee,
                 1,
             )
-            .map_err(|e| format!("callee: {e}"))?;
+            .map_err(Error::io("starting the callee"))?;
             let user = User {
                 name: "callee".into(),
                 password: "pw".into(),
@@ -312,7 +312,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
             responder::register(server.addr, &user, callee.addr(), 3600)?;
             let callees = if let Some((hop_key, hop_cert)) = &next_hop {
                 let c = TlsCallees::start([127, 0, 0, 1].into(), callee_config(hop_cert, hop_key)?)
-                    .map_err(|e| format!("TLS callees: {e}"))?;
+                    .map_err(Error::io("starting the TLS callees"))?;
                 let names = handshake::register_callees(server.addr, &c)?;
                 Some((c, names))
             } else {

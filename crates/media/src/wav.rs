@@ -7,6 +7,7 @@ use crate::g711;
 
 /// Why a WAV file could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WavError {
     /// Reading or writing failed.
     #[error("{path}: {source}")]
@@ -22,14 +23,19 @@ pub enum WavError {
         /// The file.
         path: String,
         /// What is wrong.
-        why: String,
+        why: FormatError,
     },
 }
 
+/// What makes a WAV file's bytes unplayable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FormatError(String);
+
 /// Decodes a WAV file's bytes to 16-bit mono samples at 8 kHz.
-pub fn decode(bytes: &[u8]) -> Result<Vec<i16>, String> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<i16>, FormatError> {
     if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
-        return Err("not a RIFF/WAVE file".into());
+        return Err(FormatError("not a RIFF/WAVE file".into()));
     }
     let mut at = 12;
     let mut format: Option<(u16, u16, u32, u16)> = None;
@@ -40,26 +46,29 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<i16>, String> {
         let body = bytes
             .get(at + 8..at + 8 + len)
             .or_else(|| (id == b"data").then(|| &bytes[at + 8..]))
-            .ok_or("a chunk runs past the end of the file")?;
+            .ok_or_else(|| FormatError("a chunk runs past the end of the file".into()))?;
         match id {
             b"fmt " => {
                 if body.len() < 16 {
-                    return Err("fmt chunk shorter than 16 bytes".into());
+                    return Err(FormatError("fmt chunk shorter than 16 bytes".into()));
                 }
                 let le16 = |i: usize| u16::from_le_bytes([body[i], body[i + 1]]);
                 let rate = u32::from_le_bytes([body[4], body[5], body[6], body[7]]);
                 format = Some((le16(0), le16(2), rate, le16(14)));
             }
             b"data" => {
-                let (tag, channels, rate, bits) =
-                    format.ok_or("the data chunk comes before the fmt chunk")?;
+                let (tag, channels, rate, bits) = format.ok_or_else(|| {
+                    FormatError("the data chunk comes before the fmt chunk".into())
+                })?;
                 if rate != crate::RATE {
-                    return Err(format!(
+                    return Err(FormatError(format!(
                         "{rate} Hz: only 8000 Hz is supported (resample it, e.g. sox in.wav -r 8000 out.wav)"
-                    ));
+                    )));
                 }
                 if !(1..=2).contains(&channels) {
-                    return Err(format!("{channels} channels: mono or stereo only"));
+                    return Err(FormatError(format!(
+                        "{channels} channels: mono or stereo only"
+                    )));
                 }
                 let mono: Vec<i16> = match (tag, bits) {
                     (1, 16) => body
@@ -69,9 +78,9 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<i16>, String> {
                     (7, 8) => body.iter().map(|&c| g711::ulaw_decode(c)).collect(),
                     (6, 8) => body.iter().map(|&c| g711::alaw_decode(c)).collect(),
                     _ => {
-                        return Err(format!(
+                        return Err(FormatError(format!(
                             "format {tag} with {bits}-bit samples: 16-bit PCM, µ-law or A-law only"
-                        ))
+                        )))
                     }
                 };
                 return Ok(if channels == 2 {
@@ -86,7 +95,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<i16>, String> {
         }
         at += 8 + len + (len & 1);
     }
-    Err("no data chunk".into())
+    Err(FormatError("no data chunk".into()))
 }
 
 /// Encodes 16-bit mono samples at 8 kHz as a WAV file.
@@ -142,14 +151,26 @@ mod tests {
         // A data chunk cut short (a recording that was interrupted) keeps
         // what is there.
         assert_eq!(decode(&bytes[..50]).unwrap(), samples[..3]);
-        assert!(decode(b"RIFF....WAVX").unwrap_err().contains("RIFF"));
+        assert!(decode(b"RIFF....WAVX")
+            .unwrap_err()
+            .to_string()
+            .contains("RIFF"));
         let mut wrong_rate = bytes.clone();
         wrong_rate[24..28].copy_from_slice(&44_100u32.to_le_bytes());
-        assert!(decode(&wrong_rate).unwrap_err().contains("44100 Hz"));
+        assert!(decode(&wrong_rate)
+            .unwrap_err()
+            .to_string()
+            .contains("44100 Hz"));
         let mut eight_bit = bytes.clone();
         eight_bit[34] = 8;
-        assert!(decode(&eight_bit).unwrap_err().contains("8-bit"));
-        assert!(decode(&bytes[..30]).unwrap_err().contains("past the end"));
+        assert!(decode(&eight_bit)
+            .unwrap_err()
+            .to_string()
+            .contains("8-bit"));
+        assert!(decode(&bytes[..30])
+            .unwrap_err()
+            .to_string()
+            .contains("past the end"));
     }
 
     #[test]

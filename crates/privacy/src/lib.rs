@@ -71,6 +71,7 @@ impl Scheme {
 
 /// Why an ID could not be protected or recovered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Not a pseudonym we can open: wrong key, tampered, truncated or not
     /// ours. Deliberately one value.

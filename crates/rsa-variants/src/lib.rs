@@ -137,6 +137,7 @@ impl HashAlg {
 
 /// What went wrong; messages name the cause.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// OpenSSL refused (bad key material, wrong sizes, …).
     #[error("openssl: {0}")]

@@ -398,6 +398,7 @@ pub struct RegistrarSection {
 
 /// A configuration problem, naming the file and what to fix.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
     #[error("{path}: {err}")]
@@ -433,14 +434,17 @@ pub fn default_tls_addr(udp: SocketAddr) -> SocketAddr {
     SocketAddr::new(udp.ip(), if udp.port() == 0 { 0 } else { 5061 })
 }
 
+/// A listener setting that is neither `off` nor an address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is neither \"off\" nor an address like 127.0.0.1:5060")]
+pub struct NotAnAddress(pub String);
+
 /// Parses `off` or an address.
-pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, NotAnAddress> {
     if s.eq_ignore_ascii_case("off") {
         Ok(None)
     } else {
-        s.parse()
-            .map(Some)
-            .map_err(|_| format!("{s:?} is neither \"off\" nor an address like 127.0.0.1:5060"))
+        s.parse().map(Some).map_err(|_| NotAnAddress(s.into()))
     }
 }
 
@@ -531,10 +535,10 @@ impl Config {
             }
         }
         if let Some(t) = f.tcp {
-            self.tcp = parse_optional_addr(&t).map_err(|m| value("tcp", m))?;
+            self.tcp = parse_optional_addr(&t).map_err(|m| value("tcp", m.to_string()))?;
         }
         if let Some(h) = f.http {
-            self.http = parse_optional_addr(&h).map_err(|m| value("http", m))?;
+            self.http = parse_optional_addr(&h).map_err(|m| value("http", m.to_string()))?;
         }
         if let Some(a) = f.advertise {
             self.advertise = a;

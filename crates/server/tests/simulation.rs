@@ -1194,3 +1194,89 @@ fn a_run_is_a_function_of_its_seed() {
         "losses happened"
     );
 }
+
+/// Two workers share one location, as the UDP workers do: a REGISTER for
+/// an AoR whose change is still being stored by the other is handed back
+/// (`Reply::Retry`), and when handed in again it is stored and answered
+/// once, admitted and counted once.
+#[test]
+fn a_register_that_meets_a_change_in_flight_is_handed_in_again_and_counted_once() {
+    let sim = Sim::new(7);
+    let registrar = Config {
+        mode: Mode::Registrar,
+        domains: vec!["b.example".into()],
+        advertise: addr(P2),
+        udp: addr(P2),
+        ..Config::default()
+    };
+    let shared = Arc::new(Shared::new(
+        registrar,
+        Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
+        None,
+        sim.now(),
+        std::hash::RandomState::new(),
+    ));
+    let (mut first, mut second) = (Core::new(shared.clone()), Core::new(shared.clone()));
+    let register = |contact: &str, cseq: u32| {
+        format!(
+            "REGISTER sip:b.example SIP/2.0\r\nVia: SIP/2.0/UDP {BOB};branch=z9hG4bK-busy{cseq}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:bob@b.example>;tag=b\r\nTo: <sip:bob@b.example>\r\n\
+             Call-ID: busy@{BOB}\r\nCSeq: {cseq} REGISTER\r\nContact: <{contact}>\r\nExpires: 600\r\n\
+             Content-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let (a, b) = (
+        register("sip:bob@10.0.2.20", 1),
+        register("sip:bob@10.0.2.21", 2),
+    );
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    let now = sim.now();
+    let src = addr(BOB);
+    assert_eq!(
+        first.handle(&a, src, Transport::Udp, now, &mut out_a),
+        Reply::Persist
+    );
+    assert_eq!(
+        second.handle(&b, src, Transport::Udp, now, &mut out_b),
+        Reply::Retry
+    );
+    assert!(
+        out_b.is_empty(),
+        "nothing is answered while the AoR is busy"
+    );
+    // Still busy: handed back again, and not counted again.
+    assert_eq!(
+        second.handle_again(&b, src, Transport::Udp, now, &mut out_b),
+        Reply::Retry
+    );
+    assert!(matches!(
+        first.persisted(Ok(()), &a, &mut out_a),
+        Reply::Send(..)
+    ));
+    assert_eq!(
+        second.handle_again(&b, src, Transport::Udp, now, &mut out_b),
+        Reply::Persist
+    );
+    assert!(matches!(
+        second.persisted(Ok(()), &b, &mut out_b),
+        Reply::Send(..)
+    ));
+    assert!(String::from_utf8_lossy(&out_b).starts_with("SIP/2.0 200"));
+    assert_eq!(
+        shared.metrics.requests("REGISTER"),
+        2,
+        "each REGISTER counted once"
+    );
+    let mut bound = Vec::new();
+    shared
+        .location
+        .lookup("sip:bob@b.example", now.secs(), &mut bound);
+    let mut contacts: Vec<&str> = bound.iter().map(|b| b.contact.as_str()).collect();
+    contacts.sort_unstable();
+    assert_eq!(
+        contacts,
+        ["sip:bob@10.0.2.20", "sip:bob@10.0.2.21"],
+        "both changes stored"
+    );
+}

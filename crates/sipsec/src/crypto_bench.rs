@@ -74,7 +74,7 @@ pub struct CryptoBenchArgs {
     install: bool,
 }
 
-fn fail(code: u8, msg: &str) -> ExitCode {
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("sipsec crypto-bench: {msg}");
     ExitCode::from(code)
 }
@@ -154,7 +154,7 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         if let Some(x) = unknown(given, known) {
             return fail(
                 2,
-                &format!("{flag}: unknown value {x:?} (known: {})", known.join(", ")),
+                format!("{flag}: unknown value {x:?} (known: {})", known.join(", ")),
             );
         }
     }
@@ -171,7 +171,7 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
     {
         return fail(
             2,
-            &format!("--sizes: {b} is not a multiple of 8 in 1024..=8192"),
+            format!("--sizes: {b} is not a multiple of 8 in 1024..=8192"),
         );
     }
     if plan.iterations.is_empty()
@@ -196,13 +196,13 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
     }
     if a.install {
         if let Err(e) = install(&a) {
-            return fail(2, &e);
+            return fail(2, e);
         }
     }
     eprintln!("building the adapters in {}", a.build_dir.display());
     let specs = match crossbench::prepare(&a.langs, &a.crossbench, &a.build_dir) {
         Ok(s) => s,
-        Err(e) => return fail(2, &e),
+        Err(e) => return fail(2, e),
     };
     let mut adapters = Vec::new();
     for s in &specs {
@@ -211,16 +211,16 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
                 eprintln!("{:<22} {}", ad.id(), ad.info.version);
                 adapters.push(ad);
             }
-            Err(e) => return fail(1, &e),
+            Err(e) => return fail(1, e),
         }
     }
     let keys = match crossbench::make_keys(&plan.sizes, &plan.variants, a.keys_dir.as_deref()) {
         Ok(k) => k,
-        Err(e) => return fail(1, &format!("making the test keys: {e}")),
+        Err(e) => return fail(1, format!("making the test keys: {e}")),
     };
     let pairs = match crossbench::cross_check(&mut adapters, &keys) {
         Ok(n) => n,
-        Err(e) => return fail(1, &format!("cross-check failed: {e}")),
+        Err(e) => return fail(1, format!("cross-check failed: {e}")),
     };
     eprintln!(
         "cross-check: {pairs} pairs agree (decrypt each other's OAEP, verify each other's PSS, refuse a tampered message)"
@@ -274,14 +274,14 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
             files.len(),
             a.out.display()
         ),
-        Err(e) => return fail(1, &e),
+        Err(e) => return fail(1, e),
     }
     if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         fail(
             1,
-            &format!(
+            format!(
                 "{} cells failed (the others are in the results):\n{}",
                 report.failures.len(),
                 report.failures.join("\n")

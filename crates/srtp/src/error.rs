@@ -3,6 +3,7 @@
 /// Why a packet was refused. Deliberately coarse for authentication: a
 /// forged packet learns nothing beyond "rejected".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Not an RTP/RTCP packet this context can handle.
     #[error("malformed packet: {0}")]

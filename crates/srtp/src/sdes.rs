@@ -17,6 +17,7 @@ use crate::{Context, Error, MasterKey, Options, Profile};
 
 /// Why an `a=crypto` attribute could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SdesError {
     /// Not of the form `tag suite key-params [session-params]`.
     #[error("malformed a=crypto: {0}")]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 /// Why no address was found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResolveError {
     /// Neither SRV nor A/AAAA gave an address.
     #[error("cannot resolve {0}")]

@@ -9,6 +9,7 @@ use srtp::sdes::{self, Crypto};
 
 /// Why a session description could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SdpError {
     /// The text is not SDP we understand.
     #[error("malformed SDP: {0}")]

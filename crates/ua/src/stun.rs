@@ -14,6 +14,7 @@ const XOR_MAPPED_ADDRESS: u16 = 0x0020;
 
 /// Why a STUN exchange failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StunError {
     /// Not a STUN message, or not ours.
     #[error("not a STUN response to our request")]

@@ -1,6 +1,7 @@
 //! One adapter process and the line protocol spoken with it.
 
 use super::*;
+use crate::error::Error;
 
 /// What an adapter says of itself (`hello`).
 #[derive(Debug, Clone, Serialize)]
@@ -39,18 +40,21 @@ pub struct Adapter {
 impl Adapter {
     /// Starts `spec` and asks who it is. A call without an answer within
     /// `timeout` stops the adapter and fails.
-    pub fn start(spec: &Spec, timeout: Duration) -> Result<Self, String> {
+    pub fn start(spec: &Spec, timeout: Duration) -> Result<Self, Error> {
         let mut child = Command::new(&spec.argv[0])
             .args(&spec.argv[1..])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("{}: cannot start {}: {e}", spec.id, spec.argv[0]))?;
+            .map_err(Error::io(format!(
+                "{}: cannot start {}",
+                spec.id, spec.argv[0]
+            )))?;
         let (Some(i), Some(o), Some(e)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err(format!("{}: no pipes", spec.id));
+            return Err(Error::peer(&spec.id, "no pipes"));
         };
         let (tx, replies) = mpsc::channel();
         std::thread::spawn(move || {
@@ -121,9 +125,9 @@ impl Adapter {
     }
 
     /// Sends one request and returns the reply, or the adapter's error.
-    pub fn call(&mut self, req: &Value) -> Result<Value, String> {
+    pub fn call(&mut self, req: &Value) -> Result<Value, Error> {
         let op = req["op"].as_str().unwrap_or("?");
-        let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
+        let mut line = serde_json::to_string(req).map_err(|e| Error::Input(e.to_string()))?;
         line.push('\n');
         let sent = self
             .input
@@ -137,11 +141,11 @@ impl Adapter {
             Ok(Ok(r)) => r,
             Err(RecvTimeoutError::Timeout) => {
                 let _ = self.child.kill();
-                return Err(format!(
+                return Err(Error::Timeout(format!(
                     "{}: no answer to {op} within {} s; the adapter was stopped",
                     self.info.id,
                     self.timeout.as_secs_f64()
-                ));
+                )));
             }
             Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => {
                 // Give the stderr thread a moment to read the last words.
@@ -151,35 +155,38 @@ impl Adapter {
                 }
                 let _ = self.child.wait();
                 let err = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
-                return Err(format!(
-                    "{}: the adapter stopped answering ({op}){}{}",
-                    self.info.id,
-                    if err.is_empty() { "" } else { ": " },
-                    err.trim_end()
+                return Err(Error::peer(
+                    &self.info.id,
+                    format!(
+                        "the adapter stopped answering ({op}){}{}",
+                        if err.is_empty() { "" } else { ": " },
+                        err.trim_end()
+                    ),
                 ));
             }
         };
         let v: Value = serde_json::from_str(&reply).map_err(|e| {
-            format!(
-                "{}: not a JSON reply ({e}): {}",
-                self.info.id,
-                reply.trim_end()
+            Error::peer(
+                &self.info.id,
+                format!("not a JSON reply ({e}): {}", reply.trim_end()),
             )
         })?;
         if v["ok"] != json!(true) {
-            return Err(format!(
-                "{}: {op} failed: {}",
-                self.info.id,
-                v["error"].as_str().unwrap_or("no reason given")
+            return Err(Error::peer(
+                &self.info.id,
+                format!(
+                    "{op} failed: {}",
+                    v["error"].as_str().unwrap_or("no reason given")
+                ),
             ));
         }
         Ok(v)
     }
 
-    pub(super) fn hex(&mut self, req: &Value, field: &str) -> Result<Vec<u8>, String> {
+    pub(super) fn hex(&mut self, req: &Value, field: &str) -> Result<Vec<u8>, Error> {
         let v = self.call(req)?;
         let h = v[field].as_str().unwrap_or("");
-        from_hex(h).ok_or_else(|| format!("{}: {field} is not hex", self.info.id))
+        from_hex(h).ok_or_else(|| Error::peer(&self.info.id, format!("{field} is not hex")))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Building each language's adapter, and what each needs installed.
 
 use super::*;
+use crate::error::Error;
 
 /// An implementation the runner can start.
 #[derive(Debug, Clone)]
@@ -111,44 +112,47 @@ pub fn missing(languages: &[String], build: &Path) -> Vec<String> {
 /// Present once the Java libraries are fetched.
 pub(super) const JMH_JAR: &str = "jmh-core-1.37.jar";
 
-pub(super) fn run_build(cmd: &mut Command, what: &str) -> Result<(), String> {
+pub(super) fn run_build(cmd: &mut Command, what: &str) -> Result<(), Error> {
     let out = cmd
         .output()
-        .map_err(|e| format!("building the {what} adapter: {e}"))?;
+        .map_err(Error::io(format!("building the {what} adapter")))?;
     if !out.status.success() {
         let mut text = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
         if text.is_empty() {
             text = String::from_utf8_lossy(&out.stdout).trim_end().to_owned();
         }
-        return Err(format!(
-            "building the {what} adapter failed (`./setup.sh --crypto-bench` installs the libraries):\n{text}"
-        ));
+        return Err(Error::Build {
+            what: format!(
+                "the {what} adapter (`./setup.sh --crypto-bench` installs the libraries)"
+            ),
+            detail: text,
+        });
     }
     Ok(())
 }
 
-pub(super) fn abs(p: &Path) -> Result<PathBuf, String> {
-    std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))
+pub(super) fn abs(p: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(p).map_err(Error::io(p.display()))
 }
 
 /// Builds (where needed) and names the adapters of `languages`, from the
 /// sources in `dir`, into `build`. Missing toolchains are an error that
 /// names each of them and what installs them.
-pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spec>, String> {
+pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spec>, Error> {
     if !dir.join("protocol.md").is_file() {
-        return Err(format!(
+        return Err(Error::Input(format!(
             "{}: not the crossbench folder (no protocol.md); pass --crossbench DIR",
             dir.display()
-        ));
+        )));
     }
     let lacking = missing(languages, build);
     if !lacking.is_empty() {
-        return Err(format!(
+        return Err(Error::Input(format!(
             "this machine lacks what the adapters need:\n  {}\ninstall it with `./setup.sh --crypto-bench` (or run again with --install)",
             lacking.join("\n  ")
-        ));
+        )));
     }
-    std::fs::create_dir_all(build).map_err(|e| format!("{}: {e}", build.display()))?;
+    std::fs::create_dir_all(build).map_err(Error::io(build.display()))?;
     let s = |p: &Path| p.display().to_string();
     let mut specs = Vec::new();
     for lang in languages {
@@ -218,7 +222,7 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 let classes = build.join("java/classes");
                 let _ = std::fs::remove_dir_all(&classes);
                 let sources: Vec<PathBuf> = std::fs::read_dir(dir.join("java/src/crossbench"))
-                    .map_err(|e| format!("{}: {e}", dir.join("java/src").display()))?
+                    .map_err(Error::io(dir.join("java/src").display()))?
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .filter(|p| p.extension().is_some_and(|x| x == "java"))
                     .collect();
@@ -288,10 +292,10 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 }
             }
             other => {
-                return Err(format!(
+                return Err(Error::Input(format!(
                     "unknown language {other:?} (known: {})",
                     LANGUAGES.join(", ")
-                ))
+                )))
             }
         }
     }

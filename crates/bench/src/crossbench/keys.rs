@@ -1,6 +1,7 @@
 //! The test keys every adapter uses, and the message lengths per operation.
 
 use super::*;
+use crate::error::Error;
 
 /// The largest OAEP-SHA-256 message for a key of `bits` (190 at 2048,
 /// the published size).
@@ -45,14 +46,12 @@ pub struct TestKey {
 }
 
 impl TestKey {
-    pub(super) fn new(bits: u32, variant: &'static str, key: &PrivateKey) -> Result<Self, String> {
-        let pem = String::from_utf8(key.to_pkcs8_pem().map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let rsa = key.pkey().rsa().map_err(|e| e.to_string())?;
-        let hex = |b: &openssl::bn::BigNumRef| -> Result<String, String> {
-            Ok(b.to_hex_str()
-                .map_err(|e| e.to_string())?
-                .to_ascii_lowercase())
+    pub(super) fn new(bits: u32, variant: &'static str, key: &PrivateKey) -> Result<Self, Error> {
+        let pem =
+            String::from_utf8(key.to_pkcs8_pem().map_err(Error::crypto)?).map_err(Error::crypto)?;
+        let rsa = key.pkey().rsa().map_err(Error::crypto)?;
+        let hex = |b: &openssl::bn::BigNumRef| -> Result<String, Error> {
+            Ok(b.to_hex_str().map_err(Error::crypto)?.to_ascii_lowercase())
         };
         Ok(Self {
             id: if variant == "crt" {
@@ -82,29 +81,29 @@ pub fn make_keys(
     sizes: &[u32],
     variants: &[String],
     dir: Option<&Path>,
-) -> Result<Vec<TestKey>, String> {
+) -> Result<Vec<TestKey>, Error> {
     let mut keys = Vec::new();
-    let e = |e: rsa_variants::Error| e.to_string();
     for &bits in sizes {
-        let crt = PrivateKey::generate(Variant::Crt, bits).map_err(e)?;
+        let crt = PrivateKey::generate(Variant::Crt, bits).map_err(Error::crypto)?;
         keys.push(TestKey::new(bits, "crt", &crt)?);
         if variants.iter().any(|v| v == "standard") {
             keys.push(TestKey::new(
                 bits,
                 "standard",
-                &crt.to_standard().map_err(e)?,
+                &crt.to_standard().map_err(Error::crypto)?,
             )?);
         }
         if variants.iter().any(|v| v == "multiprime") {
-            let mp = PrivateKey::generate(Variant::MultiPrime { primes: 3 }, bits).map_err(e)?;
+            let mp = PrivateKey::generate(Variant::MultiPrime { primes: 3 }, bits)
+                .map_err(Error::crypto)?;
             keys.push(TestKey::new(bits, "multiprime", &mp)?);
         }
     }
     if let Some(dir) = dir {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
         for k in &keys {
             let p = dir.join(format!("rsa-{}-{}.pem", k.bits, k.variant));
-            std::fs::write(&p, &k.pem).map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::write(&p, &k.pem).map_err(Error::io(p.display()))?;
         }
     }
     Ok(keys)

@@ -1,6 +1,7 @@
 //! The measurement plan, its cells and the timed runs.
 
 use super::*;
+use crate::error::Error;
 
 /// Mean, sample standard deviation, median and 95 % CI half-width
 /// (Student's t with n − 1 degrees of freedom) of `xs`.
@@ -214,7 +215,7 @@ pub(super) fn key_id(c: &Cell) -> String {
 
 /// The plain timer on one cell: a row per iteration count, the counts
 /// after a capped one skipped.
-pub(super) fn plain_cell(a: &mut Adapter, plan: &Plan, c: &Cell) -> Result<Vec<Row>, String> {
+pub(super) fn plain_cell(a: &mut Adapter, plan: &Plan, c: &Cell) -> Result<Vec<Row>, Error> {
     let counts = if c.op == "keygen" {
         &plan.keygen_iterations
     } else {
@@ -235,11 +236,13 @@ pub(super) fn plain_cell(a: &mut Adapter, plan: &Plan, c: &Cell) -> Result<Vec<R
         }))?;
         let reps_us = reps_from(&v, "ns");
         if reps_us.len() != plan.reps as usize {
-            return Err(format!(
-                "{}: bench returned {} repetitions, not {}",
+            return Err(Error::peer(
                 a.id(),
-                reps_us.len(),
-                plan.reps
+                format!(
+                    "bench returned {} repetitions, not {}",
+                    reps_us.len(),
+                    plan.reps
+                ),
             ));
         }
         let (mean_us, sd_us, median_us, ci95_us) = summary(&reps_us);
@@ -271,7 +274,7 @@ pub(super) fn framework_cell(
     plan: &Plan,
     c: &Cell,
     plain_mean_us: f64,
-) -> Result<FrameworkRow, String> {
+) -> Result<FrameworkRow, Error> {
     let v = a.call(&json!({
         "op": "framework", "what": c.op, "key": key_id(c), "bits": c.bits,
         "msg_len": c.msg_len, "reps": plan.reps, "seconds": plan.framework_seconds,
@@ -279,7 +282,10 @@ pub(super) fn framework_cell(
     let us = |f: &str| v[f].as_f64().unwrap_or(f64::NAN) / 1e3;
     let mean_us = us("mean_ns");
     if !(mean_us.is_finite() && mean_us > 0.0) {
-        return Err(format!("{}: the framework gave no mean: {v}", a.id()));
+        return Err(Error::peer(
+            a.id(),
+            format!("the framework gave no mean: {v}"),
+        ));
     }
     Ok(FrameworkRow {
         implementation: a.id().to_owned(),

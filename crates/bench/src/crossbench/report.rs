@@ -1,6 +1,7 @@
 //! The report: tables, plots and the published figures beside ours.
 
 use super::*;
+use crate::error::Error;
 
 /// A run's results, as written to results.json.
 #[derive(Debug, Clone, Serialize)]
@@ -392,10 +393,10 @@ impl Report {
     /// Writes results.json, results.csv, results.md, index.html and the
     /// plots (plots/crypto-K.svg, and PNG where rsvg-convert is) into
     /// `dir`; returns the files.
-    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+        std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
         let html = self.html();
-        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string_pretty(self).map_err(|e| Error::Input(e.to_string()))?;
         let mut files = Vec::new();
         for (name, text) in [
             ("results.json", json),
@@ -404,7 +405,7 @@ impl Report {
             ("index.html", html.clone()),
         ] {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::write(&p, text).map_err(Error::io(p.display()))?;
             files.push(p);
         }
         files.extend(plot::write_files(&html, &dir.join("plots"), "crypto")?);

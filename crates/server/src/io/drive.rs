@@ -57,7 +57,7 @@ fn retry(
     for _ in 1..BUSY_TRIES {
         std::thread::yield_now();
         out.clear();
-        let reply = core.handle(input, src, transport, now, out);
+        let reply = core.handle_again(input, src, transport, now, out);
         if reply != Reply::Retry {
             return reply;
         }

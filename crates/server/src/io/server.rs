@@ -19,6 +19,7 @@ use crate::proto::users::Users;
 
 /// Why the server could not start; each names what to fix.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The users file is missing or malformed.
     #[error("users file: {0}")]

@@ -28,6 +28,7 @@ const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Why TLS could not be set up; each names the file and the fix.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A file could not be read.
     #[error("{path}: {err}")]

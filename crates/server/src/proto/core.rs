@@ -179,6 +179,9 @@ pub struct Core {
     handled: u64,
     /// Whether this request's stages are timed.
     timed: bool,
+    /// Whether the message is being handed in again after
+    /// [`Reply::Retry`]: it was admitted and counted the first time.
+    again: bool,
     /// When the message being handled arrived.
     pub(super) now: Now,
     /// A binding change waiting for [`Core::persisted`], and where its
@@ -292,6 +295,7 @@ impl Core {
             sends: Sends::default(),
             path: String::new(),
             handled: 0,
+            again: false,
             timed: false,
             now: Now {
                 unix_ms: 0,
@@ -479,6 +483,32 @@ impl Core {
         self.server_error(input, &[("Retry-After", "1")], src, transport, out)
     }
 
+    /// Hands in again a message that got [`Reply::Retry`], after the
+    /// change in flight on its AoR had time to finish: the same as
+    /// [`Core::handle`] except that the message is not admitted or
+    /// counted a second time.
+    pub fn handle_again(
+        &mut self,
+        input: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.again = true;
+        let reply = self.handle(input, src, transport, now, out);
+        self.again = false;
+        reply
+    }
+
+    fn admit(&self, src: SocketAddr) -> Verdict {
+        if self.again {
+            Verdict::Admit
+        } else {
+            self.shared.guard.admit(src.ip(), self.now.unix_ms)
+        }
+    }
+
     /// Handles one message that arrived from `src` over `transport` at
     /// `now`, writing any answer or forwarded message into `out` (cleared
     /// by the caller).
@@ -500,9 +530,13 @@ impl Core {
             // happened (and its AoR is free again).
             self.shared.location.commit(prepared, false);
         }
-        self.timed = self.handled.is_multiple_of(STAGE_SAMPLE);
-        self.handled = self.handled.wrapping_add(1);
-        match self.shared.guard.admit(src.ip(), self.now.unix_ms) {
+        if self.again {
+            self.timed = false;
+        } else {
+            self.timed = self.handled.is_multiple_of(STAGE_SAMPLE);
+            self.handled = self.handled.wrapping_add(1);
+        }
+        match self.admit(src) {
             Verdict::Admit => {}
             Verdict::Limited => {
                 bump(&self.shared.metrics.rate_limited);
@@ -532,7 +566,9 @@ impl Core {
             bump(&self.shared.metrics.responses_received);
             return self.forward_response(&msg, out);
         }
-        self.shared.metrics.request(msg.method().as_str());
+        if !self.again {
+            self.shared.metrics.request(msg.method().as_str());
+        }
         match msg.method() {
             Method::Register if self.request_is_for_us(&msg) => self.register(&msg, src, now, out),
             _ => self.route(&msg, src, now, out),

@@ -350,6 +350,7 @@ pub enum Upstream {
 
 /// Why a transaction could not start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StartError {
     /// The same transaction already exists (a retransmission raced in).
     Exists,

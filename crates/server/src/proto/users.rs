@@ -43,6 +43,7 @@ impl UserEntry {
 
 /// A users-file problem, with its line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum UsersError {
     /// The file could not be read or written.
     #[error("{path}: {reason}")]

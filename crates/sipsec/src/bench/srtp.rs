@@ -66,7 +66,7 @@ pub(super) fn srtp_bench(a: SrtpArgs) -> Result<ExitCode, String> {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&workdir);
-            return Err(e);
+            return Err(e.into());
         }
     };
     let mut table = srtp::markdown(&rows);

@@ -25,6 +25,7 @@ use crate::sip::{self, Request};
 
 /// Why a phone operation failed: each with the words a user needs.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PhoneError {
     /// A socket failed.
     #[error("network: {0}")]
