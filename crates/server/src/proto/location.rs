@@ -65,6 +65,7 @@ pub struct ContactChange<'a> {
 
 /// Why an update was refused; a refused update changes nothing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpdateError {
     /// Same Call-ID with a lower CSeq than the stored one: a stale REGISTER
     /// (RFC 3261 §10.3 step 7). An equal CSeq is a retransmission of the
@@ -163,6 +164,9 @@ pub struct Prepared {
     /// 0: nothing to persist, nothing marked.
     token: u64,
     records: Vec<Record>,
+    /// The AoR's bindings as they will be after the change, highest q
+    /// first.
+    bindings: Vec<Binding>,
 }
 
 impl Prepared {
@@ -176,6 +180,12 @@ impl Prepared {
         &self.aor
     }
 
+    /// The AoR's live bindings as they will be once the change is
+    /// committed, highest q first (what the 200 OK lists).
+    pub fn bindings(&self) -> &[Binding] {
+        &self.bindings
+    }
+
     /// Whether nothing needs persisting (a query, or a no-op removal).
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
@@ -186,9 +196,9 @@ impl Prepared {
 pub trait Location: Send + Sync {
     /// Computes a REGISTER's changes for `aor` against the stored
     /// bindings (`remove_all` is `Contact: *`) and marks the AoR busy
-    /// until [`commit`](Self::commit). Returns the bindings as they will
-    /// be after the change in `current`; nothing is applied yet. `aor`
-    /// is kept in the [`Prepared`] change.
+    /// until [`commit`](Self::commit); nothing is applied yet. `aor`
+    /// and the bindings as they will be after the change are kept in the
+    /// [`Prepared`] change.
     fn prepare(
         &self,
         aor: String,
@@ -196,7 +206,6 @@ pub trait Location: Send + Sync {
         remove_all: bool,
         reg: &Registration<'_>,
         policy: &UpdatePolicy,
-        current: &mut Vec<Binding>,
     ) -> Result<Prepared, UpdateError>;
 
     /// Applies a prepared change whose records were `stored`, or forgets
@@ -216,7 +225,9 @@ pub trait Location: Send + Sync {
         persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
         current: &mut Vec<Binding>,
     ) -> Result<(), UpdateError> {
-        let prepared = self.prepare(aor.to_owned(), changes, remove_all, reg, policy, current)?;
+        let prepared = self.prepare(aor.to_owned(), changes, remove_all, reg, policy)?;
+        current.clear();
+        current.extend_from_slice(prepared.bindings());
         if prepared.is_empty() {
             self.commit(prepared, true);
             return Ok(());
@@ -246,12 +257,12 @@ pub trait Location: Send + Sync {
 
 const SHARDS: usize = 64;
 
-/// One AoR: its committed bindings, and the change being persisted (its
-/// token and the bindings it will leave).
+/// One AoR: its committed bindings, and the token of the change being
+/// persisted (its bindings travel in the [`Prepared`] change).
 #[derive(Debug, Default)]
 struct Aor {
     list: Vec<Binding>,
-    pending: Option<(u64, Vec<Binding>)>,
+    pending: Option<u64>,
 }
 
 /// One shard of AoRs, in a table addressed by the hash the store
@@ -366,7 +377,6 @@ impl Location for MemoryLocation {
         remove_all: bool,
         reg: &Registration<'_>,
         policy: &UpdatePolicy,
-        current: &mut Vec<Binding>,
     ) -> Result<Prepared, UpdateError> {
         let Registration {
             call_id,
@@ -488,14 +498,12 @@ impl Location for MemoryLocation {
                 }
             }
         }
-        current.clear();
-        current.extend(list.iter().cloned());
-        current.sort_by_key(|b| std::cmp::Reverse(b.q));
+        list.sort_by_key(|b| std::cmp::Reverse(b.q));
         let token = if records.is_empty() {
             0
         } else {
             let token = self.tokens.fetch_add(1, Ordering::Relaxed);
-            let pending = Some((token, list));
+            let pending = Some(token);
             match stored.as_mut() {
                 Some(a) => a.pending = pending,
                 None => {
@@ -515,6 +523,7 @@ impl Location for MemoryLocation {
             hash,
             token,
             records,
+            bindings: list,
         })
     }
 
@@ -527,12 +536,12 @@ impl Location for MemoryLocation {
         let Some(a) = shard.get_mut(hash, &prepared.aor) else {
             return;
         };
-        let Some((token, list)) = a.pending.take() else {
+        let Some(token) = a.pending.take() else {
             return;
         };
         debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
         if stored {
-            a.list = list;
+            a.list = prepared.bindings;
         }
         if a.list.is_empty() {
             shard.remove(hash, &prepared.aor);
@@ -837,11 +846,14 @@ pub(crate) mod tests {
                 false,
                 &reg("c1", 1, 100),
                 &policy,
-                &mut cur,
             )
             .expect("prepare");
         assert_eq!(first.records().len(), 1);
-        assert_eq!(cur.len(), 1, "the listing is the state after the change");
+        assert_eq!(
+            first.bindings().len(),
+            1,
+            "the listing is the state after the change"
+        );
         assert_eq!(loc.len(100), 0, "nothing applied before the commit");
         let second = loc.prepare(
             "sip:a@x".into(),
@@ -849,7 +861,6 @@ pub(crate) mod tests {
             false,
             &reg("c2", 1, 100),
             &policy,
-            &mut cur,
         );
         assert!(matches!(second, Err(UpdateError::Busy)));
         let other = loc
@@ -859,7 +870,6 @@ pub(crate) mod tests {
                 false,
                 &reg("c3", 1, 100),
                 &policy,
-                &mut cur,
             )
             .expect("another AoR");
         loc.commit(other, true);
@@ -872,7 +882,6 @@ pub(crate) mod tests {
                 false,
                 &reg("c2", 1, 100),
                 &policy,
-                &mut cur,
             )
             .expect("free again");
         loc.commit(again, true);

@@ -108,10 +108,10 @@ impl Core {
             overflow: cfg.max_contacts_policy,
             max_listing,
         };
-        let result =
-            self.shared
-                .location
-                .prepare(aor, &changes, star, &reg, &policy, &mut self.bindings);
+        let result = self
+            .shared
+            .location
+            .prepare(aor, &changes, star, &reg, &policy);
         let prepared = match result {
             Ok(p) => p,
             Err(UpdateError::Busy) => {
@@ -163,7 +163,7 @@ impl Core {
         };
         self.stage(Stage::AddUser, t0);
         self.lines.clear();
-        for b in &self.bindings {
+        for b in prepared.bindings() {
             let _ = write!(
                 self.lines,
                 "Contact: <{}>;expires={}\r\n",
