@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use sip_core::digest::Algorithm;
 
@@ -210,6 +211,57 @@ pub struct Config {
     /// the address (proxy mode), and requests from those addresses are
     /// trusted as coming from that domain's proxy (not challenged).
     pub peers: Vec<(String, SocketAddr)>,
+    /// Limits and deadlines of TCP and TLS connections.
+    pub connections: ConnectionLimits,
+}
+
+/// Limits and deadlines of the connection layer (TCP, TLS), each one a
+/// defence against a peer that holds resources without using them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectionLimits {
+    /// Most open connections; 0: as many as the file-descriptor limit
+    /// allows (raised to its hard limit at start), less a reserve.
+    pub max: usize,
+    /// Most connections from one source IP (carrier NAT puts many phones
+    /// behind one address); 0: no per-IP limit.
+    pub per_ip: usize,
+    /// Source IPs the per-IP limit does not apply to (e.g. a trusted SBC).
+    pub per_ip_exempt: Vec<std::net::IpAddr>,
+    /// Bytes a connection may have queued for its peer; a peer that lets
+    /// more pile up is closed as a slow reader.
+    pub queue_bytes: usize,
+    /// A TLS handshake must be complete this long after the connection
+    /// opened (an absolute deadline, however slowly bytes drip in).
+    pub handshake_timeout: Duration,
+    /// A SIP message must be complete this long after its first byte.
+    pub message_timeout: Duration,
+    /// A connection that receives nothing (not even a keep-alive) this
+    /// long is closed.
+    pub idle_timeout: Duration,
+    /// An outbound connect not established in this time fails.
+    pub connect_timeout: Duration,
+    /// Reactor threads serving connections; 0: one per core (at most 4).
+    pub reactors: usize,
+    /// Connections each reactor accepts per turn of its loop before it
+    /// serves established connections again.
+    pub accept_burst: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max: 0,
+            per_ip: 1024,
+            per_ip_exempt: Vec::new(),
+            queue_bytes: 256 << 10,
+            handshake_timeout: Duration::from_secs(10),
+            message_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(2),
+            reactors: 0,
+            accept_burst: 64,
+        }
+    }
 }
 
 impl Default for Config {
@@ -245,6 +297,7 @@ impl Default for Config {
             tls: None,
             privacy: None,
             peers: Vec::new(),
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -292,6 +345,34 @@ pub struct FileConfig {
     pub privacy: Option<PrivacySection>,
     /// `[peers]` table: domain = "address".
     pub peers: Option<std::collections::BTreeMap<String, SocketAddr>>,
+    /// `[connections]` table.
+    pub connections: Option<ConnectionsSection>,
+}
+
+/// `[connections]`: limits and deadlines of TCP and TLS connections.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsSection {
+    /// Most open connections (0: from the file-descriptor limit).
+    pub max: Option<usize>,
+    /// Most connections per source IP (0: no limit).
+    pub per_ip: Option<usize>,
+    /// Source IPs exempt from the per-IP limit.
+    pub per_ip_exempt: Option<Vec<std::net::IpAddr>>,
+    /// Bytes queued per connection before it is closed as a slow reader.
+    pub queue_bytes: Option<usize>,
+    /// Seconds a TLS handshake may take from the connection's start.
+    pub handshake_timeout: Option<f64>,
+    /// Seconds a SIP message may take from its first byte.
+    pub message_timeout: Option<f64>,
+    /// Seconds without a byte before a connection is closed.
+    pub idle_timeout: Option<f64>,
+    /// Seconds an outbound connect may take.
+    pub connect_timeout: Option<f64>,
+    /// Reactor threads (0: one per core, at most 4).
+    pub reactors: Option<usize>,
+    /// Accepts per reactor turn.
+    pub accept_burst: Option<usize>,
 }
 
 /// `[privacy]`: PrivaSIP pseudonyms this proxy opens.
@@ -672,6 +753,62 @@ impl Config {
         }
         if let Some(peers) = f.peers {
             self.peers = peers.into_iter().collect();
+        }
+        if let Some(c) = f.connections {
+            let l = &mut self.connections;
+            l.max = c.max.unwrap_or(l.max);
+            l.per_ip = c.per_ip.unwrap_or(l.per_ip);
+            l.per_ip_exempt = c
+                .per_ip_exempt
+                .unwrap_or(std::mem::take(&mut l.per_ip_exempt));
+            l.reactors = c.reactors.unwrap_or(l.reactors);
+            if let Some(q) = c.queue_bytes {
+                if q < 4096 {
+                    return Err(value(
+                        "connections.queue_bytes",
+                        format!("{q}: at least 4096 (a SIP message must fit)"),
+                    ));
+                }
+                l.queue_bytes = q;
+            }
+            if let Some(b) = c.accept_burst {
+                if b == 0 {
+                    return Err(value(
+                        "connections.accept_burst",
+                        "must be at least 1".into(),
+                    ));
+                }
+                l.accept_burst = b;
+            }
+            for (key, given, slot) in [
+                (
+                    "connections.handshake_timeout",
+                    c.handshake_timeout,
+                    &mut l.handshake_timeout,
+                ),
+                (
+                    "connections.message_timeout",
+                    c.message_timeout,
+                    &mut l.message_timeout,
+                ),
+                (
+                    "connections.idle_timeout",
+                    c.idle_timeout,
+                    &mut l.idle_timeout,
+                ),
+                (
+                    "connections.connect_timeout",
+                    c.connect_timeout,
+                    &mut l.connect_timeout,
+                ),
+            ] {
+                if let Some(secs) = given {
+                    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+                        return Err(value(key, format!("{secs}: seconds in (0, 86400]")));
+                    }
+                    *slot = Duration::from_secs_f64(secs);
+                }
+            }
         }
         if self.min_expires > self.max_expires {
             return Err(value(

@@ -116,6 +116,21 @@ pub fn oversize(what: &str, dest: SocketAddr, len: usize) {
     });
 }
 
+static CONNECTIONS: Limiter = Limiter::new();
+static CLOSED: Limiter = Limiter::new();
+
+/// The connection layer could not do something it should (accept, poll).
+pub fn connection_trouble(msg: &str) {
+    limited(&CONNECTIONS, "warn", || msg.to_owned());
+}
+
+/// A connection was closed by a defence (deadline, slow reader, limit).
+pub fn connection_closed(peer: SocketAddr, reason: &str) {
+    limited(&CLOSED, "info", || {
+        format!("closed the connection from {peer}: {reason}")
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -203,12 +203,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             tls.clone(),
             stop.clone(),
         );
-        if let Some(l) = tcp_listener {
-            threads.push(hub.listen(l, false).map_err(bind)?);
-        }
-        if let Some(l) = tls_listener {
-            threads.push(hub.listen(l, true).map_err(bind)?);
-        }
+        threads.extend(hub.start(tcp_listener, tls_listener).map_err(bind)?);
         Some(hub)
     } else {
         None

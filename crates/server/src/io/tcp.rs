@@ -1,91 +1,273 @@
-//! TCP and TLS transports (RFC 3261 §18.3, §26.2): one reader thread per
-//! connection, stream framing from sip-core, and a table of open
-//! connections so responses and forwarded requests reuse them.
+//! The connection layer: TCP and TLS (RFC 3261 §18.3, §26.2) served by a
+//! few reactor threads (mio, edge-triggered epoll), none per connection.
 //!
-//! A TLS connection is a rustls session (sans-IO) beside its socket: the
-//! reader feeds it the bytes it reads without holding any lock across
-//! the read; senders lock the connection, write plaintext and flush the
-//! records. Threads keep this simple and fast for the connection counts
-//! SIP trunks and test loads use.
+//! Each connection lives on one reactor, which alone reads it, frames
+//! its SIP messages (sip-core) and hands them to that reactor's core.
+//! Anyone may send on it: a send appends to the connection's bounded
+//! outbound queue (for TLS, rustls's own record buffer under a limit) and
+//! writes what the socket takes without blocking; the reactor writes the
+//! rest when the socket drains. A peer that lets its queue fill is closed
+//! as a slow reader, so no peer can stall a worker or another peer.
+//!
+//! Deadlines are absolute and checked on every reactor turn: a TLS
+//! handshake must finish within its timeout of the connection opening, a
+//! SIP message within its timeout of its first byte, and a silent
+//! connection is closed after the idle timeout. Connections are bounded
+//! globally (sized from the file-descriptor limit) and per source IP, and
+//! each reactor accepts a bounded burst per turn, so a connect storm
+//! cannot starve established phones.
+//!
+//! Memory per idle connection is the socket, a small state record and,
+//! for TLS, the rustls session: read buffers belong to the reactor, and a
+//! connection holds bytes only while a message is incomplete or output
+//! is queued.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use rustls::pki_types::ServerName;
 use sip_core::framing::{frame, Frame};
 use sip_core::writer::write_error_response;
 use sip_core::{ErrorKind, Limits};
 
-use rustls::pki_types::ServerName;
-
+use crate::config::ConnectionLimits;
 use crate::io::journal::SharedJournal;
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
 use crate::proto::core::{Core, Shared, Transport};
+use crate::proto::metrics::CloseReason;
 use crate::proto::stateful::{Key, Sends};
 
-/// Most simultaneous connections; further ones are refused.
-pub const MAX_CONNECTIONS: usize = 4096;
-/// A connection silent this long is closed.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-const POLL: Duration = Duration::from_millis(200);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Outbound connects in progress at most; more are refused (dropped).
 pub const MAX_PENDING_CONNECTS: usize = 64;
-/// A TLS handshake not finished in this time closes the connection.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// File descriptors kept for everything but connections (journals,
+/// listeners, the operator endpoint) when the limit is sized from them.
+const FD_RESERVE: usize = 256;
+/// How long a reactor waits for events before it checks deadlines.
+const TURN: Duration = Duration::from_millis(100);
+/// Bytes read from one connection per event before others get a turn.
+const READ_BUDGET: usize = 256 << 10;
+/// The reactor's read buffer.
+const SCRATCH: usize = 64 << 10;
 
-/// One connection's sending side: the socket and, for TLS, the session.
-#[derive(Debug)]
-struct Conn {
-    sock: TcpStream,
-    tls: Option<rustls::Connection>,
+const WAKER: Token = Token(0);
+const LISTEN_TCP: Token = Token(1);
+const LISTEN_TLS: Token = Token(2);
+const FIRST_CONN: usize = 16;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Conn {
-    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match &mut self.tls {
-            None => self.sock.write_all(bytes),
-            Some(tls) => {
-                tls.writer().write_all(bytes)?;
-                flush(tls, &mut self.sock)
+/// Raises the soft file-descriptor limit to the hard one; returns the
+/// new soft limit.
+#[allow(unsafe_code)]
+pub fn raise_fd_limit() -> usize {
+    // SAFETY: getrlimit/setrlimit read and write a plain struct we own.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r.rlim_cur = r.rlim_max;
             }
         }
+        usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
     }
 }
 
-/// Writes every pending TLS record.
-fn flush(tls: &mut rustls::Connection, sock: &mut TcpStream) -> io::Result<()> {
-    while tls.wants_write() {
-        tls.write_tls(sock)?;
+/// The connection limit in effect: the configured one, or what the
+/// file-descriptor limit leaves after the reserve.
+pub fn effective_limit(configured: usize, fd_limit: usize) -> usize {
+    let by_fds = fd_limit.saturating_sub(FD_RESERVE).max(64);
+    if configured == 0 {
+        by_fds
+    } else {
+        configured.min(by_fds)
     }
-    Ok(())
 }
 
-type Writer = Arc<Mutex<Conn>>;
+/// Why a message could not be queued on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueError {
+    /// The connection is closed or closing.
+    Closed,
+    /// The peer's queue is full: it is being closed as a slow reader.
+    Full,
+}
 
-/// Open TCP connections and what their readers share.
+#[derive(Debug)]
+enum Phase {
+    /// An outbound connect in progress, with what waits for it.
+    Connecting(Vec<Vec<u8>>),
+    Open,
+    Closed,
+}
+
+/// One connection's sending side and session, shared by its reactor and
+/// every sender.
+#[derive(Debug)]
+struct Tx {
+    sock: TcpStream,
+    tls: Option<rustls::Connection>,
+    /// Plain TCP: bytes queued for the peer, from `sent` on.
+    out: Vec<u8>,
+    sent: usize,
+    phase: Phase,
+}
+
+impl Tx {
+    fn queued(&self) -> usize {
+        match &self.phase {
+            Phase::Connecting(p) => p.iter().map(Vec::len).sum(),
+            _ => self.out.len() - self.sent,
+        }
+    }
+
+    /// Writes what the socket takes now. `Err`: the connection is broken.
+    fn flush(&mut self) -> io::Result<()> {
+        if !matches!(self.phase, Phase::Open) {
+            return Ok(());
+        }
+        match &mut self.tls {
+            Some(tls) => {
+                while tls.wants_write() {
+                    match tls.write_tls(&mut self.sock) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            None => {
+                while self.sent < self.out.len() {
+                    match self.sock.write(&self.out[self.sent..]) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => self.sent += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if self.sent == self.out.len() {
+                    self.sent = 0;
+                    self.out.clear();
+                    if self.out.capacity() > 16 << 10 {
+                        self.out = Vec::new();
+                    }
+                } else if self.sent > self.out.len() / 2 {
+                    self.out.drain(..self.sent);
+                    self.sent = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues `bytes` for the peer (at most `limit` bytes waiting) and
+    /// writes what the socket takes.
+    fn queue(&mut self, bytes: &[u8], limit: usize) -> Result<(), QueueError> {
+        match &mut self.phase {
+            Phase::Closed => return Err(QueueError::Closed),
+            Phase::Connecting(pending) => {
+                let waiting: usize = pending.iter().map(Vec::len).sum();
+                if waiting + bytes.len() > limit {
+                    return Err(QueueError::Full);
+                }
+                pending.push(bytes.to_vec());
+                return Ok(());
+            }
+            Phase::Open => {}
+        }
+        match &mut self.tls {
+            Some(tls) => {
+                let n = tls.writer().write(bytes).map_err(|_| QueueError::Closed)?;
+                if n < bytes.len() {
+                    return Err(QueueError::Full);
+                }
+            }
+            None => {
+                if self.queued() + bytes.len() > limit {
+                    return Err(QueueError::Full);
+                }
+                self.out.extend_from_slice(bytes);
+            }
+        }
+        self.flush().map_err(|_| QueueError::Closed)
+    }
+}
+
+/// One connection, as the connection table and senders see it.
+#[derive(Debug)]
+struct Conn {
+    peer: SocketAddr,
+    token: Token,
+    reactor: usize,
+    transport: Transport,
+    /// Counted against its source IP's share (accepted connections).
+    counted_ip: bool,
+    tx: Mutex<Tx>,
+    /// Why it is being closed, set by whoever decided it (once).
+    closing: Mutex<Option<CloseReason>>,
+}
+
+/// What reactors receive from other threads.
+#[derive(Debug)]
+enum Order {
+    /// Serve this (outbound) connection.
+    Adopt(Arc<Conn>),
+    /// Close this connection.
+    Close(Token),
+}
+
+/// A reactor, as other threads reach it.
+#[derive(Debug)]
+struct ReactorLink {
+    waker: Waker,
+    orders: Mutex<Vec<Order>>,
+}
+
+/// Open TCP and TLS connections and what their reactors share.
 #[derive(Debug)]
 pub struct TcpHub {
     shared: Arc<Shared>,
     journal: Option<SharedJournal>,
     udp: Option<Arc<UdpSocket>>,
     tls: Option<Arc<TlsContext>>,
-    conns: Mutex<HashMap<SocketAddr, Writer>>,
     stop: Arc<AtomicBool>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    limits: ConnectionLimits,
+    /// The effective global limit.
+    max: usize,
+    conns: Mutex<HashMap<SocketAddr, Arc<Conn>>>,
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    open: AtomicUsize,
+    next_token: AtomicUsize,
+    next_reactor: AtomicUsize,
+    reactors: OnceLock<Vec<ReactorLink>>,
 }
 
 impl TcpHub {
-    /// A hub; `udp` sends what TCP readers must forward over UDP; `tls`
-    /// serves and opens TLS connections.
+    /// A hub; `udp` sends what connections must forward over UDP; `tls`
+    /// serves and opens TLS connections. Raises the file-descriptor
+    /// limit to size the connection limit.
     pub fn new(
         shared: Arc<Shared>,
         journal: Option<SharedJournal>,
@@ -93,95 +275,116 @@ impl TcpHub {
         tls: Option<Arc<TlsContext>>,
         stop: Arc<AtomicBool>,
     ) -> Arc<Self> {
+        let limits = shared.config.connections.clone();
+        let max = effective_limit(limits.max, raise_fd_limit());
         Arc::new(Self {
             shared,
             journal,
             udp,
             tls,
-            conns: Mutex::new(HashMap::new()),
             stop,
+            limits,
+            max,
+            conns: Mutex::new(HashMap::new()),
+            per_ip: Mutex::new(HashMap::new()),
+            open: AtomicUsize::new(0),
+            next_token: AtomicUsize::new(FIRST_CONN),
+            next_reactor: AtomicUsize::new(0),
+            reactors: OnceLock::new(),
         })
     }
 
     /// Open connections.
     pub fn connections(&self) -> usize {
-        lock(&self.conns).len()
+        self.open.load(Ordering::Relaxed)
     }
 
-    /// Accepts connections until stopped; `secure`: each is a TLS server
-    /// session (the hub must have a TLS context).
-    pub fn listen(
+    /// The most connections served at once.
+    pub fn limit(&self) -> usize {
+        self.max
+    }
+
+    /// Starts the reactors, each accepting from the given listeners
+    /// (`tls` ones open TLS server sessions).
+    pub fn start(
         self: &Arc<Self>,
-        listener: TcpListener,
-        secure: bool,
-    ) -> io::Result<JoinHandle<()>> {
-        listener.set_nonblocking(true)?;
-        let hub = self.clone();
-        std::thread::Builder::new()
-            .name(if secure { "tls-accept" } else { "tcp-accept" }.into())
-            .spawn(move || {
-                while !hub.stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, peer)) => {
-                            let session = match (&hub.tls, secure) {
-                                (Some(ctx), true) => {
-                                    match rustls::ServerConnection::new(ctx.server.clone()) {
-                                        Ok(s) => Some(rustls::Connection::Server(s)),
-                                        Err(_) => continue,
-                                    }
-                                }
-                                (None, true) => continue,
-                                (_, false) => None,
-                            };
-                            let _ = hub.adopt(stream, peer, session);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(10))
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                    }
+        tcp: Option<TcpListener>,
+        tls: Option<TcpListener>,
+    ) -> io::Result<Vec<JoinHandle<()>>> {
+        let n = match self.limits.reactors {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            n => n,
+        };
+        let mut polls = Vec::with_capacity(n);
+        let mut links = Vec::with_capacity(n);
+        for _ in 0..n {
+            let poll = Poll::new()?;
+            links.push(ReactorLink {
+                waker: Waker::new(poll.registry(), WAKER)?,
+                orders: Mutex::new(Vec::new()),
+            });
+            polls.push(poll);
+        }
+        if self.reactors.set(links).is_err() {
+            return Err(io::Error::other("the connection layer is already started"));
+        }
+        let mut threads = Vec::with_capacity(n);
+        for (i, poll) in polls.into_iter().enumerate() {
+            let mut listeners = Vec::new();
+            for (l, token) in [(&tcp, LISTEN_TCP), (&tls, LISTEN_TLS)] {
+                if let Some(l) = l {
+                    let l = l.try_clone()?;
+                    l.set_nonblocking(true)?;
+                    let mut l = mio::net::TcpListener::from_std(l);
+                    poll.registry()
+                        .register(&mut l, token, Interest::READABLE)?;
+                    listeners.push((l, token, true));
                 }
-            })
-    }
-
-    fn adopt(
-        self: &Arc<Self>,
-        stream: TcpStream,
-        peer: SocketAddr,
-        tls: Option<rustls::Connection>,
-    ) -> io::Result<Writer> {
-        stream.set_nonblocking(false)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(POLL))?;
-        let writer: Writer = Arc::new(Mutex::new(Conn {
-            sock: stream.try_clone()?,
-            tls,
-        }));
-        {
-            let mut conns = lock(&self.conns);
-            if conns.len() >= MAX_CONNECTIONS {
-                return Err(io::Error::other("too many TCP connections"));
             }
-            conns.insert(peer, writer.clone());
+            let hub = self.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("conn-{i}"))
+                    .spawn(move || Reactor::new(hub, i, poll, listeners).run())?,
+            );
         }
-        let hub = self.clone();
-        let conn = writer.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("tcp-{peer}"))
-            .spawn(move || hub.read_loop(peer, stream, conn));
-        if let Err(e) = spawned {
-            lock(&self.conns).remove(&peer);
-            return Err(e);
-        }
-        Ok(writer)
+        Ok(threads)
     }
 
-    /// Sends `bytes` to `dest` on its open connection. Without one, the
-    /// connect (TCP, or TLS when `transport` says so) happens on a
-    /// background thread (at most [`MAX_PENDING_CONNECTS`] at once) so
-    /// that an unreachable target cannot stall the caller, a worker
-    /// serving everyone; the message is sent when the connection is up,
-    /// or dropped like a lost datagram.
+    fn link(&self, reactor: usize) -> Option<&ReactorLink> {
+        self.reactors.get().and_then(|r| r.get(reactor))
+    }
+
+    fn order(&self, reactor: usize, order: Order) {
+        if let Some(link) = self.link(reactor) {
+            lock(&link.orders).push(order);
+            let _ = link.waker.wake();
+        }
+    }
+
+    /// Marks `conn` for closing (the first reason wins) and has its
+    /// reactor close it.
+    fn close_later(&self, conn: &Conn, reason: CloseReason) {
+        {
+            let mut closing = lock(&conn.closing);
+            if closing.is_some() {
+                return;
+            }
+            *closing = Some(reason);
+        }
+        {
+            let mut tx = lock(&conn.tx);
+            if matches!(tx.phase, Phase::Open) {
+                tx.phase = Phase::Closed;
+            }
+        }
+        self.order(conn.reactor, Order::Close(conn.token));
+    }
+
+    /// Sends `bytes` to `dest` on its open connection, or connects (TCP,
+    /// or TLS when `transport` says so) without blocking the caller. A
+    /// message that cannot be queued is dropped and counted; a forwarded
+    /// request among them is answered 503 by its transaction.
     pub fn send(
         self: &Arc<Self>,
         dest: SocketAddr,
@@ -198,17 +401,31 @@ impl TcpHub {
                 format!("no {} transport to reach {dest}", transport.as_str()),
             ));
         }
-        self.shared.metrics.sent(bytes);
         let existing = lock(&self.conns).get(&dest).cloned();
         let Some(conn) = existing else {
-            return self.connect_then_send(dest, transport, bytes.to_vec());
+            return self.connect_then_send(dest, transport, bytes);
         };
-        let r = lock(&conn).send(bytes);
-        if r.is_err() {
-            lock(&self.conns).remove(&dest);
-            self.undeliverable(bytes);
+        let queued = lock(&conn.tx).queue(bytes, self.limits.queue_bytes);
+        match queued {
+            Ok(()) => {
+                self.shared.metrics.sent(bytes);
+                Ok(())
+            }
+            Err(e) => {
+                let reason = if e == QueueError::Full {
+                    CloseReason::SlowReader
+                } else {
+                    CloseReason::Error
+                };
+                self.close_later(&conn, reason);
+                self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                self.undeliverable(bytes);
+                Err(io::Error::other(match e {
+                    QueueError::Full => "the peer does not read: closed as a slow reader",
+                    QueueError::Closed => "the connection is closed",
+                }))
+            }
         }
-        r
     }
 
     /// A message could not be sent. For a request the stateful proxy
@@ -232,50 +449,84 @@ impl TcpHub {
         self: &Arc<Self>,
         dest: SocketAddr,
         transport: Transport,
-        bytes: Vec<u8>,
+        bytes: &[u8],
     ) -> io::Result<()> {
+        let refuse = |hub: &Arc<Self>, why: &str| {
+            hub.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+            hub.undeliverable(bytes);
+            Err(io::Error::other(format!("{dest}: {why}")))
+        };
         // A TLS next hop is named by address here, so its certificate must
         // carry that IP address (subjectAltName iPAddress).
         let session = match (transport, &self.tls) {
-            (Transport::Tls, Some(ctx)) => Some(rustls::Connection::Client(
-                rustls::ClientConnection::new(
+            (Transport::Tls, Some(ctx)) => {
+                match rustls::ClientConnection::new(
                     ctx.client.clone(),
                     ServerName::IpAddress(dest.ip().into()),
-                )
-                .map_err(io::Error::other)?,
-            )),
+                ) {
+                    Ok(c) => Some(rustls::Connection::Client(c)),
+                    Err(e) => return refuse(self, &e.to_string()),
+                }
+            }
             (Transport::Tls, None) => {
-                self.undeliverable(&bytes);
-                return Err(io::Error::other("no TLS configured for a sips: next hop"));
+                return refuse(self, "no TLS configured for a sips: next hop")
             }
             _ => None,
         };
+        if self.open.load(Ordering::Relaxed) >= self.max {
+            return refuse(self, "the connection limit is reached");
+        }
         let pending = &self.shared.metrics.tcp_connects_pending;
         if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CONNECTS as u64 {
             pending.fetch_sub(1, Ordering::AcqRel);
-            return Err(io::Error::other("too many TCP connects in progress"));
+            return refuse(self, "too many connects in progress");
         }
-        let hub = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tcp-connect".into())
-            .spawn(move || {
-                let result = TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT)
-                    .and_then(|s| hub.adopt(s, dest, session))
-                    .and_then(|conn| lock(&conn).send(&bytes));
-                if result.is_err() {
-                    lock(&hub.conns).remove(&dest);
-                    hub.undeliverable(&bytes);
-                }
-                hub.shared
-                    .metrics
-                    .tcp_connects_pending
-                    .fetch_sub(1, Ordering::AcqRel);
-            });
-        if let Err(e) = spawned {
-            pending.fetch_sub(1, Ordering::AcqRel);
-            return Err(e);
+        let sock = match TcpStream::connect(dest) {
+            Ok(s) => s,
+            Err(e) => {
+                pending.fetch_sub(1, Ordering::AcqRel);
+                return refuse(self, &e.to_string());
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let reactor = self.pick_reactor();
+        let conn = Arc::new(Conn {
+            peer: dest,
+            token: Token(self.next_token.fetch_add(1, Ordering::Relaxed)),
+            reactor,
+            transport,
+            counted_ip: false,
+            tx: Mutex::new(Tx {
+                sock,
+                tls: session.map(|mut s| {
+                    s.set_buffer_limit(Some(self.limits.queue_bytes));
+                    s
+                }),
+                out: Vec::new(),
+                sent: 0,
+                phase: Phase::Connecting(vec![bytes.to_vec()]),
+            }),
+            closing: Mutex::new(None),
+        });
+        {
+            let mut conns = lock(&self.conns);
+            if let Some(other) = conns.get(&dest).cloned() {
+                // Another sender connected meanwhile: use its connection.
+                drop(conns);
+                pending.fetch_sub(1, Ordering::AcqRel);
+                return self.send(dest, other.transport, bytes);
+            }
+            conns.insert(dest, conn.clone());
         }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.shared.metrics.sent(bytes);
+        self.order(reactor, Order::Adopt(conn));
         Ok(())
+    }
+
+    fn pick_reactor(&self) -> usize {
+        let n = self.reactors.get().map_or(1, Vec::len).max(1);
+        self.next_reactor.fetch_add(1, Ordering::Relaxed) % n
     }
 
     /// Sends by transport, with this hub for TCP and TLS.
@@ -287,180 +538,684 @@ impl TcpHub {
         )
     }
 
-    fn read_loop(self: Arc<Self>, peer: SocketAddr, mut stream: TcpStream, conn: Writer) {
-        let secure = lock(&conn).tls.is_some();
-        let transport = if secure {
-            Transport::Tls
-        } else {
-            Transport::Tcp
-        };
-        let mut core = Core::new(self.shared.clone());
-        let sender = self.sender();
-        let limits = Limits::DEFAULT;
-        let mut buf: Vec<u8> = Vec::with_capacity(8192);
-        let mut out = Vec::with_capacity(8192);
-        let mut chunk = vec![0u8; 16 * 1024];
-        let opened = Instant::now();
-        let mut last = opened;
-        let mut handshaking = secure;
-        let mut peer_closed = false;
-        'conn: while !peer_closed && !self.stop.load(Ordering::Relaxed) {
-            match stream.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) if secure => {
-                    last = Instant::now();
-                    match self.decrypt(&conn, &chunk[..n], &mut buf) {
-                        Ok(open) => {
-                            if handshaking
-                                && !lock(&conn).tls.as_ref().is_some_and(|t| t.is_handshaking())
-                            {
-                                handshaking = false;
-                                self.shared
-                                    .metrics
-                                    .tls_handshakes
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            // A close_notify may arrive with the last
-                            // message: handle what came, then stop.
-                            peer_closed = !open;
-                        }
-                        Err(_) => {
-                            if handshaking {
-                                self.shared
-                                    .metrics
-                                    .tls_handshake_failures
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            break;
-                        }
-                    }
-                }
-                Ok(n) => {
-                    buf.extend_from_slice(&chunk[..n]);
-                    last = Instant::now();
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if handshaking && opened.elapsed() > HANDSHAKE_TIMEOUT {
-                        self.shared
-                            .metrics
-                            .tls_handshake_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                    if last.elapsed() > IDLE_TIMEOUT {
-                        break;
-                    }
-                    continue;
-                }
-                Err(_) => break,
-            }
-            loop {
-                match frame(&buf, &limits) {
-                    Ok(Frame::KeepAlive(n)) => {
-                        // RFC 5626 §3.5.1: a CRLFCRLF ping gets a CRLF pong.
-                        if n >= 4 {
-                            let _ = lock(&conn).send(b"\r\n");
-                        }
-                        buf.drain(..n);
-                    }
-                    Ok(Frame::Message(n)) => {
-                        let mut journal = self
-                            .journal
-                            .as_ref()
-                            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
-                        let reply = crate::io::drive::handle(
-                            &mut core,
-                            journal.as_deref_mut(),
-                            &buf[..n],
-                            peer,
-                            transport,
-                            crate::io::clock::now(),
-                            &mut out,
-                        );
-                        drop(journal);
-                        // Extras first: a 100 Trying must not trail the
-                        // answers the forwarded INVITE draws.
-                        sender.send_all(core.extra());
-                        sender.reply(reply, &out);
-                        buf.drain(..n);
-                    }
-                    Err(e) if e.kind == ErrorKind::Incomplete => break,
-                    Err(e) => {
-                        // The stream cannot be resynchronised: answer if
-                        // possible, then close.
-                        out.clear();
-                        if write_error_response(&buf, &e, &mut out) {
-                            let _ = lock(&conn).send(&out);
-                        }
-                        break 'conn;
-                    }
-                }
-            }
+    /// Takes a share for `ip`; `false`: it has its limit.
+    fn admit_ip(&self, ip: IpAddr) -> bool {
+        let l = &self.limits;
+        if l.per_ip == 0 || l.per_ip_exempt.contains(&ip) {
+            return true;
         }
-        {
-            let mut c = lock(&conn);
-            let Conn { sock, tls } = &mut *c;
-            if let Some(tls) = tls {
-                tls.send_close_notify();
-                let _ = flush(tls, sock);
-            }
+        let mut per_ip = lock(&self.per_ip);
+        let n = per_ip.entry(ip).or_insert(0);
+        if *n >= l.per_ip {
+            return false;
         }
-        let mut conns = lock(&self.conns);
-        if conns.get(&peer).is_some_and(|w| Arc::ptr_eq(w, &conn)) {
-            conns.remove(&peer);
-        }
+        *n += 1;
+        true
     }
 
-    /// Feeds TLS records read from the socket to the session, appends the
-    /// plaintext to `buf` and sends what the session must answer
-    /// (handshake messages, alerts). `Ok(false)`: the peer closed.
-    fn decrypt(&self, conn: &Writer, mut records: &[u8], buf: &mut Vec<u8>) -> io::Result<bool> {
-        let mut c = lock(conn);
-        let Conn {
-            sock,
-            tls: Some(tls),
-        } = &mut *c
-        else {
-            return Err(io::Error::other("not a TLS connection"));
-        };
-        let mut open = true;
-        while !records.is_empty() {
-            tls.read_tls(&mut records)?;
-            let state = match tls.process_new_packets() {
-                Ok(state) => state,
-                Err(e) => {
-                    // Send the alert that says why, then give up.
-                    let _ = flush(tls, sock);
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                }
-            };
-            let mut left = state.plaintext_bytes_to_read();
-            while left > 0 {
-                let start = buf.len();
-                buf.resize(start + left, 0);
-                let n = tls.reader().read(&mut buf[start..])?;
-                buf.truncate(start + n);
-                left -= n.min(left);
-                if n == 0 {
-                    break;
-                }
-            }
-            if state.peer_has_closed() {
-                open = false;
+    fn release_ip(&self, ip: IpAddr) {
+        let l = &self.limits;
+        if l.per_ip == 0 || l.per_ip_exempt.contains(&ip) {
+            return;
+        }
+        let mut per_ip = lock(&self.per_ip);
+        if let Some(n) = per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                per_ip.remove(&ip);
             }
         }
-        flush(tls, sock)?;
-        Ok(open)
     }
 }
 
 impl Connections for Arc<TcpHub> {
     fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8]) {
         let _ = self.send(dest, transport, bytes);
+    }
+}
+
+/// What a reactor keeps per connection beside the shared part.
+#[derive(Debug)]
+struct Local {
+    conn: Arc<Conn>,
+    /// Bytes of an incomplete message (empty, unallocated, between
+    /// messages).
+    inbuf: Vec<u8>,
+    opened: Instant,
+    last_read: Instant,
+    /// When the first byte of the incomplete message in `inbuf` came.
+    message_start: Option<Instant>,
+    handshaking: bool,
+}
+
+/// One reactor thread: its poll, its connections and its core.
+struct Reactor {
+    hub: Arc<TcpHub>,
+    index: usize,
+    poll: Poll,
+    listeners: Vec<(mio::net::TcpListener, Token, bool)>,
+    locals: HashMap<Token, Local>,
+    core: Core,
+    sender: Sender,
+    out: Vec<u8>,
+    scratch: Vec<u8>,
+    /// Connections with more to read after their budget ran out.
+    again: Vec<Token>,
+}
+
+impl Reactor {
+    fn new(
+        hub: Arc<TcpHub>,
+        index: usize,
+        poll: Poll,
+        listeners: Vec<(mio::net::TcpListener, Token, bool)>,
+    ) -> Self {
+        let core = Core::new(hub.shared.clone());
+        let sender = hub.sender();
+        Self {
+            hub,
+            index,
+            poll,
+            listeners,
+            locals: HashMap::new(),
+            core,
+            sender,
+            out: Vec::with_capacity(8192),
+            scratch: vec![0; SCRATCH],
+            again: Vec::new(),
+        }
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_sweep = Instant::now() + TURN;
+        while !self.hub.stop.load(Ordering::Relaxed) {
+            let busy = self.listeners.iter().any(|l| l.2) || !self.again.is_empty();
+            let wait = if busy {
+                Duration::ZERO
+            } else {
+                next_sweep.saturating_duration_since(Instant::now())
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    crate::io::log::connection_trouble(&format!("connection reactor: {e}"));
+                    std::thread::sleep(TURN);
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => self.take_orders(),
+                    t @ (LISTEN_TCP | LISTEN_TLS) => {
+                        for l in &mut self.listeners {
+                            if l.1 == t {
+                                l.2 = true;
+                            }
+                        }
+                    }
+                    t => {
+                        if ev.is_writable() {
+                            self.writable(t);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.readable(t);
+                        }
+                    }
+                }
+            }
+            for t in std::mem::take(&mut self.again) {
+                self.readable(t);
+            }
+            self.accept();
+            let now = Instant::now();
+            if now >= next_sweep {
+                self.sweep(now);
+                next_sweep = now + TURN;
+            }
+        }
+        self.take_orders();
+        let tokens: Vec<Token> = self.locals.keys().copied().collect();
+        for t in tokens {
+            self.close(t, CloseReason::Shutdown);
+        }
+    }
+
+    fn take_orders(&mut self) {
+        let Some(link) = self.hub.link(self.index) else {
+            return;
+        };
+        let orders = std::mem::take(&mut *lock(&link.orders));
+        for o in orders {
+            match o {
+                Order::Close(t) => {
+                    let reason = self
+                        .locals
+                        .get(&t)
+                        .and_then(|l| *lock(&l.conn.closing))
+                        .unwrap_or(CloseReason::Error);
+                    self.close(t, reason);
+                }
+                Order::Adopt(conn) => {
+                    let registered = {
+                        let mut tx = lock(&conn.tx);
+                        self.poll.registry().register(
+                            &mut tx.sock,
+                            conn.token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                    };
+                    let now = Instant::now();
+                    let secure = conn.transport == Transport::Tls;
+                    let token = conn.token;
+                    self.locals.insert(
+                        token,
+                        Local {
+                            conn,
+                            inbuf: Vec::new(),
+                            opened: now,
+                            last_read: now,
+                            message_start: None,
+                            handshaking: secure,
+                        },
+                    );
+                    if registered.is_err() {
+                        self.close(token, CloseReason::ConnectFailed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accepts up to a burst from each listener with connections waiting.
+    fn accept(&mut self) {
+        let hub = self.hub.clone();
+        let burst = hub.limits.accept_burst;
+        for i in 0..self.listeners.len() {
+            if !self.listeners[i].2 {
+                continue;
+            }
+            let secure = self.listeners[i].1 == LISTEN_TLS;
+            let mut taken = 0;
+            loop {
+                if taken == burst {
+                    // More may wait: come back after serving the others.
+                    break;
+                }
+                let (sock, peer) = match self.listeners[i].0.accept() {
+                    Ok(a) => a,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.listeners[i].2 = false;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        // Out of descriptors or memory: refuse for a turn.
+                        crate::io::log::connection_trouble(&format!("accept: {e}"));
+                        break;
+                    }
+                };
+                taken += 1;
+                self.adopt_accepted(sock, peer, secure);
+            }
+        }
+    }
+
+    fn adopt_accepted(&mut self, mut sock: TcpStream, peer: SocketAddr, secure: bool) {
+        let hub = &self.hub;
+        let m = &hub.shared.metrics;
+        if hub.open.load(Ordering::Relaxed) >= hub.max {
+            m.refused_limit.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !hub.admit_ip(peer.ip()) {
+            m.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let tls = match (&hub.tls, secure) {
+            (Some(ctx), true) => match rustls::ServerConnection::new(ctx.server.clone()) {
+                Ok(mut s) => {
+                    s.set_buffer_limit(Some(hub.limits.queue_bytes));
+                    Some(rustls::Connection::Server(s))
+                }
+                Err(_) => {
+                    hub.release_ip(peer.ip());
+                    return;
+                }
+            },
+            (None, true) => {
+                hub.release_ip(peer.ip());
+                return;
+            }
+            (_, false) => None,
+        };
+        let _ = sock.set_nodelay(true);
+        let token = Token(hub.next_token.fetch_add(1, Ordering::Relaxed));
+        if self
+            .poll
+            .registry()
+            .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            hub.release_ip(peer.ip());
+            return;
+        }
+        let conn = Arc::new(Conn {
+            peer,
+            token,
+            reactor: self.index,
+            transport: if secure {
+                Transport::Tls
+            } else {
+                Transport::Tcp
+            },
+            counted_ip: true,
+            tx: Mutex::new(Tx {
+                sock,
+                tls,
+                out: Vec::new(),
+                sent: 0,
+                phase: Phase::Open,
+            }),
+            closing: Mutex::new(None),
+        });
+        hub.open.fetch_add(1, Ordering::Relaxed);
+        m.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        // The newest connection from an address is the one to answer on.
+        lock(&hub.conns).insert(peer, conn.clone());
+        let now = Instant::now();
+        self.locals.insert(
+            token,
+            Local {
+                conn,
+                inbuf: Vec::new(),
+                opened: now,
+                last_read: now,
+                message_start: None,
+                handshaking: secure,
+            },
+        );
+    }
+
+    fn writable(&mut self, t: Token) {
+        let Some(l) = self.locals.get(&t) else {
+            return;
+        };
+        let conn = l.conn.clone();
+        let mut tx = lock(&conn.tx);
+        if let Phase::Connecting(_) = tx.phase {
+            match tx.sock.take_error() {
+                Ok(None) => {}
+                _ => {
+                    drop(tx);
+                    self.close(t, CloseReason::ConnectFailed);
+                    return;
+                }
+            }
+            match tx.sock.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(_) => {
+                    drop(tx);
+                    self.close(t, CloseReason::ConnectFailed);
+                    return;
+                }
+            }
+            self.hub
+                .shared
+                .metrics
+                .tcp_connects_pending
+                .fetch_sub(1, Ordering::AcqRel);
+            let Phase::Connecting(pending) = std::mem::replace(&mut tx.phase, Phase::Open) else {
+                unreachable!("checked above");
+            };
+            for p in pending {
+                if tx.queue(&p, usize::MAX).is_err() {
+                    drop(tx);
+                    self.close(t, CloseReason::Error);
+                    return;
+                }
+            }
+        }
+        if tx.flush().is_err() {
+            drop(tx);
+            self.close(t, CloseReason::Error);
+        }
+    }
+
+    /// Reads what `t` has (up to the budget), feeds TLS, and handles
+    /// every complete message.
+    fn readable(&mut self, t: Token) {
+        let Some(l) = self.locals.get(&t) else {
+            return;
+        };
+        let conn = l.conn.clone();
+        let mut budget = READ_BUDGET;
+        loop {
+            if budget == 0 {
+                self.again.push(t);
+                return;
+            }
+            let got = {
+                let mut tx = lock(&conn.tx);
+                if matches!(tx.phase, Phase::Connecting(_)) {
+                    return;
+                }
+                read_some(&mut tx, &mut self.scratch)
+            };
+            match got {
+                Got::Bytes(0) => {}
+                Got::Bytes(n) => {
+                    budget = budget.saturating_sub(n);
+                    if !self.received(t, n) {
+                        return;
+                    }
+                }
+                Got::Nothing => {
+                    self.after_tls_read(t);
+                    return;
+                }
+                Got::Closed(plain) => {
+                    if plain > 0 {
+                        self.received(t, plain);
+                    }
+                    self.close(t, CloseReason::Peer);
+                    return;
+                }
+                Got::Failed(reason) => {
+                    if reason == CloseReason::Tls
+                        && self.locals.get(&t).is_some_and(|l| l.handshaking)
+                    {
+                        self.hub
+                            .shared
+                            .metrics
+                            .tls_handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.close(t, reason);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Notes a finished handshake and sends what the session must answer.
+    fn after_tls_read(&mut self, t: Token) {
+        let Some(l) = self.locals.get_mut(&t) else {
+            return;
+        };
+        let mut tx = lock(&l.conn.tx);
+        let Some(tls) = &tx.tls else {
+            return;
+        };
+        if l.handshaking && !tls.is_handshaking() {
+            l.handshaking = false;
+            self.hub
+                .shared
+                .metrics
+                .tls_handshakes
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let broken = tx.flush().is_err();
+        drop(tx);
+        if broken {
+            self.close(t, CloseReason::Error);
+        }
+    }
+
+    /// `n` bytes of SIP (plaintext) arrived in the scratch buffer: frame
+    /// and handle them. `false`: the connection was closed.
+    fn received(&mut self, t: Token, n: usize) -> bool {
+        self.after_tls_read(t);
+        let Some(l) = self.locals.get_mut(&t) else {
+            return false;
+        };
+        let now = Instant::now();
+        l.last_read = now;
+        let mut inbuf = std::mem::take(&mut l.inbuf);
+        let conn = l.conn.clone();
+        // The common case: a whole message in one read, handled in place.
+        let consumed = if inbuf.is_empty() {
+            let scratch = std::mem::take(&mut self.scratch);
+            let r = self.handle_frames(&conn, &scratch[..n]);
+            if let Ok(used) = r {
+                inbuf.extend_from_slice(&scratch[used..n]);
+            }
+            self.scratch = scratch;
+            r.map(|_| ())
+        } else {
+            inbuf.extend_from_slice(&self.scratch[..n]);
+            let r = self.handle_frames(&conn, &inbuf);
+            if let Ok(used) = r {
+                inbuf.drain(..used);
+            }
+            r.map(|_| ())
+        };
+        if consumed.is_err() {
+            self.close(t, CloseReason::BadFraming);
+            return false;
+        }
+        let Some(l) = self.locals.get_mut(&t) else {
+            return false;
+        };
+        if inbuf.is_empty() {
+            l.message_start = None;
+            l.inbuf = Vec::new();
+        } else {
+            l.message_start.get_or_insert(now);
+            l.inbuf = inbuf;
+        }
+        true
+    }
+
+    /// Handles every complete message at the start of `bytes`; returns
+    /// how many bytes they took. `Err`: the stream cannot be framed
+    /// (answered when possible).
+    fn handle_frames(&mut self, conn: &Arc<Conn>, bytes: &[u8]) -> Result<usize, ()> {
+        let limits = Limits::DEFAULT;
+        let mut at = 0;
+        loop {
+            match frame(&bytes[at..], &limits) {
+                Ok(Frame::KeepAlive(n)) => {
+                    // RFC 5626 §3.5.1: a CRLFCRLF ping gets a CRLF pong.
+                    if n >= 4 {
+                        let _ = lock(&conn.tx).queue(b"\r\n", self.hub.limits.queue_bytes);
+                    }
+                    at += n;
+                }
+                Ok(Frame::Message(n)) => {
+                    let mut journal = self
+                        .hub
+                        .journal
+                        .as_ref()
+                        .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+                    let reply = crate::io::drive::handle(
+                        &mut self.core,
+                        journal.as_deref_mut(),
+                        &bytes[at..at + n],
+                        conn.peer,
+                        conn.transport,
+                        crate::io::clock::now(),
+                        &mut self.out,
+                    );
+                    drop(journal);
+                    // Extras first: a 100 Trying must not trail the
+                    // answers the forwarded INVITE draws.
+                    self.sender.send_all(self.core.extra());
+                    self.sender.reply(reply, &self.out);
+                    at += n;
+                }
+                Err(e) if e.kind == ErrorKind::Incomplete => return Ok(at),
+                Err(e) => {
+                    self.out.clear();
+                    if write_error_response(&bytes[at..], &e, &mut self.out) {
+                        let _ = lock(&conn.tx).queue(&self.out, self.hub.limits.queue_bytes);
+                    }
+                    return Err(());
+                }
+            }
+            if at == bytes.len() {
+                return Ok(at);
+            }
+        }
+    }
+
+    /// Closes connections past a deadline.
+    fn sweep(&mut self, now: Instant) {
+        let l = &self.hub.limits;
+        let mut due = Vec::new();
+        for (t, c) in &self.locals {
+            let connecting = matches!(lock(&c.conn.tx).phase, Phase::Connecting(_));
+            let reason = if connecting {
+                (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
+            } else if c.handshaking && now >= c.opened + l.handshake_timeout {
+                Some(CloseReason::HandshakeTimeout)
+            } else if c
+                .message_start
+                .is_some_and(|s| now >= s + l.message_timeout)
+            {
+                Some(CloseReason::MessageTimeout)
+            } else if now >= c.last_read + l.idle_timeout {
+                Some(CloseReason::Idle)
+            } else {
+                None
+            };
+            if let Some(r) = reason {
+                due.push((*t, r));
+            }
+        }
+        for (t, r) in due {
+            if r == CloseReason::HandshakeTimeout {
+                self.hub
+                    .shared
+                    .metrics
+                    .tls_handshake_failures
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.close(t, r);
+        }
+    }
+
+    /// Closes `t` (TLS with close_notify), forgets it and counts why.
+    fn close(&mut self, t: Token, reason: CloseReason) {
+        let Some(l) = self.locals.remove(&t) else {
+            return;
+        };
+        let conn = l.conn;
+        let hub = self.hub.clone();
+        let reason = lock(&conn.closing).get_or_insert(reason).to_owned();
+        let pending = {
+            let mut tx = lock(&conn.tx);
+            let was = std::mem::replace(&mut tx.phase, Phase::Open);
+            if let Some(tls) = &mut tx.tls {
+                if reason != CloseReason::SlowReader && !matches!(was, Phase::Connecting(_)) {
+                    tls.send_close_notify();
+                    let _ = tx.flush();
+                }
+            }
+            tx.phase = Phase::Closed;
+            let _ = self.poll.registry().deregister(&mut tx.sock);
+            let _ = tx.sock.shutdown(std::net::Shutdown::Both);
+            tx.out = Vec::new();
+            match was {
+                Phase::Connecting(p) => Some(p),
+                _ => None,
+            }
+        };
+        if let Some(p) = pending {
+            hub.shared
+                .metrics
+                .tcp_connects_pending
+                .fetch_sub(1, Ordering::AcqRel);
+            for bytes in p {
+                hub.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                hub.undeliverable(&bytes);
+            }
+        }
+        {
+            let mut conns = lock(&hub.conns);
+            if conns.get(&conn.peer).is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                conns.remove(&conn.peer);
+            }
+        }
+        if conn.counted_ip {
+            hub.release_ip(conn.peer.ip());
+        }
+        hub.open.fetch_sub(1, Ordering::Relaxed);
+        hub.shared.metrics.closed(reason);
+        if !matches!(
+            reason,
+            CloseReason::Peer | CloseReason::Shutdown | CloseReason::Error
+        ) {
+            crate::io::log::connection_closed(conn.peer, reason.label());
+        }
+    }
+}
+
+/// What one read from a connection gave.
+enum Got {
+    /// SIP bytes (plaintext) in the scratch buffer.
+    Bytes(usize),
+    /// Nothing more for now.
+    Nothing,
+    /// The peer closed (after these last plaintext bytes).
+    Closed(usize),
+    /// The connection failed.
+    Failed(CloseReason),
+}
+
+/// One read: plain TCP bytes, or TLS records fed to the session and the
+/// plaintext they gave.
+fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
+    let Tx { sock, tls, .. } = tx;
+    let Some(tls) = tls else {
+        return match sock.read(scratch) {
+            Ok(0) => Got::Closed(0),
+            Ok(n) => Got::Bytes(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Nothing,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Bytes(0),
+            Err(_) => Got::Failed(CloseReason::Error),
+        };
+    };
+    // Plaintext left from the last records first.
+    match tls.reader().read(scratch) {
+        Ok(n) if n > 0 => return Got::Bytes(n),
+        Ok(_) => return Got::Closed(0),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(_) => return Got::Failed(CloseReason::Tls),
+    }
+    let eof = match tls.read_tls(sock) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Got::Nothing,
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Got::Bytes(0),
+        Err(_) => return Got::Failed(CloseReason::Error),
+    };
+    if tls.process_new_packets().is_err() {
+        // Send the alert that says why, then give up.
+        let _ = tls.write_tls(sock);
+        return Got::Failed(CloseReason::Tls);
+    }
+    let n = match tls.reader().read(scratch) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(_) => return Got::Failed(CloseReason::Tls),
+    };
+    if eof {
+        Got::Closed(n)
+    } else {
+        Got::Bytes(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_comes_from_the_descriptors_unless_set_lower() {
+        assert_eq!(effective_limit(0, 1_048_576), 1_048_576 - FD_RESERVE);
+        assert_eq!(effective_limit(5_000, 1_048_576), 5_000);
+        assert_eq!(effective_limit(5_000, 1024), 1024 - FD_RESERVE);
+        assert_eq!(effective_limit(0, 100), 64, "never below a floor");
     }
 }

@@ -142,9 +142,73 @@ const METHODS: [&str; 15] = [
     "other",
 ];
 
+/// Why a connection was closed (`sipsec_connections_closed_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The peer closed it.
+    Peer,
+    /// Nothing arrived for the idle timeout.
+    Idle,
+    /// The TLS handshake missed its deadline.
+    HandshakeTimeout,
+    /// A SIP message was not complete in time after its first byte.
+    MessageTimeout,
+    /// The peer did not read what was queued for it.
+    SlowReader,
+    /// The byte stream could not be framed as SIP.
+    BadFraming,
+    /// TLS failed (bad record, handshake refused).
+    Tls,
+    /// An outbound connect failed or timed out.
+    ConnectFailed,
+    /// A socket error.
+    Error,
+    /// The server stopped.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Every reason, in label order.
+    pub const ALL: [CloseReason; 10] = [
+        CloseReason::Peer,
+        CloseReason::Idle,
+        CloseReason::HandshakeTimeout,
+        CloseReason::MessageTimeout,
+        CloseReason::SlowReader,
+        CloseReason::BadFraming,
+        CloseReason::Tls,
+        CloseReason::ConnectFailed,
+        CloseReason::Error,
+        CloseReason::Shutdown,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            CloseReason::Peer => "peer",
+            CloseReason::Idle => "idle",
+            CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::MessageTimeout => "message_timeout",
+            CloseReason::SlowReader => "slow_reader",
+            CloseReason::BadFraming => "bad_framing",
+            CloseReason::Tls => "tls",
+            CloseReason::ConnectFailed => "connect_failed",
+            CloseReason::Error => "error",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// Everything the server counts.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    closed: [AtomicU64; CloseReason::ALL.len()],
+    /// Connections accepted.
+    pub connections_accepted: AtomicU64,
+    /// Connections refused at accept: the global limit was reached.
+    pub refused_limit: AtomicU64,
+    /// Connections refused at accept: their source IP had its share.
+    pub refused_per_ip: AtomicU64,
     requests: [AtomicU64; METHODS.len()],
     responses_sent: [AtomicU64; 6],
     stages: [Histogram; 5],
@@ -200,6 +264,16 @@ fn bump(c: &AtomicU64) {
 }
 
 impl Metrics {
+    /// Counts a connection closed for `reason`.
+    pub fn closed(&self, reason: CloseReason) {
+        bump(&self.closed[reason as usize]);
+    }
+
+    /// Connections closed for `reason` so far.
+    pub fn closed_for(&self, reason: CloseReason) -> u64 {
+        self.closed[reason as usize].load(Ordering::Relaxed)
+    }
+
     /// Counts a request by method.
     pub fn request(&self, method: &str) {
         let i = METHODS
@@ -370,6 +444,26 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        o.push_str("# HELP sipsec_connections_closed_total Connections closed, by reason.\n# TYPE sipsec_connections_closed_total counter\n");
+        for r in CloseReason::ALL {
+            let _ = writeln!(
+                o,
+                "sipsec_connections_closed_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.closed_for(r)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_connections_accepted_total Connections accepted.\n# TYPE sipsec_connections_accepted_total counter\nsipsec_connections_accepted_total {}",
+            self.connections_accepted.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_connections_refused_total Connections refused at accept, by limit.\n# TYPE sipsec_connections_refused_total counter\nsipsec_connections_refused_total{{reason=\"limit\"}} {}\nsipsec_connections_refused_total{{reason=\"per_ip\"}} {}",
+            self.refused_limit.load(Ordering::Relaxed),
+            self.refused_per_ip.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             o,
             "# HELP sipsec_tcp_connects_pending Outbound TCP connects in progress.\n# TYPE sipsec_tcp_connects_pending gauge\nsipsec_tcp_connects_pending {}",
