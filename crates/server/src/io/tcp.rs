@@ -1113,6 +1113,17 @@ impl Reactor {
                 }
             }
             tx.phase = Phase::Closed;
+            if matches!(
+                reason,
+                CloseReason::SlowReader
+                    | CloseReason::HandshakeTimeout
+                    | CloseReason::MessageTimeout
+            ) {
+                // Abort (RST): what the kernel still holds for a peer that
+                // misbehaves is freed now, not after it drains at the
+                // peer's pace.
+                let _ = socket2::SockRef::from(&tx.sock).set_linger(Some(Duration::ZERO));
+            }
             let _ = self.poll.registry().deregister(&mut tx.sock);
             let _ = tx.sock.shutdown(std::net::Shutdown::Both);
             tx.out = Vec::new();

@@ -1,0 +1,380 @@
+//! The connection layer's defences over real loopback sockets: a peer
+//! that never reads, a dripped TLS handshake, a dripped message, and the
+//! per-IP limit. Each test bounds its own time; none asserts a duration.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sip_core::framing::{frame, Frame};
+use sip_core::Limits;
+use sipsec_server::config::{ConnectionLimits, TlsSettings};
+use sipsec_server::proto::metrics::CloseReason;
+use sipsec_server::{start, Config, Mode, Started};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sipsec-conn-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Started {
+    start(Config {
+        mode,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir(name),
+        connections: ConnectionLimits {
+            reactors: 1,
+            ..limits
+        },
+        tls,
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
+fn register(server: SocketAddr, user: &str, contact: &str, proto: &str, cseq: u32) -> String {
+    format!(
+        "REGISTER sip:{server} SIP/2.0\r\nVia: SIP/2.0/{proto} 127.0.0.1:9;branch=z9hG4bK{user}{cseq}\r\n\
+         From: <sip:{user}@{server}>;tag=1\r\nTo: <sip:{user}@{server}>\r\nCall-ID: {user}-conn\r\n\
+         CSeq: {cseq} REGISTER\r\nContact: {contact}\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// Reads one framed message, or `None` when the server closed first.
+fn read_message(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match frame(buf, &Limits::DEFAULT) {
+            Ok(Frame::Message(n)) => {
+                let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+                buf.drain(..n);
+                return Some(m);
+            }
+            Ok(Frame::KeepAlive(n)) => {
+                buf.drain(..n);
+            }
+            Err(_) => match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            },
+        }
+    }
+}
+
+fn connect_from(local: &str, to: SocketAddr) -> TcpStream {
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.bind(&local.parse::<SocketAddr>().expect("addr").into())
+        .expect("bind");
+    sock.connect(&to.into()).expect("connect");
+    let s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+/// Waits (bounded) until the server has closed `s`: a read gives EOF or
+/// an error. `false`: still open at the bound.
+fn closed_within(s: &mut TcpStream, bound: Duration) -> bool {
+    let until = Instant::now() + bound;
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let mut b = [0u8; 1024];
+    let mut total = 0usize;
+    while Instant::now() < until {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(n) => total += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    eprintln!("still open after reading {total} bytes");
+    false
+}
+
+fn closed(s: &Started, reason: CloseReason) -> u64 {
+    s.handle.shared().metrics.closed_for(reason)
+}
+
+/// Waits (bounded) for a counter to reach `n`.
+fn eventually(what: &str, bound: Duration, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + bound;
+    while Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: not within {bound:?}");
+}
+
+fn options(to: SocketAddr, from_port: u16, branch: &str) -> String {
+    format!(
+        "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{from_port};branch=z9hG4bK{branch}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:probe@127.0.0.1>;tag=p\r\nTo: <sip:{to}>\r\nCall-ID: {branch}\r\n\
+         CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+#[test]
+fn a_peer_that_never_reads_is_closed_and_stalls_nobody() {
+    let s = server(
+        Mode::Proxy,
+        "slow",
+        ConnectionLimits {
+            queue_bytes: 64 << 10,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let udp = s.handle.local_addr();
+    // The slow phone: a tiny receive window, registered on its
+    // connection, and after the 200 it never reads again.
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.set_recv_buffer_size(1024).expect("rcvbuf");
+    sock.connect(&tcp.into()).expect("connect");
+    let mut slow: TcpStream = sock.into();
+    slow.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let port = slow.local_addr().expect("addr").port();
+    let contact = format!("<sip:slow@127.0.0.1:{port};transport=tcp>");
+    slow.write_all(register(tcp, "slow", &contact, "TCP", 1).as_bytes())
+        .expect("register");
+    let mut buf = Vec::new();
+    let r = read_message(&mut slow, &mut buf).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+
+    // Callers over UDP send it INVITEs with 4 kB bodies, far more than
+    // its queue and the kernel's buffers hold.
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    caller
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let cport = caller.local_addr().expect("addr").port();
+    let body = "v=0\r\n".repeat(800);
+    let flood = std::thread::spawn(move || {
+        for i in 0..4_000 {
+            let invite = format!(
+                "INVITE sip:slow@{udp} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{cport};branch=z9hG4bKf{i}\r\n\
+                 Max-Forwards: 70\r\nFrom: <sip:a@127.0.0.1>;tag=a{i}\r\nTo: <sip:slow@{udp}>\r\n\
+                 Call-ID: flood{i}\r\nCSeq: 1 INVITE\r\nContact: <sip:a@127.0.0.1:{cport}>\r\n\
+                 Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = caller.send_to(invite.as_bytes(), udp);
+            if i % 200 == 199 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    });
+    flood.join().expect("flood");
+    eventually("the slow reader closed", Duration::from_secs(20), || {
+        closed(&s, CloseReason::SlowReader) >= 1
+    });
+    // UDP is still answered...
+    let probe = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    probe
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let pport = probe.local_addr().expect("addr").port();
+    probe
+        .send_to(options(udp, pport, "probe1").as_bytes(), udp)
+        .expect("send");
+    let mut b = [0u8; 4096];
+    let n = probe.recv(&mut b).expect("UDP answered");
+    assert!(b[..n].starts_with(b"SIP/2.0 200"));
+    // ...and so is another TCP phone.
+    let mut other = connect_from("127.0.0.1:0", tcp);
+    other
+        .write_all(register(tcp, "other", "<sip:other@192.0.2.9>", "TCP", 1).as_bytes())
+        .expect("register");
+    let r = read_message(&mut other, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(5)),
+        "the slow peer is closed"
+    );
+    s.handle.shutdown();
+}
+
+#[test]
+fn a_message_dripped_byte_by_byte_is_cut_at_its_deadline() {
+    let s = server(
+        Mode::Registrar,
+        "drip",
+        ConnectionLimits {
+            message_timeout: Duration::from_millis(800),
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut c = connect_from("127.0.0.1:0", tcp);
+    let msg = register(tcp, "drip", "<sip:drip@192.0.2.1>", "TCP", 1);
+    // One byte every 50 ms: the connection is never idle, yet the message
+    // would take 15 s; the server must cut it.
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut cut = false;
+    for b in msg.as_bytes() {
+        if c.write_all(std::slice::from_ref(b)).is_err() || Instant::now() > until {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if closed(&s, CloseReason::MessageTimeout) >= 1 {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "the dripped message was allowed to complete");
+    assert!(closed_within(&mut c, Duration::from_secs(5)));
+    assert_eq!(closed(&s, CloseReason::MessageTimeout), 1);
+    // A phone that sends whole messages is served as usual.
+    let mut ok = connect_from("127.0.0.1:0", tcp);
+    ok.write_all(msg.as_bytes()).expect("write");
+    let r = read_message(&mut ok, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    s.handle.shutdown();
+}
+
+#[test]
+fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
+    let d = dir("tls-drip");
+    std::fs::create_dir_all(&d).expect("dir");
+    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
+    let ck = rcgen_free_self_signed(&cert, &key);
+    assert!(ck, "test certificate");
+    let s = server(
+        Mode::Registrar,
+        "tls-drip-srv",
+        ConnectionLimits {
+            handshake_timeout: Duration::from_millis(800),
+            ..ConnectionLimits::default()
+        },
+        Some(TlsSettings {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            cert,
+            key,
+            client_ca: None,
+            peer_ca: None,
+            allow_rsa_1024: false,
+        }),
+    );
+    let tls = s.handle.tls_addr().expect("tls");
+    let mut c = connect_from("127.0.0.1:0", tls);
+    // A TLS record header announcing 512 bytes of handshake, then one
+    // byte every 50 ms: each byte arrives well inside any idle timeout.
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
+    hello.resize(5 + 512, 0x42);
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut cut = false;
+    for b in &hello {
+        if c.write_all(std::slice::from_ref(b)).is_err() || Instant::now() > until {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if closed(&s, CloseReason::HandshakeTimeout) >= 1 {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "the dripped handshake outlived its deadline");
+    assert!(closed_within(&mut c, Duration::from_secs(5)));
+    assert_eq!(closed(&s, CloseReason::HandshakeTimeout), 1);
+    s.handle.shutdown();
+}
+
+/// A self-signed certificate for 127.0.0.1 made with the openssl command
+/// line (as the project's TLS tests do).
+fn rcgen_free_self_signed(cert: &std::path::Path, key: &std::path::Path) -> bool {
+    std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn the_per_ip_limit_refuses_the_excess_and_serves_other_sources() {
+    let s = server(
+        Mode::Registrar,
+        "perip",
+        ConnectionLimits {
+            per_ip: 3,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|i| {
+            let mut c = connect_from("127.0.0.1:0", tcp);
+            let msg = register(tcp, &format!("p{i}"), "<sip:p@192.0.2.1>", "TCP", 1);
+            c.write_all(msg.as_bytes()).expect("write");
+            let r = read_message(&mut c, &mut Vec::new()).expect("answer");
+            assert!(r.starts_with("SIP/2.0 200"), "{r}");
+            c
+        })
+        .collect();
+    let mut excess = connect_from("127.0.0.1:0", tcp);
+    let _ = excess.write_all(register(tcp, "p3", "<sip:p@192.0.2.1>", "TCP", 1).as_bytes());
+    assert!(
+        read_message(&mut excess, &mut Vec::new()).is_none(),
+        "a fourth connection from 127.0.0.1 is refused"
+    );
+    assert_eq!(
+        s.handle
+            .shared()
+            .metrics
+            .refused_per_ip
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // Another source address still connects.
+    let mut other = connect_from("127.0.0.2:0", tcp);
+    other
+        .write_all(register(tcp, "q", "<sip:q@192.0.2.2>", "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut other, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    // A share comes back when its connection closes.
+    drop(held.pop());
+    eventually("a share freed", Duration::from_secs(5), || {
+        closed(&s, CloseReason::Peer) >= 1
+    });
+    let mut again = connect_from("127.0.0.1:0", tcp);
+    again
+        .write_all(register(tcp, "p4", "<sip:p@192.0.2.1>", "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut again, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    s.handle.shutdown();
+}
