@@ -856,6 +856,41 @@ mod tests {
             (60, 7200, 3600, d.path)
         );
         assert_eq!((c.stateful, c.record_route), (d.stateful, d.record_route));
+        assert_eq!(
+            c.connections, d.connections,
+            "[connections] shows the defaults"
+        );
+    }
+
+    #[test]
+    fn connection_settings_are_checked() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "[connections]\nper_ip = 8\nper_ip_exempt = [\"10.0.0.1\"]\nmessage_timeout = 2.5\n",
+            "t",
+        )
+        .expect("valid");
+        assert_eq!(c.connections.per_ip, 8);
+        assert_eq!(c.connections.message_timeout, Duration::from_millis(2500));
+        assert_eq!(
+            c.connections.per_ip_exempt,
+            ["10.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        for bad in [
+            "[connections]\nqueue_bytes = 10\n",
+            "[connections]\nidle_timeout = 0\n",
+            "[connections]\naccept_burst = 0\n",
+            "[connections]\nper_ip_exempt = [\"nope\"]\n",
+        ] {
+            let e = Config::default()
+                .apply_toml(bad, "t")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("connections") || e.contains("nope") || e.contains("IP"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -343,12 +343,16 @@ fn serve(a: ServeArgs) -> ExitCode {
                     format!(", tls {t} (key {key})")
                 })
                 .unwrap_or_default();
+            let limit = h
+                .connection_limit()
+                .map(|n| format!(" (at most {n} connections)"))
+                .unwrap_or_default();
             let http = h
                 .http_addr()
                 .map(|t| format!("; status on http://{t}/status"))
                 .unwrap_or_default();
             println!(
-                "sipsec serve: listening on udp {}{tcp}{tls}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
+                "sipsec serve: listening on udp {}{tcp}{tls}{limit}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
                 h.local_addr(),
                 started.recovered.bindings,
             );

@@ -243,6 +243,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         stop,
         threads,
         shared,
+        connection_limit: hub.as_ref().map(|h| h.limit()),
     };
     Ok(Started { handle, recovered })
 }
@@ -513,6 +514,7 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
+    connection_limit: Option<usize>,
 }
 
 impl ServerHandle {
@@ -539,6 +541,12 @@ impl ServerHandle {
     /// The bound TLS address, when TLS is on.
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         self.tls
+    }
+
+    /// The most TCP and TLS connections served at once (from the
+    /// configuration or the raised file-descriptor limit), when either is on.
+    pub fn connection_limit(&self) -> Option<usize> {
+        self.connection_limit
     }
 
     /// Stops the threads and waits for them.
