@@ -119,6 +119,22 @@ fn eventually(what: &str, bound: Duration, mut f: impl FnMut() -> bool) {
     panic!("{what}: not within {bound:?}");
 }
 
+/// Writes `bytes` one every 50 ms (bounded at 20 s) until the server
+/// closes the connection for `reason`; `true` when it did.
+fn drip(c: &mut TcpStream, bytes: &[u8], s: &Started, reason: CloseReason) -> bool {
+    let until = Instant::now() + Duration::from_secs(20);
+    for b in bytes {
+        if c.write_all(std::slice::from_ref(b)).is_err() || closed(s, reason) >= 1 {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    closed(s, reason) >= 1
+}
+
 fn options(to: SocketAddr, from_port: u16, branch: &str) -> String {
     format!(
         "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{from_port};branch=z9hG4bK{branch}\r\n\
@@ -226,20 +242,10 @@ fn a_message_dripped_byte_by_byte_is_cut_at_its_deadline() {
     let msg = register(tcp, "drip", "<sip:drip@192.0.2.1>", "TCP", 1);
     // One byte every 50 ms: the connection is never idle, yet the message
     // would take 15 s; the server must cut it.
-    let until = Instant::now() + Duration::from_secs(15);
-    let mut cut = false;
-    for b in msg.as_bytes() {
-        if c.write_all(std::slice::from_ref(b)).is_err() || Instant::now() > until {
-            cut = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        if closed(&s, CloseReason::MessageTimeout) >= 1 {
-            cut = true;
-            break;
-        }
-    }
-    assert!(cut, "the dripped message was allowed to complete");
+    assert!(
+        drip(&mut c, msg.as_bytes(), &s, CloseReason::MessageTimeout),
+        "the dripped message was allowed to complete"
+    );
     assert!(closed_within(&mut c, Duration::from_secs(5)));
     assert_eq!(closed(&s, CloseReason::MessageTimeout), 1);
     // A phone that sends whole messages is served as usual.
@@ -281,20 +287,10 @@ fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
         0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
     ];
     hello.resize(5 + 512, 0x42);
-    let until = Instant::now() + Duration::from_secs(20);
-    let mut cut = false;
-    for b in &hello {
-        if c.write_all(std::slice::from_ref(b)).is_err() || Instant::now() > until {
-            cut = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        if closed(&s, CloseReason::HandshakeTimeout) >= 1 {
-            cut = true;
-            break;
-        }
-    }
-    assert!(cut, "the dripped handshake outlived its deadline");
+    assert!(
+        drip(&mut c, &hello, &s, CloseReason::HandshakeTimeout),
+        "the dripped handshake outlived its deadline"
+    );
     assert!(closed_within(&mut c, Duration::from_secs(5)));
     assert_eq!(closed(&s, CloseReason::HandshakeTimeout), 1);
     s.handle.shutdown();

@@ -588,6 +588,22 @@ struct Local {
     handshaking: bool,
 }
 
+impl Local {
+    /// A connection that opens now (TLS ones start handshaking).
+    fn new(conn: Arc<Conn>) -> Self {
+        let now = Instant::now();
+        let handshaking = conn.transport == Transport::Tls;
+        Self {
+            conn,
+            inbuf: Vec::new(),
+            opened: now,
+            last_read: now,
+            message_start: None,
+            handshaking,
+        }
+    }
+}
+
 /// One reactor thread: its poll, its connections and its core.
 struct Reactor {
     hub: Arc<TcpHub>,
@@ -704,20 +720,8 @@ impl Reactor {
                             Interest::READABLE | Interest::WRITABLE,
                         )
                     };
-                    let now = Instant::now();
-                    let secure = conn.transport == Transport::Tls;
                     let token = conn.token;
-                    self.locals.insert(
-                        token,
-                        Local {
-                            conn,
-                            inbuf: Vec::new(),
-                            opened: now,
-                            last_read: now,
-                            message_start: None,
-                            handshaking: secure,
-                        },
-                    );
+                    self.locals.insert(token, Local::new(conn));
                     if registered.is_err() {
                         self.close(token, CloseReason::ConnectFailed);
                     }
@@ -822,18 +826,7 @@ impl Reactor {
         m.connections_accepted.fetch_add(1, Ordering::Relaxed);
         // The newest connection from an address is the one to answer on.
         lock(&hub.conns).insert(peer, conn.clone());
-        let now = Instant::now();
-        self.locals.insert(
-            token,
-            Local {
-                conn,
-                inbuf: Vec::new(),
-                opened: now,
-                last_read: now,
-                message_start: None,
-                handshaking: secure,
-            },
-        );
+        self.locals.insert(token, Local::new(conn));
     }
 
     fn writable(&mut self, t: Token) {
