@@ -372,6 +372,19 @@ fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
 
 /// Writes the response this proxy sends itself for a request it forwarded
 /// (100 Trying; 408 when the next hop never answered).
+impl Entry {
+    /// Answers the caller with a response of our own (503 on a transport
+    /// error, 408 on a timeout), kept for its retransmissions.
+    fn answer_upstream(&mut self, status: StatusCode, key: Key, now: Instant, sends: &mut Sends) {
+        let mut resp = Vec::new();
+        own_response(&self.original, status, key, &mut resp);
+        if self.server.tu_response(status, now).send_response {
+            sends.push(&resp, self.upstream);
+            self.response = resp;
+        }
+    }
+}
+
 fn own_response(request: &[u8], status: StatusCode, key: Key, out: &mut Vec<u8>) {
     let Ok(msg) = Message::parse(request) else {
         return;
@@ -696,15 +709,7 @@ impl Transactions {
         e.client.abandon();
         e.timer_c = None;
         if !e.server.final_sent() {
-            let mut resp = Vec::new();
-            own_response(&e.original, StatusCode::SERVICE_UNAVAILABLE, key, &mut resp);
-            if e.server
-                .tu_response(StatusCode::SERVICE_UNAVAILABLE, now)
-                .send_response
-            {
-                sends.push(&resp, e.upstream);
-                e.response = resp;
-            }
+            e.answer_upstream(StatusCode::SERVICE_UNAVAILABLE, key, now, sends);
         }
         e.original = Vec::new();
         e.forwarded = Vec::new();
@@ -787,15 +792,7 @@ impl Transactions {
         }
         if give_up && !e.server.final_sent() {
             metrics.transaction_timeouts.fetch_add(1, Ordering::Relaxed);
-            let mut resp = Vec::new();
-            own_response(&e.original, StatusCode::REQUEST_TIMEOUT, key, &mut resp);
-            if e.server
-                .tu_response(StatusCode::REQUEST_TIMEOUT, now)
-                .send_response
-            {
-                sends.push(&resp, e.upstream);
-                e.response = resp;
-            }
+            e.answer_upstream(StatusCode::REQUEST_TIMEOUT, key, now, sends);
             e.original = Vec::new();
             e.forwarded = Vec::new();
         }
