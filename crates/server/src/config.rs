@@ -245,6 +245,11 @@ pub struct ConnectionLimits {
     /// Connections each reactor accepts per turn of its loop before it
     /// serves established connections again.
     pub accept_burst: usize,
+    /// New connections accepted per second by the whole server (shared
+    /// evenly by the reactors; 0: no limit). Connections beyond it wait in
+    /// the kernel's accept queue, so a connect storm (every handshake a
+    /// private-key operation) cannot take the CPU registered phones need.
+    pub accept_rate: u32,
 }
 
 impl Default for ConnectionLimits {
@@ -260,6 +265,7 @@ impl Default for ConnectionLimits {
             connect_timeout: Duration::from_secs(2),
             reactors: 0,
             accept_burst: 64,
+            accept_rate: 2000,
         }
     }
 }
@@ -373,6 +379,8 @@ pub struct ConnectionsSection {
     pub reactors: Option<usize>,
     /// Accepts per reactor turn.
     pub accept_burst: Option<usize>,
+    /// New connections per second (0: no limit).
+    pub accept_rate: Option<u32>,
 }
 
 /// `[privacy]`: PrivaSIP pseudonyms this proxy opens.
@@ -780,6 +788,7 @@ impl Config {
                 }
                 l.accept_burst = b;
             }
+            l.accept_rate = c.accept_rate.unwrap_or(l.accept_rate);
             for (key, given, slot) in [
                 (
                     "connections.handshake_timeout",

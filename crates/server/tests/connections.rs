@@ -374,3 +374,131 @@ fn the_per_ip_limit_refuses_the_excess_and_serves_other_sources() {
     assert!(r.starts_with("SIP/2.0 200"), "{r}");
     s.handle.shutdown();
 }
+
+#[test]
+fn a_connect_storm_is_taken_at_the_accept_rate_while_phones_are_served() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const RATE: u32 = 20;
+    const STORM: usize = 60;
+    let s = server(
+        Mode::Registrar,
+        "storm",
+        ConnectionLimits {
+            accept_rate: RATE,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let m = &s.handle.shared().metrics;
+    let mut phone = connect_from("127.0.0.1:0", tcp);
+    let mut buf = Vec::new();
+    phone
+        .write_all(register(tcp, "held", "<sip:h@192.0.2.1>", "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut phone, &mut buf).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    let before = m.connections_accepted.load(Relaxed);
+    let started = Instant::now();
+    // The kernel completes every handshake of the storm at once; the
+    // server takes them from its accept queue at the rate.
+    let storm: Vec<TcpStream> = (0..STORM)
+        .map(|i| connect_from(&format!("127.0.3.{}:0", 1 + i % 200), tcp))
+        .collect();
+    phone
+        .write_all(register(tcp, "held", "<sip:h@192.0.2.1>", "TCP", 2).as_bytes())
+        .expect("write");
+    let r = read_message(&mut phone, &mut buf).expect("the registered phone is answered");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    let taken = m.connections_accepted.load(Relaxed) - before;
+    // At most a bucket (a tenth of a second's worth, at least one) and the
+    // rate for the time that passed: a slow machine only loosens this.
+    let bound = 2.0 + f64::from(RATE) * started.elapsed().as_secs_f64() + 1.0;
+    assert!(
+        (taken as f64) <= bound,
+        "{taken} of {STORM} accepted, at most {bound:.1} allowed"
+    );
+    assert!(m.accepts_deferred.load(Relaxed) >= 1, "the storm waited");
+    eventually("the whole storm accepted", Duration::from_secs(30), || {
+        m.connections_accepted.load(Relaxed) - before >= STORM as u64
+    });
+    drop(storm);
+    s.handle.shutdown();
+}
+
+fn invite(to: SocketAddr, user: &str, from_port: u16, branch: &str) -> String {
+    format!(
+        "INVITE sip:{user}@{to} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{from_port};branch=z9hG4bK{branch}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:caller@127.0.0.1>;tag=c\r\nTo: <sip:{user}@{to}>\r\nCall-ID: {branch}\r\n\
+         CSeq: 1 INVITE\r\nContact: <sip:caller@127.0.0.1:{from_port}>\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+#[test]
+fn requests_follow_the_registered_flow_and_a_gone_outbound_flow_is_430() {
+    let s = server(Mode::Proxy, "flows", ConnectionLimits::default(), None);
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let udp_addr = s.handle.local_addr();
+    // A phone behind NAT: its Contact names a private address nobody can
+    // reach; only its connection leads to it.
+    let mut phone = connect_from("127.0.0.1:0", tcp);
+    let mut buf = Vec::new();
+    let contact = "<sip:alice@10.255.255.1:5060;transport=tcp>";
+    phone
+        .write_all(register(tcp, "alice", contact, "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut phone, &mut buf).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    assert!(
+        !r.contains("Require: outbound"),
+        "not an outbound registration: {r}"
+    );
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let port = caller.local_addr().expect("addr").port();
+    caller
+        .send_to(
+            invite(udp_addr, "alice", port, "flow1").as_bytes(),
+            udp_addr,
+        )
+        .expect("send");
+    let got = read_message(&mut phone, &mut buf).expect("the INVITE comes down the connection");
+    assert!(
+        got.starts_with("INVITE sip:alice@10.255.255.1:5060;transport=tcp SIP/2.0"),
+        "{got}"
+    );
+    // An outbound registration (RFC 5626): the connection is the flow,
+    // and when it is gone the proxy answers 430 instead of guessing.
+    let mut bob = connect_from("127.0.0.1:0", tcp);
+    let ob = "<sip:bob@10.255.255.2:5060;transport=tcp>;reg-id=1;+sip.instance=\"<urn:uuid:00000000-0000-1000-8000-000A95A0E128>\"";
+    bob.write_all(register(tcp, "bob", ob, "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut bob, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    assert!(r.contains("Require: outbound"), "{r}");
+    let before = closed(&s, CloseReason::Peer);
+    drop(bob);
+    eventually(
+        "bob's connection noticed gone",
+        Duration::from_secs(5),
+        || closed(&s, CloseReason::Peer) > before,
+    );
+    caller
+        .send_to(invite(udp_addr, "bob", port, "flow2").as_bytes(), udp_addr)
+        .expect("send");
+    let mut answer = [0u8; 4096];
+    let n = caller.recv(&mut answer).expect("an answer");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("SIP/2.0 430 Flow Failed"), "{answer}");
+    assert_eq!(
+        s.handle
+            .shared()
+            .metrics
+            .flows_failed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    s.handle.shutdown();
+}

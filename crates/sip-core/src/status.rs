@@ -48,6 +48,7 @@ codes! {
     UNSUPPORTED_URI_SCHEME = 416, "Unsupported URI Scheme";
     BAD_EXTENSION = 420, "Bad Extension";
     INTERVAL_TOO_BRIEF = 423, "Interval Too Brief";
+    FLOW_FAILED = 430, "Flow Failed";
     TEMPORARILY_UNAVAILABLE = 480, "Temporarily Unavailable";
     CALL_DOES_NOT_EXIST = 481, "Call/Transaction Does Not Exist";
     LOOP_DETECTED = 482, "Loop Detected";

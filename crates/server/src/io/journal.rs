@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 pub use crate::config::Durability;
 use crate::io::maplog::MappedLog;
-use crate::proto::location::{Binding, Location, MemoryLocation, Record};
+use crate::proto::location::{Binding, Flow, Location, MemoryLocation, Record};
 
 fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     let _ = write!(
@@ -17,9 +17,16 @@ fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
         "{seq}\tB\t{aor}\t{}\t{}\t{}\t{}\t{}\t{}",
         b.contact, b.expires_at, b.q, b.call_id, b.cseq, b.source
     );
-    // Path is a trailing field, absent from records written before it.
-    if !b.path.is_empty() {
-        let _ = write!(out, "\t{}", b.path);
+    // Path and then the flow are trailing fields, absent from records
+    // written before them (and when empty).
+    match b.flow {
+        Some(f) => {
+            let _ = write!(out, "\t{}\t{}", b.path, f.encode());
+        }
+        None if !b.path.is_empty() => {
+            let _ = write!(out, "\t{}", b.path);
+        }
+        None => {}
     }
     out.push(b'\n');
 }
@@ -51,6 +58,10 @@ fn decode(line: &str) -> Option<Record> {
                 cseq: f.next()?.parse().ok()?,
                 source: f.next()?.parse().ok()?,
                 path: f.next().unwrap_or("").to_owned(),
+                flow: match f.next() {
+                    Some(flow) => Some(Flow::decode(flow)?),
+                    None => None,
+                },
             };
             f.next()
                 .is_none()
@@ -536,12 +547,43 @@ mod tests {
                 cseq: 1,
                 source: src(),
                 path: "<sip:edge.example;lr>, <sip:p2.example;lr>".into(),
+                flow: None,
             },
         };
         let mut out = Vec::new();
         encode(&r, &mut out);
         let line = std::str::from_utf8(&out).expect("utf-8");
         assert_eq!(decode(line.trim_end()), Some(r));
+        // A flow follows Path, empty or not; an unknown one is corruption.
+        for path in ["", "<sip:edge.example;lr>"] {
+            for flow in [
+                Flow::decode("TLS"),
+                Flow::decode("TCP+ob"),
+                Flow::decode("wss+ob"),
+            ] {
+                let flow = Some(flow.expect("a flow"));
+                let r = Record::Bind {
+                    seq: 8,
+                    aor: "sip:a@x".into(),
+                    binding: Binding {
+                        contact: "sip:a@10.0.0.1;transport=tcp".into(),
+                        expires_at: 160,
+                        q: 1000,
+                        call_id: "c1".into(),
+                        cseq: 1,
+                        source: src(),
+                        path: path.into(),
+                        flow,
+                    },
+                };
+                let mut out = Vec::new();
+                encode(&r, &mut out);
+                let line = std::str::from_utf8(&out).expect("utf-8");
+                assert_eq!(decode(line.trim_end()), Some(r), "{line}");
+            }
+        }
+        let udp = "7\tB\tsip:a@x\tsip:a@1.1.1.1\t160\t1000\tc1\t1\t192.0.2.1:5060\t\tUDP";
+        assert_eq!(decode(udp), None, "UDP is no flow");
         // A record written before Path was stored still decodes.
         let old = "7\tB\tsip:a@x\tsip:a@1.1.1.1\t160\t1000\tc1\t1\t192.0.2.1:5060";
         let Some(Record::Bind { binding, .. }) = decode(old) else {

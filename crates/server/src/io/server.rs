@@ -134,13 +134,11 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             if t.port() == 0 {
                 t.set_port(udp_port);
             }
-            Some(
-                std::net::TcpListener::bind(t).map_err(|err| StartError::Bind {
-                    proto: "tcp",
-                    addr: t,
-                    err,
-                })?,
-            )
+            Some(stream_listener(t).map_err(|err| StartError::Bind {
+                proto: "tcp",
+                addr: t,
+                err,
+            })?)
         }
         None => None,
     };
@@ -151,7 +149,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     };
     let tls_listener = match &mut config.tls {
         Some(t) => {
-            let l = std::net::TcpListener::bind(t.addr).map_err(|err| StartError::Bind {
+            let l = stream_listener(t.addr).map_err(|err| StartError::Bind {
                 proto: "tls",
                 addr: t.addr,
                 err,
@@ -204,6 +202,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             stop.clone(),
         );
         threads.extend(hub.start(tcp_listener, tls_listener).map_err(bind)?);
+        let flows: Arc<dyn crate::proto::core::Flows> = hub.clone();
+        let _ = shared.flows.set(flows);
         Some(hub)
     } else {
         None
@@ -564,3 +564,22 @@ impl ServerHandle {
         }
     }
 }
+
+/// A TCP listener with a deep accept queue: a burst of phones (a restart,
+/// a NAT rebinding) waits in the kernel while the reactors take them at
+/// their pace, instead of overflowing a short queue into SYN
+/// retransmissions a second later. The kernel caps it at somaxconn.
+fn stream_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into())?;
+    sock.listen(ACCEPT_QUEUE)?;
+    Ok(sock.into())
+}
+
+/// Connections the kernel may hold completed for a listener.
+const ACCEPT_QUEUE: i32 = 4096;

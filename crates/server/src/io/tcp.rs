@@ -50,8 +50,12 @@ pub const MAX_PENDING_CONNECTS: usize = 64;
 /// File descriptors kept for everything but connections (journals,
 /// listeners, the operator endpoint) when the limit is sized from them.
 const FD_RESERVE: usize = 256;
-/// How long a reactor waits for events before it checks deadlines.
+/// How long a reactor sleeps when it has nothing to do.
 const TURN: Duration = Duration::from_millis(100);
+/// How often a reactor walks its connections for deadlines: a deadline is
+/// met at most this late, and a walk over 50,000 idle connections costs
+/// a fraction of a millisecond per second instead of per turn.
+const SWEEP: Duration = Duration::from_secs(1);
 /// Bytes read from one connection per event before others get a turn.
 const READ_BUDGET: usize = 256 << 10;
 /// The reactor's read buffer.
@@ -568,6 +572,16 @@ impl TcpHub {
     }
 }
 
+impl crate::proto::core::Flows for TcpHub {
+    fn open(&self, peer: SocketAddr, transport: Transport) -> bool {
+        lock(&self.conns).get(&peer).is_some_and(|c| {
+            c.transport == transport
+                && lock(&c.closing).is_none()
+                && !matches!(lock(&c.tx).phase, Phase::Closed)
+        })
+    }
+}
+
 impl Connections for Arc<TcpHub> {
     fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8]) {
         let _ = self.send(dest, transport, bytes);
@@ -586,11 +600,14 @@ struct Local {
     /// When the first byte of the incomplete message in `inbuf` came.
     message_start: Option<Instant>,
     handshaking: bool,
+    /// An outbound connect not yet complete (known here, so the deadline
+    /// walk takes no lock).
+    connecting: bool,
 }
 
 impl Local {
     /// A connection that opens now (TLS ones start handshaking).
-    fn new(conn: Arc<Conn>) -> Self {
+    fn new(conn: Arc<Conn>, connecting: bool) -> Self {
         let now = Instant::now();
         let handshaking = conn.transport == Transport::Tls;
         Self {
@@ -600,6 +617,7 @@ impl Local {
             last_read: now,
             message_start: None,
             handshaking,
+            connecting,
         }
     }
 }
@@ -617,6 +635,59 @@ struct Reactor {
     scratch: Vec<u8>,
     /// Connections with more to read after their budget ran out.
     again: Vec<Token>,
+    /// This reactor's share of the accept rate.
+    bucket: Option<Bucket>,
+}
+
+/// A token bucket: `rate` tokens a second, holding at most a tenth of a
+/// second's worth (and at least one).
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+    /// Spent: accept again at this time.
+    until: Option<Instant>,
+}
+
+impl Bucket {
+    fn new(rate: f64, now: Instant) -> Self {
+        Self {
+            rate,
+            tokens: Self::capacity(rate),
+            at: now,
+            until: None,
+        }
+    }
+
+    fn capacity(rate: f64) -> f64 {
+        (rate / 10.0).max(1.0)
+    }
+
+    /// Takes a token, or says when the next one comes.
+    fn take(&mut self, now: Instant) -> Result<(), Instant> {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(Self::capacity(self.rate));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            self.until = None;
+            Ok(())
+        } else {
+            let next = now + Duration::from_secs_f64((1.0 - self.tokens) / self.rate);
+            self.until = Some(next);
+            Err(next)
+        }
+    }
+
+    /// Returns a token taken for a connection that was not there.
+    fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(Self::capacity(self.rate));
+    }
+
+    /// Spent until a time still ahead.
+    fn waiting(&self, now: Instant) -> Option<Instant> {
+        self.until.filter(|u| *u > now)
+    }
 }
 
 impl Reactor {
@@ -628,6 +699,13 @@ impl Reactor {
     ) -> Self {
         let core = Core::new(hub.shared.clone());
         let sender = hub.sender();
+        let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);
+        let bucket = (hub.limits.accept_rate > 0).then(|| {
+            Bucket::new(
+                f64::from(hub.limits.accept_rate) / reactors as f64,
+                Instant::now(),
+            )
+        });
         Self {
             hub,
             index,
@@ -639,18 +717,22 @@ impl Reactor {
             out: Vec::with_capacity(8192),
             scratch: vec![0; SCRATCH],
             again: Vec::new(),
+            bucket,
         }
     }
 
     fn run(mut self) {
         let mut events = Events::with_capacity(1024);
-        let mut next_sweep = Instant::now() + TURN;
+        let mut next_sweep = Instant::now() + SWEEP;
         while !self.hub.stop.load(Ordering::Relaxed) {
-            let busy = self.listeners.iter().any(|l| l.2) || !self.again.is_empty();
-            let wait = if busy {
+            let now = Instant::now();
+            let spent = self.bucket.as_ref().and_then(|b| b.waiting(now));
+            let accepting = spent.is_none() && self.listeners.iter().any(|l| l.2);
+            let wait = if accepting || !self.again.is_empty() {
                 Duration::ZERO
             } else {
-                next_sweep.saturating_duration_since(Instant::now())
+                let until = spent.map_or(next_sweep, |s| s.min(next_sweep));
+                until.saturating_duration_since(now).min(TURN)
             };
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -686,7 +768,7 @@ impl Reactor {
             let now = Instant::now();
             if now >= next_sweep {
                 self.sweep(now);
-                next_sweep = now + TURN;
+                next_sweep = now + SWEEP;
             }
         }
         self.take_orders();
@@ -712,16 +794,17 @@ impl Reactor {
                     self.close(t, reason);
                 }
                 Order::Adopt(conn) => {
-                    let registered = {
+                    let (registered, connecting) = {
                         let mut tx = lock(&conn.tx);
-                        self.poll.registry().register(
+                        let r = self.poll.registry().register(
                             &mut tx.sock,
                             conn.token,
                             Interest::READABLE | Interest::WRITABLE,
-                        )
+                        );
+                        (r, matches!(tx.phase, Phase::Connecting(_)))
                     };
                     let token = conn.token;
-                    self.locals.insert(token, Local::new(conn));
+                    self.locals.insert(token, Local::new(conn, connecting));
                     if registered.is_err() {
                         self.close(token, CloseReason::ConnectFailed);
                     }
@@ -734,6 +817,11 @@ impl Reactor {
     fn accept(&mut self) {
         let hub = self.hub.clone();
         let burst = hub.limits.accept_burst;
+        if let Some(b) = &self.bucket {
+            if b.waiting(Instant::now()).is_some() {
+                return;
+            }
+        }
         for i in 0..self.listeners.len() {
             if !self.listeners[i].2 {
                 continue;
@@ -745,10 +833,24 @@ impl Reactor {
                     // More may wait: come back after serving the others.
                     break;
                 }
+                if let Some(b) = &mut self.bucket {
+                    if b.take(Instant::now()).is_err() {
+                        // The rate is spent: the rest wait in the kernel's
+                        // queue until the bucket refills.
+                        hub.shared
+                            .metrics
+                            .accepts_deferred
+                            .fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                }
                 let (sock, peer) = match self.listeners[i].0.accept() {
                     Ok(a) => a,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         self.listeners[i].2 = false;
+                        if let Some(b) = &mut self.bucket {
+                            b.give_back();
+                        }
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -826,7 +928,7 @@ impl Reactor {
         m.connections_accepted.fetch_add(1, Ordering::Relaxed);
         // The newest connection from an address is the one to answer on.
         lock(&hub.conns).insert(peer, conn.clone());
-        self.locals.insert(token, Local::new(conn));
+        self.locals.insert(token, Local::new(conn, false));
     }
 
     fn writable(&mut self, t: Token) {
@@ -861,6 +963,9 @@ impl Reactor {
             let Phase::Connecting(pending) = std::mem::replace(&mut tx.phase, Phase::Open) else {
                 unreachable!("checked above");
             };
+            if let Some(l) = self.locals.get_mut(&t) {
+                l.connecting = false;
+            }
             for p in pending {
                 if tx.queue(&p, usize::MAX).is_err() {
                     drop(tx);
@@ -1057,8 +1162,7 @@ impl Reactor {
         let l = &self.hub.limits;
         let mut due = Vec::new();
         for (t, c) in &self.locals {
-            let connecting = matches!(lock(&c.conn.tx).phase, Phase::Connecting(_));
-            let reason = if connecting {
+            let reason = if c.connecting {
                 (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
             } else if c.handshaking && now >= c.opened + l.handshake_timeout {
                 Some(CloseReason::HandshakeTimeout)

@@ -124,7 +124,17 @@ pub struct Shared {
     /// The clock for sampled stage timings (instrumentation, never a
     /// protocol decision); `None` turns them off (simulations).
     pub stage_clock: Option<fn() -> Instant>,
+    /// Which connections are open, set by the driver that holds them;
+    /// unset (a simulation without connections), every flow counts as open.
+    pub flows: std::sync::OnceLock<Arc<dyn Flows>>,
     pub(super) branch_salt: RandomState,
+}
+
+/// The driver's answer to "is the connection from this phone still
+/// there?", asked before a request is routed down a registered flow.
+pub trait Flows: std::fmt::Debug + Send + Sync {
+    /// True when a `transport` connection with `peer` is open.
+    fn open(&self, peer: SocketAddr, transport: Transport) -> bool;
 }
 
 impl Shared {
@@ -156,6 +166,7 @@ impl Shared {
             transactions,
             privacy: None,
             stage_clock: None,
+            flows: std::sync::OnceLock::new(),
             branch_salt: salt,
         }
     }

@@ -35,6 +35,42 @@ pub struct Binding {
     /// The REGISTER's Path values (RFC 3327), comma-separated, first hop
     /// first; empty without Path.
     pub path: String,
+    /// The connection the REGISTER came over, when it came over one:
+    /// requests for this contact go back over it (RFC 3261 §18, RFC 5626).
+    pub flow: Option<Flow>,
+}
+
+/// A contact's flow: the connection from `Binding::source` over this
+/// transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    /// TCP, TLS, WS or WSS.
+    pub transport: sip_core::Transport,
+    /// Registered with RFC 5626 outbound (`reg-id` and `+sip.instance`):
+    /// when the flow is gone, requests fail with 430 instead of trying
+    /// the contact's own address.
+    pub outbound: bool,
+}
+
+impl Flow {
+    /// As stored: `TCP`, or `TCP+ob` for an outbound flow.
+    pub fn encode(self) -> String {
+        let ob = if self.outbound { "+ob" } else { "" };
+        format!("{}{ob}", self.transport.as_str())
+    }
+
+    /// Reads what `encode` wrote.
+    pub fn decode(s: &str) -> Option<Self> {
+        let (t, outbound) = match s.strip_suffix("+ob") {
+            Some(t) => (t, true),
+            None => (s, false),
+        };
+        let transport = sip_core::Transport::from_token(t);
+        transport.is_reliable().then_some(Flow {
+            transport,
+            outbound,
+        })
+    }
 }
 
 /// The REGISTER a set of changes comes from.
@@ -48,6 +84,8 @@ pub struct Registration<'a> {
     pub source: SocketAddr,
     /// Path values to store (no tab or line feed), or "".
     pub path: &'a str,
+    /// The transport it came over, when connection-oriented.
+    pub flow: Option<sip_core::Transport>,
     /// When it arrived (Unix seconds).
     pub now: u64,
 }
@@ -61,6 +99,8 @@ pub struct ContactChange<'a> {
     pub expires: u32,
     /// Preference in thousandths.
     pub q: u16,
+    /// The contact asks for RFC 5626 outbound (`reg-id` and `+sip.instance`).
+    pub outbound: bool,
 }
 
 /// Why an update was refused; a refused update changes nothing.
@@ -383,6 +423,7 @@ impl Location for MemoryLocation {
             cseq,
             source,
             path,
+            flow,
             now,
         } = *reg;
         let hash = self.hash(&key);
@@ -443,6 +484,10 @@ impl Location for MemoryLocation {
                 cseq,
                 source,
                 path: path.to_owned(),
+                flow: flow.map(|transport| Flow {
+                    transport,
+                    outbound: c.outbound,
+                }),
             };
             match pos {
                 Some(p) => list[p] = binding.clone(),
@@ -618,6 +663,7 @@ pub(crate) mod tests {
             cseq,
             source: src(),
             path: "",
+            flow: None,
             now,
         }
     }
@@ -627,6 +673,7 @@ pub(crate) mod tests {
             contact,
             expires,
             q: 1000,
+            outbound: false,
         }
     }
 
@@ -670,6 +717,7 @@ pub(crate) mod tests {
                 contact: "sip:a@2.2.2.2",
                 expires: 60,
                 q: 500,
+                outbound: false,
             }],
             false,
             &reg("c2", 1, 100),

@@ -209,6 +209,9 @@ pub struct Metrics {
     pub refused_limit: AtomicU64,
     /// Connections refused at accept: their source IP had its share.
     pub refused_per_ip: AtomicU64,
+    /// Times a reactor left connections in the accept queue because the
+    /// accept rate was spent.
+    pub accepts_deferred: AtomicU64,
     requests: [AtomicU64; METHODS.len()],
     responses_sent: [AtomicU64; 6],
     stages: [Histogram; 5],
@@ -233,6 +236,9 @@ pub struct Metrics {
     /// Messages too large for a UDP datagram (answered with a short error
     /// or dropped).
     pub oversize: AtomicU64,
+    /// Requests for an outbound registration whose connection was gone
+    /// (answered 430 Flow Failed, RFC 5626 §5.3).
+    pub flows_failed: AtomicU64,
     /// Online compactions of the location journal.
     pub compactions: AtomicU64,
     /// Requests refused by the rate limiter.
@@ -340,7 +346,7 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 19] = [
+        let counters: [(&str, &str, &AtomicU64); 20] = [
             (
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
@@ -395,6 +401,11 @@ impl Metrics {
                 "sipsec_oversize_total",
                 "Messages too large for a UDP datagram (short error sent, or dropped).",
                 &self.oversize,
+            ),
+            (
+                "sipsec_flows_failed_total",
+                "Requests for an outbound (RFC 5626) registration whose connection was gone: 430 Flow Failed.",
+                &self.flows_failed,
             ),
             (
                 "sipsec_journal_compactions_total",
@@ -463,6 +474,11 @@ impl Metrics {
             "# HELP sipsec_connections_refused_total Connections refused at accept, by limit.\n# TYPE sipsec_connections_refused_total counter\nsipsec_connections_refused_total{{reason=\"limit\"}} {}\nsipsec_connections_refused_total{{reason=\"per_ip\"}} {}",
             self.refused_limit.load(Ordering::Relaxed),
             self.refused_per_ip.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_connections_accepts_deferred_total Times accepting waited for the accept rate (connect storms).\n# TYPE sipsec_connections_accepts_deferred_total counter\nsipsec_connections_accepts_deferred_total {}",
+            self.accepts_deferred.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             o,

@@ -23,6 +23,14 @@ use crate::proto::stateful::{
 };
 
 impl Core {
+    /// Whether the phone's connection (its registered flow) is still open.
+    fn flow_open(&self, peer: SocketAddr, transport: Transport) -> bool {
+        self.shared
+            .flows
+            .get()
+            .is_none_or(|f| f.open(peer, transport))
+    }
+
     /// Whether `src` is another domain's proxy we peer with.
     fn is_peer(&self, src: SocketAddr) -> bool {
         self.shared.config.peers.iter().any(|(_, a)| *a == src)
@@ -247,10 +255,32 @@ impl Core {
                     Uri::parse(&contact, sip_core::UriContext::Header).ok()
                 }
             };
-            let addr = next.and_then(|u| {
-                out_transport = Transport::of_uri(&u);
-                u.host().and_then(|h| resolve(h, u.port()))
+            let binding = &self.bindings[0];
+            // The flow serves a contact reached over its transport (a
+            // phone that registers over TCP a contact for UDP is reached
+            // over UDP), and every outbound contact.
+            let flow = binding.flow.filter(|f| {
+                self.path.is_empty()
+                    && (f.outbound || next.as_ref().map(Transport::of_uri) == Some(f.transport))
             });
+            let addr = match flow {
+                // The phone registered over a connection: the request goes
+                // back down it (RFC 3261 §18, RFC 5626 §5.3), whatever
+                // address its Contact names (often a private one).
+                Some(f) if self.flow_open(binding.source, f.transport) => {
+                    out_transport = f.transport;
+                    Some(binding.source)
+                }
+                Some(f) if f.outbound => {
+                    bump(&self.shared.metrics.flows_failed);
+                    return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
+                }
+                // Gone without outbound: try the contact's own address.
+                _ => next.and_then(|u| {
+                    out_transport = Transport::of_uri(&u);
+                    u.host().and_then(|h| resolve(h, u.port()))
+                }),
+            };
             new_ruri = Some(contact);
             addr
         } else if pop_route {

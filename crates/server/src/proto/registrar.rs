@@ -64,6 +64,7 @@ impl Core {
             );
         }
         let mut changes: Vec<ContactChange<'_>> = Vec::with_capacity(msg.contact_count());
+        let mut wants_outbound = false;
         for c in msg.contacts() {
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
@@ -76,10 +77,20 @@ impl Core {
                     out,
                 );
             }
+            // RFC 5626 §4.2: an outbound registration names its instance
+            // and flow; over a connection to this server (no Path: no edge
+            // proxy between) the connection is the flow.
+            let params = c.addr.params();
+            let outbound = params.get("reg-id").is_some()
+                && params.get("+sip.instance").is_some()
+                && self.transport.is_reliable()
+                && msg.header(HeaderName::Path).is_none();
+            wants_outbound |= outbound;
             changes.push(ContactChange {
                 contact: c.addr.uri().as_str(),
                 expires: wanted.min(max),
                 q: c.q.unwrap_or(1000),
+                outbound,
             });
         }
         let t0 = self.clock();
@@ -92,6 +103,7 @@ impl Core {
             cseq: msg.cseq().seq,
             source: src,
             path: &self.path,
+            flow: self.transport.is_reliable().then_some(self.transport),
             now,
         };
         let cfg = &self.shared.config;
@@ -175,7 +187,13 @@ impl Core {
             // RFC 3327 §5.3: the stored Path goes back to the UA.
             let _ = write!(self.lines, "Path: {}\r\n", self.path);
         }
-        let reply = self.respond(msg, StatusCode::OK, &[], src, out);
+        // RFC 5626 §6: a registrar that keeps the flow says so.
+        let require: &[(&str, &str)] = if wants_outbound {
+            &[("Require", "outbound")]
+        } else {
+            &[]
+        };
+        let reply = self.respond(msg, StatusCode::OK, require, src, out);
         if prepared.is_empty() {
             // Nothing to store (a query, or removing what was not there).
             self.shared.location.commit(prepared, true);
