@@ -9,6 +9,7 @@
 //! responder; [`stats`] and [`report`] turn outcomes into figures.
 
 pub mod compare;
+pub mod connections;
 pub mod cpu;
 pub mod crossbench;
 pub mod engine;
@@ -17,7 +18,7 @@ pub mod handshake;
 pub mod link;
 pub mod peak;
 pub mod plot;
-mod poll;
+pub(crate) mod poll;
 pub mod privacy;
 pub mod privacy_route;
 pub mod report;

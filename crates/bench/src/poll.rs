@@ -1,8 +1,9 @@
-//! The crate's two system calls without a safe std wrapper: waiting for a
+//! The crate's system calls without a safe std wrapper: waiting for a
 //! socket to become readable with a sub-millisecond timeout (`ppoll(2)`;
 //! socket read timeouts are rounded to scheduler ticks, 4 ms at HZ=250,
-//! far too coarse to pace thousands of calls per second), and pinning the
-//! generator to a CPU (`sched_setaffinity(2)`).
+//! far too coarse to pace thousands of calls per second), pinning the
+//! generator to a CPU (`sched_setaffinity(2)`), raising the descriptor
+//! limit (`setrlimit(2)`) and `IP_BIND_ADDRESS_NO_PORT`.
 #![allow(unsafe_code)]
 
 use std::os::fd::RawFd;
@@ -42,6 +43,65 @@ pub fn pin_to_core(core: usize) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Raises this process's descriptor limit (soft, and hard when privileged)
+/// to fit `needed`; the servers started here inherit it. Returns the soft
+/// limit in force.
+pub fn raise_fd_limit(needed: u64) -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 1024;
+        }
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(l.rlim_max);
+        if l.rlim_max < needed {
+            let raised = libc::rlimit {
+                rlim_cur: needed.min(nr_open),
+                rlim_max: needed.min(nr_open),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+        let soft = libc::rlimit {
+            rlim_cur: l.rlim_max,
+            rlim_max: l.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &soft) == 0 {
+            l.rlim_max
+        } else {
+            l.rlim_cur
+        }
+    }
+}
+
+/// Defers the choice of the local port of a socket bound to port 0 to
+/// `connect`, where the kernel can share ports among destinations.
+pub fn bind_address_no_port(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid descriptor and a pointer to a c_int of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            std::ptr::from_ref(&one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]

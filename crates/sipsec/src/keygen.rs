@@ -154,7 +154,7 @@ fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn rsa(
+pub(crate) fn rsa(
     variant: &str,
     bits: u32,
     primes: Option<u8>,
@@ -238,14 +238,14 @@ fn show(path: &Path) -> Result<String, String> {
     Ok(format!("{}: {}", path.display(), describe(&key)))
 }
 
-struct CertRequest<'a> {
-    key: &'a Path,
-    cn: &'a str,
-    san: &'a [String],
-    days: u32,
-    ca: bool,
-    issuer: Option<(&'a Path, &'a Path)>,
-    out: &'a Path,
+pub(crate) struct CertRequest<'a> {
+    pub(crate) key: &'a Path,
+    pub(crate) cn: &'a str,
+    pub(crate) san: &'a [String],
+    pub(crate) days: u32,
+    pub(crate) ca: bool,
+    pub(crate) issuer: Option<(&'a Path, &'a Path)>,
+    pub(crate) out: &'a Path,
 }
 
 fn digest_for(key: &PKey<Private>) -> MessageDigest {
@@ -255,7 +255,7 @@ fn digest_for(key: &PKey<Private>) -> MessageDigest {
     }
 }
 
-fn cert(req: &CertRequest<'_>) -> Result<String, String> {
+pub(crate) fn cert(req: &CertRequest<'_>) -> Result<String, String> {
     let e = |e: openssl::error::ErrorStack| e.to_string();
     let key = load_key(req.key)?;
     let public = PKey::public_key_from_der(&key.public_key_to_der().map_err(e)?).map_err(e)?;

@@ -264,3 +264,34 @@ pub(super) fn progress(live: &Live, done: &AtomicBool, total: u64) {
     }
     bar.finish_and_clear();
 }
+
+/// The servers named on the command line (`sipsec`, `kamailio`), in order.
+pub(super) fn targets(
+    names: &[String],
+    kamailio_cfg: &std::path::Path,
+) -> Result<Vec<sipsec_bench::compare::Target>, String> {
+    use sipsec_bench::compare::Target;
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let targets = names
+        .iter()
+        .map(|t| match t.as_str() {
+            "sipsec" => Ok(Target::Sipsec { exe: exe.clone() }),
+            "kamailio" => {
+                if !kamailio_cfg.is_file() {
+                    return Err(format!(
+                        "{}: no Kamailio configuration (run from the repository root, or pass --kamailio-cfg)",
+                        kamailio_cfg.display()
+                    ));
+                }
+                let cfg = std::fs::canonicalize(kamailio_cfg)
+                    .map_err(|e| format!("{}: {e}", kamailio_cfg.display()))?;
+                Ok(Target::Kamailio { cfg })
+            }
+            other => Err(format!("unknown server {other:?}: use sipsec or kamailio")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if targets.is_empty() {
+        return Err("name at least one server".into());
+    }
+    Ok(targets)
+}

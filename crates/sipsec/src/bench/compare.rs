@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use sipsec_bench::{scenario, stats};
 
-use super::common::{json_and_markdown, outputs, TableOutputs};
+use super::common::{json_and_markdown, outputs, targets, TableOutputs};
 
 #[derive(Args)]
 pub struct CompareArgs {
@@ -49,30 +49,8 @@ pub struct CompareArgs {
 }
 
 pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
-    use sipsec_bench::compare::{self, Plan, Target};
-    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-    let targets = a
-        .targets
-        .iter()
-        .map(|t| match t.as_str() {
-            "sipsec" => Ok(Target::Sipsec { exe: exe.clone() }),
-            "kamailio" => {
-                if !a.kamailio_cfg.is_file() {
-                    return Err(format!(
-                        "{}: no Kamailio configuration (run from the repository root, or pass --kamailio-cfg)",
-                        a.kamailio_cfg.display()
-                    ));
-                }
-                let cfg = std::fs::canonicalize(&a.kamailio_cfg)
-                    .map_err(|e| format!("{}: {e}", a.kamailio_cfg.display()))?;
-                Ok(Target::Kamailio { cfg })
-            }
-            other => Err(format!("unknown target {other:?}: use sipsec or kamailio")),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if targets.is_empty() {
-        return Err("name at least one target".into());
-    }
+    use sipsec_bench::compare::{self, Plan};
+    let targets = targets(&a.targets, &a.kamailio_cfg)?;
     let scenarios = if a.scenarios.is_empty() {
         scenario::BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
     } else {

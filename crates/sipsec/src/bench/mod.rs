@@ -2,6 +2,7 @@
 
 mod common;
 mod compare;
+mod connections;
 mod peak;
 mod privacy;
 mod rsa;
@@ -14,6 +15,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use compare::{compare, CompareArgs};
+use connections::{connections, ConnectionsArgs};
 use peak::{peak, PeakArgs};
 use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
@@ -31,6 +33,11 @@ pub enum BenchCommand {
     /// Run scenarios against sipsec and Kamailio (started here, same users)
     /// and print the ratio table: calls/s and server CPU µs per call.
     Compare(Box<CompareArgs>),
+    /// Phones held on TCP or TLS connections: open and register N (from
+    /// several loopback sources), hold them, refresh each once; server
+    /// memory and threads per connection, CPU per handshake and per
+    /// refresh, handshakes/s, failures; sipsec and Kamailio side by side.
+    Connections(Box<ConnectionsArgs>),
     /// The RSA-variant experiment: sipsec's proxy over TLS with server keys
     /// in each variant and size, calls over new TLS connections inbound
     /// (private-key side) and outbound (public-key side); CPU % and
@@ -66,6 +73,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
     let result = match cmd {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
+        BenchCommand::Connections(a) => connections(*a),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
         BenchCommand::Srtp(a) => srtp_bench(*a),
         BenchCommand::PrivacyPrepare(a) => privacy_prepare(*a),

@@ -1,0 +1,1041 @@
+//! `sipsec bench connections`: many phones, each on its own TCP or TLS
+//! connection, registered over it and held open; then every one refreshes
+//! once. Measures what the connection layer costs the server: memory
+//! (proportional set size, so a forking server's shared memory is counted
+//! once) and threads per held connection, server CPU per full TLS
+//! handshake + first REGISTER and per refresh, handshakes/s, failures.
+//!
+//! The phones are driven by a few event-loop threads (mio), each owning a
+//! share of the connections; connections come from several loopback source
+//! addresses so that no address runs out of ephemeral ports.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use serde::Serialize;
+
+use crate::compare::{self, Server, Target};
+use crate::cpu;
+use crate::error::Error;
+
+/// Stream transport of the phones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    /// SIP over TCP.
+    Tcp,
+    /// SIP over TLS (a full handshake per connection, no resumption).
+    Tls,
+}
+
+impl Stream {
+    /// As in a Via header.
+    pub fn via(self) -> &'static str {
+        match self {
+            Stream::Tcp => "TCP",
+            Stream::Tls => "TLS",
+        }
+    }
+
+    fn param(self) -> &'static str {
+        match self {
+            Stream::Tcp => "tcp",
+            Stream::Tls => "tls",
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Servers, each started here in turn.
+    pub targets: Vec<Target>,
+    /// TCP or TLS.
+    pub transport: Stream,
+    /// Connections (one registered phone each).
+    pub connections: usize,
+    /// Loopback source addresses the connections are spread over
+    /// (127.0.1.1, 127.0.1.2, …).
+    pub sources: usize,
+    /// Connections being opened (connect, handshake, first REGISTER) at once.
+    pub in_flight: usize,
+    /// Refreshes per second in the refresh phase (all phones once).
+    pub refresh_rate: f64,
+    /// Seconds to hold the connections idle before measuring memory.
+    pub hold: Duration,
+    /// A phase that has not finished this long after its last send fails
+    /// what is left.
+    pub timeout: Duration,
+    /// Client event-loop threads.
+    pub threads: usize,
+    /// TLS certificate chain (PEM) every server presents.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA the phones trust for it.
+    pub ca: PathBuf,
+    /// Server on core 0, phones on the others.
+    pub pin: bool,
+    /// Server UDP workers and connection reactors / Kamailio UDP and TCP children.
+    pub workers: usize,
+    /// Scratch directory for configuration and data.
+    pub workdir: PathBuf,
+}
+
+/// One server's figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    /// Server.
+    pub target: String,
+    /// TCP or TLS.
+    pub transport: String,
+    /// Connections asked for.
+    pub connections: usize,
+    /// Source addresses used.
+    pub sources: usize,
+    /// Connections opened and registered (200 to the first REGISTER).
+    pub registered: usize,
+    /// Connections that failed to open or register, by cause.
+    pub open_failures: BTreeMap<String, u64>,
+    /// Seconds from the first connect to the last registration.
+    pub open_seconds: f64,
+    /// Connections opened and registered per second (for TLS: full
+    /// handshakes per second).
+    pub opened_per_s: f64,
+    /// Server CPU µs per connection opened and registered.
+    pub server_cpu_us_per_open: Option<f64>,
+    /// Server memory (PSS) before the first connection, bytes.
+    pub memory_before: u64,
+    /// Server memory (PSS) with every connection held idle, bytes.
+    pub memory_held: u64,
+    /// (held − before) / registered.
+    pub memory_per_connection: Option<f64>,
+    /// Server threads (all processes) with the connections held.
+    pub threads: u64,
+    /// Server processes.
+    pub processes: usize,
+    /// Refreshes answered 200.
+    pub refreshed: usize,
+    /// Refreshes that failed, by cause.
+    pub refresh_failures: BTreeMap<String, u64>,
+    /// Seconds the refresh phase took.
+    pub refresh_seconds: f64,
+    /// Server CPU µs per refresh.
+    pub server_cpu_us_per_refresh: Option<f64>,
+}
+
+impl Outcome {
+    /// Failures of both phases.
+    pub fn failed(&self) -> u64 {
+        self.open_failures.values().sum::<u64>() + self.refresh_failures.values().sum::<u64>()
+    }
+}
+
+/// The `i`-th loopback source address.
+pub fn source(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(127, 0, 1, 1)) + i as u32,
+    ))
+}
+
+/// Memory (PSS, bytes), threads of `pids`.
+fn footprint(pids: &[u32]) -> (u64, u64) {
+    let mut pss = 0;
+    let mut threads = 0;
+    for pid in pids {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) {
+            pss += field_kb(&s, "Pss:") * 1024;
+        }
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            threads += field_kb(&s, "Threads:");
+        }
+    }
+    (pss, threads)
+}
+
+fn field_kb(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
+    let udp = compare::free_port().map_err(Error::io("finding a free port"))?;
+    let stream = compare::free_port().map_err(Error::io("finding a free port"))?;
+    let udp = SocketAddr::from(([127, 0, 0, 1], udp));
+    let listen = SocketAddr::from(([127, 0, 0, 1], stream));
+    let dir = &plan.workdir;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
+    let workers = plan.workers.max(1).to_string();
+    let max = plan.connections + 1024;
+    let mut cmd = match target {
+        Target::Sipsec { exe } => {
+            let data = dir.join("sipsec-data");
+            let _ = std::fs::remove_dir_all(&data);
+            // Every phone comes from loopback: the per-source limit is
+            // lifted as a carrier-NAT allow-list would; the accept rate is
+            // lifted too, since the handshake capacity is what is measured.
+            let sources: Vec<String> = (0..plan.sources)
+                .map(|i| format!("\"{}\"", source(i)))
+                .collect();
+            let config = dir.join("connections.toml");
+            std::fs::write(
+                &config,
+                format!(
+                    "[connections]\nmax = {max}\nreactors = {workers}\naccept_rate = 0\nper_ip_exempt = [{}]\n",
+                    sources.join(", ")
+                ),
+            )
+            .map_err(Error::io(config.display()))?;
+            let mut c = compare::command(plan.pin, exe);
+            c.args(["serve", "--mode", "registrar", "--udp", &udp.to_string()])
+                .args(["--no-http", "--workers", &workers])
+                .arg("--config")
+                .arg(&config)
+                .arg("--data-dir")
+                .arg(&data);
+            match plan.transport {
+                Stream::Tcp => c.args(["--tcp", &listen.to_string()]),
+                Stream::Tls => c
+                    .args(["--no-tcp", "--tls", &listen.to_string(), "--cert"])
+                    .arg(&plan.cert)
+                    .arg("--key")
+                    .arg(&plan.key),
+            };
+            c
+        }
+        Target::Kamailio { cfg } => {
+            let mut c = compare::command(plan.pin, std::path::Path::new("kamailio"));
+            c.arg("-f")
+                .arg(cfg)
+                .args(["-DD", "-E", "-m", "4096", "-M", "64", "-n", &workers])
+                .args(["-l", &format!("udp:{udp}")])
+                .arg("-w")
+                .arg(dir)
+                .args(["-A", "MODE_REGISTRAR", "-A"])
+                .arg(format!("MAX_CONNECTIONS={max}"));
+            match plan.transport {
+                Stream::Tcp => c.args(["-l", &format!("tcp:{listen}")]),
+                Stream::Tls => c
+                    .args(["-l", &format!("tls:{listen}"), "-A", "WITH_TLS", "-A"])
+                    .arg(format!("TLS_CERT=\"{}\"", plan.cert.display()))
+                    .arg("-A")
+                    .arg(format!("TLS_KEY=\"{}\"", plan.key.display())),
+            };
+            c
+        }
+    };
+    let log = std::fs::File::create(dir.join(format!("{}.log", target.name())))
+        .map_err(Error::io(dir.display()))?;
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(Error::io(format!("cannot start {}", target.name())))?;
+    compare::wait_ready(udp, &mut child).map_err(|e| Error::peer(target.name(), e))?;
+    let pids = cpu::process_tree(child.id());
+    Ok((
+        Server {
+            child,
+            addr: udp,
+            pids,
+        },
+        listen,
+    ))
+}
+
+/// Runs the plan against every target; `progress` hears each phase.
+pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcome>, Error> {
+    if plan.connections == 0 || plan.sources == 0 || plan.threads == 0 {
+        return Err(Error::Input(
+            "connections, sources and threads must be positive".into(),
+        ));
+    }
+    if !plan.refresh_rate.is_finite() || plan.refresh_rate <= 0.0 {
+        return Err(Error::Input("the refresh rate must be positive".into()));
+    }
+    let kamailio = plan
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Kamailio { .. }));
+    if kamailio && plan.transport == Stream::Tls && plan.workers > 1 {
+        // Debian's Kamailio 5.6 has no tls_threads_mode: with OpenSSL 3 its
+        // TCP workers corrupt each other's TLS state and crash under
+        // handshake load (kamailio/kamailio#3791, fixed in 5.7.4).
+        return Err(Error::Input(
+            "Kamailio 5.6 with OpenSSL 3 crashes with more than one TLS worker: use --workers 1"
+                .into(),
+        ));
+    }
+    let limit = crate::poll::raise_fd_limit(2 * plan.connections as u64 + 4096);
+    if limit < plan.connections as u64 + 256 {
+        return Err(Error::Input(format!(
+            "{} connections need a descriptor limit above {}; this process may open {limit} (raise `ulimit -n`, or run privileged)",
+            plan.connections,
+            plan.connections + 256
+        )));
+    }
+    let tls = match plan.transport {
+        Stream::Tls => Some(crate::link::without_resumption(
+            &crate::link::client_config(&plan.ca, false).map_err(Error::io("client TLS"))?,
+        )),
+        Stream::Tcp => None,
+    };
+    let mut outcomes = Vec::new();
+    for target in &plan.targets {
+        let (server, listen) = start(plan, target)?;
+        progress(&format!(
+            "{}: listening on {} {listen}",
+            target.name(),
+            plan.transport.via()
+        ));
+        let outcome = one(plan, target, &server, listen, tls.clone(), &mut progress)?;
+        drop(server);
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+fn one(
+    plan: &Plan,
+    target: &Target,
+    server: &Server,
+    listen: SocketAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    progress: &mut impl FnMut(&str),
+) -> Result<Outcome, Error> {
+    std::thread::sleep(Duration::from_millis(500));
+    let pids = cpu::process_tree(server.child.id());
+    let (memory_before, _) = footprint(&pids);
+    let mut out = Outcome {
+        target: target.name().to_owned(),
+        transport: plan.transport.param().to_owned(),
+        connections: plan.connections,
+        sources: plan.sources,
+        processes: pids.len(),
+        memory_before,
+        ..Outcome::default()
+    };
+    let threads = plan.threads.min(plan.connections).max(1);
+    let mut shares: Vec<Share> = (0..threads)
+        .map(|t| {
+            let ids: Vec<usize> = (t..plan.connections).step_by(threads).collect();
+            Share::new(ids)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(Error::io("poll"))?;
+    let ctx = Ctx {
+        server: listen,
+        transport: plan.transport,
+        tls,
+        sources: plan.sources,
+        timeout: plan.timeout,
+        run: std::process::id(),
+    };
+    // Open: connect, handshake, first REGISTER, at most `in_flight` at once.
+    let cpu0 = cpu::cpu_seconds(&pids);
+    let t0 = Instant::now();
+    let in_flight = (plan.in_flight / threads).max(1);
+    let opened = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .iter_mut()
+            .map(|sh| {
+                let ctx = &ctx;
+                s.spawn(move || sh.open(ctx, in_flight))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect::<Vec<Tally>>()
+    });
+    out.open_seconds = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu::cpu_seconds(&pids);
+    for t in opened {
+        out.registered += t.ok;
+        for (k, v) in t.failures {
+            *out.open_failures.entry(k).or_default() += v;
+        }
+    }
+    out.opened_per_s = out.registered as f64 / out.open_seconds.max(1e-9);
+    alive(plan, target, server)?;
+    if out.registered > 0 {
+        out.server_cpu_us_per_open = Some((cpu1 - cpu0) * 1e6 / out.registered as f64);
+    }
+    progress(&format!(
+        "{}: {} of {} connections registered in {:.1} s ({:.0}/s){}",
+        out.target,
+        out.registered,
+        plan.connections,
+        out.open_seconds,
+        out.opened_per_s,
+        causes(&out.open_failures)
+    ));
+    // Hold: memory and threads with every connection idle.
+    std::thread::sleep(plan.hold);
+    let pids = cpu::process_tree(server.child.id());
+    let (held, threads_now) = footprint(&pids);
+    out.memory_held = held;
+    out.threads = threads_now;
+    out.processes = pids.len();
+    if out.registered > 0 {
+        out.memory_per_connection =
+            Some(held.saturating_sub(memory_before) as f64 / out.registered as f64);
+    }
+    progress(&format!(
+        "{}: {:.1} MB held, {} threads in {} processes",
+        out.target,
+        held as f64 / 1e6,
+        out.threads,
+        out.processes
+    ));
+    // Refresh: every open phone once, paced at the refresh rate.
+    let cpu0 = cpu::cpu_seconds(&pids);
+    let t0 = Instant::now();
+    let rate = plan.refresh_rate / threads as f64;
+    let refreshed = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .iter_mut()
+            .map(|sh| {
+                let ctx = &ctx;
+                s.spawn(move || sh.refresh(ctx, rate))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect::<Vec<Tally>>()
+    });
+    out.refresh_seconds = t0.elapsed().as_secs_f64();
+    alive(plan, target, server)?;
+    let cpu1 = cpu::cpu_seconds(&pids);
+    for t in refreshed {
+        out.refreshed += t.ok;
+        for (k, v) in t.failures {
+            *out.refresh_failures.entry(k).or_default() += v;
+        }
+    }
+    if out.refreshed > 0 {
+        out.server_cpu_us_per_refresh = Some((cpu1 - cpu0) * 1e6 / out.refreshed as f64);
+    }
+    progress(&format!(
+        "{}: {} refreshed in {:.1} s{}",
+        out.target,
+        out.refreshed,
+        out.refresh_seconds,
+        causes(&out.refresh_failures)
+    ));
+    Ok(out)
+}
+
+/// ", failed: 3 connect timeout, 1 register refused", or nothing.
+fn causes(failures: &BTreeMap<String, u64>) -> String {
+    if failures.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = failures.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    format!(", failed: {}", list.join(", "))
+}
+
+/// An error carrying the end of the server's log when it is no longer running.
+fn alive(plan: &Plan, target: &Target, server: &Server) -> Result<(), Error> {
+    let running =
+        std::fs::read_to_string(format!("/proc/{}/stat", server.child.id())).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        });
+    if running {
+        return Ok(());
+    }
+    let log = std::fs::read_to_string(plan.workdir.join(format!("{}.log", target.name())))
+        .unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(8).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(Error::peer(
+        target.name(),
+        format!("exited during the run; its log ends:\n{}", tail.join("\n")),
+    ))
+}
+
+/// What every phone thread shares.
+struct Ctx {
+    server: SocketAddr,
+    transport: Stream,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    sources: usize,
+    timeout: Duration,
+    run: u32,
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: usize,
+    failures: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn fail(&mut self, why: &str) {
+        *self.failures.entry(why.to_owned()).or_default() += 1;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// TCP connect under way.
+    Connecting,
+    /// TLS handshake under way.
+    Handshaking,
+    /// A REGISTER sent; waiting for its final answer.
+    Waiting,
+    /// Registered and idle.
+    Held,
+    /// Closed or failed.
+    Dead,
+}
+
+struct Phone {
+    id: usize,
+    sock: TcpStream,
+    tls: Option<rustls::ClientConnection>,
+    state: State,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    cseq: u32,
+    local: SocketAddr,
+}
+
+/// One thread's phones and poll.
+struct Share {
+    ids: Vec<usize>,
+    phones: Vec<Option<Phone>>,
+    poll: Poll,
+}
+
+/// Outcome of driving a phone once.
+enum Step {
+    /// Still in the same phase.
+    Busy,
+    /// Reached Held with a 200.
+    Done,
+    /// Failed, with a cause.
+    Failed(&'static str),
+}
+
+impl Share {
+    fn new(ids: Vec<usize>) -> io::Result<Share> {
+        Ok(Share {
+            phones: ids.iter().map(|_| None).collect(),
+            ids,
+            poll: Poll::new()?,
+        })
+    }
+
+    fn connect(&self, ctx: &Ctx, slot: usize) -> io::Result<Phone> {
+        let id = self.ids[slot];
+        let src = SocketAddr::new(source(id % ctx.sources), 0);
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        sock.set_nonblocking(true)?;
+        // Phones send small messages and wait for the answer: no Nagle.
+        sock.set_nodelay(true)?;
+        // The port is chosen at connect, per destination: earlier runs'
+        // TIME_WAIT sockets on the same source do not exhaust it.
+        crate::poll::bind_address_no_port(&sock)?;
+        sock.bind(&src.into())?;
+        match sock.connect(&ctx.server.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(e),
+        }
+        let local = sock
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("no local address"))?;
+        let mut sock = TcpStream::from_std(sock.into());
+        self.poll.registry().register(
+            &mut sock,
+            Token(slot),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        let tls = match &ctx.tls {
+            Some(config) => Some(
+                rustls::ClientConnection::new(
+                    config.clone(),
+                    rustls::pki_types::ServerName::IpAddress(ctx.server.ip().into()),
+                )
+                .map_err(io::Error::other)?,
+            ),
+            None => None,
+        };
+        Ok(Phone {
+            id,
+            sock,
+            tls,
+            state: State::Connecting,
+            out: Vec::new(),
+            inbuf: Vec::new(),
+            cseq: 0,
+            local,
+        })
+    }
+
+    /// Opens and registers every phone of this share.
+    fn open(&mut self, ctx: &Ctx, in_flight: usize) -> Tally {
+        let mut tally = Tally::default();
+        let mut next = 0;
+        let mut busy = 0;
+        let mut events = Events::with_capacity(1024);
+        let mut last_progress = Instant::now();
+        while next < self.ids.len() || busy > 0 {
+            while busy < in_flight && next < self.ids.len() {
+                match self.connect(ctx, next) {
+                    Ok(p) => {
+                        self.phones[next] = Some(p);
+                        busy += 1;
+                    }
+                    Err(e) => tally.fail(&format!("connect: {}", e.kind())),
+                }
+                next += 1;
+            }
+            if busy == 0 {
+                continue;
+            }
+            if self
+                .poll
+                .poll(&mut events, Some(Duration::from_millis(100)))
+                .is_err()
+            {
+                continue;
+            }
+            for ev in events.iter() {
+                let slot = ev.token().0;
+                let Some(p) = self.phones[slot].as_mut() else {
+                    continue;
+                };
+                let before = p.state;
+                if matches!(before, State::Held | State::Dead) {
+                    continue;
+                }
+                match p.drive(ctx) {
+                    Step::Busy => {}
+                    Step::Done => {
+                        busy -= 1;
+                        tally.ok += 1;
+                        last_progress = Instant::now();
+                    }
+                    Step::Failed(why) => {
+                        busy -= 1;
+                        tally.fail(why);
+                        self.bury(slot);
+                    }
+                }
+            }
+            if last_progress.elapsed() > ctx.timeout {
+                // Nothing finished for a whole timeout: fail what is left.
+                for slot in 0..next {
+                    if let Some(p) = &self.phones[slot] {
+                        if !matches!(p.state, State::Held | State::Dead) {
+                            tally.fail(match p.state {
+                                State::Connecting => "connect timeout",
+                                State::Handshaking => "handshake timeout",
+                                _ => "register timeout",
+                            });
+                            busy -= 1;
+                            self.bury(slot);
+                        }
+                    }
+                }
+                last_progress = Instant::now();
+            }
+        }
+        tally
+    }
+
+    /// Refreshes every held phone once, `rate` per second.
+    fn refresh(&mut self, ctx: &Ctx, rate: f64) -> Tally {
+        let mut tally = Tally::default();
+        let start = Instant::now();
+        let live: Vec<usize> = (0..self.phones.len())
+            .filter(|s| {
+                self.phones[*s]
+                    .as_ref()
+                    .is_some_and(|p| p.state == State::Held)
+            })
+            .collect();
+        let mut next = 0;
+        let mut busy = 0;
+        let mut events = Events::with_capacity(1024);
+        let mut last_send = Instant::now();
+        while next < live.len() || busy > 0 {
+            let now = Instant::now();
+            while next < live.len() && start + Duration::from_secs_f64(next as f64 / rate) <= now {
+                let slot = live[next];
+                next += 1;
+                if let Some(p) = self.phones[slot].as_mut() {
+                    match p.register(ctx) {
+                        Ok(()) => busy += 1,
+                        Err(_) => {
+                            tally.fail("closed by the server");
+                            self.bury(slot);
+                        }
+                    }
+                }
+                last_send = now;
+            }
+            let wait = if next < live.len() {
+                (start + Duration::from_secs_f64(next as f64 / rate))
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100))
+            } else {
+                Duration::from_millis(100)
+            };
+            if self.poll.poll(&mut events, Some(wait)).is_err() {
+                continue;
+            }
+            for ev in events.iter() {
+                let slot = ev.token().0;
+                let Some(p) = self.phones[slot].as_mut() else {
+                    continue;
+                };
+                if p.state != State::Waiting {
+                    // A held phone hearing something: the server closing it.
+                    if p.state == State::Held && ev.is_read_closed() {
+                        p.state = State::Dead;
+                    }
+                    continue;
+                }
+                match p.drive(ctx) {
+                    Step::Busy => {}
+                    Step::Done => {
+                        busy -= 1;
+                        tally.ok += 1;
+                    }
+                    Step::Failed(why) => {
+                        busy -= 1;
+                        tally.fail(why);
+                        self.bury(slot);
+                    }
+                }
+            }
+            if next == live.len() && busy > 0 && last_send.elapsed() > ctx.timeout {
+                for &slot in &live {
+                    if self.phones[slot]
+                        .as_ref()
+                        .is_some_and(|p| p.state == State::Waiting)
+                    {
+                        tally.fail("refresh timeout");
+                        busy -= 1;
+                        self.bury(slot);
+                    }
+                }
+            }
+        }
+        tally
+    }
+
+    fn bury(&mut self, slot: usize) {
+        if let Some(mut p) = self.phones[slot].take() {
+            let _ = self.poll.registry().deregister(&mut p.sock);
+        }
+    }
+}
+
+impl Phone {
+    /// Advances the phone after a readiness event.
+    fn drive(&mut self, ctx: &Ctx) -> Step {
+        if self.state == State::Connecting {
+            match self.sock.take_error() {
+                Ok(None) => {}
+                _ => return Step::Failed("connect refused"),
+            }
+            if self.sock.peer_addr().is_err() {
+                return Step::Busy;
+            }
+            if self.tls.is_some() {
+                self.state = State::Handshaking;
+            } else if self.register(ctx).is_err() {
+                return Step::Failed("closed by the server");
+            }
+        }
+        if let Err(why) = self.pump() {
+            return Step::Failed(why);
+        }
+        if self.state == State::Handshaking {
+            let done = self.tls.as_ref().is_some_and(|t| !t.is_handshaking());
+            if !done {
+                return Step::Busy;
+            }
+            if self.register(ctx).is_err() {
+                return Step::Failed("closed by the server");
+            }
+            if let Err(why) = self.pump() {
+                return Step::Failed(why);
+            }
+        }
+        if self.state == State::Waiting {
+            return self.answer();
+        }
+        Step::Busy
+    }
+
+    /// Moves bytes both ways until the socket would block.
+    fn pump(&mut self) -> Result<(), &'static str> {
+        let mut buf = [0u8; 16 << 10];
+        match &mut self.tls {
+            Some(tls) => loop {
+                while tls.wants_write() {
+                    match tls.write_tls(&mut self.sock) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => return Err("write error"),
+                    }
+                }
+                match tls.read_tls(&mut self.sock) {
+                    Ok(0) => return Err("closed by the server"),
+                    Ok(_) => {
+                        if tls.process_new_packets().is_err() {
+                            return Err("TLS error");
+                        }
+                        loop {
+                            match tls.reader().read(&mut buf) {
+                                Ok(0) => return Err("closed by the server"),
+                                Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if !tls.wants_write() {
+                            return Ok(());
+                        }
+                    }
+                    Err(_) => return Err("read error"),
+                }
+            },
+            None => {
+                while !self.out.is_empty() {
+                    match self.sock.write(&self.out) {
+                        Ok(n) => {
+                            self.out.drain(..n);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => return Err("write error"),
+                    }
+                }
+                loop {
+                    match self.sock.read(&mut buf) {
+                        Ok(0) => return Err("closed by the server"),
+                        Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                        Err(_) => return Err("read error"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues a REGISTER (the first or a refresh) and sends what it can.
+    fn register(&mut self, ctx: &Ctx) -> io::Result<()> {
+        self.cseq += 1;
+        self.inbuf.clear();
+        let t = ctx.transport;
+        let msg = format!(
+            "REGISTER sip:{srv} SIP/2.0\r\n\
+             Via: SIP/2.0/{via} {local};branch=z9hG4bK-c{run}-{id}-{cseq};rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:c{id}@{srv}>;tag=c{id}\r\n\
+             To: <sip:c{id}@{srv}>\r\n\
+             Call-ID: conn-{run}-{id}\r\n\
+             CSeq: {cseq} REGISTER\r\n\
+             Contact: <sip:c{id}@{local};transport={param}>\r\n\
+             Expires: 3600\r\n\
+             Content-Length: 0\r\n\r\n",
+            srv = ctx.server,
+            via = t.via(),
+            local = self.local,
+            run = ctx.run,
+            id = self.id,
+            cseq = self.cseq,
+            param = t.param(),
+        );
+        match &mut self.tls {
+            Some(tls) => tls.writer().write_all(msg.as_bytes())?,
+            None => self.out.extend_from_slice(msg.as_bytes()),
+        }
+        self.state = State::Waiting;
+        self.pump().map_err(io::Error::other)
+    }
+
+    /// Reads the final answer to the REGISTER out of the input, if whole.
+    fn answer(&mut self) -> Step {
+        loop {
+            let Some(end) = self.inbuf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return Step::Busy;
+            };
+            let head = String::from_utf8_lossy(&self.inbuf[..end]).into_owned();
+            let body = head
+                .lines()
+                .find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    (n.trim().eq_ignore_ascii_case("content-length")
+                        || n.trim().eq_ignore_ascii_case("l"))
+                    .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if self.inbuf.len() < end + 4 + body {
+                return Step::Busy;
+            }
+            self.inbuf.drain(..end + 4 + body);
+            let code = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse::<u16>().ok())
+                .unwrap_or(0);
+            match code {
+                100..=199 => continue,
+                200..=299 => {
+                    self.state = State::Held;
+                    // The read buffer goes with the answer: held phones
+                    // cost the generator as little as possible.
+                    self.inbuf = Vec::new();
+                    self.out = Vec::new();
+                    return Step::Done;
+                }
+                _ => return Step::Failed("register refused"),
+            }
+        }
+    }
+}
+
+/// The side-by-side table (markdown).
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    let names: Vec<&str> = outcomes.iter().map(|o| o.target.as_str()).collect();
+    let _ = write!(s, "| measure |");
+    for n in &names {
+        let _ = write!(s, " {n} |");
+    }
+    for n in names.iter().skip(1) {
+        let _ = write!(s, " {}/{n} |", names[0]);
+    }
+    s.push('\n');
+    s.push_str(&"|---".repeat(1 + names.len() + names.len().saturating_sub(1)));
+    s.push_str("|\n");
+    let opt = |v: Option<f64>| v.map_or(f64::NAN, |v| v);
+    type Row<'a> = (&'a str, &'a dyn Fn(&Outcome) -> f64, usize);
+    let rows: [Row; 9] = [
+        ("connections registered", &|o| o.registered as f64, 0),
+        ("failures", &|o| o.failed() as f64, 0),
+        ("opened/s (TLS: full handshakes/s)", &|o| o.opened_per_s, 0),
+        (
+            "server CPU µs per open + REGISTER",
+            &|o| opt(o.server_cpu_us_per_open),
+            1,
+        ),
+        ("server memory held, MB", &|o| o.memory_held as f64 / 1e6, 1),
+        (
+            "server bytes per connection",
+            &|o| opt(o.memory_per_connection),
+            0,
+        ),
+        ("server threads", &|o| o.threads as f64, 0),
+        (
+            "server CPU µs per refresh",
+            &|o| opt(o.server_cpu_us_per_refresh),
+            1,
+        ),
+        ("refresh seconds", &|o| o.refresh_seconds, 1),
+    ];
+    for (label, f, digits) in rows {
+        let _ = write!(s, "| {label} |");
+        for o in outcomes {
+            let v = f(o);
+            if v.is_nan() {
+                s.push_str(" - |");
+            } else {
+                let _ = write!(s, " {v:.digits$} |");
+            }
+        }
+        if let Some(first) = outcomes.first() {
+            for o in outcomes.iter().skip(1) {
+                let (a, b) = (f(first), f(o));
+                if a.is_nan() || b.is_nan() || b == 0.0 {
+                    s.push_str(" - |");
+                } else {
+                    let _ = write!(s, " {:.2} |", a / b);
+                }
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The report page: the table and bars of memory, CPU and handshake rate.
+pub fn html(plan: &Plan, outcomes: &[Outcome]) -> String {
+    use crate::plot;
+    let md = table(outcomes);
+    let mut lines = md.lines();
+    let head: Vec<&str> = lines
+        .next()
+        .unwrap_or("")
+        .trim_matches('|')
+        .split('|')
+        .map(str::trim)
+        .collect();
+    let rows: Vec<Vec<String>> = lines
+        .skip(1)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    let bar = |title: &str, unit: &str, f: &dyn Fn(&Outcome) -> Option<f64>| {
+        let series: Vec<(&str, Vec<f64>)> = outcomes
+            .iter()
+            .map(|o| (o.target.as_str(), vec![f(o).unwrap_or(f64::NAN)]))
+            .collect();
+        plot::bars(title, unit, &[plan.transport.via().to_owned()], &series)
+    };
+    let sections = vec![
+        ("Side by side".to_owned(), plot::table(&head, &rows)),
+        (
+            "Memory per held connection".to_owned(),
+            bar("Server bytes per held connection", "bytes", &|o| {
+                o.memory_per_connection
+            }),
+        ),
+        (
+            "CPU per refresh".to_owned(),
+            bar("Server CPU µs per REGISTER refresh", "µs", &|o| {
+                o.server_cpu_us_per_refresh
+            }),
+        ),
+        (
+            "Connections opened per second".to_owned(),
+            bar(
+                "Connections opened and registered per second",
+                "per second",
+                &|o| Some(o.opened_per_s),
+            ),
+        ),
+    ];
+    plot::page(
+        &format!(
+            "sipsec bench connections: {} {} connections from {} source addresses",
+            plan.connections,
+            plan.transport.via(),
+            plan.sources
+        ),
+        &sections,
+    )
+}

@@ -1,0 +1,160 @@
+//! `sipsec bench connections`: phones held on TCP/TLS connections.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use sipsec_bench::connections::{self, Plan, Stream};
+
+use super::common::{json_and_markdown, outputs, positive, targets, TableOutputs};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(super) enum StreamArg {
+    Tcp,
+    Tls,
+}
+
+#[derive(Args)]
+pub struct ConnectionsArgs {
+    /// Servers, comma-separated: sipsec, kamailio (started here, one after
+    /// the other, on the same certificate). Ratios are the first's over each other's.
+    #[arg(long, default_value = "sipsec", value_delimiter = ',')]
+    pub(super) server: Vec<String>,
+    /// Transport of the phones.
+    #[arg(long, value_enum, default_value = "tls")]
+    pub(super) transport: StreamArg,
+    /// Connections to open, one registered phone on each.
+    #[arg(long, default_value_t = 10_000)]
+    pub(super) connections: usize,
+    /// Loopback source addresses (127.0.1.1 …) [default: one per 20,000 connections].
+    #[arg(long)]
+    pub(super) sources: Option<usize>,
+    /// Connections being opened (connect, handshake, REGISTER) at once.
+    #[arg(long, default_value_t = 256)]
+    pub(super) in_flight: usize,
+    /// Refreshes per second in the refresh phase (every phone once).
+    #[arg(long, default_value_t = 2000.0)]
+    pub(super) refresh_rate: f64,
+    /// Seconds to hold every connection idle before measuring memory.
+    #[arg(long, default_value_t = 3.0)]
+    pub(super) hold: f64,
+    /// A phase with no progress for this many seconds fails what is left.
+    #[arg(long, default_value_t = 32.0)]
+    pub(super) timeout: f64,
+    /// Generator event-loop threads.
+    #[arg(long, default_value_t = 1)]
+    pub(super) threads: usize,
+    /// Server certificate chain (PEM) [default: an RSA-2048 certificate made here].
+    #[arg(long, requires_all = ["key", "ca"])]
+    pub(super) cert: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, requires = "cert")]
+    pub(super) key: Option<PathBuf>,
+    /// The CA the phones trust for the certificate.
+    #[arg(long, requires = "cert")]
+    pub(super) ca: Option<PathBuf>,
+    /// Server on CPU 0 (taskset), phones on CPU 1.
+    #[arg(long)]
+    pub(super) pin: bool,
+    /// Server workers and connection reactors / Kamailio children (one with
+    /// TLS: Debian's Kamailio 5.6 crashes with more under OpenSSL 3).
+    #[arg(long, default_value_t = 1)]
+    pub(super) workers: usize,
+    /// Kamailio configuration.
+    #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
+    pub(super) kamailio_cfg: PathBuf,
+    #[command(flatten)]
+    pub(super) out: TableOutputs,
+}
+
+/// An RSA-2048 server certificate for 127.0.0.1, issued by a CA made here.
+fn make_certificate(dir: &std::path::Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    use crate::keygen::{cert, rsa, CertRequest};
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (ca_key, ca, key, crt) = (
+        dir.join("ca.key"),
+        dir.join("ca.pem"),
+        dir.join("server.key"),
+        dir.join("server.pem"),
+    );
+    rsa("crt", 2048, None, false, &ca_key)?;
+    cert(&CertRequest {
+        key: &ca_key,
+        cn: "sipsec bench CA",
+        san: &[],
+        days: 2,
+        ca: true,
+        issuer: None,
+        out: &ca,
+    })?;
+    rsa("crt", 2048, None, false, &key)?;
+    cert(&CertRequest {
+        key: &key,
+        cn: "127.0.0.1",
+        san: &["127.0.0.1".to_owned()],
+        days: 2,
+        ca: false,
+        issuer: Some((&ca, &ca_key)),
+        out: &crt,
+    })?;
+    Ok((crt, key, ca))
+}
+
+pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
+    let targets = targets(&a.server, &a.kamailio_cfg)?;
+    if a.connections == 0 || a.in_flight == 0 || a.threads == 0 || a.sources == Some(0) {
+        return Err("--connections, --in-flight, --threads and --sources must be positive".into());
+    }
+    let hold_ok = a.hold.is_finite() && a.hold >= 0.0;
+    if !(positive(a.refresh_rate) && positive(a.timeout) && hold_ok) {
+        return Err("--refresh-rate and --timeout must be positive, --hold not negative".into());
+    }
+    let workdir = std::env::temp_dir().join(format!("sipsec-connections-{}", std::process::id()));
+    let (cert, key, ca) = match (a.cert, a.key, a.ca) {
+        (Some(c), Some(k), Some(ca)) => (c, k, ca),
+        _ => make_certificate(&workdir)?,
+    };
+    let plan = Plan {
+        targets,
+        transport: match a.transport {
+            StreamArg::Tcp => Stream::Tcp,
+            StreamArg::Tls => Stream::Tls,
+        },
+        connections: a.connections,
+        sources: a.sources.unwrap_or(a.connections.div_ceil(20_000)),
+        in_flight: a.in_flight,
+        refresh_rate: a.refresh_rate,
+        hold: std::time::Duration::from_secs_f64(a.hold),
+        timeout: std::time::Duration::from_secs_f64(a.timeout),
+        threads: a.threads,
+        cert,
+        key,
+        ca,
+        pin: a.pin,
+        workers: a.workers.max(1),
+        workdir: workdir.clone(),
+    };
+    if a.pin {
+        sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the phones to CPU 1: {e}"))?;
+    }
+    let outcomes = connections::measure(&plan, |line| eprintln!("{line}"));
+    let _ = std::fs::remove_dir_all(&workdir);
+    let outcomes = outcomes?;
+    let table = connections::table(&outcomes);
+    print!("{table}");
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &outcomes,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    outputs(&a.out.html, &a.out.plots, "connections", || {
+        connections::html(&plan, &outcomes)
+    })?;
+    let failed: u64 = outcomes.iter().map(|o| o.failed()).sum();
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,122 @@
+//! `sipsec bench connections` end to end: thousands of TLS phones held on
+//! their own connections to a real `sipsec serve`, registered and
+//! refreshed, with the server's memory per connection under its target;
+//! and the same load side by side with Kamailio over TCP.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{tempdir, BIN};
+
+fn outcomes(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("json written");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v.as_array().expect("one outcome per server").clone()
+}
+
+#[test]
+fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
+    let dir = tempdir("bench-connections");
+    let (json, html) = (dir.join("c.json"), dir.join("c.html"));
+    let out = Command::new(BIN)
+        .args(["bench", "connections", "--transport", "tls"])
+        .args(["--connections", "5000", "--sources", "3"])
+        .args(["--refresh-rate", "2500", "--hold", "1"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    let all = outcomes(&json);
+    let o = &all[0];
+    assert_eq!(o["target"], "sipsec", "{o}");
+    assert_eq!(o["registered"], 5000, "{o}");
+    assert_eq!(o["refreshed"], 5000, "{o}");
+    assert_eq!(o["open_failures"], serde_json::json!({}), "{o}");
+    assert_eq!(o["refresh_failures"], serde_json::json!({}), "{o}");
+    // A handful of reactor and worker threads, not one per connection.
+    let threads = o["threads"].as_u64().expect("threads");
+    assert!(threads < 32, "{threads} threads for 5,000 connections");
+    // The connection layer's memory target: 20 kB per idle registered
+    // TLS connection (binding, TLS session, buffers).
+    let per = o["memory_per_connection"]
+        .as_f64()
+        .expect("memory measured");
+    assert!(
+        per > 0.0 && per <= 20_000.0,
+        "{per} bytes per TLS connection"
+    );
+    assert!(o["server_cpu_us_per_refresh"].as_f64().is_some(), "{o}");
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert_eq!(page.matches("<svg").count(), 3, "memory, CPU, open rate");
+    assert!(
+        text.contains("5000 of 5000 connections registered"),
+        "{text}"
+    );
+}
+
+#[test]
+fn tcp_phones_side_by_side_with_kamailio() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempdir("bench-connections-kamailio");
+    let json = dir.join("c.json");
+    let out = Command::new(BIN)
+        .current_dir(&root)
+        .args(["bench", "connections", "--server", "sipsec,kamailio"])
+        .args(["--transport", "tcp", "--connections", "400"])
+        .args(["--refresh-rate", "1000", "--hold", "0.5"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{text} (Kamailio comes from ./setup.sh)"
+    );
+    assert!(text.contains("| sipsec/kamailio |"), "{text}");
+    let all = outcomes(&json);
+    assert_eq!(all.len(), 2, "{all:?}");
+    for o in &all {
+        assert_eq!(o["registered"], 400, "{o}");
+        assert_eq!(o["refreshed"], 400, "{o}");
+        assert_eq!(o["transport"], "tcp", "{o}");
+    }
+    assert_eq!(all[1]["target"], "kamailio");
+    assert!(
+        all[1]["processes"].as_u64() > Some(1),
+        "Kamailio's children are measured"
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused_before_anything_starts() {
+    for (args, want) in [
+        (&["--connections", "0"][..], "must be positive"),
+        (&["--server", "asterisk"][..], "unknown server \"asterisk\""),
+        (&["--refresh-rate=-1"][..], "must be positive"),
+        (&["--cert", "/nonexistent.pem"][..], "--key"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["bench", "connections"])
+            .args(args)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
