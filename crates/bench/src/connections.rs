@@ -344,27 +344,11 @@ fn one(
     let cpu0 = cpu::cpu_seconds(&pids);
     let t0 = Instant::now();
     let in_flight = (plan.in_flight / threads).max(1);
-    let opened = std::thread::scope(|s| {
-        let handles: Vec<_> = shares
-            .iter_mut()
-            .map(|sh| {
-                let ctx = &ctx;
-                s.spawn(move || sh.open(ctx, in_flight))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect::<Vec<Tally>>()
-    });
+    let opened = every_share(&mut shares, |sh| sh.open(&ctx, in_flight));
     out.open_seconds = t0.elapsed().as_secs_f64();
     let cpu1 = cpu::cpu_seconds(&pids);
-    for t in opened {
-        out.registered += t.ok;
-        for (k, v) in t.failures {
-            *out.open_failures.entry(k).or_default() += v;
-        }
-    }
+    out.registered = opened.ok;
+    out.open_failures = opened.failures;
     out.opened_per_s = out.registered as f64 / out.open_seconds.max(1e-9);
     alive(plan, target, server)?;
     if out.registered > 0 {
@@ -401,28 +385,12 @@ fn one(
     let cpu0 = cpu::cpu_seconds(&pids);
     let t0 = Instant::now();
     let rate = plan.refresh_rate / threads as f64;
-    let refreshed = std::thread::scope(|s| {
-        let handles: Vec<_> = shares
-            .iter_mut()
-            .map(|sh| {
-                let ctx = &ctx;
-                s.spawn(move || sh.refresh(ctx, rate))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect::<Vec<Tally>>()
-    });
+    let refreshed = every_share(&mut shares, |sh| sh.refresh(&ctx, rate));
     out.refresh_seconds = t0.elapsed().as_secs_f64();
     alive(plan, target, server)?;
     let cpu1 = cpu::cpu_seconds(&pids);
-    for t in refreshed {
-        out.refreshed += t.ok;
-        for (k, v) in t.failures {
-            *out.refresh_failures.entry(k).or_default() += v;
-        }
-    }
+    out.refreshed = refreshed.ok;
+    out.refresh_failures = refreshed.failures;
     if out.refreshed > 0 {
         out.server_cpu_us_per_refresh = Some((cpu1 - cpu0) * 1e6 / out.refreshed as f64);
     }
@@ -463,6 +431,30 @@ fn alive(plan: &Plan, target: &Target, server: &Server) -> Result<(), Error> {
         target.name(),
         format!("exited during the run; its log ends:\n{}", tail.join("\n")),
     ))
+}
+
+/// Runs `phase` on every share, each on its own thread, and adds up
+/// their tallies.
+fn every_share(shares: &mut [Share], phase: impl Fn(&mut Share) -> Tally + Sync) -> Tally {
+    let tallies = std::thread::scope(|s| {
+        let phase = &phase;
+        let handles: Vec<_> = shares
+            .iter_mut()
+            .map(|sh| s.spawn(move || phase(sh)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect::<Vec<Tally>>()
+    });
+    let mut all = Tally::default();
+    for t in tallies {
+        all.ok += t.ok;
+        for (k, v) in t.failures {
+            *all.failures.entry(k).or_default() += v;
+        }
+    }
+    all
 }
 
 /// What every phone thread shares.

@@ -16,6 +16,14 @@ fn outcomes(path: &Path) -> Vec<serde_json::Value> {
     v.as_array().expect("one outcome per server").clone()
 }
 
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 #[test]
 fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
     let dir = tempdir("bench-connections");
@@ -30,11 +38,7 @@ fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
         .arg(&html)
         .output()
         .expect("sipsec bench connections runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = text(&out);
     assert!(out.status.success(), "{text}");
     let all = outcomes(&json);
     let o = &all[0];
@@ -78,11 +82,7 @@ fn tcp_phones_side_by_side_with_kamailio() {
         .arg(&json)
         .output()
         .expect("sipsec bench connections runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = text(&out);
     assert!(
         out.status.success(),
         "{text} (Kamailio comes from ./setup.sh)"
