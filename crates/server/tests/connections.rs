@@ -418,7 +418,11 @@ fn a_connect_storm_is_taken_at_the_accept_rate_while_phones_are_served() {
         (taken as f64) <= bound,
         "{taken} of {STORM} accepted, at most {bound:.1} allowed"
     );
-    assert!(m.accepts_deferred.load(Relaxed) >= 1, "the storm waited");
+    // The phone may be answered before the reactor first looks at the
+    // storm in its queue: the wait is seen when it does.
+    eventually("the storm waited", Duration::from_secs(30), || {
+        m.accepts_deferred.load(Relaxed) >= 1
+    });
     eventually("the whole storm accepted", Duration::from_secs(30), || {
         m.connections_accepted.load(Relaxed) - before >= STORM as u64
     });

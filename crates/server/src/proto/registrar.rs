@@ -65,6 +65,7 @@ impl Core {
         }
         let mut changes: Vec<ContactChange<'_>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
+        let direct_flow = self.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
         for c in msg.contacts() {
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
@@ -81,10 +82,9 @@ impl Core {
             // and flow; over a connection to this server (no Path: no edge
             // proxy between) the connection is the flow.
             let params = c.addr.params();
-            let outbound = params.get("reg-id").is_some()
-                && params.get("+sip.instance").is_some()
-                && self.transport.is_reliable()
-                && msg.header(HeaderName::Path).is_none();
+            let outbound = direct_flow
+                && params.get("reg-id").is_some()
+                && params.get("+sip.instance").is_some();
             wants_outbound |= outbound;
             changes.push(ContactChange {
                 contact: c.addr.uri().as_str(),
