@@ -213,6 +213,34 @@ pub struct Config {
     pub peers: Vec<(String, SocketAddr)>,
     /// Limits and deadlines of TCP and TLS connections.
     pub connections: ConnectionLimits,
+    /// SIP over WebSocket (RFC 7118) for browser phones.
+    pub websocket: WebSocketSettings,
+}
+
+/// SIP over WebSocket listeners (RFC 7118) and what they accept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSocketSettings {
+    /// Plain WebSocket (`ws:`) address; `None`: no listener.
+    pub ws: Option<SocketAddr>,
+    /// Secure WebSocket (`wss:`) address, with the `[tls]` certificate;
+    /// `None`: no listener.
+    pub wss: Option<SocketAddr>,
+    /// `Origin`s allowed to upgrade (exact, e.g. `https://phone.example`);
+    /// empty: any origin.
+    pub origins: Vec<String>,
+    /// Longest WebSocket message (one SIP message) accepted, in bytes.
+    pub max_message: usize,
+}
+
+impl Default for WebSocketSettings {
+    fn default() -> Self {
+        Self {
+            ws: None,
+            wss: None,
+            origins: Vec::new(),
+            max_message: 65_535,
+        }
+    }
 }
 
 /// Limits and deadlines of the connection layer (TCP, TLS), each one a
@@ -304,6 +332,7 @@ impl Default for Config {
             privacy: None,
             peers: Vec::new(),
             connections: ConnectionLimits::default(),
+            websocket: WebSocketSettings::default(),
         }
     }
 }
@@ -353,6 +382,22 @@ pub struct FileConfig {
     pub peers: Option<std::collections::BTreeMap<String, SocketAddr>>,
     /// `[connections]` table.
     pub connections: Option<ConnectionsSection>,
+    /// SIP over WebSocket.
+    pub websocket: Option<WebSocketSection>,
+}
+
+/// `[websocket]`: SIP over WebSocket listeners for browser phones.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSocketSection {
+    /// `ws:` address, or `"off"`.
+    pub ws: Option<String>,
+    /// `wss:` address (needs `[tls]`), or `"off"`.
+    pub wss: Option<String>,
+    /// Origins allowed to connect (empty: any).
+    pub origins: Option<Vec<String>>,
+    /// Longest message, bytes.
+    pub max_message: Option<usize>,
 }
 
 /// `[connections]`: limits and deadlines of TCP and TLS connections.
@@ -762,6 +807,32 @@ impl Config {
         if let Some(peers) = f.peers {
             self.peers = peers.into_iter().collect();
         }
+        if let Some(w) = f.websocket {
+            let s = &mut self.websocket;
+            if let Some(a) = w.ws {
+                s.ws = parse_optional_addr(&a).map_err(|m| value("websocket.ws", m.to_string()))?;
+            }
+            if let Some(a) = w.wss {
+                s.wss =
+                    parse_optional_addr(&a).map_err(|m| value("websocket.wss", m.to_string()))?;
+            }
+            s.origins = w.origins.unwrap_or(std::mem::take(&mut s.origins));
+            if let Some(m) = w.max_message {
+                if !(1024..=16 << 20).contains(&m) {
+                    return Err(value(
+                        "websocket.max_message",
+                        format!("{m}: between 1024 and 16777216 bytes"),
+                    ));
+                }
+                s.max_message = m;
+            }
+        }
+        if self.websocket.wss.is_some() && self.tls.is_none() {
+            return Err(value(
+                "websocket.wss",
+                "secure WebSocket needs the [tls] cert and key".into(),
+            ));
+        }
         if let Some(c) = f.connections {
             let l = &mut self.connections;
             l.max = c.max.unwrap_or(l.max);
@@ -869,6 +940,23 @@ mod tests {
             c.connections, d.connections,
             "[connections] shows the defaults"
         );
+        assert_eq!(c.websocket, d.websocket, "[websocket] shows the defaults");
+        let mut w = Config::default();
+        let e = w
+            .apply_toml("[websocket]\nwss = \"127.0.0.1:0\"\n", "x.toml")
+            .expect_err("wss without tls");
+        assert!(e.to_string().contains("[tls]"), "{e}");
+        let mut w = Config::default();
+        w.apply_toml(
+            "[websocket]\nws = \"127.0.0.1:8080\"\norigins = [\"https://a.example\"]\n",
+            "x.toml",
+        )
+        .expect("ws");
+        assert_eq!(
+            w.websocket.ws,
+            Some("127.0.0.1:8080".parse().expect("addr"))
+        );
+        assert_eq!(w.websocket.origins, ["https://a.example"]);
     }
 
     #[test]

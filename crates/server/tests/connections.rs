@@ -20,6 +20,24 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Started {
+    // TCP listens on the port UDP drew; another test's client socket may
+    // hold that port: draw again (a few times).
+    for _ in 0..5 {
+        match try_server(mode, name, limits.clone(), tls.clone()) {
+            Err(sipsec_server::StartError::Bind { err, .. })
+                if err.kind() == std::io::ErrorKind::AddrInUse => {}
+            r => return r.expect("server starts"),
+        }
+    }
+    try_server(mode, name, limits, tls).expect("server starts")
+}
+
+fn try_server(
+    mode: Mode,
+    name: &str,
+    limits: ConnectionLimits,
+    tls: Option<TlsSettings>,
+) -> Result<Started, sipsec_server::StartError> {
     start(Config {
         mode,
         udp: "127.0.0.1:0".parse().expect("addr"),
@@ -35,7 +53,6 @@ fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSetti
         tls,
         ..Config::default()
     })
-    .expect("server starts")
 }
 
 fn register(server: SocketAddr, user: &str, contact: &str, proto: &str, cseq: u32) -> String {

@@ -93,7 +93,7 @@ fn benches(c: &mut Criterion) {
         via: Some("SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKp1a2b3"),
         record_route: Some("<sip:192.0.2.1;lr>"),
         route: None,
-        pop_route: false,
+        pop_routes: 0,
         received: Some(("192.0.2.101", 5060)),
         max_forwards: true,
         force_rport: false,

@@ -13,7 +13,7 @@ pub enum EditError {
     /// Max-Forwards is zero: answer 483 Too Many Hops instead.
     #[error("Max-Forwards is 0")]
     TooManyHops,
-    /// `pop_route` was asked but the request has no Route.
+    /// `pop_routes` asked for more Route values than the request has.
     #[error("no Route header to remove")]
     NoRoute,
     /// The response has a single Via: it is addressed to this element.
@@ -34,8 +34,9 @@ pub struct RequestEdits<'e> {
     /// registrar stored for the target (RFC 3327 §5.3), e.g.
     /// `<sip:edge.example;lr>`.
     pub route: Option<&'e str>,
-    /// Remove the first Route value (it named this proxy, §16.4).
-    pub pop_route: bool,
+    /// Remove this many Route values from the top: those naming this
+    /// proxy (§16.4), two after double record-routing (RFC 5658).
+    pub pop_routes: usize,
     /// Source address of the request: adds `received=` to the previous
     /// top Via and fills a bare `rport` with the port (§18.2.1, RFC 3581).
     pub received: Option<(&'e str, u16)>,
@@ -113,7 +114,14 @@ fn remove_first_value(head: &str, line: &str, value: &str) -> (usize, usize) {
         }
         return (offset_in(head, value), i);
     }
-    // Remove the whole line with one line terminator.
+    remove_line(head, line)
+}
+
+/// The span of `line` with one line terminator.
+fn remove_line(head: &str, line: &str) -> (usize, usize) {
+    let b = head.as_bytes();
+    let line_start = offset_in(head, line);
+    let line_end = line_start + line.len();
     if line_end < b.len() {
         let term = if b[line_end] == b'\r' { 2 } else { 1 };
         (line_start, line_end + term)
@@ -134,7 +142,8 @@ pub fn forward_request(
     out: &mut Vec<u8>,
 ) -> Result<(), EditError> {
     let head = msg.head();
-    let mut splices: [Splice<'_>; 8] = std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
+    let mut splices: [Splice<'_>; 10] =
+        std::array::from_fn(|_| splice(usize::MAX, usize::MAX, &[]));
     let mut n = 0;
     if let (Some(new), Some(uri)) = (edits.request_uri, msg.request_uri()) {
         let s = offset_in(head, uri.as_str());
@@ -208,11 +217,8 @@ pub fn forward_request(
             n += 1;
         }
     }
-    if edits.pop_route {
-        let (line, first) = msg.first_route().ok_or(EditError::NoRoute)?;
-        let (s, e) = remove_first_value(head, line, first.as_str());
-        splices[n] = splice(s, e, &[]);
-        n += 1;
+    if edits.pop_routes > 0 {
+        n = pop_routes(msg, edits.pop_routes, &mut splices, n)?;
     }
     if let Some((line, value)) = edits.remove {
         let (s, e) = remove_first_value(head, line, value);
@@ -221,6 +227,61 @@ pub fn forward_request(
     }
     apply(head, msg.body(), &mut splices[..n], out);
     Ok(())
+}
+
+/// Adds to `splices` (from `n`) what removes the first `count` Route
+/// values: whole lines when all their values go, else the leading values
+/// of a line with their commas. Returns the new `n`.
+fn pop_routes<'e>(
+    msg: &Message<'_>,
+    count: usize,
+    splices: &mut [Splice<'e>],
+    mut n: usize,
+) -> Result<usize, EditError> {
+    let head = msg.head();
+    let mut left = count;
+    let mut prev_end = 0;
+    for h in msg.headers_named(crate::header::HeaderName::Route) {
+        if left == 0 {
+            break;
+        }
+        let (ls, le) = (
+            offset_in(head, h.line),
+            offset_in(head, h.line) + h.line.len(),
+        );
+        let within = |r: &crate::name_addr::NameAddr<'_>| {
+            let at = offset_in(head, r.as_str());
+            (ls..le).contains(&at)
+        };
+        let values = msg.routes().filter(within).count();
+        if values == 0 {
+            continue;
+        }
+        let (s, e) = if values <= left {
+            left -= values;
+            remove_line(head, h.line)
+        } else {
+            let mut in_line = msg.routes().filter(within);
+            let first = in_line.next().map_or(ls, |r| offset_in(head, r.as_str()));
+            let keep = in_line
+                .nth(left - 1)
+                .map_or(le, |r| offset_in(head, r.as_str()));
+            left = 0;
+            (first, keep)
+        };
+        // Two removed lines at the end of the head share a terminator.
+        if n > 0 && s < prev_end && splices[n - 1].end == prev_end {
+            splices[n - 1].end = e.max(prev_end);
+        } else {
+            splices[n] = splice(s, e, &[]);
+            n += 1;
+        }
+        prev_end = e;
+    }
+    if left > 0 {
+        return Err(EditError::NoRoute);
+    }
+    Ok(n)
 }
 
 /// Writes a response with its top Via value removed (RFC 3261 §16.7 step 3).
@@ -261,7 +322,7 @@ Content-Length: 4\r\n\r\nv=0\n";
                 via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKp1"),
                 record_route: Some("<sip:192.0.2.1;lr>"),
                 route: Some("<sip:edge.example;lr>"),
-                pop_route: true,
+                pop_routes: 1,
                 received: Some(("203.0.113.5", 40000)),
                 max_forwards: true,
                 force_rport: false,
@@ -352,6 +413,65 @@ Content-Length: 4\r\n\r\nv=0\n";
     }
 
     #[test]
+    fn double_record_routes_pop_as_two_values_wherever_they_sit() {
+        let routes = |m: &Message<'_>| -> Vec<String> {
+            m.routes().map(|r| r.uri().as_str().to_owned()).collect()
+        };
+        // One line with three values, two lines, and two lines at the end.
+        let cases = [
+            "Route: <sip:a;lr>, <sip:b;lr>, <sip:c;lr>\r\n",
+            "Route: <sip:a;lr>\r\nRoute: <sip:b;lr>, <sip:c;lr>\r\n",
+            "Route: <sip:a;lr>, <sip:b;lr>\r\nRoute: <sip:c;lr>\r\n",
+        ];
+        for case in cases {
+            let s = String::from_utf8_lossy(INVITE).replace(
+                "Route: <sip:proxy.example.com;lr>, <sip:next.example.com;lr>\r\n",
+                case,
+            );
+            let m = Message::parse(s.as_bytes()).unwrap();
+            let mut out = Vec::new();
+            let edits = RequestEdits {
+                pop_routes: 2,
+                ..Default::default()
+            };
+            forward_request(&m, &edits, &mut out).unwrap();
+            let f = Message::parse(&out).unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(routes(&f), ["sip:c;lr"], "{case}");
+            out.clear();
+            let edits = RequestEdits {
+                pop_routes: 3,
+                ..Default::default()
+            };
+            forward_request(&m, &edits, &mut out).unwrap();
+            let f = Message::parse(&out).unwrap();
+            assert_eq!(f.route_count(), 0, "{case}");
+            assert_eq!(f.body(), b"v=0\n");
+            let too_many = RequestEdits {
+                pop_routes: 4,
+                ..Default::default()
+            };
+            assert_eq!(
+                forward_request(&m, &too_many, &mut Vec::new()),
+                Err(EditError::NoRoute)
+            );
+        }
+        // The last two header lines, both Route.
+        let end = "Call-ID: c1\r\nCSeq: 1 INVITE\r\nRoute: <sip:a;lr>\r\nRoute: <sip:b;lr>";
+        let s = format!("INVITE sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1;branch=z9hG4bKa\r\nFrom: <sip:a@x>;tag=1\r\nTo: <sip:b@x>\r\n{end}\r\n\r\n");
+        let m = Message::parse(s.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let edits = RequestEdits {
+            pop_routes: 2,
+            ..Default::default()
+        };
+        forward_request(&m, &edits, &mut out).unwrap();
+        let f = Message::parse(&out)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+        assert_eq!(f.route_count(), 0);
+        assert_eq!(f.cseq().seq, 1);
+    }
+
+    #[test]
     fn single_route_line_removed_even_when_last() {
         let s = String::from_utf8_lossy(INVITE)
             .replace(
@@ -367,7 +487,7 @@ Content-Length: 4\r\n\r\nv=0\n";
         forward_request(
             &m,
             &RequestEdits {
-                pop_route: true,
+                pop_routes: 1,
                 ..Default::default()
             },
             &mut out,

@@ -79,7 +79,7 @@ fn parse_and_forward_allocate_nothing() {
                         remove: None,
                         received: Some(("192.0.2.99", 5062)),
                         request_uri: Some("sip:bob@192.0.2.4"),
-                        pop_route: false,
+                        pop_routes: 0,
                     },
                     &mut out,
                 )

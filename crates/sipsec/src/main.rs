@@ -143,6 +143,15 @@ struct ServeArgs {
     /// Accept peers' 1024-bit RSA keys and signatures (legacy; below today's floor of 2048).
     #[arg(long)]
     tls_allow_rsa_1024: bool,
+    /// SIP over WebSocket (RFC 7118) for browser phones on this address (ws://).
+    #[arg(long)]
+    ws: Option<SocketAddr>,
+    /// SIP over secure WebSocket on this address (wss://), with the TLS certificate (--cert/--key).
+    #[arg(long)]
+    wss: Option<SocketAddr>,
+    /// WebSocket Origins allowed to connect, comma-separated (e.g. https://phone.example) [default: any].
+    #[arg(long, value_delimiter = ',')]
+    ws_origins: Option<Vec<String>>,
     /// Validate the configuration, users file, TLS and privacy keys, then exit
     /// (0: usable, 1: the error); binds nothing and leaves the data directory alone.
     #[arg(long)]
@@ -276,6 +285,20 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
                 || from_file.as_ref().is_some_and(|t| t.allow_rsa_1024),
         });
     }
+    if let Some(w) = a.ws {
+        config.websocket.ws = Some(w);
+    }
+    if let Some(w) = a.wss {
+        config.websocket.wss = Some(w);
+    }
+    if let Some(o) = a.ws_origins {
+        config.websocket.origins = o;
+    }
+    if config.websocket.wss.is_some() && config.tls.is_none() {
+        return Err(
+            "--wss needs the TLS certificate: give --cert CERT.pem and --key KEY.pem".into(),
+        );
+    }
     Ok(config)
 }
 
@@ -343,6 +366,12 @@ fn serve(a: ServeArgs) -> ExitCode {
                     format!(", tls {t} (key {key})")
                 })
                 .unwrap_or_default();
+            let ws = &h.shared().config.websocket;
+            let tls = format!(
+                "{tls}{}{}",
+                ws.ws.map(|a| format!(", ws {a}")).unwrap_or_default(),
+                ws.wss.map(|a| format!(", wss {a}")).unwrap_or_default()
+            );
             let limit = h
                 .connection_limit()
                 .map(|n| format!(" (at most {n} connections)"))

@@ -162,7 +162,33 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         None => None,
     };
     let tls_addr = tls_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let tcp_journal = if tcp_listener.is_some() || tls_listener.is_some() {
+    // WebSocket listeners; their bound addresses (port 0 picks one) go
+    // back into the config, which names them in Via and Record-Route.
+    let ws_listener = |slot: &mut Option<SocketAddr>, proto: &'static str| {
+        let Some(a) = *slot else {
+            return Ok(None);
+        };
+        let l = stream_listener(a).map_err(|err| StartError::Bind {
+            proto,
+            addr: a,
+            err,
+        })?;
+        *slot = l.local_addr().ok();
+        Ok::<_, StartError>(Some(l))
+    };
+    let ws = ws_listener(&mut config.websocket.ws, "ws")?;
+    let wss = ws_listener(&mut config.websocket.wss, "wss")?;
+    let listeners = crate::io::tcp::Listeners {
+        tcp: tcp_listener,
+        tls: tls_listener,
+        ws,
+        wss,
+    };
+    let streams = listeners.tcp.is_some()
+        || listeners.tls.is_some()
+        || listeners.ws.is_some()
+        || listeners.wss.is_some();
+    let tcp_journal = if streams {
         Some(persistence.journal(workers).map_err(store)?)
     } else {
         None
@@ -193,7 +219,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
-    let hub = if tcp_listener.is_some() || tls_listener.is_some() {
+    let hub = if streams {
         let hub = TcpHub::new(
             shared.clone(),
             tcp_journal,
@@ -201,7 +227,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             tls.clone(),
             stop.clone(),
         );
-        threads.extend(hub.start(tcp_listener, tls_listener).map_err(bind)?);
+        threads.extend(hub.start(listeners).map_err(bind)?);
         let flows: Arc<dyn crate::proto::core::Flows> = hub.clone();
         let _ = shared.flows.set(flows);
         Some(hub)

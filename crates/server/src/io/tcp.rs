@@ -41,9 +41,34 @@ use crate::config::ConnectionLimits;
 use crate::io::journal::SharedJournal;
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
-use crate::proto::core::{Core, Shared, Transport};
+use crate::proto::core::{same_flow_transport, Core, Shared, Transport};
 use crate::proto::metrics::CloseReason;
 use crate::proto::stateful::{Key, Sends};
+use crate::proto::websocket::{self, Upgrade};
+
+/// The listening sockets of the connection layer, by transport.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// SIP over TCP.
+    pub tcp: Option<TcpListener>,
+    /// SIP over TLS.
+    pub tls: Option<TcpListener>,
+    /// SIP over WebSocket (RFC 7118).
+    pub ws: Option<TcpListener>,
+    /// SIP over secure WebSocket.
+    pub wss: Option<TcpListener>,
+}
+
+/// How a connection's messages are framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// SIP as a byte stream (TCP, TLS).
+    Stream,
+    /// WebSocket before its upgrade: nothing may be sent yet.
+    Upgrading,
+    /// WebSocket: one frame per SIP message.
+    Frames,
+}
 
 /// Outbound connects in progress at most; more are refused (dropped).
 pub const MAX_PENDING_CONNECTS: usize = 64;
@@ -64,6 +89,8 @@ const SCRATCH: usize = 64 << 10;
 const WAKER: Token = Token(0);
 const LISTEN_TCP: Token = Token(1);
 const LISTEN_TLS: Token = Token(2);
+const LISTEN_WS: Token = Token(3);
+const LISTEN_WSS: Token = Token(4);
 const FIRST_CONN: usize = 16;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -134,6 +161,7 @@ struct Tx {
     out: Vec<u8>,
     sent: usize,
     phase: Phase,
+    wire: Wire,
 }
 
 impl Tx {
@@ -186,33 +214,51 @@ impl Tx {
         Ok(())
     }
 
-    /// Queues `bytes` for the peer (at most `limit` bytes waiting) and
-    /// writes what the socket takes.
+    /// Queues the SIP message `bytes` for the peer (at most `limit` bytes
+    /// waiting), in a frame of its own over WebSocket, and writes what the
+    /// socket takes.
     fn queue(&mut self, bytes: &[u8], limit: usize) -> Result<(), QueueError> {
+        match self.wire {
+            Wire::Stream => self.queue_raw(&[bytes], limit),
+            Wire::Upgrading => Err(QueueError::Closed),
+            Wire::Frames => {
+                let (h, n) = websocket::data_header(bytes);
+                self.queue_raw(&[&h[..n], bytes], limit)
+            }
+        }
+    }
+
+    /// Queues `parts` as they are (an HTTP response, a whole frame).
+    fn queue_raw(&mut self, parts: &[&[u8]], limit: usize) -> Result<(), QueueError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         match &mut self.phase {
             Phase::Closed => return Err(QueueError::Closed),
             Phase::Connecting(pending) => {
                 let waiting: usize = pending.iter().map(Vec::len).sum();
-                if waiting + bytes.len() > limit {
+                if waiting + len > limit {
                     return Err(QueueError::Full);
                 }
-                pending.push(bytes.to_vec());
+                pending.push(parts.concat());
                 return Ok(());
             }
             Phase::Open => {}
         }
         match &mut self.tls {
             Some(tls) => {
-                let n = tls.writer().write(bytes).map_err(|_| QueueError::Closed)?;
-                if n < bytes.len() {
-                    return Err(QueueError::Full);
+                for bytes in parts {
+                    let n = tls.writer().write(bytes).map_err(|_| QueueError::Closed)?;
+                    if n < bytes.len() {
+                        return Err(QueueError::Full);
+                    }
                 }
             }
             None => {
-                if self.queued() + bytes.len() > limit {
+                if self.queued() + len > limit {
                     return Err(QueueError::Full);
                 }
-                self.out.extend_from_slice(bytes);
+                for bytes in parts {
+                    self.out.extend_from_slice(bytes);
+                }
             }
         }
         self.flush().map_err(|_| QueueError::Closed)
@@ -309,12 +355,8 @@ impl TcpHub {
     }
 
     /// Starts the reactors, each accepting from the given listeners
-    /// (`tls` ones open TLS server sessions).
-    pub fn start(
-        self: &Arc<Self>,
-        tcp: Option<TcpListener>,
-        tls: Option<TcpListener>,
-    ) -> io::Result<Vec<JoinHandle<()>>> {
+    /// (TLS and WSS ones open TLS server sessions).
+    pub fn start(self: &Arc<Self>, listen: Listeners) -> io::Result<Vec<JoinHandle<()>>> {
         let n = match self.limits.reactors {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             n => n,
@@ -335,7 +377,12 @@ impl TcpHub {
         let mut threads = Vec::with_capacity(n);
         for (i, poll) in polls.into_iter().enumerate() {
             let mut listeners = Vec::new();
-            for (l, token) in [(&tcp, LISTEN_TCP), (&tls, LISTEN_TLS)] {
+            for (l, token) in [
+                (&listen.tcp, LISTEN_TCP),
+                (&listen.tls, LISTEN_TLS),
+                (&listen.ws, LISTEN_WS),
+                (&listen.wss, LISTEN_WSS),
+            ] {
                 if let Some(l) = l {
                     let l = l.try_clone()?;
                     l.set_nonblocking(true)?;
@@ -395,9 +442,10 @@ impl TcpHub {
         transport: Transport,
         bytes: &[u8],
     ) -> io::Result<()> {
-        if !matches!(transport, Transport::Tcp | Transport::Tls) {
-            // No listener or connector for it (SCTP, WebSocket): the
-            // message cannot leave; a forwarded request is answered 503.
+        let websocket = matches!(transport, Transport::Ws | Transport::Wss);
+        if !matches!(transport, Transport::Tcp | Transport::Tls) && !websocket {
+            // No listener or connector for it (SCTP): the message cannot
+            // leave; a forwarded request is answered 503.
             self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
             self.undeliverable(bytes);
             return Err(io::Error::new(
@@ -407,6 +455,15 @@ impl TcpHub {
         }
         let existing = lock(&self.conns).get(&dest).cloned();
         let Some(conn) = existing else {
+            if websocket {
+                // Browsers are only reached on the connection they opened.
+                self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                self.undeliverable(bytes);
+                return Err(io::Error::other(format!(
+                    "no {} connection from {dest}",
+                    transport.as_str()
+                )));
+            }
             return self.connect_then_send(dest, transport, bytes);
         };
         let queued = lock(&conn.tx).queue(bytes, self.limits.queue_bytes);
@@ -509,6 +566,7 @@ impl TcpHub {
                 out: Vec::new(),
                 sent: 0,
                 phase: Phase::Connecting(vec![bytes.to_vec()]),
+                wire: Wire::Stream,
             }),
             closing: Mutex::new(None),
         });
@@ -575,7 +633,7 @@ impl TcpHub {
 impl crate::proto::core::Flows for TcpHub {
     fn open(&self, peer: SocketAddr, transport: Transport) -> bool {
         lock(&self.conns).get(&peer).is_some_and(|c| {
-            c.transport == transport
+            same_flow_transport(c.transport, transport)
                 && lock(&c.closing).is_none()
                 && !matches!(lock(&c.tx).phase, Phase::Closed)
         })
@@ -603,13 +661,17 @@ struct Local {
     /// An outbound connect not yet complete (known here, so the deadline
     /// walk takes no lock).
     connecting: bool,
+    /// WebSocket: the upgrade still to come (`None`), or the frames'
+    /// reassembly after it.
+    ws: Option<Box<Option<websocket::Decoder>>>,
 }
 
 impl Local {
     /// A connection that opens now (TLS ones start handshaking).
     fn new(conn: Arc<Conn>, connecting: bool) -> Self {
         let now = Instant::now();
-        let handshaking = conn.transport == Transport::Tls;
+        let handshaking = matches!(conn.transport, Transport::Tls | Transport::Wss);
+        let ws = matches!(conn.transport, Transport::Ws | Transport::Wss).then(|| Box::new(None));
         Self {
             conn,
             inbuf: Vec::new(),
@@ -618,7 +680,13 @@ impl Local {
             message_start: None,
             handshaking,
             connecting,
+            ws,
         }
+    }
+
+    /// Still in its TLS handshake or WebSocket upgrade.
+    fn opening(&self) -> bool {
+        self.handshaking || self.ws.as_ref().is_some_and(|w| w.is_none())
     }
 }
 
@@ -744,7 +812,7 @@ impl Reactor {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => self.take_orders(),
-                    t @ (LISTEN_TCP | LISTEN_TLS) => {
+                    t @ (LISTEN_TCP | LISTEN_TLS | LISTEN_WS | LISTEN_WSS) => {
                         for l in &mut self.listeners {
                             if l.1 == t {
                                 l.2 = true;
@@ -826,7 +894,12 @@ impl Reactor {
             if !self.listeners[i].2 {
                 continue;
             }
-            let secure = self.listeners[i].1 == LISTEN_TLS;
+            let transport = match self.listeners[i].1 {
+                LISTEN_TLS => Transport::Tls,
+                LISTEN_WS => Transport::Ws,
+                LISTEN_WSS => Transport::Wss,
+                _ => Transport::Tcp,
+            };
             let mut taken = 0;
             loop {
                 if taken == burst {
@@ -861,12 +934,13 @@ impl Reactor {
                     }
                 };
                 taken += 1;
-                self.adopt_accepted(sock, peer, secure);
+                self.adopt_accepted(sock, peer, transport);
             }
         }
     }
 
-    fn adopt_accepted(&mut self, mut sock: TcpStream, peer: SocketAddr, secure: bool) {
+    fn adopt_accepted(&mut self, mut sock: TcpStream, peer: SocketAddr, transport: Transport) {
+        let secure = matches!(transport, Transport::Tls | Transport::Wss);
         let hub = &self.hub;
         let m = &hub.shared.metrics;
         if hub.open.load(Ordering::Relaxed) >= hub.max {
@@ -909,11 +983,7 @@ impl Reactor {
             peer,
             token,
             reactor: self.index,
-            transport: if secure {
-                Transport::Tls
-            } else {
-                Transport::Tcp
-            },
+            transport,
             counted_ip: true,
             tx: Mutex::new(Tx {
                 sock,
@@ -921,6 +991,11 @@ impl Reactor {
                 out: Vec::new(),
                 sent: 0,
                 phase: Phase::Open,
+                wire: if matches!(transport, Transport::Ws | Transport::Wss) {
+                    Wire::Upgrading
+                } else {
+                    Wire::Stream
+                },
             }),
             closing: Mutex::new(None),
         });
@@ -1067,6 +1142,9 @@ impl Reactor {
         let Some(l) = self.locals.get_mut(&t) else {
             return false;
         };
+        if l.ws.is_some() {
+            return self.received_ws(t, n);
+        }
         let now = Instant::now();
         l.last_read = now;
         let mut inbuf = std::mem::take(&mut l.inbuf);
@@ -1108,7 +1186,7 @@ impl Reactor {
     /// Handles every complete message at the start of `bytes`; returns
     /// how many bytes they took. `Err`: the stream cannot be framed
     /// (answered when possible).
-    fn handle_frames(&mut self, conn: &Arc<Conn>, bytes: &[u8]) -> Result<usize, ()> {
+    fn handle_frames(&mut self, conn: &Conn, bytes: &[u8]) -> Result<usize, ()> {
         let limits = Limits::DEFAULT;
         let mut at = 0;
         loop {
@@ -1121,25 +1199,7 @@ impl Reactor {
                     at += n;
                 }
                 Ok(Frame::Message(n)) => {
-                    let mut journal = self
-                        .hub
-                        .journal
-                        .as_ref()
-                        .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
-                    let reply = crate::io::drive::handle(
-                        &mut self.core,
-                        journal.as_deref_mut(),
-                        &bytes[at..at + n],
-                        conn.peer,
-                        conn.transport,
-                        crate::io::clock::now(),
-                        &mut self.out,
-                    );
-                    drop(journal);
-                    // Extras first: a 100 Trying must not trail the
-                    // answers the forwarded INVITE draws.
-                    self.sender.send_all(self.core.extra());
-                    self.sender.reply(reply, &self.out);
+                    self.handle_message(conn, &bytes[at..at + n]);
                     at += n;
                 }
                 Err(e) if e.kind == ErrorKind::Incomplete => return Ok(at),
@@ -1157,6 +1217,133 @@ impl Reactor {
         }
     }
 
+    /// Hands one SIP message to the core and sends what it gives.
+    fn handle_message(&mut self, conn: &Conn, bytes: &[u8]) {
+        let mut journal = self
+            .hub
+            .journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+        let reply = crate::io::drive::handle(
+            &mut self.core,
+            journal.as_deref_mut(),
+            bytes,
+            conn.peer,
+            conn.transport,
+            crate::io::clock::now(),
+            &mut self.out,
+        );
+        drop(journal);
+        // Extras first: a 100 Trying must not trail the answers the
+        // forwarded INVITE draws.
+        self.sender.send_all(self.core.extra());
+        self.sender.reply(reply, &self.out);
+    }
+
+    /// `n` bytes arrived on a WebSocket connection: its upgrade request,
+    /// then frames, each message one SIP message (RFC 7118 §5.1).
+    /// `false`: the connection was closed.
+    fn received_ws(&mut self, t: Token, n: usize) -> bool {
+        let Some(l) = self.locals.get_mut(&t) else {
+            return false;
+        };
+        let now = Instant::now();
+        l.last_read = now;
+        let conn = l.conn.clone();
+        let mut inbuf = std::mem::take(&mut l.inbuf);
+        let Some(mut state) = l.ws.take() else {
+            return false;
+        };
+        inbuf.extend_from_slice(&self.scratch[..n]);
+        let hub = self.hub.clone();
+        let limit = hub.limits.queue_bytes;
+        let settings = &hub.shared.config.websocket;
+        let mut used = 0;
+        if state.is_none() {
+            match websocket::upgrade(&inbuf, &settings.origins) {
+                Upgrade::Incomplete => {}
+                Upgrade::Refuse { response, why } => {
+                    hub.shared
+                        .metrics
+                        .ws_upgrades_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    let _ = lock(&conn.tx).queue_raw(&[&response], limit);
+                    crate::io::log::connection_trouble(&format!(
+                        "{}: WebSocket upgrade refused: {why}",
+                        conn.peer
+                    ));
+                    self.close(t, CloseReason::WebSocket);
+                    return false;
+                }
+                Upgrade::Accept { used: u, response } => {
+                    let mut tx = lock(&conn.tx);
+                    let sent = tx.queue_raw(&[&response], limit);
+                    tx.wire = Wire::Frames;
+                    drop(tx);
+                    if sent.is_err() {
+                        self.close(t, CloseReason::Error);
+                        return false;
+                    }
+                    hub.shared
+                        .metrics
+                        .ws_upgrades
+                        .fetch_add(1, Ordering::Relaxed);
+                    *state = Some(websocket::Decoder::default());
+                    used = u;
+                }
+            }
+        }
+        let mut peer_closed = None;
+        let mut violation = None;
+        if let Some(decoder) = state.as_mut() {
+            match decoder.decode(&mut inbuf[used..], settings.max_message, |e| match e {
+                websocket::Event::Message(m) => self.handle_message(&conn, m),
+                websocket::Event::Ping(p) => {
+                    let _ = lock(&conn.tx).queue_raw(&[&websocket::pong(p)], limit);
+                }
+                websocket::Event::Close(code) => peer_closed = Some(code),
+            }) {
+                Ok(u) => used += u,
+                Err(v) => violation = Some(v),
+            }
+        }
+        if let Some(v) = violation {
+            let _ = lock(&conn.tx).queue_raw(&[&websocket::close_frame(v.code)], limit);
+            crate::io::log::connection_trouble(&format!(
+                "{}: WebSocket closed with {}: {}",
+                conn.peer, v.code, v.why
+            ));
+            self.close(t, CloseReason::WebSocket);
+            return false;
+        }
+        if let Some(code) = peer_closed {
+            // RFC 6455 §5.5.1: answer the close, then end the connection.
+            let echo = code
+                .filter(|c| (1000..5000).contains(c) && !matches!(c, 1004..=1006 | 1015))
+                .unwrap_or(websocket::close::NORMAL);
+            let _ = lock(&conn.tx).queue_raw(&[&websocket::close_frame(echo)], limit);
+            self.close(t, CloseReason::Peer);
+            return false;
+        }
+        let Some(l) = self.locals.get_mut(&t) else {
+            return false;
+        };
+        inbuf.drain(..used);
+        let midway = state.as_ref().as_ref().is_some_and(|d| d.is_midway());
+        if inbuf.is_empty() && !midway {
+            l.message_start = None;
+            l.inbuf = Vec::new();
+        } else {
+            l.message_start.get_or_insert(now);
+            if inbuf.is_empty() {
+                inbuf = Vec::new();
+            }
+            l.inbuf = inbuf;
+        }
+        l.ws = Some(state);
+        true
+    }
+
     /// Closes connections past a deadline.
     fn sweep(&mut self, now: Instant) {
         let l = &self.hub.limits;
@@ -1164,7 +1351,7 @@ impl Reactor {
         for (t, c) in &self.locals {
             let reason = if c.connecting {
                 (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
-            } else if c.handshaking && now >= c.opened + l.handshake_timeout {
+            } else if c.opening() && now >= c.opened + l.handshake_timeout {
                 Some(CloseReason::HandshakeTimeout)
             } else if c
                 .message_start
@@ -1203,6 +1390,16 @@ impl Reactor {
         let pending = {
             let mut tx = lock(&conn.tx);
             let was = std::mem::replace(&mut tx.phase, Phase::Open);
+            if tx.wire == Wire::Frames
+                && matches!(reason, CloseReason::Shutdown | CloseReason::Idle)
+            {
+                let code = if reason == CloseReason::Shutdown {
+                    websocket::close::GOING_AWAY
+                } else {
+                    websocket::close::NORMAL
+                };
+                let _ = tx.queue_raw(&[&websocket::close_frame(code)], usize::MAX);
+            }
             if let Some(tls) = &mut tx.tls {
                 if reason != CloseReason::SlowReader && !matches!(was, Phase::Connecting(_)) {
                     tls.send_close_notify();

@@ -128,6 +128,21 @@ pub struct Shared {
     /// unset (a simulation without connections), every flow counts as open.
     pub flows: std::sync::OnceLock<Arc<dyn Flows>>,
     pub(super) branch_salt: RandomState,
+    /// Keys the flow tokens this proxy writes into Record-Route.
+    pub(super) flow_key: [u8; 32],
+}
+
+/// Whether a flow over `a` serves `b`: the same transport, or either
+/// kind of WebSocket (browsers put `transport=ws` in Contact over WSS too).
+pub fn same_flow_transport(a: Transport, b: Transport) -> bool {
+    a == b
+        || matches!(
+            (a, b),
+            (
+                Transport::Ws | Transport::Wss,
+                Transport::Ws | Transport::Wss
+            )
+        )
 }
 
 /// The driver's answer to "is the connection from this phone still
@@ -149,6 +164,14 @@ impl Shared {
         salt: RandomState,
     ) -> Self {
         let guard = Guard::new(config.guard.clone(), salt.clone());
+        // The flow-token key: 256 bits drawn from the salt's random keys.
+        let mut flow_key = [0u8; 32];
+        for (i, chunk) in flow_key.chunks_mut(8).enumerate() {
+            let mut h = salt.build_hasher();
+            h.write(b"sipsec flow token key");
+            h.write_usize(i);
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
             Transactions::new(
                 sip_core::transaction::TimerConfig::RFC3261,
@@ -168,6 +191,7 @@ impl Shared {
             stage_clock: None,
             flows: std::sync::OnceLock::new(),
             branch_salt: salt,
+            flow_key,
         }
     }
 }
@@ -359,8 +383,13 @@ impl Core {
             .as_ref()
             .map(|t| t.addr.port())
             .filter(|_| tls);
+        let ws = &self.shared.config.websocket;
         let port_ok = port.unwrap_or(5060) == adv.port()
-            || tls_port.is_some_and(|t| port.unwrap_or(5061) == t);
+            || tls_port.is_some_and(|t| port.unwrap_or(5061) == t)
+            || [ws.ws, ws.wss]
+                .iter()
+                .flatten()
+                .any(|a| port == Some(a.port()));
         let host_ok = match host {
             Host::V4(a) => IpAddr::V4(a) == adv.ip(),
             Host::V6(a) => IpAddr::V6(a) == adv.ip(),
@@ -386,6 +415,19 @@ impl Core {
             && uri
                 .host()
                 .is_some_and(|h| self.is_local_host(h, uri.port(), tls))
+    }
+
+    /// The address this server listens on for `transport`, as it names
+    /// itself in Via and Record-Route.
+    pub(super) fn listen_addr(&self, transport: Transport) -> SocketAddr {
+        let c = &self.shared.config;
+        let port = match transport {
+            Transport::Tls => c.tls.as_ref().map(|t| t.addr.port()),
+            Transport::Ws => c.websocket.ws.map(|a| a.port()),
+            Transport::Wss => c.websocket.wss.map(|a| a.port()),
+            _ => None,
+        };
+        SocketAddr::new(c.advertise.ip(), port.unwrap_or(c.advertise.port()))
     }
 
     #[inline]

@@ -165,11 +165,14 @@ pub enum CloseReason {
     Error,
     /// The server stopped.
     Shutdown,
+    /// A WebSocket upgrade was refused, or the peer broke RFC 6455's
+    /// framing rules.
+    WebSocket,
 }
 
 impl CloseReason {
     /// Every reason, in label order.
-    pub const ALL: [CloseReason; 10] = [
+    pub const ALL: [CloseReason; 11] = [
         CloseReason::Peer,
         CloseReason::Idle,
         CloseReason::HandshakeTimeout,
@@ -180,6 +183,7 @@ impl CloseReason {
         CloseReason::ConnectFailed,
         CloseReason::Error,
         CloseReason::Shutdown,
+        CloseReason::WebSocket,
     ];
 
     /// The metric label.
@@ -195,6 +199,7 @@ impl CloseReason {
             CloseReason::ConnectFailed => "connect_failed",
             CloseReason::Error => "error",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::WebSocket => "websocket",
         }
     }
 }
@@ -259,6 +264,10 @@ pub struct Metrics {
     pub tls_handshakes: AtomicU64,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: AtomicU64,
+    /// WebSocket upgrades accepted (RFC 7118).
+    pub ws_upgrades: AtomicU64,
+    /// WebSocket upgrades refused (bad request, origin, subprotocol).
+    pub ws_upgrades_refused: AtomicU64,
     /// Certificate/key reloads that took effect.
     pub tls_reloads: AtomicU64,
     /// Reloads refused (the old certificate stayed in use).
@@ -346,7 +355,7 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 20] = [
+        let counters: [(&str, &str, &AtomicU64); 22] = [
             (
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
@@ -436,6 +445,16 @@ impl Metrics {
                 "sipsec_tls_handshake_failures_total",
                 "TLS handshakes failed or timed out.",
                 &self.tls_handshake_failures,
+            ),
+            (
+                "sipsec_websocket_upgrades_total",
+                "WebSocket upgrades accepted (SIP over WebSocket, RFC 7118).",
+                &self.ws_upgrades,
+            ),
+            (
+                "sipsec_websocket_upgrades_refused_total",
+                "WebSocket upgrades refused: bad request, Origin not allowed, no sip subprotocol.",
+                &self.ws_upgrades_refused,
             ),
             (
                 "sipsec_tls_reloads_total",

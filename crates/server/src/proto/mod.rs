@@ -14,3 +14,4 @@ mod redirect;
 mod registrar;
 pub mod stateful;
 pub mod users;
+pub mod websocket;

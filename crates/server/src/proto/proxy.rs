@@ -13,8 +13,8 @@ use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
 use crate::config::{Mode, PathMode};
 use crate::proto::core::{
-    aor_of, bump, first_path_uri, resolve, reveal, Core, Event, Reply, Transport, ALLOW,
-    MAX_DATAGRAM,
+    aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Reply,
+    Transport, ALLOW, MAX_DATAGRAM,
 };
 use crate::proto::location::Location;
 use crate::proto::metrics::Stage;
@@ -29,6 +29,98 @@ impl Core {
             .flows
             .get()
             .is_none_or(|f| f.open(peer, transport))
+    }
+
+    /// A flow token (RFC 5626 §5.2) for the connection from `peer` over
+    /// `transport`, to put in the user part of a Record-Route: hex of the
+    /// transport, address and port, and 64 bits of HMAC-SHA256 over them,
+    /// so only this server's tokens are followed.
+    fn flow_token(&self, peer: SocketAddr, transport: Transport) -> String {
+        let mut raw = Vec::with_capacity(27);
+        raw.push(match transport {
+            Transport::Tcp => 1,
+            Transport::Tls => 2,
+            Transport::Ws => 3,
+            _ => 4,
+        });
+        match peer.ip() {
+            IpAddr::V4(a) => raw.extend_from_slice(&a.octets()),
+            IpAddr::V6(a) => raw.extend_from_slice(&a.octets()),
+        }
+        raw.extend_from_slice(&peer.port().to_be_bytes());
+        let mac = self.flow_mac(&raw);
+        raw.extend_from_slice(&mac[..8]);
+        let mut t = String::with_capacity(1 + raw.len() * 2);
+        t.push('f');
+        for b in raw {
+            let _ = write!(t, "{b:02x}");
+        }
+        t
+    }
+
+    fn flow_mac(&self, raw: &[u8]) -> [u8; 32] {
+        use hmac::Mac;
+        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.shared.flow_key)
+            .expect("HMAC takes any key length");
+        mac.update(raw);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The connection a token of [`flow_token`](Self::flow_token) names,
+    /// when it is one of ours.
+    fn read_flow_token(&self, user: &str) -> Option<(SocketAddr, Transport)> {
+        let hex = user.strip_prefix('f')?;
+        if !matches!(hex.len(), 30 | 54) || !hex.is_ascii() {
+            return None;
+        }
+        let raw: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+            .collect::<Option<_>>()?;
+        let (body, mac) = raw.split_at(raw.len() - 8);
+        let want = self.flow_mac(body);
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(&want[..8], mac)) {
+            return None;
+        }
+        let transport = match body[0] {
+            1 => Transport::Tcp,
+            2 => Transport::Tls,
+            3 => Transport::Ws,
+            4 => Transport::Wss,
+            _ => return None,
+        };
+        let ip: IpAddr = match body.len() {
+            7 => <[u8; 4]>::try_from(&body[1..5]).ok()?.into(),
+            _ => <[u8; 16]>::try_from(&body[1..17]).ok()?.into(),
+        };
+        let port = u16::from_be_bytes([body[body.len() - 2], body[body.len() - 1]]);
+        Some((SocketAddr::new(ip, port), transport))
+    }
+
+    /// A Record-Route value naming this server on `transport`, with a
+    /// flow token when the hop on that side is a connection.
+    fn write_rr(&mut self, transport: Transport, flow: Option<SocketAddr>) {
+        let here = self.listen_addr(transport);
+        self.rr.push_str("<sip:");
+        if let Some(peer) = flow {
+            let token = self.flow_token(peer, transport);
+            self.rr.push_str(&token);
+            self.rr.push('@');
+        }
+        let _ = write!(self.rr, "{here}");
+        let param = match transport {
+            Transport::Udp => None,
+            // RFC 7118 §5.2: WSS too is `transport=ws` in a URI.
+            Transport::Ws | Transport::Wss => Some("ws"),
+            Transport::Tls => Some("tls"),
+            Transport::Tcp => Some("tcp"),
+            Transport::Sctp => Some("sctp"),
+            Transport::Other => None,
+        };
+        if let Some(p) = param {
+            self.rr.push_str(";transport=");
+            self.rr.push_str(p);
+        }
+        self.rr.push_str(";lr>");
     }
 
     /// Whether `src` is another domain's proxy we peer with.
@@ -182,11 +274,25 @@ impl Core {
         if msg.vias().skip(1).any(|v| self.is_our_via(&v)) || self.is_our_via(msg.top_via()) {
             return self.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out);
         }
-        // Loose routing (§16.4): a first Route naming us is removed.
-        let pop_route = msg
-            .first_route()
-            .is_some_and(|(_, r)| self.is_local_uri(r.uri()));
-        let next_route = msg.routes().nth(usize::from(pop_route));
+        // Loose routing (§16.4): the first Routes naming us are removed
+        // (two after double record-routing, RFC 5658); a flow token in
+        // one names the connection the request continues on when it did
+        // not come from there (RFC 5626 §5.3).
+        let mut pops = 0;
+        let mut flow_hop = None;
+        for r in msg.routes().take(2) {
+            if !self.is_local_uri(r.uri()) {
+                break;
+            }
+            pops += 1;
+            if let Some((peer, t)) = r.uri().user().and_then(|u| self.read_flow_token(u)) {
+                if peer != src {
+                    flow_hop = Some((peer, t));
+                }
+            }
+        }
+        let pop_route = pops > 0;
+        let next_route = msg.routes().nth(pops);
         let Some(ruri) = msg.request_uri() else {
             return Reply::Drop;
         };
@@ -194,7 +300,20 @@ impl Core {
         let mut to_peer = false;
         let mut authenticated = false;
         let mut out_transport = Transport::Udp;
-        let target = if let Some(r) = next_route {
+        // The request goes down a connection (a registered flow, or the
+        // one a flow token names): the far side of its Record-Route.
+        let mut out_flow: Option<SocketAddr> = None;
+        let target = if let Some((peer, t)) = flow_hop.filter(|_| next_route.is_none()) {
+            // A closed TCP/TLS flow is connected to again; a browser's is
+            // gone for good.
+            if matches!(t, Transport::Ws | Transport::Wss) && !self.flow_open(peer, t) {
+                bump(&self.shared.metrics.flows_failed);
+                return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
+            }
+            out_transport = t;
+            out_flow = Some(peer);
+            Some(peer)
+        } else if let Some(r) = next_route {
             let u = r.uri();
             out_transport = Transport::of_uri(u);
             u.host().and_then(|h| resolve(h, u.port()))
@@ -259,9 +378,14 @@ impl Core {
             // The flow serves a contact reached over its transport (a
             // phone that registers over TCP a contact for UDP is reached
             // over UDP), and every outbound contact.
+            let websocket = |t: Transport| matches!(t, Transport::Ws | Transport::Wss);
             let flow = binding.flow.filter(|f| {
                 self.path.is_empty()
-                    && (f.outbound || next.as_ref().map(Transport::of_uri) == Some(f.transport))
+                    && (f.outbound
+                        || websocket(f.transport)
+                        || next.as_ref().is_some_and(|u| {
+                            same_flow_transport(Transport::of_uri(u), f.transport)
+                        }))
             });
             let addr = match flow {
                 // The phone registered over a connection: the request goes
@@ -269,9 +393,11 @@ impl Core {
                 // address its Contact names (often a private one).
                 Some(f) if self.flow_open(binding.source, f.transport) => {
                     out_transport = f.transport;
+                    out_flow = Some(binding.source);
                     Some(binding.source)
                 }
-                Some(f) if f.outbound => {
+                // A browser is reached on its connection or not at all.
+                Some(f) if f.outbound || websocket(f.transport) => {
                     bump(&self.shared.metrics.flows_failed);
                     return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
                 }
@@ -320,13 +446,8 @@ impl Core {
             );
         };
         let branch = self.branch(msg);
-        // Over TLS this server is reached at its TLS address.
-        let here = match (&self.shared.config.tls, out_transport) {
-            (Some(t), Transport::Tls) => {
-                SocketAddr::new(self.shared.config.advertise.ip(), t.addr.port())
-            }
-            _ => self.shared.config.advertise,
-        };
+        // Over TLS or WebSocket this server is reached at that listener.
+        let here = self.listen_addr(out_transport);
         self.via.clear();
         let _ = write!(
             self.via,
@@ -346,30 +467,29 @@ impl Core {
         // connection, which ends here: its dialogs always record-route
         // (as RFC 5626 §5.1 asks of an edge proxy), or the ACK and BYE
         // would be sent to a contact nobody listens on.
-        let flow = self.transport.is_reliable() && self.transport == out_transport;
+        let in_flow = self.transport.is_reliable().then_some(src);
+        let flow = in_flow.is_some() || out_flow.is_some();
         self.rr.clear();
         if (self.shared.config.record_route || self.shared.transactions.is_some() || flow)
             && (new_ruri.is_some() || to_peer)
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
-            let _ = write!(self.rr, "<sip:{here};lr");
-            if out_transport != Transport::Udp {
-                self.rr.push_str(";transport=");
-                self.rr.extend(
-                    out_transport
-                        .as_str()
-                        .chars()
-                        .map(|c| c.to_ascii_lowercase()),
-                );
+            // The side toward the callee first, then (when the request
+            // crossed transports or came on a connection) the side toward
+            // the caller: double record-routing (RFC 5658 §3.2), each
+            // entry with the flow token of its connection.
+            self.write_rr(out_transport, out_flow);
+            if self.transport != out_transport || in_flow.is_some() {
+                self.rr.push_str(", ");
+                self.write_rr(self.transport, in_flow);
             }
-            self.rr.push('>');
         }
         let edits = RequestEdits {
             request_uri: new_ruri.as_deref(),
             via: Some(&self.via),
             record_route: (!self.rr.is_empty()).then_some(self.rr.as_str()),
             route: (new_ruri.is_some() && !self.path.is_empty()).then_some(self.path.as_str()),
-            pop_route,
+            pop_routes: pops,
             received: annotate.then_some((self.ip.as_str(), src.port())),
             max_forwards: true,
             force_rport: reliable,
@@ -391,7 +511,7 @@ impl Core {
             + usize::from(edits.record_route.is_some())
             + usize::from(edits.route.is_some())
             + usize::from(msg.max_forwards().is_none());
-        let removed = usize::from(edits.pop_route && msg.route_count() == 1)
+        let removed = usize::from(pops > 0 && msg.route_count() == pops)
             + usize::from(edits.remove.is_some());
         match forward_request(msg, &edits, out) {
             // What we forward must itself be acceptable to the next hop:
@@ -518,8 +638,7 @@ impl Core {
             return Reply::Drop;
         };
         let transport = match next.transport() {
-            sip_core::via::Transport::Tcp => Transport::Tcp,
-            sip_core::via::Transport::Tls => Transport::Tls,
+            t @ (Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss) => t,
             _ => Transport::Udp,
         };
         match forward_response(msg, out) {

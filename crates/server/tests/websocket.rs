@@ -1,0 +1,587 @@
+//! SIP over WebSocket (RFC 7118) over real loopback sockets, with a
+//! client written here from RFC 6455 so every frame can be bent: phones
+//! register and call each other over WS and across the WS ↔ UDP bridge
+//! (double record-routing, RFC 5658); RFC 6455 edge cases get the close
+//! codes and HTTP statuses the RFCs give.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sipsec_server::config::WebSocketSettings;
+use sipsec_server::proto::metrics::CloseReason;
+use sipsec_server::{start, Config, Mode, Started};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sipsec-ws-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn server(name: &str, origins: &[&str]) -> Started {
+    start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir(name),
+        websocket: WebSocketSettings {
+            ws: Some("127.0.0.1:0".parse().expect("addr")),
+            origins: origins.iter().map(|o| o.to_string()).collect(),
+            ..WebSocketSettings::default()
+        },
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
+fn ws_addr(s: &Started) -> SocketAddr {
+    s.handle.shared().config.websocket.ws.expect("ws listener")
+}
+
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+
+fn upgrade_request(extra: &str) -> String {
+    format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+}
+
+/// A browser-like WebSocket client: masks what it sends, reads frames.
+struct Ws {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+/// A frame from the server.
+#[derive(Debug, PartialEq)]
+enum Got {
+    Text(String),
+    Pong(Vec<u8>),
+    Close(u16),
+    /// The connection ended.
+    Eof,
+}
+
+impl Ws {
+    /// Connects and upgrades; returns the client and the server's answer
+    /// (the status line and headers).
+    fn open(to: SocketAddr, extra: &str) -> (Self, String) {
+        let mut s = TcpStream::connect(to).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(upgrade_request(extra).as_bytes())
+            .expect("send upgrade");
+        let mut ws = Self { s, buf: Vec::new() };
+        let head = loop {
+            if let Some(end) = ws.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&ws.buf[..end + 4]).into_owned();
+                ws.buf.drain(..end + 4);
+                break head;
+            }
+            if !ws.fill() {
+                break String::from_utf8_lossy(&ws.buf).into_owned();
+            }
+        };
+        (ws, head)
+    }
+
+    fn sip(to: SocketAddr) -> Self {
+        let (ws, head) = Self::open(to, "Sec-WebSocket-Protocol: sip\r\n");
+        assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+        ws
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        match self.s.read(&mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// Sends one frame with this first byte (FIN, opcode), masked.
+    fn frame(&mut self, first: u8, payload: &[u8]) {
+        let mask = [0x37, 0xfa, 0x21, 0x3d];
+        let mut f = vec![first];
+        match payload.len() {
+            n @ 0..=125 => f.push(0x80 | n as u8),
+            n @ 126..=65535 => {
+                f.push(0x80 | 126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(0x80 | 127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
+        self.s.write_all(&f).expect("send frame");
+    }
+
+    fn send(&mut self, msg: &str) {
+        self.frame(0x81, msg.as_bytes());
+    }
+
+    fn next(&mut self) -> Got {
+        loop {
+            if self.buf.len() >= 2 {
+                let (op, len0) = (self.buf[0] & 0x0f, self.buf[1] & 0x7f);
+                assert_eq!(self.buf[1] & 0x80, 0, "server frames are unmasked");
+                let (len, head) = match len0 {
+                    126 if self.buf.len() >= 4 => {
+                        (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
+                    }
+                    126 | 127 => (usize::MAX, 0),
+                    n => (n as usize, 2),
+                };
+                if len != usize::MAX && self.buf.len() >= head + len {
+                    let payload: Vec<u8> = self.buf.drain(..head + len).skip(head).collect();
+                    return match op {
+                        1 | 2 => Got::Text(String::from_utf8_lossy(&payload).into_owned()),
+                        0xa => Got::Pong(payload),
+                        8 => Got::Close(u16::from_be_bytes([payload[0], payload[1]])),
+                        other => panic!("unexpected opcode {other}"),
+                    };
+                }
+            }
+            if !self.fill() {
+                return Got::Eof;
+            }
+        }
+    }
+
+    /// The next SIP message (skipping nothing else: a close fails).
+    fn message(&mut self) -> String {
+        match self.next() {
+            Got::Text(m) => m,
+            other => panic!("expected a SIP message, got {other:?}"),
+        }
+    }
+
+    /// The next message that is not a provisional response.
+    fn final_message(&mut self) -> String {
+        loop {
+            let m = self.message();
+            if !m.starts_with("SIP/2.0 1") {
+                return m;
+            }
+        }
+    }
+
+    fn local(&self) -> SocketAddr {
+        self.s.local_addr().expect("local")
+    }
+}
+
+fn register(user: &str, transport: &str, contact: &str) -> String {
+    format!(
+        "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/{transport} abc.invalid;branch=z9hG4bK-{user}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:{user}@localhost>;tag=r{user}\r\nTo: <sip:{user}@localhost>\r\n\
+         Call-ID: reg-{user}\r\nCSeq: 1 REGISTER\r\n\
+         Contact: <{contact}>;reg-id=1;+sip.instance=\"<urn:uuid:00000000-0000-4000-8000-00000000000{}>\"\r\n\
+         Expires: 600\r\nContent-Length: 0\r\n\r\n",
+        user.len()
+    )
+}
+
+fn header<'a>(msg: &'a str, name: &str) -> Vec<&'a str> {
+    msg.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+        .collect()
+}
+
+/// The Record-Route values, in order, split at commas between `<…>`.
+fn record_routes(msg: &str) -> Vec<String> {
+    header(msg, "Record-Route")
+        .iter()
+        .flat_map(|v| v.split(", <"))
+        .map(|v| format!("<{}", v.trim_start_matches('<')))
+        .collect()
+}
+
+/// A response to `req` with `status`, To tagged, Contact given.
+fn answer(req: &str, status: &str, contact: &str) -> String {
+    let mut out = format!("SIP/2.0 {status}\r\n");
+    for l in req.lines().skip(1) {
+        let name = l
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match name.as_str() {
+            "via" | "from" | "call-id" | "cseq" | "record-route" => {
+                out.push_str(l);
+                out.push_str("\r\n");
+            }
+            "to" => {
+                out.push_str(l);
+                out.push_str(";tag=callee\r\n");
+            }
+            _ => {}
+        }
+    }
+    out.push_str(&format!(
+        "Contact: <{contact}>\r\nContent-Length: 0\r\n\r\n"
+    ));
+    out
+}
+
+/// The dialog an in-dialog request belongs to, as its sender sees it.
+struct Dialog<'a> {
+    from: &'a str,
+    to: &'a str,
+    call_id: &'a str,
+}
+
+/// An in-dialog request along `routes` (the route set) to `target`.
+fn in_dialog(
+    method: &str,
+    target: &str,
+    routes: &[String],
+    via: &str,
+    d: &Dialog<'_>,
+    cseq: u32,
+) -> String {
+    let route = if routes.is_empty() {
+        String::new()
+    } else {
+        format!("Route: {}\r\n", routes.join(", "))
+    };
+    let Dialog { from, to, call_id } = d;
+    format!(
+        "{method} {target} SIP/2.0\r\nVia: {via};branch=z9hG4bK-{method}-{cseq}\r\nMax-Forwards: 70\r\n\
+         {route}From: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+fn invite(from: &str, to: &str, via: &str, contact: &str, call_id: &str) -> String {
+    format!(
+        "INVITE sip:{to}@localhost SIP/2.0\r\nVia: {via};branch=z9hG4bK-inv-{call_id}\r\nMax-Forwards: 70\r\n\
+         From: <sip:{from}@localhost>;tag=caller\r\nTo: <sip:{to}@localhost>\r\nCall-ID: {call_id}\r\n\
+         CSeq: 1 INVITE\r\nContact: <{contact}>\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+#[test]
+fn two_websocket_phones_register_and_call_through_double_record_routes() {
+    let s = server("call", &[]);
+    let ws = ws_addr(&s);
+    let mut alice = Ws::sip(ws);
+    let mut bob = Ws::sip(ws);
+    alice.send(&register("alice", "WS", "sip:a1@abc.invalid;transport=ws"));
+    let ok = alice.final_message();
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    assert_eq!(header(&ok, "Require"), ["outbound"], "{ok}");
+    bob.send(&register("bob", "WS", "sip:b1@bob.invalid;transport=ws"));
+    assert!(bob.final_message().starts_with("SIP/2.0 200 "));
+
+    alice.send(&invite(
+        "alice",
+        "bob",
+        "SIP/2.0/WS abc.invalid",
+        "sip:a1@abc.invalid;transport=ws",
+        "ws-call",
+    ));
+    let inv = bob.message();
+    assert!(
+        inv.starts_with("INVITE sip:b1@bob.invalid;transport=ws "),
+        "{inv}"
+    );
+    // Both sides are connections: two entries, each with its flow token.
+    let rr = record_routes(&inv);
+    assert_eq!(rr.len(), 2, "{inv}");
+    for r in &rr {
+        assert!(
+            r.starts_with("<sip:f") && r.contains(&format!("@{ws};transport=ws;lr>")),
+            "{r}"
+        );
+    }
+    // The caller's Via got received/rport: responses find its connection.
+    let vias = header(&inv, "Via");
+    assert!(
+        vias.iter()
+            .any(|v| v.contains("abc.invalid")
+                && v.contains(&format!("rport={}", alice.local().port()))),
+        "{inv}"
+    );
+    bob.send(&answer(&inv, "200 OK", "sip:b1@bob.invalid;transport=ws"));
+    let ok = alice.final_message();
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    // Caller's route set: the Record-Route reversed (RFC 3261 §12.1.2).
+    let mut caller_routes = record_routes(&ok);
+    caller_routes.reverse();
+    let from = "<sip:alice@localhost>;tag=caller";
+    let to = "<sip:bob@localhost>;tag=callee";
+    alice.send(&in_dialog(
+        "ACK",
+        "sip:b1@bob.invalid;transport=ws",
+        &caller_routes,
+        "SIP/2.0/WS abc.invalid",
+        &Dialog {
+            from,
+            to,
+            call_id: "ws-call",
+        },
+        1,
+    ));
+    let ack = bob.message();
+    assert!(ack.starts_with("ACK sip:b1@bob.invalid"), "{ack}");
+    assert!(
+        header(&ack, "Route").is_empty(),
+        "both of ours popped: {ack}"
+    );
+    // The callee hangs up along its route set (the Record-Route as is).
+    let callee_routes = record_routes(&inv);
+    bob.send(&in_dialog(
+        "BYE",
+        "sip:a1@abc.invalid;transport=ws",
+        &callee_routes,
+        "SIP/2.0/WS bob.invalid",
+        &Dialog {
+            from: to,
+            to: from,
+            call_id: "ws-call",
+        },
+        2,
+    ));
+    let bye = alice.message();
+    assert!(
+        bye.starts_with("BYE sip:a1@abc.invalid;transport=ws "),
+        "{bye}"
+    );
+    alice.send(&answer(&bye, "200 OK", "sip:a1@abc.invalid;transport=ws"));
+    let ok = bob.final_message();
+    assert!(ok.starts_with("SIP/2.0 200 ") && ok.contains("BYE"), "{ok}");
+
+    // Alice's browser goes away: once the server has seen it close, a
+    // call for her is 430 Flow Failed.
+    drop(alice);
+    let until = Instant::now() + Duration::from_secs(10);
+    while s.handle.shared().metrics.closed_for(CloseReason::Peer) < 1 {
+        assert!(Instant::now() < until, "the close is seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bob.send(&invite(
+        "bob",
+        "alice",
+        "SIP/2.0/WS bob.invalid",
+        "sip:b1@bob.invalid;transport=ws",
+        "gone",
+    ));
+    let answer = bob.final_message();
+    assert!(answer.starts_with("SIP/2.0 430 "), "{answer}");
+}
+
+#[test]
+fn a_websocket_phone_calls_a_udp_phone_across_the_bridge_both_ways() {
+    let s = server("bridge", &[]);
+    let ws = ws_addr(&s);
+    let udp_srv = s.handle.local_addr();
+    let phone = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("addr");
+    let recv = |p: &UdpSocket| {
+        let mut b = [0u8; 8192];
+        loop {
+            let n = p.recv(&mut b).expect("udp message");
+            let m = String::from_utf8_lossy(&b[..n]).into_owned();
+            if !m.starts_with("SIP/2.0 1") {
+                return m;
+            }
+        }
+    };
+    let contact = format!("sip:carol@{me}");
+    let reg = register("carol", "UDP", &contact).replace("abc.invalid", &me.to_string());
+    phone.send_to(reg.as_bytes(), udp_srv).expect("send");
+    assert!(recv(&phone).starts_with("SIP/2.0 200 "));
+
+    let mut alice = Ws::sip(ws);
+    alice.send(&register("alice", "WS", "sip:a1@abc.invalid;transport=ws"));
+    assert!(alice.final_message().starts_with("SIP/2.0 200 "));
+    alice.send(&invite(
+        "alice",
+        "carol",
+        "SIP/2.0/WS abc.invalid",
+        "sip:a1@abc.invalid;transport=ws",
+        "bridge",
+    ));
+    let inv = recv(&phone);
+    assert!(inv.starts_with(&format!("INVITE {contact} ")), "{inv}");
+    // RFC 5658: the UDP side first, then the WebSocket side with its token.
+    let rr = record_routes(&inv);
+    assert_eq!(rr.len(), 2, "{inv}");
+    assert_eq!(rr[0], format!("<sip:{udp_srv};lr>"));
+    assert!(
+        rr[1].starts_with("<sip:f") && rr[1].ends_with(&format!("@{ws};transport=ws;lr>")),
+        "{}",
+        rr[1]
+    );
+    phone
+        .send_to(answer(&inv, "200 OK", &contact).as_bytes(), udp_srv)
+        .expect("send");
+    let ok = alice.final_message();
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    let from = "<sip:alice@localhost>;tag=caller";
+    let to = "<sip:carol@localhost>;tag=callee";
+    let mut caller_routes = record_routes(&ok);
+    caller_routes.reverse();
+    alice.send(&in_dialog(
+        "ACK",
+        &contact,
+        &caller_routes,
+        "SIP/2.0/WS abc.invalid",
+        &Dialog {
+            from,
+            to,
+            call_id: "bridge",
+        },
+        1,
+    ));
+    let ack = recv(&phone);
+    assert!(
+        ack.starts_with(&format!("ACK {contact} ")) && !ack.contains("Route:"),
+        "{ack}"
+    );
+    // UDP → WS: the callee's BYE crosses back on the browser's socket.
+    let bye = in_dialog(
+        "BYE",
+        "sip:a1@abc.invalid;transport=ws",
+        &rr,
+        &format!("SIP/2.0/UDP {me}"),
+        &Dialog {
+            from: to,
+            to: from,
+            call_id: "bridge",
+        },
+        2,
+    );
+    phone.send_to(bye.as_bytes(), udp_srv).expect("send");
+    let got = alice.message();
+    assert!(
+        got.starts_with("BYE sip:a1@abc.invalid;transport=ws "),
+        "{got}"
+    );
+    alice.send(&answer(&got, "200 OK", "sip:a1@abc.invalid;transport=ws"));
+    let ok = recv(&phone);
+    assert!(ok.starts_with("SIP/2.0 200 ") && ok.contains("BYE"), "{ok}");
+}
+
+/// Something a client does to a fresh connection.
+type Act = Box<dyn Fn(&mut Ws)>;
+
+#[test]
+fn frames_fragments_pings_and_violations_are_handled_as_rfc_6455_says() {
+    let s = server("frames", &[]);
+    let ws = ws_addr(&s);
+    // A REGISTER in three fragments with a ping between them.
+    let mut c = Ws::sip(ws);
+    let reg = register("frag", "WS", "sip:f@frag.invalid;transport=ws");
+    let (a, rest) = reg.split_at(40);
+    let (b, z) = rest.split_at(60);
+    c.frame(0x01, a.as_bytes());
+    c.frame(0x89, b"hi");
+    c.frame(0x00, b.as_bytes());
+    c.frame(0x80, z.as_bytes());
+    assert_eq!(c.next(), Got::Pong(b"hi".to_vec()));
+    assert!(c.final_message().starts_with("SIP/2.0 200 "));
+    // A peer's close is answered with its code.
+    c.frame(0x88, &1000u16.to_be_bytes());
+    assert_eq!(c.next(), Got::Close(1000));
+    assert_eq!(c.next(), Got::Eof);
+
+    let cases: [(&str, Act, u16); 4] = [
+        (
+            "oversized",
+            Box::new(|c: &mut Ws| c.frame(0x81, &vec![b'a'; 70_000])),
+            1009,
+        ),
+        (
+            "unmasked",
+            Box::new(|c: &mut Ws| c.s.write_all(&[0x81, 0x01, b'x']).expect("send")),
+            1002,
+        ),
+        (
+            "continuation of nothing",
+            Box::new(|c: &mut Ws| c.frame(0x80, b"x")),
+            1002,
+        ),
+        (
+            // Close mid-message: the half-sent message is dropped, the close answered.
+            "close mid-message",
+            Box::new(|c: &mut Ws| {
+                c.frame(0x01, b"REGISTER sip:localhost SIP/2.0\r\n");
+                c.frame(0x88, &1001u16.to_be_bytes());
+            }),
+            1001,
+        ),
+    ];
+    for (what, act, code) in cases {
+        let mut c = Ws::sip(ws);
+        act(&mut c);
+        assert_eq!(c.next(), Got::Close(code), "{what}");
+        assert_eq!(c.next(), Got::Eof, "{what}: then the connection ends");
+    }
+    // The server still serves.
+    let mut c = Ws::sip(ws);
+    c.send(&register("after", "WS", "sip:x@after.invalid;transport=ws"));
+    assert!(c.final_message().starts_with("SIP/2.0 200 "));
+}
+
+#[test]
+fn bad_upgrades_and_foreign_origins_are_refused() {
+    let s = server("upgrade", &["https://phone.example"]);
+    let ws = ws_addr(&s);
+    let cases = [
+        ("Origin: https://phone.example\r\n", "400 "),
+        (
+            "Sec-WebSocket-Protocol: sip\r\nOrigin: https://evil.example\r\n",
+            "403 ",
+        ),
+        ("Sec-WebSocket-Protocol: sip\r\n", "403 "),
+    ];
+    for (extra, status) in cases {
+        let (mut c, head) = Ws::open(ws, extra);
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{extra}: {head}"
+        );
+        assert_eq!(c.next(), Got::Eof, "{extra}");
+    }
+    // A plain HTTP GET (no upgrade) is told this is a WebSocket port.
+    let mut s2 = TcpStream::connect(ws).expect("connect");
+    s2.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s2.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    let mut r = String::new();
+    let _ = s2.read_to_string(&mut r);
+    assert!(r.starts_with("HTTP/1.1 426 "), "{r}");
+    let (_, head) = Ws::open(
+        ws,
+        "Sec-WebSocket-Protocol: sip\r\nOrigin: https://phone.example\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(head.contains("Sec-WebSocket-Protocol: sip\r\n"), "{head}");
+    let refused = s
+        .handle
+        .shared()
+        .metrics
+        .ws_upgrades_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(refused, 4);
+}
