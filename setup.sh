@@ -29,6 +29,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # kamailio-tls-modules for `sipsec bench connections --server kamailio`;
     # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp);
     # tcpdump for the PrivaSIP capture test (no user ID between proxies);
+    # chromium (headless, fake media devices) for the browser-phone tests
+    # over WebSocket (web/phone), with npm (below) for JsSIP;
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
@@ -36,10 +38,15 @@ if command -v apt-get >/dev/null 2>&1; then
         libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
-            kamailio kamailio-tls-modules libsrtp2-dev tcpdump"
+            kamailio kamailio-tls-modules libsrtp2-dev tcpdump chromium"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+    # Debian's npm only where there is none (a Node.js from elsewhere
+    # brings its own, and Debian's would conflict with it).
+    if [ "$ALL" = 1 ] && ! command -v npm >/dev/null 2>&1; then
+        $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+    fi
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their
     # own Kamailio. Stop and disable the service where systemd runs.
@@ -71,6 +78,17 @@ if ! command -v cargo >/dev/null 2>&1; then
     else
         echo "setup.sh: Rust (cargo) is required: install it with rustup, then rerun" >&2
         exit 1
+    fi
+fi
+
+# The browser phone (web/phone): JsSIP and esbuild from npm at the
+# versions package-lock.json pins, bundled into web/phone/vendor/jssip.js.
+if [ "$ALL" = 1 ]; then
+    if command -v npm >/dev/null 2>&1; then
+        npm ci --prefix web --no-audit --no-fund --loglevel=error
+        npm run --prefix web --silent build
+    else
+        echo "setup.sh: npm not found; the browser phone (web/phone) and its tests need it" >&2
     fi
 fi
 

@@ -1,0 +1,366 @@
+//! Browser phones: the page in `web/phone` (JsSIP, bundled by setup.sh)
+//! runs in Debian's headless Chromium with fake media devices, registers
+//! over secure WebSocket (RFC 7118) with digest and calls through `sipsec
+//! serve`. The test serves the page, collects what each phone reports
+//! (its RTCPeerConnection statistics among them), and bounds every wait.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{import_users, serve, tempdir, tls_files, Running};
+
+/// What the phones posted, one JSON object each.
+#[derive(Default)]
+struct Reports {
+    seen: Mutex<Vec<serde_json::Value>>,
+    more: Condvar,
+}
+
+impl Reports {
+    /// Waits (at most `bound`) for a report from `user` of `event`.
+    fn wait(&self, user: &str, event: &str, bound: Duration) -> serde_json::Value {
+        let until = Instant::now() + bound;
+        let mut seen = self.seen.lock().expect("reports");
+        loop {
+            if let Some(r) = seen
+                .iter()
+                .find(|r| r["user"] == user && r["event"] == event)
+            {
+                return r.clone();
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no {event:?} from {user} within {bound:?}; reports: {seen:#?}"
+            );
+            seen = self.more.wait_timeout(seen, left).expect("reports").0;
+        }
+    }
+
+    fn all(&self) -> Vec<serde_json::Value> {
+        self.seen.lock().expect("reports").clone()
+    }
+}
+
+/// Serves `root` over HTTP on loopback (GET) and takes reports (POST
+/// /report), one connection at a time on its own thread.
+fn web_server(root: PathBuf, reports: Arc<Reports>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("web listener");
+    let addr = l.local_addr().expect("bound");
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let (root, reports) = (root.clone(), reports.clone());
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let _ = answer_http(s, &root, &reports);
+            });
+        }
+    });
+    addr
+}
+
+fn answer_http(s: TcpStream, root: &Path, reports: &Reports) -> std::io::Result<()> {
+    let mut r = BufReader::new(s.try_clone()?);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let mut len = 0;
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h)?;
+        if h.trim().is_empty() {
+            break;
+        }
+        if let Some((n, v)) = h.split_once(':') {
+            if n.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+    let path = path.split('?').next().unwrap_or("/");
+    let mut s = s;
+    if method == "POST" && path == "/report" {
+        let mut body = vec![0; len.min(1 << 16)];
+        r.read_exact(&mut body)?;
+        if let Ok(v) = serde_json::from_slice(&body) {
+            reports.seen.lock().expect("reports").push(v);
+            reports.more.notify_all();
+        }
+        return s.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+    }
+    let file = root.join(path.trim_start_matches('/'));
+    let kind = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html",
+        Some("js") => "text/javascript",
+        _ => "application/octet-stream",
+    };
+    match std::fs::read(&file) {
+        Ok(body) if !path.contains("..") => {
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )?;
+            s.write_all(&body)
+        }
+        _ => {
+            s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        }
+    }
+}
+
+/// A headless Chromium on one page, killed (with its whole process
+/// group) when dropped.
+struct Browser(Child);
+
+impl Browser {
+    fn open(url: &str, profile: &Path, log: &Path) -> Self {
+        let log = std::fs::File::create(log).expect("browser log");
+        let child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
+                // The test CA is not in the browser's store.
+                "--ignore-certificate-errors",
+                // Both phones are on this machine: offer loopback and plain
+                // host candidates (no mDNS names).
+                "--allow-loopback-in-peer-connection",
+                "--disable-features=WebRtcHideLocalIpsWithMdns",
+                "--autoplay-policy=no-user-gesture-required",
+                // Page console lines go to the log, for a failing test.
+                "--enable-logging=stderr",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("chromium runs (./setup.sh installs it)");
+        Self(child)
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Chromium's helpers end with their browser process.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The WSS address in a `sipsec serve` banner.
+fn banner_wss(banner: &str) -> SocketAddr {
+    banner
+        .split(", wss ")
+        .nth(1)
+        .and_then(|r| r.split([';', ' ', ',']).next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no wss address in {banner:?}"))
+}
+
+struct Setup {
+    dir: PathBuf,
+    server: Running,
+    wss: SocketAddr,
+    web: SocketAddr,
+    reports: Arc<Reports>,
+}
+
+fn setup(name: &str) -> Setup {
+    let dir = tempdir(name);
+    tls_files(&dir);
+    let users = dir.join("users.tsv");
+    import_users("alice,pw-alice\nbob,pw-bob\ncarol,pw-carol\n", &dir, &users);
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let server = serve(&[
+        "--mode",
+        "proxy",
+        "--stateful",
+        "--auth",
+        // JsSIP answers only the first challenge, and only MD5.
+        "--digest",
+        "md5",
+        "--users",
+        &f("users.tsv"),
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--cert",
+        &f("srv.pem"),
+        "--key",
+        &f("srv.key"),
+        "--tls",
+        "127.0.0.1:0",
+        "--wss",
+        "127.0.0.1:0",
+        "--data-dir",
+        &f("data"),
+    ]);
+    let wss = banner_wss(&server.banner);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web");
+    assert!(
+        root.join("phone/vendor/jssip.js").exists(),
+        "web/phone/vendor/jssip.js is missing: ./setup.sh bundles JsSIP"
+    );
+    let reports = Arc::new(Reports::default());
+    let web = web_server(root, reports.clone());
+    Setup {
+        dir,
+        server,
+        wss,
+        web,
+        reports,
+    }
+}
+
+impl Setup {
+    fn phone(&self, user: &str, query: &str) -> Browser {
+        let url = format!(
+            "http://{}/phone/index.html?server=wss://{}&user={user}&password=pw-{user}&report=/report&{query}",
+            self.web, self.wss
+        );
+        let profile = self.dir.join(format!("profile-{user}"));
+        Browser::open(&url, &profile, &self.dir.join(format!("{user}.log")))
+    }
+}
+
+const BOUND: Duration = Duration::from_secs(60);
+
+#[test]
+fn two_browser_phones_register_over_wss_and_call_with_media_between_them() {
+    let s = setup("browser-call");
+    let _bob = s.phone("bob", "auto=answer&talk=1500");
+    s.reports.wait("bob", "registered", BOUND);
+    let _alice = s.phone("alice", "auto=call&target=bob&talk=4000");
+    s.reports.wait("alice", "registered", BOUND);
+    let confirmed = s.reports.wait("alice", "confirmed", BOUND);
+    assert_eq!(confirmed["direction"], "outgoing");
+    s.reports.wait("bob", "confirmed", BOUND);
+    // Media flowed browser to browser (DTLS-SRTP), as each browser counts it.
+    for user in ["alice", "bob"] {
+        let media = s.reports.wait(user, "media", BOUND);
+        let received = media["packetsReceived"].as_u64().unwrap_or(0);
+        assert!(received > 0, "{user} received no RTP: {media}");
+        assert_eq!(media["dtlsState"], "connected", "{user}: {media}");
+    }
+    // Alice hangs up: her BYE reaches bob through the proxy.
+    let ended = s.reports.wait("bob", "ended", BOUND);
+    assert_eq!(ended["originator"], "remote", "{ended}");
+    s.reports.wait("alice", "ended", BOUND);
+    let failures: Vec<_> = s
+        .reports
+        .all()
+        .into_iter()
+        .filter(|r| r["event"] == "failed" || r["event"] == "registrationFailed")
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+#[test]
+fn a_browser_phone_calls_a_udp_phone_across_the_websocket_bridge() {
+    let s = setup("browser-bridge");
+    let srv = s.server.addr.to_string();
+    // carol is `sipsec phone`, registered over UDP.
+    let (carol, _, carol_err) = common::answering(
+        "pw-carol",
+        &[
+            "answer",
+            "--user",
+            "carol",
+            "--server",
+            &srv,
+            "--register",
+            "--bind",
+            "127.0.0.1:0",
+            "--packets",
+            "50",
+        ],
+    );
+    // carol registered under the server's address as her domain.
+    let _alice = s.phone("alice", &format!("auto=call&target=carol@{srv}&talk=1000"));
+    s.reports.wait("alice", "registered", BOUND);
+    // The INVITE crossed WSS -> UDP and carol's 200 came back UDP -> WSS;
+    // the browser cannot use plain RTP/AVP, so it acknowledges and hangs
+    // up: the ACK and BYE cross WSS -> UDP along the double Record-Route.
+    let failed = s.reports.wait("alice", "failed", BOUND);
+    assert_eq!(failed["status"], 200, "{failed}");
+    assert_eq!(failed["cause"], "Bad Media Description", "{failed}");
+    let until = Instant::now() + BOUND;
+    let mut carol = carol;
+    while carol.try_wait().expect("carol").is_none() {
+        assert!(Instant::now() < until, "carol never saw the call end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = carol_err.join().expect("carol's log");
+    assert!(log.contains("call established"), "the ACK arrived: {log}");
+    assert!(log.contains("remote hung up"), "the BYE arrived: {log}");
+}
+
+#[test]
+fn a_page_from_an_origin_not_allowed_is_refused() {
+    let dir = tempdir("browser-origin");
+    tls_files(&dir);
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let server = serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--cert",
+        &f("srv.pem"),
+        "--key",
+        &f("srv.key"),
+        "--tls",
+        "127.0.0.1:0",
+        "--wss",
+        "127.0.0.1:0",
+        "--ws-origins",
+        "https://phone.example",
+        "--data-dir",
+        &f("data"),
+    ]);
+    let wss = banner_wss(&server.banner);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web");
+    let reports = Arc::new(Reports::default());
+    let web = web_server(root, reports.clone());
+    let url = format!(
+        "http://{web}/phone/index.html?server=wss://{wss}&user=alice&password=x&report=/report&auto=answer"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut server = server;
+    let err = server.child.stderr.take().expect("piped stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let _b = Browser::open(&url, &dir.join("profile"), &dir.join("alice.log"));
+    // The page's WebSocket is refused at the upgrade: the server says so,
+    // and the phone never registers.
+    let until = Instant::now() + BOUND;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no refusal logged within {BOUND:?}"));
+        if line.contains("WebSocket upgrade refused: this Origin is not allowed") {
+            break;
+        }
+    }
+    assert!(
+        !reports.all().iter().any(|r| r["event"] == "registered"),
+        "{:?}",
+        reports.all()
+    );
+}
