@@ -26,7 +26,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # CLI for the RSA variants and their interop tests; SIPp (sip-tester),
     # sipsak and the baresip softphone for the interop tests; Kamailio, the
     # peer `sipsec bench compare` measures against; rsvg-convert for PNG plots;
-    # kamailio-tls-modules for `sipsec bench connections --server kamailio`;
+    # kamailio-tls-modules and kamailio-websocket-modules for `sipsec bench
+    # connections --server kamailio` over TLS, WS and WSS;
     # libsrtp2-dev for the headers of the C peer over libsrtp (interop/srtp);
     # tcpdump for the PrivaSIP capture test (no user ID between proxies);
     # chromium (headless, fake media devices) for the browser-phone tests
@@ -38,7 +39,7 @@ if command -v apt-get >/dev/null 2>&1; then
         libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
-            kamailio kamailio-tls-modules libsrtp2-dev tcpdump chromium"
+            kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null

@@ -33,6 +33,11 @@ pub enum Stream {
     Tcp,
     /// SIP over TLS (a full handshake per connection, no resumption).
     Tls,
+    /// SIP over WebSocket (RFC 7118): an HTTP upgrade, then one masked
+    /// frame per message.
+    Ws,
+    /// SIP over secure WebSocket: a full TLS handshake, then as `Ws`.
+    Wss,
 }
 
 impl Stream {
@@ -41,6 +46,8 @@ impl Stream {
         match self {
             Stream::Tcp => "TCP",
             Stream::Tls => "TLS",
+            Stream::Ws => "WS",
+            Stream::Wss => "WSS",
         }
     }
 
@@ -48,7 +55,19 @@ impl Stream {
         match self {
             Stream::Tcp => "tcp",
             Stream::Tls => "tls",
+            // RFC 7118 §5.2: a URI names WSS as `transport=ws` too.
+            Stream::Ws | Stream::Wss => "ws",
         }
+    }
+
+    /// Over TLS (TLS, WSS).
+    pub fn secure(self) -> bool {
+        matches!(self, Stream::Tls | Stream::Wss)
+    }
+
+    /// Over WebSocket (WS, WSS).
+    pub fn websocket(self) -> bool {
+        matches!(self, Stream::Ws | Stream::Wss)
     }
 }
 
@@ -209,6 +228,16 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
                     .arg(&plan.cert)
                     .arg("--key")
                     .arg(&plan.key),
+                Stream::Ws => c.args(["--no-tcp", "--ws", &listen.to_string()]),
+                Stream::Wss => {
+                    let tls = compare::free_port().map_err(Error::io("finding a free port"))?;
+                    c.args(["--no-tcp", "--wss", &listen.to_string(), "--tls"])
+                        .arg(SocketAddr::from(([127, 0, 0, 1], tls)).to_string())
+                        .arg("--cert")
+                        .arg(&plan.cert)
+                        .arg("--key")
+                        .arg(&plan.key)
+                }
             };
             c
         }
@@ -223,13 +252,17 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
                 .args(["-A", "MODE_REGISTRAR", "-A"])
                 .arg(format!("MAX_CONNECTIONS={max}"));
             match plan.transport {
-                Stream::Tcp => c.args(["-l", &format!("tcp:{listen}")]),
-                Stream::Tls => c
+                Stream::Tcp | Stream::Ws => c.args(["-l", &format!("tcp:{listen}")]),
+                Stream::Tls | Stream::Wss => c
                     .args(["-l", &format!("tls:{listen}"), "-A", "WITH_TLS", "-A"])
                     .arg(format!("TLS_CERT=\"{}\"", plan.cert.display()))
                     .arg("-A")
                     .arg(format!("TLS_KEY=\"{}\"", plan.key.display())),
             };
+            if plan.transport.websocket() {
+                // kamailio-websocket-modules: xhttp takes the upgrade.
+                c.args(["-A", "WITH_WEBSOCKET"]);
+            }
             c
         }
     };
@@ -266,7 +299,7 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
         .targets
         .iter()
         .any(|t| matches!(t, Target::Kamailio { .. }));
-    if kamailio && plan.transport == Stream::Tls && plan.workers > 1 {
+    if kamailio && plan.transport.secure() && plan.workers > 1 {
         // Debian's Kamailio 5.6 has no tls_threads_mode: with OpenSSL 3 its
         // TCP workers corrupt each other's TLS state and crash under
         // handshake load (kamailio/kamailio#3791, fixed in 5.7.4).
@@ -283,11 +316,12 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
             plan.connections + 256
         )));
     }
-    let tls = match plan.transport {
-        Stream::Tls => Some(crate::link::without_resumption(
+    let tls = if plan.transport.secure() {
+        Some(crate::link::without_resumption(
             &crate::link::client_config(&plan.ca, false).map_err(Error::io("client TLS"))?,
-        )),
-        Stream::Tcp => None,
+        ))
+    } else {
+        None
     };
     let mut outcomes = Vec::new();
     for target in &plan.targets {
@@ -317,7 +351,7 @@ fn one(
     let (memory_before, _) = footprint(&pids);
     let mut out = Outcome {
         target: target.name().to_owned(),
-        transport: plan.transport.param().to_owned(),
+        transport: plan.transport.via().to_ascii_lowercase(),
         connections: plan.connections,
         sources: plan.sources,
         processes: pids.len(),
@@ -485,6 +519,8 @@ enum State {
     Connecting,
     /// TLS handshake under way.
     Handshaking,
+    /// WebSocket upgrade sent; waiting for 101.
+    Upgrading,
     /// A REGISTER sent; waiting for its final answer.
     Waiting,
     /// Registered and idle.
@@ -502,6 +538,41 @@ struct Phone {
     inbuf: Vec<u8>,
     cseq: u32,
     local: SocketAddr,
+    websocket: bool,
+}
+
+/// A client frame (RFC 6455 §5.2): final, text, masked with `mask`.
+fn client_frame(payload: &[u8], mask: u32) -> Vec<u8> {
+    let mask = mask.to_be_bytes();
+    let mut f = Vec::with_capacity(payload.len() + 8);
+    f.push(0x81);
+    match payload.len() {
+        n @ 0..=125 => f.push(0x80 | n as u8),
+        n @ 126..=65535 => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
+    f
+}
+
+/// A server frame's header length and payload length, when the header is
+/// whole.
+fn frame_len(b: &[u8]) -> Option<(usize, usize)> {
+    match *b.get(1)? & 0x7f {
+        126 => Some((4, u16::from_be_bytes([*b.get(2)?, *b.get(3)?]) as usize)),
+        127 => {
+            let len: [u8; 8] = b.get(2..10)?.try_into().ok()?;
+            Some((10, usize::try_from(u64::from_be_bytes(len)).ok()?))
+        }
+        n => Some((2, n as usize)),
+    }
 }
 
 /// One thread's phones and poll.
@@ -575,6 +646,7 @@ impl Share {
             inbuf: Vec::new(),
             cseq: 0,
             local,
+            websocket: ctx.transport.websocket(),
         })
     }
 
@@ -637,6 +709,7 @@ impl Share {
                             tally.fail(match p.state {
                                 State::Connecting => "connect timeout",
                                 State::Handshaking => "handshake timeout",
+                                State::Upgrading => "upgrade timeout",
                                 _ => "register timeout",
                             });
                             busy -= 1;
@@ -752,7 +825,7 @@ impl Phone {
             }
             if self.tls.is_some() {
                 self.state = State::Handshaking;
-            } else if self.register(ctx).is_err() {
+            } else if self.begin(ctx).is_err() {
                 return Step::Failed("closed by the server");
             }
         }
@@ -764,6 +837,21 @@ impl Phone {
             if !done {
                 return Step::Busy;
             }
+            if self.begin(ctx).is_err() {
+                return Step::Failed("closed by the server");
+            }
+            if let Err(why) = self.pump() {
+                return Step::Failed(why);
+            }
+        }
+        if self.state == State::Upgrading {
+            let Some(end) = self.inbuf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return Step::Busy;
+            };
+            if !self.inbuf.starts_with(b"HTTP/1.1 101 ") {
+                return Step::Failed("upgrade refused");
+            }
+            self.inbuf.drain(..end + 4);
             if self.register(ctx).is_err() {
                 return Step::Failed("closed by the server");
             }
@@ -833,6 +921,33 @@ impl Phone {
         }
     }
 
+    /// The connection is open (and secured): upgrade it to WebSocket, or
+    /// register at once.
+    fn begin(&mut self, ctx: &Ctx) -> io::Result<()> {
+        if !ctx.transport.websocket() {
+            return self.register(ctx);
+        }
+        let upgrade = format!(
+            "GET / HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: sip\r\n\r\n",
+            ctx.server
+        );
+        self.send(upgrade.as_bytes())?;
+        self.state = State::Upgrading;
+        self.pump().map_err(io::Error::other)
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.tls {
+            Some(tls) => tls.writer().write_all(bytes),
+            None => {
+                self.out.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
     /// Queues a REGISTER (the first or a refresh) and sends what it can.
     fn register(&mut self, ctx: &Ctx) -> io::Result<()> {
         self.cseq += 1;
@@ -857,9 +972,10 @@ impl Phone {
             cseq = self.cseq,
             param = t.param(),
         );
-        match &mut self.tls {
-            Some(tls) => tls.writer().write_all(msg.as_bytes())?,
-            None => self.out.extend_from_slice(msg.as_bytes()),
+        if t.websocket() {
+            self.send(&client_frame(msg.as_bytes(), self.id as u32 ^ self.cseq))?;
+        } else {
+            self.send(msg.as_bytes())?;
         }
         self.state = State::Waiting;
         self.pump().map_err(io::Error::other)
@@ -867,6 +983,35 @@ impl Phone {
 
     /// Reads the final answer to the REGISTER out of the input, if whole.
     fn answer(&mut self) -> Step {
+        if self.websocket {
+            // Server frames: unmasked, one SIP message each.
+            loop {
+                let Some((head, len)) = frame_len(&self.inbuf) else {
+                    return Step::Busy;
+                };
+                if self.inbuf.len() < head + len {
+                    return Step::Busy;
+                }
+                let opcode = self.inbuf[0] & 0x0f;
+                let code = std::str::from_utf8(&self.inbuf[head..head + len])
+                    .ok()
+                    .and_then(|m| m.split_whitespace().nth(1))
+                    .and_then(|c| c.parse::<u16>().ok())
+                    .unwrap_or(0);
+                self.inbuf.drain(..head + len);
+                match (opcode, code) {
+                    (8, _) => return Step::Failed("closed by the server"),
+                    (1 | 2, 100..=199) | (9 | 10, _) => continue,
+                    (1 | 2, 200..=299) => {
+                        self.state = State::Held;
+                        self.inbuf = Vec::new();
+                        self.out = Vec::new();
+                        return Step::Done;
+                    }
+                    _ => return Step::Failed("register refused"),
+                }
+            }
+        }
         loop {
             let Some(end) = self.inbuf.windows(4).position(|w| w == b"\r\n\r\n") else {
                 return Step::Busy;

@@ -70,13 +70,24 @@ fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
 
 #[test]
 fn tcp_phones_side_by_side_with_kamailio() {
+    side_by_side_with_kamailio("tcp");
+}
+
+/// Browser-style phones: an HTTP upgrade, then REGISTERs in WebSocket
+/// frames; Kamailio with kamailio-websocket-modules.
+#[test]
+fn websocket_phones_side_by_side_with_kamailio() {
+    side_by_side_with_kamailio("ws");
+}
+
+fn side_by_side_with_kamailio(transport: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = tempdir("bench-connections-kamailio");
+    let dir = tempdir(&format!("bench-connections-kamailio-{transport}"));
     let json = dir.join("c.json");
     let out = Command::new(BIN)
         .current_dir(&root)
         .args(["bench", "connections", "--server", "sipsec,kamailio"])
-        .args(["--transport", "tcp", "--connections", "400"])
+        .args(["--transport", transport, "--connections", "400"])
         .args(["--refresh-rate", "1000", "--hold", "0.5"])
         .arg("--json")
         .arg(&json)
@@ -93,7 +104,7 @@ fn tcp_phones_side_by_side_with_kamailio() {
     for o in &all {
         assert_eq!(o["registered"], 400, "{o}");
         assert_eq!(o["refreshed"], 400, "{o}");
-        assert_eq!(o["transport"], "tcp", "{o}");
+        assert_eq!(o["transport"], transport, "{o}");
     }
     assert_eq!(all[1]["target"], "kamailio");
     assert!(

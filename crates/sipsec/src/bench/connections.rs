@@ -12,6 +12,10 @@ use super::common::{json_and_markdown, outputs, positive, targets, TableOutputs}
 pub(super) enum StreamArg {
     Tcp,
     Tls,
+    /// SIP over WebSocket (RFC 7118).
+    Ws,
+    /// SIP over secure WebSocket.
+    Wss,
 }
 
 #[derive(Args)]
@@ -20,7 +24,9 @@ pub struct ConnectionsArgs {
     /// the other, on the same certificate). Ratios are the first's over each other's.
     #[arg(long, default_value = "sipsec", value_delimiter = ',')]
     pub(super) server: Vec<String>,
-    /// Transport of the phones.
+    /// Transport of the phones: tcp, tls, ws or wss (browser-style phones:
+    /// an HTTP upgrade, then SIP in WebSocket frames, RFC 7118; Kamailio
+    /// with kamailio-websocket-modules).
     #[arg(long, value_enum, default_value = "tls")]
     pub(super) transport: StreamArg,
     /// Connections to open, one registered phone on each.
@@ -57,7 +63,7 @@ pub struct ConnectionsArgs {
     #[arg(long)]
     pub(super) pin: bool,
     /// Server workers and connection reactors / Kamailio children (one with
-    /// TLS: Debian's Kamailio 5.6 crashes with more under OpenSSL 3).
+    /// TLS or WSS: Debian's Kamailio 5.6 crashes with more under OpenSSL 3).
     #[arg(long, default_value_t = 1)]
     pub(super) workers: usize,
     /// Kamailio configuration.
@@ -119,6 +125,8 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         transport: match a.transport {
             StreamArg::Tcp => Stream::Tcp,
             StreamArg::Tls => Stream::Tls,
+            StreamArg::Ws => Stream::Ws,
+            StreamArg::Wss => Stream::Wss,
         },
         connections: a.connections,
         sources: a.sources.unwrap_or(a.connections.div_ceil(20_000)),
