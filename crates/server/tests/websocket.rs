@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use sipsec_server::config::WebSocketSettings;
 use sipsec_server::proto::metrics::CloseReason;
+use sipsec_server::proto::websocket;
 use sipsec_server::{start, Config, Mode, Started};
 
 fn dir(name: &str) -> PathBuf {
@@ -110,21 +111,7 @@ impl Ws {
 
     /// Sends one frame with this first byte (FIN, opcode), masked.
     fn frame(&mut self, first: u8, payload: &[u8]) {
-        let mask = [0x37, 0xfa, 0x21, 0x3d];
-        let mut f = vec![first];
-        match payload.len() {
-            n @ 0..=125 => f.push(0x80 | n as u8),
-            n @ 126..=65535 => {
-                f.push(0x80 | 126);
-                f.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                f.push(0x80 | 127);
-                f.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        f.extend_from_slice(&mask);
-        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
+        let f = websocket::client_frame(first, payload, [0x37, 0xfa, 0x21, 0x3d]);
         self.s.write_all(&f).expect("send frame");
     }
 

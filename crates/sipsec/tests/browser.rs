@@ -170,6 +170,32 @@ fn banner_wss(banner: &str) -> SocketAddr {
         .unwrap_or_else(|| panic!("no wss address in {banner:?}"))
 }
 
+/// `sipsec serve` with WSS (and TLS) on ephemeral ports, the test
+/// certificate in `dir` (made by `tls_files`), plus `extra` flags.
+fn wss_server(dir: &Path, extra: &[&str]) -> (Running, SocketAddr) {
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let (cert, key, data) = (f("srv.pem"), f("srv.key"), f("data"));
+    let mut args = vec![
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+        "--tls",
+        "127.0.0.1:0",
+        "--wss",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data,
+    ];
+    args.extend_from_slice(extra);
+    let server = serve(&args);
+    let wss = banner_wss(&server.banner);
+    (server, wss)
+}
+
 struct Setup {
     dir: PathBuf,
     server: Running,
@@ -184,31 +210,20 @@ fn setup(name: &str) -> Setup {
     let users = dir.join("users.tsv");
     import_users("alice,pw-alice\nbob,pw-bob\ncarol,pw-carol\n", &dir, &users);
     let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
-    let server = serve(&[
-        "--mode",
-        "proxy",
-        "--stateful",
-        "--auth",
-        // JsSIP answers only the first challenge, and only MD5.
-        "--digest",
-        "md5",
-        "--users",
-        &f("users.tsv"),
-        "--udp",
-        "127.0.0.1:0",
-        "--no-http",
-        "--cert",
-        &f("srv.pem"),
-        "--key",
-        &f("srv.key"),
-        "--tls",
-        "127.0.0.1:0",
-        "--wss",
-        "127.0.0.1:0",
-        "--data-dir",
-        &f("data"),
-    ]);
-    let wss = banner_wss(&server.banner);
+    let (server, wss) = wss_server(
+        &dir,
+        &[
+            "--mode",
+            "proxy",
+            "--stateful",
+            "--auth",
+            // JsSIP answers only the first challenge, and only MD5.
+            "--digest",
+            "md5",
+            "--users",
+            &f("users.tsv"),
+        ],
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web");
     assert!(
         root.join("phone/vendor/jssip.js").exists(),
@@ -312,25 +327,7 @@ fn a_browser_phone_calls_a_udp_phone_across_the_websocket_bridge() {
 fn a_page_from_an_origin_not_allowed_is_refused() {
     let dir = tempdir("browser-origin");
     tls_files(&dir);
-    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
-    let server = serve(&[
-        "--udp",
-        "127.0.0.1:0",
-        "--no-http",
-        "--cert",
-        &f("srv.pem"),
-        "--key",
-        &f("srv.key"),
-        "--tls",
-        "127.0.0.1:0",
-        "--wss",
-        "127.0.0.1:0",
-        "--ws-origins",
-        "https://phone.example",
-        "--data-dir",
-        &f("data"),
-    ]);
-    let wss = banner_wss(&server.banner);
+    let (server, wss) = wss_server(&dir, &["--ws-origins", "https://phone.example"]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web");
     let reports = Arc::new(Reports::default());
     let web = web_server(root, reports.clone());
