@@ -32,6 +32,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # tcpdump for the PrivaSIP capture test (no user ID between proxies);
     # chromium (headless, fake media devices) for the browser-phone tests
     # over WebSocket (web/phone), with npm (below) for JsSIP;
+    # redis-server for the shared location of several nodes (the
+    # scale-out tests start their own on a free port);
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
@@ -39,7 +41,8 @@ if command -v apt-get >/dev/null 2>&1; then
         libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
-            kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium"
+            kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
+            redis-server"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
@@ -50,9 +53,11 @@ if command -v apt-get >/dev/null 2>&1; then
     fi
     # Debian starts the packaged Kamailio service, which would hold port
     # 5060 that `sipsec serve` uses by default; the benchmarks start their
-    # own Kamailio. Stop and disable the service where systemd runs.
+    # own Kamailio, and the tests their own redis-server. Stop and disable
+    # the services where systemd runs.
     if [ "$ALL" = 1 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
         $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
+        $SUDO systemctl disable --now redis-server.service >/dev/null 2>&1 || true
     fi
 else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2

@@ -76,7 +76,9 @@ impl Worker {
             .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
         sipsec_server::io::drive::handle(
             &mut self.core,
-            journal.as_deref_mut(),
+            journal
+                .as_deref_mut()
+                .map(|j| j as &mut dyn sipsec_server::io::drive::Store),
             msg,
             src,
             Transport::Udp,

@@ -215,6 +215,39 @@ pub struct Config {
     pub connections: ConnectionLimits,
     /// SIP over WebSocket (RFC 7118) for browser phones.
     pub websocket: WebSocketSettings,
+    /// Where the location service keeps bindings: `None` is the embedded
+    /// journal in `data_dir`; `Some` is a Redis or Valkey server shared by
+    /// several nodes.
+    pub redis: Option<RedisSettings>,
+}
+
+/// A Redis (or Valkey) location backend, shared by every node that names
+/// it (`[location] backend = "redis"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
+    pub url: String,
+    /// Prefix of every key and channel, so several deployments can share
+    /// one server.
+    pub prefix: String,
+    /// A command not answered in this time fails (the REGISTER it serves
+    /// gets 503), and the node waits as long before trying again.
+    pub timeout: Duration,
+    /// Seconds a REGISTER answered 503 while Redis is unreachable is told
+    /// to wait (Retry-After).
+    pub retry_after: u32,
+}
+
+impl RedisSettings {
+    /// The defaults for a server at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: "sipsec:".to_owned(),
+            timeout: Duration::from_secs(1),
+            retry_after: 5,
+        }
+    }
 }
 
 /// SIP over WebSocket listeners (RFC 7118) and what they accept.
@@ -333,6 +366,7 @@ impl Default for Config {
             peers: Vec::new(),
             connections: ConnectionLimits::default(),
             websocket: WebSocketSettings::default(),
+            redis: None,
         }
     }
 }
@@ -384,6 +418,24 @@ pub struct FileConfig {
     pub connections: Option<ConnectionsSection>,
     /// SIP over WebSocket.
     pub websocket: Option<WebSocketSection>,
+    /// `[location]` table.
+    pub location: Option<LocationSection>,
+}
+
+/// `[location]`: where bindings are kept.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocationSection {
+    /// `embedded` (journal in `data_dir`) or `redis`.
+    pub backend: Option<String>,
+    /// Redis URL (`redis://…` or `rediss://…`).
+    pub url: Option<String>,
+    /// Key and channel prefix.
+    pub prefix: Option<String>,
+    /// Seconds a Redis command may take.
+    pub timeout: Option<f64>,
+    /// Retry-After seconds of the 503 sent while Redis is unreachable.
+    pub retry_after: Option<u32>,
 }
 
 /// `[websocket]`: SIP over WebSocket listeners for browser phones.
@@ -645,6 +697,69 @@ fn privacy_settings(p: PrivacySection) -> Result<PrivacySettings, (&'static str,
     })
 }
 
+/// Checks a Redis URL's form (what `redis://` and `rediss://` accept).
+pub fn check_redis_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(format!(
+            "{url:?}: use redis://[user:password@]host:port[/db] or rediss://… for TLS"
+        ));
+    }
+    Ok(())
+}
+
+fn location_settings(
+    l: LocationSection,
+    current: Option<RedisSettings>,
+) -> Result<Option<RedisSettings>, (&'static str, String)> {
+    let backend = l.backend.as_deref().unwrap_or(match current {
+        Some(_) => "redis",
+        None => "embedded",
+    });
+    match backend {
+        "embedded" => {
+            if l.url.is_some() {
+                return Err((
+                    "location.url",
+                    "set backend = \"redis\" to use a Redis server".into(),
+                ));
+            }
+            Ok(None)
+        }
+        "redis" => {
+            let url = l
+                .url
+                .or(current.as_ref().map(|c| c.url.clone()))
+                .ok_or(("location.url", "the redis backend needs a url".into()))?;
+            check_redis_url(&url).map_err(|m| ("location.url", m))?;
+            let mut r = current.unwrap_or_else(|| RedisSettings::new(url.clone()));
+            r.url = url;
+            if let Some(p) = l.prefix {
+                if p.is_empty() || p.contains(char::is_whitespace) {
+                    return Err((
+                        "location.prefix",
+                        format!("{p:?}: not empty, no white space"),
+                    ));
+                }
+                r.prefix = p;
+            }
+            if let Some(t) = l.timeout {
+                if !(t.is_finite() && t > 0.0 && t <= 60.0) {
+                    return Err(("location.timeout", format!("{t}: seconds in (0, 60]")));
+                }
+                r.timeout = Duration::from_secs_f64(t);
+            }
+            if let Some(s) = l.retry_after {
+                r.retry_after = s;
+            }
+            Ok(Some(r))
+        }
+        other => Err((
+            "location.backend",
+            format!("{other:?}: use embedded or redis"),
+        )),
+    }
+}
+
 impl Config {
     /// Applies a configuration file's text over `self`.
     pub fn apply_toml(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
@@ -890,6 +1005,9 @@ impl Config {
                 }
             }
         }
+        if let Some(l) = f.location {
+            self.redis = location_settings(l, self.redis.take()).map_err(|(k, m)| value(k, m))?;
+        }
         if self.min_expires > self.max_expires {
             return Err(value(
                 "registrar",
@@ -941,6 +1059,47 @@ mod tests {
             "[connections] shows the defaults"
         );
         assert_eq!(c.websocket, d.websocket, "[websocket] shows the defaults");
+        assert_eq!(c.redis, None, "[location] shows the embedded default");
+        let mut r = Config::default();
+        r.apply_toml(
+            "[location]\nbackend = \"redis\"\nurl = \"redis://10.0.0.5:6379/2\"\ntimeout = 0.5\n",
+            "x.toml",
+        )
+        .expect("redis");
+        let rs = r.redis.expect("redis backend");
+        assert_eq!(
+            (
+                rs.url.as_str(),
+                rs.prefix.as_str(),
+                rs.timeout,
+                rs.retry_after
+            ),
+            (
+                "redis://10.0.0.5:6379/2",
+                "sipsec:",
+                Duration::from_millis(500),
+                5
+            )
+        );
+        for (bad, needle) in [
+            ("[location]\nbackend = \"redis\"\n", "needs a url"),
+            ("[location]\nbackend = \"etcd\"\n", "use embedded or redis"),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"10.0.0.5:6379\"\n",
+                "redis://",
+            ),
+            ("[location]\nurl = \"redis://h:1\"\n", "backend = \"redis\""),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis://h:1\"\ntimeout = 0\n",
+                "location.timeout",
+            ),
+        ] {
+            let e = Config::default()
+                .apply_toml(bad, "x.toml")
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
         let mut w = Config::default();
         let e = w
             .apply_toml("[websocket]\nwss = \"127.0.0.1:0\"\n", "x.toml")

@@ -116,7 +116,7 @@ impl Server {
         let reply = match self.core.handle(bytes, from, Transport::Udp, now, &mut buf) {
             Reply::Persist => {
                 let stored = if self.journal_fails {
-                    Err(std::io::Error::other("no space left on device (simulated)"))
+                    Err(std::io::Error::other("no space left on device (simulated)").into())
                 } else {
                     self.journal.extend_from_slice(self.core.to_persist());
                     Ok(())

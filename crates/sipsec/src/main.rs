@@ -125,6 +125,10 @@ struct ServeArgs {
     /// fsync every location change (survives power loss; slower).
     #[arg(long)]
     fsync: bool,
+    /// Keep bindings in this Redis or Valkey server, shared with every node that names it
+    /// (redis://[user:password@]host:port[/db], rediss:// for TLS) [default: the journal in --data-dir].
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// SIP over TLS on this address (sips:) [default with --cert: the UDP IP, port 5061].
     #[arg(long)]
     tls: Option<SocketAddr>,
@@ -253,6 +257,15 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     if a.fsync {
         config.durability = sipsec_server::config::Durability::Fsync;
     }
+    if let Some(url) = a.redis {
+        sipsec_server::config::check_redis_url(&url).map_err(|e| format!("--redis {e}"))?;
+        let mut r = config
+            .redis
+            .take()
+            .unwrap_or_else(|| sipsec_server::config::RedisSettings::new(url.clone()));
+        r.url = url;
+        config.redis = Some(r);
+    }
     let tls_asked = a.tls.is_some()
         || a.cert.is_some()
         || a.key.is_some()
@@ -338,12 +351,18 @@ fn serve(a: ServeArgs) -> ExitCode {
             }
         };
     }
+    let store = match &config.redis {
+        Some(r) => format!(
+            "location in {} (shared)",
+            sipsec_server::io::redis::redact(&r.url)
+        ),
+        None => format!("data in {}", config.data_dir.display()),
+    };
     let summary = format!(
-        "mode {}, auth {}, {} worker(s), data in {}",
+        "mode {}, auth {}, {} worker(s), {store}",
         config.mode.as_str(),
         if config.auth { "on" } else { "off" },
         config.workers,
-        config.data_dir.display()
     );
     match sipsec_server::start(config) {
         Ok(started) => {

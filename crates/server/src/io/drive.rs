@@ -4,21 +4,127 @@
 
 use std::net::SocketAddr;
 
-use crate::io::journal::Journal;
+use std::sync::{Arc, MutexGuard};
+
+use crate::config::RedisSettings;
+use crate::io::journal::{Journal, SharedJournal};
+use crate::io::redis::RedisStore;
 use crate::proto::core::{Core, Event, Now, Reply, Transport};
+use crate::proto::location::{Record, StoreError};
+
+/// Where binding changes are stored before the answers they guard go.
+pub trait Store {
+    /// Stores `records`; `Ok` once they are as durable as the store
+    /// makes them.
+    fn store(&mut self, records: &[Record]) -> Result<(), StoreError>;
+}
+
+impl Store for Journal {
+    fn store(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        self.append(records).map_err(StoreError::Journal)
+    }
+}
+
+impl Store for RedisStore {
+    fn store(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        RedisStore::store(self, &[records])
+    }
+}
+
+/// What a driver thread stores binding changes in, before it has opened
+/// it.
+#[derive(Debug, Clone)]
+pub enum Backing {
+    /// Nothing: memory only (tests, tools).
+    Memory,
+    /// A journal (each UDP worker its own; the connection reactors share
+    /// one).
+    Journal(SharedJournal),
+    /// A Redis server shared with other nodes, written as this node (each
+    /// thread opens its own connection).
+    Redis(RedisSettings, Arc<str>),
+}
+
+impl Backing {
+    /// The storage one thread writes through.
+    pub fn open(self) -> Storage {
+        match self {
+            Backing::Memory => Storage::Memory,
+            Backing::Journal(j) => Storage::Journal(j),
+            Backing::Redis(settings, node) => match RedisStore::new(&settings, node) {
+                Ok(r) => Storage::Redis(Box::new(r)),
+                // The URL was checked at start; a store that cannot be
+                // made refuses every change (503) rather than lose it.
+                Err(e) => Storage::Broken(e, settings.retry_after),
+            },
+        }
+    }
+}
+
+/// One thread's storage, see [`Backing`].
+#[derive(Debug)]
+pub enum Storage {
+    /// Memory only.
+    Memory,
+    /// A journal.
+    Journal(SharedJournal),
+    /// Redis.
+    Redis(Box<RedisStore>),
+    /// A Redis store that could not be set up: why, and the Retry-After.
+    Broken(String, u32),
+}
+
+/// [`Storage`] held for a batch of messages.
+pub enum Held<'a> {
+    /// Memory only.
+    Memory,
+    /// The journal, locked: a compaction that rotates it waits until
+    /// every change written to it is in memory.
+    Journal(MutexGuard<'a, Journal>),
+    /// Redis.
+    Redis(&'a mut RedisStore),
+    /// Refuses every change.
+    Broken(&'a str, u32),
+}
+
+impl Storage {
+    /// Holds the storage for a batch.
+    pub fn hold(&mut self) -> Held<'_> {
+        match self {
+            Storage::Memory => Held::Memory,
+            Storage::Journal(j) => Held::Journal(j.lock().unwrap_or_else(|e| e.into_inner())),
+            Storage::Redis(r) => Held::Redis(r),
+            Storage::Broken(e, retry) => Held::Broken(e, *retry),
+        }
+    }
+}
+
+impl Store for Held<'_> {
+    fn store(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        match self {
+            Held::Memory => Ok(()),
+            Held::Journal(j) => j.store(records),
+            Held::Redis(r) => Store::store(&mut **r, records),
+            Held::Broken(e, retry_after) => Err(StoreError::Unavailable {
+                reason: (*e).to_owned(),
+                retry_after: *retry_after,
+            }),
+        }
+    }
+}
 
 /// Times a message whose AoR has a change in flight on another worker
 /// is handed in again (yielding in between) before it gets 500 with
 /// Retry-After. That change is one journal append away from done.
 pub const BUSY_TRIES: usize = 10_000;
 
-/// Handles `input` from `src`; `journal` stores binding changes (`None`:
+/// Handles `input` from `src`; `store` keeps binding changes (`None`:
 /// memory only). Returns what to do with `out` and leaves the core's
 /// extra messages in [`Core::extra`].
 #[inline]
 pub fn handle(
     core: &mut Core,
-    journal: Option<&mut Journal>,
+    store: Option<&mut dyn Store>,
     input: &[u8],
     src: SocketAddr,
     transport: Transport,
@@ -31,8 +137,8 @@ pub fn handle(
         reply = retry(core, input, src, transport, now, out);
     }
     if reply == Reply::Persist {
-        let stored = match journal {
-            Some(j) => j.append(core.to_persist()),
+        let stored = match store {
+            Some(s) => s.store(core.to_persist()),
             None => Ok(()),
         };
         reply = core.persisted(stored, input, out);

@@ -28,6 +28,8 @@ pub struct View {
     pub tcp: Option<SocketAddr>,
     /// TLS, when on.
     pub tls: Option<Arc<crate::io::tls::TlsContext>>,
+    /// The link to a shared location store (Redis), when one is used.
+    pub redis: Option<Arc<crate::io::redis::RedisState>>,
 }
 
 impl View {
@@ -83,6 +85,32 @@ impl View {
                 text.push_str(&format!(
                     "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
                     v.load(Ordering::Relaxed)
+                ));
+            }
+        }
+        if let Some(r) = &self.redis {
+            for (name, kind, help, v) in [
+                (
+                    "sipsec_location_store_up",
+                    "gauge",
+                    "1 while this node's copy of the shared location (Redis) follows its change feed.",
+                    u64::from(r.synced.load(Ordering::Relaxed)),
+                ),
+                (
+                    "sipsec_location_store_resyncs_total",
+                    "counter",
+                    "Full reads of the shared location (at start and after each break).",
+                    r.resyncs.load(Ordering::Relaxed),
+                ),
+                (
+                    "sipsec_location_store_changes_applied_total",
+                    "counter",
+                    "Binding changes applied from other nodes.",
+                    r.applied.load(Ordering::Relaxed),
+                ),
+            ] {
+                text.push_str(&format!(
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
                 ));
             }
         }

@@ -17,11 +17,14 @@ fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
         "{seq}\tB\t{aor}\t{}\t{}\t{}\t{}\t{}\t{}",
         b.contact, b.expires_at, b.q, b.call_id, b.cseq, b.source
     );
-    // Path and then the flow are trailing fields, absent from records
-    // written before them (and when empty).
+    // Path, the flow and its node are trailing fields, absent from
+    // records written before them (and when empty).
     match b.flow {
         Some(f) => {
             let _ = write!(out, "\t{}\t{}", b.path, f.encode());
+            if !b.node.is_empty() {
+                let _ = write!(out, "\t{}", b.node);
+            }
         }
         None if !b.path.is_empty() => {
             let _ = write!(out, "\t{}", b.path);
@@ -31,7 +34,9 @@ fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 
-fn encode(r: &Record, out: &mut Vec<u8>) {
+/// Writes `r` as one journal line (also the form bindings take in a
+/// shared location's store and change feed).
+pub(crate) fn encode(r: &Record, out: &mut Vec<u8>) {
     match r {
         Record::Bind {
             seq,
@@ -44,7 +49,8 @@ fn encode(r: &Record, out: &mut Vec<u8>) {
     }
 }
 
-fn decode(line: &str) -> Option<Record> {
+/// Reads a line [`encode`] wrote (without its line feed).
+pub(crate) fn decode(line: &str) -> Option<Record> {
     let mut f = line.split('\t');
     let seq = f.next()?.parse().ok()?;
     match f.next()? {
@@ -62,6 +68,7 @@ fn decode(line: &str) -> Option<Record> {
                     Some(flow) => Some(Flow::decode(flow)?),
                     None => None,
                 },
+                node: f.next().unwrap_or("").to_owned(),
             };
             f.next()
                 .is_none()
@@ -548,6 +555,7 @@ mod tests {
                 source: src(),
                 path: "<sip:edge.example;lr>, <sip:p2.example;lr>".into(),
                 flow: None,
+                node: String::new(),
             },
         };
         let mut out = Vec::new();
@@ -574,6 +582,11 @@ mod tests {
                         source: src(),
                         path: path.into(),
                         flow,
+                        node: if path.is_empty() {
+                            String::new()
+                        } else {
+                            "<sip:f01@192.0.2.9:5060;lr>".into()
+                        },
                     },
                 };
                 let mut out = Vec::new();

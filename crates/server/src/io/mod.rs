@@ -10,6 +10,7 @@ pub mod keys;
 pub mod log;
 pub mod maplog;
 pub mod mmsg;
+pub mod redis;
 pub mod send;
 pub mod server;
 pub mod tcp;

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 
 use crate::config::Config;
 use crate::io::clock::unix_now;
+use crate::io::drive::Backing;
 use crate::io::journal::{Persistence, Recovered};
 use crate::io::send::Sender;
 use crate::io::tcp::TcpHub;
@@ -66,6 +67,9 @@ pub enum StartError {
     /// The TLS certificate, key or CA files could not be used.
     #[error("TLS: {0}")]
     Tls(#[from] crate::io::tls::TlsError),
+    /// The shared location store could not be reached or read.
+    #[error("location store (redis): {0}")]
+    Redis(String),
 }
 
 /// A started server and what recovery found.
@@ -93,9 +97,24 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         err,
     };
     let location = Arc::new(MemoryLocation::new(std::hash::RandomState::new()));
-    let persistence =
-        Arc::new(Persistence::new(&config.data_dir, config.durability).map_err(store)?);
-    let recovered = persistence.recover(&location, unix_now()).map_err(store)?;
+    // The embedded journal, or a Redis server shared with other nodes
+    // whose bindings are read into memory before anything is served.
+    let (persistence, recovered) = match &config.redis {
+        None => {
+            let p = Arc::new(Persistence::new(&config.data_dir, config.durability).map_err(store)?);
+            let recovered = p.recover(&location, unix_now()).map_err(store)?;
+            (Some(p), recovered)
+        }
+        Some(r) => {
+            let now = unix_now();
+            crate::io::redis::initial_sync(r, &location, now).map_err(StartError::Redis)?;
+            let recovered = Recovered {
+                bindings: location.len(now),
+                skipped_lines: 0,
+            };
+            (None, recovered)
+        }
+    };
     let auth = if config.auth {
         let users = load_users(&config)?;
         let key = crate::io::keys::nonce_key(&config.data_dir.join("nonce.key"), config.nonce_ttl)
@@ -112,10 +131,6 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         None
     };
     let workers = config.workers.max(1);
-    let journals = (0..workers)
-        .map(|i| persistence.journal(i).map(Some))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(store)?;
     let addr = config.udp;
     let bind = |err| StartError::Bind {
         proto: "udp",
@@ -188,10 +203,26 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         || listeners.tls.is_some()
         || listeners.ws.is_some()
         || listeners.wss.is_some();
-    let tcp_journal = if streams {
-        Some(persistence.journal(workers).map_err(store)?)
+    // This node's name in the shared location's change feed: its address
+    // and a random part, so a restarted node is a new one.
+    let node: Arc<str> = format!(
+        "{}#{:016x}",
+        config.advertise,
+        std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), unix_now())
+    )
+    .into();
+    let backing = |i: usize| -> Result<Backing, StartError> {
+        Ok(match (&persistence, &config.redis) {
+            (Some(p), _) => Backing::Journal(p.journal(i).map_err(store)?),
+            (None, Some(r)) => Backing::Redis(r.clone(), node.clone()),
+            (None, None) => Backing::Memory,
+        })
+    };
+    let backings = (0..workers).map(&backing).collect::<Result<Vec<_>, _>>()?;
+    let hub_backing = if streams {
+        backing(workers)?
     } else {
-        None
+        Backing::Memory
     };
     let http_listener = match config.http {
         Some(h) => Some(
@@ -222,7 +253,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let hub = if streams {
         let hub = TcpHub::new(
             shared.clone(),
-            tcp_journal,
+            hub_backing,
             udp.sender().ok().map(Arc::new),
             tls.clone(),
             stop.clone(),
@@ -248,6 +279,23 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             transaction_timers(Core::new(shared.clone()), sender, stop.clone()).map_err(bind)?,
         );
     }
+    let redis_state = match &shared.config.redis {
+        Some(r) => {
+            let state = Arc::new(crate::io::redis::RedisState::default());
+            threads.push(
+                crate::io::redis::spawn_sync(
+                    r.clone(),
+                    node.clone(),
+                    shared.location.clone(),
+                    state.clone(),
+                    stop.clone(),
+                )
+                .map_err(bind)?,
+            );
+            Some(state)
+        }
+        None => None,
+    };
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
         let view = crate::io::http::View {
@@ -256,10 +304,11 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             udp: udp_addr,
             tcp: tcp_addr,
             tls: tls.clone(),
+            redis: redis_state.clone(),
         };
         threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }
-    udp.start(&shared, journals, hub.as_ref(), &stop, &mut threads)
+    udp.start(&shared, backings, hub.as_ref(), &stop, &mut threads)
         .map_err(bind)?;
     let handle = ServerHandle {
         addr: udp_addr,
@@ -370,7 +419,7 @@ const EXPIRY_EVERY: u64 = 10;
 /// Expires bindings and compacts the journal online when it has grown.
 fn store_upkeep(
     shared: Arc<Shared>,
-    persistence: Arc<Persistence>,
+    persistence: Option<Arc<Persistence>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     use std::sync::atomic::Ordering;
@@ -386,6 +435,9 @@ fn store_upkeep(
                     shared.location.expire(now);
                     last_expiry = now;
                 }
+                let Some(persistence) = &persistence else {
+                    continue;
+                };
                 if persistence.wants_compaction(threshold) {
                     match persistence.compact(&shared.location, now) {
                         Ok(()) => {

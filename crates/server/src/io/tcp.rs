@@ -38,7 +38,7 @@ use sip_core::writer::write_error_response;
 use sip_core::{ErrorKind, Limits};
 
 use crate::config::ConnectionLimits;
-use crate::io::journal::SharedJournal;
+use crate::io::drive::{Backing, Storage};
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
 use crate::proto::core::{same_flow_transport, Core, Shared, Transport};
@@ -299,7 +299,7 @@ struct ReactorLink {
 #[derive(Debug)]
 pub struct TcpHub {
     shared: Arc<Shared>,
-    journal: Option<SharedJournal>,
+    backing: Backing,
     udp: Option<Arc<UdpSocket>>,
     tls: Option<Arc<TlsContext>>,
     stop: Arc<AtomicBool>,
@@ -320,7 +320,7 @@ impl TcpHub {
     /// limit to size the connection limit.
     pub fn new(
         shared: Arc<Shared>,
-        journal: Option<SharedJournal>,
+        backing: Backing,
         udp: Option<Arc<UdpSocket>>,
         tls: Option<Arc<TlsContext>>,
         stop: Arc<AtomicBool>,
@@ -329,7 +329,7 @@ impl TcpHub {
         let max = effective_limit(limits.max, raise_fd_limit());
         Arc::new(Self {
             shared,
-            journal,
+            backing,
             udp,
             tls,
             stop,
@@ -698,6 +698,7 @@ struct Reactor {
     listeners: Vec<(mio::net::TcpListener, Token, bool)>,
     locals: HashMap<Token, Local>,
     core: Core,
+    storage: Storage,
     sender: Sender,
     out: Vec<u8>,
     scratch: Vec<u8>,
@@ -766,6 +767,7 @@ impl Reactor {
         listeners: Vec<(mio::net::TcpListener, Token, bool)>,
     ) -> Self {
         let core = Core::new(hub.shared.clone());
+        let storage = hub.backing.clone().open();
         let sender = hub.sender();
         let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);
         let bucket = (hub.limits.accept_rate > 0).then(|| {
@@ -781,6 +783,7 @@ impl Reactor {
             listeners,
             locals: HashMap::new(),
             core,
+            storage,
             sender,
             out: Vec::with_capacity(8192),
             scratch: vec![0; SCRATCH],
@@ -1219,21 +1222,17 @@ impl Reactor {
 
     /// Hands one SIP message to the core and sends what it gives.
     fn handle_message(&mut self, conn: &Conn, bytes: &[u8]) {
-        let mut journal = self
-            .hub
-            .journal
-            .as_ref()
-            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut held = self.storage.hold();
         let reply = crate::io::drive::handle(
             &mut self.core,
-            journal.as_deref_mut(),
+            Some(&mut held),
             bytes,
             conn.peer,
             conn.transport,
             crate::io::clock::now(),
             &mut self.out,
         );
-        drop(journal);
+        drop(held);
         // Extras first: a 100 Trying must not trail the answers the
         // forwarded INVITE draws.
         self.sender.send_all(self.core.extra());

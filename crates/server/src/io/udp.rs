@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::io::journal::SharedJournal;
+use crate::io::drive::{Backing, Storage};
 use crate::io::mmsg::{RecvBatch, SendBatch};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
@@ -75,12 +75,12 @@ impl UdpServer {
     pub fn start(
         self,
         shared: &Arc<Shared>,
-        journals: Vec<Option<SharedJournal>>,
+        backings: Vec<Backing>,
         hub: Option<&Arc<TcpHub>>,
         stop: &Arc<AtomicBool>,
         threads: &mut Vec<JoinHandle<()>>,
     ) -> io::Result<()> {
-        let mut journals = journals.into_iter();
+        let mut backings = backings.into_iter();
         for (i, sock) in self.sockets.into_iter().enumerate() {
             let stop = stop.clone();
             let sock = Arc::new(sock);
@@ -89,12 +89,12 @@ impl UdpServer {
                 Some(sock.clone()),
                 hub.map(|h| Arc::new(h.clone()) as Arc<dyn Connections>),
             );
-            let journal = journals.next().flatten();
+            let storage = backings.next().unwrap_or(Backing::Memory).open();
             let core = Core::new(shared.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))
-                    .spawn(move || worker(&sock, core, journal, &stop, &sender))?,
+                    .spawn(move || worker(&sock, core, storage, &stop, &sender))?,
             );
         }
         Ok(())
@@ -104,7 +104,7 @@ impl UdpServer {
 fn worker(
     sock: &UdpSocket,
     mut core: Core,
-    journal: Option<SharedJournal>,
+    mut storage: Storage,
     stop: &AtomicBool,
     sender: &Sender,
 ) {
@@ -115,11 +115,7 @@ fn worker(
         // also surface here on Linux: keep serving.
         let Ok(n) = rx.recv(sock) else { continue };
         let now = crate::io::clock::now();
-        // The journal is held for the batch: a compaction that rotates it
-        // waits until every change written to it is in memory.
-        let mut journal = journal
-            .as_ref()
-            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut held = storage.hold();
         for i in 0..n {
             let Some((data, src)) = rx.get(i) else {
                 continue;
@@ -127,7 +123,7 @@ fn worker(
             let out = tx.next_buf();
             let reply = crate::io::drive::handle(
                 &mut core,
-                journal.as_deref_mut(),
+                Some(&mut held),
                 data,
                 src,
                 Transport::Udp,
@@ -146,7 +142,7 @@ fn worker(
                 other => sender.reply(other, out),
             }
         }
-        drop(journal);
+        drop(held);
         tx.flush(sock);
     }
 }

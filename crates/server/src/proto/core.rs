@@ -20,7 +20,7 @@ use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
 use crate::config::{Config, Mode};
 use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
 use crate::proto::guard::{Guard, Verdict};
-use crate::proto::location::{Binding, Location, MemoryLocation, Prepared, Record};
+use crate::proto::location::{Binding, Location, MemoryLocation, Prepared, Record, StoreError};
 use crate::proto::metrics::{Metrics, Stage, Stopwatch};
 use crate::proto::privacy::{Privacy, Reveal};
 use crate::proto::stateful::{Sends, Transactions};
@@ -210,6 +210,9 @@ pub struct Core {
     challenges: Vec<(&'static str, String)>,
     pub(super) sends: Sends,
     pub(super) path: String,
+    /// The route to this node's end of a REGISTER's flow (shared
+    /// location only).
+    pub(super) node_route: String,
     /// Requests handled, for sampling stage timings.
     handled: u64,
     /// Whether this request's stages are timed.
@@ -329,6 +332,7 @@ impl Core {
             challenges: Vec::with_capacity(2),
             sends: Sends::default(),
             path: String::new(),
+            node_route: String::new(),
             handled: 0,
             again: false,
             timed: false,
@@ -472,31 +476,53 @@ impl Core {
 
     /// The driver stored (or failed to store) the records of the last
     /// [`Reply::Persist`]: the change takes effect and its answer, still
-    /// in `out`, goes; or nothing changes and `out` becomes a 500.
+    /// in `out`, goes; or nothing changes and `out` becomes a 500 (503
+    /// with Retry-After when a shared store is unavailable).
     /// `input` is the message that was handled.
     pub fn persisted(
         &mut self,
-        stored: std::io::Result<()>,
+        stored: Result<(), StoreError>,
         input: &[u8],
         out: &mut Vec<u8>,
     ) -> Reply {
         let Some((prepared, dest, transport)) = self.pending.take() else {
             return Reply::Drop;
         };
-        match stored {
+        let e = match stored {
             Ok(()) => {
                 self.shared.location.commit(prepared, true);
                 bump(&self.shared.metrics.registered);
-                Reply::Send(dest, transport)
+                return Reply::Send(dest, transport);
             }
-            Err(e) => {
-                let aor = prepared.aor().to_owned();
-                self.shared.location.commit(prepared, false);
-                bump(&self.shared.metrics.journal_errors);
-                self.events.push(Event::JournalFailed {
-                    aor,
-                    error: e.to_string(),
-                });
+            Err(e) => e,
+        };
+        let aor = prepared.aor().to_owned();
+        self.shared.location.commit(prepared, false);
+        bump(&self.shared.metrics.journal_errors);
+        self.events.push(Event::JournalFailed {
+            aor,
+            error: e.to_string(),
+        });
+        match e {
+            StoreError::Unavailable { retry_after, .. } => {
+                let retry_after = retry_after.to_string();
+                let extra = [
+                    ("Retry-After", retry_after.as_str()),
+                    (
+                        "Warning",
+                        "399 sipsec \"binding not stored: the shared location store is unavailable\"",
+                    ),
+                ];
+                self.error_answer(
+                    input,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &extra,
+                    dest,
+                    transport,
+                    out,
+                )
+            }
+            _ => {
                 let warning = (
                     "Warning",
                     "399 sipsec \"binding not stored: the location journal could not be written\"",
@@ -516,12 +542,33 @@ impl Core {
         transport: Transport,
         out: &mut Vec<u8>,
     ) -> Reply {
+        self.error_answer(
+            input,
+            StatusCode::SERVER_INTERNAL_ERROR,
+            extra,
+            dest,
+            transport,
+            out,
+        )
+    }
+
+    /// Replaces `out` with a `status` answer (and `extra` header fields)
+    /// to `input`, a request handled earlier.
+    fn error_answer(
+        &mut self,
+        input: &[u8],
+        status: StatusCode,
+        extra: &[(&str, &str)],
+        dest: SocketAddr,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Reply {
         out.clear();
         let Ok(msg) = Message::parse(input) else {
             return Reply::Drop;
         };
         self.transport = transport;
-        self.respond(&msg, StatusCode::SERVER_INTERNAL_ERROR, extra, dest, out)
+        self.respond(&msg, status, extra, dest, out)
     }
 
     /// Gives up on a message that kept getting [`Reply::Retry`]: 500 with

@@ -38,6 +38,11 @@ pub struct Binding {
     /// The connection the REGISTER came over, when it came over one:
     /// requests for this contact go back over it (RFC 3261 §18, RFC 5626).
     pub flow: Option<Flow>,
+    /// With a shared location (several nodes), the node that holds `flow`:
+    /// a route URI to it (`<sip:FLOW-TOKEN@node;lr>`) that other nodes
+    /// send the contact's requests through. Empty on a single node, and
+    /// for contacts every node reaches directly.
+    pub node: String,
 }
 
 /// A contact's flow: the connection from `Binding::source` over this
@@ -86,6 +91,9 @@ pub struct Registration<'a> {
     pub path: &'a str,
     /// The transport it came over, when connection-oriented.
     pub flow: Option<sip_core::Transport>,
+    /// The route to this node's end of that flow, for other nodes sharing
+    /// the location (see [`Binding::node`]), or "".
+    pub node: &'a str,
     /// When it arrived (Unix seconds).
     pub now: u64,
 }
@@ -139,6 +147,25 @@ pub enum UpdateError {
     /// is committed (a retry, not a refusal).
     #[error("another change to this address-of-record is in flight")]
     Busy,
+}
+
+/// Why the records of a change could not be stored; the change is then
+/// not applied and the REGISTER is refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The local journal could not be written (a full disk): 500.
+    #[error("journal: {0}")]
+    Journal(#[from] io::Error),
+    /// The shared store (Redis) did not answer or refused: 503 with
+    /// Retry-After, the phone tries again later.
+    #[error("shared location store: {reason}")]
+    Unavailable {
+        /// What went wrong.
+        reason: String,
+        /// Seconds to tell the phone to wait.
+        retry_after: u32,
+    },
 }
 
 /// Limits one update must respect.
@@ -381,6 +408,34 @@ impl MemoryLocation {
         }
     }
 
+    /// Makes the store hold exactly `bindings` (AoR → its bindings), as
+    /// read from a shared store after (re)connecting: AoRs absent there
+    /// are dropped. An AoR with a change in flight keeps its list; the
+    /// change's commit decides it.
+    pub fn replace_all(&self, mut bindings: std::collections::HashMap<String, Vec<Binding>>) {
+        for s in &self.shards {
+            let mut s = s.write().unwrap_or_else(|e| e.into_inner());
+            s.map.retain(|(aor, a)| {
+                let fresh = bindings.remove(aor.as_str());
+                if a.pending.is_some() {
+                    return true;
+                }
+                match fresh {
+                    Some(list) => {
+                        a.list = list;
+                        true
+                    }
+                    None => false,
+                }
+            });
+        }
+        for (aor, list) in bindings {
+            let hash = self.hash(&aor);
+            let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+            shard.entry(hash, &aor, |k| self.hash(k)).list = list;
+        }
+    }
+
     /// Applies a journal record during recovery.
     pub fn replay(&self, r: Record) {
         let hash = match &r {
@@ -424,6 +479,7 @@ impl Location for MemoryLocation {
             source,
             path,
             flow,
+            node,
             now,
         } = *reg;
         let hash = self.hash(&key);
@@ -488,6 +544,7 @@ impl Location for MemoryLocation {
                     transport,
                     outbound: c.outbound,
                 }),
+                node: node.to_owned(),
             };
             match pos {
                 Some(p) => list[p] = binding.clone(),
@@ -664,6 +721,7 @@ pub(crate) mod tests {
             source: src(),
             path: "",
             flow: None,
+            node: "",
             now,
         }
     }

@@ -35,7 +35,7 @@ impl Core {
     /// `transport`, to put in the user part of a Record-Route: hex of the
     /// transport, address and port, and 64 bits of HMAC-SHA256 over them,
     /// so only this server's tokens are followed.
-    fn flow_token(&self, peer: SocketAddr, transport: Transport) -> String {
+    pub(super) fn flow_token(&self, peer: SocketAddr, transport: Transport) -> String {
         let mut raw = Vec::with_capacity(27);
         raw.push(match transport {
             Transport::Tcp => 1,
@@ -364,7 +364,16 @@ impl Core {
             // A stored Path (RFC 3327) is the route to the contact: the
             // request goes to its first hop with the Path as Route.
             self.path.clear();
-            if self.shared.config.path != PathMode::Off {
+            let remote_flow = {
+                let b = &self.bindings[0];
+                b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !self.is_local_uri(&u))
+            };
+            if remote_flow {
+                // The phone is connected to another node sharing the
+                // location: the request goes there, which sends it down
+                // the flow its token names.
+                self.path.push_str(&self.bindings[0].node);
+            } else if self.shared.config.path != PathMode::Off {
                 self.path.push_str(&self.bindings[0].path);
             }
             let next = match first_path_uri(&self.path) {

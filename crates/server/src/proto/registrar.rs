@@ -98,12 +98,25 @@ impl Core {
             Ok(supported) => supported,
             Err(reply) => return reply,
         };
+        // With a location shared by several nodes, a phone on a connection
+        // to this node is reached through this node: the binding names the
+        // route here, with the flow's token (RFC 5626 §5.2).
+        self.node_route.clear();
+        if self.shared.config.redis.is_some() && self.transport.is_reliable() {
+            let token = self.flow_token(src, self.transport);
+            let _ = write!(
+                self.node_route,
+                "<sip:{token}@{};lr>",
+                self.shared.config.advertise
+            );
+        }
         let reg = Registration {
             call_id: msg.call_id(),
             cseq: msg.cseq().seq,
             source: src,
             path: &self.path,
             flow: self.transport.is_reliable().then_some(self.transport),
+            node: &self.node_route,
             now,
         };
         let cfg = &self.shared.config;

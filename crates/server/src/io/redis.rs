@@ -1,0 +1,394 @@
+//! A location shared by several nodes in Redis (or Valkey), see
+//! `docs/scale-out.md`.
+//!
+//! Layout, under the configured prefix `P`:
+//! - `P` `aor:` AoR — a hash, one field per contact; the value is the
+//!   binding as a journal line (expiry, Call-ID, CSeq, source, Path, flow
+//!   and the node that holds the flow). The key expires with its
+//!   longest-lived binding (`EXPIREAT … NX` then `GT`); a shorter binding
+//!   past its time is ignored by readers and removed when its AoR changes.
+//! - `P` `events` — a channel: every change, as the journal lines of its
+//!   records after a first line naming the node that made it.
+//!
+//! Each worker writes through its own [`RedisStore`] connection, every
+//! change of a batch in one `MULTI`/`EXEC` round trip, and answers only
+//! after Redis acknowledged it (with `appendfsync always`, after Redis
+//! wrote it to disk). One [`spawn_sync`] thread per node keeps the node's
+//! memory a copy of Redis: a full read on (re)connecting, then the
+//! changes other nodes publish. Lookups never leave the node.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::RedisSettings;
+use crate::io::journal::{decode, encode};
+use crate::proto::location::{Binding, MemoryLocation, Record, StoreError};
+
+/// The node's link to Redis, as the operator sees it.
+#[derive(Debug, Default)]
+pub struct RedisState {
+    /// The change feed is subscribed and the copy in memory is complete.
+    pub synced: AtomicBool,
+    /// Full reads of the shared location (at start and on reconnecting).
+    pub resyncs: AtomicU64,
+    /// Changes applied from other nodes.
+    pub applied: AtomicU64,
+}
+
+fn client(s: &RedisSettings) -> Result<redis::Client, String> {
+    redis::Client::open(s.url.as_str()).map_err(|e| format!("{}: {e}", redact(&s.url)))
+}
+
+/// The URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..scheme + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn connect(client: &redis::Client, timeout: Duration) -> redis::RedisResult<redis::Connection> {
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+fn aor_key(prefix: &str, aor: &str) -> String {
+    format!("{prefix}aor:{aor}")
+}
+
+fn channel(prefix: &str) -> String {
+    format!("{prefix}events")
+}
+
+/// One worker's connection for writing changes.
+pub struct RedisStore {
+    client: redis::Client,
+    settings: RedisSettings,
+    conn: Option<redis::Connection>,
+    /// After a failure, no new connection is tried before this.
+    retry_at: Option<Instant>,
+    node: Arc<str>,
+    line: Vec<u8>,
+    event: Vec<u8>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &redact(&self.settings.url))
+            .field("connected", &self.conn.is_some())
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// A store writing to the server `settings` names, as node `node`
+    /// (connects on first use).
+    pub fn new(settings: &RedisSettings, node: Arc<str>) -> Result<Self, String> {
+        Ok(Self {
+            client: client(settings)?,
+            settings: settings.clone(),
+            conn: None,
+            retry_at: None,
+            node,
+            line: Vec::new(),
+            event: Vec::new(),
+        })
+    }
+
+    fn unavailable(&self, reason: String) -> StoreError {
+        StoreError::Unavailable {
+            reason,
+            retry_after: self.settings.retry_after,
+        }
+    }
+
+    /// Stores the records of every change in `changes` in one atomic
+    /// round trip and publishes them to the other nodes; `Ok` once Redis
+    /// acknowledged. On any failure nothing may be assumed stored, and the
+    /// connection is dropped (tried again after the timeout).
+    pub fn store(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        if changes.iter().all(|c| c.is_empty()) {
+            return Ok(());
+        }
+        if self.conn.is_none() {
+            if self.retry_at.is_some_and(|t| Instant::now() < t) {
+                return Err(self.unavailable(format!(
+                    "{} unreachable; retrying",
+                    redact(&self.settings.url)
+                )));
+            }
+            match connect(&self.client, self.settings.timeout) {
+                Ok(c) => {
+                    self.conn = Some(c);
+                    self.retry_at = None;
+                }
+                Err(e) => {
+                    self.retry_at = Some(Instant::now() + self.settings.timeout);
+                    return Err(self.unavailable(format!("{}: {e}", redact(&self.settings.url))));
+                }
+            }
+        }
+        let pipe = self.pipeline(changes);
+        let conn = self.conn.as_mut().expect("connected above");
+        match pipe.query::<redis::Value>(conn) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.conn = None;
+                self.retry_at = Some(Instant::now() + self.settings.timeout);
+                Err(self.unavailable(format!("{}: {e}", redact(&self.settings.url))))
+            }
+        }
+    }
+
+    fn pipeline(&mut self, changes: &[&[Record]]) -> redis::Pipeline {
+        let prefix = self.settings.prefix.as_str();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        self.event.clear();
+        self.event.extend_from_slice(self.node.as_bytes());
+        self.event.push(b'\n');
+        for r in changes.iter().flat_map(|c| c.iter()) {
+            encode(r, &mut self.event);
+            match r {
+                Record::Bind { aor, binding, .. } => {
+                    let key = aor_key(prefix, aor);
+                    self.line.clear();
+                    encode(r, &mut self.line);
+                    self.line.pop();
+                    pipe.hset(&key, &binding.contact, &self.line[..]).ignore();
+                    // The key lives as long as its longest binding: set the
+                    // expiry when it has none, raise it when this is later.
+                    pipe.cmd("EXPIREAT")
+                        .arg(&key)
+                        .arg(binding.expires_at)
+                        .arg("NX")
+                        .ignore();
+                    pipe.cmd("EXPIREAT")
+                        .arg(&key)
+                        .arg(binding.expires_at)
+                        .arg("GT")
+                        .ignore();
+                }
+                Record::Remove { aor, contact, .. } => {
+                    pipe.hdel(aor_key(prefix, aor), contact).ignore();
+                }
+            }
+        }
+        pipe.publish(channel(prefix), &self.event[..]).ignore();
+        pipe
+    }
+}
+
+/// Reads every binding stored under the prefix that is live at `now`.
+fn load(
+    conn: &mut redis::Connection,
+    prefix: &str,
+    now: u64,
+) -> redis::RedisResult<HashMap<String, Vec<Binding>>> {
+    let mut all: HashMap<String, Vec<Binding>> = HashMap::new();
+    let pattern = format!("{prefix}aor:*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(conn)?;
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.hvals(k);
+            }
+            let values: Vec<Vec<Vec<u8>>> = pipe.query(conn)?;
+            for line in values.iter().flatten() {
+                let Some(Record::Bind { aor, binding, .. }) =
+                    std::str::from_utf8(line).ok().and_then(decode)
+                else {
+                    continue;
+                };
+                if binding.expires_at > now {
+                    all.entry(aor).or_default().push(binding);
+                }
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            return Ok(all);
+        }
+    }
+}
+
+/// Applies one published change unless this node made it; returns how
+/// many records it applied.
+fn apply(payload: &[u8], node: &str, location: &MemoryLocation) -> u64 {
+    let Ok(text) = std::str::from_utf8(payload) else {
+        return 0;
+    };
+    let mut lines = text.lines();
+    if lines.next() == Some(node) {
+        return 0;
+    }
+    let mut n = 0;
+    for r in lines.filter_map(decode) {
+        location.replay(r);
+        n += 1;
+    }
+    n
+}
+
+/// Connects and reads the shared location into `location` once: what a
+/// node must manage before it serves (the [`spawn_sync`] thread then
+/// subscribes and reads it again).
+pub fn initial_sync(
+    settings: &RedisSettings,
+    location: &MemoryLocation,
+    now: u64,
+) -> Result<(), String> {
+    let client = client(settings)?;
+    connect(&client, settings.timeout)
+        .and_then(|mut c| load(&mut c, &settings.prefix, now))
+        .map(|all| location.replace_all(all))
+        .map_err(|e| format!("{}: {e}", redact(&settings.url)))
+}
+
+/// Starts the thread that keeps `location` a copy of the shared one:
+/// it applies other nodes' changes as they are published and reads
+/// everything again after any break in the feed.
+pub fn spawn_sync(
+    settings: RedisSettings,
+    node: Arc<str>,
+    location: Arc<MemoryLocation>,
+    state: Arc<RedisState>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let client = client(&settings).map_err(std::io::Error::other)?;
+    std::thread::Builder::new()
+        .name("sipsec-redis-sync".into())
+        .spawn(move || {
+            let mut was_up = true;
+            while !stop.load(Ordering::Relaxed) {
+                let result = follow(&client, &settings, &node, &location, &state, &stop, || {
+                    if !was_up {
+                        crate::io::log::line(
+                            "info",
+                            &format!(
+                                "location store {} reachable again; bindings read back",
+                                redact(&settings.url)
+                            ),
+                        );
+                        was_up = true;
+                    }
+                });
+                state.synced.store(false, Ordering::Relaxed);
+                if let Err(e) = result {
+                    if was_up {
+                        crate::io::log::line(
+                            "warn",
+                            &format!(
+                                "location store {}: {e}; REGISTER is answered 503 until it is back",
+                                redact(&settings.url)
+                            ),
+                        );
+                        was_up = false;
+                    }
+                    let until = Instant::now() + settings.timeout;
+                    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        })
+}
+
+/// How often the feed's reader looks at its stop flag.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Subscribes to the change feed, reads the whole shared location (after
+/// subscribing, so nothing published meanwhile is missed), then applies
+/// other nodes' changes until the feed breaks or `stop` is set.
+fn follow(
+    client: &redis::Client,
+    settings: &RedisSettings,
+    node: &str,
+    location: &MemoryLocation,
+    state: &RedisState,
+    stop: &AtomicBool,
+    synced: impl FnOnce(),
+) -> redis::RedisResult<()> {
+    let mut sub = connect(client, settings.timeout)?;
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel(&settings.prefix))?;
+    let mut data = connect(client, settings.timeout)?;
+    let all = load(&mut data, &settings.prefix, crate::io::clock::unix_now())?;
+    drop(data);
+    location.replace_all(all);
+    state.synced.store(true, Ordering::Relaxed);
+    state.resyncs.fetch_add(1, Ordering::Relaxed);
+    synced();
+    // A short read timeout only to look at `stop`; a dead server closes
+    // the connection, a paused one fails the ping below.
+    pubsub.set_read_timeout(Some(POLL))?;
+    let mut quiet_since = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        match pubsub.get_message() {
+            Ok(msg) => {
+                quiet_since = Instant::now();
+                let n = apply(msg.get_payload_bytes(), node, location);
+                state.applied.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) if e.is_timeout() => {
+                if quiet_since.elapsed() > Duration::from_secs(5) {
+                    pubsub.set_read_timeout(Some(settings.timeout))?;
+                    pubsub.ping::<()>()?;
+                    pubsub.set_read_timeout(Some(POLL))?;
+                    quiet_since = Instant::now();
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            redact("redis://user:secret@10.0.0.1:6379/0"),
+            "redis://user:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn a_node_ignores_its_own_changes() {
+        let loc = MemoryLocation::new(std::hash::RandomState::new());
+        let mut payload = b"node-b\n".to_vec();
+        let r = Record::Remove {
+            seq: 1,
+            aor: "sip:a@x".into(),
+            contact: "sip:a@1.2.3.4".into(),
+        };
+        encode(&r, &mut payload);
+        assert_eq!(apply(&payload, "node-a", &loc), 1);
+        assert_eq!(apply(&payload, "node-b", &loc), 0);
+        assert_eq!(apply(b"\xff\xfe", "node-a", &loc), 0, "not UTF-8");
+    }
+}

@@ -1,0 +1,450 @@
+//! Several `sipsec serve` nodes sharing one location in a real
+//! `redis-server` (Debian's, installed by setup.sh), each test starting
+//! its own on a free port: a call reaches a phone connected to another
+//! node; a node killed with -9 is survived by re-registering through
+//! another; Redis stopped gives 503 with Retry-After while cached contacts
+//! stay reachable, and service comes back with it; bindings answered 200
+//! survive a Redis restart from its append-only file.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{serve, tempdir, Running};
+
+/// A `redis-server` with an append-only file fsynced on every write,
+/// killed (SIGKILL) when dropped.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        Self::start_on(dir, port)
+    }
+
+    fn start_on(dir: &Path, port: u16) -> Self {
+        std::fs::create_dir_all(dir).expect("redis dir");
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (./setup.sh installs it)");
+        let r = Self {
+            child,
+            port,
+            dir: dir.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if r.ping() {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer PING"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts again on the same port, from the same append-only file.
+    fn restart(mut self) -> Self {
+        self.kill();
+        let (dir, port) = (self.dir.clone(), self.port);
+        Self::start_on(&dir, port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A proxy node on ephemeral ports (TCP on the UDP port) sharing `redis`.
+fn node(dir: &Path, name: &str, redis: &Redis) -> Running {
+    let data = dir.join(name);
+    serve(&[
+        "--mode",
+        "proxy",
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+        "--redis",
+        &redis.url(),
+    ])
+}
+
+fn http_of(n: &Running) -> String {
+    common::banner_http_addr(&n.banner)
+        .expect("http address in the banner")
+        .to_string()
+}
+
+/// The value of a metric in a node's exposition.
+fn metric(n: &Running, name: &str) -> Option<u64> {
+    let text = common::http_get(&http_of(n), "/metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+fn register(
+    user: &str,
+    via: &str,
+    contact: &str,
+    call_id: &str,
+    cseq: u32,
+    expires: u32,
+) -> String {
+    format!(
+        "REGISTER sip:localhost SIP/2.0\r\nVia: {via};branch=z9hG4bK-{call_id}-{cseq}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:{user}@localhost>;tag=r{cseq}\r\nTo: <sip:{user}@localhost>\r\n\
+         Call-ID: {call_id}\r\nCSeq: {cseq} REGISTER\r\nContact: <{contact}>\r\nExpires: {expires}\r\n\
+         Content-Length: 0\r\n\r\n"
+    )
+}
+
+fn invite(user: &str, from: SocketAddr, call_id: &str) -> String {
+    format!(
+        "INVITE sip:{user}@localhost SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bK-{call_id};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:caller@localhost>;tag=c1\r\nTo: <sip:{user}@localhost>\r\n\
+         Call-ID: {call_id}\r\nCSeq: 1 INVITE\r\nContact: <sip:caller@{from}>\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// A phone on a TCP connection to a node.
+struct TcpPhone {
+    r: BufReader<TcpStream>,
+    local: SocketAddr,
+}
+
+impl TcpPhone {
+    fn connect(to: SocketAddr) -> Self {
+        let s = TcpStream::connect(to).expect("connect to the node");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let local = s.local_addr().expect("local");
+        Self {
+            r: BufReader::new(s),
+            local,
+        }
+    }
+
+    fn send(&mut self, msg: &str) {
+        self.r.get_mut().write_all(msg.as_bytes()).expect("send");
+    }
+
+    /// The next SIP message, or `None` at the end of the connection.
+    fn read(&mut self) -> Option<String> {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if self.r.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if line == "\r\n" && head.is_empty() {
+                continue; // a keep-alive
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        self.r.read_exact(&mut body).ok()?;
+        Some(head + &String::from_utf8_lossy(&body))
+    }
+
+    /// Registers `user` over this connection; returns the answer. The
+    /// contact is the phone's own (its listening port, as phones have),
+    /// the same whichever connection carries the REGISTER: the server
+    /// reaches it over the connection.
+    fn register(&mut self, user: &str, cseq: u32) -> String {
+        let l = self.local;
+        let msg = register(
+            user,
+            &format!("SIP/2.0/TCP {l}"),
+            &format!("sip:{user}@127.0.0.1:5099;transport=tcp"),
+            &format!("reg-{user}"),
+            cseq,
+            300,
+        );
+        self.send(&msg);
+        self.read().expect("an answer to REGISTER")
+    }
+}
+
+fn caller() -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    s
+}
+
+fn recv(s: &UdpSocket) -> Option<String> {
+    let mut buf = [0u8; 65_535];
+    let (n, _) = s.recv_from(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// Answers the INVITE a phone got with 200 OK over its connection.
+fn answer(phone: &mut TcpPhone, invite: &str) {
+    let mut reply = String::from("SIP/2.0 200 OK\r\n");
+    for l in invite.lines() {
+        if ["Via:", "From:", "To:", "Call-ID:", "CSeq:", "Record-Route:"]
+            .iter()
+            .any(|h| l.starts_with(h))
+        {
+            reply.push_str(l);
+            if l.starts_with("To:") {
+                reply.push_str(";tag=callee");
+            }
+            reply.push_str("\r\n");
+        }
+    }
+    let l = phone.local;
+    reply.push_str(&format!(
+        "Contact: <sip:callee@{l};transport=tcp>\r\nContent-Length: 0\r\n\r\n"
+    ));
+    phone.send(&reply);
+}
+
+#[test]
+fn a_call_reaches_a_phone_connected_to_another_node() {
+    let dir = tempdir("scale-cross");
+    let redis = Redis::start(&dir.join("redis"));
+    let a = node(&dir, "a", &redis);
+    let b = node(&dir, "b", &redis);
+    let mut phone = TcpPhone::connect(a.addr);
+    let ok = phone.register("bob", 1);
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    // A caller on node B: B sends the INVITE to A (the binding names A's
+    // end of the flow), and A down the phone's connection.
+    let c = caller();
+    let from = c.local_addr().expect("local");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        c.send_to(invite("bob", from, "x1").as_bytes(), b.addr)
+            .expect("send");
+        let r = recv(&c).unwrap_or_default();
+        if !r.starts_with("SIP/2.0 404") {
+            break phone
+                .read()
+                .expect("the INVITE over the phone's connection");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node B never learnt bob's binding"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(got.starts_with("INVITE sip:bob@"), "{got}");
+    let vias = got.lines().filter(|l| l.starts_with("Via:")).count();
+    assert_eq!(vias, 3, "caller, node B and node A: {got}");
+    assert!(
+        got.contains(&format!("Via: SIP/2.0/UDP {}", b.addr)),
+        "through node B: {got}"
+    );
+    // The answer goes back the same way: A, then B, then the caller.
+    answer(&mut phone, &got);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = recv(&c).unwrap_or_default();
+        if r.starts_with("SIP/2.0 200") {
+            assert!(r.contains("To: <sip:bob@localhost>;tag=callee"), "{r}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no 200 OK back at the caller");
+    }
+    assert_eq!(metric(&b, "sipsec_location_store_up"), Some(1));
+    assert!(metric(&b, "sipsec_location_store_changes_applied_total").unwrap_or(0) >= 1);
+}
+
+#[test]
+fn phones_of_a_killed_node_re_register_through_another() {
+    let dir = tempdir("scale-kill");
+    let redis = Redis::start(&dir.join("redis"));
+    let mut a = node(&dir, "a", &redis);
+    let b = node(&dir, "b", &redis);
+    let mut phone = TcpPhone::connect(a.addr);
+    let ok = phone.register("carol", 1);
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    // Node A dies without a word; the phone sees its connection end.
+    a.child.kill().expect("kill -9");
+    let _ = a.child.wait();
+    assert_eq!(phone.read(), None, "the connection to A is gone");
+    // It registers again through B, the same contact on a new connection.
+    let mut phone = TcpPhone::connect(b.addr);
+    let ok = phone.register("carol", 2);
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    assert_eq!(ok.matches("Contact:").count(), 1, "one binding: {ok}");
+    // A node started after the failure routes calls to the phone too.
+    let c_node = node(&dir, "c", &redis);
+    let c = caller();
+    let from = c.local_addr().expect("local");
+    for (via, n) in [(b.addr, "via-b"), (c_node.addr, "via-c")] {
+        c.send_to(invite("carol", from, n).as_bytes(), via)
+            .expect("send");
+        let got = loop {
+            let m = phone.read().expect("an INVITE over the connection to B");
+            if m.starts_with("INVITE") {
+                break m;
+            }
+        };
+        assert!(got.contains(&format!("Call-ID: {n}")), "{got}");
+        answer(&mut phone, &got);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !recv(&c).unwrap_or_default().starts_with("SIP/2.0 200") {
+            assert!(Instant::now() < deadline, "no 200 OK for the call {n}");
+        }
+    }
+}
+
+#[test]
+fn redis_down_gives_503_keeps_cached_contacts_and_recovers() {
+    let dir = tempdir("scale-outage");
+    let mut redis = Redis::start(&dir.join("redis"));
+    let a = node(&dir, "a", &redis);
+    // A phone on UDP, registered while Redis is up.
+    let callee = caller();
+    let cl = callee.local_addr().expect("local");
+    let reg = |cseq: u32, user: &str| {
+        register(
+            user,
+            &format!("SIP/2.0/UDP {cl}"),
+            &format!("sip:{user}@{cl}"),
+            &format!("reg-{user}"),
+            cseq,
+            300,
+        )
+    };
+    callee
+        .send_to(reg(1, "dave").as_bytes(), a.addr)
+        .expect("send");
+    let ok = recv(&callee).expect("answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    redis.kill();
+    // Nothing is acknowledged that was not stored: 503, with Retry-After.
+    callee
+        .send_to(reg(1, "erin").as_bytes(), a.addr)
+        .expect("send");
+    let refused = loop {
+        let r = recv(&callee).expect("an answer while Redis is down");
+        if !r.starts_with("SIP/2.0 100") {
+            break r;
+        }
+    };
+    assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
+    assert!(refused.contains("Retry-After: 5"), "{refused}");
+    // Calls to the cached contact go on.
+    let c = caller();
+    let from = c.local_addr().expect("local");
+    c.send_to(invite("dave", from, "during-outage").as_bytes(), a.addr)
+        .expect("send");
+    let got = recv(&callee).expect("the INVITE reaches the cached contact");
+    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    assert_eq!(metric(&a, "sipsec_location_store_up"), Some(0));
+    // Redis comes back (from its append-only file): REGISTER succeeds
+    // again within a few of the node's retry intervals.
+    let redis = redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut cseq = 2;
+    loop {
+        callee
+            .send_to(reg(cseq, "erin").as_bytes(), a.addr)
+            .expect("send");
+        let r = recv(&callee).unwrap_or_default();
+        if r.starts_with("SIP/2.0 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "REGISTER never recovered: {r}");
+        cseq += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Dave's binding, stored before the outage, is still shared: a node
+    // started now reaches him.
+    let b = node(&dir, "b", &redis);
+    c.send_to(invite("dave", from, "after-outage").as_bytes(), b.addr)
+        .expect("send");
+    let got = recv(&callee).expect("dave is reached through the new node");
+    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+}
+
+#[test]
+fn bindings_answered_200_survive_a_redis_restart() {
+    let dir = tempdir("scale-aof");
+    let redis = Redis::start(&dir.join("redis"));
+    let a = node(&dir, "a", &redis);
+    let phone = caller();
+    let pl = phone.local_addr().expect("local");
+    for i in 0..20 {
+        let user = format!("u{i}");
+        let msg = register(
+            &user,
+            &format!("SIP/2.0/UDP {pl}"),
+            &format!("sip:{user}@{pl}"),
+            &format!("aof-{i}"),
+            1,
+            600,
+        );
+        phone.send_to(msg.as_bytes(), a.addr).expect("send");
+        let ok = recv(&phone).expect("answer");
+        assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    }
+    drop(a);
+    // Killed with -9 right after the last 200 OK, then started again.
+    let redis = redis.restart();
+    let b = node(&dir, "b", &redis);
+    assert!(b.banner.contains("20 binding(s) restored"), "{}", b.banner);
+    assert_eq!(metric(&b, "sipsec_bindings"), Some(20));
+}
