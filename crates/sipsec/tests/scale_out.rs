@@ -448,3 +448,34 @@ fn bindings_answered_200_survive_a_redis_restart() {
     assert!(b.banner.contains("20 binding(s) restored"), "{}", b.banner);
     assert_eq!(metric(&b, "sipsec_bindings"), Some(20));
 }
+
+#[test]
+fn a_node_that_cannot_reach_redis_does_not_start() {
+    let dir = tempdir("scale-norredis");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let out = Command::new(common::BIN)
+        .args(["serve", "--udp", "127.0.0.1:0", "--no-http", "--data-dir"])
+        .arg(dir.join("d"))
+        .args([
+            "--redis",
+            &format!("redis://user:hunter2@127.0.0.1:{port}/0"),
+        ])
+        .output()
+        .expect("sipsec runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("location store (redis)") && err.contains(&port.to_string()),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "the password stays out: {err}");
+    let out = Command::new(common::BIN)
+        .args(["serve", "--redis", "127.0.0.1:6379"])
+        .output()
+        .expect("sipsec runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("redis://"), "{err}");
+}

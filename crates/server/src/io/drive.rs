@@ -9,7 +9,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::config::RedisSettings;
 use crate::io::journal::{Journal, SharedJournal};
 use crate::io::redis::RedisStore;
-use crate::proto::core::{Core, Event, Now, Reply, Transport};
+use crate::proto::core::{Change, Core, Event, Now, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
 
 /// Where binding changes are stored before the answers they guard go.
@@ -17,6 +17,15 @@ pub trait Store {
     /// Stores `records`; `Ok` once they are as durable as the store
     /// makes them.
     fn store(&mut self, records: &[Record]) -> Result<(), StoreError>;
+
+    /// Stores the records of several changes, all or none (one round
+    /// trip where the store allows it).
+    fn store_all(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        for c in changes {
+            self.store(c)?;
+        }
+        Ok(())
+    }
 }
 
 impl Store for Journal {
@@ -99,7 +108,28 @@ impl Storage {
     }
 }
 
+impl Held<'_> {
+    /// Whether changes are worth storing a batch at a time (a round trip
+    /// to another process each); a journal append costs less than the
+    /// bookkeeping.
+    pub fn batches(&self) -> bool {
+        matches!(self, Held::Redis(_))
+    }
+}
+
 impl Store for Held<'_> {
+    fn store_all(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        match self {
+            Held::Redis(r) => r.store(changes),
+            other => {
+                for c in changes {
+                    other.store(c)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     fn store(&mut self, records: &[Record]) -> Result<(), StoreError> {
         match self {
             Held::Memory => Ok(()),
@@ -142,6 +172,109 @@ pub fn handle(
             None => Ok(()),
         };
         reply = core.persisted(stored, input, out);
+    }
+    if core.has_events() {
+        log_events(core);
+    }
+    reply
+}
+
+/// Changes of one batch of messages, waiting to be stored together; their
+/// answers go once they are (see [`handle_deferring`]).
+#[derive(Debug, Default)]
+pub struct Deferred {
+    /// Each change with its message and its answer.
+    waiting: Vec<(Change, Vec<u8>, Vec<u8>)>,
+    /// What finishing them produced: replies and their bytes.
+    ready: Vec<(Reply, Vec<u8>)>,
+    /// Buffers kept for reuse.
+    spare: Vec<Vec<u8>>,
+}
+
+impl Deferred {
+    /// Whether no change waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    fn buf(&mut self, from: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(from);
+        b
+    }
+
+    /// Stores every waiting change in one go and finishes each: stored,
+    /// its answer is ready; not, its answer becomes the refusal.
+    pub fn flush(&mut self, core: &mut Core, store: &mut dyn Store) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let result = {
+            let records: Vec<&[Record]> =
+                self.waiting.iter().map(|(c, _, _)| c.records()).collect();
+            store.store_all(&records)
+        };
+        for (change, input, mut out) in self.waiting.drain(..) {
+            let stored = match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(e.again()),
+            };
+            let reply = core.finish(change, stored, &input, &mut out);
+            if core.has_events() {
+                log_events(core);
+            }
+            self.spare.push(input);
+            self.ready.push((reply, out));
+        }
+    }
+
+    /// Hands each answer of the finished changes to `send`, in order.
+    pub fn send_ready(&mut self, mut send: impl FnMut(Reply, &[u8])) {
+        for (reply, out) in self.ready.drain(..) {
+            send(reply, &out);
+            if self.spare.len() < 1024 {
+                self.spare.push(out);
+            }
+        }
+    }
+}
+
+/// [`handle`], except that a binding change is not stored at once but
+/// left in `deferred` with its answer (the reply is then
+/// [`Reply::Drop`]): the driver stores a whole batch's changes with
+/// [`Deferred::flush`] and sends what [`Deferred::send_ready`] gives. A
+/// message whose AoR is busy flushes the batch first (the change in
+/// flight may be one of its own).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn handle_deferring(
+    core: &mut Core,
+    store: &mut dyn Store,
+    deferred: &mut Deferred,
+    input: &[u8],
+    src: SocketAddr,
+    transport: Transport,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Reply {
+    out.clear();
+    let mut reply = core.handle(input, src, transport, now, out);
+    if reply == Reply::Retry && !deferred.is_empty() {
+        deferred.flush(core, store);
+        out.clear();
+        reply = core.handle_again(input, src, transport, now, out);
+    }
+    if reply == Reply::Retry {
+        reply = retry(core, input, src, transport, now, out);
+    }
+    if reply == Reply::Persist {
+        if let Some(change) = core.take_change() {
+            let input = deferred.buf(input);
+            let answer = deferred.buf(out);
+            deferred.waiting.push((change, input, answer));
+        }
+        reply = Reply::Drop;
     }
     if core.has_events() {
         log_events(core);

@@ -35,6 +35,24 @@ pub struct RedisState {
     pub resyncs: AtomicU64,
     /// Changes applied from other nodes.
     pub applied: AtomicU64,
+    /// Why the last attempt to follow the shared location failed.
+    pub last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl RedisState {
+    /// Waits until the first full read is done, or `timeout` passed;
+    /// `Err` says why it is not.
+    pub fn wait_synced(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while !self.synced.load(Ordering::Relaxed) {
+            if Instant::now() >= deadline {
+                let e = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+                return Err(e.clone().unwrap_or_else(|| "no answer".into()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
 }
 
 fn client(s: &RedisSettings) -> Result<redis::Client, String> {
@@ -249,21 +267,6 @@ fn apply(payload: &[u8], node: &str, location: &MemoryLocation) -> u64 {
     n
 }
 
-/// Connects and reads the shared location into `location` once: what a
-/// node must manage before it serves (the [`spawn_sync`] thread then
-/// subscribes and reads it again).
-pub fn initial_sync(
-    settings: &RedisSettings,
-    location: &MemoryLocation,
-    now: u64,
-) -> Result<(), String> {
-    let client = client(settings)?;
-    connect(&client, settings.timeout)
-        .and_then(|mut c| load(&mut c, &settings.prefix, now))
-        .map(|all| location.replace_all(all))
-        .map_err(|e| format!("{}: {e}", redact(&settings.url)))
-}
-
 /// Starts the thread that keeps `location` a copy of the shared one:
 /// it applies other nodes' changes as they are published and reads
 /// everything again after any break in the feed.
@@ -294,6 +297,8 @@ pub fn spawn_sync(
                 });
                 state.synced.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
+                    *state.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("{}: {e}", redact(&settings.url)));
                     if was_up {
                         crate::io::log::line(
                             "warn",

@@ -105,15 +105,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             let recovered = p.recover(&location, unix_now()).map_err(store)?;
             (Some(p), recovered)
         }
-        Some(r) => {
-            let now = unix_now();
-            crate::io::redis::initial_sync(r, &location, now).map_err(StartError::Redis)?;
-            let recovered = Recovered {
-                bindings: location.len(now),
-                skipped_lines: 0,
-            };
-            (None, recovered)
-        }
+        // Read by the sync thread, started below before anything serves.
+        Some(_) => (None, Recovered::default()),
     };
     let auth = if config.auth {
         let users = load_users(&config)?;
@@ -250,6 +243,37 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
+    let redis_state = match &shared.config.redis {
+        Some(r) => {
+            let state = Arc::new(crate::io::redis::RedisState::default());
+            threads.push(
+                crate::io::redis::spawn_sync(
+                    r.clone(),
+                    node.clone(),
+                    shared.location.clone(),
+                    state.clone(),
+                    stop.clone(),
+                )
+                .map_err(bind)?,
+            );
+            // Nothing is served before this node holds every binding and
+            // follows the changes.
+            let waited = state.wait_synced(r.timeout * 3 + std::time::Duration::from_secs(1));
+            if let Err(e) = waited {
+                stop.store(true, Ordering::Relaxed);
+                return Err(StartError::Redis(e));
+            }
+            Some(state)
+        }
+        None => None,
+    };
+    let recovered = match &shared.config.redis {
+        Some(_) => Recovered {
+            bindings: shared.location.len(unix_now()),
+            skipped_lines: 0,
+        },
+        None => recovered,
+    };
     let hub = if streams {
         let hub = TcpHub::new(
             shared.clone(),
@@ -279,23 +303,6 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             transaction_timers(Core::new(shared.clone()), sender, stop.clone()).map_err(bind)?,
         );
     }
-    let redis_state = match &shared.config.redis {
-        Some(r) => {
-            let state = Arc::new(crate::io::redis::RedisState::default());
-            threads.push(
-                crate::io::redis::spawn_sync(
-                    r.clone(),
-                    node.clone(),
-                    shared.location.clone(),
-                    state.clone(),
-                    stop.clone(),
-                )
-                .map_err(bind)?,
-            );
-            Some(state)
-        }
-        None => None,
-    };
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
         let view = crate::io::http::View {

@@ -110,6 +110,7 @@ fn worker(
 ) {
     let mut rx = RecvBatch::new();
     let mut tx = SendBatch::default();
+    let mut deferred = crate::io::drive::Deferred::default();
     while !stop.load(Ordering::Relaxed) {
         // Timeouts let the loop see `stop`; ICMP errors from earlier sends
         // also surface here on Linux: keep serving.
@@ -121,15 +122,30 @@ fn worker(
                 continue;
             };
             let out = tx.next_buf();
-            let reply = crate::io::drive::handle(
-                &mut core,
-                Some(&mut held),
-                data,
-                src,
-                Transport::Udp,
-                now,
-                out,
-            );
+            // Over a shared store, a batch's binding changes go in one
+            // round trip and their answers after it (below).
+            let reply = if held.batches() {
+                crate::io::drive::handle_deferring(
+                    &mut core,
+                    &mut held,
+                    &mut deferred,
+                    data,
+                    src,
+                    Transport::Udp,
+                    now,
+                    out,
+                )
+            } else {
+                crate::io::drive::handle(
+                    &mut core,
+                    Some(&mut held),
+                    data,
+                    src,
+                    Transport::Udp,
+                    now,
+                    out,
+                )
+            };
             // What the core produced besides its reply goes first, so that a
             // 100 Trying reaches the caller before the forwarded INVITE can
             // draw an answer (stateful mode only; rare and small).
@@ -142,7 +158,16 @@ fn worker(
                 other => sender.reply(other, out),
             }
         }
+        deferred.flush(&mut core, &mut held);
         drop(held);
+        deferred.send_ready(|reply, out| match reply {
+            Reply::Send(dest, Transport::Udp) => {
+                core.shared().metrics.sent(out);
+                tx.next_buf().extend_from_slice(out);
+                tx.commit(dest);
+            }
+            other => sender.reply(other, out),
+        });
         tx.flush(sock);
     }
 }

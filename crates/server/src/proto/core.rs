@@ -70,6 +70,23 @@ pub enum Reply {
     Retry,
 }
 
+/// A binding change taken out of the core by [`Core::take_change`],
+/// waiting for its records to be stored.
+#[derive(Debug)]
+#[must_use = "a change keeps its AoR busy until finished"]
+pub struct Change {
+    prepared: Prepared,
+    dest: SocketAddr,
+    transport: Transport,
+}
+
+impl Change {
+    /// The records to store.
+    pub fn records(&self) -> &[Record] {
+        self.prepared.records()
+    }
+}
+
 /// Something the operator should hear about; the drivers log these
 /// (rate limited).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -485,9 +502,41 @@ impl Core {
         input: &[u8],
         out: &mut Vec<u8>,
     ) -> Reply {
-        let Some((prepared, dest, transport)) = self.pending.take() else {
-            return Reply::Drop;
-        };
+        match self.take_change() {
+            Some(change) => self.finish(change, stored, input, out),
+            None => Reply::Drop,
+        }
+    }
+
+    /// Takes the change of the last [`Reply::Persist`] out of the core,
+    /// so a driver can store several in one round trip and
+    /// [`finish`](Self::finish) each afterwards (its AoR stays busy
+    /// until then). `out` still holds its answer: keep it with the change.
+    pub fn take_change(&mut self) -> Option<Change> {
+        self.pending
+            .take()
+            .map(|(prepared, dest, transport)| Change {
+                prepared,
+                dest,
+                transport,
+            })
+    }
+
+    /// [`persisted`](Self::persisted) for a change taken with
+    /// [`take_change`](Self::take_change): `out` holds the answer that was
+    /// in it then, and `input` is its message.
+    pub fn finish(
+        &mut self,
+        change: Change,
+        stored: Result<(), StoreError>,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        let Change {
+            prepared,
+            dest,
+            transport,
+        } = change;
         let e = match stored {
             Ok(()) => {
                 self.shared.location.commit(prepared, true);

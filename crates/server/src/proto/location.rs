@@ -168,6 +168,22 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// The same error again (for each change of a batch that failed).
+    pub fn again(&self) -> Self {
+        match self {
+            StoreError::Journal(e) => StoreError::Journal(io::Error::new(e.kind(), e.to_string())),
+            StoreError::Unavailable {
+                reason,
+                retry_after,
+            } => StoreError::Unavailable {
+                reason: reason.clone(),
+                retry_after: *retry_after,
+            },
+        }
+    }
+}
+
 /// Limits one update must respect.
 #[derive(Debug, Clone, Copy)]
 pub struct UpdatePolicy {
