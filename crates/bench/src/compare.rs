@@ -286,6 +286,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                     let opts = Options {
                         run: Run {
                             target: server.addr,
+                            also: Vec::new(),
                             scenario: scenario::built_in(name, auth)?,
                             shape: Shape::Rate(plan.rate),
                             calls: plan.calls,

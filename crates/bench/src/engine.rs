@@ -66,6 +66,10 @@ pub struct CallIds {
 pub struct Run {
     /// The server.
     pub target: SocketAddr,
+    /// Further servers sharing the load (nodes of one deployment):
+    /// generator thread `i` sends to the `i mod n`-th of `target` and
+    /// these.
+    pub also: Vec<SocketAddr>,
     /// The flow.
     pub scenario: Scenario,
     /// Load shape.
@@ -98,6 +102,16 @@ pub struct Run {
     /// Per call number, the IDs it shows (none: the plain names). A run
     /// with more calls than entries reuses them in turn.
     pub ids: Option<std::sync::Arc<Vec<CallIds>>>,
+}
+
+impl Run {
+    /// The server generator thread `thread` sends to.
+    pub fn target_for(&self, thread: usize) -> SocketAddr {
+        match thread % (1 + self.also.len()) {
+            0 => self.target,
+            i => self.also[i - 1],
+        }
+    }
 }
 
 /// One second of a run.
@@ -222,6 +236,8 @@ fn deadline(txn: &Client, start: Instant) -> Instant {
 struct Worker<'a> {
     run: &'a Run,
     id: usize,
+    /// The server this worker loads.
+    target: SocketAddr,
     link: Link,
     local: String,
     remote: String,
@@ -270,7 +286,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             Link::open(
                 run.transport,
                 SocketAddr::new(ip, port),
-                run.target,
+                run.target_for(i),
                 run.tls.as_ref(),
             )
         })
@@ -288,7 +304,8 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         id,
                         link,
                         local,
-                        remote: run.target.to_string(),
+                        target: run.target_for(id),
+                        remote: run.target_for(id).to_string(),
                         run_id,
                         slots: Vec::new(),
                         free: Vec::new(),
@@ -455,7 +472,7 @@ impl Worker<'_> {
         match Link::open(
             self.run.transport,
             local,
-            self.run.target,
+            self.target,
             self.run.tls.as_ref(),
         ) {
             Ok(link) => {
@@ -585,7 +602,7 @@ impl Worker<'_> {
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(s.body.as_bytes());
         self.scratch = uri;
-        let sent = self.link.send(&self.out, run.target);
+        let sent = self.link.send(&self.out, self.target);
         self.generations = self.generations.wrapping_add(1);
         let generation = self.generations;
         let reliable = self.link.reliable();
@@ -723,7 +740,7 @@ impl Worker<'_> {
             let at = deadline(txn, call.txn_start);
             self.timers.push(Reverse((at, slot, generation)));
             if o.retransmit {
-                let _ = self.link.send(&call.last, self.run.target);
+                let _ = self.link.send(&call.last, self.target);
                 self.outcome.retransmissions += 1;
                 self.second(now).retransmissions += 1;
             }
@@ -976,6 +993,7 @@ mod tests {
     fn run(target: SocketAddr, calls: u64) -> Run {
         Run {
             target,
+            also: Vec::new(),
             scenario: crate::scenario::built_in("register", false).expect("built in"),
             shape: Shape::Rate(200.0),
             calls,

@@ -516,6 +516,7 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, 
             let opts = Options {
                 run: Run {
                     target: a,
+                    also: Vec::new(),
                     scenario: scenario.clone(),
                     shape: Shape::InFlight(in_flight),
                     calls,

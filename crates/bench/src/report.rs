@@ -50,8 +50,12 @@ pub struct SecondRow {
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
-    /// Target address.
+    /// The servers loaded (callers' targets), comma-separated.
     pub target: String,
+    /// Where the callee registered, when it is another server than the
+    /// callers' (a call that crosses nodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callee_at: Option<String>,
     /// `rate N` or `in-flight N`.
     pub shape: String,
     /// Calls started.
@@ -122,7 +126,15 @@ impl Report {
             .collect();
         Self {
             scenario: opts.run.scenario.name.clone(),
-            target: opts.run.target.to_string(),
+            target: std::iter::once(&opts.run.target)
+                .chain(&opts.run.also)
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            callee_at: opts
+                .callee_registrar
+                .filter(|r| opts.run.scenario.needs_callee && *r != opts.run.target)
+                .map(|r| r.to_string()),
             shape: match opts.run.shape {
                 Shape::Rate(r) => format!("rate {r}"),
                 Shape::InFlight(n) => format!("in-flight {n}"),
@@ -185,9 +197,13 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} against {} ({}): {} started, {} ok, {} failed in {:.2} s = {:.1} calls/s",
+            "{} against {}{} ({}): {} started, {} ok, {} failed in {:.2} s = {:.1} calls/s",
             self.scenario,
             self.target,
+            self.callee_at
+                .as_ref()
+                .map(|c| format!(", callee registered at {c}"))
+                .unwrap_or_default(),
             self.shape,
             self.started,
             self.ok,

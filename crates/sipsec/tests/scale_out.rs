@@ -479,3 +479,88 @@ fn a_node_that_cannot_reach_redis_does_not_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("redis://"), "{err}");
 }
+
+/// Runs `sipsec bench run ARGS --json FILE` and returns the report.
+fn bench_json(dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = dir.join(format!("{name}.json"));
+    let out = Command::new(common::BIN)
+        .args(["bench", "run"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench runs");
+    assert!(out.status.success(), "{}", common::text(&out));
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON")
+}
+
+#[test]
+fn bench_spreads_load_over_nodes_and_calls_cross_them() {
+    let dir = tempdir("scale-bench");
+    let redis = Redis::start(&dir.join("redis"));
+    let a = node(&dir, "a", &redis);
+    let b = node(&dir, "b", &redis);
+    let both = format!("{},{}", a.addr, b.addr);
+    // REGISTER from two generator threads, one per node.
+    let r = bench_json(
+        &dir,
+        "register",
+        &[
+            "--target",
+            &both,
+            "--scenario",
+            "register",
+            "--rate",
+            "200",
+            "--calls",
+            "400",
+            "--drain",
+            "2",
+        ],
+    );
+    assert_eq!(
+        (r["ok"].as_u64(), r["failed"].as_u64()),
+        (Some(400), Some(0)),
+        "{r}"
+    );
+    for n in [&a, &b] {
+        let registered = metric(n, "sipsec_registrations_total").unwrap_or(0);
+        assert!(registered >= 100, "each node took its share: {registered}");
+        assert!(
+            metric(n, "sipsec_bindings").unwrap_or(0) >= 400,
+            "and sees them all"
+        );
+    }
+    // INVITE: the callee registers at the last node, callers use the other.
+    let r = bench_json(
+        &dir,
+        "invite",
+        &[
+            "--target",
+            &both,
+            "--scenario",
+            "invite",
+            "--rate",
+            "100",
+            "--calls",
+            "200",
+            "--drain",
+            "3",
+        ],
+    );
+    assert_eq!(
+        (r["ok"].as_u64(), r["failed"].as_u64()),
+        (Some(200), Some(0)),
+        "{r}"
+    );
+    assert_eq!(
+        r["callee_at"].as_str(),
+        Some(b.addr.to_string().as_str()),
+        "{r}"
+    );
+    assert_eq!(
+        r["target"].as_str(),
+        Some(a.addr.to_string().as_str()),
+        "{r}"
+    );
+}

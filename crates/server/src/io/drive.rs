@@ -49,9 +49,10 @@ pub enum Backing {
     /// A journal (each UDP worker its own; the connection reactors share
     /// one).
     Journal(SharedJournal),
-    /// A Redis server shared with other nodes, written as this node (each
-    /// thread opens its own connection).
-    Redis(RedisSettings, Arc<str>),
+    /// A Redis server shared with other nodes, written as this node, for
+    /// registrations up to the given seconds (each thread opens its own
+    /// connection).
+    Redis(RedisSettings, Arc<str>, u32),
 }
 
 impl Backing {
@@ -60,7 +61,7 @@ impl Backing {
         match self {
             Backing::Memory => Storage::Memory,
             Backing::Journal(j) => Storage::Journal(j),
-            Backing::Redis(settings, node) => match RedisStore::new(&settings, node) {
+            Backing::Redis(settings, node, max) => match RedisStore::new(&settings, node, max) {
                 Ok(r) => Storage::Redis(Box::new(r)),
                 // The URL was checked at start; a store that cannot be
                 // made refuses every change (503) rather than lose it.

@@ -4,14 +4,15 @@
 //! Layout, under the configured prefix `P`:
 //! - `P` `aor:` AoR — a hash, one field per contact; the value is the
 //!   binding as a journal line (expiry, Call-ID, CSeq, source, Path, flow
-//!   and the node that holds the flow). The key expires with its
-//!   longest-lived binding (`EXPIREAT … NX` then `GT`); a shorter binding
-//!   past its time is ignored by readers and removed when its AoR changes.
+//!   and the node that holds the flow). Each write sets the key to expire
+//!   after twice the longest registration granted, so it outlives its
+//!   bindings and an AoR nobody refreshes goes away; a binding past its
+//!   time is ignored by readers until then.
 //! - `P` `events` — a channel: every change, as the journal lines of its
 //!   records after a first line naming the node that made it.
 //!
 //! Each worker writes through its own [`RedisStore`] connection, every
-//! change of a batch in one `MULTI`/`EXEC` round trip, and answers only
+//! change of a batch in one pipelined round trip, and answers only
 //! after Redis acknowledged it (with `appendfsync always`, after Redis
 //! wrote it to disk). One [`spawn_sync`] thread per node keeps the node's
 //! memory a copy of Redis: a full read on (re)connecting, then the
@@ -96,6 +97,7 @@ pub struct RedisStore {
     /// After a failure, no new connection is tried before this.
     retry_at: Option<Instant>,
     node: Arc<str>,
+    key_ttl: i64,
     line: Vec<u8>,
     event: Vec<u8>,
 }
@@ -110,15 +112,17 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// A store writing to the server `settings` names, as node `node`
-    /// (connects on first use).
-    pub fn new(settings: &RedisSettings, node: Arc<str>) -> Result<Self, String> {
+    /// A store writing to the server `settings` names, as node `node`,
+    /// for registrations of at most `max_expires` seconds (connects on
+    /// first use).
+    pub fn new(settings: &RedisSettings, node: Arc<str>, max_expires: u32) -> Result<Self, String> {
         Ok(Self {
             client: client(settings)?,
             settings: settings.clone(),
             conn: None,
             retry_at: None,
             node,
+            key_ttl: 2 * i64::from(max_expires.max(1)),
             line: Vec::new(),
             event: Vec::new(),
         })
@@ -171,37 +175,50 @@ impl RedisStore {
 
     fn pipeline(&mut self, changes: &[&[Record]]) -> redis::Pipeline {
         let prefix = self.settings.prefix.as_str();
+        // No MULTI: each command is atomic, the answer waits for all of
+        // them, and any failure refuses every change of the batch.
         let mut pipe = redis::pipe();
-        pipe.atomic();
         self.event.clear();
         self.event.extend_from_slice(self.node.as_bytes());
         self.event.push(b'\n');
-        for r in changes.iter().flat_map(|c| c.iter()) {
-            encode(r, &mut self.event);
-            match r {
-                Record::Bind { aor, binding, .. } => {
-                    let key = aor_key(prefix, aor);
-                    self.line.clear();
-                    encode(r, &mut self.line);
-                    self.line.pop();
-                    pipe.hset(&key, &binding.contact, &self.line[..]).ignore();
-                    // The key lives as long as its longest binding: set the
-                    // expiry when it has none, raise it when this is later.
-                    pipe.cmd("EXPIREAT")
-                        .arg(&key)
-                        .arg(binding.expires_at)
-                        .arg("NX")
-                        .ignore();
-                    pipe.cmd("EXPIREAT")
-                        .arg(&key)
-                        .arg(binding.expires_at)
-                        .arg("GT")
-                        .ignore();
-                }
-                Record::Remove { aor, contact, .. } => {
-                    pipe.hdel(aor_key(prefix, aor), contact).ignore();
+        for change in changes {
+            let Some(aor) = change.first().map(|r| match r {
+                Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor,
+            }) else {
+                continue;
+            };
+            let key = aor_key(prefix, aor);
+            let mut hset = redis::cmd("HSET");
+            hset.arg(&key);
+            let mut hdel = redis::cmd("HDEL");
+            hdel.arg(&key);
+            let (mut binds, mut removes) = (0, 0);
+            for r in change.iter() {
+                encode(r, &mut self.event);
+                match r {
+                    Record::Bind { binding, .. } => {
+                        self.line.clear();
+                        encode(r, &mut self.line);
+                        self.line.pop();
+                        hset.arg(&binding.contact).arg(&self.line[..]);
+                        binds += 1;
+                    }
+                    Record::Remove { contact, .. } => {
+                        hdel.arg(contact);
+                        removes += 1;
+                    }
                 }
             }
+            if binds > 0 {
+                pipe.add_command(hset).ignore();
+            }
+            if removes > 0 {
+                pipe.add_command(hdel).ignore();
+            }
+            // Every write gives the key twice the longest registration:
+            // it outlives each of its bindings, and an AoR nobody
+            // refreshes disappears by itself.
+            pipe.expire(&key, self.key_ttl).ignore();
         }
         pipe.publish(channel(prefix), &self.event[..]).ignore();
         pipe

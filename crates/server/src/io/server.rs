@@ -207,7 +207,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let backing = |i: usize| -> Result<Backing, StartError> {
         Ok(match (&persistence, &config.redis) {
             (Some(p), _) => Backing::Journal(p.journal(i).map_err(store)?),
-            (None, Some(r)) => Backing::Redis(r.clone(), node.clone()),
+            (None, Some(r)) => Backing::Redis(r.clone(), node.clone(), config.max_expires),
             (None, None) => Backing::Memory,
         })
     };

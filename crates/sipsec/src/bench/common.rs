@@ -12,9 +12,15 @@ use sipsec_bench::{cpu, scenario, stats};
 /// What every measured run needs: target, scenario, users, sampling, output.
 #[derive(Args)]
 pub struct CommonArgs {
-    /// The server (loopback only).
-    #[arg(long, default_value = "127.0.0.1:5060")]
-    pub(super) target: SocketAddr,
+    /// The server (loopback only). Several (repeated or comma-separated): nodes sharing the
+    /// load, generator thread i on the (i mod n)-th; a callee registers at the last one and
+    /// callers use the others, so every call crosses nodes.
+    #[arg(
+        long = "target",
+        default_value = "127.0.0.1:5060",
+        value_delimiter = ','
+    )]
+    pub(super) targets: Vec<SocketAddr>,
     /// register, register-update, register-logout, invite, invite-not-found, redirect.
     #[arg(long, default_value = "register")]
     pub(super) scenario: String,
@@ -149,7 +155,9 @@ pub(super) fn loopback_only(addr: SocketAddr) -> Result<(), String> {
 /// The run's options from the shared arguments; shape and counts are the
 /// caller's to set.
 pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
-    loopback_only(a.target)?;
+    for t in &a.targets {
+        loopback_only(*t)?;
+    }
     let weights = stats::parse_weights(&a.weights)?;
     let scenario = scenario::built_in(&a.scenario, a.auth)?;
     if a.tls && scenario.needs_callee && a.callee_registrar.is_none() {
@@ -186,9 +194,27 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
         }
         server_pids.extend(found);
     }
+    // Several nodes: the callee on the last one, callers on the others.
+    let (callers, callee_registrar) = match (&a.targets[..], a.callee_registrar) {
+        ([], _) => return Err("--target: give at least one server".into()),
+        ([one], r) => (vec![*one], r),
+        (many, Some(r)) => (many.to_vec(), Some(r)),
+        (many, None) if scenario.needs_callee => {
+            (many[..many.len() - 1].to_vec(), many.last().copied())
+        }
+        (many, None) => (many.to_vec(), None),
+    };
+    if a.threads.max(1) < callers.len() {
+        return Err(format!(
+            "--threads {}: give at least one generator thread per target ({})",
+            a.threads,
+            callers.len()
+        ));
+    }
     Ok(sipsec_bench::Options {
         run: Run {
-            target: a.target,
+            target: callers[0],
+            also: callers[1..].to_vec(),
             scenario,
             shape: Shape::Rate(1.0),
             calls: 0,
@@ -224,7 +250,7 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             name: a.callee.clone(),
             password: callee_password,
         },
-        callee_registrar: a.callee_registrar,
+        callee_registrar,
         callee_domain: None,
         server_pids,
         weights,
