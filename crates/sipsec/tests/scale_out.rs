@@ -307,6 +307,11 @@ fn a_call_reaches_a_phone_connected_to_another_node() {
         assert!(Instant::now() < deadline, "no 200 OK back at the caller");
     }
     assert_eq!(metric(&b, "sipsec_location_store_up"), Some(1));
+    assert_eq!(
+        metric(&b, "sipsec_location_store_nodes"),
+        Some(2),
+        "B knows A (started first) and itself"
+    );
     assert!(metric(&b, "sipsec_location_store_changes_applied_total").unwrap_or(0) >= 1);
 }
 

@@ -103,6 +103,12 @@ impl View {
                     r.resyncs.load(Ordering::Relaxed),
                 ),
                 (
+                    "sipsec_location_store_nodes",
+                    "gauge",
+                    "Nodes sharing the location heard from in the last minute (their addresses are exempt from the per-source rate limit).",
+                    r.nodes.load(Ordering::Relaxed),
+                ),
+                (
                     "sipsec_location_store_changes_applied_total",
                     "counter",
                     "Binding changes applied from other nodes.",

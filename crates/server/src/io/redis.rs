@@ -36,6 +36,8 @@ pub struct RedisState {
     pub resyncs: AtomicU64,
     /// Changes applied from other nodes.
     pub applied: AtomicU64,
+    /// Nodes heard from in the last minute (this one included).
+    pub nodes: AtomicU64,
     /// Why the last attempt to follow the shared location failed.
     pub last_error: std::sync::Mutex<Option<String>>,
 }
@@ -290,7 +292,7 @@ fn apply(payload: &[u8], node: &str, location: &MemoryLocation) -> u64 {
 pub fn spawn_sync(
     settings: RedisSettings,
     node: Arc<str>,
-    location: Arc<MemoryLocation>,
+    shared: Arc<crate::proto::core::Shared>,
     state: Arc<RedisState>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -300,7 +302,7 @@ pub fn spawn_sync(
         .spawn(move || {
             let mut was_up = true;
             while !stop.load(Ordering::Relaxed) {
-                let result = follow(&client, &settings, &node, &location, &state, &stop, || {
+                let result = follow(&client, &settings, &node, &shared, &state, &stop, || {
                     if !was_up {
                         crate::io::log::line(
                             "info",
@@ -335,6 +337,37 @@ pub fn spawn_sync(
         })
 }
 
+/// How often a node says it is alive, and reads which others are.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// A node not heard from in this long is no longer trusted.
+const NODE_TTL: u64 = 60;
+
+/// Says this node (its SIP address) is alive, and trusts the IP addresses
+/// of the nodes alive now: they forward whole deployments' requests, so the
+/// per-source rate limit must not apply to them (bans still do).
+fn heartbeat(
+    conn: &mut redis::Connection,
+    settings: &RedisSettings,
+    me: std::net::SocketAddr,
+    shared: &crate::proto::core::Shared,
+    state: &RedisState,
+) -> redis::RedisResult<()> {
+    let key = format!("{}nodes", settings.prefix);
+    let now = crate::io::clock::unix_now();
+    let (_, _, alive): ((), (), Vec<String>) = redis::pipe()
+        .zadd(&key, me.to_string(), now)
+        .zrembyscore(&key, 0, now.saturating_sub(NODE_TTL))
+        .zrangebyscore(&key, now.saturating_sub(NODE_TTL), "+inf")
+        .query(conn)?;
+    let nodes: Vec<std::net::SocketAddr> = alive.iter().filter_map(|a| a.parse().ok()).collect();
+    state.nodes.store(nodes.len() as u64, Ordering::Relaxed);
+    shared
+        .guard
+        .set_trusted(nodes.iter().map(|n| n.ip()).collect());
+    Ok(())
+}
+
 /// How often the feed's reader looks at its stop flag.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -345,7 +378,7 @@ fn follow(
     client: &redis::Client,
     settings: &RedisSettings,
     node: &str,
-    location: &MemoryLocation,
+    shared: &crate::proto::core::Shared,
     state: &RedisState,
     stop: &AtomicBool,
     synced: impl FnOnce(),
@@ -354,9 +387,11 @@ fn follow(
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe(channel(&settings.prefix))?;
     let mut data = connect(client, settings.timeout)?;
+    let location = &shared.location;
     let all = load(&mut data, &settings.prefix, crate::io::clock::unix_now())?;
-    drop(data);
     location.replace_all(all);
+    let me = shared.config.advertise;
+    heartbeat(&mut data, settings, me, shared, state)?;
     state.synced.store(true, Ordering::Relaxed);
     state.resyncs.fetch_add(1, Ordering::Relaxed);
     synced();
@@ -364,7 +399,12 @@ fn follow(
     // the connection, a paused one fails the ping below.
     pubsub.set_read_timeout(Some(POLL))?;
     let mut quiet_since = Instant::now();
+    let mut beat = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if beat.elapsed() >= HEARTBEAT {
+            heartbeat(&mut data, settings, me, shared, state)?;
+            beat = Instant::now();
+        }
         match pubsub.get_message() {
             Ok(msg) => {
                 quiet_since = Instant::now();

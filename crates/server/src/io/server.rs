@@ -250,7 +250,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
                 crate::io::redis::spawn_sync(
                     r.clone(),
                     node.clone(),
-                    shared.location.clone(),
+                    shared.clone(),
                     state.clone(),
                     stop.clone(),
                 )
