@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Installs what sipsec needs on Debian/Ubuntu and builds the release binary.
-# With --crypto-bench, installs only what the adapters of `sipsec
-# crypto-bench` need (crossbench/) and builds nothing.
+# With --server-only, installs only what building the server needs (a C
+# toolchain, pkg-config, OpenSSL headers) and builds it: no peers, browsers
+# or benchmark tools. With --crypto-bench, installs only what the adapters
+# of `sipsec crypto-bench` need (crossbench/) and builds nothing.
 # Safe to run again; uses sudo only when not root.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 ALL=1
+SERVER_ONLY=0
 case "${1:-}" in
     "") ;;
     --crypto-bench) ALL=0 ;;
+    --server-only) ALL=0 SERVER_ONLY=1 ;;
     *)
-        echo "usage: ./setup.sh [--crypto-bench]" >&2
+        echo "usage: ./setup.sh [--server-only | --crypto-bench]" >&2
         exit 2
         ;;
 esac
@@ -34,15 +38,22 @@ if command -v apt-get >/dev/null 2>&1; then
     # over WebSocket (web/phone), with npm (below) for JsSIP;
     # redis-server for the shared location of several nodes (the
     # scale-out tests start their own on a free port);
+    # python3-prometheus-client, the reference parser the /metrics test
+    # reads the exposition with; systemd for `systemd-analyze verify` of
+    # the packaged unit (packaging/sipsec.service), man-db for the manual
+    # page it names;
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
     PACKAGES="build-essential pkg-config libssl-dev librsvg2-bin golang-go
         libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
+    if [ "$SERVER_ONLY" = 1 ]; then
+        PACKAGES="build-essential pkg-config libssl-dev"
+    fi
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
             kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
-            redis-server"
+            redis-server python3-prometheus-client systemd man-db"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
@@ -68,7 +79,7 @@ fi
 # and the libsrtp side of `sipsec bench srtp`; cryptography (with its
 # bundled OpenSSL), PyCryptodome and pytest-benchmark for the Python
 # adapters of `sipsec crypto-bench` (crossbench/python).
-if command -v python3 >/dev/null 2>&1; then
+if [ "$SERVER_ONLY" = 0 ] && command -v python3 >/dev/null 2>&1; then
     PY_PACKAGES="cryptography==48.0.0 pycryptodome==3.23.0 pytest-benchmark==5.3.1"
     if [ "$ALL" = 1 ]; then
         PY_PACKAGES="sipvicious==0.3.8 pylibsrtp==0.12.0 $PY_PACKAGES"
@@ -98,9 +109,12 @@ if [ "$ALL" = 1 ]; then
     fi
 fi
 
-if [ "$ALL" = 1 ]; then
+if [ "$ALL" = 1 ] || [ "$SERVER_ONLY" = 1 ]; then
     cargo build --release --locked -p sipsec
     echo "setup.sh: built target/release/sipsec"
+fi
+if [ "$SERVER_ONLY" = 1 ]; then
+    exit 0
 fi
 
 # crypto-bench's Java libraries (BouncyCastle, JMH) from Maven Central and

@@ -186,6 +186,9 @@ pub struct Config {
     /// Journal bytes past which the store compacts online (snapshot plus
     /// new journals), while the server runs.
     pub journal_compact_bytes: u64,
+    /// Seconds a stopping server (SIGTERM) lets transactions under way
+    /// finish before closing everything.
+    pub drain_timeout: u64,
     /// Most contacts one address-of-record may hold.
     pub max_contacts: usize,
     /// What a REGISTER past `max_contacts` gets.
@@ -219,6 +222,55 @@ pub struct Config {
     /// journal in `data_dir`; `Some` is a Redis or Valkey server shared by
     /// several nodes.
     pub redis: Option<RedisSettings>,
+    /// HEP (Homer) tracing of every SIP message received and sent.
+    pub trace: Option<TraceSettings>,
+    /// A token the operator endpoint requires (`Authorization: Bearer`);
+    /// needed when it listens beyond loopback.
+    pub http_token: Option<String>,
+}
+
+/// HEP version 3 tracing (`[trace]`): a copy of each SIP message, with its
+/// addresses, transport and time, to a Homer (or any HEP) collector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceSettings {
+    /// The collector (`udp:HOST:PORT` in the file).
+    pub collector: String,
+    /// Capture agent ID written in every packet.
+    pub capture_id: u32,
+    /// Authentication key sent in every packet (HEP chunk 14), if the
+    /// collector wants one.
+    pub password: Option<String>,
+    /// Fraction of calls traced, chosen by Call-ID so a dialog is whole.
+    pub sample: f64,
+    /// Methods traced (requests and the responses to them); empty: all.
+    pub methods: Vec<String>,
+}
+
+impl TraceSettings {
+    /// Every message to `collector` (`HOST:PORT`).
+    pub fn new(collector: impl Into<String>) -> Self {
+        Self {
+            collector: collector.into(),
+            capture_id: 2001,
+            password: None,
+            sample: 1.0,
+            methods: Vec::new(),
+        }
+    }
+}
+
+/// Parses `udp:HOST:PORT` (the only HEP transport sipsec sends) into
+/// `HOST:PORT`.
+pub fn parse_hep(spec: &str) -> Result<String, String> {
+    let Some(rest) = spec.strip_prefix("udp:") else {
+        return Err(format!("{spec:?}: expected udp:HOST:PORT"));
+    };
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(rest.to_owned())
+        }
+        _ => Err(format!("{spec:?}: expected udp:HOST:PORT")),
+    }
 }
 
 /// A Redis (or Valkey) location backend, shared by every node that names
@@ -353,6 +405,7 @@ impl Default for Config {
             data_dir: PathBuf::from("sipsec-data"),
             durability: Durability::Process,
             journal_compact_bytes: 64 << 20,
+            drain_timeout: 10,
             max_contacts: 10,
             max_contacts_policy: Overflow::Reject,
             max_tracked_nonces: 1 << 20,
@@ -367,6 +420,8 @@ impl Default for Config {
             connections: ConnectionLimits::default(),
             websocket: WebSocketSettings::default(),
             redis: None,
+            trace: None,
+            http_token: None,
         }
     }
 }
@@ -402,6 +457,8 @@ pub struct FileConfig {
     pub durability: Option<String>,
     /// Journal bytes that trigger an online compaction.
     pub journal_compact_bytes: Option<u64>,
+    /// Seconds to let transactions finish on SIGTERM.
+    pub drain_timeout: Option<u64>,
     /// `[auth]` table.
     pub auth: Option<AuthSection>,
     /// `[registrar]` table.
@@ -420,6 +477,26 @@ pub struct FileConfig {
     pub websocket: Option<WebSocketSection>,
     /// `[location]` table.
     pub location: Option<LocationSection>,
+    /// `[trace]` table.
+    pub trace: Option<TraceSection>,
+    /// A token the operator endpoint requires.
+    pub http_token: Option<String>,
+}
+
+/// `[trace]`: HEP tracing to a Homer collector.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSection {
+    /// `udp:HOST:PORT`.
+    pub hep: Option<String>,
+    /// Capture agent ID.
+    pub capture_id: Option<u32>,
+    /// Authentication key for the collector.
+    pub password: Option<String>,
+    /// Fraction of calls traced, in (0, 1].
+    pub sample: Option<f64>,
+    /// Methods traced; empty or absent: all.
+    pub methods: Option<Vec<String>>,
 }
 
 /// `[location]`: where bindings are kept.
@@ -824,6 +901,9 @@ impl Config {
                 }
             };
         }
+        if let Some(d) = f.drain_timeout {
+            self.drain_timeout = d;
+        }
         if let Some(b) = f.journal_compact_bytes {
             self.journal_compact_bytes = b;
         }
@@ -1005,6 +1085,32 @@ impl Config {
                 }
             }
         }
+        if let Some(t) = f.http_token {
+            if t.len() < 16 {
+                return Err(value("http_token", "at least 16 characters".into()));
+            }
+            self.http_token = Some(t);
+        }
+        if let Some(t) = f.trace {
+            let Some(hep) = t.hep else {
+                return Err(value("trace.hep", "missing: give udp:HOST:PORT".into()));
+            };
+            let mut s = TraceSettings::new(parse_hep(&hep).map_err(|m| value("trace.hep", m))?);
+            if let Some(id) = t.capture_id {
+                s.capture_id = id;
+            }
+            s.password = t.password;
+            if let Some(r) = t.sample {
+                if !(r > 0.0 && r <= 1.0) {
+                    return Err(value("trace.sample", format!("{r}: a fraction in (0, 1]")));
+                }
+                s.sample = r;
+            }
+            if let Some(m) = t.methods {
+                s.methods = m.iter().map(|m| m.to_ascii_uppercase()).collect();
+            }
+            self.trace = Some(s);
+        }
         if let Some(l) = f.location {
             self.redis = location_settings(l, self.redis.take()).map_err(|(k, m)| value(k, m))?;
         }
@@ -1146,6 +1252,36 @@ mod tests {
                 e.contains("connections") || e.contains("nope") || e.contains("IP"),
                 "{bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn trace_and_token_settings() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "http_token = \"0123456789abcdef\"\n[trace]\nhep = \"udp:collector.example:9060\"\nmethods = [\"invite\"]\nsample = 0.5\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let t = c.trace.expect("trace on");
+        assert_eq!(t.collector, "collector.example:9060");
+        assert_eq!(
+            (t.methods, t.sample, t.capture_id),
+            (vec!["INVITE".to_owned()], 0.5, 2001)
+        );
+        assert_eq!(c.http_token.as_deref(), Some("0123456789abcdef"));
+        for (bad, key) in [
+            ("[trace]\nhep = \"tcp:h:1\"\n", "trace.hep"),
+            ("[trace]\nhep = \"udp:h:0\"\n", "trace.hep"),
+            ("[trace]\nsample = 0.5\n", "trace.hep"),
+            ("[trace]\nhep = \"udp:h:1\"\nsample = 0\n", "trace.sample"),
+            ("http_token = \"short\"\n", "http_token"),
+        ] {
+            let e = Config::default()
+                .apply_toml(bad, "t.toml")
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
         }
     }
 

@@ -19,6 +19,7 @@ pub mod io;
 pub mod proto;
 
 pub use crate::config::{Config, Mode};
-pub use crate::io::server::{check, start, Checked, ServerHandle, StartError, Started};
+pub use crate::io::process::COMMIT;
+pub use crate::io::server::{check, start, Checked, Drained, ServerHandle, StartError, Started};
 pub use crate::io::udp::UdpServer;
 pub use crate::proto::core::{Core, Now, Reply, Shared, Transport};

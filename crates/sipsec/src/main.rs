@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod crypto_bench;
 mod keygen;
+mod logging;
 mod phone;
 mod status;
 mod users;
@@ -28,12 +29,9 @@ struct Cli {
 enum Command {
     /// Run the SIP server (registrar by default; proxy or redirect by --mode).
     Serve(Box<ServeArgs>),
-    /// Show a running server's configuration and registered users.
-    Status {
-        /// The server's operator endpoint.
-        #[arg(long, default_value = "127.0.0.1:8060")]
-        http: SocketAddr,
-    },
+    /// Show a running server: a summary (counts, top AoRs, bans, TLS,
+    /// connections, transactions, uptime); its bindings with --all or --aor.
+    Status(status::StatusArgs),
     /// Manage the users file (HA1 hashes; passwords are never stored).
     Users {
         #[command(subcommand)]
@@ -63,6 +61,19 @@ enum Command {
         #[command(subcommand)]
         command: SipCommand,
     },
+    /// Print shell completions (bash, zsh, fish, elvish, powershell):
+    /// e.g. `sipsec completions bash > /etc/bash_completion.d/sipsec`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (sipsec.1 and one per subcommand) into a
+    /// directory, or print sipsec.1 without one.
+    Man {
+        /// Directory for the pages (e.g. /usr/local/share/man/man1).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -72,7 +83,7 @@ enum ModeArg {
     Redirect,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct ServeArgs {
     /// Configuration file (see sipsec.example.toml); flags override it.
     #[arg(long)]
@@ -156,6 +167,19 @@ struct ServeArgs {
     /// WebSocket Origins allowed to connect, comma-separated (e.g. https://phone.example) [default: any].
     #[arg(long, value_delimiter = ',')]
     ws_origins: Option<Vec<String>>,
+    /// Which log events to write: a level (error, warn, info, debug, trace)
+    /// or directives such as warn,sipsec::conn=debug [default: RUST_LOG, else info].
+    #[arg(long, value_name = "FILTER", value_parser = |s: &str| logging::parse_filter(s).map(|_| s.to_owned()))]
+    log_level: Option<String>,
+    /// Log lines as text or one JSON object each, on standard error.
+    #[arg(long, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
+    /// Copy every SIP message received and sent to this HEP (Homer) collector: udp:HOST:PORT.
+    #[arg(long, value_name = "udp:HOST:PORT", value_parser = sipsec_server::config::parse_hep)]
+    hep: Option<String>,
+    /// Seconds a stopping server (SIGTERM, SIGINT) lets transactions under way finish [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    drain_timeout: Option<u64>,
     /// Validate the configuration, users file, TLS and privacy keys, then exit
     /// (0: usable, 1: the error); binds nothing and leaves the data directory alone.
     #[arg(long)]
@@ -176,11 +200,18 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Users { command } => users::run(command),
-        Command::Status { http } => status::run(http),
+        Command::Status(args) => status::run(&args),
         Command::Bench { command } => bench::run(command),
         Command::Keygen { command } => keygen::run(command),
         Command::CryptoBench(args) => crypto_bench::run(*args),
         Command::Phone { command } => phone::run(*command),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "sipsec", &mut out);
+            write_out(&out)
+        }
+        Command::Man { dir } => man(dir.as_deref()),
         Command::Sip {
             command: SipCommand::Check { file },
         } => match check::read_input(&file) {
@@ -254,6 +285,23 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     if let Some(w) = a.workers {
         config.workers = w.max(1);
     }
+    if let Some(h) = a.hep {
+        let mut t = config
+            .trace
+            .take()
+            .unwrap_or_else(|| sipsec_server::config::TraceSettings::new(h.clone()));
+        t.collector = h;
+        config.trace = Some(t);
+    }
+    if let Ok(t) = std::env::var("SIPSEC_HTTP_TOKEN") {
+        if t.len() < 16 {
+            return Err("SIPSEC_HTTP_TOKEN: at least 16 characters".into());
+        }
+        config.http_token = Some(t);
+    }
+    if let Some(d) = a.drain_timeout {
+        config.drain_timeout = d;
+    }
     if a.fsync {
         config.durability = sipsec_server::config::Durability::Fsync;
     }
@@ -317,6 +365,14 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
 
 fn serve(a: ServeArgs) -> ExitCode {
     let check = a.check;
+    let reload_log = match logging::init(a.log_level.as_deref(), a.log_format) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let args = a.clone();
     let config = match build_config(a) {
         Ok(c) => c,
         Err(e) => {
@@ -364,6 +420,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         if config.auth { "on" } else { "off" },
         config.workers,
     );
+    let initial = config.clone();
     match sipsec_server::start(config) {
         Ok(started) => {
             let h = started.handle;
@@ -410,11 +467,170 @@ fn serve(a: ServeArgs) -> ExitCode {
                     started.recovered.skipped_lines
                 );
             }
-            h.wait();
+            tracing::info!(
+                target: "sipsec::server",
+                version = env!("CARGO_PKG_VERSION"),
+                commit = sipsec_server::COMMIT,
+                udp = %h.local_addr(),
+                "started"
+            );
+            let signal = match run_until_stopped(&initial, &args, &reload_log) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: signal handling: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let deadline = std::time::Duration::from_secs(h.shared().config.drain_timeout);
+            tracing::info!(
+                target: "sipsec::server",
+                signal,
+                deadline_s = deadline.as_secs(),
+                "stopping: new requests get 503, transactions under way may finish"
+            );
+            let d = h.drain(deadline);
+            let journal = match &d.journal {
+                None => "none".to_owned(),
+                Some(Ok(())) => "flushed".to_owned(),
+                Some(Err(e)) => format!("flush failed: {e}"),
+            };
+            tracing::info!(
+                target: "sipsec::server",
+                waited_ms = d.waited.as_millis() as u64,
+                transactions_abandoned = d.transactions_left,
+                connections_closed = d.connections_closed,
+                journal,
+                "stopped"
+            );
+            if matches!(d.journal, Some(Err(_))) {
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT (a second one ends the process at once);
+/// on SIGHUP re-reads the configuration. Returns the stopping signal.
+fn run_until_stopped(
+    running: &Config,
+    args: &ServeArgs,
+    reload_log: &logging::Reload,
+) -> std::io::Result<&'static str> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let term = Arc::new(AtomicBool::new(false));
+    let int = Arc::new(AtomicBool::new(false));
+    let hup = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [(SIGTERM, &term), (SIGINT, &int)] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, flag.clone())?;
+        signal_hook::flag::register(sig, flag.clone())?;
+    }
+    signal_hook::flag::register(SIGHUP, hup.clone())?;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if term.load(Ordering::Relaxed) {
+            return Ok("SIGTERM");
+        }
+        if int.load(Ordering::Relaxed) {
+            return Ok("SIGINT");
+        }
+        if hup.swap(false, Ordering::Relaxed) {
+            reload_config(running, args, reload_log);
+        }
+    }
+}
+
+/// SIGHUP: reads the configuration again. The log filter changes now;
+/// users and the TLS certificate are reloaded by the server itself; any
+/// other setting that differs is named as needing a restart. A file that
+/// does not load changes nothing.
+fn reload_config(running: &Config, args: &ServeArgs, reload_log: &logging::Reload) {
+    let new = match build_config(args.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(target: "sipsec::server", error = %e, "configuration reload refused; nothing changed");
+            return;
+        }
+    };
+    match logging::filter(args.log_level.as_deref()).and_then(reload_log) {
+        Ok(()) => {}
+        Err(e) => tracing::error!(target: "sipsec::server", error = %e, "log filter unchanged"),
+    }
+    let restart = changed_settings(running, &new);
+    tracing::info!(
+        target: "sipsec::server",
+        config = args.config.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(flags only)".into()),
+        needs_restart = %if restart.is_empty() { "none".to_owned() } else { restart.join(",") },
+        "configuration reloaded (log filter, users and TLS certificate apply now)"
+    );
+}
+
+/// The top-level settings whose values differ between `old` and `new`,
+/// by name (read from their `Debug` form, which lists every field).
+fn changed_settings(old: &Config, new: &Config) -> Vec<String> {
+    fn fields(c: &Config) -> Vec<(String, String)> {
+        let text = format!("{c:#?}");
+        let mut out: Vec<(String, String)> = Vec::new();
+        for line in text.lines().skip(1) {
+            let top = line.strip_prefix("    ").filter(|l| !l.starts_with(' '));
+            match (top.and_then(|l| l.split_once(": ")), out.last_mut()) {
+                (Some((name, rest)), _) => out.push((name.to_owned(), rest.to_owned())),
+                (None, Some(last)) => last.1.push_str(line),
+                (None, None) => {}
+            }
+        }
+        out
+    }
+    let new = fields(new);
+    fields(old)
+        .into_iter()
+        .zip(new)
+        .filter(|(a, b)| a != b)
+        .map(|(a, _)| a.0)
+        .collect()
+}
+
+/// Writes `bytes` to standard output; a closed pipe ends quietly.
+fn write_out(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sipsec man`: the pages generated from the command line's own
+/// definition, so they never drift from `--help`.
+fn man(dir: Option<&std::path::Path>) -> ExitCode {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let Some(dir) = dir else {
+        let mut out = Vec::new();
+        return match clap_mangen::Man::new(cmd).render(&mut out) {
+            Ok(()) => write_out(&out),
+            Err(e) => {
+                eprintln!("error: rendering the manual page: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    };
+    let result = std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(cmd, dir));
+    match result {
+        Ok(()) => {
+            println!("manual pages written to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: writing manual pages to {}: {e}", dir.display());
             ExitCode::FAILURE
         }
     }

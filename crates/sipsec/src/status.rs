@@ -1,20 +1,51 @@
-//! `sipsec status`: the operator view of a running server, as a table.
+//! `sipsec status`: the operator view of a running server — a summary by
+//! default, the bindings with `--all` or `--aor PATTERN`, JSON with
+//! `--json`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Args;
 use serde_json::Value;
 
-fn fetch(addr: SocketAddr, path: &str) -> Result<String, String> {
+/// What to show.
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The server's operator endpoint.
+    #[arg(long, default_value = "127.0.0.1:8060")]
+    pub http: SocketAddr,
+    /// List every binding (after the summary).
+    #[arg(long)]
+    pub all: bool,
+    /// List the bindings whose AoR matches: a part of it (alice), or a
+    /// pattern with * and ? matching all of it (sip:a*@example.com).
+    #[arg(long, value_name = "PATTERN")]
+    pub aor: Option<String>,
+    /// Print the status document as JSON (with --all or --aor, every
+    /// matching binding in "bindings").
+    #[arg(long)]
+    pub json: bool,
+    /// The endpoint's token, when it requires one.
+    #[arg(long, env = "SIPSEC_HTTP_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// Bindings fetched per request when listing.
+const PAGE: usize = 5_000;
+
+fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("cannot reach the server's operator endpoint at {addr}: {e} (is `sipsec serve` running with --http {addr}?)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
+    s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut text = String::new();
@@ -25,72 +56,245 @@ fn fetch(addr: SocketAddr, path: &str) -> Result<String, String> {
         .ok_or("malformed HTTP response")?;
     if !head.starts_with("HTTP/1.1 200") {
         return Err(format!(
-            "{addr}{path}: {}",
-            head.lines().next().unwrap_or("")
+            "{addr}{path}: {} {}",
+            head.lines().next().unwrap_or(""),
+            body.trim()
         ));
     }
     Ok(body.to_owned())
 }
 
-/// Renders a `/status` document.
-pub fn render(v: &Value) -> String {
+fn document(a: &StatusArgs, query: &str) -> Result<Value, String> {
+    let (addr, path) = (a.http, format!("/status?{query}"));
+    serde_json::from_str(&fetch(addr, &path, a.token.as_deref())?)
+        .map_err(|e| format!("{addr}{path} is not JSON: {e}"))
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The summary: settings, counters, connections, bans and the largest AoRs.
+pub fn render_summary(v: &Value) -> String {
     let s = |k: &str| {
         v[k].as_str()
             .map_or_else(|| v[k].to_string(), str::to_owned)
     };
-    let mut out = format!(
-        "mode {}   auth {}   realm {}   stateful {}   users {}   uptime {}s\nudp {}   tcp {}   registrations {}   forwarded {}   auth failures {}\n\n",
+    let on = |b: &Value| {
+        if b.as_bool() == Some(true) {
+            "on"
+        } else {
+            "off"
+        }
+    };
+    let sum = &v["summary"];
+    let mut out =
+        format!(
+        "mode {}   auth {}   realm {}   stateful {}   users {}   uptime {}s   version {} ({})\n",
         s("mode"),
-        if v["auth"].as_bool() == Some(true) { "on" } else { "off" },
+        on(&v["auth"]),
         s("realm"),
         if v["stateful"].as_bool() == Some(true) { "yes" } else { "no" },
         s("users"),
         s("uptime_seconds"),
+        s("version"),
+        s("commit"),
+    );
+    out += &format!(
+        "udp {}   tcp {}   tls {}\n",
         s("udp"),
         v["tcp"].as_str().unwrap_or("off"),
+        v["tls"]["addr"].as_str().unwrap_or("off"),
+    );
+    out += &format!(
+        "bindings {} for {} AoR(s)   registrations {}   forwarded {}   auth failures {}   transactions {}\n",
+        sum["bindings"], sum["aors"],
         s("registrations_total"),
         s("forwarded_total"),
         s("auth_failures_total"),
+        s("active_transactions"),
     );
-    let empty = Vec::new();
-    let bindings = v["bindings"].as_array().unwrap_or(&empty);
+    let c = &v["connections"];
     out += &format!(
-        "{:<32} {:<44} {:<16} {:>6} {:>8}\n",
-        "AOR", "CONTACT", "ADDRESS", "PORT", "EXPIRES"
+        "connections tcp {} tls {} ws {} wss {} (limit {})\n",
+        c["tcp"],
+        c["tls"],
+        c["ws"],
+        c["wss"],
+        c["limit"].as_u64().map_or("-".into(), |l| l.to_string()),
     );
-    for b in bindings {
+    if v["tls"].is_object() {
+        let t = &v["tls"];
         out += &format!(
-            "{:<32} {:<44} {:<16} {:>6} {:>7}s\n",
-            b["aor"].as_str().unwrap_or(""),
-            b["contact"].as_str().unwrap_or(""),
-            b["address"].as_str().unwrap_or(""),
-            b["port"],
-            b["expires_in"],
+            "tls key {}   handshakes {} ({} failed)   reloads {} ({} refused)\n",
+            t["key"].as_str().unwrap_or("?"),
+            t["handshakes_total"],
+            t["handshake_failures_total"],
+            t["reloads_total"],
+            t["reload_failures_total"],
         );
     }
-    out += &format!("{} binding(s)\n", bindings.len());
+    if v["location_store"].is_object() {
+        let l = &v["location_store"];
+        out += &format!(
+            "shared location {}   nodes {}   resyncs {}\n",
+            if l["up"].as_bool() == Some(true) {
+                "up"
+            } else {
+                "DOWN"
+            },
+            l["nodes"],
+            l["resyncs_total"],
+        );
+    }
+    let empty = Vec::new();
+    let banned = v["banned"].as_array().unwrap_or(&empty);
+    out += &format!("banned {}", banned.len());
+    for b in banned.iter().take(10) {
+        out += &format!(
+            "   {} ({}s left)",
+            b["address"].as_str().unwrap_or("?"),
+            b["seconds_left"]
+        );
+    }
+    out += "\n";
+    let top = sum["top_aors"].as_array().unwrap_or(&empty);
+    if !top.is_empty() {
+        out += "most contacts:";
+        for t in top {
+            out += &format!(" {} ({})", t["aor"].as_str().unwrap_or("?"), t["contacts"]);
+        }
+        out += "\n";
+    }
     out
 }
 
-pub fn run(http: SocketAddr) -> ExitCode {
-    let result = fetch(http, "/status").and_then(|body| {
-        serde_json::from_str::<Value>(&body).map_err(|e| format!("{http}/status is not JSON: {e}"))
-    });
-    match result {
-        Ok(v) => {
-            use std::io::Write;
-            // A reader that stops early (`| head`) closes the pipe: that
-            // ends the listing, it is not an error (and never a panic).
-            match std::io::stdout().lock().write_all(render(&v).as_bytes()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: writing the status: {e}");
-                    ExitCode::FAILURE
+fn header() -> String {
+    format!(
+        "{:<32} {:<44} {:<16} {:>6} {:>8}\n",
+        "AOR", "CONTACT", "ADDRESS", "PORT", "EXPIRES"
+    )
+}
+
+fn row(b: &Value) -> String {
+    format!(
+        "{:<32} {:<44} {:<16} {:>6} {:>7}s\n",
+        b["aor"].as_str().unwrap_or(""),
+        b["contact"].as_str().unwrap_or(""),
+        b["address"].as_str().unwrap_or(""),
+        b["port"],
+        b["expires_in"],
+    )
+}
+
+/// Writes to standard output; a reader that stops early (`| head`) ends
+/// the listing quietly.
+struct Out(std::io::BufWriter<std::io::StdoutLock<'static>>);
+
+enum Stop {
+    Closed,
+    Failed(String),
+}
+
+impl Out {
+    fn put(&mut self, s: &str) -> Result<(), Stop> {
+        self.0.write_all(s.as_bytes()).map_err(Self::why)
+    }
+
+    fn why(e: std::io::Error) -> Stop {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Stop::Closed
+        } else {
+            Stop::Failed(format!("writing the status: {e}"))
+        }
+    }
+}
+
+fn show(a: &StatusArgs, out: &mut Out) -> Result<(), Stop> {
+    let listing = a.all || a.aor.is_some();
+    let filter = a
+        .aor
+        .as_deref()
+        .map(|p| format!("aor={}&", encode(p)))
+        .unwrap_or_default();
+    let first = document(
+        a,
+        &format!("{filter}limit={}", if listing { PAGE } else { 0 }),
+    )
+    .map_err(Stop::Failed)?;
+    if !listing {
+        let text = if a.json {
+            format!("{first:#}\n")
+        } else {
+            let n = first["summary"]["bindings"].as_u64().unwrap_or(0);
+            format!(
+                "{}{}",
+                render_summary(&first),
+                if n > 0 {
+                    "list bindings with --all, or --aor PATTERN\n"
+                } else {
+                    ""
                 }
+            )
+        };
+        return out.put(&text);
+    }
+    let matched = first["page"]["matched"].as_u64().unwrap_or(0) as usize;
+    if !a.json {
+        out.put(&render_summary(&first))?;
+        out.put("\n")?;
+        out.put(&header())?;
+    }
+    let mut all: Vec<Value> = Vec::new();
+    let mut page = first.clone();
+    let mut offset = 0;
+    loop {
+        let rows = page["bindings"].as_array().cloned().unwrap_or_default();
+        let n = rows.len();
+        for b in rows {
+            if a.json {
+                all.push(b);
+            } else {
+                out.put(&row(&b))?;
             }
         }
-        Err(e) => {
+        offset += n;
+        if n < PAGE || offset >= matched {
+            break;
+        }
+        page =
+            document(a, &format!("{filter}offset={offset}&limit={PAGE}")).map_err(Stop::Failed)?;
+    }
+    if a.json {
+        let mut doc = first;
+        doc["page"]["returned"] = all.len().into();
+        doc["page"]["limit"] = Value::Null;
+        doc["bindings"] = Value::Array(all);
+        out.put(&format!("{doc:#}\n"))
+    } else {
+        out.put(&format!(
+            "{offset} binding(s){}\n",
+            a.aor
+                .as_deref()
+                .map(|p| format!(" matching {p:?}"))
+                .unwrap_or_default()
+        ))
+    }
+}
+
+pub fn run(a: &StatusArgs) -> ExitCode {
+    let mut out = Out(std::io::BufWriter::new(std::io::stdout().lock()));
+    let result = show(a, &mut out).and_then(|()| out.0.flush().map_err(Out::why));
+    match result {
+        Ok(()) | Err(Stop::Closed) => ExitCode::SUCCESS,
+        Err(Stop::Failed(e)) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }

@@ -190,7 +190,7 @@ fn status_and_metrics() {
         .to_string();
     assert!(register(addr, "dave", 1).starts_with("SIP/2.0 200 OK\r\n"));
     let out = Command::new(BIN)
-        .args(["status", "--http", &http])
+        .args(["status", "--http", &http, "--all"])
         .output()
         .expect("runs");
     assert!(
@@ -303,7 +303,7 @@ fn status_into_a_closed_pipe_ends_quietly() {
         assert!(register(s.addr, &format!("u{i}"), 1).starts_with("SIP/2.0 200"));
     }
     let mut child = Command::new(BIN)
-        .args(["status", "--http", &http])
+        .args(["status", "--http", &http, "--all"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -163,6 +163,9 @@ pub fn handle(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
+    if let Some(t) = core.shared().tap.get() {
+        t.received(input, src, transport);
+    }
     let mut reply = core.handle(input, src, transport, now, out);
     if reply == Reply::Retry {
         reply = retry(core, input, src, transport, now, out);
@@ -260,6 +263,9 @@ pub fn handle_deferring(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
+    if let Some(t) = core.shared().tap.get() {
+        t.received(input, src, transport);
+    }
     let mut reply = core.handle(input, src, transport, now, out);
     if reply == Reply::Retry && !deferred.is_empty() {
         deferred.flush(core, store);
@@ -313,6 +319,9 @@ pub fn log_events(core: &mut Core) {
             Event::AuthFailed { src, user } => crate::io::log::auth_failure(src, &user),
             Event::Oversize { what, dest, len } => crate::io::log::oversize(what, dest, len),
             Event::JournalFailed { aor, error } => crate::io::log::journal_error(&aor, &error),
+            Event::Banned { src, seconds } => crate::io::log::banned(src, seconds),
+            Event::RelayDenied { src, target } => crate::io::log::relay_denied(src, &target),
+            Event::RateLimited { src } => crate::io::log::rate_limited(src),
         }
     }
 }

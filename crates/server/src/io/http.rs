@@ -1,5 +1,8 @@
 //! The operator view: a small HTTP/1.1 endpoint (loopback by default) with
-//! `GET /metrics` (Prometheus text) and `GET /status` (JSON).
+//! `GET /` (a live web page), `GET /metrics` (Prometheus text) and
+//! `GET /status` (JSON). With a token configured every request must carry
+//! it (`Authorization: Bearer TOKEN`, or `?token=TOKEN` to open the page),
+//! which is required when the endpoint listens beyond loopback.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -63,6 +66,18 @@ impl View {
             ),
         ];
         let mut text = self.shared.metrics.render(&gauges);
+        text.push_str(&format!(
+            "# HELP sipsec_build_info The version and git commit of this build (always 1).\n# TYPE sipsec_build_info gauge\nsipsec_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION"),
+            crate::io::process::COMMIT
+        ));
+        text.push_str(&crate::io::process::render(&crate::io::process::usage()));
+        if let Some(t) = self.shared.tap.get() {
+            let (queued, dropped) = t.counts();
+            text.push_str(&format!(
+                "# HELP sipsec_hep_packets_total SIP messages copied to the HEP collector.\n# TYPE sipsec_hep_packets_total counter\nsipsec_hep_packets_total {queued}\n# HELP sipsec_hep_dropped_total SIP messages not traced: the queue to the collector was full, or the message too large for HEP.\n# TYPE sipsec_hep_dropped_total counter\nsipsec_hep_dropped_total {dropped}\n"
+            ));
+        }
         if let Some(p) = &self.shared.privacy {
             let c = &p.counters;
             for (name, help, v) in [
@@ -123,15 +138,37 @@ impl View {
         text
     }
 
-    /// The `/status` document.
-    pub fn status(&self) -> serde_json::Value {
+    /// The `/status` document: the settings, counters and a summary of the
+    /// location service, with one page of the bindings that match `q`.
+    pub fn status(&self, q: &StatusQuery) -> serde_json::Value {
         let now = unix_now();
         let c = &self.shared.config;
-        let bindings: Vec<_> = self
-            .shared
-            .location
-            .snapshot(now)
+        let mut all = self.shared.location.snapshot(now);
+        all.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact.cmp(&b.1.contact)));
+        let total = all.len();
+        let mut per_aor: Vec<(&str, usize)> = Vec::new();
+        for (aor, _) in &all {
+            match per_aor.last_mut() {
+                Some((a, n)) if *a == aor => *n += 1,
+                _ => per_aor.push((aor, 1)),
+            }
+        }
+        let aors = per_aor.len();
+        per_aor.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let top: Vec<_> = per_aor
+            .iter()
+            .take(TOP_AORS)
+            .map(|(aor, n)| json!({"aor": aor, "contacts": n}))
+            .collect();
+        let matching: Vec<_> = all
+            .iter()
+            .filter(|(aor, _)| q.aor.as_deref().is_none_or(|p| matches_pattern(p, aor)))
+            .collect();
+        let matched = matching.len();
+        let bindings: Vec<_> = matching
             .into_iter()
+            .skip(q.offset)
+            .take(q.limit)
             .map(|(aor, b)| {
                 json!({
                     "aor": aor,
@@ -144,7 +181,11 @@ impl View {
             })
             .collect();
         let m = &self.shared.metrics;
+        let open = |t| m.open_connections(t);
+        use sip_core::Transport as T;
         json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "commit": crate::io::process::COMMIT,
             "mode": c.mode.as_str(),
             "auth": c.auth,
             "realm": c.realm,
@@ -158,16 +199,28 @@ impl View {
                 "key": ctx.certs.info().description,
                 "mutual": ctx.mutual,
                 "handshakes_total": m.tls_handshakes.load(Ordering::Relaxed),
+                "handshake_failures_total": m.tls_handshake_failures.load(Ordering::Relaxed),
                 "reloads_total": m.tls_reloads.load(Ordering::Relaxed),
+                "reload_failures_total": m.tls_reload_failures.load(Ordering::Relaxed),
             })),
             "users": self.users(),
             "uptime_seconds": now.saturating_sub(self.shared.started),
             "tcp_connections": self.hub.as_ref().map_or(0, |h| h.connections()),
+            "connections": {
+                "tcp": open(T::Tcp), "tls": open(T::Tls), "ws": open(T::Ws), "wss": open(T::Wss),
+                "limit": self.hub.as_ref().map(|h| h.limit()),
+            },
             "registrations_total": m.registered.load(Ordering::Relaxed),
             "forwarded_total": m.forwarded.load(Ordering::Relaxed),
             "auth_failures_total": m.auth_failures.load(Ordering::Relaxed),
             "malformed_total": m.malformed.load(Ordering::Relaxed),
             "rate_limited_total": m.rate_limited.load(Ordering::Relaxed),
+            "bans_total": m.bans.load(Ordering::Relaxed),
+            "location_store": self.redis.as_ref().map(|r| json!({
+                "up": r.synced.load(Ordering::Relaxed),
+                "nodes": r.nodes.load(Ordering::Relaxed),
+                "resyncs_total": r.resyncs.load(Ordering::Relaxed),
+            })),
             "privacy": self.shared.privacy.as_ref().map(|p| json!({
                 "stateful": p.stateful(),
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),
@@ -175,17 +228,178 @@ impl View {
                 "refused_total": p.counters.refused.load(Ordering::Relaxed),
             })),
             "banned": self.shared.guard.banned(now).into_iter().map(|(ip, left)| json!({"address": ip.to_string(), "seconds_left": left})).collect::<Vec<_>>(),
+            "summary": {
+                "aors": aors,
+                "bindings": total,
+                "top_aors": top,
+            },
+            "page": {
+                "aor": q.aor,
+                "matched": matched,
+                "offset": q.offset,
+                "limit": q.limit,
+                "returned": bindings.len(),
+            },
             "bindings": bindings,
         })
     }
 }
 
+/// AoRs listed in the status summary, most contacts first.
+const TOP_AORS: usize = 5;
+
+/// Bindings on one `/status` page unless `limit` says otherwise.
+pub const DEFAULT_LIMIT: usize = 100;
+
+/// The most bindings one page holds, whatever `limit` asks.
+pub const MAX_LIMIT: usize = 10_000;
+
+/// The longest AoR pattern accepted (matching is linear in each).
+const MAX_PATTERN: usize = 256;
+
+/// Which bindings `/status` lists: `?aor=PATTERN&offset=N&limit=N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusQuery {
+    /// A pattern the AoR must match (see [`matches_pattern`]).
+    pub aor: Option<String>,
+    /// Matching bindings skipped (sorted by AoR, then contact).
+    pub offset: usize,
+    /// Bindings returned at most (capped at [`MAX_LIMIT`]).
+    pub limit: usize,
+}
+
+impl Default for StatusQuery {
+    fn default() -> Self {
+        Self {
+            aor: None,
+            offset: 0,
+            limit: DEFAULT_LIMIT,
+        }
+    }
+}
+
+impl StatusQuery {
+    /// Parses a query string (`aor=alice*&limit=10`), percent-decoded;
+    /// an unknown key or a bad number is an error naming it.
+    pub fn parse(query: &str) -> Result<Self, String> {
+        let mut q = Self::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v).ok_or_else(|| format!("{k}: bad percent-encoding"))?;
+            let number = |v: &str| {
+                v.parse::<usize>()
+                    .map_err(|_| format!("{k}={v}: not a whole number"))
+            };
+            match k {
+                "aor" if v.len() > MAX_PATTERN => {
+                    return Err(format!("aor: longer than {MAX_PATTERN} bytes"))
+                }
+                "aor" => q.aor = Some(v).filter(|v| !v.is_empty()),
+                "offset" => q.offset = number(&v)?,
+                "limit" => q.limit = number(&v)?.min(MAX_LIMIT),
+                _ => return Err(format!("unknown parameter {k:?} (try aor, offset, limit)")),
+            }
+        }
+        Ok(q)
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Whether `aor` matches `pattern`, ignoring case: with `*` (any run) or
+/// `?` (one character) the whole AoR must match; without them the
+/// pattern may be anywhere in it (`alice` finds `sip:alice@example.com`).
+pub fn matches_pattern(pattern: &str, aor: &str) -> bool {
+    let p: Vec<char> = pattern.to_lowercase().chars().collect();
+    let a: Vec<char> = aor.to_lowercase().chars().collect();
+    if !p.iter().any(|c| matches!(c, '*' | '?')) {
+        return aor.to_lowercase().contains(&pattern.to_lowercase());
+    }
+    // Iterative glob with one backtrack point: linear in practice, and
+    // never exponential for a hostile pattern.
+    let (mut pi, mut ai) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ai < a.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == a[ai]) {
+            pi += 1;
+            ai += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ai));
+            pi += 1;
+        } else if let Some((sp, sa)) = star {
+            pi = sp + 1;
+            ai = sa + 1;
+            star = Some((sp, sa + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// The web view: one page, no build step, no external resource.
+const PAGE: &str = include_str!("web/index.html");
+
 fn respond(s: &mut TcpStream, code: &str, ctype: &str, body: &str) -> io::Result<()> {
     write!(
         s,
-        "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'\r\nReferrer-Policy: no-referrer\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Whether the request carries `token` (header or query), compared in
+/// constant time.
+fn authorized(token: &str, head: &str, query: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let given = head
+        .split("\r\n")
+        .skip(1)
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("authorization")
+                .then(|| value.trim().strip_prefix("Bearer ").map(str::trim))?
+        })
+        .map(str::to_owned)
+        .or_else(|| {
+            query
+                .split('&')
+                .find_map(|p| p.strip_prefix("token="))
+                .and_then(percent_decode)
+        });
+    given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())))
+}
+
+/// The query without its `token` parameter.
+fn without_token(query: &str) -> String {
+    query
+        .split('&')
+        .filter(|p| !p.starts_with("token=") && !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 fn handle(view: &View, mut s: TcpStream) -> io::Result<()> {
@@ -202,28 +416,50 @@ fn handle(view: &View, mut s: TcpStream) -> io::Result<()> {
     let line = String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == b'\r').unwrap_or(0)])
         .into_owned();
     let mut parts = line.split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     if method != "GET" {
         return respond(&mut s, "405 Method Not Allowed", "text/plain", "only GET\n");
     }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if let Some(token) = &view.shared.config.http_token {
+        let head = String::from_utf8_lossy(&buf);
+        if !authorized(token, &head, query) {
+            return respond(
+                &mut s,
+                "401 Unauthorized",
+                "text/plain",
+                "a token is required: Authorization: Bearer TOKEN (or ?token=TOKEN)\n",
+            );
+        }
+    }
+    let query = without_token(query);
     match path {
+        "/" => respond(&mut s, "200 OK", "text/html; charset=utf-8", PAGE),
         "/metrics" => respond(
             &mut s,
             "200 OK",
             "text/plain; version=0.0.4",
             &view.metrics(),
         ),
-        "/status" => respond(
-            &mut s,
-            "200 OK",
-            "application/json",
-            &format!("{:#}\n", view.status()),
-        ),
+        "/status" => match StatusQuery::parse(&query) {
+            Ok(q) => respond(
+                &mut s,
+                "200 OK",
+                "application/json",
+                &format!("{:#}\n", view.status(&q)),
+            ),
+            Err(e) => respond(
+                &mut s,
+                "400 Bad Request",
+                "text/plain",
+                &format!("/status: {e}\n"),
+            ),
+        },
         _ => respond(
             &mut s,
             "404 Not Found",
             "text/plain",
-            "try /metrics or /status\n",
+            "try /, /metrics or /status\n",
         ),
     }
 }
@@ -248,4 +484,43 @@ pub fn serve(
                 }
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_whole_aors_or_parts() {
+        assert!(matches_pattern("alice", "sip:Alice@example.com"));
+        assert!(matches_pattern(
+            "sip:a*@example.com",
+            "sip:alice@example.com"
+        ));
+        assert!(!matches_pattern(
+            "sip:a*@example.com",
+            "sip:bob@example.com"
+        ));
+        assert!(matches_pattern("sip:u?@*", "sip:u7@h"));
+        assert!(!matches_pattern("sip:u?@*", "sip:u17@h"));
+        assert!(matches_pattern("*", ""));
+        // A hostile pattern stays fast: no exponential backtracking.
+        let long = "a".repeat(5000);
+        assert!(!matches_pattern(&format!("{}b", "*a".repeat(200)), &long));
+    }
+
+    #[test]
+    fn queries_parse_and_refuse_unknown_keys() {
+        let q = StatusQuery::parse("aor=sip%3Aal*&offset=5&limit=99999").expect("parses");
+        assert_eq!(q.aor.as_deref(), Some("sip:al*"));
+        assert_eq!((q.offset, q.limit), (5, MAX_LIMIT));
+        assert_eq!(
+            StatusQuery::parse("").expect("empty"),
+            StatusQuery::default()
+        );
+        assert!(StatusQuery::parse("limit=x").is_err());
+        assert!(StatusQuery::parse("sort=aor").is_err());
+        assert!(StatusQuery::parse("aor=%zz").is_err());
+        assert!(StatusQuery::parse(&format!("aor={}", "*".repeat(300))).is_err());
+    }
 }

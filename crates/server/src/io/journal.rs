@@ -377,6 +377,14 @@ impl Persistence {
         Ok(j)
     }
 
+    /// Puts every open journal on stable storage (at shutdown).
+    pub fn sync(&self) -> io::Result<()> {
+        for j in lock(&self.journals).iter() {
+            lock(j).log.sync()?;
+        }
+        sync_dir(&self.dir)
+    }
+
     /// Bytes in the open journals.
     pub fn journal_bytes(&self) -> u64 {
         lock(&self.journals).iter().map(|j| lock(j).len()).sum()

@@ -167,6 +167,14 @@ impl MappedLog {
     }
 }
 
+impl MappedLog {
+    /// Waits until everything appended is on stable storage (the mapped
+    /// pages are in the page cache, which `fsync` writes back).
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
 impl Drop for MappedLog {
     fn drop(&mut self) {
         self.unmap();

@@ -4,12 +4,14 @@
 
 pub mod clock;
 pub mod drive;
+pub mod hep;
 pub mod http;
 pub mod journal;
 pub mod keys;
 pub mod log;
 pub mod maplog;
 pub mod mmsg;
+pub mod process;
 pub mod redis;
 pub mod send;
 pub mod server;

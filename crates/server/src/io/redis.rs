@@ -304,13 +304,7 @@ pub fn spawn_sync(
             while !stop.load(Ordering::Relaxed) {
                 let result = follow(&client, &settings, &node, &shared, &state, &stop, || {
                     if !was_up {
-                        crate::io::log::line(
-                            "info",
-                            &format!(
-                                "location store {} reachable again; bindings read back",
-                                redact(&settings.url)
-                            ),
-                        );
+                        tracing::info!(target: "sipsec::store", url = %redact(&settings.url), "location store reachable again; bindings read back");
                         was_up = true;
                     }
                 });
@@ -319,13 +313,7 @@ pub fn spawn_sync(
                     *state.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some(format!("{}: {e}", redact(&settings.url)));
                     if was_up {
-                        crate::io::log::line(
-                            "warn",
-                            &format!(
-                                "location store {}: {e}; REGISTER is answered 503 until it is back",
-                                redact(&settings.url)
-                            ),
-                        );
+                        tracing::warn!(target: "sipsec::store", url = %redact(&settings.url), error = %e, "location store unreachable; REGISTER is answered 503 until it is back");
                         was_up = false;
                     }
                     let until = Instant::now() + settings.timeout;

@@ -40,7 +40,7 @@ impl Sender {
     pub fn send(&self, bytes: &[u8], dest: SocketAddr, transport: Transport) {
         match (transport, &self.udp, &self.hub) {
             (Transport::Udp, Some(udp), _) => {
-                self.shared.metrics.sent(bytes);
+                self.shared.sending(bytes, dest, Transport::Udp);
                 let _ = udp.send_to(bytes, dest);
             }
             (_, _, Some(hub)) if transport != Transport::Udp => {

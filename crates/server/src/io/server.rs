@@ -70,6 +70,17 @@ pub enum StartError {
     /// The shared location store could not be reached or read.
     #[error("location store (redis): {0}")]
     Redis(String),
+    /// The operator endpoint would listen beyond loopback without a token.
+    #[error("the operator endpoint on {0} is reachable from other hosts: set http_token (or SIPSEC_HTTP_TOKEN) to require a token, or keep --http on 127.0.0.1")]
+    HttpExposed(std::net::SocketAddr),
+    /// The HEP collector's address could not be used.
+    #[error("trace (HEP collector {collector}): {err}")]
+    Trace {
+        /// The collector as configured.
+        collector: String,
+        /// Cause.
+        err: std::io::Error,
+    },
 }
 
 /// A started server and what recovery found.
@@ -218,6 +229,9 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         Backing::Memory
     };
     let http_listener = match config.http {
+        Some(h) if !h.ip().is_loopback() && config.http_token.is_none() => {
+            return Err(StartError::HttpExposed(h));
+        }
         Some(h) => Some(
             std::net::TcpListener::bind(h).map_err(|err| StartError::Bind {
                 proto: "http",
@@ -289,7 +303,27 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     } else {
         None
     };
-    threads.push(store_upkeep(shared.clone(), persistence, stop.clone()).map_err(bind)?);
+    if let Some(t) = &shared.config.trace {
+        let locals = crate::io::hep::Locals {
+            udp: udp.local_addr(),
+            tcp: tcp_addr,
+            tls: tls_addr,
+            ws: shared.config.websocket.ws,
+            wss: shared.config.websocket.wss,
+        };
+        let (tracer, thread) = crate::io::hep::Tracer::start(t.clone(), locals, stop.clone())
+            .map_err(|err| {
+                stop.store(true, Ordering::Relaxed);
+                StartError::Trace {
+                    collector: t.collector.clone(),
+                    err,
+                }
+            })?;
+        threads.push(thread);
+        let tap: Arc<dyn crate::proto::core::Tap> = tracer;
+        let _ = shared.tap.set(tap);
+    }
+    threads.push(store_upkeep(shared.clone(), persistence.clone(), stop.clone()).map_err(bind)?);
     threads.push(watch_files(tls.clone(), shared.clone(), stop.clone()).map_err(bind)?);
     if shared.transactions.is_some() {
         let sock = Arc::new(udp.sender().map_err(bind)?);
@@ -326,6 +360,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         threads,
         shared,
         connection_limit: hub.as_ref().map(|h| h.limit()),
+        persistence,
     };
     Ok(Started { handle, recovered })
 }
@@ -374,6 +409,11 @@ pub struct Checked {
 /// certificate and key, the PrivaSIP keys — without binding a socket or
 /// touching the data directory (a running server may hold it).
 pub fn check(config: &Config) -> Result<Checked, StartError> {
+    if let Some(h) = config.http.filter(|h| !h.ip().is_loopback()) {
+        if config.http_token.is_none() {
+            return Err(StartError::HttpExposed(h));
+        }
+    }
     let users = if config.auth {
         Some(load_users(config)?)
     } else {
@@ -440,6 +480,12 @@ fn store_upkeep(
                 let now = unix_now();
                 if now >= last_expiry + EXPIRY_EVERY {
                     shared.location.expire(now);
+                    let lifted = shared.guard.lift_expired(now);
+                    shared
+                        .metrics
+                        .unbans
+                        .fetch_add(lifted.len() as u64, Ordering::Relaxed);
+                    crate::io::log::unbanned(&lifted);
                     last_expiry = now;
                 }
                 let Some(persistence) = &persistence else {
@@ -455,13 +501,7 @@ fn store_upkeep(
                                 .metrics
                                 .journal_errors
                                 .fetch_add(1, Ordering::Relaxed);
-                            crate::io::log::line(
-                                "error",
-                                &format!(
-                                    "journal compaction in {} failed (will retry): {e}",
-                                    persistence.dir().display()
-                                ),
-                            );
+                            crate::io::log::compaction_failed(persistence.dir(), &e);
                         }
                     }
                 }
@@ -522,13 +562,7 @@ fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
     match ctx.certs.reload(forced) {
         Ok(true) => {
             shared.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
-            crate::io::log::line(
-                "info",
-                &format!(
-                    "TLS certificate reloaded ({})",
-                    ctx.certs.info().description
-                ),
-            );
+            tracing::info!(target: "sipsec::tls", key = %ctx.certs.info().description, "TLS certificate reloaded");
         }
         Ok(false) => {}
         Err(e) => {
@@ -536,10 +570,7 @@ fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
                 .metrics
                 .tls_reload_failures
                 .fetch_add(1, Ordering::Relaxed);
-            crate::io::log::line(
-                "error",
-                &format!("TLS reload refused, keeping the old certificate: {e}"),
-            );
+            tracing::error!(target: "sipsec::tls", error = %e, "TLS reload refused, keeping the old certificate");
         }
     }
 }
@@ -555,13 +586,7 @@ fn reload_users(shared: &Shared) {
     let new = match load_users(&shared.config) {
         Ok(u) => u,
         Err(e) => {
-            crate::io::log::line(
-                "error",
-                &format!(
-                    "users reload refused, keeping the {} loaded: {e}",
-                    auth.users().len()
-                ),
-            );
+            tracing::error!(target: "sipsec::users", kept = auth.users().len(), error = %e, "users reload refused, keeping the users loaded");
             return;
         }
     };
@@ -581,12 +606,7 @@ fn reload_users(shared: &Shared) {
     }
     let total = new.len();
     auth.set_users(new);
-    crate::io::log::line(
-        "info",
-        &format!(
-            "users reloaded from {file}: {total} user(s), {added} added, {changed} changed, {removed} removed"
-        ),
-    );
+    tracing::info!(target: "sipsec::users", %file, total, added, changed, removed, "users reloaded");
 }
 
 /// A running server.
@@ -600,6 +620,21 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     connection_limit: Option<usize>,
+    persistence: Option<Arc<Persistence>>,
+}
+
+/// What a graceful stop did.
+#[derive(Debug)]
+pub struct Drained {
+    /// How long the transactions under way took to finish (or the deadline).
+    pub waited: std::time::Duration,
+    /// Transactions whose caller had no final response at the deadline
+    /// (abandoned).
+    pub transactions_left: u64,
+    /// Connections closed (TLS with close_notify, WebSocket with a close frame).
+    pub connections_closed: u64,
+    /// Whether the journal reached stable storage (`None`: no journal).
+    pub journal: Option<std::io::Result<()>>,
 }
 
 impl ServerHandle {
@@ -639,6 +674,40 @@ impl ServerHandle {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+
+    /// Stops gracefully: new connections and new requests are refused
+    /// (503 with Retry-After, so phones turn elsewhere), transactions under
+    /// way finish until `deadline`, then every connection is closed (TLS
+    /// with close_notify) and the journal is put on stable storage.
+    pub fn drain(mut self, deadline: std::time::Duration) -> Drained {
+        let start = std::time::Instant::now();
+        self.shared.draining.store(true, Ordering::Relaxed);
+        let m = &self.shared.metrics;
+        let active = || {
+            self.shared
+                .transactions
+                .as_ref()
+                .map_or(0, |t| t.unanswered() as u64)
+        };
+        while active() > 0 && start.elapsed() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let waited = start.elapsed();
+        let transactions_left = active();
+        let closed_before = m.closed_for(crate::proto::metrics::CloseReason::Shutdown);
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        Drained {
+            waited,
+            transactions_left,
+            connections_closed: m
+                .closed_for(crate::proto::metrics::CloseReason::Shutdown)
+                .saturating_sub(closed_before),
+            journal: self.persistence.as_ref().map(|p| p.sync()),
         }
     }
 

@@ -469,7 +469,7 @@ impl TcpHub {
         let queued = lock(&conn.tx).queue(bytes, self.limits.queue_bytes);
         match queued {
             Ok(()) => {
-                self.shared.metrics.sent(bytes);
+                self.shared.sending(bytes, dest, conn.transport);
                 Ok(())
             }
             Err(e) => {
@@ -581,7 +581,8 @@ impl TcpHub {
             conns.insert(dest, conn.clone());
         }
         self.open.fetch_add(1, Ordering::Relaxed);
-        self.shared.metrics.sent(bytes);
+        self.shared.metrics.connection_opened(conn.transport, false);
+        self.shared.sending(bytes, dest, conn.transport);
         self.order(reactor, Order::Adopt(conn));
         Ok(())
     }
@@ -796,6 +797,14 @@ impl Reactor {
         let mut events = Events::with_capacity(1024);
         let mut next_sweep = Instant::now() + SWEEP;
         while !self.hub.stop.load(Ordering::Relaxed) {
+            if !self.listeners.is_empty() && self.hub.shared.draining.load(Ordering::Relaxed) {
+                // Draining: no new connections. Closing the listeners
+                // makes the kernel refuse them (and reset those queued).
+                for (l, _, _) in &mut self.listeners {
+                    let _ = self.poll.registry().deregister(l);
+                }
+                self.listeners.clear();
+            }
             let now = Instant::now();
             let spent = self.bucket.as_ref().and_then(|b| b.waiting(now));
             let accepting = spent.is_none() && self.listeners.iter().any(|l| l.2);
@@ -1004,6 +1013,7 @@ impl Reactor {
         });
         hub.open.fetch_add(1, Ordering::Relaxed);
         m.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        m.connection_opened(transport, true);
         // The newest connection from an address is the one to answer on.
         lock(&hub.conns).insert(peer, conn.clone());
         self.locals.insert(token, Local::new(conn, false));
@@ -1445,7 +1455,7 @@ impl Reactor {
             hub.release_ip(conn.peer.ip());
         }
         hub.open.fetch_sub(1, Ordering::Relaxed);
-        hub.shared.metrics.closed(reason);
+        hub.shared.metrics.connection_closed(conn.transport, reason);
         if !matches!(
             reason,
             CloseReason::Peer | CloseReason::Shutdown | CloseReason::Error

@@ -152,7 +152,7 @@ fn worker(
             sender.send_all(core.extra());
             match reply {
                 Reply::Send(dest, Transport::Udp) => {
-                    core.shared().metrics.sent(out);
+                    core.shared().sending(out, dest, Transport::Udp);
                     tx.commit(dest);
                 }
                 other => sender.reply(other, out),
@@ -162,7 +162,7 @@ fn worker(
         drop(held);
         deferred.send_ready(|reply, out| match reply {
             Reply::Send(dest, Transport::Udp) => {
-                core.shared().metrics.sent(out);
+                core.shared().sending(out, dest, Transport::Udp);
                 tx.next_buf().extend_from_slice(out);
                 tx.commit(dest);
             }

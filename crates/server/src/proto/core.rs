@@ -107,6 +107,26 @@ pub enum Event {
         /// Its size.
         len: usize,
     },
+    /// A source was banned after repeated authentication failures.
+    Banned {
+        /// The source banned (all its ports).
+        src: SocketAddr,
+        /// For how long, seconds.
+        seconds: u64,
+    },
+    /// A request for a domain this server neither serves nor peers with
+    /// was refused (403, no open relay).
+    RelayDenied {
+        /// Its source.
+        src: SocketAddr,
+        /// Its Request-URI.
+        target: String,
+    },
+    /// A request was dropped by the per-source rate limit.
+    RateLimited {
+        /// Its source.
+        src: SocketAddr,
+    },
     /// A binding change could not be stored and was refused with 500.
     JournalFailed {
         /// Its address-of-record.
@@ -115,6 +135,9 @@ pub enum Event {
         error: String,
     },
 }
+
+/// Seconds a phone told "shutting down" waits before trying again.
+const DRAIN_RETRY_AFTER: &str = "5";
 
 /// State shared by every worker.
 #[derive(Debug)]
@@ -144,6 +167,12 @@ pub struct Shared {
     /// Which connections are open, set by the driver that holds them;
     /// unset (a simulation without connections), every flow counts as open.
     pub flows: std::sync::OnceLock<Arc<dyn Flows>>,
+    /// The server is stopping: requests that would start something new
+    /// are answered 503 with Retry-After, so phones turn to another
+    /// server, while transactions and dialogs under way finish.
+    pub draining: std::sync::atomic::AtomicBool,
+    /// Where copies of the messages go (HEP tracing), when on.
+    pub tap: std::sync::OnceLock<Arc<dyn Tap>>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -162,6 +191,17 @@ pub fn same_flow_transport(a: Transport, b: Transport) -> bool {
         )
 }
 
+/// A copy of every SIP message received and sent, for tracing (HEP).
+/// Implemented by the driver; called on the hot path, so it must not block.
+pub trait Tap: std::fmt::Debug + Send + Sync {
+    /// `bytes` arrived from `peer` over `transport`.
+    fn received(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
+    /// `bytes` are being sent to `peer` over `transport`.
+    fn sent(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
+    /// Messages handed to the collector, and those dropped (queue full).
+    fn counts(&self) -> (u64, u64);
+}
+
 /// The driver's answer to "is the connection from this phone still
 /// there?", asked before a request is routed down a registered flow.
 pub trait Flows: std::fmt::Debug + Send + Sync {
@@ -170,6 +210,15 @@ pub trait Flows: std::fmt::Debug + Send + Sync {
 }
 
 impl Shared {
+    /// Every send path calls this once per message leaving: it counts
+    /// responses and hands a copy to the tracer.
+    pub fn sending(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
+        self.metrics.sent(bytes);
+        if let Some(t) = self.tap.get() {
+            t.sent(bytes, peer, transport);
+        }
+    }
+
     /// Bundles the shared state; `now` is the start time, `salt` (from
     /// the driver's randomness) keys the branches and tags this server
     /// writes and the guard's table.
@@ -207,6 +256,8 @@ impl Shared {
             privacy: None,
             stage_clock: None,
             flows: std::sync::OnceLock::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
+            tap: std::sync::OnceLock::new(),
             branch_salt: salt,
             flow_key,
         }
@@ -689,6 +740,7 @@ impl Core {
             Verdict::Admit => {}
             Verdict::Limited => {
                 bump(&self.shared.metrics.rate_limited);
+                self.events.push(Event::RateLimited { src });
                 return Reply::Drop;
             }
             Verdict::Banned => {
@@ -716,7 +768,27 @@ impl Core {
             return self.forward_response(&msg, out);
         }
         if !self.again {
-            self.shared.metrics.request(msg.method().as_str());
+            self.shared
+                .metrics
+                .request(msg.method().as_str(), transport);
+        }
+        if self
+            .shared
+            .draining
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && !matches!(msg.method(), Method::Ack | Method::Cancel)
+            && msg.to().tag().is_none()
+        {
+            return self.respond(
+                &msg,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &[
+                    ("Retry-After", DRAIN_RETRY_AFTER),
+                    ("Warning", "399 sipsec \"shutting down\""),
+                ],
+                src,
+                out,
+            );
         }
         match msg.method() {
             Method::Register if self.request_is_for_us(&msg) => self.register(&msg, src, now, out),
@@ -853,11 +925,11 @@ impl Core {
                     // cannot get that source banned.
                     AuthFailure::Rejected => {
                         bump(&self.shared.metrics.auth_failures);
-                        self.shared.guard.auth_failed(src.ip(), self.now.unix_ms);
                         self.events.push(Event::AuthFailed {
                             src,
                             user: msg.from().uri().user().unwrap_or("").to_owned(),
                         });
+                        self.count_failure(src);
                     }
                     AuthFailure::Replay => bump(&self.shared.metrics.auth_replays),
                     _ => {}
@@ -876,7 +948,19 @@ impl Core {
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Reply {
-        self.shared.guard.auth_failed(src.ip(), self.now.unix_ms);
+        self.count_failure(src);
         self.respond(msg, StatusCode::FORBIDDEN, &[], src, out)
+    }
+
+    /// Counts a failed authentication against `src`, reporting the ban it
+    /// may earn.
+    fn count_failure(&mut self, src: SocketAddr) {
+        if self.shared.guard.auth_failed(src.ip(), self.now.unix_ms) {
+            bump(&self.shared.metrics.bans);
+            self.events.push(Event::Banned {
+                src,
+                seconds: self.shared.guard.config().ban_seconds,
+            });
+        }
     }
 }

@@ -203,6 +203,23 @@ impl Guard {
         false
     }
 
+    /// Ends the bans that ran out by `now_s` and returns their sources, so
+    /// the driver can count and log each lifting once.
+    pub fn lift_expired(&self, now_s: u64) -> Vec<IpAddr> {
+        let mut lifted = Vec::new();
+        for s in &self.shards {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            for (ip, e) in s.iter_mut() {
+                if e.banned_until != 0 && e.banned_until <= now_s {
+                    e.banned_until = 0;
+                    lifted.push(*ip);
+                }
+            }
+        }
+        lifted.sort();
+        lifted
+    }
+
     /// Sources banned at `now_s` (for the operator view).
     pub fn banned(&self, now_s: u64) -> Vec<(IpAddr, u64)> {
         let mut v = Vec::new();
@@ -286,6 +303,13 @@ mod tests {
         );
         assert_eq!(g.banned(12), vec![(a, 100)]);
         assert_eq!(g.admit(a, 112_000), Verdict::Admit, "ban expires");
+        assert!(g.lift_expired(111).is_empty(), "not yet");
+        assert_eq!(
+            g.lift_expired(112),
+            vec![a],
+            "each lifting is reported once"
+        );
+        assert!(g.lift_expired(113).is_empty());
         // Failures outside the window do not accumulate.
         let b = ip("192.0.2.9");
         assert!(!g.auth_failed(b, 0));

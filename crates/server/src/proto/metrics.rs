@@ -204,10 +204,55 @@ impl CloseReason {
     }
 }
 
+/// The transports counted apart, in label order.
+pub const TRANSPORTS: [&str; 5] = ["udp", "tcp", "tls", "ws", "wss"];
+
+/// A transport's index in [`TRANSPORTS`] (transports not served, such as
+/// SCTP, never reach a counter; they would count as UDP).
+fn transport_index(t: sip_core::Transport) -> usize {
+    use sip_core::Transport as T;
+    match t {
+        T::Tcp => 1,
+        T::Tls => 2,
+        T::Ws => 3,
+        T::Wss => 4,
+        _ => 0,
+    }
+}
+
+/// Lowest and highest status codes counted one by one.
+const CODES: std::ops::RangeInclusive<u16> = 100..=699;
+
+/// Responses counted by code and by the method of the request they answer
+/// (its CSeq): one counter per pair, rendered when not zero.
+struct ByCode(Box<[AtomicU64]>);
+
+impl std::fmt::Debug for ByCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ByCode")
+    }
+}
+
+impl Default for ByCode {
+    fn default() -> Self {
+        let n = CODES.len() * METHODS.len();
+        Self((0..n).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
 /// Everything the server counts.
 #[derive(Debug, Default)]
 pub struct Metrics {
     closed: [AtomicU64; CloseReason::ALL.len()],
+    closed_by_transport: [AtomicU64; TRANSPORTS.len()],
+    open_by_transport: [AtomicU64; TRANSPORTS.len()],
+    accepted_by_transport: [AtomicU64; TRANSPORTS.len()],
+    requests_by_transport: [AtomicU64; TRANSPORTS.len()],
+    by_code: ByCode,
+    /// Sources banned after repeated authentication failures.
+    pub bans: AtomicU64,
+    /// Bans that ran out.
+    pub unbans: AtomicU64,
     /// Connections accepted.
     pub connections_accepted: AtomicU64,
     /// Connections refused at accept: the global limit was reached.
@@ -289,18 +334,56 @@ impl Metrics {
         self.closed[reason as usize].load(Ordering::Relaxed)
     }
 
-    /// Counts a request by method.
-    pub fn request(&self, method: &str) {
-        let i = METHODS
-            .iter()
-            .position(|m| *m == method)
-            .unwrap_or(METHODS.len() - 1);
-        bump(&self.requests[i]);
+    /// Counts a connection opened (accepted or connected) on `t`.
+    pub fn connection_opened(&self, t: sip_core::Transport, accepted: bool) {
+        let i = transport_index(t);
+        bump(&self.open_by_transport[i]);
+        if accepted {
+            bump(&self.accepted_by_transport[i]);
+        }
     }
 
-    /// Counts a response this server sent or forwarded, by class.
-    pub fn response(&self, code: u16) {
+    /// Counts a connection on `t` closed for `reason`.
+    pub fn connection_closed(&self, t: sip_core::Transport, reason: CloseReason) {
+        let i = transport_index(t);
+        self.open_by_transport[i].fetch_sub(1, Ordering::Relaxed);
+        bump(&self.closed_by_transport[i]);
+        self.closed(reason);
+    }
+
+    /// Open connections on `t`.
+    pub fn open_connections(&self, t: sip_core::Transport) -> u64 {
+        self.open_by_transport[transport_index(t)].load(Ordering::Relaxed)
+    }
+
+    /// Counts a request by method and by the transport it came over.
+    pub fn request(&self, method: &str, transport: sip_core::Transport) {
+        bump(&self.requests[method_index(method)]);
+        bump(&self.requests_by_transport[transport_index(transport)]);
+    }
+
+    /// Requests received over `t`.
+    pub fn requests_over(&self, t: sip_core::Transport) -> u64 {
+        self.requests_by_transport[transport_index(t)].load(Ordering::Relaxed)
+    }
+
+    /// Counts a response this server sent or forwarded, by class, and by
+    /// code and method when the method is known.
+    pub fn response(&self, code: u16, method: Option<&str>) {
         bump(&self.responses_sent[usize::from(code / 100).clamp(1, 6) - 1]);
+        if let (true, Some(m)) = (CODES.contains(&code), method) {
+            let i = usize::from(code - CODES.start()) * METHODS.len() + method_index(m);
+            bump(&self.by_code.0[i]);
+        }
+    }
+
+    /// Responses with `code` to `method` requests.
+    pub fn responses(&self, code: u16, method: &str) -> u64 {
+        if !CODES.contains(&code) {
+            return 0;
+        }
+        let i = usize::from(code - CODES.start()) * METHODS.len() + method_index(method);
+        self.by_code.0[i].load(Ordering::Relaxed)
     }
 
     /// Counts what is being sent when it is a response: every send path
@@ -313,7 +396,7 @@ impl Metrics {
             .and_then(|c| std::str::from_utf8(c).ok())
             .and_then(|c| c.parse::<u16>().ok())
         {
-            self.response(code);
+            self.response(code, cseq_method(bytes));
         }
     }
 
@@ -329,10 +412,7 @@ impl Metrics {
 
     /// Requests counted for a method.
     pub fn requests(&self, method: &str) -> u64 {
-        METHODS
-            .iter()
-            .position(|m| *m == method)
-            .map_or(0, |i| self.requests[i].load(Ordering::Relaxed))
+        self.requests[method_index(method)].load(Ordering::Relaxed)
     }
 
     /// The Prometheus text exposition, with gauges supplied by the caller.
@@ -355,7 +435,67 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 22] = [
+        o.push_str("# HELP sipsec_responses_total Responses sent or forwarded, by status code and the method of the request answered (pairs never seen are left out).\n# TYPE sipsec_responses_total counter\n");
+        for (i, c) in self.by_code.0.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let code = CODES.start() + (i / METHODS.len()) as u16;
+                let _ = writeln!(
+                    o,
+                    "sipsec_responses_total{{code=\"{code}\",method=\"{}\"}} {n}",
+                    METHODS[i % METHODS.len()]
+                );
+            }
+        }
+        for (family, help, kind, values) in [
+            (
+                "sipsec_requests_by_transport_total",
+                "SIP requests received, by transport.",
+                "counter",
+                &self.requests_by_transport,
+            ),
+            (
+                "sipsec_connections",
+                "Open connections, by transport.",
+                "gauge",
+                &self.open_by_transport,
+            ),
+            (
+                "sipsec_connections_accepted_by_transport_total",
+                "Connections accepted, by transport.",
+                "counter",
+                &self.accepted_by_transport,
+            ),
+            (
+                "sipsec_connections_closed_by_transport_total",
+                "Connections closed (any reason), by transport.",
+                "counter",
+                &self.closed_by_transport,
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {family} {help}\n# TYPE {family} {kind}");
+            for (i, t) in TRANSPORTS.iter().enumerate() {
+                if family != "sipsec_requests_by_transport_total" && i == 0 {
+                    continue;
+                }
+                let _ = writeln!(
+                    o,
+                    "{family}{{transport=\"{t}\"}} {}",
+                    values[i].load(Ordering::Relaxed)
+                );
+            }
+        }
+        let counters: [(&str, &str, &AtomicU64); 24] = [
+            (
+                "sipsec_bans_total",
+                "Sources banned after repeated authentication failures.",
+                &self.bans,
+            ),
+            (
+                "sipsec_unbans_total",
+                "Bans that ran out.",
+                &self.unbans,
+            ),
             (
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
@@ -529,6 +669,28 @@ impl Metrics {
     }
 }
 
+fn method_index(method: &str) -> usize {
+    METHODS
+        .iter()
+        .position(|m| *m == method)
+        .unwrap_or(METHODS.len() - 1)
+}
+
+/// The method named in a message's CSeq header, when it has one on a
+/// line of its own before the body.
+fn cseq_method(msg: &[u8]) -> Option<&str> {
+    let head = &msg[..memchr::memmem::find(msg, b"\r\n\r\n").unwrap_or(msg.len())];
+    head.split(|b| *b == b'\n').find_map(|line| {
+        let name = line.get(..4)?;
+        if !name.eq_ignore_ascii_case(b"CSeq") {
+            return None;
+        }
+        let rest = std::str::from_utf8(&line[4..]).ok()?.trim_start();
+        let value = rest.strip_prefix(':')?;
+        value.split_ascii_whitespace().nth(1)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,15 +712,21 @@ mod tests {
     #[test]
     fn render_has_every_family() {
         let m = Metrics::default();
-        m.request("REGISTER");
-        m.request("FOO");
-        m.response(200);
-        m.response(404);
+        m.request("REGISTER", sip_core::Transport::Udp);
+        m.request("FOO", sip_core::Transport::Tls);
+        m.response(200, Some("REGISTER"));
+        m.response(404, None);
+        m.sent(b"SIP/2.0 486 Busy Here\r\nVia: SIP/2.0/UDP h\r\ncseq: 7  INVITE\r\n\r\n");
         let t = m.render(&[("sipsec_bindings", "Live bindings.", 7)]);
         assert!(t.contains("sipsec_requests_total{method=\"REGISTER\"} 1\n"));
         assert!(t.contains("sipsec_requests_total{method=\"other\"} 1\n"));
-        assert!(t.contains("sipsec_responses_sent_total{class=\"4xx\"} 1\n"));
+        assert!(t.contains("sipsec_responses_sent_total{class=\"4xx\"} 2\n"));
         assert!(t.contains("sipsec_bindings 7\n"));
         assert!(t.contains("sipsec_stage_seconds_count{stage=\"add_user\"} 0\n"));
+        assert!(t.contains("sipsec_responses_total{code=\"200\",method=\"REGISTER\"} 1\n"));
+        assert!(t.contains("sipsec_responses_total{code=\"486\",method=\"INVITE\"} 1\n"));
+        assert!(!t.contains("code=\"404\""), "no method, no pair");
+        assert!(t.contains("sipsec_requests_by_transport_total{transport=\"tls\"} 1\n"));
+        assert_eq!(m.responses(486, "INVITE"), 1);
     }
 }

@@ -437,6 +437,10 @@ impl Core {
             Some(peer)
         } else {
             // No open relay: only requests for this server's domains are proxied.
+            self.events.push(Event::RelayDenied {
+                src,
+                target: ruri.to_string(),
+            });
             return self.respond(
                 msg,
                 StatusCode::FORBIDDEN,

@@ -439,6 +439,29 @@ impl Transactions {
         self.len() == 0
     }
 
+    /// Transactions whose caller has not had a final response yet (what a
+    /// stopping server waits for; entries kept only to absorb
+    /// retransmissions after the final response do not count).
+    pub fn unanswered(&self) -> usize {
+        use sip_core::transaction::ServerNonInviteState as N;
+        self.shards
+            .iter()
+            .map(|s| {
+                lock(s)
+                    .map
+                    .values()
+                    .filter(|e| match &e.server {
+                        Server::Invite(t) => {
+                            matches!(t.state(), ServerInviteState::Proceeding { .. })
+                        }
+                        Server::NonInvite(t) => matches!(t.state(), N::Trying | N::Proceeding),
+                        Server::Absent => false,
+                    })
+                    .count()
+            })
+            .sum()
+    }
+
     /// Offers a request that is neither CANCEL nor a new transaction's
     /// first copy: a retransmission is answered with the last response
     /// (into `sends`), an ACK for a non-2xx final this proxy sent upstream

@@ -1,0 +1,23 @@
+//! Records the git commit the server is built from, for
+//! `sipsec_build_info` and `sipsec --version` ("unknown" outside git).
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=SIPSEC_COMMIT={commit}");
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        println!("cargo:rerun-if-changed={dir}/refs/heads");
+        println!("cargo:rerun-if-changed={dir}/packed-refs");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
