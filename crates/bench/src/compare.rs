@@ -416,6 +416,7 @@ pub fn html(cells: &[Cell], targets: &[Target]) -> String {
             format!("Server CPU per call, {which}"),
             plot::bars(
                 &format!("Server CPU µs per call, {which}"),
+                "scenario",
                 "µs per call",
                 &scenarios,
                 &series(&|r| r.server_cpu_us_per_call),
@@ -425,6 +426,7 @@ pub fn html(cells: &[Cell], targets: &[Target]) -> String {
             format!("Throughput, {which}"),
             plot::bars(
                 &format!("Achieved calls/s, {which}"),
+                "scenario",
                 "calls/s",
                 &scenarios,
                 &series(&|r| Some(r.achieved_cps)),

@@ -1141,7 +1141,13 @@ pub fn html(plan: &Plan, outcomes: &[Outcome]) -> String {
             .iter()
             .map(|o| (o.target.as_str(), vec![f(o).unwrap_or(f64::NAN)]))
             .collect();
-        plot::bars(title, unit, &[plan.transport.via().to_owned()], &series)
+        plot::bars(
+            title,
+            "transport",
+            unit,
+            &[plan.transport.via().to_owned()],
+            &series,
+        )
     };
     let sections = vec![
         ("Side by side".to_owned(), plot::table(&head, &rows)),

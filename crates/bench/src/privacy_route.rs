@@ -746,6 +746,7 @@ pub fn html(rows: &[Row]) -> String {
         "Throughput sustained".into(),
         plot::bars(
             "calls/s sustained",
+            "configuration",
             "calls/s",
             &labels,
             &[("calls/s", values)],

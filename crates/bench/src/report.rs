@@ -300,6 +300,7 @@ impl Report {
             .collect();
         let buckets = plot::bars(
             "Latency buckets",
+            "call latency, ms",
             "% of calls",
             &labels,
             &[("calls", self.buckets.iter().map(|b| b * 100.0).collect())],
@@ -332,9 +333,9 @@ impl Report {
                 ),
             ],
         );
-        let cdf = plot::lines(
+        let cdf = plot::lines_log_x(
             "Latency CDF",
-            "ms",
+            "call latency, ms (log scale)",
             "share of calls",
             &[("latency", self.cdf.clone())],
         );

@@ -331,6 +331,7 @@ pub fn html(rows: &[Row], calls: Option<(String, String)>) -> String {
     let labels: Vec<String> = rows.iter().map(|r| r.profile.clone()).collect();
     let per_packet = plot::bars(
         "ns per packet: sipsec vs libsrtp (OpenSSL)",
+        "SRTP protection profile",
         "ns per 172-byte packet",
         &labels,
         &[
@@ -369,6 +370,7 @@ pub fn html(rows: &[Row], calls: Option<(String, String)>) -> String {
             .collect();
         plot::bars(
             &format!("sipsec {side}: ns per packet per step"),
+            "SRTP protection profile",
             "ns per packet",
             &labels,
             &series,
@@ -638,18 +640,21 @@ pub fn calls_html(rows: &[CallRow], packets: u64) -> (String, String) {
         plot::table(&head, &table_rows),
         plot::bars(
             "maximum delta",
+            "configuration",
             "ms",
             &labels,
             &pick(|r| r.stats.delta_max_ms)
         ),
         plot::bars(
             "mean jitter",
+            "configuration",
             "ms",
             &labels,
             &pick(|r| r.stats.jitter_mean_ms)
         ),
         plot::bars(
             "throughput, Ethernet level",
+            "configuration",
             "kbit/s",
             &labels,
             &pick(|r| r.ethernet_bps / 1000.0)

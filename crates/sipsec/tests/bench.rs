@@ -106,6 +106,7 @@ fn scenarios(auth: bool, tcp: bool) {
             assert!(text(&out).contains("coefficient"));
             let page = std::fs::read_to_string(&html).expect("html written");
             assert!(page.contains("Latency CDF") && page.matches("<svg").count() >= 3);
+            common::assert_plots_readable(&page);
         }
     }
 }
@@ -217,6 +218,7 @@ fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
         .expect("sipsec bench compare runs");
     let page = std::fs::read_to_string(&html).expect("html written");
     assert_eq!(page.matches("<svg").count(), 4, "CPU and calls/s, ± auth");
+    common::assert_plots_readable(&page);
     assert!(
         out.status.success(),
         "{} (Kamailio comes from ./setup.sh)",
@@ -291,9 +293,13 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     assert!(r["peak_cps"].as_f64().is_some(), "{r}");
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("Achieved vs offered"), "{page}");
-    // SVG always; PNG through rsvg-convert, which setup.sh installs.
+    assert_eq!(common::assert_plots_readable(&page), 3);
+    // SVG always; PNG through rsvg-convert, which setup.sh installs; each
+    // file named after its plot.
     for ext in ["svg", "png"] {
-        let f = dir.join("plots").join(format!("peak-1.{ext}"));
+        let f = dir
+            .join("plots")
+            .join(format!("peak-achieved-vs-offered.{ext}"));
         let bytes = std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(bytes.len() > 100, "{}", f.display());
     }

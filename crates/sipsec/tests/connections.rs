@@ -62,6 +62,7 @@ fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
     assert!(o["server_cpu_us_per_refresh"].as_f64().is_some(), "{o}");
     let page = std::fs::read_to_string(&html).expect("html written");
     assert_eq!(page.matches("<svg").count(), 3, "memory, CPU, open rate");
+    common::assert_plots_readable(&page);
     assert!(
         text.contains("5000 of 5000 connections registered"),
         "{text}"

@@ -519,6 +519,7 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
     }
     let page = std::fs::read_to_string(&html).expect("html");
     assert!(page.contains("<svg") && page.contains("PrivaSIP-2 stateful"));
+    common::assert_plots_readable(&page);
     assert!(text(&out).contains("Throughput sustained"));
 }
 

@@ -72,6 +72,11 @@ fn srtp_bench_quick_measures_every_profile_on_both_sides() {
     assert_eq!(std::fs::read_to_string(&md).expect("markdown"), text);
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("<svg") && page.contains("per-step timings"));
+    assert_eq!(
+        common::assert_plots_readable(&page),
+        6,
+        "3 speed + 3 call plots"
+    );
 }
 
 #[test]

@@ -645,4 +645,5 @@ fn rsa_variants_experiment_quick_mode_answers_every_call() {
     }
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("<svg") && page.contains("inbound TLS connections"));
+    common::assert_plots_readable(&page);
 }

@@ -312,6 +312,7 @@ impl Report {
                 .collect();
             let mut body = plot::bars_log(
                 &format!("{op}, {v} key"),
+                "key size (message length)",
                 "µs per operation (log scale)",
                 &labels,
                 &series,

@@ -250,3 +250,169 @@ pub fn http_get(addr: &str, path: &str) -> String {
     s.read_to_string(&mut text).expect("response");
     text
 }
+
+/// One line of text in an SVG: its corners after any rotation.
+#[derive(Debug)]
+pub struct TextBox {
+    /// The characters.
+    pub text: String,
+    /// Corners, clockwise.
+    pub corners: [(f64, f64); 4],
+}
+
+fn attr(tag: &str, name: &str) -> Option<String> {
+    let key = format!(" {name}=\"");
+    let start = tag.find(&key)? + key.len();
+    let len = tag[start..].find('"')?;
+    Some(tag[start..start + len].to_owned())
+}
+
+fn num(tag: &str, name: &str) -> Option<f64> {
+    attr(tag, name)?.parse().ok()
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
+/// The lines of text of `svg` as boxes, sized with an average advance of
+/// 0.55 em per character and a height of one em, rotated as drawn.
+pub fn svg_text_boxes(svg: &str) -> Vec<TextBox> {
+    let root_size = svg
+        .split_once('>')
+        .and_then(|(t, _)| num(t, "font-size"))
+        .unwrap_or(16.0);
+    let mut out = Vec::new();
+    let mut rest = svg;
+    while let Some(i) = rest.find("<text") {
+        let after = &rest[i..];
+        let tag_end = after.find('>').expect("text tag closes");
+        let tag = &after[..tag_end];
+        let close = after.find("</text>").expect("</text>");
+        let body = &after[tag_end + 1..close];
+        rest = &after[close..];
+        let size = num(tag, "font-size").unwrap_or(root_size);
+        let anchor = attr(tag, "text-anchor").unwrap_or_else(|| "start".into());
+        let (x, y) = (num(tag, "x").expect("x"), num(tag, "y").expect("y"));
+        let rotation = attr(tag, "transform").map(|t| {
+            let inner = t
+                .trim_start_matches("rotate(")
+                .trim_end_matches(')')
+                .split([' ', ','])
+                .filter(|p| !p.is_empty())
+                .map(|p| p.parse::<f64>().expect("rotate number"))
+                .collect::<Vec<_>>();
+            (inner[0], inner[1], inner[2])
+        });
+        // The first line, then one per <tspan x=… dy=…>.
+        let mut lines = Vec::new();
+        let (head, tspans) = body.split_once("<tspan").unwrap_or((body, ""));
+        lines.push((x, y, unescape(head)));
+        let mut line_y = y;
+        for t in tspans.split("<tspan").filter(|t| !t.is_empty()) {
+            let (ttag, tbody) = t.split_once('>').expect("tspan tag");
+            line_y += num(ttag, "dy").unwrap_or(0.0);
+            let text = tbody.split("</tspan>").next().unwrap_or("");
+            lines.push((num(ttag, "x").unwrap_or(x), line_y, unescape(text)));
+        }
+        for (lx, ly, text) in lines {
+            if text.trim().is_empty() {
+                continue;
+            }
+            let w = text.chars().count() as f64 * 0.55 * size;
+            let x0 = match anchor.as_str() {
+                "middle" => lx - w / 2.0,
+                "end" => lx - w,
+                _ => lx,
+            };
+            let mut corners = [
+                (x0, ly - 0.75 * size),
+                (x0 + w, ly - 0.75 * size),
+                (x0 + w, ly + 0.25 * size),
+                (x0, ly + 0.25 * size),
+            ];
+            if let Some((deg, cx, cy)) = rotation {
+                let (sin, cos) = deg.to_radians().sin_cos();
+                for c in &mut corners {
+                    let (dx, dy) = (c.0 - cx, c.1 - cy);
+                    *c = (cx + dx * cos - dy * sin, cy + dx * sin + dy * cos);
+                }
+            }
+            out.push(TextBox { text, corners });
+        }
+    }
+    out
+}
+
+/// Whether two convex quadrilaterals overlap (separating axis test).
+fn quads_overlap(a: &[(f64, f64); 4], b: &[(f64, f64); 4]) -> bool {
+    for quad in [a, b] {
+        for k in 0..4 {
+            let (p, q) = (quad[k], quad[(k + 1) % 4]);
+            let axis = (q.1 - p.1, p.0 - q.0);
+            let project = |c: &[(f64, f64); 4]| {
+                c.iter()
+                    .map(|v| v.0 * axis.0 + v.1 * axis.1)
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+                        (lo.min(x), hi.max(x))
+                    })
+            };
+            let ((alo, ahi), (blo, bhi)) = (project(a), project(b));
+            if ahi <= blo || bhi <= alo {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Every plot on `page` is readable: no two pieces of text overlap, all
+/// text is inside the picture, the y axis has a title, no two line series
+/// look the same; returns how many plots were checked.
+pub fn assert_plots_readable(page: &str) -> usize {
+    let mut count = 0;
+    let mut rest = page;
+    while let Some(start) = rest.find("<svg") {
+        let end = start + rest[start..].find("</svg>").expect("</svg>") + 6;
+        let svg = &rest[start..end];
+        rest = &rest[end..];
+        count += 1;
+        let root = svg.split_once('>').expect("svg tag").0;
+        let (w, h) = (
+            num(root, "width").expect("width"),
+            num(root, "height").expect("height"),
+        );
+        let boxes = svg_text_boxes(svg);
+        for b in &boxes {
+            for &(x, y) in &b.corners {
+                assert!(
+                    (-1.0..=w + 1.0).contains(&x) && (-1.0..=h + 1.0).contains(&y),
+                    "{:?} sticks out of the {w}×{h} plot: {svg}",
+                    b.text
+                );
+            }
+        }
+        for (i, a) in boxes.iter().enumerate() {
+            for b in &boxes[i + 1..] {
+                assert!(
+                    !quads_overlap(&a.corners, &b.corners),
+                    "labels {:?} and {:?} overlap: {svg}",
+                    a.text,
+                    b.text
+                );
+            }
+        }
+        assert!(svg.contains("rotate(-90 "), "the y axis has a title: {svg}");
+        let mut styles: Vec<(Option<String>, Option<String>)> = Vec::new();
+        for (i, _) in svg.match_indices("<polyline") {
+            let tag = &svg[i..i + svg[i..].find("/>").expect("polyline ends")];
+            let style = (attr(tag, "stroke"), attr(tag, "stroke-dasharray"));
+            assert!(!styles.contains(&style), "two series drawn alike: {svg}");
+            styles.push(style);
+        }
+    }
+    count
+}
