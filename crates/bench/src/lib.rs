@@ -21,6 +21,7 @@ pub mod plot;
 pub(crate) mod poll;
 pub mod privacy;
 pub mod privacy_route;
+pub mod provenance;
 pub mod report;
 pub mod responder;
 pub mod scenario;

@@ -476,12 +476,17 @@ impl<'a> Categories<'a> {
             22.0
         }
     }
-    /// How far the first slanted label reaches left of its group's centre.
-    fn reach_left(&self, labels: &[String]) -> f64 {
-        match (self.slanted, labels.first()) {
-            (true, Some(l)) => text_width(l, FONT) * SLANT.to_radians().cos(),
-            _ => 0.0,
+    /// How far slanted labels reach left of the plot area (groups `group`
+    /// wide): the margin that keeps them in the picture.
+    fn reach_left(&self, labels: &[String], group: f64) -> f64 {
+        if !self.slanted {
+            return 0.0;
         }
+        labels
+            .iter()
+            .enumerate()
+            .map(|(g, l)| text_width(l, FONT) * SLANT.to_radians().cos() - group * (g as f64 + 0.5))
+            .fold(0.0, f64::max)
     }
     fn write(&self, s: &mut String, labels: &[String], g: usize, cx: f64, base: f64) {
         if !g.is_multiple_of(self.every) {
@@ -568,7 +573,7 @@ fn grouped(
         &texts,
         &names,
         cats.below(labels),
-        cats.reach_left(labels) - group / 2.0 + 10.0,
+        cats.reach_left(labels, group) + 10.0,
     );
     let mut s = String::new();
     open(&mut s, &l, title, x_label, y_label);

@@ -228,6 +228,65 @@ pub fn markdown(rows: &[Row]) -> String {
     s
 }
 
+/// The HTML page: the table, and our means beside the published ones on
+/// a log axis (they span orders of magnitude).
+pub fn html(rows: &[Row]) -> String {
+    use crate::plot;
+    let labels: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
+    let chart = plot::bars_log(
+        "INVITE preparation, mean ms",
+        "configuration",
+        "ms per INVITE (log scale)",
+        &labels,
+        &[
+            ("sipsec", rows.iter().map(|r| r.mean_ms).collect()),
+            (
+                "published (Table 1)",
+                rows.iter()
+                    .map(|r| r.published_ms.unwrap_or(f64::NAN))
+                    .collect(),
+            ),
+        ],
+    );
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.config.clone(),
+                r.n.to_string(),
+                format!("{:.4}", r.mean_ms),
+                format!("{:.4}", r.min_ms),
+                format!("{:.4}", r.max_ms),
+                format!("{:.4}", r.sd_ms),
+                r.invite_bytes.to_string(),
+                r.published_ms.map_or("—".into(), |p| format!("{p:.2}")),
+            ]
+        })
+        .collect();
+    plot::page(
+        "PrivaSIP: time to prepare an INVITE",
+        &[(
+            "Per configuration".into(),
+            format!(
+                "{}{chart}",
+                plot::table(
+                    &[
+                        "configuration",
+                        "n",
+                        "mean ms",
+                        "min ms",
+                        "max ms",
+                        "sd ms",
+                        "INVITE bytes",
+                        "published mean ms"
+                    ],
+                    &table
+                )
+            ),
+        )],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

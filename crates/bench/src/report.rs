@@ -170,11 +170,6 @@ impl Report {
         }
     }
 
-    /// The report as pretty JSON.
-    pub fn json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-
     /// Per-second rows as CSV.
     pub fn csv(&self) -> String {
         let mut s = String::from("t,offered,achieved,failed,retransmissions,server_cpu_percent\n");

@@ -266,6 +266,7 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         rows: m.rows,
         framework: m.framework,
         failures: m.failures,
+        provenance: Some(crate::provenance::get().clone()),
     };
     println!("{}", report.markdown());
     match report.write(&a.out) {

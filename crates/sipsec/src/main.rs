@@ -7,6 +7,7 @@ mod crypto_bench;
 mod keygen;
 mod logging;
 mod phone;
+mod provenance;
 mod status;
 mod users;
 
@@ -14,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use sipsec_server::{Config, Mode};
 
 /// sipsec: a secure, fast SIP server, softphone and benchmark harness.
@@ -196,7 +197,13 @@ enum SipCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cmd = Cli::command();
+    let matches = cmd.clone().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    provenance::record(&cmd, &matches);
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Users { command } => users::run(command),
@@ -206,7 +213,7 @@ fn main() -> ExitCode {
         Command::CryptoBench(args) => crypto_bench::run(*args),
         Command::Phone { command } => phone::run(*command),
         Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut cmd = Cli::command();
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut cmd, "sipsec", &mut out);
             write_out(&out)

@@ -374,8 +374,7 @@ fn report(r: &CallReport, m: &MediaArgs) -> Result<(), String> {
         media::wav::write(p, &r.media.recording).map_err(|e| e.to_string())?;
     }
     if let Some(p) = &m.stats {
-        let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
-        std::fs::write(p, json).map_err(|e| format!("{}: {e}", p.display()))?;
+        crate::provenance::write_json(p, r)?;
     }
     if s.packets == 0 && m.packets > 0 {
         // A call that carried nothing is not a good call: no MOS, and a

@@ -40,7 +40,7 @@ fn users(dir: &Path) -> std::path::PathBuf {
 }
 
 fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("json written")).expect("json")
+    common::report_json(path)
 }
 
 fn scenarios(auth: bool, tcp: bool) {
@@ -107,6 +107,7 @@ fn scenarios(auth: bool, tcp: bool) {
             let page = std::fs::read_to_string(&html).expect("html written");
             assert!(page.contains("Latency CDF") && page.matches("<svg").count() >= 3);
             common::assert_plots_readable(&page);
+            common::assert_page_provenance(&page);
         }
     }
 }
@@ -219,6 +220,7 @@ fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
     let page = std::fs::read_to_string(&html).expect("html written");
     assert_eq!(page.matches("<svg").count(), 4, "CPU and calls/s, ± auth");
     common::assert_plots_readable(&page);
+    common::assert_page_provenance(&page);
     assert!(
         out.status.success(),
         "{} (Kamailio comes from ./setup.sh)",
@@ -294,6 +296,7 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("Achieved vs offered"), "{page}");
     assert_eq!(common::assert_plots_readable(&page), 3);
+    common::assert_page_provenance(&page);
     // SVG always; PNG through rsvg-convert, which setup.sh installs; each
     // file named after its plot.
     for ext in ["svg", "png"] {

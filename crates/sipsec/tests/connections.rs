@@ -11,8 +11,7 @@ use std::process::Command;
 use common::{tempdir, BIN};
 
 fn outcomes(path: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(path).expect("json written");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let v = common::report_json(path);
     v.as_array().expect("one outcome per server").clone()
 }
 
@@ -63,6 +62,7 @@ fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
     let page = std::fs::read_to_string(&html).expect("html written");
     assert_eq!(page.matches("<svg").count(), 3, "memory, CPU, open rate");
     common::assert_plots_readable(&page);
+    common::assert_page_provenance(&page);
     assert!(
         text.contains("5000 of 5000 connections registered"),
         "{text}"

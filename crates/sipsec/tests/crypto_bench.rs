@@ -39,9 +39,7 @@ fn quick_mode_cross_checks_and_times_every_language() {
     // standard key (16), 2 the 3-prime key (4).
     assert!(err.contains("cross-check: 120 pairs agree"), "{err}");
     assert!(err.contains("[62/62]"), "progress: {err}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(results.join("results.json")).expect("json"))
-            .expect("parses");
+    let report = common::report_json(&results.join("results.json"));
     let rows = report["rows"].as_array().expect("rows");
     let framework = report["framework"].as_array().expect("framework rows");
     let ids = [
@@ -123,6 +121,7 @@ fn quick_mode_cross_checks_and_times_every_language() {
     let html = std::fs::read_to_string(results.join("index.html")).expect("html");
     assert_eq!(html.matches("<svg").count(), 9, "one plot per table");
     assert_eq!(common::assert_plots_readable(&html), 9);
+    common::assert_page_provenance(&html);
     assert!(results.join("plots/crypto-decrypt-crt-key.svg").is_file());
     let csv = std::fs::read_to_string(results.join("results.csv")).expect("csv");
     assert_eq!(csv.lines().count(), 63);

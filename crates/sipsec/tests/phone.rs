@@ -109,8 +109,7 @@ fn call_through_proxy(srtp: Option<&str>) {
         "bob heard {}",
         tone_in(&bob_wav)
     );
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&stats).expect("stats")).expect("json");
+    let j: serde_json::Value = common::report_json(&stats);
     let m = &j["media"];
     assert_eq!(m["sent"], 200, "{j}");
     assert_eq!(m["received"]["packets"], 150, "{j}");

@@ -442,15 +442,21 @@ fn wrong_keys_get_one_uniform_refusal() {
 #[test]
 fn the_invite_preparation_experiment_runs_every_configuration() {
     let dir = tempdir("privacy-prepare");
-    let json = dir.join("prepare.json");
+    let (json, html) = (dir.join("prepare.json"), dir.join("prepare.html"));
     let out = Command::new(BIN)
         .args(["bench", "privacy-prepare", "--quick", "--bits", "1024"])
-        .args(["--json", p(&json)])
+        .args(["--json", p(&json), "--html", p(&html)])
+        .args(["--plots", p(&dir.join("plots"))])
         .output()
         .expect("sipsec bench runs");
     assert!(out.status.success(), "{}", text(&out));
-    let rows: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid");
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert_eq!(common::assert_plots_readable(&page), 1);
+    common::assert_page_provenance(&page);
+    assert!(dir
+        .join("plots/privacy-prepare-invite-preparation-mean-ms.svg")
+        .is_file());
+    let rows: serde_json::Value = common::report_json(&json);
     let rows = rows.as_array().expect("rows");
     // Plain, PrivaSIP-1 × (3 RSA variants, ECIES, AES, HPKE), PrivaSIP-2 × (3 RSA, ECIES, HPKE).
     assert_eq!(rows.len(), 12, "{rows:?}");
@@ -481,8 +487,7 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
         .output()
         .expect("sipsec bench runs");
     assert!(out.status.success(), "{}", text(&out));
-    let rows: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid");
+    let rows: serde_json::Value = common::report_json(&json);
     let rows = rows.as_array().expect("rows");
     // 4 configurations × 2 numbers of calls in flight.
     assert_eq!(rows.len(), 8, "{rows:?}");
@@ -520,6 +525,7 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
     let page = std::fs::read_to_string(&html).expect("html");
     assert!(page.contains("<svg") && page.contains("PrivaSIP-2 stateful"));
     common::assert_plots_readable(&page);
+    common::assert_page_provenance(&page);
     assert!(text(&out).contains("Throughput sustained"));
 }
 

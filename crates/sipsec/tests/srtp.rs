@@ -31,8 +31,7 @@ fn srtp_bench_quick_measures_every_profile_on_both_sides() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let all: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
+    let all: serde_json::Value = common::report_json(&json);
     let rows = all["per_packet"].as_array().expect("array");
     assert_eq!(rows.len(), 8, "every profile");
     for r in rows {
@@ -77,6 +76,7 @@ fn srtp_bench_quick_measures_every_profile_on_both_sides() {
         6,
         "3 speed + 3 call plots"
     );
+    common::assert_page_provenance(&page);
 }
 
 #[test]

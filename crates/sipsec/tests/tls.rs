@@ -625,8 +625,7 @@ fn rsa_variants_experiment_quick_mode_answers_every_call() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let points: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
+    let points: serde_json::Value = common::report_json(&json);
     let points = points.as_array().expect("array");
     // Three variants × inbound and outbound at 1024 bits, 100 calls each.
     assert_eq!(points.len(), 6, "{text}");
@@ -646,4 +645,5 @@ fn rsa_variants_experiment_quick_mode_answers_every_call() {
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("<svg") && page.contains("inbound TLS connections"));
     common::assert_plots_readable(&page);
+    common::assert_page_provenance(&page);
 }

@@ -18,6 +18,8 @@ pub struct Report {
     pub framework: Vec<FrameworkRow>,
     /// Cells that failed, each named.
     pub failures: Vec<String>,
+    /// When, on what and with which command the run was made.
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 /// A column of a table: a size and a message length.
@@ -172,7 +174,11 @@ impl Report {
     /// (fastest per column in bold), the fastest per operation and size,
     /// and the frameworks beside the plain timer.
     pub fn markdown(&self) -> String {
-        let mut s = String::from(
+        let mut s = self
+            .provenance
+            .as_ref()
+            .map_or_else(String::new, |p| p.markdown());
+        s.push_str(
             "## Implementations\n\n| id | version | framework | variants |\n|---|---|---|---|\n",
         );
         for i in &self.implementations {
@@ -388,7 +394,11 @@ impl Report {
                 ),
             ));
         }
-        plot::page("sipsec crypto-bench: RSA across languages", &sections)
+        let page = plot::page("sipsec crypto-bench: RSA across languages", &sections);
+        match &self.provenance {
+            Some(p) => plot::after_heading(&page, &p.html()),
+            None => page,
+        }
     }
 
     /// Writes results.json, results.csv, results.md, index.html and the

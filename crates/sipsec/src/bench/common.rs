@@ -112,11 +112,11 @@ pub(super) fn json_and_markdown(
     table: &str,
 ) -> Result<(), String> {
     if let Some(p) = json {
-        let text = serde_json::to_string_pretty(value).unwrap_or_default();
-        std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        crate::provenance::write_json(p, value)?;
     }
     if let Some(p) = markdown {
-        std::fs::write(p, table).map_err(|e| format!("{}: {e}", p.display()))?;
+        let text = format!("{}{table}", crate::provenance::get().markdown());
+        std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     Ok(())
 }
@@ -131,7 +131,7 @@ pub(super) fn outputs(
     if html.is_none() && plots.is_none() {
         return Ok(());
     }
-    let page = make();
+    let page = sipsec_bench::plot::after_heading(&make(), &crate::provenance::get().html());
     if let Some(p) = html {
         std::fs::write(p, &page).map_err(|e| format!("{}: {e}", p.display()))?;
     }

@@ -71,8 +71,7 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
                 "p99_ms": st.p99_us as f64 / 1000.0, "report": r,
             })).collect::<Vec<_>>(),
         });
-        std::fs::write(p, serde_json::to_string_pretty(&json).unwrap_or_default())
-            .map_err(|e| format!("{}: {e}", p.display()))?;
+        crate::provenance::write_json(p, &json)?;
     }
     outputs(&a.common.html, &a.common.plots, "peak", || {
         peak::html(&base.run.scenario.name, &cap, &steps, &reports)

@@ -22,12 +22,8 @@ pub struct PrivacyPrepareArgs {
     /// A smoke run: 20 INVITEs per configuration (what CI runs).
     #[arg(long)]
     pub(super) quick: bool,
-    /// Write the rows as JSON here.
-    #[arg(long)]
-    pub(super) json: Option<PathBuf>,
-    /// Write the table (markdown) here.
-    #[arg(long)]
-    pub(super) markdown: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) out: TableOutputs,
 }
 
 #[derive(Args)]
@@ -219,6 +215,14 @@ pub(super) fn privacy_prepare(a: PrivacyPrepareArgs) -> Result<ExitCode, String>
     })?;
     let table = sipsec_bench::privacy::markdown(&rows);
     print!("{table}");
-    json_and_markdown(a.json.as_deref(), &rows, a.markdown.as_deref(), &table)?;
+    json_and_markdown(
+        a.out.json.as_deref(),
+        &rows,
+        a.out.markdown.as_deref(),
+        &table,
+    )?;
+    outputs(&a.out.html, &a.out.plots, "privacy-prepare", || {
+        sipsec_bench::privacy::html(&rows)
+    })?;
     Ok(ExitCode::SUCCESS)
 }

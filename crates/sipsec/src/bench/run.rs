@@ -62,7 +62,7 @@ pub(super) fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
     })?;
     print!("{}", report.summary());
     if let Some(p) = &a.common.json {
-        std::fs::write(p, report.json()).map_err(|e| format!("{}: {e}", p.display()))?;
+        crate::provenance::write_json(p, &report)?;
     }
     outputs(&a.common.html, &a.common.plots, "run", || report.html())?;
     if let Some(p) = &a.csv {

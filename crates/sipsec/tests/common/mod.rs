@@ -416,3 +416,54 @@ pub fn assert_plots_readable(page: &str) -> usize {
     }
     count
 }
+
+/// Checks a report's `provenance` member: an RFC 3339 UTC date, this
+/// version, a commit, the host's CPU, the command line and the settings.
+pub fn assert_provenance(p: &serde_json::Value) {
+    let date = p["date"].as_str().unwrap_or_else(|| panic!("date: {p}"));
+    let shape = date.len() == 20
+        && date.as_bytes()[4] == b'-'
+        && date.as_bytes()[10] == b'T'
+        && date.ends_with('Z');
+    assert!(shape, "RFC 3339 UTC date: {date}");
+    assert_eq!(p["version"], env!("CARGO_PKG_VERSION"), "{p}");
+    assert!(p["commit"].as_str().is_some_and(|c| !c.is_empty()), "{p}");
+    assert!(
+        p["host"]["cpu"].as_str().is_some_and(|c| !c.is_empty()),
+        "{p}"
+    );
+    assert!(p["host"]["cpus"].as_u64().is_some_and(|n| n > 0), "{p}");
+    let command = p["command"].as_str().unwrap_or_default();
+    assert!(command.contains("sipsec"), "the command line: {p}");
+    assert!(
+        p["settings"].as_object().is_some_and(|s| !s.is_empty()),
+        "settings: {p}"
+    );
+}
+
+/// A JSON report: its provenance checked, then its results (the
+/// `results` member where the report wraps a list, else the whole).
+pub fn report_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_provenance(&v["provenance"]);
+    match v.get("results") {
+        Some(r) => r.clone(),
+        None => v,
+    }
+}
+
+/// An HTML report says when, by which sipsec, on what host and with which
+/// command it was made.
+pub fn assert_page_provenance(page: &str) {
+    for needle in [
+        "<th>date</th>",
+        "<th>sipsec</th>",
+        "<th>host</th>",
+        "<th>command</th>",
+        "<th>settings</th>",
+        env!("CARGO_PKG_VERSION"),
+    ] {
+        assert!(page.contains(needle), "{needle} in the report");
+    }
+}
