@@ -42,6 +42,33 @@ pub fn pin_to_core(core: usize) -> std::io::Result<()> {
     poll::pin_to_core(core)
 }
 
+/// Runs `work` while another thread calls `tick` with the time elapsed
+/// every `every` (on absolute deadlines), until `work` returns: progress
+/// lines for a long phase that reports nothing by itself.
+pub fn ticking<T>(every: Duration, tick: impl Fn(Duration) + Sync, work: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let tick = &tick;
+        s.spawn(move || {
+            let mut next = start + every;
+            loop {
+                let wait = next.saturating_duration_since(Instant::now());
+                match stopped.recv_timeout(wait) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        tick(start.elapsed());
+                        next += every;
+                    }
+                    _ => return,
+                }
+            }
+        });
+        let out = work();
+        drop(stop);
+        out
+    })
+}
+
 /// Everything a measured run needs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -165,4 +192,31 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
     }
     let outcome = outcome.map_err(Error::io("running the load"))?;
     Ok(Report::new(opts, &outcome, &cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ticking_reports_while_work_runs_and_stops_with_it() {
+        let ticks = std::sync::atomic::AtomicU32::new(0);
+        let out = super::ticking(
+            std::time::Duration::from_millis(20),
+            |_| {
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            },
+            || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                7
+            },
+        );
+        assert_eq!(out, 7);
+        let seen = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(seen >= 1, "{seen}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(
+            ticks.load(std::sync::atomic::Ordering::Relaxed),
+            seen,
+            "no tick after the work ended"
+        );
+    }
 }

@@ -37,7 +37,7 @@ pub struct Row {
     pub sd_ms: f64,
     /// Half-width of the 95 % confidence interval of the mean, ms
     /// (normal approximation: 1.96 · sd / √n).
-    pub ci95_ms: f64,
+    pub ci95_ms: Option<f64>,
     /// Bytes of the INVITE.
     pub invite_bytes: usize,
 }
@@ -197,7 +197,7 @@ pub fn prepare(
             min_ms,
             max_ms,
             sd_ms,
-            ci95_ms,
+            ci95_ms: (samples.len() >= 2).then_some(ci95_ms),
             invite_bytes: bytes,
         };
         progress(&row);
@@ -213,13 +213,13 @@ pub fn markdown(rows: &[Row]) -> String {
     );
     for r in rows {
         s.push_str(&format!(
-            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | ±{:.5} | {} | {} |\n",
+            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {} | {} | {} |\n",
             r.config,
             r.mean_ms,
             r.min_ms,
             r.max_ms,
             r.sd_ms,
-            r.ci95_ms,
+            crate::stats::plus_minus(r.ci95_ms, r.n, 5),
             r.invite_bytes,
             r.published_ms.map_or("—".into(), |p| format!("{p:.2}"))
         ));

@@ -191,8 +191,8 @@ pub struct Row {
     pub mean_ms: f64,
     /// Standard deviation, ms.
     pub sd_ms: f64,
-    /// 95 % CI half-width, ms.
-    pub ci95_ms: f64,
+    /// 95 % CI half-width, ms; none from fewer than two calls.
+    pub ci95_ms: Option<f64>,
     /// Median, ms.
     pub p50_ms: f64,
     /// 99th percentile, ms.
@@ -569,11 +569,7 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, 
                 retransmissions: r.retransmissions,
                 mean_ms: r.latency_ms.mean,
                 sd_ms: r.latency_ms.sd,
-                ci95_ms: if r.ok > 0 {
-                    1.96 * r.latency_ms.sd / (r.ok as f64).sqrt()
-                } else {
-                    0.0
-                },
+                ci95_ms: (r.ok >= 2).then(|| 1.96 * r.latency_ms.sd / (r.ok as f64).sqrt()),
                 p50_ms: r.latency_ms.p50,
                 p99_ms: r.latency_ms.p99,
                 max_ms: r.latency_ms.max,
@@ -650,14 +646,14 @@ pub fn markdown(rows: &[Row]) -> String {
         let failed: u64 = r.failures.values().sum();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {:.2} | {:.2} | ±{:.3} | {:.2} | {:.2} | {:.0} | {} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {:.0} | {} | {:.2} | {:.2} |",
             r.config,
             r.in_flight,
             r.ok,
             failed,
             r.mean_ms,
             r.sd_ms,
-            r.ci95_ms,
+            crate::stats::plus_minus(r.ci95_ms, r.ok as usize, 3),
             r.p50_ms,
             r.p99_ms,
             r.calls_per_s,
@@ -684,7 +680,7 @@ pub fn csv(rows: &[Row]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.1},{},{:.3},{:.3}",
+            "{},{},{},{},{},{:.4},{:.4},{},{:.4},{:.4},{:.4},{:.1},{},{:.3},{:.3}",
             r.config,
             r.in_flight,
             r.calls,
@@ -692,7 +688,7 @@ pub fn csv(rows: &[Row]) -> String {
             r.failures.values().sum::<u64>(),
             r.mean_ms,
             r.sd_ms,
-            r.ci95_ms,
+            r.ci95_ms.map_or(String::new(), |c| format!("{c:.4}")),
             r.p50_ms,
             r.p99_ms,
             r.max_ms,
@@ -762,7 +758,7 @@ pub fn html(rows: &[Row]) -> String {
                 r.failures.values().sum::<u64>().to_string(),
                 format!("{:.2}", r.mean_ms),
                 format!("{:.2}", r.sd_ms),
-                format!("±{:.3}", r.ci95_ms),
+                crate::stats::plus_minus(r.ci95_ms, r.ok as usize, 3),
                 format!("{:.0}", r.calls_per_s),
                 opt(r.proxy_cpu_us_per_call, 0),
                 format!("{:.2}", r.decryptions_per_call),
@@ -822,7 +818,7 @@ mod tests {
             retransmissions: 0,
             mean_ms: 1.0,
             sd_ms: 0.0,
-            ci95_ms: 0.0,
+            ci95_ms: None,
             p50_ms: 1.0,
             p99_ms: 1.0,
             max_ms: 1.0,

@@ -441,7 +441,7 @@ pub struct CallRow {
 
 fn ethernet_bps(s: &media::stats::Summary) -> f64 {
     if s.duration_s > 0.0 {
-        s.ip_bps + s.packets as f64 * 14.0 * 8.0 / s.duration_s
+        s.ip_bps + s.packets.saturating_sub(1) as f64 * 14.0 * 8.0 / s.duration_s
     } else {
         0.0
     }
@@ -449,13 +449,16 @@ fn ethernet_bps(s: &media::stats::Summary) -> f64 {
 
 /// Calls through a `sipsec serve` proxy (digest auth, stateful) between
 /// two in-process phones, `packets` packets each way, once without SRTP
-/// and once per profile.
+/// and once per profile. `progress` hears each direction's row; `tick`
+/// hears every 5 s of a call under way (its configuration, the time so
+/// far and the call's length).
 pub fn calls(
     exe: &Path,
     profiles: &[Profile],
     packets: u64,
     workdir: &Path,
     mut progress: impl FnMut(&CallRow),
+    tick: &(dyn Fn(&str, Duration, Duration) + Sync),
 ) -> Result<Vec<CallRow>, Error> {
     use ua::phone::{Config, Phone};
     use ua::session::Source;
@@ -536,9 +539,13 @@ pub fn calls(
         });
         let mut alice = Phone::new(config("alice", suites)).map_err(|e| Error::peer("alice", e))?;
         let target = format!("sip:bob@{}", server.addr);
-        let caller = alice
-            .call(&target, Source::Tone(440.0), packets)
-            .map_err(|e| Error::peer(format!("{name}: alice"), e))?;
+        let length = Duration::from_millis(packets * 20);
+        let caller = crate::ticking(
+            Duration::from_secs(5),
+            |t| tick(&name, t, length),
+            || alice.call(&target, Source::Tone(440.0), packets),
+        )
+        .map_err(|e| Error::peer(format!("{name}: alice"), e))?;
         let answered = callee
             .join()
             .map_err(|_| Error::peer(format!("{name}: bob"), "the thread failed"))?

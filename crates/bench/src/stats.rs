@@ -11,6 +11,20 @@ pub const BUCKET_BOUNDS_MS: [u64; 5] = [30, 60, 90, 120, 150];
 /// The published example weights of the latency coefficient.
 pub const DEFAULT_WEIGHTS: [f64; 5] = [0.55, 0.445, 0.004, 0.0007, 0.0003];
 
+/// Fewest samples a comparison needs before a report ranks what it
+/// compared ("fastest", bold winners): below it, two runs of the same
+/// code can swap places.
+pub const MIN_TO_RANK: usize = 5;
+
+/// A 95 % confidence interval as `± 1.23`, or `n=1` (`n=0`) where fewer
+/// than two samples leave no interval to state.
+pub fn plus_minus(ci: Option<f64>, n: usize, decimals: usize) -> String {
+    match ci {
+        Some(c) if n >= 2 => format!("± {c:.decimals$}"),
+        _ => format!("n={n}"),
+    }
+}
+
 /// Call latencies in microseconds, 1 µs to 10 min, 3 significant digits.
 #[derive(Debug, Clone)]
 pub struct Latency {
@@ -200,6 +214,13 @@ pub fn capacity(steps: &[Step], tolerance: f64, max_p99_us: u64) -> Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_interval_from_one_sample() {
+        assert_eq!(plus_minus(Some(0.0), 1, 1), "n=1");
+        assert_eq!(plus_minus(None, 0, 1), "n=0");
+        assert_eq!(plus_minus(Some(1.234), 5, 2), "± 1.23");
+    }
 
     #[test]
     fn buckets_shares_and_coefficient() {

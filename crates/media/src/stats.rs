@@ -32,6 +32,9 @@ pub struct ReceiveStats {
     last_arrival: f64,
     payload_bytes: u64,
     wire_bytes: u64,
+    /// The first packet's bytes (payload, wire): it opens the measured
+    /// interval, so throughput counts the others only.
+    first_bytes: (u64, u64),
 }
 
 /// A summary, ready for tables and JSON.
@@ -57,9 +60,11 @@ pub struct Summary {
     pub jitter_max_ms: f64,
     /// Mean interarrival jitter estimate over the packets, ms.
     pub jitter_mean_ms: f64,
-    /// Throughput counting IP, UDP and (S)RTP headers, bit/s.
+    /// Throughput counting IP, UDP and (S)RTP headers, bit/s: the bytes
+    /// of every packet after the first over the first to last arrival
+    /// (n packets span n − 1 intervals).
     pub ip_bps: f64,
-    /// Throughput of the payload alone, bit/s.
+    /// Throughput of the payload alone, bit/s, counted the same way.
     pub payload_bps: f64,
     /// First to last arrival, s.
     pub duration_s: f64,
@@ -88,6 +93,7 @@ impl ReceiveStats {
             max_ext: 0,
             seen: vec![u64::MAX; HISTORY],
             first_arrival: 0.0,
+            first_bytes: (0, 0),
             prev_arrival: None,
             prev_timestamp: 0,
             delta_sum: 0.0,
@@ -133,6 +139,7 @@ impl ReceiveStats {
             self.min_ext = ext;
             self.max_ext = ext;
             self.first_arrival = arrival;
+            self.first_bytes = (payload as u64, (wire + IP_UDP_OVERHEAD) as u64);
         } else if ext < self.max_ext {
             self.reordered += 1;
             self.min_ext = self.min_ext.min(ext);
@@ -184,6 +191,8 @@ impl ReceiveStats {
         } else {
             100.0 * lost as f64 / expected as f64
         };
+        // n packets arrive over n − 1 intervals: the bytes after the first
+        // packet over the time from the first arrival to the last.
         let duration = self.last_arrival - self.first_arrival;
         let per_s = |bytes: u64| {
             if duration > 0.0 {
@@ -215,8 +224,8 @@ impl ReceiveStats {
             },
             jitter_max_ms: self.jitter_max,
             jitter_mean_ms: jitter_mean,
-            ip_bps: per_s(self.wire_bytes),
-            payload_bps: per_s(self.payload_bytes),
+            ip_bps: per_s(self.wire_bytes - self.first_bytes.1),
+            payload_bps: per_s(self.payload_bytes - self.first_bytes.0),
             duration_s: duration,
             mos: (self.received > 0).then(|| mos(loss_percent, delay)),
         }
@@ -254,6 +263,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fifty_packets_of_an_80_kbit_stream_measure_80_kbit() {
+        // 50 packets 20 ms apart span 49 intervals (0.98 s); counting all
+        // 50 packets' bytes over them would say 81.63 kbit/s.
+        let mut s = ReceiveStats::new(8_000);
+        for i in 0..50u32 {
+            s.on_packet(1.5 + f64::from(i) * 0.02, i as u16, i * 160, 160, 172);
+        }
+        let m = s.summary(0.0);
+        assert!((m.duration_s - 0.98).abs() < 1e-9);
+        assert!(
+            (m.ip_bps - 80_000.0).abs() <= 80.0,
+            "80.0 kbit/s within 0.1 %: {}",
+            m.ip_bps
+        );
+        let one = {
+            let mut s = ReceiveStats::new(8_000);
+            s.on_packet(1.0, 7, 0, 160, 172);
+            s.summary(0.0)
+        };
+        assert_eq!(one.ip_bps, 0.0, "one packet spans no interval");
+    }
+
+    #[test]
     fn perfect_stream_every_20_ms() {
         let mut s = ReceiveStats::new(8_000);
         for i in 0..500u32 {
@@ -268,12 +300,8 @@ mod tests {
         assert!((m.delta_mean_ms - 20.0).abs() < 1e-9 && (m.delta_max_ms - 20.0).abs() < 1e-9);
         assert!(m.jitter_max_ms < 1e-9);
         // 200 bytes per 20 ms on the wire: 80 kbit/s; 64 kbit/s payload.
-        assert!(
-            (m.ip_bps - 80_000.0 * 500.0 / 499.0).abs() < 1.0,
-            "{}",
-            m.ip_bps
-        );
-        assert!((m.payload_bps - 64_000.0 * 500.0 / 499.0).abs() < 1.0);
+        assert!((m.ip_bps - 80_000.0).abs() < 1e-6, "{}", m.ip_bps);
+        assert!((m.payload_bps - 64_000.0).abs() < 1e-6);
         assert!(m.mos.is_some_and(|m| m > 4.3), "{:?}", m.mos);
     }
 

@@ -241,7 +241,7 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         });
         let left = p.elapsed / p.done as f64 * (p.total - p.done) as f64;
         eprintln!(
-            "[{}/{}] {:<20} {:<7} {:>4} {:<10} {:>3} B {:>10.1} µs ± {:.1} ({}×{}{}){fw}  {} elapsed, ~{} left",
+            "[{}/{}] {:<20} {:<7} {:>4} {:<10} {:>3} B {:>10.1} µs {} ({}×{}{}){fw}  {} elapsed, ~{} left",
             p.done,
             p.total,
             r.implementation,
@@ -250,7 +250,7 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
             r.variant,
             r.msg_len,
             r.mean_us,
-            r.ci95_us,
+            sipsec_bench::stats::plus_minus(r.ci95_us, r.reps_us.len(), 1),
             r.reps_us.len(),
             r.iterations,
             if r.capped_from.is_some() { ", capped" } else { "" },

@@ -153,15 +153,22 @@ fn null_responder_answers_the_generator() {
         "--scenario",
         "register",
         "--rate",
-        "2000",
+        "1000",
         "--calls",
-        "2000",
+        "6000",
         "--csv",
         csv.to_str().expect("utf-8"),
     ]);
     let _ = null.kill();
     let _ = null.wait();
     assert!(out.status.success(), "{}", text(&out));
+    // Six seconds with standard error on a pipe: a progress line at 5 s.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("/6000 calls") && l.contains("calls/s")),
+        "a progress line when not on a terminal: {err}"
+    );
     let series = std::fs::read_to_string(&csv).expect("csv");
     assert!(series.starts_with("t,offered,achieved,failed"), "{series}");
     let achieved: u64 = series
@@ -169,7 +176,7 @@ fn null_responder_answers_the_generator() {
         .skip(1)
         .filter_map(|l| l.split(',').nth(2)?.parse::<u64>().ok())
         .sum();
-    assert_eq!(achieved, 2000);
+    assert_eq!(achieved, 6000);
 }
 
 #[test]

@@ -54,8 +54,8 @@ pub struct Row {
     pub sd_us: f64,
     /// Median, µs.
     pub median_us: f64,
-    /// 95 % CI half-width, µs.
-    pub ci95_us: f64,
+    /// 95 % CI half-width, µs; none from fewer than two repetitions.
+    pub ci95_us: Option<f64>,
 }
 
 /// One cell measured by the language's benchmark framework, beside the
@@ -246,6 +246,7 @@ pub(super) fn plain_cell(a: &mut Adapter, plan: &Plan, c: &Cell) -> Result<Vec<R
             ));
         }
         let (mean_us, sd_us, median_us, ci95_us) = summary(&reps_us);
+        let ci95_us = (reps_us.len() >= 2).then_some(ci95_us);
         per_op_us.get_or_insert(mean_us);
         rows.push(Row {
             implementation: a.id().to_owned(),
@@ -368,7 +369,7 @@ pub fn csv(rows: &[Row]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3}",
+            "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{}",
             r.implementation,
             r.operation,
             r.bits,
@@ -380,7 +381,7 @@ pub fn csv(rows: &[Row]) -> String {
             r.mean_us,
             r.sd_us,
             r.median_us,
-            r.ci95_us
+            r.ci95_us.map_or(String::new(), |c| format!("{c:.3}"))
         );
     }
     s

@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::plot;
+use crate::stats::MIN_TO_RANK;
 
 #[cfg(test)]
 mod tests {

@@ -39,6 +39,16 @@ impl Column {
     }
 }
 
+/// A mean and its standard deviation, or the mean and `n=1` when one
+/// sample leaves no spread to state.
+fn spread(mean: f64, sd: f64, samples: u64) -> String {
+    if samples >= 2 {
+        format!("{mean:.1} ± {sd:.1}")
+    } else {
+        format!("{mean:.1} (n={samples})")
+    }
+}
+
 impl Report {
     pub(super) fn impls(&self) -> Vec<&str> {
         self.implementations.iter().map(|i| i.id.as_str()).collect()
@@ -86,12 +96,24 @@ impl Report {
         out
     }
 
-    /// Per table column: the fastest implementation and its mean, then
-    /// the runner-up.
+    /// Whether a column's rows can be ranked: each has at least
+    /// [`MIN_TO_RANK`] repetitions.
+    fn rankable(&self, op: &str, v: &str, c: Column) -> bool {
+        self.impls()
+            .iter()
+            .filter_map(|i| self.best(i, op, v, c))
+            .all(|r| r.reps_us.len() >= MIN_TO_RANK)
+    }
+
+    /// Per table column with enough repetitions to rank: the fastest
+    /// implementation and its mean, then the runner-up.
     pub(super) fn fastest(&self) -> Vec<[String; 7]> {
         let mut out = Vec::new();
         for (op, v, cols) in self.tables() {
             for c in cols {
+                if !self.rankable(&op, &v, c) {
+                    continue;
+                }
                 let mut ranked: Vec<&Row> = self
                     .impls()
                     .iter()
@@ -124,21 +146,30 @@ impl Report {
     }
 
     pub(super) fn cell_text(r: &Row) -> String {
-        let ci = if r.reps_us.len() > 1 {
-            format!(" ± {:.1}", r.ci95_us)
-        } else {
-            String::new()
+        let n = r.reps_us.len();
+        let ci = match r.ci95_us {
+            Some(c) if n >= 2 => format!(" ± {c:.1}"),
+            _ => String::new(),
         };
         format!(
-            "{:.1}{ci} ({}×{}{})",
+            "{:.1}{ci} ({}{}×{}{})",
             r.mean_us,
-            r.reps_us.len(),
+            if n < 2 { "n=" } else { "" },
+            n,
             r.iterations,
             if r.capped_from.is_some() {
                 ", capped"
             } else {
                 ""
             }
+        )
+    }
+
+    /// Why nothing is ranked: too few repetitions.
+    pub(super) fn unranked(&self) -> String {
+        format!(
+            "Not ranked: a ranking needs at least {MIN_TO_RANK} repetitions per cell and this run made {}; with so few, two runs of the same code can swap places. Run with --reps {MIN_TO_RANK} or more (the default) to rank.",
+            self.plan.reps
         )
     }
 
@@ -223,7 +254,7 @@ impl Report {
                         .map(|r| r.mean_us)
                         .fold(f64::INFINITY, f64::min);
                     match self.best(imp, &op, &v, c) {
-                        Some(r) if r.mean_us == fastest => {
+                        Some(r) if r.mean_us == fastest && self.rankable(&op, &v, c) => {
                             let _ = write!(s, " **{}** |", Self::cell_text(r));
                         }
                         Some(r) => {
@@ -236,9 +267,14 @@ impl Report {
             }
             s.push('\n');
         }
-        s.push_str("## Fastest per operation and size\n\n| operation | size | fastest | µs | next | µs | next / fastest |\n|---|---|---|---|---|---|---|\n");
-        for r in self.fastest() {
-            let _ = writeln!(s, "| {} |", r.join(" | "));
+        let ranked = self.fastest();
+        if ranked.is_empty() {
+            let _ = writeln!(s, "## Ranking\n\n{}", self.unranked());
+        } else {
+            s.push_str("## Fastest per operation and size\n\n| operation | size | fastest | µs | next | µs | next / fastest |\n|---|---|---|---|---|---|---|\n");
+            for r in ranked {
+                let _ = writeln!(s, "| {} |", r.join(" | "));
+            }
         }
         if !self.failures.is_empty() {
             s.push_str("\n## Cells that failed\n\n");
@@ -251,7 +287,7 @@ impl Report {
             for f in &self.framework {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} ({}) | {} | {:.1} ± {:.1} | {:.1} | {} | {:.1} | {:.3} |",
+                    "| {} | {} | {} ({}) | {} | {} | {:.1} | {} | {:.1} | {:.3} |",
                     f.implementation,
                     f.framework,
                     f.operation,
@@ -261,8 +297,7 @@ impl Report {
                         msg_len: f.msg_len
                     }
                     .label(&f.operation),
-                    f.mean_us,
-                    f.sd_us,
+                    spread(f.mean_us, f.sd_us, f.samples),
                     f.median_us,
                     f.samples,
                     f.plain_mean_us,
@@ -339,25 +374,29 @@ impl Report {
             body.push_str(&plot::table(&head, &table));
             sections.push((format!("{op}, {v} key"), body));
         }
-        sections.push((
-            "Fastest per operation and size".into(),
-            plot::table(
-                &[
-                    "operation",
-                    "size",
-                    "fastest",
-                    "µs",
-                    "next",
-                    "µs",
-                    "next / fastest",
-                ],
-                &self
-                    .fastest()
-                    .into_iter()
-                    .map(Vec::from)
-                    .collect::<Vec<_>>(),
-            ),
-        ));
+        let ranked = self.fastest();
+        sections.push(if ranked.is_empty() {
+            (
+                "Ranking".into(),
+                format!("<p>{}</p>", plot::escape(&self.unranked())),
+            )
+        } else {
+            (
+                "Fastest per operation and size".into(),
+                plot::table(
+                    &[
+                        "operation",
+                        "size",
+                        "fastest",
+                        "µs",
+                        "next",
+                        "µs",
+                        "next / fastest",
+                    ],
+                    &ranked.into_iter().map(Vec::from).collect::<Vec<_>>(),
+                ),
+            )
+        });
         if !self.framework.is_empty() {
             let rows: Vec<Vec<String>> = self
                 .framework
@@ -372,7 +411,7 @@ impl Report {
                             msg_len: f.msg_len,
                         }
                         .label(&f.operation),
-                        format!("{:.1} ± {:.1}", f.mean_us, f.sd_us),
+                        spread(f.mean_us, f.sd_us, f.samples),
                         format!("{:.1}", f.plain_mean_us),
                         format!("{:.3}", f.ratio),
                     ]

@@ -261,9 +261,14 @@ pub(super) fn positive(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
 
-/// A live progress bar on a terminal (hidden otherwise): calls done of
-/// the total, the success rate of the last second, failures, p99 so far.
+/// Progress of a run on standard error: calls done of the total, the
+/// success rate of the last interval, failures, p99 so far. A live bar on
+/// a terminal; a line every 5 s otherwise (a log file, a pipe).
 pub(super) fn progress(live: &Live, done: &AtomicBool, total: u64) {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return progress_lines(live, done, total, Duration::from_secs(5));
+    }
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(total),
         indicatif::ProgressDrawTarget::stderr_with_hz(4),
@@ -289,6 +294,30 @@ pub(super) fn progress(live: &Live, done: &AtomicBool, total: u64) {
         }
     }
     bar.finish_and_clear();
+}
+
+/// A progress line every `every` until `done`.
+fn progress_lines(live: &Live, done: &AtomicBool, total: u64, every: Duration) {
+    let start = Instant::now();
+    let (mut next, mut last) = (start + every, (start, 0u64));
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = Instant::now();
+        if now < next {
+            continue;
+        }
+        next += every;
+        let ok = live.ok.load(Ordering::Relaxed);
+        let failed = live.failed.load(Ordering::Relaxed);
+        let rate = (ok - last.1) as f64 / (now - last.0).as_secs_f64();
+        last = (now, ok);
+        eprintln!(
+            "{:5.0} s  {}/{total} calls  {rate:.0} calls/s  {failed} failed  p99 {:.2} ms",
+            (now - start).as_secs_f64(),
+            ok + failed,
+            live.p99_us.load(Ordering::Relaxed) as f64 / 1000.0
+        );
+    }
 }
 
 /// The servers named on the command line (`sipsec`, `kamailio`), in order.

@@ -95,6 +95,13 @@ pub(super) fn srtp_bench(a: SrtpArgs) -> Result<ExitCode, String> {
                 row.config, row.direction, s.delta_max_ms, s.delta_mean_ms, s.jitter_max_ms, s.jitter_mean_ms, s.ip_bps / 1000.0, s.loss_percent
             );
             },
+            &|config, t, length| {
+                eprintln!(
+                    "{config:24} call under way: {:.0} of {:.0} s",
+                    t.as_secs_f64(),
+                    length.as_secs_f64()
+                );
+            },
         );
         let _ = std::fs::remove_dir_all(&workdir);
         r?
