@@ -390,7 +390,7 @@ impl Default for Config {
             mode: Mode::Registrar,
             udp,
             tcp: Some(udp),
-            http: Some(SocketAddr::from(([127, 0, 0, 1], 8060))),
+            http: Some(DEFAULT_HTTP),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             advertise: udp,
             record_route: false,
@@ -435,10 +435,10 @@ pub struct FileConfig {
     pub mode: Option<String>,
     /// UDP address.
     pub udp: Option<SocketAddr>,
-    /// TCP address, or `"off"`.
-    pub tcp: Option<String>,
-    /// Operator endpoint address, or `"off"`.
-    pub http: Option<String>,
+    /// TCP address, or `false` (as `--no-tcp`; `"off"` too).
+    pub tcp: Option<Listen>,
+    /// Operator endpoint address, or `false` (as `--no-http`; `"off"` too).
+    pub http: Option<Listen>,
     /// Address for Via and for recognising this server.
     pub advertise: Option<SocketAddr>,
     /// Host names that mean this server.
@@ -453,7 +453,9 @@ pub struct FileConfig {
     pub workers: Option<usize>,
     /// Location store directory.
     pub data_dir: Option<PathBuf>,
-    /// `process` or `fsync`.
+    /// `true`: fsync every location change (as `--fsync`).
+    pub fsync: Option<bool>,
+    /// `process` or `fsync`: the older spelling of `fsync`.
     pub durability: Option<String>,
     /// Journal bytes that trigger an online compaction.
     pub journal_compact_bytes: Option<u64>,
@@ -481,6 +483,41 @@ pub struct FileConfig {
     pub trace: Option<TraceSection>,
     /// A token the operator endpoint requires.
     pub http_token: Option<String>,
+}
+
+/// The operator endpoint's address unless configured.
+pub const DEFAULT_HTTP: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    8060,
+));
+
+/// A listener in the file: an address, `true` (the default address) or
+/// `false` (none); `"off"` is accepted for `false`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// `true` or `false`.
+    Enabled(bool),
+    /// An address (or "off").
+    At(String),
+}
+
+impl<'de> serde::Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Listen;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address such as \"127.0.0.1:5060\", or false")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Listen, E> {
+                Ok(Listen::Enabled(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Listen, E> {
+                Ok(Listen::At(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `[trace]`: HEP tracing to a Homer collector.
@@ -840,9 +877,11 @@ fn location_settings(
 impl Config {
     /// Applies a configuration file's text over `self`.
     pub fn apply_toml(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
+        // The parser's message is several lines: where, the line with a
+        // caret under the fault, and what was expected. Kept as it is.
         let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            msg: e.to_string().trim_end().replace('\n', " "),
+            msg: e.to_string().trim_end().to_owned(),
         })?;
         let value = |key, msg: String| ConfigError::Value {
             path: path.to_owned(),
@@ -861,10 +900,22 @@ impl Config {
             }
         }
         if let Some(t) = f.tcp {
-            self.tcp = parse_optional_addr(&t).map_err(|m| value("tcp", m.to_string()))?;
+            self.tcp = match t {
+                Listen::Enabled(false) => None,
+                Listen::Enabled(true) => Some(self.tcp.unwrap_or(self.udp)),
+                Listen::At(a) => {
+                    parse_optional_addr(&a).map_err(|m| value("tcp", m.to_string()))?
+                }
+            };
         }
         if let Some(h) = f.http {
-            self.http = parse_optional_addr(&h).map_err(|m| value("http", m.to_string()))?;
+            self.http = match h {
+                Listen::Enabled(false) => None,
+                Listen::Enabled(true) => Some(self.http.unwrap_or(DEFAULT_HTTP)),
+                Listen::At(a) => {
+                    parse_optional_addr(&a).map_err(|m| value("http", m.to_string()))?
+                }
+            };
         }
         if let Some(a) = f.advertise {
             self.advertise = a;
@@ -888,6 +939,19 @@ impl Config {
         }
         if let Some(d) = f.data_dir {
             self.data_dir = d;
+        }
+        if let (Some(_), Some(_)) = (f.fsync, &f.durability) {
+            return Err(value(
+                "fsync",
+                "give fsync or its older spelling durability, not both".into(),
+            ));
+        }
+        if let Some(s) = f.fsync {
+            self.durability = if s {
+                Durability::Fsync
+            } else {
+                Durability::Process
+            };
         }
         if let Some(d) = f.durability {
             self.durability = match d.as_str() {
@@ -1343,5 +1407,58 @@ mod tests {
                 .to_string();
             assert!(e.contains(needle) && e.starts_with("x.toml"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn keys_mirror_the_flags() {
+        let mut c = Config::default();
+        c.apply_toml("fsync = true\ntcp = false\nhttp = false\n", "x.toml")
+            .expect("valid");
+        assert_eq!(
+            (c.durability, c.tcp, c.http),
+            (Durability::Fsync, None, None),
+            "as --fsync --no-tcp --no-http"
+        );
+        c.apply_toml("fsync = false\ntcp = true\nhttp = true\n", "x.toml")
+            .expect("valid");
+        assert_eq!(
+            (c.durability, c.tcp, c.http),
+            (Durability::Process, Some(c.udp), Some(DEFAULT_HTTP))
+        );
+        c.apply_toml("durability = \"fsync\"\ntcp = \"off\"\n", "x.toml")
+            .expect("the older spellings still work");
+        assert_eq!((c.durability, c.tcp), (Durability::Fsync, None));
+        let both = Config::default()
+            .apply_toml("fsync = true\ndurability = \"fsync\"\n", "x.toml")
+            .expect_err("one or the other");
+        assert!(both.to_string().contains("not both"), "{both}");
+        let typo = Config::default()
+            .apply_toml("tcp = 5060\n", "x.toml")
+            .expect_err("a number is no address")
+            .to_string();
+        assert!(typo.contains("an address"), "{typo}");
+    }
+
+    #[test]
+    fn syntax_errors_keep_the_parser_snippet() {
+        let e = Config::default()
+            .apply_toml("mode = \"proxy\"\nworkers = = 2\n", "x.toml")
+            .expect_err("bad syntax")
+            .to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert!(lines.len() >= 4, "several lines: {e}");
+        assert!(
+            lines[0].starts_with("x.toml: ") && lines[0].contains("line 2"),
+            "{e}"
+        );
+        // The caret sits under the fault: the column of the second `=`.
+        let source = lines
+            .iter()
+            .position(|l| l.contains("workers = = 2"))
+            .expect("source line");
+        let caret = lines[source + 1];
+        let at = |l: &str, c: char| l.find(c).expect("found");
+        let code_start = at(lines[source], 'w');
+        assert_eq!(at(caret, '^') - code_start, "workers = ".len(), "{e}");
     }
 }

@@ -61,8 +61,24 @@ pub struct CryptoBenchArgs {
     /// Where adapters are built.
     #[arg(long, default_value = "target/crossbench")]
     build_dir: PathBuf,
-    /// Where results go: results.json, results.csv, results.md,
-    /// index.html and plots/.
+    /// Write every result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the plain-timer rows as CSV here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Write the tables (markdown) here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write an HTML page with the tables and plots (SVG) here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Also write each plot as SVG and PNG files into this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
+    /// Write all of the above into this directory (results.json,
+    /// results.csv, results.md, index.html, plots/); the default when none
+    /// of them is given.
     #[arg(long, default_value = "target/crypto-bench")]
     out: PathBuf,
     /// Also write the shared test keys (PKCS#8 PEM) here.
@@ -269,11 +285,26 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         provenance: Some(crate::provenance::get().clone()),
     };
     println!("{}", report.markdown());
-    match report.write(&a.out) {
+    let mut outputs = crossbench::Outputs {
+        json: a.json.clone(),
+        csv: a.csv.clone(),
+        markdown: a.markdown.clone(),
+        html: a.html.clone(),
+        plots: a.plots.clone(),
+    };
+    if outputs.is_empty() {
+        outputs = crossbench::Outputs::in_dir(&a.out);
+    }
+    match report.write(&outputs) {
         Ok(files) => eprintln!(
-            "wrote {} files into {} (index.html, results.json/.csv/.md, plots/)",
+            "wrote {} files: {}",
             files.len(),
-            a.out.display()
+            files
+                .iter()
+                .filter(|f| f.extension().is_some_and(|e| e != "svg" && e != "png"))
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Err(e) => return fail(1, e),
     }

@@ -43,8 +43,9 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
-    /// Compare RSA implementations across languages and libraries (C, Go,
-    /// Python, Rust): cross-check, then time key generation, OAEP and PSS.
+    /// Compare RSA implementations across languages and libraries (C, C++,
+    /// Go, Java, Python, Rust): cross-check, then time key generation, OAEP
+    /// and PSS.
     CryptoBench(Box<crypto_bench::CryptoBenchArgs>),
     /// Generate keys (RSA in every variant, EC) and certificates for TLS.
     Keygen {

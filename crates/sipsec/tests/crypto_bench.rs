@@ -177,9 +177,10 @@ fn broken_copy(dir: &Path, find: &str, replace: &str) -> PathBuf {
 }
 
 /// Runs crypto-bench in quick mode on the adapters in `copy` with `args`,
-/// results into `dir`: the exit code, stderr and results.json.
+/// the JSON and HTML reports (only) into `dir`: the exit code, stderr and
+/// the JSON.
 fn run_on(copy: &Path, dir: &Path, args: &[&str]) -> (Option<i32>, String, serde_json::Value) {
-    let results = dir.join("results");
+    let (json, html) = (dir.join("r.json"), dir.join("r.html"));
     let out = sipsec()
         .args(["crypto-bench", "--quick", "--variants", "crt"])
         .args(args)
@@ -187,14 +188,22 @@ fn run_on(copy: &Path, dir: &Path, args: &[&str]) -> (Option<i32>, String, serde
         .arg(copy)
         .arg("--build-dir")
         .arg(dir.join("build"))
-        .arg("--out")
-        .arg(&results)
+        .arg("--json")
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .current_dir(dir)
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let report = std::fs::read(results.join("results.json"))
+    assert!(html.is_file(), "--html written: {err}");
+    assert!(
+        !dir.join("target").exists(),
+        "only what was asked for, not the default directory"
+    );
+    let report = std::fs::read(&json)
         .map(|j| serde_json::from_slice(&j).expect("parses"))
-        .unwrap_or_else(|e| panic!("no results.json ({e}): {err}"));
+        .unwrap_or_else(|e| panic!("no {} ({e}): {err}", json.display()));
     (out.status.code(), err, report)
 }
 

@@ -440,25 +440,66 @@ impl Report {
         }
     }
 
-    /// Writes results.json, results.csv, results.md, index.html and the
-    /// plots (plots/crypto-K.svg, and PNG where rsvg-convert is) into
-    /// `dir`; returns the files.
-    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
-        std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
+    /// Writes the outputs asked for (the plots as `crypto-TITLE.svg`, and
+    /// PNG where rsvg-convert is); returns the files.
+    pub fn write(&self, out: &Outputs) -> Result<Vec<PathBuf>, Error> {
         let html = self.html();
         let json = serde_json::to_string_pretty(self).map_err(|e| Error::Input(e.to_string()))?;
         let mut files = Vec::new();
-        for (name, text) in [
-            ("results.json", json),
-            ("results.csv", csv(&self.rows)),
-            ("results.md", self.markdown()),
-            ("index.html", html.clone()),
+        for (path, text) in [
+            (&out.json, json),
+            (&out.csv, csv(&self.rows)),
+            (&out.markdown, self.markdown()),
+            (&out.html, html.clone()),
         ] {
-            let p = dir.join(name);
-            std::fs::write(&p, text).map_err(Error::io(p.display()))?;
-            files.push(p);
+            let Some(p) = path else { continue };
+            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
+            }
+            std::fs::write(p, text).map_err(Error::io(p.display()))?;
+            files.push(p.clone());
         }
-        files.extend(plot::write_files(&html, &dir.join("plots"), "crypto")?);
+        if let Some(dir) = &out.plots {
+            files.extend(plot::write_files(&html, dir, "crypto")?);
+        }
         Ok(files)
+    }
+}
+
+/// Where a crypto-bench run writes its results; each is optional.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// Everything, as JSON.
+    pub json: Option<PathBuf>,
+    /// The plain-timer rows as CSV.
+    pub csv: Option<PathBuf>,
+    /// The tables as markdown.
+    pub markdown: Option<PathBuf>,
+    /// The HTML page with tables and plots.
+    pub html: Option<PathBuf>,
+    /// A directory for the plots as SVG and PNG files.
+    pub plots: Option<PathBuf>,
+}
+
+impl Outputs {
+    /// All of them in `dir`: results.json, results.csv, results.md,
+    /// index.html and plots/.
+    pub fn in_dir(dir: &Path) -> Self {
+        Self {
+            json: Some(dir.join("results.json")),
+            csv: Some(dir.join("results.csv")),
+            markdown: Some(dir.join("results.md")),
+            html: Some(dir.join("index.html")),
+            plots: Some(dir.join("plots")),
+        }
+    }
+
+    /// Whether nothing is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.json.is_none()
+            && self.csv.is_none()
+            && self.markdown.is_none()
+            && self.html.is_none()
+            && self.plots.is_none()
     }
 }

@@ -9,6 +9,10 @@ use clap::Args;
 use sipsec_bench::engine::{Live, Run, Shape, User};
 use sipsec_bench::{cpu, scenario, stats};
 
+/// Generator threads unless `--threads` says otherwise (one with `--pin`,
+/// where the generator has one core to itself).
+pub(super) const GENERATOR_THREADS: usize = 2;
+
 /// What every measured run needs: target, scenario, users, sampling, output.
 #[derive(Args)]
 pub struct CommonArgs {
@@ -27,11 +31,12 @@ pub struct CommonArgs {
     /// Answer digest challenges (401 for REGISTER, 407 for INVITE).
     #[arg(long)]
     pub(super) auth: bool,
-    /// Callers: CSV with a `username,password` header [default: user00000…user09999, password pw].
-    #[arg(long)]
-    pub(super) users: Option<PathBuf>,
+    /// Callers' credentials: CSV with a `username,password` header
+    /// [default: user00000…user09999, password pw].
+    #[arg(long, alias = "users", value_name = "CSV")]
+    pub(super) credentials: Option<PathBuf>,
     /// Generator threads, one UDP socket (or TCP connection) each.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = GENERATOR_THREADS)]
     pub(super) threads: usize,
     /// Use TCP (one connection per generator thread) instead of UDP.
     #[arg(long, conflicts_with = "tls")]
@@ -172,7 +177,7 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     if a.connection_per_call && !(a.tcp || a.tls) {
         return Err("--connection-per-call needs --tcp or --tls".into());
     }
-    let users = match &a.users {
+    let users = match &a.credentials {
         Some(p) => sipsec_bench::load_users(p)?,
         None => sipsec_bench::generated_users(10_000),
     };

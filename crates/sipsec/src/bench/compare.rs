@@ -10,15 +10,25 @@ use super::common::{json_and_markdown, outputs, targets, TableOutputs};
 
 #[derive(Args)]
 pub struct CompareArgs {
-    /// Servers, comma-separated: sipsec, kamailio. Ratios are the first's CPU over each other's.
-    #[arg(long, default_value = "sipsec,kamailio", value_delimiter = ',')]
-    pub(super) targets: Vec<String>,
+    /// Servers, comma-separated: sipsec, kamailio (started here). Ratios are the first's CPU over each other's.
+    #[arg(
+        long,
+        alias = "targets",
+        default_value = "sipsec,kamailio",
+        value_delimiter = ','
+    )]
+    pub(super) servers: Vec<String>,
     /// Scenarios, comma-separated [default: all six].
     #[arg(long, value_delimiter = ',')]
     pub(super) scenarios: Vec<String>,
-    /// Digest authentication: none, digest or both.
-    #[arg(long, default_value = "both")]
-    pub(super) auth: String,
+    /// Run each scenario without authentication (none), with digest (digest), or both, comma-separated.
+    #[arg(
+        long,
+        alias = "auth",
+        default_value = "none,digest",
+        value_delimiter = ','
+    )]
+    pub(super) auth_modes: Vec<String>,
     /// Offered calls/s.
     #[arg(long, default_value_t = 2000.0)]
     pub(super) rate: f64,
@@ -32,12 +42,17 @@ pub struct CompareArgs {
     /// Server workers / Kamailio children [default: 1 pinned, else 2].
     #[arg(long)]
     pub(super) workers: Option<usize>,
-    /// Generator threads.
-    #[arg(long, default_value_t = 1)]
-    pub(super) threads: usize,
-    /// Users with passwords (callee included).
-    #[arg(long, default_value = "interop/users.csv")]
-    pub(super) users: PathBuf,
+    /// Generator threads [default: 2; 1 with --pin].
+    #[arg(long)]
+    pub(super) threads: Option<usize>,
+    /// Callers' credentials (callee included): CSV with a `username,password` header.
+    #[arg(
+        long,
+        alias = "users",
+        value_name = "CSV",
+        default_value = "interop/users.csv"
+    )]
+    pub(super) credentials: PathBuf,
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
@@ -50,7 +65,7 @@ pub struct CompareArgs {
 
 pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     use sipsec_bench::compare::{self, Plan};
-    let targets = targets(&a.targets, &a.kamailio_cfg)?;
+    let targets = targets(&a.servers, &a.kamailio_cfg)?;
     let scenarios = if a.scenarios.is_empty() {
         scenario::BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
     } else {
@@ -59,12 +74,20 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         }
         a.scenarios.clone()
     };
-    let auth = match a.auth.as_str() {
-        "none" => vec![false],
-        "digest" => vec![true],
-        "both" => vec![false, true],
-        other => return Err(format!("--auth {other:?}: use none, digest or both")),
-    };
+    let mut auth = Vec::new();
+    for m in &a.auth_modes {
+        let modes: &[bool] = match m.as_str() {
+            "none" => &[false],
+            "digest" => &[true],
+            "both" => &[false, true],
+            other => return Err(format!("--auth-modes {other:?}: use none, digest or both")),
+        };
+        for m in modes {
+            if !auth.contains(m) {
+                auth.push(*m);
+            }
+        }
+    }
     if !(a.rate.is_finite() && a.rate > 0.0) || a.calls == 0 {
         return Err("--rate and --calls must be positive".into());
     }
@@ -75,10 +98,17 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         auth,
         rate: a.rate,
         calls: a.calls,
-        users: sipsec_bench::load_users(&a.users)?,
+        users: sipsec_bench::load_users(&a.credentials)?,
         pin: a.pin,
         workers: a.workers.unwrap_or(if a.pin { 1 } else { 2 }),
-        threads: a.threads.max(1),
+        threads: a
+            .threads
+            .unwrap_or(if a.pin {
+                1
+            } else {
+                super::common::GENERATOR_THREADS
+            })
+            .max(1),
         workdir: workdir.clone(),
         weights: stats::parse_weights(&a.weights)?,
     };

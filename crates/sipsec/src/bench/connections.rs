@@ -22,8 +22,13 @@ pub(super) enum StreamArg {
 pub struct ConnectionsArgs {
     /// Servers, comma-separated: sipsec, kamailio (started here, one after
     /// the other, on the same certificate). Ratios are the first's over each other's.
-    #[arg(long, default_value = "sipsec", value_delimiter = ',')]
-    pub(super) server: Vec<String>,
+    #[arg(
+        long,
+        alias = "server",
+        default_value = "sipsec",
+        value_delimiter = ','
+    )]
+    pub(super) servers: Vec<String>,
     /// Transport of the phones: tcp, tls, ws or wss (browser-style phones:
     /// an HTTP upgrade, then SIP in WebSocket frames, RFC 7118; Kamailio
     /// with kamailio-websocket-modules).
@@ -47,18 +52,18 @@ pub struct ConnectionsArgs {
     /// A phase with no progress for this many seconds fails what is left.
     #[arg(long, default_value_t = 32.0)]
     pub(super) timeout: f64,
-    /// Generator event-loop threads.
-    #[arg(long, default_value_t = 1)]
-    pub(super) threads: usize,
+    /// Generator event-loop threads [default: 2; 1 with --pin].
+    #[arg(long)]
+    pub(super) threads: Option<usize>,
     /// Server certificate chain (PEM) [default: an RSA-2048 certificate made here].
-    #[arg(long, requires_all = ["key", "ca"])]
+    #[arg(long, requires_all = ["key", "tls_ca"])]
     pub(super) cert: Option<PathBuf>,
     /// Its private key.
     #[arg(long, requires = "cert")]
     pub(super) key: Option<PathBuf>,
-    /// The CA the phones trust for the certificate.
-    #[arg(long, requires = "cert")]
-    pub(super) ca: Option<PathBuf>,
+    /// The CA certificates (PEM) the phones trust for the certificate.
+    #[arg(long, alias = "ca", requires = "cert")]
+    pub(super) tls_ca: Option<PathBuf>,
     /// Server on CPU 0 (taskset), phones on CPU 1.
     #[arg(long)]
     pub(super) pin: bool,
@@ -107,8 +112,13 @@ fn make_certificate(dir: &std::path::Path) -> Result<(PathBuf, PathBuf, PathBuf)
 }
 
 pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
-    let targets = targets(&a.server, &a.kamailio_cfg)?;
-    if a.connections == 0 || a.in_flight == 0 || a.threads == 0 || a.sources == Some(0) {
+    let targets = targets(&a.servers, &a.kamailio_cfg)?;
+    let threads = a.threads.unwrap_or(if a.pin {
+        1
+    } else {
+        super::common::GENERATOR_THREADS
+    });
+    if a.connections == 0 || a.in_flight == 0 || threads == 0 || a.sources == Some(0) {
         return Err("--connections, --in-flight, --threads and --sources must be positive".into());
     }
     let hold_ok = a.hold.is_finite() && a.hold >= 0.0;
@@ -116,7 +126,7 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         return Err("--refresh-rate and --timeout must be positive, --hold not negative".into());
     }
     let workdir = std::env::temp_dir().join(format!("sipsec-connections-{}", std::process::id()));
-    let (cert, key, ca) = match (a.cert, a.key, a.ca) {
+    let (cert, key, ca) = match (a.cert, a.key, a.tls_ca) {
         (Some(c), Some(k), Some(ca)) => (c, k, ca),
         _ => make_certificate(&workdir)?,
     };
@@ -134,7 +144,7 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         refresh_rate: a.refresh_rate,
         hold: std::time::Duration::from_secs_f64(a.hold),
         timeout: std::time::Duration::from_secs_f64(a.timeout),
-        threads: a.threads,
+        threads,
         cert,
         key,
         ca,

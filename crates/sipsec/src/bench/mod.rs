@@ -60,12 +60,12 @@ pub enum BenchCommand {
         /// Address to answer on.
         #[arg(long, default_value = "127.0.0.1:5090")]
         udp: SocketAddr,
-        /// Responder threads.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
-        /// Stop after this many seconds (default: run until killed).
-        #[arg(long)]
-        seconds: Option<u64>,
+        /// Responder threads, one UDP socket each.
+        #[arg(long, alias = "threads", default_value_t = 1)]
+        workers: usize,
+        /// Stop after this many seconds [default: run until killed].
+        #[arg(long, alias = "seconds", value_name = "SECONDS")]
+        duration: Option<u64>,
     },
 }
 
@@ -81,9 +81,9 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Null {
             udp,
-            threads,
-            seconds,
-        } => null(udp, threads, seconds),
+            workers,
+            duration,
+        } => null(udp, workers, duration),
     };
     match result {
         Ok(code) => code,

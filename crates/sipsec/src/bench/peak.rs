@@ -20,8 +20,8 @@ pub struct PeakArgs {
     #[arg(long, default_value_t = 200_000.0)]
     pub(super) max: f64,
     /// Length of each step, seconds.
-    #[arg(long, default_value_t = 5.0)]
-    pub(super) seconds: f64,
+    #[arg(long, alias = "seconds", value_name = "SECONDS", default_value_t = 5.0)]
+    pub(super) duration: f64,
     /// p99 latency above this (ms) means the server is not keeping up.
     #[arg(long, default_value_t = 150.0)]
     pub(super) max_p99_ms: f64,
@@ -30,10 +30,10 @@ pub struct PeakArgs {
 pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
     use sipsec_bench::peak::{self, Ramp};
     let valid =
-        positive(a.start) && positive(a.max) && positive(a.seconds) && positive(a.max_p99_ms);
+        positive(a.start) && positive(a.max) && positive(a.duration) && positive(a.max_p99_ms);
     if !valid || a.factor <= 1.0 {
         return Err(
-            "--start, --max, --seconds, --max-p99-ms must be positive and --factor above 1".into(),
+            "--start, --max, --duration, --max-p99-ms must be positive and --factor above 1".into(),
         );
     }
     let base = options(&a.common)?;
@@ -41,7 +41,7 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
         start: a.start,
         factor: a.factor,
         max: a.max,
-        seconds: a.seconds,
+        seconds: a.duration,
         max_p99_us: (a.max_p99_ms * 1000.0) as u64,
         tolerance: 0.05,
     };

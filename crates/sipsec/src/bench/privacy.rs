@@ -55,13 +55,13 @@ pub struct PrivacyRouteArgs {
     #[arg(long, default_value_t = 2048)]
     pub(super) bits: u32,
     /// Callers registered at the home proxy.
-    #[arg(long, default_value_t = 100)]
-    pub(super) users: usize,
+    #[arg(long, alias = "users", default_value_t = 100)]
+    pub(super) callers: usize,
     /// Worker threads per proxy.
     #[arg(long, default_value_t = 1)]
     pub(super) workers: usize,
     /// Generator threads.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = super::common::GENERATOR_THREADS)]
     pub(super) threads: usize,
     /// A smoke run (what CI runs): 10 and 50 in flight, 200 calls, plain
     /// SIP, PrivaSIP-1 AES stateless, PrivaSIP-2 RSA 3-prime and HPKE
@@ -104,8 +104,8 @@ pub(super) fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
     if a.calls == 0 || a.calls > 10_000_000 {
         return Err("--calls is 1 to 10000000".into());
     }
-    if a.users == 0 || a.users > 1_000_000 {
-        return Err("--users is 1 to 1000000".into());
+    if a.callers == 0 || a.callers > 1_000_000 {
+        return Err("--callers is 1 to 1000000".into());
     }
     let mut plan = Plan {
         exe,
@@ -115,7 +115,7 @@ pub(super) fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
         calls: a.calls,
         warmup: a.warmup,
         bits: a.bits,
-        users: a.users,
+        users: a.callers,
         workers: a.workers.max(1),
         threads: a.threads.max(1),
         weights: stats::DEFAULT_WEIGHTS,

@@ -17,15 +17,20 @@ pub struct RsaVariantsArgs {
     /// Offered calls/s, comma-separated.
     #[arg(long, default_value = "200,400,600,800,1000", value_delimiter = ',')]
     pub(super) rates: Vec<f64>,
-    /// Seconds per point.
-    #[arg(long, default_value_t = 10.0)]
-    pub(super) seconds: f64,
+    /// Length of each point, seconds.
+    #[arg(
+        long,
+        alias = "seconds",
+        value_name = "SECONDS",
+        default_value_t = 10.0
+    )]
+    pub(super) duration: f64,
     /// Directions, comma-separated: inbound, outbound.
     #[arg(long, default_value = "inbound,outbound", value_delimiter = ',')]
     pub(super) directions: Vec<String>,
-    /// Concurrent callers in the generator.
-    #[arg(long, default_value_t = 32)]
-    pub(super) threads: usize,
+    /// Calls the generator keeps in flight.
+    #[arg(long, alias = "threads", default_value_t = 32)]
+    pub(super) in_flight: usize,
     /// Proxy on CPU 0 (taskset), generator and next hops on CPU 1.
     #[arg(long)]
     pub(super) pin: bool,
@@ -60,7 +65,7 @@ pub(super) fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
     let (bits, rates, seconds) = if a.quick {
         (vec![1024], vec![100.0], 1.0)
     } else {
-        (a.bits.clone(), a.rates.clone(), a.seconds)
+        (a.bits.clone(), a.rates.clone(), a.duration)
     };
     if rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) || !(seconds.is_finite() && seconds > 0.0)
     {
@@ -87,7 +92,7 @@ pub(super) fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
         rates: rates.clone(),
         seconds,
         directions,
-        threads: a.threads.max(1),
+        threads: a.in_flight.max(1),
         pin: a.pin,
     };
     let points = variants::experiment(&plan, |p| {

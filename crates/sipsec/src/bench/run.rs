@@ -26,7 +26,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10_000)]
     pub(super) calls: u64,
     /// Longest time to keep starting calls, seconds.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     pub(super) duration: f64,
     /// Time calls in flight get to finish after the last start, seconds.
     #[arg(long, default_value_t = 35.0)]
