@@ -109,21 +109,26 @@ pub struct TableOutputs {
     pub(super) plots: Option<PathBuf>,
 }
 
-/// Writes `value` as JSON and `table` as markdown where asked.
-pub(super) fn json_and_markdown(
-    json: Option<&std::path::Path>,
-    value: &impl serde::Serialize,
-    markdown: Option<&std::path::Path>,
-    table: &str,
-) -> Result<(), String> {
-    if let Some(p) = json {
-        crate::provenance::write_json(p, value)?;
+impl TableOutputs {
+    /// Writes what was asked for: `value` as JSON, `table` as markdown,
+    /// the page `make` builds as HTML and its plots (named `name-TITLE`),
+    /// each with the run's provenance.
+    pub(super) fn write(
+        &self,
+        value: &impl serde::Serialize,
+        table: &str,
+        name: &str,
+        make: impl FnOnce() -> String,
+    ) -> Result<(), String> {
+        if let Some(p) = &self.json {
+            crate::provenance::write_json(p, value)?;
+        }
+        if let Some(p) = &self.markdown {
+            let text = format!("{}{table}", crate::provenance::get().markdown());
+            std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        outputs(&self.html, &self.plots, name, make)
     }
-    if let Some(p) = markdown {
-        let text = format!("{}{table}", crate::provenance::get().markdown());
-        std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    Ok(())
 }
 
 /// Writes the HTML page and the plot files that were asked for.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use sipsec_bench::{scenario, stats};
 
-use super::common::{json_and_markdown, outputs, targets, TableOutputs};
+use super::common::{targets, TableOutputs};
 
 #[derive(Args)]
 pub struct CompareArgs {
@@ -132,13 +132,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     let cells = cells?;
     let table = compare::table(&cells, &targets);
     print!("{table}");
-    json_and_markdown(
-        a.out.json.as_deref(),
-        &cells,
-        a.out.markdown.as_deref(),
-        &table,
-    )?;
-    outputs(&a.out.html, &a.out.plots, "compare", || {
+    a.out.write(&cells, &table, "compare", || {
         compare::html(&cells, &targets)
     })?;
     let failed: u64 = cells.iter().map(|c| c.report.failed).sum();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use sipsec_bench::connections::{self, Plan, Stream};
 
-use super::common::{json_and_markdown, outputs, positive, targets, TableOutputs};
+use super::common::{positive, targets, TableOutputs};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub(super) enum StreamArg {
@@ -160,13 +160,7 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
     let outcomes = outcomes?;
     let table = connections::table(&outcomes);
     print!("{table}");
-    json_and_markdown(
-        a.out.json.as_deref(),
-        &outcomes,
-        a.out.markdown.as_deref(),
-        &table,
-    )?;
-    outputs(&a.out.html, &a.out.plots, "connections", || {
+    a.out.write(&outcomes, &table, "connections", || {
         connections::html(&plan, &outcomes)
     })?;
     let failed: u64 = outcomes.iter().map(|o| o.failed()).sum();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use sipsec_bench::stats;
 
-use super::common::{json_and_markdown, outputs, TableOutputs};
+use super::common::TableOutputs;
 
 #[derive(Args)]
 pub struct PrivacyPrepareArgs {
@@ -174,18 +174,11 @@ pub(super) fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
     let rows = result?;
     let table = route::markdown(&rows);
     print!("{table}");
-    json_and_markdown(
-        a.out.json.as_deref(),
-        &rows,
-        a.out.markdown.as_deref(),
-        &table,
-    )?;
     if let Some(p) = &a.csv {
         std::fs::write(p, route::csv(&rows)).map_err(|e| format!("{}: {e}", p.display()))?;
     }
-    outputs(&a.out.html, &a.out.plots, "privacy-route", || {
-        route::html(&rows)
-    })?;
+    a.out
+        .write(&rows, &table, "privacy-route", || route::html(&rows))?;
     let failed: u64 = rows.iter().map(|r| r.failures.values().sum::<u64>()).sum();
     Ok(if failed == 0 {
         ExitCode::SUCCESS
@@ -215,13 +208,7 @@ pub(super) fn privacy_prepare(a: PrivacyPrepareArgs) -> Result<ExitCode, String>
     })?;
     let table = sipsec_bench::privacy::markdown(&rows);
     print!("{table}");
-    json_and_markdown(
-        a.out.json.as_deref(),
-        &rows,
-        a.out.markdown.as_deref(),
-        &table,
-    )?;
-    outputs(&a.out.html, &a.out.plots, "privacy-prepare", || {
+    a.out.write(&rows, &table, "privacy-prepare", || {
         sipsec_bench::privacy::html(&rows)
     })?;
     Ok(ExitCode::SUCCESS)

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{json_and_markdown, outputs, TableOutputs};
+use super::common::TableOutputs;
 
 #[derive(Args)]
 pub struct RsaVariantsArgs {
@@ -114,13 +114,7 @@ pub(super) fn rsa_variants(a: RsaVariantsArgs) -> Result<ExitCode, String> {
     let points = points?;
     let table = variants::markdown(&points, &rates);
     print!("{table}");
-    json_and_markdown(
-        a.out.json.as_deref(),
-        &points,
-        a.out.markdown.as_deref(),
-        &table,
-    )?;
-    outputs(&a.out.html, &a.out.plots, "rsa-variants", || {
+    a.out.write(&points, &table, "rsa-variants", || {
         variants::html(&points, &rates)
     })?;
     let failed: u64 = points.iter().flat_map(|p| p.failures.values()).sum();

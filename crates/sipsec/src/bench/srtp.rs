@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{json_and_markdown, outputs, TableOutputs};
+use super::common::TableOutputs;
 
 #[derive(Args)]
 pub struct SrtpArgs {
@@ -112,13 +112,7 @@ pub(super) fn srtp_bench(a: SrtpArgs) -> Result<ExitCode, String> {
     }
     print!("{table}");
     let value = serde_json::json!({ "per_packet": rows, "calls": calls });
-    json_and_markdown(
-        a.out.json.as_deref(),
-        &value,
-        a.out.markdown.as_deref(),
-        &table,
-    )?;
-    outputs(&a.out.html, &a.out.plots, "srtp", || {
+    a.out.write(&value, &table, "srtp", || {
         let section = (!calls.is_empty()).then(|| srtp::calls_html(&calls, call_packets));
         srtp::html(&rows, section)
     })?;
