@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::engine::{Live, Run, Shape, User};
+use crate::link::Transport;
 use crate::report::Report;
 use crate::{cpu, scenario, Options};
 
@@ -66,6 +67,71 @@ pub struct Plan {
     pub workdir: PathBuf,
     /// Latency coefficient weights.
     pub weights: [f64; 5],
+    /// The generator's transport; over anything but UDP the servers listen
+    /// on a second port for it, and the built-in callee still registers
+    /// over UDP (calls cross transports, RFC 5658).
+    pub transport: Transport,
+    /// The certificate both servers present over TLS and WSS.
+    pub certificate: Option<Certificate>,
+}
+
+/// A server certificate and the CA that issued it.
+#[derive(Debug, Clone)]
+pub struct Certificate {
+    /// Certificate chain (PEM), naming 127.0.0.1.
+    pub chain: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA certificates (PEM) the generator trusts.
+    pub ca: PathBuf,
+}
+
+/// Adds a listener for `transport` on `listen` to a server's command line
+/// (`chain` and `key`: the certificate for TLS and WSS). sipsec's TCP
+/// listener is off unless TCP is asked for; Kamailio takes WebSocket
+/// upgrades on its TCP or TLS listener (kamailio-websocket-modules).
+pub(crate) fn listener_args(
+    c: &mut Command,
+    target: &Target,
+    transport: Transport,
+    listen: SocketAddr,
+    chain: &Path,
+    key: &Path,
+) -> Result<(), Error> {
+    let at = listen.to_string();
+    match target {
+        Target::Sipsec { .. } => match transport {
+            Transport::Tcp => c.args(["--tcp", &at]),
+            Transport::Tls => c.args(["--no-tcp", "--tls", &at]),
+            Transport::Ws => c.args(["--no-tcp", "--ws", &at]),
+            Transport::Wss => {
+                // Its TLS listener would default to port 5061: move it.
+                let tls = free_port().map_err(Error::io("finding a free port"))?;
+                c.args(["--no-tcp", "--wss", &at, "--tls"])
+                    .arg(SocketAddr::from(([127, 0, 0, 1], tls)).to_string())
+            }
+            _ => c.arg("--no-tcp"),
+        },
+        Target::Kamailio { .. } => match transport {
+            Transport::Tcp | Transport::Ws => c.args(["-l", &format!("tcp:{at}")]),
+            Transport::Tls | Transport::Wss => c
+                .args(["-l", &format!("tls:{at}"), "-A", "WITH_TLS", "-A"])
+                .arg(format!("TLS_CERT=\"{}\"", chain.display()))
+                .arg("-A")
+                .arg(format!("TLS_KEY=\"{}\"", key.display())),
+            _ => c,
+        },
+    };
+    let secure = matches!(transport, Transport::Tls | Transport::Wss);
+    if secure && matches!(target, Target::Sipsec { .. }) {
+        c.arg("--cert").arg(chain).arg("--key").arg(key);
+    }
+    if matches!(target, Target::Kamailio { .. })
+        && matches!(transport, Transport::Ws | Transport::Wss)
+    {
+        c.args(["-A", "WITH_WEBSOCKET"]);
+    }
+    Ok(())
 }
 
 /// One scenario on one server.
@@ -209,18 +275,34 @@ fn write_users(plan: &Plan) -> Result<(), Error> {
     Ok(())
 }
 
-fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server, Error> {
-    let port = free_port().map_err(Error::io("finding a free port"))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+/// Starts `target` for `mode`; returns it and the address the generator
+/// loads (its UDP address, or the listener for the plan's transport).
+fn start(
+    plan: &Plan,
+    target: &Target,
+    mode: &str,
+    auth: bool,
+) -> Result<(Server, SocketAddr), Error> {
+    let free = || {
+        free_port()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .map_err(Error::io("finding a free port"))
+    };
+    let addr = free()?;
+    let listen = if plan.transport == Transport::Udp {
+        addr
+    } else {
+        free()?
+    };
     let dir = &plan.workdir;
     let workers = plan.workers.max(1).to_string();
-    let mut child = match target {
+    let mut c = match target {
         Target::Sipsec { exe } => {
             let data = dir.join(format!("data-{mode}-{auth}"));
             let _ = std::fs::remove_dir_all(&data);
             let mut c = command(plan.pin, exe);
             c.args(["serve", "--mode", mode, "--udp", &addr.to_string()])
-                .args(["--no-tcp", "--no-http", "--workers", &workers])
+                .args(["--no-http", "--workers", &workers])
                 .arg("--data-dir")
                 .arg(&data);
             if auth {
@@ -245,17 +327,26 @@ fn start(plan: &Plan, target: &Target, mode: &str, auth: bool) -> Result<Server,
             }
             c
         }
+    };
+    if plan.transport != Transport::Udp {
+        let none = PathBuf::new();
+        let (chain, key) = plan
+            .certificate
+            .as_ref()
+            .map_or((&none, &none), |c| (&c.chain, &c.key));
+        listener_args(&mut c, target, plan.transport, listen, chain, key)?;
     }
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .map_err(Error::io(format!("cannot start {}", target.name())))?;
+    let mut child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io(format!("cannot start {}", target.name())))?;
     wait_ready(addr, &mut child)
         .map_err(|e| Error::peer(format!("{} ({mode})", target.name()), e))?;
     // Kamailio forks its workers after start: all of them are measured,
     // and only they are stopped (another run's servers are left alone).
     let pids = cpu::process_tree(child.id());
-    Ok(Server { child, addr, pids })
+    Ok((Server { child, addr, pids }, listen))
 }
 
 /// Runs the plan; `progress` hears about each cell as it finishes.
@@ -267,6 +358,32 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
         .find(|u| u.name == "callee")
         .cloned()
         .ok_or_else(|| Error::Input("the users need a `callee` for invite and redirect".into()))?;
+    let secure = matches!(plan.transport, Transport::Tls | Transport::Wss);
+    let kamailio = plan
+        .targets
+        .iter()
+        .any(|t| matches!(t, Target::Kamailio { .. }));
+    if kamailio && secure && plan.workers > 1 {
+        // Debian's Kamailio 5.6 has no tls_threads_mode: with OpenSSL 3 its
+        // TCP workers corrupt each other's TLS state and crash under
+        // load (kamailio/kamailio#3791, fixed in 5.7.4).
+        return Err(Error::Input(
+            "Kamailio 5.6 with OpenSSL 3 crashes with more than one TLS worker: use --workers 1"
+                .into(),
+        ));
+    }
+    let tls = match (&plan.certificate, secure) {
+        (Some(c), true) => {
+            Some(crate::link::client_config(&c.ca, false).map_err(Error::io(c.ca.display()))?)
+        }
+        (None, true) => {
+            return Err(Error::Input(format!(
+                "{} needs a certificate",
+                plan.transport.as_str()
+            )))
+        }
+        _ => None,
+    };
     let mut cells = Vec::new();
     for target in &plan.targets {
         for &auth in &plan.auth {
@@ -279,13 +396,13 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                 if names.is_empty() {
                     continue;
                 }
-                let server = start(plan, target, mode, auth)?;
+                let (server, listen) = start(plan, target, mode, auth)?;
                 // Fixed local ports: update and logout touch register's bindings.
                 let local_port = free_port().map_err(Error::io("finding a free port"))?;
                 for name in names {
                     let opts = Options {
                         run: Run {
-                            target: server.addr,
+                            target: listen,
                             also: Vec::new(),
                             scenario: scenario::built_in(name, auth)?,
                             shape: Shape::Rate(plan.rate),
@@ -295,14 +412,14 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             threads: plan.threads,
                             local_port,
                             users: plan.users.clone(),
-                            transport: crate::link::Transport::Udp,
-                            tls: None,
+                            transport: plan.transport,
+                            tls: tls.clone(),
                             connection_per_call: false,
                             busy_poll: plan.pin,
                             ids: None,
                         },
                         callee: callee.clone(),
-                        callee_registrar: None,
+                        callee_registrar: (listen != server.addr).then_some(server.addr),
                         callee_domain: None,
                         server_pids: server.pids.clone(),
                         weights: plan.weights,
@@ -451,8 +568,12 @@ pub fn html(cells: &[Cell], targets: &[Target]) -> String {
         .map(str::trim)
         .collect();
     sections.insert(0, ("Ratio table".to_owned(), plot::table(&head, &rows)));
+    let transport = cells.first().map_or("UDP", |c| c.report.transport.as_str());
     plot::page(
-        &format!("sipsec bench compare: {}", names.join(" vs ")),
+        &format!(
+            "sipsec bench compare over {transport}: {}",
+            names.join(" vs ")
+        ),
         &sections,
     )
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
+use sip_core::websocket as ws;
 
 use crate::compare::{self, Server, Target};
 use crate::cpu;
@@ -57,6 +58,17 @@ impl Stream {
             Stream::Tls => "tls",
             // RFC 7118 §5.2: a URI names WSS as `transport=ws` too.
             Stream::Ws | Stream::Wss => "ws",
+        }
+    }
+
+    /// The transport.
+    pub fn transport(self) -> crate::link::Transport {
+        use crate::link::Transport;
+        match self {
+            Stream::Tcp => Transport::Tcp,
+            Stream::Tls => Transport::Tls,
+            Stream::Ws => Transport::Ws,
+            Stream::Wss => Transport::Wss,
         }
     }
 
@@ -221,24 +233,6 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
                 .arg(&config)
                 .arg("--data-dir")
                 .arg(&data);
-            match plan.transport {
-                Stream::Tcp => c.args(["--tcp", &listen.to_string()]),
-                Stream::Tls => c
-                    .args(["--no-tcp", "--tls", &listen.to_string(), "--cert"])
-                    .arg(&plan.cert)
-                    .arg("--key")
-                    .arg(&plan.key),
-                Stream::Ws => c.args(["--no-tcp", "--ws", &listen.to_string()]),
-                Stream::Wss => {
-                    let tls = compare::free_port().map_err(Error::io("finding a free port"))?;
-                    c.args(["--no-tcp", "--wss", &listen.to_string(), "--tls"])
-                        .arg(SocketAddr::from(([127, 0, 0, 1], tls)).to_string())
-                        .arg("--cert")
-                        .arg(&plan.cert)
-                        .arg("--key")
-                        .arg(&plan.key)
-                }
-            };
             c
         }
         Target::Kamailio { cfg } => {
@@ -251,21 +245,17 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
                 .arg(dir)
                 .args(["-A", "MODE_REGISTRAR", "-A"])
                 .arg(format!("MAX_CONNECTIONS={max}"));
-            match plan.transport {
-                Stream::Tcp | Stream::Ws => c.args(["-l", &format!("tcp:{listen}")]),
-                Stream::Tls | Stream::Wss => c
-                    .args(["-l", &format!("tls:{listen}"), "-A", "WITH_TLS", "-A"])
-                    .arg(format!("TLS_CERT=\"{}\"", plan.cert.display()))
-                    .arg("-A")
-                    .arg(format!("TLS_KEY=\"{}\"", plan.key.display())),
-            };
-            if plan.transport.websocket() {
-                // kamailio-websocket-modules: xhttp takes the upgrade.
-                c.args(["-A", "WITH_WEBSOCKET"]);
-            }
             c
         }
     };
+    compare::listener_args(
+        &mut cmd,
+        target,
+        plan.transport.transport(),
+        listen,
+        &plan.cert,
+        &plan.key,
+    )?;
     let log = std::fs::File::create(dir.join(format!("{}.log", target.name())))
         .map_err(Error::io(dir.display()))?;
     let mut child = cmd
@@ -541,40 +531,6 @@ struct Phone {
     websocket: bool,
 }
 
-/// A client frame (RFC 6455 §5.2): final, text, masked with `mask`.
-fn client_frame(payload: &[u8], mask: u32) -> Vec<u8> {
-    let mask = mask.to_be_bytes();
-    let mut f = Vec::with_capacity(payload.len() + 8);
-    f.push(0x81);
-    match payload.len() {
-        n @ 0..=125 => f.push(0x80 | n as u8),
-        n @ 126..=65535 => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&mask);
-    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
-    f
-}
-
-/// A server frame's header length and payload length, when the header is
-/// whole.
-fn frame_len(b: &[u8]) -> Option<(usize, usize)> {
-    match *b.get(1)? & 0x7f {
-        126 => Some((4, u16::from_be_bytes([*b.get(2)?, *b.get(3)?]) as usize)),
-        127 => {
-            let len: [u8; 8] = b.get(2..10)?.try_into().ok()?;
-            Some((10, usize::try_from(u64::from_be_bytes(len)).ok()?))
-        }
-        n => Some((2, n as usize)),
-    }
-}
-
 /// One thread's phones and poll.
 struct Share {
     ids: Vec<usize>,
@@ -845,13 +801,13 @@ impl Phone {
             }
         }
         if self.state == State::Upgrading {
-            let Some(end) = self.inbuf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                return Step::Busy;
-            };
-            if !self.inbuf.starts_with(b"HTTP/1.1 101 ") {
-                return Step::Failed("upgrade refused");
+            match ws::upgrade_answer(&self.inbuf) {
+                ws::Answer::Incomplete => return Step::Busy,
+                ws::Answer::Refused(_) => return Step::Failed("upgrade refused"),
+                ws::Answer::Upgraded { used } => {
+                    self.inbuf.drain(..used);
+                }
             }
-            self.inbuf.drain(..end + 4);
             if self.register(ctx).is_err() {
                 return Step::Failed("closed by the server");
             }
@@ -927,11 +883,11 @@ impl Phone {
         if !ctx.transport.websocket() {
             return self.register(ctx);
         }
-        let upgrade = format!(
-            "GET / HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-             Sec-WebSocket-Protocol: sip\r\n\r\n",
-            ctx.server
+        let upgrade = ws::upgrade_request(
+            &ctx.server.to_string(),
+            "/",
+            "dGhlIHNhbXBsZSBub25jZQ==",
+            None,
         );
         self.send(upgrade.as_bytes())?;
         self.state = State::Upgrading;
@@ -973,7 +929,8 @@ impl Phone {
             param = t.param(),
         );
         if t.websocket() {
-            self.send(&client_frame(msg.as_bytes(), self.id as u32 ^ self.cseq))?;
+            let mask = (self.id as u32 ^ self.cseq).to_be_bytes();
+            self.send(&ws::client_frame(ws::TEXT, msg.as_bytes(), mask))?;
         } else {
             self.send(msg.as_bytes())?;
         }
@@ -986,23 +943,25 @@ impl Phone {
         if self.websocket {
             // Server frames: unmasked, one SIP message each.
             loop {
-                let Some((head, len)) = frame_len(&self.inbuf) else {
-                    return Step::Busy;
+                let (opcode, code, used) = match ws::server_frame(&self.inbuf, 1 << 16) {
+                    Ok(None) => return Step::Busy,
+                    Err(_) => return Step::Failed("bad WebSocket frame"),
+                    Ok(Some(f)) => (
+                        f.opcode,
+                        std::str::from_utf8(f.payload)
+                            .ok()
+                            .and_then(|m| m.split_whitespace().nth(1))
+                            .and_then(|c| c.parse::<u16>().ok())
+                            .unwrap_or(0),
+                        f.len,
+                    ),
                 };
-                if self.inbuf.len() < head + len {
-                    return Step::Busy;
-                }
-                let opcode = self.inbuf[0] & 0x0f;
-                let code = std::str::from_utf8(&self.inbuf[head..head + len])
-                    .ok()
-                    .and_then(|m| m.split_whitespace().nth(1))
-                    .and_then(|c| c.parse::<u16>().ok())
-                    .unwrap_or(0);
-                self.inbuf.drain(..head + len);
+                self.inbuf.drain(..used);
                 match (opcode, code) {
-                    (8, _) => return Step::Failed("closed by the server"),
-                    (1 | 2, 100..=199) | (9 | 10, _) => continue,
-                    (1 | 2, 200..=299) => {
+                    (ws::opcode::CLOSE, _) => return Step::Failed("closed by the server"),
+                    (ws::opcode::TEXT | ws::opcode::BINARY, 100..=199)
+                    | (ws::opcode::PING | ws::opcode::PONG, _) => continue,
+                    (ws::opcode::TEXT | ws::opcode::BINARY, 200..=299) => {
                         self.state = State::Held;
                         self.inbuf = Vec::new();
                         self.out = Vec::new();

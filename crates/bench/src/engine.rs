@@ -859,6 +859,11 @@ impl Ctx<'_> {
             }
             Var::Local => o.extend_from_slice(self.local.as_bytes()),
             Var::Transport => o.extend_from_slice(self.transport.as_bytes()),
+            Var::ContactParams => {
+                if self.transport.starts_with("WS") {
+                    o.extend_from_slice(b";transport=ws");
+                }
+            }
             Var::Remote => o.extend_from_slice(self.remote.as_bytes()),
             Var::User => o.extend_from_slice(self.user.name.as_bytes()),
             Var::Service => o.extend_from_slice(self.scenario.service.as_bytes()),

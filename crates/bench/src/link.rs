@@ -1,8 +1,10 @@
-//! A worker's connection to the target: a UDP socket, or one TCP or TLS
-//! connection with stream framing (RFC 3261 §18.3) and a write queue, so a
-//! worker never blocks on a full socket buffer. A TLS link is a rustls
-//! session (sans-IO) over the non-blocking socket; its handshake runs
-//! inside the worker's ordinary send/receive/flush calls.
+//! A worker's connection to the target: a UDP socket, or one TCP, TLS,
+//! WebSocket or secure WebSocket connection with its framing (RFC 3261
+//! §18.3 on a stream, one message per WebSocket message on WS, RFC 7118)
+//! and a write queue, so a worker never blocks on a full socket buffer. A
+//! TLS link is a rustls session (sans-IO) over the non-blocking socket; its
+//! handshake and a WebSocket upgrade run inside the worker's ordinary
+//! send/receive/flush calls.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -13,42 +15,67 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 
 use sip_core::framing::{frame, Frame};
+use sip_core::websocket as ws;
 use sip_core::{ErrorKind, Limits};
 
-/// Which transport a run uses: UDP (with retransmissions), or TCP or TLS
-/// with one connection per worker (the workspace's one transport type;
-/// others are refused by [`Link::open`]).
+/// Which transport a run uses: UDP (with retransmissions), or TCP, TLS,
+/// WS or WSS with one connection per worker (the workspace's one transport
+/// type; SCTP is refused by [`Link::open`]).
 pub use sip_core::Transport;
+
+/// Largest WebSocket message accepted from the target.
+const MAX_WS_MESSAGE: usize = 1 << 16;
 
 /// A worker's way to the target.
 #[derive(Debug)]
 pub enum Link {
     /// A non-blocking UDP socket.
     Udp(UdpSocket),
-    /// A non-blocking TCP connection.
-    Tcp {
-        /// The stream.
-        stream: TcpStream,
-        /// Bytes read and not yet framed.
-        rbuf: Vec<u8>,
-        /// Bytes accepted by `send` and not yet written.
-        wbuf: Vec<u8>,
-        /// The peer closed the connection or it failed.
-        closed: bool,
-    },
-    /// A TLS session over a non-blocking TCP connection.
-    Tls {
-        /// The stream.
-        stream: TcpStream,
-        /// The session; it also queues what the socket did not take.
-        session: Box<rustls::ClientConnection>,
-        /// Plaintext read and not yet framed.
-        rbuf: Vec<u8>,
-        /// The peer closed the connection, or it or the session failed.
-        closed: bool,
-        /// Why the session failed (handshake, certificate, protocol).
-        error: Option<String>,
-    },
+    /// A non-blocking connection: TCP, TLS, WS or WSS.
+    Stream(Box<Stream>),
+}
+
+/// A connection and what is in flight on it.
+#[derive(Debug)]
+pub struct Stream {
+    socket: TcpStream,
+    /// The TLS session (TLS, WSS); it also queues what the socket did not
+    /// take.
+    tls: Option<rustls::ClientConnection>,
+    /// The WebSocket state (WS, WSS).
+    ws: Option<WebSocket>,
+    /// Plaintext read and not yet framed.
+    rbuf: Vec<u8>,
+    /// Bytes for a plain socket, accepted and not yet written.
+    wbuf: Vec<u8>,
+    /// The peer closed the connection, or it or the session failed.
+    closed: bool,
+    /// Why the connection failed (handshake, certificate, upgrade, frame).
+    error: Option<String>,
+}
+
+/// A client's side of a WebSocket (RFC 6455).
+#[derive(Debug)]
+struct WebSocket {
+    /// The server answered the upgrade with 101 and `sip`.
+    upgraded: bool,
+    /// Frames sent before the upgrade was answered.
+    held: Vec<u8>,
+    /// A fragmented message's parts so far.
+    partial: Vec<u8>,
+    /// State of the masking keys' generator (xorshift).
+    mask: u32,
+}
+
+impl WebSocket {
+    fn next_mask(&mut self) -> [u8; 4] {
+        let mut x = self.mask;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.mask = x;
+        x.to_be_bytes()
+    }
 }
 
 /// Connects a TCP stream from `local` (port 0: any) and makes it
@@ -98,16 +125,17 @@ fn deframe(rbuf: &mut Vec<u8>, closed: &mut bool, max: usize, on: &mut impl FnMu
 }
 
 impl Link {
-    /// Opens the link from `local` (port 0: any) to `target`; TLS needs
-    /// a client configuration (the target's certificate must name its IP
-    /// address).
+    /// Opens the link from `local` (port 0: any) to `target`; TLS and WSS
+    /// need a client configuration (the target's certificate must name its
+    /// IP address). WS and WSS send their upgrade request at once and hold
+    /// SIP messages until it is answered.
     pub fn open(
         transport: Transport,
         local: SocketAddr,
         target: SocketAddr,
         tls: Option<&Arc<rustls::ClientConfig>>,
     ) -> io::Result<Self> {
-        match transport {
+        let secure = match transport {
             Transport::Udp => {
                 let s = socket2::Socket::new(
                     socket2::Domain::for_address(local),
@@ -120,60 +148,82 @@ impl Link {
                 let _ = s.set_send_buffer_size(4 << 20);
                 s.bind(&local.into())?;
                 s.set_nonblocking(true)?;
-                Ok(Link::Udp(s.into()))
+                return Ok(Link::Udp(s.into()));
             }
-            Transport::Tcp => Ok(Link::Tcp {
-                stream: connect(local, target)?,
-                rbuf: Vec::with_capacity(64 * 1024),
-                wbuf: Vec::new(),
-                closed: false,
+            Transport::Tcp | Transport::Ws => false,
+            Transport::Tls | Transport::Wss => true,
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("the load generator does not speak {}", other.as_str()),
+                ))
+            }
+        };
+        let tls = if secure {
+            let config = tls.ok_or_else(|| {
+                io::Error::other(format!("{} needs a CA (--tls-ca)", transport.as_str()))
+            })?;
+            let mut session = rustls::ClientConnection::new(
+                config.clone(),
+                ServerName::IpAddress(target.ip().into()),
+            )
+            .map_err(io::Error::other)?;
+            // The worker's own queue bound is its in-flight calls.
+            session.set_buffer_limit(None);
+            Some(session)
+        } else {
+            None
+        };
+        let socket = connect(local, target)?;
+        let websocket = matches!(transport, Transport::Ws | Transport::Wss);
+        let mut stream = Stream {
+            ws: websocket.then(|| WebSocket {
+                upgraded: false,
+                held: Vec::new(),
+                partial: Vec::new(),
+                mask: (socket.local_addr().map_or(1, |a| a.port()) as u32) << 16 | 0x9e37,
             }),
-            Transport::Tls => {
-                let config = tls.ok_or_else(|| io::Error::other("TLS needs a CA (--tls-ca)"))?;
-                let mut session = rustls::ClientConnection::new(
-                    config.clone(),
-                    ServerName::IpAddress(target.ip().into()),
-                )
-                .map_err(io::Error::other)?;
-                // The worker's own queue bound is its in-flight calls.
-                session.set_buffer_limit(None);
-                Ok(Link::Tls {
-                    stream: connect(local, target)?,
-                    session: Box::new(session),
-                    rbuf: Vec::with_capacity(64 * 1024),
-                    closed: false,
-                    error: None,
-                })
-            }
-            other => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("the load generator does not speak {}", other.as_str()),
-            )),
+            socket,
+            tls,
+            rbuf: Vec::with_capacity(64 * 1024),
+            wbuf: Vec::new(),
+            closed: false,
+            error: None,
+        };
+        if websocket {
+            // RFC 6455 §4.1: the base64 of 16 bytes (a nonce; the server only
+            // checks its form).
+            let key = "c2lwc2VjIGJlbmNoIGtleQ==";
+            stream.write(ws::upgrade_request(&target.to_string(), "/", key, None).as_bytes())?;
+            stream.flush()?;
         }
+        Ok(Link::Stream(Box::new(stream)))
     }
 
-    /// Ends a TCP or TLS connection politely (TLS: close_notify).
+    /// Ends a connection politely (WebSocket: a close frame; TLS:
+    /// close_notify).
     pub fn close(&mut self) {
-        match self {
-            Link::Tls {
-                stream, session, ..
-            } => {
-                session.send_close_notify();
-                while session.wants_write() && session.write_tls(stream).is_ok() {}
-                let _ = stream.shutdown(std::net::Shutdown::Both);
+        let Link::Stream(s) = self else {
+            return;
+        };
+        if let Some(w) = &mut s.ws {
+            if w.upgraded && !s.closed {
+                let frame = ws::client_frame(ws::CLOSE, &1000u16.to_be_bytes(), w.next_mask());
+                let _ = s.write(&frame);
             }
-            Link::Tcp { stream, .. } => {
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-            }
-            Link::Udp(_) => {}
         }
+        if let Some(tls) = &mut s.tls {
+            tls.send_close_notify();
+        }
+        let _ = s.flush();
+        let _ = s.socket.shutdown(std::net::Shutdown::Both);
     }
 
     /// Why the connection ended, when more is known than "closed".
     pub fn error(&self) -> Option<&str> {
         match self {
-            Link::Tls { error, .. } => error.as_deref(),
-            _ => None,
+            Link::Stream(s) => s.error.as_deref(),
+            Link::Udp(_) => None,
         }
     }
 
@@ -181,92 +231,49 @@ impl Link {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             Link::Udp(s) => s.local_addr(),
-            Link::Tcp { stream, .. } | Link::Tls { stream, .. } => stream.local_addr(),
+            Link::Stream(s) => s.socket.local_addr(),
         }
     }
 
-    /// Whether requests are retransmitted (UDP) or not (TCP).
+    /// Whether requests are retransmitted (UDP) or not (connections).
     pub fn reliable(&self) -> bool {
         !matches!(self, Link::Udp(_))
     }
 
-    /// Whether the connection is gone (TCP only).
+    /// Whether the connection is gone.
     pub fn closed(&self) -> bool {
-        matches!(
-            self,
-            Link::Tcp { closed: true, .. } | Link::Tls { closed: true, .. }
-        )
+        matches!(self, Link::Stream(s) if s.closed)
     }
 
-    /// Sends one message (queued if the socket is full).
+    /// Sends one message (queued if the socket is full, or until the
+    /// WebSocket upgrade is answered).
     pub fn send(&mut self, bytes: &[u8], target: SocketAddr) -> io::Result<()> {
         match self {
             Link::Udp(s) => s.send_to(bytes, target).map(|_| ()),
-            Link::Tcp { closed: true, .. } | Link::Tls { closed: true, .. } => {
-                Err(io::Error::other("connection closed"))
-            }
-            Link::Tcp { wbuf, .. } => {
-                wbuf.extend_from_slice(bytes);
-                self.flush()
-            }
-            Link::Tls { session, .. } => {
-                session.writer().write_all(bytes)?;
-                self.flush()
+            Link::Stream(s) if s.closed => Err(io::Error::other("connection closed")),
+            Link::Stream(s) => {
+                match &mut s.ws {
+                    Some(w) if !w.upgraded => {
+                        let mask = w.next_mask();
+                        ws::push_client_frame(&mut w.held, ws::TEXT, bytes, mask);
+                    }
+                    Some(w) => {
+                        let frame = ws::client_frame(ws::TEXT, bytes, w.next_mask());
+                        s.write(&frame)?;
+                    }
+                    None => s.write(bytes)?,
+                }
+                s.flush()
             }
         }
     }
 
     /// Writes what is queued, as far as the socket takes it.
     pub fn flush(&mut self) -> io::Result<()> {
-        if let Link::Tls {
-            stream,
-            session,
-            closed,
-            ..
-        } = self
-        {
-            while session.wants_write() {
-                match session.write_tls(stream) {
-                    Ok(0) => {
-                        *closed = true;
-                        return Err(io::Error::other("connection closed"));
-                    }
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                    Err(e) => {
-                        *closed = true;
-                        return Err(e);
-                    }
-                }
-            }
-            return Ok(());
+        match self {
+            Link::Stream(s) => s.flush(),
+            Link::Udp(_) => Ok(()),
         }
-        let Link::Tcp {
-            stream,
-            wbuf,
-            closed,
-            ..
-        } = self
-        else {
-            return Ok(());
-        };
-        while !wbuf.is_empty() {
-            match stream.write(wbuf) {
-                Ok(0) => {
-                    *closed = true;
-                    return Err(io::Error::other("connection closed"));
-                }
-                Ok(n) => {
-                    wbuf.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => {
-                    *closed = true;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Hands up to `max` received messages to `on`; returns how many.
@@ -283,45 +290,13 @@ impl Link {
                 }
                 n
             }
-            Link::Tcp {
-                stream,
-                rbuf,
-                closed,
-                ..
-            } => {
-                if !*closed {
-                    match stream.read(buf) {
-                        Ok(0) => *closed = true,
-                        Ok(len) => rbuf.extend_from_slice(&buf[..len]),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => *closed = true,
-                    }
+            Link::Stream(s) => {
+                s.read(buf);
+                if s.ws.is_some() {
+                    s.websocket_messages(max.max(1) * 4, &mut on)
+                } else {
+                    deframe(&mut s.rbuf, &mut s.closed, max.max(1) * 4, &mut on)
                 }
-                deframe(rbuf, closed, max.max(1) * 4, &mut on)
-            }
-            Link::Tls {
-                stream,
-                session,
-                rbuf,
-                closed,
-                error,
-            } => {
-                if !*closed {
-                    match stream.read(buf) {
-                        Ok(0) => *closed = true,
-                        Ok(len) => {
-                            if let Err(e) = decrypt(session, &buf[..len], rbuf) {
-                                // Send the alert that says why, then stop.
-                                while session.wants_write() && session.write_tls(stream).is_ok() {}
-                                *error = Some(format!("TLS: {e}"));
-                                *closed = true;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => *closed = true,
-                    }
-                }
-                deframe(rbuf, closed, max.max(1) * 4, &mut on)
             }
         }
     }
@@ -331,12 +306,170 @@ impl Link {
     pub fn wait(&self, timeout: Duration) {
         let (fd, write): (RawFd, bool) = match self {
             Link::Udp(s) => (s.as_raw_fd(), false),
-            Link::Tcp { stream, wbuf, .. } => (stream.as_raw_fd(), !wbuf.is_empty()),
-            Link::Tls {
-                stream, session, ..
-            } => (stream.as_raw_fd(), session.wants_write()),
+            Link::Stream(s) => (
+                s.socket.as_raw_fd(),
+                !s.wbuf.is_empty() || s.tls.as_ref().is_some_and(|t| t.wants_write()),
+            ),
         };
         crate::poll::wait(fd, write, timeout);
+    }
+}
+
+impl Stream {
+    /// Queues bytes for the peer (through TLS when there is a session).
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.tls {
+            Some(tls) => tls.writer().write_all(bytes),
+            None => {
+                self.wbuf.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes what is queued, as far as the socket takes it.
+    fn flush(&mut self) -> io::Result<()> {
+        let result = match &mut self.tls {
+            Some(tls) => {
+                let mut result = Ok(());
+                while tls.wants_write() {
+                    match tls.write_tls(&mut self.socket) {
+                        Ok(0) => {
+                            result = Err(io::Error::other("connection closed"));
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                result
+            }
+            None => {
+                let mut result = Ok(());
+                while !self.wbuf.is_empty() {
+                    match self.socket.write(&self.wbuf) {
+                        Ok(0) => {
+                            result = Err(io::Error::other("connection closed"));
+                            break;
+                        }
+                        Ok(n) => {
+                            self.wbuf.drain(..n);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                result
+            }
+        };
+        if result.is_err() {
+            self.closed = true;
+        }
+        result
+    }
+
+    /// Reads what the socket has into `rbuf` (decrypted).
+    fn read(&mut self, buf: &mut [u8]) {
+        if self.closed {
+            return;
+        }
+        match self.socket.read(buf) {
+            Ok(0) => self.closed = true,
+            Ok(len) => match &mut self.tls {
+                Some(tls) => {
+                    if let Err(e) = decrypt(tls, &buf[..len], &mut self.rbuf) {
+                        // Send the alert that says why, then stop.
+                        while tls.wants_write() && tls.write_tls(&mut self.socket).is_ok() {}
+                        self.error = Some(format!("TLS: {e}"));
+                        self.closed = true;
+                    }
+                }
+                None => self.rbuf.extend_from_slice(&buf[..len]),
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => self.closed = true,
+        }
+    }
+
+    /// Reads the upgrade answer, then hands whole WebSocket messages to
+    /// `on` (at most `max`), answering pings and closes.
+    fn websocket_messages(&mut self, max: usize, on: &mut impl FnMut(&[u8])) -> usize {
+        let Some(w) = &mut self.ws else {
+            return 0;
+        };
+        let mut replies = Vec::new();
+        if !w.upgraded {
+            match ws::upgrade_answer(&self.rbuf) {
+                ws::Answer::Incomplete => return 0,
+                ws::Answer::Refused(why) => {
+                    self.error = Some(format!("WebSocket upgrade refused: {why}"));
+                    self.closed = true;
+                    return 0;
+                }
+                ws::Answer::Upgraded { used } => {
+                    self.rbuf.drain(..used);
+                    w.upgraded = true;
+                    replies = std::mem::take(&mut w.held);
+                }
+            }
+        }
+        let (mut n, mut at) = (0, 0);
+        while n < max {
+            let f = match ws::server_frame(&self.rbuf[at..], MAX_WS_MESSAGE) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(why) => {
+                    self.error = Some(format!("WebSocket: {why}"));
+                    self.closed = true;
+                    break;
+                }
+            };
+            at += f.len;
+            match f.opcode {
+                ws::opcode::TEXT | ws::opcode::BINARY if f.fin && w.partial.is_empty() => {
+                    on(f.payload);
+                    n += 1;
+                }
+                ws::opcode::TEXT | ws::opcode::BINARY | ws::opcode::CONTINUATION => {
+                    if w.partial.len() + f.payload.len() > MAX_WS_MESSAGE {
+                        self.error = Some("WebSocket: a message larger than allowed".into());
+                        self.closed = true;
+                        break;
+                    }
+                    w.partial.extend_from_slice(f.payload);
+                    if f.fin {
+                        on(&w.partial);
+                        w.partial.clear();
+                        n += 1;
+                    }
+                }
+                ws::opcode::PING => {
+                    let mask = w.next_mask();
+                    ws::push_client_frame(&mut replies, ws::PONG, f.payload, mask);
+                }
+                ws::opcode::CLOSE => {
+                    // Echo the status code and stop (RFC 6455 §5.5.1).
+                    let code = f.payload.get(..2).unwrap_or_default().to_vec();
+                    let mask = w.next_mask();
+                    ws::push_client_frame(&mut replies, ws::CLOSE, &code, mask);
+                    self.closed = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        self.rbuf.drain(..at.min(self.rbuf.len()));
+        if !replies.is_empty() && self.write(&replies).is_ok() {
+            let _ = self.flush();
+        }
+        n
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Report {
     pub scenario: String,
     /// The servers loaded (callers' targets), comma-separated.
     pub target: String,
+    /// The callers' transport: UDP, TCP, TLS, WS or WSS.
+    pub transport: String,
     /// Where the callee registered, when it is another server than the
     /// callers' (a call that crosses nodes).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,6 +133,7 @@ impl Report {
                 .map(|t| t.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
+            transport: opts.run.transport.as_str().to_owned(),
             callee_at: opts
                 .callee_registrar
                 .filter(|r| opts.run.scenario.needs_callee && *r != opts.run.target)
@@ -192,8 +195,9 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} against {}{} ({}): {} started, {} ok, {} failed in {:.2} s = {:.1} calls/s",
+            "{} over {} against {}{} ({}): {} started, {} ok, {} failed in {:.2} s = {:.1} calls/s",
             self.scenario,
+            self.transport,
             self.target,
             self.callee_at
                 .as_ref()
@@ -336,7 +340,10 @@ impl Report {
         );
         let mut sections = vec![
             (
-                format!("{} against {} ({})", self.scenario, self.target, self.shape),
+                format!(
+                    "{} over {} against {} ({})",
+                    self.scenario, self.transport, self.target, self.shape
+                ),
                 summary,
             ),
             ("Latency".to_owned(), format!("{latency}{buckets}{cdf}")),

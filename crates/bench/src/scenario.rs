@@ -15,8 +15,12 @@ pub enum Var {
     Branch,
     /// `[local]`: the generator socket's `ip:port`.
     Local,
-    /// `[transport]`: `UDP` or `TCP`.
+    /// `[transport]`: the Via token, `UDP`, `TCP`, `TLS`, `WS` or `WSS`.
     Transport,
+    /// `[contact_params]`: `;transport=ws` on a WebSocket (RFC 7118
+    /// §5.2, for WS and WSS alike), else nothing (the connection is the
+    /// flow).
+    ContactParams,
     /// `[remote]`: the target's `ip:port`.
     Remote,
     /// `[user]`: the caller's user name.
@@ -53,6 +57,7 @@ impl Var {
             "branch" => Var::Branch,
             "local" => Var::Local,
             "transport" => Var::Transport,
+            "contact_params" => Var::ContactParams,
             "remote" => Var::Remote,
             "user" => Var::User,
             "service" => Var::Service,
@@ -284,7 +289,7 @@ pub fn built_in(name: &str, auth: bool) -> Result<Scenario, Error> {
     let register = |expires: u32| -> Scenario {
         let mut steps = Vec::new();
         let headers = format!(
-            "{COMMON}To: <sip:[user]@[remote]>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] REGISTER\r\nContact: <sip:[user]@[local]>\r\nExpires: [expires]\r\n[authorization]"
+            "{COMMON}To: <sip:[user]@[remote]>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] REGISTER\r\nContact: <sip:[user]@[local][contact_params]>\r\nExpires: [expires]\r\n[authorization]"
         );
         with_auth(
             &mut steps,
@@ -302,7 +307,7 @@ pub fn built_in(name: &str, auth: bool) -> Result<Scenario, Error> {
         }
     };
     let invite_headers = format!(
-        "{COMMON}To: <sip:[service]@[remote]>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] INVITE\r\nContact: <sip:[user]@[local]>\r\nContent-Type: application/sdp\r\n[authorization]"
+        "{COMMON}To: <sip:[service]@[remote]>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] INVITE\r\nContact: <sip:[user]@[local][contact_params]>\r\nContent-Type: application/sdp\r\n[authorization]"
     );
     let invite = send("INVITE", "sip:[service]@[remote]", &invite_headers, SDP);
     let (needs_callee, service) = match name {
@@ -380,7 +385,7 @@ pub fn ringing(caller_domain: &str, callee_domain: &str, auth: bool) -> Result<S
     let invite = send(
         "INVITE",
         &to,
-        &format!("{from}To: <{to}>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] INVITE\r\nContact: <sip:[local]>\r\nContent-Type: application/sdp\r\n[authorization]"),
+        &format!("{from}To: <{to}>\r\nCall-ID: [call_id]\r\nCSeq: [cseq] INVITE\r\nContact: <sip:[local][contact_params]>\r\nContent-Type: application/sdp\r\n[authorization]"),
         SDP,
     );
     let ack = |uri: &str, route: &str| Send {

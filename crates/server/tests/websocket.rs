@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use sipsec_server::config::WebSocketSettings;
 use sipsec_server::proto::metrics::CloseReason;
-use sipsec_server::proto::websocket;
 use sipsec_server::{start, Config, Mode, Started};
 
 fn dir(name: &str) -> PathBuf {
@@ -111,7 +110,7 @@ impl Ws {
 
     /// Sends one frame with this first byte (FIN, opcode), masked.
     fn frame(&mut self, first: u8, payload: &[u8]) {
-        let f = websocket::client_frame(first, payload, [0x37, 0xfa, 0x21, 0x3d]);
+        let f = sip_core::websocket::client_frame(first, payload, [0x37, 0xfa, 0x21, 0x3d]);
         self.s.write_all(&f).expect("send frame");
     }
 

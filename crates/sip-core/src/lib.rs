@@ -35,6 +35,7 @@ pub mod transaction;
 pub mod transport;
 pub mod uri;
 pub mod via;
+pub mod websocket;
 pub mod writer;
 
 pub use error::{ErrorKind, ParseError, UriError};

@@ -253,6 +253,50 @@ fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
     }
 }
 
+/// `bench compare --transport wss`: both servers take the generator's
+/// phones over secure WebSocket on one certificate (Kamailio with
+/// kamailio-tls-modules and kamailio-websocket-modules), calls go to a UDP
+/// callee, and the table is side by side.
+#[test]
+fn compare_over_secure_websocket_against_kamailio() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempdir("bench-compare-wss");
+    let (json, html) = (dir.join("compare.json"), dir.join("compare.html"));
+    let out = Command::new(BIN)
+        .current_dir(&root)
+        .args(["bench", "compare", "--transport", "wss"])
+        .args(["--scenarios", "register,invite", "--auth-modes", "digest"])
+        .args(["--rate", "300", "--calls", "300", "--json"])
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("sipsec bench compare runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(
+        page.contains("compare over WSS"),
+        "the page names the transport"
+    );
+    common::assert_plots_readable(&page);
+    let cells = report(&json);
+    let cells = cells.as_array().expect("cells");
+    assert_eq!(cells.len(), 2 * 2, "targets × scenarios");
+    for c in cells {
+        let r = &c["report"];
+        assert_eq!(r["transport"], "WSS", "{c}");
+        assert_eq!(
+            (r["ok"].as_u64(), r["failed"].as_u64()),
+            (Some(300), Some(0)),
+            "{c}"
+        );
+        assert!(r["server_cpu_us_per_call"].as_f64().is_some(), "{c}");
+        if c["scenario"] == "invite" {
+            assert!(r["callee_at"].is_string(), "the callee is on UDP: {c}");
+        }
+    }
+}
+
 #[test]
 fn peak_ramps_and_reports_peak_and_sustainable() {
     let dir = tempdir("bench-peak");

@@ -162,12 +162,7 @@ impl Drop for Browser {
 
 /// The WSS address in a `sipsec serve` banner.
 fn banner_wss(banner: &str) -> SocketAddr {
-    banner
-        .split(", wss ")
-        .nth(1)
-        .and_then(|r| r.split([';', ' ', ',']).next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no wss address in {banner:?}"))
+    common::banner_listener(banner, "wss").unwrap_or_else(|| panic!("no wss address in {banner:?}"))
 }
 
 /// `sipsec serve` with WSS (and TLS) on ephemeral ports, the test

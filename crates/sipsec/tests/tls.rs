@@ -602,6 +602,118 @@ fn bench_drives_register_and_invite_over_tls() {
     );
 }
 
+/// The load generator over WS and WSS (RFC 7118): an upgrade with the
+/// `sip` subprotocol, then masked frames; registrations with digest, and
+/// calls from WSS callers to a UDP callee across the WS ↔ UDP bridge.
+#[test]
+fn bench_drives_register_and_invite_over_websocket() {
+    let dir = tempdir("ws-bench");
+    let ca = make_ca(&dir);
+    let (key, cert) = key_and_cert(&dir, "server", &["ec"], "127.0.0.1");
+    let csv = dir.join("users.csv");
+    let mut rows = String::from("username,password\ncallee,pw-callee\n");
+    for i in 0..20 {
+        rows.push_str(&format!("user{i:05},pw{i}\n"));
+    }
+    std::fs::write(&csv, &rows).expect("csv");
+    let users = dir.join("users.tsv");
+    sipsec(&["users", "import", p(&csv), "--file", p(&users)]);
+    let extra = [
+        "--mode",
+        "proxy",
+        "--auth",
+        "--users",
+        p(&users),
+        "--ws",
+        "127.0.0.1:0",
+        "--wss",
+        "127.0.0.1:0",
+    ];
+    let (server, _) = serve_tls(&dir, &cert, &key, &extra);
+    let udp = server.addr.to_string();
+    let ws = common::banner_listener(&server.banner, "ws").expect("ws in the banner");
+    let wss = common::banner_listener(&server.banner, "wss").expect("wss in the banner");
+    let run = |transport: &str, target: SocketAddr, scenario: &str| {
+        let target = target.to_string();
+        let mut args = vec![
+            "bench",
+            "run",
+            transport,
+            "--target",
+            &target,
+            "--auth",
+            "--credentials",
+            p(&csv),
+            "--scenario",
+            scenario,
+            "--rate",
+            "200",
+            "--calls",
+            "200",
+            "--drain",
+            "5",
+        ];
+        if transport == "--wss" {
+            args.extend(["--tls-ca", p(&ca)]);
+        }
+        if scenario == "invite" {
+            args.extend(["--callee-registrar", &udp]);
+        }
+        sipsec(&args)
+    };
+    for (transport, target) in [("--ws", ws), ("--wss", wss)] {
+        for scenario in ["register", "invite"] {
+            let out = run(transport, target, scenario);
+            assert!(
+                out.contains("200 started, 200 ok, 0 failed"),
+                "{transport} {scenario}: {out}"
+            );
+        }
+    }
+    // An upgrade the server refuses (no Origin, and only listed origins
+    // are let in) fails every call, and the report says why.
+    let data = dir.join("data-origins");
+    let strict = common::serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+        "--data-dir",
+        p(&data),
+        "--ws",
+        "127.0.0.1:0",
+        "--ws-origins",
+        "https://phone.example",
+    ]);
+    let strict_ws = common::banner_listener(&strict.banner, "ws").expect("ws in the banner");
+    let out = Command::new(BIN)
+        .args(["bench", "run", "--ws", "--target", &strict_ws.to_string()])
+        .args([
+            "--scenario",
+            "register",
+            "--calls",
+            "5",
+            "--duration",
+            "2",
+            "--drain",
+            "1",
+        ])
+        .output()
+        .expect("sipsec runs");
+    assert!(!out.status.success(), "failed calls fail the run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("0 ok") && text.contains("WebSocket upgrade refused: HTTP/1.1 403"),
+        "{text}"
+    );
+    // Without --tls-ca a WSS run is refused before it starts.
+    let out = Command::new(BIN)
+        .args(["bench", "run", "--wss", "--target", &wss.to_string()])
+        .output()
+        .expect("sipsec runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-ca"));
+}
+
 #[test]
 fn rsa_variants_experiment_quick_mode_answers_every_call() {
     let dir = tempdir("tls-rsa-variants");

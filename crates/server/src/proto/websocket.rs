@@ -364,27 +364,6 @@ fn header(opcode: OpCode, len: usize) -> ([u8; 10], usize) {
     (buf, n)
 }
 
-/// A client's frame as browsers send it (RFC 6455 §5.2): `first` is the
-/// FIN bit and opcode, the payload masked with `mask`. For test clients
-/// and load generators.
-pub fn client_frame(first: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
-    let mut f = vec![first];
-    match payload.len() {
-        n @ 0..=125 => f.push(0x80 | n as u8),
-        n @ 126..=65535 => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&mask);
-    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
-    f
-}
-
 /// A whole pong frame answering a ping with `payload` (≤ 125 bytes).
 pub fn pong(payload: &[u8]) -> Vec<u8> {
     let (h, n) = header(OpCode::Control(Control::Pong), payload.len());
@@ -415,7 +394,7 @@ mod tests {
 
     /// A client frame: masked, with the given first byte.
     fn frame(first: u8, payload: &[u8]) -> Vec<u8> {
-        client_frame(first, payload, [1, 2, 3, 4])
+        sip_core::websocket::client_frame(first, payload, [1, 2, 3, 4])
     }
 
     fn events(d: &mut Decoder, bytes: &[u8]) -> (Result<usize, Violation>, Vec<String>) {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use sipsec_bench::engine::{Live, Run, Shape, User};
+use sipsec_bench::link::Transport;
 use sipsec_bench::{cpu, scenario, stats};
 
 /// Generator threads unless `--threads` says otherwise (one with `--pin`,
@@ -39,11 +40,18 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = GENERATOR_THREADS)]
     pub(super) threads: usize,
     /// Use TCP (one connection per generator thread) instead of UDP.
-    #[arg(long, conflicts_with = "tls")]
+    #[arg(long, group = "stream")]
     pub(super) tcp: bool,
     /// Use TLS (one connection per generator thread); needs --tls-ca.
-    #[arg(long, requires = "tls_ca")]
+    #[arg(long, group = "stream", requires = "tls_ca")]
     pub(super) tls: bool,
+    /// Use SIP over WebSocket (RFC 7118; one connection per generator
+    /// thread, upgraded with the sip subprotocol); --target is the WS listener.
+    #[arg(long, group = "stream")]
+    pub(super) ws: bool,
+    /// Use SIP over secure WebSocket (as --ws, over TLS); needs --tls-ca.
+    #[arg(long, group = "stream", requires = "tls_ca")]
+    pub(super) wss: bool,
     /// CA certificates (PEM) that issued the target's certificate, which must name its IP.
     #[arg(long)]
     pub(super) tls_ca: Option<PathBuf>,
@@ -152,6 +160,41 @@ pub(super) fn outputs(
     Ok(())
 }
 
+/// An RSA-2048 server certificate for 127.0.0.1, issued by a CA made here.
+pub(super) fn make_certificate(
+    dir: &std::path::Path,
+) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    use crate::keygen::{cert, rsa, CertRequest};
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (ca_key, ca, key, crt) = (
+        dir.join("ca.key"),
+        dir.join("ca.pem"),
+        dir.join("server.key"),
+        dir.join("server.pem"),
+    );
+    rsa("crt", 2048, None, false, &ca_key)?;
+    cert(&CertRequest {
+        key: &ca_key,
+        cn: "sipsec bench CA",
+        san: &[],
+        days: 2,
+        ca: true,
+        issuer: None,
+        out: &ca,
+    })?;
+    rsa("crt", 2048, None, false, &key)?;
+    cert(&CertRequest {
+        key: &key,
+        cn: "127.0.0.1",
+        san: &["127.0.0.1".to_owned()],
+        days: 2,
+        ca: false,
+        issuer: Some((&ca, &ca_key)),
+        out: &crt,
+    })?;
+    Ok((crt, key, ca))
+}
+
 pub(super) fn loopback_only(addr: SocketAddr) -> Result<(), String> {
     if addr.ip().is_loopback() {
         Ok(())
@@ -170,17 +213,22 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     }
     let weights = stats::parse_weights(&a.weights)?;
     let scenario = scenario::built_in(&a.scenario, a.auth)?;
-    if a.tls && scenario.needs_callee && a.callee_registrar.is_none() {
+    let transport = transport(a);
+    if !matches!(transport, Transport::Udp | Transport::Tcp)
+        && scenario.needs_callee
+        && a.callee_registrar.is_none()
+    {
         return Err(format!(
-            "--scenario {} over --tls: give --callee-registrar with the server's UDP address, where the built-in callee registers",
-            a.scenario
+            "--scenario {} over --{}: give --callee-registrar with the server's UDP address, where the built-in callee registers",
+            a.scenario,
+            transport.as_str().to_ascii_lowercase()
         ));
     }
     if let Some(r) = a.callee_registrar {
         loopback_only(r)?;
     }
-    if a.connection_per_call && !(a.tcp || a.tls) {
-        return Err("--connection-per-call needs --tcp or --tls".into());
+    if a.connection_per_call && transport == Transport::Udp {
+        return Err("--connection-per-call needs --tcp, --tls, --ws or --wss".into());
     }
     let users = match &a.credentials {
         Some(p) => sipsec_bench::load_users(p)?,
@@ -235,15 +283,9 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             users,
             busy_poll: a.busy_poll,
             ids: None,
-            transport: if a.tls {
-                sipsec_bench::link::Transport::Tls
-            } else if a.tcp {
-                sipsec_bench::link::Transport::Tcp
-            } else {
-                sipsec_bench::link::Transport::Udp
-            },
-            tls: match (&a.tls_ca, a.tls) {
-                (Some(ca), true) => {
+            transport,
+            tls: match &a.tls_ca {
+                Some(ca) if matches!(transport, Transport::Tls | Transport::Wss) => {
                     let config = sipsec_bench::link::client_config(ca, a.tls_allow_rsa_1024)
                         .map_err(|e| format!("--tls-ca: {e}"))?;
                     if a.connection_per_call {
@@ -265,6 +307,17 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
         server_pids,
         weights,
     })
+}
+
+/// The transport the flags choose (UDP when none does).
+fn transport(a: &CommonArgs) -> Transport {
+    match (a.tcp, a.tls, a.ws, a.wss) {
+        (true, ..) => Transport::Tcp,
+        (_, true, ..) => Transport::Tls,
+        (.., true, _) => Transport::Ws,
+        (.., true) => Transport::Wss,
+        _ => Transport::Udp,
+    }
 }
 
 pub(super) fn positive(x: f64) -> bool {

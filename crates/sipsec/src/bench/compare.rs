@@ -3,10 +3,21 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use sipsec_bench::{scenario, stats};
 
-use super::common::{targets, TableOutputs};
+use super::common::{make_certificate, targets, TableOutputs};
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum TransportArg {
+    Udp,
+    Tcp,
+    Tls,
+    /// SIP over WebSocket (RFC 7118).
+    Ws,
+    /// SIP over secure WebSocket.
+    Wss,
+}
 
 #[derive(Args)]
 pub struct CompareArgs {
@@ -53,6 +64,21 @@ pub struct CompareArgs {
         default_value = "interop/users.csv"
     )]
     pub(super) credentials: PathBuf,
+    /// The generator's transport: udp, tcp, tls, ws or wss. Over a
+    /// connection the servers listen on a second port for it (Kamailio with
+    /// kamailio-tls-modules and kamailio-websocket-modules) and the built-in
+    /// callee registers over UDP, so calls cross transports.
+    #[arg(long, value_enum, default_value = "udp")]
+    pub(super) transport: TransportArg,
+    /// Server certificate chain (PEM) for tls and wss [default: an RSA-2048 certificate made here].
+    #[arg(long, requires_all = ["key", "tls_ca"])]
+    pub(super) cert: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, requires = "cert")]
+    pub(super) key: Option<PathBuf>,
+    /// The CA certificates (PEM) the generator trusts for the certificate.
+    #[arg(long, requires = "cert")]
+    pub(super) tls_ca: Option<PathBuf>,
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
@@ -64,7 +90,8 @@ pub struct CompareArgs {
 }
 
 pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
-    use sipsec_bench::compare::{self, Plan};
+    use sipsec_bench::compare::{self, Certificate, Plan};
+    use sipsec_bench::link::Transport;
     let targets = targets(&a.servers, &a.kamailio_cfg)?;
     let scenarios = if a.scenarios.is_empty() {
         scenario::BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
@@ -92,6 +119,24 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         return Err("--rate and --calls must be positive".into());
     }
     let workdir = std::env::temp_dir().join(format!("sipsec-compare-{}", std::process::id()));
+    let transport = match a.transport {
+        TransportArg::Udp => Transport::Udp,
+        TransportArg::Tcp => Transport::Tcp,
+        TransportArg::Tls => Transport::Tls,
+        TransportArg::Ws => Transport::Ws,
+        TransportArg::Wss => Transport::Wss,
+    };
+    let certificate = match (a.cert, a.key, a.tls_ca) {
+        (Some(chain), Some(key), Some(ca)) => Some(Certificate { chain, key, ca }),
+        _ if matches!(transport, Transport::Tls | Transport::Wss) => {
+            let (chain, key, ca) = make_certificate(&workdir)?;
+            Some(Certificate { chain, key, ca })
+        }
+        _ => None,
+    };
+    let secure_kamailio = certificate.is_some()
+        && matches!(transport, Transport::Tls | Transport::Wss)
+        && targets.iter().any(|t| t.name() == "kamailio");
     let plan = Plan {
         targets: targets.clone(),
         scenarios,
@@ -100,7 +145,10 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         calls: a.calls,
         users: sipsec_bench::load_users(&a.credentials)?,
         pin: a.pin,
-        workers: a.workers.unwrap_or(if a.pin { 1 } else { 2 }),
+        // Kamailio 5.6's TLS needs one worker (see compare::compare).
+        workers: a
+            .workers
+            .unwrap_or(if a.pin || secure_kamailio { 1 } else { 2 }),
         threads: a
             .threads
             .unwrap_or(if a.pin {
@@ -111,6 +159,8 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
             .max(1),
         workdir: workdir.clone(),
         weights: stats::parse_weights(&a.weights)?,
+        transport,
+        certificate,
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the generator to CPU 1: {e}"))?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use sipsec_bench::connections::{self, Plan, Stream};
 
-use super::common::{positive, targets, TableOutputs};
+use super::common::{make_certificate, positive, targets, TableOutputs};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub(super) enum StreamArg {
@@ -76,39 +76,6 @@ pub struct ConnectionsArgs {
     pub(super) kamailio_cfg: PathBuf,
     #[command(flatten)]
     pub(super) out: TableOutputs,
-}
-
-/// An RSA-2048 server certificate for 127.0.0.1, issued by a CA made here.
-fn make_certificate(dir: &std::path::Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
-    use crate::keygen::{cert, rsa, CertRequest};
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let (ca_key, ca, key, crt) = (
-        dir.join("ca.key"),
-        dir.join("ca.pem"),
-        dir.join("server.key"),
-        dir.join("server.pem"),
-    );
-    rsa("crt", 2048, None, false, &ca_key)?;
-    cert(&CertRequest {
-        key: &ca_key,
-        cn: "sipsec bench CA",
-        san: &[],
-        days: 2,
-        ca: true,
-        issuer: None,
-        out: &ca,
-    })?;
-    rsa("crt", 2048, None, false, &key)?;
-    cert(&CertRequest {
-        key: &key,
-        cn: "127.0.0.1",
-        san: &["127.0.0.1".to_owned()],
-        days: 2,
-        ca: false,
-        issuer: Some((&ca, &ca_key)),
-        out: &crt,
-    })?;
-    Ok((crt, key, ca))
 }
 
 pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {

@@ -45,7 +45,13 @@ pub fn banner_addr(line: &str) -> Option<SocketAddr> {
 
 /// The TLS address in a `sipsec serve` banner.
 pub fn banner_tls_addr(line: &str) -> Option<SocketAddr> {
-    line.split(", tls ")
+    banner_listener(line, "tls")
+}
+
+/// The address of the `name` listener (tls, ws, wss) in a `sipsec serve`
+/// banner.
+pub fn banner_listener(line: &str, name: &str) -> Option<SocketAddr> {
+    line.split(&format!(", {name} "))
         .nth(1)
         .and_then(|r| r.split([';', ' ', ',']).next())
         .and_then(|a| a.parse().ok())
