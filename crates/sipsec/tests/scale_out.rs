@@ -454,6 +454,95 @@ fn bindings_answered_200_survive_a_redis_restart() {
     assert_eq!(metric(&b, "sipsec_bindings"), Some(20));
 }
 
+/// `redis-cli ARGS` against `redis`, its output trimmed.
+fn cli(redis: &Redis, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Calls of `command` Redis counted (those made by scripts included).
+fn calls(redis: &Redis, command: &str) -> u64 {
+    cli(redis, &["info", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|r| r.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What each REGISTER costs Redis is what a lone node needs: no change is
+/// published while no other node listens, a key's lifetime is renewed only
+/// when less than the longest registration is left, and scripts flushed
+/// from Redis are loaded again without refusing a REGISTER. A second node
+/// then hears every change.
+#[test]
+fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
+    let dir = tempdir("scale-lone");
+    let redis = Redis::start(&dir.join("redis"));
+    let a = node(&dir, "a", &redis);
+    let phone = caller();
+    let pl = phone.local_addr().expect("local");
+    let mut cseq = 0;
+    let mut reg = |user: &str, to: SocketAddr| {
+        cseq += 1;
+        let msg = register(
+            user,
+            &format!("SIP/2.0/UDP {pl}"),
+            &format!("sip:{user}@{pl}"),
+            &format!("lone-{user}"),
+            cseq,
+            600,
+        );
+        phone.send_to(msg.as_bytes(), to).expect("send");
+        let ok = recv(&phone).expect("answer");
+        assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    };
+    reg("u0", a.addr);
+    let key = cli(&redis, &["--scan", "--pattern", "*aor:*u0*"]);
+    assert!(!key.is_empty() && !key.contains('\n'), "one key: {key:?}");
+    let ttl = |r: &Redis| cli(r, &["ttl", &key]).parse::<i64>().expect("ttl");
+    // Twice the longest registration (max_expires 7200).
+    assert!((14_000..=14_400).contains(&ttl(&redis)), "{}", ttl(&redis));
+    assert_eq!(calls(&redis, "publish"), 0, "nobody else listens");
+    // More than max_expires left: a refresh leaves the lifetime alone.
+    cli(&redis, &["expire", &key, "10000"]);
+    reg("u0", a.addr);
+    assert!(ttl(&redis) <= 10_000, "{}", ttl(&redis));
+    // Less left: the refresh renews it.
+    cli(&redis, &["expire", &key, "5000"]);
+    reg("u0", a.addr);
+    assert!(ttl(&redis) > 14_000, "{}", ttl(&redis));
+    // The store script flushed (as a failover to a fresh replica would).
+    assert_eq!(cli(&redis, &["script", "flush"]), "OK");
+    reg("u0", a.addr);
+    assert_eq!(calls(&redis, "publish"), 0);
+    // A second node listens: changes at A are published and reach it.
+    let b = node(&dir, "b", &redis);
+    assert_eq!(
+        metric(&b, "sipsec_bindings"),
+        Some(1),
+        "read in full at start"
+    );
+    reg("u1", a.addr);
+    assert!(calls(&redis, "publish") >= 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&b, "sipsec_bindings") != Some(2) {
+        assert!(Instant::now() < deadline, "node b never heard of u1");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        metric(&b, "sipsec_location_store_changes_applied_total"),
+        Some(1)
+    );
+    assert_eq!(
+        metric(&a, "sipsec_location_store_changes_applied_total"),
+        Some(0)
+    );
+}
+
 #[test]
 fn a_node_that_cannot_reach_redis_does_not_start() {
     let dir = tempdir("scale-norredis");

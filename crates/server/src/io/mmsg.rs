@@ -80,6 +80,19 @@ impl RecvBatch {
     /// Blocks until at least one datagram arrives (or the socket's read
     /// timeout passes), then takes as many as are queued, up to [`BATCH`].
     pub fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        self.recv_flags(sock, libc::MSG_WAITFORONE)
+    }
+
+    /// Takes the datagrams already queued, up to [`BATCH`], without
+    /// waiting (`Ok(0)`: none).
+    pub fn recv_queued(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        match self.recv_flags(sock, libc::MSG_DONTWAIT) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            other => other,
+        }
+    }
+
+    fn recv_flags(&mut self, sock: &UdpSocket, flags: libc::c_int) -> io::Result<usize> {
         // SAFETY: iovec and mmsghdr are plain data; zero is valid for both.
         let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
@@ -99,7 +112,7 @@ impl RecvBatch {
                 sock.as_raw_fd(),
                 hdrs.as_mut_ptr(),
                 BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };

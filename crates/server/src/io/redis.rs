@@ -9,7 +9,12 @@
 //!   bindings and an AoR nobody refreshes goes away; a binding past its
 //!   time is ignored by readers until then.
 //! - `P` `events` — a channel: every change, as the journal lines of its
-//!   records after a first line naming the node that made it.
+//!   records after a first line naming the node that made it. A change is
+//!   published only when some other node listens: each node's feed also
+//!   subscribes to `P` `node:` NODE, and a script compares the two
+//!   channels' subscriber counts in the same step as the publish, so a
+//!   lone node does not read its own changes back and a node that
+//!   subscribes meanwhile gets every change its first full read misses.
 //!
 //! Each worker writes through its own [`RedisStore`] connection, every
 //! change of a batch in one pipelined round trip, and answers only
@@ -91,11 +96,53 @@ fn channel(prefix: &str) -> String {
     format!("{prefix}events")
 }
 
+/// The channel only `node`'s feed subscribes to, beside [`channel`].
+fn presence(prefix: &str, node: &str) -> String {
+    format!("{prefix}node:{node}")
+}
+
+/// Stores a batch of changes and publishes them, in one step that Redis
+/// runs alone. `KEYS`: the AoRs' hashes. `ARGV`: the key lifetime, the
+/// remaining lifetime below which it is renewed, the feed channel, this
+/// node's presence channel, the change as published, then per key the
+/// number of contacts to set and to delete, the contact/line pairs and
+/// the contacts.
+///
+/// A key lives twice the longest registration and is renewed once less
+/// than the longest registration is left, so it outlives each of its
+/// bindings, an AoR nobody refreshes disappears by itself, and most
+/// refreshes cost no `EXPIRE` (nor a line in the append-only file).
+/// The change is published only when a node other than this one (whose
+/// presence channel counts it) listens; a node that subscribes after
+/// this step finds the change in its first full read.
+const STORE: &str = "\
+local at = 6
+for _, key in ipairs(KEYS) do
+  local set, del = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  at = at + 2
+  if set > 0 then
+    redis.call('HSET', key, unpack(ARGV, at, at + 2 * set - 1))
+    at = at + 2 * set
+  end
+  if del > 0 then
+    redis.call('HDEL', key, unpack(ARGV, at, at + del - 1))
+    at = at + del
+  end
+  if set > 0 and redis.call('TTL', key) < tonumber(ARGV[2]) then
+    redis.call('EXPIRE', key, ARGV[1])
+  end
+end
+local others = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] - redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2]
+if others > 0 then redis.call('PUBLISH', ARGV[3], ARGV[5]) end
+return 0";
+
 /// One worker's connection for writing changes.
 pub struct RedisStore {
     client: redis::Client,
     settings: RedisSettings,
     conn: Option<redis::Connection>,
+    /// The SHA-1 of [`STORE`], loaded on connecting.
+    script: String,
     /// After a failure, no new connection is tried before this.
     retry_at: Option<Instant>,
     node: Arc<str>,
@@ -122,6 +169,7 @@ impl RedisStore {
             client: client(settings)?,
             settings: settings.clone(),
             conn: None,
+            script: String::new(),
             retry_at: None,
             node,
             key_ttl: 2 * i64::from(max_expires.max(1)),
@@ -152,9 +200,17 @@ impl RedisStore {
                     redact(&self.settings.url)
                 )));
             }
-            match connect(&self.client, self.settings.timeout) {
-                Ok(c) => {
+            let connected = connect(&self.client, self.settings.timeout).and_then(|mut c| {
+                let sha = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(STORE)
+                    .query::<String>(&mut c)?;
+                Ok((c, sha))
+            });
+            match connected {
+                Ok((c, sha)) => {
                     self.conn = Some(c);
+                    self.script = sha;
                     self.retry_at = None;
                 }
                 Err(e) => {
@@ -163,9 +219,24 @@ impl RedisStore {
                 }
             }
         }
-        let pipe = self.pipeline(changes);
+        let cmd = self.command(changes);
         let conn = self.conn.as_mut().expect("connected above");
-        match pipe.query::<redis::Value>(conn) {
+        let mut result = cmd.query::<redis::Value>(conn);
+        let flushed = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+        if result.as_ref().is_err_and(|e| e.kind() == flushed) {
+            // The scripts were flushed (SCRIPT FLUSH, a failover to a
+            // replica): load it again and retry once; nothing was stored.
+            result = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(STORE)
+                .query::<String>(conn)
+                .and_then(|sha| {
+                    self.script = sha;
+                    self.command(changes)
+                        .query::<redis::Value>(self.conn.as_mut().expect("connected above"))
+                });
+        }
+        match result {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.conn = None;
@@ -175,55 +246,56 @@ impl RedisStore {
         }
     }
 
-    fn pipeline(&mut self, changes: &[&[Record]]) -> redis::Pipeline {
+    /// The batch as one call of [`STORE`]: Redis runs it alone, so the
+    /// batch is stored whole or not at all.
+    fn command(&mut self, changes: &[&[Record]]) -> redis::Cmd {
         let prefix = self.settings.prefix.as_str();
-        // No MULTI: each command is atomic, the answer waits for all of
-        // them, and any failure refuses every change of the batch.
-        let mut pipe = redis::pipe();
+        let aor = |change: &[Record]| {
+            change.first().map(|r| match r {
+                Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor.clone(),
+            })
+        };
+        let changes: Vec<(String, &[Record])> = changes
+            .iter()
+            .filter_map(|c| aor(c).map(|a| (a, *c)))
+            .collect();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.script).arg(changes.len());
         self.event.clear();
         self.event.extend_from_slice(self.node.as_bytes());
         self.event.push(b'\n');
-        for change in changes {
-            let Some(aor) = change.first().map(|r| match r {
-                Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor,
-            }) else {
-                continue;
-            };
-            let key = aor_key(prefix, aor);
-            let mut hset = redis::cmd("HSET");
-            hset.arg(&key);
-            let mut hdel = redis::cmd("HDEL");
-            hdel.arg(&key);
-            let (mut binds, mut removes) = (0, 0);
+        for (aor, change) in &changes {
+            cmd.arg(aor_key(prefix, aor));
             for r in change.iter() {
                 encode(r, &mut self.event);
-                match r {
-                    Record::Bind { binding, .. } => {
-                        self.line.clear();
-                        encode(r, &mut self.line);
-                        self.line.pop();
-                        hset.arg(&binding.contact).arg(&self.line[..]);
-                        binds += 1;
-                    }
-                    Record::Remove { contact, .. } => {
-                        hdel.arg(contact);
-                        removes += 1;
-                    }
+            }
+        }
+        cmd.arg(self.key_ttl)
+            .arg(self.key_ttl / 2)
+            .arg(channel(prefix))
+            .arg(presence(prefix, &self.node))
+            .arg(&self.event[..]);
+        for (_, change) in &changes {
+            let binds = change
+                .iter()
+                .filter(|r| matches!(r, Record::Bind { .. }))
+                .count();
+            cmd.arg(binds).arg(change.len() - binds);
+            for r in change.iter() {
+                if let Record::Bind { binding, .. } = r {
+                    self.line.clear();
+                    encode(r, &mut self.line);
+                    self.line.pop();
+                    cmd.arg(&binding.contact).arg(&self.line[..]);
                 }
             }
-            if binds > 0 {
-                pipe.add_command(hset).ignore();
+            for r in change.iter() {
+                if let Record::Remove { contact, .. } = r {
+                    cmd.arg(contact);
+                }
             }
-            if removes > 0 {
-                pipe.add_command(hdel).ignore();
-            }
-            // Every write gives the key twice the longest registration:
-            // it outlives each of its bindings, and an AoR nobody
-            // refreshes disappears by itself.
-            pipe.expire(&key, self.key_ttl).ignore();
         }
-        pipe.publish(channel(prefix), &self.event[..]).ignore();
-        pipe
+        cmd
     }
 }
 
@@ -373,7 +445,9 @@ fn follow(
 ) -> redis::RedisResult<()> {
     let mut sub = connect(client, settings.timeout)?;
     let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(channel(&settings.prefix))?;
+    // One command, so the two counts the publishing script compares
+    // change together.
+    pubsub.subscribe(&[channel(&settings.prefix), presence(&settings.prefix, node)])?;
     let mut data = connect(client, settings.timeout)?;
     let location = &shared.location;
     let all = load(&mut data, &settings.prefix, crate::io::clock::unix_now())?;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::io::drive::{Backing, Storage};
-use crate::io::mmsg::{RecvBatch, SendBatch};
+use crate::io::mmsg::{RecvBatch, SendBatch, BATCH};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
 use crate::proto::core::{Core, Reply, Shared, Transport};
@@ -101,6 +101,10 @@ impl UdpServer {
     }
 }
 
+/// Most binding changes a worker gathers for one round trip to a shared
+/// store.
+const MAX_DEFERRED: usize = 8 * BATCH;
+
 fn worker(
     sock: &UdpSocket,
     mut core: Core,
@@ -114,48 +118,66 @@ fn worker(
     while !stop.load(Ordering::Relaxed) {
         // Timeouts let the loop see `stop`; ICMP errors from earlier sends
         // also surface here on Linux: keep serving.
-        let Ok(n) = rx.recv(sock) else { continue };
-        let now = crate::io::clock::now();
+        let Ok(mut n) = rx.recv(sock) else { continue };
         let mut held = storage.hold();
-        for i in 0..n {
-            let Some((data, src)) = rx.get(i) else {
-                continue;
-            };
-            let out = tx.next_buf();
-            // Over a shared store, a batch's binding changes go in one
-            // round trip and their answers after it (below).
-            let reply = if held.batches() {
-                crate::io::drive::handle_deferring(
-                    &mut core,
-                    &mut held,
-                    &mut deferred,
-                    data,
-                    src,
-                    Transport::Udp,
-                    now,
-                    out,
-                )
-            } else {
-                crate::io::drive::handle(
-                    &mut core,
-                    Some(&mut held),
-                    data,
-                    src,
-                    Transport::Udp,
-                    now,
-                    out,
-                )
-            };
-            // What the core produced besides its reply goes first, so that a
-            // 100 Trying reaches the caller before the forwarded INVITE can
-            // draw an answer (stateful mode only; rare and small).
-            sender.send_all(core.extra());
-            match reply {
-                Reply::Send(dest, Transport::Udp) => {
-                    core.shared().sending(out, dest, Transport::Udp);
-                    tx.commit(dest);
+        // Bounded in system calls, not only in changes: a flood of other
+        // requests must not hold the changes' answers back.
+        let mut rounds = 1;
+        loop {
+            let now = crate::io::clock::now();
+            for i in 0..n {
+                let Some((data, src)) = rx.get(i) else {
+                    continue;
+                };
+                let out = tx.next_buf();
+                // Over a shared store, a batch's binding changes go in one
+                // round trip and their answers after it (below).
+                let reply = if held.batches() {
+                    crate::io::drive::handle_deferring(
+                        &mut core,
+                        &mut held,
+                        &mut deferred,
+                        data,
+                        src,
+                        Transport::Udp,
+                        now,
+                        out,
+                    )
+                } else {
+                    crate::io::drive::handle(
+                        &mut core,
+                        Some(&mut held),
+                        data,
+                        src,
+                        Transport::Udp,
+                        now,
+                        out,
+                    )
+                };
+                // What the core produced besides its reply goes first, so that a
+                // 100 Trying reaches the caller before the forwarded INVITE can
+                // draw an answer (stateful mode only; rare and small).
+                sender.send_all(core.extra());
+                match reply {
+                    Reply::Send(dest, Transport::Udp) => {
+                        core.shared().sending(out, dest, Transport::Udp);
+                        tx.commit(dest);
+                    }
+                    other => sender.reply(other, out),
                 }
-                other => sender.reply(other, out),
+            }
+            // Over a shared store, a full batch means more are queued: take
+            // them too (answering what needs no store now), so that one round
+            // trip carries up to MAX_DEFERRED changes (read in as many
+            // datagrams) instead of waiting once per system call's worth.
+            if !(held.batches() && n == BATCH && rounds * BATCH < MAX_DEFERRED) {
+                break;
+            }
+            rounds += 1;
+            tx.flush(sock);
+            match rx.recv_queued(sock) {
+                Ok(more) if more > 0 => n = more,
+                _ => break,
             }
         }
         deferred.flush(&mut core, &mut held);
