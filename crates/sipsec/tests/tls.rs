@@ -24,6 +24,22 @@ fn sipsec(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs a `sipsec bench run` whose calls must all fail: checks that the
+/// run failed and returns its report.
+fn failing_bench_run(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(["bench", "run"])
+        .args(args)
+        .args(["--scenario", "register", "--calls", "20", "--duration", "2"])
+        .args(["--drain", "1"])
+        .output()
+        .expect("sipsec runs");
+    assert!(!out.status.success(), "failed calls fail the run");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains(" 0 ok"), "{text}");
+    text
+}
+
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -572,34 +588,8 @@ fn bench_drives_register_and_invite_over_tls() {
     assert_eq!(handshakes(&server) - before, 100);
     // A CA that did not issue the server's certificate: every call fails,
     // and the report says why.
-    let out = Command::new(BIN)
-        .args([
-            "bench",
-            "run",
-            "--target",
-            &target,
-            "--tls",
-            "--tls-ca",
-            p(&cert),
-            "--scenario",
-            "register",
-            "--rate",
-            "100",
-            "--calls",
-            "20",
-            "--duration",
-            "2",
-            "--drain",
-            "1",
-        ])
-        .output()
-        .expect("sipsec runs");
-    assert!(!out.status.success(), "failed calls fail the run");
-    let out = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.contains("UnknownIssuer") && out.contains("0 ok"),
-        "{out}"
-    );
+    let out = failing_bench_run(&["--target", &target, "--tls", "--tls-ca", p(&cert)]);
+    assert!(out.contains("UnknownIssuer"), "{out}");
 }
 
 /// The load generator over WS and WSS (RFC 7118): an upgrade with the
@@ -685,24 +675,9 @@ fn bench_drives_register_and_invite_over_websocket() {
         "https://phone.example",
     ]);
     let strict_ws = common::banner_listener(&strict.banner, "ws").expect("ws in the banner");
-    let out = Command::new(BIN)
-        .args(["bench", "run", "--ws", "--target", &strict_ws.to_string()])
-        .args([
-            "--scenario",
-            "register",
-            "--calls",
-            "5",
-            "--duration",
-            "2",
-            "--drain",
-            "1",
-        ])
-        .output()
-        .expect("sipsec runs");
-    assert!(!out.status.success(), "failed calls fail the run");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = failing_bench_run(&["--ws", "--target", &strict_ws.to_string()]);
     assert!(
-        text.contains("0 ok") && text.contains("WebSocket upgrade refused: HTTP/1.1 403"),
+        text.contains("WebSocket upgrade refused: HTTP/1.1 403"),
         "{text}"
     );
     // Without --tls-ca a WSS run is refused before it starts.
