@@ -1015,3 +1015,80 @@ fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
     assert!(fwd.starts_with("INVITE sip:bob@127.0.0.1:"), "{fwd}");
     s.handle.shutdown();
 }
+
+/// RFC 5626 §8 keep-alives on the SIP UDP port, over a real socket: a
+/// STUN Binding request (RFC 5389, with FINGERPRINT) is answered with the
+/// address it came from; a CRLF keep-alive is dropped silently; a STUN
+/// message that is not a Binding request gets nothing; SIP on the same
+/// port goes on.
+#[test]
+fn stun_and_crlf_keep_alives_share_the_sip_port() {
+    let dir = tempdir("stun");
+    let s = start(loopback_proxy(&dir)).expect("server starts");
+    let ua = Ua::new(s.handle.local_addr());
+    let txid = *b"sipsec-stun1";
+    let mut req = vec![0x00, 0x01, 0x00, 0x08, 0x21, 0x12, 0xa4, 0x42];
+    req.extend_from_slice(&txid);
+    // FINGERPRINT (RFC 5389 §15.5): zlib's CRC-32 of what precedes it.
+    let crc = zlib_crc32(&req) ^ 0x5354_554e;
+    req.extend_from_slice(&[0x80, 0x28, 0x00, 0x04]);
+    req.extend_from_slice(&crc.to_be_bytes());
+    ua.sock.send_to(&req, ua.server).expect("send");
+    let mut buf = [0u8; 1500];
+    let (n, from) = ua.sock.recv_from(&mut buf).expect("a STUN answer");
+    let resp = &buf[..n];
+    assert_eq!(from, ua.server);
+    assert_eq!(&resp[..2], [0x01, 0x01], "Binding success");
+    assert_eq!(&resp[4..20], &req[4..20], "cookie and transaction ID");
+    assert_eq!(usize::from(u16::from_be_bytes([resp[2], resp[3]])), n - 20);
+    // XOR-MAPPED-ADDRESS: our own address, unmasked.
+    assert_eq!(&resp[20..26], [0x00, 0x20, 0x00, 0x08, 0x00, 0x01]);
+    let port = u16::from_be_bytes([resp[26], resp[27]]) ^ 0x2112;
+    let ip: Vec<u8> = resp[28..32]
+        .iter()
+        .zip([0x21, 0x12, 0xa4, 0x42])
+        .map(|(a, k)| a ^ k)
+        .collect();
+    assert_eq!((ip.as_slice(), port), (&[127u8, 0, 0, 1][..], ua.port()));
+    // Its own FINGERPRINT, last, over everything before it.
+    assert_eq!(&resp[n - 8..n - 4], [0x80, 0x28, 0x00, 0x04]);
+    let want = zlib_crc32(&resp[..n - 8]) ^ 0x5354_554e;
+    assert_eq!(resp[n - 4..], want.to_be_bytes());
+    // A CRLF keep-alive and a Binding indication: no answer, and the SIP
+    // request that follows is answered.
+    ua.sock.send_to(b"\r\n\r\n", ua.server).expect("send");
+    let mut indication = req[..20].to_vec();
+    indication[1] = 0x11;
+    indication[3] = 0;
+    ua.sock.send_to(&indication, ua.server).expect("send");
+    let ok = ua.register("alice", "stun-1", 1, "<sip:alice@127.0.0.1:5999>", "");
+    assert_eq!(status(&ok), 200, "{ok}");
+    let m = &s.handle.shared().metrics;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(m.stun_bindings.load(Relaxed), 1);
+    assert_eq!(m.keepalives.load(Relaxed), 1);
+    assert_eq!(
+        m.malformed.load(Relaxed),
+        0,
+        "keep-alives are not malformed SIP"
+    );
+}
+
+/// zlib's CRC-32, bit by bit (the test's own, not the server's).
+fn zlib_crc32(bytes: &[u8]) -> u32 {
+    let mut table = [0u32; 256];
+    for (i, t) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+        *t = c;
+    }
+    !bytes.iter().fold(!0u32, |c, b| {
+        table[((c ^ u32::from(*b)) & 0xff) as usize] ^ (c >> 8)
+    })
+}

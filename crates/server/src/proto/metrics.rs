@@ -269,6 +269,10 @@ pub struct Metrics {
     pub responses_received: AtomicU64,
     /// Malformed messages.
     pub malformed: AtomicU64,
+    /// STUN Binding requests answered on the SIP UDP port (RFC 5626 §8).
+    pub stun_bindings: AtomicU64,
+    /// CRLF keep-alives received over UDP (dropped).
+    pub keepalives: AtomicU64,
     /// Messages dropped without an answer.
     pub dropped: AtomicU64,
     /// Requests forwarded.
@@ -485,7 +489,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 24] = [
+        let counters: [(&str, &str, &AtomicU64); 26] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -505,6 +509,16 @@ impl Metrics {
                 "sipsec_malformed_total",
                 "Malformed messages.",
                 &self.malformed,
+            ),
+            (
+                "sipsec_stun_bindings_total",
+                "STUN Binding requests answered on the SIP UDP port (RFC 5626 keep-alives).",
+                &self.stun_bindings,
+            ),
+            (
+                "sipsec_udp_keepalives_total",
+                "CRLF keep-alives received over UDP.",
+                &self.keepalives,
             ),
             (
                 "sipsec_dropped_total",
