@@ -135,32 +135,17 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         None
     };
     let workers = config.workers.max(1);
+    let (udp, tcp_listener) = bind_udp_and_tcp(config.udp, config.tcp, workers)?;
     let addr = config.udp;
     let bind = |err| StartError::Bind {
         proto: "udp",
         addr,
         err,
     };
-    let udp = UdpServer::bind(addr, workers).map_err(bind)?;
     let udp_port = udp.local_addr().port();
     if config.advertise.port() == 0 {
         config.advertise.set_port(udp_port);
     }
-    // TCP listens on the UDP port when asked for port 0, so one address
-    // names the server on both transports.
-    let tcp_listener = match config.tcp {
-        Some(mut t) => {
-            if t.port() == 0 {
-                t.set_port(udp_port);
-            }
-            Some(stream_listener(t).map_err(|err| StartError::Bind {
-                proto: "tcp",
-                addr: t,
-                err,
-            })?)
-        }
-        None => None,
-    };
     let tcp_addr = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
     let tls = match &config.tls {
         Some(t) => Some(Arc::new(TlsContext::new(t)?)),
@@ -723,6 +708,45 @@ impl ServerHandle {
 /// a NAT rebinding) waits in the kernel while the reactors take them at
 /// their pace, instead of overflowing a short queue into SYN
 /// retransmissions a second later. The kernel caps it at somaxconn.
+/// Binds UDP on `udp` and, when asked, TCP on `tcp`; TCP port 0 means
+/// the UDP port, so one address names the server on both transports. With
+/// both at port 0 the port must be free for both: a port the kernel gave
+/// UDP that a TCP socket already holds is given back and another tried.
+fn bind_udp_and_tcp(
+    udp: SocketAddr,
+    tcp: Option<SocketAddr>,
+    workers: usize,
+) -> Result<(UdpServer, Option<std::net::TcpListener>), StartError> {
+    let any = udp.port() == 0 && tcp.is_some_and(|t| t.port() == 0);
+    let mut tries = 0;
+    loop {
+        let server = UdpServer::bind(udp, workers).map_err(|err| StartError::Bind {
+            proto: "udp",
+            addr: udp,
+            err,
+        })?;
+        let Some(mut t) = tcp else {
+            return Ok((server, None));
+        };
+        if t.port() == 0 {
+            t.set_port(server.local_addr().port());
+        }
+        match stream_listener(t) {
+            Ok(l) => return Ok((server, Some(l))),
+            Err(e) if any && e.kind() == std::io::ErrorKind::AddrInUse && tries < 16 => {
+                tries += 1;
+            }
+            Err(err) => {
+                return Err(StartError::Bind {
+                    proto: "tcp",
+                    addr: t,
+                    err,
+                })
+            }
+        }
+    }
+}
+
 fn stream_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
