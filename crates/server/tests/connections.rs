@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sip_core::framing::{frame, Frame};
 use sip_core::Limits;
-use sipsec_server::config::{ConnectionLimits, TlsSettings};
+use sipsec_server::config::{ConnectionLimits, Durability, TlsSettings};
 use sipsec_server::proto::metrics::CloseReason;
 use sipsec_server::{start, Config, Mode, Started};
 
@@ -20,25 +20,25 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Started {
+    serve(&config(mode, name, limits, tls))
+}
+
+fn serve(config: &Config) -> Started {
     // TCP listens on the port UDP drew; another test's client socket may
     // hold that port: draw again (a few times).
     for _ in 0..5 {
-        match try_server(mode, name, limits.clone(), tls.clone()) {
+        match start(config.clone()) {
             Err(sipsec_server::StartError::Bind { err, .. })
                 if err.kind() == std::io::ErrorKind::AddrInUse => {}
             r => return r.expect("server starts"),
         }
     }
-    try_server(mode, name, limits, tls).expect("server starts")
+    start(config.clone()).expect("server starts")
 }
 
-fn try_server(
-    mode: Mode,
-    name: &str,
-    limits: ConnectionLimits,
-    tls: Option<TlsSettings>,
-) -> Result<Started, sipsec_server::StartError> {
-    start(Config {
+/// One worker and one reactor on loopback, in a new data directory.
+fn config(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Config {
+    Config {
         mode,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
@@ -52,7 +52,7 @@ fn try_server(
         },
         tls,
         ..Config::default()
-    })
+    }
 }
 
 fn register(server: SocketAddr, user: &str, contact: &str, proto: &str, cseq: u32) -> String {
@@ -522,4 +522,70 @@ fn requests_follow_the_registered_flow_and_a_gone_outbound_flow_is_430() {
         1
     );
     s.handle.shutdown();
+}
+
+#[test]
+fn an_fsync_journal_stores_what_a_round_gathered_with_one_wait() {
+    // Waiting for the disk once per REGISTER would hold every phone on
+    // the reactor behind each fsync; the changes one round of reads
+    // gathers are written and synced together (a group commit), and
+    // each answer still goes only after its change is stored.
+    const CONNS: usize = 20;
+    const EACH: usize = 10;
+    let cfg = Config {
+        durability: Durability::Fsync,
+        ..config(Mode::Registrar, "group", ConnectionLimits::default(), None)
+    };
+    let s = serve(&cfg);
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut conns: Vec<TcpStream> = (0..CONNS)
+        .map(|_| connect_from("127.0.0.1:0", tcp))
+        .collect();
+    for (c, conn) in conns.iter_mut().enumerate() {
+        let pipelined: String = (0..EACH)
+            .map(|i| {
+                let user = format!("g{c}u{i}");
+                register(tcp, &user, &format!("<sip:{user}@192.0.2.9>"), "TCP", 1)
+            })
+            .collect();
+        conn.write_all(pipelined.as_bytes()).expect("write");
+    }
+    for conn in &mut conns {
+        let mut buf = Vec::new();
+        for _ in 0..EACH {
+            let r = read_message(conn, &mut buf).expect("answer");
+            assert!(r.starts_with("SIP/2.0 200"), "{r}");
+        }
+    }
+    // The same over UDP: one burst, one worker.
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let to = s.handle.local_addr();
+    for i in 0..EACH {
+        let user = format!("udp{i}");
+        udp.send_to(
+            register(to, &user, &format!("<sip:{user}@192.0.2.9>"), "UDP", 1).as_bytes(),
+            to,
+        )
+        .expect("send");
+    }
+    let mut b = [0u8; 4096];
+    for _ in 0..EACH {
+        let (n, _) = udp.recv_from(&mut b).expect("answer");
+        let r = String::from_utf8_lossy(&b[..n]);
+        assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    }
+    let registers = (CONNS + 1) * EACH;
+    let syncs = s.handle.journal_syncs().expect("a journal");
+    assert!(
+        (1..=registers as u64 / 2).contains(&syncs),
+        "{syncs} waits for the disk for {registers} REGISTERs"
+    );
+    drop(conns);
+    s.handle.shutdown();
+    // Every binding answered 200 is in the journal.
+    let again = serve(&cfg);
+    assert_eq!(again.recovered.bindings, registers);
+    again.handle.shutdown();
 }

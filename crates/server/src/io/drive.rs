@@ -110,11 +110,16 @@ impl Storage {
 }
 
 impl Held<'_> {
-    /// Whether changes are worth storing a batch at a time (a round trip
-    /// to another process each); a journal append costs less than the
-    /// bookkeeping.
+    /// Whether changes are worth storing a batch at a time: a round trip
+    /// to another process each, or a wait for the disk each (a group
+    /// commit, as databases do); a journal append to the page cache costs
+    /// less than the bookkeeping.
     pub fn batches(&self) -> bool {
-        matches!(self, Held::Redis(_))
+        match self {
+            Held::Redis(_) => true,
+            Held::Journal(j) => j.syncs_each_write(),
+            Held::Memory | Held::Broken(..) => false,
+        }
     }
 }
 
@@ -122,6 +127,7 @@ impl Store for Held<'_> {
     fn store_all(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
         match self {
             Held::Redis(r) => r.store(changes),
+            Held::Journal(j) => j.append_all(changes).map_err(StoreError::Journal),
             other => {
                 for c in changes {
                     other.store(c)?;
@@ -199,6 +205,11 @@ impl Deferred {
     /// Whether no change waits.
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
+    }
+
+    /// How many changes wait.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
     }
 
     fn buf(&mut self, from: &[u8]) -> Vec<u8> {

@@ -33,6 +33,8 @@ pub struct View {
     pub tls: Option<Arc<crate::io::tls::TlsContext>>,
     /// The link to a shared location store (Redis), when one is used.
     pub redis: Option<Arc<crate::io::redis::RedisState>>,
+    /// The embedded store, when it is used.
+    pub persistence: Option<Arc<crate::io::journal::Persistence>>,
 }
 
 impl View {
@@ -72,6 +74,12 @@ impl View {
             crate::io::process::COMMIT
         ));
         text.push_str(&crate::io::process::render(&crate::io::process::usage()));
+        if let Some(p) = &self.persistence {
+            text.push_str(&format!(
+                "# HELP sipsec_journal_syncs_total Waits for stable storage by the location journal (fsync durability; the changes a worker gathers are written and synced together).\n# TYPE sipsec_journal_syncs_total counter\nsipsec_journal_syncs_total {}\n",
+                p.syncs()
+            ));
+        }
         if let Some(t) = self.shared.tap.get() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(

@@ -92,21 +92,39 @@ pub struct Journal {
     buf: Vec<u8>,
     durability: Durability,
     worker: usize,
+    /// Waits for stable storage, counted for the whole store.
+    syncs: Arc<AtomicU64>,
 }
 
 impl Journal {
     /// Appends `records` into the page cache (no system call; and waits
     /// for stable storage if asked).
     pub fn append(&mut self, records: &[Record]) -> io::Result<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
+        self.append_all(&[records])
+    }
+
+    /// Appends the records of several changes in one write and, with
+    /// [`Durability::Fsync`], one wait for stable storage: a group commit.
+    pub fn append_all(&mut self, changes: &[&[Record]]) -> io::Result<()> {
         self.buf.clear();
-        for r in records {
+        for r in changes.iter().flat_map(|c| c.iter()) {
             encode(r, &mut self.buf);
         }
-        self.log
-            .append(&self.buf, self.durability == Durability::Fsync)
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let sync = self.syncs_each_write();
+        self.log.append(&self.buf, sync)?;
+        if sync {
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Whether each write waits for stable storage (then writes are worth
+    /// gathering: see [`Journal::append_all`]).
+    pub fn syncs_each_write(&self) -> bool {
+        self.durability == Durability::Fsync
     }
 
     /// Bytes written to the current file.
@@ -155,6 +173,8 @@ pub struct Persistence {
     journals: Mutex<Vec<SharedJournal>>,
     /// Snapshot size after the last compaction.
     snapshot_bytes: AtomicU64,
+    /// Waits for stable storage by every journal.
+    syncs: Arc<AtomicU64>,
     _lock: File,
 }
 
@@ -238,8 +258,15 @@ impl Persistence {
             gen: AtomicU64::new(1),
             journals: Mutex::new(Vec::new()),
             snapshot_bytes: AtomicU64::new(0),
+            syncs: Arc::default(),
             _lock: lock,
         })
+    }
+
+    /// How many times journal writes waited for stable storage (fsync
+    /// durability; several changes written together wait once).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// The data directory.
@@ -372,6 +399,7 @@ impl Persistence {
             buf: Vec::with_capacity(1024),
             durability: self.durability,
             worker: n,
+            syncs: self.syncs.clone(),
         }));
         lock(&self.journals).push(j.clone());
         Ok(j)

@@ -331,6 +331,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             tcp: tcp_addr,
             tls: tls.clone(),
             redis: redis_state.clone(),
+            persistence: persistence.clone(),
         };
         threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }
@@ -652,6 +653,12 @@ impl ServerHandle {
     /// configuration or the raised file-descriptor limit), when either is on.
     pub fn connection_limit(&self) -> Option<usize> {
         self.connection_limit
+    }
+
+    /// How many times the location journal waited for stable storage
+    /// (`None`: no journal).
+    pub fn journal_syncs(&self) -> Option<u64> {
+        self.persistence.as_ref().map(|p| p.syncs())
     }
 
     /// Stops the threads and waits for them.

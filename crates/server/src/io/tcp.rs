@@ -38,7 +38,7 @@ use sip_core::writer::write_error_response;
 use sip_core::{ErrorKind, Limits};
 
 use crate::config::ConnectionLimits;
-use crate::io::drive::{Backing, Storage};
+use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
 use crate::proto::core::{same_flow_transport, Core, Shared, Transport};
@@ -707,7 +707,13 @@ struct Reactor {
     again: Vec<Token>,
     /// This reactor's share of the accept rate.
     bucket: Option<Bucket>,
+    /// Binding changes waiting for the end of the round, with their
+    /// answers.
+    deferred: Deferred,
 }
+
+/// Most binding changes a reactor gathers before it stores them.
+const MAX_DEFERRED: usize = 256;
 
 /// A token bucket: `rate` tokens a second, holding at most a tenth of a
 /// second's worth (and at least one).
@@ -790,6 +796,7 @@ impl Reactor {
             scratch: vec![0; SCRATCH],
             again: Vec::new(),
             bucket,
+            deferred: Deferred::default(),
         }
     }
 
@@ -844,6 +851,7 @@ impl Reactor {
             for t in std::mem::take(&mut self.again) {
                 self.readable(t);
             }
+            self.commit();
             self.accept();
             let now = Instant::now();
             if now >= next_sweep {
@@ -851,6 +859,7 @@ impl Reactor {
                 next_sweep = now + SWEEP;
             }
         }
+        self.commit();
         self.take_orders();
         let tokens: Vec<Token> = self.locals.keys().copied().collect();
         for t in tokens {
@@ -1230,23 +1239,59 @@ impl Reactor {
         }
     }
 
-    /// Hands one SIP message to the core and sends what it gives.
+    /// Hands one SIP message to the core and sends what it gives. Over a
+    /// store where each write waits (Redis, an fsync journal), a binding
+    /// change waits with its answer for the end of the round (see
+    /// [`Reactor::commit`]).
     fn handle_message(&mut self, conn: &Conn, bytes: &[u8]) {
         let mut held = self.storage.hold();
-        let reply = crate::io::drive::handle(
-            &mut self.core,
-            Some(&mut held),
-            bytes,
-            conn.peer,
-            conn.transport,
-            crate::io::clock::now(),
-            &mut self.out,
-        );
+        let now = crate::io::clock::now();
+        let reply = if held.batches() {
+            crate::io::drive::handle_deferring(
+                &mut self.core,
+                &mut held,
+                &mut self.deferred,
+                bytes,
+                conn.peer,
+                conn.transport,
+                now,
+                &mut self.out,
+            )
+        } else {
+            crate::io::drive::handle(
+                &mut self.core,
+                Some(&mut held),
+                bytes,
+                conn.peer,
+                conn.transport,
+                now,
+                &mut self.out,
+            )
+        };
         drop(held);
         // Extras first: a 100 Trying must not trail the answers the
         // forwarded INVITE draws.
         self.sender.send_all(self.core.extra());
         self.sender.reply(reply, &self.out);
+        if self.deferred.len() >= MAX_DEFERRED {
+            self.commit();
+        }
+    }
+
+    /// Stores the binding changes this round gathered, all in one write
+    /// (one fsync, one Redis round trip), then sends their answers: the
+    /// reactor waits once for every connection it served this round
+    /// instead of once per REGISTER.
+    fn commit(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let mut held = self.storage.hold();
+        self.deferred.flush(&mut self.core, &mut held);
+        drop(held);
+        let sender = &self.sender;
+        self.deferred
+            .send_ready(|reply, out| sender.reply(reply, out));
     }
 
     /// `n` bytes arrived on a WebSocket connection: its upgrade request,
