@@ -288,6 +288,12 @@ pub struct RedisSettings {
     /// Seconds a REGISTER answered 503 while Redis is unreachable is told
     /// to wait (Retry-After).
     pub retry_after: u32,
+    /// With `rediss://`: CA certificates (PEM) that issued the server's
+    /// certificate, instead of the system's trust store.
+    pub ca: Option<PathBuf>,
+    /// With `rediss://`: a client certificate chain and its key (PEM), for
+    /// servers that require them (`tls-auth-clients yes`).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 impl RedisSettings {
@@ -298,6 +304,8 @@ impl RedisSettings {
             prefix: "sipsec:".to_owned(),
             timeout: Duration::from_secs(1),
             retry_after: 5,
+            ca: None,
+            client_cert: None,
         }
     }
 }
@@ -550,6 +558,12 @@ pub struct LocationSection {
     pub timeout: Option<f64>,
     /// Retry-After seconds of the 503 sent while Redis is unreachable.
     pub retry_after: Option<u32>,
+    /// CA certificates (PEM) for a `rediss://` server.
+    pub ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) for a `rediss://` server.
+    pub cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    pub key: Option<PathBuf>,
 }
 
 /// `[websocket]`: SIP over WebSocket listeners for browser phones.
@@ -864,6 +878,20 @@ fn location_settings(
             }
             if let Some(s) = l.retry_after {
                 r.retry_after = s;
+            }
+            if let Some(ca) = l.ca {
+                r.ca = Some(ca);
+            }
+            match (l.cert, l.key) {
+                (Some(c), Some(k)) => r.client_cert = Some((c, k)),
+                (None, None) => {}
+                _ => return Err(("location.cert", "give both cert and key, or neither".into())),
+            }
+            if (r.ca.is_some() || r.client_cert.is_some()) && !r.url.starts_with("rediss://") {
+                return Err((
+                    "location.ca",
+                    "TLS files need a rediss:// url (redis:// is plain TCP)".into(),
+                ));
             }
             Ok(Some(r))
         }
@@ -1262,6 +1290,14 @@ mod tests {
             (
                 "[location]\nbackend = \"redis\"\nurl = \"redis://h:1\"\ntimeout = 0\n",
                 "location.timeout",
+            ),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nca = \"ca.pem\"\n",
+                "rediss://",
+            ),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"rediss://h:1\"\ncert = \"c.pem\"\n",
+                "both cert and key",
             ),
         ] {
             let e = Config::default()

@@ -26,14 +26,16 @@ struct Redis {
 
 impl Redis {
     fn start(dir: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        Self::start_on(dir, port)
+        Self::start_on(dir, free_port())
     }
 
     fn start_on(dir: &Path, port: u16) -> Self {
+        Self::launch(dir, port, &[])
+    }
+
+    /// Plain TCP on `port` (for the test's own commands), plus `extra`
+    /// arguments.
+    fn launch(dir: &Path, port: u16, extra: &[&str]) -> Self {
         std::fs::create_dir_all(dir).expect("redis dir");
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
@@ -47,6 +49,7 @@ impl Redis {
             ])
             .arg("--dir")
             .arg(dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -93,6 +96,13 @@ impl Redis {
         let (dir, port) = (self.dir.clone(), self.port);
         Self::start_on(&dir, port)
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
 }
 
 impl Drop for Redis {
@@ -543,13 +553,178 @@ fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
     );
 }
 
+/// Redis as operators run it beyond one host: TLS with client
+/// certificates (`tls-auth-clients yes`) and an ACL user that may touch
+/// only sipsec's keys and channels and no dangerous command. A node given
+/// the CA, its certificate and the user's password serves; a node missing
+/// any of them does not start, says why, and never shows the password.
+#[test]
+fn a_node_reaches_redis_over_tls_as_a_user_limited_to_its_keys() {
+    let dir = tempdir("scale-tls");
+    common::tls_files(&dir);
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    common::keygen(&["ec", "-o", &f("node.key")]);
+    common::keygen(&[
+        "cert",
+        "--key",
+        &f("node.key"),
+        "--cn",
+        "sipsec node",
+        "--san",
+        "127.0.0.1",
+        "--issuer-cert",
+        &f("ca.pem"),
+        "--issuer-key",
+        &f("ca.key"),
+        "-o",
+        &f("node.pem"),
+    ]);
+    let tls_port = free_port().to_string();
+    let redis = Redis::launch(
+        &dir.join("redis"),
+        free_port(),
+        &[
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &f("srv.pem"),
+            "--tls-key-file",
+            &f("srv.key"),
+            "--tls-ca-cert-file",
+            &f("ca.pem"),
+            "--tls-auth-clients",
+            "yes",
+            "--user",
+            "sipsec",
+            "on",
+            ">n0de-s3cret",
+            "~sipsec:*",
+            "&sipsec:*",
+            "+@all",
+            "-@dangerous",
+        ],
+    );
+    let url = |password: &str| format!("rediss://sipsec:{password}@127.0.0.1:{tls_port}/0");
+    // A node with `[location]` `fields` (TOML lines): its output when it
+    // does not start, else the node.
+    let start = |name: &str, fields: &str| -> Result<Running, String> {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!("[location]\nbackend = \"redis\"\ntimeout = 0.3\n{fields}"),
+        )
+        .expect("config");
+        let data = f(name);
+        let args = [
+            "serve",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--mode",
+            "proxy",
+            "--udp",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data,
+        ];
+        let mut cmd = Command::new(common::BIN);
+        cmd.args(args);
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sipsec runs");
+        let mut banner = String::new();
+        let _ = BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut banner);
+        match common::banner_addr(&banner) {
+            Some(addr) => Ok(Running {
+                child,
+                addr,
+                banner,
+            }),
+            None => {
+                let out = child.wait_with_output().expect("exits");
+                assert!(!out.status.success());
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        }
+    };
+    let ca = format!("ca = {:?}\n", f("ca.pem"));
+    let cert = format!("cert = {:?}\nkey = {:?}\n", f("node.pem"), f("node.key"));
+    let good = format!("url = {:?}\n{ca}{cert}", url("n0de-s3cret"));
+    let node = start("a", &good).expect("a node with the CA, its certificate and the password");
+    let phone = caller();
+    let pl = phone.local_addr().expect("local");
+    let msg = register(
+        "tls0",
+        &format!("SIP/2.0/UDP {pl}"),
+        &format!("sip:tls0@{pl}"),
+        "tls-0",
+        1,
+        600,
+    );
+    phone.send_to(msg.as_bytes(), node.addr).expect("send");
+    let ok = recv(&phone).expect("answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let key = cli(&redis, &["--scan", "--pattern", "sipsec:aor:*tls0*"]);
+    assert!(!key.is_empty() && !key.contains('\n'), "one key: {key:?}");
+    assert!(cli(&redis, &["hgetall", &key]).contains(&pl.to_string()));
+    let clients = cli(&redis, &["client", "list"]);
+    assert!(
+        clients
+            .lines()
+            .filter(|l| l.contains("user=sipsec"))
+            .count()
+            >= 2,
+        "the node's writer and feed log in as sipsec: {clients}"
+    );
+    drop(node);
+    for (name, fields, needle) in [
+        (
+            "wrongpass",
+            format!("url = {:?}\n{ca}{cert}", url("guess")),
+            "authentication failed",
+        ),
+        (
+            "nocert",
+            format!("url = {:?}\n{ca}", url("n0de-s3cret")),
+            "CertificateRequired",
+        ),
+        (
+            "noca",
+            format!("url = {:?}\n{cert}", url("n0de-s3cret")),
+            "UnknownIssuer",
+        ),
+        (
+            "missingca",
+            format!(
+                "url = {:?}\nca = {:?}\n{cert}",
+                url("n0de-s3cret"),
+                f("absent.pem")
+            ),
+            "absent.pem",
+        ),
+    ] {
+        let err = match start(name, &fields) {
+            Ok(_) => panic!("{name}: started"),
+            Err(e) => e,
+        };
+        assert!(
+            err.contains("location store (redis)") && err.contains(needle),
+            "{name}: {err}"
+        );
+        assert!(
+            !err.contains("s3cret"),
+            "{name}: the password stays out: {err}"
+        );
+    }
+}
+
 #[test]
 fn a_node_that_cannot_reach_redis_does_not_start() {
     let dir = tempdir("scale-norredis");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let out = Command::new(common::BIN)
         .args(["serve", "--udp", "127.0.0.1:0", "--no-http", "--data-dir"])
         .arg(dir.join("d"))

@@ -63,8 +63,32 @@ impl RedisState {
     }
 }
 
+/// A client for `s`: over `rediss://` with the configured CA (else the
+/// system's trust store) and client certificate, if any.
 fn client(s: &RedisSettings) -> Result<redis::Client, String> {
-    redis::Client::open(s.url.as_str()).map_err(|e| format!("{}: {e}", redact(&s.url)))
+    let named = |e: redis::RedisError| format!("{}: {e}", redact(&s.url));
+    if s.ca.is_none() && s.client_cert.is_none() {
+        return redis::Client::open(s.url.as_str()).map_err(named);
+    }
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("{}: {}: {e}", redact(&s.url), p.display()))
+    };
+    let client_tls = match &s.client_cert {
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        None => None,
+    };
+    let root_cert = s.ca.as_deref().map(read).transpose()?;
+    redis::Client::build_with_tls(
+        s.url.as_str(),
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(named)
 }
 
 /// The URL without its password, for messages.

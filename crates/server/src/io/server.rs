@@ -253,7 +253,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
                     state.clone(),
                     stop.clone(),
                 )
-                .map_err(bind)?,
+                .map_err(|e| StartError::Redis(e.to_string()))?,
             );
             // Nothing is served before this node holds every binding and
             // follows the changes.
