@@ -563,22 +563,7 @@ fn a_node_reaches_redis_over_tls_as_a_user_limited_to_its_keys() {
     let dir = tempdir("scale-tls");
     common::tls_files(&dir);
     let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
-    common::keygen(&["ec", "-o", &f("node.key")]);
-    common::keygen(&[
-        "cert",
-        "--key",
-        &f("node.key"),
-        "--cn",
-        "sipsec node",
-        "--san",
-        "127.0.0.1",
-        "--issuer-cert",
-        &f("ca.pem"),
-        "--issuer-key",
-        &f("ca.key"),
-        "-o",
-        &f("node.pem"),
-    ]);
+    common::issue(&dir, "node", "sipsec node");
     let tls_port = free_port().to_string();
     let redis = Redis::launch(
         &dir.join("redis"),
@@ -630,25 +615,7 @@ fn a_node_reaches_redis_over_tls_as_a_user_limited_to_its_keys() {
         ];
         let mut cmd = Command::new(common::BIN);
         cmd.args(args);
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sipsec runs");
-        let mut banner = String::new();
-        let _ = BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut banner);
-        match common::banner_addr(&banner) {
-            Some(addr) => Ok(Running {
-                child,
-                addr,
-                banner,
-            }),
-            None => {
-                let out = child.wait_with_output().expect("exits");
-                assert!(!out.status.success());
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
-        }
+        common::try_serve_command(cmd)
     };
     let ca = format!("ca = {:?}\n", f("ca.pem"));
     let cert = format!("cert = {:?}\nkey = {:?}\n", f("node.pem"), f("node.key"));

@@ -92,16 +92,20 @@ pub fn serve_in(data: &std::path::Path, extra: &[&str]) -> Running {
 
 /// Spawns `cmd` (a `sipsec serve`, perhaps behind a shell that sets
 /// limits), waits for its banner and returns it running.
-pub fn serve_command(mut cmd: Command) -> Running {
+pub fn serve_command(cmd: Command) -> Running {
+    try_serve_command(cmd).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`serve_command`], or, when the server exits instead of starting,
+/// what it printed on stderr.
+pub fn try_serve_command(mut cmd: Command) -> Result<Running, String> {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("sipsec runs");
     let mut banner = String::new();
-    BufReader::new(child.stdout.as_mut().expect("piped"))
-        .read_line(&mut banner)
-        .expect("banner");
+    let _ = BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut banner);
     let Some(addr) = banner_addr(&banner) else {
         let mut err = String::new();
         let _ = child
@@ -109,13 +113,16 @@ pub fn serve_command(mut cmd: Command) -> Running {
             .as_mut()
             .expect("piped")
             .read_to_string(&mut err);
-        panic!("no address in {banner:?}; stderr: {err}");
+        let status = child.wait().expect("exits");
+        return Err(format!(
+            "no address in {banner:?} ({status}); stderr: {err}"
+        ));
     };
-    Running {
+    Ok(Running {
         child,
         addr,
         banner,
-    }
+    })
 }
 
 /// `sipsec keygen ARGS`, which must succeed.
@@ -143,21 +150,29 @@ pub fn tls_files(dir: &std::path::Path) {
         "-o",
         &f("ca.pem"),
     ]);
-    keygen(&["ec", "-o", &f("srv.key")]);
+    issue(dir, "srv", "127.0.0.1");
+}
+
+/// `NAME.key` and a certificate `NAME.pem` for it, naming `cn` and
+/// 127.0.0.1, issued by the CA [`tls_files`] made in `dir`.
+pub fn issue(dir: &std::path::Path, name: &str, cn: &str) {
+    let f = |n: String| dir.join(n).to_str().expect("utf-8").to_owned();
+    let key = f(format!("{name}.key"));
+    keygen(&["ec", "-o", &key]);
     keygen(&[
         "cert",
         "--key",
-        &f("srv.key"),
+        &key,
         "--cn",
-        "127.0.0.1",
+        cn,
         "--san",
         "127.0.0.1",
         "--issuer-cert",
-        &f("ca.pem"),
+        &f("ca.pem".into()),
         "--issuer-key",
-        &f("ca.key"),
+        &f("ca.key".into()),
         "-o",
-        &f("srv.pem"),
+        &f(format!("{name}.pem")),
     ]);
 }
 
