@@ -112,7 +112,7 @@ pub struct Plan {
     pub key: PathBuf,
     /// The CA the phones trust for it.
     pub ca: PathBuf,
-    /// Server on core 0, phones on the others.
+    /// Server on core 0, phones on the others, busy-polling there.
     pub pin: bool,
     /// Server UDP workers and connection reactors / Kamailio UDP and TCP children.
     pub workers: usize,
@@ -363,6 +363,7 @@ fn one(
         sources: plan.sources,
         timeout: plan.timeout,
         run: std::process::id(),
+        busy_poll: plan.pin,
     };
     // Open: connect, handshake, first REGISTER, at most `in_flight` at once.
     let cpu0 = cpu::cpu_seconds(&pids);
@@ -489,6 +490,21 @@ struct Ctx {
     sources: usize,
     timeout: Duration,
     run: u32,
+    /// Spin instead of sleeping in the event loop (pinned runs: the
+    /// phones have their own core, and the server is then not charged
+    /// for waking them).
+    busy_poll: bool,
+}
+
+impl Ctx {
+    /// How long an event loop may sleep when it could sleep `wait`.
+    fn wait(&self, wait: Duration) -> Duration {
+        if self.busy_poll {
+            Duration::ZERO
+        } else {
+            wait
+        }
+    }
 }
 
 #[derive(Default)]
@@ -629,7 +645,7 @@ impl Share {
             }
             if self
                 .poll
-                .poll(&mut events, Some(Duration::from_millis(100)))
+                .poll(&mut events, Some(ctx.wait(Duration::from_millis(100))))
                 .is_err()
             {
                 continue;
@@ -717,7 +733,7 @@ impl Share {
             } else {
                 Duration::from_millis(100)
             };
-            if self.poll.poll(&mut events, Some(wait)).is_err() {
+            if self.poll.poll(&mut events, Some(ctx.wait(wait))).is_err() {
                 continue;
             }
             for ev in events.iter() {

@@ -842,14 +842,16 @@ impl Reactor {
                         if ev.is_writable() {
                             self.writable(t);
                         }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.readable(t);
+                        if ev.is_read_closed() || ev.is_error() {
+                            self.readable(t, false);
+                        } else if ev.is_readable() {
+                            self.readable(t, true);
                         }
                     }
                 }
             }
             for t in std::mem::take(&mut self.again) {
-                self.readable(t);
+                self.readable(t, false);
             }
             self.commit();
             self.accept();
@@ -1079,7 +1081,12 @@ impl Reactor {
 
     /// Reads what `t` has (up to the budget), feeds TLS, and handles
     /// every complete message.
-    fn readable(&mut self, t: Token) {
+    /// Reads what `t` has, within a budget. `short_read_drains`: the
+    /// event said only "readable" (no hang-up), so a plain socket that
+    /// gave less than asked for is empty now, and new bytes will raise a
+    /// new edge: no second read just to hear "would block" (one system
+    /// call less per request, as tokio does).
+    fn readable(&mut self, t: Token, short_read_drains: bool) {
         let Some(l) = self.locals.get(&t) else {
             return;
         };
@@ -1090,18 +1097,21 @@ impl Reactor {
                 self.again.push(t);
                 return;
             }
-            let got = {
+            let (got, plain) = {
                 let mut tx = lock(&conn.tx);
                 if matches!(tx.phase, Phase::Connecting(_)) {
                     return;
                 }
-                read_some(&mut tx, &mut self.scratch)
+                (read_some(&mut tx, &mut self.scratch), tx.tls.is_none())
             };
             match got {
                 Got::Bytes(0) => {}
                 Got::Bytes(n) => {
                     budget = budget.saturating_sub(n);
                     if !self.received(t, n) {
+                        return;
+                    }
+                    if short_read_drains && plain && n < self.scratch.len() {
                         return;
                     }
                 }

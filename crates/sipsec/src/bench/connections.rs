@@ -64,7 +64,9 @@ pub struct ConnectionsArgs {
     /// The CA certificates (PEM) the phones trust for the certificate.
     #[arg(long, alias = "ca", requires = "cert")]
     pub(super) tls_ca: Option<PathBuf>,
-    /// Server on CPU 0 (taskset), phones on CPU 1.
+    /// Server on CPU 0 (taskset), phones on CPU 1, busy-polling there so
+    /// that the server is not charged for waking them (as bench compare
+    /// --pin).
     #[arg(long)]
     pub(super) pin: bool,
     /// Server workers and connection reactors / Kamailio children (one with
