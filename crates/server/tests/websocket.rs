@@ -571,3 +571,52 @@ fn bad_upgrades_and_foreign_origins_are_refused() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(refused, 4);
 }
+
+/// A browser that closes its tab while it rings: nothing can reach it any
+/// more (it has no listening socket, RFC 7118 §5), so the caller hears 503
+/// when the connection closes, not after timer C (180 s) or B (32 s).
+/// The caller waits at most 20 s, well under either.
+#[test]
+fn calls_ringing_on_a_closed_websocket_fail_at_once() {
+    let s = server("gone", &[]);
+    let ws = ws_addr(&s);
+    let udp_srv = s.handle.local_addr();
+    let carol = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    carol
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let me = carol.local_addr().expect("addr");
+    let next = |p: &UdpSocket| {
+        let mut b = [0u8; 8192];
+        let n = p.recv(&mut b).expect("an answer within 20 s");
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    let bob_contact = "sip:b1@bob.invalid;transport=ws";
+    for (call, rings) in [("gone-ringing", true), ("gone-trying", false)] {
+        let mut bob = Ws::sip(ws);
+        bob.send(&register("bob", "WS", bob_contact));
+        assert!(bob.final_message().starts_with("SIP/2.0 200 "));
+        let inv = invite(
+            "carol",
+            "bob",
+            &format!("SIP/2.0/UDP {me}"),
+            &format!("sip:carol@{me}"),
+            call,
+        );
+        carol.send_to(inv.as_bytes(), udp_srv).expect("send");
+        assert!(next(&carol).starts_with("SIP/2.0 100 "));
+        let got = bob.message();
+        assert!(got.starts_with("INVITE sip:b1@bob.invalid"), "{got}");
+        if rings {
+            bob.send(&answer(&got, "180 Ringing", bob_contact));
+            let ringing = next(&carol);
+            assert!(ringing.starts_with("SIP/2.0 180 "), "{ringing}");
+        }
+        drop(bob);
+        let fin = next(&carol);
+        assert!(
+            fin.starts_with("SIP/2.0 503 ") && fin.contains(&format!("Call-ID: {call}")),
+            "{fin}"
+        );
+    }
+}

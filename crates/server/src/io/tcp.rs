@@ -277,7 +277,17 @@ struct Conn {
     tx: Mutex<Tx>,
     /// Why it is being closed, set by whoever decided it (once).
     closing: Mutex<Option<CloseReason>>,
+    /// WebSocket: the latest requests the stateful proxy forwarded over
+    /// it (at most [`MAX_REQUESTS_WATCHED`]). A browser cannot be reached
+    /// another way (RFC 7118 §5), so when the connection closes those
+    /// still unanswered fail at once (503 upstream) instead of after
+    /// timer B or C.
+    requests: Mutex<Vec<Key>>,
 }
+
+/// Requests watched per WebSocket connection (a phone rarely has more
+/// than a few transactions under way; the oldest are forgotten first).
+const MAX_REQUESTS_WATCHED: usize = 16;
 
 /// What reactors receive from other threads.
 #[derive(Debug)]
@@ -470,6 +480,9 @@ impl TcpHub {
         match queued {
             Ok(()) => {
                 self.shared.sending(bytes, dest, conn.transport);
+                if websocket {
+                    self.watch(&conn, bytes);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -492,17 +505,43 @@ impl TcpHub {
     /// A message could not be sent. For a request the stateful proxy
     /// forwarded, its transaction answers the caller (503) at once.
     fn undeliverable(self: &Arc<Self>, bytes: &[u8]) {
+        if let Some(key) = self.request_key(bytes) {
+            self.transport_failed(&[key]);
+        }
+    }
+
+    /// The transaction of a request the stateful proxy forwarded.
+    fn request_key(&self, bytes: &[u8]) -> Option<Key> {
+        self.shared.transactions.as_ref()?;
+        if bytes.starts_with(b"SIP/2.0 ") {
+            return None;
+        }
+        let msg = sip_core::Message::parse(bytes).ok()?;
+        Key::of_message(&msg).filter(|_| msg.is_request())
+    }
+
+    /// Remembers a forwarded request sent over a WebSocket connection.
+    fn watch(&self, conn: &Conn, bytes: &[u8]) {
+        if let Some(key) = self.request_key(bytes) {
+            let mut r = lock(&conn.requests);
+            if r.len() == MAX_REQUESTS_WATCHED {
+                r.remove(0);
+            }
+            r.push(key);
+        }
+    }
+
+    /// The requests of `keys` cannot be answered: those still waiting
+    /// answer their callers (503, RFC 3261 §16.9) now.
+    fn transport_failed(self: &Arc<Self>, keys: &[Key]) {
         let Some(tx) = &self.shared.transactions else {
             return;
         };
-        let Ok(msg) = sip_core::Message::parse(bytes) else {
-            return;
-        };
-        let Some(key) = Key::of_message(&msg).filter(|_| msg.is_request()) else {
-            return;
-        };
         let mut sends = Sends::default();
-        tx.on_transport_error(key, Instant::now(), &mut sends, &self.shared.metrics);
+        let now = Instant::now();
+        for key in keys {
+            tx.on_transport_error(*key, now, &mut sends, &self.shared.metrics);
+        }
         self.sender().send_all(&sends);
     }
 
@@ -569,6 +608,7 @@ impl TcpHub {
                 wire: Wire::Stream,
             }),
             closing: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
         });
         {
             let mut conns = lock(&self.conns);
@@ -1021,6 +1061,7 @@ impl Reactor {
                 },
             }),
             closing: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
         });
         hub.open.fetch_add(1, Ordering::Relaxed);
         m.connections_accepted.fetch_add(1, Ordering::Relaxed);
@@ -1508,6 +1549,10 @@ impl Reactor {
         }
         if conn.counted_ip {
             hub.release_ip(conn.peer.ip());
+        }
+        let watched = std::mem::take(&mut *lock(&conn.requests));
+        if !watched.is_empty() {
+            hub.transport_failed(&watched);
         }
         hub.open.fetch_sub(1, Ordering::Relaxed);
         hub.shared.metrics.connection_closed(conn.transport, reason);
