@@ -464,6 +464,70 @@ fn bindings_answered_200_survive_a_redis_restart() {
     assert_eq!(metric(&b, "sipsec_bindings"), Some(20));
 }
 
+/// A worker hands one batch to Redis and reads and handles the next while
+/// Redis stores it. Bursts in which each phone registers a contact, adds a
+/// second and removes it again (three CSeqs in a row, often split between
+/// batches) are answered 200 in CSeq order for every phone, and Redis and
+/// the node end with the first contact only: no answer is given for the
+/// wrong batch and no change overtakes an earlier one of its AoR.
+#[test]
+fn a_burst_is_stored_in_order_while_the_next_batch_is_read() {
+    const PHONES: usize = 100;
+    let dir = tempdir("scale-burst");
+    let redis = Redis::start(&dir.join("redis"));
+    let a = node(&dir, "a", &redis);
+    let phone = caller();
+    let pl = phone.local_addr().expect("local");
+    let via = format!("SIP/2.0/UDP {pl}");
+    // Bursts of 25 phones: their 75 answers fit the phone's receive
+    // buffer until they are read.
+    let mut seen = vec![0u32; PHONES];
+    for burst in (0..PHONES).collect::<Vec<_>>().chunks(25) {
+        for i in burst {
+            let user = format!("b{i}");
+            for (cseq, contact, expires) in [(1, "one", 600), (2, "two", 600), (3, "two", 0)] {
+                let msg = register(
+                    &user,
+                    &via,
+                    &format!("sip:{user}@{pl};n={contact}"),
+                    &format!("burst-{user}"),
+                    cseq,
+                    expires,
+                );
+                phone.send_to(msg.as_bytes(), a.addr).expect("send");
+            }
+        }
+        for _ in 0..3 * burst.len() {
+            let ok = recv(&phone).expect("every REGISTER answered");
+            assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+            let call_id = ok
+                .lines()
+                .find_map(|l| l.strip_prefix("Call-ID: burst-b"))
+                .expect("Call-ID");
+            let cseq: u32 = ok
+                .lines()
+                .find_map(|l| l.strip_prefix("CSeq: ")?.strip_suffix(" REGISTER"))
+                .and_then(|c| c.parse().ok())
+                .expect("CSeq");
+            let i: usize = call_id.parse().expect("phone number");
+            assert_eq!(cseq, seen[i] + 1, "b{i}: answers in CSeq order");
+            seen[i] = cseq;
+        }
+    }
+    for i in [0, PHONES / 2, PHONES - 1] {
+        let key = cli(
+            &redis,
+            &["--scan", "--pattern", &format!("*aor:sip:b{i}@*")],
+        );
+        assert_eq!(
+            cli(&redis, &["hkeys", &key]),
+            format!("sip:b{i}@{pl};n=one"),
+            "b{i}"
+        );
+    }
+    assert_eq!(metric(&a, "sipsec_bindings"), Some(PHONES as u64));
+}
+
 /// `redis-cli ARGS` against `redis`, its output trimmed.
 fn cli(redis: &Redis, args: &[&str]) -> String {
     let out = Command::new("redis-cli")

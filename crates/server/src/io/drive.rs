@@ -26,6 +26,25 @@ pub trait Store {
         }
         Ok(())
     }
+
+    /// Whether [`send_all`](Self::send_all) returns before the changes
+    /// are stored (a round trip to another process), so that the caller
+    /// can work meanwhile.
+    fn overlaps(&self) -> bool {
+        false
+    }
+
+    /// Starts storing the records of several changes, all or none; the
+    /// outcome comes from [`receive`](Self::receive). Stores that do not
+    /// [`overlap`](Self::overlaps) store them here.
+    fn send_all(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        self.store_all(changes)
+    }
+
+    /// Whether what [`send_all`](Self::send_all) started was stored.
+    fn receive(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl Store for Journal {
@@ -124,6 +143,24 @@ impl Held<'_> {
 }
 
 impl Store for Held<'_> {
+    fn overlaps(&self) -> bool {
+        matches!(self, Held::Redis(_))
+    }
+
+    fn send_all(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        match self {
+            Held::Redis(r) => r.send(changes),
+            other => other.store_all(changes),
+        }
+    }
+
+    fn receive(&mut self) -> Result<(), StoreError> {
+        match self {
+            Held::Redis(r) => r.receive(),
+            _ => Ok(()),
+        }
+    }
+
     fn store_all(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
         match self {
             Held::Redis(r) => r.store(changes),
@@ -189,12 +226,19 @@ pub fn handle(
     reply
 }
 
+/// A change with its message and its answer.
+type Waiting = (Change, Vec<u8>, Vec<u8>);
+
 /// Changes of one batch of messages, waiting to be stored together; their
-/// answers go once they are (see [`handle_deferring`]).
+/// answers go once they are (see [`handle_deferring`]). With a store that
+/// [overlaps](Store::overlaps), one batch can be with the store while the
+/// next is gathered ([`send`](Self::send)).
 #[derive(Debug, Default)]
 pub struct Deferred {
-    /// Each change with its message and its answer.
-    waiting: Vec<(Change, Vec<u8>, Vec<u8>)>,
+    /// Changes not yet handed to the store.
+    waiting: Vec<Waiting>,
+    /// Changes sent to the store, whose outcome is not read yet.
+    sent: Vec<Waiting>,
     /// What finishing them produced: replies and their bytes.
     ready: Vec<(Reply, Vec<u8>)>,
     /// Buffers kept for reuse.
@@ -202,14 +246,20 @@ pub struct Deferred {
 }
 
 impl Deferred {
-    /// Whether no change waits.
+    /// Whether no change waits, nor is with the store.
     pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty()
+        self.waiting.is_empty() && self.sent.is_empty()
     }
 
-    /// How many changes wait.
+    /// How many changes wait (not counting those with the store).
     pub fn len(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Whether a batch is with the store: [`receive`](Self::receive)
+    /// finishes it.
+    pub fn sending(&self) -> bool {
+        !self.sent.is_empty()
     }
 
     fn buf(&mut self, from: &[u8]) -> Vec<u8> {
@@ -219,9 +269,11 @@ impl Deferred {
         b
     }
 
-    /// Stores every waiting change in one go and finishes each: stored,
-    /// its answer is ready; not, its answer becomes the refusal.
+    /// Stores every change in one go (after the batch with the store, if
+    /// any) and finishes each: stored, its answer is ready; not, its
+    /// answer becomes the refusal.
     pub fn flush(&mut self, core: &mut Core, store: &mut dyn Store) {
+        self.receive(core, store);
         if self.waiting.is_empty() {
             return;
         }
@@ -230,8 +282,56 @@ impl Deferred {
                 self.waiting.iter().map(|(c, _, _)| c.records()).collect();
             store.store_all(&records)
         };
-        for (change, input, mut out) in self.waiting.drain(..) {
-            let stored = match &result {
+        let mut waiting = std::mem::take(&mut self.waiting);
+        self.settle(core, &mut waiting, &result);
+        self.waiting = waiting;
+    }
+
+    /// Hands the waiting changes to the store and returns without waiting
+    /// for it when the store [overlaps](Store::overlaps) (else as
+    /// [`flush`](Self::flush)); the batch sent before is finished first.
+    pub fn send(&mut self, core: &mut Core, store: &mut dyn Store) {
+        if !store.overlaps() {
+            return self.flush(core, store);
+        }
+        self.receive(core, store);
+        if self.waiting.is_empty() {
+            return;
+        }
+        let result = {
+            let records: Vec<&[Record]> =
+                self.waiting.iter().map(|(c, _, _)| c.records()).collect();
+            store.send_all(&records)
+        };
+        std::mem::swap(&mut self.waiting, &mut self.sent);
+        if result.is_err() {
+            let mut sent = std::mem::take(&mut self.sent);
+            self.settle(core, &mut sent, &result);
+            self.sent = sent;
+        }
+    }
+
+    /// Waits for the store's outcome of the batch sent, if any, and
+    /// finishes its changes.
+    pub fn receive(&mut self, core: &mut Core, store: &mut dyn Store) {
+        if self.sent.is_empty() {
+            return;
+        }
+        let result = store.receive();
+        let mut sent = std::mem::take(&mut self.sent);
+        self.settle(core, &mut sent, &result);
+        self.sent = sent;
+    }
+
+    /// Finishes every change of `changes` with `result` (emptying it).
+    fn settle(
+        &mut self,
+        core: &mut Core,
+        changes: &mut Vec<Waiting>,
+        result: &Result<(), StoreError>,
+    ) {
+        for (change, input, mut out) in changes.drain(..) {
+            let stored = match result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(e.again()),
             };

@@ -167,6 +167,8 @@ pub struct RedisStore {
     conn: Option<redis::Connection>,
     /// The SHA-1 of [`STORE`], loaded on connecting.
     script: String,
+    /// The batch sent and not yet answered, as sent.
+    sent: Option<Vec<u8>>,
     /// After a failure, no new connection is tried before this.
     retry_at: Option<Instant>,
     node: Arc<str>,
@@ -194,6 +196,7 @@ impl RedisStore {
             settings: settings.clone(),
             conn: None,
             script: String::new(),
+            sent: None,
             retry_at: None,
             node,
             key_ttl: 2 * i64::from(max_expires.max(1)),
@@ -214,6 +217,16 @@ impl RedisStore {
     /// acknowledged. On any failure nothing may be assumed stored, and the
     /// connection is dropped (tried again after the timeout).
     pub fn store(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        self.send(changes)?;
+        self.receive()
+    }
+
+    /// The first half of [`store`](Self::store): sends the batch and
+    /// returns without waiting for Redis, so the caller can work
+    /// meanwhile; [`receive`](Self::receive) says whether it was stored.
+    /// An answer still awaited is read first.
+    pub fn send(&mut self, changes: &[&[Record]]) -> Result<(), StoreError> {
+        self.receive()?;
         if changes.iter().all(|c| c.is_empty()) {
             return Ok(());
         }
@@ -237,37 +250,59 @@ impl RedisStore {
                     self.script = sha;
                     self.retry_at = None;
                 }
-                Err(e) => {
-                    self.retry_at = Some(Instant::now() + self.settings.timeout);
-                    return Err(self.unavailable(format!("{}: {e}", redact(&self.settings.url))));
-                }
+                Err(e) => return Err(self.failed(e)),
             }
         }
-        let cmd = self.command(changes);
+        let packed = self.command(changes).get_packed_command();
         let conn = self.conn.as_mut().expect("connected above");
-        let mut result = cmd.query::<redis::Value>(conn);
+        match conn.send_packed_command(&packed) {
+            Ok(()) => {
+                self.sent = Some(packed);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// Whether a batch was sent whose answer is not read yet.
+    pub fn sending(&self) -> bool {
+        self.sent.is_some()
+    }
+
+    /// Waits for the answer to the batch [`send`](Self::send) sent: `Ok`
+    /// once Redis stored it (also when nothing was sent).
+    pub fn receive(&mut self) -> Result<(), StoreError> {
+        let Some(packed) = self.sent.take() else {
+            return Ok(());
+        };
+        let conn = self.conn.as_mut().expect("a batch was sent on it");
+        let mut result = conn.recv_response().and_then(|v| v.extract_error());
         let flushed = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
         if result.as_ref().is_err_and(|e| e.kind() == flushed) {
             // The scripts were flushed (SCRIPT FLUSH, a failover to a
-            // replica): load it again and retry once; nothing was stored.
+            // replica): load it again (same text, same SHA-1) and send the
+            // batch once more; nothing was stored.
+            use redis::ConnectionLike;
             result = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(STORE)
                 .query::<String>(conn)
-                .and_then(|sha| {
-                    self.script = sha;
-                    self.command(changes)
-                        .query::<redis::Value>(self.conn.as_mut().expect("connected above"))
-                });
+                .and_then(|_| conn.req_packed_command(&packed))
+                .and_then(|v| v.extract_error());
         }
         match result {
             Ok(_) => Ok(()),
-            Err(e) => {
-                self.conn = None;
-                self.retry_at = Some(Instant::now() + self.settings.timeout);
-                Err(self.unavailable(format!("{}: {e}", redact(&self.settings.url))))
-            }
+            Err(e) => Err(self.failed(e)),
         }
+    }
+
+    /// Drops the connection after `e` (tried again after the timeout) and
+    /// says so as the refusal.
+    fn failed(&mut self, e: redis::RedisError) -> StoreError {
+        self.conn = None;
+        self.sent = None;
+        self.retry_at = Some(Instant::now() + self.settings.timeout);
+        self.unavailable(format!("{}: {e}", redact(&self.settings.url)))
     }
 
     /// The batch as one call of [`STORE`]: Redis runs it alone, so the

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::io::drive::{Backing, Storage};
+use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::mmsg::{RecvBatch, SendBatch, BATCH};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
@@ -114,11 +114,25 @@ fn worker(
 ) {
     let mut rx = RecvBatch::new();
     let mut tx = SendBatch::default();
-    let mut deferred = crate::io::drive::Deferred::default();
+    let mut deferred = Deferred::default();
     while !stop.load(Ordering::Relaxed) {
-        // Timeouts let the loop see `stop`; ICMP errors from earlier sends
-        // also surface here on Linux: keep serving.
-        let Ok(mut n) = rx.recv(sock) else { continue };
+        let mut n = if deferred.sending() {
+            // A batch is with a shared store: handle what arrived meanwhile
+            // while it works, or, if nothing did, answer that batch now.
+            match rx.recv_queued(sock) {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    deferred.receive(&mut core, &mut storage.hold());
+                    answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+                    continue;
+                }
+            }
+        } else {
+            // Timeouts let the loop see `stop`; ICMP errors from earlier
+            // sends also surface here on Linux: keep serving.
+            let Ok(n) = rx.recv(sock) else { continue };
+            n
+        };
         let mut held = storage.hold();
         // Bounded in system calls, not only in changes: a flood of other
         // requests must not hold the changes' answers back.
@@ -180,16 +194,33 @@ fn worker(
                 _ => break,
             }
         }
-        deferred.flush(&mut core, &mut held);
+        // The batch sent before is answered, and this one sent: Redis
+        // stores it while the next is read and handled (a journal stores
+        // it here).
+        deferred.send(&mut core, &mut held);
         drop(held);
-        deferred.send_ready(|reply, out| match reply {
-            Reply::Send(dest, Transport::Udp) => {
-                core.shared().sending(out, dest, Transport::Udp);
-                tx.next_buf().extend_from_slice(out);
-                tx.commit(dest);
-            }
-            other => sender.reply(other, out),
-        });
-        tx.flush(sock);
+        answer_stored(&mut deferred, &core, &mut tx, sock, sender);
     }
+    // Stopping: what is with the store is still answered.
+    deferred.receive(&mut core, &mut storage.hold());
+    answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+}
+
+/// Sends the answers of the changes `deferred` finished.
+fn answer_stored(
+    deferred: &mut Deferred,
+    core: &Core,
+    tx: &mut SendBatch,
+    sock: &UdpSocket,
+    sender: &Sender,
+) {
+    deferred.send_ready(|reply, out| match reply {
+        Reply::Send(dest, Transport::Udp) => {
+            core.shared().sending(out, dest, Transport::Udp);
+            tx.next_buf().extend_from_slice(out);
+            tx.commit(dest);
+        }
+        other => sender.reply(other, out),
+    });
+    tx.flush(sock);
 }
