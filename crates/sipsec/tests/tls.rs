@@ -513,6 +513,125 @@ fn proxy_forwards_to_a_sips_contact_over_verified_tls() {
     assert!(text.contains("Call-ID: call-tls"), "{text}");
 }
 
+/// Waits (at most 15 s) for a line of `peer` starting with `prefix`;
+/// returns every line read until then.
+fn lines_until(peer: &Callee, prefix: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut got = Vec::new();
+    while Instant::now() < deadline && !got.iter().any(|l: &String| l.starts_with(prefix)) {
+        if let Ok(l) = peer.lines.recv_timeout(Duration::from_millis(200)) {
+            got.push(l);
+        }
+    }
+    got
+}
+
+/// RFC 5923: a peer proxy that connected over TLS with a client
+/// certificate and put `alias` in its Via gets the requests for its
+/// sent-by back over that connection, instead of over a new one, but only
+/// for a sent-by its certificate names: bob2's INVITE (a sent-by the
+/// certificate does not name) is not sent down it, and bob's is.
+#[test]
+fn a_tls_peer_named_by_its_certificate_gets_requests_back_on_its_connection() {
+    let dir = tempdir("tls-alias");
+    let ca = make_ca(&dir);
+    let (key, cert) = key_and_cert(&dir, "server", &["ec"], "127.0.0.1");
+    // Valid for 127.0.0.1 only.
+    let (peer_key, peer_cert) = key_and_cert(&dir, "peer", &["ec"], "peer.proxy.test");
+    let (server, tls) = serve_tls(
+        &dir,
+        &cert,
+        &key,
+        &[
+            "--mode",
+            "proxy",
+            "--client-ca",
+            p(&ca),
+            "--peer-ca",
+            p(&ca),
+        ],
+    );
+    // The sent-by the peer announces: nothing listens there, so a request
+    // for it arrives at the peer only over the connection it opened.
+    let port = free_tcp_port();
+    let ua = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ua.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let me = ua.local_addr().unwrap();
+    for (user, host) in [("bob", "127.0.0.1"), ("bob2", "127.0.0.2")] {
+        let register = format!(
+            "REGISTER sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKr{user}\r\n\
+             From: <sip:{user}@{a}>;tag=r\r\nTo: <sip:{user}@{a}>\r\nCall-ID: reg-{user}\r\n\
+             CSeq: 1 REGISTER\r\nContact: <sips:{user}@{host}:{port}>\r\nExpires: 600\r\n\
+             Content-Length: 0\r\n\r\n",
+            a = server.addr
+        );
+        ua.send_to(register.as_bytes(), server.addr).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = ua.recv(&mut buf).unwrap();
+        assert!(buf[..n].starts_with(b"SIP/2.0 200"), "{user}");
+    }
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &tls.to_string(), "-CAfile", p(&ca)])
+        .args(["-cert", p(&peer_cert), "-key", p(&peer_key)])
+        .args(["-verify_return_error", "-quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    let mut stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line.trim_end().to_owned()).is_err() {
+                break;
+            }
+        }
+    });
+    let peer = Callee { child, lines };
+    let aliases = |sent_by: &str, call: &str| {
+        format!(
+            "OPTIONS sip:{tls} SIP/2.0\r\nVia: SIP/2.0/TLS {sent_by};alias;branch=z9hG4bK{call}\r\n\
+             From: <sip:peer@{sent_by}>;tag=t{call}\r\nTo: <sip:{tls}>\r\nCall-ID: {call}\r\n\
+             CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    stdin
+        .write_all(aliases(&format!("127.0.0.2:{port}"), "alias-other").as_bytes())
+        .unwrap();
+    stdin
+        .write_all(aliases(&format!("127.0.0.1:{port}"), "alias-own").as_bytes())
+        .unwrap();
+    stdin.flush().unwrap();
+    let got = lines_until(&peer, "Call-ID: alias-own");
+    assert!(
+        got.iter().filter(|l| l.starts_with("SIP/2.0 200")).count() == 2,
+        "{got:?}"
+    );
+    let invite = |user: &str| {
+        format!(
+            "INVITE sip:{user}@{a} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKi{user}\r\n\
+             From: <sip:alice@{a}>;tag=i\r\nTo: <sip:{user}@{a}>\r\nCall-ID: call-{user}\r\n\
+             CSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nMax-Forwards: 70\r\n\
+             Content-Length: 0\r\n\r\n",
+            a = server.addr
+        )
+    };
+    // Sent in this order by one socket, handled in this order: had bob2's
+    // INVITE gone down the connection, it would arrive before bob's.
+    ua.send_to(invite("bob2").as_bytes(), server.addr).unwrap();
+    ua.send_to(invite("bob").as_bytes(), server.addr).unwrap();
+    let got = lines_until(&peer, "Call-ID: call-bob");
+    let text = got.join("\n");
+    assert!(
+        text.contains(&format!("INVITE sips:bob@127.0.0.1:{port} SIP/2.0")),
+        "{text}"
+    );
+    assert!(!text.contains("bob2"), "{text}");
+    drop(stdin);
+}
+
 /// Completed TLS handshakes, from the server's /metrics.
 fn handshakes(server: &common::Running) -> u64 {
     let http = common::banner_http_addr(&server.banner).expect("http address in the banner");

@@ -283,7 +283,14 @@ struct Conn {
     /// still unanswered fail at once (503 upstream) instead of after
     /// timer B or C.
     requests: Mutex<Vec<Key>>,
+    /// TLS: other addresses it stands for in the connection table
+    /// (RFC 5923 aliases, at most [`MAX_ALIASES`]).
+    aliases: Mutex<Vec<SocketAddr>>,
 }
+
+/// Aliases one TLS connection may hold (a proxy has one sent-by, maybe a
+/// few; a peer must not fill the connection table with ports).
+const MAX_ALIASES: usize = 4;
 
 /// Requests watched per WebSocket connection (a phone rarely has more
 /// than a few transactions under way; the oldest are forgotten first).
@@ -531,6 +538,66 @@ impl TcpHub {
         }
     }
 
+    /// RFC 5923 connection reuse: a request whose top Via carries
+    /// `alias`, over a TLS connection whose peer authenticated with a
+    /// certificate, makes this connection stand for the Via's sent-by
+    /// (port 5061 by default), so requests to that address go back over
+    /// it instead of over a new connection. Only when the certificate
+    /// names the sent-by — here an IP address, as next hops are named by
+    /// address and verified the same way (subjectAltName iPAddress) — and
+    /// no connection to that address is open: a peer can only alias
+    /// itself, and never takes another's place.
+    fn alias(&self, conn: &Arc<Conn>, bytes: &[u8]) {
+        let Ok(msg) = sip_core::Message::parse(bytes) else {
+            return;
+        };
+        let via = msg.top_via();
+        if !msg.is_request()
+            || !via.transport_str().eq_ignore_ascii_case("TLS")
+            || via.params().get("alias").is_none()
+        {
+            return;
+        }
+        let ip = match via.host() {
+            sip_core::uri::Host::V4(a) => IpAddr::V4(a),
+            sip_core::uri::Host::V6(a) => IpAddr::V6(a),
+            sip_core::uri::Host::Name(_) => return,
+        };
+        let at = SocketAddr::new(ip, via.port().unwrap_or(5061));
+        if at == conn.peer {
+            return;
+        }
+        let named = {
+            let tx = lock(&conn.tx);
+            let leaf = tx
+                .tls
+                .as_ref()
+                .and_then(|t| t.peer_certificates())
+                .and_then(|c| c.first());
+            leaf.is_some_and(|leaf| {
+                rustls::server::ParsedCertificate::try_from(leaf).is_ok_and(|cert| {
+                    rustls::client::verify_server_name(&cert, &ServerName::IpAddress(ip.into()))
+                        .is_ok()
+                })
+            })
+        };
+        if !named {
+            tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = %at, "alias refused: the client certificate does not name the Via sent-by");
+            return;
+        }
+        let mut aliases = lock(&conn.aliases);
+        if aliases.contains(&at) || aliases.len() >= MAX_ALIASES {
+            return;
+        }
+        let mut conns = lock(&self.conns);
+        if conns.contains_key(&at) {
+            return;
+        }
+        conns.insert(at, conn.clone());
+        aliases.push(at);
+        tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = %at, "connection reused for requests to its sent-by (RFC 5923)");
+    }
+
     /// The requests of `keys` cannot be answered: those still waiting
     /// answer their callers (503, RFC 3261 §16.9) now.
     fn transport_failed(self: &Arc<Self>, keys: &[Key]) {
@@ -609,6 +676,7 @@ impl TcpHub {
             }),
             closing: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            aliases: Mutex::new(Vec::new()),
         });
         {
             let mut conns = lock(&self.conns);
@@ -1062,6 +1130,7 @@ impl Reactor {
             }),
             closing: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            aliases: Mutex::new(Vec::new()),
         });
         hub.open.fetch_add(1, Ordering::Relaxed);
         m.connections_accepted.fetch_add(1, Ordering::Relaxed);
@@ -1259,7 +1328,7 @@ impl Reactor {
     /// Handles every complete message at the start of `bytes`; returns
     /// how many bytes they took. `Err`: the stream cannot be framed
     /// (answered when possible).
-    fn handle_frames(&mut self, conn: &Conn, bytes: &[u8]) -> Result<usize, ()> {
+    fn handle_frames(&mut self, conn: &Arc<Conn>, bytes: &[u8]) -> Result<usize, ()> {
         let limits = Limits::DEFAULT;
         let mut at = 0;
         loop {
@@ -1294,7 +1363,13 @@ impl Reactor {
     /// store where each write waits (Redis, an fsync journal), a binding
     /// change waits with its answer for the end of the round (see
     /// [`Reactor::commit`]).
-    fn handle_message(&mut self, conn: &Conn, bytes: &[u8]) {
+    fn handle_message(&mut self, conn: &Arc<Conn>, bytes: &[u8]) {
+        if conn.transport == Transport::Tls
+            && self.hub.tls.as_ref().is_some_and(|t| t.mutual)
+            && memchr::memmem::find(bytes, b"alias").is_some()
+        {
+            self.hub.alias(conn, bytes);
+        }
         let mut held = self.storage.hold();
         let now = crate::io::clock::now();
         let reply = if held.batches() {
@@ -1542,9 +1617,12 @@ impl Reactor {
             }
         }
         {
+            let aliases = std::mem::take(&mut *lock(&conn.aliases));
             let mut conns = lock(&hub.conns);
-            if conns.get(&conn.peer).is_some_and(|c| Arc::ptr_eq(c, &conn)) {
-                conns.remove(&conn.peer);
+            for at in std::iter::once(conn.peer).chain(aliases) {
+                if conns.get(&at).is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                    conns.remove(&at);
+                }
             }
         }
         if conn.counted_ip {
