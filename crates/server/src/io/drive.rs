@@ -273,27 +273,18 @@ impl Deferred {
     /// any) and finishes each: stored, its answer is ready; not, its
     /// answer becomes the refusal.
     pub fn flush(&mut self, core: &mut Core, store: &mut dyn Store) {
-        self.receive(core, store);
-        if self.waiting.is_empty() {
-            return;
-        }
-        let result = {
-            let records: Vec<&[Record]> =
-                self.waiting.iter().map(|(c, _, _)| c.records()).collect();
-            store.store_all(&records)
-        };
-        let mut waiting = std::mem::take(&mut self.waiting);
-        self.settle(core, &mut waiting, &result);
-        self.waiting = waiting;
+        self.hand_over(core, store, false);
     }
 
     /// Hands the waiting changes to the store and returns without waiting
     /// for it when the store [overlaps](Store::overlaps) (else as
     /// [`flush`](Self::flush)); the batch sent before is finished first.
     pub fn send(&mut self, core: &mut Core, store: &mut dyn Store) {
-        if !store.overlaps() {
-            return self.flush(core, store);
-        }
+        let overlap = store.overlaps();
+        self.hand_over(core, store, overlap);
+    }
+
+    fn hand_over(&mut self, core: &mut Core, store: &mut dyn Store, overlap: bool) {
         self.receive(core, store);
         if self.waiting.is_empty() {
             return;
@@ -301,14 +292,20 @@ impl Deferred {
         let result = {
             let records: Vec<&[Record]> =
                 self.waiting.iter().map(|(c, _, _)| c.records()).collect();
-            store.send_all(&records)
+            if overlap {
+                store.send_all(&records)
+            } else {
+                store.store_all(&records)
+            }
         };
-        std::mem::swap(&mut self.waiting, &mut self.sent);
-        if result.is_err() {
-            let mut sent = std::mem::take(&mut self.sent);
-            self.settle(core, &mut sent, &result);
-            self.sent = sent;
+        if overlap && result.is_ok() {
+            // With the store until `receive` (`sent` is empty after it).
+            std::mem::swap(&mut self.waiting, &mut self.sent);
+            return;
         }
+        let mut batch = std::mem::take(&mut self.waiting);
+        self.settle(core, &mut batch, &result);
+        self.waiting = batch;
     }
 
     /// Waits for the store's outcome of the batch sent, if any, and
