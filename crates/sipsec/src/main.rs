@@ -415,6 +415,15 @@ fn serve(a: ServeArgs) -> ExitCode {
             }
         };
     }
+    // Before the server answers anything: a SIGTERM sent as soon as it
+    // does (a supervisor, a test) must drain it, not kill it by default.
+    let signals = match Signals::register() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: signal handling: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let store = match &config.redis {
         Some(r) => format!(
             "location in {} (shared)",
@@ -482,13 +491,7 @@ fn serve(a: ServeArgs) -> ExitCode {
                 udp = %h.local_addr(),
                 "started"
             );
-            let signal = match run_until_stopped(&initial, &args, &reload_log) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("error: signal handling: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
+            let signal = run_until_stopped(&signals, &initial, &args, &reload_log);
             let deadline = std::time::Duration::from_secs(h.shared().config.drain_timeout);
             tracing::info!(
                 target: "sipsec::server",
@@ -522,35 +525,52 @@ fn serve(a: ServeArgs) -> ExitCode {
     }
 }
 
-/// Serves until SIGTERM or SIGINT (a second one ends the process at once);
-/// on SIGHUP re-reads the configuration. Returns the stopping signal.
+/// The signals `sipsec serve` acts on, each raising its flag.
+struct Signals {
+    term: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    int: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    hup: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Signals {
+    /// Registers SIGTERM and SIGINT (a second one ends the process at
+    /// once) and SIGHUP.
+    fn register() -> std::io::Result<Self> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let s = Self {
+            term: Default::default(),
+            int: Default::default(),
+            hup: Default::default(),
+        };
+        for (sig, flag) in [(SIGTERM, &s.term), (SIGINT, &s.int)] {
+            signal_hook::flag::register_conditional_shutdown(sig, 1, flag.clone())?;
+            signal_hook::flag::register(sig, flag.clone())?;
+        }
+        signal_hook::flag::register(SIGHUP, s.hup.clone())?;
+        Ok(s)
+    }
+}
+
+/// Serves until SIGTERM or SIGINT; on SIGHUP re-reads the configuration.
+/// Returns the stopping signal.
 fn run_until_stopped(
+    signals: &Signals,
     running: &Config,
     args: &ServeArgs,
     reload_log: &logging::Reload,
-) -> std::io::Result<&'static str> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let term = Arc::new(AtomicBool::new(false));
-    let int = Arc::new(AtomicBool::new(false));
-    let hup = Arc::new(AtomicBool::new(false));
-    for (sig, flag) in [(SIGTERM, &term), (SIGINT, &int)] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, flag.clone())?;
-        signal_hook::flag::register(sig, flag.clone())?;
-    }
-    signal_hook::flag::register(SIGHUP, hup.clone())?;
+) -> &'static str {
+    use std::sync::atomic::Ordering;
     loop {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        if term.load(Ordering::Relaxed) {
-            return Ok("SIGTERM");
+        if signals.term.load(Ordering::Relaxed) {
+            return "SIGTERM";
         }
-        if int.load(Ordering::Relaxed) {
-            return Ok("SIGINT");
+        if signals.int.load(Ordering::Relaxed) {
+            return "SIGINT";
         }
-        if hup.swap(false, Ordering::Relaxed) {
+        if signals.hup.swap(false, Ordering::Relaxed) {
             reload_config(running, args, reload_log);
         }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
