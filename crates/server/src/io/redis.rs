@@ -264,11 +264,6 @@ impl RedisStore {
         }
     }
 
-    /// Whether a batch was sent whose answer is not read yet.
-    pub fn sending(&self) -> bool {
-        self.sent.is_some()
-    }
-
     /// Waits for the answer to the batch [`send`](Self::send) sent: `Ok`
     /// once Redis stored it (also when nothing was sent).
     pub fn receive(&mut self) -> Result<(), StoreError> {

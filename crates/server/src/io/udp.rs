@@ -202,8 +202,10 @@ fn worker(
         answer_stored(&mut deferred, &core, &mut tx, sock, sender);
     }
     // Stopping: what is with the store is still answered.
-    deferred.receive(&mut core, &mut storage.hold());
-    answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+    if deferred.sending() {
+        deferred.receive(&mut core, &mut storage.hold());
+        answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+    }
 }
 
 /// Sends the answers of the changes `deferred` finished.
