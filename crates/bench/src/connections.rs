@@ -7,7 +7,11 @@
 //!
 //! The phones are driven by a few event-loop threads (mio), each owning a
 //! share of the connections; connections come from several loopback source
-//! addresses so that no address runs out of ephemeral ports.
+//! addresses so that no address runs out of ephemeral ports. A process may
+//! hold only as many connections as its descriptor limit allows: past that
+//! the phones run in several child processes (`sipsec bench phones`, told
+//! what to do on stdin, answering on stdout), and `nodes` sipsec servers
+//! share one Redis location, each holding its share of the connections.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sip_core::websocket as ws;
 
 use crate::compare::{self, Server, Target};
@@ -27,7 +31,7 @@ use crate::cpu;
 use crate::error::Error;
 
 /// Stream transport of the phones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stream {
     /// SIP over TCP.
@@ -118,6 +122,13 @@ pub struct Plan {
     pub workers: usize,
     /// Scratch directory for configuration and data.
     pub workdir: PathBuf,
+    /// sipsec servers sharing one Redis location (a `redis-server` started
+    /// here), the phones spread over them; 1: one server, no Redis.
+    pub nodes: usize,
+    /// Phone processes; `None`: as many as the descriptor limit needs.
+    pub phone_processes: Option<usize>,
+    /// The executable that runs `bench phones` in a child process.
+    pub phones_exe: PathBuf,
 }
 
 /// One server's figures.
@@ -150,8 +161,12 @@ pub struct Outcome {
     pub memory_per_connection: Option<f64>,
     /// Server threads (all processes) with the connections held.
     pub threads: u64,
-    /// Server processes.
+    /// Server processes (with `nodes` > 1: every node and Redis).
     pub processes: usize,
+    /// sipsec nodes sharing a Redis location (1: one server).
+    pub nodes: usize,
+    /// Processes the phones ran in.
+    pub phone_processes: usize,
     /// Refreshes answered 200.
     pub refreshed: usize,
     /// Refreshes that failed, by cause.
@@ -198,18 +213,141 @@ fn field_kb(text: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
+/// One target's servers: one process, or `nodes` sipsec nodes sharing a
+/// Redis location, each with its own listener.
+struct Deployment {
+    /// Dropped first: the nodes stop before their Redis.
+    servers: Vec<Server>,
+    redis: Option<Server>,
+    /// Where the phones connect, one per server.
+    listens: Vec<SocketAddr>,
+}
+
+impl Deployment {
+    /// Every process of the deployment (children included).
+    fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .servers
+            .iter()
+            .flat_map(|s| cpu::process_tree(s.child.id()))
+            .collect();
+        pids.extend(self.redis.iter().map(|r| r.child.id()));
+        pids
+    }
+}
+
+/// The log of `target`'s `i`-th node.
+fn log_name(plan: &Plan, target: &Target, i: usize) -> String {
+    if plan.nodes > 1 {
+        format!("{}-{i}.log", target.name())
+    } else {
+        format!("{}.log", target.name())
+    }
+}
+
+fn start(plan: &Plan, target: &Target) -> Result<Deployment, Error> {
+    let dir = &plan.workdir;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
+    let redis = if plan.nodes > 1 {
+        Some(start_redis(plan)?)
+    } else {
+        None
+    };
+    let url = redis.as_ref().map(|r| format!("redis://{}/0", r.addr));
+    let mut servers = Vec::new();
+    let mut listens = Vec::new();
+    for i in 0..plan.nodes {
+        let (server, listen) = start_node(plan, target, i, url.as_deref())?;
+        servers.push(server);
+        listens.push(listen);
+    }
+    Ok(Deployment {
+        servers,
+        redis,
+        listens,
+    })
+}
+
+/// A `redis-server` on a free port, data in the scratch directory, with
+/// the append-only file fsynced every second (the default deployment in
+/// `docs/scale-out.md`).
+fn start_redis(plan: &Plan) -> Result<Server, Error> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(Error::io("finding a free port"))?
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = plan.workdir.join("redis");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(Error::io(dir.display()))?;
+    let log = std::fs::File::create(plan.workdir.join("redis.log"))
+        .map_err(Error::io(plan.workdir.display()))?;
+    let mut child = compare::command(plan.pin, std::path::Path::new("redis-server"))
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(log)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(Error::io(
+            "cannot start redis-server (--nodes shares one Redis location)",
+        ))?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Error::peer(
+                "redis-server",
+                format!("exited at start ({status}); see its log"),
+            ));
+        }
+        let pong = std::net::TcpStream::connect(addr).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_millis(200)))?;
+            c.write_all(b"PING\r\n")?;
+            let mut b = [0u8; 7];
+            c.read_exact(&mut b)?;
+            Ok(&b == b"+PONG\r\n")
+        });
+        if pong.unwrap_or(false) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Timeout(format!(
+                "redis-server on {addr}: no PONG within 15 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = vec![child.id()];
+    Ok(Server { child, addr, pids })
+}
+
+/// Starts `target`'s `i`-th node (its location in `redis`, if any).
+fn start_node(
+    plan: &Plan,
+    target: &Target,
+    i: usize,
+    redis: Option<&str>,
+) -> Result<(Server, SocketAddr), Error> {
     let udp = compare::free_port().map_err(Error::io("finding a free port"))?;
     let stream = compare::free_port().map_err(Error::io("finding a free port"))?;
     let udp = SocketAddr::from(([127, 0, 0, 1], udp));
     let listen = SocketAddr::from(([127, 0, 0, 1], stream));
     let dir = &plan.workdir;
-    std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
     let workers = plan.workers.max(1).to_string();
-    let max = plan.connections + 1024;
+    let max = plan.connections.div_ceil(plan.nodes.max(1)) + 1024;
     let mut cmd = match target {
         Target::Sipsec { exe } => {
-            let data = dir.join("sipsec-data");
+            let data = dir.join(format!("sipsec-data-{i}"));
             let _ = std::fs::remove_dir_all(&data);
             // Every phone comes from loopback: the per-source limit is
             // lifted as a carrier-NAT allow-list would; the accept rate is
@@ -233,6 +371,9 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
                 .arg(&config)
                 .arg("--data-dir")
                 .arg(&data);
+            if let Some(url) = redis {
+                c.args(["--redis", url]);
+            }
             c
         }
         Target::Kamailio { cfg } => {
@@ -256,7 +397,7 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
         &plan.cert,
         &plan.key,
     )?;
-    let log = std::fs::File::create(dir.join(format!("{}.log", target.name())))
+    let log = std::fs::File::create(dir.join(log_name(plan, target, i)))
         .map_err(Error::io(dir.display()))?;
     let mut child = cmd
         .stdout(std::process::Stdio::null())
@@ -275,12 +416,18 @@ fn start(plan: &Plan, target: &Target) -> Result<(Server, SocketAddr), Error> {
     ))
 }
 
+/// Connections one process may hold, with a reserve for everything else.
+const FD_RESERVE: u64 = 512;
+
 /// Runs the plan against every target; `progress` hears each phase.
 pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcome>, Error> {
-    if plan.connections == 0 || plan.sources == 0 || plan.threads == 0 {
+    if plan.connections == 0 || plan.sources == 0 || plan.threads == 0 || plan.nodes == 0 {
         return Err(Error::Input(
-            "connections, sources and threads must be positive".into(),
+            "connections, sources, threads and nodes must be positive".into(),
         ));
+    }
+    if plan.phone_processes == Some(0) {
+        return Err(Error::Input("phone processes must be positive".into()));
     }
     if !plan.refresh_rate.is_finite() || plan.refresh_rate <= 0.0 {
         return Err(Error::Input("the refresh rate must be positive".into()));
@@ -289,6 +436,12 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
         .targets
         .iter()
         .any(|t| matches!(t, Target::Kamailio { .. }));
+    if kamailio && plan.nodes > 1 {
+        return Err(Error::Input(
+            "--nodes starts sipsec nodes sharing a Redis location; Kamailio runs as one server"
+                .into(),
+        ));
+    }
     if kamailio && plan.transport.secure() && plan.workers > 1 {
         // Debian's Kamailio 5.6 has no tls_threads_mode: with OpenSSL 3 its
         // TCP workers corrupt each other's TLS state and crash under
@@ -298,31 +451,52 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
                 .into(),
         ));
     }
+    // Servers inherit this limit; each holds its share of the connections.
     let limit = crate::poll::raise_fd_limit(2 * plan.connections as u64 + 4096);
-    if limit < plan.connections as u64 + 256 {
+    let per_process = limit.saturating_sub(FD_RESERVE).max(1);
+    let per_server = plan.connections.div_ceil(plan.nodes) as u64;
+    if per_server > per_process {
         return Err(Error::Input(format!(
-            "{} connections need a descriptor limit above {}; this process may open {limit} (raise `ulimit -n`, or run privileged)",
-            plan.connections,
-            plan.connections + 256
+            "{per_server} connections per server need a descriptor limit above {}; a process may open {limit} here: raise the hard limit (`ulimit -Hn`, `LimitNOFILE=`), or spread them over --nodes {} (sipsec)",
+            per_server + FD_RESERVE,
+            (plan.connections as u64).div_ceil(per_process)
         )));
     }
-    let tls = if plan.transport.secure() {
-        Some(crate::link::without_resumption(
-            &crate::link::client_config(&plan.ca, false).map_err(Error::io("client TLS"))?,
-        ))
-    } else {
-        None
-    };
+    let processes = plan
+        .phone_processes
+        .unwrap_or_else(|| (plan.connections as u64).div_ceil(per_process) as usize)
+        .min(plan.connections);
     let mut outcomes = Vec::new();
     for target in &plan.targets {
-        let (server, listen) = start(plan, target)?;
+        let deployment = start(plan, target)?;
         progress(&format!(
-            "{}: listening on {} {listen}",
+            "{}: listening on {} {}{}",
             target.name(),
-            plan.transport.via()
+            plan.transport.via(),
+            deployment
+                .listens
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            deployment
+                .redis
+                .as_ref()
+                .map(|r| format!(" ({} nodes, location in Redis on {})", plan.nodes, r.addr))
+                .unwrap_or_default()
         ));
-        let outcome = one(plan, target, &server, listen, tls.clone(), &mut progress)?;
-        drop(server);
+        let phones = if processes > 1 {
+            Phones::Children {
+                plan: Box::new(plan.clone()),
+                servers: deployment.listens.clone(),
+                processes,
+                children: Vec::new(),
+            }
+        } else {
+            Phones::here(plan, &deployment.listens)?
+        };
+        let outcome = one(plan, target, &deployment, phones, &mut progress)?;
+        drop(deployment);
         outcomes.push(outcome);
     }
     Ok(outcomes)
@@ -331,13 +505,12 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
 fn one(
     plan: &Plan,
     target: &Target,
-    server: &Server,
-    listen: SocketAddr,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    deployment: &Deployment,
+    mut phones: Phones,
     progress: &mut impl FnMut(&str),
 ) -> Result<Outcome, Error> {
     std::thread::sleep(Duration::from_millis(500));
-    let pids = cpu::process_tree(server.child.id());
+    let pids = deployment.pids();
     let (memory_before, _) = footprint(&pids);
     let mut out = Outcome {
         target: target.name().to_owned(),
@@ -345,37 +518,21 @@ fn one(
         connections: plan.connections,
         sources: plan.sources,
         processes: pids.len(),
+        nodes: plan.nodes,
+        phone_processes: phones.processes(),
         memory_before,
         ..Outcome::default()
-    };
-    let threads = plan.threads.min(plan.connections).max(1);
-    let mut shares: Vec<Share> = (0..threads)
-        .map(|t| {
-            let ids: Vec<usize> = (t..plan.connections).step_by(threads).collect();
-            Share::new(ids)
-        })
-        .collect::<Result<_, _>>()
-        .map_err(Error::io("poll"))?;
-    let ctx = Ctx {
-        server: listen,
-        transport: plan.transport,
-        tls,
-        sources: plan.sources,
-        timeout: plan.timeout,
-        run: std::process::id(),
-        busy_poll: plan.pin,
     };
     // Open: connect, handshake, first REGISTER, at most `in_flight` at once.
     let cpu0 = cpu::cpu_seconds(&pids);
     let t0 = Instant::now();
-    let in_flight = (plan.in_flight / threads).max(1);
-    let opened = every_share(&mut shares, |sh| sh.open(&ctx, in_flight));
+    let opened = phones.open()?;
     out.open_seconds = t0.elapsed().as_secs_f64();
     let cpu1 = cpu::cpu_seconds(&pids);
     out.registered = opened.ok;
     out.open_failures = opened.failures;
     out.opened_per_s = out.registered as f64 / out.open_seconds.max(1e-9);
-    alive(plan, target, server)?;
+    alive(plan, target, deployment)?;
     if out.registered > 0 {
         out.server_cpu_us_per_open = Some((cpu1 - cpu0) * 1e6 / out.registered as f64);
     }
@@ -390,7 +547,7 @@ fn one(
     ));
     // Hold: memory and threads with every connection idle.
     std::thread::sleep(plan.hold);
-    let pids = cpu::process_tree(server.child.id());
+    let pids = deployment.pids();
     let (held, threads_now) = footprint(&pids);
     out.memory_held = held;
     out.threads = threads_now;
@@ -409,10 +566,9 @@ fn one(
     // Refresh: every open phone once, paced at the refresh rate.
     let cpu0 = cpu::cpu_seconds(&pids);
     let t0 = Instant::now();
-    let rate = plan.refresh_rate / threads as f64;
-    let refreshed = every_share(&mut shares, |sh| sh.refresh(&ctx, rate));
+    let refreshed = phones.refresh(plan.refresh_rate)?;
     out.refresh_seconds = t0.elapsed().as_secs_f64();
-    alive(plan, target, server)?;
+    alive(plan, target, deployment)?;
     let cpu1 = cpu::cpu_seconds(&pids);
     out.refreshed = refreshed.ok;
     out.refresh_failures = refreshed.failures;
@@ -429,6 +585,285 @@ fn one(
     Ok(out)
 }
 
+/// Where the phones run: event-loop threads in this process, or child
+/// processes (`sipsec bench phones`) when one process may not hold them
+/// all.
+enum Phones {
+    Here {
+        shares: Vec<Share>,
+        ctx: Ctx,
+        in_flight: usize,
+    },
+    Children {
+        plan: Box<Plan>,
+        servers: Vec<SocketAddr>,
+        processes: usize,
+        /// Started by `open`.
+        children: Vec<PhoneProcess>,
+    },
+}
+
+/// What a phone process is told on its first line: its phones and how to
+/// open them. It then opens them and answers a [`Tally`] line; each
+/// [`Order`] line after that gets another; it stops at the end of input.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PhonesSpec {
+    servers: Vec<SocketAddr>,
+    transport: Stream,
+    /// Phones `first`, `first + step`, … below `connections`.
+    connections: usize,
+    first: usize,
+    step: usize,
+    sources: usize,
+    in_flight: usize,
+    threads: usize,
+    timeout_ms: u64,
+    /// The CA the phones trust, for TLS and WSS.
+    ca: PathBuf,
+    busy_poll: bool,
+    run: u32,
+}
+
+/// An order to a phone process after the open phase.
+#[derive(Debug, Serialize, Deserialize)]
+enum Order {
+    /// Refresh every held phone once, this many per second.
+    Refresh(f64),
+}
+
+struct PhoneProcess {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: io::BufReader<std::process::ChildStdout>,
+}
+
+impl PhoneProcess {
+    /// The next tally the process writes.
+    fn tally(&mut self) -> Result<Tally, Error> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let read = self.output.read_line(&mut line);
+        let gone = |detail: String| {
+            Error::peer(
+                format!("phone process {}", self.child.id()),
+                format!("{detail} (its errors are above)"),
+            )
+        };
+        match read {
+            Ok(0) => Err(gone("exited".into())),
+            Ok(_) => serde_json::from_str(&line).map_err(|e| gone(format!("wrote {line:?}: {e}"))),
+            Err(e) => Err(gone(e.to_string())),
+        }
+    }
+
+    fn order(&mut self, order: &Order) -> Result<(), Error> {
+        let line = serde_json::to_string(order).expect("an order serializes");
+        writeln!(self.input, "{line}").map_err(Error::io("writing to a phone process"))
+    }
+}
+
+impl Drop for PhoneProcess {
+    fn drop(&mut self) {
+        // End of input stops it; a process stuck in a phase is killed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Phones {
+    fn here(plan: &Plan, servers: &[SocketAddr]) -> Result<Phones, Error> {
+        let tls = if plan.transport.secure() {
+            Some(crate::link::without_resumption(
+                &crate::link::client_config(&plan.ca, false).map_err(Error::io("client TLS"))?,
+            ))
+        } else {
+            None
+        };
+        let threads = plan.threads.min(plan.connections).max(1);
+        let ids: Vec<usize> = (0..plan.connections).collect();
+        Ok(Phones::Here {
+            shares: shares(&ids, threads).map_err(Error::io("poll"))?,
+            ctx: Ctx {
+                servers: servers.to_vec(),
+                transport: plan.transport,
+                tls,
+                sources: plan.sources,
+                timeout: plan.timeout,
+                run: std::process::id(),
+                busy_poll: plan.pin,
+            },
+            in_flight: (plan.in_flight / threads).max(1),
+        })
+    }
+
+    fn processes(&self) -> usize {
+        match self {
+            Phones::Here { .. } => 1,
+            Phones::Children { processes, .. } => *processes,
+        }
+    }
+
+    /// Opens and registers every phone.
+    fn open(&mut self) -> Result<Tally, Error> {
+        match self {
+            Phones::Here {
+                shares,
+                ctx,
+                in_flight,
+            } => Ok(every_share(shares, |sh| sh.open(ctx, *in_flight))),
+            Phones::Children {
+                plan,
+                servers,
+                processes,
+                children,
+            } => {
+                let n = *processes;
+                for first in 0..n {
+                    let spec = PhonesSpec {
+                        servers: servers.clone(),
+                        transport: plan.transport,
+                        connections: plan.connections,
+                        first,
+                        step: n,
+                        sources: plan.sources,
+                        in_flight: (plan.in_flight / n).max(1),
+                        threads: plan.threads.div_ceil(n),
+                        timeout_ms: plan.timeout.as_millis() as u64,
+                        ca: plan.ca.clone(),
+                        busy_poll: plan.pin,
+                        run: std::process::id(),
+                    };
+                    let mut child = std::process::Command::new(&plan.phones_exe)
+                        .args(["bench", "phones"])
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .map_err(Error::io(format!(
+                            "cannot start {} bench phones",
+                            plan.phones_exe.display()
+                        )))?;
+                    let input = child.stdin.take().expect("piped");
+                    let output = io::BufReader::new(child.stdout.take().expect("piped"));
+                    let mut p = PhoneProcess {
+                        child,
+                        input,
+                        output,
+                    };
+                    let line = serde_json::to_string(&spec).expect("a spec serializes");
+                    writeln!(p.input, "{line}").map_err(Error::io("writing to a phone process"))?;
+                    children.push(p);
+                }
+                sum(children.iter_mut().map(PhoneProcess::tally))
+            }
+        }
+    }
+
+    /// Refreshes every held phone once, `rate` per second in all.
+    fn refresh(&mut self, rate: f64) -> Result<Tally, Error> {
+        match self {
+            Phones::Here { shares, ctx, .. } => {
+                let rate = rate / shares.len() as f64;
+                Ok(every_share(shares, |sh| sh.refresh(ctx, rate)))
+            }
+            Phones::Children { children, .. } => {
+                let order = Order::Refresh(rate / children.len().max(1) as f64);
+                for c in children.iter_mut() {
+                    c.order(&order)?;
+                }
+                sum(children.iter_mut().map(PhoneProcess::tally))
+            }
+        }
+    }
+}
+
+/// `ids` dealt round-robin over `threads` shares.
+fn shares(ids: &[usize], threads: usize) -> io::Result<Vec<Share>> {
+    (0..threads)
+        .map(|t| Share::new(ids.iter().skip(t).step_by(threads).copied().collect()))
+        .collect()
+}
+
+/// The tallies added up; the first error if any.
+fn sum(tallies: impl Iterator<Item = Result<Tally, Error>>) -> Result<Tally, Error> {
+    let mut all = Tally::default();
+    for t in tallies {
+        all.add(t?);
+    }
+    Ok(all)
+}
+
+/// A phone process (`sipsec bench phones`): reads its [`PhonesSpec`] from
+/// `input`, opens its phones, writes the [`Tally`] to `output`, then
+/// serves each further order the same way until `input` ends.
+pub fn phones(mut input: impl io::BufRead, mut output: impl Write) -> Result<(), Error> {
+    let mut line = String::new();
+    input
+        .read_line(&mut line)
+        .map_err(Error::io("reading the phones' spec"))?;
+    let spec: PhonesSpec = serde_json::from_str(&line)
+        .map_err(|e| Error::Input(format!("a phones spec was expected on stdin: {e}")))?;
+    if spec.step == 0 || spec.threads == 0 || spec.sources == 0 || spec.servers.is_empty() {
+        return Err(Error::Input(
+            "step, threads, sources and servers must be positive".into(),
+        ));
+    }
+    let ids: Vec<usize> = (spec.first..spec.connections).step_by(spec.step).collect();
+    let limit = crate::poll::raise_fd_limit(ids.len() as u64 * 2 + 4096);
+    if (ids.len() as u64) > limit.saturating_sub(FD_RESERVE) {
+        return Err(Error::Input(format!(
+            "{} phones need more descriptors than the {limit} this process may open",
+            ids.len()
+        )));
+    }
+    let tls = if spec.transport.secure() {
+        Some(crate::link::without_resumption(
+            &crate::link::client_config(&spec.ca, false).map_err(Error::io("client TLS"))?,
+        ))
+    } else {
+        None
+    };
+    let threads = spec.threads.min(ids.len()).max(1);
+    let mut shares = shares(&ids, threads).map_err(Error::io("poll"))?;
+    let ctx = Ctx {
+        servers: spec.servers,
+        transport: spec.transport,
+        tls,
+        sources: spec.sources,
+        timeout: Duration::from_millis(spec.timeout_ms),
+        run: spec.run,
+        busy_poll: spec.busy_poll,
+    };
+    let in_flight = (spec.in_flight / threads).max(1);
+    let mut answer = |t: &Tally| -> Result<(), Error> {
+        let line = serde_json::to_string(t).expect("a tally serializes");
+        writeln!(output, "{line}")
+            .and_then(|()| output.flush())
+            .map_err(Error::io("writing the tally"))
+    };
+    answer(&every_share(&mut shares, |sh| sh.open(&ctx, in_flight)))?;
+    loop {
+        line.clear();
+        if input
+            .read_line(&mut line)
+            .map_err(Error::io("reading an order"))?
+            == 0
+        {
+            return Ok(());
+        }
+        let order: Order = serde_json::from_str(&line)
+            .map_err(|e| Error::Input(format!("{line:?} is not an order: {e}")))?;
+        match order {
+            Order::Refresh(rate) => {
+                if !(rate.is_finite() && rate > 0.0) {
+                    return Err(Error::Input("the refresh rate must be positive".into()));
+                }
+                let rate = rate / shares.len() as f64;
+                answer(&every_share(&mut shares, |sh| sh.refresh(&ctx, rate)))?;
+            }
+        }
+    }
+}
+
 /// ", failed: 3 connect timeout, 1 register refused", or nothing.
 fn causes(failures: &BTreeMap<String, u64>) -> String {
     if failures.is_empty() {
@@ -438,24 +873,33 @@ fn causes(failures: &BTreeMap<String, u64>) -> String {
     format!(", failed: {}", list.join(", "))
 }
 
-/// An error carrying the end of the server's log when it is no longer running.
-fn alive(plan: &Plan, target: &Target, server: &Server) -> Result<(), Error> {
-    let running =
-        std::fs::read_to_string(format!("/proc/{}/stat", server.child.id())).is_ok_and(|s| {
+/// An error carrying the end of a server's log when one is no longer running.
+fn alive(plan: &Plan, target: &Target, deployment: &Deployment) -> Result<(), Error> {
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             s.rsplit_once(')')
                 .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-        });
-    if running {
-        return Ok(());
+        })
+    };
+    if let Some(r) = &deployment.redis {
+        if !running(r.child.id()) {
+            return Err(Error::peer("redis-server", "exited during the run"));
+        }
     }
-    let log = std::fs::read_to_string(plan.workdir.join(format!("{}.log", target.name())))
-        .unwrap_or_default();
-    let tail: Vec<&str> = log.lines().rev().take(8).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(Error::peer(
-        target.name(),
-        format!("exited during the run; its log ends:\n{}", tail.join("\n")),
-    ))
+    for (i, server) in deployment.servers.iter().enumerate() {
+        if running(server.child.id()) {
+            continue;
+        }
+        let log = std::fs::read_to_string(plan.workdir.join(log_name(plan, target, i)))
+            .unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(8).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(Error::peer(
+            target.name(),
+            format!("exited during the run; its log ends:\n{}", tail.join("\n")),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `phase` on every share, each on its own thread, and adds up
@@ -474,17 +918,15 @@ fn every_share(shares: &mut [Share], phase: impl Fn(&mut Share) -> Tally + Sync)
     });
     let mut all = Tally::default();
     for t in tallies {
-        all.ok += t.ok;
-        for (k, v) in t.failures {
-            *all.failures.entry(k).or_default() += v;
-        }
+        all.add(t);
     }
     all
 }
 
 /// What every phone thread shares.
 struct Ctx {
-    server: SocketAddr,
+    /// The servers; phone `id` connects to `servers[id % len]`.
+    servers: Vec<SocketAddr>,
     transport: Stream,
     tls: Option<Arc<rustls::ClientConfig>>,
     sources: usize,
@@ -507,7 +949,7 @@ impl Ctx {
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Tally {
     ok: usize,
     failures: BTreeMap<String, u64>,
@@ -516,6 +958,13 @@ struct Tally {
 impl Tally {
     fn fail(&mut self, why: &str) {
         *self.failures.entry(why.to_owned()).or_default() += 1;
+    }
+
+    fn add(&mut self, other: Tally) {
+        self.ok += other.ok;
+        for (k, v) in other.failures {
+            *self.failures.entry(k).or_default() += v;
+        }
     }
 }
 
@@ -537,6 +986,8 @@ enum State {
 
 struct Phone {
     id: usize,
+    /// The server it connects to.
+    server: SocketAddr,
     sock: TcpStream,
     tls: Option<rustls::ClientConnection>,
     state: State,
@@ -575,6 +1026,7 @@ impl Share {
 
     fn connect(&self, ctx: &Ctx, slot: usize) -> io::Result<Phone> {
         let id = self.ids[slot];
+        let server = ctx.servers[id % ctx.servers.len()];
         let src = SocketAddr::new(source(id % ctx.sources), 0);
         let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
         sock.set_nonblocking(true)?;
@@ -584,7 +1036,7 @@ impl Share {
         // TIME_WAIT sockets on the same source do not exhaust it.
         crate::poll::bind_address_no_port(&sock)?;
         sock.bind(&src.into())?;
-        match sock.connect(&ctx.server.into()) {
+        match sock.connect(&server.into()) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
             Err(e) => return Err(e),
@@ -603,7 +1055,7 @@ impl Share {
             Some(config) => Some(
                 rustls::ClientConnection::new(
                     config.clone(),
-                    rustls::pki_types::ServerName::IpAddress(ctx.server.ip().into()),
+                    rustls::pki_types::ServerName::IpAddress(server.ip().into()),
                 )
                 .map_err(io::Error::other)?,
             ),
@@ -611,6 +1063,7 @@ impl Share {
         };
         Ok(Phone {
             id,
+            server,
             sock,
             tls,
             state: State::Connecting,
@@ -900,7 +1353,7 @@ impl Phone {
             return self.register(ctx);
         }
         let upgrade = ws::upgrade_request(
-            &ctx.server.to_string(),
+            &self.server.to_string(),
             "/",
             "dGhlIHNhbXBsZSBub25jZQ==",
             None,
@@ -936,7 +1389,7 @@ impl Phone {
              Contact: <sip:c{id}@{local};transport={param}>\r\n\
              Expires: 3600\r\n\
              Content-Length: 0\r\n\r\n",
-            srv = ctx.server,
+            srv = self.server,
             via = t.via(),
             local = self.local,
             run = ctx.run,

@@ -1,7 +1,8 @@
 //! `sipsec bench connections` end to end: thousands of TLS phones held on
 //! their own connections to a real `sipsec serve`, registered and
 //! refreshed, with the server's memory per connection under its target;
-//! and the same load side by side with Kamailio over TCP.
+//! and the same load side by side with Kamailio over TCP; phones in
+//! several processes over several nodes sharing a Redis location.
 
 mod common;
 
@@ -114,10 +115,83 @@ fn side_by_side_with_kamailio(transport: &str) {
     );
 }
 
+/// Past one process's descriptor limit the phones run in several
+/// processes and sipsec in several nodes sharing a real Redis location:
+/// the 100,000-phone run, small.
+#[test]
+fn phones_in_several_processes_are_spread_over_nodes_sharing_redis() {
+    let dir = tempdir("bench-connections-nodes");
+    let json = dir.join("c.json");
+    let out = Command::new(BIN)
+        .args(["bench", "connections", "--transport", "tls"])
+        .args(["--connections", "600", "--sources", "2"])
+        .args(["--nodes", "2", "--phone-processes", "3"])
+        .args(["--refresh-rate", "1000", "--hold", "1"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("(2 nodes, location in Redis on 127.0.0.1:"),
+        "{text}"
+    );
+    let all = outcomes(&json);
+    let o = &all[0];
+    assert_eq!(o["registered"], 600, "{o}");
+    assert_eq!(o["refreshed"], 600, "{o}");
+    assert_eq!(o["open_failures"], serde_json::json!({}), "{o}");
+    assert_eq!(o["refresh_failures"], serde_json::json!({}), "{o}");
+    assert_eq!(o["nodes"], 2, "{o}");
+    assert_eq!(o["phone_processes"], 3, "{o}");
+    // Two nodes and their Redis are measured together.
+    assert_eq!(o["processes"], 3, "{o}");
+}
+
+/// A phone process told nonsense says so and stops.
+#[test]
+fn a_phone_process_refuses_a_spec_it_cannot_read() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(["bench", "phones"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(b"open 100 phones please\n")
+        .expect("written");
+    let out = child.wait_with_output().expect("ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("a phones spec was expected on stdin"), "{err}");
+    assert!(out.stdout.is_empty(), "no tally for nonsense");
+}
+
 #[test]
 fn bad_arguments_are_refused_before_anything_starts() {
     for (args, want) in [
         (&["--connections", "0"][..], "must be positive"),
+        (&["--nodes", "0"][..], "must be positive"),
+        (
+            &[
+                "--server",
+                "kamailio",
+                "--nodes",
+                "2",
+                "--kamailio-cfg",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../interop/kamailio/kamailio.cfg"
+                ),
+            ][..],
+            "Kamailio runs as one server",
+        ),
         (&["--server", "asterisk"][..], "unknown server \"asterisk\""),
         (&["--refresh-rate=-1"][..], "must be positive"),
         (&["--cert", "/nonexistent.pem"][..], "--key"),

@@ -73,6 +73,15 @@ pub struct ConnectionsArgs {
     /// TLS or WSS: Debian's Kamailio 5.6 crashes with more under OpenSSL 3).
     #[arg(long, default_value_t = 1)]
     pub(super) workers: usize,
+    /// sipsec nodes sharing one Redis location (a redis-server started
+    /// here), the phones spread over them: a process holds at most its
+    /// descriptor limit of connections, N nodes N times as many.
+    #[arg(long, default_value_t = 1)]
+    pub(super) nodes: usize,
+    /// Processes the phones run in [default: as many as the descriptor
+    /// limit needs].
+    #[arg(long)]
+    pub(super) phone_processes: Option<usize>,
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
@@ -87,8 +96,17 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
     } else {
         super::common::GENERATOR_THREADS
     });
-    if a.connections == 0 || a.in_flight == 0 || threads == 0 || a.sources == Some(0) {
-        return Err("--connections, --in-flight, --threads and --sources must be positive".into());
+    if a.connections == 0
+        || a.in_flight == 0
+        || threads == 0
+        || a.sources == Some(0)
+        || a.nodes == 0
+        || a.phone_processes == Some(0)
+    {
+        return Err(
+            "--connections, --in-flight, --threads, --sources, --nodes and --phone-processes must be positive"
+                .into(),
+        );
     }
     let hold_ok = a.hold.is_finite() && a.hold >= 0.0;
     if !(positive(a.refresh_rate) && positive(a.timeout) && hold_ok) {
@@ -120,6 +138,10 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         pin: a.pin,
         workers: a.workers.max(1),
         workdir: workdir.clone(),
+        nodes: a.nodes,
+        phone_processes: a.phone_processes,
+        phones_exe: std::env::current_exe()
+            .map_err(|e| format!("cannot find this executable: {e}"))?,
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the phones to CPU 1: {e}"))?;
@@ -138,4 +160,11 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `sipsec bench phones`: one process of a `bench connections` run.
+pub(super) fn phones() -> Result<ExitCode, String> {
+    connections::phones(std::io::stdin().lock(), std::io::stdout().lock())
+        .map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
 }

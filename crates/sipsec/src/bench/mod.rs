@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use compare::{compare, CompareArgs};
-use connections::{connections, ConnectionsArgs};
+use connections::{connections, phones, ConnectionsArgs};
 use peak::{peak, PeakArgs};
 use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
@@ -38,6 +38,10 @@ pub enum BenchCommand {
     /// memory and threads per connection, CPU per handshake and per
     /// refresh, handshakes/s, failures; sipsec and Kamailio side by side.
     Connections(Box<ConnectionsArgs>),
+    /// One process of phones for `bench connections` (told what to do on
+    /// stdin, answering on stdout).
+    #[command(hide = true)]
+    Phones,
     /// The RSA-variant experiment: sipsec's proxy over TLS with server keys
     /// in each variant and size, calls over new TLS connections inbound
     /// (private-key side) and outbound (public-key side); CPU % and
@@ -74,6 +78,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
         BenchCommand::Connections(a) => connections(*a),
+        BenchCommand::Phones => phones(),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
         BenchCommand::Srtp(a) => srtp_bench(*a),
         BenchCommand::PrivacyPrepare(a) => privacy_prepare(*a),
