@@ -618,5 +618,13 @@ fn calls_ringing_on_a_closed_websocket_fail_at_once() {
             fin.starts_with("SIP/2.0 503 ") && fin.contains(&format!("Call-ID: {call}")),
             "{fin}"
         );
+        // Acknowledged as a client transaction does (RFC 3261 §17.1.1.3),
+        // so the 503 is not sent again while the next call is placed.
+        let ack = format!(
+            "ACK sip:bob@localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-inv-{call}\r\nMax-Forwards: 70\r\n\
+             From: <sip:carol@localhost>;tag=caller\r\nTo: {}\r\nCall-ID: {call}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+            header(&fin, "To")[0]
+        );
+        carol.send_to(ack.as_bytes(), udp_srv).expect("send");
     }
 }

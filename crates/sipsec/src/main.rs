@@ -525,11 +525,13 @@ fn serve(a: ServeArgs) -> ExitCode {
     }
 }
 
-/// The signals `sipsec serve` acts on, each raising its flag.
+/// The signals `sipsec serve` acts on, each raising its flag and then
+/// writing to `wake`, which the main thread sleeps on.
 struct Signals {
     term: std::sync::Arc<std::sync::atomic::AtomicBool>,
     int: std::sync::Arc<std::sync::atomic::AtomicBool>,
     hup: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: std::os::unix::net::UnixStream,
 }
 
 impl Signals {
@@ -537,17 +539,31 @@ impl Signals {
     /// once) and SIGHUP.
     fn register() -> std::io::Result<Self> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let (wake, waker) = std::os::unix::net::UnixStream::pair()?;
+        wake.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
         let s = Self {
             term: Default::default(),
             int: Default::default(),
             hup: Default::default(),
+            wake,
         };
         for (sig, flag) in [(SIGTERM, &s.term), (SIGINT, &s.int)] {
             signal_hook::flag::register_conditional_shutdown(sig, 1, flag.clone())?;
             signal_hook::flag::register(sig, flag.clone())?;
         }
         signal_hook::flag::register(SIGHUP, s.hup.clone())?;
+        // Registered after the flags, so a woken reader finds them raised.
+        for sig in [SIGTERM, SIGINT, SIGHUP] {
+            signal_hook::low_level::pipe::register(sig, waker.try_clone()?)?;
+        }
         Ok(s)
+    }
+
+    /// Sleeps until a signal arrives (or a second passes).
+    fn wait(&self) {
+        use std::io::Read;
+        let mut buf = [0u8; 64];
+        let _ = (&self.wake).read(&mut buf);
     }
 }
 
@@ -570,7 +586,7 @@ fn run_until_stopped(
         if signals.hup.swap(false, Ordering::Relaxed) {
             reload_config(running, args, reload_log);
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        signals.wait();
     }
 }
 

@@ -309,7 +309,11 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         let _ = shared.tap.set(tap);
     }
     threads.push(store_upkeep(shared.clone(), persistence.clone(), stop.clone()).map_err(bind)?);
-    threads.push(watch_files(tls.clone(), shared.clone(), stop.clone()).map_err(bind)?);
+    let (sleeper, waker) = std::os::unix::net::UnixStream::pair().map_err(bind)?;
+    let sighup = waker.try_clone().map_err(bind)?;
+    threads.push(
+        watch_files(tls.clone(), shared.clone(), stop.clone(), sleeper, sighup).map_err(bind)?,
+    );
     if shared.transactions.is_some() {
         let sock = Arc::new(udp.sender().map_err(bind)?);
         let sender = Sender::new(
@@ -343,6 +347,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         tls: tls_addr,
         http: http_addr,
         stop,
+        waker,
         threads,
         shared,
         connection_limit: hub.as_ref().map(|h| h.limit()),
@@ -507,28 +512,32 @@ fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
 /// Reloads the users file (when authentication is on), and the TLS
 /// certificate and key (when TLS is on), when their files change or on
 /// SIGHUP, without a restart. A broken file is reported and the old
-/// contents kept.
+/// contents kept. The thread sleeps on `wake` between checks: SIGHUP
+/// writes to its peer `sighup` from the signal handler, and the server's
+/// stop to another handle of that peer.
 fn watch_files(
     tls: Option<Arc<TlsContext>>,
     shared: Arc<Shared>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    mut wake: std::os::unix::net::UnixStream,
+    sighup: std::os::unix::net::UnixStream,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())?;
+    use std::io::Read;
+    use std::sync::atomic::Ordering;
+    wake.set_read_timeout(Some(FILE_POLL))?;
+    let hup = signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, sighup)?;
     std::thread::Builder::new()
         .name("reload".into())
         .spawn(move || {
-            let mut waited = std::time::Duration::ZERO;
             let mut users_stamp = file_stamp(&shared.config.users);
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(TICK);
-                waited += TICK;
-                let forced = hup.swap(false, Ordering::Relaxed);
-                if !forced && waited < FILE_POLL {
-                    continue;
+            let mut buf = [0u8; 64];
+            loop {
+                // A byte: SIGHUP (or the stop, seen below); a timeout: the
+                // periodic check.
+                let forced = matches!(wake.read(&mut buf), Ok(n) if n > 0);
+                if stop.load(Ordering::Relaxed) {
+                    break;
                 }
-                waited = std::time::Duration::ZERO;
                 if let Some(ctx) = &tls {
                     reload_certificates(ctx, &shared, forced);
                 }
@@ -540,6 +549,7 @@ fn watch_files(
                     }
                 }
             }
+            signal_hook::low_level::unregister(hup);
         })
 }
 
@@ -595,6 +605,21 @@ fn reload_users(shared: &Shared) {
     tracing::info!(target: "sipsec::users", %file, total, added, changed, removed, "users reloaded");
 }
 
+/// Raises `stop`, wakes the threads sleeping on `waker`, and waits for
+/// every thread.
+fn stop_threads(
+    stop: &AtomicBool,
+    waker: &std::os::unix::net::UnixStream,
+    threads: &mut Vec<JoinHandle<()>>,
+) {
+    use std::io::Write;
+    stop.store(true, Ordering::Relaxed);
+    let _ = (&*waker).write(b"s");
+    for t in threads.drain(..) {
+        let _ = t.join();
+    }
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
@@ -603,6 +628,8 @@ pub struct ServerHandle {
     tls: Option<SocketAddr>,
     http: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
+    /// Wakes the threads that sleep on it (the file watcher) to stop.
+    waker: std::os::unix::net::UnixStream,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     connection_limit: Option<usize>,
@@ -663,10 +690,7 @@ impl ServerHandle {
 
     /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        stop_threads(&self.stop, &self.waker, &mut self.threads);
     }
 
     /// Stops gracefully: new connections and new requests are refused
@@ -689,10 +713,7 @@ impl ServerHandle {
         let waited = start.elapsed();
         let transactions_left = active();
         let closed_before = m.closed_for(crate::proto::metrics::CloseReason::Shutdown);
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        stop_threads(&self.stop, &self.waker, &mut self.threads);
         Drained {
             waited,
             transactions_left,
