@@ -242,6 +242,11 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
+    let mut unwind = Unwind {
+        stop: stop.clone(),
+        hub: None,
+        armed: true,
+    };
     let redis_state = match &shared.config.redis {
         Some(r) => {
             let state = Arc::new(crate::io::redis::RedisState::default());
@@ -259,7 +264,6 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             // follows the changes.
             let waited = state.wait_synced(r.timeout * 3 + std::time::Duration::from_secs(1));
             if let Err(e) = waited {
-                stop.store(true, Ordering::Relaxed);
                 return Err(StartError::Redis(e));
             }
             Some(state)
@@ -281,6 +285,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             tls.clone(),
             stop.clone(),
         );
+        unwind.hub = Some(hub.clone());
         threads.extend(hub.start(listeners).map_err(bind)?);
         let flows: Arc<dyn crate::proto::core::Flows> = hub.clone();
         let _ = shared.flows.set(flows);
@@ -297,12 +302,9 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             wss: shared.config.websocket.wss,
         };
         let (tracer, thread) = crate::io::hep::Tracer::start(t.clone(), locals, stop.clone())
-            .map_err(|err| {
-                stop.store(true, Ordering::Relaxed);
-                StartError::Trace {
-                    collector: t.collector.clone(),
-                    err,
-                }
+            .map_err(|err| StartError::Trace {
+                collector: t.collector.clone(),
+                err,
             })?;
         threads.push(thread);
         let tap: Arc<dyn crate::proto::core::Tap> = tracer;
@@ -341,6 +343,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     }
     udp.start(&shared, backings, hub.as_ref(), &stop, &mut threads)
         .map_err(bind)?;
+    unwind.armed = false;
+    drop(unwind);
     let handle = ServerHandle {
         addr: udp_addr,
         tcp: tcp_addr,
@@ -348,12 +352,34 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         http: http_addr,
         stop,
         waker,
+        connection_limit: hub.as_ref().map(|h| h.limit()),
+        hub,
         threads,
         shared,
-        connection_limit: hub.as_ref().map(|h| h.limit()),
         persistence,
     };
     Ok(Started { handle, recovered })
+}
+
+/// What a start that fails part-way leaves running is stopped: the stop
+/// flag raised, the reactors woken to see it (and release the listeners).
+struct Unwind {
+    stop: Arc<AtomicBool>,
+    hub: Option<Arc<TcpHub>>,
+    /// Cleared once the server is started.
+    armed: bool,
+}
+
+impl Drop for Unwind {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = &self.hub {
+            h.wake_all();
+        }
+    }
 }
 
 /// How often the stateful proxy's timers are checked.
@@ -605,16 +631,20 @@ fn reload_users(shared: &Shared) {
     tracing::info!(target: "sipsec::users", %file, total, added, changed, removed, "users reloaded");
 }
 
-/// Raises `stop`, wakes the threads sleeping on `waker`, and waits for
-/// every thread.
+/// Raises `stop`, wakes the threads sleeping on `waker` and the
+/// reactors, and waits for every thread.
 fn stop_threads(
     stop: &AtomicBool,
     waker: &std::os::unix::net::UnixStream,
+    hub: Option<&TcpHub>,
     threads: &mut Vec<JoinHandle<()>>,
 ) {
     use std::io::Write;
     stop.store(true, Ordering::Relaxed);
     let _ = (&*waker).write(b"s");
+    if let Some(h) = hub {
+        h.wake_all();
+    }
     for t in threads.drain(..) {
         let _ = t.join();
     }
@@ -630,6 +660,8 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     /// Wakes the threads that sleep on it (the file watcher) to stop.
     waker: std::os::unix::net::UnixStream,
+    /// The connection reactors, woken to stop and to drain.
+    hub: Option<Arc<TcpHub>>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     connection_limit: Option<usize>,
@@ -690,7 +722,12 @@ impl ServerHandle {
 
     /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
-        stop_threads(&self.stop, &self.waker, &mut self.threads);
+        stop_threads(
+            &self.stop,
+            &self.waker,
+            self.hub.as_deref(),
+            &mut self.threads,
+        );
     }
 
     /// Stops gracefully: new connections and new requests are refused
@@ -700,6 +737,9 @@ impl ServerHandle {
     pub fn drain(mut self, deadline: std::time::Duration) -> Drained {
         let start = std::time::Instant::now();
         self.shared.draining.store(true, Ordering::Relaxed);
+        if let Some(h) = &self.hub {
+            h.wake_all();
+        }
         let m = &self.shared.metrics;
         let active = || {
             self.shared
@@ -713,7 +753,12 @@ impl ServerHandle {
         let waited = start.elapsed();
         let transactions_left = active();
         let closed_before = m.closed_for(crate::proto::metrics::CloseReason::Shutdown);
-        stop_threads(&self.stop, &self.waker, &mut self.threads);
+        stop_threads(
+            &self.stop,
+            &self.waker,
+            self.hub.as_deref(),
+            &mut self.threads,
+        );
         Drained {
             waited,
             transactions_left,

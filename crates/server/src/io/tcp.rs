@@ -75,7 +75,7 @@ pub const MAX_PENDING_CONNECTS: usize = 64;
 /// File descriptors kept for everything but connections (journals,
 /// listeners, the operator endpoint) when the limit is sized from them.
 const FD_RESERVE: usize = 256;
-/// How long a reactor sleeps when it has nothing to do.
+/// How long a reactor waits before polling again after `poll` failed.
 const TURN: Duration = Duration::from_millis(100);
 /// How often a reactor walks its connections for deadlines: a deadline is
 /// met at most this late, and a walk over 50,000 idle connections costs
@@ -419,6 +419,13 @@ impl TcpHub {
         Ok(threads)
     }
 
+    /// Wakes every reactor to look at the stop and drain flags now.
+    pub fn wake_all(&self) {
+        for link in self.reactors.get().into_iter().flatten() {
+            let _ = link.waker.wake();
+        }
+    }
+
     fn link(&self, reactor: usize) -> Option<&ReactorLink> {
         self.reactors.get().and_then(|r| r.get(reactor))
     }
@@ -483,13 +490,16 @@ impl TcpHub {
             }
             return self.connect_then_send(dest, transport, bytes);
         };
+        if websocket {
+            // Watched before it can reach the browser: a browser that
+            // closes as soon as it has the request must find it among
+            // the connection's requests when the reactor closes it.
+            self.watch(&conn, bytes);
+        }
         let queued = lock(&conn.tx).queue(bytes, self.limits.queue_bytes);
         match queued {
             Ok(()) => {
                 self.shared.sending(bytes, dest, conn.transport);
-                if websocket {
-                    self.watch(&conn, bytes);
-                }
                 Ok(())
             }
             Err(e) => {
@@ -926,8 +936,10 @@ impl Reactor {
             let wait = if accepting || !self.again.is_empty() {
                 Duration::ZERO
             } else {
+                // Nothing else is due before the sweep: other threads'
+                // orders, the stop and the drain wake the reactor.
                 let until = spent.map_or(next_sweep, |s| s.min(next_sweep));
-                until.saturating_duration_since(now).min(TURN)
+                until.saturating_duration_since(now)
             };
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
