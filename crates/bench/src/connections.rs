@@ -175,6 +175,13 @@ pub struct Outcome {
     pub refresh_seconds: f64,
     /// Server CPU µs per refresh.
     pub server_cpu_us_per_refresh: Option<f64>,
+    /// With `nodes` > 1, Redis' part of the server figures: memory held
+    /// (PSS, bytes) and CPU µs per open and per refresh.
+    pub redis_memory_held: Option<u64>,
+    /// See `redis_memory_held`.
+    pub redis_cpu_us_per_open: Option<f64>,
+    /// See `redis_memory_held`.
+    pub redis_cpu_us_per_refresh: Option<f64>,
 }
 
 impl Outcome {
@@ -523,12 +530,20 @@ fn one(
         memory_before,
         ..Outcome::default()
     };
+    let redis: Vec<u32> = deployment.redis.iter().map(|r| r.child.id()).collect();
+    let redis_cpu = || (!redis.is_empty()).then(|| cpu::cpu_seconds(&redis));
+    let per = |a: Option<f64>, b: Option<f64>, n: usize| match (a, b) {
+        (Some(a), Some(b)) if n > 0 => Some((b - a) * 1e6 / n as f64),
+        _ => None,
+    };
     // Open: connect, handshake, first REGISTER, at most `in_flight` at once.
     let cpu0 = cpu::cpu_seconds(&pids);
+    let store0 = redis_cpu();
     let t0 = Instant::now();
     let opened = phones.open()?;
     out.open_seconds = t0.elapsed().as_secs_f64();
     let cpu1 = cpu::cpu_seconds(&pids);
+    out.redis_cpu_us_per_open = per(store0, redis_cpu(), opened.ok);
     out.registered = opened.ok;
     out.open_failures = opened.failures;
     out.opened_per_s = out.registered as f64 / out.open_seconds.max(1e-9);
@@ -556,31 +571,43 @@ fn one(
         out.memory_per_connection =
             Some(held.saturating_sub(memory_before) as f64 / out.registered as f64);
     }
+    if !redis.is_empty() {
+        out.redis_memory_held = Some(footprint(&redis).0);
+    }
     progress(&format!(
-        "{}: {:.1} MB held, {} threads in {} processes",
+        "{}: {:.1} MB held, {} threads in {} processes{}",
         out.target,
         held as f64 / 1e6,
         out.threads,
-        out.processes
+        out.processes,
+        out.redis_memory_held
+            .map(|m| format!(" (Redis {:.1} MB of it)", m as f64 / 1e6))
+            .unwrap_or_default()
     ));
     // Refresh: every open phone once, paced at the refresh rate.
     let cpu0 = cpu::cpu_seconds(&pids);
+    let store0 = redis_cpu();
     let t0 = Instant::now();
     let refreshed = phones.refresh(plan.refresh_rate)?;
     out.refresh_seconds = t0.elapsed().as_secs_f64();
     alive(plan, target, deployment)?;
     let cpu1 = cpu::cpu_seconds(&pids);
+    out.redis_cpu_us_per_refresh = per(store0, redis_cpu(), refreshed.ok);
     out.refreshed = refreshed.ok;
     out.refresh_failures = refreshed.failures;
     if out.refreshed > 0 {
         out.server_cpu_us_per_refresh = Some((cpu1 - cpu0) * 1e6 / out.refreshed as f64);
     }
     progress(&format!(
-        "{}: {} refreshed in {:.1} s{}",
+        "{}: {} refreshed in {:.1} s{}{}",
         out.target,
         out.refreshed,
         out.refresh_seconds,
-        causes(&out.refresh_failures)
+        causes(&out.refresh_failures),
+        match (out.server_cpu_us_per_refresh, out.redis_cpu_us_per_refresh) {
+            (Some(all), Some(r)) => format!(" ({all:.1} µs CPU each, Redis {r:.1} of it)"),
+            _ => String::new(),
+        }
     ));
     Ok(out)
 }
@@ -1495,7 +1522,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
     s.push_str("|\n");
     let opt = |v: Option<f64>| v.map_or(f64::NAN, |v| v);
     type Row<'a> = (&'a str, &'a dyn Fn(&Outcome) -> f64, usize);
-    let rows: [Row; 9] = [
+    let rows: [Row; 12] = [
         ("connections registered", &|o| o.registered as f64, 0),
         ("failures", &|o| o.failed() as f64, 0),
         ("opened/s (TLS: full handshakes/s)", &|o| o.opened_per_s, 0),
@@ -1517,6 +1544,21 @@ pub fn table(outcomes: &[Outcome]) -> String {
             1,
         ),
         ("refresh seconds", &|o| o.refresh_seconds, 1),
+        (
+            "of the server's: Redis memory held, MB",
+            &|o| opt(o.redis_memory_held.map(|m| m as f64 / 1e6)),
+            1,
+        ),
+        (
+            "of the server's: Redis CPU µs per open",
+            &|o| opt(o.redis_cpu_us_per_open),
+            1,
+        ),
+        (
+            "of the server's: Redis CPU µs per refresh",
+            &|o| opt(o.redis_cpu_us_per_refresh),
+            1,
+        ),
     ];
     for (label, f, digits) in rows {
         let _ = write!(s, "| {label} |");

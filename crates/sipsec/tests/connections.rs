@@ -147,6 +147,13 @@ fn phones_in_several_processes_are_spread_over_nodes_sharing_redis() {
     assert_eq!(o["phone_processes"], 3, "{o}");
     // Two nodes and their Redis are measured together.
     assert_eq!(o["processes"], 3, "{o}");
+    // Redis' part is reported apart, and is part of the whole.
+    let redis = o["redis_memory_held"].as_u64().expect("Redis memory");
+    assert!(
+        redis > 0 && redis < o["memory_held"].as_u64().unwrap(),
+        "{o}"
+    );
+    assert!(o["redis_cpu_us_per_refresh"].as_f64().is_some(), "{o}");
 }
 
 /// A phone process told nonsense says so and stops.
