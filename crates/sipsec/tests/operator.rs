@@ -174,6 +174,75 @@ fn status_summarises_filters_and_pages() {
     assert!(bad.contains("not a whole number"), "{bad}");
 }
 
+/// A GET answered within 10 s (a hung endpoint fails the test instead
+/// of hanging it).
+fn get_within(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .unwrap_or_else(|e| panic!("{path} unanswered: {e}"));
+    text
+}
+
+/// A client that drips its request a byte at a time, or connects and
+/// says nothing, neither holds the endpoint from other clients nor keeps
+/// its connection past the exchange deadline (5 s in all, not per read).
+#[test]
+fn slow_operator_clients_neither_block_others_nor_outstay_the_deadline() {
+    let dir = tempdir("op-slow-http");
+    let s = common::serve_in(&dir.join("data"), &[]);
+    let http = common::banner_http_addr(&s.banner)
+        .expect("http")
+        .to_string();
+    let silent = std::net::TcpStream::connect(&http).expect("connect");
+    let mut drip = std::net::TcpStream::connect(&http).expect("connect");
+    drip.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    // Both are being served (or waited on) while these are answered.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
+    assert!(get_within(&http, "/status").starts_with("HTTP/1.1 200"));
+    // One byte every 300 ms: each read is quick, the whole is not. The
+    // request would take 30 s; the server closes it at its 5 s deadline.
+    let request = format!("GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(60));
+    let started = Instant::now();
+    let mut closed = None;
+    for b in request.as_bytes() {
+        if drip.write_all(&[*b]).is_err() {
+            closed = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
+        if started.elapsed() > Duration::from_secs(7) {
+            // Past the deadline: the server has closed its end; a read
+            // says so (EOF or reset), with nothing answered.
+            let mut rest = Vec::new();
+            let _ = drip.read_to_end(&mut rest);
+            assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+            closed = Some(started.elapsed());
+            break;
+        }
+    }
+    let closed = closed.expect("the dripping client was closed before its request ended");
+    assert!(closed < Duration::from_secs(25), "{closed:?}");
+    // The silent one was closed too.
+    let mut silent = silent;
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut rest = Vec::new();
+    match silent.read_to_end(&mut rest) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the silent client is still open or was answered: {other:?} {rest:?}"),
+    }
+    assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
+}
+
 #[test]
 fn metrics_parse_with_the_reference_parser() {
     let dir = tempdir("op-metrics");

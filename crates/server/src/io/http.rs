@@ -6,10 +6,10 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -370,12 +370,48 @@ pub fn matches_pattern(pattern: &str, aor: &str) -> bool {
 /// The web view: one page, no build step, no external resource.
 const PAGE: &str = include_str!("web/index.html");
 
-fn respond(s: &mut TcpStream, code: &str, ctype: &str, body: &str) -> io::Result<()> {
-    write!(
-        s,
-        "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'\r\nReferrer-Policy: no-referrer\r\nConnection: close\r\n\r\n{body}",
+/// An answer: status line, content type and body.
+type Answer = (&'static str, &'static str, String);
+
+fn text(code: &'static str, body: &str) -> Answer {
+    (code, "text/plain", body.to_owned())
+}
+
+/// Writes `answer` on `s`, all of it before `deadline`.
+fn respond(s: &mut TcpStream, (code, ctype, body): Answer, deadline: Instant) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'\r\nReferrer-Policy: no-referrer\r\nConnection: close\r\n\r\n",
         body.len()
-    )
+    );
+    write_before(s, head.as_bytes(), deadline)?;
+    write_before(s, body.as_bytes(), deadline)
+}
+
+/// Time left before `deadline`, or `TimedOut` when none is.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    Ok(d)
+}
+
+/// Writes all of `bytes` before `deadline`: a client that stops reading
+/// is given up on then, however it paces its window.
+fn write_before(s: &mut TcpStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        s.set_write_timeout(Some(left(deadline)?))?;
+        match s.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Whether the request carries `token` (header or query), compared in
@@ -410,93 +446,167 @@ fn without_token(query: &str) -> String {
         .join("&")
 }
 
-fn handle(view: &View, mut s: TcpStream) -> io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+/// Reads a request head from `s` before `deadline` (`None`: too long,
+/// or the client closed first).
+fn read_head(s: &mut TcpStream, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = s.read(&mut chunk)?;
-        if n == 0 || buf.len() > 8192 {
-            return respond(&mut s, "400 Bad Request", "text/plain", "bad request\n");
+        s.set_read_timeout(Some(left(deadline)?))?;
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into())
+            }
+            Err(e) => return Err(e),
+        };
+        if n == 0 || buf.len() > MAX_HEAD {
+            return Ok(None);
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+    Ok(Some(buf))
+}
+
+/// The longest request head read.
+const MAX_HEAD: usize = 8192;
+
+/// Serves one request on `s`, all of it before `deadline`.
+fn handle(view: &View, mut s: TcpStream, deadline: Instant) -> io::Result<()> {
+    let answer = match read_head(&mut s, deadline)? {
+        Some(head) => answer(view, &head),
+        None => text("400 Bad Request", "bad request\n"),
+    };
+    respond(&mut s, answer, deadline)
+}
+
+/// The answer to the request whose head is `buf`.
+fn answer(view: &View, buf: &[u8]) -> Answer {
     let line = String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == b'\r').unwrap_or(0)])
         .into_owned();
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     if method != "GET" {
-        return respond(&mut s, "405 Method Not Allowed", "text/plain", "only GET\n");
+        return text("405 Method Not Allowed", "only GET\n");
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if let Some(token) = &view.shared.config.http_token {
-        let head = String::from_utf8_lossy(&buf);
+        let head = String::from_utf8_lossy(buf);
         if !authorized(token, &head, query) {
-            return respond(
-                &mut s,
+            return text(
                 "401 Unauthorized",
-                "text/plain",
                 "a token is required: Authorization: Bearer TOKEN (or ?token=TOKEN)\n",
             );
         }
     }
     let query = without_token(query);
     match path {
-        "/" => respond(&mut s, "200 OK", "text/html; charset=utf-8", PAGE),
-        "/metrics" => respond(
-            &mut s,
-            "200 OK",
-            "text/plain; version=0.0.4",
-            &view.metrics(),
-        ),
+        "/" => ("200 OK", "text/html; charset=utf-8", PAGE.to_owned()),
+        "/metrics" => ("200 OK", "text/plain; version=0.0.4", view.metrics()),
         "/status" => match StatusQuery::parse(&query) {
-            Ok(q) => respond(
-                &mut s,
+            Ok(q) => (
                 "200 OK",
                 "application/json",
-                &format!("{:#}\n", view.status(&q)),
+                format!("{:#}\n", view.status(&q)),
             ),
-            Err(e) => respond(
-                &mut s,
-                "400 Bad Request",
-                "text/plain",
-                &format!("/status: {e}\n"),
-            ),
+            Err(e) => text("400 Bad Request", &format!("/status: {e}\n")),
         },
-        _ => respond(
-            &mut s,
-            "404 Not Found",
-            "text/plain",
-            "try /, /metrics or /status\n",
-        ),
+        _ => text("404 Not Found", "try /, /metrics or /status\n"),
     }
 }
 
-/// Serves the endpoint on `listener` until `stop`.
+/// Operator requests served at once; a client beyond them is closed
+/// unanswered, so a few slow or hostile clients cannot tie up threads.
+pub const MAX_CLIENTS: usize = 8;
+
+/// A request is read and answered within this, however the client paces
+/// its bytes or its receive window.
+pub const EXCHANGE: Duration = Duration::from_secs(5);
+
+/// Serves the endpoint on `listener` until `stop` (the listener shut down
+/// wakes it): each client on its own short-lived thread, at most
+/// [`MAX_CLIENTS`] at once, each given [`EXCHANGE`] in all.
 pub fn serve(
     view: View,
     listener: TcpListener,
     stop: Arc<AtomicBool>,
 ) -> io::Result<JoinHandle<()>> {
-    listener.set_nonblocking(true)?;
+    listener.set_nonblocking(false)?;
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("http".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = handle(&view, s);
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
+        .spawn(move || loop {
+            let accepted = listener.accept();
+            if stop.load(Ordering::Relaxed) {
+                return;
             }
+            let s = match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: try again shortly
+                    // rather than spin.
+                    tracing::debug!(target: "sipsec::http", error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            };
+            if busy.load(Ordering::Relaxed) >= MAX_CLIENTS {
+                tracing::debug!(target: "sipsec::http", "operator endpoint busy: client closed unanswered");
+                continue;
+            }
+            let slot = Busy::take(&busy);
+            let view = view.clone();
+            let deadline = Instant::now() + EXCHANGE;
+            let _ = std::thread::Builder::new()
+                .name("http-client".into())
+                .spawn(move || {
+                    let _slot = slot;
+                    if let Err(e) = handle(&view, s, deadline) {
+                        tracing::debug!(target: "sipsec::http", error = %e, "operator client dropped");
+                    }
+                });
         })
+}
+
+/// One of the [`MAX_CLIENTS`] places, given back when dropped (also when
+/// the thread meant to hold it could not start).
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn take(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_that_never_reads_is_given_up_on_at_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let reader = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        reader.set_recv_buffer_size(4096).expect("rcvbuf");
+        reader
+            .connect(&listener.local_addr().expect("addr").into())
+            .expect("connect");
+        let (mut s, _) = listener.accept().expect("accept");
+        // Far more than the two sockets' buffers hold.
+        let big = vec![b'x'; 64 << 20];
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let e = write_before(&mut s, &big, deadline).expect_err("the reader never reads");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        drop(reader);
+    }
 
     #[test]
     fn patterns_match_whole_aors_or_parts() {

@@ -12,7 +12,7 @@ use crate::io::journal::{Persistence, Recovered};
 use crate::io::send::Sender;
 use crate::io::tcp::TcpHub;
 use crate::io::tls::TlsContext;
-use crate::io::udp::{UdpServer, POLL};
+use crate::io::udp::UdpServer;
 use crate::proto::auth::Authenticator;
 use crate::proto::core::{Core, Shared};
 use crate::proto::location::{Location, MemoryLocation};
@@ -245,6 +245,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let mut unwind = Unwind {
         stop: stop.clone(),
         hub: None,
+        sockets: Vec::new(),
         armed: true,
     };
     let redis_state = match &shared.config.redis {
@@ -330,6 +331,9 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     }
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
+        unwind
+            .sockets
+            .push(socket2::Socket::from(l.try_clone().map_err(bind)?));
         let view = crate::io::http::View {
             shared: shared.clone(),
             hub: hub.clone(),
@@ -341,9 +345,11 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         };
         threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }
+    unwind.sockets.extend(udp.wakers().map_err(bind)?);
     udp.start(&shared, backings, hub.as_ref(), &stop, &mut threads)
         .map_err(bind)?;
     unwind.armed = false;
+    let sockets = std::mem::take(&mut unwind.sockets);
     drop(unwind);
     let handle = ServerHandle {
         addr: udp_addr,
@@ -352,6 +358,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         http: http_addr,
         stop,
         waker,
+        sockets,
         connection_limit: hub.as_ref().map(|h| h.limit()),
         hub,
         threads,
@@ -362,10 +369,13 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
 }
 
 /// What a start that fails part-way leaves running is stopped: the stop
-/// flag raised, the reactors woken to see it (and release the listeners).
+/// flag raised, the reactors woken to see it (and release the listeners),
+/// the threads blocked on a socket woken.
 struct Unwind {
     stop: Arc<AtomicBool>,
     hub: Option<Arc<TcpHub>>,
+    /// Sockets threads block on, see [`wake_sockets`].
+    sockets: Vec<socket2::Socket>,
     /// Cleared once the server is started.
     armed: bool,
 }
@@ -379,6 +389,17 @@ impl Drop for Unwind {
         if let Some(h) = &self.hub {
             h.wake_all();
         }
+        wake_sockets(&self.sockets);
+    }
+}
+
+/// Wakes the threads blocked on these sockets (UDP workers in
+/// `recvmmsg`, the operator endpoint in `accept`) once `stop` is raised:
+/// shutting a socket's receiving side down returns them at once, so they
+/// need no timeout to notice the stop (sending is not affected).
+fn wake_sockets(sockets: &[socket2::Socket]) {
+    for s in sockets {
+        let _ = s.shutdown(std::net::Shutdown::Read);
     }
 }
 
@@ -477,6 +498,9 @@ fn load_users(config: &Config) -> Result<Users, StartError> {
     Ok(users)
 }
 
+/// How often the store thread looks for a journal to compact.
+const POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// How often the store checks for expired bindings.
 const EXPIRY_EVERY: u64 = 10;
 
@@ -493,7 +517,11 @@ fn store_upkeep(
             let mut last_expiry = unix_now();
             let threshold = shared.config.journal_compact_bytes;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(POLL);
+                // Unparked by the stop.
+                std::thread::park_timeout(POLL);
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
                 let now = unix_now();
                 if now >= last_expiry + EXPIRY_EVERY {
                     shared.location.expire(now);
@@ -636,6 +664,7 @@ fn reload_users(shared: &Shared) {
 fn stop_threads(
     stop: &AtomicBool,
     waker: &std::os::unix::net::UnixStream,
+    sockets: &[socket2::Socket],
     hub: Option<&TcpHub>,
     threads: &mut Vec<JoinHandle<()>>,
 ) {
@@ -644,6 +673,10 @@ fn stop_threads(
     let _ = (&*waker).write(b"s");
     if let Some(h) = hub {
         h.wake_all();
+    }
+    wake_sockets(sockets);
+    for t in threads.iter() {
+        t.thread().unpark();
     }
     for t in threads.drain(..) {
         let _ = t.join();
@@ -660,6 +693,8 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     /// Wakes the threads that sleep on it (the file watcher) to stop.
     waker: std::os::unix::net::UnixStream,
+    /// Sockets threads block on, shut down to stop them.
+    sockets: Vec<socket2::Socket>,
     /// The connection reactors, woken to stop and to drain.
     hub: Option<Arc<TcpHub>>,
     threads: Vec<JoinHandle<()>>,
@@ -725,6 +760,7 @@ impl ServerHandle {
         stop_threads(
             &self.stop,
             &self.waker,
+            &self.sockets,
             self.hub.as_deref(),
             &mut self.threads,
         );
@@ -756,6 +792,7 @@ impl ServerHandle {
         stop_threads(
             &self.stop,
             &self.waker,
+            &self.sockets,
             self.hub.as_deref(),
             &mut self.threads,
         );

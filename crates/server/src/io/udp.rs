@@ -7,7 +7,6 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -16,9 +15,6 @@ use crate::io::mmsg::{RecvBatch, SendBatch, BATCH};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
 use crate::proto::core::{Core, Reply, Shared, Transport};
-
-/// How often an idle worker checks for shutdown.
-pub const POLL: Duration = Duration::from_millis(200);
 
 fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -30,9 +26,9 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     let _ = s.set_recv_buffer_size(4 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.bind(&addr.into())?;
-    let u: UdpSocket = s.into();
-    u.set_read_timeout(Some(POLL))?;
-    Ok(u)
+    // No read timeout: a worker sleeps until a datagram comes, and the
+    // stop wakes it by shutting the socket's receiving side down.
+    Ok(s.into())
 }
 
 /// Bound UDP sockets, one per worker, ready to start.
@@ -63,6 +59,15 @@ impl UdpServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// A handle on every worker's socket, to wake the workers at stop
+    /// (see `server::wake_sockets`).
+    pub fn wakers(&self) -> io::Result<Vec<Socket>> {
+        self.sockets
+            .iter()
+            .map(|s| s.try_clone().map(Socket::from))
+            .collect()
     }
 
     /// A handle on the first socket, for sending from other threads.
@@ -128,8 +133,8 @@ fn worker(
                 }
             }
         } else {
-            // Timeouts let the loop see `stop`; ICMP errors from earlier
-            // sends also surface here on Linux: keep serving.
+            // ICMP errors from earlier sends surface here on Linux: keep
+            // serving. The stop's shutdown returns at once.
             let Ok(n) = rx.recv(sock) else { continue };
             n
         };
