@@ -1219,21 +1219,21 @@ impl Reactor {
                 self.again.push(t);
                 return;
             }
-            let (got, plain) = {
+            let got = {
                 let mut tx = lock(&conn.tx);
                 if matches!(tx.phase, Phase::Connecting(_)) {
                     return;
                 }
-                (read_some(&mut tx, &mut self.scratch), tx.tls.is_none())
+                read_some(&mut tx, &mut self.scratch)
             };
             match got {
-                Got::Bytes(0) => {}
-                Got::Bytes(n) => {
+                Got::Bytes(0, _) => {}
+                Got::Bytes(n, drained) => {
                     budget = budget.saturating_sub(n);
                     if !self.received(t, n) {
                         return;
                     }
-                    if short_read_drains && plain && n < self.scratch.len() {
+                    if short_read_drains && drained {
                         return;
                     }
                 }
@@ -1657,8 +1657,10 @@ impl Reactor {
 
 /// What one read from a connection gave.
 enum Got {
-    /// SIP bytes (plaintext) in the scratch buffer.
-    Bytes(usize),
+    /// SIP bytes (plaintext) in the scratch buffer; `true`: the socket
+    /// gave less than asked for and the session holds no more plaintext,
+    /// so nothing is left to read until the socket is readable again.
+    Bytes(usize, bool),
     /// Nothing more for now.
     Nothing,
     /// The peer closed (after these last plaintext bytes).
@@ -1674,26 +1676,28 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
     let Some(tls) = tls else {
         return match sock.read(scratch) {
             Ok(0) => Got::Closed(0),
-            Ok(n) => Got::Bytes(n),
+            Ok(n) => Got::Bytes(n, n < scratch.len()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Nothing,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Bytes(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Bytes(0, false),
             Err(_) => Got::Failed(CloseReason::Error),
         };
     };
     // Plaintext left from the last records first.
     match tls.reader().read(scratch) {
-        Ok(n) if n > 0 => return Got::Bytes(n),
+        Ok(n) if n > 0 => return Got::Bytes(n, false),
         Ok(_) => return Got::Closed(0),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(_) => return Got::Failed(CloseReason::Tls),
     }
-    let eof = match tls.read_tls(sock) {
+    let mut wire = Short { sock, short: false };
+    let eof = match tls.read_tls(&mut wire) {
         Ok(0) => true,
         Ok(_) => false,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Got::Nothing,
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Got::Bytes(0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Got::Bytes(0, false),
         Err(_) => return Got::Failed(CloseReason::Error),
     };
+    let socket_empty = wire.short;
     if tls.process_new_packets().is_err() {
         // Send the alert that says why, then give up.
         let _ = tls.write_tls(sock);
@@ -1707,7 +1711,22 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
     if eof {
         Got::Closed(n)
     } else {
-        Got::Bytes(n)
+        Got::Bytes(n, socket_empty && n < scratch.len())
+    }
+}
+
+/// The socket as TLS reads it, noting whether a read gave less than it
+/// asked for: a stream socket does so only when it had no more.
+struct Short<'a> {
+    sock: &'a mut TcpStream,
+    short: bool,
+}
+
+impl Read for Short<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
     }
 }
 
