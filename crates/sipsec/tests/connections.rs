@@ -101,6 +101,10 @@ fn side_by_side_with_kamailio(transport: &str) {
         "{text} (Kamailio comes from ./setup.sh)"
     );
     assert!(text.contains("| sipsec/kamailio |"), "{text}");
+    assert!(
+        !text.contains("Redis"),
+        "no Redis rows without Redis: {text}"
+    );
     let all = outcomes(&json);
     assert_eq!(all.len(), 2, "{all:?}");
     for o in &all {
@@ -135,6 +139,10 @@ fn phones_in_several_processes_are_spread_over_nodes_sharing_redis() {
     assert!(out.status.success(), "{text}");
     assert!(
         text.contains("(2 nodes, location in Redis on 127.0.0.1:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| of the server's: Redis CPU µs per refresh |"),
         "{text}"
     );
     let all = outcomes(&json);
