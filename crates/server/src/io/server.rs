@@ -659,30 +659,6 @@ fn reload_users(shared: &Shared) {
     tracing::info!(target: "sipsec::users", %file, total, added, changed, removed, "users reloaded");
 }
 
-/// Raises `stop`, wakes the threads sleeping on `waker` and the
-/// reactors, and waits for every thread.
-fn stop_threads(
-    stop: &AtomicBool,
-    waker: &std::os::unix::net::UnixStream,
-    sockets: &[socket2::Socket],
-    hub: Option<&TcpHub>,
-    threads: &mut Vec<JoinHandle<()>>,
-) {
-    use std::io::Write;
-    stop.store(true, Ordering::Relaxed);
-    let _ = (&*waker).write(b"s");
-    if let Some(h) = hub {
-        h.wake_all();
-    }
-    wake_sockets(sockets);
-    for t in threads.iter() {
-        t.thread().unpark();
-    }
-    for t in threads.drain(..) {
-        let _ = t.join();
-    }
-}
-
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
@@ -755,15 +731,27 @@ impl ServerHandle {
         self.persistence.as_ref().map(|p| p.syncs())
     }
 
+    /// Raises `stop`, wakes the threads sleeping on `waker`, on a socket
+    /// and in the reactors, and waits for every thread.
+    fn stop_threads(&mut self) {
+        use std::io::Write;
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = (&self.waker).write(b"s");
+        if let Some(h) = &self.hub {
+            h.wake_all();
+        }
+        wake_sockets(&self.sockets);
+        for t in self.threads.iter() {
+            t.thread().unpark();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
     /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
-        stop_threads(
-            &self.stop,
-            &self.waker,
-            &self.sockets,
-            self.hub.as_deref(),
-            &mut self.threads,
-        );
+        self.stop_threads();
     }
 
     /// Stops gracefully: new connections and new requests are refused
@@ -776,7 +764,8 @@ impl ServerHandle {
         if let Some(h) = &self.hub {
             h.wake_all();
         }
-        let m = &self.shared.metrics;
+        let shared = self.shared.clone();
+        let m = &shared.metrics;
         let active = || {
             self.shared
                 .transactions
@@ -789,13 +778,7 @@ impl ServerHandle {
         let waited = start.elapsed();
         let transactions_left = active();
         let closed_before = m.closed_for(crate::proto::metrics::CloseReason::Shutdown);
-        stop_threads(
-            &self.stop,
-            &self.waker,
-            &self.sockets,
-            self.hub.as_deref(),
-            &mut self.threads,
-        );
+        self.stop_threads();
         Drained {
             waited,
             transactions_left,
