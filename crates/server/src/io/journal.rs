@@ -94,6 +94,52 @@ pub struct Journal {
     worker: usize,
     /// Waits for stable storage, counted for the whole store.
     syncs: Arc<AtomicU64>,
+    /// The store's journal growth, which this journal adds to.
+    growth: Arc<Growth>,
+}
+
+/// How much the journals grew since the last compaction, and the thread
+/// to wake once that is worth a compaction: so the compactor sleeps
+/// instead of looking at the journals' sizes every so often.
+#[derive(Debug)]
+struct Growth {
+    /// Bytes appended since the last switch of generation (a little more
+    /// when appends race with the switch: the trigger is a hint, the
+    /// compactor checks the files).
+    bytes: AtomicU64,
+    /// The configured compaction threshold; `u64::MAX` until a compactor
+    /// listens.
+    threshold: AtomicU64,
+    /// The growth worth compacting for: the threshold or the last
+    /// snapshot's size, the larger.
+    trigger: AtomicU64,
+    /// Set once the compactor was woken, until it compacted.
+    told: std::sync::atomic::AtomicBool,
+    compactor: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl Default for Growth {
+    fn default() -> Self {
+        Self {
+            bytes: AtomicU64::new(0),
+            threshold: AtomicU64::new(u64::MAX),
+            trigger: AtomicU64::new(u64::MAX),
+            told: Default::default(),
+            compactor: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl Growth {
+    fn grew(&self, n: usize) {
+        let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if total >= self.trigger.load(Ordering::Relaxed) && !self.told.swap(true, Ordering::AcqRel)
+        {
+            if let Some(t) = self.compactor.get() {
+                t.unpark();
+            }
+        }
+    }
 }
 
 impl Journal {
@@ -118,6 +164,7 @@ impl Journal {
         if sync {
             self.syncs.fetch_add(1, Ordering::Relaxed);
         }
+        self.growth.grew(self.buf.len());
         Ok(())
     }
 
@@ -175,6 +222,7 @@ pub struct Persistence {
     snapshot_bytes: AtomicU64,
     /// Waits for stable storage by every journal.
     syncs: Arc<AtomicU64>,
+    growth: Arc<Growth>,
     _lock: File,
 }
 
@@ -259,6 +307,7 @@ impl Persistence {
             journals: Mutex::new(Vec::new()),
             snapshot_bytes: AtomicU64::new(0),
             syncs: Arc::default(),
+            growth: Arc::default(),
             _lock: lock,
         })
     }
@@ -400,6 +449,7 @@ impl Persistence {
             durability: self.durability,
             worker: n,
             syncs: self.syncs.clone(),
+            growth: self.growth.clone(),
         }));
         lock(&self.journals).push(j.clone());
         Ok(j)
@@ -418,6 +468,26 @@ impl Persistence {
         lock(&self.journals).iter().map(|j| lock(j).len()).sum()
     }
 
+    /// Unparks `compactor` once the journals have grown by `threshold`
+    /// bytes and by the last snapshot's size since the last compaction
+    /// (see [`Persistence::wants_compaction`]); once per compaction.
+    pub fn wake_when_grown(&self, threshold: u64, compactor: std::thread::Thread) {
+        let _ = self.growth.compactor.set(compactor);
+        self.growth.threshold.store(threshold, Ordering::Relaxed);
+        self.arm();
+    }
+
+    /// Sets the trigger for the next compaction.
+    fn arm(&self) {
+        let threshold = self.growth.threshold.load(Ordering::Relaxed);
+        let trigger = threshold.max(self.snapshot_bytes.load(Ordering::Relaxed));
+        self.growth.trigger.store(trigger, Ordering::Relaxed);
+        self.growth.told.store(false, Ordering::Release);
+        if self.growth.bytes.load(Ordering::Relaxed) >= trigger {
+            self.growth.grew(0);
+        }
+    }
+
     /// Whether the journals have grown enough to compact: past `threshold`
     /// bytes and past the last snapshot's size (so a large, mostly live
     /// store is not rewritten over and over).
@@ -431,6 +501,7 @@ impl Persistence {
     /// crash at any step (see the type's documentation).
     pub fn compact(&self, loc: &MemoryLocation, now: u64) -> io::Result<()> {
         let gen = self.gen.fetch_add(1, Ordering::Relaxed) + 1;
+        self.growth.bytes.store(0, Ordering::Relaxed);
         let journals: Vec<SharedJournal> = lock(&self.journals).clone();
         for j in &journals {
             let mut j = lock(j);
@@ -440,6 +511,7 @@ impl Persistence {
         }
         let bytes = self.write_snapshot(loc, now, gen)?;
         self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        self.arm();
         for (g, path) in self.journals()? {
             if g < gen {
                 std::fs::remove_file(path)?;
@@ -492,6 +564,41 @@ mod tests {
                 .expect("unbind");
             }
         }
+    }
+
+    /// The compactor sleeps until the journals grew past the threshold
+    /// (and past the last snapshot), is woken once, and is armed again
+    /// by the compaction.
+    #[test]
+    fn the_compactor_is_woken_once_the_journals_grew_enough() {
+        let dir = temp("growth");
+        let p = Persistence::new(&dir, Durability::Process).expect("dir");
+        let loc = MemoryLocation::new(std::hash::RandomState::new());
+        let j = p.journal(0).expect("journal");
+        let told = || p.growth.told.load(Ordering::Acquire);
+        p.wake_when_grown(4_000, std::thread::current());
+        fill(&loc, &j, 0, 10);
+        let small = p.journal_bytes();
+        assert!(small > 0 && small < 4_000, "{small}");
+        assert!(!told() && !p.wants_compaction(4_000));
+        fill(&loc, &j, 10, 100);
+        assert!(told() && p.wants_compaction(4_000));
+        // The wake is waiting: this returns at once (else in a minute,
+        // and the assertions after the compaction still hold).
+        std::thread::park_timeout(std::time::Duration::from_secs(60));
+        p.compact(&loc, 100).expect("compact");
+        assert!(!told());
+        assert_eq!(p.growth.bytes.load(Ordering::Relaxed), 0);
+        // The snapshot is larger than the threshold: the next wake waits
+        // for the journals to outgrow it.
+        let snapshot = p.snapshot_bytes.load(Ordering::Relaxed);
+        assert!(snapshot > 4_000, "{snapshot}");
+        assert_eq!(p.growth.trigger.load(Ordering::Relaxed), snapshot);
+        fill(&loc, &j, 200, 30);
+        assert!(!told());
+        fill(&loc, &j, 300, 200);
+        assert!(told() && p.wants_compaction(4_000));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Online compaction leaves, at every step a crash can stop it at, a

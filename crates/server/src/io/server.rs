@@ -498,13 +498,12 @@ fn load_users(config: &Config) -> Result<Users, StartError> {
     Ok(users)
 }
 
-/// How often the store thread looks for a journal to compact.
-const POLL: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// How often the store checks for expired bindings.
-const EXPIRY_EVERY: u64 = 10;
+const EXPIRY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Expires bindings and compacts the journal online when it has grown.
+/// Expires bindings every [`EXPIRY_EVERY`] and compacts the journal
+/// online when the journals wake it, having grown past the threshold;
+/// asleep otherwise.
 fn store_upkeep(
     shared: Arc<Shared>,
     persistence: Option<Arc<Persistence>>,
@@ -514,16 +513,21 @@ fn store_upkeep(
     std::thread::Builder::new()
         .name("store".into())
         .spawn(move || {
-            let mut last_expiry = unix_now();
             let threshold = shared.config.journal_compact_bytes;
+            if let Some(p) = &persistence {
+                p.wake_when_grown(threshold, std::thread::current());
+            }
+            let mut next_expiry = std::time::Instant::now() + EXPIRY_EVERY;
             while !stop.load(Ordering::Relaxed) {
-                // Unparked by the stop.
-                std::thread::park_timeout(POLL);
+                // Unparked by the stop and by the journals' growth.
+                std::thread::park_timeout(
+                    next_expiry.saturating_duration_since(std::time::Instant::now()),
+                );
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
                 let now = unix_now();
-                if now >= last_expiry + EXPIRY_EVERY {
+                if std::time::Instant::now() >= next_expiry {
                     shared.location.expire(now);
                     let lifted = shared.guard.lift_expired(now);
                     shared
@@ -531,7 +535,7 @@ fn store_upkeep(
                         .unbans
                         .fetch_add(lifted.len() as u64, Ordering::Relaxed);
                     crate::io::log::unbanned(&lifted);
-                    last_expiry = now;
+                    next_expiry = std::time::Instant::now() + EXPIRY_EVERY;
                 }
                 let Some(persistence) = &persistence else {
                     continue;
