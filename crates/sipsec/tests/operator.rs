@@ -243,6 +243,36 @@ fn slow_operator_clients_neither_block_others_nor_outstay_the_deadline() {
     assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
 }
 
+/// Clients that connect and say nothing, more than the endpoint serves
+/// at once, do not keep a scrape out: each newcomer takes the place of
+/// the longest-silent one, which is closed.
+#[test]
+fn a_crowd_of_silent_clients_cannot_keep_a_scrape_out() {
+    let dir = tempdir("op-crowd-http");
+    let s = common::serve_in(&dir.join("data"), &[]);
+    let http = common::banner_http_addr(&s.banner)
+        .expect("http")
+        .to_string();
+    // Three times the places (8), all silent.
+    let mut crowd: Vec<_> = (0..24)
+        .map(|_| std::net::TcpStream::connect(&http).expect("connect"))
+        .collect();
+    for _ in 0..3 {
+        assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
+    }
+    // The first of the crowd made way.
+    let first = &mut crowd[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut rest = Vec::new();
+    match first.read_to_end(&mut rest) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the first silent client is still open or was answered: {other:?}"),
+    }
+}
+
 #[test]
 fn metrics_parse_with_the_reference_parser() {
     let dir = tempdir("op-metrics");

@@ -6,8 +6,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -472,9 +472,15 @@ fn read_head(s: &mut TcpStream, deadline: Instant) -> io::Result<Option<Vec<u8>>
 /// The longest request head read.
 const MAX_HEAD: usize = 8192;
 
-/// Serves one request on `s`, all of it before `deadline`.
-fn handle(view: &View, mut s: TcpStream, deadline: Instant) -> io::Result<()> {
-    let answer = match read_head(&mut s, deadline)? {
+/// Serves one request on `s`, all of it before `deadline`; `place` is
+/// told when the request has been read.
+fn handle(view: &View, mut s: TcpStream, place: &Place, deadline: Instant) -> io::Result<()> {
+    let head = read_head(&mut s, deadline)?;
+    if !place.read() {
+        // Displaced by a newcomer meanwhile: its socket is shut.
+        return Ok(());
+    }
+    let answer = match head {
         Some(head) => answer(view, &head),
         None => text("400 Bad Request", "bad request\n"),
     };
@@ -516,8 +522,11 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
     }
 }
 
-/// Operator requests served at once; a client beyond them is closed
-/// unanswered, so a few slow or hostile clients cannot tie up threads.
+/// Operator requests served at once. When all places are taken, a
+/// newcomer takes the place of the longest-waiting client that has not
+/// yet sent its whole request (that client is closed), else it is closed
+/// unanswered: clients that connect and stay silent cannot keep a
+/// scraper out, and at most this many threads serve the endpoint.
 pub const MAX_CLIENTS: usize = 8;
 
 /// A request is read and answered within this, however the client paces
@@ -533,7 +542,7 @@ pub fn serve(
     stop: Arc<AtomicBool>,
 ) -> io::Result<JoinHandle<()>> {
     listener.set_nonblocking(false)?;
-    let busy = Arc::new(AtomicUsize::new(0));
+    let clients = Arc::new(Clients::default());
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || loop {
@@ -551,38 +560,92 @@ pub fn serve(
                     continue;
                 }
             };
-            if busy.load(Ordering::Relaxed) >= MAX_CLIENTS {
+            let Some(place) = clients.admit(&s) else {
                 tracing::debug!(target: "sipsec::http", "operator endpoint busy: client closed unanswered");
                 continue;
-            }
-            let slot = Busy::take(&busy);
+            };
             let view = view.clone();
             let deadline = Instant::now() + EXCHANGE;
             let _ = std::thread::Builder::new()
                 .name("http-client".into())
                 .spawn(move || {
-                    let _slot = slot;
-                    if let Err(e) = handle(&view, s, deadline) {
+                    if let Err(e) = handle(&view, s, &place, deadline) {
                         tracing::debug!(target: "sipsec::http", error = %e, "operator client dropped");
                     }
                 });
         })
 }
 
-/// One of the [`MAX_CLIENTS`] places, given back when dropped (also when
-/// the thread meant to hold it could not start).
-struct Busy(Arc<AtomicUsize>);
+/// The clients being served, oldest first.
+#[derive(Debug, Default)]
+struct Clients {
+    list: Mutex<Vec<Client>>,
+    next: AtomicU64,
+}
 
-impl Busy {
-    fn take(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Self(count.clone())
+#[derive(Debug)]
+struct Client {
+    id: u64,
+    /// Still reading its request: a newcomer may displace it.
+    reading: bool,
+    /// The same socket, to close it when displaced.
+    socket: TcpStream,
+}
+
+impl Clients {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Client>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place for the client on `s`, or `None` when every place is
+    /// held by a client whose request is being answered.
+    fn admit(self: &Arc<Self>, s: &TcpStream) -> Option<Place> {
+        let socket = s.try_clone().ok()?;
+        let mut list = self.lock();
+        if list.len() >= MAX_CLIENTS {
+            let oldest = list.iter().position(|c| c.reading)?;
+            let gone = list.remove(oldest);
+            let _ = gone.socket.shutdown(std::net::Shutdown::Both);
+            tracing::debug!(target: "sipsec::http", "operator endpoint full: the longest-silent client makes way");
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        list.push(Client {
+            id,
+            reading: true,
+            socket,
+        });
+        Some(Place {
+            clients: self.clone(),
+            id,
+        })
     }
 }
 
-impl Drop for Busy {
+/// A client's place in [`Clients`], given back when dropped (also when
+/// the thread meant to hold it could not start).
+struct Place {
+    clients: Arc<Clients>,
+    id: u64,
+}
+
+impl Place {
+    /// Notes that the request has been read, so the client is no longer
+    /// displaced; `false` if it already was.
+    fn read(&self) -> bool {
+        let mut list = self.clients.lock();
+        match list.iter_mut().find(|c| c.id == self.id) {
+            Some(c) => {
+                c.reading = false;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Place {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.clients.lock().retain(|c| c.id != self.id);
     }
 }
 

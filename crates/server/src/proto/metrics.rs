@@ -693,16 +693,17 @@ fn method_index(method: &str) -> usize {
 /// The method named in a message's CSeq header, when it has one on a
 /// line of its own before the body.
 fn cseq_method(msg: &[u8]) -> Option<&str> {
-    let head = &msg[..memchr::memmem::find(msg, b"\r\n\r\n").unwrap_or(msg.len())];
-    head.split(|b| *b == b'\n').find_map(|line| {
-        let name = line.get(..4)?;
-        if !name.eq_ignore_ascii_case(b"CSeq") {
-            return None;
-        }
-        let rest = std::str::from_utf8(&line[4..]).ok()?.trim_start();
-        let value = rest.strip_prefix(':')?;
-        value.split_ascii_whitespace().nth(1)
-    })
+    msg.split(|b| *b == b'\n')
+        .take_while(|line| !line.is_empty() && *line != b"\r")
+        .find_map(|line| {
+            let name = line.get(..4)?;
+            if !name.eq_ignore_ascii_case(b"CSeq") {
+                return None;
+            }
+            let rest = std::str::from_utf8(&line[4..]).ok()?.trim_start();
+            let value = rest.strip_prefix(':')?;
+            value.split_ascii_whitespace().nth(1)
+        })
 }
 
 #[cfg(test)]
@@ -742,5 +743,21 @@ mod tests {
         assert!(!t.contains("code=\"404\""), "no method, no pair");
         assert!(t.contains("sipsec_requests_by_transport_total{transport=\"tls\"} 1\n"));
         assert_eq!(m.responses(486, "INVITE"), 1);
+    }
+
+    #[test]
+    fn a_cseq_line_in_the_body_names_no_method() {
+        assert_eq!(
+            cseq_method(b"SIP/2.0 200 OK\r\nCSeq: 2 BYE\r\n\r\nCSeq: 1 INFO\r\n"),
+            Some("BYE")
+        );
+        assert_eq!(
+            cseq_method(b"SIP/2.0 603 Decline\r\nVia: x\r\n\r\nCSeq: 1 INFO\r\n"),
+            None
+        );
+        assert_eq!(
+            cseq_method(b"SIP/2.0 200 OK\nCSeq: 3 ACK\n\nCSeq: 1 INFO\n"),
+            Some("ACK")
+        );
     }
 }
