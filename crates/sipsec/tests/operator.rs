@@ -187,6 +187,18 @@ fn get_within(addr: &str, path: &str) -> String {
     text
 }
 
+/// The server closes `s` (EOF or reset) within 10 s, sending nothing.
+fn assert_closed_unanswered(mut s: std::net::TcpStream, who: &str) {
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut rest = Vec::new();
+    match s.read_to_end(&mut rest) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("{who} is still open or was answered: {other:?} {rest:?}"),
+    }
+}
+
 /// A client that drips its request a byte at a time, or connects and
 /// says nothing, neither holds the endpoint from other clients nor keeps
 /// its connection past the exchange deadline (5 s in all, not per read).
@@ -229,17 +241,7 @@ fn slow_operator_clients_neither_block_others_nor_outstay_the_deadline() {
     }
     let closed = closed.expect("the dripping client was closed before its request ended");
     assert!(closed < Duration::from_secs(25), "{closed:?}");
-    // The silent one was closed too.
-    let mut silent = silent;
-    silent
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut rest = Vec::new();
-    match silent.read_to_end(&mut rest) {
-        Ok(0) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        other => panic!("the silent client is still open or was answered: {other:?} {rest:?}"),
-    }
+    assert_closed_unanswered(silent, "the silent client");
     assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
 }
 
@@ -254,23 +256,15 @@ fn a_crowd_of_silent_clients_cannot_keep_a_scrape_out() {
         .expect("http")
         .to_string();
     // Three times the places (8), all silent.
-    let mut crowd: Vec<_> = (0..24)
+    let crowd: Vec<_> = (0..24)
         .map(|_| std::net::TcpStream::connect(&http).expect("connect"))
         .collect();
     for _ in 0..3 {
         assert!(get_within(&http, "/metrics").starts_with("HTTP/1.1 200"));
     }
     // The first of the crowd made way.
-    let first = &mut crowd[0];
-    first
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut rest = Vec::new();
-    match first.read_to_end(&mut rest) {
-        Ok(0) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        other => panic!("the first silent client is still open or was answered: {other:?}"),
-    }
+    let first = crowd.into_iter().next().expect("a client");
+    assert_closed_unanswered(first, "the first silent client");
 }
 
 #[test]
