@@ -3,8 +3,7 @@
 //! RFC 3261 retransmissions and timeouts from sip-core's client transaction
 //! machines (timers A/E from T1 = 500 ms, B/F at 64·T1).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +18,7 @@ use sip_core::{HeaderName, Message, StatusCode};
 use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
 use crate::stats::Latency;
+use crate::timers::Timers;
 
 /// RFC 3261 T1 (sip-core's timers, not a copy).
 pub const T1: Duration = TimerConfig::RFC3261.t1;
@@ -244,7 +244,8 @@ struct Worker<'a> {
     run_id: u32,
     slots: Vec<Option<Call>>,
     free: Vec<usize>,
-    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    /// Pending timers: the slot and the generation they were set for.
+    timers: Timers<Instant, (usize, u32)>,
     out: Vec<u8>,
     scratch: Vec<u8>,
     outcome: Outcome,
@@ -309,7 +310,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         run_id,
                         slots: Vec::new(),
                         free: Vec::new(),
-                        timers: BinaryHeap::new(),
+                        timers: Timers::default(),
                         out: Vec::with_capacity(2048),
                         scratch: Vec::with_capacity(256),
                         outcome: Outcome::default(),
@@ -422,8 +423,8 @@ impl Worker<'_> {
                         next = next.min(first + interval.mul_f64(started as f64));
                     }
                 }
-                if let Some(Reverse((t, _, _))) = self.timers.peek() {
-                    next = next.min(*t);
+                if let Some((t, _)) = self.timers.peek() {
+                    next = next.min(t);
                 }
                 let now = Instant::now();
                 if next > now {
@@ -618,7 +619,7 @@ impl Worker<'_> {
             }
             let at = deadline(&txn, now);
             call.txn = Some(txn);
-            self.timers.push(Reverse((at, slot, generation)));
+            self.timers.push(at, (slot, generation));
         }
         sent
     }
@@ -658,7 +659,7 @@ impl Worker<'_> {
                 call.txn = None;
             } else {
                 let at = deadline(txn, call.txn_start);
-                self.timers.push(Reverse((at, slot, call.generation)));
+                self.timers.push(at, (slot, call.generation));
             }
         }
         // The first acceptable Expect from here, skipping optional ones.
@@ -714,7 +715,7 @@ impl Worker<'_> {
     }
 
     fn fire_timers(&mut self, now: Instant) {
-        while let Some(&Reverse((t, slot, generation))) = self.timers.peek() {
+        while let Some((t, (slot, generation))) = self.timers.peek() {
             if t > now {
                 return;
             }
@@ -738,7 +739,7 @@ impl Worker<'_> {
                 continue;
             }
             let at = deadline(txn, call.txn_start);
-            self.timers.push(Reverse((at, slot, generation)));
+            self.timers.push(at, (slot, generation));
             if o.retransmit {
                 let _ = self.link.send(&call.last, self.target);
                 self.outcome.retransmissions += 1;

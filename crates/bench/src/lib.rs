@@ -27,6 +27,7 @@ pub mod responder;
 pub mod scenario;
 pub mod srtp;
 pub mod stats;
+pub mod timers;
 pub mod variants;
 
 use crate::error::Error;
