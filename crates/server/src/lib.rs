@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod fuzzing;
 pub mod io;
 pub mod proto;
 

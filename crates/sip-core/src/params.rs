@@ -94,7 +94,18 @@ pub(crate) fn next_param<'a>(
             v
         }
         _ => {
-            let v = c.take_while(is_token);
+            let start = c.pos();
+            c.take_while(is_token);
+            if header == HeaderName::Via
+                && c.peek() == Some(b':')
+                && name.eq_ignore_ascii_case("received")
+            {
+                // RFC 3261's grammar gives `received` an IPv6 address
+                // without brackets (RFC 5118 §4.5: accept it with and
+                // without them).
+                c.take_while(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+            }
+            let v = &c.src()[start..c.pos()];
             if v.is_empty() {
                 return Err(invalid(
                     header,

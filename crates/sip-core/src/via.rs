@@ -153,7 +153,15 @@ pub(crate) fn parse_via<'a>(c: &mut Cursor<'a>, max_params: usize) -> Result<Via
                 _ => return Err(invalid("branch must be a token", at)),
             }
         } else if name.eq_ignore_ascii_case("received") {
-            match value {
+            // An IPv6 address with or without brackets (RFC 5118 §4.5);
+            // kept without them.
+            let address = value.map(|v| {
+                v.strip_prefix('[')
+                    .and_then(|v| v.strip_suffix(']'))
+                    .filter(|v| v.parse::<std::net::Ipv6Addr>().is_ok())
+                    .unwrap_or(v)
+            });
+            match address {
                 Some(v) if v.parse::<IpAddr>().is_ok() => received = Some(v),
                 _ => return Err(invalid("received must be an IP address", at)),
             }
@@ -250,6 +258,28 @@ mod tests {
         assert_eq!(v.received(), Some("192.0.2.1"));
         assert_eq!(v.ttl(), Some(16));
         assert_eq!(v.maddr(), Some("239.255.255.1"));
+        // RFC 5118 §4.5: an IPv6 received, with and without brackets.
+        for text in [
+            "SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3-111",
+            "SIP/2.0/UDP [2001:db8::9:1];received=2001:db8::9:255;branch=z9hG4bKas3-111",
+        ] {
+            let v = all(text).unwrap();
+            assert_eq!(v[0].received(), Some("2001:db8::9:255"), "{text}");
+            assert_eq!(v[0].branch(), Some("z9hG4bKas3-111"), "{text}");
+        }
+        let v = all("SIP/2.0/UDP h;received=::1;rport=5").unwrap();
+        assert_eq!(
+            (v[0].received(), v[0].rport()),
+            (Some("::1"), Some(Some(5)))
+        );
+        for bad in [
+            "SIP/2.0/UDP h;received=2001:db8::zz",
+            "SIP/2.0/UDP h;received=[2001:db8::1",
+            "SIP/2.0/UDP h;received=[192.0.2.1]",
+            "SIP/2.0/UDP h;received=1:2:3:4:5:6:7:8:9",
+        ] {
+            assert!(all(bad).is_err(), "{bad}");
+        }
         let w = all("SIP/2.0/UDP h;rport=5066").unwrap();
         assert_eq!(w[0].rport(), Some(Some(5066)));
         assert_eq!(w[0].rport_raw(), Some("rport=5066"));

@@ -1,0 +1,177 @@
+//! The fuzz target body for the server's core: the cargo-fuzz target in
+//! `fuzz/` calls it, and the test suite calls it over mutations of a
+//! seed corpus (`tests/hostile_input.rs`), so the property is checked on
+//! every commit, as `sip_core::fuzzing` does for the parser.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sip_core::digest::Algorithm;
+use sip_core::{Limits, Message};
+
+use crate::config::{Config, Mode};
+use crate::io::drive;
+use crate::proto::auth::{Authenticator, NonceKey};
+use crate::proto::core::{Core, Now, Reply, Shared, Transport};
+use crate::proto::location::MemoryLocation;
+use crate::proto::users::{UserEntry, Users};
+
+/// What separates the messages of one input.
+pub const SEPARATOR: &[u8] = b"\0\0";
+
+/// The servers the first byte picks from (its low two bits).
+const SERVERS: [(Mode, bool); 4] = [
+    (Mode::Registrar, true),
+    (Mode::Proxy, true),
+    (Mode::Proxy, false),
+    (Mode::Redirect, false),
+];
+
+const TRANSPORTS: [Transport; 5] = [
+    Transport::Udp,
+    Transport::Tcp,
+    Transport::Tls,
+    Transport::Ws,
+    Transport::Wss,
+];
+
+/// Where messages come from: a phone, another, a v6 peer, the server
+/// itself (a loop), a port-0 peer.
+const SOURCES: [&str; 5] = [
+    "192.0.2.10:5060",
+    "198.51.100.7:40000",
+    "[2001:db8::5]:5062",
+    "127.0.0.1:5060",
+    "203.0.113.9:0",
+];
+
+/// A fresh core: a registrar with digest (user `alice`, password `pw`,
+/// realm `example.com`), a transaction-stateful record-routing proxy, a
+/// stateless proxy, or a redirect server; each also a registrar.
+pub fn server(pick: u8) -> Core {
+    let (mode, stateful) = SERVERS[usize::from(pick & 3)];
+    let auth = mode == Mode::Registrar;
+    let config = Config {
+        mode,
+        stateful,
+        record_route: stateful,
+        auth,
+        realm: "example.com".into(),
+        domains: vec!["example.com".into()],
+        advertise: "127.0.0.1:5060".parse().expect("literal"),
+        ..Config::default()
+    };
+    let now = Now {
+        unix_ms: 1_700_000_000_000,
+        mono: Instant::now(),
+    };
+    let authenticator = auth.then(|| {
+        let mut users = Users::default();
+        let _ = users.insert(
+            "alice",
+            "example.com",
+            UserEntry::from_password("alice", "example.com", "pw"),
+        );
+        Authenticator::new(
+            "example.com",
+            NonceKey::from_secret([7; 32], 300),
+            users,
+            &[Algorithm::Sha256, Algorithm::Md5],
+            64,
+            std::hash::RandomState::new(),
+        )
+    });
+    let shared = Shared::new(
+        config,
+        Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
+        authenticator,
+        now,
+        std::hash::RandomState::new(),
+    );
+    Core::new(Arc::new(shared))
+}
+
+/// The server core under hostile input. The first byte picks the server
+/// (see [`server`]) and, message by message, the transport and source;
+/// the rest is one or more messages separated by [`SEPARATOR`], handed to
+/// the same core in turn, a second apart, its timers run between them.
+///
+/// Never panics; whatever a message that parses makes the core send
+/// parses too (with room for the header lines a proxy adds); a message
+/// that does not parse gets at most an error response.
+pub fn core(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let mut core = server(pick);
+    let start = Instant::now();
+    let mut out = Vec::with_capacity(4096);
+    for (i, msg) in split(rest).enumerate() {
+        let salt = usize::from(pick >> 2).wrapping_add(i);
+        let transport = TRANSPORTS[salt % TRANSPORTS.len()];
+        let src: SocketAddr = SOURCES[(salt / TRANSPORTS.len()) % SOURCES.len()]
+            .parse()
+            .expect("literal");
+        let now = Now {
+            unix_ms: 1_700_000_000_000 + 1000 * i as u64,
+            mono: start + Duration::from_secs(i as u64),
+        };
+        core.on_timer(now);
+        check_sends(&core, "a timer");
+        let reply = drive::handle(&mut core, None, msg, src, transport, now, &mut out);
+        let parsed = Message::parse(msg).is_ok();
+        if let Reply::Send(..) = reply {
+            if parsed {
+                must_parse(&out, "the reply");
+            } else {
+                assert!(
+                    out.starts_with(b"SIP/2.0 4") || out.starts_with(b"SIP/2.0 5"),
+                    "not an error response to input that does not parse: {}",
+                    String::from_utf8_lossy(&out)
+                );
+            }
+        }
+        if parsed {
+            check_sends(&core, "an extra send");
+        }
+    }
+}
+
+/// The messages of an input.
+pub fn split(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(data);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) {
+            Some(at) => {
+                rest = Some(&r[at + SEPARATOR.len()..]);
+                Some(&r[..at])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
+fn check_sends(core: &Core, what: &str) {
+    for (bytes, _) in core.extra().iter() {
+        must_parse(bytes, what);
+    }
+}
+
+fn must_parse(bytes: &[u8], what: &str) {
+    let headroom = Limits {
+        max_headers: Limits::DEFAULT.max_headers + 4,
+        max_message_len: Limits::DEFAULT.max_message_len + 1024,
+        ..Limits::DEFAULT
+    };
+    if let Err(e) = Message::parse_with(bytes, &headroom) {
+        panic!(
+            "{what} does not parse ({e}):\n{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! The server core under hostile input: the fuzz property
+//! (`sipsec_server::fuzzing::core`) over dialogues of registrations and
+//! calls and deterministic mutations of them, on every kind of server and
+//! transport, so every commit is checked as the cargo-fuzz target checks.
+
+use sip_core::fuzzing::Mutator;
+use sipsec_server::fuzzing::{core, split, SEPARATOR};
+
+const SDP: &str = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+
+fn request(method: &str, ruri: &str, via: &str, extra: &str, body: &str) -> String {
+    format!(
+        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/{via};branch=z9hG4bK-{method}-1;rport\r\nMax-Forwards: 70\r\nFrom: <sip:alice@example.com>;tag=a1\r\nTo: <sip:bob@example.com>\r\nCall-ID: c1@192.0.2.10\r\nCSeq: 1 {method}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Dialogues a server meets: registrations (digest, outbound, Path,
+/// wildcard), calls to registered and unknown users, in-dialog requests,
+/// CANCEL, responses, a browser over WebSocket.
+fn seeds() -> Vec<Vec<u8>> {
+    let udp = "UDP 192.0.2.10:5060";
+    let ws = "WSS df7jal23ls0d.invalid";
+    let register_bob = request(
+        "REGISTER",
+        "sip:example.com",
+        udp,
+        "Contact: <sip:bob@192.0.2.10:5060>;expires=600;+sip.instance=\"<urn:uuid:00000000-0000-1000-8000-000A95A0E128>\";reg-id=1\r\nSupported: outbound, path\r\nPath: <sip:edge.example.com;lr>\r\n",
+        "",
+    )
+    .replace("sip:alice@", "sip:bob@");
+    let invite = request(
+        "INVITE",
+        "sip:bob@example.com",
+        udp,
+        "Contact: <sip:alice@192.0.2.10:5060>\r\nContent-Type: application/sdp\r\n",
+        SDP,
+    );
+    let dialogues: Vec<Vec<String>> = vec![
+        vec![
+            request("REGISTER", "sip:example.com", udp, "Contact: <sip:alice@192.0.2.10>\r\nExpires: 3600\r\n", ""),
+            request(
+                "REGISTER",
+                "sip:example.com",
+                udp,
+                "Contact: <sip:alice@192.0.2.10>\r\nAuthorization: Digest username=\"alice\", realm=\"example.com\", nonce=\"bm9uY2U=\", uri=\"sip:example.com\", response=\"0123456789abcdef0123456789abcdef\", algorithm=MD5, qop=auth, nc=00000001, cnonce=\"c0ffee\"\r\n",
+                "",
+            ),
+            request("REGISTER", "sip:example.com", udp, "Contact: *\r\nExpires: 0\r\n", ""),
+        ],
+        vec![
+            register_bob.clone(),
+            invite.clone(),
+            request("CANCEL", "sip:bob@example.com", udp, "", "").replace("z9hG4bK-CANCEL-1", "z9hG4bK-INVITE-1"),
+            request("ACK", "sip:bob@192.0.2.10:5060", udp, "Route: <sip:127.0.0.1:5060;lr>\r\n", ""),
+            request("BYE", "sip:bob@192.0.2.10:5060", udp, "Route: <sip:127.0.0.1:5060;lr;ftag=a1>, <sip:edge.example.com;lr>\r\n", ""),
+        ],
+        vec![
+            register_bob,
+            invite.clone(),
+            "SIP/2.0 180 Ringing\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK-proxy\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-INVITE-1;rport\r\nFrom: <sip:alice@example.com>;tag=a1\r\nTo: <sip:bob@example.com>;tag=b1\r\nCall-ID: c1@192.0.2.10\r\nCSeq: 1 INVITE\r\nContact: <sip:bob@192.0.2.10:5060>\r\nRecord-Route: <sip:127.0.0.1:5060;lr>\r\nContent-Length: 0\r\n\r\n".to_owned(),
+            request("OPTIONS", "sip:127.0.0.1:5060", udp, "Accept: application/sdp\r\n", ""),
+            request("MESSAGE", "sip:bob@example.com", udp, "Content-Type: text/plain\r\n", "hello"),
+        ],
+        vec![
+            request(
+                "REGISTER",
+                "sip:example.com",
+                ws,
+                "Contact: <sip:kj3h@df7jal23ls0d.invalid;transport=ws>;expires=600;reg-id=1;+sip.instance=\"<urn:uuid:1>\"\r\nSupported: outbound, path, gruu\r\n",
+                "",
+            )
+            .replace("sip:alice@", "sip:bob@"),
+            invite,
+            request("SUBSCRIBE", "sip:bob@example.com", ws, "Event: presence\r\nExpires: 600\r\nContact: <sip:kj3h@df7jal23ls0d.invalid;transport=ws>\r\n", ""),
+            request("REFER", "sip:bob@example.com", ws, "Refer-To: <sip:carol@example.com>\r\nContact: <sip:kj3h@df7jal23ls0d.invalid;transport=ws>\r\n", ""),
+        ],
+    ];
+    dialogues
+        .into_iter()
+        .map(|d| {
+            d.join(std::str::from_utf8(SEPARATOR).expect("ascii"))
+                .into_bytes()
+        })
+        .collect()
+}
+
+#[test]
+fn seed_dialogues_are_well_formed_and_pass() {
+    for seed in seeds() {
+        let n = split(&seed).count();
+        assert!(n >= 3, "{n}");
+        for m in split(&seed) {
+            sip_core::Message::parse(m)
+                .unwrap_or_else(|e| panic!("seed message: {e}\n{}", String::from_utf8_lossy(m)));
+        }
+        for pick in 0..=255u8 {
+            core(&[&[pick][..], &seed].concat());
+        }
+    }
+}
+
+#[test]
+fn mutated_dialogues_never_break_the_core() {
+    let mut rng = Mutator::new(0x5eed_0c0e);
+    for seed in seeds() {
+        for i in 0..1500 {
+            let pick = rng.below(256) as u8;
+            // Mostly one message changed in place, sometimes the whole
+            // dialogue (messages merged, split, cut).
+            let input = if i % 4 == 0 {
+                rng.mutate(&seed)
+            } else {
+                let msgs: Vec<&[u8]> = split(&seed).collect();
+                let k = rng.below(msgs.len());
+                let changed = rng.mutate(msgs[k]);
+                let mut out = Vec::new();
+                for (j, m) in msgs.iter().enumerate() {
+                    if j > 0 {
+                        out.extend_from_slice(SEPARATOR);
+                    }
+                    out.extend_from_slice(if j == k { &changed } else { m });
+                }
+                out
+            };
+            core(&[&[pick][..], &input].concat());
+        }
+    }
+}
