@@ -3,7 +3,7 @@
 # Needs a nightly toolchain and cargo-fuzz (cargo install cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")"
-target=${1:?target: message | uri | digest_header}
+target=${1:?target: message | uri | digest_header | srtp_unprotect | server_core | websocket_frames}
 secs=${2:-600}
 mkdir -p "corpus/$target"
 # Seeds (the corpus directory itself is not committed).
@@ -16,6 +16,13 @@ case "$target" in
     digest_header)
         printf 'Digest username="bob", realm="biloxi.example.com", nonce="dcd98b", uri="sip:bob@biloxi.example.com", qop=auth, nc=00000001, cnonce="0a4f113b", response="6629fae49393a05397450978507c4ef1", algorithm=SHA-256' > corpus/digest_header/seed-credentials
         printf 'Digest realm="atlanta.example.com", qop="auth,auth-int", nonce="ea9c8e88df84f1cec4341ae6cbe5a359", opaque="", stale=TRUE, algorithm=MD5' > corpus/digest_header/seed-challenge ;;
+    server_core)
+        # One message each, to every kind of server (the first byte picks).
+        for f in ../crates/sip-core/testdata/rfc4475/valid/*.sip ../crates/sip-core/testdata/bench/*.sip; do
+            for pick in 0 1 2 3; do
+                { printf "\\$(printf %o "$pick")"; cat "$f"; } > "corpus/$target/$(basename "$f").$pick"
+            done
+        done ;;
 esac
 cp ../crates/sip-core/testdata/fuzz-regressions/* "corpus/$target/"
 exec cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$secs" -max_len=4096

@@ -1,7 +1,8 @@
-//! The fuzz target body for the server's core: the cargo-fuzz target in
-//! `fuzz/` calls it, and the test suite calls it over mutations of a
-//! seed corpus (`tests/hostile_input.rs`), so the property is checked on
-//! every commit, as `sip_core::fuzzing` does for the parser.
+//! Fuzz target bodies for the server's core and its WebSocket frame
+//! decoder: the cargo-fuzz targets in `fuzz/` call them, and the test
+//! suite calls them over mutations of seeds (`tests/hostile_input.rs`),
+//! so the properties are checked on every commit, as `sip_core::fuzzing`
+//! does for the parser.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::proto::auth::{Authenticator, NonceKey};
 use crate::proto::core::{Core, Now, Reply, Shared, Transport};
 use crate::proto::location::MemoryLocation;
 use crate::proto::users::{UserEntry, Users};
+use crate::proto::websocket;
 
 /// What separates the messages of one input.
 pub const SEPARATOR: &[u8] = b"\0\0";
@@ -174,4 +176,61 @@ fn must_parse(bytes: &[u8], what: &str) {
             String::from_utf8_lossy(bytes)
         );
     }
+}
+
+/// A [`websocket::Event`] kept past the decoder's call.
+#[derive(Debug, PartialEq, Eq)]
+enum Owned {
+    Message(Vec<u8>),
+    Ping(Vec<u8>),
+    Close(Option<u16>),
+}
+
+/// Decodes `bytes` handed over `chunk` bytes at a time, as reads bring
+/// them: the events until the peer's close or a violation.
+fn frames(bytes: &[u8], chunk: usize, max: usize) -> (Vec<Owned>, Option<websocket::Violation>) {
+    let mut decoder = websocket::Decoder::default();
+    let mut buf = Vec::new();
+    let mut events = Vec::new();
+    for piece in bytes.chunks(chunk.max(1)) {
+        buf.extend_from_slice(piece);
+        let decoded = decoder.decode(&mut buf, max, |e| {
+            events.push(match e {
+                websocket::Event::Message(m) => {
+                    assert!(m.len() <= max, "a message of {} > {max} bytes", m.len());
+                    Owned::Message(m.to_vec())
+                }
+                websocket::Event::Ping(p) => Owned::Ping(p.to_vec()),
+                websocket::Event::Close(c) => Owned::Close(c),
+            })
+        });
+        match decoded {
+            Ok(used) => {
+                assert!(used <= buf.len());
+                buf.drain(..used);
+            }
+            Err(v) => return (events, Some(v)),
+        }
+        if matches!(events.last(), Some(Owned::Close(_))) {
+            break;
+        }
+    }
+    (events, None)
+}
+
+/// The WebSocket frame decoder under hostile frames. The first byte
+/// picks the message size limit (its low two bits) and how many bytes
+/// each read brings (the rest, plus one); the rest are the frames.
+///
+/// Never panics; no message exceeds the limit; the frames read in pieces
+/// give the same messages, pings, close and violation as read whole.
+pub fn websocket(data: &[u8]) {
+    let Some((&pick, bytes)) = data.split_first() else {
+        return;
+    };
+    let max = [16, 125, 4096, 65_536][usize::from(pick & 3)];
+    let chunk = 1 + usize::from(pick >> 2);
+    let whole = frames(bytes, bytes.len(), max);
+    let pieces = frames(bytes, chunk, max);
+    assert_eq!(whole, pieces, "read whole and in pieces of {chunk}");
 }

@@ -1,10 +1,12 @@
-//! The server core under hostile input: the fuzz property
-//! (`sipsec_server::fuzzing::core`) over dialogues of registrations and
-//! calls and deterministic mutations of them, on every kind of server and
-//! transport, so every commit is checked as the cargo-fuzz target checks.
+//! The server core and its WebSocket frame decoder under hostile input:
+//! the fuzz properties (`sipsec_server::fuzzing`) over seeds — dialogues
+//! of registrations and calls on every kind of server and transport,
+//! browser frame sequences — and deterministic mutations of them, so
+//! every commit is checked as the cargo-fuzz targets check.
 
 use sip_core::fuzzing::Mutator;
-use sipsec_server::fuzzing::{core, split, SEPARATOR};
+use sip_core::websocket::{opcode, push_client_frame, BINARY, CLOSE, TEXT};
+use sipsec_server::fuzzing::{core, split, websocket, SEPARATOR};
 
 const SDP: &str = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
 
@@ -124,6 +126,50 @@ fn mutated_dialogues_never_break_the_core() {
                 out
             };
             core(&[&[pick][..], &input].concat());
+        }
+    }
+}
+
+/// What a browser sends: a message in one frame, one in three fragments
+/// with a ping between them, a binary message, a pong, a close.
+fn frame_seeds() -> Vec<Vec<u8>> {
+    let sip = request("OPTIONS", "sip:example.com", "WSS a.invalid", "", "");
+    let (a, b) = sip.split_at(40);
+    let (b, c) = b.split_at(30);
+    let mask = [0x37, 0xfa, 0x21, 0x3d];
+    let mut one = Vec::new();
+    push_client_frame(&mut one, TEXT, sip.as_bytes(), mask);
+    let mut fragmented = Vec::new();
+    push_client_frame(&mut fragmented, opcode::TEXT, a.as_bytes(), mask);
+    push_client_frame(&mut fragmented, 0x80 | opcode::PING, b"are you there", mask);
+    push_client_frame(&mut fragmented, opcode::CONTINUATION, b.as_bytes(), mask);
+    push_client_frame(
+        &mut fragmented,
+        0x80 | opcode::CONTINUATION,
+        c.as_bytes(),
+        mask,
+    );
+    let mut mixed = Vec::new();
+    push_client_frame(&mut mixed, BINARY, &[0, 159, 146, 150, 255], mask);
+    push_client_frame(&mut mixed, 0x80 | opcode::PONG, b"", mask);
+    push_client_frame(&mut mixed, TEXT, &[b'x'; 300], mask);
+    push_client_frame(&mut mixed, CLOSE, &[0x03, 0xe8, b'o', b'k'], mask);
+    push_client_frame(&mut mixed, TEXT, b"after the close", mask);
+    vec![one, fragmented, mixed]
+}
+
+#[test]
+fn frames_read_in_pieces_decode_as_read_whole() {
+    for seed in frame_seeds() {
+        for pick in 0..=255u8 {
+            websocket(&[&[pick][..], &seed].concat());
+        }
+    }
+    let mut rng = Mutator::new(0x5eed_0f4a);
+    for seed in frame_seeds() {
+        for _ in 0..3000 {
+            let pick = rng.below(256) as u8;
+            websocket(&[&[pick][..], &rng.mutate(&seed)].concat());
         }
     }
 }

@@ -1,0 +1,4 @@
+//! cargo-fuzz target; the property lives in `sipsec_server::fuzzing::core`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sipsec_server::fuzzing::core(data));
