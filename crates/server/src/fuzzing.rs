@@ -178,6 +178,10 @@ fn must_parse(bytes: &[u8], what: &str) {
     }
 }
 
+/// The longest frame header (RFC 6455 §5.2): two bytes, a 64-bit
+/// length, a mask.
+const MAX_FRAME_HEAD: usize = 14;
+
 /// A [`websocket::Event`] kept past the decoder's call.
 #[derive(Debug, PartialEq, Eq)]
 enum Owned {
@@ -214,6 +218,14 @@ fn frames(bytes: &[u8], chunk: usize, max: usize) -> (Vec<Owned>, Option<websock
         if matches!(events.last(), Some(Owned::Close(_))) {
             break;
         }
+        // What waits is at most one frame within the limit (or a
+        // control frame, up to 125 bytes): a peer cannot make the
+        // connection hold more.
+        assert!(
+            buf.len() <= max.max(125) + MAX_FRAME_HEAD,
+            "{} bytes held for a message limit of {max}",
+            buf.len()
+        );
     }
     (events, None)
 }

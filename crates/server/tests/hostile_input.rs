@@ -173,3 +173,30 @@ fn frames_read_in_pieces_decode_as_read_whole() {
         }
     }
 }
+
+/// The first finding of the `websocket_frames` target: a message begun,
+/// then a continuation announcing 2^64 - 1 bytes. The sum of the two
+/// overflowed (a panic in a debug build; in a release build the check
+/// passed and the connection held whatever the peer sent next). Now it
+/// is refused, whole and read a byte at a time, like any length with the
+/// top bit set.
+#[test]
+fn a_frame_length_near_two_to_the_64_is_refused() {
+    let mask = [1, 2, 3, 4];
+    for declared in [u64::MAX, u64::MAX - 5, 1 << 63] {
+        let mut frames = Vec::new();
+        push_client_frame(&mut frames, opcode::TEXT, b"REGISTER", mask);
+        frames.extend_from_slice(&[opcode::CONTINUATION, 0x80 | 127]);
+        frames.extend_from_slice(&declared.to_be_bytes());
+        frames.extend_from_slice(&mask);
+        frames.extend_from_slice(&[0u8; 64]);
+        let mut decoder = sipsec_server::proto::websocket::Decoder::default();
+        let e = decoder
+            .decode(&mut frames.clone(), 1 << 16, |_| {})
+            .expect_err("refused");
+        assert_eq!(e.code, 1002, "{declared}: {}", e.why);
+        for pick in [3u8, 255] {
+            websocket(&[&[pick][..], &frames].concat());
+        }
+    }
+}

@@ -255,8 +255,16 @@ impl Decoder {
                     "a control frame fragmented or longer than 125 bytes",
                 ));
             }
+            // RFC 6455 §5.2: a 64-bit length has its most significant
+            // bit clear.
+            if len > i64::MAX as u64 {
+                return Err(violation(
+                    close::PROTOCOL,
+                    "a frame length with its most significant bit set",
+                ));
+            }
             let so_far = self.partial.as_ref().map_or(0, |(p, _)| p.len() as u64);
-            if !control && so_far + len > max as u64 {
+            if !control && so_far.saturating_add(len) > max as u64 {
                 return Err(violation(close::TOO_BIG, "a message larger than allowed"));
             }
             let Some(end) = usize::try_from(len)
