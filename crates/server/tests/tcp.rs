@@ -102,6 +102,12 @@ fn register_keepalive_and_framing_errors() {
     let mut pong = [0u8; 2];
     c.read_exact(&mut pong).expect("pong");
     assert_eq!(&pong, b"\r\n");
+    // A ping in two reads is a ping too.
+    c.write_all(b"\r\n").expect("half a ping");
+    std::thread::sleep(Duration::from_millis(50));
+    c.write_all(b"\r\n").expect("the other half");
+    c.read_exact(&mut pong).expect("pong to the split ping");
+    assert_eq!(&pong, b"\r\n");
     // A message without Content-Length cannot be framed: 400, then close.
     c.write_all(msg.replace("Content-Length: 0\r\n", "").as_bytes())
         .expect("write");

@@ -783,6 +783,9 @@ struct Local {
     /// WebSocket: the upgrade still to come (`None`), or the frames'
     /// reassembly after it.
     ws: Option<Box<Option<websocket::Decoder>>>,
+    /// CR/LF bytes the reads so far ended with: a CRLFCRLF ping (RFC 5626
+    /// §4.4.1) may come in two reads.
+    crlf: u8,
 }
 
 impl Local {
@@ -800,6 +803,7 @@ impl Local {
             handshaking,
             connecting,
             ws,
+            crlf: 0,
         }
     }
 
@@ -1303,10 +1307,11 @@ impl Reactor {
         l.last_read = now;
         let mut inbuf = std::mem::take(&mut l.inbuf);
         let conn = l.conn.clone();
+        let mut crlf = l.crlf;
         // The common case: a whole message in one read, handled in place.
         let consumed = if inbuf.is_empty() {
             let scratch = std::mem::take(&mut self.scratch);
-            let r = self.handle_frames(&conn, &scratch[..n]);
+            let r = self.handle_frames(&conn, &scratch[..n], &mut crlf);
             if let Ok(used) = r {
                 inbuf.extend_from_slice(&scratch[used..n]);
             }
@@ -1314,7 +1319,7 @@ impl Reactor {
             r.map(|_| ())
         } else {
             inbuf.extend_from_slice(&self.scratch[..n]);
-            let r = self.handle_frames(&conn, &inbuf);
+            let r = self.handle_frames(&conn, &inbuf, &mut crlf);
             if let Ok(used) = r {
                 inbuf.drain(..used);
             }
@@ -1327,6 +1332,7 @@ impl Reactor {
         let Some(l) = self.locals.get_mut(&t) else {
             return false;
         };
+        l.crlf = crlf;
         if inbuf.is_empty() {
             l.message_start = None;
             l.inbuf = Vec::new();
@@ -1338,21 +1344,31 @@ impl Reactor {
     }
 
     /// Handles every complete message at the start of `bytes`; returns
-    /// how many bytes they took. `Err`: the stream cannot be framed
+    /// how many bytes they took. `crlf` carries the CR/LF bytes a read
+    /// ended with to the next. `Err`: the stream cannot be framed
     /// (answered when possible).
-    fn handle_frames(&mut self, conn: &Arc<Conn>, bytes: &[u8]) -> Result<usize, ()> {
+    fn handle_frames(
+        &mut self,
+        conn: &Arc<Conn>,
+        bytes: &[u8],
+        crlf: &mut u8,
+    ) -> Result<usize, ()> {
         let limits = Limits::DEFAULT;
         let mut at = 0;
         loop {
             match frame(&bytes[at..], &limits) {
                 Ok(Frame::KeepAlive(n)) => {
-                    // RFC 5626 §3.5.1: a CRLFCRLF ping gets a CRLF pong.
-                    if n >= 4 {
+                    // RFC 5626 §3.5.1: a CRLFCRLF ping gets a CRLF pong,
+                    // also when its halves come in two reads.
+                    *crlf = crlf.saturating_add(u8::try_from(n).unwrap_or(u8::MAX));
+                    if *crlf >= 4 {
+                        *crlf = 0;
                         let _ = lock(&conn.tx).queue(b"\r\n", self.hub.limits.queue_bytes);
                     }
                     at += n;
                 }
                 Ok(Frame::Message(n)) => {
+                    *crlf = 0;
                     self.handle_message(conn, &bytes[at..at + n]);
                     at += n;
                 }
