@@ -66,22 +66,19 @@ fn make_ca(dir: &Path) -> PathBuf {
 /// A certificate for `key`, issued by the CA in `dir`, valid for
 /// 127.0.0.1, with common name `cn`.
 fn issue(dir: &Path, key: &Path, cn: &str, out: &Path) {
-    sipsec(&[
-        "keygen",
-        "cert",
-        "--key",
-        p(key),
-        "--cn",
-        cn,
-        "--san",
-        "127.0.0.1",
-        "--issuer-cert",
-        p(&dir.join("ca.pem")),
-        "--issuer-key",
-        p(&dir.join("ca.key")),
-        "-o",
-        p(out),
-    ]);
+    issue_for(dir, key, cn, &["127.0.0.1"], out);
+}
+
+/// Issues a certificate by the CA in `dir` for `cn`, naming `sans`.
+fn issue_for(dir: &Path, key: &Path, cn: &str, sans: &[&str], out: &Path) {
+    let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let mut args = vec!["keygen", "cert", "--key", p(key), "--cn", cn];
+    for san in sans {
+        args.extend(["--san", san]);
+    }
+    args.extend(["--issuer-cert", p(&ca_cert), "--issuer-key", p(&ca_key)]);
+    args.extend(["-o", p(out)]);
+    sipsec(&args);
 }
 
 /// Generates `NAME.key` with `sipsec keygen KIND…` and `NAME.pem`, issued
@@ -533,11 +530,40 @@ fn lines_until(peer: &Callee, prefix: &str) -> Vec<String> {
 /// certificate does not name) is not sent down it, and bob's is.
 #[test]
 fn a_tls_peer_named_by_its_certificate_gets_requests_back_on_its_connection() {
-    let dir = tempdir("tls-alias");
+    requests_come_back_on_the_aliased_connection(
+        "tls-alias",
+        &["127.0.0.1"],
+        "127.0.0.1",
+        "127.0.0.2",
+    );
+}
+
+/// The same with domain names, the usual sent-by of a TLS peer: the
+/// certificate names `peer.proxy.test` (a dNSName), so requests for
+/// `sips:…@peer.proxy.test:PORT` go down the connection — a name this
+/// server would not otherwise reach, as it does no DNS — and those for
+/// `other.proxy.test`, which the certificate does not name, do not.
+#[test]
+fn a_tls_peer_gets_requests_for_the_domain_name_its_certificate_names() {
+    requests_come_back_on_the_aliased_connection(
+        "tls-alias-name",
+        &["peer.proxy.test", "127.0.0.1"],
+        "peer.proxy.test",
+        "other.proxy.test",
+    );
+}
+
+/// A proxy peer with a certificate for `sans` aliases `own` and `other`
+/// (at a port nothing listens on); bob's contact is at `own`, bob2's at
+/// `other`: only bob's INVITE may come down the peer's connection.
+fn requests_come_back_on_the_aliased_connection(name: &str, sans: &[&str], own: &str, other: &str) {
+    let dir = tempdir(name);
     let ca = make_ca(&dir);
     let (key, cert) = key_and_cert(&dir, "server", &["ec"], "127.0.0.1");
-    // Valid for 127.0.0.1 only.
-    let (peer_key, peer_cert) = key_and_cert(&dir, "peer", &["ec"], "peer.proxy.test");
+    let peer_key = dir.join("peer.key");
+    let peer_cert = dir.join("peer.pem");
+    sipsec(&["keygen", "ec", "-o", p(&peer_key)]);
+    issue_for(&dir, &peer_key, "peer.proxy.test", sans, &peer_cert);
     let (server, tls) = serve_tls(
         &dir,
         &cert,
@@ -557,7 +583,7 @@ fn a_tls_peer_named_by_its_certificate_gets_requests_back_on_its_connection() {
     let ua = UdpSocket::bind("127.0.0.1:0").unwrap();
     ua.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let me = ua.local_addr().unwrap();
-    for (user, host) in [("bob", "127.0.0.1"), ("bob2", "127.0.0.2")] {
+    for (user, host) in [("bob", own), ("bob2", other)] {
         let register = format!(
             "REGISTER sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKr{user}\r\n\
              From: <sip:{user}@{a}>;tag=r\r\nTo: <sip:{user}@{a}>\r\nCall-ID: reg-{user}\r\n\
@@ -598,10 +624,10 @@ fn a_tls_peer_named_by_its_certificate_gets_requests_back_on_its_connection() {
         )
     };
     stdin
-        .write_all(aliases(&format!("127.0.0.2:{port}"), "alias-other").as_bytes())
+        .write_all(aliases(&format!("{other}:{port}"), "alias-other").as_bytes())
         .unwrap();
     stdin
-        .write_all(aliases(&format!("127.0.0.1:{port}"), "alias-own").as_bytes())
+        .write_all(aliases(&format!("{own}:{port}"), "alias-own").as_bytes())
         .unwrap();
     stdin.flush().unwrap();
     let got = lines_until(&peer, "Call-ID: alias-own");
@@ -625,7 +651,7 @@ fn a_tls_peer_named_by_its_certificate_gets_requests_back_on_its_connection() {
     let got = lines_until(&peer, "Call-ID: call-bob");
     let text = got.join("\n");
     assert!(
-        text.contains(&format!("INVITE sips:bob@127.0.0.1:{port} SIP/2.0")),
+        text.contains(&format!("INVITE sips:bob@{own}:{port} SIP/2.0")),
         "{text}"
     );
     assert!(!text.contains("bob2"), "{text}");

@@ -283,9 +283,21 @@ struct Conn {
     /// still unanswered fail at once (503 upstream) instead of after
     /// timer B or C.
     requests: Mutex<Vec<Key>>,
-    /// TLS: other addresses it stands for in the connection table
-    /// (RFC 5923 aliases, at most [`MAX_ALIASES`]).
-    aliases: Mutex<Vec<SocketAddr>>,
+    /// TLS: other addresses and domain names it stands for (RFC 5923
+    /// aliases, at most [`MAX_ALIASES`]).
+    aliases: Mutex<Vec<Alias>>,
+}
+
+/// A domain name (lower case) and port.
+type NameKey = (Box<str>, u16);
+
+/// A sent-by a TLS connection stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Alias {
+    /// An address, in the connection table.
+    Addr(SocketAddr),
+    /// A domain name (lower case) and port, in the table of names.
+    Name(Box<str>, u16),
 }
 
 /// Aliases one TLS connection may hold (a proxy has one sent-by, maybe a
@@ -324,6 +336,8 @@ pub struct TcpHub {
     /// The effective global limit.
     max: usize,
     conns: Mutex<HashMap<SocketAddr, Arc<Conn>>>,
+    /// TLS connections that stand for a domain name and port (RFC 5923).
+    names: Mutex<HashMap<NameKey, Arc<Conn>>>,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
     open: AtomicUsize,
     next_token: AtomicUsize,
@@ -353,6 +367,7 @@ impl TcpHub {
             limits,
             max,
             conns: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
             per_ip: Mutex::new(HashMap::new()),
             open: AtomicUsize::new(0),
             next_token: AtomicUsize::new(FIRST_CONN),
@@ -548,15 +563,13 @@ impl TcpHub {
         }
     }
 
-    /// RFC 5923 connection reuse: a request whose top Via carries
-    /// `alias`, over a TLS connection whose peer authenticated with a
-    /// certificate, makes this connection stand for the Via's sent-by
-    /// (port 5061 by default), so requests to that address go back over
-    /// it instead of over a new connection. Only when the certificate
-    /// names the sent-by — here an IP address, as next hops are named by
-    /// address and verified the same way (subjectAltName iPAddress) — and
-    /// no connection to that address is open: a peer can only alias
-    /// itself, and never takes another's place.
+    /// RFC 5923: a TLS peer whose request's top Via carries `alias`
+    /// gets the requests for its sent-by (`host:port`, 5061 by default)
+    /// down this connection instead of over a new one. Only when its
+    /// certificate names the sent-by (subjectAltName iPAddress for an
+    /// address, dNSName for a domain name, as a next hop's certificate
+    /// is checked) and no other connection stands for it: a peer can
+    /// only alias itself, and never takes another's place.
     fn alias(&self, conn: &Arc<Conn>, bytes: &[u8]) {
         let Ok(msg) = sip_core::Message::parse(bytes) else {
             return;
@@ -568,15 +581,25 @@ impl TcpHub {
         {
             return;
         }
-        let ip = match via.host() {
-            sip_core::uri::Host::V4(a) => IpAddr::V4(a),
-            sip_core::uri::Host::V6(a) => IpAddr::V6(a),
-            sip_core::uri::Host::Name(_) => return,
+        let port = via.port().unwrap_or(5061);
+        let (alias, name) = match via.host() {
+            sip_core::uri::Host::V4(a) => (Alias::Addr(SocketAddr::new(a.into(), port)), None),
+            sip_core::uri::Host::V6(a) => (Alias::Addr(SocketAddr::new(a.into(), port)), None),
+            sip_core::uri::Host::Name(n) => {
+                let Ok(name) = ServerName::try_from(n.to_ascii_lowercase()) else {
+                    return;
+                };
+                (Alias::Name(n.to_ascii_lowercase().into(), port), Some(name))
+            }
         };
-        let at = SocketAddr::new(ip, via.port().unwrap_or(5061));
-        if at == conn.peer {
+        if alias == Alias::Addr(conn.peer) {
             return;
         }
+        let server_name = match (&alias, name) {
+            (_, Some(name)) => name,
+            (Alias::Addr(at), None) => ServerName::IpAddress(at.ip().into()),
+            (Alias::Name(..), None) => return,
+        };
         let named = {
             let tx = lock(&conn.tx);
             let leaf = tx
@@ -586,26 +609,37 @@ impl TcpHub {
                 .and_then(|c| c.first());
             leaf.is_some_and(|leaf| {
                 rustls::server::ParsedCertificate::try_from(leaf).is_ok_and(|cert| {
-                    rustls::client::verify_server_name(&cert, &ServerName::IpAddress(ip.into()))
-                        .is_ok()
+                    rustls::client::verify_server_name(&cert, &server_name).is_ok()
                 })
             })
         };
         if !named {
-            tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = %at, "alias refused: the client certificate does not name the Via sent-by");
+            tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "alias refused: the client certificate does not name the Via sent-by");
             return;
         }
         let mut aliases = lock(&conn.aliases);
-        if aliases.contains(&at) || aliases.len() >= MAX_ALIASES {
+        if aliases.contains(&alias) || aliases.len() >= MAX_ALIASES {
             return;
         }
-        let mut conns = lock(&self.conns);
-        if conns.contains_key(&at) {
-            return;
+        match &alias {
+            Alias::Addr(at) => {
+                let mut conns = lock(&self.conns);
+                if conns.contains_key(at) {
+                    return;
+                }
+                conns.insert(*at, conn.clone());
+            }
+            Alias::Name(n, p) => {
+                let mut names = lock(&self.names);
+                let key = (n.clone(), *p);
+                if names.contains_key(&key) {
+                    return;
+                }
+                names.insert(key, conn.clone());
+            }
         }
-        conns.insert(at, conn.clone());
-        aliases.push(at);
-        tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = %at, "connection reused for requests to its sent-by (RFC 5923)");
+        tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "connection reused for requests to its sent-by (RFC 5923)");
+        aliases.push(alias);
     }
 
     /// The requests of `keys` cannot be answered: those still waiting
@@ -756,6 +790,15 @@ impl crate::proto::core::Flows for TcpHub {
                 && lock(&c.closing).is_none()
                 && !matches!(lock(&c.tx).phase, Phase::Closed)
         })
+    }
+
+    fn named(&self, name: &str, port: u16) -> Option<SocketAddr> {
+        let names = lock(&self.names);
+        if names.is_empty() {
+            return None;
+        }
+        let key = (name.to_ascii_lowercase().into_boxed_str(), port);
+        names.get(&key).map(|c| c.peer)
     }
 }
 
@@ -1646,10 +1689,22 @@ impl Reactor {
         }
         {
             let aliases = std::mem::take(&mut *lock(&conn.aliases));
+            let mine = |c: Option<&Arc<Conn>>| c.is_some_and(|c| Arc::ptr_eq(c, &conn));
             let mut conns = lock(&hub.conns);
-            for at in std::iter::once(conn.peer).chain(aliases) {
-                if conns.get(&at).is_some_and(|c| Arc::ptr_eq(c, &conn)) {
-                    conns.remove(&at);
+            for at in std::iter::once(Alias::Addr(conn.peer)).chain(aliases) {
+                match at {
+                    Alias::Addr(at) => {
+                        if mine(conns.get(&at)) {
+                            conns.remove(&at);
+                        }
+                    }
+                    Alias::Name(n, p) => {
+                        let mut names = lock(&hub.names);
+                        let key = (n, p);
+                        if mine(names.get(&key)) {
+                            names.remove(&key);
+                        }
+                    }
                 }
             }
         }

@@ -207,6 +207,13 @@ pub trait Tap: std::fmt::Debug + Send + Sync {
 pub trait Flows: std::fmt::Debug + Send + Sync {
     /// True when a `transport` connection with `peer` is open.
     fn open(&self, peer: SocketAddr, transport: Transport) -> bool;
+
+    /// The peer of an open TLS connection that stands for the domain
+    /// name `name` at `port` (an RFC 5923 alias its certificate names),
+    /// if one does.
+    fn named(&self, _name: &str, _port: u16) -> Option<SocketAddr> {
+        None
+    }
 }
 
 impl Shared {
@@ -385,6 +392,26 @@ pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
 }
 
 impl Core {
+    /// Where a request for `host:port` over `transport` goes: an IP
+    /// literal or `localhost` as it is; over TLS, a domain name a peer's
+    /// connection stands for (RFC 5923; the port defaults to 5061). The
+    /// hot path does no DNS.
+    pub(super) fn hop(
+        &self,
+        host: Host<'_>,
+        port: Option<u16>,
+        transport: Transport,
+    ) -> Option<SocketAddr> {
+        match host {
+            Host::Name(n)
+                if transport == Transport::Tls && !n.eq_ignore_ascii_case("localhost") =>
+            {
+                self.shared.flows.get()?.named(n, port.unwrap_or(5061))
+            }
+            _ => resolve(host, port),
+        }
+    }
+
     /// A handler for one worker.
     pub fn new(shared: Arc<Shared>) -> Self {
         let created = shared.created;

@@ -316,7 +316,7 @@ impl Core {
         } else if let Some(r) = next_route {
             let u = r.uri();
             out_transport = Transport::of_uri(u);
-            u.host().and_then(|h| resolve(h, u.port()))
+            u.host().and_then(|h| self.hop(h, u.port(), out_transport))
         } else if self.is_local_uri(ruri) {
             let key = match (ruri.user(), ruri.host()) {
                 (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
@@ -413,7 +413,7 @@ impl Core {
                 // Gone without outbound: try the contact's own address.
                 _ => next.and_then(|u| {
                     out_transport = Transport::of_uri(&u);
-                    u.host().and_then(|h| resolve(h, u.port()))
+                    u.host().and_then(|h| self.hop(h, u.port(), out_transport))
                 }),
             };
             new_ruri = Some(contact);
@@ -422,7 +422,8 @@ impl Core {
             // In-dialog request that record-routed through us (§16.12):
             // the Request-URI is the peer's contact.
             out_transport = Transport::of_uri(ruri);
-            ruri.host().and_then(|h| resolve(h, ruri.port()))
+            ruri.host()
+                .and_then(|h| self.hop(h, ruri.port(), out_transport))
         } else if let Some(peer) = self
             .peer_for(ruri)
             .filter(|_| self.shared.config.mode == Mode::Proxy)
