@@ -394,18 +394,18 @@ pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
 impl Core {
     /// Where a request for `host:port` over `transport` goes: an IP
     /// literal or `localhost` as it is; over TLS, a domain name a peer's
-    /// connection stands for (RFC 5923; the port defaults to 5061). The
-    /// hot path does no DNS.
+    /// connection stands for (RFC 5923). Over TLS the port defaults to
+    /// 5061 (RFC 3261 §19.1.2). The hot path does no DNS.
     pub(super) fn hop(
         &self,
         host: Host<'_>,
         port: Option<u16>,
         transport: Transport,
     ) -> Option<SocketAddr> {
+        let tls = transport == Transport::Tls;
+        let port = port.or(tls.then_some(5061));
         match host {
-            Host::Name(n)
-                if transport == Transport::Tls && !n.eq_ignore_ascii_case("localhost") =>
-            {
+            Host::Name(n) if tls && !n.eq_ignore_ascii_case("localhost") => {
                 self.shared.flows.get()?.named(n, port.unwrap_or(5061))
             }
             _ => resolve(host, port),
@@ -1005,5 +1005,32 @@ impl Core {
                 seconds: self.shared.guard.config().ban_seconds,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tls_hop_defaults_to_5061_and_a_name_needs_an_alias() {
+        let core = crate::fuzzing::server(1);
+        let ip = Host::V4([192, 0, 2, 1].into());
+        let at = |s: &str| s.parse::<SocketAddr>().ok();
+        assert_eq!(core.hop(ip, None, Transport::Tls), at("192.0.2.1:5061"));
+        assert_eq!(core.hop(ip, None, Transport::Udp), at("192.0.2.1:5060"));
+        assert_eq!(core.hop(ip, None, Transport::Tcp), at("192.0.2.1:5060"));
+        assert_eq!(
+            core.hop(ip, Some(5070), Transport::Tls),
+            at("192.0.2.1:5070")
+        );
+        // No connection stands for the name, and there is no DNS.
+        let name = Host::Name("peer.example.com");
+        assert_eq!(core.hop(name, None, Transport::Tls), None);
+        assert_eq!(core.hop(name, None, Transport::Udp), None);
+        assert_eq!(
+            core.hop(Host::Name("localhost"), None, Transport::Tls),
+            at("127.0.0.1:5061")
+        );
     }
 }
