@@ -107,13 +107,8 @@ mod tests {
     /// lanes, and random deadlines, with pops in between.
     #[test]
     fn pops_in_deadline_order_like_a_heap() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut rand = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = sip_core::fuzzing::Mutator::new(0x9e37_79b9_7f4a_7c15);
+        let mut rand = move || rng.next_u64();
         let delays: [&[u64]; 4] = [
             &[500],
             &[500, 32_000],

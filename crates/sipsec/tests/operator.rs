@@ -114,13 +114,20 @@ fn find<'a>(lines: &'a [Value], message: &str) -> Option<&'a Value> {
         .find(|l| l["message"].as_str() == Some(message))
 }
 
-#[test]
-fn status_summarises_filters_and_pages() {
-    let dir = tempdir("op-status");
+/// A server on the embedded defaults in a fresh directory, and its
+/// operator endpoint's address.
+fn serve_with_endpoint(name: &str) -> (common::Running, String) {
+    let dir = tempdir(name);
     let s = common::serve_in(&dir.join("data"), &[]);
     let http = common::banner_http_addr(&s.banner)
         .expect("http")
         .to_string();
+    (s, http)
+}
+
+#[test]
+fn status_summarises_filters_and_pages() {
+    let (s, http) = serve_with_endpoint("op-status");
     for i in 0..30 {
         let r = register(
             s.addr,
@@ -204,11 +211,7 @@ fn assert_closed_unanswered(mut s: std::net::TcpStream, who: &str) {
 /// its connection past the exchange deadline (5 s in all, not per read).
 #[test]
 fn slow_operator_clients_neither_block_others_nor_outstay_the_deadline() {
-    let dir = tempdir("op-slow-http");
-    let s = common::serve_in(&dir.join("data"), &[]);
-    let http = common::banner_http_addr(&s.banner)
-        .expect("http")
-        .to_string();
+    let (_server, http) = serve_with_endpoint("op-slow-http");
     let silent = std::net::TcpStream::connect(&http).expect("connect");
     let mut drip = std::net::TcpStream::connect(&http).expect("connect");
     drip.set_read_timeout(Some(Duration::from_secs(30)))
@@ -250,11 +253,7 @@ fn slow_operator_clients_neither_block_others_nor_outstay_the_deadline() {
 /// the longest-silent one, which is closed.
 #[test]
 fn a_crowd_of_silent_clients_cannot_keep_a_scrape_out() {
-    let dir = tempdir("op-crowd-http");
-    let s = common::serve_in(&dir.join("data"), &[]);
-    let http = common::banner_http_addr(&s.banner)
-        .expect("http")
-        .to_string();
+    let (_server, http) = serve_with_endpoint("op-crowd-http");
     // Three times the places (8), all silent.
     let crowd: Vec<_> = (0..24)
         .map(|_| std::net::TcpStream::connect(&http).expect("connect"))
@@ -269,11 +268,7 @@ fn a_crowd_of_silent_clients_cannot_keep_a_scrape_out() {
 
 #[test]
 fn metrics_parse_with_the_reference_parser() {
-    let dir = tempdir("op-metrics");
-    let s = common::serve_in(&dir.join("data"), &[]);
-    let http = common::banner_http_addr(&s.banner)
-        .expect("http")
-        .to_string();
+    let (s, http) = serve_with_endpoint("op-metrics");
     assert!(register(s.addr, "alice", "sip:alice@192.0.2.1").starts_with("SIP/2.0 200"));
     // One REGISTER over TCP, one OPTIONS for someone unknown.
     let mut tcp = std::net::TcpStream::connect(s.addr).expect("tcp");
