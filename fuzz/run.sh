@@ -3,12 +3,12 @@
 # Needs a nightly toolchain and cargo-fuzz (cargo install cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")"
-target=${1:?target: message | uri | digest_header | srtp_unprotect | server_core | websocket_frames}
+target=${1:?target: message | uri | digest_header | framing | srtp_unprotect | server_core | websocket_frames}
 secs=${2:-600}
 mkdir -p "corpus/$target"
 # Seeds (the corpus directory itself is not committed).
 case "$target" in
-    message)
+    message|framing)
         cp ../crates/sip-core/testdata/rfc4475/*/*.sip ../crates/sip-core/testdata/bench/*.sip "corpus/$target/" ;;
     uri)
         printf 'sip:alice:pw@[2001:db8::1]:5061;transport=tcp;lr?subject=x&y=z' > corpus/uri/seed-sip

@@ -4,6 +4,8 @@
 
 use crate::auth::{Challenge, Credentials};
 use crate::digest::{self, Algorithm, Hex, Qop, ResponseInput};
+use crate::error::ErrorKind;
+use crate::framing::{frame, Frame};
 use crate::limits::Limits;
 use crate::message::Message;
 use crate::proxy::{forward_request, forward_response, RequestEdits};
@@ -125,6 +127,75 @@ pub fn digest_header(data: &[u8]) {
         };
         let _ = digest::verify(&input, c.response.unwrap_or(""));
     }
+}
+
+/// What a stream carried: its messages, how many keep-alive bytes came
+/// between them, and whether it could not be framed.
+#[derive(Debug, PartialEq, Eq)]
+struct Stream {
+    messages: Vec<Vec<u8>>,
+    keepalive: usize,
+    broken: bool,
+}
+
+/// Frames `bytes` received `chunk` bytes at a time, as a connection's
+/// reads bring them.
+fn stream(bytes: &[u8], chunk: usize, limits: &Limits) -> Stream {
+    let mut s = Stream {
+        messages: Vec::new(),
+        keepalive: 0,
+        broken: false,
+    };
+    let mut buf = Vec::new();
+    for piece in bytes.chunks(chunk.max(1)) {
+        buf.extend_from_slice(piece);
+        let mut at = 0;
+        loop {
+            match frame(&buf[at..], limits) {
+                Ok(Frame::KeepAlive(n)) => {
+                    assert!(n > 0 && at + n <= buf.len());
+                    s.keepalive += n;
+                    at += n;
+                }
+                Ok(Frame::Message(n)) => {
+                    assert!(n > 0 && at + n <= buf.len() && n <= limits.max_message_len);
+                    s.messages.push(buf[at..at + n].to_vec());
+                    at += n;
+                }
+                Err(e) if e.kind == ErrorKind::Incomplete => break,
+                Err(_) => {
+                    s.broken = true;
+                    return s;
+                }
+            }
+        }
+        buf.drain(..at);
+        // Waiting for the rest of one message: never more than the limit.
+        assert!(
+            buf.len() <= limits.max_message_len,
+            "{} bytes held",
+            buf.len()
+        );
+    }
+    s
+}
+
+/// Stream framing (TCP, TLS): never panics; the first byte picks how
+/// many bytes each read brings (plus one) and the rest is the stream.
+/// Read in pieces, it gives the same messages, the same keep-alive bytes
+/// and the same verdict as read whole, and holds at most one message's
+/// worth between reads.
+pub fn framing(data: &[u8]) {
+    let Some((&pick, bytes)) = data.split_first() else {
+        return;
+    };
+    let limits = Limits {
+        max_message_len: 2048,
+        ..Limits::DEFAULT
+    };
+    let whole = stream(bytes, bytes.len(), &limits);
+    let pieces = stream(bytes, 1 + usize::from(pick), &limits);
+    assert_eq!(whole, pieces, "read whole and in pieces of {}", 1 + pick);
 }
 
 /// Deterministic mutations of seed inputs, for running fuzz properties in

@@ -76,3 +76,25 @@ fn uri_and_digest_targets_over_mutations() {
         }
     }
 }
+
+/// Streams of torture messages with keep-alives between them, read in
+/// pieces of every size up to 256, then mutated.
+#[test]
+fn framing_target_over_streams_of_the_corpus() {
+    let seeds: Vec<Vec<u8>> = corpus().into_iter().filter(|m| m.len() < 1500).collect();
+    let mut rng = Mutator::new(0x5eed_0003);
+    for (i, seed) in seeds.iter().enumerate() {
+        let next = &seeds[(i + 1) % seeds.len()];
+        let mut s = seed.clone();
+        s.extend_from_slice(b"\r\n\r\n");
+        s.extend_from_slice(next);
+        s.extend_from_slice(b"\r\n");
+        for pick in [0u8, 1, 2, 6, 63, 255] {
+            fuzzing::framing(&[&[pick][..], &s].concat());
+        }
+        for _ in 0..200 {
+            let pick = rng.below(256) as u8;
+            fuzzing::framing(&[&[pick][..], &rng.mutate(&s)].concat());
+        }
+    }
+}
