@@ -291,13 +291,14 @@ impl Tracer {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        match self.queue.try_send(packet) {
-            Ok(()) => {
-                self.queued.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        // Counted before it is queued, so that the count never lags a
+        // copy the collector already has; taken back if it is not.
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.queue.try_send(packet)
+        {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
