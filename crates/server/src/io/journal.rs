@@ -110,9 +110,8 @@ struct Growth {
     /// The configured compaction threshold; `u64::MAX` until a compactor
     /// listens.
     threshold: AtomicU64,
-    /// The growth worth compacting for: the threshold or the last
-    /// snapshot's size, the larger.
-    trigger: AtomicU64,
+    /// The last snapshot's size.
+    snapshot: AtomicU64,
     /// Set once the compactor was woken, until it compacted.
     told: std::sync::atomic::AtomicBool,
     compactor: std::sync::OnceLock<std::thread::Thread>,
@@ -123,7 +122,7 @@ impl Default for Growth {
         Self {
             bytes: AtomicU64::new(0),
             threshold: AtomicU64::new(u64::MAX),
-            trigger: AtomicU64::new(u64::MAX),
+            snapshot: AtomicU64::new(0),
             told: Default::default(),
             compactor: std::sync::OnceLock::new(),
         }
@@ -131,10 +130,17 @@ impl Default for Growth {
 }
 
 impl Growth {
+    /// The growth worth compacting for: the threshold or the last
+    /// snapshot's size, the larger (so a large, mostly live store is not
+    /// rewritten over and over).
+    fn trigger(&self) -> u64 {
+        let threshold = self.threshold.load(Ordering::Relaxed);
+        threshold.max(self.snapshot.load(Ordering::Relaxed))
+    }
+
     fn grew(&self, n: usize) {
         let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        if total >= self.trigger.load(Ordering::Relaxed) && !self.told.swap(true, Ordering::AcqRel)
-        {
+        if total >= self.trigger() && !self.told.swap(true, Ordering::AcqRel) {
             if let Some(t) = self.compactor.get() {
                 t.unpark();
             }
@@ -219,9 +225,10 @@ pub struct Persistence {
     gen: AtomicU64,
     journals: Mutex<Vec<SharedJournal>>,
     /// Snapshot size after the last compaction.
-    snapshot_bytes: AtomicU64,
     /// Waits for stable storage by every journal.
     syncs: Arc<AtomicU64>,
+    /// The journals' growth since the last compaction, and the last
+    /// snapshot's size.
     growth: Arc<Growth>,
     _lock: File,
 }
@@ -305,7 +312,6 @@ impl Persistence {
             durability,
             gen: AtomicU64::new(1),
             journals: Mutex::new(Vec::new()),
-            snapshot_bytes: AtomicU64::new(0),
             syncs: Arc::default(),
             growth: Arc::default(),
             _lock: lock,
@@ -395,7 +401,7 @@ impl Persistence {
         loc.expire(now);
         let gen = newest + 1;
         let bytes = self.write_snapshot(loc, now, gen)?;
-        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        self.growth.snapshot.store(bytes, Ordering::Relaxed);
         self.gen.store(gen, Ordering::Relaxed);
         for (_, j) in self.journals()? {
             std::fs::remove_file(j)?;
@@ -477,15 +483,10 @@ impl Persistence {
         self.arm();
     }
 
-    /// Sets the trigger for the next compaction.
+    /// Lets the journals wake the compactor again.
     fn arm(&self) {
-        let threshold = self.growth.threshold.load(Ordering::Relaxed);
-        let trigger = threshold.max(self.snapshot_bytes.load(Ordering::Relaxed));
-        self.growth.trigger.store(trigger, Ordering::Relaxed);
         self.growth.told.store(false, Ordering::Release);
-        if self.growth.bytes.load(Ordering::Relaxed) >= trigger {
-            self.growth.grew(0);
-        }
+        self.growth.grew(0);
     }
 
     /// Whether the journals have grown enough to compact: past `threshold`
@@ -493,7 +494,7 @@ impl Persistence {
     /// store is not rewritten over and over).
     pub fn wants_compaction(&self, threshold: u64) -> bool {
         let j = self.journal_bytes();
-        j > threshold && j > self.snapshot_bytes.load(Ordering::Relaxed)
+        j > threshold && j > self.growth.snapshot.load(Ordering::Relaxed)
     }
 
     /// Compacts online: journals switch to a new generation, memory is
@@ -510,7 +511,7 @@ impl Persistence {
             j.log = log;
         }
         let bytes = self.write_snapshot(loc, now, gen)?;
-        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        self.growth.snapshot.store(bytes, Ordering::Relaxed);
         self.arm();
         for (g, path) in self.journals()? {
             if g < gen {
@@ -591,9 +592,9 @@ mod tests {
         assert_eq!(p.growth.bytes.load(Ordering::Relaxed), 0);
         // The snapshot is larger than the threshold: the next wake waits
         // for the journals to outgrow it.
-        let snapshot = p.snapshot_bytes.load(Ordering::Relaxed);
+        let snapshot = p.growth.snapshot.load(Ordering::Relaxed);
         assert!(snapshot > 4_000, "{snapshot}");
-        assert_eq!(p.growth.trigger.load(Ordering::Relaxed), snapshot);
+        assert_eq!(p.growth.trigger(), snapshot);
         fill(&loc, &j, 200, 30);
         assert!(!told());
         fill(&loc, &j, 300, 200);

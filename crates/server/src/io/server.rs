@@ -526,8 +526,8 @@ fn store_upkeep(
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let now = unix_now();
-                if std::time::Instant::now() >= next_expiry {
+                let (now, mono) = (unix_now(), std::time::Instant::now());
+                if mono >= next_expiry {
                     shared.location.expire(now);
                     let lifted = shared.guard.lift_expired(now);
                     shared
@@ -535,7 +535,7 @@ fn store_upkeep(
                         .unbans
                         .fetch_add(lifted.len() as u64, Ordering::Relaxed);
                     crate::io::log::unbanned(&lifted);
-                    next_expiry = std::time::Instant::now() + EXPIRY_EVERY;
+                    next_expiry = mono + EXPIRY_EVERY;
                 }
                 let Some(persistence) = &persistence else {
                     continue;

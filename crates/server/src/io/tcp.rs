@@ -296,8 +296,8 @@ type NameKey = (Box<str>, u16);
 enum Alias {
     /// An address, in the connection table.
     Addr(SocketAddr),
-    /// A domain name (lower case) and port, in the table of names.
-    Name(Box<str>, u16),
+    /// A domain name and port, in the table of names.
+    Name(NameKey),
 }
 
 /// Aliases one TLS connection may hold (a proxy has one sent-by, maybe a
@@ -582,24 +582,21 @@ impl TcpHub {
             return;
         }
         let port = via.port().unwrap_or(5061);
-        let (alias, name) = match via.host() {
-            sip_core::uri::Host::V4(a) => (Alias::Addr(SocketAddr::new(a.into(), port)), None),
-            sip_core::uri::Host::V6(a) => (Alias::Addr(SocketAddr::new(a.into(), port)), None),
+        // The alias, and the name its certificate must carry for it.
+        let (alias, server_name) = match via.host() {
+            sip_core::uri::Host::V4(a) => (Alias::Addr((a, port).into()), IpAddr::V4(a).into()),
+            sip_core::uri::Host::V6(a) => (Alias::Addr((a, port).into()), IpAddr::V6(a).into()),
             sip_core::uri::Host::Name(n) => {
-                let Ok(name) = ServerName::try_from(n.to_ascii_lowercase()) else {
+                let name = n.to_ascii_lowercase();
+                let Ok(server_name) = ServerName::try_from(name.clone()) else {
                     return;
                 };
-                (Alias::Name(n.to_ascii_lowercase().into(), port), Some(name))
+                (Alias::Name((name.into(), port)), server_name)
             }
         };
         if alias == Alias::Addr(conn.peer) {
             return;
         }
-        let server_name = match (&alias, name) {
-            (_, Some(name)) => name,
-            (Alias::Addr(at), None) => ServerName::IpAddress(at.ip().into()),
-            (Alias::Name(..), None) => return,
-        };
         let named = {
             let tx = lock(&conn.tx);
             let leaf = tx
@@ -629,13 +626,12 @@ impl TcpHub {
                 }
                 conns.insert(*at, conn.clone());
             }
-            Alias::Name(n, p) => {
+            Alias::Name(key) => {
                 let mut names = lock(&self.names);
-                let key = (n.clone(), *p);
-                if names.contains_key(&key) {
+                if names.contains_key(key) {
                     return;
                 }
-                names.insert(key, conn.clone());
+                names.insert(key.clone(), conn.clone());
             }
         }
         tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "connection reused for requests to its sent-by (RFC 5923)");
@@ -1698,9 +1694,8 @@ impl Reactor {
                             conns.remove(&at);
                         }
                     }
-                    Alias::Name(n, p) => {
+                    Alias::Name(key) => {
                         let mut names = lock(&hub.names);
-                        let key = (n, p);
                         if mine(names.get(&key)) {
                             names.remove(&key);
                         }
