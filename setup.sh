@@ -37,7 +37,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # chromium (headless, fake media devices) for the browser-phone tests
     # over WebSocket (web/phone), with npm (below) for JsSIP;
     # redis-server for the shared location of several nodes (the
-    # scale-out tests start their own on a free port);
+    # scale-out tests start their own on a free port); dnsmasq-base, the
+    # name server the DNS tests start on a free port (no service);
     # python3-prometheus-client, the reference parser the /metrics test
     # reads the exposition with; systemd for `systemd-analyze verify` of
     # the packaged unit (packaging/sipsec.service), man-db for the manual
@@ -53,7 +54,7 @@ if command -v apt-get >/dev/null 2>&1; then
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
             kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
-            redis-server python3-prometheus-client systemd man-db"
+            redis-server dnsmasq-base python3-prometheus-client systemd man-db"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null

@@ -3,7 +3,7 @@
 # Needs a nightly toolchain and cargo-fuzz (cargo install cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")"
-target=${1:?target: message | uri | digest_header | framing | srtp_unprotect | server_core | websocket_frames}
+target=${1:?target: message | uri | digest_header | framing | srtp_unprotect | server_core | websocket_frames | dns_answer}
 secs=${2:-600}
 mkdir -p "corpus/$target"
 # Seeds (the corpus directory itself is not committed).

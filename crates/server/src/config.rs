@@ -227,6 +227,43 @@ pub struct Config {
     /// A token the operator endpoint requires (`Authorization: Bearer`);
     /// needed when it listens beyond loopback.
     pub http_token: Option<String>,
+    /// How next hops named by domains are resolved.
+    pub dns: DnsSettings,
+}
+
+/// Resolving next hops named by domain names (`[dns]`, RFC 3263 without
+/// NAPTR): the hosts file first, then SRV and A/AAAA queries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DnsSettings {
+    /// Resolve names at all; off, a name no connection stands for is
+    /// unreachable.
+    pub enabled: bool,
+    /// Name servers; empty: those of `/etc/resolv.conf`.
+    pub servers: Vec<SocketAddr>,
+    /// The hosts file read first (`None`: none).
+    pub hosts: Option<std::path::PathBuf>,
+    /// How long one query waits for its answer.
+    pub timeout: std::time::Duration,
+    /// Tries per server.
+    pub attempts: u32,
+    /// Longest time an answer is kept, whatever its TTL says (seconds).
+    pub max_ttl: u32,
+    /// How long "no such name" is kept (seconds).
+    pub negative_ttl: u32,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            servers: Vec::new(),
+            hosts: Some("/etc/hosts".into()),
+            timeout: std::time::Duration::from_secs(1),
+            attempts: 2,
+            max_ttl: 3600,
+            negative_ttl: 30,
+        }
+    }
 }
 
 /// HEP version 3 tracing (`[trace]`): a copy of each SIP message, with its
@@ -430,6 +467,7 @@ impl Default for Config {
             redis: None,
             trace: None,
             http_token: None,
+            dns: DnsSettings::default(),
         }
     }
 }
@@ -491,6 +529,8 @@ pub struct FileConfig {
     pub trace: Option<TraceSection>,
     /// A token the operator endpoint requires.
     pub http_token: Option<String>,
+    /// `[dns]` table.
+    pub dns: Option<DnsSection>,
 }
 
 /// The operator endpoint's address unless configured.
@@ -542,6 +582,26 @@ pub struct TraceSection {
     pub sample: Option<f64>,
     /// Methods traced; empty or absent: all.
     pub methods: Option<Vec<String>>,
+}
+
+/// `[dns]`: resolving next hops named by domain names.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsSection {
+    /// `false`: no resolution.
+    pub enabled: Option<bool>,
+    /// Name servers, `"IP"` or `"IP:PORT"`.
+    pub servers: Option<Vec<String>>,
+    /// Hosts file, or `""` for none.
+    pub hosts: Option<PathBuf>,
+    /// Seconds one query waits.
+    pub timeout: Option<f64>,
+    /// Tries per server.
+    pub attempts: Option<u32>,
+    /// Longest time an answer is kept, seconds.
+    pub max_ttl: Option<u32>,
+    /// How long "no such name" is kept, seconds.
+    pub negative_ttl: Option<u32>,
 }
 
 /// `[location]`: where bindings are kept.
@@ -740,6 +800,47 @@ pub enum ConfigError {
         /// What is allowed.
         msg: String,
     },
+}
+
+fn dns_settings(d: DnsSection, s: &mut DnsSettings) -> Result<(), (&'static str, String)> {
+    if let Some(e) = d.enabled {
+        s.enabled = e;
+    }
+    if let Some(list) = d.servers {
+        s.servers = list
+            .iter()
+            .map(|a| {
+                a.parse::<SocketAddr>()
+                    .or_else(|_| {
+                        a.parse::<std::net::IpAddr>()
+                            .map(|ip| SocketAddr::new(ip, 53))
+                    })
+                    .map_err(|_| ("dns.servers", format!("{a:?}: expected IP or IP:PORT")))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(h) = d.hosts {
+        s.hosts = (!h.as_os_str().is_empty()).then_some(h);
+    }
+    if let Some(t) = d.timeout {
+        if !(0.01..=30.0).contains(&t) {
+            return Err(("dns.timeout", format!("{t}: seconds in [0.01, 30]")));
+        }
+        s.timeout = std::time::Duration::from_secs_f64(t);
+    }
+    if let Some(a) = d.attempts {
+        if !(1..=5).contains(&a) {
+            return Err(("dns.attempts", format!("{a}: 1 to 5")));
+        }
+        s.attempts = a;
+    }
+    if let Some(t) = d.max_ttl {
+        s.max_ttl = t;
+    }
+    if let Some(t) = d.negative_ttl {
+        s.negative_ttl = t;
+    }
+    Ok(())
 }
 
 /// Where TLS listens by default: the UDP address's IP, port 5061 (RFC 3261
@@ -1203,6 +1304,9 @@ impl Config {
             }
             self.trace = Some(s);
         }
+        if let Some(d) = f.dns {
+            dns_settings(d, &mut self.dns).map_err(|(k, m)| value(k, m))?;
+        }
         if let Some(l) = f.location {
             self.redis = location_settings(l, self.redis.take()).map_err(|(k, m)| value(k, m))?;
         }
@@ -1233,6 +1337,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn dns_section_is_read_and_bad_values_are_named() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "[dns]\nservers = [\"192.0.2.53\", \"[2001:db8::53]:5353\"]\nhosts = \"\"\ntimeout = 0.25\nattempts = 3\nnegative_ttl = 5\n",
+            "t.toml",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.dns.servers,
+            [
+                "192.0.2.53:53".parse::<SocketAddr>().unwrap(),
+                "[2001:db8::53]:5353".parse().unwrap()
+            ]
+        );
+        assert_eq!(c.dns.hosts, None);
+        assert_eq!(c.dns.timeout, std::time::Duration::from_millis(250));
+        assert_eq!((c.dns.attempts, c.dns.negative_ttl), (3, 5));
+        for (text, key) in [
+            ("[dns]\nservers = [\"ns.example\"]\n", "dns.servers"),
+            ("[dns]\ntimeout = 0\n", "dns.timeout"),
+            ("[dns]\nattempts = 0\n", "dns.attempts"),
+        ] {
+            let err = Config::default().apply_toml(text, "t.toml").unwrap_err();
+            assert!(err.to_string().contains(key), "{err}");
+        }
+        assert!(Config::default()
+            .apply_toml("[dns]\nserver = []\n", "t.toml")
+            .is_err());
+    }
+
+    #[test]
     fn example_file_parses_to_the_defaults() {
         let text = include_str!("../../../sipsec.example.toml");
         let mut c = Config::default();
@@ -1252,6 +1387,7 @@ mod tests {
             (60, 7200, 3600, d.path)
         );
         assert_eq!((c.stateful, c.record_route), (d.stateful, d.record_route));
+        assert_eq!(c.dns, d.dns);
         assert_eq!(
             c.connections, d.connections,
             "[connections] shows the defaults"

@@ -246,3 +246,35 @@ pub fn websocket(data: &[u8]) {
     let pieces = frames(bytes, chunk, max);
     assert_eq!(whole, pieces, "read whole and in pieces of {chunk}");
 }
+
+/// The DNS answer reader: whatever a name server (or a forger) sends,
+/// reading never panics, and what it reads is what was asked for. The
+/// first two bytes pick the question's kind and ID; the rest is the
+/// answer.
+pub fn dns_answer(data: &[u8]) {
+    use crate::proto::dns::{parse, Kind, Record};
+    let [pick, id, rest @ ..] = data else {
+        return;
+    };
+    let kind = [Kind::A, Kind::Aaaa, Kind::Srv][usize::from(*pick) % 3];
+    let name = "_sip._udp.sip.test";
+    let first = parse(rest, u16::from(*id), name, kind);
+    assert_eq!(
+        first,
+        parse(rest, u16::from(*id), name, kind),
+        "reading twice differs"
+    );
+    let Ok(answer) = first else {
+        return;
+    };
+    for r in &answer.records {
+        match (r, kind) {
+            (Record::Address(ip), Kind::A) => assert!(ip.is_ipv4()),
+            (Record::Address(ip), Kind::Aaaa) => assert!(ip.is_ipv6()),
+            (Record::Srv(s), Kind::Srv) => assert!(s.target.len() <= 255),
+            _ => panic!("a record of another kind than asked: {r:?}"),
+        }
+    }
+    // RFC 2181 §8: a TTL above 2^31 - 1 is read as zero.
+    assert!(answer.ttl <= i32::MAX as u32);
+}

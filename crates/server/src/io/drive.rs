@@ -226,6 +226,35 @@ pub fn handle(
     reply
 }
 
+/// Hands in again a request that waited for its next hop's name to be
+/// resolved (it was traced when it arrived). It routes somewhere: a
+/// binding change is not expected, and would be refused unstored.
+pub fn handle_resolved(
+    core: &mut Core,
+    input: &[u8],
+    src: SocketAddr,
+    transport: Transport,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Reply {
+    out.clear();
+    let mut reply = core.handle_again(input, src, transport, now, out);
+    if reply == Reply::Retry {
+        reply = retry(core, input, src, transport, now, out);
+    }
+    if reply == Reply::Persist {
+        let refused = StoreError::Unavailable {
+            reason: "a change handed in after a name resolution".into(),
+            retry_after: 5,
+        };
+        reply = core.persisted(Err(refused), input, out);
+    }
+    if core.has_events() {
+        log_events(core);
+    }
+    reply
+}
+
 /// A change with its message and its answer.
 type Waiting = (Change, Vec<u8>, Vec<u8>);
 

@@ -65,6 +65,7 @@ static JOURNAL_ERRORS: Limiter = Limiter::new();
 static OVERSIZE: Limiter = Limiter::new();
 static CONNECTIONS: Limiter = Limiter::new();
 static CLOSED: Limiter = Limiter::new();
+static UNRESOLVED: Limiter = Limiter::new();
 
 /// A wrong answer to one of our challenges.
 pub fn auth_failure(src: SocketAddr, user: &str) {
@@ -132,6 +133,13 @@ pub fn compaction_failed(dir: &std::path::Path, err: &std::io::Error) {
 pub fn connection_trouble(msg: &str) {
     if let Some(suppressed) = CONNECTIONS.admit() {
         warn!(target: "sipsec::conn", suppressed, "{msg}");
+    }
+}
+
+/// A next hop's domain name did not resolve (requests for it got 503).
+pub fn unresolved(name: &str) {
+    if let Some(suppressed) = UNRESOLVED.admit() {
+        warn!(target: "sipsec::dns", name, suppressed, "next hop name did not resolve");
     }
 }
 

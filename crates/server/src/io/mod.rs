@@ -13,6 +13,7 @@ pub mod maplog;
 pub mod mmsg;
 pub mod process;
 pub mod redis;
+pub mod resolver;
 pub mod send;
 pub mod server;
 pub mod tcp;

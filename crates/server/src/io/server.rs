@@ -245,6 +245,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let mut unwind = Unwind {
         stop: stop.clone(),
         hub: None,
+        resolver: None,
         sockets: Vec::new(),
         armed: true,
     };
@@ -329,6 +330,24 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             transaction_timers(Core::new(shared.clone()), sender, stop.clone()).map_err(bind)?,
         );
     }
+    // Next hops named by domain names: the hosts file, then DNS.
+    let names_sender = Sender::new(
+        shared.clone(),
+        Some(Arc::new(udp.sender().map_err(bind)?)),
+        hub.clone()
+            .map(|h| Arc::new(h) as Arc<dyn crate::io::send::Connections>),
+    );
+    let (resolver, thread) = crate::io::resolver::Resolver::start(
+        shared.config.dns.clone(),
+        Core::new(shared.clone()),
+        names_sender,
+        stop.clone(),
+    )
+    .map_err(bind)?;
+    threads.push(thread);
+    unwind.resolver = Some(resolver.clone());
+    let names: Arc<dyn crate::proto::core::Names> = resolver.clone();
+    let _ = shared.names.set(names);
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
         unwind
@@ -361,6 +380,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         sockets,
         connection_limit: hub.as_ref().map(|h| h.limit()),
         hub,
+        resolver,
         threads,
         shared,
         persistence,
@@ -374,6 +394,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
 struct Unwind {
     stop: Arc<AtomicBool>,
     hub: Option<Arc<TcpHub>>,
+    resolver: Option<Arc<crate::io::resolver::Resolver>>,
     /// Sockets threads block on, see [`wake_sockets`].
     sockets: Vec<socket2::Socket>,
     /// Cleared once the server is started.
@@ -388,6 +409,9 @@ impl Drop for Unwind {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = &self.hub {
             h.wake_all();
+        }
+        if let Some(r) = &self.resolver {
+            r.wake();
         }
         wake_sockets(&self.sockets);
     }
@@ -677,6 +701,8 @@ pub struct ServerHandle {
     sockets: Vec<socket2::Socket>,
     /// The connection reactors, woken to stop and to drain.
     hub: Option<Arc<TcpHub>>,
+    /// Resolves next hops named by domain names.
+    resolver: Arc<crate::io::resolver::Resolver>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     connection_limit: Option<usize>,
@@ -744,6 +770,7 @@ impl ServerHandle {
         if let Some(h) = &self.hub {
             h.wake_all();
         }
+        self.resolver.wake();
         wake_sockets(&self.sockets);
         for t in self.threads.iter() {
             t.thread().unpark();

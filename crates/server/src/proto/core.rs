@@ -173,6 +173,9 @@ pub struct Shared {
     pub draining: std::sync::atomic::AtomicBool,
     /// Where copies of the messages go (HEP tracing), when on.
     pub tap: std::sync::OnceLock<Arc<dyn Tap>>,
+    /// Where domain names lead (DNS, set by the driver); unset, a next
+    /// hop named by a domain is unreachable.
+    pub names: std::sync::OnceLock<Arc<dyn Names>>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -214,6 +217,66 @@ pub trait Flows: std::fmt::Debug + Send + Sync {
     fn named(&self, _name: &str, _port: u16) -> Option<SocketAddr> {
         None
     }
+}
+
+/// What the driver knows of where a domain name leads, from memory only
+/// (the hot path never waits for DNS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// There.
+    At(SocketAddr),
+    /// Nowhere: the name does not resolve (or not now).
+    Nowhere,
+    /// Being resolved: a request for it can be [parked](Names::park).
+    Resolving,
+    /// Not known, and too many names are being resolved to start on it.
+    Busy,
+}
+
+/// Domain names as next hops (RFC 3263: SRV, then addresses). Implemented
+/// by the driver; called on the hot path, so it must not block.
+pub trait Names: std::fmt::Debug + Send + Sync {
+    /// Where a request for `name` (at `port`, if the URI gives one) over
+    /// `transport` goes; a name not known yet starts being resolved.
+    fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found;
+
+    /// Holds the request `message` (from `src` over `arrived`) until the
+    /// resolution of `name` that [`find`](Self::find) started is over,
+    /// then hands it in again.
+    fn park(
+        &self,
+        name: &str,
+        port: Option<u16>,
+        transport: Transport,
+        message: &[u8],
+        src: SocketAddr,
+        arrived: Transport,
+    ) -> Park;
+}
+
+/// What became of a request [parked](Names::park) for a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Park {
+    /// It waits: the resolver hands it in again.
+    Parked,
+    /// The resolution was over before it could wait: this is its outcome.
+    Known(Found),
+    /// No room for it.
+    Full,
+}
+
+/// Where [`Core::hop`] says a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Next {
+    /// There.
+    At(SocketAddr),
+    /// Nowhere reachable.
+    Nowhere,
+    /// Not known without DNS yet: the name, port and transport to
+    /// resolve.
+    Resolving(String, Option<u16>, Transport),
+    /// Not known, and the resolver has no room now.
+    Busy,
 }
 
 impl Shared {
@@ -265,6 +328,7 @@ impl Shared {
             flows: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             tap: std::sync::OnceLock::new(),
+            names: std::sync::OnceLock::new(),
             branch_salt: salt,
             flow_key,
         }
@@ -293,8 +357,9 @@ pub struct Core {
     /// Whether this request's stages are timed.
     timed: bool,
     /// Whether the message is being handed in again after
-    /// [`Reply::Retry`]: it was admitted and counted the first time.
-    again: bool,
+    /// [`Reply::Retry`] or a resolution: it was admitted and counted the
+    /// first time.
+    pub(super) again: bool,
     /// When the message being handled arrived.
     pub(super) now: Now,
     /// A binding change waiting for [`Core::persisted`], and where its
@@ -394,21 +459,38 @@ pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
 impl Core {
     /// Where a request for `host:port` over `transport` goes: an IP
     /// literal or `localhost` as it is; over TLS, a domain name a peer's
-    /// connection stands for (RFC 5923). Over TLS the port defaults to
-    /// 5061 (RFC 3261 §19.1.2). The hot path does no DNS.
-    pub(super) fn hop(
-        &self,
-        host: Host<'_>,
-        port: Option<u16>,
-        transport: Transport,
-    ) -> Option<SocketAddr> {
+    /// connection stands for (RFC 5923); any other name as DNS says
+    /// (RFC 3263), from what the resolver holds. Over TLS the port
+    /// defaults to 5061 (RFC 3261 §19.1.2). The hot path does no DNS.
+    pub(super) fn hop(&self, host: Host<'_>, port: Option<u16>, transport: Transport) -> Next {
         let tls = transport == Transport::Tls;
-        let port = port.or(tls.then_some(5061));
-        match host {
-            Host::Name(n) if tls && !n.eq_ignore_ascii_case("localhost") => {
-                self.shared.flows.get()?.named(n, port.unwrap_or(5061))
+        let name = match host {
+            Host::Name(n) if !n.eq_ignore_ascii_case("localhost") => n,
+            _ => {
+                let port = port.or(tls.then_some(5061));
+                return resolve(host, port).map_or(Next::Nowhere, Next::At);
             }
-            _ => resolve(host, port),
+        };
+        if tls {
+            let alias = self
+                .shared
+                .flows
+                .get()
+                .and_then(|f| f.named(name, port.unwrap_or(5061)));
+            if let Some(a) = alias {
+                return Next::At(a);
+            }
+        }
+        match self
+            .shared
+            .names
+            .get()
+            .map(|n| n.find(name, port, transport))
+        {
+            Some(Found::At(a)) => Next::At(a),
+            Some(Found::Resolving) => Next::Resolving(name.to_ascii_lowercase(), port, transport),
+            Some(Found::Busy) => Next::Busy,
+            Some(Found::Nowhere) | None => Next::Nowhere,
         }
     }
 
@@ -1013,10 +1095,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tls_hop_defaults_to_5061_and_a_name_needs_an_alias() {
+    fn a_tls_hop_defaults_to_5061_and_a_name_needs_an_alias_or_a_resolver() {
         let core = crate::fuzzing::server(1);
         let ip = Host::V4([192, 0, 2, 1].into());
-        let at = |s: &str| s.parse::<SocketAddr>().ok();
+        let at = |s: &str| Next::At(s.parse().expect("address"));
         assert_eq!(core.hop(ip, None, Transport::Tls), at("192.0.2.1:5061"));
         assert_eq!(core.hop(ip, None, Transport::Udp), at("192.0.2.1:5060"));
         assert_eq!(core.hop(ip, None, Transport::Tcp), at("192.0.2.1:5060"));
@@ -1024,10 +1106,10 @@ mod tests {
             core.hop(ip, Some(5070), Transport::Tls),
             at("192.0.2.1:5070")
         );
-        // No connection stands for the name, and there is no DNS.
+        // No connection stands for the name, and there is no resolver.
         let name = Host::Name("peer.example.com");
-        assert_eq!(core.hop(name, None, Transport::Tls), None);
-        assert_eq!(core.hop(name, None, Transport::Udp), None);
+        assert_eq!(core.hop(name, None, Transport::Tls), Next::Nowhere);
+        assert_eq!(core.hop(name, None, Transport::Udp), Next::Nowhere);
         assert_eq!(
             core.hop(Host::Name("localhost"), None, Transport::Tls),
             at("127.0.0.1:5061")

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod core;
+pub mod dns;
 pub mod guard;
 pub mod location;
 pub mod metrics;

@@ -13,8 +13,8 @@ use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
 use crate::config::{Mode, PathMode};
 use crate::proto::core::{
-    aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Reply,
-    Transport, ALLOW, MAX_DATAGRAM,
+    aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Found, Next,
+    Park, Reply, Transport, ALLOW, MAX_DATAGRAM,
 };
 use crate::proto::location::Location;
 use crate::proto::metrics::Stage;
@@ -23,6 +23,32 @@ use crate::proto::stateful::{
 };
 
 impl Core {
+    /// 503 for a request whose next hop is a name the resolver cannot
+    /// take on now: the caller tries again a little later.
+    fn resolver_busy(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+        self.respond(
+            msg,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &[
+                ("Retry-After", "5"),
+                ("Warning", "399 sipsec \"resolving the next hop\""),
+            ],
+            src,
+            out,
+        )
+    }
+
+    /// 503 for a request whose next hop is nowhere to be found.
+    fn unresolvable(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+        self.respond(
+            msg,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &[("Warning", "399 sipsec \"the next hop cannot be resolved\"")],
+            src,
+            out,
+        )
+    }
+
     /// Whether the phone's connection (its registered flow) is still open.
     fn flow_open(&self, peer: SocketAddr, transport: Transport) -> bool {
         self.shared
@@ -312,11 +338,12 @@ impl Core {
             }
             out_transport = t;
             out_flow = Some(peer);
-            Some(peer)
+            Next::At(peer)
         } else if let Some(r) = next_route {
             let u = r.uri();
             out_transport = Transport::of_uri(u);
-            u.host().and_then(|h| self.hop(h, u.port(), out_transport))
+            u.host()
+                .map_or(Next::Nowhere, |h| self.hop(h, u.port(), out_transport))
         } else if self.is_local_uri(ruri) {
             let key = match (ruri.user(), ruri.host()) {
                 (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
@@ -403,7 +430,7 @@ impl Core {
                 Some(f) if self.flow_open(binding.source, f.transport) => {
                     out_transport = f.transport;
                     out_flow = Some(binding.source);
-                    Some(binding.source)
+                    Next::At(binding.source)
                 }
                 // A browser is reached on its connection or not at all.
                 Some(f) if f.outbound || websocket(f.transport) => {
@@ -411,9 +438,10 @@ impl Core {
                     return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
                 }
                 // Gone without outbound: try the contact's own address.
-                _ => next.and_then(|u| {
+                _ => next.map_or(Next::Nowhere, |u| {
                     out_transport = Transport::of_uri(&u);
-                    u.host().and_then(|h| self.hop(h, u.port(), out_transport))
+                    u.host()
+                        .map_or(Next::Nowhere, |h| self.hop(h, u.port(), out_transport))
                 }),
             };
             new_ruri = Some(contact);
@@ -423,7 +451,7 @@ impl Core {
             // the Request-URI is the peer's contact.
             out_transport = Transport::of_uri(ruri);
             ruri.host()
-                .and_then(|h| self.hop(h, ruri.port(), out_transport))
+                .map_or(Next::Nowhere, |h| self.hop(h, ruri.port(), out_transport))
         } else if let Some(peer) = self
             .peer_for(ruri)
             .filter(|_| self.shared.config.mode == Mode::Proxy)
@@ -435,7 +463,7 @@ impl Core {
                 Err(reply) => return reply,
             }
             to_peer = true;
-            Some(peer)
+            Next::At(peer)
         } else {
             // No open relay: only requests for this server's domains are proxied.
             self.events.push(Event::RelayDenied {
@@ -450,14 +478,25 @@ impl Core {
                 out,
             );
         };
-        let Some(target) = target else {
-            return self.respond(
-                msg,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &[("Warning", "399 sipsec \"next hop is not an IP address\"")],
-                src,
-                out,
-            );
+        let target = match target {
+            Next::At(a) => a,
+            Next::Nowhere => return self.unresolvable(msg, src, out),
+            Next::Resolving(name, port, transport) => {
+                let park = match self.shared.names.get() {
+                    Some(n) if !self.again => {
+                        n.park(&name, port, transport, msg.as_bytes(), src, self.transport)
+                    }
+                    _ => Park::Full,
+                };
+                match park {
+                    // Handed in again once the name is resolved.
+                    Park::Parked => return Reply::Drop,
+                    Park::Known(Found::At(a)) => a,
+                    Park::Known(Found::Nowhere) => return self.unresolvable(msg, src, out),
+                    Park::Known(_) | Park::Full => return self.resolver_busy(msg, src, out),
+                }
+            }
+            Next::Busy => return self.resolver_busy(msg, src, out),
         };
         let branch = self.branch(msg);
         // Over TLS or WebSocket this server is reached at that listener.

@@ -1,0 +1,657 @@
+//! Next hops named by domain names, resolved off the hot path (RFC 3263
+//! §4 without NAPTR: the transport comes from the URI).
+//!
+//! Workers ask [`Names::find`], which answers from memory: the hosts file,
+//! or what an earlier resolution left in the cache. A name not known yet
+//! is handed to the resolver thread and the request waiting on it is
+//! parked ([`Names::park`]); once the name is resolved (or known not to
+//! be), the thread hands the parked requests to its own core again, which
+//! now finds the answer in the cache and forwards them (or answers 503).
+//!
+//! The thread asks SRV first when the URI gives no port (`_sip._udp`,
+//! `_sip._tcp`, `_sips._tcp`), then A, then AAAA, of the name servers in
+//! `/etc/resolv.conf` (or `[dns] servers`). Every query goes from a fresh
+//! socket on a random port with a random ID, connected to the server, and
+//! only an answer to the very question asked is read, so an off-path
+//! attacker has to guess 32 bits to poison the cache. Everything is
+//! bounded: names being resolved, requests parked (in count and bytes),
+//! the cache; a request that finds no room is answered 503 with
+//! Retry-After.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::config::DnsSettings;
+use crate::io::send::Sender;
+use crate::proto::core::{Core, Found, Names, Park, Transport};
+use crate::proto::dns::{self, Kind, Record};
+
+/// Names being resolved at once; past it requests for new names get 503.
+const MAX_JOBS: usize = 128;
+/// Requests waiting on one name.
+const MAX_PARKED_PER_NAME: usize = 32;
+/// Requests waiting on all names, and their bytes.
+const MAX_PARKED: usize = 1024;
+const MAX_PARKED_BYTES: usize = 4 << 20;
+/// Answers kept.
+const MAX_CACHE: usize = 4096;
+/// How long a name no server answered for is remembered as unreachable.
+const UNANSWERED_TTL: u32 = 5;
+/// Name servers taken from `/etc/resolv.conf`, as the C library does.
+const MAX_SERVERS: usize = 3;
+const WAKER: Token = Token(0);
+
+/// A destination asked for: lower-case name, the URI's port, transport.
+type Key = (String, Option<u16>, Transport);
+
+/// A request waiting for a name.
+#[derive(Debug)]
+struct Parked {
+    message: Vec<u8>,
+    src: SocketAddr,
+    arrived: Transport,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Where each destination leads (`None`: nowhere), until when.
+    cache: HashMap<Key, (Option<SocketAddr>, Instant)>,
+    /// Destinations being resolved, with the requests waiting on them.
+    pending: HashMap<Key, Vec<Parked>>,
+    /// Destinations the thread has not started on.
+    fresh: Vec<Key>,
+    parked: usize,
+    parked_bytes: usize,
+}
+
+/// The resolver the workers share; see the module documentation.
+#[derive(Debug)]
+pub struct Resolver {
+    settings: DnsSettings,
+    servers: Vec<SocketAddr>,
+    hosts: HashMap<String, IpAddr>,
+    state: Mutex<State>,
+    waker: Waker,
+}
+
+fn default_port(transport: Transport) -> u16 {
+    if transport == Transport::Tls {
+        5061
+    } else {
+        5060
+    }
+}
+
+/// The SRV name RFC 3263 §4.2 asks for a transport (none for WebSocket).
+fn service(name: &str, transport: Transport) -> Option<String> {
+    let prefix = match transport {
+        Transport::Udp => "_sip._udp.",
+        Transport::Tcp => "_sip._tcp.",
+        Transport::Tls => "_sips._tcp.",
+        _ => return None,
+    };
+    Some(format!("{prefix}{name}"))
+}
+
+/// The name servers of `/etc/resolv.conf`-style text (port 53); the
+/// local one when it names none, as the C library does.
+pub fn servers_of_resolv_conf(text: &str) -> Vec<SocketAddr> {
+    let mut servers: Vec<SocketAddr> = text
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("nameserver")).then(|| words.next())?
+        })
+        .filter_map(|a| a.split('%').next()?.parse::<IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, 53))
+        .take(MAX_SERVERS)
+        .collect();
+    if servers.is_empty() {
+        servers.push(SocketAddr::from(([127, 0, 0, 1], 53)));
+    }
+    servers
+}
+
+/// Names and their first address in hosts-file text (`IP name alias…`,
+/// `#` comments).
+pub fn parse_hosts(text: &str) -> HashMap<String, IpAddr> {
+    let mut hosts = HashMap::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
+            continue;
+        };
+        for name in words {
+            let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+            hosts.entry(name).or_insert(ip);
+        }
+    }
+    hosts
+}
+
+fn random_u16() -> u16 {
+    let mut b = [0u8; 2];
+    // Without randomness the query is still sent; only its ID is
+    // guessable (the source port stays random).
+    let _ = getrandom::fill(&mut b);
+    u16::from_le_bytes(b)
+}
+
+impl Resolver {
+    /// Starts the resolver thread; `core` and `sender` hand parked
+    /// requests in again and send what comes of them. A configured hosts
+    /// file that cannot be read is an error; the default one may be
+    /// missing.
+    pub fn start(
+        settings: DnsSettings,
+        core: Core,
+        sender: Sender,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<(Arc<Self>, JoinHandle<()>)> {
+        let hosts = match &settings.hosts {
+            Some(p) => match std::fs::read_to_string(p) {
+                Ok(text) => parse_hosts(&text),
+                Err(e) if p == Path::new("/etc/hosts") && e.kind() == io::ErrorKind::NotFound => {
+                    HashMap::new()
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("dns hosts file {}: {e}", p.display()),
+                    ))
+                }
+            },
+            None => HashMap::new(),
+        };
+        let servers = if settings.servers.is_empty() {
+            servers_of_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
+        } else {
+            settings.servers.clone()
+        };
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let resolver = Arc::new(Self {
+            settings,
+            servers,
+            hosts,
+            state: Mutex::new(State::default()),
+            waker,
+        });
+        let r = resolver.clone();
+        let thread = std::thread::Builder::new()
+            .name("resolver".into())
+            .spawn(move || {
+                Worker {
+                    resolver: r,
+                    poll,
+                    jobs: Vec::new(),
+                    core,
+                    sender,
+                    out: Vec::with_capacity(4096),
+                    query: Vec::with_capacity(512),
+                }
+                .run(&stop)
+            })?;
+        Ok((resolver, thread))
+    }
+
+    /// Wakes the thread (to see the stop).
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records where `key` leads and takes the requests waiting on it.
+    fn finish(&self, key: &Key, to: Option<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
+        let ttl = ttl.min(self.settings.max_ttl).max(1);
+        let mut st = self.lock();
+        if st.cache.len() >= MAX_CACHE {
+            st.cache.retain(|_, (_, until)| *until > now);
+            if st.cache.len() >= MAX_CACHE {
+                if let Some(k) = st.cache.keys().next().cloned() {
+                    st.cache.remove(&k);
+                }
+            }
+        }
+        st.cache
+            .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
+        let parked = st.pending.remove(key).unwrap_or_default();
+        st.parked -= parked.len();
+        st.parked_bytes -= parked.iter().map(|p| p.message.len()).sum::<usize>();
+        parked
+    }
+}
+
+impl Names for Resolver {
+    fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found {
+        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        if let Some(ip) = self.hosts.get(&name) {
+            return Found::At(SocketAddr::new(
+                *ip,
+                port.unwrap_or(default_port(transport)),
+            ));
+        }
+        if !self.settings.enabled {
+            return Found::Nowhere;
+        }
+        let key = (name, port, transport);
+        let now = Instant::now();
+        let mut st = self.lock();
+        match st.cache.get(&key) {
+            Some((to, until)) if *until > now => return to.map_or(Found::Nowhere, Found::At),
+            Some(_) => {
+                st.cache.remove(&key);
+            }
+            None => {}
+        }
+        if st.pending.contains_key(&key) {
+            return Found::Resolving;
+        }
+        if st.pending.len() >= MAX_JOBS {
+            return Found::Busy;
+        }
+        st.pending.insert(key.clone(), Vec::new());
+        st.fresh.push(key);
+        drop(st);
+        self.wake();
+        Found::Resolving
+    }
+
+    fn park(
+        &self,
+        name: &str,
+        port: Option<u16>,
+        transport: Transport,
+        message: &[u8],
+        src: SocketAddr,
+        arrived: Transport,
+    ) -> Park {
+        let key = (
+            name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
+            port,
+            transport,
+        );
+        let mut st = self.lock();
+        let full = st.parked >= MAX_PARKED || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
+        let Some(waiting) = st.pending.get_mut(&key) else {
+            // Resolved (or given up) since `find`: its outcome.
+            return match st.cache.get(&key) {
+                Some((to, until)) if *until > Instant::now() => {
+                    Park::Known(to.map_or(Found::Nowhere, Found::At))
+                }
+                _ => Park::Full,
+            };
+        };
+        if full || waiting.len() >= MAX_PARKED_PER_NAME {
+            return Park::Full;
+        }
+        waiting.push(Parked {
+            message: message.to_vec(),
+            src,
+            arrived,
+        });
+        st.parked += 1;
+        st.parked_bytes += message.len();
+        Park::Parked
+    }
+}
+
+/// What a resolution is asking now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The SRV records of the destination.
+    Srv,
+    /// A (then AAAA) records, for this port.
+    Host { port: u16, v6: bool },
+}
+
+/// One destination being resolved: the question in flight.
+#[derive(Debug)]
+struct Job {
+    key: Key,
+    stage: Stage,
+    name: String,
+    kind: Kind,
+    sock: Option<mio::net::UdpSocket>,
+    id: u16,
+    /// Queries sent for this question.
+    tries: u32,
+    deadline: Instant,
+    /// The smallest TTL met on the way.
+    ttl: u32,
+}
+
+/// What an answer or a timeout leads to.
+enum Step {
+    /// Wait on.
+    Wait,
+    /// Ask this.
+    Ask(Stage, String, Kind),
+    /// Over: there (or nowhere), for this many seconds.
+    Done(Option<SocketAddr>, u32),
+}
+
+struct Worker {
+    resolver: Arc<Resolver>,
+    poll: Poll,
+    /// Jobs by token − 1.
+    jobs: Vec<Option<Job>>,
+    core: Core,
+    sender: Sender,
+    out: Vec<u8>,
+    query: Vec<u8>,
+}
+
+impl Worker {
+    fn run(mut self, stop: &AtomicBool) {
+        let mut events = Events::with_capacity(64);
+        let mut buf = vec![0u8; 4096];
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let next = self.jobs.iter().flatten().map(|j| j.deadline).min();
+            // Idle, the thread sleeps until a name or the stop wakes it.
+            let wait = next.map(|d| d.saturating_duration_since(now));
+            if let Err(e) = self.poll.poll(&mut events, wait) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    crate::io::log::connection_trouble(&format!("resolver: {e}"));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                if ev.token() != WAKER {
+                    self.readable(ev.token().0 - 1, &mut buf);
+                }
+            }
+            let fresh = std::mem::take(&mut self.resolver.lock().fresh);
+            for key in fresh {
+                self.begin(key);
+            }
+            let now = Instant::now();
+            for slot in 0..self.jobs.len() {
+                if self.jobs[slot].as_ref().is_some_and(|j| j.deadline <= now) {
+                    let step = self.send(slot);
+                    self.advance(slot, step);
+                }
+            }
+        }
+    }
+
+    fn begin(&mut self, key: Key) {
+        let (name, port, transport) = (&key.0, key.1, key.2);
+        let srv = if port.is_none() {
+            service(name, transport)
+        } else {
+            None
+        };
+        let (stage, ask, kind) = match srv {
+            Some(s) => (Stage::Srv, s, Kind::Srv),
+            None => (
+                Stage::Host {
+                    port: port.unwrap_or(default_port(transport)),
+                    v6: false,
+                },
+                name.clone(),
+                Kind::A,
+            ),
+        };
+        let slot = match self.jobs.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.jobs.push(None);
+                self.jobs.len() - 1
+            }
+        };
+        self.jobs[slot] = Some(Job {
+            key,
+            stage,
+            name: String::new(),
+            kind,
+            sock: None,
+            id: 0,
+            tries: 0,
+            deadline: Instant::now(),
+            ttl: u32::MAX,
+        });
+        self.ask(slot, stage, ask, kind);
+    }
+
+    /// Sends the job's next question (a fresh socket, port and ID).
+    fn ask(&mut self, slot: usize, stage: Stage, name: String, kind: Kind) {
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return;
+        };
+        job.stage = stage;
+        job.name = name;
+        job.kind = kind;
+        job.tries = 0;
+        let step = self.send(slot);
+        self.advance(slot, step);
+    }
+
+    /// Sends the question to the server whose turn it is (again, after a
+    /// timeout or an error answer), or gives up once every try is used.
+    fn send(&mut self, slot: usize) -> Step {
+        let settings = &self.resolver.settings;
+        let servers = &self.resolver.servers;
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return Step::Wait;
+        };
+        if let Some(mut old) = job.sock.take() {
+            let _ = self.poll.registry().deregister(&mut old);
+        }
+        let total = settings.attempts as usize * servers.len();
+        loop {
+            if job.tries as usize >= total {
+                return Step::Done(None, UNANSWERED_TTL);
+            }
+            let server = servers[job.tries as usize % servers.len()];
+            job.tries += 1;
+            job.id = random_u16();
+            job.deadline = Instant::now() + settings.timeout;
+            if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
+                // Not a name DNS can be asked about.
+                return Step::Done(None, self.resolver.settings.negative_ttl);
+            }
+            let local: SocketAddr = if server.is_ipv4() {
+                ([0, 0, 0, 0], 0).into()
+            } else {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            };
+            let sent = mio::net::UdpSocket::bind(local).and_then(|mut s| {
+                s.connect(server)?;
+                s.send(&self.query)?;
+                self.poll
+                    .registry()
+                    .register(&mut s, Token(slot + 1), Interest::READABLE)?;
+                Ok(s)
+            });
+            if let Ok(s) = sent {
+                job.sock = Some(s);
+                return Step::Wait;
+            }
+        }
+    }
+
+    fn readable(&mut self, slot: usize, buf: &mut [u8]) {
+        loop {
+            let Some(job) = self.jobs.get_mut(slot).and_then(Option::as_mut) else {
+                return;
+            };
+            let Some(sock) = &job.sock else {
+                return;
+            };
+            let n = match sock.recv(buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // An ICMP error (nobody at that port): the next server.
+                Err(_) => {
+                    let step = self.send(slot);
+                    return self.advance(slot, step);
+                }
+            };
+            let step = match dns::parse(&buf[..n], job.id, &job.name, job.kind) {
+                Ok(a) => self.answered(slot, a),
+                // A stray or forged datagram: keep waiting for ours.
+                Err(dns::DnsError::NotOurs(_)) => continue,
+                Err(_) => self.send(slot),
+            };
+            return self.advance(slot, step);
+        }
+    }
+
+    fn answered(&mut self, slot: usize, a: dns::Answer) -> Step {
+        let negative = self.resolver.settings.negative_ttl;
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return Step::Wait;
+        };
+        if !a.records.is_empty() {
+            job.ttl = job.ttl.min(a.ttl);
+        }
+        match job.stage {
+            Stage::Srv => {
+                let srvs: Vec<dns::Srv> = a
+                    .records
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        Record::Srv(s) => Some(s),
+                        Record::Address(_) => None,
+                    })
+                    .collect();
+                let (name, transport) = (job.key.0.clone(), job.key.2);
+                if srvs.is_empty() {
+                    // No SRV records: the name's own addresses (§4.2).
+                    let port = default_port(transport);
+                    return Step::Ask(Stage::Host { port, v6: false }, name, Kind::A);
+                }
+                let Some(srv) = dns::choose(&srvs, random_u16()) else {
+                    // "." : the service is not offered there (RFC 2782).
+                    return Step::Done(None, job.ttl);
+                };
+                let glue = a.extra.iter().find(|(n, _)| *n == srv.target).map(|e| e.1);
+                match glue.or_else(|| self.resolver.hosts.get(&srv.target).copied()) {
+                    Some(ip) => Step::Done(Some(SocketAddr::new(ip, srv.port)), job.ttl),
+                    None => Step::Ask(
+                        Stage::Host {
+                            port: srv.port,
+                            v6: false,
+                        },
+                        srv.target.clone(),
+                        Kind::A,
+                    ),
+                }
+            }
+            Stage::Host { port, v6 } => {
+                let ip = a.records.iter().find_map(|r| match r {
+                    Record::Address(ip) => Some(*ip),
+                    Record::Srv(_) => None,
+                });
+                match ip {
+                    Some(ip) => Step::Done(Some(SocketAddr::new(ip, port)), job.ttl),
+                    None if !v6 => {
+                        Step::Ask(Stage::Host { port, v6: true }, job.name.clone(), Kind::Aaaa)
+                    }
+                    None => Step::Done(None, negative),
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self, slot: usize, step: Step) {
+        match step {
+            Step::Wait => {}
+            Step::Ask(stage, name, kind) => self.ask(slot, stage, name, kind),
+            Step::Done(to, ttl) => {
+                let Some(mut job) = self.jobs[slot].take() else {
+                    return;
+                };
+                if let Some(mut s) = job.sock.take() {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
+                let ttl = if to.is_some() { job.ttl.min(ttl) } else { ttl };
+                let parked = self.resolver.finish(&job.key, to, ttl, Instant::now());
+                if to.is_none() {
+                    crate::io::log::unresolved(&job.key.0);
+                }
+                for p in parked {
+                    self.hand_in(&p);
+                }
+            }
+        }
+    }
+
+    /// Hands a parked request in again, now that its name is known.
+    fn hand_in(&mut self, p: &Parked) {
+        let now = crate::io::clock::now();
+        let reply = crate::io::drive::handle_resolved(
+            &mut self.core,
+            &p.message,
+            p.src,
+            p.arrived,
+            now,
+            &mut self.out,
+        );
+        self.sender.send_all(self.core.extra());
+        self.sender.reply(reply, &self.out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolv_conf_and_hosts_files_are_read_as_the_c_library_does() {
+        let conf = "# comment\nsearch example.com\nnameserver 192.0.2.53\nnameserver fe80::1%eth0\nnameserver bogus\nnameserver 192.0.2.54\nnameserver 192.0.2.55\n";
+        let s = servers_of_resolv_conf(conf);
+        assert_eq!(
+            s,
+            [
+                "192.0.2.53:53".parse().unwrap(),
+                "[fe80::1]:53".parse().unwrap(),
+                "192.0.2.54:53".parse().unwrap(),
+            ]
+        );
+        assert_eq!(
+            servers_of_resolv_conf(""),
+            ["127.0.0.1:53".parse().unwrap()]
+        );
+        let h = parse_hosts(
+            "127.0.0.1 localhost\n::1 localhost ip6-localhost\n# 10.0.0.1 hidden\n192.0.2.9  Proxy.Example.  px # trailing\nnot-an-ip name\n",
+        );
+        assert_eq!(h.get("localhost"), Some(&IpAddr::from([127, 0, 0, 1])));
+        assert_eq!(h.get("proxy.example"), Some(&IpAddr::from([192, 0, 2, 9])));
+        assert_eq!(h.get("px"), Some(&IpAddr::from([192, 0, 2, 9])));
+        assert!(h.get("ip6-localhost").is_some_and(IpAddr::is_ipv6));
+        assert!(!h.contains_key("hidden") && !h.contains_key("name"));
+    }
+
+    #[test]
+    fn service_names_follow_rfc_3263() {
+        assert_eq!(
+            service("a.test", Transport::Udp).as_deref(),
+            Some("_sip._udp.a.test")
+        );
+        assert_eq!(
+            service("a.test", Transport::Tcp).as_deref(),
+            Some("_sip._tcp.a.test")
+        );
+        assert_eq!(
+            service("a.test", Transport::Tls).as_deref(),
+            Some("_sips._tcp.a.test")
+        );
+        assert_eq!(service("a.test", Transport::Wss), None);
+    }
+}

@@ -1,0 +1,234 @@
+//! Next hops named by domain names (RFC 3263 without NAPTR), against a
+//! real name server: dnsmasq, started on a free loopback port.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sip_core::{Message, Method};
+use sipsec_server::config::DnsSettings;
+use sipsec_server::proto::dns::{self, Kind};
+use sipsec_server::{start, Config, Mode};
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sipsec-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn socket() -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+fn port_of(s: &UdpSocket) -> u16 {
+    s.local_addr().expect("bound").port()
+}
+
+fn recv(s: &UdpSocket) -> String {
+    let mut buf = vec![0u8; 65_535];
+    let (n, _) = s.recv_from(&mut buf).expect("a message arrives");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// dnsmasq answering for `test.` only (no upstream, no system files),
+/// killed when dropped.
+struct NameServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl NameServer {
+    fn start(records: &[String]) -> Self {
+        let port = port_of(&socket());
+        let mut c = Command::new("dnsmasq");
+        c.args([
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+            "--no-poll",
+        ])
+        .args(["--conf-file=/dev/null", "--pid-file", "--bind-interfaces"])
+        .args([
+            "--listen-address=127.0.0.1",
+            "--local=/test/",
+            "--local-ttl=60",
+        ])
+        .arg(format!("--port={port}"))
+        .args(records)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let child = c
+            .spawn()
+            .expect("dnsmasq runs (setup.sh installs dnsmasq-base)");
+        let ns = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        // Ready once it answers.
+        let probe = socket();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let mut q = Vec::new();
+        dns::query(1, "ready.test", Kind::A, &mut q).expect("query");
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut buf = [0u8; 512];
+        while Instant::now() < until {
+            let _ = probe.send_to(&q, ns.addr);
+            if probe.recv_from(&mut buf).is_ok() {
+                return ns;
+            }
+        }
+        panic!("dnsmasq did not answer on {}", ns.addr);
+    }
+}
+
+impl Drop for NameServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
+    format!(
+        "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
+        p = port_of(ua)
+    )
+}
+
+/// Sends a MESSAGE routed through `route`; what the callee at `peer`
+/// receives (answered 200), or the response the caller got instead.
+fn route_through(
+    ua: &UdpSocket,
+    proxy: SocketAddr,
+    route: &str,
+    peer: &UdpSocket,
+    n: u32,
+) -> Result<(), String> {
+    ua.send_to(message(ua, route, n).as_bytes(), proxy)
+        .expect("send");
+    peer.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    let mut buf = vec![0u8; 65_535];
+    match peer.recv_from(&mut buf) {
+        Ok((len, from)) => {
+            let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+            let req = Message::parse(text.as_bytes()).expect("forwarded request parses");
+            assert_eq!(req.method(), Method::Message);
+            assert_eq!(req.call_id(), format!("dns-{n}"));
+            let mut ok = Vec::new();
+            sip_core::writer::write_response(
+                &mut ok,
+                &req,
+                sip_core::StatusCode::OK,
+                &sip_core::writer::ResponseOptions::default(),
+            );
+            peer.send_to(&ok, from).expect("answer");
+            let resp = recv(ua);
+            assert!(resp.starts_with("SIP/2.0 200"), "{resp}");
+            Ok(())
+        }
+        Err(_) => Err(recv(ua)),
+    }
+}
+
+#[test]
+fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
+    let dir = tempdir("dns");
+    let a_peer = socket();
+    let srv_peer = socket();
+    let hosts_peer = socket();
+    let ns = NameServer::start(&[
+        "--host-record=a.test,127.0.0.1".into(),
+        "--host-record=target.test,127.0.0.1".into(),
+        format!(
+            "--srv-host=_sip._udp.srv.test,target.test,{},0,5",
+            port_of(&srv_peer)
+        ),
+    ]);
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "# test\n127.0.0.1 Hosts.Test\n").expect("hosts file");
+    let server = start(Config {
+        mode: Mode::Proxy,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        dns: DnsSettings {
+            servers: vec![ns.addr],
+            hosts: Some(hosts),
+            timeout: Duration::from_millis(500),
+            ..DnsSettings::default()
+        },
+        ..Config::default()
+    })
+    .expect("server starts");
+    let proxy = server.handle.local_addr();
+    let ua = socket();
+
+    // The hosts file, as the C library reads it (any case).
+    let to_hosts = format!("sip:hosts.test:{};lr", port_of(&hosts_peer));
+    route_through(&ua, proxy, &to_hosts, &hosts_peer, 1).expect("forwarded by the hosts file");
+    // An A record, the URI's port.
+    let to_a = format!("sip:A.test:{};lr", port_of(&a_peer));
+    route_through(&ua, proxy, &to_a, &a_peer, 2).expect("forwarded by the A record");
+    // No port: the SRV record's target and port (RFC 3263 §4.2).
+    route_through(&ua, proxy, "sip:srv.test;lr", &srv_peer, 3).expect("forwarded by SRV");
+    // A name that does not exist: 503, saying why.
+    let refused = route_through(&ua, proxy, "sip:nothing.test;lr", &a_peer, 4)
+        .expect_err("nothing to forward to");
+    assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
+    assert!(refused.contains("cannot be resolved"), "{refused}");
+    // Answers are kept for their TTL: with the name server gone, the
+    // names it gave still lead where they did.
+    drop(ns);
+    route_through(&ua, proxy, &to_a, &a_peer, 5).expect("forwarded from the cache");
+    route_through(&ua, proxy, "sip:srv.test;lr", &srv_peer, 6).expect("SRV from the cache");
+    server.handle.shutdown();
+}
+
+#[test]
+fn a_name_server_that_does_not_answer_gets_503_not_a_hang() {
+    let dir = tempdir("dns-down");
+    // Nobody listens there: every query is refused (ICMP) or times out.
+    let silent = socket();
+    let server = start(Config {
+        mode: Mode::Proxy,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        dns: DnsSettings {
+            servers: vec![silent.local_addr().expect("bound")],
+            hosts: None,
+            timeout: Duration::from_millis(200),
+            ..DnsSettings::default()
+        },
+        ..Config::default()
+    })
+    .expect("server starts");
+    let ua = socket();
+    let peer = socket();
+    let route = format!("sip:unanswered.test:{};lr", port_of(&peer));
+    let refused = route_through(&ua, server.handle.local_addr(), &route, &peer, 1)
+        .expect_err("nothing to forward to");
+    assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
+    // The queries reached the (silent) server: the resolver did ask.
+    silent
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    let (n, _) = silent.recv_from(&mut buf).expect("a query arrived");
+    assert!(n > 12, "a DNS query");
+    server.handle.shutdown();
+}
