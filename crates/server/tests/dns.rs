@@ -1,6 +1,7 @@
 //! Next hops named by domain names (RFC 3263 without NAPTR), against a
 //! real name server: dnsmasq, started on a free loopback port.
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -146,6 +147,7 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
     let hosts_peer = socket();
     let ns = NameServer::start(&[
         "--host-record=a.test,127.0.0.1".into(),
+        "--host-record=tcp.test,127.0.0.1".into(),
         "--host-record=target.test,127.0.0.1".into(),
         format!(
             "--srv-host=_sip._udp.srv.test,target.test,{},0,5",
@@ -157,7 +159,7 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
     let server = start(Config {
         mode: Mode::Proxy,
         udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 1,
@@ -187,11 +189,46 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
         .expect_err("nothing to forward to");
     assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
     assert!(refused.contains("cannot be resolved"), "{refused}");
+    // A request that arrived over TCP waits the same, and the answer
+    // comes back down its connection.
+    let tcp_addr = server.handle.tcp_addr().expect("tcp");
+    let mut phone = std::net::TcpStream::connect(tcp_addr).expect("connect");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let route = format!("sip:tcp.test:{};lr", port_of(&a_peer));
+    let over_tcp = message(&ua, &route, 7).replace("SIP/2.0/UDP", "SIP/2.0/TCP");
+    phone.write_all(over_tcp.as_bytes()).expect("send");
+    let mut buf = vec![0u8; 65_535];
+    let (len, from) = a_peer.recv_from(&mut buf).expect("forwarded");
+    let req = Message::parse(&buf[..len]).expect("parses");
+    assert_eq!(req.call_id(), "dns-7");
+    let mut ok = Vec::new();
+    sip_core::writer::write_response(
+        &mut ok,
+        &req,
+        sip_core::StatusCode::OK,
+        &sip_core::writer::ResponseOptions::default(),
+    );
+    a_peer.send_to(&ok, from).expect("answer");
+    let n = phone.read(&mut buf).expect("the 200 on the connection");
+    let resp = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        resp.starts_with("SIP/2.0 200") && resp.contains("dns-7"),
+        "{resp}"
+    );
     // Answers are kept for their TTL: with the name server gone, the
     // names it gave still lead where they did.
     drop(ns);
     route_through(&ua, proxy, &to_a, &a_peer, 5).expect("forwarded from the cache");
     route_through(&ua, proxy, "sip:srv.test;lr", &srv_peer, 6).expect("SRV from the cache");
+    let m = &server.handle.shared().metrics;
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    // A, SRV, the missing name and the TCP one waited; the hosts file
+    // and the cache answered at once.
+    assert_eq!(count(&m.hop_waits), 4);
+    assert_eq!(count(&m.hop_unresolved), 1);
+    assert!(count(&m.dns_queries) >= 4);
     server.handle.shutdown();
 }
 
@@ -230,5 +267,10 @@ fn a_name_server_that_does_not_answer_gets_503_not_a_hang() {
     let mut buf = [0u8; 512];
     let (n, _) = silent.recv_from(&mut buf).expect("a query arrived");
     assert!(n > 12, "a DNS query");
+    // Two tries (the default) at the one server, then given up.
+    let m = &server.handle.shared().metrics;
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(count(&m.dns_queries), 2);
+    assert_eq!(count(&m.hop_unresolved), 1);
     server.handle.shutdown();
 }

@@ -479,6 +479,11 @@ impl Worker {
                 Ok(s)
             });
             if let Ok(s) = sent {
+                self.core
+                    .shared()
+                    .metrics
+                    .dns_queries
+                    .fetch_add(1, Ordering::Relaxed);
                 job.sock = Some(s);
                 return Step::Wait;
             }

@@ -293,6 +293,16 @@ pub struct Metrics {
     /// Requests for an outbound registration whose connection was gone
     /// (answered 430 Flow Failed, RFC 5626 §5.3).
     pub flows_failed: AtomicU64,
+    /// DNS queries sent for next hops named by domain names.
+    pub dns_queries: AtomicU64,
+    /// Requests that waited for their next hop's name to be resolved.
+    pub hop_waits: AtomicU64,
+    /// Requests answered 503 because their next hop's name did not
+    /// resolve.
+    pub hop_unresolved: AtomicU64,
+    /// Requests answered 503 with Retry-After because the resolver had no
+    /// room to wait for their next hop's name.
+    pub hop_resolver_full: AtomicU64,
     /// Online compactions of the location journal.
     pub compactions: AtomicU64,
     /// Requests refused by the rate limiter.
@@ -489,7 +499,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 26] = [
+        let counters: [(&str, &str, &AtomicU64); 30] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -569,6 +579,26 @@ impl Metrics {
                 "sipsec_flows_failed_total",
                 "Requests for an outbound (RFC 5626) registration whose connection was gone: 430 Flow Failed.",
                 &self.flows_failed,
+            ),
+            (
+                "sipsec_dns_queries_total",
+                "DNS queries sent for next hops named by domain names (SRV, A, AAAA; RFC 3263).",
+                &self.dns_queries,
+            ),
+            (
+                "sipsec_next_hop_waits_total",
+                "Requests that waited for their next hop's name to be resolved.",
+                &self.hop_waits,
+            ),
+            (
+                "sipsec_next_hop_unresolved_total",
+                "Requests answered 503 because their next hop's name did not resolve.",
+                &self.hop_unresolved,
+            ),
+            (
+                "sipsec_next_hop_resolver_full_total",
+                "Requests answered 503 with Retry-After: the resolver had no room to wait for their next hop's name.",
+                &self.hop_resolver_full,
             ),
             (
                 "sipsec_journal_compactions_total",

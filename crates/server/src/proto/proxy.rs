@@ -26,6 +26,7 @@ impl Core {
     /// 503 for a request whose next hop is a name the resolver cannot
     /// take on now: the caller tries again a little later.
     fn resolver_busy(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+        bump(&self.shared.metrics.hop_resolver_full);
         self.respond(
             msg,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -40,6 +41,7 @@ impl Core {
 
     /// 503 for a request whose next hop is nowhere to be found.
     fn unresolvable(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+        bump(&self.shared.metrics.hop_unresolved);
         self.respond(
             msg,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -490,7 +492,10 @@ impl Core {
                 };
                 match park {
                     // Handed in again once the name is resolved.
-                    Park::Parked => return Reply::Drop,
+                    Park::Parked => {
+                        bump(&self.shared.metrics.hop_waits);
+                        return Reply::Drop;
+                    }
                     Park::Known(Found::At(a)) => a,
                     Park::Known(Found::Nowhere) => return self.unresolvable(msg, src, out),
                     Park::Known(_) | Park::Full => return self.resolver_busy(msg, src, out),
