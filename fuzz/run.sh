@@ -23,6 +23,26 @@ case "$target" in
                 { printf "\\$(printf %o "$pick")"; cat "$f"; } > "corpus/$target/$(basename "$f").$pick"
             done
         done ;;
+    dns_answer)
+        # Answers to the question the property asks (_sip._udp.sip.test),
+        # after its two pick bytes: kind (0 A, 2 SRV) and ID (9).
+        python3 - "corpus/$target" <<'PY'
+import struct, sys
+q = b"".join(bytes([len(l)]) + l.encode() for l in "_sip._udp.sip.test".split(".")) + b"\0"
+def answer(kind, records, extra=b""):
+    head = struct.pack(">HHHHHH", 9, 0x8580, 1, len(records), 0, 1 if extra else 0)
+    body = b"".join(b"\xc0\x0c" + struct.pack(">HHIH", t, 1, 3600, len(d)) + d for t, d in records)
+    return head + q + struct.pack(">HH", kind, 1) + body + extra
+target = b"\x02px\xc0\x16"
+srv = struct.pack(">HHH", 10, 60, 5060) + target
+glue = target + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([127, 0, 0, 1])
+seeds = {"a": b"\0\x09" + answer(1, [(1, bytes([192, 0, 2, 1]))]),
+         "srv": b"\x02\x09" + answer(33, [(33, srv)], glue),
+         "cname": b"\0\x09" + answer(1, [(5, b"\x05other\xc0\x16")])}
+for name, data in seeds.items():
+    open(f"{sys.argv[1]}/seed-{name}", "wb").write(data)
+PY
+        ;;
 esac
 cp ../crates/sip-core/testdata/fuzz-regressions/* "corpus/$target/"
 exec cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$secs" -max_len=4096

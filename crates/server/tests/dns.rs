@@ -274,3 +274,30 @@ fn a_name_server_that_does_not_answer_gets_503_not_a_hang() {
     assert_eq!(count(&m.hop_unresolved), 1);
     server.handle.shutdown();
 }
+
+#[test]
+fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
+    let dir = tempdir("dns-hosts");
+    let missing = dir.join("no-such-hosts");
+    let config = Config {
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        data_dir: dir.join("data"),
+        dns: DnsSettings {
+            hosts: Some(missing.clone()),
+            ..DnsSettings::default()
+        },
+        ..Config::default()
+    };
+    let checked = sipsec_server::check(&config).expect_err("--check refuses it");
+    let Err(started) = start(config) else {
+        panic!("serve refuses it");
+    };
+    for err in [checked.to_string(), started.to_string()] {
+        assert!(err.starts_with("dns: hosts file"), "{err}");
+        assert!(err.contains(&missing.display().to_string()), "{err}");
+    }
+    // Nothing was opened: not even the data directory.
+    assert!(!dir.join("data").exists());
+}

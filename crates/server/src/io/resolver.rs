@@ -138,6 +138,21 @@ pub fn parse_hosts(text: &str) -> HashMap<String, IpAddr> {
     hosts
 }
 
+/// The hosts file the settings name: a configured one that cannot be
+/// read is an error; the default one may be missing.
+pub fn read_hosts(settings: &DnsSettings) -> Result<HashMap<String, IpAddr>, String> {
+    let Some(p) = &settings.hosts else {
+        return Ok(HashMap::new());
+    };
+    match std::fs::read_to_string(p) {
+        Ok(text) => Ok(parse_hosts(&text)),
+        Err(e) if p == Path::new("/etc/hosts") && e.kind() == io::ErrorKind::NotFound => {
+            Ok(HashMap::new())
+        }
+        Err(e) => Err(format!("hosts file {}: {e}", p.display())),
+    }
+}
+
 fn random_u16() -> u16 {
     let mut b = [0u8; 2];
     // Without randomness the query is still sent; only its ID is
@@ -147,31 +162,16 @@ fn random_u16() -> u16 {
 }
 
 impl Resolver {
-    /// Starts the resolver thread; `core` and `sender` hand parked
-    /// requests in again and send what comes of them. A configured hosts
-    /// file that cannot be read is an error; the default one may be
-    /// missing.
+    /// Starts the resolver thread over `hosts` (from [`read_hosts`]);
+    /// `core` and `sender` hand parked requests in again and send what
+    /// comes of them.
     pub fn start(
         settings: DnsSettings,
+        hosts: HashMap<String, IpAddr>,
         core: Core,
         sender: Sender,
         stop: Arc<AtomicBool>,
     ) -> io::Result<(Arc<Self>, JoinHandle<()>)> {
-        let hosts = match &settings.hosts {
-            Some(p) => match std::fs::read_to_string(p) {
-                Ok(text) => parse_hosts(&text),
-                Err(e) if p == Path::new("/etc/hosts") && e.kind() == io::ErrorKind::NotFound => {
-                    HashMap::new()
-                }
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("dns hosts file {}: {e}", p.display()),
-                    ))
-                }
-            },
-            None => HashMap::new(),
-        };
         let servers = if settings.servers.is_empty() {
             servers_of_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
         } else {

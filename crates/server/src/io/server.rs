@@ -70,6 +70,9 @@ pub enum StartError {
     /// The shared location store could not be reached or read.
     #[error("location store (redis): {0}")]
     Redis(String),
+    /// The `[dns]` settings cannot be used (an unreadable hosts file).
+    #[error("dns: {0}")]
+    Dns(String),
     /// The operator endpoint would listen beyond loopback without a token.
     #[error("the operator endpoint on {0} is reachable from other hosts: set http_token (or SIPSEC_HTTP_TOKEN) to require a token, or keep --http on 127.0.0.1")]
     HttpExposed(std::net::SocketAddr),
@@ -103,6 +106,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             Arc::new(std::sync::atomic::AtomicBool::new(false)),
         );
     });
+    // Read before anything starts: a bad hosts file stops the start here.
+    let hosts = crate::io::resolver::read_hosts(&config.dns).map_err(StartError::Dns)?;
     let store = |err| StartError::Store {
         dir: config.data_dir.display().to_string(),
         err,
@@ -339,11 +344,12 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     );
     let (resolver, thread) = crate::io::resolver::Resolver::start(
         shared.config.dns.clone(),
+        hosts,
         Core::new(shared.clone()),
         names_sender,
         stop.clone(),
     )
-    .map_err(bind)?;
+    .map_err(|e| StartError::Dns(format!("cannot start the resolver: {e}")))?;
     threads.push(thread);
     unwind.resolver = Some(resolver.clone());
     let names: Arc<dyn crate::proto::core::Names> = resolver.clone();
@@ -488,6 +494,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
     if let Some(p) = &config.privacy {
         crate::io::keys::privacy(p, users.as_ref(), &config.realm)?;
     }
+    crate::io::resolver::read_hosts(&config.dns).map_err(StartError::Dns)?;
     Ok(Checked {
         users: users.map_or(0, |u| u.len()),
         tls,
