@@ -301,3 +301,41 @@ fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
     // Nothing was opened: not even the data directory.
     assert!(!dir.join("data").exists());
 }
+
+#[test]
+fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
+    let dir = tempdir("dns-stop");
+    let silent = socket();
+    let server = start(Config {
+        mode: Mode::Proxy,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        dns: DnsSettings {
+            servers: vec![silent.local_addr().expect("bound")],
+            hosts: None,
+            timeout: Duration::from_secs(30),
+            attempts: 1,
+            ..DnsSettings::default()
+        },
+        ..Config::default()
+    })
+    .expect("server starts");
+    let ua = socket();
+    let route = "sip:waiting.test:5999;lr";
+    ua.send_to(
+        message(&ua, route, 1).as_bytes(),
+        server.handle.local_addr(),
+    )
+    .expect("send");
+    // The query is out: the request waits for it.
+    let mut buf = [0u8; 512];
+    silent.recv_from(&mut buf).expect("a query arrived");
+    server.handle.shutdown();
+    let resp = recv(&ua);
+    assert!(resp.starts_with("SIP/2.0 503"), "{resp}");
+    assert!(resp.contains("Retry-After"), "{resp}");
+}

@@ -387,6 +387,17 @@ impl Worker {
                 }
             }
         }
+        // Stopping: what still waits is answered (503 with Retry-After,
+        // its name being unresolved), not dropped.
+        let waiting: Vec<Parked> = {
+            let mut st = self.resolver.lock();
+            st.parked = 0;
+            st.parked_bytes = 0;
+            st.pending.values_mut().flat_map(std::mem::take).collect()
+        };
+        for p in waiting {
+            self.hand_in(&p);
+        }
     }
 
     fn begin(&mut self, key: Key) {
