@@ -18,7 +18,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use sip_core::Transport;
 
@@ -318,22 +318,32 @@ impl Tap for Tracer {
             self.dropped.load(Ordering::Relaxed),
         )
     }
+
+    fn wake(&self) {
+        let _ = self.queue.try_send(Vec::new());
+    }
 }
 
 /// Sends what is queued until the server stops; a collector that is away
 /// costs a failed send per packet (ICMP refusals are ignored).
 fn send_loop(sock: &UdpSocket, rx: &Receiver<Vec<u8>>, stop: &std::sync::atomic::AtomicBool) {
+    // Blocks until a copy comes; the stop sends an empty one to wake it
+    // (when the queue is full there is no room for it, but then the loop
+    // is not waiting and sees the stop after the copy it sends).
     while !stop.load(Ordering::Relaxed) {
-        match rx.recv_timeout(Duration::from_millis(100)) {
+        match rx.recv() {
+            Ok(p) if p.is_empty() => {}
             Ok(p) => {
                 let _ = sock.send(&p);
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(_) => return,
         }
     }
     // What was queued before the stop still goes.
     while let Ok(p) = rx.try_recv() {
+        if p.is_empty() {
+            continue;
+        }
         let _ = sock.send(&p);
     }
 }
@@ -341,6 +351,7 @@ fn send_loop(sock: &UdpSocket, rx: &Receiver<Vec<u8>>, stop: &std::sync::atomic:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn chunks(p: &[u8]) -> Vec<(u16, Vec<u8>)> {
         assert_eq!(&p[..4], b"HEP3");

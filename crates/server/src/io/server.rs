@@ -251,6 +251,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         stop: stop.clone(),
         hub: None,
         resolver: None,
+        tap: None,
         sockets: Vec::new(),
         armed: true,
     };
@@ -315,6 +316,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             })?;
         threads.push(thread);
         let tap: Arc<dyn crate::proto::core::Tap> = tracer;
+        unwind.tap = Some(tap.clone());
         let _ = shared.tap.set(tap);
     }
     threads.push(store_upkeep(shared.clone(), persistence.clone(), stop.clone()).map_err(bind)?);
@@ -401,6 +403,7 @@ struct Unwind {
     stop: Arc<AtomicBool>,
     hub: Option<Arc<TcpHub>>,
     resolver: Option<Arc<crate::io::resolver::Resolver>>,
+    tap: Option<Arc<dyn crate::proto::core::Tap>>,
     /// Sockets threads block on, see [`wake_sockets`].
     sockets: Vec<socket2::Socket>,
     /// Cleared once the server is started.
@@ -418,6 +421,9 @@ impl Drop for Unwind {
         }
         if let Some(r) = &self.resolver {
             r.wake();
+        }
+        if let Some(t) = &self.tap {
+            t.wake();
         }
         wake_sockets(&self.sockets);
     }
@@ -778,6 +784,9 @@ impl ServerHandle {
             h.wake_all();
         }
         self.resolver.wake();
+        if let Some(t) = self.shared.tap.get() {
+            t.wake();
+        }
         wake_sockets(&self.sockets);
         for t in self.threads.iter() {
             t.thread().unpark();

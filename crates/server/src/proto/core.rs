@@ -203,6 +203,9 @@ pub trait Tap: std::fmt::Debug + Send + Sync {
     fn sent(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
     /// Messages handed to the collector, and those dropped (queue full).
     fn counts(&self) -> (u64, u64);
+
+    /// Wakes the tracer's thread to see the stop.
+    fn wake(&self) {}
 }
 
 /// The driver's answer to "is the connection from this phone still
