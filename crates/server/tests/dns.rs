@@ -153,6 +153,12 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
             "--srv-host=_sip._udp.srv.test,target.test,{},0,5",
             port_of(&srv_peer)
         ),
+        // The first target has no address: the next one is used.
+        "--srv-host=_sip._udp.backup.test,dead.test,5999,0,5".into(),
+        format!(
+            "--srv-host=_sip._udp.backup.test,target.test,{},10,5",
+            port_of(&srv_peer)
+        ),
     ]);
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, "# test\n127.0.0.1 Hosts.Test\n").expect("hosts file");
@@ -184,6 +190,8 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
     route_through(&ua, proxy, &to_a, &a_peer, 2).expect("forwarded by the A record");
     // No port: the SRV record's target and port (RFC 3263 §4.2).
     route_through(&ua, proxy, "sip:srv.test;lr", &srv_peer, 3).expect("forwarded by SRV");
+    // SRV targets in order, past one that does not resolve (§4.4).
+    route_through(&ua, proxy, "sip:backup.test;lr", &srv_peer, 8).expect("the second target");
     // A name that does not exist: 503, saying why.
     let refused = route_through(&ua, proxy, "sip:nothing.test;lr", &a_peer, 4)
         .expect_err("nothing to forward to");
@@ -224,9 +232,9 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
     route_through(&ua, proxy, "sip:srv.test;lr", &srv_peer, 6).expect("SRV from the cache");
     let m = &server.handle.shared().metrics;
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    // A, SRV, the missing name and the TCP one waited; the hosts file
-    // and the cache answered at once.
-    assert_eq!(count(&m.hop_waits), 4);
+    // A, SRV, SRV with a dead target, the missing name and the TCP one
+    // waited; the hosts file and the cache answered at once.
+    assert_eq!(count(&m.hop_waits), 5);
     assert_eq!(count(&m.hop_unresolved), 1);
     assert!(count(&m.dns_queries) >= 4);
     server.handle.shutdown();

@@ -331,6 +331,10 @@ struct Job {
     deadline: Instant,
     /// The smallest TTL met on the way.
     ttl: u32,
+    /// SRV targets still to try, in order.
+    targets: std::collections::VecDeque<dns::Srv>,
+    /// Addresses the SRV answer gave for its targets.
+    glue: Vec<(String, IpAddr)>,
 }
 
 /// What an answer or a timeout leads to.
@@ -435,6 +439,8 @@ impl Worker {
             tries: 0,
             deadline: Instant::now(),
             ttl: u32::MAX,
+            targets: std::collections::VecDeque::new(),
+            glue: Vec::new(),
         });
         self.ask(slot, stage, ask, kind);
     }
@@ -552,22 +558,13 @@ impl Worker {
                     let port = default_port(transport);
                     return Step::Ask(Stage::Host { port, v6: false }, name, Kind::A);
                 }
-                let Some(srv) = dns::choose(&srvs, random_u16()) else {
+                job.targets = dns::order(srvs, random_u16).into();
+                job.glue = a.extra;
+                if job.targets.is_empty() {
                     // "." : the service is not offered there (RFC 2782).
                     return Step::Done(None, job.ttl);
-                };
-                let glue = a.extra.iter().find(|(n, _)| *n == srv.target).map(|e| e.1);
-                match glue.or_else(|| self.resolver.hosts.get(&srv.target).copied()) {
-                    Some(ip) => Step::Done(Some(SocketAddr::new(ip, srv.port)), job.ttl),
-                    None => Step::Ask(
-                        Stage::Host {
-                            port: srv.port,
-                            v6: false,
-                        },
-                        srv.target.clone(),
-                        Kind::A,
-                    ),
                 }
+                self.next_target(slot)
             }
             Stage::Host { port, v6 } => {
                 let ip = a.records.iter().find_map(|r| match r {
@@ -579,9 +576,34 @@ impl Worker {
                     None if !v6 => {
                         Step::Ask(Stage::Host { port, v6: true }, job.name.clone(), Kind::Aaaa)
                     }
+                    // A target without addresses: the next one (§4.4).
+                    None if !job.targets.is_empty() => self.next_target(slot),
                     None => Step::Done(None, negative),
                 }
             }
+        }
+    }
+
+    /// The next SRV target in order: its address from the answer or the
+    /// hosts file, or its A records asked.
+    fn next_target(&mut self, slot: usize) -> Step {
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return Step::Wait;
+        };
+        let Some(srv) = job.targets.pop_front() else {
+            return Step::Done(None, self.resolver.settings.negative_ttl);
+        };
+        let glue = job.glue.iter().find(|(n, _)| *n == srv.target).map(|e| e.1);
+        match glue.or_else(|| self.resolver.hosts.get(&srv.target).copied()) {
+            Some(ip) => Step::Done(Some(SocketAddr::new(ip, srv.port)), job.ttl),
+            None => Step::Ask(
+                Stage::Host {
+                    port: srv.port,
+                    v6: false,
+                },
+                srv.target,
+                Kind::A,
+            ),
         }
     }
 

@@ -364,6 +364,24 @@ pub fn choose(records: &[Srv], pick: u16) -> Option<&Srv> {
     tier.last().copied()
 }
 
+/// Every record in RFC 2782's order: by priority, each priority's records
+/// in a weighted random order (`pick` draws); none when the only record is
+/// a "." target (the service is not offered).
+pub fn order(mut records: Vec<Srv>, mut pick: impl FnMut() -> u16) -> Vec<Srv> {
+    let mut ordered = Vec::with_capacity(records.len());
+    while let Some(next) = choose(&records, pick()) {
+        let at = records
+            .iter()
+            .position(|r| std::ptr::eq(r, next))
+            .unwrap_or(0);
+        let r = records.swap_remove(at);
+        if r.target != "." {
+            ordered.push(r);
+        }
+    }
+    ordered
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,6 +545,13 @@ mod tests {
             .collect();
         assert_eq!(picks, ["a", "a", "b", "b"]);
         assert_eq!(choose(&[srv(0, 0, ".")], 3), None);
+        // The whole order: priority first, then weight (a pick of 0
+        // always takes the first record with weight).
+        let all = order(rs.to_vec(), || 0);
+        let targets: Vec<&str> = all.iter().map(|r| r.target.as_str()).collect();
+        assert_eq!(targets, ["a", "b", "late"]);
+        assert_eq!(order(rs.to_vec(), || 65_535)[0].target, "b");
+        assert!(order(vec![srv(0, 0, ".")], || 0).is_empty());
         assert_eq!(choose(&[], 3), None);
         assert_eq!(
             choose(&[srv(1, 0, "x"), srv(1, 0, "y")], 1).unwrap().target,
