@@ -277,4 +277,23 @@ pub fn dns_answer(data: &[u8]) {
     }
     // RFC 2181 §8: a TTL above 2^31 - 1 is read as zero.
     assert!(answer.ttl <= i32::MAX as u32);
+    // RFC 2782's order of what was read: priorities never go down, no
+    // record is taken twice, and "." targets are never tried.
+    let srvs: Vec<crate::proto::dns::Srv> = answer
+        .records
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Srv(s) => Some(s),
+            Record::Address(_) => None,
+        })
+        .collect();
+    let mut picks = rest.iter().cycle().map(|&b| u16::from(b) * 257);
+    let ordered = crate::proto::dns::order(srvs.clone(), || picks.next().unwrap_or(0));
+    assert!(ordered.len() <= srvs.len());
+    assert!(ordered.windows(2).all(|w| w[0].priority <= w[1].priority));
+    assert!(ordered.iter().all(|r| r.target != "."));
+    for r in &ordered {
+        let taken = ordered.iter().filter(|o| *o == r).count();
+        assert!(taken <= srvs.iter().filter(|s| *s == r).count());
+    }
 }
