@@ -1,4 +1,4 @@
-//! cargo-fuzz target; the property lives in `sipsec_server::fuzzing::dns_answer`.
+//! cargo-fuzz target; the property lives in `sip_core::fuzzing::dns_answer`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sipsec_server::fuzzing::dns_answer(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sip_core::fuzzing::dns_answer(data));

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sip_core::dns::{self, Kind};
 use sip_core::{Message, Method};
 use sipsec_server::config::DnsSettings;
-use sipsec_server::proto::dns::{self, Kind};
 use sipsec_server::{start, Config, Mode};
 
 fn tempdir(name: &str) -> PathBuf {

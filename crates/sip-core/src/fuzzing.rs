@@ -198,6 +198,57 @@ pub fn framing(data: &[u8]) {
     assert_eq!(whole, pieces, "read whole and in pieces of {}", 1 + pick);
 }
 
+/// The DNS answer reader: whatever a name server (or a forger) sends,
+/// reading never panics, and what it reads is what was asked for. The
+/// first two bytes pick the question's kind and ID; the rest is the
+/// answer.
+pub fn dns_answer(data: &[u8]) {
+    use crate::dns::{parse, Kind, Record};
+    let [pick, id, rest @ ..] = data else {
+        return;
+    };
+    let kind = [Kind::A, Kind::Aaaa, Kind::Srv][usize::from(*pick) % 3];
+    let name = "_sip._udp.sip.test";
+    let first = parse(rest, u16::from(*id), name, kind);
+    assert_eq!(
+        first,
+        parse(rest, u16::from(*id), name, kind),
+        "reading twice differs"
+    );
+    let Ok(answer) = first else {
+        return;
+    };
+    for r in &answer.records {
+        match (r, kind) {
+            (Record::Address(ip), Kind::A) => assert!(ip.is_ipv4()),
+            (Record::Address(ip), Kind::Aaaa) => assert!(ip.is_ipv6()),
+            (Record::Srv(s), Kind::Srv) => assert!(s.target.len() <= 255),
+            _ => panic!("a record of another kind than asked: {r:?}"),
+        }
+    }
+    // RFC 2181 §8: a TTL above 2^31 - 1 is read as zero.
+    assert!(answer.ttl <= i32::MAX as u32);
+    // RFC 2782's order of what was read: priorities never go down, no
+    // record is taken twice, and "." targets are never tried.
+    let srvs: Vec<crate::dns::Srv> = answer
+        .records
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Srv(s) => Some(s),
+            Record::Address(_) => None,
+        })
+        .collect();
+    let mut picks = rest.iter().cycle().map(|&b| u16::from(b) * 257);
+    let ordered = crate::dns::order(srvs.clone(), || picks.next().unwrap_or(0));
+    assert!(ordered.len() <= srvs.len());
+    assert!(ordered.windows(2).all(|w| w[0].priority <= w[1].priority));
+    assert!(ordered.iter().all(|r| r.target != "."));
+    for r in &ordered {
+        let taken = ordered.iter().filter(|o| *o == r).count();
+        assert!(taken <= srvs.iter().filter(|s| *s == r).count());
+    }
+}
+
 /// Deterministic mutations of seed inputs, for running fuzz properties in
 /// the ordinary test suite: the same seed gives the same inputs, so a
 /// failure reproduces.

@@ -18,6 +18,7 @@ pub mod auth;
 pub mod contact;
 pub mod cseq;
 pub mod digest;
+pub mod dns;
 mod error;
 pub mod framing;
 #[doc(hidden)]

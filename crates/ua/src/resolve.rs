@@ -8,6 +8,9 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
+pub use sip_core::dns::Srv;
+use sip_core::dns::{self, Kind, Record};
+
 /// Why no address was found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -15,95 +18,6 @@ pub enum ResolveError {
     /// Neither SRV nor A/AAAA gave an address.
     #[error("cannot resolve {0}")]
     NotFound(String),
-}
-
-/// One SRV record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Srv {
-    /// Lower is tried first.
-    pub priority: u16,
-    /// Share among equal priorities.
-    pub weight: u16,
-    /// Port.
-    pub port: u16,
-    /// Target host.
-    pub target: String,
-}
-
-/// A DNS query for `name` of `qtype` (33: SRV) with id `id`.
-pub fn query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
-    let mut q = Vec::with_capacity(32 + name.len());
-    q.extend_from_slice(&id.to_be_bytes());
-    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]); // RD, one question
-    for label in name.trim_end_matches('.').split('.') {
-        q.push(label.len().min(63) as u8);
-        q.extend_from_slice(&label.as_bytes()[..label.len().min(63)]);
-    }
-    q.push(0);
-    q.extend_from_slice(&qtype.to_be_bytes());
-    q.extend_from_slice(&1u16.to_be_bytes());
-    q
-}
-
-/// Reads a possibly compressed name at `at`; returns it and the offset
-/// after it in the original position.
-fn name(msg: &[u8], mut at: usize) -> Option<(String, usize)> {
-    let mut out = Vec::new();
-    let mut end = None;
-    for _ in 0..64 {
-        let len = *msg.get(at)?;
-        if len & 0xc0 == 0xc0 {
-            let ptr = (usize::from(len & 0x3f) << 8) | usize::from(*msg.get(at + 1)?);
-            end.get_or_insert(at + 2);
-            at = ptr;
-            continue;
-        }
-        if len == 0 {
-            let s = String::from_utf8_lossy(&out.join(&b'.')).into_owned();
-            return Some((s, end.unwrap_or(at + 1)));
-        }
-        out.push(msg.get(at + 1..at + 1 + usize::from(len))?.to_vec());
-        at += 1 + usize::from(len);
-    }
-    None
-}
-
-/// The SRV records in a response to query `id`, sorted by priority
-/// (higher weight first within one).
-pub fn parse_srv(msg: &[u8], id: u16) -> Option<Vec<Srv>> {
-    if msg.len() < 12 || msg[..2] != id.to_be_bytes() || msg[2] & 0x80 == 0 {
-        return None;
-    }
-    let rcode = msg[3] & 0x0f;
-    if rcode != 0 {
-        return Some(Vec::new());
-    }
-    let qd = u16::from_be_bytes([msg[4], msg[5]]);
-    let an = u16::from_be_bytes([msg[6], msg[7]]);
-    let mut at = 12;
-    for _ in 0..qd {
-        at = name(msg, at)?.1 + 4;
-    }
-    let mut out = Vec::new();
-    for _ in 0..an {
-        let after = name(msg, at)?.1;
-        let head = msg.get(after..after + 10)?;
-        let rtype = u16::from_be_bytes([head[0], head[1]]);
-        let len = usize::from(u16::from_be_bytes([head[8], head[9]]));
-        let rdata = after + 10;
-        if rtype == 33 && len >= 7 {
-            let d = msg.get(rdata..rdata + 6)?;
-            out.push(Srv {
-                priority: u16::from_be_bytes([d[0], d[1]]),
-                weight: u16::from_be_bytes([d[2], d[3]]),
-                port: u16::from_be_bytes([d[4], d[5]]),
-                target: name(msg, rdata + 6)?.0,
-            });
-        }
-        at = rdata + len;
-    }
-    out.sort_by_key(|s| (s.priority, std::cmp::Reverse(s.weight)));
-    Some(out)
 }
 
 /// The first nameserver in resolv.conf text.
@@ -117,7 +31,10 @@ pub fn nameserver(resolv_conf: &str) -> Option<SocketAddr> {
     })
 }
 
-/// Asks `server` for the SRV records of `name` (2 tries, 1 s each).
+/// Asks `server` for the SRV records of `name` (2 tries, 1 s each), in
+/// RFC 2782 order. The query leaves from a fresh port with a random ID,
+/// connected to the server, and only an answer to it is read
+/// (`sip_core::dns`).
 pub fn lookup_srv(server: SocketAddr, name: &str) -> Vec<Srv> {
     let bind = if server.is_ipv4() {
         "0.0.0.0:0"
@@ -127,25 +44,45 @@ pub fn lookup_srv(server: SocketAddr, name: &str) -> Vec<Srv> {
     let Ok(sock) = UdpSocket::bind(bind) else {
         return Vec::new();
     };
+    if sock.connect(server).is_err() {
+        return Vec::new();
+    }
     let _ = sock.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut id_bytes = [0u8; 2];
-    let _ = getrandom::fill(&mut id_bytes);
-    let id = u16::from_be_bytes(id_bytes);
-    let q = query(id, name, 33);
+    let id = random_u16();
+    let mut q = Vec::new();
+    if dns::query(id, name, Kind::Srv, &mut q).is_err() {
+        return Vec::new();
+    }
     let mut buf = [0u8; 2048];
     for _ in 0..2 {
-        if sock.send_to(&q, server).is_err() {
+        if sock.send(&q).is_err() {
             return Vec::new();
         }
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            if from == server {
-                if let Some(r) = parse_srv(&buf[..n], id) {
-                    return r;
+        while let Ok(n) = sock.recv(&mut buf) {
+            match dns::parse(&buf[..n], id, name, Kind::Srv) {
+                Ok(a) => {
+                    let srvs = a
+                        .records
+                        .into_iter()
+                        .filter_map(|r| match r {
+                            Record::Srv(s) => Some(s),
+                            Record::Address(_) => None,
+                        })
+                        .collect();
+                    return dns::order(srvs, random_u16);
                 }
+                Err(dns::DnsError::NotOurs(_)) => continue,
+                Err(_) => return Vec::new(),
             }
         }
     }
     Vec::new()
+}
+
+fn random_u16() -> u16 {
+    let mut b = [0u8; 2];
+    let _ = getrandom::fill(&mut b);
+    u16::from_le_bytes(b)
 }
 
 /// Addresses to try for a SIP URI's host and port, in order (RFC 3263
@@ -201,7 +138,8 @@ mod tests {
         r[7] = records.len() as u8;
         for (p, w, port, target) in records {
             r.extend_from_slice(&[0xc0, 12, 0, 33, 0, 1, 0, 0, 0, 60]);
-            let t = query(0, target, 0);
+            let mut t = Vec::new();
+            dns::query(0, target, Kind::A, &mut t).unwrap();
             let tname = &t[12..t.len() - 4];
             r.extend_from_slice(&((6 + tname.len()) as u16).to_be_bytes());
             r.extend_from_slice(&p.to_be_bytes());
@@ -213,39 +151,31 @@ mod tests {
     }
 
     #[test]
-    fn srv_records_are_parsed_and_ordered() {
-        let q = query(0x1234, "_sip._udp.example.com", 33);
-        let r = answer(
-            &q,
-            &[
-                (20, 0, 5070, "b.example.com"),
-                (10, 5, 5060, "a.example.com"),
-            ],
-        );
-        let srv = parse_srv(&r, 0x1234).unwrap();
-        assert_eq!(srv[0].target, "a.example.com");
-        assert_eq!((srv[0].priority, srv[0].port), (10, 5060));
-        assert_eq!(srv[1].target, "b.example.com");
-        assert_eq!(parse_srv(&r, 0x9999), None, "someone else's answer");
-        assert_eq!(parse_srv(&r[..20], 0x1234), None);
-    }
-
-    #[test]
-    fn srv_from_a_nameserver_then_hosts_file_targets() {
+    fn srv_from_a_nameserver_in_order_then_hosts_file_targets() {
         let dns = UdpSocket::bind("127.0.0.1:0").unwrap();
         let server = dns.local_addr().unwrap();
         let t = std::thread::spawn(move || {
             let mut buf = [0u8; 512];
+            // A stray datagram first (someone else's ID): not taken.
             let (n, from) = dns.recv_from(&mut buf).unwrap();
-            let r = answer(&buf[..n], &[(10, 0, 5999, "localhost")]);
+            let mut stray = answer(&buf[..n], &[(0, 0, 1, "evil.example")]);
+            stray[0] ^= 0xff;
+            dns.send_to(&stray, from).unwrap();
+            let r = answer(
+                &buf[..n],
+                &[(20, 0, 5070, "localhost"), (10, 0, 5999, "localhost")],
+            );
             dns.send_to(&r, from).unwrap();
         });
         let got = resolve("sip.test", None, false, Some(server)).unwrap();
         t.join().unwrap();
+        // Priority order: 5999 (10) before 5070 (20); nothing from the stray.
+        assert_eq!(got[0].port(), 5999, "{got:?}");
         assert!(
-            got.iter().all(|a| a.port() == 5999 && a.ip().is_loopback()),
+            got.iter().all(|a| a.ip().is_loopback() && a.port() != 1),
             "{got:?}"
         );
+        assert!(got.iter().any(|a| a.port() == 5070), "{got:?}");
         // Numeric hosts and explicit ports never ask.
         assert_eq!(
             resolve("127.0.0.1", None, false, Some(server)).unwrap(),

@@ -32,7 +32,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::DnsSettings;
 use crate::io::send::Sender;
 use crate::proto::core::{Core, Found, Names, Park, Transport};
-use crate::proto::dns::{self, Kind, Record};
+use sip_core::dns::{self, Kind, Record};
 
 /// Names being resolved at once; past it requests for new names get 503.
 const MAX_JOBS: usize = 128;
@@ -70,6 +70,8 @@ struct State {
     fresh: Vec<Key>,
     parked: usize,
     parked_bytes: usize,
+    /// The thread has stopped: nothing more waits.
+    closed: bool,
 }
 
 /// The resolver the workers share; see the module documentation.
@@ -259,7 +261,7 @@ impl Names for Resolver {
         if st.pending.contains_key(&key) {
             return Found::Resolving;
         }
-        if st.pending.len() >= MAX_JOBS {
+        if st.closed || st.pending.len() >= MAX_JOBS {
             return Found::Busy;
         }
         st.pending.insert(key.clone(), Vec::new());
@@ -284,7 +286,9 @@ impl Names for Resolver {
             transport,
         );
         let mut st = self.lock();
-        let full = st.parked >= MAX_PARKED || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
+        let full = st.closed
+            || st.parked >= MAX_PARKED
+            || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
         let Some(waiting) = st.pending.get_mut(&key) else {
             // Resolved (or given up) since `find`: its outcome.
             return match st.cache.get(&key) {
@@ -395,6 +399,7 @@ impl Worker {
         // its name being unresolved), not dropped.
         let waiting: Vec<Parked> = {
             let mut st = self.resolver.lock();
+            st.closed = true;
             st.parked = 0;
             st.parked_bytes = 0;
             st.pending.values_mut().flat_map(std::mem::take).collect()

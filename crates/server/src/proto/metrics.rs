@@ -295,7 +295,8 @@ pub struct Metrics {
     pub flows_failed: AtomicU64,
     /// DNS queries sent for next hops named by domain names.
     pub dns_queries: AtomicU64,
-    /// Requests that waited for their next hop's name to be resolved.
+    /// Requests whose next hop's name was not known yet (they waited
+    /// for it, or it came as they were about to).
     pub hop_waits: AtomicU64,
     /// Requests answered 503 because their next hop's name did not
     /// resolve.
@@ -587,7 +588,7 @@ impl Metrics {
             ),
             (
                 "sipsec_next_hop_waits_total",
-                "Requests that waited for their next hop's name to be resolved.",
+                "Requests whose next hop's name was not known yet and had to be resolved.",
                 &self.hop_waits,
             ),
             (

@@ -5,7 +5,6 @@
 
 pub mod auth;
 pub mod core;
-pub mod dns;
 pub mod guard;
 pub mod location;
 pub mod metrics;

@@ -484,6 +484,7 @@ impl Core {
             Next::At(a) => a,
             Next::Nowhere => return self.unresolvable(msg, src, out),
             Next::Resolving(name, port, transport) => {
+                bump(&self.shared.metrics.hop_waits);
                 let park = match self.shared.names.get() {
                     Some(n) if !self.again => {
                         n.park(&name, port, transport, msg.as_bytes(), src, self.transport)
@@ -492,10 +493,7 @@ impl Core {
                 };
                 match park {
                     // Handed in again once the name is resolved.
-                    Park::Parked => {
-                        bump(&self.shared.metrics.hop_waits);
-                        return Reply::Drop;
-                    }
+                    Park::Parked => return Reply::Drop,
                     Park::Known(Found::At(a)) => a,
                     Park::Known(Found::Nowhere) => return self.unresolvable(msg, src, out),
                     Park::Known(_) | Park::Full => return self.resolver_busy(msg, src, out),
