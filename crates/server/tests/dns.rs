@@ -96,6 +96,22 @@ impl Drop for NameServer {
     }
 }
 
+/// A proxy on loopback (UDP and TCP, no HTTP) resolving with `dns`.
+fn proxy(dir: &std::path::Path, dns: DnsSettings) -> sipsec_server::Started {
+    start(Config {
+        mode: Mode::Proxy,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        dns,
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
 fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
     format!(
         "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
@@ -162,23 +178,15 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
     ]);
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, "# test\n127.0.0.1 Hosts.Test\n").expect("hosts file");
-    let server = start(Config {
-        mode: Mode::Proxy,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: Some("127.0.0.1:0".parse().expect("addr")),
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        dns: DnsSettings {
+    let server = proxy(
+        &dir,
+        DnsSettings {
             servers: vec![ns.addr],
             hosts: Some(hosts),
             timeout: Duration::from_millis(500),
             ..DnsSettings::default()
         },
-        ..Config::default()
-    })
-    .expect("server starts");
+    );
     let proxy = server.handle.local_addr();
     let ua = socket();
 
@@ -245,23 +253,15 @@ fn a_name_server_that_does_not_answer_gets_503_not_a_hang() {
     let dir = tempdir("dns-down");
     // Nobody listens there: every query is refused (ICMP) or times out.
     let silent = socket();
-    let server = start(Config {
-        mode: Mode::Proxy,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        dns: DnsSettings {
+    let server = proxy(
+        &dir,
+        DnsSettings {
             servers: vec![silent.local_addr().expect("bound")],
             hosts: None,
             timeout: Duration::from_millis(200),
             ..DnsSettings::default()
         },
-        ..Config::default()
-    })
-    .expect("server starts");
+    );
     let ua = socket();
     let peer = socket();
     let route = format!("sip:unanswered.test:{};lr", port_of(&peer));
@@ -314,24 +314,16 @@ fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
 fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
     let dir = tempdir("dns-stop");
     let silent = socket();
-    let server = start(Config {
-        mode: Mode::Proxy,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        dns: DnsSettings {
+    let server = proxy(
+        &dir,
+        DnsSettings {
             servers: vec![silent.local_addr().expect("bound")],
             hosts: None,
             timeout: Duration::from_secs(30),
             attempts: 1,
             ..DnsSettings::default()
         },
-        ..Config::default()
-    })
-    .expect("server starts");
+    );
     let ua = socket();
     let route = "sip:waiting.test:5999;lr";
     ua.send_to(

@@ -74,6 +74,19 @@ pub struct Answer {
     pub truncated: bool,
 }
 
+impl Answer {
+    /// The SRV records, in the answer's order.
+    pub fn srv_records(self) -> Vec<Srv> {
+        self.records
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Srv(s) => Some(s),
+                Record::Address(_) => None,
+            })
+            .collect()
+    }
+}
+
 /// Why a query could not be written or an answer not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DnsError {

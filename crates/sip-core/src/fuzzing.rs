@@ -230,14 +230,7 @@ pub fn dns_answer(data: &[u8]) {
     assert!(answer.ttl <= i32::MAX as u32);
     // RFC 2782's order of what was read: priorities never go down, no
     // record is taken twice, and "." targets are never tried.
-    let srvs: Vec<crate::dns::Srv> = answer
-        .records
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Srv(s) => Some(s),
-            Record::Address(_) => None,
-        })
-        .collect();
+    let srvs = answer.srv_records();
     let mut picks = rest.iter().cycle().map(|&b| u16::from(b) * 257);
     let ordered = crate::dns::order(srvs.clone(), || picks.next().unwrap_or(0));
     assert!(ordered.len() <= srvs.len());

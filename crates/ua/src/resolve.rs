@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 pub use sip_core::dns::Srv;
-use sip_core::dns::{self, Kind, Record};
+use sip_core::dns::{self, Kind};
 
 /// Why no address was found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,17 +60,7 @@ pub fn lookup_srv(server: SocketAddr, name: &str) -> Vec<Srv> {
         }
         while let Ok(n) = sock.recv(&mut buf) {
             match dns::parse(&buf[..n], id, name, Kind::Srv) {
-                Ok(a) => {
-                    let srvs = a
-                        .records
-                        .into_iter()
-                        .filter_map(|r| match r {
-                            Record::Srv(s) => Some(s),
-                            Record::Address(_) => None,
-                        })
-                        .collect();
-                    return dns::order(srvs, random_u16);
-                }
+                Ok(a) => return dns::order(a.srv_records(), random_u16),
                 Err(dns::DnsError::NotOurs(_)) => continue,
                 Err(_) => return Vec::new(),
             }

@@ -209,21 +209,8 @@ pub fn handle(
     if let Some(t) = core.shared().tap.get() {
         t.received(input, src, transport);
     }
-    let mut reply = core.handle(input, src, transport, now, out);
-    if reply == Reply::Retry {
-        reply = retry(core, input, src, transport, now, out);
-    }
-    if reply == Reply::Persist {
-        let stored = match store {
-            Some(s) => s.store(core.to_persist()),
-            None => Ok(()),
-        };
-        reply = core.persisted(stored, input, out);
-    }
-    if core.has_events() {
-        log_events(core);
-    }
-    reply
+    let reply = core.handle(input, src, transport, now, out);
+    settle(core, store, input, src, transport, now, out, reply)
 }
 
 /// Hands in again a request that waited for its next hop's name to be
@@ -238,16 +225,54 @@ pub fn handle_resolved(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
-    let mut reply = core.handle_again(input, src, transport, now, out);
+    let reply = core.handle_again(input, src, transport, now, out);
+    settle(
+        core,
+        Some(&mut Refusing),
+        input,
+        src,
+        transport,
+        now,
+        out,
+        reply,
+    )
+}
+
+/// A store that stores nothing.
+struct Refusing;
+
+impl Store for Refusing {
+    fn store(&mut self, _: &[Record]) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable {
+            reason: "a change handed in after a name resolution".into(),
+            retry_after: 5,
+        })
+    }
+}
+
+/// Carries a core's first answer through: handed in again while its AoR
+/// is busy, stored before it is released, events logged.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    core: &mut Core,
+    store: Option<&mut dyn Store>,
+    input: &[u8],
+    src: SocketAddr,
+    transport: Transport,
+    now: Now,
+    out: &mut Vec<u8>,
+    mut reply: Reply,
+) -> Reply {
     if reply == Reply::Retry {
         reply = retry(core, input, src, transport, now, out);
     }
     if reply == Reply::Persist {
-        let refused = StoreError::Unavailable {
-            reason: "a change handed in after a name resolution".into(),
-            retry_after: 5,
+        let stored = match store {
+            Some(s) => s.store(core.to_persist()),
+            None => Ok(()),
         };
-        reply = core.persisted(Err(refused), input, out);
+        reply = core.persisted(stored, input, out);
     }
     if core.has_events() {
         log_events(core);

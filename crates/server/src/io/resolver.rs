@@ -539,7 +539,7 @@ impl Worker {
         }
     }
 
-    fn answered(&mut self, slot: usize, a: dns::Answer) -> Step {
+    fn answered(&mut self, slot: usize, mut a: dns::Answer) -> Step {
         let negative = self.resolver.settings.negative_ttl;
         let Some(job) = self.jobs[slot].as_mut() else {
             return Step::Wait;
@@ -549,14 +549,8 @@ impl Worker {
         }
         match job.stage {
             Stage::Srv => {
-                let srvs: Vec<dns::Srv> = a
-                    .records
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        Record::Srv(s) => Some(s),
-                        Record::Address(_) => None,
-                    })
-                    .collect();
+                let glue = std::mem::take(&mut a.extra);
+                let srvs = a.srv_records();
                 let (name, transport) = (job.key.0.clone(), job.key.2);
                 if srvs.is_empty() {
                     // No SRV records: the name's own addresses (§4.2).
@@ -564,7 +558,7 @@ impl Worker {
                     return Step::Ask(Stage::Host { port, v6: false }, name, Kind::A);
                 }
                 job.targets = dns::order(srvs, random_u16).into();
-                job.glue = a.extra;
+                job.glue = glue;
                 if job.targets.is_empty() {
                     // "." : the service is not offered there (RFC 2782).
                     return Step::Done(None, job.ttl);
