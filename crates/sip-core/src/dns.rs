@@ -362,13 +362,15 @@ pub fn choose(records: &[Srv], pick: u16) -> Option<&Srv> {
     if tier.len() == 1 && tier[0].target == "." {
         return None;
     }
-    let total: u32 = tier.iter().map(|r| u32::from(r.weight)).sum();
+    // In 64 bits: a tier of heavy weights times the pick passes 2^32
+    // (found by the dns_answer fuzz target).
+    let total: u64 = tier.iter().map(|r| u64::from(r.weight)).sum();
     if total == 0 {
         return tier.get(usize::from(pick) % tier.len()).copied();
     }
-    let mut point = u32::from(pick) * total / 65_536;
+    let mut point = u64::from(pick) * total / 65_536;
     for r in &tier {
-        let w = u32::from(r.weight);
+        let w = u64::from(r.weight);
         if point < w {
             return Some(r);
         }
@@ -558,6 +560,10 @@ mod tests {
             .collect();
         assert_eq!(picks, ["a", "a", "b", "b"]);
         assert_eq!(choose(&[srv(0, 0, ".")], 3), None);
+        // Heavy weights: the pick times their sum passes 2^32.
+        let heavy: Vec<Srv> = (0..8).map(|i| srv(1, u16::MAX, &format!("h{i}"))).collect();
+        assert_eq!(choose(&heavy, u16::MAX).unwrap().target, "h7");
+        assert_eq!(choose(&heavy, 0).unwrap().target, "h0");
         // The whole order: priority first, then weight (a pick of 0
         // always takes the first record with weight).
         let all = order(rs.to_vec(), || 0);

@@ -30,6 +30,7 @@ fn fuzz_regressions() {
         fuzzing::message(&data);
         fuzzing::uri(&data);
         fuzzing::digest_header(&data);
+        fuzzing::dns_answer(&data);
         n += 1;
     }
     assert!(n > 0);

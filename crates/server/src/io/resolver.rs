@@ -645,6 +645,22 @@ impl Worker {
     }
 }
 
+impl Drop for Worker {
+    /// Should the thread die (a bug), nothing waits for it any more: new
+    /// requests for unknown names get 503 with Retry-After from the
+    /// workers instead of waiting forever.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut st = self.resolver.lock();
+            st.closed = true;
+            st.pending.clear();
+            st.parked = 0;
+            st.parked_bytes = 0;
+            tracing::error!(target: "sipsec::dns", "the resolver thread stopped on a bug: names are no longer resolved");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
