@@ -104,6 +104,19 @@ pub enum DnsError {
     Server(u8),
 }
 
+/// The name servers `resolv.conf` text names (`nameserver IP`, a scope
+/// such as `%eth0` dropped), in order, at port 53.
+pub fn nameservers(resolv_conf: &str) -> impl Iterator<Item = std::net::SocketAddr> + '_ {
+    resolv_conf
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("nameserver")).then(|| words.next())?
+        })
+        .filter_map(|a| a.split('%').next()?.parse::<IpAddr>().ok())
+        .map(|ip| std::net::SocketAddr::new(ip, 53))
+}
+
 /// Writes a recursive query for `name`'s `kind` records with the ID `id`.
 pub fn query(id: u16, name: &str, kind: Kind, out: &mut Vec<u8>) -> Result<(), DnsError> {
     out.clear();

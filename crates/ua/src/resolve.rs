@@ -22,13 +22,7 @@ pub enum ResolveError {
 
 /// The first nameserver in resolv.conf text.
 pub fn nameserver(resolv_conf: &str) -> Option<SocketAddr> {
-    resolv_conf.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        (f.next() == Some("nameserver"))
-            .then(|| f.next()?.parse::<IpAddr>().ok())
-            .flatten()
-            .map(|ip| SocketAddr::new(ip, 53))
-    })
+    dns::nameservers(resolv_conf).next()
 }
 
 /// Asks `server` for the SRV records of `name` (2 tries, 1 s each), in

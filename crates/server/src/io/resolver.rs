@@ -106,16 +106,7 @@ fn service(name: &str, transport: Transport) -> Option<String> {
 /// The name servers of `/etc/resolv.conf`-style text (port 53); the
 /// local one when it names none, as the C library does.
 pub fn servers_of_resolv_conf(text: &str) -> Vec<SocketAddr> {
-    let mut servers: Vec<SocketAddr> = text
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("nameserver")).then(|| words.next())?
-        })
-        .filter_map(|a| a.split('%').next()?.parse::<IpAddr>().ok())
-        .map(|ip| SocketAddr::new(ip, 53))
-        .take(MAX_SERVERS)
-        .collect();
+    let mut servers: Vec<SocketAddr> = dns::nameservers(text).take(MAX_SERVERS).collect();
     if servers.is_empty() {
         servers.push(SocketAddr::from(([127, 0, 0, 1], 53)));
     }

@@ -491,7 +491,7 @@ impl Core {
             .map(|n| n.find(name, port, transport))
         {
             Some(Found::At(a)) => Next::At(a),
-            Some(Found::Resolving) => Next::Resolving(name.to_ascii_lowercase(), port, transport),
+            Some(Found::Resolving) => Next::Resolving(name.to_owned(), port, transport),
             Some(Found::Busy) => Next::Busy,
             Some(Found::Nowhere) | None => Next::Nowhere,
         }
