@@ -250,6 +250,13 @@ pub struct DnsSettings {
     pub max_ttl: u32,
     /// How long "no such name" is kept (seconds).
     pub negative_ttl: u32,
+    /// How long an address that failed (refused, silent, or 503) is
+    /// skipped while its name leads elsewhere too (seconds).
+    pub skip_failed_for: u32,
+    /// A stateful proxy tries the next address of a name when the one it
+    /// used has not answered at all within this (`None`: only when the
+    /// transaction times out, is refused, or gets 503).
+    pub failover_after: Option<std::time::Duration>,
 }
 
 impl Default for DnsSettings {
@@ -262,6 +269,8 @@ impl Default for DnsSettings {
             attempts: 2,
             max_ttl: 3600,
             negative_ttl: 30,
+            skip_failed_for: 30,
+            failover_after: Some(std::time::Duration::from_secs(4)),
         }
     }
 }
@@ -602,6 +611,11 @@ pub struct DnsSection {
     pub max_ttl: Option<u32>,
     /// How long "no such name" is kept, seconds.
     pub negative_ttl: Option<u32>,
+    /// How long an address that failed is skipped, seconds.
+    pub skip_failed_for: Option<u32>,
+    /// Seconds of silence from a next hop before the next address is
+    /// tried; 0: only when its transaction fails.
+    pub failover_after: Option<f64>,
 }
 
 /// `[location]`: where bindings are kept.
@@ -839,6 +853,21 @@ fn dns_settings(d: DnsSection, s: &mut DnsSettings) -> Result<(), (&'static str,
     }
     if let Some(t) = d.negative_ttl {
         s.negative_ttl = t;
+    }
+    if let Some(t) = d.skip_failed_for {
+        if !(1..=86_400).contains(&t) {
+            return Err(("dns.skip_failed_for", format!("{t}: seconds in [1, 86400]")));
+        }
+        s.skip_failed_for = t;
+    }
+    if let Some(t) = d.failover_after {
+        if t != 0.0 && !(0.1..=32.0).contains(&t) {
+            return Err((
+                "dns.failover_after",
+                format!("{t}: 0 (off) or seconds in [0.1, 32]"),
+            ));
+        }
+        s.failover_after = (t > 0.0).then(|| std::time::Duration::from_secs_f64(t));
     }
     Ok(())
 }
@@ -1340,7 +1369,7 @@ mod tests {
     fn dns_section_is_read_and_bad_values_are_named() {
         let mut c = Config::default();
         c.apply_toml(
-            "[dns]\nservers = [\"192.0.2.53\", \"[2001:db8::53]:5353\"]\nhosts = \"\"\ntimeout = 0.25\nattempts = 3\nnegative_ttl = 5\n",
+            "[dns]\nservers = [\"192.0.2.53\", \"[2001:db8::53]:5353\"]\nhosts = \"\"\ntimeout = 0.25\nattempts = 3\nnegative_ttl = 5\nskip_failed_for = 60\nfailover_after = 0\n",
             "t.toml",
         )
         .expect("valid");
@@ -1354,10 +1383,14 @@ mod tests {
         assert_eq!(c.dns.hosts, None);
         assert_eq!(c.dns.timeout, std::time::Duration::from_millis(250));
         assert_eq!((c.dns.attempts, c.dns.negative_ttl), (3, 5));
+        assert_eq!((c.dns.skip_failed_for, c.dns.failover_after), (60, None));
         for (text, key) in [
             ("[dns]\nservers = [\"ns.example\"]\n", "dns.servers"),
             ("[dns]\ntimeout = 0\n", "dns.timeout"),
             ("[dns]\nattempts = 0\n", "dns.attempts"),
+            ("[dns]\nskip_failed_for = 0\n", "dns.skip_failed_for"),
+            ("[dns]\nfailover_after = 0.01\n", "dns.failover_after"),
+            ("[dns]\nfailover_after = 40\n", "dns.failover_after"),
         ] {
             let err = Config::default().apply_toml(text, "t.toml").unwrap_err();
             assert!(err.to_string().contains(key), "{err}");

@@ -339,3 +339,189 @@ fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
     assert!(resp.starts_with("SIP/2.0 503"), "{resp}");
     assert!(resp.contains("Retry-After"), "{resp}");
 }
+
+/// Reads one SIP message without a body from `s`.
+fn read_request(s: &mut std::net::TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).expect("the request arrives");
+        assert!(n > 0, "connection closed before a request");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+#[test]
+fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
+    let dir = tempdir("dns-failover");
+    // SRV for UDP: first a target that takes requests and never answers,
+    // then one that answers. For TCP: first a port nobody listens on.
+    let silent = socket();
+    let live = socket();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let closed_port = closed.local_addr().expect("bound").port();
+    drop(closed);
+    let live_tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let live_tcp_port = live_tcp.local_addr().expect("bound").port();
+    let srv = |proto: &str, port: u16, priority: u16| {
+        format!("--srv-host=_sip._{proto}.pool.test,one.test,{port},{priority},5")
+    };
+    let ns = NameServer::start(&[
+        "--host-record=one.test,127.0.0.1".into(),
+        srv("udp", port_of(&silent), 0),
+        srv("udp", port_of(&live), 10),
+        srv("tcp", closed_port, 0),
+        srv("tcp", live_tcp_port, 10),
+    ]);
+    let server = start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some("127.0.0.1:0".parse().expect("addr")),
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        dns: DnsSettings {
+            servers: vec![ns.addr],
+            hosts: None,
+            timeout: Duration::from_millis(500),
+            failover_after: Some(Duration::from_millis(300)),
+            ..DnsSettings::default()
+        },
+        ..Config::default()
+    })
+    .expect("server starts");
+    let proxy = server.handle.local_addr();
+    let ua = socket();
+
+    // The first address is silent: after 300 ms the request goes to the
+    // second, as a new transaction (another branch), and is answered.
+    ua.send_to(message(&ua, "sip:pool.test;lr", 1).as_bytes(), proxy)
+        .expect("send");
+    let first = recv(&silent);
+    let first = Message::parse(first.as_bytes()).expect("parses");
+    assert_eq!(first.call_id(), "dns-1");
+    let mut buf = vec![0u8; 65_535];
+    let (n, from) = live
+        .recv_from(&mut buf)
+        .expect("the second address gets it");
+    let second = Message::parse(&buf[..n]).expect("parses");
+    assert_eq!(second.call_id(), "dns-1");
+    assert_ne!(second.top_via().branch(), first.top_via().branch());
+    let mut ok = Vec::new();
+    sip_core::writer::write_response(
+        &mut ok,
+        &second,
+        sip_core::StatusCode::OK,
+        &sip_core::writer::ResponseOptions::default(),
+    );
+    live.send_to(&ok, from).expect("answer");
+    let resp = recv(&ua);
+    assert!(
+        resp.starts_with("SIP/2.0 200") && resp.contains("dns-1"),
+        "{resp}"
+    );
+    // The next request goes to the second address at once: the silent
+    // one is skipped for now.
+    route_through(&ua, proxy, "sip:pool.test;lr", &live, 2).expect("forwarded");
+    silent
+        .set_read_timeout(Some(Duration::from_millis(600)))
+        .expect("timeout");
+    assert!(
+        silent.recv_from(&mut buf).is_err(),
+        "nothing more for the silent address"
+    );
+
+    // Over TCP the first address refuses the connection: the second
+    // gets the request at once, and its answer reaches the caller.
+    ua.send_to(
+        message(&ua, "sip:pool.test;transport=tcp;lr", 3).as_bytes(),
+        proxy,
+    )
+    .expect("send");
+    live_tcp.set_nonblocking(true).expect("nonblocking");
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut conn = loop {
+        match live_tcp.accept() {
+            Ok((c, _)) => break c,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!(
+                "the proxy did not connect to the second address: {e}; {}",
+                recv(&ua)
+            ),
+        }
+    };
+    conn.set_nonblocking(false).expect("blocking");
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let req = read_request(&mut conn);
+    let req = Message::parse(&req).expect("parses");
+    assert_eq!(req.call_id(), "dns-3");
+    let mut ok = Vec::new();
+    sip_core::writer::write_response(
+        &mut ok,
+        &req,
+        sip_core::StatusCode::OK,
+        &sip_core::writer::ResponseOptions::default(),
+    );
+    conn.write_all(&ok).expect("answer");
+    let resp = recv(&ua);
+    assert!(
+        resp.starts_with("SIP/2.0 200") && resp.contains("dns-3"),
+        "{resp}"
+    );
+    let m = &server.handle.shared().metrics;
+    assert_eq!(
+        m.hop_failovers.load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    server.handle.shutdown();
+}
+
+/// An SRV answer too large for UDP comes cut short (TC): it is asked
+/// again over TCP (RFC 7766), where the only target that works is.
+#[test]
+fn a_truncated_answer_is_asked_again_over_tcp() {
+    let dir = tempdir("dns-tcp");
+    let peer = socket();
+    // 39 targets without addresses fill the UDP answer; the one that
+    // works is listed last, but comes first by priority.
+    let mut records: Vec<String> = (0..39)
+        .map(|i| format!("--srv-host=_sip._udp.big.test,no-address-number-{i}.test,5060,10,5"))
+        .collect();
+    records.push("--host-record=works.test,127.0.0.1".into());
+    records.push(format!(
+        "--srv-host=_sip._udp.big.test,works.test,{},0,5",
+        port_of(&peer)
+    ));
+    let ns = NameServer::start(&records);
+    // What UDP carries: part of the records, with TC set.
+    let probe = socket();
+    let mut q = Vec::new();
+    dns::query(7, "_sip._udp.big.test", Kind::Srv, &mut q).expect("query");
+    probe.send_to(&q, ns.addr).expect("send");
+    let mut buf = [0u8; 65_535];
+    let (n, _) = probe.recv_from(&mut buf).expect("answer");
+    let cut = dns::parse(&buf[..n], 7, "_sip._udp.big.test", Kind::Srv).expect("parses");
+    assert!(cut.truncated && cut.records.len() < 40, "{cut:?}");
+    let server = proxy(
+        &dir,
+        DnsSettings {
+            servers: vec![ns.addr],
+            hosts: None,
+            timeout: Duration::from_millis(500),
+            ..DnsSettings::default()
+        },
+    );
+    route_through(
+        &socket(),
+        server.handle.local_addr(),
+        "sip:big.test;lr",
+        &peer,
+        1,
+    )
+    .expect("forwarded to the target only TCP told of");
+    server.handle.shutdown();
+}

@@ -13,7 +13,10 @@
 //! `/etc/resolv.conf` (or `[dns] servers`). Every query goes from a fresh
 //! socket on a random port with a random ID, connected to the server, and
 //! only an answer to the very question asked is read, so an off-path
-//! attacker has to guess 32 bits to poison the cache. Everything is
+//! attacker has to guess 32 bits to poison the cache. An answer cut
+//! short (TC) is asked again over TCP. Every SRV target is resolved, so
+//! a stateful proxy has the next address at hand when one fails (RFC 3263
+//! §4.3); a failed address is skipped for a while. Everything is
 //! bounded: names being resolved, requests parked (in count and bytes),
 //! the cache; a request that finds no room is answered 503 with
 //! Retry-After.
@@ -31,7 +34,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::DnsSettings;
 use crate::io::send::Sender;
-use crate::proto::core::{Core, Found, Names, Park, Transport};
+use crate::proto::core::{Core, Transport};
+use crate::proto::names::{Found, Names, Park};
 use sip_core::dns::{self, Kind, Record};
 
 /// Names being resolved at once; past it requests for new names get 503.
@@ -43,6 +47,12 @@ const MAX_PARKED: usize = 1024;
 const MAX_PARKED_BYTES: usize = 4 << 20;
 /// Answers kept.
 const MAX_CACHE: usize = 4096;
+/// SRV targets resolved for one name, and addresses kept for it: the
+/// ones tried in turn when one fails (RFC 3263 §4.3).
+const MAX_TARGETS: usize = 8;
+const MAX_ADDRESSES: usize = 8;
+/// Addresses remembered as failed.
+const MAX_DOWN: usize = 1024;
 /// How long a name no server answered for is remembered as unreachable.
 const UNANSWERED_TTL: u32 = 5;
 /// Name servers taken from `/etc/resolv.conf`, as the C library does.
@@ -62,8 +72,11 @@ struct Parked {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Where each destination leads (`None`: nowhere), until when.
-    cache: HashMap<Key, (Option<SocketAddr>, Instant)>,
+    /// Where each destination leads, in the order to try (empty:
+    /// nowhere), until when.
+    cache: HashMap<Key, (Vec<SocketAddr>, Instant)>,
+    /// Addresses that failed lately, and until when they are skipped.
+    down: HashMap<(SocketAddr, Transport), Instant>,
     /// Destinations being resolved, with the requests waiting on them.
     pending: HashMap<Key, Vec<Parked>>,
     /// Destinations the thread has not started on.
@@ -207,7 +220,7 @@ impl Resolver {
     }
 
     /// Records where `key` leads and takes the requests waiting on it.
-    fn finish(&self, key: &Key, to: Option<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
+    fn finish(&self, key: &Key, to: Vec<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
         let ttl = ttl.min(self.settings.max_ttl).max(1);
         let mut st = self.lock();
         if st.cache.len() >= MAX_CACHE {
@@ -227,6 +240,32 @@ impl Resolver {
     }
 }
 
+impl State {
+    /// Of `to` (in order), the first address over `transport` that has
+    /// not failed lately.
+    fn first_up(
+        &self,
+        to: &[SocketAddr],
+        transport: Transport,
+        now: Instant,
+    ) -> Option<SocketAddr> {
+        to.iter().copied().find(|a| {
+            self.down
+                .get(&(*a, transport))
+                .is_none_or(|until| *until <= now)
+        })
+    }
+
+    /// Where a cached destination leads: the first address that has not
+    /// failed lately, else the first (all failed: try again anyway).
+    fn lead(&self, to: &[SocketAddr], transport: Transport, now: Instant) -> Found {
+        match self.first_up(to, transport, now).or(to.first().copied()) {
+            Some(a) => Found::At(a),
+            None => Found::Nowhere,
+        }
+    }
+}
+
 impl Names for Resolver {
     fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found {
         let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
@@ -243,7 +282,7 @@ impl Names for Resolver {
         let now = Instant::now();
         let mut st = self.lock();
         match st.cache.get(&key) {
-            Some((to, until)) if *until > now => return to.map_or(Found::Nowhere, Found::At),
+            Some((to, until)) if *until > now => return st.lead(to, transport, now),
             Some(_) => {
                 st.cache.remove(&key);
             }
@@ -282,10 +321,9 @@ impl Names for Resolver {
             || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
         let Some(waiting) = st.pending.get_mut(&key) else {
             // Resolved (or given up) since `find`: its outcome.
+            let now = Instant::now();
             return match st.cache.get(&key) {
-                Some((to, until)) if *until > Instant::now() => {
-                    Park::Known(to.map_or(Found::Nowhere, Found::At))
-                }
+                Some((to, until)) if *until > now => Park::Known(st.lead(to, transport, now)),
                 _ => Park::Full,
             };
         };
@@ -300,6 +338,37 @@ impl Names for Resolver {
         st.parked += 1;
         st.parked_bytes += message.len();
         Park::Parked
+    }
+
+    fn failed(&self, to: SocketAddr, transport: Transport) {
+        let now = Instant::now();
+        let until = now + Duration::from_secs(u64::from(self.settings.skip_failed_for));
+        let mut st = self.lock();
+        if st.down.len() >= MAX_DOWN {
+            st.down.retain(|_, t| *t > now);
+        }
+        if st.down.len() < MAX_DOWN || st.down.contains_key(&(to, transport)) {
+            st.down.insert((to, transport), until);
+        }
+    }
+
+    fn alternative(
+        &self,
+        name: &str,
+        port: Option<u16>,
+        transport: Transport,
+    ) -> Option<SocketAddr> {
+        let key = (
+            name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
+            port,
+            transport,
+        );
+        let now = Instant::now();
+        let st = self.lock();
+        match st.cache.get(&key) {
+            Some((to, until)) if *until > now => st.first_up(to, transport, now),
+            _ => None,
+        }
     }
 }
 
@@ -320,16 +389,49 @@ struct Job {
     name: String,
     kind: Kind,
     sock: Option<mio::net::UdpSocket>,
+    /// The server the question went to.
+    server: SocketAddr,
+    /// The question asked again over TCP, its UDP answer being cut short.
+    tcp: Option<Tcp>,
     id: u16,
     /// Queries sent for this question.
     tries: u32,
     deadline: Instant,
     /// The smallest TTL met on the way.
     ttl: u32,
-    /// SRV targets still to try, in order.
+    /// SRV targets still to resolve, in order.
     targets: std::collections::VecDeque<dns::Srv>,
     /// Addresses the SRV answer gave for its targets.
     glue: Vec<(String, IpAddr)>,
+    /// Addresses found so far, in the order to try them.
+    found: Vec<SocketAddr>,
+    /// The first addresses are in the cache already: a later target was
+    /// slow to resolve.
+    published: bool,
+}
+
+/// A question asked over TCP (RFC 1035 §4.2.2, RFC 7766) because the
+/// UDP answer had TC set.
+#[derive(Debug)]
+struct Tcp {
+    stream: mio::net::TcpStream,
+    /// The framed query still to write.
+    out: Vec<u8>,
+    /// What arrived: a two-byte length, then the answer.
+    answer: Vec<u8>,
+    /// The truncated UDP answer, used if TCP fails.
+    partial: dns::Answer,
+}
+
+impl Job {
+    /// Keeps `ip:port` as the next address to try (once, and up to
+    /// [`MAX_ADDRESSES`]).
+    fn add(&mut self, ip: IpAddr, port: u16) {
+        let a = SocketAddr::new(ip, port);
+        if self.found.len() < MAX_ADDRESSES && !self.found.contains(&a) {
+            self.found.push(a);
+        }
+    }
 }
 
 /// What an answer or a timeout leads to.
@@ -338,8 +440,10 @@ enum Step {
     Wait,
     /// Ask this.
     Ask(Stage, String, Kind),
-    /// Over: there (or nowhere), for this many seconds.
-    Done(Option<SocketAddr>, u32),
+    /// This question is over (answered, or given up on), with the TTL
+    /// the destination gets should it lead nowhere: on to the next SRV
+    /// target, if any, else the destination is resolved.
+    Done(u32),
 }
 
 struct Worker {
@@ -380,10 +484,18 @@ impl Worker {
             }
             let now = Instant::now();
             for slot in 0..self.jobs.len() {
-                if self.jobs[slot].as_ref().is_some_and(|j| j.deadline <= now) {
-                    let step = self.send(slot);
-                    self.advance(slot, step);
-                }
+                let Some(job) = self.jobs[slot].as_ref().filter(|j| j.deadline <= now) else {
+                    continue;
+                };
+                let step = if job.tcp.is_some() {
+                    self.tcp_failed(slot)
+                } else {
+                    // A later SRV target is slow to resolve: the requests
+                    // waiting go to the addresses known, now.
+                    self.publish(slot);
+                    self.send(slot)
+                };
+                self.advance(slot, step);
             }
         }
         // Stopping: what still waits is answered (503 with Retry-After,
@@ -431,14 +543,34 @@ impl Worker {
             name: String::new(),
             kind,
             sock: None,
+            server: SocketAddr::from(([0, 0, 0, 0], 0)),
+            tcp: None,
             id: 0,
             tries: 0,
             deadline: Instant::now(),
             ttl: u32::MAX,
             targets: std::collections::VecDeque::new(),
             glue: Vec::new(),
+            found: Vec::new(),
+            published: false,
         });
         self.ask(slot, stage, ask, kind);
+    }
+
+    /// Caches the addresses `slot` has found so far and hands in the
+    /// requests waiting on them, while it resolves the rest (once).
+    fn publish(&mut self, slot: usize) {
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return;
+        };
+        if job.found.is_empty() || job.published {
+            return;
+        }
+        job.published = true;
+        let (key, to, ttl) = (job.key.clone(), job.found.clone(), job.ttl);
+        for p in self.resolver.finish(&key, to, ttl, Instant::now()) {
+            self.hand_in(&p);
+        }
     }
 
     /// Sends the job's next question (a fresh socket, port and ID).
@@ -465,18 +597,22 @@ impl Worker {
         if let Some(mut old) = job.sock.take() {
             let _ = self.poll.registry().deregister(&mut old);
         }
+        if let Some(mut old) = job.tcp.take() {
+            let _ = self.poll.registry().deregister(&mut old.stream);
+        }
         let total = settings.attempts as usize * servers.len();
         loop {
             if job.tries as usize >= total {
-                return Step::Done(None, UNANSWERED_TTL);
+                return Step::Done(UNANSWERED_TTL);
             }
             let server = servers[job.tries as usize % servers.len()];
+            job.server = server;
             job.tries += 1;
             job.id = random_u16();
             job.deadline = Instant::now() + settings.timeout;
             if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
                 // Not a name DNS can be asked about.
-                return Step::Done(None, self.resolver.settings.negative_ttl);
+                return Step::Done(self.resolver.settings.negative_ttl);
             }
             let local: SocketAddr = if server.is_ipv4() {
                 ([0, 0, 0, 0], 0).into()
@@ -504,6 +640,15 @@ impl Worker {
     }
 
     fn readable(&mut self, slot: usize, buf: &mut [u8]) {
+        if self
+            .jobs
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|j| j.tcp.is_some())
+        {
+            let step = self.tcp_ready(slot, buf);
+            return self.advance(slot, step);
+        }
         loop {
             let Some(job) = self.jobs.get_mut(slot).and_then(Option::as_mut) else {
                 return;
@@ -521,12 +666,130 @@ impl Worker {
                 }
             };
             let step = match dns::parse(&buf[..n], job.id, &job.name, job.kind) {
+                Ok(a) if a.truncated => self.over_tcp(slot, a),
                 Ok(a) => self.answered(slot, a),
                 // A stray or forged datagram: keep waiting for ours.
                 Err(dns::DnsError::NotOurs(_)) => continue,
                 Err(_) => self.send(slot),
             };
             return self.advance(slot, step);
+        }
+    }
+
+    /// The UDP answer `partial` was cut short: the same question goes to
+    /// the same server over TCP; should that fail, `partial` is used.
+    fn over_tcp(&mut self, slot: usize, partial: dns::Answer) -> Step {
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return Step::Wait;
+        };
+        if let Some(mut old) = job.sock.take() {
+            let _ = self.poll.registry().deregister(&mut old);
+        }
+        if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
+            return self.answered(slot, partial);
+        }
+        let mut out = Vec::with_capacity(2 + self.query.len());
+        out.extend_from_slice(&(self.query.len() as u16).to_be_bytes());
+        out.extend_from_slice(&self.query);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        let opened = mio::net::TcpStream::connect(job.server).and_then(|mut s| {
+            self.poll
+                .registry()
+                .register(&mut s, Token(slot + 1), interest)?;
+            Ok(s)
+        });
+        let Ok(stream) = opened else {
+            return self.answered(slot, partial);
+        };
+        job.deadline = Instant::now() + self.resolver.settings.timeout;
+        job.tcp = Some(Tcp {
+            stream,
+            out,
+            answer: Vec::new(),
+            partial,
+        });
+        self.core
+            .shared()
+            .metrics
+            .dns_queries
+            .fetch_add(1, Ordering::Relaxed);
+        Step::Wait
+    }
+
+    /// The TCP question of `slot` can go on: writes what is left of it,
+    /// reads what came; the answer once whole.
+    fn tcp_ready(&mut self, slot: usize, buf: &mut [u8]) -> Step {
+        use std::io::{Read, Write};
+        let Some(job) = self.jobs[slot].as_mut() else {
+            return Step::Wait;
+        };
+        let Some(tcp) = job.tcp.as_mut() else {
+            return Step::Wait;
+        };
+        let pending = |e: &io::Error| {
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock
+                    | io::ErrorKind::NotConnected
+                    | io::ErrorKind::Interrupted
+            )
+        };
+        let mut failed = false;
+        while !tcp.out.is_empty() && !failed {
+            match tcp.stream.write(&tcp.out) {
+                Ok(n) => {
+                    tcp.out.drain(..n);
+                }
+                Err(e) if pending(&e) => break,
+                Err(_) => failed = true,
+            }
+        }
+        while !failed {
+            match tcp.stream.read(buf) {
+                // Closed before the whole answer.
+                Ok(0) => failed = true,
+                Ok(n) => {
+                    tcp.answer.extend_from_slice(&buf[..n]);
+                    // A length prefix bounds it: at most 2 + 65,535 bytes.
+                    failed = tcp.answer.len() > 2 + usize::from(u16::MAX);
+                }
+                Err(e) if pending(&e) => break,
+                Err(_) => failed = true,
+            }
+        }
+        let whole = match tcp.answer.get(..2) {
+            Some(l) => {
+                let len = usize::from(u16::from_be_bytes([l[0], l[1]]));
+                tcp.answer.get(2..2 + len)
+            }
+            None => None,
+        };
+        let parsed = whole.map(|a| dns::parse(a, job.id, &job.name, job.kind));
+        match parsed {
+            Some(Ok(a)) => {
+                self.end_tcp(slot);
+                self.answered(slot, a)
+            }
+            Some(Err(_)) => self.tcp_failed(slot),
+            None if failed => self.tcp_failed(slot),
+            None => Step::Wait,
+        }
+    }
+
+    /// Closes `slot`'s TCP question; its truncated UDP answer, if any.
+    fn end_tcp(&mut self, slot: usize) -> Option<dns::Answer> {
+        let tcp = self.jobs[slot].as_mut()?.tcp.take()?;
+        let mut stream = tcp.stream;
+        let _ = self.poll.registry().deregister(&mut stream);
+        Some(tcp.partial)
+    }
+
+    /// TCP gave nothing usable (refused, closed, timed out, garbage): what
+    /// the UDP answer held is used.
+    fn tcp_failed(&mut self, slot: usize) -> Step {
+        match self.end_tcp(slot) {
+            Some(partial) => self.answered(slot, partial),
+            None => Step::Wait,
         }
     }
 
@@ -549,44 +812,56 @@ impl Worker {
                     return Step::Ask(Stage::Host { port, v6: false }, name, Kind::A);
                 }
                 job.targets = dns::order(srvs, random_u16).into();
+                job.targets.truncate(MAX_TARGETS);
                 job.glue = glue;
                 if job.targets.is_empty() {
                     // "." : the service is not offered there (RFC 2782).
-                    return Step::Done(None, job.ttl);
+                    return Step::Done(job.ttl);
                 }
                 self.next_target(slot)
             }
             Stage::Host { port, v6 } => {
-                let ip = a.records.iter().find_map(|r| match r {
-                    Record::Address(ip) => Some(*ip),
-                    Record::Srv(_) => None,
-                });
-                match ip {
-                    Some(ip) => Step::Done(Some(SocketAddr::new(ip, port)), job.ttl),
-                    None if !v6 => {
-                        Step::Ask(Stage::Host { port, v6: true }, job.name.clone(), Kind::Aaaa)
+                let mut any = false;
+                for r in &a.records {
+                    if let Record::Address(ip) = r {
+                        job.add(*ip, port);
+                        any = true;
                     }
+                }
+                if any {
+                    Step::Done(job.ttl)
+                } else if !v6 {
+                    Step::Ask(Stage::Host { port, v6: true }, job.name.clone(), Kind::Aaaa)
+                } else {
                     // A target without addresses: the next one (§4.4).
-                    None if !job.targets.is_empty() => self.next_target(slot),
-                    None => Step::Done(None, negative),
+                    Step::Done(negative)
                 }
             }
         }
     }
 
-    /// The next SRV target in order: its address from the answer or the
-    /// hosts file, or its A records asked.
+    /// The next SRV target in order: its addresses from the answer or
+    /// the hosts file, or its A records asked.
     fn next_target(&mut self, slot: usize) -> Step {
         let Some(job) = self.jobs[slot].as_mut() else {
             return Step::Wait;
         };
         let Some(srv) = job.targets.pop_front() else {
-            return Step::Done(None, self.resolver.settings.negative_ttl);
+            return Step::Done(self.resolver.settings.negative_ttl);
         };
-        let glue = job.glue.iter().find(|(n, _)| *n == srv.target).map(|e| e.1);
-        match glue.or_else(|| self.resolver.hosts.get(&srv.target).copied()) {
-            Some(ip) => Step::Done(Some(SocketAddr::new(ip, srv.port)), job.ttl),
-            None => Step::Ask(
+        let glue: Vec<IpAddr> = job
+            .glue
+            .iter()
+            .filter(|(n, _)| *n == srv.target)
+            .map(|e| e.1)
+            .chain(self.resolver.hosts.get(&srv.target).copied())
+            .collect();
+        for ip in &glue {
+            job.add(*ip, srv.port);
+        }
+        match glue.is_empty() {
+            false => Step::Done(job.ttl),
+            true => Step::Ask(
                 Stage::Host {
                     port: srv.port,
                     v6: false,
@@ -601,16 +876,27 @@ impl Worker {
         match step {
             Step::Wait => {}
             Step::Ask(stage, name, kind) => self.ask(slot, stage, name, kind),
-            Step::Done(to, ttl) => {
+            Step::Done(ttl) => {
+                let Some(job) = self.jobs[slot].as_mut() else {
+                    return;
+                };
+                if !job.targets.is_empty() && job.found.len() < MAX_ADDRESSES {
+                    // Every SRV target is resolved: the later ones are
+                    // where requests go when the first fails.
+                    let step = self.next_target(slot);
+                    return self.advance(slot, step);
+                }
                 let Some(mut job) = self.jobs[slot].take() else {
                     return;
                 };
                 if let Some(mut s) = job.sock.take() {
                     let _ = self.poll.registry().deregister(&mut s);
                 }
-                let ttl = if to.is_some() { job.ttl.min(ttl) } else { ttl };
+                let to = std::mem::take(&mut job.found);
+                let ttl = if to.is_empty() { ttl } else { job.ttl.min(ttl) };
+                let nowhere = to.is_empty();
                 let parked = self.resolver.finish(&job.key, to, ttl, Instant::now());
-                if to.is_none() {
+                if nowhere {
                     crate::io::log::unresolved(&job.key.0);
                 }
                 for p in parked {

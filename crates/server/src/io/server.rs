@@ -354,7 +354,10 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     .map_err(|e| StartError::Dns(format!("cannot start the resolver: {e}")))?;
     threads.push(thread);
     unwind.resolver = Some(resolver.clone());
-    let names: Arc<dyn crate::proto::core::Names> = resolver.clone();
+    let names: Arc<dyn crate::proto::names::Names> = resolver.clone();
+    if let Some(tx) = &shared.transactions {
+        tx.set_names(names.clone());
+    }
     let _ = shared.names.set(names);
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {

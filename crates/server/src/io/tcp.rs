@@ -282,7 +282,7 @@ struct Conn {
     /// another way (RFC 7118 §5), so when the connection closes those
     /// still unanswered fail at once (503 upstream) instead of after
     /// timer B or C.
-    requests: Mutex<Vec<Key>>,
+    requests: Mutex<Vec<(Key, u8)>>,
     /// TLS: other addresses and domain names it stands for (RFC 5923
     /// aliases, at most [`MAX_ALIASES`]).
     aliases: Mutex<Vec<Alias>>,
@@ -542,14 +542,15 @@ impl TcpHub {
         }
     }
 
-    /// The transaction of a request the stateful proxy forwarded.
-    fn request_key(&self, bytes: &[u8]) -> Option<Key> {
+    /// The transaction of a request the stateful proxy forwarded, and
+    /// which try of it the request is.
+    fn request_key(&self, bytes: &[u8]) -> Option<(Key, u8)> {
         self.shared.transactions.as_ref()?;
         if bytes.starts_with(b"SIP/2.0 ") {
             return None;
         }
         let msg = sip_core::Message::parse(bytes).ok()?;
-        Key::of_message(&msg).filter(|_| msg.is_request())
+        Key::with_try(&msg).filter(|_| msg.is_request())
     }
 
     /// Remembers a forwarded request sent over a WebSocket connection.
@@ -640,14 +641,14 @@ impl TcpHub {
 
     /// The requests of `keys` cannot be answered: those still waiting
     /// answer their callers (503, RFC 3261 §16.9) now.
-    fn transport_failed(self: &Arc<Self>, keys: &[Key]) {
+    fn transport_failed(self: &Arc<Self>, keys: &[(Key, u8)]) {
         let Some(tx) = &self.shared.transactions else {
             return;
         };
         let mut sends = Sends::default();
         let now = Instant::now();
-        for key in keys {
-            tx.on_transport_error(*key, now, &mut sends, &self.shared.metrics);
+        for (key, tries) in keys {
+            tx.on_transport_error(*key, *tries, now, &mut sends, &self.shared.metrics);
         }
         self.sender().send_all(&sends);
     }

@@ -22,6 +22,7 @@ use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
 use crate::proto::guard::{Guard, Verdict};
 use crate::proto::location::{Binding, Location, MemoryLocation, Prepared, Record, StoreError};
 use crate::proto::metrics::{Metrics, Stage, Stopwatch};
+use crate::proto::names::{Found, Names, Route};
 use crate::proto::privacy::{Privacy, Reveal};
 use crate::proto::stateful::{Sends, Transactions};
 
@@ -222,57 +223,14 @@ pub trait Flows: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// What the driver knows of where a domain name leads, from memory only
-/// (the hot path never waits for DNS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Found {
-    /// There.
-    At(SocketAddr),
-    /// Nowhere: the name does not resolve (or not now).
-    Nowhere,
-    /// Being resolved: a request for it can be [parked](Names::park).
-    Resolving,
-    /// Not known, and too many names are being resolved to start on it.
-    Busy,
-}
-
-/// Domain names as next hops (RFC 3263: SRV, then addresses). Implemented
-/// by the driver; called on the hot path, so it must not block.
-pub trait Names: std::fmt::Debug + Send + Sync {
-    /// Where a request for `name` (at `port`, if the URI gives one) over
-    /// `transport` goes; a name not known yet starts being resolved.
-    fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found;
-
-    /// Holds the request `message` (from `src` over `arrived`) until the
-    /// resolution of `name` that [`find`](Self::find) started is over,
-    /// then hands it in again.
-    fn park(
-        &self,
-        name: &str,
-        port: Option<u16>,
-        transport: Transport,
-        message: &[u8],
-        src: SocketAddr,
-        arrived: Transport,
-    ) -> Park;
-}
-
-/// What became of a request [parked](Names::park) for a name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Park {
-    /// It waits: the resolver hands it in again.
-    Parked,
-    /// The resolution was over before it could wait: this is its outcome.
-    Known(Found),
-    /// No room for it.
-    Full,
-}
-
 /// Where [`Core::hop`] says a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Next {
     /// There.
     At(SocketAddr),
+    /// There, found by DNS for the route's name: another address may
+    /// be tried if it fails.
+    Named(SocketAddr, Route),
     /// Nowhere reachable.
     Nowhere,
     /// Not known without DNS yet: the name, port and transport to
@@ -316,6 +274,7 @@ impl Shared {
                 sip_core::transaction::TimerConfig::RFC3261,
                 config.max_transaction_bytes,
             )
+            .with_failover_after(config.dns.failover_after)
         });
         Self {
             config,
@@ -490,7 +449,14 @@ impl Core {
             .get()
             .map(|n| n.find(name, port, transport))
         {
-            Some(Found::At(a)) => Next::At(a),
+            Some(Found::At(a)) => Next::Named(
+                a,
+                Route {
+                    name: name.to_owned(),
+                    port,
+                    transport,
+                },
+            ),
             Some(Found::Resolving) => Next::Resolving(name.to_owned(), port, transport),
             Some(Found::Busy) => Next::Busy,
             Some(Found::Nowhere) | None => Next::Nowhere,

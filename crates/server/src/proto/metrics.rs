@@ -304,6 +304,9 @@ pub struct Metrics {
     /// Requests answered 503 with Retry-After because the resolver had no
     /// room to wait for their next hop's name.
     pub hop_resolver_full: AtomicU64,
+    /// Requests sent to another address of their next hop's name after
+    /// the one tried failed (RFC 3263 §4.3).
+    pub hop_failovers: AtomicU64,
     /// Online compactions of the location journal.
     pub compactions: AtomicU64,
     /// Requests refused by the rate limiter.
@@ -500,7 +503,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 30] = [
+        let counters: [(&str, &str, &AtomicU64); 31] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -600,6 +603,11 @@ impl Metrics {
                 "sipsec_next_hop_resolver_full_total",
                 "Requests answered 503 with Retry-After: the resolver had no room to wait for their next hop's name.",
                 &self.hop_resolver_full,
+            ),
+            (
+                "sipsec_next_hop_failovers_total",
+                "Requests sent to another address of their next hop's name after the one tried failed: no answer, refused or 503 (RFC 3263 section 4.3).",
+                &self.hop_failovers,
             ),
             (
                 "sipsec_journal_compactions_total",

@@ -8,6 +8,7 @@ pub mod core;
 pub mod guard;
 pub mod location;
 pub mod metrics;
+pub mod names;
 pub mod privacy;
 mod proxy;
 mod redirect;

@@ -13,13 +13,14 @@ use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
 use crate::config::{Mode, PathMode};
 use crate::proto::core::{
-    aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Found, Next,
-    Park, Reply, Transport, ALLOW, MAX_DATAGRAM,
+    aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Next, Reply,
+    Transport, ALLOW, MAX_DATAGRAM,
 };
 use crate::proto::location::Location;
 use crate::proto::metrics::Stage;
+use crate::proto::names::{Found, Park, Route};
 use crate::proto::stateful::{
-    Hop, Key, Seen, StartError, Upstream, BRANCH_PREFIX, LOCAL_TAG_PREFIX,
+    Hop, Key, Seen, StartError, Upstream, BRANCH_MASK, BRANCH_PREFIX, LOCAL_TAG_PREFIX,
 };
 
 impl Core {
@@ -218,6 +219,8 @@ impl Core {
     /// The branch this proxy uses when forwarding `msg` statelessly: a
     /// function of the incoming top Via, so retransmissions, the ACK for a
     /// failure and CANCEL all get the INVITE's branch (RFC 3261 §16.11).
+    /// Its top four bits are zero: a stateful proxy numbers its tries of
+    /// other addresses there ([`Key::of_message`]).
     fn branch(&self, msg: &Message<'_>) -> u64 {
         let v = msg.top_via();
         let mut h = self.shared.branch_salt.build_hasher();
@@ -229,7 +232,7 @@ impl Core {
             h.write_u32(msg.cseq().seq);
             h.write(msg.from().tag().unwrap_or("").as_bytes());
         }
-        h.finish()
+        h.finish() & BRANCH_MASK
     }
 
     /// Where responses to `msg` go (RFC 3261 §18.2.2): back on the
@@ -480,8 +483,9 @@ impl Core {
                 out,
             );
         };
-        let target = match target {
-            Next::At(a) => a,
+        let (target, named) = match target {
+            Next::At(a) => (a, None),
+            Next::Named(a, route) => (a, Some(route)),
             Next::Nowhere => return self.unresolvable(msg, src, out),
             Next::Resolving(name, port, transport) => {
                 bump(&self.shared.metrics.hop_waits);
@@ -494,7 +498,14 @@ impl Core {
                 match park {
                     // Handed in again once the name is resolved.
                     Park::Parked => return Reply::Drop,
-                    Park::Known(Found::At(a)) => a,
+                    Park::Known(Found::At(a)) => (
+                        a,
+                        Some(Route {
+                            name,
+                            port,
+                            transport,
+                        }),
+                    ),
                     Park::Known(Found::Nowhere) => return self.unresolvable(msg, src, out),
                     Park::Known(_) | Park::Full => return self.resolver_busy(msg, src, out),
                 }
@@ -588,7 +599,7 @@ impl Core {
                     out,
                 )
             }
-            Ok(()) => self.forwarded(msg, src, target, out_transport, out),
+            Ok(()) => self.forwarded(msg, src, target, out_transport, named, out),
             Err(_) => {
                 out.clear();
                 self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out)
@@ -604,6 +615,7 @@ impl Core {
         src: SocketAddr,
         target: SocketAddr,
         transport: Transport,
+        named: Option<Route>,
         out: &mut Vec<u8>,
     ) -> Reply {
         if let Some(tx) = &self.shared.transactions {
@@ -619,6 +631,7 @@ impl Core {
                     up,
                     out,
                     (target, transport),
+                    named,
                     self.now.mono,
                     &mut self.sends,
                     &self.shared.metrics,

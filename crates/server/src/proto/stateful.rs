@@ -32,6 +32,7 @@ use sip_core::writer::{write_ack, write_cancel, write_response, ResponseOptions}
 use sip_core::{Message, Method, StatusCode};
 
 use crate::proto::metrics::Metrics;
+use crate::proto::names::{Names, Route};
 pub use sip_core::Transport;
 
 /// A destination: address and transport.
@@ -49,6 +50,43 @@ const SHARDS: usize = 32;
 pub const LOCAL_TAG_PREFIX: &str = "sipsec-";
 /// Prefix of the branch this proxy writes in its Via.
 pub const BRANCH_PREFIX: &str = "z9hG4bKsps";
+/// The bits of a branch that identify its transaction; the top four
+/// number the tries of other addresses (RFC 3263 §4.3: each a new
+/// branch, so a late answer from an address given up is told apart).
+pub const BRANCH_MASK: u64 = u64::MAX >> 4;
+/// Addresses tried for one request, the first included.
+const MAX_TRIES: u8 = 8;
+
+/// Which try of its transaction a message belongs to: the top four bits
+/// of this proxy's branch in its top Via.
+fn try_of(msg: &Message<'_>) -> u8 {
+    msg.top_via()
+        .branch()
+        .and_then(|b| b.strip_prefix(BRANCH_PREFIX))
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .map_or(0, |b| (b >> 60) as u8)
+}
+
+/// Rewrites the try number in the branch of `request`'s top Via (this
+/// proxy's); `false` when it has none.
+fn renumber(request: &mut [u8], number: u8) -> bool {
+    let Ok(msg) = Message::parse(request) else {
+        return false;
+    };
+    let Some(hex) = msg
+        .top_via()
+        .branch()
+        .and_then(|b| b.strip_prefix(BRANCH_PREFIX))
+    else {
+        return false;
+    };
+    if hex.len() != 16 {
+        return false;
+    }
+    let at = hex.as_ptr() as usize - request.as_ptr() as usize;
+    request[at] = b"0123456789abcdef"[usize::from(number & 0xf)];
+    true
+}
 
 /// Messages to send, packed into one reused buffer.
 #[derive(Debug, Default)]
@@ -97,11 +135,17 @@ impl Key {
     /// response coming back, or a request this proxy sent.
     pub fn of_message(msg: &Message<'_>) -> Option<Self> {
         let hex = msg.top_via().branch()?.strip_prefix(BRANCH_PREFIX)?;
-        let branch = u64::from_str_radix(hex, 16).ok()?;
+        let branch = u64::from_str_radix(hex, 16).ok()? & BRANCH_MASK;
         Some(Self {
             branch,
             cancel: msg.cseq().method == Method::Cancel,
         })
+    }
+
+    /// [`of_message`](Self::of_message) and which try of the transaction
+    /// `msg` belongs to.
+    pub fn with_try(msg: &Message<'_>) -> Option<(Self, u8)> {
+        Some((Self::of_message(msg)?, try_of(msg)))
     }
 }
 
@@ -255,6 +299,13 @@ struct Entry {
     ack: Vec<u8>,
     cancel: Cancel,
     timer_c: Option<Instant>,
+    /// The name the next hop was found by, when DNS found it: another of
+    /// its addresses is tried if this one fails.
+    route: Option<Box<Route>>,
+    /// Which try this is (0: the first address).
+    tries: u8,
+    /// When, without any response, the next address is tried.
+    failover_at: Option<Instant>,
     /// The deadline this entry has on the heap.
     scheduled: Option<Instant>,
     /// The bytes this entry adds to `Metrics::transaction_bytes`.
@@ -274,10 +325,15 @@ impl Entry {
     }
 
     fn deadline(&self) -> Option<Instant> {
-        [self.server.deadline(), self.client.deadline(), self.timer_c]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.server.deadline(),
+            self.client.deadline(),
+            self.timer_c,
+            self.failover_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn done(&self) -> bool {
@@ -364,6 +420,11 @@ pub struct Transactions {
     shards: Box<[Mutex<Shard>]>,
     timers: TimerConfig,
     max_bytes: u64,
+    /// How long a next hop found by DNS may stay silent (not even a
+    /// provisional response) before another of its addresses is tried.
+    failover_after: Option<Duration>,
+    /// Where names lead (set by the driver): the other addresses.
+    names: std::sync::OnceLock<std::sync::Arc<dyn Names>>,
 }
 
 fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
@@ -409,7 +470,64 @@ impl Transactions {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             timers,
             max_bytes,
+            failover_after: None,
+            names: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The same table, trying another address of a next hop found by DNS
+    /// when the one used has not answered at all within `after` (`None`:
+    /// only when its transaction times out, is refused, or gets 503).
+    pub fn with_failover_after(mut self, after: Option<Duration>) -> Self {
+        self.failover_after = after;
+        self
+    }
+
+    /// Where domain names lead, for trying other addresses (RFC 3263
+    /// §4.3); set once by the driver.
+    pub fn set_names(&self, names: std::sync::Arc<dyn Names>) {
+        let _ = self.names.set(names);
+    }
+
+    /// RFC 3263 §4.3: `e`'s next hop failed (no answer, refused, or 503).
+    /// The address is skipped for a while; if the name leads elsewhere
+    /// too, the request goes there as a new transaction (the next try's
+    /// branch) and `true` is returned.
+    fn fail_over(&self, e: &mut Entry, now: Instant, sends: &mut Sends, metrics: &Metrics) -> bool {
+        let (Some(route), Some(names)) = (e.route.as_deref(), self.names.get()) else {
+            return false;
+        };
+        names.failed(e.downstream.0, e.downstream.1);
+        if e.cancel != Cancel::No
+            || e.server.final_sent()
+            || e.tries + 1 >= MAX_TRIES
+            || e.forwarded.is_empty()
+        {
+            return false;
+        }
+        let Some(next) = names.alternative(&route.name, route.port, route.transport) else {
+            return false;
+        };
+        if next == e.downstream.0 || !renumber(&mut e.forwarded, e.tries + 1) {
+            return false;
+        }
+        e.tries += 1;
+        e.downstream.0 = next;
+        let reliable = e.downstream.1.is_reliable();
+        e.client = match e.client {
+            Client::Invite(_) => Client::Invite(ClientInvite::new(now, reliable, self.timers)),
+            Client::NonInvite(_) => {
+                Client::NonInvite(ClientNonInvite::new(now, reliable, self.timers))
+            }
+        };
+        e.ack.clear();
+        if e.timer_c.is_some() {
+            e.timer_c = Some(now + TIMER_C);
+        }
+        e.failover_at = self.failover_after.map(|d| now + d);
+        sends.push(&e.forwarded, e.downstream);
+        metrics.hop_failovers.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Bytes of map and heap slots allocated (used or not): what the
@@ -513,6 +631,7 @@ impl Transactions {
         upstream: Hop,
         forwarded: &[u8],
         downstream: Hop,
+        route: Option<Route>,
         now: Instant,
         sends: &mut Sends,
         metrics: &Metrics,
@@ -549,6 +668,9 @@ impl Transactions {
             ack: Vec::new(),
             cancel: Cancel::No,
             timer_c: invite.then(|| now + TIMER_C),
+            failover_at: route.as_ref().and(self.failover_after).map(|d| now + d),
+            route: route.map(Box::new),
+            tries: 0,
             scheduled: None,
             counted: 0,
         };
@@ -614,7 +736,7 @@ impl Transactions {
         if let Ok(req) = Message::parse(&e.forwarded) {
             write_cancel(&req, &mut bytes);
         }
-        let downstream = e.downstream;
+        let (downstream, tries) = (e.downstream, e.tries);
         if bytes.is_empty() {
             return;
         }
@@ -638,6 +760,9 @@ impl Transactions {
             ack: Vec::new(),
             cancel: Cancel::No,
             timer_c: None,
+            route: None,
+            tries,
+            failover_at: None,
             scheduled: None,
             counted: 0,
         };
@@ -675,6 +800,19 @@ impl Transactions {
         let Some(e) = shard.map.get_mut(&key) else {
             return Upstream::Unknown;
         };
+        if try_of(msg) != e.tries {
+            // From an address given up for another: a 2xx to the INVITE
+            // still goes upstream (statelessly, as a 2xx may), the rest
+            // ends here.
+            let invite = matches!(e.client, Client::Invite(_));
+            return if status.is_success() && invite && !key.cancel {
+                Upstream::Unknown
+            } else {
+                Upstream::Absorbed
+            };
+        }
+        e.failover_at = None;
+        let pending = e.client.pending();
         let o = e.client.on_response(status, now);
         if o.send_ack {
             if e.ack.is_empty() {
@@ -685,6 +823,13 @@ impl Transactions {
             if !e.ack.is_empty() {
                 sends.push(&e.ack, e.downstream);
             }
+        }
+        if pending
+            && status == StatusCode::SERVICE_UNAVAILABLE
+            && self.fail_over(e, now, sends, metrics)
+        {
+            shard.reschedule(key, metrics);
+            return Upstream::Absorbed;
         }
         let mut verdict = Upstream::Absorbed;
         if o.deliver && status != StatusCode::TRYING && !matches!(e.server, Server::Absent) {
@@ -720,13 +865,28 @@ impl Transactions {
     /// the connection broke): the client transaction ends, and the caller
     /// gets 503 at once instead of 408 after timer B (§16.7 step 5,
     /// §17.1.1.2).
-    pub fn on_transport_error(&self, key: Key, now: Instant, sends: &mut Sends, metrics: &Metrics) {
+    /// When the next hop was found by DNS and its name leads elsewhere
+    /// too, the request goes there instead (RFC 3263 §4.3). `tries` is
+    /// the try the failed message belonged to ([`Key::with_try`]): a
+    /// failure of one given up already changes nothing.
+    pub fn on_transport_error(
+        &self,
+        key: Key,
+        tries: u8,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) {
         let mut guard = lock(self.shard(key));
         let shard = &mut *guard;
         let Some(e) = shard.map.get_mut(&key) else {
             return;
         };
-        if !e.client.pending() {
+        if !e.client.pending() || tries != e.tries {
+            return;
+        }
+        if self.fail_over(e, now, sends, metrics) {
+            shard.reschedule(key, metrics);
             return;
         }
         e.client.abandon();
@@ -800,6 +960,15 @@ impl Transactions {
         if c.retransmit && !e.forwarded.is_empty() {
             sends.push(&e.forwarded, e.downstream);
         }
+        // Not a word from a next hop found by DNS, or its transaction
+        // timed out: another of its addresses, if there is one.
+        let silent = e.failover_at.is_some_and(|t| now >= t);
+        if silent {
+            e.failover_at = None;
+        }
+        if (silent || c.timeout) && self.fail_over(e, now, sends, metrics) {
+            return;
+        }
         let mut give_up = c.timeout;
         if e.timer_c.is_some_and(|t| now >= t) {
             if e.cancel != Cancel::Sent && e.client.proceeding() {
@@ -856,6 +1025,7 @@ mod tests {
             hop(5080, Transport::Udp),
             FORWARDED,
             hop(5070, down),
+            None,
             t0,
             &mut sends,
             &m,
@@ -901,6 +1071,7 @@ mod tests {
                 hop(5080, Transport::Udp),
                 FORWARDED,
                 hop(5070, Transport::Udp),
+                None,
                 t0,
                 &mut sends,
                 &m,
@@ -947,6 +1118,7 @@ mod tests {
                 hop(5080, Transport::Udp),
                 FORWARDED,
                 hop(5070, Transport::Udp),
+                None,
                 t0,
                 &mut sends,
                 &m
@@ -1071,7 +1243,7 @@ mod tests {
         let (tx, m, mut sends) = started(t0, Transport::Tcp);
         sends.clear();
         let fwd = Message::parse(FORWARDED).unwrap();
-        tx.on_transport_error(Key::of_message(&fwd).unwrap(), t0, &mut sends, &m);
+        tx.on_transport_error(Key::of_message(&fwd).unwrap(), 0, t0, &mut sends, &m);
         assert_eq!(statuses(&sends), ["503->5080"]);
         sends.clear();
         tx.tick(t0 + Duration::from_secs(40), &mut sends, &m);
@@ -1091,5 +1263,167 @@ mod tests {
             tx.on_response(KEY, &ok, Instant::now(), &mut out, &mut sends, &m, strip),
             Upstream::Unknown
         );
+    }
+
+    use crate::proto::names::{Found, Park};
+    use std::sync::Arc;
+
+    /// A name leading to the loopback addresses at `ports`, in order; it
+    /// remembers which failed.
+    #[derive(Debug, Default)]
+    struct Pool {
+        ports: Vec<u16>,
+        down: Mutex<Vec<SocketAddr>>,
+    }
+
+    impl Names for Pool {
+        fn find(&self, _: &str, _: Option<u16>, _: Transport) -> Found {
+            unreachable!("the table only asks for alternatives")
+        }
+
+        fn park(
+            &self,
+            _: &str,
+            _: Option<u16>,
+            _: Transport,
+            _: &[u8],
+            _: SocketAddr,
+            _: Transport,
+        ) -> Park {
+            unreachable!("the table parks nothing")
+        }
+
+        fn failed(&self, to: SocketAddr, _: Transport) {
+            self.down.lock().unwrap().push(to);
+        }
+
+        fn alternative(&self, name: &str, _: Option<u16>, _: Transport) -> Option<SocketAddr> {
+            assert_eq!(name, "pool.example");
+            let down = self.down.lock().unwrap();
+            self.ports
+                .iter()
+                .map(|p| hop(*p, Transport::Udp).0)
+                .find(|a| !down.contains(a))
+        }
+    }
+
+    /// An INVITE to `pool.example`, first sent to port 5070, the pool's
+    /// first address; tries others after 2 s of silence.
+    fn pooled(t0: Instant, ports: &[u16]) -> (Transactions, Metrics, Sends, Arc<Pool>) {
+        let tx = Transactions::new(TimerConfig::RFC3261, DEFAULT_MAX_BYTES)
+            .with_failover_after(Some(Duration::from_secs(2)));
+        let pool = Arc::new(Pool {
+            ports: ports.to_vec(),
+            ..Pool::default()
+        });
+        tx.set_names(pool.clone());
+        let m = Metrics::default();
+        let mut sends = Sends::default();
+        let req = Message::parse(INVITE).unwrap();
+        let route = Route {
+            name: "pool.example".into(),
+            port: None,
+            transport: Transport::Udp,
+        };
+        tx.start(
+            KEY,
+            &req,
+            hop(5080, Transport::Udp),
+            FORWARDED,
+            hop(5070, Transport::Udp),
+            Some(route),
+            t0,
+            &mut sends,
+            &m,
+        )
+        .unwrap();
+        sends.clear();
+        (tx, m, sends, pool)
+    }
+
+    /// `response` as the answer to try `number`.
+    fn tried(mut response: Vec<u8>, number: u8) -> Vec<u8> {
+        assert!(renumber(&mut response, number));
+        response
+    }
+
+    fn branches(sends: &Sends) -> Vec<String> {
+        sends
+            .iter()
+            .map(|(b, _)| {
+                let m = Message::parse(b).unwrap();
+                m.top_via().branch().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    /// RFC 3263 §4.3: a silent address, then one that answers 503, then
+    /// one that answers; each try is a new transaction (branch), and a
+    /// late answer from an address given up is not taken for the new one.
+    #[test]
+    fn a_failed_address_of_a_name_gives_way_to_the_next_one() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends, pool) = pooled(t0, &[5070, 5071, 5072]);
+        // Timer A resends to the first address; after 2 s of silence the
+        // second gets the INVITE with the next try's branch.
+        tx.tick(t0 + Duration::from_millis(510), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["INVITE->5070"]);
+        sends.clear();
+        tx.tick(t0 + Duration::from_millis(1600), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["INVITE->5070"]);
+        sends.clear();
+        tx.tick(t0 + Duration::from_secs(2), &mut sends, &m);
+        assert_eq!(statuses(&sends), ["INVITE->5071"]);
+        assert_eq!(branches(&sends), ["z9hG4bKsps10000000000000ab"]);
+        assert_eq!(*pool.down.lock().unwrap(), [hop(5070, Transport::Udp).0]);
+        sends.clear();
+        // The first address wakes up: its answers are not the new try's.
+        let mut out = Vec::new();
+        let late = response(180, "INVITE");
+        let late = Message::parse(&late).unwrap();
+        let v = tx.on_response(KEY, &late, t0, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Absorbed);
+        // The second answers 503: ACKed, and the third gets a try.
+        let busy = tried(response(503, "INVITE"), 1);
+        let busy = Message::parse(&busy).unwrap();
+        let t1 = t0 + Duration::from_secs(3);
+        let v = tx.on_response(KEY, &busy, t1, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Absorbed);
+        assert_eq!(statuses(&sends), ["ACK->5071", "INVITE->5072"]);
+        assert_eq!(branches(&sends)[1], "z9hG4bKsps20000000000000ab");
+        sends.clear();
+        // The third rings: the caller hears it, and no more tries.
+        let ringing = tried(response(180, "INVITE"), 2);
+        let ringing = Message::parse(&ringing).unwrap();
+        let v = tx.on_response(KEY, &ringing, t1, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Send(hop(5080, Transport::Udp)));
+        tx.tick(t1 + Duration::from_secs(10), &mut sends, &m);
+        assert!(!statuses(&sends).iter().any(|s| s.starts_with("INVITE")));
+        assert_eq!(m.hop_failovers.load(Ordering::Relaxed), 2);
+        // A 2xx from an address given up still reaches the caller.
+        let ok = tried(response(200, "INVITE"), 1);
+        let ok = Message::parse(&ok).unwrap();
+        let v = tx.on_response(KEY, &ok, t1, &mut out, &mut sends, &m, strip);
+        assert_eq!(v, Upstream::Unknown);
+    }
+
+    /// With every address failed, the caller gets the usual answer: 503
+    /// on a refused connection (and a stale try's failure changes
+    /// nothing).
+    #[test]
+    fn when_no_address_is_left_the_caller_gets_the_failure() {
+        let t0 = Instant::now();
+        let (tx, m, mut sends, _pool) = pooled(t0, &[5070, 5071]);
+        let fwd = Message::parse(FORWARDED).unwrap();
+        let key = Key::of_message(&fwd).unwrap();
+        tx.on_transport_error(key, 0, t0, &mut sends, &m);
+        assert_eq!(statuses(&sends), ["INVITE->5071"]);
+        sends.clear();
+        // The first try's connection fails again: already given up.
+        tx.on_transport_error(key, 0, t0, &mut sends, &m);
+        assert!(sends.is_empty());
+        tx.on_transport_error(key, 1, t0, &mut sends, &m);
+        assert_eq!(statuses(&sends), ["503->5080"]);
+        assert_eq!(m.hop_failovers.load(Ordering::Relaxed), 1);
     }
 }
