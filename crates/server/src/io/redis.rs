@@ -412,18 +412,47 @@ fn apply(payload: &[u8], node: &str, location: &MemoryLocation) -> u64 {
     n
 }
 
+/// Wakes a node's [`spawn_sync`] thread, which blocks on the change feed,
+/// to see its stop flag.
+#[derive(Debug, Clone)]
+pub struct SyncWaker {
+    settings: RedisSettings,
+    node: Arc<str>,
+}
+
+impl SyncWaker {
+    /// Publishes on the node's own channel: its feed's reader wakes. A
+    /// Redis that cannot be reached leaves that reader in its retry
+    /// loop, which looks at the flag on its own.
+    pub fn wake(&self) {
+        let Ok(client) = client(&self.settings) else {
+            return;
+        };
+        if let Ok(mut c) = connect(&client, self.settings.timeout) {
+            let _ = redis::cmd("PUBLISH")
+                .arg(presence(&self.settings.prefix, &self.node))
+                .arg("stop")
+                .query::<i64>(&mut c);
+        }
+    }
+}
+
 /// Starts the thread that keeps `location` a copy of the shared one:
 /// it applies other nodes' changes as they are published and reads
-/// everything again after any break in the feed.
+/// everything again after any break in the feed. The waker stops it.
 pub fn spawn_sync(
     settings: RedisSettings,
     node: Arc<str>,
     shared: Arc<crate::proto::core::Shared>,
     state: Arc<RedisState>,
     stop: Arc<AtomicBool>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+) -> std::io::Result<(std::thread::JoinHandle<()>, SyncWaker)> {
     let client = client(&settings).map_err(std::io::Error::other)?;
-    std::thread::Builder::new()
+    let waker = SyncWaker {
+        settings: settings.clone(),
+        node: node.clone(),
+    };
+    let thread = std::thread::Builder::new()
         .name("sipsec-redis-sync".into())
         .spawn(move || {
             let mut was_up = true;
@@ -448,7 +477,8 @@ pub fn spawn_sync(
                     }
                 }
             }
-        })
+        })?;
+    Ok((thread, waker))
 }
 
 /// How often a node says it is alive, and reads which others are.
@@ -482,8 +512,9 @@ fn heartbeat(
     Ok(())
 }
 
-/// How often the feed's reader looks at its stop flag.
-const POLL: Duration = Duration::from_millis(200);
+/// How long the feed may stay quiet before it is pinged (a paused or
+/// unreachable Redis fails the ping); the reader sleeps no longer.
+const QUIET: Duration = Duration::from_secs(5);
 
 /// Subscribes to the change feed, reads the whole shared location (after
 /// subscribing, so nothing published meanwhile is missed), then applies
@@ -511,9 +542,12 @@ fn follow(
     state.synced.store(true, Ordering::Relaxed);
     state.resyncs.fetch_add(1, Ordering::Relaxed);
     synced();
-    // A short read timeout only to look at `stop`; a dead server closes
-    // the connection, a paused one fails the ping below.
-    pubsub.set_read_timeout(Some(POLL))?;
+    // The reader blocks on the feed: a change, the stop (published on
+    // this node's own channel by the SyncWaker), or QUIET passing wakes
+    // it. A dead server closes the connection, a paused one fails the
+    // ping below.
+    pubsub.set_read_timeout(Some(QUIET))?;
+    let mine = presence(&settings.prefix, node);
     let mut quiet_since = Instant::now();
     let mut beat = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -524,14 +558,16 @@ fn follow(
         match pubsub.get_message() {
             Ok(msg) => {
                 quiet_since = Instant::now();
-                let n = apply(msg.get_payload_bytes(), node, location);
-                state.applied.fetch_add(n, Ordering::Relaxed);
+                if msg.get_channel_name() != mine {
+                    let n = apply(msg.get_payload_bytes(), node, location);
+                    state.applied.fetch_add(n, Ordering::Relaxed);
+                }
             }
             Err(e) if e.is_timeout() => {
-                if quiet_since.elapsed() > Duration::from_secs(5) {
+                if quiet_since.elapsed() >= QUIET {
                     pubsub.set_read_timeout(Some(settings.timeout))?;
                     pubsub.ping::<()>()?;
-                    pubsub.set_read_timeout(Some(POLL))?;
+                    pubsub.set_read_timeout(Some(QUIET))?;
                     quiet_since = Instant::now();
                 }
             }

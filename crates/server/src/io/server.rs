@@ -252,22 +252,25 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         hub: None,
         resolver: None,
         tap: None,
+        redis_sync: None,
         sockets: Vec::new(),
         armed: true,
     };
+    let mut redis_sync = None;
     let redis_state = match &shared.config.redis {
         Some(r) => {
             let state = Arc::new(crate::io::redis::RedisState::default());
-            threads.push(
-                crate::io::redis::spawn_sync(
-                    r.clone(),
-                    node.clone(),
-                    shared.clone(),
-                    state.clone(),
-                    stop.clone(),
-                )
-                .map_err(|e| StartError::Redis(e.to_string()))?,
-            );
+            let (thread, waker) = crate::io::redis::spawn_sync(
+                r.clone(),
+                node.clone(),
+                shared.clone(),
+                state.clone(),
+                stop.clone(),
+            )
+            .map_err(|e| StartError::Redis(e.to_string()))?;
+            threads.push(thread);
+            unwind.redis_sync = Some(waker.clone());
+            redis_sync = Some(waker);
             // Nothing is served before this node holds every binding and
             // follows the changes.
             let waited = state.wait_synced(r.timeout * 3 + std::time::Duration::from_secs(1));
@@ -392,6 +395,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         connection_limit: hub.as_ref().map(|h| h.limit()),
         hub,
         resolver,
+        redis_sync,
         threads,
         shared,
         persistence,
@@ -407,6 +411,7 @@ struct Unwind {
     hub: Option<Arc<TcpHub>>,
     resolver: Option<Arc<crate::io::resolver::Resolver>>,
     tap: Option<Arc<dyn crate::proto::core::Tap>>,
+    redis_sync: Option<crate::io::redis::SyncWaker>,
     /// Sockets threads block on, see [`wake_sockets`].
     sockets: Vec<socket2::Socket>,
     /// Cleared once the server is started.
@@ -427,6 +432,9 @@ impl Drop for Unwind {
         }
         if let Some(t) = &self.tap {
             t.wake();
+        }
+        if let Some(r) = &self.redis_sync {
+            r.wake();
         }
         wake_sockets(&self.sockets);
     }
@@ -719,6 +727,8 @@ pub struct ServerHandle {
     hub: Option<Arc<TcpHub>>,
     /// Resolves next hops named by domain names.
     resolver: Arc<crate::io::resolver::Resolver>,
+    /// Wakes the thread following the shared location (Redis).
+    redis_sync: Option<crate::io::redis::SyncWaker>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     connection_limit: Option<usize>,
@@ -789,6 +799,9 @@ impl ServerHandle {
         self.resolver.wake();
         if let Some(t) = self.shared.tap.get() {
             t.wake();
+        }
+        if let Some(r) = &self.redis_sync {
+            r.wake();
         }
         wake_sockets(&self.sockets);
         for t in self.threads.iter() {
