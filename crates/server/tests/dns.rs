@@ -36,6 +36,18 @@ fn recv(s: &UdpSocket) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// A 200 OK for `req`.
+fn ok_for(req: &Message<'_>) -> Vec<u8> {
+    let mut ok = Vec::new();
+    sip_core::writer::write_response(
+        &mut ok,
+        req,
+        sip_core::StatusCode::OK,
+        &sip_core::writer::ResponseOptions::default(),
+    );
+    ok
+}
+
 /// dnsmasq answering for `test.` only (no upstream, no system files),
 /// killed when dropped.
 struct NameServer {
@@ -139,13 +151,7 @@ fn route_through(
             let req = Message::parse(text.as_bytes()).expect("forwarded request parses");
             assert_eq!(req.method(), Method::Message);
             assert_eq!(req.call_id(), format!("dns-{n}"));
-            let mut ok = Vec::new();
-            sip_core::writer::write_response(
-                &mut ok,
-                &req,
-                sip_core::StatusCode::OK,
-                &sip_core::writer::ResponseOptions::default(),
-            );
+            let ok = ok_for(&req);
             peer.send_to(&ok, from).expect("answer");
             let resp = recv(ua);
             assert!(resp.starts_with("SIP/2.0 200"), "{resp}");
@@ -219,13 +225,7 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
     let (len, from) = a_peer.recv_from(&mut buf).expect("forwarded");
     let req = Message::parse(&buf[..len]).expect("parses");
     assert_eq!(req.call_id(), "dns-7");
-    let mut ok = Vec::new();
-    sip_core::writer::write_response(
-        &mut ok,
-        &req,
-        sip_core::StatusCode::OK,
-        &sip_core::writer::ResponseOptions::default(),
-    );
+    let ok = ok_for(&req);
     a_peer.send_to(&ok, from).expect("answer");
     let n = phone.read(&mut buf).expect("the 200 on the connection");
     let resp = String::from_utf8_lossy(&buf[..n]);
@@ -410,13 +410,7 @@ fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
     let second = Message::parse(&buf[..n]).expect("parses");
     assert_eq!(second.call_id(), "dns-1");
     assert_ne!(second.top_via().branch(), first.top_via().branch());
-    let mut ok = Vec::new();
-    sip_core::writer::write_response(
-        &mut ok,
-        &second,
-        sip_core::StatusCode::OK,
-        &sip_core::writer::ResponseOptions::default(),
-    );
+    let ok = ok_for(&second);
     live.send_to(&ok, from).expect("answer");
     let resp = recv(&ua);
     assert!(
@@ -459,13 +453,7 @@ fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
     let req = read_request(&mut conn);
     let req = Message::parse(&req).expect("parses");
     assert_eq!(req.call_id(), "dns-3");
-    let mut ok = Vec::new();
-    sip_core::writer::write_response(
-        &mut ok,
-        &req,
-        sip_core::StatusCode::OK,
-        &sip_core::writer::ResponseOptions::default(),
-    );
+    let ok = ok_for(&req);
     conn.write_all(&ok).expect("answer");
     let resp = recv(&ua);
     assert!(

@@ -62,6 +62,15 @@ const WAKER: Token = Token(0);
 /// A destination asked for: lower-case name, the URI's port, transport.
 type Key = (String, Option<u16>, Transport);
 
+/// The cache's key for `name` (any case, perhaps with the root's dot).
+fn key_of(name: &str, port: Option<u16>, transport: Transport) -> Key {
+    (
+        name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
+        port,
+        transport,
+    )
+}
+
 /// A request waiting for a name.
 #[derive(Debug)]
 struct Parked {
@@ -268,8 +277,8 @@ impl State {
 
 impl Names for Resolver {
     fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found {
-        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-        if let Some(ip) = self.hosts.get(&name) {
+        let key = key_of(name, port, transport);
+        if let Some(ip) = self.hosts.get(&key.0) {
             return Found::At(SocketAddr::new(
                 *ip,
                 port.unwrap_or(default_port(transport)),
@@ -278,7 +287,6 @@ impl Names for Resolver {
         if !self.settings.enabled {
             return Found::Nowhere;
         }
-        let key = (name, port, transport);
         let now = Instant::now();
         let mut st = self.lock();
         match st.cache.get(&key) {
@@ -310,11 +318,7 @@ impl Names for Resolver {
         src: SocketAddr,
         arrived: Transport,
     ) -> Park {
-        let key = (
-            name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
-            port,
-            transport,
-        );
+        let key = key_of(name, port, transport);
         let mut st = self.lock();
         let full = st.closed
             || st.parked >= MAX_PARKED
@@ -358,11 +362,7 @@ impl Names for Resolver {
         port: Option<u16>,
         transport: Transport,
     ) -> Option<SocketAddr> {
-        let key = (
-            name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
-            port,
-            transport,
-        );
+        let key = key_of(name, port, transport);
         let now = Instant::now();
         let st = self.lock();
         match st.cache.get(&key) {
