@@ -66,6 +66,7 @@ static OVERSIZE: Limiter = Limiter::new();
 static CONNECTIONS: Limiter = Limiter::new();
 static CLOSED: Limiter = Limiter::new();
 static UNRESOLVED: Limiter = Limiter::new();
+static HOP_FAILED: Limiter = Limiter::new();
 
 /// A wrong answer to one of our challenges.
 pub fn auth_failure(src: SocketAddr, user: &str) {
@@ -140,6 +141,14 @@ pub fn connection_trouble(msg: &str) {
 pub fn unresolved(name: &str) {
     if let Some(suppressed) = UNRESOLVED.admit() {
         warn!(target: "sipsec::dns", name, suppressed, "next hop name did not resolve");
+    }
+}
+
+/// An address a next hop's name leads to failed (refused, silent, or
+/// 503): later requests try the name's other addresses first.
+pub fn hop_failed(to: SocketAddr, transport: &str, skipped_for: u32) {
+    if let Some(suppressed) = HOP_FAILED.admit() {
+        warn!(target: "sipsec::dns", %to, transport, skipped_for, suppressed, "next hop address failed; its name's other addresses are tried first");
     }
 }
 

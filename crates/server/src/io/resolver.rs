@@ -351,8 +351,13 @@ impl Names for Resolver {
         if st.down.len() >= MAX_DOWN {
             st.down.retain(|_, t| *t > now);
         }
-        if st.down.len() < MAX_DOWN || st.down.contains_key(&(to, transport)) {
+        let was = st.down.get(&(to, transport)).copied();
+        if st.down.len() < MAX_DOWN || was.is_some() {
             st.down.insert((to, transport), until);
+        }
+        drop(st);
+        if was.is_none_or(|t| t <= now) {
+            crate::io::log::hop_failed(to, transport.as_str(), self.settings.skip_failed_for);
         }
     }
 
