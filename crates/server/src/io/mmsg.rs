@@ -137,6 +137,102 @@ impl RecvBatch {
     }
 }
 
+/// Asks the kernel to queue the ICMP errors that datagrams sent from
+/// `sock` draw (IP_RECVERR, IPV6_RECVERR): a receive then fails once, and
+/// [`unreachable`] reads them. Without it, an unconnected UDP socket never
+/// learns that nobody listens where it sent.
+pub fn report_errors(sock: &UdpSocket, v6: bool) -> io::Result<()> {
+    let (level, name) = if v6 {
+        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    } else {
+        (libc::SOL_IP, libc::IP_RECVERR)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: the option value is a live c_int of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            &on as *const libc::c_int as *const libc::c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads up to `max` errors queued on `sock` without waiting. For each
+/// ICMP "unreachable" (port, host or network), `on` gets where the
+/// datagram went and the start of it that the ICMP message quoted.
+/// Returns how many errors were read.
+pub fn unreachable(sock: &UdpSocket, max: usize, mut on: impl FnMut(SocketAddr, &[u8])) -> usize {
+    let mut data = [0u8; 1500];
+    // u64s: aligned for the control messages.
+    let mut control = [0u64; 64];
+    let mut read = 0;
+    while read < max {
+        // SAFETY: sockaddr_storage is plain data; zero is valid.
+        let mut name: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // SAFETY: msghdr is plain data; zero is valid.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_name = &mut name as *mut _ as *mut libc::c_void;
+        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: every pointer in `msg` points at a live buffer of the
+        // size given; the kernel writes at most those sizes.
+        let n = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            break;
+        }
+        read += 1;
+        let mut unreachable = false;
+        // SAFETY: the kernel filled `control` up to msg_controllen; the
+        // CMSG macros stay inside it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let h = &*c;
+                let ours = (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
+                    || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR);
+                if ours {
+                    let e = std::ptr::read_unaligned(
+                        libc::CMSG_DATA(c) as *const libc::sock_extended_err
+                    );
+                    let icmp = e.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                        || e.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                    let errno = e.ee_errno as libc::c_int;
+                    unreachable |= icmp
+                        && matches!(
+                            errno,
+                            libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH
+                        );
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        if let (true, Some(dest)) = (unreachable, to_socket_addr(&name)) {
+            on(dest, &data[..(n as usize).min(data.len())]);
+        }
+    }
+    read
+}
+
 /// Outgoing datagrams collected while a batch is handled.
 #[derive(Default)]
 pub struct SendBatch {
