@@ -912,38 +912,6 @@ fn stateful_proxy_answers_503_when_the_callee_cannot_be_reached_over_tcp() {
     s.handle.shutdown();
 }
 
-/// The same over UDP: ICMP port unreachable is the transport failure
-/// (RFC 3261 §18.4), answered 503 at once, not 408 after timer B.
-#[test]
-fn stateful_proxy_answers_503_when_icmp_says_nobody_listens_on_udp() {
-    let dir = tempdir("stateful-icmp");
-    let s = start(Config {
-        stateful: true,
-        ..loopback_proxy(&dir)
-    })
-    .expect("server");
-    let srv = s.handle.local_addr();
-    let closed = std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|u| u.local_addr())
-        .expect("port");
-    let uac = Ua::new(srv);
-    let contact = format!("<sip:bob@{closed}>");
-    assert_eq!(status(&uac.register("bob", "bicmp", 1, &contact, "")), 200);
-    uac.send(
-        &invite(uac.port(), srv, "bob", "z9hG4bKicmp", 70, "INVITE"),
-        srv,
-    );
-    assert_eq!(status(&uac.recv().0), 100);
-    let r = uac.recv().0;
-    assert_eq!(status(&r), 503, "{r}");
-    let m = &s.handle.shared().metrics;
-    assert_eq!(
-        m.udp_unreachable.load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
-    s.handle.shutdown();
-}
-
 #[test]
 fn path_from_registration_routes_requests_through_the_edge_proxy() {
     let dir = tempdir("path");

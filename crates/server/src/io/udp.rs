@@ -15,7 +15,6 @@ use crate::io::mmsg::{RecvBatch, SendBatch, BATCH};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
 use crate::proto::core::{Core, Reply, Shared, Transport};
-use crate::proto::stateful::{Key, Sends};
 
 fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -29,30 +28,7 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     s.bind(&addr.into())?;
     // No read timeout: a worker sleeps until a datagram comes, and the
     // stop wakes it by shutting the socket's receiving side down.
-    let s: UdpSocket = s.into();
-    crate::io::mmsg::report_errors(&s, addr.is_ipv6())?;
-    Ok(s)
-}
-
-/// Errors that ICMP reported for datagrams sent from `sock` (a receive
-/// failed): a request the stateful proxy forwarded to an address where
-/// nobody listens fails at once — the caller gets 503, or the next
-/// address of its next hop's name gets the request (RFC 3261 §18.4,
-/// RFC 3263 §4.3) — instead of waiting for its timer.
-fn icmp_errors(sock: &UdpSocket, core: &Core, sender: &Sender) {
-    let shared = core.shared();
-    let mut sends = Sends::default();
-    let now = std::time::Instant::now();
-    crate::io::mmsg::unreachable(sock, BATCH, |_, quoted| {
-        shared
-            .metrics
-            .udp_unreachable
-            .fetch_add(1, Ordering::Relaxed);
-        if let (Some(tx), Some((key, tries))) = (&shared.transactions, Key::of_quoted(quoted)) {
-            tx.on_transport_error(key, tries, now, &mut sends, &shared.metrics);
-        }
-    });
-    sender.send_all(&sends);
+    Ok(s.into())
 }
 
 /// Bound UDP sockets, one per worker, ready to start.
@@ -150,10 +126,6 @@ fn worker(
             // while it works, or, if nothing did, answer that batch now.
             match rx.recv_queued(sock) {
                 Ok(n) if n > 0 => n,
-                Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
-                    icmp_errors(sock, &core, sender);
-                    continue;
-                }
                 _ => {
                     deferred.receive(&mut core, &mut storage.hold());
                     answer_stored(&mut deferred, &core, &mut tx, sock, sender);
@@ -163,13 +135,8 @@ fn worker(
         } else {
             // ICMP errors from earlier sends surface here on Linux: keep
             // serving. The stop's shutdown returns at once.
-            match rx.recv(sock) {
-                Ok(n) => n,
-                Err(_) => {
-                    icmp_errors(sock, &core, sender);
-                    continue;
-                }
-            }
+            let Ok(n) = rx.recv(sock) else { continue };
+            n
         };
         let mut held = storage.hold();
         // Bounded in system calls, not only in changes: a flood of other

@@ -307,8 +307,6 @@ pub struct Metrics {
     /// Requests sent to another address of their next hop's name after
     /// the one tried failed (RFC 3263 §4.3).
     pub hop_failovers: AtomicU64,
-    /// ICMP "unreachable" errors for datagrams this server sent.
-    pub udp_unreachable: AtomicU64,
     /// Online compactions of the location journal.
     pub compactions: AtomicU64,
     /// Requests refused by the rate limiter.
@@ -505,7 +503,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 32] = [
+        let counters: [(&str, &str, &AtomicU64); 31] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -610,11 +608,6 @@ impl Metrics {
                 "sipsec_next_hop_failovers_total",
                 "Requests sent to another address of their next hop's name after the one tried failed: no answer, refused or 503 (RFC 3263 section 4.3).",
                 &self.hop_failovers,
-            ),
-            (
-                "sipsec_udp_unreachable_total",
-                "ICMP port, host or network unreachable errors for UDP datagrams this server sent; a request the stateful proxy forwarded fails at once.",
-                &self.udp_unreachable,
             ),
             (
                 "sipsec_journal_compactions_total",
