@@ -450,28 +450,43 @@ fn wake_sockets(sockets: &[socket2::Socket]) {
     }
 }
 
-/// How often the stateful proxy's timers are checked.
+/// How often the stateful proxy's timers are checked while transactions
+/// are under way (a new one may be due sooner than the earliest known).
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Runs the stateful proxy's timers (retransmissions, 408s, clean-up):
 /// the core says when the next one is due, this thread sleeps until then
-/// (at most [`TICK`]) and sends what firing them produced.
+/// (at most [`TICK`]) and sends what firing them produced. With no
+/// transaction at all it sleeps until one starts (or the stop).
 fn transaction_timers(
     mut core: Core,
     sender: Sender,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
+    let shared = core.shared().clone();
     std::thread::Builder::new()
         .name("transactions".into())
         .spawn(move || {
+            let Some(tx) = shared.transactions.as_ref() else {
+                return;
+            };
+            let me = std::thread::current();
+            tx.set_waker(move || me.unpark());
             while !stop.load(Ordering::Relaxed) {
-                let wait = core
-                    .next_timer()
-                    .map_or(TICK, |t| {
-                        t.saturating_duration_since(std::time::Instant::now())
-                    })
-                    .min(TICK);
-                std::thread::sleep(wait);
+                match core.next_timer() {
+                    None if tx.idle() => {
+                        // Woken by a start or the stop; the timeout only
+                        // bounds a wake-up lost to a start that failed.
+                        std::thread::park_timeout(std::time::Duration::from_secs(1));
+                        continue;
+                    }
+                    next => std::thread::sleep(
+                        next.map_or(TICK, |t| {
+                            t.saturating_duration_since(std::time::Instant::now())
+                        })
+                        .min(TICK),
+                    ),
+                }
                 core.on_timer(crate::io::clock::now());
                 sender.send_all(core.extra());
                 crate::io::drive::log_events(&mut core);

@@ -414,6 +414,15 @@ pub enum StartError {
     Full,
 }
 
+/// Wakes the driver's timer thread.
+struct Waker(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waker")
+    }
+}
+
 /// The proxy's transactions.
 #[derive(Debug)]
 pub struct Transactions {
@@ -425,6 +434,10 @@ pub struct Transactions {
     failover_after: Option<Duration>,
     /// Where names lead (set by the driver): the other addresses.
     names: std::sync::OnceLock<std::sync::Arc<dyn Names>>,
+    /// The driver's timer thread sleeps with the table empty: the next
+    /// [`start`](Self::start) wakes it.
+    idle: std::sync::atomic::AtomicBool,
+    waker: std::sync::OnceLock<Waker>,
 }
 
 fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
@@ -472,7 +485,28 @@ impl Transactions {
             max_bytes,
             failover_after: None,
             names: std::sync::OnceLock::new(),
+            idle: std::sync::atomic::AtomicBool::new(false),
+            waker: std::sync::OnceLock::new(),
         }
+    }
+
+    /// How the driver wakes its thread that runs [`tick`](Self::tick)
+    /// when a transaction starts while it is [`idle`](Self::idle); set
+    /// once.
+    pub fn set_waker(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.waker.set(Waker(Box::new(wake)));
+    }
+
+    /// The timer thread is about to sleep with nothing scheduled: `true`
+    /// when it may (the table is still empty); the next transaction that
+    /// starts then wakes it. After waking, it calls this again.
+    pub fn idle(&self) -> bool {
+        self.idle.store(true, Ordering::SeqCst);
+        let empty = self.next_deadline().is_none();
+        if !empty {
+            self.idle.store(false, Ordering::SeqCst);
+        }
+        empty
     }
 
     /// The same table, trying another address of a next hop found by DNS
@@ -687,6 +721,12 @@ impl Transactions {
         shard.map.insert(key, e);
         active.fetch_add(1, Ordering::Relaxed);
         shard.reschedule(key, metrics);
+        drop(shard);
+        if self.idle.load(Ordering::Relaxed) && self.idle.swap(false, Ordering::SeqCst) {
+            if let Some(w) = self.waker.get() {
+                (w.0)();
+            }
+        }
         Ok(())
     }
 
