@@ -110,7 +110,11 @@ impl Drop for NameServer {
 
 /// A proxy on loopback (UDP and TCP, no HTTP) resolving with `dns`.
 fn proxy(dir: &std::path::Path, dns: DnsSettings) -> sipsec_server::Started {
-    start(Config {
+    start(proxy_config(dir, dns)).expect("server starts")
+}
+
+fn proxy_config(dir: &std::path::Path, dns: DnsSettings) -> Config {
+    Config {
         mode: Mode::Proxy,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
@@ -120,8 +124,7 @@ fn proxy(dir: &std::path::Path, dns: DnsSettings) -> sipsec_server::Started {
         data_dir: dir.join("data"),
         dns,
         ..Config::default()
-    })
-    .expect("server starts")
+    }
 }
 
 fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
@@ -374,23 +377,16 @@ fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
         srv("tcp", closed_port, 0),
         srv("tcp", live_tcp_port, 10),
     ]);
+    let dns = DnsSettings {
+        servers: vec![ns.addr],
+        hosts: None,
+        timeout: Duration::from_millis(500),
+        failover_after: Some(Duration::from_millis(300)),
+        ..DnsSettings::default()
+    };
     let server = start(Config {
-        mode: Mode::Proxy,
         stateful: true,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: Some("127.0.0.1:0".parse().expect("addr")),
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        dns: DnsSettings {
-            servers: vec![ns.addr],
-            hosts: None,
-            timeout: Duration::from_millis(500),
-            failover_after: Some(Duration::from_millis(300)),
-            ..DnsSettings::default()
-        },
-        ..Config::default()
+        ..proxy_config(&dir, dns)
     })
     .expect("server starts");
     let proxy = server.handle.local_addr();
