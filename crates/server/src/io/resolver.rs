@@ -250,6 +250,26 @@ impl Resolver {
 }
 
 impl State {
+    /// Skips `hop` until `until`; returns until when it was skipped
+    /// before. The table keeps at most `MAX_DOWN` addresses: when full,
+    /// the lapsed ones go, and a new address finding it still full is
+    /// not remembered (it is tried as if up).
+    fn mark_down(
+        &mut self,
+        hop: (SocketAddr, Transport),
+        until: Instant,
+        now: Instant,
+    ) -> Option<Instant> {
+        if self.down.len() >= MAX_DOWN {
+            self.down.retain(|_, t| *t > now);
+        }
+        let was = self.down.get(&hop).copied();
+        if self.down.len() < MAX_DOWN || was.is_some() {
+            self.down.insert(hop, until);
+        }
+        was
+    }
+
     /// Of `to` (in order), the first address over `transport` that has
     /// not failed lately.
     fn first_up(
@@ -347,15 +367,7 @@ impl Names for Resolver {
     fn failed(&self, to: SocketAddr, transport: Transport) {
         let now = Instant::now();
         let until = now + Duration::from_secs(u64::from(self.settings.skip_failed_for));
-        let mut st = self.lock();
-        if st.down.len() >= MAX_DOWN {
-            st.down.retain(|_, t| *t > now);
-        }
-        let was = st.down.get(&(to, transport)).copied();
-        if st.down.len() < MAX_DOWN || was.is_some() {
-            st.down.insert((to, transport), until);
-        }
-        drop(st);
+        let was = self.lock().mark_down((to, transport), until, now);
         if was.is_none_or(|t| t <= now) {
             crate::io::log::hop_failed(to, transport.as_str(), self.settings.skip_failed_for);
         }
@@ -988,5 +1000,36 @@ mod tests {
             Some("_sips._tcp.a.test")
         );
         assert_eq!(service("a.test", Transport::Wss), None);
+    }
+    #[test]
+    fn the_failed_address_table_is_bounded() {
+        let now = Instant::now();
+        let hop = |n: usize| {
+            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + n as u32);
+            ((ip, 5060).into(), Transport::Udp)
+        };
+        let mut st = State::default();
+        let soon = now + Duration::from_secs(1);
+        let later = now + Duration::from_secs(30);
+        for n in 0..MAX_DOWN {
+            assert_eq!(
+                st.mark_down(hop(n), if n < 10 { soon } else { later }, now),
+                None
+            );
+        }
+        // Full of live entries: a new address is not remembered, and a
+        // known one is still refreshed.
+        st.mark_down(hop(MAX_DOWN), later, now);
+        assert_eq!(st.down.len(), MAX_DOWN);
+        assert_eq!(
+            st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, now),
+            Some(hop(MAX_DOWN).0)
+        );
+        assert_eq!(st.mark_down(hop(20), later, now), Some(later));
+        // Once some lapse, they make room.
+        let after = soon + Duration::from_millis(1);
+        assert_eq!(st.mark_down(hop(MAX_DOWN), later, after), None);
+        assert_eq!(st.down.len(), MAX_DOWN - 10 + 1);
+        assert_eq!(st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, after), None);
     }
 }

@@ -1466,4 +1466,30 @@ mod tests {
         assert_eq!(statuses(&sends), ["503->5080"]);
         assert_eq!(m.hop_failovers.load(Ordering::Relaxed), 1);
     }
+
+    /// A name with more addresses than tries: after `MAX_TRIES` failed
+    /// tries the caller gets 503, and the addresses left are not tried.
+    #[test]
+    fn tries_stop_at_the_cap_however_many_addresses_a_name_has() {
+        let t0 = Instant::now();
+        let ports: Vec<u16> = (5070..5090).collect();
+        let (tx, m, mut sends, pool) = pooled(t0, &ports);
+        let fwd = Message::parse(FORWARDED).unwrap();
+        let key = Key::of_message(&fwd).unwrap();
+        for n in 0..MAX_TRIES - 1 {
+            tx.on_transport_error(key, n, t0, &mut sends, &m);
+            assert_eq!(
+                statuses(&sends),
+                [format!("INVITE->{}", 5071 + u16::from(n))]
+            );
+            sends.clear();
+        }
+        tx.on_transport_error(key, MAX_TRIES - 1, t0, &mut sends, &m);
+        assert_eq!(statuses(&sends), ["503->5080"]);
+        assert_eq!(pool.down.lock().unwrap().len(), usize::from(MAX_TRIES));
+        assert_eq!(
+            m.hop_failovers.load(Ordering::Relaxed),
+            u64::from(MAX_TRIES - 1)
+        );
+    }
 }
