@@ -53,6 +53,9 @@ const MAX_TARGETS: usize = 8;
 const MAX_ADDRESSES: usize = 8;
 /// Addresses remembered as failed.
 const MAX_DOWN: usize = 1024;
+/// Longest a 503's Retry-After keeps an address skipped, in seconds (a
+/// next hop cannot bench itself for days by a typo or on purpose).
+const MAX_RETRY_AFTER: u32 = 3600;
 /// How long a name no server answered for is remembered as unreachable.
 const UNANSWERED_TTL: u32 = 5;
 /// Name servers taken from `/etc/resolv.conf`, as the C library does.
@@ -112,6 +115,13 @@ fn default_port(transport: Transport) -> u16 {
     } else {
         5060
     }
+}
+
+/// How long, in seconds, a failed address is skipped: as a 503's
+/// Retry-After asks (RFC 3261 §21.5.4), within 1 s to `MAX_RETRY_AFTER`,
+/// else the configured time.
+fn skip_for(configured: u32, retry_after: Option<u32>) -> u32 {
+    retry_after.map_or(configured, |s| s.clamp(1, MAX_RETRY_AFTER))
 }
 
 /// The SRV name RFC 3263 §4.2 asks for a transport (none for WebSocket).
@@ -364,12 +374,13 @@ impl Names for Resolver {
         Park::Parked
     }
 
-    fn failed(&self, to: SocketAddr, transport: Transport) {
+    fn failed(&self, to: SocketAddr, transport: Transport, retry_after: Option<u32>) {
         let now = Instant::now();
-        let until = now + Duration::from_secs(u64::from(self.settings.skip_failed_for));
+        let skip = skip_for(self.settings.skip_failed_for, retry_after);
+        let until = now + Duration::from_secs(u64::from(skip));
         let was = self.lock().mark_down((to, transport), until, now);
         if was.is_none_or(|t| t <= now) {
-            crate::io::log::hop_failed(to, transport.as_str(), self.settings.skip_failed_for);
+            crate::io::log::hop_failed(to, transport.as_str(), skip);
         }
     }
 
@@ -1031,5 +1042,13 @@ mod tests {
         assert_eq!(st.mark_down(hop(MAX_DOWN), later, after), None);
         assert_eq!(st.down.len(), MAX_DOWN - 10 + 1);
         assert_eq!(st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, after), None);
+    }
+
+    #[test]
+    fn a_retry_after_sets_how_long_an_address_is_skipped_within_bounds() {
+        assert_eq!(skip_for(30, None), 30);
+        assert_eq!(skip_for(30, Some(120)), 120);
+        assert_eq!(skip_for(30, Some(0)), 1);
+        assert_eq!(skip_for(30, Some(u32::MAX)), MAX_RETRY_AFTER);
     }
 }

@@ -42,8 +42,9 @@ pub trait Names: std::fmt::Debug + Send + Sync {
 
     /// Sending to `to` over `transport` failed (refused, timed out, or
     /// answered 503): it is skipped while other addresses are known, for
-    /// the configured time (RFC 3263 §4.3).
-    fn failed(&self, _to: SocketAddr, _transport: Transport) {}
+    /// the configured time or, given a 503's Retry-After, for that long
+    /// (RFC 3263 §4.3, RFC 3261 §21.5.4).
+    fn failed(&self, _to: SocketAddr, _transport: Transport, _retry_after: Option<u32>) {}
 
     /// The first address, in RFC 3263 order, that `name` (at `port`, over
     /// `transport`) leads to and that has not failed lately; from memory

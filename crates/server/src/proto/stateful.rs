@@ -67,6 +67,14 @@ fn try_of(msg: &Message<'_>) -> u8 {
         .map_or(0, |b| (b >> 60) as u8)
 }
 
+/// The delta-seconds a 503's Retry-After starts with (RFC 3261 §20.33),
+/// if any.
+fn retry_after(msg: &Message<'_>) -> Option<u32> {
+    let v = msg.header(sip_core::HeaderName::RetryAfter)?;
+    let digits = v.trim_start().split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
+}
+
 /// Rewrites the try number in the branch of `request`'s top Via (this
 /// proxy's); `false` when it has none.
 fn renumber(request: &mut [u8], number: u8) -> bool {
@@ -523,15 +531,23 @@ impl Transactions {
         let _ = self.names.set(names);
     }
 
-    /// RFC 3263 §4.3: `e`'s next hop failed (no answer, refused, or 503).
-    /// The address is skipped for a while; if the name leads elsewhere
-    /// too, the request goes there as a new transaction (the next try's
-    /// branch) and `true` is returned.
-    fn fail_over(&self, e: &mut Entry, now: Instant, sends: &mut Sends, metrics: &Metrics) -> bool {
+    /// RFC 3263 §4.3: `e`'s next hop failed (no answer, refused, or 503
+    /// with perhaps a Retry-After in seconds). The address is skipped for
+    /// a while; if the name leads elsewhere too, the request goes there
+    /// as a new transaction (the next try's branch) and `true` is
+    /// returned.
+    fn fail_over(
+        &self,
+        e: &mut Entry,
+        retry_after: Option<u32>,
+        now: Instant,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) -> bool {
         let (Some(route), Some(names)) = (e.route.as_deref(), self.names.get()) else {
             return false;
         };
-        names.failed(e.downstream.0, e.downstream.1);
+        names.failed(e.downstream.0, e.downstream.1, retry_after);
         if e.cancel != Cancel::No
             || e.server.final_sent()
             || e.tries + 1 >= MAX_TRIES
@@ -866,7 +882,7 @@ impl Transactions {
         }
         if pending
             && status == StatusCode::SERVICE_UNAVAILABLE
-            && self.fail_over(e, now, sends, metrics)
+            && self.fail_over(e, retry_after(msg), now, sends, metrics)
         {
             shard.reschedule(key, metrics);
             return Upstream::Absorbed;
@@ -925,7 +941,7 @@ impl Transactions {
         if !e.client.pending() || tries != e.tries {
             return;
         }
-        if self.fail_over(e, now, sends, metrics) {
+        if self.fail_over(e, None, now, sends, metrics) {
             shard.reschedule(key, metrics);
             return;
         }
@@ -1006,7 +1022,7 @@ impl Transactions {
         if silent {
             e.failover_at = None;
         }
-        if (silent || c.timeout) && self.fail_over(e, now, sends, metrics) {
+        if (silent || c.timeout) && self.fail_over(e, None, now, sends, metrics) {
             return;
         }
         let mut give_up = c.timeout;
@@ -1314,6 +1330,7 @@ mod tests {
     struct Pool {
         ports: Vec<u16>,
         down: Mutex<Vec<SocketAddr>>,
+        retry_after: Mutex<Vec<Option<u32>>>,
     }
 
     impl Names for Pool {
@@ -1333,8 +1350,9 @@ mod tests {
             unreachable!("the table parks nothing")
         }
 
-        fn failed(&self, to: SocketAddr, _: Transport) {
+        fn failed(&self, to: SocketAddr, _: Transport, retry_after: Option<u32>) {
             self.down.lock().unwrap().push(to);
+            self.retry_after.lock().unwrap().push(retry_after);
         }
 
         fn alternative(&self, name: &str, _: Option<u16>, _: Transport) -> Option<SocketAddr> {
@@ -1423,14 +1441,20 @@ mod tests {
         let late = Message::parse(&late).unwrap();
         let v = tx.on_response(KEY, &late, t0, &mut out, &mut sends, &m, strip);
         assert_eq!(v, Upstream::Absorbed);
-        // The second answers 503: ACKed, and the third gets a try.
+        // The second answers 503 (Retry-After: 120): ACKed, skipped for
+        // that long, and the third gets a try.
         let busy = tried(response(503, "INVITE"), 1);
+        let busy = String::from_utf8(busy)
+            .unwrap()
+            .replacen("\r\n\r\n", "\r\nRetry-After: 120 (overloaded)\r\n\r\n", 1)
+            .into_bytes();
         let busy = Message::parse(&busy).unwrap();
         let t1 = t0 + Duration::from_secs(3);
         let v = tx.on_response(KEY, &busy, t1, &mut out, &mut sends, &m, strip);
         assert_eq!(v, Upstream::Absorbed);
         assert_eq!(statuses(&sends), ["ACK->5071", "INVITE->5072"]);
         assert_eq!(branches(&sends)[1], "z9hG4bKsps20000000000000ab");
+        assert_eq!(*pool.retry_after.lock().unwrap(), [None, Some(120)]);
         sends.clear();
         // The third rings: the caller hears it, and no more tries.
         let ringing = tried(response(180, "INVITE"), 2);
