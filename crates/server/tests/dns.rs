@@ -113,6 +113,24 @@ fn proxy(dir: &std::path::Path, dns: DnsSettings) -> sipsec_server::Started {
     start(proxy_config(dir, dns)).expect("server starts")
 }
 
+/// A proxy whose only name server reads the queries and never answers,
+/// with that server's socket (to see the queries arrive).
+fn silent_proxy(
+    dir: &std::path::Path,
+    timeout: Duration,
+    attempts: u32,
+) -> (UdpSocket, sipsec_server::Started) {
+    let silent = socket();
+    let dns = DnsSettings {
+        servers: vec![silent.local_addr().expect("bound")],
+        hosts: None,
+        timeout,
+        attempts,
+        ..DnsSettings::default()
+    };
+    (silent, proxy(dir, dns))
+}
+
 fn proxy_config(dir: &std::path::Path, dns: DnsSettings) -> Config {
     Config {
         mode: Mode::Proxy,
@@ -254,17 +272,7 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
 #[test]
 fn a_name_server_that_does_not_answer_gets_503_not_a_hang() {
     let dir = tempdir("dns-down");
-    // Nobody listens there: every query is refused (ICMP) or times out.
-    let silent = socket();
-    let server = proxy(
-        &dir,
-        DnsSettings {
-            servers: vec![silent.local_addr().expect("bound")],
-            hosts: None,
-            timeout: Duration::from_millis(200),
-            ..DnsSettings::default()
-        },
-    );
+    let (silent, server) = silent_proxy(&dir, Duration::from_millis(200), 2);
     let ua = socket();
     let peer = socket();
     let route = format!("sip:unanswered.test:{};lr", port_of(&peer));
@@ -316,17 +324,7 @@ fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
 #[test]
 fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
     let dir = tempdir("dns-stop");
-    let silent = socket();
-    let server = proxy(
-        &dir,
-        DnsSettings {
-            servers: vec![silent.local_addr().expect("bound")],
-            hosts: None,
-            timeout: Duration::from_secs(30),
-            attempts: 1,
-            ..DnsSettings::default()
-        },
-    );
+    let (silent, server) = silent_proxy(&dir, Duration::from_secs(30), 1);
     let ua = socket();
     let route = "sip:waiting.test:5999;lr";
     ua.send_to(
