@@ -5,6 +5,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sip_core::dns::{self, Kind};
@@ -479,15 +481,27 @@ fn a_truncated_answer_is_asked_again_over_tcp() {
         port_of(&peer)
     ));
     let ns = NameServer::start(&records);
-    // What UDP carries: part of the records, with TC set.
+    // What UDP carries: part of the records, with TC set; more of them
+    // when the query offers EDNS(0)'s larger payload, as the resolver's do.
     let probe = socket();
-    let mut q = Vec::new();
-    dns::query(7, "_sip._udp.big.test", Kind::Srv, &mut q).expect("query");
-    probe.send_to(&q, ns.addr).expect("send");
-    let mut buf = [0u8; 65_535];
-    let (n, _) = probe.recv_from(&mut buf).expect("answer");
-    let cut = dns::parse(&buf[..n], 7, "_sip._udp.big.test", Kind::Srv).expect("parses");
-    assert!(cut.truncated && cut.records.len() < 40, "{cut:?}");
+    let ask = |edns: bool| {
+        let mut q = Vec::new();
+        dns::query(7, "_sip._udp.big.test", Kind::Srv, &mut q).expect("query");
+        if edns {
+            dns::add_edns(&mut q, dns::EDNS_PAYLOAD);
+        }
+        probe.send_to(&q, ns.addr).expect("send");
+        let mut buf = [0u8; 65_535];
+        let (n, _) = probe.recv_from(&mut buf).expect("answer");
+        assert!(n <= usize::from(if edns { dns::EDNS_PAYLOAD } else { 512 }));
+        dns::parse(&buf[..n], 7, "_sip._udp.big.test", Kind::Srv).expect("parses")
+    };
+    let (plain, edns) = (ask(false), ask(true));
+    assert!(
+        plain.truncated && edns.truncated && edns.records.len() < 40,
+        "{edns:?}"
+    );
+    assert!(edns.records.len() > plain.records.len(), "{edns:?}");
     let server = proxy(
         &dir,
         DnsSettings {
@@ -506,4 +520,83 @@ fn a_truncated_answer_is_asked_again_over_tcp() {
     )
     .expect("forwarded to the target only TCP told of");
     server.handle.shutdown();
+}
+
+/// A name server from before EDNS(0) (RFC 6891 §7): it answers FORMERR to
+/// a query with an OPT record, and A records to one without. Records
+/// whether each query it got carried OPT.
+fn old_name_server(stop: Arc<AtomicBool>) -> (SocketAddr, Arc<Mutex<Vec<bool>>>) {
+    let sock = socket();
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    let addr = sock.local_addr().expect("bound");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let q = &buf[..n];
+            let with_opt = n > 12 && q[10..12] != [0, 0];
+            log.lock().expect("log").push(with_opt);
+            // The question: the query without its OPT record (11 bytes).
+            let question = &q[12..if with_opt { n - 11 } else { n }];
+            let mut a = q[..2].to_vec();
+            if with_opt {
+                a.extend_from_slice(&[0x81, 0x81, 0, 1, 0, 0, 0, 0, 0, 0]);
+                a.extend_from_slice(question);
+            } else {
+                a.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+                a.extend_from_slice(question);
+                a.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 1]);
+            }
+            let _ = sock.send_to(&a, from);
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn a_name_server_without_edns_is_asked_again_without_it() {
+    let dir = tempdir("dns-old");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ns, seen) = old_name_server(Arc::clone(&stop));
+    let server = proxy(
+        &dir,
+        DnsSettings {
+            servers: vec![ns],
+            hosts: None,
+            timeout: Duration::from_millis(500),
+            // One try: the question asked again without EDNS(0) is not
+            // a second try.
+            attempts: 1,
+            ..DnsSettings::default()
+        },
+    );
+    let peer = socket();
+    let ua = socket();
+    let to = server.handle.local_addr();
+    route_through(
+        &ua,
+        to,
+        &format!("sip:old.test:{};lr", port_of(&peer)),
+        &peer,
+        1,
+    )
+    .expect("forwarded to the address the plain query found");
+    assert_eq!(*seen.lock().expect("log"), [true, false]);
+    // The server is remembered: another name is asked without at once.
+    route_through(
+        &ua,
+        to,
+        &format!("sip:older.test:{};lr", port_of(&peer)),
+        &peer,
+        2,
+    )
+    .expect("forwarded");
+    assert_eq!(*seen.lock().expect("log"), [true, false, false]);
+    server.handle.shutdown();
+    stop.store(true, Ordering::Relaxed);
 }

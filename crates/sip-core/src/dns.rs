@@ -1,6 +1,7 @@
 //! The DNS messages a SIP proxy needs to find a next hop named by a domain
 //! (RFC 3263 §4.2 without NAPTR): A, AAAA and SRV queries (RFC 1035,
-//! RFC 3596, RFC 2782), written and read without I/O.
+//! RFC 3596, RFC 2782), written and read without I/O, with EDNS(0)
+//! (RFC 6891) so that UDP answers may exceed 512 bytes.
 //!
 //! Answers come from the network, so reading one trusts nothing: the ID
 //! and question must be the ones asked, compression pointers may only
@@ -32,7 +33,14 @@ impl Kind {
 }
 
 const CNAME: u16 = 5;
+const OPT: u16 = 41;
 const CLASS_IN: u16 = 1;
+
+/// The UDP payload size advertised with EDNS(0): 1,232 bytes fit one
+/// IPv6 packet on any path with the minimum 1,280-byte MTU, so answers are
+/// not fragmented (the DNS Flag Day 2020 value; dnsmasq's and BIND's
+/// default).
+pub const EDNS_PAYLOAD: u16 = 1232;
 /// Longest name in wire form (RFC 1035 §2.3.4).
 const MAX_NAME: usize = 255;
 
@@ -104,6 +112,15 @@ pub enum DnsError {
     Server(u8),
 }
 
+impl DnsError {
+    /// The answer a server that does not speak EDNS(0) gives a query with
+    /// an OPT record: FORMERR or NOTIMP (RFC 6891 §7); the query is worth
+    /// asking again without one.
+    pub fn refuses_edns(&self) -> bool {
+        matches!(self, DnsError::Server(1 | 4))
+    }
+}
+
 /// The name servers `resolv.conf` text names (`nameserver IP`, a scope
 /// such as `%eth0` dropped), in order, at port 53.
 pub fn nameservers(resolv_conf: &str) -> impl Iterator<Item = std::net::SocketAddr> + '_ {
@@ -127,6 +144,24 @@ pub fn query(id: u16, name: &str, kind: Kind, out: &mut Vec<u8>) -> Result<(), D
     out.extend_from_slice(&kind.code().to_be_bytes());
     out.extend_from_slice(&CLASS_IN.to_be_bytes());
     Ok(())
+}
+
+/// Adds an EDNS(0) OPT record (RFC 6891 §6.1.2) to the query [`query`]
+/// wrote: the server may then answer with up to `payload` bytes over UDP
+/// instead of cutting the answer at 512. Version 0, no flags (DNSSEC
+/// records are not asked for).
+pub fn add_edns(out: &mut Vec<u8>, payload: u16) {
+    let Some(count) = out.get_mut(10..12) else {
+        return;
+    };
+    let additional = u16::from_be_bytes([count[0], count[1]]).saturating_add(1);
+    count.copy_from_slice(&additional.to_be_bytes());
+    // The root as owner, type OPT, the payload size as class, then the
+    // extended RCODE, version and flags (the TTL's place), no options.
+    out.push(0);
+    out.extend_from_slice(&OPT.to_be_bytes());
+    out.extend_from_slice(&payload.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
 }
 
 fn write_name(name: &str, out: &mut Vec<u8>) -> Result<(), DnsError> {
@@ -457,6 +492,42 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_edns_query_carries_one_opt_record_as_rfc_6891_says() {
+        let mut q = Vec::new();
+        query(0x1234, "sip.test", Kind::A, &mut q).unwrap();
+        let plain = q.clone();
+        add_edns(&mut q, EDNS_PAYLOAD);
+        // ARCOUNT 1; after the question: root, OPT (41), 1232, TTL 0, RDLEN 0.
+        assert_eq!(&q[10..12], b"\x00\x01");
+        assert_eq!(&q[..10], &plain[..10]);
+        assert_eq!(&q[12..plain.len()], &plain[12..]);
+        assert_eq!(
+            &q[plain.len()..],
+            b"\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x00"
+        );
+        // An answer that echoes the OPT record is read as before.
+        let m = answer(
+            0x1234,
+            &q[12..plain.len()],
+            0x8180,
+            &[&rr(1, 60, &[127, 0, 0, 9])],
+            &[b"\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x00"],
+        );
+        let a = parse(&m, 0x1234, "sip.test", Kind::A).unwrap();
+        assert_eq!(a.records, [Record::Address([127, 0, 0, 9].into())]);
+        assert!(a.extra.is_empty());
+        // What a server without EDNS answers: FORMERR (or NOTIMP).
+        let formerr = answer(0x1234, &q[12..plain.len()], 0x8181, &[], &[]);
+        let e = parse(&formerr, 0x1234, "sip.test", Kind::A).unwrap_err();
+        assert!(e.refuses_edns(), "{e:?}");
+        assert!(!DnsError::Server(2).refuses_edns());
+        // Nothing to add to when there is no header.
+        let mut short = vec![0u8; 5];
+        add_edns(&mut short, EDNS_PAYLOAD);
+        assert_eq!(short, [0u8; 5]);
     }
 
     #[test]

@@ -216,6 +216,7 @@ impl Resolver {
             .name("resolver".into())
             .spawn(move || {
                 Worker {
+                    plain: vec![false; r.servers.len()],
                     resolver: r,
                     poll,
                     jobs: Vec::new(),
@@ -424,6 +425,8 @@ struct Job {
     id: u16,
     /// Queries sent for this question.
     tries: u32,
+    /// The query in flight carries an EDNS(0) OPT record.
+    edns: bool,
     deadline: Instant,
     /// The smallest TTL met on the way.
     ttl: u32,
@@ -483,6 +486,9 @@ struct Worker {
     sender: Sender,
     out: Vec<u8>,
     query: Vec<u8>,
+    /// By the index of `resolver.servers`: the server answered a query
+    /// with EDNS(0) as one it cannot read, so it is asked without.
+    plain: Vec<bool>,
 }
 
 impl Worker {
@@ -575,6 +581,7 @@ impl Worker {
             tcp: None,
             id: 0,
             tries: 0,
+            edns: false,
             deadline: Instant::now(),
             ttl: u32::MAX,
             targets: std::collections::VecDeque::new(),
@@ -633,7 +640,8 @@ impl Worker {
             if job.tries as usize >= total {
                 return Step::Done(UNANSWERED_TTL);
             }
-            let server = servers[job.tries as usize % servers.len()];
+            let index = job.tries as usize % servers.len();
+            let server = servers[index];
             job.server = server;
             job.tries += 1;
             job.id = random_u16();
@@ -641,6 +649,10 @@ impl Worker {
             if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
                 // Not a name DNS can be asked about.
                 return Step::Done(self.resolver.settings.negative_ttl);
+            }
+            job.edns = !self.plain[index];
+            if job.edns {
+                dns::add_edns(&mut self.query, dns::EDNS_PAYLOAD);
             }
             let local: SocketAddr = if server.is_ipv4() {
                 ([0, 0, 0, 0], 0).into()
@@ -698,9 +710,32 @@ impl Worker {
                 Ok(a) => self.answered(slot, a),
                 // A stray or forged datagram: keep waiting for ours.
                 Err(dns::DnsError::NotOurs(_)) => continue,
+                // A server from before EDNS(0): the same question again,
+                // without it (once per server: it is remembered).
+                Err(e) if e.refuses_edns() && job.edns => {
+                    let server = job.server;
+                    job.tries -= 1;
+                    self.without_edns(server);
+                    self.send(slot)
+                }
                 Err(_) => self.send(slot),
             };
             return self.advance(slot, step);
+        }
+    }
+
+    /// Asks `server` without EDNS(0) from now on.
+    fn without_edns(&mut self, server: SocketAddr) {
+        let servers = &self.resolver.servers;
+        if let Some(i) = servers.iter().position(|s| *s == server) {
+            if !self.plain[i] {
+                self.plain[i] = true;
+                tracing::info!(
+                    target: "sipsec::dns",
+                    %server,
+                    "name server does not read EDNS(0) queries; it is asked without, and answers over 512 bytes come over TCP"
+                );
+            }
         }
     }
 
