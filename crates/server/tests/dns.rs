@@ -600,3 +600,56 @@ fn a_name_server_without_edns_is_asked_again_without_it() {
     server.handle.shutdown();
     stop.store(true, Ordering::Relaxed);
 }
+
+/// Nobody listens at the first address (ICMP port unreachable): the
+/// request goes to the second at once, without waiting for silence.
+#[test]
+fn an_unreachable_address_gives_way_at_once() {
+    let dir = tempdir("dns-icmp");
+    let closed = socket();
+    let closed_port = port_of(&closed);
+    drop(closed);
+    let live = socket();
+    let ns = NameServer::start(&[
+        "--host-record=one.test,127.0.0.1".into(),
+        format!("--srv-host=_sip._udp.pool.test,one.test,{closed_port},0,5"),
+        format!(
+            "--srv-host=_sip._udp.pool.test,one.test,{},10,5",
+            port_of(&live)
+        ),
+    ]);
+    let server = start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir.join("data"),
+        dns: DnsSettings {
+            servers: vec![ns.addr],
+            hosts: None,
+            timeout: Duration::from_millis(500),
+            // Only a failure moves the request on: no timer for silence
+            // (and timer F would take 32 s).
+            failover_after: None,
+            ..DnsSettings::default()
+        },
+        ..Config::default()
+    })
+    .expect("server starts");
+    route_through(
+        &socket(),
+        server.handle.local_addr(),
+        "sip:pool.test;lr",
+        &live,
+        1,
+    )
+    .expect("forwarded to the second address");
+    let m = &server.handle.shared().metrics;
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(count(&m.udp_unreachable), 1);
+    assert_eq!(count(&m.hop_failovers), 1);
+    server.handle.shutdown();
+}

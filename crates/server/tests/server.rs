@@ -912,6 +912,101 @@ fn stateful_proxy_answers_503_when_the_callee_cannot_be_reached_over_tcp() {
     s.handle.shutdown();
 }
 
+/// The same over UDP: ICMP port unreachable is the transport failure
+/// (RFC 3261 §18.4), answered 503 at once, not 408 after timer B.
+#[test]
+fn stateful_proxy_answers_503_when_icmp_says_nobody_listens_on_udp() {
+    let dir = tempdir("stateful-icmp");
+    let s = start(Config {
+        stateful: true,
+        ..loopback_proxy(&dir)
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|u| u.local_addr())
+        .expect("port");
+    let uac = Ua::new(srv);
+    let contact = format!("<sip:bob@{closed}>");
+    assert_eq!(status(&uac.register("bob", "bicmp", 1, &contact, "")), 200);
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bKicmp", 70, "INVITE"),
+        srv,
+    );
+    assert_eq!(status(&uac.recv().0), 100);
+    let r = uac.recv().0;
+    assert_eq!(status(&r), 503, "{r}");
+    let m = &s.handle.shared().metrics;
+    assert_eq!(
+        m.udp_unreachable.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    s.handle.shutdown();
+}
+
+/// With ICMP errors reported (a stateful proxy), an error drawn by one
+/// datagram fails the socket's next send once: that send's datagram goes
+/// again. Requests forwarded to a port nobody listens on, interleaved
+/// with a live phone's REGISTERs: every one of the phone's answers
+/// arrives, and each forwarded request fails with 503 at once.
+#[test]
+fn answers_are_not_lost_to_icmp_errors_drawn_by_other_datagrams() {
+    let dir = tempdir("stateful-icmp-others");
+    let s = start(Config {
+        stateful: true,
+        ..loopback_proxy(&dir)
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    let closed = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|u| u.local_addr())
+        .expect("port");
+    let caller = Ua::new(srv);
+    let live = Ua::new(srv);
+    let contact = format!("<sip:bob@{closed}>");
+    assert_eq!(
+        status(&caller.register("bob", "icmp-b", 1, &contact, "")),
+        200
+    );
+    // Few: the kernel sends at most 50 ICMP errors in a burst (icmp_msgs_burst).
+    const ROUNDS: u32 = 16;
+    for n in 1..=ROUNDS {
+        caller.send(
+            &format!(
+                "MESSAGE sip:bob@{srv} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKicmpm{n}\r\nMax-Forwards: 70\r\nFrom: <sip:alice@{srv}>;tag=a{n}\r\nTo: <sip:bob@{srv}>\r\nCall-ID: icmp-m-{n}\r\nCSeq: {n} MESSAGE\r\nContent-Length: 0\r\n\r\n",
+                p = caller.port()
+            ),
+            srv,
+        );
+        live.send(
+            &format!(
+                "REGISTER sip:{srv} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKicmpr{n}\r\nMax-Forwards: 70\r\nFrom: <sip:live@{srv}>;tag=f{n}\r\nTo: <sip:live@{srv}>\r\nCall-ID: icmp-r-{n}\r\nCSeq: {n} REGISTER\r\nContact: <sip:live@127.0.0.1:5999>\r\nContent-Length: 0\r\n\r\n",
+                p = live.port()
+            ),
+            srv,
+        );
+    }
+    let answers = |ua: &Ua, code: u16| {
+        let mut seqs: Vec<u32> = (0..ROUNDS)
+            .map(|_| {
+                let r = ua.recv().0;
+                assert_eq!(status(&r), code, "{r}");
+                Message::parse(r.as_bytes()).expect("parses").cseq().seq
+            })
+            .collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=ROUNDS).collect::<Vec<_>>());
+    };
+    answers(&live, 200);
+    answers(&caller, 503);
+    let m = &s.handle.shared().metrics;
+    assert_eq!(
+        m.udp_unreachable.load(std::sync::atomic::Ordering::Relaxed),
+        u64::from(ROUNDS)
+    );
+    s.handle.shutdown();
+}
+
 #[test]
 fn path_from_registration_routes_requests_through_the_edge_proxy() {
     let dir = tempdir("path");

@@ -137,6 +137,113 @@ impl RecvBatch {
     }
 }
 
+/// Times a datagram is handed to the kernel before it is given up. With
+/// [`report_errors`] on, an ICMP error for an earlier datagram fails the
+/// socket's next system call, a send as well as a receive: the datagram
+/// that send carried did not leave and goes again. More than one failure
+/// in a row means several errors came at once, or one of the datagram's
+/// own (too large, no route); either way the tries are few.
+const SEND_TRIES: u32 = 4;
+
+/// Asks the kernel to queue the ICMP errors that datagrams sent from
+/// `sock` draw (IP_RECVERR, IPV6_RECVERR), for [`unreachable`] to read.
+/// Without it, an unconnected UDP socket never learns that nobody listens
+/// where it sent. The price: a pending error fails the socket's next
+/// send or receive once, whichever comes first. [`SendBatch::flush`] and
+/// [`send_to`] send such a datagram again, and whoever saw the failure
+/// reads the queue, which the kernel charges to the receive buffer.
+pub fn report_errors(sock: &UdpSocket, v6: bool) -> io::Result<()> {
+    let (level, name) = if v6 {
+        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    } else {
+        (libc::SOL_IP, libc::IP_RECVERR)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: the option value is a live c_int of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            &on as *const libc::c_int as *const libc::c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads up to `max` errors queued on `sock` without waiting. For each
+/// ICMP "unreachable" (port, host or network), `on` gets where the
+/// datagram went and the start of it that the ICMP message quoted.
+/// Returns how many errors were read.
+pub fn unreachable(sock: &UdpSocket, max: usize, mut on: impl FnMut(SocketAddr, &[u8])) -> usize {
+    let mut data = [0u8; 1500];
+    // u64s: aligned for the control messages.
+    let mut control = [0u64; 64];
+    let mut read = 0;
+    while read < max {
+        // SAFETY: sockaddr_storage is plain data; zero is valid.
+        let mut name: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // SAFETY: msghdr is plain data; zero is valid.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_name = &mut name as *mut _ as *mut libc::c_void;
+        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: every pointer in `msg` points at a live buffer of the
+        // size given; the kernel writes at most those sizes.
+        let n = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            break;
+        }
+        read += 1;
+        let mut unreachable = false;
+        // SAFETY: the kernel filled `control` up to msg_controllen; the
+        // CMSG macros stay inside it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let h = &*c;
+                let ours = (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
+                    || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR);
+                if ours {
+                    let e = std::ptr::read_unaligned(
+                        libc::CMSG_DATA(c) as *const libc::sock_extended_err
+                    );
+                    let icmp = e.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                        || e.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                    let errno = e.ee_errno as libc::c_int;
+                    unreachable |= icmp
+                        && matches!(
+                            errno,
+                            libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH
+                        );
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        if let (true, Some(dest)) = (unreachable, to_socket_addr(&name)) {
+            on(dest, &data[..(n as usize).min(data.len())]);
+        }
+    }
+    read
+}
+
 /// Outgoing datagrams collected while a batch is handled.
 #[derive(Default)]
 pub struct SendBatch {
@@ -174,10 +281,15 @@ impl SendBatch {
     }
 
     /// Sends everything queued (several `sendmmsg` calls if needed) and
-    /// empties the batch. Datagrams the kernel refuses are dropped, as a
-    /// lost UDP datagram would be.
-    pub fn flush(&mut self, sock: &UdpSocket) {
+    /// empties the batch. A datagram the kernel refuses goes again, up to
+    /// [`SEND_TRIES`] times (the failure may be an earlier datagram's ICMP
+    /// error), then is dropped, as a lost UDP datagram would be. `true`
+    /// when some send failed: errors may be queued on `sock`.
+    pub fn flush(&mut self, sock: &UdpSocket) -> bool {
         let mut start = 0;
+        // Failed sends of the datagram at `start`.
+        let mut failures = 0;
+        let mut failed = false;
         while start < self.used {
             let n = (self.used - start).min(BATCH);
             // SAFETY (three lines): iovec, mmsghdr and sockaddr_storage are
@@ -200,11 +312,38 @@ impl SendBatch {
             let sent = unsafe {
                 libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0)
             };
-            // On error, or a partial send, skip the datagram that failed.
-            start += if sent <= 0 { 1 } else { sent as usize };
+            if sent as usize == n {
+                start += n;
+                failures = 0;
+                continue;
+            }
+            // The datagram after those sent failed (sendmmsg reports an
+            // error only when nothing was sent).
+            failed = true;
+            if sent > 0 {
+                start += sent as usize;
+                failures = 0;
+            }
+            failures += 1;
+            if failures == SEND_TRIES {
+                start += 1;
+                failures = 0;
+            }
         }
         self.used = 0;
+        failed
     }
+}
+
+/// Sends one datagram, again after a failure as [`SendBatch::flush`]
+/// does. `true` when some try failed: errors may be queued on `sock`.
+pub fn send_to(sock: &UdpSocket, bytes: &[u8], dest: SocketAddr) -> bool {
+    for tries in 0..SEND_TRIES {
+        if sock.send_to(bytes, dest).is_ok() {
+            return tries > 0;
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -239,6 +378,76 @@ mod tests {
         let expected: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 3]).collect();
         assert_eq!(seen, expected);
         assert!(batch.get(BATCH).is_none());
+    }
+
+    /// Whether `sock` has an error pending, waiting at most `ms`.
+    fn error_pending(sock: &UdpSocket, ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, as the count says.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        n == 1 && p.revents & libc::POLLERR != 0
+    }
+
+    /// A socket with errors reported that has just drawn an ICMP port
+    /// unreachable, and the port nobody listens on.
+    fn refused_socket() -> (UdpSocket, SocketAddr) {
+        let closed = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("port");
+        let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        report_errors(&a, false).expect("IP_RECVERR");
+        a.send_to(b"OPTIONS", closed).expect("sent");
+        assert!(error_pending(&a, 2000), "ICMP port unreachable arrived");
+        (a, closed)
+    }
+
+    #[test]
+    fn a_pending_icmp_error_costs_no_datagram_and_is_read_with_what_it_quotes() {
+        let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        b.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let to = b.local_addr().expect("addr");
+        // Batched: the first try fails with the earlier datagram's error,
+        // the next carries the datagram.
+        let (a, closed) = refused_socket();
+        let mut out = SendBatch::default();
+        for i in 0..3u8 {
+            out.next_buf().extend_from_slice(&[i; 4]);
+            out.commit(to);
+        }
+        assert!(out.flush(&a), "a try failed");
+        let mut buf = [0u8; 16];
+        for i in 0..3u8 {
+            let (n, _) = b.recv_from(&mut buf).expect("every datagram arrives");
+            assert_eq!(&buf[..n], &[i; 4]);
+        }
+        // The error, with where the datagram went and what it carried.
+        let mut seen = Vec::new();
+        assert_eq!(
+            unreachable(&a, BATCH, |to, q| seen.push((to, q.to_vec()))),
+            1
+        );
+        assert_eq!(seen, [(closed, b"OPTIONS".to_vec())]);
+        assert!(!error_pending(&a, 0));
+        // One at a time, the same.
+        let (a, _) = refused_socket();
+        assert!(send_to(&a, b"MESSAGE", to));
+        let (n, _) = b.recv_from(&mut buf).expect("arrives");
+        assert_eq!(&buf[..n], b"MESSAGE");
+        assert_eq!(unreachable(&a, BATCH, |_, _| {}), 1);
+        // With nothing pending, nothing fails.
+        assert!(!send_to(&a, b"INFO", to));
+        let (n, _) = b.recv_from(&mut buf).expect("arrives");
+        assert_eq!(&buf[..n], b"INFO");
+        out.next_buf().extend_from_slice(b"BYE");
+        out.commit(to);
+        assert!(!out.flush(&a));
+        let (n, _) = b.recv_from(&mut buf).expect("arrives");
+        assert_eq!(&buf[..n], b"BYE");
     }
 
     #[test]

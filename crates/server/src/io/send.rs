@@ -3,10 +3,17 @@
 //! `io::tcp` today), which drops and counts what it cannot carry.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::io::mmsg;
 use crate::proto::core::{Reply, Shared, Transport};
-use crate::proto::stateful::Sends;
+use crate::proto::stateful::{Key, Sends};
+
+/// Most ICMP errors one look at a socket's queue reads. Every error that
+/// arrives fails one system call, whose caller looks again: the queue
+/// cannot grow past what arrives between two looks.
+const ERRORS_PER_LOOK: usize = 4 * mmsg::BATCH;
 
 /// The connection layer, as senders see it.
 pub trait Connections: std::fmt::Debug + Send + Sync {
@@ -41,16 +48,51 @@ impl Sender {
         match (transport, &self.udp, &self.hub) {
             (Transport::Udp, Some(udp), _) => {
                 self.shared.sending(bytes, dest, Transport::Udp);
-                let _ = udp.send_to(bytes, dest);
+                if mmsg::send_to(udp, bytes, dest) {
+                    self.udp_errors();
+                }
             }
             (_, _, Some(hub)) if transport != Transport::Udp => {
                 hub.send_on(dest, transport, bytes);
             }
             _ => {
-                self.shared
-                    .metrics
-                    .dropped
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Reads the ICMP errors queued on the UDP socket (a system call on it
+    /// failed; see [`mmsg::report_errors`]). A request the stateful proxy
+    /// forwarded to an address where nobody listens fails at once: the
+    /// caller gets 503, or the next address of its next hop's name gets
+    /// the request (RFC 3261 §18.4, RFC 3263 §4.3), instead of waiting
+    /// for its timer. The branch that names the transaction is this
+    /// proxy's, random and unguessable, so a forged ICMP error can only
+    /// make a send fail once, as a lost datagram would.
+    pub fn udp_errors(&self) {
+        let Some(udp) = &self.udp else {
+            return;
+        };
+        let shared = &self.shared;
+        let mut sends = Sends::default();
+        let now = std::time::Instant::now();
+        mmsg::unreachable(udp, ERRORS_PER_LOOK, |_, quoted| {
+            shared
+                .metrics
+                .udp_unreachable
+                .fetch_add(1, Ordering::Relaxed);
+            if let (Some(tx), Some((key, tries))) = (&shared.transactions, Key::of_quoted(quoted)) {
+                tx.on_transport_error(key, tries, now, &mut sends, &shared.metrics);
+            }
+        });
+        // What that produced goes without looking at the queue again (no
+        // recursion): errors it draws are read at the next failure.
+        for (bytes, (dest, transport)) in sends.iter() {
+            if transport == Transport::Udp {
+                shared.sending(bytes, dest, Transport::Udp);
+                mmsg::send_to(udp, bytes, dest);
+            } else {
+                self.send(bytes, dest, transport);
             }
         }
     }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::io::clock::unix_now;
 use crate::io::drive::Backing;
 use crate::io::journal::{Persistence, Recovered};
@@ -140,7 +140,10 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         None
     };
     let workers = config.workers.max(1);
-    let (udp, tcp_listener) = bind_udp_and_tcp(config.udp, config.tcp, workers)?;
+    // Only a stateful proxy acts on ICMP errors (its transactions fail on
+    // them), so only its sockets ask for them.
+    let icmp_errors = config.stateful && config.mode == Mode::Proxy;
+    let (udp, tcp_listener) = bind_udp_and_tcp(config.udp, config.tcp, workers, icmp_errors)?;
     let addr = config.udp;
     let bind = |err| StartError::Bind {
         proto: "udp",
@@ -887,15 +890,17 @@ fn bind_udp_and_tcp(
     udp: SocketAddr,
     tcp: Option<SocketAddr>,
     workers: usize,
+    icmp_errors: bool,
 ) -> Result<(UdpServer, Option<std::net::TcpListener>), StartError> {
     let any = udp.port() == 0 && tcp.is_some_and(|t| t.port() == 0);
     let mut tries = 0;
     loop {
-        let server = UdpServer::bind(udp, workers).map_err(|err| StartError::Bind {
-            proto: "udp",
-            addr: udp,
-            err,
-        })?;
+        let server =
+            UdpServer::bind(udp, workers, icmp_errors).map_err(|err| StartError::Bind {
+                proto: "udp",
+                addr: udp,
+                err,
+            })?;
         let Some(mut t) = tcp else {
             return Ok((server, None));
         };

@@ -16,7 +16,7 @@ use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
 use crate::proto::core::{Core, Reply, Shared, Transport};
 
-fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
@@ -28,7 +28,11 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     s.bind(&addr.into())?;
     // No read timeout: a worker sleeps until a datagram comes, and the
     // stop wakes it by shutting the socket's receiving side down.
-    Ok(s.into())
+    let s: UdpSocket = s.into();
+    if icmp_errors {
+        crate::io::mmsg::report_errors(&s, addr.is_ipv6())?;
+    }
+    Ok(s)
 }
 
 /// Bound UDP sockets, one per worker, ready to start.
@@ -39,19 +43,21 @@ pub struct UdpServer {
 }
 
 impl UdpServer {
-    /// Binds `workers` SO_REUSEPORT sockets on `addr` (port 0 picks one port for all).
+    /// Binds `workers` SO_REUSEPORT sockets on `addr` (port 0 picks one
+    /// port for all), reporting ICMP errors if `icmp_errors` (a stateful
+    /// proxy's transactions fail on them; see `Sender::udp_errors`).
     ///
     /// A plain bind comes first so that a port already in use, even by
     /// another sipsec with SO_REUSEPORT, is reported instead of shared.
-    pub fn bind(addr: SocketAddr, workers: usize) -> io::Result<Self> {
+    pub fn bind(addr: SocketAddr, workers: usize, icmp_errors: bool) -> io::Result<Self> {
         let probe = UdpSocket::bind(addr)?;
         let addr = probe.local_addr()?;
         drop(probe);
-        let first = bind_reuseport(addr)?;
+        let first = bind_reuseport(addr, icmp_errors)?;
         let addr = first.local_addr()?;
         let mut sockets = vec![first];
         for _ in 1..workers.max(1) {
-            sockets.push(bind_reuseport(addr)?);
+            sockets.push(bind_reuseport(addr, icmp_errors)?);
         }
         Ok(Self { addr, sockets })
     }
@@ -126,6 +132,10 @@ fn worker(
             // while it works, or, if nothing did, answer that batch now.
             match rx.recv_queued(sock) {
                 Ok(n) if n > 0 => n,
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+                    sender.udp_errors();
+                    continue;
+                }
                 _ => {
                     deferred.receive(&mut core, &mut storage.hold());
                     answer_stored(&mut deferred, &core, &mut tx, sock, sender);
@@ -133,10 +143,15 @@ fn worker(
                 }
             }
         } else {
-            // ICMP errors from earlier sends surface here on Linux: keep
-            // serving. The stop's shutdown returns at once.
-            let Ok(n) = rx.recv(sock) else { continue };
-            n
+            // ICMP errors from earlier sends surface here: read them and
+            // serve on. The stop's shutdown returns at once.
+            match rx.recv(sock) {
+                Ok(n) => n,
+                Err(_) => {
+                    sender.udp_errors();
+                    continue;
+                }
+            }
         };
         let mut held = storage.hold();
         // Bounded in system calls, not only in changes: a flood of other
@@ -193,10 +208,16 @@ fn worker(
                 break;
             }
             rounds += 1;
-            tx.flush(sock);
+            if tx.flush(sock) {
+                sender.udp_errors();
+            }
             match rx.recv_queued(sock) {
                 Ok(more) if more > 0 => n = more,
-                _ => break,
+                Ok(_) => break,
+                Err(_) => {
+                    sender.udp_errors();
+                    break;
+                }
             }
         }
         // The batch sent before is answered, and this one sent: Redis
@@ -229,5 +250,7 @@ fn answer_stored(
         }
         other => sender.reply(other, out),
     });
-    tx.flush(sock);
+    if tx.flush(sock) {
+        sender.udp_errors();
+    }
 }

@@ -307,6 +307,8 @@ pub struct Metrics {
     /// Requests sent to another address of their next hop's name after
     /// the one tried failed (RFC 3263 §4.3).
     pub hop_failovers: AtomicU64,
+    /// ICMP "unreachable" errors for datagrams this server sent.
+    pub udp_unreachable: AtomicU64,
     /// Online compactions of the location journal.
     pub compactions: AtomicU64,
     /// Requests refused by the rate limiter.
@@ -503,7 +505,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 31] = [
+        let counters: [(&str, &str, &AtomicU64); 32] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -608,6 +610,11 @@ impl Metrics {
                 "sipsec_next_hop_failovers_total",
                 "Requests sent to another address of their next hop's name after the one tried failed: no answer, refused or 503 (RFC 3263 section 4.3).",
                 &self.hop_failovers,
+            ),
+            (
+                "sipsec_udp_unreachable_total",
+                "ICMP port, host or network unreachable errors for UDP datagrams this server sent; a request the stateful proxy forwarded fails at once.",
+                &self.udp_unreachable,
             ),
             (
                 "sipsec_journal_compactions_total",

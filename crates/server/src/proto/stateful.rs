@@ -155,6 +155,35 @@ impl Key {
     pub fn with_try(msg: &Message<'_>) -> Option<(Self, u8)> {
         Some((Self::of_message(msg)?, try_of(msg)))
     }
+
+    /// The transaction and try of a request this proxy sent, from the
+    /// start of it that an ICMP error quotes (Linux quotes up to 576
+    /// bytes in all): the request line, then the Via this proxy puts
+    /// first, whose branch ends the line. `None` for a response, an ACK
+    /// (no transaction of its own), or too little quoted.
+    pub fn of_quoted(bytes: &[u8]) -> Option<(Self, u8)> {
+        if bytes.starts_with(b"SIP/2.0 ") || bytes.starts_with(b"ACK ") {
+            return None;
+        }
+        let line = bytes.iter().position(|&b| b == b'\n')?;
+        let rest = &bytes[line + 1..];
+        let via = &rest[..rest.iter().position(|&b| b == b'\n')?];
+        let via = std::str::from_utf8(via).ok()?.trim_end_matches('\r');
+        let params = via.strip_prefix("Via: SIP/2.0/")?;
+        let hex = params
+            .rsplit_once(";branch=")?
+            .1
+            .strip_prefix(BRANCH_PREFIX)?;
+        if hex.len() != 16 {
+            return None;
+        }
+        let branch = u64::from_str_radix(hex, 16).ok()?;
+        let key = Self {
+            branch: branch & BRANCH_MASK,
+            cancel: bytes.starts_with(b"CANCEL "),
+        };
+        Some((key, (branch >> 60) as u8))
+    }
 }
 
 #[derive(Debug)]
@@ -1515,5 +1544,29 @@ mod tests {
             m.hop_failovers.load(Ordering::Relaxed),
             u64::from(MAX_TRIES - 1)
         );
+    }
+
+    #[test]
+    fn an_icmp_error_quoting_a_forwarded_request_names_its_transaction() {
+        let sent = tried(FORWARDED.to_vec(), 2);
+        let key = Key::of_message(&Message::parse(&sent).unwrap()).unwrap();
+        // As much as an ICMP error quotes, or just past the Via.
+        let via_end = sent.windows(2).position(|w| w == b"ab").unwrap() + 4;
+        for cut in [sent.len(), 200, via_end] {
+            assert_eq!(Key::of_quoted(&sent[..cut]), Some((key, 2)), "cut {cut}");
+        }
+        let cancel = [b"CANCEL".as_slice(), &sent[6..]].concat();
+        let cancel_key = Key {
+            cancel: true,
+            ..key
+        };
+        assert_eq!(Key::of_quoted(&cancel), Some((cancel_key, 2)));
+        // Too little quoted, an ACK, a response, someone else's Via.
+        assert_eq!(Key::of_quoted(&sent[..via_end - 3]), None);
+        let ack = [b"ACK".as_slice(), &sent[6..]].concat();
+        assert_eq!(Key::of_quoted(&ack), None);
+        assert_eq!(Key::of_quoted(&response(200, "INVITE")), None);
+        assert_eq!(Key::of_quoted(INVITE), None);
+        assert_eq!(Key::of_quoted(b""), None);
     }
 }
