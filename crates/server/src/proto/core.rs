@@ -449,6 +449,9 @@ impl Core {
             .get()
             .map(|n| n.find(name, port, transport))
         {
+            // Only a transaction can try another address: a stateless
+            // proxy needs no copy of the name.
+            Some(Found::At(a)) if self.shared.transactions.is_none() => Next::At(a),
             Some(Found::At(a)) => Next::Named(
                 a,
                 Route {
