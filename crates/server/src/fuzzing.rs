@@ -124,6 +124,9 @@ pub fn core(data: &[u8]) {
         let reply = drive::handle(&mut core, None, msg, src, transport, now, &mut out);
         let parsed = Message::parse(msg).is_ok();
         if let Reply::Send(..) = reply {
+            if salt % 2 == 1 {
+                icmp_error(&core, &out, salt, now.mono);
+            }
             if parsed {
                 must_parse(&out, "the reply");
             } else {
@@ -156,6 +159,26 @@ pub fn split(data: &[u8]) -> impl Iterator<Item = &[u8]> {
             }
         }
     })
+}
+
+/// An ICMP error for the datagram `sent`, quoting as much of its start
+/// as `salt` says (routers quote 8 bytes to all of it): the stateful
+/// proxy fails the transaction it names over or answers it, with
+/// messages that parse; anything else it ignores.
+fn icmp_error(core: &Core, sent: &[u8], salt: usize, now: Instant) {
+    let shared = core.shared();
+    let Some(tx) = &shared.transactions else {
+        return;
+    };
+    let quoted = &sent[..sent.len().min(8 + salt.wrapping_mul(37) % 700)];
+    let Some((key, tries)) = crate::proto::stateful::Key::of_quoted(quoted) else {
+        return;
+    };
+    let mut sends = crate::proto::stateful::Sends::default();
+    tx.on_transport_error(key, tries, now, &mut sends, &shared.metrics);
+    for (bytes, _) in sends.iter() {
+        must_parse(bytes, "what an ICMP error made the proxy send");
+    }
 }
 
 fn check_sends(core: &Core, what: &str) {
