@@ -28,7 +28,10 @@ pub fn nameserver(resolv_conf: &str) -> Option<SocketAddr> {
 /// Asks `server` for the SRV records of `name` (2 tries, 1 s each), in
 /// RFC 2782 order. The query leaves from a fresh port with a random ID,
 /// connected to the server, and only an answer to it is read
-/// (`sip_core::dns`).
+/// (`sip_core::dns`). It offers EDNS(0) (RFC 6891), so up to 1,232 bytes
+/// of records come back; a server that refuses that (FORMERR, NOTIMP) is
+/// asked again without. An answer cut short (TC) is used as far as it
+/// goes.
 pub fn lookup_srv(server: SocketAddr, name: &str) -> Vec<Srv> {
     let bind = if server.is_ipv4() {
         "0.0.0.0:0"
@@ -43,12 +46,16 @@ pub fn lookup_srv(server: SocketAddr, name: &str) -> Vec<Srv> {
     }
     let _ = sock.set_read_timeout(Some(Duration::from_secs(1)));
     let id = random_u16();
-    let mut q = Vec::new();
-    if dns::query(id, name, Kind::Srv, &mut q).is_err() {
+    let mut plain = Vec::new();
+    if dns::query(id, name, Kind::Srv, &mut plain).is_err() {
         return Vec::new();
     }
+    let mut q = plain.clone();
+    dns::add_edns(&mut q, dns::EDNS_PAYLOAD);
     let mut buf = [0u8; 2048];
-    for _ in 0..2 {
+    let mut tries = 0;
+    while tries < 2 {
+        tries += 1;
         if sock.send(&q).is_err() {
             return Vec::new();
         }
@@ -56,6 +63,12 @@ pub fn lookup_srv(server: SocketAddr, name: &str) -> Vec<Srv> {
             match dns::parse(&buf[..n], id, name, Kind::Srv) {
                 Ok(a) => return dns::order(a.srv_records(), random_u16),
                 Err(dns::DnsError::NotOurs(_)) => continue,
+                // A server from before EDNS(0): the same question without.
+                Err(e) if e.refuses_edns() && q != plain => {
+                    q = plain.clone();
+                    tries -= 1;
+                    break;
+                }
                 Err(_) => return Vec::new(),
             }
         }
@@ -114,9 +127,25 @@ pub fn system_nameserver() -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
-    /// A response to `q` with SRV answers (names compressed against the question).
+    /// Where the question of query `q` ends (its name, type and class).
+    fn question_end(q: &[u8]) -> usize {
+        let mut at = 12;
+        while q[at] != 0 {
+            at += 1 + usize::from(q[at]);
+        }
+        at + 5
+    }
+
+    /// Whether query `q` carries an EDNS(0) OPT record.
+    fn has_opt(q: &[u8]) -> bool {
+        q[10..12] != [0, 0] && q[question_end(q)..].starts_with(&[0, 0, 41])
+    }
+
+    /// A response to `q` with SRV answers (names compressed against the
+    /// question), without `q`'s OPT record.
     fn answer(q: &[u8], records: &[(u16, u16, u16, &str)]) -> Vec<u8> {
-        let mut r = q.to_vec();
+        let mut r = q[..question_end(q)].to_vec();
+        r[11] = 0;
         r[2] = 0x81;
         r[3] = 0x80;
         r[7] = records.len() as u8;
@@ -142,6 +171,7 @@ mod tests {
             let mut buf = [0u8; 512];
             // A stray datagram first (someone else's ID): not taken.
             let (n, from) = dns.recv_from(&mut buf).unwrap();
+            assert!(has_opt(&buf[..n]), "the query offers EDNS(0)");
             let mut stray = answer(&buf[..n], &[(0, 0, 1, "evil.example")]);
             stray[0] ^= 0xff;
             dns.send_to(&stray, from).unwrap();
@@ -181,5 +211,34 @@ mod tests {
             nameserver("# x\nnameserver 10.0.0.2\nnameserver 10.0.0.3\n"),
             Some("10.0.0.2:53".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn a_nameserver_without_edns_is_asked_again_without_it() {
+        let dns = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let server = dns.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            let mut seen = Vec::new();
+            loop {
+                let (n, from) = dns.recv_from(&mut buf).unwrap();
+                let q = &buf[..n];
+                seen.push(has_opt(q));
+                if has_opt(q) {
+                    // FORMERR, the question echoed, nothing else.
+                    let mut r = answer(q, &[]);
+                    r[3] = 0x81;
+                    dns.send_to(&r, from).unwrap();
+                } else {
+                    let r = answer(q, &[(10, 0, 5999, "localhost")]);
+                    dns.send_to(&r, from).unwrap();
+                    return seen;
+                }
+            }
+        });
+        let got = resolve("old.test", None, false, Some(server)).unwrap();
+        assert_eq!(t.join().unwrap(), [true, false]);
+        assert!(got.iter().all(|a| a.port() == 5999), "{got:?}");
+        assert!(!got.is_empty());
     }
 }
