@@ -10,10 +10,12 @@ use crate::io::mmsg;
 use crate::proto::core::{Reply, Shared, Transport};
 use crate::proto::stateful::{Key, Sends};
 
-/// Most ICMP errors one look at a socket's queue reads. Every error that
-/// arrives fails one system call, whose caller looks again: the queue
-/// cannot grow past what arrives between two looks.
-const ERRORS_PER_LOOK: usize = 4 * mmsg::BATCH;
+/// Most ICMP errors one look at a socket's queue reads: all it can hold.
+/// The kernel charges queued errors to the receive buffer (4 MiB, at
+/// least ~700 bytes an error), so errors left queued would take the room
+/// of requests; a flood of them costs a look as long as it takes to read
+/// them, and no more.
+const ERRORS_PER_LOOK: usize = 8192;
 
 /// The connection layer, as senders see it.
 pub trait Connections: std::fmt::Debug + Send + Sync {
