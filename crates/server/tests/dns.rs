@@ -147,6 +147,27 @@ fn proxy_config(dir: &std::path::Path, dns: DnsSettings) -> Config {
     }
 }
 
+/// A transaction-stateful proxy resolving with the name server `ns`,
+/// failing an address over after `failover_after` of silence.
+fn stateful_proxy(
+    dir: &std::path::Path,
+    ns: SocketAddr,
+    failover_after: Option<Duration>,
+) -> sipsec_server::Started {
+    let dns = DnsSettings {
+        servers: vec![ns],
+        hosts: None,
+        timeout: Duration::from_millis(500),
+        failover_after,
+        ..DnsSettings::default()
+    };
+    start(Config {
+        stateful: true,
+        ..proxy_config(dir, dns)
+    })
+    .expect("server starts")
+}
+
 fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
     format!(
         "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
@@ -377,18 +398,7 @@ fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
         srv("tcp", closed_port, 0),
         srv("tcp", live_tcp_port, 10),
     ]);
-    let dns = DnsSettings {
-        servers: vec![ns.addr],
-        hosts: None,
-        timeout: Duration::from_millis(500),
-        failover_after: Some(Duration::from_millis(300)),
-        ..DnsSettings::default()
-    };
-    let server = start(Config {
-        stateful: true,
-        ..proxy_config(&dir, dns)
-    })
-    .expect("server starts");
+    let server = stateful_proxy(&dir, ns.addr, Some(Duration::from_millis(300)));
     let proxy = server.handle.local_addr();
     let ua = socket();
 
@@ -618,27 +628,9 @@ fn an_unreachable_address_gives_way_at_once() {
             port_of(&live)
         ),
     ]);
-    let server = start(Config {
-        mode: Mode::Proxy,
-        stateful: true,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        data_dir: dir.join("data"),
-        dns: DnsSettings {
-            servers: vec![ns.addr],
-            hosts: None,
-            timeout: Duration::from_millis(500),
-            // Only a failure moves the request on: no timer for silence
-            // (and timer F would take 32 s).
-            failover_after: None,
-            ..DnsSettings::default()
-        },
-        ..Config::default()
-    })
-    .expect("server starts");
+    // Only a failure moves the request on: no timer for silence (and
+    // timer F would take 32 s).
+    let server = stateful_proxy(&dir, ns.addr, None);
     route_through(
         &socket(),
         server.handle.local_addr(),

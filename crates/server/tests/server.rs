@@ -899,17 +899,30 @@ fn stateful_proxy_answers_503_when_the_callee_cannot_be_reached_over_tcp() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port");
+    let r = invite_bob_at(srv, &format!("<sip:bob@{closed};transport=tcp>"), "503");
+    assert_eq!(status(&r), 503, "{r}");
+    s.handle.shutdown();
+}
+
+/// Registers bob at `contact` through the stateful proxy `srv`, then
+/// calls him: the final response, after the proxy's 100 Trying.
+fn invite_bob_at(srv: SocketAddr, contact: &str, tag: &str) -> String {
     let uac = Ua::new(srv);
-    let contact = format!("<sip:bob@{closed};transport=tcp>");
-    assert_eq!(status(&uac.register("bob", "b503", 1, &contact, "")), 200);
+    let call_id = format!("b{tag}");
+    assert_eq!(status(&uac.register("bob", &call_id, 1, contact, "")), 200);
     uac.send(
-        &invite(uac.port(), srv, "bob", "z9hG4bK503", 70, "INVITE"),
+        &invite(
+            uac.port(),
+            srv,
+            "bob",
+            &format!("z9hG4bK{tag}"),
+            70,
+            "INVITE",
+        ),
         srv,
     );
     assert_eq!(status(&uac.recv().0), 100);
-    let r = uac.recv().0;
-    assert_eq!(status(&r), 503, "{r}");
-    s.handle.shutdown();
+    uac.recv().0
 }
 
 /// The same over UDP: ICMP port unreachable is the transport failure
@@ -926,15 +939,7 @@ fn stateful_proxy_answers_503_when_icmp_says_nobody_listens_on_udp() {
     let closed = std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|u| u.local_addr())
         .expect("port");
-    let uac = Ua::new(srv);
-    let contact = format!("<sip:bob@{closed}>");
-    assert_eq!(status(&uac.register("bob", "bicmp", 1, &contact, "")), 200);
-    uac.send(
-        &invite(uac.port(), srv, "bob", "z9hG4bKicmp", 70, "INVITE"),
-        srv,
-    );
-    assert_eq!(status(&uac.recv().0), 100);
-    let r = uac.recv().0;
+    let r = invite_bob_at(srv, &format!("<sip:bob@{closed}>"), "icmp");
     assert_eq!(status(&r), 503, "{r}");
     let m = &s.handle.shared().metrics;
     assert_eq!(
