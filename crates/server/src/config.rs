@@ -257,6 +257,9 @@ pub struct DnsSettings {
     /// used has not answered at all within this (`None`: only when the
     /// transaction times out, is refused, or gets 503).
     pub failover_after: Option<std::time::Duration>,
+    /// Take only answers the name server says it validated with DNSSEC
+    /// (the AD bit): for a validating resolver on a trusted path.
+    pub require_dnssec: bool,
 }
 
 impl Default for DnsSettings {
@@ -271,6 +274,7 @@ impl Default for DnsSettings {
             negative_ttl: 30,
             skip_failed_for: 30,
             failover_after: Some(std::time::Duration::from_secs(4)),
+            require_dnssec: false,
         }
     }
 }
@@ -616,6 +620,8 @@ pub struct DnsSection {
     /// Seconds of silence from a next hop before the next address is
     /// tried; 0: only when its transaction fails.
     pub failover_after: Option<f64>,
+    /// Only answers the name server validated with DNSSEC (AD bit).
+    pub require_dnssec: Option<bool>,
 }
 
 /// `[location]`: where bindings are kept.
@@ -868,6 +874,9 @@ fn dns_settings(d: DnsSection, s: &mut DnsSettings) -> Result<(), (&'static str,
             ));
         }
         s.failover_after = (t > 0.0).then(|| std::time::Duration::from_secs_f64(t));
+    }
+    if let Some(r) = d.require_dnssec {
+        s.require_dnssec = r;
     }
     Ok(())
 }
@@ -1369,7 +1378,7 @@ mod tests {
     fn dns_section_is_read_and_bad_values_are_named() {
         let mut c = Config::default();
         c.apply_toml(
-            "[dns]\nservers = [\"192.0.2.53\", \"[2001:db8::53]:5353\"]\nhosts = \"\"\ntimeout = 0.25\nattempts = 3\nnegative_ttl = 5\nskip_failed_for = 60\nfailover_after = 0\n",
+            "[dns]\nservers = [\"192.0.2.53\", \"[2001:db8::53]:5353\"]\nhosts = \"\"\ntimeout = 0.25\nattempts = 3\nnegative_ttl = 5\nskip_failed_for = 60\nfailover_after = 0\nrequire_dnssec = true\n",
             "t.toml",
         )
         .expect("valid");
@@ -1384,6 +1393,7 @@ mod tests {
         assert_eq!(c.dns.timeout, std::time::Duration::from_millis(250));
         assert_eq!((c.dns.attempts, c.dns.negative_ttl), (3, 5));
         assert_eq!((c.dns.skip_failed_for, c.dns.failover_after), (60, None));
+        assert!(c.dns.require_dnssec);
         for (text, key) in [
             ("[dns]\nservers = [\"ns.example\"]\n", "dns.servers"),
             ("[dns]\ntimeout = 0\n", "dns.timeout"),

@@ -532,10 +532,25 @@ fn a_truncated_answer_is_asked_again_over_tcp() {
     server.handle.shutdown();
 }
 
-/// A name server from before EDNS(0) (RFC 6891 §7): it answers FORMERR to
-/// a query with an OPT record, and A records to one without. Records
-/// whether each query it got carried OPT.
-fn old_name_server(stop: Arc<AtomicBool>) -> (SocketAddr, Arc<Mutex<Vec<bool>>>) {
+/// What [`tiny_name_server`] saw of a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Asked {
+    /// It carried an EDNS(0) OPT record.
+    opt: bool,
+    /// It set the AD bit (asking whether the answer was validated).
+    ad: bool,
+}
+
+/// A name server answering every A question with 127.0.0.1, killed when
+/// `stop` is set. `edns: false` makes it one from before EDNS(0) (RFC
+/// 6891 §7): FORMERR to a query with an OPT record. `validated` sets the
+/// AD bit in its answers, as a validating resolver does for signed
+/// names. Records what each query asked.
+fn tiny_name_server(
+    stop: Arc<AtomicBool>,
+    edns: bool,
+    validated: bool,
+) -> (SocketAddr, Arc<Mutex<Vec<Asked>>>) {
     let sock = socket();
     sock.set_read_timeout(Some(Duration::from_millis(50)))
         .expect("timeout");
@@ -549,16 +564,20 @@ fn old_name_server(stop: Arc<AtomicBool>) -> (SocketAddr, Arc<Mutex<Vec<bool>>>)
                 continue;
             };
             let q = &buf[..n];
-            let with_opt = n > 12 && q[10..12] != [0, 0];
-            log.lock().expect("log").push(with_opt);
+            let asked = Asked {
+                opt: n > 12 && q[10..12] != [0, 0],
+                ad: n > 12 && q[3] & 0x20 != 0,
+            };
+            log.lock().expect("log").push(asked);
             // The question: the query without its OPT record (11 bytes).
-            let question = &q[12..if with_opt { n - 11 } else { n }];
+            let question = &q[12..if asked.opt { n - 11 } else { n }];
             let mut a = q[..2].to_vec();
-            if with_opt {
+            if asked.opt && !edns {
                 a.extend_from_slice(&[0x81, 0x81, 0, 1, 0, 0, 0, 0, 0, 0]);
                 a.extend_from_slice(question);
             } else {
-                a.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+                let flags = if validated { 0xa0 } else { 0x80 };
+                a.extend_from_slice(&[0x81, flags, 0, 1, 0, 1, 0, 0, 0, 0]);
                 a.extend_from_slice(question);
                 a.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 1]);
             }
@@ -572,7 +591,7 @@ fn old_name_server(stop: Arc<AtomicBool>) -> (SocketAddr, Arc<Mutex<Vec<bool>>>)
 fn a_name_server_without_edns_is_asked_again_without_it() {
     let dir = tempdir("dns-old");
     let stop = Arc::new(AtomicBool::new(false));
-    let (ns, seen) = old_name_server(Arc::clone(&stop));
+    let (ns, seen) = tiny_name_server(Arc::clone(&stop), false, false);
     let server = proxy(
         &dir,
         DnsSettings {
@@ -596,7 +615,10 @@ fn a_name_server_without_edns_is_asked_again_without_it() {
         1,
     )
     .expect("forwarded to the address the plain query found");
-    assert_eq!(*seen.lock().expect("log"), [true, false]);
+    let opts = |seen: &Mutex<Vec<Asked>>| -> Vec<bool> {
+        seen.lock().expect("log").iter().map(|a| a.opt).collect()
+    };
+    assert_eq!(opts(&seen), [true, false]);
     // The server is remembered: another name is asked without at once.
     route_through(
         &ua,
@@ -606,7 +628,7 @@ fn a_name_server_without_edns_is_asked_again_without_it() {
         2,
     )
     .expect("forwarded");
-    assert_eq!(*seen.lock().expect("log"), [true, false, false]);
+    assert_eq!(opts(&seen), [true, false, false]);
     server.handle.shutdown();
     stop.store(true, Ordering::Relaxed);
 }
@@ -644,4 +666,43 @@ fn an_unreachable_address_gives_way_at_once() {
     assert_eq!(count(&m.udp_unreachable), 1);
     assert_eq!(count(&m.hop_failovers), 1);
     server.handle.shutdown();
+}
+
+/// `require_dnssec`: only answers a validating resolver vouches for (the
+/// AD bit) are taken; queries ask for it.
+#[test]
+fn with_require_dnssec_only_validated_answers_are_taken() {
+    let dir = tempdir("dns-ad");
+    let peer = socket();
+    let route = format!("sip:signed.test:{};lr", port_of(&peer));
+    for validated in [true, false] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ns, seen) = tiny_name_server(Arc::clone(&stop), true, validated);
+        let server = proxy(
+            &dir,
+            DnsSettings {
+                servers: vec![ns],
+                hosts: None,
+                timeout: Duration::from_millis(300),
+                require_dnssec: true,
+                ..DnsSettings::default()
+            },
+        );
+        let routed = route_through(&socket(), server.handle.local_addr(), &route, &peer, 1);
+        if validated {
+            routed.expect("forwarded to the validated address");
+        } else {
+            let refused = routed.expect_err("an answer not validated is not taken");
+            assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
+        }
+        let seen = seen.lock().expect("log").clone();
+        assert!(
+            !seen.is_empty() && seen.iter().all(|a| a.ad && a.opt),
+            "{seen:?}"
+        );
+        // Refused answers are retried like a failed server's: two tries.
+        assert_eq!(seen.len(), if validated { 1 } else { 2 });
+        server.handle.shutdown();
+        stop.store(true, Ordering::Relaxed);
+    }
 }

@@ -77,6 +77,10 @@ pub struct Answer {
     pub ttl: u32,
     /// The name does not exist (NXDOMAIN).
     pub no_such_name: bool,
+    /// The server vouches that it validated the answer with DNSSEC (AD,
+    /// RFC 4035 §3.2.3); worth something only from a validating resolver
+    /// on a trusted path, asked with [`ask_authenticated`].
+    pub authenticated: bool,
     /// The server cut the answer short (TC): the records present are
     /// all there is to use.
     pub truncated: bool,
@@ -144,6 +148,15 @@ pub fn query(id: u16, name: &str, kind: Kind, out: &mut Vec<u8>) -> Result<(), D
     out.extend_from_slice(&kind.code().to_be_bytes());
     out.extend_from_slice(&CLASS_IN.to_be_bytes());
     Ok(())
+}
+
+/// Sets the AD bit of the query [`query`] wrote: the asker wants to know
+/// whether the resolver validated the answer (RFC 6840 §5.7), which the
+/// answer's AD bit ([`Answer::authenticated`]) then says.
+pub fn ask_authenticated(out: &mut [u8]) {
+    if let Some(flags) = out.get_mut(3) {
+        *flags |= 0x20;
+    }
 }
 
 /// Adds an EDNS(0) OPT record (RFC 6891 §6.1.2) to the query [`query`]
@@ -312,6 +325,7 @@ pub fn parse(msg: &[u8], id: u16, name: &str, kind: Kind) -> Result<Answer, DnsE
         return Err(DnsError::NotOurs("not a response to a standard query"));
     }
     let truncated = flags & 0x0200 != 0;
+    let authenticated = flags & 0x0020 != 0;
     let rcode = (flags & 0xF) as u8;
     let (qd, an, ns, ar) = (
         u16_at(msg, 4)?,
@@ -397,6 +411,7 @@ pub fn parse(msg: &[u8], id: u16, name: &str, kind: Kind) -> Result<Answer, DnsE
         extra,
         ttl: if ttl == u32::MAX { 0 } else { ttl },
         no_such_name,
+        authenticated,
         truncated,
     })
 }
@@ -524,6 +539,25 @@ mod tests {
         let e = parse(&formerr, 0x1234, "sip.test", Kind::A).unwrap_err();
         assert!(e.refuses_edns(), "{e:?}");
         assert!(!DnsError::Server(2).refuses_edns());
+        // The AD bit, asked and answered.
+        let mut asked = plain.clone();
+        ask_authenticated(&mut asked);
+        assert_eq!(asked[3], 0x20);
+        assert_eq!(&asked[..3], &plain[..3]);
+        let question = &plain[12..];
+        let rr_a = rr(1, 60, &[127, 0, 0, 9]);
+        let validated = answer(0x1234, question, 0x81a0, &[&rr_a], &[]);
+        assert!(
+            parse(&validated, 0x1234, "sip.test", Kind::A)
+                .unwrap()
+                .authenticated
+        );
+        let unvalidated = answer(0x1234, question, 0x8180, &[&rr_a], &[]);
+        assert!(
+            !parse(&unvalidated, 0x1234, "sip.test", Kind::A)
+                .unwrap()
+                .authenticated
+        );
         // Nothing to add to when there is no header.
         let mut short = vec![0u8; 5];
         add_edns(&mut short, EDNS_PAYLOAD);

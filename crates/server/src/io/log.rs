@@ -67,6 +67,7 @@ static CONNECTIONS: Limiter = Limiter::new();
 static CLOSED: Limiter = Limiter::new();
 static UNRESOLVED: Limiter = Limiter::new();
 static HOP_FAILED: Limiter = Limiter::new();
+static NOT_VALIDATED: Limiter = Limiter::new();
 
 /// A wrong answer to one of our challenges.
 pub fn auth_failure(src: SocketAddr, user: &str) {
@@ -141,6 +142,14 @@ pub fn connection_trouble(msg: &str) {
 pub fn unresolved(name: &str) {
     if let Some(suppressed) = UNRESOLVED.admit() {
         warn!(target: "sipsec::dns", name, suppressed, "next hop name did not resolve");
+    }
+}
+
+/// A name server's answer was refused because it was not validated by
+/// DNSSEC (`[dns] require_dnssec`).
+pub fn not_validated(name: &str, server: SocketAddr) {
+    if let Some(suppressed) = NOT_VALIDATED.admit() {
+        warn!(target: "sipsec::dns", name, %server, suppressed, "answer not validated by DNSSEC (no AD bit) refused: require_dnssec is on");
     }
 }
 

@@ -650,6 +650,9 @@ impl Worker {
                 // Not a name DNS can be asked about.
                 return Step::Done(self.resolver.settings.negative_ttl);
             }
+            if settings.require_dnssec {
+                dns::ask_authenticated(&mut self.query);
+            }
             job.edns = !self.plain[index];
             if job.edns {
                 dns::add_edns(&mut self.query, dns::EDNS_PAYLOAD);
@@ -706,6 +709,12 @@ impl Worker {
                 }
             };
             let step = match dns::parse(&buf[..n], job.id, &job.name, job.kind) {
+                // Not vouched for by a validating resolver: as if the
+                // server had failed (the next try, or no answer).
+                Ok(a) if self.resolver.settings.require_dnssec && !a.authenticated => {
+                    crate::io::log::not_validated(&job.name, job.server);
+                    self.send(slot)
+                }
                 Ok(a) if a.truncated => self.over_tcp(slot, a),
                 Ok(a) => self.answered(slot, a),
                 // A stray or forged datagram: keep waiting for ours.
@@ -750,6 +759,9 @@ impl Worker {
         }
         if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
             return self.answered(slot, partial);
+        }
+        if self.resolver.settings.require_dnssec {
+            dns::ask_authenticated(&mut self.query);
         }
         let mut out = Vec::with_capacity(2 + self.query.len());
         out.extend_from_slice(&(self.query.len() as u16).to_be_bytes());
@@ -828,7 +840,12 @@ impl Worker {
             None => None,
         };
         let parsed = whole.map(|a| dns::parse(a, job.id, &job.name, job.kind));
+        let require = self.resolver.settings.require_dnssec;
         match parsed {
+            Some(Ok(a)) if require && !a.authenticated => {
+                crate::io::log::not_validated(&job.name, job.server);
+                self.tcp_failed(slot)
+            }
             Some(Ok(a)) => {
                 self.end_tcp(slot);
                 self.answered(slot, a)
