@@ -702,6 +702,9 @@ fn with_require_dnssec_only_validated_answers_are_taken() {
         );
         // Refused answers are retried like a failed server's: two tries.
         assert_eq!(seen.len(), if validated { 1 } else { 2 });
+        let m = &server.handle.shared().metrics;
+        let refused = m.dns_unvalidated.load(Ordering::Relaxed);
+        assert_eq!(refused, if validated { 0 } else { 2 });
         server.handle.shutdown();
         stop.store(true, Ordering::Relaxed);
     }

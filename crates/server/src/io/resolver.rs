@@ -713,6 +713,8 @@ impl Worker {
                 // server had failed (the next try, or no answer).
                 Ok(a) if self.resolver.settings.require_dnssec && !a.authenticated => {
                     crate::io::log::not_validated(&job.name, job.server);
+                    let m = &self.core.shared().metrics;
+                    m.dns_unvalidated.fetch_add(1, Ordering::Relaxed);
                     self.send(slot)
                 }
                 Ok(a) if a.truncated => self.over_tcp(slot, a),
@@ -844,6 +846,8 @@ impl Worker {
         match parsed {
             Some(Ok(a)) if require && !a.authenticated => {
                 crate::io::log::not_validated(&job.name, job.server);
+                let m = &self.core.shared().metrics;
+                m.dns_unvalidated.fetch_add(1, Ordering::Relaxed);
                 self.tcp_failed(slot)
             }
             Some(Ok(a)) => {

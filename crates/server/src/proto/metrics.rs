@@ -295,6 +295,9 @@ pub struct Metrics {
     pub flows_failed: AtomicU64,
     /// DNS queries sent for next hops named by domain names.
     pub dns_queries: AtomicU64,
+    /// DNS answers refused because the server did not mark them
+    /// validated by DNSSEC (`[dns] require_dnssec`).
+    pub dns_unvalidated: AtomicU64,
     /// Requests whose next hop's name was not known yet (they waited
     /// for it, or it came as they were about to).
     pub hop_waits: AtomicU64,
@@ -505,7 +508,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 32] = [
+        let counters: [(&str, &str, &AtomicU64); 33] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -590,6 +593,11 @@ impl Metrics {
                 "sipsec_dns_queries_total",
                 "DNS queries sent for next hops named by domain names (SRV, A, AAAA; RFC 3263).",
                 &self.dns_queries,
+            ),
+            (
+                "sipsec_dns_unvalidated_total",
+                "DNS answers refused because the name server did not mark them validated by DNSSEC (AD bit; [dns] require_dnssec).",
+                &self.dns_unvalidated,
             ),
             (
                 "sipsec_next_hop_waits_total",
