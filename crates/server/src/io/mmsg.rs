@@ -395,11 +395,15 @@ mod tests {
     /// A socket with errors reported that has just drawn an ICMP port
     /// unreachable, and the port nobody listens on.
     fn refused_socket() -> (UdpSocket, SocketAddr) {
-        let closed = UdpSocket::bind("127.0.0.1:0")
+        refused_socket_at("127.0.0.1:0")
+    }
+
+    fn refused_socket_at(local: &str) -> (UdpSocket, SocketAddr) {
+        let closed = UdpSocket::bind(local)
             .and_then(|s| s.local_addr())
             .expect("port");
-        let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        report_errors(&a, false).expect("IP_RECVERR");
+        let a = UdpSocket::bind(local).expect("bind");
+        report_errors(&a, closed.is_ipv6()).expect("IP_RECVERR");
         a.send_to(b"OPTIONS", closed).expect("sent");
         assert!(error_pending(&a, 2000), "ICMP port unreachable arrived");
         (a, closed)
@@ -448,6 +452,24 @@ mod tests {
         assert!(!out.flush(&a));
         let (n, _) = b.recv_from(&mut buf).expect("arrives");
         assert_eq!(&buf[..n], b"BYE");
+    }
+
+    #[test]
+    fn icmpv6_errors_are_read_too() {
+        let b = UdpSocket::bind("[::1]:0").expect("bind");
+        b.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let (a, closed) = refused_socket_at("[::1]:0");
+        assert!(send_to(&a, b"MESSAGE", b.local_addr().expect("addr")));
+        let mut buf = [0u8; 16];
+        let (n, _) = b.recv_from(&mut buf).expect("arrives");
+        assert_eq!(&buf[..n], b"MESSAGE");
+        let mut seen = Vec::new();
+        assert_eq!(
+            unreachable(&a, BATCH, |to, q| seen.push((to, q.to_vec()))),
+            1
+        );
+        assert_eq!(seen, [(closed, b"OPTIONS".to_vec())]);
     }
 
     #[test]
