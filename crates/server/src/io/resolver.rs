@@ -455,6 +455,24 @@ struct Tcp {
 }
 
 impl Job {
+    /// Writes the job's question into `out`: with the AD bit when only
+    /// validated answers are taken, with EDNS(0) when `edns`.
+    fn write_query(
+        &self,
+        dnssec: bool,
+        edns: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), dns::DnsError> {
+        dns::query(self.id, &self.name, self.kind, out)?;
+        if dnssec {
+            dns::ask_authenticated(out);
+        }
+        if edns {
+            dns::add_edns(out, dns::EDNS_PAYLOAD);
+        }
+        Ok(())
+    }
+
     /// Keeps `ip:port` as the next address to try (once, and up to
     /// [`MAX_ADDRESSES`]).
     fn add(&mut self, ip: IpAddr, port: u16) {
@@ -475,6 +493,14 @@ enum Step {
     /// the destination gets should it lead nowhere: on to the next SRV
     /// target, if any, else the destination is resolved.
     Done(u32),
+}
+
+/// An answer `job`'s server did not mark validated, refused under
+/// `require_dnssec`: logged and counted.
+fn unvalidated(core: &Core, job: &Job) {
+    crate::io::log::not_validated(&job.name, job.server);
+    let m = &core.shared().metrics;
+    m.dns_unvalidated.fetch_add(1, Ordering::Relaxed);
 }
 
 struct Worker {
@@ -646,16 +672,13 @@ impl Worker {
             job.tries += 1;
             job.id = random_u16();
             job.deadline = Instant::now() + settings.timeout;
-            if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
+            job.edns = !self.plain[index];
+            if job
+                .write_query(settings.require_dnssec, job.edns, &mut self.query)
+                .is_err()
+            {
                 // Not a name DNS can be asked about.
                 return Step::Done(self.resolver.settings.negative_ttl);
-            }
-            if settings.require_dnssec {
-                dns::ask_authenticated(&mut self.query);
-            }
-            job.edns = !self.plain[index];
-            if job.edns {
-                dns::add_edns(&mut self.query, dns::EDNS_PAYLOAD);
             }
             let local: SocketAddr = if server.is_ipv4() {
                 ([0, 0, 0, 0], 0).into()
@@ -712,9 +735,7 @@ impl Worker {
                 // Not vouched for by a validating resolver: as if the
                 // server had failed (the next try, or no answer).
                 Ok(a) if self.resolver.settings.require_dnssec && !a.authenticated => {
-                    crate::io::log::not_validated(&job.name, job.server);
-                    let m = &self.core.shared().metrics;
-                    m.dns_unvalidated.fetch_add(1, Ordering::Relaxed);
+                    unvalidated(&self.core, job);
                     self.send(slot)
                 }
                 Ok(a) if a.truncated => self.over_tcp(slot, a),
@@ -759,11 +780,9 @@ impl Worker {
         if let Some(mut old) = job.sock.take() {
             let _ = self.poll.registry().deregister(&mut old);
         }
-        if dns::query(job.id, &job.name, job.kind, &mut self.query).is_err() {
+        let dnssec = self.resolver.settings.require_dnssec;
+        if job.write_query(dnssec, false, &mut self.query).is_err() {
             return self.answered(slot, partial);
-        }
-        if self.resolver.settings.require_dnssec {
-            dns::ask_authenticated(&mut self.query);
         }
         let mut out = Vec::with_capacity(2 + self.query.len());
         out.extend_from_slice(&(self.query.len() as u16).to_be_bytes());
@@ -845,9 +864,7 @@ impl Worker {
         let require = self.resolver.settings.require_dnssec;
         match parsed {
             Some(Ok(a)) if require && !a.authenticated => {
-                crate::io::log::not_validated(&job.name, job.server);
-                let m = &self.core.shared().metrics;
-                m.dns_unvalidated.fetch_add(1, Ordering::Relaxed);
+                unvalidated(&self.core, job);
                 self.tcp_failed(slot)
             }
             Some(Ok(a)) => {
