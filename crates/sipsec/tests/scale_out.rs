@@ -560,7 +560,7 @@ fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
     let phone = caller();
     let pl = phone.local_addr().expect("local");
     let mut cseq = 0;
-    let mut reg = |user: &str, to: SocketAddr| {
+    let mut reg_for = |user: &str, to: SocketAddr, expires: u32| {
         cseq += 1;
         let msg = register(
             user,
@@ -568,12 +568,13 @@ fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
             &format!("sip:{user}@{pl}"),
             &format!("lone-{user}"),
             cseq,
-            600,
+            expires,
         );
         phone.send_to(msg.as_bytes(), to).expect("send");
         let ok = recv(&phone).expect("answer");
         assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
     };
+    let mut reg = |user: &str, to: SocketAddr| reg_for(user, to, 600);
     reg("u0", a.addr);
     let key = cli(&redis, &["--scan", "--pattern", "*aor:*u0*"]);
     assert!(!key.is_empty() && !key.contains('\n'), "one key: {key:?}");
@@ -610,6 +611,17 @@ fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
     assert_eq!(
         metric(&b, "sipsec_location_store_changes_applied_total"),
         Some(1)
+    );
+    // A removal is published too, and B drops the binding.
+    reg_for("u1", a.addr, 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&b, "sipsec_bindings") != Some(1) {
+        assert!(Instant::now() < deadline, "node b never heard u1 leave");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        metric(&b, "sipsec_location_store_changes_applied_total"),
+        Some(2)
     );
     assert_eq!(
         metric(&a, "sipsec_location_store_changes_applied_total"),

@@ -128,36 +128,49 @@ fn presence(prefix: &str, node: &str) -> String {
 /// Stores a batch of changes and publishes them, in one step that Redis
 /// runs alone. `KEYS`: the AoRs' hashes. `ARGV`: the key lifetime, the
 /// remaining lifetime below which it is renewed, the feed channel, this
-/// node's presence channel, the change as published, then per key the
-/// number of contacts to set and to delete, the contact/line pairs and
-/// the contacts.
+/// node's presence channel, this node's name, then per key the number of
+/// contacts to set and to delete, the contact/line pairs to set and the
+/// contact/line pairs to delete (a deletion's line is its record in the
+/// feed).
 ///
 /// A key lives twice the longest registration and is renewed once less
 /// than the longest registration is left, so it outlives each of its
 /// bindings, an AoR nobody refreshes disappears by itself, and most
 /// refreshes cost no `EXPIRE` (nor a line in the append-only file).
 /// The change is published only when a node other than this one (whose
-/// presence channel counts it) listens; a node that subscribes after
-/// this step finds the change in its first full read.
+/// presence channel counts it) listens, and only then is the message
+/// built, from the lines already sent for the hashes: a lone node sends
+/// each line once. A node that subscribes after this step finds the
+/// change in its first full read.
 const STORE: &str = "\
+local others = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] - redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2]
+local event = nil
+if others > 0 then event = {ARGV[5]} end
 local at = 6
 for _, key in ipairs(KEYS) do
   local set, del = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   at = at + 2
   if set > 0 then
     redis.call('HSET', key, unpack(ARGV, at, at + 2 * set - 1))
+    if event then
+      for i = 1, set do event[#event + 1] = ARGV[at + 2 * i - 1] end
+    end
     at = at + 2 * set
   end
   if del > 0 then
-    redis.call('HDEL', key, unpack(ARGV, at, at + del - 1))
-    at = at + del
+    local contacts = {}
+    for i = 1, del do
+      contacts[i] = ARGV[at + 2 * i - 2]
+      if event then event[#event + 1] = ARGV[at + 2 * i - 1] end
+    end
+    redis.call('HDEL', key, unpack(contacts))
+    at = at + 2 * del
   end
   if set > 0 and redis.call('TTL', key) < tonumber(ARGV[2]) then
     redis.call('EXPIRE', key, ARGV[1])
   end
 end
-local others = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] - redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2]
-if others > 0 then redis.call('PUBLISH', ARGV[3], ARGV[5]) end
+if event then redis.call('PUBLISH', ARGV[3], table.concat(event, '\\n')) end
 return 0";
 
 /// One worker's connection for writing changes.
@@ -174,7 +187,6 @@ pub struct RedisStore {
     node: Arc<str>,
     key_ttl: i64,
     line: Vec<u8>,
-    event: Vec<u8>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -201,7 +213,6 @@ impl RedisStore {
             node,
             key_ttl: 2 * i64::from(max_expires.max(1)),
             line: Vec::new(),
-            event: Vec::new(),
         })
     }
 
@@ -315,38 +326,31 @@ impl RedisStore {
             .collect();
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.script).arg(changes.len());
-        self.event.clear();
-        self.event.extend_from_slice(self.node.as_bytes());
-        self.event.push(b'\n');
-        for (aor, change) in &changes {
+        for (aor, _) in &changes {
             cmd.arg(aor_key(prefix, aor));
-            for r in change.iter() {
-                encode(r, &mut self.event);
-            }
         }
         cmd.arg(self.key_ttl)
             .arg(self.key_ttl / 2)
             .arg(channel(prefix))
             .arg(presence(prefix, &self.node))
-            .arg(&self.event[..]);
+            .arg(&*self.node);
         for (_, change) in &changes {
             let binds = change
                 .iter()
                 .filter(|r| matches!(r, Record::Bind { .. }))
                 .count();
             cmd.arg(binds).arg(change.len() - binds);
-            for r in change.iter() {
-                if let Record::Bind { binding, .. } = r {
-                    self.line.clear();
-                    encode(r, &mut self.line);
-                    self.line.pop();
-                    cmd.arg(&binding.contact).arg(&self.line[..]);
-                }
-            }
-            for r in change.iter() {
-                if let Record::Remove { contact, .. } = r {
-                    cmd.arg(contact);
-                }
+            let binds = change.iter().filter(|r| matches!(r, Record::Bind { .. }));
+            let removes = change.iter().filter(|r| matches!(r, Record::Remove { .. }));
+            for r in binds.chain(removes) {
+                let contact = match r {
+                    Record::Bind { binding, .. } => &binding.contact,
+                    Record::Remove { contact, .. } => contact,
+                };
+                self.line.clear();
+                encode(r, &mut self.line);
+                self.line.pop();
+                cmd.arg(contact).arg(&self.line[..]);
             }
         }
         cmd
