@@ -26,13 +26,64 @@ pub use sip_core::Transport;
 /// Largest WebSocket message accepted from the target.
 const MAX_WS_MESSAGE: usize = 1 << 16;
 
+/// Datagrams one `recvmmsg` reads at most.
+const RX_SLOTS: usize = crate::poll::BATCH;
+/// Room for each of them: the largest UDP payload, so none is cut.
+const RX_SLOT: usize = 1 << 16;
+
 /// A worker's way to the target.
 #[derive(Debug)]
 pub enum Link {
     /// A non-blocking UDP socket.
-    Udp(UdpSocket),
+    Udp(Box<Datagrams>),
     /// A non-blocking connection: TCP, TLS, WS or WSS.
     Stream(Box<Stream>),
+}
+
+/// A UDP socket and room to read a batch of datagrams with one system
+/// call (`recvmmsg`): a generator that reads one datagram per call pays a
+/// second call, answered `EAGAIN`, to learn the queue is empty; a batch
+/// that comes back short says so itself.
+pub struct Datagrams {
+    socket: UdpSocket,
+    /// `RX_SLOTS` slots of `RX_SLOT` bytes (zero pages until written).
+    rx: Vec<u8>,
+}
+
+impl std::fmt::Debug for Datagrams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datagrams")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Datagrams {
+    /// Hands up to `max` queued datagrams to `on`; returns how many.
+    fn receive(&mut self, max: usize, on: &mut impl FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        let mut lens = [0usize; RX_SLOTS];
+        while n < max {
+            let want = (max - n).min(RX_SLOTS);
+            // An error (EAGAIN: nothing queued) ends the turn.
+            let Ok(got) = crate::poll::recv_batch(
+                self.socket.as_raw_fd(),
+                &mut self.rx,
+                RX_SLOT,
+                &mut lens[..want],
+            ) else {
+                break;
+            };
+            for (i, len) in lens.iter().take(got).enumerate() {
+                on(&self.rx[i * RX_SLOT..][..*len]);
+            }
+            n += got;
+            if got < want {
+                break;
+            }
+        }
+        n
+    }
 }
 
 /// A connection and what is in flight on it.
@@ -148,7 +199,10 @@ impl Link {
                 let _ = s.set_send_buffer_size(4 << 20);
                 s.bind(&local.into())?;
                 s.set_nonblocking(true)?;
-                return Ok(Link::Udp(s.into()));
+                return Ok(Link::Udp(Box::new(Datagrams {
+                    socket: s.into(),
+                    rx: vec![0; RX_SLOTS * RX_SLOT],
+                })));
             }
             Transport::Tcp | Transport::Ws => false,
             Transport::Tls | Transport::Wss => true,
@@ -230,7 +284,7 @@ impl Link {
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
-            Link::Udp(s) => s.local_addr(),
+            Link::Udp(d) => d.socket.local_addr(),
             Link::Stream(s) => s.socket.local_addr(),
         }
     }
@@ -249,7 +303,7 @@ impl Link {
     /// WebSocket upgrade is answered).
     pub fn send(&mut self, bytes: &[u8], target: SocketAddr) -> io::Result<()> {
         match self {
-            Link::Udp(s) => s.send_to(bytes, target).map(|_| ()),
+            Link::Udp(d) => d.socket.send_to(bytes, target).map(|_| ()),
             Link::Stream(s) if s.closed => Err(io::Error::other("connection closed")),
             Link::Stream(s) => {
                 match &mut s.ws {
@@ -276,20 +330,11 @@ impl Link {
         }
     }
 
-    /// Hands up to `max` received messages to `on`; returns how many.
+    /// Hands up to `max` received messages to `on` (a connection reads
+    /// into `buf` first); returns how many.
     pub fn receive(&mut self, buf: &mut [u8], max: usize, mut on: impl FnMut(&[u8])) -> usize {
         match self {
-            Link::Udp(s) => {
-                let mut n = 0;
-                while n < max {
-                    match s.recv_from(buf) {
-                        Ok((len, _)) => on(&buf[..len]),
-                        Err(_) => break,
-                    }
-                    n += 1;
-                }
-                n
-            }
+            Link::Udp(d) => d.receive(max, &mut on),
             Link::Stream(s) => {
                 s.read(buf);
                 if s.ws.is_some() {
@@ -305,7 +350,7 @@ impl Link {
     /// room to write) or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
         let (fd, write): (RawFd, bool) = match self {
-            Link::Udp(s) => (s.as_raw_fd(), false),
+            Link::Udp(d) => (d.socket.as_raw_fd(), false),
             Link::Stream(s) => (
                 s.socket.as_raw_fd(),
                 !s.wbuf.is_empty() || s.tls.as_ref().is_some_and(|t| t.wants_write()),
@@ -542,4 +587,38 @@ pub fn without_resumption(config: &Arc<rustls::ClientConfig>) -> Arc<rustls::Cli
     let mut full = (**config).clone();
     full.resumption = rustls::client::Resumption::disabled();
     Arc::new(full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_hands_over_every_datagram_in_order_and_at_most_max_a_turn() {
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let mut link = Link::open(Transport::Udp, any, any, None).expect("open");
+        let to = link.local_addr().expect("addr");
+        let peer = UdpSocket::bind(any).expect("peer");
+        for i in 0..100u32 {
+            peer.send_to(format!("datagram {i}").as_bytes(), to)
+                .expect("send");
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16];
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut first = None;
+        while got.len() < 100 && std::time::Instant::now() < deadline {
+            link.wait(Duration::from_millis(100));
+            let n = link.receive(&mut buf, 70, |m| {
+                got.push(String::from_utf8_lossy(m).into_owned())
+            });
+            assert!(n <= 70, "{n} in one turn");
+            first.get_or_insert(n);
+        }
+        // All 100 were queued before the first turn: it takes 70 (more
+        // than one batch), the next the rest.
+        assert_eq!(first, Some(70));
+        let want: Vec<String> = (0..100).map(|i| format!("datagram {i}")).collect();
+        assert_eq!(got, want);
+    }
 }
