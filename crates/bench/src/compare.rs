@@ -63,6 +63,8 @@ pub struct Plan {
     pub workers: usize,
     /// Generator threads.
     pub threads: usize,
+    /// Flows (UDP sockets or connections) per generator thread.
+    pub flows: usize,
     /// Scratch directory for users files, databases and stores.
     pub workdir: PathBuf,
     /// Latency coefficient weights.
@@ -415,6 +417,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
                             transport: plan.transport,
                             tls: tls.clone(),
                             connection_per_call: false,
+                            flows: plan.flows,
                             busy_poll: plan.pin,
                             ids: None,
                         },

@@ -15,6 +15,7 @@ use sip_core::transaction::{Client, TimerConfig};
 use sip_core::writer::write_u64;
 use sip_core::{HeaderName, Message, StatusCode};
 
+use crate::flows::Flows;
 use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
 use crate::stats::Latency;
@@ -80,9 +81,13 @@ pub struct Run {
     pub duration: Duration,
     /// Time allowed after the last start for calls to finish.
     pub drain: Duration,
-    /// Worker threads (one socket each).
+    /// Worker threads.
     pub threads: usize,
-    /// First local port (worker `i` binds `port + i`); 0 for ephemeral.
+    /// Flows per worker: UDP sockets or connections, each with its own
+    /// local port; a caller keeps to one (user `u` on flow `u mod flows`).
+    pub flows: usize,
+    /// First local port (worker `i`'s flow `j` binds `port + i·flows +
+    /// j`); 0 for ephemeral.
     pub local_port: u16,
     /// Callers, used in turn.
     pub users: Vec<User>,
@@ -91,7 +96,7 @@ pub struct Run {
     /// TLS client configuration (CAs trusted), for `Transport::Tls`.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// TCP/TLS: a new connection for every call (one call at a time per
-    /// thread), so each call pays the connection set-up and, over TLS,
+    /// thread, one flow), so each call pays the connection set-up and, over TLS,
     /// the full handshake: the server's private-key operation.
     pub connection_per_call: bool,
     /// Spin instead of sleeping when idle. With the generator on a core of
@@ -204,6 +209,8 @@ struct Captured {
 struct Call {
     number: u64,
     slot: usize,
+    /// The worker's flow the call goes over.
+    flow: usize,
     step: usize,
     user: usize,
     leg_start: Instant,
@@ -238,8 +245,7 @@ struct Worker<'a> {
     id: usize,
     /// The server this worker loads.
     target: SocketAddr,
-    link: Link,
-    local: String,
+    flows: Flows,
     remote: String,
     run_id: u32,
     slots: Vec<Option<Call>>,
@@ -272,24 +278,50 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let run_id = std::process::id().rotate_left(16) ^ clock;
+    let per = run.flows.max(1);
+    if per > 1 {
+        // Each flow holds a descriptor (and an epoll watch).
+        let needed = (threads * per) as u64 + 1024;
+        let limit = crate::poll::raise_fd_limit(needed);
+        if limit < needed {
+            return Err(io::Error::other(format!(
+                "{} flows need a descriptor limit of {needed}; this process may open {limit}: raise the hard limit (`ulimit -Hn`) or use fewer --flows",
+                threads * per
+            )));
+        }
+    }
     let sockets = (0..threads)
         .map(|i| {
-            let port = if run.local_port == 0 {
-                0
-            } else {
-                run.local_port + i as u16
-            };
-            let ip = if run.target.is_ipv6() {
-                "::1".parse().expect("literal")
-            } else {
-                std::net::IpAddr::from([127, 0, 0, 1])
-            };
-            Link::open(
-                run.transport,
-                SocketAddr::new(ip, port),
-                run.target_for(i),
-                run.tls.as_ref(),
-            )
+            let links = (0..per)
+                .map(|j| {
+                    let port = if run.local_port == 0 {
+                        0
+                    } else {
+                        u16::try_from(usize::from(run.local_port) + i * per + j).map_err(|_| {
+                            io::Error::other("--local-port: the flows' ports run past 65535")
+                        })?
+                    };
+                    let ip = if run.target.is_ipv6() {
+                        "::1".parse().expect("literal")
+                    } else {
+                        std::net::IpAddr::from([127, 0, 0, 1])
+                    };
+                    Link::open(
+                        run.transport,
+                        SocketAddr::new(ip, port),
+                        run.target_for(i),
+                        run.tls.as_ref(),
+                    )
+                    .map_err(|e| {
+                        if per > 1 {
+                            io::Error::new(e.kind(), format!("flow {j} of thread {i}: {e}"))
+                        } else {
+                            e
+                        }
+                    })
+                })
+                .collect::<io::Result<Vec<_>>>()?;
+            Flows::new(links)
         })
         .collect::<io::Result<Vec<_>>>()?;
     let start = Instant::now();
@@ -297,14 +329,12 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
         let handles: Vec<_> = sockets
             .into_iter()
             .enumerate()
-            .map(|(id, link)| {
+            .map(|(id, flows)| {
                 scope.spawn(move || {
-                    let local = link.local_addr().map(|a| a.to_string()).unwrap_or_default();
                     let mut w = Worker {
                         run,
                         id,
-                        link,
-                        local,
+                        flows,
                         target: run.target_for(id),
                         remote: run.target_for(id).to_string(),
                         run_id,
@@ -361,6 +391,7 @@ impl Worker<'_> {
         let mut started = 0u64;
         let mut starts_ended: Option<Instant> = None;
         let mut buf = vec![0u8; 65_535];
+        let mut closed = Vec::new();
         loop {
             let now = Instant::now();
             let may_start = now < stop_starting && !stop.load(Ordering::Relaxed);
@@ -388,12 +419,16 @@ impl Worker<'_> {
             let (inbox, ends) = (&mut self.inbox, &mut self.ends);
             inbox.clear();
             ends.clear();
-            let received = self.link.receive(&mut buf, RECV_BURST, |m| {
-                inbox.extend_from_slice(m);
-                ends.push(inbox.len());
-            });
-            let _ = self.link.flush();
-            let closed = self.link.closed();
+            closed.clear();
+            let received = self.flows.receive(
+                &mut buf,
+                RECV_BURST,
+                |m| {
+                    inbox.extend_from_slice(m);
+                    ends.push(inbox.len());
+                },
+                &mut closed,
+            );
             let inbox = std::mem::take(&mut self.inbox);
             let mut at = 0;
             for i in 0..self.ends.len() {
@@ -402,13 +437,33 @@ impl Worker<'_> {
                 at = end;
             }
             self.inbox = inbox;
-            if closed {
-                let why = self
-                    .link
+            let mut why = String::new();
+            for &flow in &closed {
+                why = self
+                    .flows
+                    .link(flow)
                     .error()
                     .unwrap_or("connection closed by the server")
                     .to_owned();
-                self.abandon_all(Instant::now(), &why);
+                self.abandon(flow, Instant::now(), &why);
+            }
+            if self.flows.pick(0).is_none() {
+                // Every connection is gone: the calls not started yet
+                // cannot be, and fail for the same reason.
+                let left = if may_start { quota - started } else { 0 };
+                if left > 0 {
+                    let now = Instant::now();
+                    *self
+                        .outcome
+                        .failures
+                        .entry(format!("not started: {why}"))
+                        .or_default() += left;
+                    self.second(now).started += left;
+                    self.second(now).failed += left;
+                    self.live.started.fetch_add(left, Ordering::Relaxed);
+                    self.live.failed.fetch_add(left, Ordering::Relaxed);
+                    started = quota;
+                }
                 break;
             }
             self.fire_timers(Instant::now());
@@ -428,7 +483,7 @@ impl Worker<'_> {
                 }
                 let now = Instant::now();
                 if next > now {
-                    self.link.wait(next - now);
+                    self.flows.wait(next - now);
                 }
             }
             if started >= quota || !may_start {
@@ -455,6 +510,15 @@ impl Worker<'_> {
         }
     }
 
+    /// Fails the calls in flight over `flow`.
+    fn abandon(&mut self, flow: usize, now: Instant, cause: &str) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].as_ref().is_some_and(|c| c.flow == flow) {
+                self.fail(i, cause, now);
+            }
+        }
+    }
+
     /// Connection-per-call mode: replaces a used link with a new
     /// connection. `false` when the connect failed (counted as a failed
     /// call).
@@ -463,9 +527,10 @@ impl Worker<'_> {
             self.used = true;
             return true;
         }
-        self.link.close();
+        self.flows.close();
         let local = SocketAddr::new(
-            self.link
+            self.flows
+                .link(0)
                 .local_addr()
                 .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.ip()),
             0,
@@ -477,12 +542,7 @@ impl Worker<'_> {
             self.run.tls.as_ref(),
         ) {
             Ok(link) => {
-                self.link = link;
-                self.local = self
-                    .link
-                    .local_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
+                self.flows.replace(link);
                 true
             }
             Err(e) => {
@@ -500,6 +560,18 @@ impl Worker<'_> {
     }
 
     fn start_call(&mut self, number: u64, now: Instant) {
+        let user = (number % self.run.users.len() as u64) as usize;
+        // A caller keeps to its flow while it is open.
+        let Some(flow) = self.flows.pick(user % self.flows.len()) else {
+            *self
+                .outcome
+                .failures
+                .entry("no open connection".to_owned())
+                .or_default() += 1;
+            self.second(now).started += 1;
+            self.second(now).failed += 1;
+            return;
+        };
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
@@ -507,8 +579,9 @@ impl Worker<'_> {
         self.slots[slot] = Some(Call {
             number,
             slot,
+            flow,
             step: 0,
-            user: (number % self.run.users.len() as u64) as usize,
+            user,
             leg_start: now,
             latency: Duration::ZERO,
             cseq: 0,
@@ -555,6 +628,7 @@ impl Worker<'_> {
         let Some(call) = self.slots[slot].as_mut() else {
             return Ok(());
         };
+        let flow = call.flow;
         if s.cseq == Cseq::Next {
             call.cseq += 1;
         }
@@ -576,7 +650,7 @@ impl Worker<'_> {
             call,
             user,
             ids,
-            local: &self.local,
+            local: self.flows.local(call.flow),
             remote: &self.remote,
             run_id: self.run_id,
             worker: self.id,
@@ -603,10 +677,10 @@ impl Worker<'_> {
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(s.body.as_bytes());
         self.scratch = uri;
-        let sent = self.link.send(&self.out, self.target);
+        let sent = self.flows.send(flow, &self.out, self.target);
         self.generations = self.generations.wrapping_add(1);
         let generation = self.generations;
-        let reliable = self.link.reliable();
+        let reliable = self.flows.link(flow).reliable();
         let call = self.slots[slot].as_mut().expect("call is live");
         if s.retransmit {
             call.method = s.method;
@@ -741,7 +815,7 @@ impl Worker<'_> {
             let at = deadline(txn, call.txn_start);
             self.timers.push(at, (slot, generation));
             if o.retransmit {
-                let _ = self.link.send(&call.last, self.target);
+                let _ = self.flows.send(call.flow, &call.last, self.target);
                 self.outcome.retransmissions += 1;
                 self.second(now).retransmissions += 1;
             }
@@ -1006,6 +1080,7 @@ mod tests {
             duration: Duration::from_secs(30),
             drain: Duration::from_secs(10),
             threads: 2,
+            flows: 1,
             local_port: 0,
             users: crate::generated_users(10),
             transport: Transport::Udp,

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod crossbench;
 pub mod engine;
 pub mod error;
+pub mod flows;
 pub mod handshake;
 pub mod link;
 pub mod peak;

@@ -48,6 +48,8 @@ pub struct Datagrams {
     socket: UdpSocket,
     /// `RX_SLOTS` slots of `RX_SLOT` bytes (zero pages until written).
     rx: Vec<u8>,
+    /// The last turn stopped at its limit: more may be queued.
+    more: bool,
 }
 
 impl std::fmt::Debug for Datagrams {
@@ -82,6 +84,7 @@ impl Datagrams {
                 break;
             }
         }
+        self.more = n >= max;
         n
     }
 }
@@ -103,6 +106,9 @@ pub struct Stream {
     closed: bool,
     /// Why the connection failed (handshake, certificate, upgrade, frame).
     error: Option<String>,
+    /// The last read filled its buffer, or the last turn stopped at its
+    /// limit: more may be waiting.
+    more: bool,
 }
 
 /// A client's side of a WebSocket (RFC 6455).
@@ -202,6 +208,7 @@ impl Link {
                 return Ok(Link::Udp(Box::new(Datagrams {
                     socket: s.into(),
                     rx: vec![0; RX_SLOTS * RX_SLOT],
+                    more: false,
                 })));
             }
             Transport::Tcp | Transport::Ws => false,
@@ -243,6 +250,7 @@ impl Link {
             wbuf: Vec::new(),
             closed: false,
             error: None,
+            more: false,
         };
         if websocket {
             // RFC 6455 §4.1: the base64 of 16 bytes (a nonce; the server only
@@ -336,27 +344,52 @@ impl Link {
         match self {
             Link::Udp(d) => d.receive(max, &mut on),
             Link::Stream(s) => {
-                s.read(buf);
-                if s.ws.is_some() {
-                    s.websocket_messages(max.max(1) * 4, &mut on)
+                let filled = s.read(buf);
+                let cap = max.max(1) * 4;
+                let n = if s.ws.is_some() {
+                    s.websocket_messages(cap, &mut on)
                 } else {
-                    deframe(&mut s.rbuf, &mut s.closed, max.max(1) * 4, &mut on)
-                }
+                    deframe(&mut s.rbuf, &mut s.closed, cap, &mut on)
+                };
+                s.more = filled || n >= cap;
+                n
             }
+        }
+    }
+
+    /// Whether the last [`receive`](Self::receive) may have left something
+    /// unread (it stopped at its limit, or its read filled the buffer):
+    /// with edge-triggered readiness, such a link is read again without
+    /// waiting for an edge.
+    pub fn more(&self) -> bool {
+        match self {
+            Link::Udp(d) => d.more,
+            Link::Stream(s) => s.more && !s.closed,
+        }
+    }
+
+    /// Whether bytes are queued that the socket did not take yet.
+    pub fn wants_write(&self) -> bool {
+        match self {
+            Link::Udp(_) => false,
+            Link::Stream(s) => {
+                !s.wbuf.is_empty() || s.tls.as_ref().is_some_and(|t| t.wants_write())
+            }
+        }
+    }
+
+    /// The socket's descriptor (to watch it with others).
+    pub fn raw_fd(&self) -> RawFd {
+        match self {
+            Link::Udp(d) => d.socket.as_raw_fd(),
+            Link::Stream(s) => s.socket.as_raw_fd(),
         }
     }
 
     /// Waits until there is something to read (or, with a write queue,
     /// room to write) or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
-        let (fd, write): (RawFd, bool) = match self {
-            Link::Udp(d) => (d.socket.as_raw_fd(), false),
-            Link::Stream(s) => (
-                s.socket.as_raw_fd(),
-                !s.wbuf.is_empty() || s.tls.as_ref().is_some_and(|t| t.wants_write()),
-            ),
-        };
-        crate::poll::wait(fd, write, timeout);
+        crate::poll::wait(self.raw_fd(), self.wants_write(), timeout);
     }
 }
 
@@ -420,27 +453,32 @@ impl Stream {
         result
     }
 
-    /// Reads what the socket has into `rbuf` (decrypted).
-    fn read(&mut self, buf: &mut [u8]) {
+    /// Reads what the socket has into `rbuf` (decrypted); true when the
+    /// read filled `buf` (the socket may hold more).
+    fn read(&mut self, buf: &mut [u8]) -> bool {
         if self.closed {
-            return;
+            return false;
         }
         match self.socket.read(buf) {
             Ok(0) => self.closed = true,
-            Ok(len) => match &mut self.tls {
-                Some(tls) => {
-                    if let Err(e) = decrypt(tls, &buf[..len], &mut self.rbuf) {
-                        // Send the alert that says why, then stop.
-                        while tls.wants_write() && tls.write_tls(&mut self.socket).is_ok() {}
-                        self.error = Some(format!("TLS: {e}"));
-                        self.closed = true;
+            Ok(len) => {
+                match &mut self.tls {
+                    Some(tls) => {
+                        if let Err(e) = decrypt(tls, &buf[..len], &mut self.rbuf) {
+                            // Send the alert that says why, then stop.
+                            while tls.wants_write() && tls.write_tls(&mut self.socket).is_ok() {}
+                            self.error = Some(format!("TLS: {e}"));
+                            self.closed = true;
+                        }
                     }
+                    None => self.rbuf.extend_from_slice(&buf[..len]),
                 }
-                None => self.rbuf.extend_from_slice(&buf[..len]),
-            },
+                return len == buf.len();
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(_) => self.closed = true,
         }
+        false
     }
 
     /// Reads the upgrade answer, then hands whole WebSocket messages to

@@ -200,11 +200,113 @@ fn bad_arguments_are_clear_errors() {
             &["--tcp", "--target", "127.0.0.1:1"][..],
             "TCP connect to 127.0.0.1:1",
         ),
+        (&["--flows", "0"][..], "--flows"),
+        (
+            &["--tcp", "--connection-per-call", "--flows", "2"][..],
+            "drop --flows",
+        ),
     ] {
         let out = bench(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(needle), "{args:?}: {}", text(&out));
     }
+}
+
+fn metric(http: std::net::SocketAddr, name: &str) -> u64 {
+    let page = common::http_get(&http.to_string(), "/metrics");
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {page}"))
+}
+
+/// `--flows`: each generator thread loads the server over many
+/// connections, a caller keeping to one (so a REGISTER refreshes the
+/// binding it made); a connection the server closes fails only the calls
+/// on it, and its callers move to another.
+#[test]
+fn flows_spread_callers_over_connections_and_survive_a_closed_one() {
+    let dir = tempdir("bench-flows");
+    let csv = users(&dir);
+    let run = |server: &common::Running, threads: &str, flows: &str, calls: &str| {
+        let json = dir.join(format!("flows-{threads}-{flows}.json"));
+        let out = bench(&[
+            "--target",
+            &server.addr.to_string(),
+            "--tcp",
+            "--threads",
+            threads,
+            "--flows",
+            flows,
+            "--rate",
+            "400",
+            "--calls",
+            calls,
+            "--users",
+            csv.to_str().expect("utf-8"),
+            "--json",
+            json.to_str().expect("utf-8"),
+        ]);
+        // A run with failed calls says so in its exit status.
+        assert!(out.status.code().is_some_and(|c| c <= 1), "{}", text(&out));
+        report(&json)
+    };
+    let server = common::serve_in(&dir.join("data-a"), &[]);
+    let http = common::banner_http_addr(&server.banner).expect("http address");
+    let r = run(&server, "2", "40", "800");
+    assert_eq!(
+        (r["ok"].as_u64(), r["failed"].as_u64()),
+        (Some(800), Some(0)),
+        "{r}"
+    );
+    assert_eq!(
+        metric(
+            http,
+            "sipsec_connections_accepted_by_transport_total{transport=\"tcp\"}"
+        ),
+        80
+    );
+    // 51 callers (the CSV's callee too), each calling from both threads
+    // and keeping to one connection in each: 102 bindings, not one per
+    // (caller, connection).
+    assert_eq!(metric(http, "sipsec_bindings"), 102);
+    drop(server);
+
+    // The server takes 30 connections from one address and closes the
+    // rest at once: callers of a closed one move to an open one (a call
+    // in flight on it fails).
+    let cfg = dir.join("per-ip.toml");
+    std::fs::write(&cfg, "[connections]\nper_ip = 30\n").expect("config");
+    let server = common::serve_in(
+        &dir.join("data-b"),
+        &["--config", cfg.to_str().expect("utf-8")],
+    );
+    let r = run(&server, "1", "40", "400");
+    let (ok, failed) = (
+        r["ok"].as_u64().expect("ok"),
+        r["failed"].as_u64().expect("failed"),
+    );
+    assert!(ok + failed == 400 && failed <= 10, "{r}");
+    drop(server);
+
+    // One connection in all: the thread left without one cannot start
+    // its calls, and says so instead of leaving them out.
+    std::fs::write(&cfg, "[connections]\nper_ip = 1\n").expect("config");
+    let server = common::serve_in(
+        &dir.join("data-c"),
+        &["--config", cfg.to_str().expect("utf-8")],
+    );
+    let r = run(&server, "2", "2", "400");
+    let (ok, failed) = (
+        r["ok"].as_u64().expect("ok"),
+        r["failed"].as_u64().expect("failed"),
+    );
+    assert_eq!(r["started"].as_u64(), Some(400), "{r}");
+    assert!(ok + failed == 400 && failed >= 200 && ok >= 190, "{r}");
+    let causes = r["failures"].to_string();
+    assert!(
+        causes.contains("not started: connection closed"),
+        "{causes}"
+    );
 }
 
 /// `sipsec bench compare` starts sipsec and Kamailio (shipped config, the

@@ -39,6 +39,11 @@ pub struct CommonArgs {
     /// Generator threads, one UDP socket (or TCP connection) each.
     #[arg(long, default_value_t = GENERATOR_THREADS)]
     pub(super) threads: usize,
+    /// Flows per generator thread: UDP sockets or connections, each its
+    /// own local port; a caller keeps to one (many phones on their own
+    /// connections instead of one trunk).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+    pub(super) flows: u32,
     /// Use TCP (one connection per generator thread) instead of UDP.
     #[arg(long, group = "stream")]
     pub(super) tcp: bool,
@@ -230,6 +235,9 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     if a.connection_per_call && transport == Transport::Udp {
         return Err("--connection-per-call needs --tcp, --tls, --ws or --wss".into());
     }
+    if a.connection_per_call && a.flows > 1 {
+        return Err("--connection-per-call opens one connection at a time: drop --flows".into());
+    }
     let users = match &a.credentials {
         Some(p) => sipsec_bench::load_users(p)?,
         None => sipsec_bench::generated_users(10_000),
@@ -279,6 +287,7 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             duration: Duration::ZERO,
             drain: Duration::ZERO,
             threads: a.threads.max(1),
+            flows: a.flows as usize,
             local_port: a.local_port,
             users,
             busy_poll: a.busy_poll,

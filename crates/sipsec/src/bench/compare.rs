@@ -56,6 +56,10 @@ pub struct CompareArgs {
     /// Generator threads [default: 2; 1 with --pin].
     #[arg(long)]
     pub(super) threads: Option<usize>,
+    /// Flows per generator thread: UDP sockets or connections, a caller
+    /// keeping to one (as `bench run --flows`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+    pub(super) flows: u32,
     /// Callers' credentials (callee included): CSV with a `username,password` header.
     #[arg(
         long,
@@ -157,6 +161,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
                 super::common::GENERATOR_THREADS
             })
             .max(1),
+        flows: a.flows as usize,
         workdir: workdir.clone(),
         weights: stats::parse_weights(&a.weights)?,
         transport,
