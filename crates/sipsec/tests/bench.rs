@@ -274,32 +274,31 @@ fn flows_spread_callers_over_connections_and_survive_a_closed_one() {
     // The server takes 30 connections from one address and closes the
     // rest at once: callers of a closed one move to an open one (a call
     // in flight on it fails).
-    let cfg = dir.join("per-ip.toml");
-    std::fs::write(&cfg, "[connections]\nper_ip = 30\n").expect("config");
-    let server = common::serve_in(
-        &dir.join("data-b"),
-        &["--config", cfg.to_str().expect("utf-8")],
-    );
+    let per_ip = |n: u32| {
+        let cfg = dir.join(format!("per-ip-{n}.toml"));
+        std::fs::write(&cfg, format!("[connections]\nper_ip = {n}\n")).expect("config");
+        common::serve_in(
+            &dir.join(format!("data-{n}")),
+            &["--config", cfg.to_str().expect("utf-8")],
+        )
+    };
+    let counts = |r: &serde_json::Value| {
+        (
+            r["ok"].as_u64().expect("ok"),
+            r["failed"].as_u64().expect("failed"),
+        )
+    };
+    let server = per_ip(30);
     let r = run(&server, "1", "40", "400");
-    let (ok, failed) = (
-        r["ok"].as_u64().expect("ok"),
-        r["failed"].as_u64().expect("failed"),
-    );
+    let (ok, failed) = counts(&r);
     assert!(ok + failed == 400 && failed <= 10, "{r}");
     drop(server);
 
     // One connection in all: the thread left without one cannot start
     // its calls, and says so instead of leaving them out.
-    std::fs::write(&cfg, "[connections]\nper_ip = 1\n").expect("config");
-    let server = common::serve_in(
-        &dir.join("data-c"),
-        &["--config", cfg.to_str().expect("utf-8")],
-    );
+    let server = per_ip(1);
     let r = run(&server, "2", "2", "400");
-    let (ok, failed) = (
-        r["ok"].as_u64().expect("ok"),
-        r["failed"].as_u64().expect("failed"),
-    );
+    let (ok, failed) = counts(&r);
     assert_eq!(r["started"].as_u64(), Some(400), "{r}");
     assert!(ok + failed == 400 && failed >= 200 && ok >= 190, "{r}");
     let causes = r["failures"].to_string();

@@ -143,6 +143,15 @@ fn metric(n: &Running, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// Waits up to 5 s for node `n` to hold `count` bindings.
+fn await_bindings(n: &Running, count: u64, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(n, "sipsec_bindings") != Some(count) {
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn register(
     user: &str,
     via: &str,
@@ -603,22 +612,14 @@ fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
     );
     reg("u1", a.addr);
     assert!(calls(&redis, "publish") >= 1);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(&b, "sipsec_bindings") != Some(2) {
-        assert!(Instant::now() < deadline, "node b never heard of u1");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_bindings(&b, 2, "node b never heard of u1");
     assert_eq!(
         metric(&b, "sipsec_location_store_changes_applied_total"),
         Some(1)
     );
     // A removal is published too, and B drops the binding.
     reg_for("u1", a.addr, 0);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(&b, "sipsec_bindings") != Some(1) {
-        assert!(Instant::now() < deadline, "node b never heard u1 leave");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_bindings(&b, 1, "node b never heard u1 leave");
     assert_eq!(
         metric(&b, "sipsec_location_store_changes_applied_total"),
         Some(2)
