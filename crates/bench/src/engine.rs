@@ -390,7 +390,7 @@ impl Worker<'_> {
         let stop_starting = self.start + self.run.duration;
         let mut started = 0u64;
         let mut starts_ended: Option<Instant> = None;
-        let mut buf = vec![0u8; 65_535];
+        let mut buf = vec![0u8; crate::link::RECEIVE_BUFFER];
         let mut closed = Vec::new();
         loop {
             let now = Instant::now();

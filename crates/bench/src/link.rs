@@ -26,10 +26,15 @@ pub use sip_core::Transport;
 /// Largest WebSocket message accepted from the target.
 const MAX_WS_MESSAGE: usize = 1 << 16;
 
-/// Datagrams one `recvmmsg` reads at most.
-const RX_SLOTS: usize = crate::poll::BATCH;
-/// Room for each of them: the largest UDP payload, so none is cut.
+/// Room for each datagram a batch reads: the largest UDP payload, so
+/// none is cut.
 const RX_SLOT: usize = 1 << 16;
+/// The receive buffer a worker hands to [`Link::receive`]: a batch of
+/// datagrams (`recvmmsg`), one slot each; a connection reads into its
+/// first 64 KiB. Its pages are zero until written.
+pub const RECEIVE_BUFFER: usize = crate::poll::BATCH * RX_SLOT;
+/// What one read of a connection takes at most.
+const STREAM_READ: usize = 65_535;
 
 /// A worker's way to the target.
 #[derive(Debug)]
@@ -40,44 +45,35 @@ pub enum Link {
     Stream(Box<Stream>),
 }
 
-/// A UDP socket and room to read a batch of datagrams with one system
-/// call (`recvmmsg`): a generator that reads one datagram per call pays a
-/// second call, answered `EAGAIN`, to learn the queue is empty; a batch
-/// that comes back short says so itself.
+/// A UDP socket, read a batch of datagrams per system call (`recvmmsg`):
+/// a generator that reads one datagram per call pays a second call,
+/// answered `EAGAIN`, to learn the queue is empty; a batch that comes
+/// back short says so itself.
+#[derive(Debug)]
 pub struct Datagrams {
     socket: UdpSocket,
-    /// `RX_SLOTS` slots of `RX_SLOT` bytes (zero pages until written).
-    rx: Vec<u8>,
     /// The last turn stopped at its limit: more may be queued.
     more: bool,
 }
 
-impl std::fmt::Debug for Datagrams {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Datagrams")
-            .field("socket", &self.socket)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Datagrams {
-    /// Hands up to `max` queued datagrams to `on`; returns how many.
-    fn receive(&mut self, max: usize, on: &mut impl FnMut(&[u8])) -> usize {
+    /// Hands up to `max` queued datagrams to `on`, read into `rx` (slots
+    /// of 64 KiB, or one slot when it is smaller); returns how many.
+    fn receive(&mut self, rx: &mut [u8], max: usize, on: &mut impl FnMut(&[u8])) -> usize {
+        let slot = RX_SLOT.min(rx.len()).max(1);
+        let slots = (rx.len() / slot).clamp(1, crate::poll::BATCH);
         let mut n = 0;
-        let mut lens = [0usize; RX_SLOTS];
+        let mut lens = [0usize; crate::poll::BATCH];
         while n < max {
-            let want = (max - n).min(RX_SLOTS);
+            let want = (max - n).min(slots);
             // An error (EAGAIN: nothing queued) ends the turn.
-            let Ok(got) = crate::poll::recv_batch(
-                self.socket.as_raw_fd(),
-                &mut self.rx,
-                RX_SLOT,
-                &mut lens[..want],
-            ) else {
+            let Ok(got) =
+                crate::poll::recv_batch(self.socket.as_raw_fd(), rx, slot, &mut lens[..want])
+            else {
                 break;
             };
             for (i, len) in lens.iter().take(got).enumerate() {
-                on(&self.rx[i * RX_SLOT..][..*len]);
+                on(&rx[i * slot..][..*len]);
             }
             n += got;
             if got < want {
@@ -207,7 +203,6 @@ impl Link {
                 s.set_nonblocking(true)?;
                 return Ok(Link::Udp(Box::new(Datagrams {
                     socket: s.into(),
-                    rx: vec![0; RX_SLOTS * RX_SLOT],
                     more: false,
                 })));
             }
@@ -338,13 +333,15 @@ impl Link {
         }
     }
 
-    /// Hands up to `max` received messages to `on` (a connection reads
-    /// into `buf` first); returns how many.
+    /// Hands up to `max` received messages to `on`, read into `buf`
+    /// ([`RECEIVE_BUFFER`] bytes take a whole batch of datagrams); returns
+    /// how many.
     pub fn receive(&mut self, buf: &mut [u8], max: usize, mut on: impl FnMut(&[u8])) -> usize {
         match self {
-            Link::Udp(d) => d.receive(max, &mut on),
+            Link::Udp(d) => d.receive(buf, max, &mut on),
             Link::Stream(s) => {
-                let filled = s.read(buf);
+                let read = buf.len().min(STREAM_READ);
+                let filled = s.read(&mut buf[..read]);
                 let cap = max.max(1) * 4;
                 let n = if s.ws.is_some() {
                     s.websocket_messages(cap, &mut on)
@@ -642,7 +639,7 @@ mod tests {
                 .expect("send");
         }
         let mut got = Vec::new();
-        let mut buf = [0u8; 16];
+        let mut buf = vec![0u8; RECEIVE_BUFFER];
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         let mut first = None;
         while got.len() < 100 && std::time::Instant::now() < deadline {
