@@ -36,7 +36,7 @@ pub struct CommonArgs {
     /// [default: user00000…user09999, password pw].
     #[arg(long, alias = "users", value_name = "CSV")]
     pub(super) credentials: Option<PathBuf>,
-    /// Generator threads, one UDP socket (or TCP connection) each.
+    /// Generator threads, each with its flows (--flows: one UDP socket or connection by default).
     #[arg(long, default_value_t = GENERATOR_THREADS)]
     pub(super) threads: usize,
     /// Flows per generator thread: UDP sockets or connections, each its
@@ -44,14 +44,14 @@ pub struct CommonArgs {
     /// connections instead of one trunk).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50_000))]
     pub(super) flows: u32,
-    /// Use TCP (one connection per generator thread) instead of UDP.
+    /// Use TCP (a connection per flow) instead of UDP.
     #[arg(long, group = "stream")]
     pub(super) tcp: bool,
-    /// Use TLS (one connection per generator thread); needs --tls-ca.
+    /// Use TLS (a connection per flow); needs --tls-ca.
     #[arg(long, group = "stream", requires = "tls_ca")]
     pub(super) tls: bool,
-    /// Use SIP over WebSocket (RFC 7118; one connection per generator
-    /// thread, upgraded with the sip subprotocol); --target is the WS listener.
+    /// Use SIP over WebSocket (RFC 7118; a connection per flow, upgraded
+    /// with the sip subprotocol); --target is the WS listener.
     #[arg(long, group = "stream")]
     pub(super) ws: bool,
     /// Use SIP over secure WebSocket (as --ws, over TLS); needs --tls-ca.
