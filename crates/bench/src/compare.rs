@@ -347,7 +347,7 @@ fn start(
         .map_err(|e| Error::peer(format!("{} ({mode})", target.name()), e))?;
     // Kamailio forks its workers after start: all of them are measured,
     // and only they are stopped (another run's servers are left alone).
-    let pids = cpu::process_tree(child.id());
+    let pids = cpu::settled_tree(child.id());
     Ok((Server { child, addr, pids }, listen))
 }
 

@@ -412,7 +412,7 @@ fn start_node(
         .spawn()
         .map_err(Error::io(format!("cannot start {}", target.name())))?;
     compare::wait_ready(udp, &mut child).map_err(|e| Error::peer(target.name(), e))?;
-    let pids = cpu::process_tree(child.id());
+    let pids = cpu::settled_tree(child.id());
     Ok((
         Server {
             child,

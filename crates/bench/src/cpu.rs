@@ -51,6 +51,30 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     tree
 }
 
+/// [`process_tree`] once it has stopped changing (the same processes
+/// for 150 ms, at most 5 s): a server may answer before it has forked
+/// all its workers (Kamailio's TCP and TLS ones come after its UDP ones),
+/// and a worker left out would be CPU left out.
+pub fn settled_tree(pid: u32) -> Vec<u32> {
+    settled_tree_after(pid, Duration::from_millis(150), Duration::from_secs(5))
+}
+
+/// [`process_tree`] once it has been the same for `quiet`, or after
+/// `limit`.
+fn settled_tree_after(pid: u32, quiet: Duration, limit: Duration) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut tree = process_tree(pid);
+    let mut since = std::time::Instant::now();
+    while since.elapsed() < quiet && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+        let now = process_tree(pid);
+        if now != tree {
+            (tree, since) = (now, std::time::Instant::now());
+        }
+    }
+    tree
+}
+
 /// CPU seconds used so far by `pids` (those gone count as 0).
 pub fn cpu_seconds(pids: &[u32]) -> f64 {
     pids.iter()
@@ -102,5 +126,29 @@ mod tests {
         let _ = child.wait();
         assert_eq!(tree[0], me);
         assert!(tree.contains(&child.id()), "children are in the tree");
+    }
+
+    #[test]
+    fn a_settled_tree_has_the_workers_forked_after_start() {
+        use std::io::Write;
+        // Like a server that forks two workers after it answers.
+        let mut server = std::process::Command::new("sh")
+            .args(["-c", "read go; sleep 30 & sleep 30 & wait"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        let at_once = process_tree(server.id());
+        writeln!(server.stdin.as_mut().expect("piped"), "go").expect("write");
+        let settled =
+            settled_tree_after(server.id(), Duration::from_secs(1), Duration::from_secs(10));
+        for pid in &settled[1..] {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+        let _ = server.kill();
+        let _ = server.wait();
+        assert_eq!(at_once.len(), 1, "nothing forked yet: {at_once:?}");
+        assert_eq!(settled.len(), 3, "sh and both workers: {settled:?}");
     }
 }

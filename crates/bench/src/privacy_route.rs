@@ -432,7 +432,7 @@ fn start_proxy(
         let _ = child.wait();
         return Err(Error::peer(format!("{domain} proxy"), e));
     }
-    let pids = cpu::process_tree(child.id());
+    let pids = cpu::settled_tree(child.id());
     Ok(Proxy {
         server: Server { child, addr, pids },
         http,

@@ -293,7 +293,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
                 .spawn()
                 .map_err(Error::io(plan.exe.display()))?;
             wait_ready(udp, &mut child)?;
-            let pids = cpu::process_tree(child.id());
+            let pids = cpu::settled_tree(child.id());
             let server = Server {
                 child,
                 addr: udp,
