@@ -114,10 +114,18 @@ impl Flows {
     /// Sends `bytes` on link `i`.
     pub fn send(&mut self, i: usize, bytes: &[u8], target: SocketAddr) -> io::Result<()> {
         let sent = self.links[i].send(bytes, target);
-        // One link is flushed every turn anyway.
-        if self.poll.is_some() && self.links[i].wants_write() && !self.is_unsent[i] {
-            self.is_unsent[i] = true;
-            self.unsent.push(i);
+        // One link is read and flushed every turn anyway.
+        if self.poll.is_some() {
+            if self.links[i].wants_write() && !self.is_unsent[i] {
+                self.is_unsent[i] = true;
+                self.unsent.push(i);
+            }
+            // A send that found the connection gone: the next turn's read
+            // reports it.
+            if self.links[i].closed() && !self.is_hot[i] {
+                self.is_hot[i] = true;
+                self.hot.push(i);
+            }
         }
         sent
     }
@@ -244,13 +252,18 @@ mod tests {
         Flows::new(links).expect("flows")
     }
 
-    /// Receives until `want` messages came or 5 s pass, waiting between
-    /// turns only when a turn brought nothing; returns them and the
-    /// count of each turn.
-    fn drain(flows: &mut Flows, max: usize, want: usize) -> (Vec<String>, Vec<usize>) {
+    /// Receives until `want` messages came or `patience` passes, waiting
+    /// between turns only when a turn brought nothing; returns them and
+    /// the count of each turn.
+    fn drain(
+        flows: &mut Flows,
+        max: usize,
+        want: usize,
+        patience: Duration,
+    ) -> (Vec<String>, Vec<usize>) {
         let (mut got, mut turns, mut closed) = (Vec::new(), Vec::new(), Vec::new());
         let mut buf = vec![0u8; crate::link::RECEIVE_BUFFER];
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + patience;
         while got.len() < want && Instant::now() < deadline {
             let n = flows.receive(
                 &mut buf,
@@ -278,7 +291,7 @@ mod tests {
                     .expect("send");
             }
         }
-        let (got, turns) = drain(&mut flows, 64, 105);
+        let (got, turns) = drain(&mut flows, 64, 105, Duration::from_secs(5));
         assert_eq!(got.len(), 105, "{turns:?}");
         assert!(turns.iter().all(|&n| n <= 64), "{turns:?}");
         // Each flow's messages in order.
@@ -291,12 +304,12 @@ mod tests {
             assert_eq!(mine, want.iter().collect::<Vec<_>>());
         }
         // Nothing more arrives; an idle flow is not read without an edge.
-        let (more, _) = drain(&mut flows, 64, 1);
+        let (more, _) = drain(&mut flows, 64, 1, Duration::from_millis(300));
         assert!(more.is_empty());
         // A later datagram to an idle flow wakes the wait.
         let to = flows.link(1).local_addr().expect("addr");
         peer.send_to(b"late", to).expect("send");
-        let (late, _) = drain(&mut flows, 64, 1);
+        let (late, _) = drain(&mut flows, 64, 1, Duration::from_secs(5));
         assert_eq!(late, ["late"]);
     }
 }
