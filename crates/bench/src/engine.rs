@@ -290,6 +290,11 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             )));
         }
     }
+    let ip = if run.target.is_ipv6() {
+        "::1".parse().expect("literal")
+    } else {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    };
     let sockets = (0..threads)
         .map(|i| {
             let links = (0..per)
@@ -300,11 +305,6 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         u16::try_from(usize::from(run.local_port) + i * per + j).map_err(|_| {
                             io::Error::other("--local-port: the flows' ports run past 65535")
                         })?
-                    };
-                    let ip = if run.target.is_ipv6() {
-                        "::1".parse().expect("literal")
-                    } else {
-                        std::net::IpAddr::from([127, 0, 0, 1])
                     };
                     Link::open(
                         run.transport,
@@ -452,16 +452,7 @@ impl Worker<'_> {
                 // cannot be, and fail for the same reason.
                 let left = if may_start { quota - started } else { 0 };
                 if left > 0 {
-                    let now = Instant::now();
-                    *self
-                        .outcome
-                        .failures
-                        .entry(format!("not started: {why}"))
-                        .or_default() += left;
-                    self.second(now).started += left;
-                    self.second(now).failed += left;
-                    self.live.started.fetch_add(left, Ordering::Relaxed);
-                    self.live.failed.fetch_add(left, Ordering::Relaxed);
+                    self.fail_unstarted(&format!("not started: {why}"), left, Instant::now());
                     started = quota;
                 }
                 break;
@@ -510,6 +501,16 @@ impl Worker<'_> {
         }
     }
 
+    /// Counts `n` calls that could not start as started and failed for
+    /// `cause` (the caller counts them in its `started`).
+    fn fail_unstarted(&mut self, cause: &str, n: u64, now: Instant) {
+        *self.outcome.failures.entry(cause.to_owned()).or_default() += n;
+        self.second(now).started += n;
+        self.second(now).failed += n;
+        self.live.started.fetch_add(n, Ordering::Relaxed);
+        self.live.failed.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Fails the calls in flight over `flow`.
     fn abandon(&mut self, flow: usize, now: Instant, cause: &str) {
         for i in 0..self.slots.len() {
@@ -546,14 +547,7 @@ impl Worker<'_> {
                 true
             }
             Err(e) => {
-                self.outcome.started += 1;
-                *self
-                    .outcome
-                    .failures
-                    .entry(format!("connect: {e}"))
-                    .or_default() += 1;
-                self.second(now).started += 1;
-                self.second(now).failed += 1;
+                self.fail_unstarted(&format!("connect: {e}"), 1, now);
                 false
             }
         }
@@ -563,14 +557,7 @@ impl Worker<'_> {
         let user = (number % self.run.users.len() as u64) as usize;
         // A caller keeps to its flow while it is open.
         let Some(flow) = self.flows.pick(user % self.flows.len()) else {
-            *self
-                .outcome
-                .failures
-                .entry("no open connection".to_owned())
-                .or_default() += 1;
-            self.second(now).started += 1;
-            self.second(now).failed += 1;
-            return;
+            return self.fail_unstarted("no open connection", 1, now);
         };
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
