@@ -327,7 +327,8 @@ pub fn parse_hep(spec: &str) -> Result<String, String> {
 /// it (`[location] backend = "redis"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
+    /// `redis://[user:password@]host:port[/db]`, `rediss://` for TLS, or
+    /// `redis+unix:///path[?db=N&user=U&pass=P]` for a Unix socket.
     pub url: String,
     /// Prefix of every key and channel, so several deployments can share
     /// one server.
@@ -630,7 +631,7 @@ pub struct DnsSection {
 pub struct LocationSection {
     /// `embedded` (journal in `data_dir`) or `redis`.
     pub backend: Option<String>,
-    /// Redis URL (`redis://…` or `rediss://…`).
+    /// Redis URL (`redis://…`, `rediss://…` or `redis+unix:///…`).
     pub url: Option<String>,
     /// Key and channel prefix.
     pub prefix: Option<String>,
@@ -964,14 +965,65 @@ fn privacy_settings(p: PrivacySection) -> Result<PrivacySettings, (&'static str,
     })
 }
 
-/// Checks a Redis URL's form (what `redis://` and `rediss://` accept).
+/// Checks a Redis URL's form: `redis://` (TCP), `rediss://` (TLS) or
+/// `redis+unix://` (a Unix socket, for a Redis on the node's host).
 pub fn check_redis_url(url: &str) -> Result<(), String> {
-    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+    let form = "use redis://[user:password@]host:port[/db], rediss://… for TLS, \
+                or redis+unix:///path/to/redis.sock[?db=N&user=U&pass=P] for a local socket";
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        return Ok(());
+    }
+    let Some(rest) = url.strip_prefix("redis+unix://") else {
+        return Err(format!("{url:?}: {form}"));
+    };
+    let path = rest.split('?').next().unwrap_or_default();
+    if !path.starts_with('/') || path.len() < 2 {
         return Err(format!(
-            "{url:?}: use redis://[user:password@]host:port[/db] or rediss://… for TLS"
+            "{}: the socket needs an absolute path (three slashes: redis+unix:///run/redis/redis.sock)",
+            redact(url)
         ));
     }
+    let query = rest.get(path.len() + 1..).unwrap_or_default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let ok = match name {
+            "db" => value.parse::<u32>().is_ok(),
+            "user" | "pass" => !value.is_empty(),
+            _ => false,
+        };
+        if !ok {
+            return Err(format!(
+                "{}: {name:?} is not db=N, user=NAME or pass=PASSWORD",
+                redact(url)
+            ));
+        }
+    }
     Ok(())
+}
+
+/// A Redis URL without its password (`user:password@`, or a Unix
+/// socket's `pass=` query), for messages.
+pub fn redact(url: &str) -> String {
+    if let Some((base, query)) = url.split_once('?') {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some(("pass", _)) => "pass=***".to_owned(),
+                _ => p.to_owned(),
+            })
+            .collect();
+        return format!("{}?{}", redact(base), pairs.join("&"));
+    }
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..scheme + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
 }
 
 fn location_settings(
@@ -1458,8 +1510,36 @@ mod tests {
                 5
             )
         );
+        for good in [
+            "redis+unix:///run/redis/redis.sock",
+            "redis+unix:///run/redis/redis.sock?db=2&user=sipsec&pass=s3cret",
+        ] {
+            let mut u = Config::default();
+            u.apply_toml(
+                &format!("[location]\nbackend = \"redis\"\nurl = {good:?}\n"),
+                "x.toml",
+            )
+            .expect(good);
+            assert_eq!(u.redis.expect("redis").url, good);
+        }
         for (bad, needle) in [
             ("[location]\nbackend = \"redis\"\n", "needs a url"),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis+unix://run/redis.sock\"\n",
+                "absolute path",
+            ),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis+unix:///r.sock?db=x\"\n",
+                "\"db\" is not",
+            ),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis+unix:///r.sock?pass=s3cret&tls=1\"\n",
+                "\"tls\" is not",
+            ),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis+unix:///r.sock\"\nca = \"ca.pem\"\n",
+                "rediss://",
+            ),
             ("[location]\nbackend = \"etcd\"\n", "use embedded or redis"),
             (
                 "[location]\nbackend = \"redis\"\nurl = \"10.0.0.5:6379\"\n",
@@ -1484,6 +1564,7 @@ mod tests {
                 .expect_err(bad)
                 .to_string();
             assert!(e.contains(needle), "{bad}: {e}");
+            assert!(!e.contains("s3cret"), "{bad}: {e}");
         }
         let mut w = Config::default();
         let e = w

@@ -139,7 +139,8 @@ struct ServeArgs {
     #[arg(long)]
     fsync: bool,
     /// Keep bindings in this Redis or Valkey server, shared with every node that names it
-    /// (redis://[user:password@]host:port[/db], rediss:// for TLS) [default: the journal in --data-dir].
+    /// (redis://[user:password@]host:port[/db], rediss:// for TLS, redis+unix:///path/redis.sock[?db=N&user=U&pass=P]
+    /// for a Redis on this host) [default: the journal in --data-dir].
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
     /// SIP over TLS on this address (sips:) [default with --cert: the UDP IP, port 5061].

@@ -765,6 +765,101 @@ fn a_node_reaches_redis_over_tls_as_a_user_limited_to_its_keys() {
     }
 }
 
+/// A Redis on the node's own host, reached over its Unix socket only by
+/// who may open the file (`unixsocketperm 700`): the database, user and
+/// password come from the URL's query; a wrong password keeps the node
+/// from starting, and no message shows the password.
+#[test]
+fn a_node_reaches_a_local_redis_over_its_unix_socket() {
+    let dir = tempdir("scale-unix");
+    let sock = dir.join("r.sock");
+    let sock = sock.to_str().expect("utf-8");
+    let redis = Redis::launch(
+        &dir.join("redis"),
+        free_port(),
+        &[
+            "--unixsocket",
+            sock,
+            "--unixsocketperm",
+            "700",
+            "--user",
+            "sipsec",
+            "on",
+            ">l0cal-s3cret",
+            "~sipsec:*",
+            "&sipsec:*",
+            "+@all",
+            "-@dangerous",
+        ],
+    );
+    let url = |pass: &str| format!("redis+unix://{sock}?db=3&user=sipsec&pass={pass}");
+    let data = dir.join("a");
+    let args = |url: &str| -> Vec<String> {
+        [
+            "serve",
+            "--mode",
+            "proxy",
+            "--udp",
+            "127.0.0.1:0",
+            "--no-http",
+            "--data-dir",
+            data.to_str().expect("utf-8"),
+            "--redis",
+            url,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let mut cmd = Command::new(common::BIN);
+    cmd.args(args(&url("l0cal-s3cret")));
+    let node = common::try_serve_command(cmd).expect("a node on the socket");
+    assert!(
+        node.banner.contains("redis+unix://") && !node.banner.contains("l0cal-s3cret"),
+        "{}",
+        node.banner
+    );
+    let phone = caller();
+    let pl = phone.local_addr().expect("local");
+    let msg = register(
+        "unix0",
+        &format!("SIP/2.0/UDP {pl}"),
+        &format!("sip:unix0@{pl}"),
+        "unix-0",
+        1,
+        600,
+    );
+    phone.send_to(msg.as_bytes(), node.addr).expect("send");
+    let ok = recv(&phone).expect("answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let key = cli(
+        &redis,
+        &["-n", "3", "--scan", "--pattern", "sipsec:aor:*unix0*"],
+    );
+    assert!(
+        !key.is_empty() && !key.contains('\n'),
+        "one key in db 3: {key:?}"
+    );
+    assert_eq!(cli(&redis, &["-n", "0", "dbsize"]), "0", "nothing in db 0");
+    let clients = cli(&redis, &["client", "list"]);
+    let on_socket = clients
+        .lines()
+        .filter(|l| l.contains("user=sipsec") && l.contains(sock))
+        .count();
+    assert!(on_socket >= 2, "writer and feed on the socket: {clients}");
+    drop(node);
+    let mut cmd = Command::new(common::BIN);
+    cmd.args(args(&url("guess")));
+    let err = match common::try_serve_command(cmd) {
+        Ok(_) => panic!("started with a wrong password"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("location store (redis)") && err.contains("pass=***"),
+        "{err}"
+    );
+    assert!(!err.contains("guess"), "the password stays out: {err}");
+}
+
 #[test]
 fn a_node_that_cannot_reach_redis_does_not_start() {
     let dir = tempdir("scale-norredis");

@@ -91,19 +91,7 @@ fn client(s: &RedisSettings) -> Result<redis::Client, String> {
     .map_err(named)
 }
 
-/// The URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..scheme + 3], &creds[..c], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
+pub use crate::config::redact;
 
 fn connect(client: &redis::Client, timeout: Duration) -> redis::RedisResult<redis::Connection> {
     let conn = client.get_connection_with_timeout(timeout)?;
@@ -593,6 +581,14 @@ mod tests {
         );
         assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact("redis+unix:///run/r.sock?db=2&user=u&pass=secret"),
+            "redis+unix:///run/r.sock?db=2&user=u&pass=***"
+        );
+        assert_eq!(
+            redact("redis+unix:///run/r.sock?pass=secret&db=1"),
+            "redis+unix:///run/r.sock?pass=***&db=1"
+        );
     }
 
     #[test]
