@@ -256,6 +256,30 @@ fn recv(s: &UdpSocket) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
+/// Registers `user` at the phone's own address through the node at `to`
+/// (Call-ID `call_id`) and expects 200 OK.
+fn register_ok(
+    phone: &UdpSocket,
+    to: SocketAddr,
+    user: &str,
+    call_id: &str,
+    cseq: u32,
+    expires: u32,
+) {
+    let pl = phone.local_addr().expect("local");
+    let msg = register(
+        user,
+        &format!("SIP/2.0/UDP {pl}"),
+        &format!("sip:{user}@{pl}"),
+        call_id,
+        cseq,
+        expires,
+    );
+    phone.send_to(msg.as_bytes(), to).expect("send");
+    let ok = recv(phone).expect("answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+}
+
 /// Answers the INVITE a phone got with 200 OK over its connection.
 fn answer(phone: &mut TcpPhone, invite: &str) {
     let mut reply = String::from("SIP/2.0 200 OK\r\n");
@@ -450,20 +474,15 @@ fn bindings_answered_200_survive_a_redis_restart() {
     let redis = Redis::start(&dir.join("redis"));
     let a = node(&dir, "a", &redis);
     let phone = caller();
-    let pl = phone.local_addr().expect("local");
     for i in 0..20 {
-        let user = format!("u{i}");
-        let msg = register(
-            &user,
-            &format!("SIP/2.0/UDP {pl}"),
-            &format!("sip:{user}@{pl}"),
+        register_ok(
+            &phone,
+            a.addr,
+            &format!("u{i}"),
             &format!("aof-{i}"),
             1,
             600,
         );
-        phone.send_to(msg.as_bytes(), a.addr).expect("send");
-        let ok = recv(&phone).expect("answer");
-        assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
     }
     drop(a);
     // Killed with -9 right after the last 200 OK, then started again.
@@ -567,21 +586,10 @@ fn a_lone_node_publishes_nothing_and_renews_keys_only_when_due() {
     let redis = Redis::start(&dir.join("redis"));
     let a = node(&dir, "a", &redis);
     let phone = caller();
-    let pl = phone.local_addr().expect("local");
     let mut cseq = 0;
     let mut reg_for = |user: &str, to: SocketAddr, expires: u32| {
         cseq += 1;
-        let msg = register(
-            user,
-            &format!("SIP/2.0/UDP {pl}"),
-            &format!("sip:{user}@{pl}"),
-            &format!("lone-{user}"),
-            cseq,
-            expires,
-        );
-        phone.send_to(msg.as_bytes(), to).expect("send");
-        let ok = recv(&phone).expect("answer");
-        assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+        register_ok(&phone, to, user, &format!("lone-{user}"), cseq, expires);
     };
     let mut reg = |user: &str, to: SocketAddr| reg_for(user, to, 600);
     reg("u0", a.addr);
@@ -700,17 +708,7 @@ fn a_node_reaches_redis_over_tls_as_a_user_limited_to_its_keys() {
     let node = start("a", &good).expect("a node with the CA, its certificate and the password");
     let phone = caller();
     let pl = phone.local_addr().expect("local");
-    let msg = register(
-        "tls0",
-        &format!("SIP/2.0/UDP {pl}"),
-        &format!("sip:tls0@{pl}"),
-        "tls-0",
-        1,
-        600,
-    );
-    phone.send_to(msg.as_bytes(), node.addr).expect("send");
-    let ok = recv(&phone).expect("answer");
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    register_ok(&phone, node.addr, "tls0", "tls-0", 1, 600);
     let key = cli(&redis, &["--scan", "--pattern", "sipsec:aor:*tls0*"]);
     assert!(!key.is_empty() && !key.contains('\n'), "one key: {key:?}");
     assert!(cli(&redis, &["hgetall", &key]).contains(&pl.to_string()));
@@ -819,18 +817,7 @@ fn a_node_reaches_a_local_redis_over_its_unix_socket() {
         node.banner
     );
     let phone = caller();
-    let pl = phone.local_addr().expect("local");
-    let msg = register(
-        "unix0",
-        &format!("SIP/2.0/UDP {pl}"),
-        &format!("sip:unix0@{pl}"),
-        "unix-0",
-        1,
-        600,
-    );
-    phone.send_to(msg.as_bytes(), node.addr).expect("send");
-    let ok = recv(&phone).expect("answer");
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    register_ok(&phone, node.addr, "unix0", "unix-0", 1, 600);
     let key = cli(
         &redis,
         &["-n", "3", "--scan", "--pattern", "sipsec:aor:*unix0*"],
