@@ -426,24 +426,22 @@ impl MemoryLocation {
 
     /// Makes the store hold exactly `bindings` (AoR → its bindings), as
     /// read from a shared store after (re)connecting: AoRs absent there
-    /// are dropped. An AoR with a change in flight keeps its list; the
-    /// change's commit decides it.
+    /// are dropped. A change in flight is applied over the new list by
+    /// its commit, if stored.
     pub fn replace_all(&self, mut bindings: std::collections::HashMap<String, Vec<Binding>>) {
         for s in &self.shards {
             let mut s = s.write().unwrap_or_else(|e| e.into_inner());
-            s.map.retain(|(aor, a)| {
-                let fresh = bindings.remove(aor.as_str());
-                if a.pending.is_some() {
-                    return true;
-                }
-                match fresh {
+            s.map
+                .retain(|(aor, a)| match bindings.remove(aor.as_str()) {
                     Some(list) => {
                         a.list = list;
                         true
                     }
-                    None => false,
-                }
-            });
+                    None => {
+                        a.list.clear();
+                        a.pending.is_some()
+                    }
+                });
         }
         for (aor, list) in bindings {
             let hash = self.hash(&aor);
@@ -471,7 +469,8 @@ impl MemoryLocation {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
                 if let Some(a) = shard.get_mut(hash, &aor) {
                     a.list.retain(|b| b.contact != contact);
-                    if a.list.is_empty() {
+                    // An AoR with a change in flight stays for its commit.
+                    if a.list.is_empty() && a.pending.is_none() {
                         shard.remove(hash, &aor);
                     }
                 }
@@ -659,7 +658,21 @@ impl Location for MemoryLocation {
         };
         debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
         if stored {
-            a.list = prepared.bindings;
+            // Contact by contact, as the shared store applies it: another
+            // node's change to this AoR that arrived meanwhile (`replay`,
+            // `replace_all`) stays.
+            for r in prepared.records {
+                match r {
+                    Record::Bind { binding, .. } => {
+                        match a.list.iter_mut().find(|b| b.contact == binding.contact) {
+                            Some(b) => *b = binding,
+                            None => a.list.push(binding),
+                        }
+                    }
+                    Record::Remove { contact, .. } => a.list.retain(|b| b.contact != contact),
+                }
+            }
+            a.list.sort_by_key(|b| std::cmp::Reverse(b.q));
         }
         if a.list.is_empty() {
             shard.remove(hash, &prepared.aor);
@@ -951,6 +964,89 @@ pub(crate) mod tests {
         assert!(rec
             .iter()
             .any(|r| matches!(r, Record::Remove { contact, .. } if contact == "sip:1@h")));
+    }
+
+    /// Another node's changes that arrive while this node's change to the
+    /// same AoR is with the shared store survive its commit, contact by
+    /// contact (as in Redis); a full read meanwhile does too, and a
+    /// change that was not stored leaves what arrived.
+    #[test]
+    fn a_commit_keeps_what_other_nodes_changed_meanwhile() {
+        let loc = MemoryLocation::new(RandomState::new());
+        let policy = UpdatePolicy::default();
+        let bind = |contact: &str, call_id: &str| Record::Bind {
+            seq: 0,
+            aor: "sip:a@x".into(),
+            binding: Binding {
+                contact: contact.into(),
+                expires_at: 160,
+                q: 1000,
+                call_id: call_id.into(),
+                cseq: 1,
+                source: src(),
+                path: String::new(),
+                flow: None,
+                node: String::new(),
+            },
+        };
+        let contacts = |loc: &MemoryLocation| {
+            let mut cur = Vec::new();
+            loc.lookup("sip:a@x", 100, &mut cur);
+            let mut c: Vec<String> = cur.into_iter().map(|b| b.contact).collect();
+            c.sort();
+            c
+        };
+        loc.replay(bind("sip:a@0.0.0.0", "old"));
+        let prepare = |contact: &str, expires: u32| {
+            loc.prepare(
+                "sip:a@x".into(),
+                &[change(contact, expires)],
+                false,
+                &reg("here", 1, 100),
+                &policy,
+            )
+            .expect("prepare")
+        };
+        let mine = prepare("sip:a@1.1.1.1", 60);
+        loc.replay(bind("sip:a@2.2.2.2", "there"));
+        loc.commit(mine, true);
+        assert_eq!(
+            contacts(&loc),
+            ["sip:a@0.0.0.0", "sip:a@1.1.1.1", "sip:a@2.2.2.2"]
+        );
+        // A full read while a removal is in flight: the removal applies
+        // over what was read.
+        let gone = prepare("sip:a@1.1.1.1", 0);
+        let mut all = std::collections::HashMap::new();
+        let read = |r: Record| match r {
+            Record::Bind { binding, .. } => binding,
+            Record::Remove { .. } => unreachable!("binds only"),
+        };
+        all.insert(
+            "sip:a@x".to_owned(),
+            vec![
+                read(bind("sip:a@1.1.1.1", "here")),
+                read(bind("sip:a@3.3.3.3", "there")),
+            ],
+        );
+        loc.replace_all(all);
+        loc.commit(gone, true);
+        assert_eq!(contacts(&loc), ["sip:a@3.3.3.3"]);
+        // Another node removes the last binding while a change is in
+        // flight: the AoR waits for the commit, which applies.
+        let last = prepare("sip:a@6.6.6.6", 60);
+        loc.replay(Record::Remove {
+            seq: 0,
+            aor: "sip:a@x".into(),
+            contact: "sip:a@3.3.3.3".into(),
+        });
+        loc.commit(last, true);
+        assert_eq!(contacts(&loc), ["sip:a@6.6.6.6"]);
+        // Not stored: what arrived stays, the change does not apply.
+        let failed = prepare("sip:a@4.4.4.4", 60);
+        loc.replay(bind("sip:a@5.5.5.5", "there"));
+        loc.commit(failed, false);
+        assert_eq!(contacts(&loc), ["sip:a@5.5.5.5", "sip:a@6.6.6.6"]);
     }
 
     /// While a change is being persisted its AoR refuses another one
