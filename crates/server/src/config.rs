@@ -345,6 +345,10 @@ pub struct RedisSettings {
     /// With `rediss://`: a client certificate chain and its key (PEM), for
     /// servers that require them (`tls-auth-clients yes`).
     pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Seconds this node's copy of the location may go without following
+    /// the shared one (Redis unreachable) before calls stop being routed
+    /// from it and get 503 with Retry-After; `None`: no limit.
+    pub max_stale: Option<u32>,
 }
 
 impl RedisSettings {
@@ -357,6 +361,7 @@ impl RedisSettings {
             retry_after: 5,
             ca: None,
             client_cert: None,
+            max_stale: None,
         }
     }
 }
@@ -639,6 +644,9 @@ pub struct LocationSection {
     pub timeout: Option<f64>,
     /// Retry-After seconds of the 503 sent while Redis is unreachable.
     pub retry_after: Option<u32>,
+    /// Seconds calls are still routed from the copy in memory while Redis
+    /// is unreachable (no limit when absent).
+    pub max_stale: Option<u32>,
     /// CA certificates (PEM) for a `rediss://` server.
     pub ca: Option<PathBuf>,
     /// Client certificate chain (PEM) for a `rediss://` server.
@@ -1042,6 +1050,12 @@ fn location_settings(
                     "set backend = \"redis\" to use a Redis server".into(),
                 ));
             }
+            if l.max_stale.is_some() {
+                return Err((
+                    "location.max_stale",
+                    "only a shared (redis) location can go stale".into(),
+                ));
+            }
             Ok(None)
         }
         "redis" => {
@@ -1069,6 +1083,15 @@ fn location_settings(
             }
             if let Some(s) = l.retry_after {
                 r.retry_after = s;
+            }
+            if let Some(s) = l.max_stale {
+                if s == 0 {
+                    return Err((
+                        "location.max_stale",
+                        "0: at least 1 second (leave it out for no limit)".into(),
+                    ));
+                }
+                r.max_stale = Some(s);
             }
             if let Some(ca) = l.ca {
                 r.ca = Some(ca);
@@ -1510,6 +1533,14 @@ mod tests {
                 5
             )
         );
+        assert_eq!(rs.max_stale, None, "no limit unless set");
+        let mut m = Config::default();
+        m.apply_toml(
+            "[location]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nmax_stale = 30\n",
+            "x.toml",
+        )
+        .expect("max_stale");
+        assert_eq!(m.redis.expect("redis").max_stale, Some(30));
         for good in [
             "redis+unix:///run/redis/redis.sock",
             "redis+unix:///run/redis/redis.sock?db=2&user=sipsec&pass=s3cret",
@@ -1540,6 +1571,11 @@ mod tests {
                 "[location]\nbackend = \"redis\"\nurl = \"redis+unix:///r.sock\"\nca = \"ca.pem\"\n",
                 "rediss://",
             ),
+            (
+                "[location]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nmax_stale = 0\n",
+                "location.max_stale",
+            ),
+            ("[location]\nmax_stale = 30\n", "only a shared"),
             ("[location]\nbackend = \"etcd\"\n", "use embedded or redis"),
             (
                 "[location]\nbackend = \"redis\"\nurl = \"10.0.0.5:6379\"\n",

@@ -468,6 +468,80 @@ fn redis_down_gives_503_keeps_cached_contacts_and_recovers() {
     assert!(got.starts_with("INVITE sip:dave@"), "{got}");
 }
 
+/// `max_stale`: while Redis is away, calls are routed from the node's
+/// copy for that long only, then answered 503 with Retry-After (counted),
+/// and routed again once the node has read the location back.
+#[test]
+fn cached_contacts_route_calls_no_longer_than_max_stale() {
+    let dir = tempdir("scale-stale");
+    let mut redis = Redis::start(&dir.join("redis"));
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[location]\nbackend = \"redis\"\nurl = {:?}\ntimeout = 0.3\nretry_after = 7\nmax_stale = 3\n",
+            redis.url()
+        ),
+    )
+    .expect("config");
+    let data = dir.join("a");
+    let a = serve(&[
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--mode",
+        "proxy",
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+    ]);
+    let callee = caller();
+    register_ok(&callee, a.addr, "dave", "stale-dave", 1, 300);
+    let c = caller();
+    let from = c.local_addr().expect("local");
+    // The first answer to an INVITE that is not 100 Trying, as the
+    // caller sees it.
+    let answer_to = |call_id: &str| {
+        c.send_to(invite("dave", from, call_id).as_bytes(), a.addr)
+            .expect("send");
+        loop {
+            let r = recv(&c).unwrap_or_default();
+            if !r.starts_with("SIP/2.0 100") {
+                return r;
+            }
+        }
+    };
+    redis.kill();
+    let broke = Instant::now();
+    c.send_to(invite("dave", from, "within").as_bytes(), a.addr)
+        .expect("send");
+    let got = recv(&callee).expect("within max_stale the cached contact is called");
+    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    assert!(broke.elapsed() < Duration::from_secs(3), "checked in time");
+    std::thread::sleep(Duration::from_millis(4_200).saturating_sub(broke.elapsed()));
+    let refused = answer_to("beyond");
+    assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
+    assert!(refused.contains("Retry-After: 7"), "{refused}");
+    assert!(recv(&callee).is_none(), "the stale contact is not called");
+    assert_eq!(metric(&a, "sipsec_location_stale_refusals_total"), Some(1));
+    // Redis back: once the node has read the location again, calls go on.
+    let _redis = redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(&a, "sipsec_location_store_up") != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "the node never followed Redis again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.send_to(invite("dave", from, "after").as_bytes(), a.addr)
+        .expect("send");
+    let got = recv(&callee).expect("dave is called again");
+    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+}
+
 #[test]
 fn bindings_answered_200_survive_a_redis_restart() {
     let dir = tempdir("scale-aof");

@@ -457,6 +457,13 @@ pub fn spawn_sync(
                 });
                 state.synced.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
+                    // The copy stops following here (kept if it already had).
+                    let _ = shared.location_stale_since.compare_exchange(
+                        0,
+                        crate::io::clock::unix_now().max(1),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
                     *state.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some(format!("{}: {e}", redact(&settings.url)));
                     if was_up {
@@ -532,6 +539,7 @@ fn follow(
     let me = shared.config.advertise;
     heartbeat(&mut data, settings, me, shared, state)?;
     state.synced.store(true, Ordering::Relaxed);
+    shared.location_stale_since.store(0, Ordering::Relaxed);
     state.resyncs.fetch_add(1, Ordering::Relaxed);
     synced();
     // The reader blocks on the feed: a change, the stop (published on

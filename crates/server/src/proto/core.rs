@@ -172,6 +172,9 @@ pub struct Shared {
     /// are answered 503 with Retry-After, so phones turn to another
     /// server, while transactions and dialogs under way finish.
     pub draining: std::sync::atomic::AtomicBool,
+    /// Since when (Unix seconds) this node's copy of a shared location has
+    /// not followed it (the store unreachable); 0 while it follows.
+    pub location_stale_since: AtomicU64,
     /// Where copies of the messages go (HEP tracing), when on.
     pub tap: std::sync::OnceLock<Arc<dyn Tap>>,
     /// Where domain names lead (DNS, set by the driver); unset, a next
@@ -289,6 +292,7 @@ impl Shared {
             stage_clock: None,
             flows: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            location_stale_since: AtomicU64::new(0),
             tap: std::sync::OnceLock::new(),
             names: std::sync::OnceLock::new(),
             branch_salt: salt,

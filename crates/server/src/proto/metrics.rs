@@ -307,6 +307,10 @@ pub struct Metrics {
     /// Requests answered 503 with Retry-After because the resolver had no
     /// room to wait for their next hop's name.
     pub hop_resolver_full: AtomicU64,
+    /// Requests answered 503 with Retry-After because this node's copy of
+    /// the shared location had not followed it for longer than
+    /// `max_stale`.
+    pub location_stale: AtomicU64,
     /// Requests sent to another address of their next hop's name after
     /// the one tried failed (RFC 3263 §4.3).
     pub hop_failovers: AtomicU64,
@@ -508,7 +512,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 33] = [
+        let counters: [(&str, &str, &AtomicU64); 34] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -613,6 +617,11 @@ impl Metrics {
                 "sipsec_next_hop_resolver_full_total",
                 "Requests answered 503 with Retry-After: the resolver had no room to wait for their next hop's name.",
                 &self.hop_resolver_full,
+            ),
+            (
+                "sipsec_location_stale_refusals_total",
+                "Requests answered 503 with Retry-After: the shared location had been unreachable for longer than location.max_stale, so this node's copy was not trusted to route them.",
+                &self.location_stale,
             ),
             (
                 "sipsec_next_hop_failovers_total",

@@ -24,6 +24,44 @@ use crate::proto::stateful::{
 };
 
 impl Core {
+    /// Whether this node's copy of a shared location has not followed it
+    /// for longer than `max_stale` at `now` (Unix seconds): then it is not
+    /// trusted to route.
+    fn location_too_stale(&self, now: u64) -> bool {
+        let Some(max) = self.shared.config.redis.as_ref().and_then(|r| r.max_stale) else {
+            return false;
+        };
+        let since = self
+            .shared
+            .location_stale_since
+            .load(std::sync::atomic::Ordering::Relaxed);
+        since != 0 && now.saturating_sub(since) >= u64::from(max)
+    }
+
+    /// 503 for a request whose callee's location cannot be trusted now
+    /// (see [`location_too_stale`](Self::location_too_stale)), with the
+    /// store's Retry-After.
+    fn location_stale(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
+        bump(&self.shared.metrics.location_stale);
+        let retry = self
+            .shared
+            .config
+            .redis
+            .as_ref()
+            .map_or(5, |r| r.retry_after)
+            .to_string();
+        self.respond(
+            msg,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &[
+                ("Retry-After", retry.as_str()),
+                ("Warning", "399 sipsec \"location store unreachable\""),
+            ],
+            src,
+            out,
+        )
+    }
+
     /// 503 for a request whose next hop is a name the resolver cannot
     /// take on now: the caller tries again a little later.
     fn resolver_busy(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
@@ -382,6 +420,9 @@ impl Core {
             match self.authorize_caller(msg, src, now, out) {
                 Ok(a) => authenticated = a,
                 Err(reply) => return reply,
+            }
+            if self.location_too_stale(now) {
+                return self.location_stale(msg, src, out);
             }
             let t0 = self.clock();
             self.shared.location.lookup(&key, now, &mut self.bindings);
