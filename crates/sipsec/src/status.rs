@@ -143,16 +143,22 @@ pub fn render_summary(v: &Value) -> String {
     }
     if v["location_store"].is_object() {
         let l = &v["location_store"];
+        let state = if l["up"].as_bool() == Some(true) {
+            "up".to_owned()
+        } else {
+            let mut s = format!("DOWN for {} s", l["stale_seconds"]);
+            if let Some(max) = l["max_stale"].as_u64() {
+                s += &format!(" (calls answered 503 after {max} s)");
+            }
+            s
+        };
         out += &format!(
-            "shared location {}   nodes {}   resyncs {}\n",
-            if l["up"].as_bool() == Some(true) {
-                "up"
-            } else {
-                "DOWN"
-            },
-            l["nodes"],
-            l["resyncs_total"],
+            "shared location {state}   nodes {}   resyncs {}\n",
+            l["nodes"], l["resyncs_total"],
         );
+        if let Some(e) = l["last_error"].as_str() {
+            out += &format!("  last error: {e}\n");
+        }
     }
     let empty = Vec::new();
     let banned = v["banned"].as_array().unwrap_or(&empty);

@@ -526,6 +526,19 @@ fn cached_contacts_route_calls_no_longer_than_max_stale() {
     assert!(refused.contains("Retry-After: 7"), "{refused}");
     assert!(recv(&callee).is_none(), "the stale contact is not called");
     assert_eq!(metric(&a, "sipsec_location_stale_refusals_total"), Some(1));
+    assert!(metric(&a, "sipsec_location_store_stale_seconds").is_some_and(|s| s >= 3));
+    // The operator's view says since when, why, and what calls get.
+    let out = Command::new(common::BIN)
+        .args(["status", "--http", &http_of(&a)])
+        .output()
+        .expect("sipsec status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("shared location DOWN for ")
+            && text.contains("(calls answered 503 after 3 s)")
+            && text.contains("last error: redis://127.0.0.1:"),
+        "{text}"
+    );
     // Redis back: once the node has read the location again, calls go on.
     let _redis = redis.restart();
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -536,6 +549,7 @@ fn cached_contacts_route_calls_no_longer_than_max_stale() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(metric(&a, "sipsec_location_store_stale_seconds"), Some(0));
     c.send_to(invite("dave", from, "after").as_bytes(), a.addr)
         .expect("send");
     let got = recv(&callee).expect("dave is called again");

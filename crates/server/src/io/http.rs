@@ -120,6 +120,12 @@ impl View {
                     u64::from(r.synced.load(Ordering::Relaxed)),
                 ),
                 (
+                    "sipsec_location_store_stale_seconds",
+                    "gauge",
+                    "Seconds this node's copy of the shared location has not followed it (Redis unreachable); 0 while it does.",
+                    self.stale_seconds(unix_now()),
+                ),
+                (
                     "sipsec_location_store_resyncs_total",
                     "counter",
                     "Full reads of the shared location (at start and after each break).",
@@ -144,6 +150,15 @@ impl View {
             }
         }
         text
+    }
+
+    /// Seconds this node's copy of the shared location has not followed
+    /// it (0 while it does).
+    fn stale_seconds(&self, now: u64) -> u64 {
+        match self.shared.location_stale_since.load(Ordering::Relaxed) {
+            0 => 0,
+            since => now.saturating_sub(since),
+        }
     }
 
     /// The `/status` document: the settings, counters and a summary of the
@@ -224,11 +239,21 @@ impl View {
             "malformed_total": m.malformed.load(Ordering::Relaxed),
             "rate_limited_total": m.rate_limited.load(Ordering::Relaxed),
             "bans_total": m.bans.load(Ordering::Relaxed),
-            "location_store": self.redis.as_ref().map(|r| json!({
-                "up": r.synced.load(Ordering::Relaxed),
-                "nodes": r.nodes.load(Ordering::Relaxed),
-                "resyncs_total": r.resyncs.load(Ordering::Relaxed),
-            })),
+            "location_store": self.redis.as_ref().map(|r| {
+                let up = r.synced.load(Ordering::Relaxed);
+                json!({
+                    "up": up,
+                    "nodes": r.nodes.load(Ordering::Relaxed),
+                    "resyncs_total": r.resyncs.load(Ordering::Relaxed),
+                    "stale_seconds": self.stale_seconds(now),
+                    "max_stale": c.redis.as_ref().and_then(|r| r.max_stale),
+                    "last_error": if up {
+                        None
+                    } else {
+                        r.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+                    },
+                })
+            }),
             "privacy": self.shared.privacy.as_ref().map(|p| json!({
                 "stateful": p.stateful(),
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),
