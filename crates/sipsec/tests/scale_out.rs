@@ -556,6 +556,102 @@ fn cached_contacts_route_calls_no_longer_than_max_stale() {
     assert!(got.starts_with("INVITE sip:dave@"), "{got}");
 }
 
+/// A Redis that stops answering (paused, as under a long fork or a hung
+/// host) holds no worker: once the node has noticed, REGISTER is refused
+/// at once and calls to cached contacts go on without waiting for
+/// Redis' timeout, and everything resumes when Redis does.
+#[test]
+fn a_paused_redis_holds_no_worker() {
+    let dir = tempdir("scale-paused");
+    let redis = Redis::start(&dir.join("redis"));
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[location]\nbackend = \"redis\"\nurl = {:?}\ntimeout = 2\n",
+            redis.url()
+        ),
+    )
+    .expect("config");
+    let data = dir.join("a");
+    let a = serve(&[
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--mode",
+        "proxy",
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+    ]);
+    let callee = caller();
+    register_ok(&callee, a.addr, "dave", "paused-dave", 1, 300);
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &redis.child.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&a, "sipsec_location_store_up") != Some(0) {
+        assert!(Instant::now() < deadline, "the node never noticed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Each answer within the phones' 500 ms read timeout, a quarter of
+    // Redis' 2 s timeout: nothing waits for Redis.
+    let erin = caller();
+    let el = erin.local_addr().expect("local");
+    let c = caller();
+    let from = c.local_addr().expect("local");
+    for i in 0..4 {
+        let msg = register(
+            "erin",
+            &format!("SIP/2.0/UDP {el}"),
+            &format!("sip:erin@{el}"),
+            "paused-erin",
+            i + 1,
+            300,
+        );
+        erin.send_to(msg.as_bytes(), a.addr).expect("send");
+        let r = recv(&erin).expect("REGISTER answered without waiting");
+        assert!(r.starts_with("SIP/2.0 503"), "{r}");
+        c.send_to(
+            invite("dave", from, &format!("paused-{i}")).as_bytes(),
+            a.addr,
+        )
+        .expect("send");
+        let got = recv(&callee).expect("the INVITE is routed without waiting");
+        assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    }
+    signal("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut cseq = 10;
+    loop {
+        let msg = register(
+            "erin",
+            &format!("SIP/2.0/UDP {el}"),
+            &format!("sip:erin@{el}"),
+            "paused-erin",
+            cseq,
+            300,
+        );
+        erin.send_to(msg.as_bytes(), a.addr).expect("send");
+        if recv(&erin).is_some_and(|r| r.starts_with("SIP/2.0 200")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "REGISTER never recovered");
+        cseq += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn bindings_answered_200_survive_a_redis_restart() {
     let dir = tempdir("scale-aof");

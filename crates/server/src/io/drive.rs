@@ -8,7 +8,7 @@ use std::sync::{Arc, MutexGuard};
 
 use crate::config::RedisSettings;
 use crate::io::journal::{Journal, SharedJournal};
-use crate::io::redis::RedisStore;
+use crate::io::redis::{RedisState, RedisStore};
 use crate::proto::core::{Change, Core, Event, Now, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
 
@@ -70,8 +70,8 @@ pub enum Backing {
     Journal(SharedJournal),
     /// A Redis server shared with other nodes, written as this node, for
     /// registrations up to the given seconds (each thread opens its own
-    /// connection).
-    Redis(RedisSettings, Arc<str>, u32),
+    /// connection), with the state of the node's link to it.
+    Redis(RedisSettings, Arc<str>, u32, Arc<RedisState>),
 }
 
 impl Backing {
@@ -80,12 +80,14 @@ impl Backing {
         match self {
             Backing::Memory => Storage::Memory,
             Backing::Journal(j) => Storage::Journal(j),
-            Backing::Redis(settings, node, max) => match RedisStore::new(&settings, node, max) {
-                Ok(r) => Storage::Redis(Box::new(r)),
-                // The URL was checked at start; a store that cannot be
-                // made refuses every change (503) rather than lose it.
-                Err(e) => Storage::Broken(e, settings.retry_after),
-            },
+            Backing::Redis(settings, node, max, state) => {
+                match RedisStore::new(&settings, node, max, state) {
+                    Ok(r) => Storage::Redis(Box::new(r)),
+                    // The URL was checked at start; a store that cannot be
+                    // made refuses every change (503) rather than lose it.
+                    Err(e) => Storage::Broken(e, settings.retry_after),
+                }
+            }
         }
     }
 }

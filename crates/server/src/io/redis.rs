@@ -175,6 +175,8 @@ pub struct RedisStore {
     node: Arc<str>,
     key_ttl: i64,
     line: Vec<u8>,
+    /// The node's link to Redis, as its sync thread sees it.
+    state: Arc<RedisState>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -190,7 +192,12 @@ impl RedisStore {
     /// A store writing to the server `settings` names, as node `node`,
     /// for registrations of at most `max_expires` seconds (connects on
     /// first use).
-    pub fn new(settings: &RedisSettings, node: Arc<str>, max_expires: u32) -> Result<Self, String> {
+    pub fn new(
+        settings: &RedisSettings,
+        node: Arc<str>,
+        max_expires: u32,
+        state: Arc<RedisState>,
+    ) -> Result<Self, String> {
         Ok(Self {
             client: client(settings)?,
             settings: settings.clone(),
@@ -201,6 +208,7 @@ impl RedisStore {
             node,
             key_ttl: 2 * i64::from(max_expires.max(1)),
             line: Vec::new(),
+            state,
         })
     }
 
@@ -228,6 +236,17 @@ impl RedisStore {
         self.receive()?;
         if changes.iter().all(|c| c.is_empty()) {
             return Ok(());
+        }
+        // While the sync thread finds Redis unreachable (it probes on its
+        // own thread and reads everything back once Redis answers), the
+        // change is refused at once: a Redis that stopped answering must
+        // not hold this thread, and the requests behind it, for a timeout
+        // on every attempt.
+        if !self.state.synced.load(Ordering::Relaxed) {
+            return Err(self.unavailable(format!(
+                "{} unreachable; waiting for it to be back",
+                redact(&self.settings.url)
+            )));
         }
         if self.conn.is_none() {
             if self.retry_at.is_some_and(|t| Instant::now() < t) {

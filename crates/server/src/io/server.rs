@@ -208,11 +208,19 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), unix_now())
     )
     .into();
+    // The link to a shared location: followed by the sync thread, looked
+    // at by every thread that writes to it.
+    let redis_state = config
+        .redis
+        .as_ref()
+        .map(|_| Arc::new(crate::io::redis::RedisState::default()));
     let backing = |i: usize| -> Result<Backing, StartError> {
-        Ok(match (&persistence, &config.redis) {
-            (Some(p), _) => Backing::Journal(p.journal(i).map_err(store)?),
-            (None, Some(r)) => Backing::Redis(r.clone(), node.clone(), config.max_expires),
-            (None, None) => Backing::Memory,
+        Ok(match (&persistence, &config.redis, &redis_state) {
+            (Some(p), _, _) => Backing::Journal(p.journal(i).map_err(store)?),
+            (None, Some(r), Some(state)) => {
+                Backing::Redis(r.clone(), node.clone(), config.max_expires, state.clone())
+            }
+            _ => Backing::Memory,
         })
     };
     let backings = (0..workers).map(&backing).collect::<Result<Vec<_>, _>>()?;
@@ -260,9 +268,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         armed: true,
     };
     let mut redis_sync = None;
-    let redis_state = match &shared.config.redis {
-        Some(r) => {
-            let state = Arc::new(crate::io::redis::RedisState::default());
+    let redis_state = match (&shared.config.redis, redis_state) {
+        (Some(r), Some(state)) => {
             let (thread, waker) = crate::io::redis::spawn_sync(
                 r.clone(),
                 node.clone(),
@@ -282,7 +289,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             }
             Some(state)
         }
-        None => None,
+        _ => None,
     };
     let recovered = match &shared.config.redis {
         Some(_) => Recovered {
