@@ -323,6 +323,17 @@ pub fn parse_hep(spec: &str) -> Result<String, String> {
     }
 }
 
+/// A secret (a password): kept out of `Debug` output, so out of logs and
+/// messages.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
 /// A Redis (or Valkey) location backend, shared by every node that names
 /// it (`[location] backend = "redis"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,6 +360,9 @@ pub struct RedisSettings {
     /// the shared one (Redis unreachable) before calls stop being routed
     /// from it and get 503 with Retry-After; `None`: no limit.
     pub max_stale: Option<u32>,
+    /// The password to log in with, given apart from the URL
+    /// (`SIPSEC_REDIS_PASSWORD`); it replaces one in the URL.
+    pub password: Option<Secret>,
 }
 
 impl RedisSettings {
@@ -362,6 +376,7 @@ impl RedisSettings {
             ca: None,
             client_cert: None,
             max_stale: None,
+            password: None,
         }
     }
 }
@@ -1009,6 +1024,12 @@ pub fn check_redis_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a Redis URL carries a password (`user:password@`, or a Unix
+/// socket's `pass=` query).
+pub fn has_password(url: &str) -> bool {
+    redact(url) != url
+}
+
 /// A Redis URL without its password (`user:password@`, or a Unix
 /// socket's `pass=` query), for messages.
 pub fn redact(url: &str) -> String {
@@ -1534,6 +1555,15 @@ mod tests {
             )
         );
         assert_eq!(rs.max_stale, None, "no limit unless set");
+        let mut secret = rs.clone();
+        secret.password = Some(Secret("s3cret".into()));
+        let shown = format!("{secret:?}");
+        assert!(
+            shown.contains("password: Some(***)") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert!(has_password("redis://u:p@h:1") && has_password("redis+unix:///s?pass=p"));
+        assert!(!has_password("redis://u@h:1") && !has_password("redis+unix:///s?user=u"));
         let mut m = Config::default();
         m.apply_toml(
             "[location]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nmax_stale = 30\n",

@@ -139,8 +139,9 @@ struct ServeArgs {
     #[arg(long)]
     fsync: bool,
     /// Keep bindings in this Redis or Valkey server, shared with every node that names it
-    /// (redis://[user:password@]host:port[/db], rediss:// for TLS, redis+unix:///path/redis.sock[?db=N&user=U&pass=P]
-    /// for a Redis on this host) [default: the journal in --data-dir].
+    /// (redis://[user[:password]@]host:port[/db], rediss:// for TLS, redis+unix:///path/redis.sock[?db=N&user=U&pass=P]
+    /// for a Redis on this host; the password better in SIPSEC_REDIS_PASSWORD, which ps does not show)
+    /// [default: the journal in --data-dir].
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
     /// SIP over TLS on this address (sips:) [default with --cert: the UDP IP, port 5061].
@@ -316,12 +317,29 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     }
     if let Some(url) = a.redis {
         sipsec_server::config::check_redis_url(&url).map_err(|e| format!("--redis {e}"))?;
+        if sipsec_server::config::has_password(&url) {
+            eprintln!(
+                "warning: the password in --redis can be read by every user of this host (ps); \
+                 set SIPSEC_REDIS_PASSWORD or put the URL in the configuration file"
+            );
+        }
         let mut r = config
             .redis
             .take()
             .unwrap_or_else(|| sipsec_server::config::RedisSettings::new(url.clone()));
         r.url = url;
         config.redis = Some(r);
+    }
+    if let Ok(p) = std::env::var("SIPSEC_REDIS_PASSWORD") {
+        let Some(r) = config.redis.as_mut() else {
+            return Err(
+                "SIPSEC_REDIS_PASSWORD is set but no Redis location is configured (--redis or [location] backend = \"redis\")".into(),
+            );
+        };
+        if p.is_empty() {
+            return Err("SIPSEC_REDIS_PASSWORD is empty".into());
+        }
+        r.password = Some(sipsec_server::config::Secret(p));
     }
     let tls_asked = a.tls.is_some()
         || a.cert.is_some()

@@ -1031,6 +1031,90 @@ fn a_node_reaches_a_local_redis_over_its_unix_socket() {
     assert!(!err.contains("guess"), "the password stays out: {err}");
 }
 
+/// The Redis password from the environment (`SIPSEC_REDIS_PASSWORD`),
+/// so that it is in no command line `ps` shows: the node logs in with it;
+/// without it the same URL is refused at start; set with no Redis
+/// location it is an error.
+#[test]
+fn the_redis_password_comes_from_the_environment() {
+    let dir = tempdir("scale-envpass");
+    let redis = Redis::launch(
+        &dir.join("redis"),
+        free_port(),
+        &[
+            "--user",
+            "sipsec",
+            "on",
+            ">env-s3cret",
+            "~sipsec:*",
+            "&sipsec:*",
+            "+@all",
+            "-@dangerous",
+            // Who logs in with no password gets none of sipsec's keys
+            // and channels (the test's own commands need none).
+            "--user",
+            "default",
+            "on",
+            "nopass",
+            "resetkeys",
+            "~other:*",
+            "resetchannels",
+            "&other:*",
+            "+@all",
+        ],
+    );
+    let url = format!("redis://sipsec@127.0.0.1:{}/0", redis.port);
+    let node = |password: Option<&str>| {
+        let mut cmd = Command::new(common::BIN);
+        cmd.args([
+            "serve",
+            "--mode",
+            "proxy",
+            "--udp",
+            "127.0.0.1:0",
+            "--no-http",
+            "--data-dir",
+        ])
+        .arg(dir.join("a"))
+        .args(["--redis", &url]);
+        if let Some(p) = password {
+            cmd.env("SIPSEC_REDIS_PASSWORD", p);
+        }
+        common::try_serve_command(cmd)
+    };
+    let a = node(Some("env-s3cret")).expect("logs in with the password from the environment");
+    let phone = caller();
+    register_ok(&phone, a.addr, "envp", "envp-1", 1, 600);
+    let key = cli(&redis, &["--scan", "--pattern", "sipsec:aor:*envp*"]);
+    assert!(!key.is_empty(), "stored through the ACL user: {key:?}");
+    drop(a);
+    for (password, needle) in [
+        (None, "location store (redis)"),
+        (Some("guess"), "location store (redis)"),
+    ] {
+        let err = match node(password) {
+            Ok(_) => panic!("started with password {password:?}"),
+            Err(e) => e,
+        };
+        assert!(err.contains(needle), "{err}");
+        assert!(
+            !err.contains("guess") && !err.contains("env-s3cret"),
+            "{err}"
+        );
+    }
+    let out = Command::new(common::BIN)
+        .args(["serve", "--check", "--data-dir"])
+        .arg(dir.join("b"))
+        .env("SIPSEC_REDIS_PASSWORD", "env-s3cret")
+        .output()
+        .expect("sipsec runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no Redis location is configured"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_node_that_cannot_reach_redis_does_not_start() {
     let dir = tempdir("scale-norredis");
@@ -1051,6 +1135,10 @@ fn a_node_that_cannot_reach_redis_does_not_start() {
         "{err}"
     );
     assert!(!err.contains("hunter2"), "the password stays out: {err}");
+    assert!(
+        err.contains("warning: the password in --redis can be read by every user"),
+        "{err}"
+    );
     let out = Command::new(common::BIN)
         .args(["serve", "--redis", "127.0.0.1:6379"])
         .output()

@@ -66,9 +66,15 @@ impl RedisState {
 /// A client for `s`: over `rediss://` with the configured CA (else the
 /// system's trust store) and client certificate, if any.
 fn client(s: &RedisSettings) -> Result<redis::Client, String> {
+    use redis::IntoConnectionInfo;
     let named = |e: redis::RedisError| format!("{}: {e}", redact(&s.url));
+    let mut info = s.url.as_str().into_connection_info().map_err(named)?;
+    if let Some(p) = &s.password {
+        let login = info.redis_settings().clone().set_password(&p.0);
+        info = info.set_redis_settings(login);
+    }
     if s.ca.is_none() && s.client_cert.is_none() {
-        return redis::Client::open(s.url.as_str()).map_err(named);
+        return redis::Client::open(info).map_err(named);
     }
     let read = |p: &std::path::Path| {
         std::fs::read(p).map_err(|e| format!("{}: {}: {e}", redact(&s.url), p.display()))
@@ -82,7 +88,7 @@ fn client(s: &RedisSettings) -> Result<redis::Client, String> {
     };
     let root_cert = s.ca.as_deref().map(read).transpose()?;
     redis::Client::build_with_tls(
-        s.url.as_str(),
+        info,
         redis::TlsCertificates {
             client_tls,
             root_cert,
