@@ -111,23 +111,30 @@ impl Drop for Redis {
     }
 }
 
+/// A proxy on ephemeral UDP (TCP on the same port) and HTTP ports.
+const PROXY: [&str; 6] = [
+    "--mode",
+    "proxy",
+    "--udp",
+    "127.0.0.1:0",
+    "--http",
+    "127.0.0.1:0",
+];
+
 /// A proxy node on ephemeral ports (TCP on the UDP port) sharing `redis`.
 fn node(dir: &Path, name: &str, redis: &Redis) -> Running {
     let data = dir.join(name);
-    serve(&[
-        "--mode",
-        "proxy",
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
+    let url = redis.url();
+    let mut args = PROXY.to_vec();
+    args.extend_from_slice(&[
         "--workers",
         "2",
         "--data-dir",
         data.to_str().expect("utf-8"),
         "--redis",
-        &redis.url(),
-    ])
+        &url,
+    ]);
+    serve(&args)
 }
 
 fn http_of(n: &Running) -> String {
@@ -145,11 +152,27 @@ fn metric(n: &Running, name: &str) -> Option<u64> {
 
 /// Waits up to 5 s for node `n` to hold `count` bindings.
 fn await_bindings(n: &Running, count: u64, why: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(n, "sipsec_bindings") != Some(count) {
+    await_metric(n, "sipsec_bindings", count, Duration::from_secs(5), why);
+}
+
+/// Waits up to `within` for metric `name` of node `n` to read `want`.
+fn await_metric(n: &Running, name: &str, want: u64, within: Duration, why: &str) {
+    let deadline = Instant::now() + within;
+    while metric(n, name) != Some(want) {
         assert!(Instant::now() < deadline, "{why}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Sends an INVITE for `user` from `caller` through the node at `to` and
+/// expects it at `callee`'s contact.
+fn call_reaches(caller: &UdpSocket, to: SocketAddr, callee: &UdpSocket, user: &str, call_id: &str) {
+    let from = caller.local_addr().expect("local");
+    caller
+        .send_to(invite(user, from, call_id).as_bytes(), to)
+        .expect("send");
+    let got = recv(callee).unwrap_or_else(|| panic!("{call_id}: the INVITE never reached {user}"));
+    assert!(got.starts_with(&format!("INVITE sip:{user}@")), "{got}");
 }
 
 fn register(
@@ -266,18 +289,85 @@ fn register_ok(
     cseq: u32,
     expires: u32,
 ) {
+    let msg = udp_register(phone, user, call_id, cseq, expires);
+    phone.send_to(msg.as_bytes(), to).expect("send");
+    let ok = recv(phone).expect("answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+}
+
+/// A REGISTER of `user` at the phone's own address, as a UDP phone sends it.
+fn udp_register(phone: &UdpSocket, user: &str, call_id: &str, cseq: u32, expires: u32) -> String {
     let pl = phone.local_addr().expect("local");
-    let msg = register(
+    register(
         user,
         &format!("SIP/2.0/UDP {pl}"),
         &format!("sip:{user}@{pl}"),
         call_id,
         cseq,
         expires,
-    );
-    phone.send_to(msg.as_bytes(), to).expect("send");
-    let ok = recv(phone).expect("answer");
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    )
+}
+
+/// Sends REGISTERs (CSeq from `cseq` up) until one is answered 200 OK,
+/// as a phone retrying after 503 does; fails after 20 s.
+fn register_until_ok(phone: &UdpSocket, to: SocketAddr, user: &str, call_id: &str, mut cseq: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let msg = udp_register(phone, user, call_id, cseq, 300);
+        phone.send_to(msg.as_bytes(), to).expect("send");
+        let r = recv(phone).unwrap_or_default();
+        if r.starts_with("SIP/2.0 200") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "REGISTER never recovered: {r}");
+        cseq += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `sipsec serve` as a proxy with `[location]` `fields` (TOML lines,
+/// written to NAME.toml in `dir`), its data in `dir`/NAME, plus `extra`
+/// flags.
+fn proxy_command(dir: &Path, name: &str, fields: &str, extra: &[&str]) -> Command {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!("[location]\nbackend = \"redis\"\n{fields}"),
+    )
+    .expect("config");
+    let mut cmd = Command::new(common::BIN);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .args(PROXY)
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .args(extra);
+    cmd
+}
+
+/// `sipsec serve` as a proxy on `--redis url`, its data in `data`, no
+/// HTTP.
+fn redis_proxy_command(data: &Path, url: &str) -> Command {
+    let mut cmd = Command::new(common::BIN);
+    cmd.args([
+        "serve",
+        "--mode",
+        "proxy",
+        "--udp",
+        "127.0.0.1:0",
+        "--no-http",
+    ])
+    .arg("--data-dir")
+    .arg(data)
+    .args(["--redis", url]);
+    cmd
+}
+
+/// A proxy node whose `[location]` is this Redis with `fields` added.
+fn configured_node(dir: &Path, redis: &Redis, fields: &str, extra: &[&str]) -> Running {
+    let fields = format!("url = {:?}\n{fields}", redis.url());
+    common::serve_command(proxy_command(dir, "a", &fields, extra))
 }
 
 /// Answers the INVITE a phone got with 200 OK over its connection.
@@ -436,36 +526,16 @@ fn redis_down_gives_503_keeps_cached_contacts_and_recovers() {
     assert!(refused.contains("Retry-After: 5"), "{refused}");
     // Calls to the cached contact go on.
     let c = caller();
-    let from = c.local_addr().expect("local");
-    c.send_to(invite("dave", from, "during-outage").as_bytes(), a.addr)
-        .expect("send");
-    let got = recv(&callee).expect("the INVITE reaches the cached contact");
-    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    call_reaches(&c, a.addr, &callee, "dave", "during-outage");
     assert_eq!(metric(&a, "sipsec_location_store_up"), Some(0));
     // Redis comes back (from its append-only file): REGISTER succeeds
     // again within a few of the node's retry intervals.
     let redis = redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut cseq = 2;
-    loop {
-        callee
-            .send_to(reg(cseq, "erin").as_bytes(), a.addr)
-            .expect("send");
-        let r = recv(&callee).unwrap_or_default();
-        if r.starts_with("SIP/2.0 200") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "REGISTER never recovered: {r}");
-        cseq += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    register_until_ok(&callee, a.addr, "erin", "reg-erin", 2);
     // Dave's binding, stored before the outage, is still shared: a node
     // started now reaches him.
     let b = node(&dir, "b", &redis);
-    c.send_to(invite("dave", from, "after-outage").as_bytes(), b.addr)
-        .expect("send");
-    let got = recv(&callee).expect("dave is reached through the new node");
-    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    call_reaches(&c, b.addr, &callee, "dave", "after-outage");
 }
 
 /// `max_stale`: while Redis is away, calls are routed from the node's
@@ -475,28 +545,12 @@ fn redis_down_gives_503_keeps_cached_contacts_and_recovers() {
 fn cached_contacts_route_calls_no_longer_than_max_stale() {
     let dir = tempdir("scale-stale");
     let mut redis = Redis::start(&dir.join("redis"));
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[location]\nbackend = \"redis\"\nurl = {:?}\ntimeout = 0.3\nretry_after = 7\nmax_stale = 3\n",
-            redis.url()
-        ),
-    )
-    .expect("config");
-    let data = dir.join("a");
-    let a = serve(&[
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--mode",
-        "proxy",
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().expect("utf-8"),
-    ]);
+    let a = configured_node(
+        &dir,
+        &redis,
+        "timeout = 0.3\nretry_after = 7\nmax_stale = 3\n",
+        &[],
+    );
     let callee = caller();
     register_ok(&callee, a.addr, "dave", "stale-dave", 1, 300);
     let c = caller();
@@ -515,10 +569,7 @@ fn cached_contacts_route_calls_no_longer_than_max_stale() {
     };
     redis.kill();
     let broke = Instant::now();
-    c.send_to(invite("dave", from, "within").as_bytes(), a.addr)
-        .expect("send");
-    let got = recv(&callee).expect("within max_stale the cached contact is called");
-    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    call_reaches(&c, a.addr, &callee, "dave", "within");
     assert!(broke.elapsed() < Duration::from_secs(3), "checked in time");
     std::thread::sleep(Duration::from_millis(4_200).saturating_sub(broke.elapsed()));
     let refused = answer_to("beyond");
@@ -541,19 +592,16 @@ fn cached_contacts_route_calls_no_longer_than_max_stale() {
     );
     // Redis back: once the node has read the location again, calls go on.
     let _redis = redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while metric(&a, "sipsec_location_store_up") != Some(1) {
-        assert!(
-            Instant::now() < deadline,
-            "the node never followed Redis again"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let up = "sipsec_location_store_up";
+    await_metric(
+        &a,
+        up,
+        1,
+        Duration::from_secs(15),
+        "the node never followed Redis again",
+    );
     assert_eq!(metric(&a, "sipsec_location_store_stale_seconds"), Some(0));
-    c.send_to(invite("dave", from, "after").as_bytes(), a.addr)
-        .expect("send");
-    let got = recv(&callee).expect("dave is called again");
-    assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+    call_reaches(&c, a.addr, &callee, "dave", "after");
 }
 
 /// A Redis that stops answering (paused, as under a long fork or a hung
@@ -564,30 +612,7 @@ fn cached_contacts_route_calls_no_longer_than_max_stale() {
 fn a_paused_redis_holds_no_worker() {
     let dir = tempdir("scale-paused");
     let redis = Redis::start(&dir.join("redis"));
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[location]\nbackend = \"redis\"\nurl = {:?}\ntimeout = 2\n",
-            redis.url()
-        ),
-    )
-    .expect("config");
-    let data = dir.join("a");
-    let a = serve(&[
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--mode",
-        "proxy",
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--data-dir",
-        data.to_str().expect("utf-8"),
-    ]);
+    let a = configured_node(&dir, &redis, "timeout = 2\n", &["--workers", "1"]);
     let callee = caller();
     register_ok(&callee, a.addr, "dave", "paused-dave", 1, 300);
     let signal = |sig: &str| {
@@ -599,57 +624,21 @@ fn a_paused_redis_holds_no_worker() {
         assert!(ok, "kill {sig}");
     };
     signal("-STOP");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while metric(&a, "sipsec_location_store_up") != Some(0) {
-        assert!(Instant::now() < deadline, "the node never noticed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let up = "sipsec_location_store_up";
+    await_metric(&a, up, 0, Duration::from_secs(20), "the node never noticed");
     // Each answer within the phones' 500 ms read timeout, a quarter of
     // Redis' 2 s timeout: nothing waits for Redis.
     let erin = caller();
-    let el = erin.local_addr().expect("local");
     let c = caller();
-    let from = c.local_addr().expect("local");
     for i in 0..4 {
-        let msg = register(
-            "erin",
-            &format!("SIP/2.0/UDP {el}"),
-            &format!("sip:erin@{el}"),
-            "paused-erin",
-            i + 1,
-            300,
-        );
+        let msg = udp_register(&erin, "erin", "paused-erin", i + 1, 300);
         erin.send_to(msg.as_bytes(), a.addr).expect("send");
         let r = recv(&erin).expect("REGISTER answered without waiting");
         assert!(r.starts_with("SIP/2.0 503"), "{r}");
-        c.send_to(
-            invite("dave", from, &format!("paused-{i}")).as_bytes(),
-            a.addr,
-        )
-        .expect("send");
-        let got = recv(&callee).expect("the INVITE is routed without waiting");
-        assert!(got.starts_with("INVITE sip:dave@"), "{got}");
+        call_reaches(&c, a.addr, &callee, "dave", &format!("paused-{i}"));
     }
     signal("-CONT");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut cseq = 10;
-    loop {
-        let msg = register(
-            "erin",
-            &format!("SIP/2.0/UDP {el}"),
-            &format!("sip:erin@{el}"),
-            "paused-erin",
-            cseq,
-            300,
-        );
-        erin.send_to(msg.as_bytes(), a.addr).expect("send");
-        if recv(&erin).is_some_and(|r| r.starts_with("SIP/2.0 200")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "REGISTER never recovered");
-        cseq += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    register_until_ok(&erin, a.addr, "erin", "paused-erin", 10);
 }
 
 #[test]
@@ -862,29 +851,8 @@ fn a_node_reaches_redis_over_tls_as_a_user_limited_to_its_keys() {
     // A node with `[location]` `fields` (TOML lines): its output when it
     // does not start, else the node.
     let start = |name: &str, fields: &str| -> Result<Running, String> {
-        let config = dir.join(format!("{name}.toml"));
-        std::fs::write(
-            &config,
-            format!("[location]\nbackend = \"redis\"\ntimeout = 0.3\n{fields}"),
-        )
-        .expect("config");
-        let data = f(name);
-        let args = [
-            "serve",
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--mode",
-            "proxy",
-            "--udp",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--data-dir",
-            &data,
-        ];
-        let mut cmd = Command::new(common::BIN);
-        cmd.args(args);
-        common::try_serve_command(cmd)
+        let fields = format!("timeout = 0.3\n{fields}");
+        common::try_serve_command(proxy_command(&dir, name, &fields, &[]))
     };
     let ca = format!("ca = {:?}\n", f("ca.pem"));
     let cert = format!("cert = {:?}\nkey = {:?}\n", f("node.pem"), f("node.key"));
@@ -976,24 +944,7 @@ fn a_node_reaches_a_local_redis_over_its_unix_socket() {
     );
     let url = |pass: &str| format!("redis+unix://{sock}?db=3&user=sipsec&pass={pass}");
     let data = dir.join("a");
-    let args = |url: &str| -> Vec<String> {
-        [
-            "serve",
-            "--mode",
-            "proxy",
-            "--udp",
-            "127.0.0.1:0",
-            "--no-http",
-            "--data-dir",
-            data.to_str().expect("utf-8"),
-            "--redis",
-            url,
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
-    let mut cmd = Command::new(common::BIN);
-    cmd.args(args(&url("l0cal-s3cret")));
+    let cmd = redis_proxy_command(&data, &url("l0cal-s3cret"));
     let node = common::try_serve_command(cmd).expect("a node on the socket");
     assert!(
         node.banner.contains("redis+unix://") && !node.banner.contains("l0cal-s3cret"),
@@ -1018,9 +969,7 @@ fn a_node_reaches_a_local_redis_over_its_unix_socket() {
         .count();
     assert!(on_socket >= 2, "writer and feed on the socket: {clients}");
     drop(node);
-    let mut cmd = Command::new(common::BIN);
-    cmd.args(args(&url("guess")));
-    let err = match common::try_serve_command(cmd) {
+    let err = match common::try_serve_command(redis_proxy_command(&data, &url("guess"))) {
         Ok(_) => panic!("started with a wrong password"),
         Err(e) => e,
     };
@@ -1065,18 +1014,7 @@ fn the_redis_password_comes_from_the_environment() {
     );
     let url = format!("redis://sipsec@127.0.0.1:{}/0", redis.port);
     let node = |password: Option<&str>| {
-        let mut cmd = Command::new(common::BIN);
-        cmd.args([
-            "serve",
-            "--mode",
-            "proxy",
-            "--udp",
-            "127.0.0.1:0",
-            "--no-http",
-            "--data-dir",
-        ])
-        .arg(dir.join("a"))
-        .args(["--redis", &url]);
+        let mut cmd = redis_proxy_command(&dir.join("a"), &url);
         if let Some(p) = password {
             cmd.env("SIPSEC_REDIS_PASSWORD", p);
         }
