@@ -459,11 +459,7 @@ impl MemoryLocation {
         match r {
             Record::Bind { seq, aor, binding } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                let list = &mut shard.entry(hash, &aor, |k| self.hash(k)).list;
-                match list.iter_mut().find(|b| b.contact == binding.contact) {
-                    Some(b) => *b = binding,
-                    None => list.push(binding),
-                }
+                bind(&mut shard.entry(hash, &aor, |k| self.hash(k)).list, binding);
             }
             Record::Remove { seq, aor, contact } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
@@ -476,6 +472,14 @@ impl MemoryLocation {
                 }
             }
         }
+    }
+}
+
+/// Puts `binding` in an AoR's bindings, replacing the one for its contact.
+fn bind(list: &mut Vec<Binding>, binding: Binding) {
+    match list.iter_mut().find(|b| b.contact == binding.contact) {
+        Some(b) => *b = binding,
+        None => list.push(binding),
     }
 }
 
@@ -663,12 +667,7 @@ impl Location for MemoryLocation {
             // `replace_all`) stays.
             for r in prepared.records {
                 match r {
-                    Record::Bind { binding, .. } => {
-                        match a.list.iter_mut().find(|b| b.contact == binding.contact) {
-                            Some(b) => *b = binding,
-                            None => a.list.push(binding),
-                        }
-                    }
+                    Record::Bind { binding, .. } => bind(&mut a.list, binding),
                     Record::Remove { contact, .. } => a.list.retain(|b| b.contact != contact),
                 }
             }
