@@ -129,6 +129,10 @@ pub struct Plan {
     pub phone_processes: Option<usize>,
     /// The executable that runs `bench phones` in a child process.
     pub phones_exe: PathBuf,
+    /// Times every server is measured, in turn; the servers' order is
+    /// reversed every other round (A B, B A, …) so that a machine that
+    /// slows down or speeds up meanwhile weighs on each alike.
+    pub rounds: usize,
 }
 
 /// One server's figures.
@@ -136,6 +140,8 @@ pub struct Plan {
 pub struct Outcome {
     /// Server.
     pub target: String,
+    /// Which round of the run measured it (from 1).
+    pub round: usize,
     /// TCP or TLS.
     pub transport: String,
     /// Connections asked for.
@@ -428,9 +434,14 @@ const FD_RESERVE: u64 = 512;
 
 /// Runs the plan against every target; `progress` hears each phase.
 pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcome>, Error> {
-    if plan.connections == 0 || plan.sources == 0 || plan.threads == 0 || plan.nodes == 0 {
+    if plan.connections == 0
+        || plan.sources == 0
+        || plan.threads == 0
+        || plan.nodes == 0
+        || plan.rounds == 0
+    {
         return Err(Error::Input(
-            "connections, sources, threads and nodes must be positive".into(),
+            "connections, sources, threads, nodes and rounds must be positive".into(),
         ));
     }
     if plan.phone_processes == Some(0) {
@@ -474,39 +485,58 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
         .unwrap_or_else(|| (plan.connections as u64).div_ceil(per_process) as usize)
         .min(plan.connections);
     let mut outcomes = Vec::new();
-    for target in &plan.targets {
-        let deployment = start(plan, target)?;
-        progress(&format!(
-            "{}: listening on {} {}{}",
-            target.name(),
-            plan.transport.via(),
-            deployment
-                .listens
-                .iter()
-                .map(|l| l.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            deployment
-                .redis
-                .as_ref()
-                .map(|r| format!(" ({} nodes, location in Redis on {})", plan.nodes, r.addr))
-                .unwrap_or_default()
-        ));
-        let phones = if processes > 1 {
-            Phones::Children {
-                plan: Box::new(plan.clone()),
-                servers: deployment.listens.clone(),
-                processes,
-                children: Vec::new(),
-            }
-        } else {
-            Phones::here(plan, &deployment.listens)?
-        };
-        let outcome = one(plan, target, &deployment, phones, &mut progress)?;
-        drop(deployment);
-        outcomes.push(outcome);
+    for round in 1..=plan.rounds {
+        let mut order: Vec<&Target> = plan.targets.iter().collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        if plan.rounds > 1 {
+            progress(&format!("round {round} of {}", plan.rounds));
+        }
+        for target in order {
+            let mut outcome = measure_one(plan, target, processes, &mut progress)?;
+            outcome.round = round;
+            outcomes.push(outcome);
+        }
     }
     Ok(outcomes)
+}
+
+/// Starts `target`, opens, holds and refreshes the phones, and stops it.
+fn measure_one(
+    plan: &Plan,
+    target: &Target,
+    processes: usize,
+    progress: &mut impl FnMut(&str),
+) -> Result<Outcome, Error> {
+    let deployment = start(plan, target)?;
+    progress(&format!(
+        "{}: listening on {} {}{}",
+        target.name(),
+        plan.transport.via(),
+        deployment
+            .listens
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        deployment
+            .redis
+            .as_ref()
+            .map(|r| format!(" ({} nodes, location in Redis on {})", plan.nodes, r.addr))
+            .unwrap_or_default()
+    ));
+    let phones = if processes > 1 {
+        Phones::Children {
+            plan: Box::new(plan.clone()),
+            servers: deployment.listens.clone(),
+            processes,
+            children: Vec::new(),
+        }
+    } else {
+        Phones::here(plan, &deployment.listens)?
+    };
+    one(plan, target, &deployment, phones, progress)
 }
 
 fn one(
@@ -1506,10 +1536,46 @@ impl Phone {
     }
 }
 
-/// The side-by-side table (markdown).
+/// The servers measured, in the order given (the first round's).
+fn names(outcomes: &[Outcome]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !names.contains(&o.target.as_str()) {
+            names.push(&o.target);
+        }
+    }
+    names
+}
+
+/// `values` as one figure: the value itself, or over several rounds
+/// their median and range.
+fn cell(values: &[f64], digits: usize) -> String {
+    let values: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+    let (lo, hi) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(*v), hi.max(*v))
+        });
+    match values.len() {
+        0 => "-".into(),
+        1 => format!("{:.digits$}", values[0]),
+        _ => format!(
+            "{:.digits$} ({lo:.digits$}–{hi:.digits$})",
+            crate::stats::median(&values)
+        ),
+    }
+}
+
+/// The side-by-side table (markdown). Over several rounds a figure is
+/// the median of the rounds with their range in brackets, a ratio the
+/// median of the rounds' own ratios (each round's servers ran back to
+/// back), and failures the total.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut s = String::new();
-    let names: Vec<&str> = outcomes.iter().map(|o| o.target.as_str()).collect();
+    let names = names(outcomes);
+    // Outcomes made by hand (round 0) count as one round.
+    let round = |o: &Outcome| o.round.max(1);
+    let rounds = outcomes.iter().map(round).max().unwrap_or(1);
     let _ = write!(s, "| measure |");
     for n in &names {
         let _ = write!(s, " {n} |");
@@ -1560,29 +1626,31 @@ pub fn table(outcomes: &[Outcome]) -> String {
             1,
         ),
     ];
+    let of =
+        |name: &str| -> Vec<&Outcome> { outcomes.iter().filter(|o| o.target == name).collect() };
     for (label, f, digits) in rows {
         // Rows no server has (Redis' share in a one-node run) are left out.
         if outcomes.iter().all(|o| f(o).is_nan()) {
             continue;
         }
         let _ = write!(s, "| {label} |");
-        for o in outcomes {
-            let v = f(o);
-            if v.is_nan() {
-                s.push_str(" - |");
+        for n in &names {
+            let values: Vec<f64> = of(n).into_iter().map(f).collect();
+            if label == "failures" {
+                let _ = write!(s, " {:.0} |", values.iter().sum::<f64>());
             } else {
-                let _ = write!(s, " {v:.digits$} |");
+                let _ = write!(s, " {} |", cell(&values, digits));
             }
         }
-        if let Some(first) = outcomes.first() {
-            for o in outcomes.iter().skip(1) {
-                let (a, b) = (f(first), f(o));
-                if a.is_nan() || b.is_nan() || b == 0.0 {
-                    s.push_str(" - |");
-                } else {
-                    let _ = write!(s, " {:.2} |", a / b);
-                }
-            }
+        for n in names.iter().skip(1) {
+            let ratios: Vec<f64> = (1..=rounds)
+                .filter_map(|r| {
+                    let a = of(names[0]).into_iter().find(|o| round(o) == r).map(f)?;
+                    let b = of(n).into_iter().find(|o| round(o) == r).map(f)?;
+                    (b != 0.0).then(|| a / b)
+                })
+                .collect();
+            let _ = write!(s, " {} |", cell(&ratios, 2));
         }
         s.push('\n');
     }
@@ -1610,10 +1678,18 @@ pub fn html(plan: &Plan, outcomes: &[Outcome]) -> String {
                 .collect()
         })
         .collect();
+    // Over several rounds, each server's bar is the median.
     let bar = |title: &str, unit: &str, f: &dyn Fn(&Outcome) -> Option<f64>| {
-        let series: Vec<(&str, Vec<f64>)> = outcomes
-            .iter()
-            .map(|o| (o.target.as_str(), vec![f(o).unwrap_or(f64::NAN)]))
+        let series: Vec<(&str, Vec<f64>)> = names(outcomes)
+            .into_iter()
+            .map(|n| {
+                let values: Vec<f64> = outcomes
+                    .iter()
+                    .filter(|o| o.target == n)
+                    .filter_map(f)
+                    .collect();
+                (n, vec![crate::stats::median(&values)])
+            })
             .collect();
         plot::bars(
             title,
@@ -1648,11 +1724,89 @@ pub fn html(plan: &Plan, outcomes: &[Outcome]) -> String {
     ];
     plot::page(
         &format!(
-            "sipsec bench connections: {} {} connections from {} source addresses",
+            "sipsec bench connections: {} {} connections from {} source addresses{}",
             plan.connections,
             plan.transport.via(),
-            plan.sources
+            plan.sources,
+            if plan.rounds > 1 {
+                format!(", {} rounds (medians)", plan.rounds)
+            } else {
+                String::new()
+            }
         ),
         &sections,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(target: &str, round: usize, refresh_us: f64, failed: u64) -> Outcome {
+        let mut o = Outcome {
+            target: target.into(),
+            round,
+            registered: 100,
+            server_cpu_us_per_refresh: Some(refresh_us),
+            ..Outcome::default()
+        };
+        if failed > 0 {
+            o.refresh_failures.insert("timeout".into(), failed);
+        }
+        o
+    }
+
+    fn row<'a>(table: &'a str, label: &str) -> Vec<&'a str> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label} |")))
+            .unwrap_or_else(|| panic!("no row {label} in\n{table}"));
+        line.trim_matches('|').split('|').map(str::trim).collect()
+    }
+
+    #[test]
+    fn one_round_gives_plain_figures() {
+        let t = table(&[
+            outcome("sipsec", 1, 30.0, 0),
+            outcome("kamailio", 1, 90.0, 2),
+        ]);
+        assert_eq!(
+            row(&t, "server CPU µs per refresh"),
+            ["server CPU µs per refresh", "30.0", "90.0", "0.33"]
+        );
+        assert_eq!(row(&t, "failures"), ["failures", "0", "2", "0.00"]);
+    }
+
+    #[test]
+    fn rounds_give_medians_ranges_and_the_median_of_each_rounds_ratio() {
+        // Round 2 ran in reverse order on a slow moment: both servers
+        // slower, the ratio of that round like the others'.
+        let outcomes = [
+            outcome("sipsec", 1, 30.0, 0),
+            outcome("kamailio", 1, 90.0, 1),
+            outcome("kamailio", 2, 150.0, 0),
+            outcome("sipsec", 2, 60.0, 0),
+            outcome("sipsec", 3, 36.0, 0),
+            outcome("kamailio", 3, 100.0, 2),
+        ];
+        let t = table(&outcomes);
+        assert!(t.starts_with("| measure | sipsec | kamailio | sipsec/kamailio |"));
+        assert_eq!(
+            row(&t, "server CPU µs per refresh"),
+            [
+                "server CPU µs per refresh",
+                "36.0 (30.0–60.0)",
+                "100.0 (90.0–150.0)",
+                // 0.33, 0.40, 0.36: not 36/100 from the medians alone.
+                "0.36 (0.33–0.40)"
+            ]
+        );
+        assert_eq!(row(&t, "failures")[1..3], ["0", "3"]);
+    }
+
+    #[test]
+    fn an_even_count_of_rounds_takes_the_mean_of_the_middle_two() {
+        assert_eq!(cell(&[1.0, 4.0, 2.0, 3.0], 1), "2.5 (1.0–4.0)");
+        assert_eq!(cell(&[f64::NAN], 1), "-");
+    }
 }

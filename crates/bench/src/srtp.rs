@@ -11,6 +11,7 @@
 //! loop.
 
 use crate::error::Error;
+use crate::stats::median;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,13 +44,6 @@ pub struct Timing {
     pub protect_ns: Vec<f64>,
     /// Unprotect, per round.
     pub unprotect_ns: Vec<f64>,
-}
-
-/// The median of `v`.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 impl Timing {

@@ -16,6 +16,18 @@ pub const DEFAULT_WEIGHTS: [f64; 5] = [0.55, 0.445, 0.004, 0.0007, 0.0003];
 /// code can swap places.
 pub const MIN_TO_RANK: usize = 5;
 
+/// The median of `v` (the mean of the middle two for an even count);
+/// NaN for none.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
 /// A 95 % confidence interval as `± 1.23`, or `n=1` (`n=0`) where fewer
 /// than two samples leave no interval to state.
 pub fn plus_minus(ci: Option<f64>, n: usize, decimals: usize) -> String {

@@ -72,17 +72,18 @@ fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
 
 #[test]
 fn tcp_phones_side_by_side_with_kamailio() {
-    side_by_side_with_kamailio("tcp");
+    side_by_side_with_kamailio("tcp", 1);
 }
 
 /// Browser-style phones: an HTTP upgrade, then REGISTERs in WebSocket
 /// frames; Kamailio with kamailio-websocket-modules.
 #[test]
 fn websocket_phones_side_by_side_with_kamailio() {
-    side_by_side_with_kamailio("ws");
+    // Two rounds, the second in reverse order: medians and ranges.
+    side_by_side_with_kamailio("ws", 2);
 }
 
-fn side_by_side_with_kamailio(transport: &str) {
+fn side_by_side_with_kamailio(transport: &str, rounds: usize) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = tempdir(&format!("bench-connections-kamailio-{transport}"));
     let json = dir.join("c.json");
@@ -91,6 +92,7 @@ fn side_by_side_with_kamailio(transport: &str) {
         .args(["bench", "connections", "--server", "sipsec,kamailio"])
         .args(["--transport", transport, "--connections", "400"])
         .args(["--refresh-rate", "1000", "--hold", "0.5"])
+        .args(["--rounds", &rounds.to_string()])
         .arg("--json")
         .arg(&json)
         .output()
@@ -106,17 +108,39 @@ fn side_by_side_with_kamailio(transport: &str) {
         "no Redis rows without Redis: {text}"
     );
     let all = outcomes(&json);
-    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all.len(), 2 * rounds, "{all:?}");
     for o in &all {
         assert_eq!(o["registered"], 400, "{o}");
         assert_eq!(o["refreshed"], 400, "{o}");
         assert_eq!(o["transport"], transport, "{o}");
     }
-    assert_eq!(all[1]["target"], "kamailio");
+    let order: Vec<(&str, u64)> = all
+        .iter()
+        .map(|o| {
+            (
+                o["target"].as_str().unwrap_or("?"),
+                o["round"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let expected = [
+        ("sipsec", 1),
+        ("kamailio", 1),
+        ("kamailio", 2),
+        ("sipsec", 2),
+    ];
+    assert_eq!(order, expected[..2 * rounds], "every other round reversed");
+    let kamailio = all.iter().find(|o| o["target"] == "kamailio").expect("ran");
     assert!(
-        all[1]["processes"].as_u64() > Some(1),
+        kamailio["processes"].as_u64() > Some(1),
         "Kamailio's children are measured"
     );
+    let refresh = text
+        .lines()
+        .find(|l| l.starts_with("| server CPU µs per refresh |"))
+        .unwrap_or_else(|| panic!("{text}"));
+    // Over rounds each figure is a median with its range in brackets.
+    assert_eq!(refresh.contains(" ("), rounds > 1, "{refresh}");
 }
 
 /// Past one process's descriptor limit the phones run in several

@@ -85,6 +85,12 @@ pub struct ConnectionsArgs {
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
+    /// Measure every server this many times, in turn (the order reversed
+    /// every other round); the table gives each figure's median and range
+    /// and each ratio as the median of the rounds' ratios, so that one
+    /// noisy moment on a shared machine does not make the comparison.
+    #[arg(long, default_value_t = 1)]
+    pub(super) rounds: usize,
     #[command(flatten)]
     pub(super) out: TableOutputs,
 }
@@ -102,9 +108,10 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         || a.sources == Some(0)
         || a.nodes == 0
         || a.phone_processes == Some(0)
+        || a.rounds == 0
     {
         return Err(
-            "--connections, --in-flight, --threads, --sources, --nodes and --phone-processes must be positive"
+            "--connections, --in-flight, --threads, --sources, --nodes, --phone-processes and --rounds must be positive"
                 .into(),
         );
     }
@@ -142,6 +149,7 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         phone_processes: a.phone_processes,
         phones_exe: std::env::current_exe()
             .map_err(|e| format!("cannot find this executable: {e}"))?,
+        rounds: a.rounds,
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the phones to CPU 1: {e}"))?;
