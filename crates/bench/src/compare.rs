@@ -8,6 +8,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -75,6 +76,9 @@ pub struct Plan {
     pub transport: Transport,
     /// The certificate both servers present over TLS and WSS.
     pub certificate: Option<Certificate>,
+    /// Times every server runs every scenario, in turn; the servers'
+    /// order is reversed every other round (A B, B A, …).
+    pub rounds: usize,
 }
 
 /// A server certificate and the CA that issued it.
@@ -141,6 +145,8 @@ pub(crate) fn listener_args(
 pub struct Cell {
     /// Server.
     pub target: String,
+    /// Which round of the comparison ran it (from 1).
+    pub round: usize,
     /// Scenario.
     pub scenario: String,
     /// With digest auth.
@@ -386,65 +392,100 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
         }
         _ => None,
     };
+    if plan.rounds == 0 {
+        return Err(Error::Input("rounds must be positive".into()));
+    }
     let mut cells = Vec::new();
-    for target in &plan.targets {
-        for &auth in &plan.auth {
-            for mode in ["registrar", "proxy", "redirect"] {
-                let names: Vec<&String> = plan
-                    .scenarios
-                    .iter()
-                    .filter(|s| mode_of(s) == mode)
-                    .collect();
-                if names.is_empty() {
-                    continue;
-                }
-                let (server, listen) = start(plan, target, mode, auth)?;
-                // Fixed local ports: update and logout touch register's bindings.
-                let local_port = free_port().map_err(Error::io("finding a free port"))?;
-                for name in names {
-                    let opts = Options {
-                        run: Run {
-                            target: listen,
-                            also: Vec::new(),
-                            scenario: scenario::built_in(name, auth)?,
-                            shape: Shape::Rate(plan.rate),
-                            calls: plan.calls,
-                            duration: Duration::from_secs_f64(plan.calls as f64 / plan.rate + 1.0),
-                            drain: Duration::from_secs(35),
-                            threads: plan.threads,
-                            local_port,
-                            users: plan.users.clone(),
-                            transport: plan.transport,
-                            tls: tls.clone(),
-                            connection_per_call: false,
-                            flows: plan.flows,
-                            busy_poll: plan.pin,
-                            ids: None,
-                        },
-                        callee: callee.clone(),
-                        callee_registrar: (listen != server.addr).then_some(server.addr),
-                        callee_domain: None,
-                        server_pids: server.pids.clone(),
-                        weights: plan.weights,
-                    };
-                    let report = crate::measure(&opts, &Live::default(), &AtomicBool::new(false))?;
-                    let cell = Cell {
-                        target: target.name().to_owned(),
-                        scenario: name.clone(),
-                        auth,
-                        report,
-                    };
-                    progress(&cell);
-                    cells.push(cell);
-                }
-            }
+    for round in 1..=plan.rounds {
+        let mut order: Vec<&Target> = plan.targets.iter().collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for target in order {
+            run_target(
+                plan,
+                target,
+                round,
+                &callee,
+                &tls,
+                &mut cells,
+                &mut progress,
+            )?;
         }
     }
     Ok(cells)
 }
 
+/// Every scenario of `plan` on `target`, without and with auth as asked.
+fn run_target(
+    plan: &Plan,
+    target: &Target,
+    round: usize,
+    callee: &User,
+    tls: &Option<Arc<rustls::ClientConfig>>,
+    cells: &mut Vec<Cell>,
+    progress: &mut impl FnMut(&Cell),
+) -> Result<(), Error> {
+    for &auth in &plan.auth {
+        for mode in ["registrar", "proxy", "redirect"] {
+            let names: Vec<&String> = plan
+                .scenarios
+                .iter()
+                .filter(|s| mode_of(s) == mode)
+                .collect();
+            if names.is_empty() {
+                continue;
+            }
+            let (server, listen) = start(plan, target, mode, auth)?;
+            // Fixed local ports: update and logout touch register's bindings.
+            let local_port = free_port().map_err(Error::io("finding a free port"))?;
+            for name in names {
+                let opts = Options {
+                    run: Run {
+                        target: listen,
+                        also: Vec::new(),
+                        scenario: scenario::built_in(name, auth)?,
+                        shape: Shape::Rate(plan.rate),
+                        calls: plan.calls,
+                        duration: Duration::from_secs_f64(plan.calls as f64 / plan.rate + 1.0),
+                        drain: Duration::from_secs(35),
+                        threads: plan.threads,
+                        local_port,
+                        users: plan.users.clone(),
+                        transport: plan.transport,
+                        tls: tls.clone(),
+                        connection_per_call: false,
+                        flows: plan.flows,
+                        busy_poll: plan.pin,
+                        ids: None,
+                    },
+                    callee: callee.clone(),
+                    callee_registrar: (listen != server.addr).then_some(server.addr),
+                    callee_domain: None,
+                    server_pids: server.pids.clone(),
+                    weights: plan.weights,
+                };
+                let report = crate::measure(&opts, &Live::default(), &AtomicBool::new(false))?;
+                let cell = Cell {
+                    target: target.name().to_owned(),
+                    round,
+                    scenario: name.clone(),
+                    auth,
+                    report,
+                };
+                progress(&cell);
+                cells.push(cell);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The ratio table: per scenario and auth, calls/s and CPU µs per call of
 /// each target, and the first target's CPU relative to each other one.
+/// Over several rounds a figure is the median of the rounds with their
+/// range in brackets, a ratio the median of the rounds' own ratios, and
+/// failures the total.
 pub fn table(cells: &[Cell], targets: &[Target]) -> String {
     let mut s = String::new();
     let names: Vec<&str> = targets.iter().map(Target::name).collect();
@@ -466,38 +507,44 @@ pub fn table(cells: &[Cell], targets: &[Target]) -> String {
     rows.dedup();
     rows.sort_by_key(|(sc, a)| (scenario::BUILT_IN.iter().position(|b| b == sc), *a));
     rows.dedup();
+    // Cells made by hand (round 0) count as one round.
+    let round = |c: &Cell| c.round.max(1);
+    let rounds = cells.iter().map(round).max().unwrap_or(1);
     for (sc, auth) in rows {
-        let find = |t: &str| {
+        let of = |t: &str| -> Vec<&Cell> {
             cells
                 .iter()
-                .find(|c| c.target == t && c.scenario == sc && c.auth == auth)
+                .filter(|c| c.target == t && c.scenario == sc && c.auth == auth)
+                .collect()
         };
+        let cpu = |c: &Cell| c.report.server_cpu_us_per_call.unwrap_or(f64::NAN);
         let _ = write!(s, "| {sc} | {} |", if auth { "digest" } else { "none" });
         for n in &names {
-            match find(n) {
-                Some(c) => {
-                    let cpu = c
-                        .report
-                        .server_cpu_us_per_call
-                        .map_or("-".to_owned(), |v| format!("{v:.1}"));
-                    let _ = write!(
-                        s,
-                        " {:.0} | {cpu} | {} |",
-                        c.report.achieved_cps, c.report.failed
-                    );
-                }
-                None => s.push_str(" - | - | - |"),
+            let mine = of(n);
+            if mine.is_empty() {
+                s.push_str(" - | - | - |");
+                continue;
             }
+            let cps: Vec<f64> = mine.iter().map(|c| c.report.achieved_cps).collect();
+            let us: Vec<f64> = mine.iter().map(|c| cpu(c)).collect();
+            let failed: u64 = mine.iter().map(|c| c.report.failed).sum();
+            let _ = write!(
+                s,
+                " {} | {} | {failed} |",
+                crate::stats::median_range(&cps, 0),
+                crate::stats::median_range(&us, 1)
+            );
         }
-        let first = find(names[0]).and_then(|c| c.report.server_cpu_us_per_call);
         for n in names.iter().skip(1) {
-            let other = find(n).and_then(|c| c.report.server_cpu_us_per_call);
-            match (first, other) {
-                (Some(a), Some(b)) if b > 0.0 => {
-                    let _ = write!(s, " {:.2} |", a / b);
-                }
-                _ => s.push_str(" - |"),
-            }
+            // Each round's own ratio: its servers ran back to back.
+            let ratios: Vec<f64> = (1..=rounds)
+                .filter_map(|r| {
+                    let a = of(names[0]).into_iter().find(|c| round(c) == r).map(cpu)?;
+                    let b = of(n).into_iter().find(|c| round(c) == r).map(cpu)?;
+                    (b > 0.0).then(|| a / b)
+                })
+                .collect();
+            let _ = write!(s, " {} |", crate::stats::median_range(&ratios, 2));
         }
         s.push('\n');
     }
@@ -518,12 +565,14 @@ pub fn html(cells: &[Cell], targets: &[Target]) -> String {
         if scenarios.is_empty() {
             continue;
         }
+        // Over several rounds, the median.
         let value = |t: &str, sc: &str, f: &dyn Fn(&Report) -> Option<f64>| {
-            cells
+            let values: Vec<f64> = cells
                 .iter()
-                .find(|c| c.target == t && c.scenario == sc && c.auth == auth)
-                .and_then(|c| f(&c.report))
-                .unwrap_or(f64::NAN)
+                .filter(|c| c.target == t && c.scenario == sc && c.auth == auth)
+                .filter_map(|c| f(&c.report))
+                .collect();
+            crate::stats::median(&values)
         };
         let series = |f: &dyn Fn(&Report) -> Option<f64>| -> Vec<(&str, Vec<f64>)> {
             names

@@ -28,6 +28,21 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// `values` (NaNs left out) as one figure: the value itself, or the
+/// median of several with their range in brackets, `2.5 (1.0–4.0)`,
+/// unless they agree at `digits`; `-` for none.
+pub fn median_range(values: &[f64], digits: usize) -> String {
+    let values: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mid = median(&values);
+    match values.len() {
+        0 => "-".into(),
+        _ if format!("{lo:.digits$}") == format!("{hi:.digits$}") => format!("{mid:.digits$}"),
+        _ => format!("{mid:.digits$} ({lo:.digits$}–{hi:.digits$})"),
+    }
+}
+
 /// A 95 % confidence interval as `± 1.23`, or `n=1` (`n=0`) where fewer
 /// than two samples leave no interval to state.
 pub fn plus_minus(ci: Option<f64>, n: usize, decimals: usize) -> String {
@@ -226,6 +241,18 @@ pub fn capacity(steps: &[Step], tolerance: f64, max_p99_us: u64) -> Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_and_range_of_rounds() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[1.0, 4.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(median_range(&[1.0, 4.0, 2.0, 3.0], 1), "2.5 (1.0–4.0)");
+        assert_eq!(median_range(&[7.0], 1), "7.0");
+        assert_eq!(median_range(&[100.0, 100.04], 1), "100.0");
+        assert_eq!(median_range(&[f64::NAN, 5.0, 7.0], 0), "6 (5–7)");
+        assert_eq!(median_range(&[f64::NAN], 1), "-");
+    }
 
     #[test]
     fn no_interval_from_one_sample() {

@@ -357,7 +357,8 @@ fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
 /// `bench compare --transport wss`: both servers take the generator's
 /// phones over secure WebSocket on one certificate (Kamailio with
 /// kamailio-tls-modules and kamailio-websocket-modules), calls go to a UDP
-/// callee, and the table is side by side.
+/// callee, and the table is side by side; over two rounds, the second in
+/// reverse order.
 #[test]
 fn compare_over_secure_websocket_against_kamailio() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -367,13 +368,20 @@ fn compare_over_secure_websocket_against_kamailio() {
         .current_dir(&root)
         .args(["bench", "compare", "--transport", "wss"])
         .args(["--scenarios", "register,invite", "--auth-modes", "digest"])
-        .args(["--rate", "300", "--calls", "300", "--json"])
+        .args(["--rate", "300", "--calls", "300", "--rounds", "2", "--json"])
         .arg(&json)
         .arg("--html")
         .arg(&html)
         .output()
         .expect("sipsec bench compare runs");
     assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("CPU sipsec/kamailio"), "{table}");
+    assert_eq!(
+        table.lines().count(),
+        2 + 2,
+        "one row per scenario: {table}"
+    );
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(
         page.contains("compare over WSS"),
@@ -382,7 +390,23 @@ fn compare_over_secure_websocket_against_kamailio() {
     common::assert_plots_readable(&page);
     let cells = report(&json);
     let cells = cells.as_array().expect("cells");
-    assert_eq!(cells.len(), 2 * 2, "targets × scenarios");
+    assert_eq!(cells.len(), 2 * 2 * 2, "rounds × targets × scenarios");
+    let order: Vec<(u64, &str)> = cells
+        .iter()
+        .map(|c| {
+            (
+                c["round"].as_u64().unwrap_or(0),
+                c["target"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    let (a, b) = ((1, "sipsec"), (1, "kamailio"));
+    let (c, d) = ((2, "kamailio"), (2, "sipsec"));
+    assert_eq!(
+        order,
+        [a, a, b, b, c, c, d, d],
+        "every other round reversed"
+    );
     for c in cells {
         let r = &c["report"];
         assert_eq!(r["transport"], "WSS", "{c}");

@@ -50,6 +50,12 @@ pub struct CompareArgs {
     /// the server's CPU is not charged for waking it.
     #[arg(long)]
     pub(super) pin: bool,
+    /// Run every server this many times, in turn (the order reversed every
+    /// other round); the table gives each figure's median and range and
+    /// each ratio as the median of the rounds' ratios, so that one noisy
+    /// moment on a shared machine does not make the comparison.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(super) rounds: u32,
     /// Server workers / Kamailio children [default: 1 pinned, else 2].
     #[arg(long)]
     pub(super) workers: Option<usize>,
@@ -166,13 +172,19 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         weights: stats::parse_weights(&a.weights)?,
         transport,
         certificate,
+        rounds: a.rounds as usize,
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the generator to CPU 1: {e}"))?;
     }
     let cells = compare::compare(&plan, |c| {
         eprintln!(
-            "{:9} {:17} {:6}  {:8.1} calls/s  {:>8} µs/call  {} failed",
+            "{}{:9} {:17} {:6}  {:8.1} calls/s  {:>8} µs/call  {} failed",
+            if a.rounds > 1 {
+                format!("round {}  ", c.round)
+            } else {
+                String::new()
+            },
             c.target,
             c.scenario,
             if c.auth { "digest" } else { "none" },
