@@ -397,11 +397,7 @@ pub fn compare(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>
     }
     let mut cells = Vec::new();
     for round in 1..=plan.rounds {
-        let mut order: Vec<&Target> = plan.targets.iter().collect();
-        if round % 2 == 0 {
-            order.reverse();
-        }
-        for target in order {
+        for target in crate::stats::round_order(&plan.targets, round) {
             run_target(
                 plan,
                 target,

@@ -486,14 +486,10 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
         .min(plan.connections);
     let mut outcomes = Vec::new();
     for round in 1..=plan.rounds {
-        let mut order: Vec<&Target> = plan.targets.iter().collect();
-        if round % 2 == 0 {
-            order.reverse();
-        }
         if plan.rounds > 1 {
             progress(&format!("round {round} of {}", plan.rounds));
         }
-        for target in order {
+        for target in crate::stats::round_order(&plan.targets, round) {
             let mut outcome = measure_one(plan, target, processes, &mut progress)?;
             outcome.round = round;
             outcomes.push(outcome);

@@ -28,6 +28,18 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// `items` in the order round `round` (from 1) runs them: as given in
+/// odd rounds, reversed in even ones (A B, B A, A B, …), so that a
+/// machine that slows down or speeds up during a comparison weighs on
+/// each alike.
+pub fn round_order<T>(items: &[T], round: usize) -> Vec<&T> {
+    let mut order: Vec<&T> = items.iter().collect();
+    if round.is_multiple_of(2) {
+        order.reverse();
+    }
+    order
+}
+
 /// `values` (NaNs left out) as one figure: the value itself, or the
 /// median of several with their range in brackets, `2.5 (1.0–4.0)`,
 /// unless they agree at `digits`; `-` for none.
@@ -252,6 +264,8 @@ mod tests {
         assert_eq!(median_range(&[100.0, 100.04], 1), "100.0");
         assert_eq!(median_range(&[f64::NAN, 5.0, 7.0], 0), "6 (5–7)");
         assert_eq!(median_range(&[f64::NAN], 1), "-");
+        assert_eq!(round_order(&["a", "b", "c"], 1), [&"a", &"b", &"c"]);
+        assert_eq!(round_order(&["a", "b", "c"], 2), [&"c", &"b", &"a"]);
     }
 
     #[test]
