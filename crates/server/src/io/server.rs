@@ -210,17 +210,17 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     .into();
     // The link to a shared location: followed by the sync thread, looked
     // at by every thread that writes to it.
-    let redis_state = config
+    let redis = config
         .redis
-        .as_ref()
-        .map(|_| Arc::new(crate::io::redis::RedisState::default()));
+        .clone()
+        .map(|r| (r, Arc::new(crate::io::redis::RedisState::default())));
     let backing = |i: usize| -> Result<Backing, StartError> {
-        Ok(match (&persistence, &config.redis, &redis_state) {
-            (Some(p), _, _) => Backing::Journal(p.journal(i).map_err(store)?),
-            (None, Some(r), Some(state)) => {
+        Ok(match (&persistence, &redis) {
+            (Some(p), _) => Backing::Journal(p.journal(i).map_err(store)?),
+            (None, Some((r, state))) => {
                 Backing::Redis(r.clone(), node.clone(), config.max_expires, state.clone())
             }
-            _ => Backing::Memory,
+            (None, None) => Backing::Memory,
         })
     };
     let backings = (0..workers).map(&backing).collect::<Result<Vec<_>, _>>()?;
@@ -268,8 +268,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         armed: true,
     };
     let mut redis_sync = None;
-    let redis_state = match (&shared.config.redis, redis_state) {
-        (Some(r), Some(state)) => {
+    let redis_state = match redis {
+        Some((r, state)) => {
             let (thread, waker) = crate::io::redis::spawn_sync(
                 r.clone(),
                 node.clone(),
@@ -289,7 +289,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             }
             Some(state)
         }
-        _ => None,
+        None => None,
     };
     let recovered = match &shared.config.redis {
         Some(_) => Recovered {
