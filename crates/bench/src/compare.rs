@@ -163,8 +163,20 @@ fn mode_of(scenario: &str) -> &'static str {
     }
 }
 
+/// A loopback port free for both UDP and TCP at this moment (servers
+/// listen on both, and a port free for one may be another program's for
+/// the other).
 pub(crate) fn free_port() -> std::io::Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+    let mut last = None;
+    for _ in 0..64 {
+        let udp = UdpSocket::bind("127.0.0.1:0")?;
+        let port = udp.local_addr()?.port();
+        match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free port")))
 }
 
 /// Waits until something answers an OPTIONS on `addr`.

@@ -345,7 +345,48 @@ fn start_redis(plan: &Plan) -> Result<Server, Error> {
 }
 
 /// Starts `target`'s `i`-th node (its location in `redis`, if any).
+/// Tries to start a server on ports found free a moment before.
+const START_TRIES: usize = 3;
+
+/// Starts `target`'s `i`-th node. The ports are found free just before,
+/// and another program (a test or a phone running beside) may take one
+/// meanwhile: a server that exits at start because its port is in use is
+/// started again on fresh ports; any other failure says what the server
+/// logged.
 fn start_node(
+    plan: &Plan,
+    target: &Target,
+    i: usize,
+    redis: Option<&str>,
+) -> Result<(Server, SocketAddr), Error> {
+    let log = plan.workdir.join(log_name(plan, target, i));
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match start_node_once(plan, target, i, redis) {
+            Ok(started) => return Ok(started),
+            Err(e) => {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("in use") && tries < START_TRIES {
+                    continue;
+                }
+                if text.trim().is_empty() {
+                    return Err(e);
+                }
+                let why = match e {
+                    Error::Peer { detail, .. } => detail,
+                    other => other.to_string(),
+                };
+                return Err(Error::peer(
+                    target.name(),
+                    format!("{why}; its log ends:\n{}", tail(&text, 8)),
+                ));
+            }
+        }
+    }
+}
+
+fn start_node_once(
     plan: &Plan,
     target: &Target,
     i: usize,
@@ -945,14 +986,19 @@ fn alive(plan: &Plan, target: &Target, deployment: &Deployment) -> Result<(), Er
         }
         let log = std::fs::read_to_string(plan.workdir.join(log_name(plan, target, i)))
             .unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(8).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(Error::peer(
             target.name(),
-            format!("exited during the run; its log ends:\n{}", tail.join("\n")),
+            format!("exited during the run; its log ends:\n{}", tail(&log, 8)),
         ));
     }
     Ok(())
+}
+
+/// The last `n` lines of a server's log (its workdir goes with the run,
+/// so the message carries them).
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Runs `phase` on every share, each on its own thread, and adds up

@@ -77,6 +77,28 @@ fn tcp_phones_side_by_side_with_kamailio() {
 
 /// Browser-style phones: an HTTP upgrade, then REGISTERs in WebSocket
 /// frames; Kamailio with kamailio-websocket-modules.
+/// A server that cannot start says why in its own words: the run's
+/// scratch directory (and the server's log in it) goes with the run, so
+/// the error carries the log's last lines.
+#[test]
+fn a_server_that_fails_to_start_shows_its_log() {
+    let dir = tempdir("bench-connections-bad-cfg");
+    let cfg = dir.join("bad.cfg");
+    std::fs::write(&cfg, "this is not a kamailio configuration ;;;\n").expect("cfg");
+    let out = Command::new(BIN)
+        .args(["bench", "connections", "--servers", "kamailio"])
+        .args(["--transport", "tcp", "--connections", "10"])
+        .arg("--kamailio-cfg")
+        .arg(&cfg)
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("exited at start"), "{text}");
+    assert!(text.contains("its log ends:"), "{text}");
+    assert!(text.contains("parse error in config file"), "{text}");
+}
+
 #[test]
 fn websocket_phones_side_by_side_with_kamailio() {
     // Two rounds, the second in reverse order: medians and ranges.
