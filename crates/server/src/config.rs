@@ -32,6 +32,10 @@ pub enum Overflow {
 /// with Retry-After.
 pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
 
+/// Bindings the registrar holds at most by default: about 250 MB of
+/// memory at the largest contacts allowed.
+pub const DEFAULT_MAX_BINDINGS: usize = 200_000;
+
 /// Which AES pseudonyms the proxy accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AesMode {
@@ -193,9 +197,28 @@ pub struct Config {
     pub max_contacts: usize,
     /// What a REGISTER past `max_contacts` gets.
     pub max_contacts_policy: Overflow,
+    /// Most bindings the registrar holds in all; past it a REGISTER that
+    /// would add one gets 503 with a Warning.
+    pub max_bindings: usize,
+    /// Longest contact URI a binding may store, bytes (403 above).
+    pub max_contact_len: usize,
+    /// Journal bytes per second the registrar may write, on average
+    /// (bursts of `journal_burst`); past it changes get 503 Retry-After.
+    pub journal_rate: u64,
+    /// Journal bytes the registrar may write at once above the rate.
+    pub journal_burst: u64,
+    /// Serve without authentication on an address beyond loopback: an
+    /// open registrar (anyone binds any AoR) and proxy. Off, `serve`
+    /// refuses to start that way.
+    pub insecure_no_auth: bool,
     /// Most nonces whose counts the replay tracker holds at once; past it,
     /// a nonce it does not hold is challenged again with `stale=true`.
     pub max_tracked_nonces: usize,
+    /// Most tracked nonces one username may hold; past it that user's
+    /// new nonces are challenged again with `stale=true`.
+    pub max_nonces_per_user: usize,
+    /// Most tracked nonces one source address may hold.
+    pub max_nonces_per_source: usize,
     /// Shortest registration accepted (423 below it, RFC 3261 §10.3 step 7).
     pub min_expires: u32,
     /// Path (RFC 3327) handling.
@@ -442,6 +465,18 @@ pub struct ConnectionLimits {
     /// the kernel's accept queue, so a connect storm (every handshake a
     /// private-key operation) cannot take the CPU registered phones need.
     pub accept_rate: u32,
+    /// New connections accepted per second from one source IP (at once:
+    /// as many), checked before the server-wide rate so one address
+    /// cannot spend the others' share; 0: no limit. `per_ip_exempt`
+    /// addresses have none.
+    pub accept_rate_per_ip: u32,
+    /// A connection must send a SIP message this long after it opened
+    /// (TLS handshake and WebSocket upgrade included), or it is closed.
+    pub first_message_timeout: Duration,
+    /// CRLF keep-alives and WebSocket pings one connection may send per
+    /// second on average (at once: ten times as many); past it the
+    /// connection is closed. RFC 5626 §4.4.1 keeps alive every 95–120 s.
+    pub keepalive_rate: u32,
 }
 
 impl Default for ConnectionLimits {
@@ -458,6 +493,9 @@ impl Default for ConnectionLimits {
             reactors: 0,
             accept_burst: 64,
             accept_rate: 2000,
+            accept_rate_per_ip: 100,
+            first_message_timeout: Duration::from_secs(20),
+            keepalive_rate: 2,
         }
     }
 }
@@ -487,7 +525,14 @@ impl Default for Config {
             drain_timeout: 10,
             max_contacts: 10,
             max_contacts_policy: Overflow::Reject,
+            max_bindings: DEFAULT_MAX_BINDINGS,
+            max_contact_len: 512,
+            journal_rate: 64 << 20,
+            journal_burst: 256 << 20,
+            insecure_no_auth: false,
             max_tracked_nonces: 1 << 20,
+            max_nonces_per_user: (1 << 20) / 64,
+            max_nonces_per_source: (1 << 20) / 16,
             min_expires: 60,
             path: PathMode::Lazy,
             max_expires: 7200,
@@ -710,6 +755,12 @@ pub struct ConnectionsSection {
     pub accept_burst: Option<usize>,
     /// New connections per second (0: no limit).
     pub accept_rate: Option<u32>,
+    /// New connections per second from one source IP (0: no limit).
+    pub accept_rate_per_ip: Option<u32>,
+    /// Seconds a connection may take to send its first SIP message.
+    pub first_message_timeout: Option<f64>,
+    /// Keep-alives (CRLF, WebSocket pings) per second per connection.
+    pub keepalive_rate: Option<u32>,
 }
 
 /// `[privacy]`: PrivaSIP pseudonyms this proxy opens.
@@ -794,6 +845,12 @@ pub struct AuthSection {
     pub nonce_ttl: Option<u64>,
     /// Most nonces tracked for replay protection.
     pub max_tracked_nonces: Option<usize>,
+    /// Most tracked nonces one username may hold.
+    pub max_nonces_per_user: Option<usize>,
+    /// Most tracked nonces one source address may hold.
+    pub max_nonces_per_source: Option<usize>,
+    /// Serve beyond loopback without authentication (an open registrar).
+    pub insecure_no_auth: Option<bool>,
 }
 
 /// `[registrar]`.
@@ -812,6 +869,14 @@ pub struct RegistrarSection {
     pub max_contacts: Option<usize>,
     /// `reject` (403) or `replace-oldest`.
     pub max_contacts_policy: Option<String>,
+    /// Most bindings in all.
+    pub max_bindings: Option<usize>,
+    /// Longest contact URI, bytes.
+    pub max_contact_len: Option<usize>,
+    /// Journal bytes per second, on average.
+    pub journal_rate: Option<u64>,
+    /// Journal bytes at once above the rate.
+    pub journal_burst: Option<u64>,
 }
 
 /// A configuration problem, naming the file and what to fix.
@@ -1138,6 +1203,25 @@ fn location_settings(
 }
 
 impl Config {
+    /// A SIP listener beyond loopback when authentication is off and
+    /// `insecure_no_auth` was not given: such a server is an open
+    /// registrar and proxy, so it is an explicit opt-in.
+    pub fn open_service(&self) -> Option<SocketAddr> {
+        if self.auth || self.insecure_no_auth {
+            return None;
+        }
+        [
+            Some(self.udp),
+            self.tcp,
+            self.websocket.ws,
+            self.websocket.wss,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.tls.as_ref().map(|t| t.addr))
+        .find(|a| !a.ip().is_loopback())
+    }
+
     /// Applies a configuration file's text over `self`.
     pub fn apply_toml(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
         // The parser's message is several lines: where, the line with a
@@ -1257,6 +1341,7 @@ impl Config {
             if let Some(t) = a.nonce_ttl {
                 self.nonce_ttl = t;
             }
+            self.insecure_no_auth = a.insecure_no_auth.unwrap_or(self.insecure_no_auth);
             if let Some(n) = a.max_tracked_nonces {
                 if n == 0 {
                     return Err(value(
@@ -1265,6 +1350,26 @@ impl Config {
                     ));
                 }
                 self.max_tracked_nonces = n;
+                self.max_nonces_per_user = (n / 64).max(1);
+                self.max_nonces_per_source = (n / 16).max(1);
+            }
+            for (key, set, field) in [
+                (
+                    "auth.max_nonces_per_user",
+                    a.max_nonces_per_user,
+                    &mut self.max_nonces_per_user,
+                ),
+                (
+                    "auth.max_nonces_per_source",
+                    a.max_nonces_per_source,
+                    &mut self.max_nonces_per_source,
+                ),
+            ] {
+                match set {
+                    Some(0) => return Err(value(key, "must be at least 1".into())),
+                    Some(n) => *field = n,
+                    None => {}
+                }
             }
         }
         if let Some(r) = f.registrar {
@@ -1281,6 +1386,42 @@ impl Config {
                     return Err(value("registrar.max_contacts", "must be at least 1".into()));
                 }
                 self.max_contacts = m;
+            }
+            for (key, set, field) in [
+                (
+                    "registrar.max_bindings",
+                    r.max_bindings,
+                    &mut self.max_bindings,
+                ),
+                (
+                    "registrar.max_contact_len",
+                    r.max_contact_len,
+                    &mut self.max_contact_len,
+                ),
+            ] {
+                match set {
+                    Some(0) => return Err(value(key, "must be at least 1".into())),
+                    Some(n) => *field = n,
+                    None => {}
+                }
+            }
+            for (key, set, field) in [
+                (
+                    "registrar.journal_rate",
+                    r.journal_rate,
+                    &mut self.journal_rate,
+                ),
+                (
+                    "registrar.journal_burst",
+                    r.journal_burst,
+                    &mut self.journal_burst,
+                ),
+            ] {
+                match set {
+                    Some(0) => return Err(value(key, "must be at least 1".into())),
+                    Some(n) => *field = n,
+                    None => {}
+                }
             }
             if let Some(p) = r.max_contacts_policy {
                 self.max_contacts_policy = match p.as_str() {
@@ -1382,7 +1523,22 @@ impl Config {
                 l.accept_burst = b;
             }
             l.accept_rate = c.accept_rate.unwrap_or(l.accept_rate);
+            l.accept_rate_per_ip = c.accept_rate_per_ip.unwrap_or(l.accept_rate_per_ip);
+            if let Some(k) = c.keepalive_rate {
+                if k == 0 {
+                    return Err(value(
+                        "connections.keepalive_rate",
+                        "must be at least 1".into(),
+                    ));
+                }
+                l.keepalive_rate = k;
+            }
             for (key, given, slot) in [
+                (
+                    "connections.first_message_timeout",
+                    c.first_message_timeout,
+                    &mut l.first_message_timeout,
+                ),
                 (
                     "connections.handshake_timeout",
                     c.handshake_timeout,

@@ -589,3 +589,163 @@ fn an_fsync_journal_stores_what_a_round_gathered_with_one_wait() {
     assert_eq!(again.recovered.bindings, registers);
     again.handle.shutdown();
 }
+
+/// CRLF keep-alives on a connection were answered without bound and not
+/// counted anywhere. Now each is counted, the source's rate pays for it,
+/// and a connection pinging far beyond RFC 5626's pace is closed after
+/// its burst while a registered phone is served as before.
+#[test]
+fn a_crlf_keepalive_flood_is_closed_after_its_burst() {
+    let s = server(
+        Mode::Registrar,
+        "crlf-flood",
+        ConnectionLimits::default(),
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut c = connect_from("127.0.0.1:0", tcp);
+    let mut pongs = 0;
+    let mut pong = [0u8; 2];
+    loop {
+        if c.write_all(b"\r\n\r\n").is_err() || c.read_exact(&mut pong).is_err() {
+            break;
+        }
+        assert_eq!(&pong, b"\r\n");
+        pongs += 1;
+        assert!(pongs < 1000, "1,000 keep-alives answered: no bound");
+    }
+    let burst = 10 * ConnectionLimits::default().keepalive_rate;
+    assert!(pongs >= burst, "{pongs} pongs, below the burst {burst}");
+    eventually("the flood counted", Duration::from_secs(5), || {
+        closed(&s, CloseReason::KeepaliveFlood) == 1
+    });
+    assert!(
+        s.handle
+            .shared()
+            .metrics
+            .conn_keepalives
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > u64::from(burst)
+    );
+    let mut phone = connect_from("127.0.0.1:0", tcp);
+    phone
+        .write_all(register(tcp, "p", "<sip:p@192.0.2.1>", "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut phone, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    s.handle.shutdown();
+}
+
+/// One source's connect flood spent the server-wide accept rate, its
+/// per-IP refusals included, so phones from other addresses waited. Now
+/// each source is shaped first (`per_ip`, `accept_rate_per_ip`) and what
+/// it is refused costs the others nothing: the flood leaves the shared
+/// bucket untouched and the other phone is accepted without waiting.
+#[test]
+fn one_sources_connect_flood_spends_none_of_the_others_accept_rate() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = server(
+        Mode::Registrar,
+        "src-flood",
+        ConnectionLimits {
+            accept_rate: 1000,
+            per_ip: 20,
+            accept_rate_per_ip: 20,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let m = &s.handle.shared().metrics;
+    // Held connections, then connect-and-close churn, all from 127.0.0.1.
+    let held: Vec<TcpStream> = (0..300).map(|_| connect_from("127.0.0.1:0", tcp)).collect();
+    for _ in 0..300 {
+        drop(connect_from("127.0.0.1:0", tcp));
+    }
+    let mut phone = connect_from("127.0.0.2:0", tcp);
+    phone
+        .write_all(register(tcp, "other", "<sip:o@192.0.2.2>", "TCP", 1).as_bytes())
+        .expect("write");
+    let r = read_message(&mut phone, &mut Vec::new()).expect("answer");
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    eventually("the flood handled", Duration::from_secs(30), || {
+        m.refused_per_ip.load(Relaxed)
+            + m.refused_per_ip_rate.load(Relaxed)
+            + m.connections_accepted.load(Relaxed)
+            >= 601
+    });
+    assert!(
+        m.connections_accepted.load(Relaxed) <= 21 + 20,
+        "{:?}",
+        m.connections_accepted
+    );
+    assert_eq!(
+        m.accepts_deferred.load(Relaxed),
+        0,
+        "the flood's refusals spent none of the server-wide rate"
+    );
+    drop(held);
+    s.handle.shutdown();
+}
+
+/// Connections that never sent a SIP message held the global limit for
+/// the 600 s idle timeout. Now they get `first_message_timeout`, and at
+/// the limit the oldest silent one makes room for a new connection, so a
+/// registered phone reconnecting is not refused.
+#[test]
+fn silent_connections_get_a_first_message_deadline_and_make_room_at_the_limit() {
+    let s = server(
+        Mode::Registrar,
+        "silent",
+        ConnectionLimits {
+            max: 6,
+            first_message_timeout: Duration::from_millis(500),
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut phone = connect_from("127.0.0.1:0", tcp);
+    let mut buf = Vec::new();
+    phone
+        .write_all(register(tcp, "held", "<sip:h@192.0.2.1>", "TCP", 1).as_bytes())
+        .expect("write");
+    assert!(read_message(&mut phone, &mut buf)
+        .expect("answer")
+        .starts_with("SIP/2.0 200"));
+    // Five silent connections fill the limit; a sixth evicts the oldest.
+    let mut silent: Vec<TcpStream> = (0..6).map(|_| connect_from("127.0.0.2:0", tcp)).collect();
+    assert!(
+        closed_within(&mut silent[0], Duration::from_secs(5)),
+        "the oldest silent one made room"
+    );
+    eventually("the eviction counted", Duration::from_secs(5), || {
+        closed(&s, CloseReason::Evicted) == 1
+    });
+    // A new connection that speaks is taken at the limit too.
+    let mut again = connect_from("127.0.0.1:0", tcp);
+    again
+        .write_all(register(tcp, "held2", "<sip:h2@192.0.2.1>", "TCP", 1).as_bytes())
+        .expect("write");
+    assert!(read_message(&mut again, &mut Vec::new())
+        .expect("answer")
+        .starts_with("SIP/2.0 200"));
+    // The rest of the silent ones meet their first-message deadline; the
+    // phones stay.
+    for c in silent.iter_mut().skip(1) {
+        assert!(
+            closed_within(c, Duration::from_secs(10)),
+            "silent past the deadline"
+        );
+    }
+    eventually("the silent ones counted", Duration::from_secs(5), || {
+        closed(&s, CloseReason::Silent) >= 4
+    });
+    phone
+        .write_all(register(tcp, "held", "<sip:h@192.0.2.1>", "TCP", 2).as_bytes())
+        .expect("write");
+    assert!(read_message(&mut phone, &mut buf)
+        .expect("the phone stays")
+        .starts_with("SIP/2.0 200"));
+    s.handle.shutdown();
+}

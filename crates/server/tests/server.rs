@@ -702,7 +702,7 @@ fn expired_nonces_are_stale() {
         NonceKey::from_secret([9; 32], 60),
         users,
         &[Algorithm::Md5],
-        1 << 10,
+        sipsec_server::proto::auth::NcLimits::of(1 << 10),
         std::hash::RandomState::new(),
     );
     let config = Config {

@@ -1065,7 +1065,7 @@ fn a_replayed_authorization_is_refused() {
         NonceKey::from_secret([7; 32], 300),
         users,
         &[Algorithm::Md5],
-        1 << 12,
+        sipsec_server::proto::auth::NcLimits::of(1 << 12),
         std::hash::RandomState::new(),
     );
     let registrar = Config {

@@ -628,3 +628,41 @@ fn calls_ringing_on_a_closed_websocket_fail_at_once() {
         carol.send_to(ack.as_bytes(), udp_srv).expect("send");
     }
 }
+
+/// WebSocket pings were answered without bound (4–6 million on one
+/// connection, 97–99.8 % of a core). Now a connection pinging far beyond
+/// RFC 5626's keep-alive pace is closed with 1008 after its burst
+/// (`keepalive_rate` a second, ten times as many at once).
+#[test]
+fn a_websocket_ping_flood_is_closed_after_its_burst() {
+    let s = server("pingflood", &[]);
+    let ws = ws_addr(&s);
+    let mut c = Ws::sip(ws);
+    let mut pongs = 0;
+    let closed_with = loop {
+        c.frame(0x89, b"p");
+        match c.next() {
+            Got::Pong(_) => pongs += 1,
+            Got::Close(code) => break code,
+            other => panic!("after {pongs} pongs: {other:?}"),
+        }
+        assert!(pongs < 1000, "1,000 pings answered: no bound");
+    };
+    assert_eq!(closed_with, 1008);
+    let burst = 10 * s.handle.shared().config.connections.keepalive_rate;
+    assert!(
+        pongs >= burst as usize,
+        "{pongs} pongs, below the burst {burst}"
+    );
+    // Counted as the reactor finishes closing it (bounded wait).
+    let flood = sipsec_server::proto::metrics::CloseReason::KeepaliveFlood;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while s.handle.shared().metrics.closed_for(flood) == 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.handle.shared().metrics.closed_for(flood), 1);
+    // Another connection is served.
+    let mut c = Ws::sip(ws);
+    c.send(&register("after", "WS", "sip:x@after.invalid;transport=ws"));
+    assert!(c.final_message().starts_with("SIP/2.0 200 "));
+}

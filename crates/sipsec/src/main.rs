@@ -96,6 +96,10 @@ struct ServeArgs {
     /// Require digest authentication (401 for REGISTER, 407 for INVITE).
     #[arg(long)]
     auth: bool,
+    /// Serve beyond loopback without --auth: an open registrar and proxy
+    /// where anyone binds any address-of-record (refused without this).
+    #[arg(long, conflicts_with = "auth")]
+    insecure_no_auth: bool,
     /// Digest algorithms to challenge with, in order [default: sha-256,md5].
     #[arg(long, value_delimiter = ',', value_parser = sipsec_server::config::parse_digest)]
     digest: Option<Vec<sip_core::digest::Algorithm>>,
@@ -256,6 +260,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         };
     }
     config.auth |= a.auth;
+    config.insecure_no_auth |= a.insecure_no_auth;
     config.record_route |= a.record_route;
     config.stateful |= a.stateful;
     if let Some(d) = a.digest {

@@ -268,8 +268,14 @@ fn a_replayed_authorization_from_another_address_cannot_rebind_the_victim() {
     assert!(metric(&srv, "sipsec_auth_replays_total") >= 3);
 }
 
+/// A captured login (nc=1) replayed after a restart with a new Call-ID,
+/// CSeq and Contact: the replay tracker did not survive the restart, so
+/// every nonce issued before it is answered `stale=true` (a fresh
+/// challenge, no failure, no ban) and the attacker's contact is not
+/// stored. Before, the nonce key in the data directory made it fresh
+/// again and the replay got 200.
 #[test]
-fn nonces_survive_a_restart_and_unknown_ones_are_stale_not_failures() {
+fn a_captured_login_does_not_replay_after_a_restart() {
     let dir = tempdir("hard-nonce");
     let users = users(&dir);
     let data = dir.join("data");
@@ -283,22 +289,40 @@ fn nonces_survive_a_restart_and_unknown_ones_are_stale_not_failures() {
     let srv = start(&data, &["--auth", "--users", s(&users)]);
     let ua = Ua::new(srv.addr);
     let uri = format!("sip:{}", srv.addr);
-    // The phone refreshes with the nonce it had before the restart.
-    let auth = authorization(&ch, "alice", "pw-alice", &uri, 2);
-    let r = ua
-        .register(
-            "alice",
-            "restart-1",
-            3,
-            "Contact: <sip:alice@192.0.2.10>\r\n",
-            &auth,
-        )
-        .expect("answer");
-    assert_eq!(
-        code(&r),
-        200,
-        "a nonce from before the restart still works: {r}"
-    );
+    // The attacker replays the captured nc=1 with its own dialog and
+    // Contact; the phone refreshes with the nonce it had. Both are
+    // challenged afresh, stale, uncounted.
+    let captured = authorization(&ch, "alice", "pw-alice", &uri, 1);
+    let next = authorization(&ch, "alice", "pw-alice", &uri, 2);
+    let attacker = Ua::new(srv.addr);
+    for (who, call_id, contact, auth) in [
+        (
+            &attacker,
+            "mallory-1",
+            "sip:mallory@203.0.113.66",
+            &captured,
+        ),
+        (&ua, "restart-1", "sip:alice@192.0.2.10", &next),
+    ] {
+        let r = who
+            .register(
+                "alice",
+                call_id,
+                3,
+                &format!("Contact: <{contact}>\r\n"),
+                auth,
+            )
+            .expect("answer");
+        assert_eq!(code(&r), 401, "a nonce from before the restart: {r}");
+        assert!(
+            header(&r, HeaderName::WwwAuthenticate).is_some_and(|h| h.contains("stale=true")),
+            "{r}"
+        );
+    }
+    assert!(!bindings(&srv).contains("mallory"), "{}", bindings(&srv));
+    assert_eq!(metric(&srv, "sipsec_auth_failures_total"), 0);
+    // The phone answers the fresh challenge and is registered again.
+    register_alice(&ua, "sip:alice@192.0.2.10", "restart-2");
     // A well-formed nonce under another secret: stale, not a failure; from
     // one source, many times, it must not ban that source.
     let nonce = Challenge::parse(&ch)
@@ -394,7 +418,8 @@ fn a_full_disk_refuses_the_binding_and_memory_agrees_after_restart() {
     // next reservation fails as on a full disk.
     let srv = start_under("trap '' XFSZ; ulimit -f 4160", &data, &[]);
     let ua = Ua::new(srv.addr);
-    let long = "x".repeat(900);
+    // Contacts near the longest a binding stores (512 bytes).
+    let long = "x".repeat(480);
     let mut acked = Vec::new();
     let mut refused = None;
     for i in 0..2000 {
@@ -419,9 +444,12 @@ fn a_full_disk_refuses_the_binding_and_memory_agrees_after_restart() {
     }
     let refused = refused.expect("the journal filled up");
     // Memory says what the client was told: nothing for the refused AoR.
+    // (The query is padded: over UDP without credentials an answer is at
+    // most three times the request's bytes.)
+    let pad = format!("X-Pad: {}\r\n", "p".repeat(2000));
     let query = |srv: &Running, user: &str| {
         Ua::new(srv.addr)
-            .register(user, "query", 1, "", "")
+            .register(user, "query", 1, "", &pad)
             .expect("answer")
     };
     let r = query(&srv, &format!("u{refused}"));
@@ -495,7 +523,7 @@ fn contacts_per_aor_are_bounded_and_no_answer_is_dropped_for_size() {
     std::fs::write(&cfg, "[registrar]\nmax_contacts = 100000\n").expect("config");
     let srv = start(&dir.join("data3"), &["--config", s(&cfg)]);
     let ua = Ua::new(srv.addr);
-    let long = "y".repeat(500);
+    let long = "y".repeat(480);
     let mut last = 0;
     for round in 0..60 {
         let contacts: String = (0..40)
@@ -864,4 +892,55 @@ fn a_tls_call_through_a_proxy_without_record_route_carries_media_and_bye() {
         metric(&srv, "sipsec_forwarded_total") >= 3,
         "INVITE, ACK and BYE forwarded"
     );
+}
+
+/// One valid account flooding fresh logins (each a new nonce) filled the
+/// whole replay tracker, then every user got `stale=true` on every try.
+/// Now a user holds at most its share: past it its own new logins are
+/// re-challenged, while other users still log in.
+#[test]
+fn one_account_flooding_logins_does_not_lock_others_out() {
+    let dir = tempdir("hard-nonce-flood");
+    let users = users(&dir);
+    let config = dir.join("sipsec.toml");
+    std::fs::write(
+        &config,
+        "[auth]\nmax_tracked_nonces = 32\nmax_nonces_per_user = 8\nmax_nonces_per_source = 32\n",
+    )
+    .expect("config");
+    let srv = start(
+        &dir.join("data"),
+        &["--auth", "--users", s(&users), "--config", s(&config)],
+    );
+    let uri = format!("sip:{}", srv.addr);
+    let login = |ua: &Ua, user: &str, password: &str, call_id: &str| -> u16 {
+        let contact = format!("Contact: <sip:{user}@192.0.2.10>\r\n");
+        let r = ua
+            .register(user, call_id, 1, &contact, "")
+            .expect("challenge");
+        assert_eq!(code(&r), 401, "{r}");
+        let ch = header(&r, HeaderName::WwwAuthenticate).expect("challenge header");
+        let auth = authorization(&ch, user, password, &uri, 1);
+        let r = ua
+            .register(user, call_id, 2, &contact, &auth)
+            .expect("answer");
+        if code(&r) == 401 {
+            assert!(r.contains("stale=true"), "{r}");
+        }
+        code(&r)
+    };
+    let flooder = Ua::new(srv.addr);
+    let taken = (0..40)
+        .filter(|i| login(&flooder, "alice", "pw-alice", &format!("flood-{i}")) == 200)
+        .count();
+    assert_eq!(taken, 8, "the flooder's share");
+    let other = Ua::new(srv.addr);
+    for i in 0..4 {
+        assert_eq!(
+            login(&other, "bob", "pw-bob", &format!("bob-{i}")),
+            200,
+            "another user still logs in"
+        );
+    }
+    assert_eq!(metric(&srv, "sipsec_auth_failures_total"), 0);
 }

@@ -29,11 +29,19 @@ fn parse_secret(hex: &str) -> Option<[u8; 32]> {
 
 /// A nonce key from the OS random generator; nonces live `ttl` seconds.
 pub fn random_nonce_key(ttl: u64) -> io::Result<NonceKey> {
-    Ok(NonceKey::from_secret(random_secret()?, ttl))
+    with_epoch(NonceKey::from_secret(random_secret()?, ttl))
+}
+
+/// The key with this run's random epoch: nonces issued before this start
+/// are answered `stale=true` (the replay tracker did not survive it).
+fn with_epoch(key: NonceKey) -> io::Result<NonceKey> {
+    let mut epoch = [0u8; 4];
+    getrandom::fill(&mut epoch).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(key.with_epoch(u32::from_le_bytes(epoch)))
 }
 
 /// The nonce key kept in `path` (hex, mode 0600), created from the OS
-/// random generator the first time. Rotate it by deleting the file and
+/// random generator the first time, with this run's epoch. Rotate it by deleting the file and
 /// restarting: nonces under the old secret are then answered
 /// `stale=true`, so phones re-authenticate without a failure.
 pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
@@ -53,7 +61,7 @@ pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
                     "not 64 hex digits: delete it to make a new secret",
                 ))
             })?;
-            Ok(NonceKey::from_secret(secret, ttl))
+            with_epoch(NonceKey::from_secret(secret, ttl))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let secret = random_secret()?;
@@ -69,7 +77,7 @@ pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
             f.write_all(format!("{hex}\n").as_bytes()).map_err(named)?;
             f.sync_all().map_err(named)?;
             std::fs::rename(&tmp, path).map_err(named)?;
-            Ok(NonceKey::from_secret(secret, ttl))
+            with_epoch(NonceKey::from_secret(secret, ttl))
         }
         Err(e) => Err(named(e)),
     }
@@ -99,7 +107,7 @@ mod tests {
     use crate::proto::auth::NonceState;
 
     #[test]
-    fn the_secret_is_kept_private_and_reused() {
+    fn the_secret_is_kept_private_and_a_restart_makes_earlier_nonces_stale() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("sipsec-nonce-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -109,8 +117,9 @@ mod tests {
         let mode = std::fs::metadata(&path).expect("file").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         let n = a.issue(1000, "r");
+        assert_eq!(a.check(n.as_str(), "r", 1000), NonceState::Fresh);
         let b = nonce_key(&path, 300).expect("loaded");
-        assert_eq!(b.check(n.as_str(), "r", 1000), NonceState::Fresh);
+        assert_eq!(b.check(n.as_str(), "r", 1000), NonceState::Stale);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let e = nonce_key(&path, 300).expect_err("world-readable");
         assert!(e.to_string().contains("chmod 600"), "{e}");

@@ -76,6 +76,9 @@ pub enum StartError {
     /// The operator endpoint would listen beyond loopback without a token.
     #[error("the operator endpoint on {0} is reachable from other hosts: set http_token (or SIPSEC_HTTP_TOKEN) to require a token, or keep --http on 127.0.0.1")]
     HttpExposed(std::net::SocketAddr),
+    /// SIP would be served beyond loopback without authentication.
+    #[error("SIP on {0} is reachable from other hosts without authentication: anyone could bind any address-of-record and call through it. Add --auth (and users), or pass --insecure-no-auth ([auth] insecure_no_auth = true) to serve an open registrar anyway")]
+    OpenService(std::net::SocketAddr),
     /// The HEP collector's address could not be used.
     #[error("trace (HEP collector {collector}): {err}")]
     Trace {
@@ -106,6 +109,9 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             Arc::new(std::sync::atomic::AtomicBool::new(false)),
         );
     });
+    if let Some(a) = config.open_service() {
+        return Err(StartError::OpenService(a));
+    }
     // Read before anything starts: a bad hosts file stops the start here.
     let hosts = crate::io::resolver::read_hosts(&config.dns).map_err(StartError::Dns)?;
     let store = |err| StartError::Store {
@@ -133,7 +139,11 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             key,
             users,
             &config.digest_algorithms,
-            config.max_tracked_nonces,
+            crate::proto::auth::NcLimits {
+                capacity: config.max_tracked_nonces,
+                per_user: config.max_nonces_per_user,
+                per_source: config.max_nonces_per_source,
+            },
             std::hash::RandomState::new(),
         ))
     } else {
@@ -519,6 +529,9 @@ pub struct Checked {
 /// certificate and key, the PrivaSIP keys — without binding a socket or
 /// touching the data directory (a running server may hold it).
 pub fn check(config: &Config) -> Result<Checked, StartError> {
+    if let Some(a) = config.open_service() {
+        return Err(StartError::OpenService(a));
+    }
     if let Some(h) = config.http.filter(|h| !h.ip().is_loopback()) {
         if config.http_token.is_none() {
             return Err(StartError::HttpExposed(h));

@@ -826,11 +826,63 @@ struct Local {
     /// CR/LF bytes the reads so far ended with: a CRLFCRLF ping (RFC 5626
     /// §4.4.1) may come in two reads.
     crlf: u8,
+    /// Whether a SIP message came (outbound connections: ours, so yes).
+    spoke: bool,
+    /// The keep-alives it may still send now.
+    pings: Pace,
 }
+
+/// A token bucket for one peer: `rate` a second, `burst` at most.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn full(burst: f64, now: Instant) -> Self {
+        Self {
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Refills to `now` and says how many whole tokens there are.
+    fn refill(&mut self, now: Instant, rate: f64, burst: f64) -> u32 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.at = self.at.max(now);
+        self.tokens as u32
+    }
+
+    /// Takes one token at `now`, if there is one.
+    fn take(&mut self, now: Instant, rate: f64, burst: f64) -> bool {
+        if self.refill(now, rate, burst) >= 1 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether a bucket left alone since its last use is full again.
+    fn idle(&self, now: Instant, rate: f64, burst: f64) -> bool {
+        self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * rate >= burst
+    }
+}
+
+/// Keep-alives a connection may send at once: ten times its rate a second.
+fn ping_burst(rate: u32) -> f64 {
+    f64::from(rate) * 10.0
+}
+
+/// Sources whose accept rate a reactor remembers; past it, those whose
+/// buckets are full again are forgotten (they lose nothing).
+const MAX_SOURCES: usize = 16_384;
 
 impl Local {
     /// A connection that opens now (TLS ones start handshaking).
-    fn new(conn: Arc<Conn>, connecting: bool) -> Self {
+    fn new(conn: Arc<Conn>, connecting: bool, ping_rate: u32) -> Self {
         let now = Instant::now();
         let handshaking = matches!(conn.transport, Transport::Tls | Transport::Wss);
         let ws = matches!(conn.transport, Transport::Ws | Transport::Wss).then(|| Box::new(None));
@@ -844,6 +896,8 @@ impl Local {
             connecting,
             ws,
             crlf: 0,
+            spoke: false,
+            pings: Pace::full(ping_burst(ping_rate), now),
         }
     }
 
@@ -869,6 +923,8 @@ struct Reactor {
     again: Vec<Token>,
     /// This reactor's share of the accept rate.
     bucket: Option<Bucket>,
+    /// Each source's accept rate (`accept_rate_per_ip`).
+    sources: HashMap<IpAddr, Pace>,
     /// Binding changes waiting for the end of the round, with their
     /// answers.
     deferred: Deferred,
@@ -958,6 +1014,7 @@ impl Reactor {
             scratch: vec![0; SCRATCH],
             again: Vec::new(),
             bucket,
+            sources: HashMap::new(),
             deferred: Deferred::default(),
         }
     }
@@ -1059,7 +1116,10 @@ impl Reactor {
                         (r, matches!(tx.phase, Phase::Connecting(_)))
                     };
                     let token = conn.token;
-                    self.locals.insert(token, Local::new(conn, connecting));
+                    let mut local = Local::new(conn, connecting, self.hub.limits.keepalive_rate);
+                    // Ours: it need not prove itself with a first message.
+                    local.spoke = true;
+                    self.locals.insert(token, local);
                     if registered.is_err() {
                         self.close(token, CloseReason::ConnectFailed);
                     }
@@ -1121,22 +1181,88 @@ impl Reactor {
                     }
                 };
                 taken += 1;
-                self.adopt_accepted(sock, peer, transport);
+                // Each source first: what it is refused costs the others
+                // none of the server-wide rate.
+                if !(self.source_may_connect(peer.ip())
+                    && self.adopt_accepted(sock, peer, transport))
+                {
+                    if let Some(b) = &mut self.bucket {
+                        b.give_back();
+                    }
+                }
             }
         }
     }
 
-    fn adopt_accepted(&mut self, mut sock: TcpStream, peer: SocketAddr, transport: Transport) {
+    /// Whether `ip` may open another connection now under
+    /// `accept_rate_per_ip`; counts the refusal when not.
+    fn source_may_connect(&mut self, ip: IpAddr) -> bool {
+        let l = &self.hub.limits;
+        if l.accept_rate_per_ip == 0 || l.per_ip_exempt.contains(&ip) {
+            return true;
+        }
+        let now = Instant::now();
+        let rate = f64::from(l.accept_rate_per_ip);
+        if self.sources.len() >= MAX_SOURCES {
+            self.sources.retain(|_, p| !p.idle(now, rate, rate));
+            if self.sources.len() >= MAX_SOURCES {
+                // Every one busy: start over rather than grow.
+                self.sources.clear();
+            }
+        }
+        let pace = self
+            .sources
+            .entry(ip)
+            .or_insert_with(|| Pace::full(rate, now));
+        if pace.take(now, rate, rate) {
+            return true;
+        }
+        self.hub
+            .shared
+            .metrics
+            .refused_per_ip_rate
+            .fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Near the connection limit: closes this reactor's oldest connection
+    /// that has sent no SIP message yet, to make room; `false` when there
+    /// is none.
+    fn evict_silent(&mut self) -> bool {
+        let Some(t) = self
+            .locals
+            .iter()
+            .filter(|(_, l)| !l.spoke)
+            .min_by_key(|(_, l)| l.opened)
+            .map(|(t, _)| *t)
+        else {
+            return false;
+        };
+        self.close(t, CloseReason::Evicted);
+        true
+    }
+
+    /// Takes an accepted connection on; `false` when it is refused.
+    fn adopt_accepted(
+        &mut self,
+        mut sock: TcpStream,
+        peer: SocketAddr,
+        transport: Transport,
+    ) -> bool {
         let secure = matches!(transport, Transport::Tls | Transport::Wss);
+        if self.hub.open.load(Ordering::Relaxed) >= self.hub.max && !self.evict_silent() {
+            self.hub
+                .shared
+                .metrics
+                .refused_limit
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let hub = &self.hub;
         let m = &hub.shared.metrics;
-        if hub.open.load(Ordering::Relaxed) >= hub.max {
-            m.refused_limit.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         if !hub.admit_ip(peer.ip()) {
             m.refused_per_ip.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
         let tls = match (&hub.tls, secure) {
             (Some(ctx), true) => match rustls::ServerConnection::new(ctx.server.clone()) {
@@ -1146,12 +1272,12 @@ impl Reactor {
                 }
                 Err(_) => {
                     hub.release_ip(peer.ip());
-                    return;
+                    return false;
                 }
             },
             (None, true) => {
                 hub.release_ip(peer.ip());
-                return;
+                return false;
             }
             (_, false) => None,
         };
@@ -1164,7 +1290,7 @@ impl Reactor {
             .is_err()
         {
             hub.release_ip(peer.ip());
-            return;
+            return false;
         }
         let conn = Arc::new(Conn {
             peer,
@@ -1193,7 +1319,11 @@ impl Reactor {
         m.connection_opened(transport, true);
         // The newest connection from an address is the one to answer on.
         lock(&hub.conns).insert(peer, conn.clone());
-        self.locals.insert(token, Local::new(conn, false));
+        self.locals.insert(
+            token,
+            Local::new(conn, false, self.hub.limits.keepalive_rate),
+        );
+        true
     }
 
     fn writable(&mut self, t: Token) {
@@ -1365,8 +1495,8 @@ impl Reactor {
             }
             r.map(|_| ())
         };
-        if consumed.is_err() {
-            self.close(t, CloseReason::BadFraming);
+        if let Err(reason) = consumed {
+            self.close(t, reason);
             return false;
         }
         let Some(l) = self.locals.get_mut(&t) else {
@@ -1385,19 +1515,23 @@ impl Reactor {
 
     /// Handles every complete message at the start of `bytes`; returns
     /// how many bytes they took. `crlf` carries the CR/LF bytes a read
-    /// ended with to the next. `Err`: the stream cannot be framed
-    /// (answered when possible).
+    /// ended with to the next. `Err`: why the connection must close: the
+    /// stream cannot be framed (answered when possible), or it pings far
+    /// beyond the keep-alive pace.
     fn handle_frames(
         &mut self,
         conn: &Arc<Conn>,
         bytes: &[u8],
         crlf: &mut u8,
-    ) -> Result<usize, ()> {
+    ) -> Result<usize, CloseReason> {
         let limits = Limits::DEFAULT;
         let mut at = 0;
         loop {
             match frame(&bytes[at..], &limits) {
                 Ok(Frame::KeepAlive(n)) => {
+                    if !self.keepalive(conn, 1) {
+                        return Err(CloseReason::KeepaliveFlood);
+                    }
                     // RFC 5626 §3.5.1: a CRLFCRLF ping gets a CRLF pong,
                     // also when its halves come in two reads.
                     *crlf = crlf.saturating_add(u8::try_from(n).unwrap_or(u8::MAX));
@@ -1418,7 +1552,7 @@ impl Reactor {
                     if write_error_response(&bytes[at..], &e, &mut self.out) {
                         let _ = lock(&conn.tx).queue(&self.out, self.hub.limits.queue_bytes);
                     }
-                    return Err(());
+                    return Err(CloseReason::BadFraming);
                 }
             }
             if at == bytes.len() {
@@ -1432,6 +1566,9 @@ impl Reactor {
     /// change waits with its answer for the end of the round (see
     /// [`Reactor::commit`]).
     fn handle_message(&mut self, conn: &Arc<Conn>, bytes: &[u8]) {
+        if let Some(l) = self.locals.get_mut(&conn.token) {
+            l.spoke = true;
+        }
         if conn.transport == Transport::Tls
             && self.hub.tls.as_ref().is_some_and(|t| t.mutual)
             && memchr::memmem::find(bytes, b"alias").is_some()
@@ -1543,17 +1680,28 @@ impl Reactor {
         }
         let mut peer_closed = None;
         let mut violation = None;
+        let mut flooded = false;
         if let Some(decoder) = state.as_mut() {
             match decoder.decode(&mut inbuf[used..], settings.max_message, |e| match e {
                 websocket::Event::Message(m) => self.handle_message(&conn, m),
                 websocket::Event::Ping(p) => {
-                    let _ = lock(&conn.tx).queue_raw(&[&websocket::pong(p)], limit);
+                    if !flooded && self.keepalive(&conn, 1) {
+                        let _ = lock(&conn.tx).queue_raw(&[&websocket::pong(p)], limit);
+                    } else {
+                        flooded = true;
+                    }
                 }
                 websocket::Event::Close(code) => peer_closed = Some(code),
             }) {
                 Ok(u) => used += u,
                 Err(v) => violation = Some(v),
             }
+        }
+        if flooded {
+            let code = websocket::close::POLICY_VIOLATION;
+            let _ = lock(&conn.tx).queue_raw(&[&websocket::close_frame(code)], limit);
+            self.close(t, CloseReason::KeepaliveFlood);
+            return false;
         }
         if let Some(v) = violation {
             let _ = lock(&conn.tx).queue_raw(&[&websocket::close_frame(v.code)], limit);
@@ -1592,6 +1740,39 @@ impl Reactor {
         true
     }
 
+    /// Counts `n` keep-alives (CRLF or WebSocket pings) from `conn`
+    /// against its pace and its source's request rate; `false` when the
+    /// connection pings far beyond RFC 5626's pace and must close.
+    fn keepalive(&mut self, conn: &Conn, n: u32) -> bool {
+        let m = &self.hub.shared.metrics;
+        m.conn_keepalives.fetch_add(u64::from(n), Ordering::Relaxed);
+        let rate = self.hub.limits.keepalive_rate;
+        let Some(l) = self.locals.get_mut(&conn.token) else {
+            return false;
+        };
+        let now = Instant::now();
+        let mut allowed = l.pings.refill(now, f64::from(rate), ping_burst(rate));
+        for _ in 0..n {
+            if allowed == 0 {
+                return false;
+            }
+            allowed -= 1;
+            l.pings.tokens -= 1.0;
+            // The source's request rate pays for them too (the guard).
+            if self
+                .hub
+                .shared
+                .guard
+                .admit(conn.peer.ip(), crate::io::clock::now().unix_ms)
+                != crate::proto::guard::Verdict::Admit
+            {
+                m.rate_limited.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
     /// Closes connections past a deadline.
     fn sweep(&mut self, now: Instant) {
         let l = &self.hub.limits;
@@ -1601,6 +1782,8 @@ impl Reactor {
                 (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
             } else if c.opening() && now >= c.opened + l.handshake_timeout {
                 Some(CloseReason::HandshakeTimeout)
+            } else if !c.spoke && now >= c.opened + l.first_message_timeout {
+                Some(CloseReason::Silent)
             } else if c
                 .message_start
                 .is_some_and(|s| now >= s + l.message_timeout)

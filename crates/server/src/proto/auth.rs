@@ -7,11 +7,15 @@
 //! `stale=true` after expiry.
 //!
 //! The secret comes from the driver (`io::keys` keeps it in the data
-//! directory as `nonce.key`, mode 0600), so nonces survive a restart; a well-formed nonce that the secret did not
-//! make (an older secret, another server) is answered `stale=true`, never
-//! counted as a failure.
+//! directory as `nonce.key`, mode 0600). The replay tracker lives in
+//! memory, so a nonce is accepted only by the run that issued it: the
+//! counter's top 32 bits are the run's epoch (random per start, from the
+//! driver), and a nonce of another run (before a restart, another node)
+//! is answered `stale=true`: a fresh challenge, never a failure, and
+//! never accepted blind. So is a well-formed nonce that the secret did not
+//! make (an older secret, another server).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -74,6 +78,7 @@ pub struct NonceKey {
     secret: [u8; 32],
     ttl: u64,
     counter: std::sync::atomic::AtomicU64,
+    epoch: u32,
 }
 
 impl std::fmt::Debug for NonceKey {
@@ -92,7 +97,16 @@ impl NonceKey {
             secret,
             ttl,
             counter: std::sync::atomic::AtomicU64::new(0),
+            epoch: 0,
         }
+    }
+
+    /// This run's epoch (random per start, from the driver): only nonces
+    /// issued under it are fresh, so none from before a restart is
+    /// accepted by a replay tracker that does not remember it.
+    pub fn with_epoch(mut self, epoch: u32) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     fn mac(&self, prefix: &[u8], realm: &str) -> [u8; 32] {
@@ -124,7 +138,7 @@ impl NonceKey {
         let c = self
             .counter
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.build(now, c, realm)
+        self.build(now, u64::from(self.epoch) << 32 | (c & 0xffff_ffff), realm)
     }
 
     /// Nonces live this long, seconds.
@@ -159,7 +173,8 @@ impl NonceKey {
         let id = NonceId { issued, counter };
         let expect = self.build(issued, counter, realm);
         let ours = bool::from(expect.0.ct_eq(b));
-        if !ours || issued > now + 5 || now - issued.min(now) > self.ttl {
+        let this_run = counter >> 32 == u64::from(self.epoch);
+        if !ours || !this_run || issued > now + 5 || now - issued.min(now) > self.ttl {
             (NonceState::Stale, id)
         } else {
             (NonceState::Fresh, id)
@@ -180,10 +195,51 @@ pub enum NcVerdict {
     Full,
 }
 
+/// Who used a nonce: a hash of the authenticated username and the
+/// source address. Each has a bounded share of the tracker, so a flood of
+/// fresh logins costs the flooder (its own logins are re-challenged), not
+/// every other user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Keyed hash of the username.
+    pub user: u64,
+    /// Where the request came from.
+    pub source: std::net::IpAddr,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Used {
+    nc: u32,
+    request: u64,
+    owner: Owner,
+}
+
 #[derive(Debug, Default)]
 struct NcShard {
     /// Nonces by issue time first, so the expired ones are at the front.
-    seen: BTreeMap<NonceId, (u32, u64)>,
+    seen: BTreeMap<NonceId, Used>,
+}
+
+/// How many tracked nonces each user and each source holds.
+#[derive(Debug, Default)]
+struct Shares {
+    users: HashMap<u64, usize>,
+    sources: HashMap<std::net::IpAddr, usize>,
+}
+
+impl Shares {
+    fn release(&mut self, owner: Owner) {
+        fn down<K: std::hash::Hash + Eq>(m: &mut HashMap<K, usize>, k: K) {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = m.entry(k) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+        down(&mut self.users, owner.user);
+        down(&mut self.sources, owner.source);
+    }
 }
 
 /// Remembers the highest nonce count used with each nonce (RFC 7616
@@ -194,22 +250,51 @@ struct NcShard {
 /// a nonce leaves only once it has expired (then [`NonceKey::check`]
 /// calls it stale anyway); when every slot holds a valid nonce, a nonce
 /// not yet held gets [`NcVerdict::Full`]. Shards are picked by the
-/// challenge counter, so they fill evenly.
+/// challenge counter, so they fill evenly. One user or one source holds
+/// at most its share ([`NcLimits`]); past it its new nonces get
+/// [`NcVerdict::Full`] while everyone else's are still taken.
 #[derive(Debug)]
 pub struct NcTracker {
     shards: Vec<Mutex<NcShard>>,
+    shares: Mutex<Shares>,
     per_shard: usize,
+    limits: NcLimits,
     ttl: u64,
+}
+
+/// The size of the replay tracker and each user's and source's share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcLimits {
+    /// Most nonces tracked in all.
+    pub capacity: usize,
+    /// Most held for one username.
+    pub per_user: usize,
+    /// Most held for one source address.
+    pub per_source: usize,
+}
+
+impl NcLimits {
+    /// The default shares of `capacity`: a user 1/64, a source 1/16.
+    pub fn of(capacity: usize) -> Self {
+        Self {
+            capacity,
+            per_user: (capacity / 64).max(1),
+            per_source: (capacity / 16).max(1),
+        }
+    }
 }
 
 const NC_SHARDS: usize = 16;
 
 impl NcTracker {
-    /// Tracks at most about `capacity` nonces that live `ttl` seconds.
-    pub fn new(capacity: usize, ttl: u64) -> Self {
+    /// Tracks at most about `limits.capacity` nonces that live `ttl`
+    /// seconds.
+    pub fn new(limits: NcLimits, ttl: u64) -> Self {
         Self {
             shards: (0..NC_SHARDS).map(|_| Mutex::default()).collect(),
-            per_shard: (capacity / NC_SHARDS).max(1),
+            shares: Mutex::default(),
+            per_shard: (limits.capacity / NC_SHARDS).max(1),
+            limits,
             ttl,
         }
     }
@@ -228,33 +313,43 @@ impl NcTracker {
     }
 
     /// Offers count `nc` of nonce `id` used by the request identified by
-    /// `request`, at `now` (Unix seconds).
-    pub fn accept(&self, id: NonceId, nc: u32, request: u64, now: u64) -> NcVerdict {
+    /// `request` from `owner`, at `now` (Unix seconds).
+    pub fn accept(&self, id: NonceId, nc: u32, request: u64, owner: Owner, now: u64) -> NcVerdict {
         let shard = (id.counter as usize) % NC_SHARDS;
         let mut m = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
         if let Some(last) = m.seen.get_mut(&id) {
-            return if nc > last.0 {
-                *last = (nc, request);
+            return if nc > last.nc {
+                last.nc = nc;
+                last.request = request;
                 NcVerdict::Accepted
-            } else if nc == last.0 && request == last.1 {
+            } else if nc == last.nc && request == last.request {
                 NcVerdict::Accepted
             } else {
                 NcVerdict::Replay
             };
         }
-        if m.seen.len() >= self.per_shard {
-            // Forget only what has expired.
-            while let Some((first, _)) = m.seen.first_key_value() {
-                if first.issued.saturating_add(self.ttl) >= now {
-                    break;
-                }
-                m.seen.pop_first();
+        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        // Forget what has expired (then the nonce itself is stale), so
+        // the shares count only nonces still valid.
+        while let Some((first, used)) = m.seen.first_key_value() {
+            if first.issued.saturating_add(self.ttl) >= now {
+                break;
             }
-            if m.seen.len() >= self.per_shard {
-                return NcVerdict::Full;
-            }
+            let owner = used.owner;
+            m.seen.pop_first();
+            shares.release(owner);
         }
-        m.seen.insert(id, (nc, request));
+        let user = shares.users.get(&owner.user).copied().unwrap_or(0);
+        let source = shares.sources.get(&owner.source).copied().unwrap_or(0);
+        if m.seen.len() >= self.per_shard
+            || user >= self.limits.per_user
+            || source >= self.limits.per_source
+        {
+            return NcVerdict::Full;
+        }
+        *shares.users.entry(owner.user).or_default() += 1;
+        *shares.sources.entry(owner.source).or_default() += 1;
+        m.seen.insert(id, Used { nc, request, owner });
         NcVerdict::Accepted
     }
 }
@@ -325,7 +420,7 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Creates an authenticator challenging with `algorithms`, in order,
-    /// tracking nonce counts of at most `max_nonces` nonces; `request_ids`
+    /// tracking nonce counts within `limits`; `request_ids`
     /// (from the driver's randomness) keys the hash that tells a
     /// retransmission from a replay.
     pub fn new(
@@ -333,7 +428,7 @@ impl Authenticator {
         key: NonceKey,
         users: Users,
         algorithms: &[Algorithm],
-        max_nonces: usize,
+        limits: NcLimits,
         request_ids: std::hash::RandomState,
     ) -> Self {
         let decoy =
@@ -342,7 +437,7 @@ impl Authenticator {
         Self {
             realm: realm.to_owned(),
             key,
-            nc: NcTracker::new(max_nonces, ttl),
+            nc: NcTracker::new(limits, ttl),
             users: RwLock::new(Arc::new(users)),
             algorithms: algorithms.to_vec(),
             request_ids,
@@ -496,7 +591,14 @@ impl Authenticator {
         let Some(n) = c.nc_value() else {
             return AuthResult::Failed(AuthFailure::Unusable);
         };
-        match self.nc.accept(id, n, request, now) {
+        let owner = Owner {
+            user: {
+                use std::hash::BuildHasher;
+                self.request_ids.hash_one(username.as_ref())
+            },
+            source: src.ip(),
+        };
+        match self.nc.accept(id, n, request, owner, now) {
             NcVerdict::Accepted => AuthResult::Ok(username),
             NcVerdict::Replay => AuthResult::Failed(AuthFailure::Replay),
             NcVerdict::Full => AuthResult::Failed(AuthFailure::Stale),
@@ -546,6 +648,87 @@ mod tests {
         );
     }
 
+    /// The same secret after a restart (another epoch): the replay tracker
+    /// forgot the nonces of the run before, so they are stale, never fresh.
+    #[test]
+    fn a_nonce_of_another_run_is_stale() {
+        let before = key().with_epoch(1);
+        let n = before.issue(1000, "r");
+        assert_eq!(before.check(n.as_str(), "r", 1000), NonceState::Fresh);
+        let after = key().with_epoch(2);
+        assert_eq!(after.check(n.as_str(), "r", 1000), NonceState::Stale);
+        let m = after.issue(1000, "r");
+        assert_eq!(after.check(m.as_str(), "r", 1000), NonceState::Fresh);
+    }
+
+    const ME: Owner = Owner {
+        user: 1,
+        source: std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+    };
+
+    /// Limits where one owner may take the whole tracker.
+    fn unshared(capacity: usize) -> NcLimits {
+        NcLimits {
+            capacity,
+            per_user: capacity,
+            per_source: capacity,
+        }
+    }
+
+    /// One account flooding fresh logins from two addresses fills only
+    /// its share: past it its own new nonces are re-challenged, while
+    /// another user, and the same user's nonces already held, go on.
+    /// Before, one account filled the whole tracker in a minute and then
+    /// every user got `stale=true` on every try.
+    #[test]
+    fn a_flood_of_logins_fills_only_the_flooders_share() {
+        let k = key();
+        let limits = NcLimits {
+            capacity: 16 * 64,
+            per_user: 100,
+            per_source: 300,
+        };
+        let t = NcTracker::new(limits, 300);
+        let source = |i: u8| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, i));
+        let flooder = |i: u64| Owner {
+            user: 66,
+            source: source((i % 2) as u8),
+        };
+        let held = id(&k, &k.issue(1000, "r"));
+        assert_eq!(t.accept(held, 1, 1, flooder(0), 1000), NcVerdict::Accepted);
+        let mut taken = 1;
+        for i in 0..1000u64 {
+            let n = id(&k, &k.issue(1000, "r"));
+            if t.accept(n, 1, i, flooder(i), 1000) == NcVerdict::Accepted {
+                taken += 1;
+            }
+        }
+        assert_eq!(taken, 100, "the user's share");
+        assert_eq!(t.accept(held, 2, 2, flooder(0), 1000), NcVerdict::Accepted);
+        let other = Owner {
+            user: 7,
+            source: source(9),
+        };
+        let n = id(&k, &k.issue(1000, "r"));
+        assert_eq!(t.accept(n, 1, 1, other, 1000), NcVerdict::Accepted);
+        // Many accounts from one address: that address's share.
+        let mut from_one = 0;
+        for u in 0..1000u64 {
+            let n = id(&k, &k.issue(1000, "r"));
+            let o = Owner {
+                user: 1000 + u,
+                source: source(50),
+            };
+            if t.accept(n, 1, u, o, 1000) == NcVerdict::Accepted {
+                from_one += 1;
+            }
+        }
+        assert_eq!(from_one, 300, "the source's share");
+        // Once the flood's nonces expire, its share is free again.
+        let later = id(&k, &k.issue(1400, "r"));
+        assert_eq!(t.accept(later, 1, 1, flooder(0), 1400), NcVerdict::Accepted);
+    }
+
     fn id(k: &NonceKey, n: &Nonce) -> NonceId {
         k.check_id(n.as_str(), "r", 1).1
     }
@@ -553,21 +736,21 @@ mod tests {
     #[test]
     fn nc_must_increase() {
         let k = key();
-        let t = NcTracker::new(64, 300);
+        let t = NcTracker::new(unshared(64), 300);
         let n = id(&k, &k.issue(1, "r"));
-        assert_eq!(t.accept(n, 1, 11, 1), NcVerdict::Accepted);
+        assert_eq!(t.accept(n, 1, 11, ME, 1), NcVerdict::Accepted);
         assert_eq!(
-            t.accept(n, 1, 11, 1),
+            t.accept(n, 1, 11, ME, 1),
             NcVerdict::Accepted,
             "retransmission of the same request"
         );
         assert_eq!(
-            t.accept(n, 1, 12, 1),
+            t.accept(n, 1, 12, ME, 1),
             NcVerdict::Replay,
             "same count, other request: replay"
         );
-        assert_eq!(t.accept(n, 3, 13, 1), NcVerdict::Accepted);
-        assert_eq!(t.accept(n, 2, 12, 1), NcVerdict::Replay);
+        assert_eq!(t.accept(n, 3, 13, ME, 1), NcVerdict::Accepted);
+        assert_eq!(t.accept(n, 2, 12, ME, 1), NcVerdict::Replay);
     }
 
     /// The tracker never forgets a nonce that is still valid, however many
@@ -579,17 +762,17 @@ mod tests {
     fn a_full_tracker_forgets_only_expired_nonces() {
         let k = key();
         let capacity = 16 * 64;
-        let t = NcTracker::new(capacity, 300);
+        let t = NcTracker::new(unshared(capacity), 300);
         let victim = id(&k, &k.issue(1000, "r"));
-        assert_eq!(t.accept(victim, 1, 7, 1000), NcVerdict::Accepted);
+        assert_eq!(t.accept(victim, 1, 7, ME, 1000), NcVerdict::Accepted);
         let mut full = 0;
         for i in 0..(4 * capacity as u64) {
             let n = id(&k, &k.issue(1000 + i / 1000, "r"));
-            if t.accept(n, 1, i, 1001 + i / 1000) == NcVerdict::Full {
+            if t.accept(n, 1, i, ME, 1001 + i / 1000) == NcVerdict::Full {
                 full += 1;
             }
             assert_eq!(
-                t.accept(victim, 1, 8, 1001),
+                t.accept(victim, 1, 8, ME, 1001),
                 NcVerdict::Replay,
                 "the captured request is refused after {i} others"
             );
@@ -602,6 +785,6 @@ mod tests {
         assert!(t.len() <= capacity);
         // Once the old nonces have expired their slots are reused.
         let later = id(&k, &k.issue(1400, "r"));
-        assert_eq!(t.accept(later, 1, 1, 1400), NcVerdict::Accepted);
+        assert_eq!(t.accept(later, 1, 1, ME, 1400), NcVerdict::Accepted);
     }
 }

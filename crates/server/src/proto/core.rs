@@ -183,6 +183,47 @@ pub struct Shared {
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
+    /// Keys the tags in this proxy's branches that prove a response
+    /// answers a request it forwarded (RFC 3261 §16.11).
+    pub(super) branch_key: [u8; 32],
+    /// Journal bytes the registrar may still write now.
+    pub(super) journal_budget: ByteBudget,
+}
+
+/// A token bucket of bytes, refilled by the `now` handed in.
+#[derive(Debug, Default)]
+pub struct ByteBudget {
+    state: std::sync::Mutex<Option<(f64, Instant)>>,
+}
+
+impl ByteBudget {
+    /// Takes `bytes` when the bucket (`rate` bytes per second, at most
+    /// `burst`, full at first) holds them at `now`.
+    pub fn take(&self, bytes: u64, rate: u64, burst: u64, now: Instant) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, last) = s.get_or_insert((burst as f64, now));
+        let elapsed = now.saturating_duration_since(*last).as_secs_f64();
+        *tokens = (*tokens + elapsed * rate as f64).min(burst as f64);
+        *last = (*last).max(now);
+        if *tokens >= bytes as f64 {
+            *tokens -= bytes as f64;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// 256 bits for `label`, drawn from the salt's random keys.
+fn derive_key(salt: &RandomState, label: &[u8]) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    for (i, chunk) in key.chunks_mut(8).enumerate() {
+        let mut h = salt.build_hasher();
+        h.write(label);
+        h.write_usize(i);
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    key
 }
 
 /// Whether a flow over `a` serves `b`: the same transport, or either
@@ -264,14 +305,8 @@ impl Shared {
         salt: RandomState,
     ) -> Self {
         let guard = Guard::new(config.guard.clone(), salt.clone());
-        // The flow-token key: 256 bits drawn from the salt's random keys.
-        let mut flow_key = [0u8; 32];
-        for (i, chunk) in flow_key.chunks_mut(8).enumerate() {
-            let mut h = salt.build_hasher();
-            h.write(b"sipsec flow token key");
-            h.write_usize(i);
-            chunk.copy_from_slice(&h.finish().to_le_bytes());
-        }
+        let flow_key = derive_key(&salt, b"sipsec flow token key");
+        let branch_key = derive_key(&salt, b"sipsec branch tag key");
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
             Transactions::new(
                 sip_core::transaction::TimerConfig::RFC3261,
@@ -297,6 +332,8 @@ impl Shared {
             names: std::sync::OnceLock::new(),
             branch_salt: salt,
             flow_key,
+            branch_key,
+            journal_budget: ByteBudget::default(),
         }
     }
 }

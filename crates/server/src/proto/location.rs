@@ -12,7 +12,7 @@ use std::hash::{BuildHasher, RandomState};
 use hashbrown::HashTable;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 pub use crate::config::{Durability, Overflow};
@@ -143,6 +143,13 @@ pub enum UpdateError {
     /// The change could not be persisted, so it was not applied.
     #[error("journal: {0}")]
     Journal(io::Error),
+    /// The store holds its most bindings (`max_bindings`) and this change
+    /// would add more.
+    #[error("the location holds its most bindings ({max})")]
+    Full {
+        /// The limit.
+        max: usize,
+    },
     /// Another change to this AoR is being persisted; try again once it
     /// is committed (a retry, not a refusal).
     #[error("another change to this address-of-record is in flight")]
@@ -195,6 +202,9 @@ pub struct UpdatePolicy {
     /// (`usize::MAX`: unbounded). Each contact counts its URI plus
     /// [`LISTING_OVERHEAD`].
     pub max_listing: usize,
+    /// Most bindings the whole store may hold: a change that would add
+    /// past it is refused ([`UpdateError::Full`]).
+    pub max_bindings: usize,
 }
 
 /// Bytes a contact adds to a 200 OK besides its URI
@@ -207,6 +217,7 @@ impl Default for UpdatePolicy {
             max_contacts: 10,
             overflow: Overflow::Reject,
             max_listing: usize::MAX,
+            max_bindings: usize::MAX,
         }
     }
 }
@@ -232,6 +243,24 @@ pub enum Record {
         /// Contact URI.
         contact: String,
     },
+}
+
+impl Record {
+    /// About the bytes the record takes in a journal line.
+    pub fn approximate_len(&self) -> usize {
+        const FIELDS: usize = 96;
+        match self {
+            Record::Bind { aor, binding, .. } => {
+                FIELDS
+                    + aor.len()
+                    + binding.contact.len()
+                    + binding.call_id.len()
+                    + binding.path.len()
+                    + binding.node.len()
+            }
+            Record::Remove { aor, contact, .. } => FIELDS + aor.len() + contact.len(),
+        }
+    }
 }
 
 /// A change computed by [`Location::prepare`], waiting for its records to
@@ -387,6 +416,8 @@ pub struct MemoryLocation {
     hasher: RandomState,
     seq: AtomicU64,
     tokens: AtomicU64,
+    /// Bindings held (expired ones until swept), for `max_bindings`.
+    held: AtomicUsize,
 }
 
 impl MemoryLocation {
@@ -398,7 +429,22 @@ impl MemoryLocation {
             hasher,
             seq: AtomicU64::new(1),
             tokens: AtomicU64::new(1),
+            held: AtomicUsize::new(0),
         }
+    }
+
+    /// An AoR's list went from `before` to `after` bindings.
+    fn held_changed(&self, before: usize, after: usize) {
+        if after > before {
+            self.held.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    /// Bindings held, counting expired ones not yet swept.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
     }
 
     fn hash(&self, aor: &str) -> u64 {
@@ -434,10 +480,12 @@ impl MemoryLocation {
             s.map
                 .retain(|(aor, a)| match bindings.remove(aor.as_str()) {
                     Some(list) => {
+                        self.held_changed(a.list.len(), list.len());
                         a.list = list;
                         true
                     }
                     None => {
+                        self.held_changed(a.list.len(), 0);
                         a.list.clear();
                         a.pending.is_some()
                     }
@@ -446,7 +494,9 @@ impl MemoryLocation {
         for (aor, list) in bindings {
             let hash = self.hash(&aor);
             let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
-            shard.entry(hash, &aor, |k| self.hash(k)).list = list;
+            let entry = shard.entry(hash, &aor, |k| self.hash(k));
+            self.held_changed(entry.list.len(), list.len());
+            entry.list = list;
         }
     }
 
@@ -459,12 +509,17 @@ impl MemoryLocation {
         match r {
             Record::Bind { seq, aor, binding } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                bind(&mut shard.entry(hash, &aor, |k| self.hash(k)).list, binding);
+                let list = &mut shard.entry(hash, &aor, |k| self.hash(k)).list;
+                let before = list.len();
+                bind(list, binding);
+                self.held_changed(before, list.len());
             }
             Record::Remove { seq, aor, contact } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
                 if let Some(a) = shard.get_mut(hash, &aor) {
+                    let before = a.list.len();
                     a.list.retain(|b| b.contact != contact);
+                    self.held_changed(before, a.list.len());
                     // An AoR with a change in flight stays for its commit.
                     if a.list.is_empty() && a.pending.is_none() {
                         shard.remove(hash, &aor);
@@ -600,6 +655,12 @@ impl Location for MemoryLocation {
                 remove(&mut records, gone.contact);
             }
         }
+        let had = stored.as_ref().map_or(0, |a| a.list.len());
+        if list.len() > had && self.held().saturating_add(list.len() - had) > policy.max_bindings {
+            return Err(UpdateError::Full {
+                max: policy.max_bindings,
+            });
+        }
         let listing: usize = list
             .iter()
             .map(|b| b.contact.len() + LISTING_OVERHEAD)
@@ -661,6 +722,7 @@ impl Location for MemoryLocation {
             return;
         };
         debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
+        let before = a.list.len();
         if stored {
             // Contact by contact, as the shared store applies it: another
             // node's change to this AoR that arrived meanwhile (`replay`,
@@ -673,6 +735,7 @@ impl Location for MemoryLocation {
             }
             a.list.sort_by_key(|b| std::cmp::Reverse(b.q));
         }
+        self.held_changed(before, a.list.len());
         if a.list.is_empty() {
             shard.remove(hash, &prepared.aor);
         }
@@ -700,6 +763,7 @@ impl Location for MemoryLocation {
                 !a.list.is_empty() || a.pending.is_some()
             });
         }
+        self.held.fetch_sub(n, Ordering::Relaxed);
         n
     }
 

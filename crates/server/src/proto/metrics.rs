@@ -168,11 +168,18 @@ pub enum CloseReason {
     /// A WebSocket upgrade was refused, or the peer broke RFC 6455's
     /// framing rules.
     WebSocket,
+    /// CRLF keep-alives or WebSocket pings far beyond RFC 5626's pace.
+    KeepaliveFlood,
+    /// No SIP message within the first-message deadline.
+    Silent,
+    /// Closed near the connection limit to make room: it had sent no SIP
+    /// message yet.
+    Evicted,
 }
 
 impl CloseReason {
     /// Every reason, in label order.
-    pub const ALL: [CloseReason; 11] = [
+    pub const ALL: [CloseReason; 14] = [
         CloseReason::Peer,
         CloseReason::Idle,
         CloseReason::HandshakeTimeout,
@@ -184,6 +191,9 @@ impl CloseReason {
         CloseReason::Error,
         CloseReason::Shutdown,
         CloseReason::WebSocket,
+        CloseReason::KeepaliveFlood,
+        CloseReason::Silent,
+        CloseReason::Evicted,
     ];
 
     /// The metric label.
@@ -200,6 +210,9 @@ impl CloseReason {
             CloseReason::Error => "error",
             CloseReason::Shutdown => "shutdown",
             CloseReason::WebSocket => "websocket",
+            CloseReason::KeepaliveFlood => "keepalive_flood",
+            CloseReason::Silent => "first_message_timeout",
+            CloseReason::Evicted => "evicted",
         }
     }
 }
@@ -259,6 +272,11 @@ pub struct Metrics {
     pub refused_limit: AtomicU64,
     /// Connections refused at accept: their source IP had its share.
     pub refused_per_ip: AtomicU64,
+    /// Connections refused at accept: their source IP connected faster
+    /// than its accept rate.
+    pub refused_per_ip_rate: AtomicU64,
+    /// CRLF keep-alives and WebSocket pings received on connections.
+    pub conn_keepalives: AtomicU64,
     /// Times a reactor left connections in the accept queue because the
     /// accept rate was spent.
     pub accepts_deferred: AtomicU64,
@@ -267,6 +285,19 @@ pub struct Metrics {
     stages: [Histogram; 5],
     /// Responses received (proxy).
     pub responses_received: AtomicU64,
+    /// REGISTERs refused for what a binding would store (a contact, To,
+    /// Call-ID or Path longer than the registrar keeps).
+    pub contacts_refused: AtomicU64,
+    /// REGISTERs refused because the registrar held `max_bindings`.
+    pub registrar_full: AtomicU64,
+    /// Location changes refused because the journal's byte rate was spent.
+    pub journal_throttled: AtomicU64,
+    /// UDP answers to unverified sources whose contact listing was cut to
+    /// bound amplification.
+    pub listings_cut: AtomicU64,
+    /// Responses dropped because nothing proves they answer a request
+    /// this server forwarded (forged, or from before a restart).
+    pub responses_unproven: AtomicU64,
     /// Malformed messages.
     pub malformed: AtomicU64,
     /// STUN Binding requests answered on the SIP UDP port (RFC 5626 §8).
@@ -512,7 +543,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 34] = [
+        let counters: [(&str, &str, &AtomicU64); 39] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -527,6 +558,31 @@ impl Metrics {
                 "sipsec_responses_received_total",
                 "Responses received for forwarding.",
                 &self.responses_received,
+            ),
+            (
+                "sipsec_registrar_contacts_refused_total",
+                "REGISTERs refused for a contact, To, Call-ID or Path longer than a binding stores.",
+                &self.contacts_refused,
+            ),
+            (
+                "sipsec_registrar_full_total",
+                "REGISTERs refused because the registrar held its most bindings.",
+                &self.registrar_full,
+            ),
+            (
+                "sipsec_journal_throttled_total",
+                "Location changes refused because the journal's byte rate was spent.",
+                &self.journal_throttled,
+            ),
+            (
+                "sipsec_udp_listings_cut_total",
+                "UDP answers to unverified sources whose contact listing was cut to bound amplification.",
+                &self.listings_cut,
+            ),
+            (
+                "sipsec_responses_unproven_total",
+                "Responses dropped because they answer no request this server forwarded (forged, or from before a restart).",
+                &self.responses_unproven,
             ),
             (
                 "sipsec_malformed_total",
@@ -707,9 +763,15 @@ impl Metrics {
         );
         let _ = writeln!(
             o,
-            "# HELP sipsec_connections_refused_total Connections refused at accept, by limit.\n# TYPE sipsec_connections_refused_total counter\nsipsec_connections_refused_total{{reason=\"limit\"}} {}\nsipsec_connections_refused_total{{reason=\"per_ip\"}} {}",
+            "# HELP sipsec_connections_refused_total Connections refused at accept, by limit.\n# TYPE sipsec_connections_refused_total counter\nsipsec_connections_refused_total{{reason=\"limit\"}} {}\nsipsec_connections_refused_total{{reason=\"per_ip\"}} {}\nsipsec_connections_refused_total{{reason=\"per_ip_rate\"}} {}",
             self.refused_limit.load(Ordering::Relaxed),
-            self.refused_per_ip.load(Ordering::Relaxed)
+            self.refused_per_ip.load(Ordering::Relaxed),
+            self.refused_per_ip_rate.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_connection_keepalives_total CRLF keep-alives and WebSocket pings received on connections.\n# TYPE sipsec_connection_keepalives_total counter\nsipsec_connection_keepalives_total {}",
+            self.conn_keepalives.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             o,

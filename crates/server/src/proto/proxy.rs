@@ -20,7 +20,8 @@ use crate::proto::location::Location;
 use crate::proto::metrics::Stage;
 use crate::proto::names::{Found, Park, Route};
 use crate::proto::stateful::{
-    Hop, Key, Seen, StartError, Upstream, BRANCH_MASK, BRANCH_PREFIX, LOCAL_TAG_PREFIX,
+    parse_branch, Hop, Key, Seen, StartError, Upstream, BRANCH_MASK, BRANCH_PREFIX,
+    LOCAL_TAG_PREFIX,
 };
 
 impl Core {
@@ -273,6 +274,43 @@ impl Core {
         h.finish() & BRANCH_MASK
     }
 
+    /// The tag after the transaction in this proxy's branch: 64 bits of
+    /// HMAC-SHA256, under a key only this process holds, over the
+    /// transaction (`branch` without its try number) and `hop`, where its
+    /// responses go. A response is relayed only when its branch's tag
+    /// verifies for the hop its second Via names, so a forged response
+    /// cannot send bytes to an address of its choosing (RFC 3261 §16.11
+    /// lets a stateless proxy compute its branch this way).
+    fn branch_tag(&self, branch: u64, hop: Hop) -> u64 {
+        use hmac::Mac;
+        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.shared.branch_key)
+            .expect("HMAC takes any key length");
+        mac.update(&(branch & BRANCH_MASK).to_be_bytes());
+        mac.update(&[transport_code(hop.1)]);
+        match hop.0.ip() {
+            IpAddr::V4(a) => mac.update(&a.octets()),
+            IpAddr::V6(a) => mac.update(&a.octets()),
+        }
+        mac.update(&hop.0.port().to_be_bytes());
+        let out = mac.finalize().into_bytes();
+        let mut tag = [0u8; 8];
+        tag.copy_from_slice(&out[..8]);
+        u64::from_be_bytes(tag)
+    }
+
+    /// Whether the branch in `msg`'s top Via is one this proxy wrote for a
+    /// request whose responses go to `hop` (constant time in the tag).
+    fn proves_hop(&self, msg: &Message<'_>, hop: Hop) -> bool {
+        let Some((branch, Some(tag))) = msg.top_via().branch().and_then(parse_branch) else {
+            return false;
+        };
+        let want = self.branch_tag(branch, hop).to_be_bytes();
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            &want[..],
+            &tag.to_be_bytes()[..],
+        ))
+    }
+
     /// Where responses to `msg` go (RFC 3261 §18.2.2): back on the
     /// connection for TCP; for UDP the source address, and the Via's port
     /// unless rport asked for the source port.
@@ -365,6 +403,12 @@ impl Core {
         let Some(ruri) = msg.request_uri() else {
             return Reply::Drop;
         };
+        if self.shared.config.mode != Mode::Proxy
+            && (next_route.is_some() || flow_hop.is_some() || !self.is_local_uri(ruri))
+        {
+            // A registrar or redirect server answers; it forwards nothing.
+            return self.relay_denied(msg, src, ruri, out);
+        }
         let mut new_ruri: Option<String> = None;
         let mut to_peer = false;
         let mut authenticated = false;
@@ -512,17 +556,7 @@ impl Core {
             Next::At(peer)
         } else {
             // No open relay: only requests for this server's domains are proxied.
-            self.events.push(Event::RelayDenied {
-                src,
-                target: ruri.to_string(),
-            });
-            return self.respond(
-                msg,
-                StatusCode::FORBIDDEN,
-                &[("Warning", "399 sipsec \"relaying denied\"")],
-                src,
-                out,
-            );
+            return self.relay_denied(msg, src, ruri, out);
         };
         let (target, named) = match target {
             Next::At(a) => (a, None),
@@ -554,12 +588,13 @@ impl Core {
             Next::Busy => return self.resolver_busy(msg, src, out),
         };
         let branch = self.branch(msg);
+        let tag = self.branch_tag(branch, self.upstream(msg, src));
         // Over TLS or WebSocket this server is reached at that listener.
         let here = self.listen_addr(out_transport);
         self.via.clear();
         let _ = write!(
             self.via,
-            "SIP/2.0/{} {here};branch={BRANCH_PREFIX}{branch:016x}",
+            "SIP/2.0/{} {here};branch={BRANCH_PREFIX}{branch:016x}{tag:016x}",
             out_transport.as_str(),
         );
         let top = msg.top_via();
@@ -701,9 +736,13 @@ impl Core {
     }
 
     pub(super) fn forward_response(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Reply {
+        if self.shared.config.mode != Mode::Proxy {
+            // A registrar or redirect server forwards no request, so no
+            // response is ever for it to relay.
+            return self.unproven_response();
+        }
         if !self.is_our_via(msg.top_via()) || msg.via_count() < 2 {
-            bump(&self.shared.metrics.dropped);
-            return Reply::Drop;
+            return self.unproven_response();
         }
         // Stateless mode skips the branch decoding altogether.
         let stateful = self
@@ -729,7 +768,7 @@ impl Core {
             }
         }
         let Some(next) = msg.vias().nth(1) else {
-            return Reply::Drop;
+            return self.unproven_response();
         };
         let host = next
             .received()
@@ -744,13 +783,17 @@ impl Core {
             _ => next.port(),
         };
         let Some(dest) = resolve(host, port) else {
-            bump(&self.shared.metrics.dropped);
-            return Reply::Drop;
+            return self.unproven_response();
         };
         let transport = match next.transport() {
             t @ (Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss) => t,
             _ => Transport::Udp,
         };
+        // No transaction vouches for it: only the branch's tag can prove
+        // that this proxy forwarded the request and that `dest` sent it.
+        if !self.proves_hop(msg, (dest, transport)) {
+            return self.unproven_response();
+        }
         match forward_response(msg, out) {
             Ok(()) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
                 bump(&self.shared.metrics.oversize);
@@ -768,5 +811,47 @@ impl Core {
                 Reply::Drop
             }
         }
+    }
+
+    /// 403 for a request this server will not forward.
+    fn relay_denied(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        ruri: &Uri<'_>,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.events.push(Event::RelayDenied {
+            src,
+            target: ruri.to_string(),
+        });
+        self.respond(
+            msg,
+            StatusCode::FORBIDDEN,
+            &[("Warning", "399 sipsec \"relaying denied\"")],
+            src,
+            out,
+        )
+    }
+
+    /// Drops a response this server cannot prove it should relay, and
+    /// counts it.
+    fn unproven_response(&self) -> Reply {
+        bump(&self.shared.metrics.responses_unproven);
+        bump(&self.shared.metrics.dropped);
+        Reply::Drop
+    }
+}
+
+/// A byte per transport for what this proxy MACs.
+fn transport_code(t: Transport) -> u8 {
+    match t {
+        Transport::Udp => 0,
+        Transport::Tcp => 1,
+        Transport::Tls => 2,
+        Transport::Ws => 3,
+        Transport::Wss => 4,
+        Transport::Sctp => 5,
+        Transport::Other => 6,
     }
 }

@@ -14,6 +14,17 @@ use crate::proto::core::{
 use crate::proto::location::{ContactChange, Location, Registration, UpdateError, UpdatePolicy};
 use crate::proto::metrics::Stage;
 
+/// An unverified UDP source gets at most this many times the bytes it
+/// sent (RFC 9000 §8.1 sets 3 for QUIC before address validation).
+pub const AMPLIFICATION: usize = 3;
+/// Bytes a 200 OK adds besides the request's own headers and the
+/// contact listing (status line, To tag, Content-Length, Warning).
+const RESPONSE_OVERHEAD: usize = 256;
+/// Longest Call-ID a binding stores.
+pub const MAX_CALL_ID_LEN: usize = 256;
+/// Longest Path a binding stores.
+pub const MAX_PATH_LEN: usize = 1024;
+
 impl Core {
     pub(super) fn register(
         &mut self,
@@ -42,8 +53,8 @@ impl Core {
         let Some(to_user) = reveal(self.shared.privacy.as_ref(), to_user, now) else {
             return self.refuse(msg, src, out);
         };
-        if let Some(user) = user {
-            if *to_user != *user {
+        if let Some(user) = &user {
+            if *to_user != **user {
                 return self.respond(msg, StatusCode::FORBIDDEN, &[], src, out);
             }
         }
@@ -62,6 +73,9 @@ impl Core {
                 src,
                 out,
             );
+        }
+        if let Some(reply) = self.refuse_oversize(msg, src, out) {
+            return reply;
         }
         let mut changes: Vec<ContactChange<'_>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
@@ -98,6 +112,19 @@ impl Core {
             Ok(supported) => supported,
             Err(reply) => return reply,
         };
+        if self.path.len() > MAX_PATH_LEN {
+            bump(&self.shared.metrics.contacts_refused);
+            return self.respond(
+                msg,
+                StatusCode::FORBIDDEN,
+                &[(
+                    "Warning",
+                    "399 sipsec \"Path longer than this registrar stores\"",
+                )],
+                src,
+                out,
+            );
+        }
         // With a location shared by several nodes, a phone on a connection
         // to this node is reached through this node: the binding names the
         // route here, with the flow's token (RFC 5626 §5.2).
@@ -132,6 +159,7 @@ impl Core {
             max_contacts: cfg.max_contacts,
             overflow: cfg.max_contacts_policy,
             max_listing,
+            max_bindings: cfg.max_bindings,
         };
         let result = self
             .shared
@@ -167,6 +195,18 @@ impl Core {
                     out,
                 );
             }
+            Err(UpdateError::Full { max }) => {
+                bump(&self.shared.metrics.registrar_full);
+                let warning =
+                    format!("399 sipsec \"this registrar holds its most bindings ({max})\"");
+                return self.respond(
+                    msg,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &[("Retry-After", "60"), ("Warning", &warning)],
+                    src,
+                    out,
+                );
+            }
             Err(UpdateError::ListingTooLarge { .. }) => {
                 bump(&self.shared.metrics.oversize);
                 return self.respond(
@@ -187,26 +227,72 @@ impl Core {
             }
         };
         self.stage(Stage::AddUser, t0);
+        if !prepared.is_empty() && !self.journal_allows(prepared.records()) {
+            self.shared.location.commit(prepared, false);
+            bump(&self.shared.metrics.journal_throttled);
+            return self.respond(
+                msg,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &[
+                    ("Retry-After", "5"),
+                    (
+                        "Warning",
+                        "399 sipsec \"too many location changes: try later\"",
+                    ),
+                ],
+                src,
+                out,
+            );
+        }
+        // An answer over UDP to a source nothing proves (no credentials)
+        // carries at most AMPLIFICATION times the request's bytes, as a
+        // QUIC server before address validation: the contacts the request
+        // named first, then others while they fit.
+        let budget = if self.transport == Transport::Udp && user.is_none() {
+            (AMPLIFICATION * msg.len()).saturating_sub(msg.len() + RESPONSE_OVERHEAD)
+        } else {
+            usize::MAX
+        };
         self.lines.clear();
-        for b in prepared.bindings() {
+        let named =
+            |b: &&crate::proto::location::Binding| changes.iter().any(|c| c.contact == b.contact);
+        let mut unlisted = 0;
+        let ordered = prepared
+            .bindings()
+            .iter()
+            .filter(named)
+            .chain(prepared.bindings().iter().filter(|b| !named(b)));
+        for b in ordered {
+            let start = self.lines.len();
             let _ = write!(
                 self.lines,
                 "Contact: <{}>;expires={}\r\n",
                 b.contact,
                 b.expires_at.saturating_sub(now)
             );
+            if self.lines.len() > budget {
+                self.lines.truncate(start);
+                unlisted += 1;
+            }
+        }
+        let cut_warning;
+        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(2);
+        if unlisted > 0 {
+            bump(&self.shared.metrics.listings_cut);
+            cut_warning = format!(
+                "399 sipsec \"{unlisted} contact(s) not listed over UDP without credentials: ask over TCP\""
+            );
+            extra.push(("Warning", &cut_warning));
         }
         if supports_path && !self.path.is_empty() {
             // RFC 3327 §5.3: the stored Path goes back to the UA.
             let _ = write!(self.lines, "Path: {}\r\n", self.path);
         }
         // RFC 5626 §6: a registrar that keeps the flow says so.
-        let require: &[(&str, &str)] = if wants_outbound {
-            &[("Require", "outbound")]
-        } else {
-            &[]
-        };
-        let reply = self.respond(msg, StatusCode::OK, require, src, out);
+        if wants_outbound {
+            extra.push(("Require", "outbound"));
+        }
+        let reply = self.respond(msg, StatusCode::OK, &extra, src, out);
         if prepared.is_empty() {
             // Nothing to store (a query, or removing what was not there).
             self.shared.location.commit(prepared, true);
@@ -223,6 +309,46 @@ impl Core {
                 other
             }
         }
+    }
+
+    /// 403 for a REGISTER whose bindings would store more than this
+    /// registrar keeps per binding: a contact or To URI over
+    /// `max_contact_len`, a Call-ID over [`MAX_CALL_ID_LEN`].
+    fn refuse_oversize(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let max = self.shared.config.max_contact_len;
+        let warning = if msg.contacts().any(|c| c.addr.uri().as_str().len() > max) {
+            format!("399 sipsec \"contact URI longer than {max} bytes\"")
+        } else if msg.to().uri().as_str().len() > max {
+            format!("399 sipsec \"To URI longer than {max} bytes\"")
+        } else if msg.contact_count() > 0 && msg.call_id().len() > MAX_CALL_ID_LEN {
+            format!("399 sipsec \"Call-ID longer than {MAX_CALL_ID_LEN} bytes\"")
+        } else {
+            return None;
+        };
+        bump(&self.shared.metrics.contacts_refused);
+        Some(self.respond(
+            msg,
+            StatusCode::FORBIDDEN,
+            &[("Warning", &warning)],
+            src,
+            out,
+        ))
+    }
+
+    /// Whether the journal may take `records` now: a token bucket of
+    /// `journal_rate` bytes per second (`journal_burst` at once), so a
+    /// flood of registrations cannot fill the disk or Redis faster.
+    fn journal_allows(&self, records: &[crate::proto::location::Record]) -> bool {
+        let bytes: u64 = records.iter().map(|r| r.approximate_len() as u64).sum();
+        let cfg = &self.shared.config;
+        self.shared
+            .journal_budget
+            .take(bytes, cfg.journal_rate, cfg.journal_burst, self.now.mono)
     }
 
     /// Gathers the REGISTER's Path values into `self.path` (RFC 3327)

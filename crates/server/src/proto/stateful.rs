@@ -62,9 +62,26 @@ const MAX_TRIES: u8 = 8;
 fn try_of(msg: &Message<'_>) -> u8 {
     msg.top_via()
         .branch()
-        .and_then(|b| b.strip_prefix(BRANCH_PREFIX))
-        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-        .map_or(0, |b| (b >> 60) as u8)
+        .and_then(parse_branch)
+        .map_or(0, |b| (b.0 >> 60) as u8)
+}
+
+/// Reads a branch this proxy wrote: `z9hG4bKsps` then 16 hex digits (the
+/// transaction, its try in the top four bits) and, on what it forwards,
+/// 16 more: the tag that binds the transaction to the address its
+/// responses go back to (see `Core::branch_tag`). `None` for any other
+/// branch.
+pub fn parse_branch(branch: &str) -> Option<(u64, Option<u64>)> {
+    let hex = branch.strip_prefix(BRANCH_PREFIX)?;
+    if !matches!(hex.len(), 16 | 32) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let id = u64::from_str_radix(&hex[..16], 16).ok()?;
+    let tag = match hex.get(16..) {
+        Some(t) if !t.is_empty() => Some(u64::from_str_radix(t, 16).ok()?),
+        _ => None,
+    };
+    Some((id, tag))
 }
 
 /// The delta-seconds a 503's Retry-After starts with (RFC 3261 §20.33),
@@ -84,13 +101,11 @@ fn renumber(request: &mut [u8], number: u8) -> bool {
     let Some(hex) = msg
         .top_via()
         .branch()
+        .filter(|b| parse_branch(b).is_some())
         .and_then(|b| b.strip_prefix(BRANCH_PREFIX))
     else {
         return false;
     };
-    if hex.len() != 16 {
-        return false;
-    }
     let at = hex.as_ptr() as usize - request.as_ptr() as usize;
     request[at] = b"0123456789abcdef"[usize::from(number & 0xf)];
     true
@@ -142,8 +157,7 @@ impl Key {
     /// The entry a message belongs to, from its top Via and CSeq: a
     /// response coming back, or a request this proxy sent.
     pub fn of_message(msg: &Message<'_>) -> Option<Self> {
-        let hex = msg.top_via().branch()?.strip_prefix(BRANCH_PREFIX)?;
-        let branch = u64::from_str_radix(hex, 16).ok()? & BRANCH_MASK;
+        let branch = parse_branch(msg.top_via().branch()?)?.0 & BRANCH_MASK;
         Some(Self {
             branch,
             cancel: msg.cseq().method == Method::Cancel,
@@ -170,14 +184,7 @@ impl Key {
         let via = &rest[..rest.iter().position(|&b| b == b'\n')?];
         let via = std::str::from_utf8(via).ok()?.trim_end_matches('\r');
         let params = via.strip_prefix("Via: SIP/2.0/")?;
-        let hex = params
-            .rsplit_once(";branch=")?
-            .1
-            .strip_prefix(BRANCH_PREFIX)?;
-        if hex.len() != 16 {
-            return None;
-        }
-        let branch = u64::from_str_radix(hex, 16).ok()?;
+        let (branch, _) = parse_branch(params.rsplit_once(";branch=")?.1)?;
         let key = Self {
             branch: branch & BRANCH_MASK,
             cancel: bytes.starts_with(b"CANCEL "),

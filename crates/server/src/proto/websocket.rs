@@ -28,6 +28,8 @@ pub mod close {
     pub const PROTOCOL: u16 = 1002;
     /// A text message that is not UTF-8.
     pub const INVALID_DATA: u16 = 1007;
+    /// The peer broke this server's policy (pings far beyond the pace).
+    pub const POLICY_VIOLATION: u16 = 1008;
     /// A message larger than the server accepts.
     pub const TOO_BIG: u16 = 1009;
 }
