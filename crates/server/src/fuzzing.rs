@@ -80,7 +80,7 @@ pub fn server(pick: u8) -> Core {
             NonceKey::from_secret([7; 32], 300),
             users,
             &[Algorithm::Sha256, Algorithm::Md5],
-            64,
+            crate::proto::auth::NcLimits::of(64),
             std::hash::RandomState::new(),
         )
     });
@@ -101,7 +101,9 @@ pub fn server(pick: u8) -> Core {
 ///
 /// Never panics; whatever a message that parses makes the core send
 /// parses too (with room for the header lines a proxy adds); a message
-/// that does not parse gets at most an error response.
+/// that does not parse gets at most an error response; a response is
+/// relayed only when its branch is one the core wrote on a request it
+/// forwarded earlier in the dialogue.
 pub fn core(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
@@ -109,6 +111,7 @@ pub fn core(data: &[u8]) {
     let mut core = server(pick);
     let start = Instant::now();
     let mut out = Vec::with_capacity(4096);
+    let mut forwarded = std::collections::HashSet::new();
     for (i, msg) in split(rest).enumerate() {
         let salt = usize::from(pick >> 2).wrapping_add(i);
         let transport = TRANSPORTS[salt % TRANSPORTS.len()];
@@ -124,6 +127,7 @@ pub fn core(data: &[u8]) {
         let reply = drive::handle(&mut core, None, msg, src, transport, now, &mut out);
         let parsed = Message::parse(msg).is_ok();
         if let Reply::Send(..) = reply {
+            relayed_only_ours(msg, &out, &mut forwarded);
             if salt % 2 == 1 {
                 icmp_error(&core, &out, salt, now.mono);
             }
@@ -139,6 +143,62 @@ pub fn core(data: &[u8]) {
         }
         if parsed {
             check_sends(&core, "an extra send");
+        }
+    }
+}
+
+/// This proxy's branch in `msg`'s top Via without its try digit.
+fn our_branch(msg: &Message<'_>) -> Option<String> {
+    let b = msg.top_via().branch()?;
+    let hex = b.strip_prefix(crate::proto::stateful::BRANCH_PREFIX)?;
+    Some(hex.get(1..)?.to_owned())
+}
+
+/// Remembers the branch of a request the core forwarded (`out`); for a
+/// response it relayed, checks it answered one of them.
+fn relayed_only_ours(input: &[u8], out: &[u8], forwarded: &mut std::collections::HashSet<String>) {
+    let (Ok(sent), Ok(got)) = (Message::parse(out), Message::parse(input)) else {
+        return;
+    };
+    if sent.is_request() {
+        if let Some(b) = our_branch(&sent) {
+            forwarded.insert(b);
+        }
+    } else if !got.is_request() {
+        let ours = our_branch(&got).is_some_and(|b| forwarded.contains(&b));
+        assert!(
+            ours,
+            "relayed a response to no request this core forwarded:\n{}",
+            String::from_utf8_lossy(input)
+        );
+    }
+}
+
+/// The response path alone: `data` handed as one message to a fresh core
+/// of every kind, over every transport, from every source. Nothing was
+/// forwarded, so a response is relayed nowhere, whatever its Vias and
+/// branch: the core drops it and queues nothing.
+pub fn response_path(data: &[u8]) {
+    match Message::parse(data) {
+        Ok(m) if !m.is_request() => {}
+        _ => return,
+    }
+    let now = Now {
+        unix_ms: 1_700_000_000_000,
+        mono: Instant::now(),
+    };
+    let mut out = Vec::with_capacity(4096);
+    for pick in 0..SERVERS.len() as u8 {
+        let mut core = server(pick);
+        for (i, transport) in TRANSPORTS.iter().enumerate() {
+            let src: SocketAddr = SOURCES[i % SOURCES.len()].parse().expect("literal");
+            out.clear();
+            let reply = drive::handle(&mut core, None, data, src, *transport, now, &mut out);
+            assert!(
+                matches!(reply, Reply::Drop) && core.extra().is_empty(),
+                "a response no request led to was relayed ({reply:?}):\n{}",
+                String::from_utf8_lossy(data)
+            );
         }
     }
 }

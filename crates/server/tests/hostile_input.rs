@@ -6,7 +6,7 @@
 
 use sip_core::fuzzing::Mutator;
 use sip_core::websocket::{opcode, push_client_frame, BINARY, CLOSE, TEXT};
-use sipsec_server::fuzzing::{core, split, websocket, SEPARATOR};
+use sipsec_server::fuzzing::{core, response_path, split, websocket, SEPARATOR};
 
 const SDP: &str = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
 
@@ -126,6 +126,44 @@ fn mutated_dialogues_never_break_the_core() {
                 out
             };
             core(&[&[pick][..], &input].concat());
+        }
+    }
+}
+
+/// Responses shaped to be relayed somewhere: the top Via naming the
+/// server, the second naming a TCP or UDP service, branches of this
+/// server's form with and without a tag.
+fn response_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = Vec::new();
+    for second in [
+        "SIP/2.0/TCP 127.0.0.1:6379",
+        "SIP/2.0/UDP 10.0.0.5:53;rport=53;received=10.0.0.5",
+        "SIP/2.0/TLS [::1]:443",
+        "SIP/2.0/WS internal.example:80",
+    ] {
+        for branch in [
+            "z9hG4bKforged",
+            "z9hG4bKsps0000000000000001",
+            "z9hG4bKsps00000000000000010123456789abcdef",
+        ] {
+            seeds.push(
+                format!(
+                    "SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch={branch}\r\nVia: {second};branch=z9hG4bKv\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:b@example.com>;tag=2\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Length: 13\r\n\r\nSET pwned 1\r\n"
+                )
+                .into_bytes(),
+            );
+        }
+    }
+    seeds
+}
+
+#[test]
+fn forged_responses_and_their_mutations_are_relayed_nowhere() {
+    let mut rng = Mutator::new(0x00f0_76ed);
+    for seed in response_seeds() {
+        response_path(&seed);
+        for _ in 0..300 {
+            response_path(&rng.mutate(&seed));
         }
     }
 }
