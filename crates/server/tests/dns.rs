@@ -168,9 +168,12 @@ fn stateful_proxy(
     .expect("server starts")
 }
 
+/// An in-dialog MESSAGE (its To has a tag: the proxy follows the route
+/// set a dialog recorded, and refuses a preloaded Route on an initial
+/// request) routed through `route`.
 fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
     format!(
-        "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
+        "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>;tag=b{n}\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
         p = port_of(ua)
     )
 }

@@ -248,13 +248,14 @@ fn a_stateless_proxy_relays_only_answers_to_what_it_forwarded() {
     }
 }
 
-/// A registrar and a redirect server forward no request either: a Route
+/// A registrar and a redirect server forward no request either, and a
+/// proxy follows no preloaded Route on an initial request: a Route
 /// naming another address (here a TCP service) is refused with 403, not
 /// followed.
 #[test]
-fn a_registrar_follows_no_route() {
+fn a_preloaded_route_is_refused_in_every_mode() {
     let dir = tempdir("probe-route");
-    for (i, mode) in ["registrar", "redirect"].iter().enumerate() {
+    for (i, mode) in ["registrar", "redirect", "proxy"].iter().enumerate() {
         let srv = start(&dir.join(format!("data-{i}")), &["--mode", mode]);
         let traps = Traps::new();
         let p = Peer::new();
@@ -439,43 +440,23 @@ fn a_registrar_query_over_udp_amplifies_at_most_three_times() {
 #[test]
 fn an_open_registrar_beyond_loopback_is_an_explicit_opt_in() {
     let dir = tempdir("probe-open");
-    let data = dir.join("data");
-    let out = std::process::Command::new(common::BIN)
-        .args([
-            "serve",
-            "--check",
-            "--udp",
-            "0.0.0.0:5060",
-            "--advertise",
-            "192.0.2.1:5060",
-        ])
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .expect("runs");
+    let check = |extra: &[&str]| {
+        std::process::Command::new(common::BIN)
+            .args(["serve", "--check", "--udp", "0.0.0.0:5060"])
+            .args(["--advertise", "192.0.2.1:5060", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(extra)
+            .output()
+            .expect("runs")
+    };
+    let out = check(&[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
         err.contains("without authentication") && err.contains("--insecure-no-auth"),
         "{err}"
     );
-    let out = std::process::Command::new(common::BIN)
-        .args([
-            "serve",
-            "--check",
-            "--udp",
-            "0.0.0.0:5060",
-            "--advertise",
-            "192.0.2.1:5060",
-            "--insecure-no-auth",
-        ])
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = check(&["--insecure-no-auth"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
 }

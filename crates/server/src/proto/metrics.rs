@@ -295,6 +295,8 @@ pub struct Metrics {
     /// UDP answers to unverified sources whose contact listing was cut to
     /// bound amplification.
     pub listings_cut: AtomicU64,
+    /// Initial requests refused for a Route naming another element.
+    pub preloaded_routes: AtomicU64,
     /// Responses dropped because nothing proves they answer a request
     /// this server forwarded (forged, or from before a restart).
     pub responses_unproven: AtomicU64,
@@ -543,7 +545,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 39] = [
+        let counters: [(&str, &str, &AtomicU64); 40] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -578,6 +580,11 @@ impl Metrics {
                 "sipsec_udp_listings_cut_total",
                 "UDP answers to unverified sources whose contact listing was cut to bound amplification.",
                 &self.listings_cut,
+            ),
+            (
+                "sipsec_preloaded_routes_refused_total",
+                "Initial requests refused for a Route naming another element.",
+                &self.preloaded_routes,
             ),
             (
                 "sipsec_responses_unproven_total",

@@ -409,6 +409,20 @@ impl Core {
             // A registrar or redirect server answers; it forwards nothing.
             return self.relay_denied(msg, src, ruri, out);
         }
+        if next_route.is_some() && msg.to().tag().is_none() && !self.is_peer(src) {
+            // A preloaded Route on an initial request would send it, body
+            // and all, to any address the sender names (Kamailio's default
+            // configuration refuses them too). In-dialog requests follow
+            // the route set the dialog recorded.
+            bump(&self.shared.metrics.preloaded_routes);
+            return self.respond(
+                msg,
+                StatusCode::FORBIDDEN,
+                &[("Warning", "399 sipsec \"preloaded Route refused\"")],
+                src,
+                out,
+            );
+        }
         let mut new_ruri: Option<String> = None;
         let mut to_peer = false;
         let mut authenticated = false;
