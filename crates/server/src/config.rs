@@ -1353,24 +1353,18 @@ impl Config {
                 self.max_nonces_per_user = (n / 64).max(1);
                 self.max_nonces_per_source = (n / 16).max(1);
             }
-            for (key, set, field) in [
-                (
-                    "auth.max_nonces_per_user",
-                    a.max_nonces_per_user,
-                    &mut self.max_nonces_per_user,
-                ),
-                (
-                    "auth.max_nonces_per_source",
-                    a.max_nonces_per_source,
-                    &mut self.max_nonces_per_source,
-                ),
-            ] {
-                match set {
-                    Some(0) => return Err(value(key, "must be at least 1".into())),
-                    Some(n) => *field = n,
-                    None => {}
-                }
-            }
+            positive(
+                "auth.max_nonces_per_user",
+                a.max_nonces_per_user,
+                &mut self.max_nonces_per_user,
+            )
+            .map_err(|(k, m)| value(k, m))?;
+            positive(
+                "auth.max_nonces_per_source",
+                a.max_nonces_per_source,
+                &mut self.max_nonces_per_source,
+            )
+            .map_err(|(k, m)| value(k, m))?;
         }
         if let Some(r) = f.registrar {
             self.min_expires = r.min_expires.unwrap_or(self.min_expires);
@@ -1387,42 +1381,30 @@ impl Config {
                 }
                 self.max_contacts = m;
             }
-            for (key, set, field) in [
-                (
-                    "registrar.max_bindings",
-                    r.max_bindings,
-                    &mut self.max_bindings,
-                ),
-                (
-                    "registrar.max_contact_len",
-                    r.max_contact_len,
-                    &mut self.max_contact_len,
-                ),
-            ] {
-                match set {
-                    Some(0) => return Err(value(key, "must be at least 1".into())),
-                    Some(n) => *field = n,
-                    None => {}
-                }
-            }
-            for (key, set, field) in [
-                (
-                    "registrar.journal_rate",
-                    r.journal_rate,
-                    &mut self.journal_rate,
-                ),
-                (
-                    "registrar.journal_burst",
-                    r.journal_burst,
-                    &mut self.journal_burst,
-                ),
-            ] {
-                match set {
-                    Some(0) => return Err(value(key, "must be at least 1".into())),
-                    Some(n) => *field = n,
-                    None => {}
-                }
-            }
+            positive(
+                "registrar.max_bindings",
+                r.max_bindings,
+                &mut self.max_bindings,
+            )
+            .map_err(|(k, m)| value(k, m))?;
+            positive(
+                "registrar.max_contact_len",
+                r.max_contact_len,
+                &mut self.max_contact_len,
+            )
+            .map_err(|(k, m)| value(k, m))?;
+            positive(
+                "registrar.journal_rate",
+                r.journal_rate,
+                &mut self.journal_rate,
+            )
+            .map_err(|(k, m)| value(k, m))?;
+            positive(
+                "registrar.journal_burst",
+                r.journal_burst,
+                &mut self.journal_burst,
+            )
+            .map_err(|(k, m)| value(k, m))?;
             if let Some(p) = r.max_contacts_policy {
                 self.max_contacts_policy = match p.as_str() {
                     "reject" => Overflow::Reject,
@@ -1524,15 +1506,12 @@ impl Config {
             }
             l.accept_rate = c.accept_rate.unwrap_or(l.accept_rate);
             l.accept_rate_per_ip = c.accept_rate_per_ip.unwrap_or(l.accept_rate_per_ip);
-            if let Some(k) = c.keepalive_rate {
-                if k == 0 {
-                    return Err(value(
-                        "connections.keepalive_rate",
-                        "must be at least 1".into(),
-                    ));
-                }
-                l.keepalive_rate = k;
-            }
+            positive(
+                "connections.keepalive_rate",
+                c.keepalive_rate,
+                &mut l.keepalive_rate,
+            )
+            .map_err(|(k, m)| value(k, m))?;
             for (key, given, slot) in [
                 (
                     "connections.first_message_timeout",
@@ -1619,6 +1598,22 @@ impl Config {
             err,
         })?;
         self.apply_toml(&text, &path.display().to_string())
+    }
+}
+
+/// Sets `field` from a key given in the file that must be at least 1.
+fn positive<T: Copy + PartialEq + From<u8>>(
+    key: &'static str,
+    given: Option<T>,
+    field: &mut T,
+) -> Result<(), (&'static str, String)> {
+    match given {
+        Some(n) if n == T::from(0) => Err((key, "must be at least 1".into())),
+        Some(n) => {
+            *field = n;
+            Ok(())
+        }
+        None => Ok(()),
     }
 }
 
