@@ -905,7 +905,7 @@ fn one_account_flooding_logins_does_not_lock_others_out() {
     let config = dir.join("sipsec.toml");
     std::fs::write(
         &config,
-        "[auth]\nmax_tracked_nonces = 32\nmax_nonces_per_user = 8\nmax_nonces_per_source = 32\n",
+        "[auth]\nmax_tracked_nonces = 32\nmax_nonces_per_user = 8\n",
     )
     .expect("config");
     let srv = start(

@@ -203,8 +203,9 @@ pub enum NcVerdict {
 pub struct Owner {
     /// Keyed hash of the username.
     pub user: u64,
-    /// Where the request came from.
-    pub source: std::net::IpAddr,
+    /// Where the request came from, when it is held to a share (not
+    /// loopback or a trusted node: see `Guard::limits_source`).
+    pub source: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -224,7 +225,7 @@ struct NcShard {
 #[derive(Debug, Default)]
 struct Shares {
     users: HashMap<u64, usize>,
-    sources: HashMap<std::net::IpAddr, usize>,
+    sources: HashMap<Option<std::net::IpAddr>, usize>,
 }
 
 impl Shares {
@@ -238,7 +239,9 @@ impl Shares {
             }
         }
         down(&mut self.users, owner.user);
-        down(&mut self.sources, owner.source);
+        if owner.source.is_some() {
+            down(&mut self.sources, owner.source);
+        }
     }
 }
 
@@ -328,27 +331,38 @@ impl NcTracker {
                 NcVerdict::Replay
             };
         }
-        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
         // Forget what has expired (then the nonce itself is stale), so
         // the shares count only nonces still valid.
+        let mut gone = Vec::new();
         while let Some((first, used)) = m.seen.first_key_value() {
             if first.issued.saturating_add(self.ttl) >= now {
                 break;
             }
-            let owner = used.owner;
+            gone.push(used.owner);
             m.seen.pop_first();
-            shares.release(owner);
         }
-        let user = shares.users.get(&owner.user).copied().unwrap_or(0);
-        let source = shares.sources.get(&owner.source).copied().unwrap_or(0);
-        if m.seen.len() >= self.per_shard
-            || user >= self.limits.per_user
-            || source >= self.limits.per_source
         {
-            return NcVerdict::Full;
+            // Held for a few map operations only: every worker takes it.
+            let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+            for o in gone {
+                shares.release(o);
+            }
+            if m.seen.len() >= self.per_shard {
+                return NcVerdict::Full;
+            }
+            let user = shares.users.get(&owner.user).copied().unwrap_or(0);
+            let source = match owner.source {
+                Some(_) => shares.sources.get(&owner.source).copied().unwrap_or(0),
+                None => 0,
+            };
+            if user >= self.limits.per_user || source >= self.limits.per_source {
+                return NcVerdict::Full;
+            }
+            *shares.users.entry(owner.user).or_default() += 1;
+            if owner.source.is_some() {
+                *shares.sources.entry(owner.source).or_default() += 1;
+            }
         }
-        *shares.users.entry(owner.user).or_default() += 1;
-        *shares.sources.entry(owner.source).or_default() += 1;
         m.seen.insert(id, Used { nc, request, owner });
         NcVerdict::Accepted
     }
@@ -486,7 +500,7 @@ impl Authenticator {
     }
 
     /// Checks the request's credentials (Authorization, or
-    /// Proxy-Authorization when `proxy`).
+    /// Proxy-Authorization when `proxy`), holding `src` to its share.
     pub fn check<'m>(
         &self,
         msg: &Message<'m>,
@@ -494,7 +508,7 @@ impl Authenticator {
         proxy: bool,
         now: u64,
     ) -> AuthResult<'m> {
-        self.check_as(msg, src, proxy, now, |u| {
+        self.check_as(msg, (src, true), proxy, now, |u| {
             Some(std::borrow::Cow::Borrowed(u))
         })
     }
@@ -502,11 +516,12 @@ impl Authenticator {
     /// [`check`](Self::check) with the username passed through `reveal`
     /// first (PrivaSIP: the username may be a pseudonym); `None` from it
     /// is [`AuthFailure::Undecryptable`]. Called only once the cheap
-    /// checks (syntax, nonce, qop) have passed.
+    /// checks (syntax, nonce, qop) have passed. `src` is the source and
+    /// whether it is held to its share of the replay tracker.
     pub fn check_as<'m>(
         &self,
         msg: &Message<'m>,
-        src: SocketAddr,
+        (src, shared): (SocketAddr, bool),
         proxy: bool,
         now: u64,
         reveal: impl FnOnce(&'m str) -> Option<std::borrow::Cow<'m, str>>,
@@ -596,7 +611,7 @@ impl Authenticator {
                 use std::hash::BuildHasher;
                 self.request_ids.hash_one(username.as_ref())
             },
-            source: src.ip(),
+            source: shared.then_some(src.ip()),
         };
         match self.nc.accept(id, n, request, owner, now) {
             NcVerdict::Accepted => AuthResult::Ok(username),
@@ -663,7 +678,7 @@ mod tests {
 
     const ME: Owner = Owner {
         user: 1,
-        source: std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+        source: Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1))),
     };
 
     /// Limits where one owner may take the whole tracker.
@@ -689,7 +704,11 @@ mod tests {
             per_source: 300,
         };
         let t = NcTracker::new(limits, 300);
-        let source = |i: u8| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, i));
+        let source = |i: u8| {
+            Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+                198, 51, 100, i,
+            )))
+        };
         let flooder = |i: u64| Owner {
             user: 66,
             source: source((i % 2) as u8),
@@ -724,6 +743,20 @@ mod tests {
             }
         }
         assert_eq!(from_one, 300, "the source's share");
+        // A source not held to a share (loopback, a trusted node): only
+        // each user's share applies.
+        let mut exempt = 0;
+        for u in 0..200u64 {
+            let n = id(&k, &k.issue(1000, "r"));
+            let o = Owner {
+                user: 5000 + u,
+                source: None,
+            };
+            if t.accept(n, 1, u, o, 1000) == NcVerdict::Accepted {
+                exempt += 1;
+            }
+        }
+        assert_eq!(exempt, 200, "no share for an exempt source");
         // Once the flood's nonces expire, its share is free again.
         let later = id(&k, &k.issue(1400, "r"));
         assert_eq!(t.accept(later, 1, 1, flooder(0), 1400), NcVerdict::Accepted);

@@ -96,6 +96,12 @@ impl Guard {
         }
     }
 
+    /// Whether `ip` is held to per-source limits: not loopback while
+    /// loopback is exempt, nor a trusted node.
+    pub fn limits_source(&self, ip: IpAddr) -> bool {
+        !(self.is_trusted(ip) || self.cfg.exempt_loopback && ip.is_loopback())
+    }
+
     /// Replaces the addresses exempt from the rate limit (the other nodes
     /// of a deployment).
     pub fn set_trusted(&self, mut ips: Vec<IpAddr>) {
