@@ -797,7 +797,8 @@ pub struct PrivacyKey {
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
-    /// Listening address (default: the UDP address's IP, port 5061).
+    /// Listening address (default: the UDP address's IP and the next
+    /// port, 5061 beside 5060).
     pub addr: Option<SocketAddr>,
     /// Certificate chain, PEM.
     pub cert: Option<PathBuf>,
@@ -970,10 +971,15 @@ fn dns_settings(d: DnsSection, s: &mut DnsSettings) -> Result<(), (&'static str,
     Ok(())
 }
 
-/// Where TLS listens by default: the UDP address's IP, port 5061 (RFC 3261
-/// §19.1.2), or any free port when UDP asked for one.
+/// Where TLS listens by default: beside UDP, on the UDP address's IP and
+/// the next port — 5061 for the standard 5060 (RFC 3261 §19.1.2), 5081
+/// for a server moved to 5080 — or any free port when UDP asked for one.
 pub fn default_tls_addr(udp: SocketAddr) -> SocketAddr {
-    SocketAddr::new(udp.ip(), if udp.port() == 0 { 0 } else { 5061 })
+    let port = match udp.port() {
+        0 => 0,
+        p => p.checked_add(1).unwrap_or(5061),
+    };
+    SocketAddr::new(udp.ip(), port)
 }
 
 /// A listener setting that is neither `off` nor an address.
@@ -1893,7 +1899,13 @@ mod tests {
             vec![("b.example".into(), "127.0.0.1:5080".parse().expect("addr"))]
         );
         let tls = c.tls.clone().expect("tls on");
-        assert_eq!(tls.addr, "127.0.0.1:5061".parse().expect("addr"));
+        // Beside UDP (5070 here): the next port.
+        assert_eq!(tls.addr, "127.0.0.1:5071".parse().expect("addr"));
+        // Moved off 5060, TLS moves beside it.
+        assert_eq!(
+            default_tls_addr("10.0.0.1:5080".parse().expect("addr")),
+            "10.0.0.1:5081".parse().expect("addr")
+        );
         assert_eq!((tls.client_ca, tls.peer_ca), (None, None));
         for (bad, needle) in [
             ("mode = \"gateway\"", "mode"),

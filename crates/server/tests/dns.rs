@@ -58,8 +58,28 @@ struct NameServer {
 }
 
 impl NameServer {
+    /// Starts dnsmasq on a port free for UDP and TCP both (it listens on
+    /// both), and waits until it answers. A dnsmasq that exits instead
+    /// (another test took the port meanwhile) is started again on a fresh
+    /// port, a few times, and its own words are shown if it never runs.
     fn start(records: &[String]) -> Self {
-        let port = port_of(&socket());
+        let mut said = String::new();
+        for _ in 0..5 {
+            match Self::try_start(records) {
+                Ok(ns) => return ns,
+                Err(e) => said = e,
+            }
+        }
+        panic!("dnsmasq did not start: {said}");
+    }
+
+    fn try_start(records: &[String]) -> Result<Self, String> {
+        let port = loop {
+            let port = port_of(&socket());
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                break port;
+            }
+        };
         let mut c = Command::new("dnsmasq");
         c.args([
             "--keep-in-foreground",
@@ -76,30 +96,37 @@ impl NameServer {
         .arg(format!("--port={port}"))
         .args(records)
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
         let child = c
             .spawn()
             .expect("dnsmasq runs (setup.sh installs dnsmasq-base)");
-        let ns = Self {
+        let mut ns = Self {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
         };
-        // Ready once it answers.
+        // Ready once it answers; given up on once it has exited.
         let probe = socket();
         probe
             .set_read_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
         let mut q = Vec::new();
         dns::query(1, "ready.test", Kind::A, &mut q).expect("query");
-        let until = Instant::now() + Duration::from_secs(10);
+        let until = Instant::now() + Duration::from_secs(30);
         let mut buf = [0u8; 512];
         while Instant::now() < until {
+            if ns.child.try_wait().ok().flatten().is_some() {
+                let mut err = String::new();
+                if let Some(mut e) = ns.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return Err(format!("it exited on port {port}: {}", err.trim()));
+            }
             let _ = probe.send_to(&q, ns.addr);
             if probe.recv_from(&mut buf).is_ok() {
-                return ns;
+                return Ok(ns);
             }
         }
-        panic!("dnsmasq did not answer on {}", ns.addr);
+        Err(format!("it did not answer on {} within 30 s", ns.addr))
     }
 }
 

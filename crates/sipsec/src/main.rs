@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod control;
 mod crypto_bench;
 mod keygen;
 mod logging;
@@ -37,6 +38,17 @@ enum Command {
     Users {
         #[command(subcommand)]
         command: users::UsersCommand,
+    },
+    /// List and lift a running server's bans (over its operator endpoint).
+    Ban {
+        #[command(subcommand)]
+        command: control::BanCommand,
+    },
+    /// List and remove a running server's bindings (over its operator
+    /// endpoint; removals are stored).
+    Bindings {
+        #[command(subcommand)]
+        command: control::BindingsCommand,
     },
     /// Load-test a SIP server and measure it (calls/s, latency, server CPU).
     Bench {
@@ -148,7 +160,7 @@ struct ServeArgs {
     /// [default: the journal in --data-dir].
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    /// SIP over TLS on this address (sips:) [default with --cert: the UDP IP, port 5061].
+    /// SIP over TLS on this address (sips:) [default with --cert: the UDP IP and the next port, 5061 beside 5060].
     #[arg(long)]
     tls: Option<SocketAddr>,
     /// TLS certificate chain, PEM (reloaded when the file changes or on SIGHUP).
@@ -214,6 +226,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Users { command } => users::run(command),
+        Command::Ban { command } => control::ban(command),
+        Command::Bindings { command } => control::bindings(command),
         Command::Status(args) => status::run(&args),
         Command::Bench { command } => bench::run(command),
         Command::Keygen { command } => keygen::run(command),
@@ -422,12 +436,14 @@ fn serve(a: ServeArgs) -> ExitCode {
     if check {
         return match sipsec_server::check(&config) {
             Ok(c) => {
+                let auth = if config.auth {
+                    format!("on ({} user(s) in realm {})", c.users, config.realm)
+                } else {
+                    "off (no users file read)".to_owned()
+                };
                 println!(
-                    "configuration OK: mode {}, auth {} ({} user(s) in realm {}), tls {}, privacy {}",
+                    "configuration OK: mode {}, auth {auth}, tls {}, privacy {}",
                     config.mode.as_str(),
-                    if config.auth { "on" } else { "off" },
-                    c.users,
-                    config.realm,
                     c.tls.as_deref().unwrap_or("off"),
                     if c.privacy { "on" } else { "off" }
                 );

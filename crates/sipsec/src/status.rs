@@ -10,12 +10,60 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::Value;
 
+/// Where a running server's operator endpoint is, for every client
+/// command: the flag, else `$SIPSEC_HTTP`, else the `http` key of the
+/// configuration file the server runs with (`--config` or
+/// `$SIPSEC_CONFIG`), else 127.0.0.1:8060. The token likewise: the flag,
+/// `$SIPSEC_HTTP_TOKEN`, or the file's `http_token`.
+#[derive(Args, Clone)]
+pub struct Endpoint {
+    /// The server's operator endpoint [default: $SIPSEC_HTTP, the config
+    /// file's http, or 127.0.0.1:8060].
+    #[arg(long, env = "SIPSEC_HTTP")]
+    pub http: Option<SocketAddr>,
+    /// The configuration file the server runs with, to find its endpoint
+    /// and token.
+    #[arg(long, env = "SIPSEC_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// The endpoint's token, when it requires one.
+    #[arg(long, env = "SIPSEC_HTTP_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl Endpoint {
+    /// The address and token to use.
+    pub fn resolve(&self) -> Result<(SocketAddr, Option<String>), String> {
+        let mut addr = self.http;
+        let mut token = self.token.clone();
+        if let Some(path) = &self.config {
+            let mut c = sipsec_server::Config::default();
+            c.apply_file(path).map_err(|e| e.to_string())?;
+            if addr.is_none() {
+                addr = Some(c.http.ok_or_else(|| {
+                    format!(
+                        "{}: the operator endpoint is off (http = false): nothing to ask",
+                        path.display()
+                    )
+                })?);
+            }
+            token = token.or(c.http_token);
+        }
+        Ok((addr.unwrap_or(sipsec_server::config::DEFAULT_HTTP), token))
+    }
+
+    /// `GET` (or another `method`) `path`; the body of a 2xx answer.
+    pub fn request(&self, method: &str, path: &str) -> Result<String, String> {
+        let (addr, token) = self.resolve()?;
+        fetch(method, addr, path, token.as_deref())
+    }
+}
+
 /// What to show.
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The server's operator endpoint.
-    #[arg(long, default_value = "127.0.0.1:8060")]
-    pub http: SocketAddr,
+    /// Where the server is.
+    #[command(flatten)]
+    pub endpoint: Endpoint,
     /// List every binding (after the summary).
     #[arg(long)]
     pub all: bool,
@@ -27,15 +75,17 @@ pub struct StatusArgs {
     /// matching binding in "bindings").
     #[arg(long)]
     pub json: bool,
-    /// The endpoint's token, when it requires one.
-    #[arg(long, env = "SIPSEC_HTTP_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
 }
 
 /// Bindings fetched per request when listing.
 const PAGE: usize = 5_000;
 
-fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, String> {
+fn fetch(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Result<String, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("cannot reach the server's operator endpoint at {addr}: {e} (is `sipsec serve` running with --http {addr}?)"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -45,7 +95,7 @@ fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, St
         .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut text = String::new();
@@ -54,7 +104,7 @@ fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, St
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
+    if !head.starts_with("HTTP/1.1 2") {
         return Err(format!(
             "{addr}{path}: {} {}",
             head.lines().next().unwrap_or(""),
@@ -64,13 +114,15 @@ fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, St
     Ok(body.to_owned())
 }
 
-fn document(a: &StatusArgs, query: &str) -> Result<Value, String> {
-    let (addr, path) = (a.http, format!("/status?{query}"));
-    serde_json::from_str(&fetch(addr, &path, a.token.as_deref())?)
-        .map_err(|e| format!("{addr}{path} is not JSON: {e}"))
+/// The status document, with `query`.
+pub fn document(e: &Endpoint, query: &str) -> Result<Value, String> {
+    let path = format!("/status?{query}");
+    serde_json::from_str(&e.request("GET", &path)?)
+        .map_err(|err| format!("{path} is not JSON: {err}"))
 }
 
-fn encode(s: &str) -> String {
+/// `s` percent-encoded for a query or path segment.
+pub fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' | b'~' => {
@@ -231,7 +283,7 @@ fn show(a: &StatusArgs, out: &mut Out) -> Result<(), Stop> {
         .map(|p| format!("aor={}&", encode(p)))
         .unwrap_or_default();
     let first = document(
-        a,
+        &a.endpoint,
         &format!("{filter}limit={}", if listing { PAGE } else { 0 }),
     )
     .map_err(Stop::Failed)?;
@@ -275,8 +327,11 @@ fn show(a: &StatusArgs, out: &mut Out) -> Result<(), Stop> {
         if n < PAGE || offset >= matched {
             break;
         }
-        page =
-            document(a, &format!("{filter}offset={offset}&limit={PAGE}")).map_err(Stop::Failed)?;
+        page = document(
+            &a.endpoint,
+            &format!("{filter}offset={offset}&limit={PAGE}"),
+        )
+        .map_err(Stop::Failed)?;
     }
     if a.json {
         let mut doc = first;

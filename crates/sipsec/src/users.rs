@@ -24,6 +24,37 @@ pub enum UsersCommand {
         #[arg(long)]
         password_stdin: bool,
     },
+    /// List the users (name and realm; never a hash).
+    List {
+        /// Users file.
+        #[arg(long, default_value = "users.tsv")]
+        file: PathBuf,
+    },
+    /// Remove a user (a running server reloads the file within a second).
+    Remove {
+        /// Username.
+        name: String,
+        /// Realm.
+        #[arg(long, default_value = "sipsec")]
+        realm: String,
+        /// Users file.
+        #[arg(long, default_value = "users.tsv")]
+        file: PathBuf,
+    },
+    /// Change an existing user's password (from a prompt or stdin).
+    Passwd {
+        /// Username.
+        name: String,
+        /// Realm.
+        #[arg(long, default_value = "sipsec")]
+        realm: String,
+        /// Users file.
+        #[arg(long, default_value = "users.tsv")]
+        file: PathBuf,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+    },
     /// Import `username,password` rows from a CSV file (passwords are hashed, not stored).
     Import {
         /// CSV file with the header `username,password`.
@@ -36,6 +67,9 @@ pub enum UsersCommand {
         file: PathBuf,
     },
 }
+
+/// The shortest password `users add` stores.
+const MIN_PASSWORD: usize = 8;
 
 fn read_password(from_stdin: bool) -> Result<String, String> {
     let stdin = std::io::stdin();
@@ -55,8 +89,11 @@ fn read_password(from_stdin: bool) -> Result<String, String> {
         .read_line(&mut line)
         .map_err(|e| format!("cannot read the password: {e}"))?;
     let pw = line.trim_end_matches(['\r', '\n']).to_owned();
-    if pw.is_empty() {
-        return Err("empty password".into());
+    let chars = pw.chars().count();
+    if chars < MIN_PASSWORD {
+        return Err(format!(
+            "the password has {chars} character(s): at least {MIN_PASSWORD} (NIST SP 800-63B); one captured digest login lets a shorter one be guessed offline"
+        ));
     }
     Ok(pw)
 }
@@ -80,6 +117,58 @@ pub fn run(cmd: UsersCommand) -> ExitCode {
                 users.len()
             ))
         }),
+        UsersCommand::List { file } => {
+            users_file::load(&file)
+                .map_err(|e| e.to_string())
+                .map(|users| {
+                    let mut rows: Vec<(&str, &str)> =
+                        users.iter().map(|(n, r, _)| (n, r)).collect();
+                    rows.sort_unstable();
+                    let mut out: String = rows.iter().map(|(n, r)| format!("{n}\t{r}\n")).collect();
+                    out.push_str(&format!("{} user(s) in {}", rows.len(), file.display()));
+                    out
+                })
+        }
+        UsersCommand::Remove { name, realm, file } => users_file::load(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|mut users| {
+                if !users.remove(&name, &realm) {
+                    return Err(format!(
+                        "{}: no user {name} in realm {realm}",
+                        file.display()
+                    ));
+                }
+                users_file::save(&users, &file).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "{}: user {name} in realm {realm} removed ({} left)",
+                    file.display(),
+                    users.len()
+                ))
+            }),
+        UsersCommand::Passwd {
+            name,
+            realm,
+            file,
+            password_stdin,
+        } => users_file::load(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|mut users| {
+                if users.get(&name, &realm).is_none() {
+                    return Err(format!(
+                        "{}: no user {name} in realm {realm} (`sipsec users add` makes one)",
+                        file.display()
+                    ));
+                }
+                let pw = read_password(password_stdin)?;
+                users
+                    .insert(&name, &realm, UserEntry::from_password(&name, &realm, &pw))
+                    .map_err(|e| e.to_string())?;
+                users_file::save(&users, &file).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "{}: password of {name} in realm {realm} changed",
+                    file.display()
+                ))
+            }),
         UsersCommand::Import { csv, realm, file } => std::fs::read_to_string(&csv)
             .map_err(|e| format!("cannot read {}: {e}", csv.display()))
             .and_then(|text| {

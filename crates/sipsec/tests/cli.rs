@@ -66,9 +66,27 @@ fn users_add_import_and_auth_serve() {
     add.stdin
         .take()
         .expect("piped")
-        .write_all(b"s3cret!\n")
+        .write_all(b"s3cret!-long\n")
         .expect("password");
     assert!(add.wait().expect("exits").success());
+    // A password a captured login would give away offline is refused.
+    let mut short = Command::new(BIN)
+        .args(["users", "add", "dave", "--password-stdin", "--file"])
+        .arg(&users)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    short
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(b"x\n")
+        .expect("password");
+    let out = short.wait_with_output().expect("exits");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 character(s): at least 8"), "{err}");
     std::fs::write(
         dir.join("u.csv"),
         "username,password\nbob,b0b\ncarol,c,arol\n",
@@ -89,6 +107,7 @@ fn users_add_import_and_auth_serve() {
     let text = std::fs::read_to_string(&users).expect("users file");
     assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 3);
     assert!(!text.contains("s3cret") && !text.contains("b0b") && !text.contains("c,arol"));
+    assert!(!text.contains("dave"), "the short password was not stored");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -258,6 +277,14 @@ fn serve_check_validates_and_exits() {
         common::text(&ok).contains("configuration OK") && common::text(&ok).contains("1 user(s)"),
         "{}",
         common::text(&ok)
+    );
+    // Without --auth the users file is not read, and it says so rather
+    // than "0 user(s)".
+    let off = check(&["--users", u]);
+    assert!(
+        common::text(&off).contains("auth off (no users file read)"),
+        "{}",
+        common::text(&off)
     );
     assert!(!data.exists(), "the data directory is not touched");
     for (extra, needle) in [

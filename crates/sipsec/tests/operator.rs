@@ -882,3 +882,196 @@ fn the_web_view_shows_registrations_and_bans_in_chromium() {
         png.len()
     );
 }
+
+/// `sipsec` with `args`, to its end: (success, stdout, stderr).
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("SIPSEC_HTTP")
+        .env_remove("SIPSEC_CONFIG")
+        .env_remove("SIPSEC_HTTP_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runtime control without a restart: a banned address is listed and
+/// unbanned, bindings are listed and removed (for good: a restart does
+/// not bring them back), users are listed, re-passworded and removed;
+/// the client commands find the endpoint from the flag, $SIPSEC_HTTP or
+/// the server's configuration file.
+#[test]
+fn bans_bindings_and_users_are_controlled_at_runtime() {
+    let dir = tempdir("op-control");
+    let users = dir.join("users.tsv");
+    common::import_users("alice,secret-alice\nbob,secret-bob\n", &dir, &users);
+    let u = users.to_str().expect("utf-8");
+    let cfg = dir.join("server.toml");
+    std::fs::write(&cfg, "[guard]\nmax_auth_failures = 3\n").expect("config");
+    let data = dir.join("data");
+    let start = || {
+        common::serve(&[
+            "--udp",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--auth",
+            "--users",
+            u,
+            "--config",
+            cfg.to_str().expect("utf-8"),
+            "--data-dir",
+            data.to_str().expect("utf-8"),
+        ])
+    };
+    let s = start();
+    let server = s.addr;
+    let http = common::banner_http_addr(&s.banner)
+        .expect("http")
+        .to_string();
+    // A client configuration naming the endpoint, as `serve --config` would.
+    let client_cfg = dir.join("client.toml");
+    std::fs::write(&client_cfg, format!("http = \"{http}\"\n")).expect("config");
+    let by_flag = ["--http", http.as_str()];
+
+    // Bob registers (digest answered properly by the phone-like helper).
+    let sock = udp();
+    let challenge = exchange(
+        &sock,
+        server,
+        &register_msg(server, "bob", "sip:bob@192.0.2.20", "bob-1", ""),
+    );
+    let ch = challenge
+        .lines()
+        .find_map(|l| l.strip_prefix("WWW-Authenticate: "))
+        .expect("challenge");
+    let c = sip_core::auth::Challenge::parse(ch).expect("parses");
+    let alg = sip_core::digest::Algorithm::from_token(c.algorithm.unwrap_or("MD5")).expect("alg");
+    let uri = format!("sip:{server}");
+    let response = sip_core::digest::response(&sip_core::digest::ResponseInput {
+        algorithm: alg,
+        ha1: &sip_core::digest::ha1(alg, "bob", "sipsec", "secret-bob"),
+        nonce: c.nonce.expect("nonce"),
+        cnonce: "c",
+        nc: "00000001",
+        qop: Some(sip_core::digest::Qop::Auth),
+        method: "REGISTER",
+        uri: &uri,
+        body: b"",
+    });
+    let auth = format!(
+        "Authorization: Digest username=\"bob\", realm=\"sipsec\", nonce=\"{}\", uri=\"{uri}\", response=\"{response}\", algorithm={}, qop=auth, nc=00000001, cnonce=\"c\"\r\n",
+        c.nonce.expect("nonce"),
+        alg.as_str()
+    );
+    let ok = exchange(
+        &sock,
+        server,
+        &register_msg(server, "bob", "sip:bob@192.0.2.20", "bob-1", &auth)
+            .replace("CSeq: 1", "CSeq: 2")
+            .replace("branch=z9hG4bKbob-1", "branch=z9hG4bKbob-1x"),
+    );
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let aor = format!("sip:bob@{}", server.ip());
+    let (_, listed, _) = cli(&["bindings", "list", "bob"], &[("SIPSEC_HTTP", &http)]);
+    assert!(
+        listed.contains(&aor) && listed.contains("sip:bob@192.0.2.20"),
+        "{listed}"
+    );
+
+    // Three wrong answers ban 127.0.0.1; the ban is listed and lifted.
+    let bad = udp();
+    for i in 0..3 {
+        wrong_answer(&bad, server, "alice", &format!("bad-{i}"));
+    }
+    let (ok, listed, err) = cli(
+        &[
+            "ban",
+            "list",
+            "--config",
+            client_cfg.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    assert!(
+        ok && listed.contains("127.0.0.1") && listed.contains("1 source(s) banned"),
+        "{listed}{err}"
+    );
+    let (ok, said, err) = cli(
+        &[&["ban", "remove", "127.0.0.1"][..], &by_flag].concat(),
+        &[],
+    );
+    assert!(ok && said.contains("127.0.0.1 unbanned"), "{said}{err}");
+    let answer = exchange(
+        &udp(),
+        server,
+        &register_msg(server, "alice", "sip:a@192.0.2.9", "after-unban", ""),
+    );
+    assert!(
+        answer.starts_with("SIP/2.0 401"),
+        "answered again: {answer}"
+    );
+    let (ok, _, err) = cli(
+        &[&["ban", "remove", "127.0.0.1"][..], &by_flag].concat(),
+        &[],
+    );
+    assert!(!ok && err.contains("not banned"), "{err}");
+
+    // Bob's binding is removed, and stays removed after a restart.
+    let (ok, said, err) = cli(
+        &[&["bindings", "remove", aor.as_str()][..], &by_flag].concat(),
+        &[],
+    );
+    assert!(ok && said.contains("1 binding(s)"), "{said}{err}");
+    let (_, listed, _) = cli(&[&["bindings", "list"][..], &by_flag].concat(), &[]);
+    assert!(listed.contains("0 binding(s)"), "{listed}");
+    drop(s);
+    let s = start();
+    let http = common::banner_http_addr(&s.banner)
+        .expect("http")
+        .to_string();
+    let (_, listed, _) = cli(&["bindings", "list", "--http", &http], &[]);
+    assert!(
+        listed.contains("0 binding(s)"),
+        "removed for good: {listed}"
+    );
+    drop(s);
+
+    // The users file: list, change a password, remove.
+    let (ok, listed, _) = cli(&["users", "list", "--file", u], &[]);
+    assert!(
+        ok && listed.contains("alice\tsipsec") && listed.contains("2 user(s)"),
+        "{listed}"
+    );
+    let before = std::fs::read_to_string(&users).expect("users");
+    let mut passwd = Command::new(BIN)
+        .args(["users", "passwd", "alice", "--password-stdin", "--file", u])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    passwd
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(b"another-secret\n")
+        .expect("password");
+    assert!(passwd.wait().expect("exits").success());
+    assert_ne!(std::fs::read_to_string(&users).expect("users"), before);
+    let (ok, _, _) = cli(&["users", "remove", "bob", "--file", u], &[]);
+    assert!(ok);
+    let (_, listed, _) = cli(&["users", "list", "--file", u], &[]);
+    assert!(
+        !listed.contains("bob") && listed.contains("1 user(s)"),
+        "{listed}"
+    );
+    let (ok, _, err) = cli(&["users", "remove", "bob", "--file", u], &[]);
+    assert!(!ok && err.contains("no user bob"), "{err}");
+}

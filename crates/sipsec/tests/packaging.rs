@@ -88,6 +88,7 @@ fn man_pages_and_the_systemd_unit_verify() {
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "DynamicUser=yes",
+        "SupplementaryGroups=sipsec",
         "CapabilityBoundingSet=",
         "SystemCallFilter=@system-service",
         "ExecReload=/bin/kill -HUP $MAINPID",
@@ -123,4 +124,45 @@ fn licence_and_metadata_are_real() {
     );
     let ops = std::fs::read_to_string(root().join("docs/operations.md")).expect("docs");
     assert!(ops.contains("cargo install --path crates/sipsec"));
+}
+
+/// The unit runs as a dynamic user in the `sipsec` group and reads the
+/// users file through that group: the install steps it documents make the
+/// file root:sipsec 0640, and `sipsec users add` keeps an existing file's
+/// owner, group and group-read bit (a new file stays 0600). Before, every
+/// save made it root-only 0600 and the service could not read it.
+#[test]
+fn the_users_file_stays_readable_by_the_units_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let unit = std::fs::read_to_string(root().join("packaging/sipsec.service")).expect("unit");
+    assert!(unit.contains("SupplementaryGroups=sipsec"));
+    assert!(unit.contains("install -m 0640 -g sipsec /dev/null /etc/sipsec/users.tsv"));
+    let dir = tempdir("pkg-users");
+    let users = dir.join("users.tsv");
+    std::fs::write(&users, "").expect("empty file");
+    std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    // Another group where the test may set one (root): nogroup.
+    let gid = if std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(1)
+        == 0
+    {
+        std::os::unix::fs::chown(&users, None, Some(65534)).expect("chown");
+        65534
+    } else {
+        std::fs::metadata(&users).expect("meta").gid()
+    };
+    let mut add = Command::new(BIN)
+        .args(["users", "add", "alice", "--password-stdin", "--file"])
+        .arg(&users)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("runs");
+    std::io::Write::write_all(&mut add.stdin.take().expect("piped"), b"long-enough\n")
+        .expect("password");
+    assert!(add.wait().expect("exits").success());
+    let m = std::fs::metadata(&users).expect("meta");
+    assert_eq!(m.mode() & 0o777, 0o640, "group-readable, no more");
+    assert_eq!(m.gid(), gid, "the group kept");
 }

@@ -393,23 +393,26 @@ fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
         &f("other.pem"),
     ]);
     common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
-    let srv = common::serve_mode(
-        &dir,
+    let srv = common::serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--mode",
         "proxy",
-        "data",
-        &[
-            "--auth",
-            "--users",
-            &f("users.tsv"),
-            "--stateful",
-            "--tls",
-            "127.0.0.1:0",
-            "--cert",
-            &f("srv.pem"),
-            "--key",
-            &f("srv.key"),
-        ],
-    );
+        "--data-dir",
+        &f("data"),
+        "--auth",
+        "--users",
+        &f("users.tsv"),
+        "--stateful",
+        "--tls",
+        "127.0.0.1:0",
+        "--cert",
+        &f("srv.pem"),
+        "--key",
+        &f("srv.key"),
+    ]);
     let tls = common::banner_tls_addr(&srv.banner)
         .expect("tls address")
         .to_string();
@@ -465,6 +468,24 @@ fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
     assert!(!a.contains("warning: SDES"), "no warning over TLS: {a}");
     assert!(a.contains("srtp AES_256_CM_HMAC_SHA1_80"), "{a}");
     assert!((tone_in(&wav) - 1000.0).abs() <= 20.0);
+    // Both phones hung up with a close_notify: the server counts two
+    // closes by the peer and no TLS error (bounded wait for the count).
+    let http = common::banner_http_addr(&srv.banner)
+        .expect("http address")
+        .to_string();
+    let closed = |reason: &str| -> u64 {
+        let line = format!("sipsec_connections_closed_total{{reason=\"{reason}\"}} ");
+        common::http_get(&http, "/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()).and_then(|v| v.parse().ok()))
+            .unwrap_or(0)
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while closed("peer") < 2 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(closed("peer"), 2, "both hang-ups seen as the peer's close");
+    assert_eq!(closed("tls"), 0, "no hang-up counted as a TLS error");
     // A server whose certificate does not chain to the given CA.
     fails_with(
         &[

@@ -17,6 +17,23 @@ pub struct TlsLink {
     server: SocketAddr,
 }
 
+impl Drop for TlsLink {
+    /// Ends the session as RFC 8446 §6.1 asks: a close_notify, so the
+    /// server sees a hang-up, not a broken connection.
+    fn drop(&mut self) {
+        self.stream.conn.send_close_notify();
+        let _ = self
+            .stream
+            .sock
+            .set_write_timeout(Some(Duration::from_millis(500)));
+        while self.stream.conn.wants_write() {
+            if self.stream.conn.write_tls(&mut self.stream.sock).is_err() {
+                break;
+            }
+        }
+    }
+}
+
 /// Where SIP messages go and come from.
 pub enum Signal {
     /// Datagrams to anyone.

@@ -1,8 +1,11 @@
 //! The operator view: a small HTTP/1.1 endpoint (loopback by default) with
 //! `GET /` (a live web page), `GET /metrics` (Prometheus text) and
-//! `GET /status` (JSON). With a token configured every request must carry
-//! it (`Authorization: Bearer TOKEN`, or `?token=TOKEN` to open the page),
-//! which is required when the endpoint listens beyond loopback.
+//! `GET /status` (JSON), and runtime control: `DELETE /bans/IP` lifts a
+//! ban, `DELETE /bindings?aor=AOR[&contact=URI]` removes bindings (stored
+//! as a REGISTER's removal is, so a restart does not bring them back).
+//! With a token configured every request must carry it (`Authorization:
+//! Bearer TOKEN`, or `?token=TOKEN` to open the page), which is required
+//! when the endpoint listens beyond loopback.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -35,9 +38,69 @@ pub struct View {
     pub redis: Option<Arc<crate::io::redis::RedisState>>,
     /// The embedded store, when it is used.
     pub persistence: Option<Arc<crate::io::journal::Persistence>>,
+    /// Where the operator's binding removals are stored (a journal of
+    /// its own, or the shared location).
+    pub store: Arc<Mutex<crate::io::drive::Storage>>,
 }
 
 impl View {
+    /// Removes `aor`'s bindings (only `contact` when given), stored first
+    /// exactly as a REGISTER's removal is; how many went.
+    pub fn remove_bindings(&self, aor: &str, contact: Option<&str>) -> Result<usize, String> {
+        use crate::io::drive::Store;
+        use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
+        let now = unix_now();
+        let changes: Vec<ContactChange<'_>> = contact
+            .map(|c| ContactChange {
+                contact: c,
+                expires: 0,
+                q: 1000,
+                outbound: false,
+            })
+            .into_iter()
+            .collect();
+        let reg = Registration {
+            call_id: "",
+            cseq: 0,
+            source: SocketAddr::from(([0, 0, 0, 0], 0)),
+            path: "",
+            flow: None,
+            node: "",
+            now,
+        };
+        let location = &self.shared.location;
+        for _ in 0..crate::io::drive::BUSY_TRIES {
+            let prepared = match location.prepare(
+                aor.to_owned(),
+                &changes,
+                contact.is_none(),
+                &reg,
+                &UpdatePolicy::default(),
+            ) {
+                Ok(p) => p,
+                Err(UpdateError::Busy) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let removed = prepared.records().len();
+            if removed == 0 {
+                location.commit(prepared, true);
+                return Ok(0);
+            }
+            let stored = self
+                .store
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .hold()
+                .store(prepared.records());
+            location.commit(prepared, stored.is_ok());
+            return stored.map(|()| removed).map_err(|e| e.to_string());
+        }
+        Err("the address-of-record is being changed: try again".into())
+    }
+
     fn users(&self) -> usize {
         self.shared.auth.as_ref().map_or(0, |a| a.users().len())
     }
@@ -518,8 +581,8 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
         .into_owned();
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return text("405 Method Not Allowed", "only GET\n");
+    if method != "GET" && method != "DELETE" {
+        return text("405 Method Not Allowed", "only GET and DELETE\n");
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if let Some(token) = &view.shared.config.http_token {
@@ -532,6 +595,9 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
         }
     }
     let query = without_token(query);
+    if method == "DELETE" {
+        return control(view, path, &query);
+    }
     match path {
         "/" => ("200 OK", "text/html; charset=utf-8", PAGE.to_owned()),
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", view.metrics()),
@@ -544,6 +610,55 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
             Err(e) => text("400 Bad Request", &format!("/status: {e}\n")),
         },
         _ => text("404 Not Found", "try /, /metrics or /status\n"),
+    }
+}
+
+/// A `DELETE`: lifts a ban or removes bindings.
+fn control(view: &View, path: &str, query: &str) -> Answer {
+    if let Some(ip) = path.strip_prefix("/bans/") {
+        let Ok(ip) = percent_decode(ip)
+            .unwrap_or_default()
+            .parse::<std::net::IpAddr>()
+        else {
+            return text("400 Bad Request", &format!("{path}: not an IP address\n"));
+        };
+        return if view.shared.guard.unban(ip, unix_now()) {
+            crate::io::log::operator(&format!("ban of {ip} lifted by the operator"));
+            text("200 OK", &format!("{ip} unbanned\n"))
+        } else {
+            text("404 Not Found", &format!("{ip} is not banned\n"))
+        };
+    }
+    if path != "/bindings" {
+        return text(
+            "404 Not Found",
+            "DELETE /bans/IP or /bindings?aor=AOR[&contact=URI]\n",
+        );
+    }
+    let mut aor = None;
+    let mut contact = None;
+    for p in query.split('&').filter(|p| !p.is_empty()) {
+        match p.split_once('=') {
+            Some(("aor", v)) => aor = percent_decode(v),
+            Some(("contact", v)) => contact = percent_decode(v),
+            _ => {
+                return text(
+                    "400 Bad Request",
+                    &format!("/bindings: unknown parameter {p:?}\n"),
+                )
+            }
+        }
+    }
+    let Some(aor) = aor.filter(|a| !a.is_empty()) else {
+        return text("400 Bad Request", "/bindings: aor=AOR is required\n");
+    };
+    match view.remove_bindings(&aor, contact.as_deref()) {
+        Ok(0) => text("404 Not Found", &format!("{aor}: no such binding\n")),
+        Ok(n) => {
+            crate::io::log::operator(&format!("{n} binding(s) of {aor} removed by the operator"));
+            text("200 OK", &format!("{n} binding(s) of {aor} removed\n"))
+        }
+        Err(e) => text("503 Service Unavailable", &format!("{aor}: {e}\n")),
     }
 }
 

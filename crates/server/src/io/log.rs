@@ -94,6 +94,12 @@ pub fn unbanned(ips: &[IpAddr]) {
     }
 }
 
+/// A change the operator made at runtime (over the operator endpoint);
+/// rare and deliberate, so never suppressed.
+pub fn operator(what: &str) {
+    info!(target: "sipsec::operator", "{what}");
+}
+
 /// A request for a domain nobody here serves was refused.
 pub fn relay_denied(src: SocketAddr, target: &str) {
     if let Some(suppressed) = RELAY.admit() {

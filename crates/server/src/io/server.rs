@@ -234,6 +234,13 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         })
     };
     let backings = (0..workers).map(&backing).collect::<Result<Vec<_>, _>>()?;
+    // The operator's removals (over the HTTP endpoint) write through a
+    // store of their own, opened only when the endpoint is.
+    let admin_backing = if config.http.is_some() {
+        backing(workers + 1)?
+    } else {
+        Backing::Memory
+    };
     let hub_backing = if streams {
         backing(workers)?
     } else {
@@ -395,6 +402,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             tls: tls.clone(),
             redis: redis_state.clone(),
             persistence: persistence.clone(),
+            store: Arc::new(std::sync::Mutex::new(admin_backing.open())),
         };
         threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }

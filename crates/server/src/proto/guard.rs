@@ -226,6 +226,20 @@ impl Guard {
         lifted
     }
 
+    /// Lifts `ip`'s ban at once (the operator's unban), forgetting its
+    /// failures too; `false` when it was not banned at `now_s`.
+    pub fn unban(&self, ip: IpAddr, now_s: u64) -> bool {
+        let mut map = self.shard(&ip);
+        match map.get_mut(&ip) {
+            Some(e) if e.banned_until > now_s => {
+                e.banned_until = 0;
+                e.failures = 0;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Sources banned at `now_s` (for the operator view).
     pub fn banned(&self, now_s: u64) -> Vec<(IpAddr, u64)> {
         let mut v = Vec::new();

@@ -149,6 +149,23 @@ impl Users {
         Ok(())
     }
 
+    /// Removes a user from a realm; whether it was there.
+    pub fn remove(&mut self, username: &str, realm: &str) -> bool {
+        let Some(list) = self.map.get_mut(username) else {
+            return false;
+        };
+        let before = list.len();
+        list.retain(|(r, _)| r != realm);
+        let gone = list.len() < before;
+        if list.is_empty() {
+            self.map.remove(username);
+        }
+        if gone {
+            self.count -= 1;
+        }
+        gone
+    }
+
     /// Parses a users file's text.
     pub fn parse(text: &str, path: &str) -> Result<Self, UsersError> {
         let mut users = Users::default();

@@ -31,7 +31,7 @@ pub enum PhoneError {
     #[error("network: {0}")]
     Io(#[from] std::io::Error),
     /// Nobody answered in time.
-    #[error("no response to {0} within 32 s (is the server at that address?)")]
+    #[error("no response to {0} within 32 s: is the server at that address, or has it banned this address after failed logins (`sipsec ban list` on the server's host)?")]
     Timeout(String),
     /// The callee is busy (486, 600).
     #[error("busy: {0}")]

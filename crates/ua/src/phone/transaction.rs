@@ -124,7 +124,9 @@ impl Phone {
             (HeaderName::WwwAuthenticate, "Authorization")
         };
         let password = self.cfg.password.as_deref().ok_or_else(|| {
-            PhoneError::AuthFailed(format!("{code}: the server wants a password (--password)"))
+            PhoneError::AuthFailed(format!(
+                "{code}: the server wants a password (--password-file FILE or $SIPSEC_PASSWORD)"
+            ))
         })?;
         let value = resp
             .headers_named(field)
