@@ -291,19 +291,36 @@ fn proxy_operations(auth: bool, proto: Proto, stateful: bool) {
         .stdout(Stdio::null())
         .spawn()
         .expect("sipp uas"));
-    if let Proto::Tcp = proto {
-        // Over TCP nobody retransmits: an INVITE forwarded before the UAS
-        // listens would be lost, so wait until it accepts connections.
-        let uas_addr = SocketAddr::from(([127, 0, 0, 1], uas_port));
-        let listening = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            std::net::TcpStream::connect(uas_addr).is_ok()
-        });
-        assert!(listening, "the SIPp UAS never listened on {uas_addr}");
-    }
+    // Wait until the UAS listens. Over TCP nobody retransmits: an INVITE
+    // forwarded before it accepts would be lost. Over UDP the datagram
+    // would draw an ICMP port-unreachable, which the stateful proxy turns
+    // into 503 at once (a fresh clone once failed 1 call of 2,000 so).
+    let uas_addr = SocketAddr::from(([127, 0, 0, 1], uas_port));
+    let listening = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        match proto {
+            Proto::Tcp => std::net::TcpStream::connect(uas_addr).is_ok(),
+            Proto::Udp => udp_bound(uas_port),
+        }
+    });
+    assert!(listening, "the SIPp UAS never listened on {uas_addr}");
     c.run(proxy.addr, "invite", "callee");
     c.run(proxy.addr, "invite_not_found", "nobody");
     drop(uas);
+}
+
+/// Whether a UDP socket is bound to `port` on this host (/proc/net/udp).
+fn udp_bound(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/udp", "/proc/net/udp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| format!("{a} ").ends_with(&hex))
+            })
+        })
+    })
 }
 
 /// Redirect: 302 with the registered contact.
