@@ -824,7 +824,10 @@ impl Worker<'_> {
                 .record_us(call.latency.as_micros().min(u128::from(u64::MAX)) as u64);
             self.second(now).ok += 1;
             self.live.ok.fetch_add(1, Ordering::Relaxed);
-            if self.outcome.ok.is_multiple_of(1024) {
+            // Early too (after 1, 2, 4 … calls), so a slow run shows its
+            // p99 from its first seconds, then every 1,024 calls.
+            let ok = self.outcome.ok;
+            if ok.is_multiple_of(1024) || (ok < 1024 && ok.is_power_of_two()) {
                 let p99 = self.outcome.latency.quantile_us(0.99);
                 self.live.p99_us.fetch_max(p99, Ordering::Relaxed);
             }

@@ -469,6 +469,22 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     let sustainable = r["sustainable_cps"].as_f64().expect("sustainable");
     assert!([0.0, 300.0, 600.0].contains(&sustainable), "{r}");
     assert!(r["peak_cps"].as_f64().is_some(), "{r}");
+    // A ramp that ended with a step fully processed stopped at --max, and
+    // says so rather than call the cap a peak.
+    let last_ok = steps.last().is_some_and(|s| s["failed"] == 0)
+        && sustainable
+            == steps
+                .last()
+                .and_then(|s| s["offered"].as_f64())
+                .unwrap_or(-1.0);
+    assert_eq!(r["stopped_at_max"], last_ok, "{r}");
+    if last_ok {
+        assert!(
+            text(&out).contains("the ramp stopped at --max 600"),
+            "{}",
+            text(&out)
+        );
+    }
     let page = std::fs::read_to_string(&html).expect("html written");
     assert!(page.contains("Achieved vs offered"), "{page}");
     assert_eq!(common::assert_plots_readable(&page), 3);

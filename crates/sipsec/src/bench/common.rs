@@ -359,8 +359,8 @@ pub(super) fn progress(live: &Live, done: &AtomicBool, total: u64) {
         if last.0.elapsed() >= Duration::from_secs(1) {
             let rate = (ok - last.1) as f64 / last.0.elapsed().as_secs_f64();
             bar.set_message(format!(
-                "{rate:.0} calls/s  {failed} failed  p99 {:.2} ms",
-                live.p99_us.load(Ordering::Relaxed) as f64 / 1000.0
+                "{rate:.0} calls/s  {failed} failed  p99 {}",
+                p99_text(live.p99_us.load(Ordering::Relaxed))
             ));
             last = (Instant::now(), ok);
         }
@@ -384,11 +384,20 @@ fn progress_lines(live: &Live, done: &AtomicBool, total: u64, every: Duration) {
         let rate = (ok - last.1) as f64 / (now - last.0).as_secs_f64();
         last = (now, ok);
         eprintln!(
-            "{:5.0} s  {}/{total} calls  {rate:.0} calls/s  {failed} failed  p99 {:.2} ms",
+            "{:5.0} s  {}/{total} calls  {rate:.0} calls/s  {failed} failed  p99 {}",
             (now - start).as_secs_f64(),
             ok + failed,
-            live.p99_us.load(Ordering::Relaxed) as f64 / 1000.0
+            p99_text(live.p99_us.load(Ordering::Relaxed))
         );
+    }
+}
+
+/// The live p99: "-" until a latency has been measured (not 0.00 ms).
+fn p99_text(us: u64) -> String {
+    if us == 0 {
+        "-".to_owned()
+    } else {
+        format!("{:.2} ms", us as f64 / 1000.0)
     }
 }
 

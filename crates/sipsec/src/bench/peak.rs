@@ -57,15 +57,31 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
                 .map_or("-".to_owned(), |v| format!("{v:.1}"))
         );
     })?;
+    // A ramp whose last step was still fully processed stopped because
+    // the next would pass --max, not at the server's limit.
+    let capped = steps.last().is_some_and(|st| cap.sustainable >= st.offered);
     println!(
-        "{}: peak {:.0} calls/s, sustainable {:.0} calls/s",
-        base.run.scenario.name, cap.peak, cap.sustainable
+        "{}: peak {}{:.0} calls/s, sustainable {}{:.0} calls/s{}",
+        base.run.scenario.name,
+        if capped { "at least " } else { "" },
+        cap.peak,
+        if capped { "at least " } else { "" },
+        cap.sustainable,
+        if capped {
+            format!(
+                " (the ramp stopped at --max {:.0}: raise it to find the limit)",
+                a.max
+            )
+        } else {
+            String::new()
+        }
     );
     if let Some(p) = &a.common.json {
         let json = serde_json::json!({
             "scenario": base.run.scenario.name,
             "peak_cps": cap.peak,
             "sustainable_cps": cap.sustainable,
+            "stopped_at_max": capped,
             "steps": steps.iter().zip(&reports).map(|(st, r)| serde_json::json!({
                 "offered": st.offered, "achieved": st.achieved, "failed": st.failed,
                 "p99_ms": st.p99_us as f64 / 1000.0, "report": r,
