@@ -666,3 +666,45 @@ fn a_websocket_ping_flood_is_closed_after_its_burst() {
     c.send(&register("after", "WS", "sip:x@after.invalid;transport=ws"));
     assert!(c.final_message().starts_with("SIP/2.0 200 "));
 }
+
+/// A browser phone that reloads registers again on a new connection
+/// while its old binding still lives. Calls to it went to the old,
+/// closed connection and got 430 Flow Failed for as long as that binding
+/// lived; now a binding whose WebSocket is closed is passed over and the
+/// call reaches the new connection at once.
+#[test]
+fn a_reloaded_browser_phone_is_reached_at_once() {
+    let s = server("reload", &[]);
+    let ws = ws_addr(&s);
+    let mut before = Ws::sip(ws);
+    before.send(&register("alice", "WS", "sip:old@abc.invalid;transport=ws"));
+    assert!(before.final_message().starts_with("SIP/2.0 200 "));
+    drop(before);
+    // The server has seen the old connection close (bounded wait).
+    let peer = sipsec_server::proto::metrics::CloseReason::Peer;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while s.handle.shared().metrics.closed_for(peer) == 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut after = Ws::sip(ws);
+    after.send(
+        &register("alice", "WS", "sip:new@def.invalid;transport=ws")
+            .replace("Call-ID: reg-alice", "Call-ID: reg-alice-reloaded"),
+    );
+    let ok = after.final_message();
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    assert_eq!(header(&ok, "Contact").len(), 2, "both bindings live: {ok}");
+    let mut bob = Ws::sip(ws);
+    bob.send(&invite(
+        "bob",
+        "alice",
+        "SIP/2.0/WS bob.invalid",
+        "sip:b@bob.invalid;transport=ws",
+        "after-reload",
+    ));
+    let inv = after.message();
+    assert!(
+        inv.starts_with("INVITE sip:new@def.invalid;transport=ws "),
+        "{inv}"
+    );
+}

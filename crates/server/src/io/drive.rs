@@ -486,6 +486,7 @@ pub fn log_events(core: &mut Core) {
             Event::Banned { src, seconds } => crate::io::log::banned(src, seconds),
             Event::RelayDenied { src, target } => crate::io::log::relay_denied(src, &target),
             Event::RateLimited { src } => crate::io::log::rate_limited(src),
+            Event::FlowFailed { aor, bindings } => crate::io::log::flow_failed(&aor, bindings),
         }
     }
 }

@@ -60,6 +60,7 @@ static AUTH_FAILURES: Limiter = Limiter::new();
 static BANS: Limiter = Limiter::new();
 static UNBANS: Limiter = Limiter::new();
 static RELAY: Limiter = Limiter::new();
+static FLOWS: Limiter = Limiter::new();
 static RATE: Limiter = Limiter::new();
 static JOURNAL_ERRORS: Limiter = Limiter::new();
 static OVERSIZE: Limiter = Limiter::new();
@@ -91,6 +92,13 @@ pub fn unbanned(ips: &[IpAddr]) {
     if let Some(suppressed) = UNBANS.admit() {
         let shown: Vec<String> = ips.iter().take(10).map(ToString::to_string).collect();
         info!(target: "sipsec::guard", count = ips.len(), ips = %shown.join(","), suppressed, "ban lifted");
+    }
+}
+
+/// A call found its callee's every flow closed (430 Flow Failed).
+pub fn flow_failed(aor: &str, bindings: usize) {
+    if let Some(suppressed) = FLOWS.admit() {
+        warn!(target: "sipsec::proxy", aor, bindings, suppressed, "no open flow to the callee (430 Flow Failed)");
     }
 }
 

@@ -123,6 +123,14 @@ pub enum Event {
         /// Its Request-URI.
         target: String,
     },
+    /// A request for a user found no open flow to any of its bindings
+    /// (answered 430 Flow Failed).
+    FlowFailed {
+        /// The address-of-record.
+        aor: String,
+        /// Bindings it had, all on closed flows.
+        bindings: usize,
+    },
     /// A request was dropped by the per-source rate limit.
     RateLimited {
         /// Its source.

@@ -91,6 +91,20 @@ impl Core {
         )
     }
 
+    /// Whether `b` was registered over a connection that only it can be
+    /// reached on (WebSocket, or RFC 5626 outbound) and that is closed,
+    /// on this node.
+    fn flow_gone(&self, b: &crate::proto::location::Binding) -> bool {
+        let Some(f) = b.flow else {
+            return false;
+        };
+        let here =
+            b.node.is_empty() || first_path_uri(&b.node).is_none_or(|u| self.is_local_uri(&u));
+        here && b.path.is_empty()
+            && (f.outbound || matches!(f.transport, Transport::Ws | Transport::Wss))
+            && !self.flow_open(b.source, f.transport)
+    }
+
     /// Whether the phone's connection (its registered flow) is still open.
     fn flow_open(&self, peer: SocketAddr, transport: Transport) -> bool {
         self.shared
@@ -487,6 +501,21 @@ impl Core {
             self.stage(Stage::FindUser, t0);
             if self.bindings.is_empty() {
                 return self.respond(msg, StatusCode::NOT_FOUND, &[], src, out);
+            }
+            // A binding whose WebSocket or outbound flow is closed can
+            // never be reached again (RFC 5626 §5.3): a phone that
+            // reloaded or reconnected is reached on its newer binding.
+            let had = self.bindings.len();
+            let mut bindings = std::mem::take(&mut self.bindings);
+            bindings.retain(|b| !self.flow_gone(b));
+            self.bindings = bindings;
+            if self.bindings.is_empty() {
+                bump(&self.shared.metrics.flows_failed);
+                self.events.push(Event::FlowFailed {
+                    aor: key,
+                    bindings: had,
+                });
+                return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
             }
             if mode == Mode::Redirect {
                 return self.redirect(msg, src, out);
