@@ -25,12 +25,24 @@ struct Reports {
 impl Reports {
     /// Waits (at most `bound`) for a report from `user` of `event`.
     fn wait(&self, user: &str, event: &str, bound: Duration) -> serde_json::Value {
+        self.wait_for(user, event, bound, |_| true)
+    }
+
+    /// Waits (at most `bound`) for a report from `user` of `event` that
+    /// `matches`.
+    fn wait_for(
+        &self,
+        user: &str,
+        event: &str,
+        bound: Duration,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let until = Instant::now() + bound;
         let mut seen = self.seen.lock().expect("reports");
         loop {
             if let Some(r) = seen
                 .iter()
-                .find(|r| r["user"] == user && r["event"] == event)
+                .find(|r| r["user"] == user && r["event"] == event && matches(r))
             {
                 return r.clone();
             }
@@ -354,5 +366,98 @@ fn a_page_from_an_origin_not_allowed_is_refused() {
         !reports.all().iter().any(|r| r["event"] == "registered"),
         "{:?}",
         reports.all()
+    );
+}
+
+/// A person's call on the page, driven through its buttons: bob presses
+/// Register, then Answer when the call rings, mutes, sends a DTMF digit
+/// and hangs up; the page shows each state. Before, the page had no
+/// Answer button at all (only an undocumented URL parameter answered).
+#[test]
+fn a_person_answers_mutes_sends_dtmf_and_hangs_up_with_the_buttons() {
+    let s = setup("browser-buttons");
+    let _bob = s.phone("bob", "click=register,answer,mute,dtmf-5,hangup");
+    s.reports.wait("bob", "registered", BOUND);
+    // Alice calls and stays until bob hangs up.
+    let _alice = s.phone("alice", "auto=call&target=bob&talk=30000");
+    let incoming = s.reports.wait("bob", "incoming", BOUND);
+    assert!(
+        incoming["from"]
+            .as_str()
+            .is_some_and(|f| f.contains("alice")),
+        "{incoming}"
+    );
+    s.reports.wait("bob", "confirmed", BOUND);
+    s.reports.wait("alice", "confirmed", BOUND);
+    let muted = s.reports.wait("bob", "muted", BOUND);
+    assert_eq!(muted["muted"], true, "{muted}");
+    let dtmf = s.reports.wait("bob", "dtmf", BOUND);
+    assert_eq!(dtmf["tone"], "5", "{dtmf}");
+    let ended = s.reports.wait("bob", "ended", BOUND);
+    assert_eq!(ended["originator"], "local", "bob hung up: {ended}");
+    let ended = s.reports.wait("alice", "ended", BOUND);
+    assert_eq!(ended["originator"], "remote", "{ended}");
+    // What the page showed, in order (the last state is posted after the
+    // end itself).
+    s.reports.wait_for("bob", "state", BOUND, |r| {
+        r["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Call ended"))
+    });
+    let states: Vec<String> = s
+        .reports
+        .all()
+        .into_iter()
+        .filter(|r| r["user"] == "bob" && r["event"] == "state")
+        .filter_map(|r| r["text"].as_str().map(str::to_owned))
+        .collect();
+    let expect = [
+        "Registered as bob@",
+        "Incoming call from sip:alice@",
+        "In a call with sip:alice@",
+        "Call ended (you hung up)",
+    ];
+    let mut at = 0;
+    for e in expect {
+        let found = states[at..].iter().position(|s| s.starts_with(e));
+        assert!(found.is_some(), "{e:?} not shown in order: {states:?}");
+        at += found.unwrap_or(0) + 1;
+    }
+}
+
+/// Declining rings off with 603 for the caller, shown on both pages.
+#[test]
+fn a_person_declines_with_the_decline_button() {
+    let s = setup("browser-decline");
+    let _bob = s.phone("bob", "click=register,decline");
+    s.reports.wait("bob", "registered", BOUND);
+    let _alice = s.phone("alice", "auto=call&target=bob");
+    let failed = s.reports.wait("alice", "failed", BOUND);
+    assert_eq!(failed["status"], 603, "{failed}");
+    let state = s.reports.wait("bob", "failed", BOUND);
+    assert_eq!(state["originator"], "local", "{state}");
+}
+
+/// Without the bundled JsSIP the page says so where a person looks, and
+/// Register is disabled, instead of a click that silently does nothing.
+#[test]
+fn a_missing_jssip_is_shown_on_the_page() {
+    let dir = tempdir("browser-nojssip");
+    let web_root = dir.join("web");
+    std::fs::create_dir_all(web_root.join("phone")).expect("dir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web/phone");
+    for f in ["index.html", "phone.js"] {
+        std::fs::copy(src.join(f), web_root.join("phone").join(f)).expect("copy");
+    }
+    let reports = Arc::new(Reports::default());
+    let web = web_server(web_root, reports.clone());
+    let url = format!("http://{web}/phone/index.html?user=alice&report=/report");
+    let _b = Browser::open(&url, &dir.join("profile"), &dir.join("alice.log"));
+    let error = reports.wait("alice", "error", BOUND);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("vendor/jssip.js is missing") && m.contains("./setup.sh")),
+        "{error}"
     );
 }
