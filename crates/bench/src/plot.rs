@@ -691,14 +691,52 @@ fn svg_title(svg: &str) -> &str {
         .map_or("", |(t, _)| t)
 }
 
+/// `svg` with `caption` in a line of its own under the plot (the height
+/// grown to hold it), so a file read alone says what made it.
+pub fn with_caption(svg: &str, caption: &str) -> String {
+    const LINE: f64 = 18.0;
+    let head_end = svg.find('>').unwrap_or(0);
+    let head = &svg[..head_end];
+    let value = |key: &str| -> Option<(usize, usize)> {
+        let at = head.find(key)? + key.len();
+        Some((at, at + head[at..].find('"')?))
+    };
+    let (Some((h0, h1)), Some((v0, v1))) = (value(" height=\""), value(" viewBox=\"")) else {
+        return svg.to_owned();
+    };
+    let Ok(h) = head[h0..h1].parse::<f64>() else {
+        return svg.to_owned();
+    };
+    let view: Vec<&str> = head[v0..v1].split_whitespace().collect();
+    let [x, y, w, vh] = view[..] else {
+        return svg.to_owned();
+    };
+    let vh: f64 = vh.parse().unwrap_or(h);
+    let mut out = String::with_capacity(svg.len() + caption.len() + 128);
+    out.push_str(&head[..h0]);
+    out.push_str(&format!("{:.0}", h + LINE));
+    out.push_str(&head[h1..v0]);
+    out.push_str(&format!("{x} {y} {w} {:.0}", vh + LINE));
+    out.push_str(&svg[v1..]);
+    let close = out.rfind("</svg>").unwrap_or(out.len());
+    let text = format!(
+        r##"<rect x="0" y="{vh:.0}" width="100%" height="{LINE:.0}" fill="white"/><text x="6" y="{:.0}" font-size="10" fill="#555">{}</text>"##,
+        vh + LINE - 5.0,
+        escape(caption)
+    );
+    out.insert_str(close, &text);
+    out
+}
+
 /// Writes each plot of `html` into `dir` as `NAME-TITLE.svg` (the title
 /// made a [`slug`]; a repeated one gets `-2`, `-3`), and as `.png` too
-/// when `rsvg-convert` (Debian: librsvg2-bin) is there. Returns the files
-/// written.
+/// when `rsvg-convert` (Debian: librsvg2-bin) is there, each with
+/// `caption` under it. Returns the files written.
 pub fn write_files(
     html: &str,
     dir: &std::path::Path,
     name: &str,
+    caption: &str,
 ) -> Result<Vec<std::path::PathBuf>, Error> {
     use std::io::Write as _;
     std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
@@ -709,6 +747,8 @@ pub fn write_files(
         let n = used.entry(stem.clone()).or_insert(0);
         *n += 1;
         let stem = if *n == 1 { stem } else { format!("{stem}-{n}") };
+        let svg = with_caption(svg, caption);
+        let svg = svg.as_str();
         let svg_path = dir.join(format!("{stem}.svg"));
         std::fs::write(&svg_path, svg).map_err(Error::io(svg_path.display()))?;
         files.push(svg_path);
@@ -750,6 +790,29 @@ mod tests {
         assert_eq!(label(0.05), "0.05");
         assert_eq!(label(0.001), "0.001");
         assert_eq!(label(0.0), "0");
+    }
+
+    #[test]
+    fn a_caption_grows_the_plot_under_it() {
+        let svg = lines(
+            "Calls",
+            "rate",
+            "calls/s",
+            &[("a", vec![(1.0, 2.0), (2.0, 3.0)])],
+        );
+        let height = |s: &str| -> f64 {
+            let at = s.find(" height=\"").expect("height") + 9;
+            s[at..at + s[at..].find('"').expect("quote")]
+                .parse()
+                .expect("number")
+        };
+        let c = with_caption(&svg, "register · 2026-11-26 by sipsec <x>");
+        assert_eq!(height(&c), height(&svg) + 18.0);
+        assert!(
+            c.contains("register · 2026-11-26 by sipsec &lt;x&gt;</text></svg>"),
+            "{c}"
+        );
+        assert!(c.starts_with("<svg") && c.ends_with("</svg>"));
     }
 
     #[test]

@@ -85,6 +85,12 @@ impl Provenance {
         }
     }
 
+    /// One line for a plot standing alone: what it shows, when, by which
+    /// build, on which host.
+    pub fn caption(&self, what: &str) -> String {
+        format!("{what} · {}", self.made())
+    }
+
     fn made(&self) -> String {
         format!(
             "{} by sipsec {} (commit {}) on {} × {}, Linux {}",

@@ -497,6 +497,14 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
             .join(format!("peak-achieved-vs-offered.{ext}"));
         let bytes = std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(bytes.len() > 100, "{}", f.display());
+        if ext == "svg" {
+            // Read alone, the file says what made it, when and with what.
+            let svg = String::from_utf8_lossy(&bytes);
+            assert!(
+                svg.contains("sipsec bench peak · ") && svg.contains(" by sipsec "),
+                "{svg}"
+            );
+        }
     }
     let bad = Command::new(BIN)
         .args(["bench", "peak", "--factor", "1"])

@@ -460,7 +460,11 @@ impl Report {
             files.push(p.clone());
         }
         if let Some(dir) = &out.plots {
-            files.extend(plot::write_files(&html, dir, "crypto")?);
+            let caption = self
+                .provenance
+                .as_ref()
+                .map_or_else(|| "crypto-bench".to_owned(), |p| p.caption("crypto-bench"));
+            files.extend(plot::write_files(&html, dir, "crypto", &caption)?);
         }
         Ok(files)
     }

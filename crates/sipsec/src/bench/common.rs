@@ -159,7 +159,8 @@ pub(super) fn outputs(
         std::fs::write(p, &page).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     if let Some(dir) = plots {
-        let files = sipsec_bench::plot::write_files(&page, dir, name)?;
+        let caption = crate::provenance::get().caption(&format!("sipsec bench {name}"));
+        let files = sipsec_bench::plot::write_files(&page, dir, name, &caption)?;
         eprintln!("{} plot files in {}", files.len(), dir.display());
     }
     Ok(())
