@@ -868,6 +868,22 @@ fn the_web_view_shows_registrations_and_bans_in_chromium() {
         "the ban is listed: {bans}"
     );
     assert!(dom.contains("<polyline"), "the charts have data: {dom}");
+    assert!(
+        dom.contains(">now</text>") && dom.contains(">-5 min</text>"),
+        "the charts have a time axis: {dom}"
+    );
+    // The charts start from the server's own history, not empty.
+    let history = http_get(&http, &format!("/history?token={token}"));
+    let body = history.split("\r\n\r\n").nth(1).unwrap_or("");
+    let h: Value = serde_json::from_str(body).expect("history is JSON");
+    let samples = h["samples"].as_array().expect("samples");
+    assert!(samples.len() >= 2, "{h}");
+    assert!(
+        samples
+            .iter()
+            .all(|s| s["t"].as_u64().is_some() && s["req"].is_number()),
+        "{h}"
+    );
     let shot = dir.join("web.png");
     let out = chromium(&[
         &format!("--screenshot={}", shot.display()),

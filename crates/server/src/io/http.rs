@@ -41,6 +41,44 @@ pub struct View {
     /// Where the operator's binding removals are stored (a journal of
     /// its own, or the shared location).
     pub store: Arc<Mutex<crate::io::drive::Storage>>,
+    /// The last [`HISTORY`] samples of the rates the page charts.
+    pub history: Arc<Mutex<History>>,
+}
+
+/// The samples kept, and the counters the next one is the rate of.
+#[derive(Debug, Default)]
+pub struct History {
+    samples: std::collections::VecDeque<Sample>,
+    last: Option<(Instant, [u64; 5])>,
+}
+
+/// Samples kept for `GET /history`: five minutes at one every
+/// [`SAMPLE_EVERY`], so the page's charts start full, not empty.
+pub const HISTORY: usize = 150;
+
+/// How often the rates are sampled.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+/// One sample of what the page charts: per-second rates over the last
+/// interval and gauges at its end.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Sample {
+    /// Unix time, seconds.
+    pub t: u64,
+    /// Requests per second.
+    pub req: f64,
+    /// 2xx, 4xx and 5xx responses per second.
+    pub r2: f64,
+    /// 4xx.
+    pub r4: f64,
+    /// 5xx.
+    pub r5: f64,
+    /// Transactions under way.
+    pub tx: u64,
+    /// Open connections.
+    pub conn: u64,
+    /// Authentication failures per second.
+    pub fail: f64,
 }
 
 impl View {
@@ -99,6 +137,70 @@ impl View {
             return stored.map(|()| removed).map_err(|e| e.to_string());
         }
         Err("the address-of-record is being changed: try again".into())
+    }
+
+    /// The counters a [`Sample`] is the rate of.
+    fn counts(&self) -> [u64; 5] {
+        let m = &self.shared.metrics;
+        [
+            m.requests_total(),
+            m.responses_in_class(2),
+            m.responses_in_class(4),
+            m.responses_in_class(5),
+            m.auth_failures.load(Ordering::Relaxed),
+        ]
+    }
+
+    /// A sample of the rates since `last` (zero at the first).
+    fn sample_since(&self, last: Option<(Instant, [u64; 5])>) -> (Sample, (Instant, [u64; 5])) {
+        use sip_core::Transport as T;
+        let (now, counts) = (Instant::now(), self.counts());
+        let rate = |i: usize| {
+            last.map_or(0.0, |(at, c)| {
+                counts[i].saturating_sub(c[i]) as f64
+                    / now.duration_since(at).as_secs_f64().max(0.001)
+            })
+        };
+        let m = &self.shared.metrics;
+        let sample = Sample {
+            t: unix_now(),
+            req: rate(0),
+            r2: rate(1),
+            r4: rate(2),
+            r5: rate(3),
+            tx: m.active_transactions.load(Ordering::Relaxed),
+            conn: [T::Tcp, T::Tls, T::Ws, T::Wss]
+                .into_iter()
+                .map(|t| m.open_connections(t))
+                .sum(),
+            fail: rate(4),
+        };
+        (sample, (now, counts))
+    }
+
+    /// Samples at once, then every [`SAMPLE_EVERY`], into `history`
+    /// until `stop`.
+    fn sample(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            {
+                let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+                let (sample, last) = self.sample_since(h.last);
+                h.last = Some(last);
+                h.samples.push_back(sample);
+                while h.samples.len() > HISTORY {
+                    h.samples.pop_front();
+                }
+            }
+            std::thread::park_timeout(SAMPLE_EVERY);
+        }
+    }
+
+    /// The samples kept and one for the time since the last of them.
+    fn history(&self) -> Vec<Sample> {
+        let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Sample> = h.samples.iter().copied().collect();
+        v.push(self.sample_since(h.last).0);
+        v
     }
 
     fn users(&self) -> usize {
@@ -601,6 +703,17 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
     match path {
         "/" => ("200 OK", "text/html; charset=utf-8", PAGE.to_owned()),
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", view.metrics()),
+        "/history" => {
+            let samples = view.history();
+            (
+                "200 OK",
+                "application/json",
+                format!(
+                    "{}\n",
+                    json!({"every_seconds": SAMPLE_EVERY.as_secs(), "samples": samples})
+                ),
+            )
+        }
         "/status" => match StatusQuery::parse(&query) {
             Ok(q) => (
                 "200 OK",
@@ -609,7 +722,7 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
             ),
             Err(e) => text("400 Bad Request", &format!("/status: {e}\n")),
         },
-        _ => text("404 Not Found", "try /, /metrics or /status\n"),
+        _ => text("404 Not Found", "try /, /metrics, /status or /history\n"),
     }
 }
 
@@ -683,6 +796,12 @@ pub fn serve(
 ) -> io::Result<JoinHandle<()>> {
     listener.set_nonblocking(false)?;
     let clients = Arc::new(Clients::default());
+    {
+        let (view, stop) = (view.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("http-history".into())
+            .spawn(move || view.sample(&stop))?;
+    }
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || loop {

@@ -403,6 +403,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             redis: redis_state.clone(),
             persistence: persistence.clone(),
             store: Arc::new(std::sync::Mutex::new(admin_backing.open())),
+            history: Arc::default(),
         };
         threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }

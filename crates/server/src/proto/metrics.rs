@@ -422,6 +422,21 @@ impl Metrics {
         bump(&self.requests_by_transport[transport_index(transport)]);
     }
 
+    /// Requests received so far, all methods.
+    pub fn requests_total(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Responses sent or forwarded so far in class `class` (1 to 6).
+    pub fn responses_in_class(&self, class: usize) -> u64 {
+        self.responses_sent
+            .get(class.wrapping_sub(1))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
     /// Requests received over `t`.
     pub fn requests_over(&self, t: sip_core::Transport) -> u64 {
         self.requests_by_transport[transport_index(t)].load(Ordering::Relaxed)
