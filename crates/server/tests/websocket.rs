@@ -686,10 +686,12 @@ fn a_reloaded_browser_phone_is_reached_at_once() {
     while s.handle.shared().metrics.closed_for(peer) == 0 && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(10));
     }
+    // The reloaded page is another instance (JsSIP draws one per load).
     let mut after = Ws::sip(ws);
     after.send(
         &register("alice", "WS", "sip:new@def.invalid;transport=ws")
-            .replace("Call-ID: reg-alice", "Call-ID: reg-alice-reloaded"),
+            .replace("Call-ID: reg-alice", "Call-ID: reg-alice-reloaded")
+            .replace("000000000005>", "0000000000a5>"),
     );
     let ok = after.final_message();
     assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
@@ -707,4 +709,26 @@ fn a_reloaded_browser_phone_is_reached_at_once() {
         inv.starts_with("INVITE sip:new@def.invalid;transport=ws "),
         "{inv}"
     );
+}
+
+/// RFC 5626 §6: a phone that registers again with the same
+/// `+sip.instance` and `reg-id` on a new connection (and a new contact)
+/// replaces its older binding at once, instead of leaving it to expire.
+#[test]
+fn the_same_instance_and_reg_id_replace_a_phones_older_binding() {
+    let s = server("instance", &[]);
+    let ws = ws_addr(&s);
+    let mut before = Ws::sip(ws);
+    before.send(&register("alice", "WS", "sip:old@abc.invalid;transport=ws"));
+    assert!(before.final_message().starts_with("SIP/2.0 200 "));
+    let mut after = Ws::sip(ws);
+    after.send(
+        &register("alice", "WS", "sip:new@def.invalid;transport=ws")
+            .replace("Call-ID: reg-alice", "Call-ID: reg-alice-again"),
+    );
+    let ok = after.final_message();
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    let contacts = header(&ok, "Contact");
+    assert_eq!(contacts.len(), 1, "the older binding replaced: {ok}");
+    assert!(contacts[0].contains("sip:new@def.invalid"), "{ok}");
 }

@@ -94,6 +94,7 @@ impl View {
                 expires: 0,
                 q: 1000,
                 outbound: false,
+                instance: "",
             })
             .into_iter()
             .collect();
@@ -139,74 +140,78 @@ impl View {
         Err("the address-of-record is being changed: try again".into())
     }
 
-    /// The counters a [`Sample`] is the rate of.
-    fn counts(&self) -> [u64; 5] {
-        let m = &self.shared.metrics;
-        [
-            m.requests_total(),
-            m.responses_in_class(2),
-            m.responses_in_class(4),
-            m.responses_in_class(5),
-            m.auth_failures.load(Ordering::Relaxed),
-        ]
-    }
-
-    /// A sample of the rates since `last` (zero at the first).
-    fn sample_since(&self, last: Option<(Instant, [u64; 5])>) -> (Sample, (Instant, [u64; 5])) {
-        use sip_core::Transport as T;
-        let (now, counts) = (Instant::now(), self.counts());
-        let rate = |i: usize| {
-            last.map_or(0.0, |(at, c)| {
-                counts[i].saturating_sub(c[i]) as f64
-                    / now.duration_since(at).as_secs_f64().max(0.001)
-            })
-        };
-        let m = &self.shared.metrics;
-        let sample = Sample {
-            t: unix_now(),
-            req: rate(0),
-            r2: rate(1),
-            r4: rate(2),
-            r5: rate(3),
-            tx: m.active_transactions.load(Ordering::Relaxed),
-            conn: [T::Tcp, T::Tls, T::Ws, T::Wss]
-                .into_iter()
-                .map(|t| m.open_connections(t))
-                .sum(),
-            fail: rate(4),
-        };
-        (sample, (now, counts))
-    }
-
-    /// Samples at once, then every [`SAMPLE_EVERY`], into `history`
-    /// until `stop`.
-    fn sample(&self, stop: &AtomicBool) {
-        while !stop.load(Ordering::Relaxed) {
-            {
-                let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
-                let (sample, last) = self.sample_since(h.last);
-                h.last = Some(last);
-                h.samples.push_back(sample);
-                while h.samples.len() > HISTORY {
-                    h.samples.pop_front();
-                }
-            }
-            std::thread::park_timeout(SAMPLE_EVERY);
-        }
-    }
-
     /// The samples kept and one for the time since the last of them.
     fn history(&self) -> Vec<Sample> {
         let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<Sample> = h.samples.iter().copied().collect();
-        v.push(self.sample_since(h.last).0);
+        v.push(sample_since(&self.shared, h.last).0);
         v
     }
 
     fn users(&self) -> usize {
         self.shared.auth.as_ref().map_or(0, |a| a.users().len())
     }
+}
 
+/// The counters a [`Sample`] is the rate of.
+fn counts(shared: &Shared) -> [u64; 5] {
+    let m = &shared.metrics;
+    [
+        m.requests_total(),
+        m.responses_in_class(2),
+        m.responses_in_class(4),
+        m.responses_in_class(5),
+        m.auth_failures.load(Ordering::Relaxed),
+    ]
+}
+
+/// A sample of the rates since `last` (zero at the first).
+fn sample_since(
+    shared: &Shared,
+    last: Option<(Instant, [u64; 5])>,
+) -> (Sample, (Instant, [u64; 5])) {
+    use sip_core::Transport as T;
+    let (now, counts) = (Instant::now(), counts(shared));
+    let rate = |i: usize| {
+        last.map_or(0.0, |(at, c)| {
+            counts[i].saturating_sub(c[i]) as f64 / now.duration_since(at).as_secs_f64().max(0.001)
+        })
+    };
+    let m = &shared.metrics;
+    let sample = Sample {
+        t: unix_now(),
+        req: rate(0),
+        r2: rate(1),
+        r4: rate(2),
+        r5: rate(3),
+        tx: m.active_transactions.load(Ordering::Relaxed),
+        conn: [T::Tcp, T::Tls, T::Ws, T::Wss]
+            .into_iter()
+            .map(|t| m.open_connections(t))
+            .sum(),
+        fail: rate(4),
+    };
+    (sample, (now, counts))
+}
+
+/// Samples at once, then every [`SAMPLE_EVERY`], into `history` until
+/// `stop` (the endpoint's thread unparks it then).
+fn sample(shared: &Shared, history: &Mutex<History>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        {
+            let mut h = history.lock().unwrap_or_else(|e| e.into_inner());
+            let (sample, last) = sample_since(shared, h.last);
+            h.last = Some(last);
+            h.samples.push_back(sample);
+            while h.samples.len() > HISTORY {
+                h.samples.pop_front();
+            }
+        }
+        std::thread::park_timeout(SAMPLE_EVERY);
+    }
+}
+
+impl View {
     /// The Prometheus exposition.
     pub fn metrics(&self) -> String {
         let now = unix_now();
@@ -796,17 +801,21 @@ pub fn serve(
 ) -> io::Result<JoinHandle<()>> {
     listener.set_nonblocking(false)?;
     let clients = Arc::new(Clients::default());
-    {
-        let (view, stop) = (view.clone(), stop.clone());
+    // The sampler holds only what it reads (not the view, whose store
+    // must be gone when the server is), and ends with this thread.
+    let sampler = {
+        let (shared, history, stop) = (view.shared.clone(), view.history.clone(), stop.clone());
         std::thread::Builder::new()
             .name("http-history".into())
-            .spawn(move || view.sample(&stop))?;
-    }
+            .spawn(move || sample(&shared, &history, &stop))?
+    };
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || loop {
             let accepted = listener.accept();
             if stop.load(Ordering::Relaxed) {
+                sampler.thread().unpark();
+                let _ = sampler.join();
                 return;
             }
             let s = match accepted {

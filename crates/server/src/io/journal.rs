@@ -17,19 +17,23 @@ fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
         "{seq}\tB\t{aor}\t{}\t{}\t{}\t{}\t{}\t{}",
         b.contact, b.expires_at, b.q, b.call_id, b.cseq, b.source
     );
-    // Path, the flow and its node are trailing fields, absent from
-    // records written before them (and when empty).
-    match b.flow {
-        Some(f) => {
-            let _ = write!(out, "\t{}\t{}", b.path, f.encode());
-            if !b.node.is_empty() {
-                let _ = write!(out, "\t{}", b.node);
-            }
-        }
-        None if !b.path.is_empty() => {
-            let _ = write!(out, "\t{}", b.path);
-        }
-        None => {}
+    // Path, the flow, its node and the phone's instance are trailing
+    // fields, absent from records written before them (and when empty
+    // at the end); a flow is "-" when there is none but an instance.
+    let flow = b.flow.map(Flow::encode);
+    let tail: [&str; 4] = [
+        &b.path,
+        flow.as_deref()
+            .unwrap_or(if b.instance.is_empty() { "" } else { "-" }),
+        &b.node,
+        &b.instance,
+    ];
+    let used = tail
+        .iter()
+        .rposition(|f| !f.is_empty())
+        .map_or(0, |i| i + 1);
+    for f in &tail[..used] {
+        let _ = write!(out, "\t{f}");
     }
     out.push(b'\n');
 }
@@ -65,10 +69,11 @@ pub(crate) fn decode(line: &str) -> Option<Record> {
                 source: f.next()?.parse().ok()?,
                 path: f.next().unwrap_or("").to_owned(),
                 flow: match f.next() {
+                    None | Some("" | "-") => None,
                     Some(flow) => Some(Flow::decode(flow)?),
-                    None => None,
                 },
                 node: f.next().unwrap_or("").to_owned(),
+                instance: f.next().unwrap_or("").to_owned(),
             };
             f.next()
                 .is_none()
@@ -700,12 +705,30 @@ mod tests {
                 path: "<sip:edge.example;lr>, <sip:p2.example;lr>".into(),
                 flow: None,
                 node: String::new(),
+                instance: String::new(),
             },
         };
         let mut out = Vec::new();
         encode(&r, &mut out);
         let line = std::str::from_utf8(&out).expect("utf-8");
-        assert_eq!(decode(line.trim_end()), Some(r));
+        assert_eq!(decode(line.trim_end()), Some(r.clone()));
+        // An instance without a flow: the flow is "-".
+        let Record::Bind { binding, .. } = &r else {
+            unreachable!("a Bind")
+        };
+        let with_instance = Record::Bind {
+            seq: 7,
+            aor: "sip:a@x".into(),
+            binding: Binding {
+                instance: "<urn:uuid:1>#2".into(),
+                ..binding.clone()
+            },
+        };
+        let mut out = Vec::new();
+        encode(&with_instance, &mut out);
+        let line = std::str::from_utf8(&out).expect("utf-8");
+        assert!(line.ends_with("\t-\t\t<urn:uuid:1>#2\n"), "{line:?}");
+        assert_eq!(decode(line.trim_end()), Some(with_instance));
         // A flow follows Path, empty or not; an unknown one is corruption.
         for path in ["", "<sip:edge.example;lr>"] {
             for flow in [
@@ -730,6 +753,11 @@ mod tests {
                             String::new()
                         } else {
                             "<sip:f01@192.0.2.9:5060;lr>".into()
+                        },
+                        instance: if path.is_empty() {
+                            "<urn:uuid:00000000-0000-4000-8000-000000000001>#1".into()
+                        } else {
+                            String::new()
                         },
                     },
                 };

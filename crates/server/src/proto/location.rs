@@ -43,6 +43,10 @@ pub struct Binding {
     /// send the contact's requests through. Empty on a single node, and
     /// for contacts every node reaches directly.
     pub node: String,
+    /// The phone's `+sip.instance` and `reg-id` (RFC 5626 §4.2), as
+    /// `INSTANCE#REG-ID`, or "": a later registration of the same instance
+    /// and reg-id replaces this binding, whatever its contact.
+    pub instance: String,
 }
 
 /// A contact's flow: the connection from `Binding::source` over this
@@ -109,6 +113,8 @@ pub struct ContactChange<'a> {
     pub q: u16,
     /// The contact asks for RFC 5626 outbound (`reg-id` and `+sip.instance`).
     pub outbound: bool,
+    /// Its `+sip.instance` and `reg-id` as `INSTANCE#REG-ID`, or "".
+    pub instance: &'a str,
 }
 
 /// Why an update was refused; a refused update changes nothing.
@@ -598,6 +604,18 @@ impl Location for MemoryLocation {
             }
         }
         for c in changes {
+            if !c.instance.is_empty() && c.expires != 0 {
+                // RFC 5626 §6: the same instance and reg-id is the same
+                // phone on a new flow (a reload, a new connection): its
+                // older binding goes, whatever contact it had.
+                while let Some(p) = list
+                    .iter()
+                    .position(|b| b.instance == c.instance && b.contact != c.contact)
+                {
+                    let gone = list.remove(p);
+                    remove(&mut records, gone.contact);
+                }
+            }
             let pos = list.iter().position(|b| b.contact == c.contact);
             if c.expires == 0 {
                 if let Some(p) = pos {
@@ -619,6 +637,7 @@ impl Location for MemoryLocation {
                     outbound: c.outbound,
                 }),
                 node: node.to_owned(),
+                instance: c.instance.to_owned(),
             };
             match pos {
                 Some(p) => list[p] = binding.clone(),
@@ -824,7 +843,43 @@ pub(crate) mod tests {
             expires,
             q: 1000,
             outbound: false,
+            instance: "",
         }
+    }
+
+    /// RFC 5626 §6: a phone's later registration with the same instance
+    /// and reg-id (a new flow, a new contact) replaces its binding; another
+    /// reg-id or instance does not, and removals are journaled.
+    #[test]
+    fn the_same_instance_and_reg_id_replace_the_older_binding() {
+        let loc = MemoryLocation::new(RandomState::new());
+        let (mut cur, mut rec) = (Vec::new(), Vec::new());
+        let with = |contact, instance| ContactChange {
+            instance,
+            ..change(contact, 600)
+        };
+        for (contact, instance) in [
+            ("sip:old@a.invalid", "<urn:uuid:1>#1"),
+            ("sip:other@b.invalid", "<urn:uuid:1>#2"),
+            ("sip:new@c.invalid", "<urn:uuid:1>#1"),
+        ] {
+            upd(
+                &loc,
+                "sip:a@x",
+                &[with(contact, instance)],
+                false,
+                &reg(contact, 1, 100),
+                &mut cur,
+                &mut rec,
+            )
+            .expect("bind");
+        }
+        let mut contacts: Vec<&str> = cur.iter().map(|b| b.contact.as_str()).collect();
+        contacts.sort_unstable();
+        assert_eq!(contacts, ["sip:new@c.invalid", "sip:other@b.invalid"]);
+        assert!(rec.iter().any(
+            |r| matches!(r, Record::Remove { contact, .. } if contact == "sip:old@a.invalid")
+        ));
     }
 
     /// An update with the default policy whose records land in `rec`.
@@ -868,6 +923,7 @@ pub(crate) mod tests {
                 expires: 60,
                 q: 500,
                 outbound: false,
+                instance: "",
             }],
             false,
             &reg("c2", 1, 100),
@@ -1050,6 +1106,7 @@ pub(crate) mod tests {
                 path: String::new(),
                 flow: None,
                 node: String::new(),
+                instance: String::new(),
             },
         };
         let contacts = |loc: &MemoryLocation| {

@@ -77,10 +77,29 @@ impl Core {
         if let Some(reply) = self.refuse_oversize(msg, src, out) {
             return reply;
         }
+        // RFC 5626 §4.2: `+sip.instance` with `reg-id` names the phone and
+        // its flow; kept (as INSTANCE#REG-ID) so its next registration on
+        // another flow replaces this one. Values a journal line cannot
+        // hold, or longer than a binding keeps, are not kept.
+        let instances: Vec<String> = msg
+            .contacts()
+            .map(|c| {
+                let p = c.addr.params();
+                match (p.get("+sip.instance").flatten(), p.get("reg-id").flatten()) {
+                    (Some(i), Some(r))
+                        if i.len() + r.len() < MAX_CALL_ID_LEN
+                            && !i.chars().chain(r.chars()).any(char::is_control) =>
+                    {
+                        format!("{i}#{r}")
+                    }
+                    _ => String::new(),
+                }
+            })
+            .collect();
         let mut changes: Vec<ContactChange<'_>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
         let direct_flow = self.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
-        for c in msg.contacts() {
+        for (c, instance) in msg.contacts().zip(&instances) {
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
                 let min = min.to_string();
@@ -105,6 +124,7 @@ impl Core {
                 expires: wanted.min(max),
                 q: c.q.unwrap_or(1000),
                 outbound,
+                instance,
             });
         }
         let t0 = self.clock();
