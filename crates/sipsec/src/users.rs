@@ -8,18 +8,26 @@ use clap::Subcommand;
 use sipsec_server::io::users_file;
 use sipsec_server::proto::users::UserEntry;
 
+/// Which user, in which realm, in which file.
+#[derive(clap::Args)]
+pub struct Who {
+    /// Username (the user part of the AoR).
+    name: String,
+    /// Realm the HA1 hashes are computed for.
+    #[arg(long, default_value = "sipsec")]
+    realm: String,
+    /// Users file (created by `add` if missing, mode 0600; an existing
+    /// file keeps its owner, group and group-read bit).
+    #[arg(long, default_value = "users.tsv")]
+    file: PathBuf,
+}
+
 #[derive(Subcommand)]
 pub enum UsersCommand {
     /// Add or replace a user; the password is read from a prompt or stdin.
     Add {
-        /// Username (the user part of the AoR).
-        name: String,
-        /// Realm the HA1 hashes are computed for.
-        #[arg(long, default_value = "sipsec")]
-        realm: String,
-        /// Users file to update (created if missing, mode 0600).
-        #[arg(long, default_value = "users.tsv")]
-        file: PathBuf,
+        #[command(flatten)]
+        who: Who,
         /// Read the password from the first line of standard input.
         #[arg(long)]
         password_stdin: bool,
@@ -32,25 +40,13 @@ pub enum UsersCommand {
     },
     /// Remove a user (a running server reloads the file within a second).
     Remove {
-        /// Username.
-        name: String,
-        /// Realm.
-        #[arg(long, default_value = "sipsec")]
-        realm: String,
-        /// Users file.
-        #[arg(long, default_value = "users.tsv")]
-        file: PathBuf,
+        #[command(flatten)]
+        who: Who,
     },
     /// Change an existing user's password (from a prompt or stdin).
     Passwd {
-        /// Username.
-        name: String,
-        /// Realm.
-        #[arg(long, default_value = "sipsec")]
-        realm: String,
-        /// Users file.
-        #[arg(long, default_value = "users.tsv")]
-        file: PathBuf,
+        #[command(flatten)]
+        who: Who,
         /// Read the password from the first line of standard input.
         #[arg(long)]
         password_stdin: bool,
@@ -101,9 +97,7 @@ fn read_password(from_stdin: bool) -> Result<String, String> {
 pub fn run(cmd: UsersCommand) -> ExitCode {
     let result = match cmd {
         UsersCommand::Add {
-            name,
-            realm,
-            file,
+            who: Who { name, realm, file },
             password_stdin,
         } => read_password(password_stdin).and_then(|pw| {
             let mut users = users_file::load_or_empty(&file).map_err(|e| e.to_string())?;
@@ -129,7 +123,9 @@ pub fn run(cmd: UsersCommand) -> ExitCode {
                     out
                 })
         }
-        UsersCommand::Remove { name, realm, file } => users_file::load(&file)
+        UsersCommand::Remove {
+            who: Who { name, realm, file },
+        } => users_file::load(&file)
             .map_err(|e| e.to_string())
             .and_then(|mut users| {
                 if !users.remove(&name, &realm) {
@@ -146,9 +142,7 @@ pub fn run(cmd: UsersCommand) -> ExitCode {
                 ))
             }),
         UsersCommand::Passwd {
-            name,
-            realm,
-            file,
+            who: Who { name, realm, file },
             password_stdin,
         } => users_file::load(&file)
             .map_err(|e| e.to_string())

@@ -931,21 +931,17 @@ fn bans_bindings_and_users_are_controlled_at_runtime() {
     std::fs::write(&cfg, "[guard]\nmax_auth_failures = 3\n").expect("config");
     let data = dir.join("data");
     let start = || {
-        common::serve(&[
-            "--udp",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--workers",
+        common::serve_workers(
+            &data,
             "1",
-            "--auth",
-            "--users",
-            u,
-            "--config",
-            cfg.to_str().expect("utf-8"),
-            "--data-dir",
-            data.to_str().expect("utf-8"),
-        ])
+            &[
+                "--auth",
+                "--users",
+                u,
+                "--config",
+                cfg.to_str().expect("utf-8"),
+            ],
+        )
     };
     let s = start();
     let server = s.addr;

@@ -25,18 +25,7 @@ fn metric(r: &Running, line_start: &str) -> u64 {
 /// `sipsec serve` on ephemeral ports with one worker, so the datagrams
 /// of one socket are handled in the order sent.
 fn start(data: &Path, extra: &[&str]) -> Running {
-    let mut args = vec![
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--data-dir",
-        data.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
-    common::serve(&args)
+    common::serve_workers(data, "1", extra)
 }
 
 /// A raw SIP peer on its own UDP socket.

@@ -76,13 +76,19 @@ pub fn serve(args: &[&str]) -> Running {
 /// Starts `sipsec serve` on ephemeral UDP, TCP and HTTP ports with two
 /// workers, its store in `data`, plus `extra` flags.
 pub fn serve_in(data: &std::path::Path, extra: &[&str]) -> Running {
+    serve_workers(data, "2", extra)
+}
+
+/// [`serve_in`] with `workers` worker threads (one: the datagrams of one
+/// socket are handled in the order sent).
+pub fn serve_workers(data: &std::path::Path, workers: &str, extra: &[&str]) -> Running {
     let mut args = vec![
         "--udp",
         "127.0.0.1:0",
         "--http",
         "127.0.0.1:0",
         "--workers",
-        "2",
+        workers,
         "--data-dir",
         data.to_str().expect("utf-8 path"),
     ];
