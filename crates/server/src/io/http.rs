@@ -81,6 +81,64 @@ pub struct Sample {
     pub fail: f64,
 }
 
+/// The counters a [`Sample`] is the rate of.
+fn counts(shared: &Shared) -> [u64; 5] {
+    let m = &shared.metrics;
+    [
+        m.requests_total(),
+        m.responses_in_class(2),
+        m.responses_in_class(4),
+        m.responses_in_class(5),
+        m.auth_failures.load(Ordering::Relaxed),
+    ]
+}
+
+/// A sample of the rates since `last` (zero at the first).
+fn sample_since(
+    shared: &Shared,
+    last: Option<(Instant, [u64; 5])>,
+) -> (Sample, (Instant, [u64; 5])) {
+    use sip_core::Transport as T;
+    let (now, counts) = (Instant::now(), counts(shared));
+    let rate = |i: usize| {
+        last.map_or(0.0, |(at, c)| {
+            counts[i].saturating_sub(c[i]) as f64 / now.duration_since(at).as_secs_f64().max(0.001)
+        })
+    };
+    let m = &shared.metrics;
+    let sample = Sample {
+        t: unix_now(),
+        req: rate(0),
+        r2: rate(1),
+        r4: rate(2),
+        r5: rate(3),
+        tx: m.active_transactions.load(Ordering::Relaxed),
+        conn: [T::Tcp, T::Tls, T::Ws, T::Wss]
+            .into_iter()
+            .map(|t| m.open_connections(t))
+            .sum(),
+        fail: rate(4),
+    };
+    (sample, (now, counts))
+}
+
+/// Samples at once, then every [`SAMPLE_EVERY`], into `history` until
+/// `stop` (the endpoint's thread unparks it then).
+fn sample(shared: &Shared, history: &Mutex<History>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        {
+            let mut h = history.lock().unwrap_or_else(|e| e.into_inner());
+            let (sample, last) = sample_since(shared, h.last);
+            h.last = Some(last);
+            h.samples.push_back(sample);
+            while h.samples.len() > HISTORY {
+                h.samples.pop_front();
+            }
+        }
+        std::thread::park_timeout(SAMPLE_EVERY);
+    }
+}
+
 impl View {
     /// Removes `aor`'s bindings (only `contact` when given), stored first
     /// exactly as a REGISTER's removal is; how many went.
@@ -151,67 +209,7 @@ impl View {
     fn users(&self) -> usize {
         self.shared.auth.as_ref().map_or(0, |a| a.users().len())
     }
-}
 
-/// The counters a [`Sample`] is the rate of.
-fn counts(shared: &Shared) -> [u64; 5] {
-    let m = &shared.metrics;
-    [
-        m.requests_total(),
-        m.responses_in_class(2),
-        m.responses_in_class(4),
-        m.responses_in_class(5),
-        m.auth_failures.load(Ordering::Relaxed),
-    ]
-}
-
-/// A sample of the rates since `last` (zero at the first).
-fn sample_since(
-    shared: &Shared,
-    last: Option<(Instant, [u64; 5])>,
-) -> (Sample, (Instant, [u64; 5])) {
-    use sip_core::Transport as T;
-    let (now, counts) = (Instant::now(), counts(shared));
-    let rate = |i: usize| {
-        last.map_or(0.0, |(at, c)| {
-            counts[i].saturating_sub(c[i]) as f64 / now.duration_since(at).as_secs_f64().max(0.001)
-        })
-    };
-    let m = &shared.metrics;
-    let sample = Sample {
-        t: unix_now(),
-        req: rate(0),
-        r2: rate(1),
-        r4: rate(2),
-        r5: rate(3),
-        tx: m.active_transactions.load(Ordering::Relaxed),
-        conn: [T::Tcp, T::Tls, T::Ws, T::Wss]
-            .into_iter()
-            .map(|t| m.open_connections(t))
-            .sum(),
-        fail: rate(4),
-    };
-    (sample, (now, counts))
-}
-
-/// Samples at once, then every [`SAMPLE_EVERY`], into `history` until
-/// `stop` (the endpoint's thread unparks it then).
-fn sample(shared: &Shared, history: &Mutex<History>, stop: &AtomicBool) {
-    while !stop.load(Ordering::Relaxed) {
-        {
-            let mut h = history.lock().unwrap_or_else(|e| e.into_inner());
-            let (sample, last) = sample_since(shared, h.last);
-            h.last = Some(last);
-            h.samples.push_back(sample);
-            while h.samples.len() > HISTORY {
-                h.samples.pop_front();
-            }
-        }
-        std::thread::park_timeout(SAMPLE_EVERY);
-    }
-}
-
-impl View {
     /// The Prometheus exposition.
     pub fn metrics(&self) -> String {
         let now = unix_now();

@@ -933,12 +933,12 @@ struct Reactor {
 /// Most binding changes a reactor gathers before it stores them.
 const MAX_DEFERRED: usize = 256;
 
-/// A token bucket: `rate` tokens a second, holding at most a tenth of a
-/// second's worth (and at least one).
+/// The server-wide accept rate: a [`Pace`] of `rate` tokens a second,
+/// holding at most a tenth of a second's worth (and at least one), that
+/// remembers until when it is spent.
 struct Bucket {
     rate: f64,
-    tokens: f64,
-    at: Instant,
+    pace: Pace,
     /// Spent: accept again at this time.
     until: Option<Instant>,
 }
@@ -947,8 +947,7 @@ impl Bucket {
     fn new(rate: f64, now: Instant) -> Self {
         Self {
             rate,
-            tokens: Self::capacity(rate),
-            at: now,
+            pace: Pace::full(Self::capacity(rate), now),
             until: None,
         }
     }
@@ -959,15 +958,11 @@ impl Bucket {
 
     /// Takes a token, or says when the next one comes.
     fn take(&mut self, now: Instant) -> Result<(), Instant> {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(Self::capacity(self.rate));
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        if self.pace.take(now, self.rate, Self::capacity(self.rate)) {
             self.until = None;
             Ok(())
         } else {
-            let next = now + Duration::from_secs_f64((1.0 - self.tokens) / self.rate);
+            let next = now + Duration::from_secs_f64((1.0 - self.pace.tokens) / self.rate);
             self.until = Some(next);
             Err(next)
         }
@@ -975,7 +970,7 @@ impl Bucket {
 
     /// Returns a token taken for a connection that was not there.
     fn give_back(&mut self) {
-        self.tokens = (self.tokens + 1.0).min(Self::capacity(self.rate));
+        self.pace.tokens = (self.pace.tokens + 1.0).min(Self::capacity(self.rate));
     }
 
     /// Spent until a time still ahead.
