@@ -143,6 +143,32 @@ impl PathMode {
     }
 }
 
+/// How the stateful proxy forks a request for a user with several
+/// contacts (RFC 3261 §16.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Forking {
+    /// Only the first contact (the highest q) is tried.
+    Off,
+    /// Every contact at once, whatever its q.
+    Parallel,
+    /// Contacts of equal q at once, the highest q first; the next group
+    /// when every branch of the previous one failed.
+    #[default]
+    ByQ,
+}
+
+impl Forking {
+    /// Parses `off`, `parallel` or `by-q`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "off" => Some(Self::Off),
+            "parallel" => Some(Self::Parallel),
+            "by-q" => Some(Self::ByQ),
+            _ => None,
+        }
+    }
+}
+
 /// Everything `sipsec serve` needs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -166,6 +192,9 @@ pub struct Config {
     /// send 100 Trying, handle CANCEL, time out with 408; record-routes
     /// dialog-creating requests. Off: stateless forwarding (§16.11).
     pub stateful: bool,
+    /// How the stateful proxy forks requests for users with several
+    /// contacts (a stateless proxy tries only the first, §16.11).
+    pub forking: Forking,
     /// Memory the stateful proxy's transactions may hold; past it new
     /// requests get 503 with Retry-After.
     pub max_transaction_bytes: u64,
@@ -512,6 +541,7 @@ impl Default for Config {
             advertise: udp,
             record_route: false,
             stateful: false,
+            forking: Forking::ByQ,
             max_transaction_bytes: DEFAULT_MAX_TRANSACTION_BYTES,
             domains: vec!["localhost".to_owned()],
             auth: false,
@@ -572,6 +602,8 @@ pub struct FileConfig {
     pub record_route: Option<bool>,
     /// Transaction-stateful proxy.
     pub stateful: Option<bool>,
+    /// `off`, `parallel` or `by-q`.
+    pub forking: Option<String>,
     /// Memory bound of the stateful proxy's transactions, bytes.
     pub max_transaction_bytes: Option<u64>,
     /// Worker threads; 0 means one per core.
@@ -1281,6 +1313,10 @@ impl Config {
         }
         if let Some(st) = f.stateful {
             self.stateful = st;
+        }
+        if let Some(k) = f.forking {
+            self.forking = Forking::parse(&k)
+                .ok_or_else(|| value("forking", format!("{k:?}: use off, parallel or by-q")))?;
         }
         if let Some(b) = f.max_transaction_bytes {
             self.max_transaction_bytes = b;

@@ -732,3 +732,117 @@ fn the_same_instance_and_reg_id_replace_a_phones_older_binding() {
     assert_eq!(contacts.len(), 1, "the older binding replaced: {ok}");
     assert!(contacts[0].contains("sip:new@def.invalid"), "{ok}");
 }
+
+/// The next UDP message that is not a provisional response.
+fn udp_final(p: &UdpSocket) -> String {
+    let mut b = [0u8; 8192];
+    loop {
+        let n = p.recv(&mut b).expect("udp message");
+        let m = String::from_utf8_lossy(&b[..n]).into_owned();
+        if !m.starts_with("SIP/2.0 1") {
+            return m;
+        }
+    }
+}
+
+fn top_branch(msg: &str) -> String {
+    let via = header(msg, "Via")[0];
+    via.split(";branch=").nth(1).expect("branch").to_owned()
+}
+
+/// RFC 3261 §16.6–16.7: a user with two UDP phones and a browser phone.
+/// A call rings all three, each on its own branch; the browser answers,
+/// the ringing UDP phones get CANCEL, the caller gets the 200 and none
+/// of their 487s, and no branch is left pending.
+#[test]
+fn a_call_forks_to_two_udp_phones_and_a_browser() {
+    let s = server("fork", &[]);
+    let ws = ws_addr(&s);
+    let udp_srv = s.handle.local_addr();
+    let bind = || {
+        let p = UdpSocket::bind("127.0.0.1:0").expect("udp");
+        p.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        p
+    };
+    let phones = [bind(), bind()];
+    for (i, p) in phones.iter().enumerate() {
+        let me = p.local_addr().expect("addr");
+        let reg = format!(
+            "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-reg{i}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:alice@localhost>;tag=r{i}\r\nTo: <sip:alice@localhost>\r\n\
+             Call-ID: reg-udp-{i}\r\nCSeq: 1 REGISTER\r\nContact: <sip:alice@{me}>\r\n\
+             Expires: 600\r\nContent-Length: 0\r\n\r\n"
+        );
+        p.send_to(reg.as_bytes(), udp_srv).expect("send");
+        assert!(udp_final(p).starts_with("SIP/2.0 200 "));
+    }
+    let mut browser = Ws::sip(ws);
+    browser.send(&register("alice", "WS", "sip:a1@abc.invalid;transport=ws"));
+    let ok = browser.final_message();
+    assert_eq!(header(&ok, "Contact").len(), 3, "{ok}");
+
+    let caller = bind();
+    let me = caller.local_addr().expect("addr");
+    let inv = invite(
+        "bob",
+        "alice",
+        &format!("SIP/2.0/UDP {me}"),
+        &format!("sip:bob@{me}"),
+        "forked",
+    );
+    caller.send_to(inv.as_bytes(), udp_srv).expect("send");
+    let mut invites: Vec<String> = phones.iter().map(udp_final).collect();
+    invites.push(browser.message());
+    for i in &invites {
+        assert!(i.starts_with("INVITE sip:"), "{i}");
+    }
+    let mut branches: Vec<String> = invites.iter().map(|i| top_branch(i)).collect();
+    branches.sort();
+    branches.dedup();
+    assert_eq!(branches.len(), 3, "one branch per target: {branches:?}");
+    for (p, i) in phones.iter().zip(&invites) {
+        let contact = format!("sip:alice@{}", p.local_addr().expect("addr"));
+        p.send_to(answer(i, "180 Ringing", &contact).as_bytes(), udp_srv)
+            .expect("send");
+    }
+    browser.send(&answer(
+        &invites[2],
+        "200 OK",
+        "sip:a1@abc.invalid;transport=ws",
+    ));
+    let ok = udp_final(&caller);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    for (p, i) in phones.iter().zip(&invites) {
+        let cancel = udp_final(p);
+        assert!(cancel.starts_with("CANCEL "), "{cancel}");
+        assert_eq!(top_branch(&cancel), top_branch(i), "the INVITE's branch");
+        let contact = format!("sip:alice@{}", p.local_addr().expect("addr"));
+        for status in ["200 OK", "487 Request Terminated"] {
+            let to = if status.starts_with("200") {
+                &cancel
+            } else {
+                i
+            };
+            p.send_to(answer(to, status, &contact).as_bytes(), udp_srv)
+                .expect("send");
+        }
+        let ack = udp_final(p);
+        assert!(ack.starts_with("ACK "), "{ack}");
+    }
+    let tx = s.handle.shared().transactions.as_ref().expect("stateful");
+    let until = Instant::now() + Duration::from_secs(5);
+    while tx.pending_branches() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(tx.pending_branches(), 0, "no branch left pending");
+    caller.set_nonblocking(true).expect("nonblocking");
+    let mut b = [0u8; 8192];
+    while let Ok(n) = caller.recv(&mut b) {
+        let m = String::from_utf8_lossy(&b[..n]);
+        assert!(
+            !m.starts_with("SIP/2.0 487"),
+            "a cancelled branch's 487: {m}"
+        );
+    }
+}

@@ -11,6 +11,13 @@ use media::g711::Law;
 use ua::phone::{CallReport, Config, Phone};
 use ua::session::Source;
 
+/// How `sipsec phone` reaches its server (the same `--transport` word as
+/// `sipsec bench`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum PhoneTransport {
+    Udp,
+    Tls,
+}
 #[derive(Subcommand)]
 pub enum PhoneCommand {
     /// Register with the server (digest authentication) and exit.
@@ -81,10 +88,11 @@ pub struct Who {
     /// Registration lifetime, s.
     #[arg(long, default_value_t = 3600)]
     expires: u32,
-    /// Signal over TLS to --server (its TLS address); SDES keys are then
+    /// Signalling transport to --server: udp, or tls (--server is then the
+    /// server's TLS address, --tls-ca needed); over TLS the SDES keys are
     /// protected in transit.
-    #[arg(long, requires = "tls_ca")]
-    tls: bool,
+    #[arg(long, value_enum, default_value = "udp")]
+    transport: PhoneTransport,
     /// The CA certificates (PEM) the server's certificate must chain to.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
@@ -293,8 +301,14 @@ fn config(who: &Who, media: Option<&MediaArgs>, ring_timeout: u64) -> Result<Con
         ),
         None => (Vec::new(), false, Law::Pcmu, 0),
     };
-    let tls = match (&who.tls_ca, who.tls) {
-        (Some(ca), true) => {
+    let tls = match (&who.tls_ca, who.transport) {
+        (None, PhoneTransport::Tls) => {
+            return Err(
+                "--transport tls: give --tls-ca with the CA certificates (PEM) the server's certificate chains to"
+                    .into(),
+            )
+        }
+        (Some(ca), PhoneTransport::Tls) => {
             let config = sipsec_bench::link::client_config(ca, who.tls_allow_rsa_1024)
                 .map_err(|e| format!("--tls-ca: {e}"))?;
             let name = who.tls_name.clone().unwrap_or_else(|| match &who.server {

@@ -87,7 +87,7 @@ fn scenarios(auth: bool, tcp: bool) {
                 a.push("--auth");
             }
             if tcp {
-                a.push("--tcp");
+                a.extend(["--transport", "tcp"]);
             }
             let out = bench(&a);
             assert!(out.status.success(), "{name} auth={auth}: {}", text(&out));
@@ -197,12 +197,18 @@ fn bad_arguments_are_clear_errors() {
             "no process named",
         ),
         (
-            &["--tcp", "--target", "127.0.0.1:1"][..],
+            &["--transport", "tcp", "--target", "127.0.0.1:1"][..],
             "TCP connect to 127.0.0.1:1",
         ),
         (&["--flows", "0"][..], "--flows"),
         (
-            &["--tcp", "--connection-per-call", "--flows", "2"][..],
+            &[
+                "--transport",
+                "tcp",
+                "--connection-per-call",
+                "--flows",
+                "2",
+            ][..],
             "drop --flows",
         ),
     ] {
@@ -232,7 +238,8 @@ fn flows_spread_callers_over_connections_and_survive_a_closed_one() {
         let out = bench(&[
             "--target",
             &server.addr.to_string(),
-            "--tcp",
+            "--transport",
+            "tcp",
             "--threads",
             threads,
             "--flows",

@@ -690,7 +690,8 @@ fn bench_drives_register_and_invite_over_tls() {
             "run",
             "--target",
             &target,
-            "--tls",
+            "--transport",
+            "tls",
             "--tls-ca",
             p(&ca),
             "--scenario",
@@ -716,7 +717,8 @@ fn bench_drives_register_and_invite_over_tls() {
         "run",
         "--target",
         &target,
-        "--tls",
+        "--transport",
+        "tls",
         "--tls-ca",
         p(&ca),
         "--connection-per-call",
@@ -733,7 +735,14 @@ fn bench_drives_register_and_invite_over_tls() {
     assert_eq!(handshakes(&server) - before, 100);
     // A CA that did not issue the server's certificate: every call fails,
     // and the report says why.
-    let out = failing_bench_run(&["--target", &target, "--tls", "--tls-ca", p(&cert)]);
+    let out = failing_bench_run(&[
+        "--target",
+        &target,
+        "--transport",
+        "tls",
+        "--tls-ca",
+        p(&cert),
+    ]);
     assert!(out.contains("UnknownIssuer"), "{out}");
 }
 
@@ -773,6 +782,7 @@ fn bench_drives_register_and_invite_over_websocket() {
         let mut args = vec![
             "bench",
             "run",
+            "--transport",
             transport,
             "--target",
             &target,
@@ -788,7 +798,7 @@ fn bench_drives_register_and_invite_over_websocket() {
             "--drain",
             "5",
         ];
-        if transport == "--wss" {
+        if transport == "wss" {
             args.extend(["--tls-ca", p(&ca)]);
         }
         if scenario == "invite" {
@@ -796,7 +806,7 @@ fn bench_drives_register_and_invite_over_websocket() {
         }
         sipsec(&args)
     };
-    for (transport, target) in [("--ws", ws), ("--wss", wss)] {
+    for (transport, target) in [("ws", ws), ("wss", wss)] {
         for scenario in ["register", "invite"] {
             let out = run(transport, target, scenario);
             assert!(
@@ -820,14 +830,21 @@ fn bench_drives_register_and_invite_over_websocket() {
         "https://phone.example",
     ]);
     let strict_ws = common::banner_listener(&strict.banner, "ws").expect("ws in the banner");
-    let text = failing_bench_run(&["--ws", "--target", &strict_ws.to_string()]);
+    let text = failing_bench_run(&["--transport", "ws", "--target", &strict_ws.to_string()]);
     assert!(
         text.contains("WebSocket upgrade refused: HTTP/1.1 403"),
         "{text}"
     );
     // Without --tls-ca a WSS run is refused before it starts.
     let out = Command::new(BIN)
-        .args(["bench", "run", "--wss", "--target", &wss.to_string()])
+        .args([
+            "bench",
+            "run",
+            "--transport",
+            "wss",
+            "--target",
+            &wss.to_string(),
+        ])
         .output()
         .expect("sipsec runs");
     assert_eq!(out.status.code(), Some(2));

@@ -356,6 +356,8 @@ pub struct Core {
     pub(super) via: String,
     pub(super) ip: String,
     pub(super) rr: String,
+    /// The other targets of the request being forked.
+    pub(super) forks: Vec<crate::proto::fork::Fork>,
     tag: String,
     challenges: Vec<(&'static str, String)>,
     pub(super) sends: Sends,
@@ -526,6 +528,7 @@ impl Core {
             via: String::with_capacity(128),
             ip: String::with_capacity(48),
             rr: String::with_capacity(64),
+            forks: Vec::new(),
             tag: String::with_capacity(24),
             challenges: Vec::with_capacity(2),
             sends: Sends::default(),

@@ -347,6 +347,10 @@ pub struct Metrics {
     /// Requests sent to another address of their next hop's name after
     /// the one tried failed (RFC 3263 §4.3).
     pub hop_failovers: AtomicU64,
+    /// Requests forked to several contacts of a user (RFC 3261 §16.6).
+    pub forked: AtomicU64,
+    /// Branches those requests were forked to, the first included.
+    pub fork_branches: AtomicU64,
     /// ICMP "unreachable" errors for datagrams this server sent.
     pub udp_unreachable: AtomicU64,
     /// Online compactions of the location journal.
@@ -560,7 +564,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 40] = [
+        let counters: [(&str, &str, &AtomicU64); 42] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -705,6 +709,16 @@ impl Metrics {
                 "sipsec_next_hop_failovers_total",
                 "Requests sent to another address of their next hop's name after the one tried failed: no answer, refused or 503 (RFC 3263 section 4.3).",
                 &self.hop_failovers,
+            ),
+            (
+                "sipsec_forked_requests_total",
+                "Requests the stateful proxy forked to several contacts of one user (RFC 3261 section 16.6).",
+                &self.forked,
+            ),
+            (
+                "sipsec_fork_branches_total",
+                "Branches of forked requests, the first included: with sipsec_forked_requests_total, the mean fan-out.",
+                &self.fork_branches,
             ),
             (
                 "sipsec_udp_unreachable_total",

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod core;
+pub mod fork;
 pub mod guard;
 pub mod location;
 pub mod metrics;

@@ -11,18 +11,42 @@ use sip_core::proxy::{forward_request, forward_response, RequestEdits};
 use sip_core::uri::Host;
 use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
-use crate::config::{Mode, PathMode};
+use crate::config::{Forking, Mode, PathMode};
 use crate::proto::core::{
     aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Next, Reply,
     Transport, ALLOW, MAX_DATAGRAM,
 };
+use crate::proto::fork::{Fork, MAX_BRANCHES};
 use crate::proto::location::Location;
 use crate::proto::metrics::Stage;
 use crate::proto::names::{Found, Park, Route};
 use crate::proto::stateful::{
-    parse_branch, Hop, Key, Seen, StartError, Upstream, BRANCH_MASK, BRANCH_PREFIX,
-    LOCAL_TAG_PREFIX,
+    parse_branch, Hop, Key, Seen, StartError, Target, Upstream, BRANCH_MASK, BRANCH_PREFIX,
+    FORK_SHIFT, ID_MASK, LOCAL_TAG_PREFIX,
 };
+
+/// How one contact of a local user is reached.
+pub(super) struct Leg {
+    next: Next,
+    contact: String,
+    transport: Transport,
+    /// The connection the request goes down, when it goes down one.
+    flow: Option<SocketAddr>,
+}
+
+/// What a forwarded request carries besides the request itself.
+#[derive(Debug, Clone)]
+struct Forward {
+    /// The new Request-URI (a local user's contact).
+    ruri: Option<String>,
+    transport: Transport,
+    flow: Option<SocketAddr>,
+    /// Route entries naming this proxy, removed.
+    pops: usize,
+    to_peer: bool,
+    /// The caller's credentials were checked here (and are removed).
+    authenticated: bool,
+}
 
 impl Core {
     /// Whether this node's copy of a shared location has not followed it
@@ -285,7 +309,7 @@ impl Core {
             h.write_u32(msg.cseq().seq);
             h.write(msg.from().tag().unwrap_or("").as_bytes());
         }
-        h.finish() & BRANCH_MASK
+        h.finish() & ID_MASK
     }
 
     /// The tag after the transaction in this proxy's branch: 64 bits of
@@ -438,6 +462,7 @@ impl Core {
             );
         }
         let mut new_ruri: Option<String> = None;
+        let mut forking = false;
         let mut to_peer = false;
         let mut authenticated = false;
         let mut out_transport = Transport::Udp;
@@ -520,65 +545,19 @@ impl Core {
             if mode == Mode::Redirect {
                 return self.redirect(msg, src, out);
             }
-            let contact = self.bindings[0].contact.clone();
-            // A stored Path (RFC 3327) is the route to the contact: the
-            // request goes to its first hop with the Path as Route.
-            self.path.clear();
-            let remote_flow = {
-                let b = &self.bindings[0];
-                b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !self.is_local_uri(&u))
-            };
-            if remote_flow {
-                // The phone is connected to another node sharing the
-                // location: the request goes there, which sends it down
-                // the flow its token names.
-                self.path.push_str(&self.bindings[0].node);
-            } else if self.shared.config.path != PathMode::Off {
-                self.path.push_str(&self.bindings[0].path);
-            }
-            let next = match first_path_uri(&self.path) {
-                Some(hop) => Some(hop),
-                None => {
-                    self.path.clear();
-                    Uri::parse(&contact, sip_core::UriContext::Header).ok()
-                }
-            };
-            let binding = &self.bindings[0];
-            // The flow serves a contact reached over its transport (a
-            // phone that registers over TCP a contact for UDP is reached
-            // over UDP), and every outbound contact.
-            let websocket = |t: Transport| matches!(t, Transport::Ws | Transport::Wss);
-            let flow = binding.flow.filter(|f| {
-                self.path.is_empty()
-                    && (f.outbound
-                        || websocket(f.transport)
-                        || next.as_ref().is_some_and(|u| {
-                            same_flow_transport(Transport::of_uri(u), f.transport)
-                        }))
-            });
-            let addr = match flow {
-                // The phone registered over a connection: the request goes
-                // back down it (RFC 3261 §18, RFC 5626 §5.3), whatever
-                // address its Contact names (often a private one).
-                Some(f) if self.flow_open(binding.source, f.transport) => {
-                    out_transport = f.transport;
-                    out_flow = Some(binding.source);
-                    Next::At(binding.source)
-                }
+            let Some(leg) = self.leg(0) else {
                 // A browser is reached on its connection or not at all.
-                Some(f) if f.outbound || websocket(f.transport) => {
-                    bump(&self.shared.metrics.flows_failed);
-                    return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
-                }
-                // Gone without outbound: try the contact's own address.
-                _ => next.map_or(Next::Nowhere, |u| {
-                    out_transport = Transport::of_uri(&u);
-                    u.host()
-                        .map_or(Next::Nowhere, |h| self.hop(h, u.port(), out_transport))
-                }),
+                bump(&self.shared.metrics.flows_failed);
+                return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
             };
-            new_ruri = Some(contact);
-            addr
+            forking = self.shared.transactions.is_some()
+                && self.shared.config.forking != Forking::Off
+                && self.bindings.len() > 1
+                && method != Method::Ack;
+            out_transport = leg.transport;
+            out_flow = leg.flow;
+            new_ruri = Some(leg.contact);
+            leg.next
         } else if pop_route {
             // In-dialog request that record-routed through us (§16.12):
             // the Request-URI is the peer's contact.
@@ -630,7 +609,163 @@ impl Core {
             }
             Next::Busy => return self.resolver_busy(msg, src, out),
         };
-        let branch = self.branch(msg);
+        let f = Forward {
+            ruri: new_ruri,
+            transport: out_transport,
+            flow: out_flow,
+            pops,
+            to_peer,
+            authenticated,
+        };
+        match self.write_forward(msg, src, &f, 0, out) {
+            Ok(()) => {}
+            Err(StatusCode::MESSAGE_TOO_LARGE_5XX) => {
+                out.clear();
+                return self.respond(
+                    msg,
+                    StatusCode::MESSAGE_TOO_LARGE_5XX,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"too large to forward with this proxy's headers\"",
+                    )],
+                    src,
+                    out,
+                );
+            }
+            Err(status) => {
+                out.clear();
+                return self.respond(msg, status, &[], src, out);
+            }
+        }
+        self.forks.clear();
+        if forking {
+            self.fork(msg, src, &f);
+        }
+        self.forwarded(msg, src, target, out_transport, named, out)
+    }
+
+    /// How the local user's contact `self.bindings[i]` is reached; its
+    /// Path (or the route to the node holding its flow) is left in
+    /// `self.path`. `None` when the contact's browser or outbound flow is
+    /// closed: it can never be reached again (RFC 5626 §5.3).
+    fn leg(&mut self, i: usize) -> Option<Leg> {
+        let contact = self.bindings[i].contact.clone();
+        // A stored Path (RFC 3327) is the route to the contact: the
+        // request goes to its first hop with the Path as Route.
+        self.path.clear();
+        let remote_flow = {
+            let b = &self.bindings[i];
+            b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !self.is_local_uri(&u))
+        };
+        if remote_flow {
+            // The phone is connected to another node sharing the
+            // location: the request goes there, which sends it down
+            // the flow its token names.
+            self.path.push_str(&self.bindings[i].node);
+        } else if self.shared.config.path != PathMode::Off {
+            self.path.push_str(&self.bindings[i].path);
+        }
+        let next = match first_path_uri(&self.path) {
+            Some(hop) => Some(hop),
+            None => {
+                self.path.clear();
+                Uri::parse(&contact, sip_core::UriContext::Header).ok()
+            }
+        };
+        let binding = &self.bindings[i];
+        // The flow serves a contact reached over its transport (a
+        // phone that registers over TCP a contact for UDP is reached
+        // over UDP), and every outbound contact.
+        let websocket = |t: Transport| matches!(t, Transport::Ws | Transport::Wss);
+        let flow = binding.flow.filter(|f| {
+            self.path.is_empty()
+                && (f.outbound
+                    || websocket(f.transport)
+                    || next
+                        .as_ref()
+                        .is_some_and(|u| same_flow_transport(Transport::of_uri(u), f.transport)))
+        });
+        let (next, transport, flow) = match flow {
+            // The phone registered over a connection: the request goes
+            // back down it (RFC 3261 §18, RFC 5626 §5.3), whatever
+            // address its Contact names (often a private one).
+            Some(f) if self.flow_open(binding.source, f.transport) => {
+                (Next::At(binding.source), f.transport, Some(binding.source))
+            }
+            Some(f) if f.outbound || websocket(f.transport) => return None,
+            // Gone without outbound: try the contact's own address.
+            _ => match next {
+                Some(u) => {
+                    let t = Transport::of_uri(&u);
+                    let hop = u.host().map_or(Next::Nowhere, |h| self.hop(h, u.port(), t));
+                    (hop, t, None)
+                }
+                None => (Next::Nowhere, Transport::Udp, None),
+            },
+        };
+        Some(Leg {
+            next,
+            contact,
+            transport,
+            flow,
+        })
+    }
+
+    /// Forks `msg` to the local user's other contacts (RFC 3261 §16.6):
+    /// a request for each into `self.forks`, in q groups. Contacts that
+    /// cannot be reached at once (a closed flow, a name not resolved yet)
+    /// are left out; at most [`MAX_BRANCHES`] in all.
+    fn fork(&mut self, msg: &Message<'_>, src: SocketAddr, first: &Forward) {
+        let by_q = self.shared.config.forking == Forking::ByQ;
+        let (mut group, mut q) = (0u8, self.bindings[0].q);
+        let mut bytes = Vec::new();
+        for i in 1..self.bindings.len().min(MAX_BRANCHES) {
+            if by_q && self.bindings[i].q != q {
+                q = self.bindings[i].q;
+                group += 1;
+            }
+            let Some(leg) = self.leg(i) else {
+                continue;
+            };
+            let (at, route) = match leg.next {
+                Next::At(a) => (a, None),
+                Next::Named(a, r) => (a, Some(r)),
+                _ => continue,
+            };
+            let f = Forward {
+                ruri: Some(leg.contact),
+                transport: leg.transport,
+                flow: leg.flow,
+                ..*first
+            };
+            bytes.clear();
+            if self.write_forward(msg, src, &f, i, &mut bytes).is_ok() {
+                self.forks.push(Fork {
+                    bytes: std::mem::take(&mut bytes),
+                    hop: (at, leg.transport),
+                    route,
+                    group,
+                });
+            }
+        }
+    }
+
+    /// Writes `msg` as forwarded to one target (fork index `fork`) into
+    /// `out`: this proxy's Via (its branch tagged for the hop responses go
+    /// back to), Record-Route, Route from a Path, the new Request-URI.
+    /// The status to answer instead when it cannot be forwarded.
+    fn write_forward(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        f: &Forward,
+        fork: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StatusCode> {
+        let method = msg.method();
+        let (out_transport, out_flow, pops) = (f.transport, f.flow, f.pops);
+        let new_ruri = f.ruri.as_deref();
+        let branch = self.branch(msg) | (fork as u64) << FORK_SHIFT;
         let tag = self.branch_tag(branch, self.upstream(msg, src));
         // Over TLS or WebSocket this server is reached at that listener.
         let here = self.listen_addr(out_transport);
@@ -657,7 +792,7 @@ impl Core {
         let flow = in_flow.is_some() || out_flow.is_some();
         self.rr.clear();
         if (self.shared.config.record_route || self.shared.transactions.is_some() || flow)
-            && (new_ruri.is_some() || to_peer)
+            && (new_ruri.is_some() || f.to_peer)
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
             // The side toward the callee first, then (when the request
@@ -671,7 +806,7 @@ impl Core {
             }
         }
         let edits = RequestEdits {
-            request_uri: new_ruri.as_deref(),
+            request_uri: new_ruri,
             via: Some(&self.via),
             record_route: (!self.rr.is_empty()).then_some(self.rr.as_str()),
             route: (new_ruri.is_some() && !self.path.is_empty()).then_some(self.path.as_str()),
@@ -680,7 +815,7 @@ impl Core {
             max_forwards: true,
             force_rport: reliable,
             // The credentials we checked stop here (RFC 3261 §22.3).
-            remove: if authenticated {
+            remove: if f.authenticated {
                 self.shared.auth.as_ref().and_then(|a| {
                     msg.headers_named(HeaderName::ProxyAuthorization)
                         .find(|h| {
@@ -706,23 +841,10 @@ impl Core {
                 if out.len() > Limits::DEFAULT.max_message_len
                     || msg.header_count() + added > Limits::DEFAULT.max_headers + removed =>
             {
-                out.clear();
-                self.respond(
-                    msg,
-                    StatusCode::MESSAGE_TOO_LARGE_5XX,
-                    &[(
-                        "Warning",
-                        "399 sipsec \"too large to forward with this proxy's headers\"",
-                    )],
-                    src,
-                    out,
-                )
+                Err(StatusCode::MESSAGE_TOO_LARGE_5XX)
             }
-            Ok(()) => self.forwarded(msg, src, target, out_transport, named, out),
-            Err(_) => {
-                out.clear();
-                self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out)
-            }
+            Ok(()) => Ok(()),
+            Err(_) => Err(StatusCode::TOO_MANY_HOPS),
         }
     }
 
@@ -744,18 +866,35 @@ impl Core {
                     cancel: false,
                 };
                 let up = self.upstream(msg, src);
+                let first = Target {
+                    forwarded: out,
+                    hop: (target, transport),
+                    route: named,
+                    group: 0,
+                };
+                let forks = self.forks.iter_mut().map(|f| Target {
+                    forwarded: &f.bytes,
+                    hop: f.hop,
+                    route: f.route.take(),
+                    group: f.group,
+                });
                 let started = tx.start(
                     key,
                     msg,
                     up,
-                    out,
-                    (target, transport),
-                    named,
+                    std::iter::once(first).chain(forks),
                     self.now.mono,
                     &mut self.sends,
                     &self.shared.metrics,
                 );
                 match started {
+                    Ok(()) if !self.forks.is_empty() => {
+                        let m = &self.shared.metrics;
+                        bump(&m.forked);
+                        let n = (self.forks.len() + 1).min(MAX_BRANCHES) as u64;
+                        m.fork_branches
+                            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Ok(()) => {}
                     Err(StartError::Exists) => {
                         out.clear();
@@ -784,7 +923,7 @@ impl Core {
             // response is ever for it to relay.
             return self.unproven_response();
         }
-        if !self.is_our_via(msg.top_via()) || msg.via_count() < 2 {
+        if !self.is_our_via(msg.top_via()) {
             return self.unproven_response();
         }
         // Stateless mode skips the branch decoding altogether.

@@ -31,6 +31,7 @@ use sip_core::transaction::{
 use sip_core::writer::{write_ack, write_cancel, write_response, ResponseOptions};
 use sip_core::{Message, Method, StatusCode};
 
+use crate::proto::fork::{Best, MAX_BRANCHES};
 use crate::proto::metrics::Metrics;
 use crate::proto::names::{Names, Route};
 pub use sip_core::Transport;
@@ -54,6 +55,12 @@ pub const BRANCH_PREFIX: &str = "z9hG4bKsps";
 /// number the tries of other addresses (RFC 3263 §4.3: each a new
 /// branch, so a late answer from an address given up is told apart).
 pub const BRANCH_MASK: u64 = u64::MAX >> 4;
+/// Where the fork index sits in a branch (the four bits below the try
+/// number): each target of a forked request gets its own branch
+/// (RFC 3261 §16.6 step 8).
+pub const FORK_SHIFT: u32 = 56;
+/// The bits of a branch that name the request, without try and fork.
+pub const ID_MASK: u64 = u64::MAX >> 8;
 /// Addresses tried for one request, the first included.
 const MAX_TRIES: u8 = 8;
 
@@ -323,21 +330,17 @@ enum Cancel {
     Sent,
 }
 
+/// One target a request was forked to: a client transaction toward it
+/// (RFC 3261 §16.6), with the bytes it may have to send again.
 #[derive(Debug)]
-struct Entry {
-    server: Server,
-    client: Client,
-    upstream: Hop,
+struct Branch {
+    /// `None` while the branch waits for its q group (§16.6: serial
+    /// search), and for good if an earlier group answered.
+    client: Option<Client>,
     downstream: Hop,
-    /// The request as received, kept until a final response goes upstream
-    /// (a 408 is written from it).
-    original: Vec<u8>,
     /// The request as forwarded: resent by timers A/E, and the source of
     /// CANCEL and ACK.
     forwarded: Vec<u8>,
-    /// The last response sent upstream, resent for retransmitted requests
-    /// and by timer G.
-    response: Vec<u8>,
     /// The ACK sent downstream for a non-2xx final, resent when the final
     /// is retransmitted.
     ack: Vec<u8>,
@@ -350,6 +353,97 @@ struct Entry {
     tries: u8,
     /// When, without any response, the next address is tried.
     failover_at: Option<Instant>,
+    /// The q group (0 first): the branches of one group run in parallel.
+    group: u8,
+}
+
+impl Branch {
+    fn pending(&self) -> bool {
+        self.client.as_ref().is_some_and(Client::pending)
+    }
+
+    fn proceeding(&self) -> bool {
+        self.client.as_ref().is_some_and(Client::proceeding)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        let client = self.client.as_ref().and_then(Client::deadline);
+        [client, self.timer_c, self.failover_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn terminated(&self) -> bool {
+        self.client.as_ref().is_none_or(Client::terminated)
+    }
+
+    fn capacity(&self) -> usize {
+        std::mem::size_of::<Branch>() + self.forwarded.capacity() + self.ack.capacity()
+    }
+
+    /// Starts the client transaction; the caller sends `forwarded`.
+    fn begin(
+        &mut self,
+        invite: bool,
+        now: Instant,
+        timers: TimerConfig,
+        failover: Option<Duration>,
+    ) {
+        let reliable = self.downstream.1.is_reliable();
+        self.client = Some(if invite {
+            Client::Invite(ClientInvite::new(now, reliable, timers))
+        } else {
+            Client::NonInvite(ClientNonInvite::new(now, reliable, timers))
+        });
+        self.timer_c = invite.then(|| now + TIMER_C);
+        self.failover_at = self.route.as_ref().and(failover).map(|d| now + d);
+    }
+
+    /// The client transaction gave up (timeout or transport failure).
+    fn abandon(&mut self) {
+        if let Some(c) = &mut self.client {
+            c.abandon();
+        }
+        self.timer_c = None;
+        self.failover_at = None;
+        self.forwarded = Vec::new();
+    }
+}
+
+/// Where a forked request goes: what the core wrote for one target.
+#[derive(Debug)]
+pub struct Target<'a> {
+    /// The request as forwarded to it (its Via branch numbers the fork,
+    /// [`FORK_SHIFT`]).
+    pub forwarded: &'a [u8],
+    /// Where it goes.
+    pub hop: Hop,
+    /// The name `hop` was found by, when DNS found it.
+    pub route: Option<Route>,
+    /// Its q group: 0 for the highest q; the next group starts when
+    /// every branch of the previous one failed.
+    pub group: u8,
+}
+
+#[derive(Debug)]
+struct Entry {
+    server: Server,
+    upstream: Hop,
+    /// The request as received, kept until a final response goes upstream
+    /// (a 408 or 503 is written from it).
+    original: Vec<u8>,
+    /// The last response sent upstream, resent for retransmitted requests
+    /// and by timer G.
+    response: Vec<u8>,
+    /// One per target, in order (at most [`MAX_BRANCHES`]).
+    branches: Vec<Branch>,
+    /// The best final response of the branches ended so far (§16.7).
+    best: Best,
+    /// A 2xx or 6xx came back: no further group is started.
+    answered: bool,
+    /// The caller cancelled (§16.10).
+    cancelled: bool,
     /// The deadline this entry has on the heap.
     scheduled: Option<Instant>,
     /// The bytes this entry adds to `Metrics::transaction_bytes`.
@@ -363,25 +457,42 @@ impl Entry {
         std::mem::size_of::<Entry>()
             + 2 * std::mem::size_of::<(Instant, Key)>()
             + self.original.capacity()
-            + self.forwarded.capacity()
             + self.response.capacity()
-            + self.ack.capacity()
+            + self.best.capacity()
+            + self.branches.iter().map(Branch::capacity).sum::<usize>()
     }
 
     fn deadline(&self) -> Option<Instant> {
-        [
-            self.server.deadline(),
-            self.client.deadline(),
-            self.timer_c,
-            self.failover_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let branches = self.branches.iter().filter_map(Branch::deadline).min();
+        [self.server.deadline(), branches]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn done(&self) -> bool {
-        self.client.terminated() && self.server.terminated()
+        self.server.terminated() && self.branches.iter().all(Branch::terminated)
+    }
+
+    fn invite(&self) -> bool {
+        matches!(self.server, Server::Invite(_))
+    }
+
+    /// A 2xx or 6xx to the INVITE on branch `except`: CANCEL every other
+    /// pending branch (§16.7 step 10), at once when it is ringing, else
+    /// when it first answers.
+    fn cancel_others(&mut self, except: Option<usize>) -> Vec<usize> {
+        let mut now = Vec::new();
+        for (i, b) in self.branches.iter_mut().enumerate() {
+            if Some(i) == except || b.cancel != Cancel::No || !b.pending() {
+                continue;
+            }
+            b.cancel = Cancel::Wanted;
+            if b.proceeding() {
+                now.push(i);
+            }
+        }
+        now
     }
 }
 
@@ -423,6 +534,74 @@ impl Shard {
             if let Some(t) = next {
                 self.heap.push(Reverse((t, key)));
             }
+        }
+    }
+
+    /// Opens the CANCEL transactions of `branches` of the INVITE at `key`
+    /// (sending each CANCEL), each under its branch's own key.
+    fn cancel(
+        &mut self,
+        key: Key,
+        branches: &[usize],
+        now: Instant,
+        timers: TimerConfig,
+        sends: &mut Sends,
+        metrics: &Metrics,
+    ) {
+        for &i in branches {
+            let Some(b) = self.map.get_mut(&key).and_then(|e| e.branches.get_mut(i)) else {
+                continue;
+            };
+            b.cancel = Cancel::Sent;
+            let mut bytes = Vec::new();
+            if let Ok(req) = Message::parse(&b.forwarded) {
+                write_cancel(&req, &mut bytes);
+            }
+            if bytes.is_empty() {
+                continue;
+            }
+            let (downstream, tries) = (b.downstream, b.tries);
+            sends.push(&bytes, downstream);
+            let mut branch = Branch {
+                client: None,
+                downstream,
+                forwarded: bytes,
+                ack: Vec::new(),
+                cancel: Cancel::No,
+                timer_c: None,
+                route: None,
+                tries,
+                failover_at: None,
+                group: 0,
+            };
+            branch.begin(false, now, timers, None);
+            let c = Entry {
+                server: Server::Absent,
+                upstream: downstream,
+                original: Vec::new(),
+                response: Vec::new(),
+                branches: vec![branch],
+                best: Best::default(),
+                answered: false,
+                cancelled: false,
+                scheduled: None,
+                counted: 0,
+            };
+            let ckey = Key {
+                branch: key.branch | (i as u64) << FORK_SHIFT,
+                cancel: true,
+            };
+            match self.map.insert(ckey, c) {
+                None => {
+                    metrics.active_transactions.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(old) => {
+                    metrics
+                        .transaction_bytes
+                        .fetch_sub(old.counted as u64, Ordering::Relaxed);
+                }
+            }
+            self.reschedule(ckey, metrics);
         }
     }
 }
@@ -488,18 +667,76 @@ fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Writes the response this proxy sends itself for a request it forwarded
-/// (100 Trying; 408 when the next hop never answered).
+/// The entry a response or error names, and which of its branches:
+/// CANCELs have entries of their own, under their branch's key.
+fn split(key: Key) -> (Key, usize) {
+    if key.cancel {
+        return (key, 0);
+    }
+    let fork = (key.branch >> FORK_SHIFT) & 0xf;
+    let entry = Key {
+        branch: key.branch & ID_MASK,
+        cancel: false,
+    };
+    (entry, fork as usize)
+}
+
 impl Entry {
-    /// Answers the caller with a response of our own (503 on a transport
-    /// error, 408 on a timeout), kept for its retransmissions.
-    fn answer_upstream(&mut self, status: StatusCode, key: Key, now: Instant, sends: &mut Sends) {
-        let mut resp = Vec::new();
-        own_response(&self.original, status, key, &mut resp);
-        if self.server.tu_response(status, now).send_response {
-            sends.push(&resp, self.upstream);
-            self.response = resp;
+    /// Once no branch is pending: the next q group starts (its requests
+    /// into `sends`), or the best final response is written into `out`
+    /// for the caller (§16.7 step 6: a 503 chosen among several branches
+    /// goes up as 500). `Upstream::Send` when `out` holds one.
+    fn settle(
+        &mut self,
+        key: Key,
+        now: Instant,
+        timers: TimerConfig,
+        failover: Option<Duration>,
+        out: &mut Vec<u8>,
+        sends: &mut Sends,
+    ) -> Upstream {
+        if self.server.final_sent() || self.branches.iter().any(Branch::pending) {
+            return Upstream::Absorbed;
         }
+        let next = self
+            .branches
+            .iter()
+            .filter(|b| b.client.is_none())
+            .map(|b| b.group)
+            .min();
+        if let Some(group) = next.filter(|_| !self.answered && !self.cancelled) {
+            let invite = self.invite();
+            for b in self.branches.iter_mut().filter(|b| b.group == group) {
+                b.begin(invite, now, timers, failover);
+                sends.push(&b.forwarded, b.downstream);
+            }
+            return Upstream::Absorbed;
+        }
+        let forked = self.branches.len() > 1;
+        let status = match self.best.write(out) {
+            Some(s) if !(forked && s == StatusCode::SERVICE_UNAVAILABLE) => s,
+            kept => {
+                let own = match kept.or(self.best.status()) {
+                    Some(StatusCode::SERVICE_UNAVAILABLE) if forked => {
+                        StatusCode::SERVER_INTERNAL_ERROR
+                    }
+                    Some(s) => s,
+                    None => StatusCode::REQUEST_TIMEOUT,
+                };
+                out.clear();
+                own_response(&self.original, own, key, out);
+                own
+            }
+        };
+        self.best = Best::default();
+        self.original = Vec::new();
+        if out.is_empty() || !self.server.tu_response(status, now).send_response {
+            out.clear();
+            return Upstream::Absorbed;
+        }
+        self.response.clear();
+        self.response.extend_from_slice(out);
+        Upstream::Send(self.upstream)
     }
 }
 
@@ -567,51 +804,43 @@ impl Transactions {
         let _ = self.names.set(names);
     }
 
-    /// RFC 3263 §4.3: `e`'s next hop failed (no answer, refused, or 503
-    /// with perhaps a Retry-After in seconds). The address is skipped for
-    /// a while; if the name leads elsewhere too, the request goes there
-    /// as a new transaction (the next try's branch) and `true` is
-    /// returned.
+    /// RFC 3263 §4.3: branch `b`'s next hop failed (no answer, refused,
+    /// or 503 with perhaps a Retry-After in seconds). The address is
+    /// skipped for a while; if the name leads elsewhere too, the request
+    /// goes there as a new transaction (the next try's branch) and `true`
+    /// is returned. `settled`: the caller has had its final response.
     fn fail_over(
         &self,
-        e: &mut Entry,
+        b: &mut Branch,
+        settled: bool,
         retry_after: Option<u32>,
         now: Instant,
         sends: &mut Sends,
         metrics: &Metrics,
     ) -> bool {
-        let (Some(route), Some(names)) = (e.route.as_deref(), self.names.get()) else {
+        let (Some(route), Some(names)) = (b.route.as_deref(), self.names.get()) else {
             return false;
         };
-        names.failed(e.downstream.0, e.downstream.1, retry_after);
-        if e.cancel != Cancel::No
-            || e.server.final_sent()
-            || e.tries + 1 >= MAX_TRIES
-            || e.forwarded.is_empty()
-        {
+        names.failed(b.downstream.0, b.downstream.1, retry_after);
+        if b.cancel != Cancel::No || settled || b.tries + 1 >= MAX_TRIES || b.forwarded.is_empty() {
             return false;
         }
         let Some(next) = names.alternative(&route.name, route.port, route.transport) else {
             return false;
         };
-        if next == e.downstream.0 || !renumber(&mut e.forwarded, e.tries + 1) {
+        if next == b.downstream.0 || !renumber(&mut b.forwarded, b.tries + 1) {
             return false;
         }
-        e.tries += 1;
-        e.downstream.0 = next;
-        let reliable = e.downstream.1.is_reliable();
-        e.client = match e.client {
-            Client::Invite(_) => Client::Invite(ClientInvite::new(now, reliable, self.timers)),
-            Client::NonInvite(_) => {
-                Client::NonInvite(ClientNonInvite::new(now, reliable, self.timers))
-            }
-        };
-        e.ack.clear();
-        if e.timer_c.is_some() {
-            e.timer_c = Some(now + TIMER_C);
+        b.tries += 1;
+        b.downstream.0 = next;
+        let invite = matches!(b.client, Some(Client::Invite(_)));
+        let ringing = b.timer_c.is_some();
+        b.begin(invite, now, self.timers, self.failover_after);
+        if !ringing {
+            b.timer_c = None;
         }
-        e.failover_at = self.failover_after.map(|d| now + d);
-        sends.push(&e.forwarded, e.downstream);
+        b.ack.clear();
+        sends.push(&b.forwarded, b.downstream);
         metrics.hop_failovers.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -641,6 +870,19 @@ impl Transactions {
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Branches of requests that await a final response: the forks and
+    /// tries still pending, CANCELs included.
+    pub fn pending_branches(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = lock(s);
+                let pending = s.map.values().flat_map(|e| &e.branches);
+                pending.filter(|b| b.pending()).count()
+            })
+            .sum()
     }
 
     /// Transactions whose caller has not had a final response yet (what a
@@ -706,18 +948,19 @@ impl Transactions {
         Seen::Absorbed
     }
 
-    /// Starts the transaction for `request` (as received from `upstream`),
-    /// forwarded as `forwarded` to `downstream`. An INVITE gets 100 Trying
-    /// into `sends` at once (§16.2, §17.2.1).
+    /// Starts the transaction for `request` (as received from `upstream`)
+    /// with a branch per target (at most [`MAX_BRANCHES`], sorted by
+    /// group; the rest are left out). The first target's request is the
+    /// caller's to send; the others of its group go into `sends`, later
+    /// groups when the earlier ones failed. An INVITE gets 100 Trying into
+    /// `sends` at once (§16.2, §17.2.1).
     #[allow(clippy::too_many_arguments)]
-    pub fn start(
+    pub fn start<'a>(
         &self,
         key: Key,
         request: &Message<'_>,
         upstream: Hop,
-        forwarded: &[u8],
-        downstream: Hop,
-        route: Option<Route>,
+        targets: impl IntoIterator<Item = Target<'a>>,
         now: Instant,
         sends: &mut Sends,
         metrics: &Metrics,
@@ -732,31 +975,46 @@ impl Transactions {
         if shard.map.contains_key(&key) {
             return Err(StartError::Exists);
         }
-        let reliable_up = upstream.1.is_reliable();
-        let reliable_down = downstream.1.is_reliable();
         let invite = request.method() == Method::Invite;
+        let mut branches: Vec<Branch> = targets
+            .into_iter()
+            .take(MAX_BRANCHES)
+            .map(|t| Branch {
+                client: None,
+                downstream: t.hop,
+                forwarded: t.forwarded.to_vec(),
+                ack: Vec::new(),
+                cancel: Cancel::No,
+                timer_c: None,
+                route: t.route.map(Box::new),
+                tries: 0,
+                failover_at: None,
+                group: t.group,
+            })
+            .collect();
+        let first = branches.first().map_or(0, |b| b.group);
+        for (i, b) in branches.iter_mut().enumerate() {
+            if b.group == first {
+                b.begin(invite, now, self.timers, self.failover_after);
+                if i > 0 {
+                    sends.push(&b.forwarded, b.downstream);
+                }
+            }
+        }
+        let reliable_up = upstream.1.is_reliable();
         let mut e = Entry {
             server: if invite {
                 Server::Invite(ServerInvite::new(reliable_up, self.timers))
             } else {
                 Server::NonInvite(ServerNonInvite::new(reliable_up, self.timers))
             },
-            client: if invite {
-                Client::Invite(ClientInvite::new(now, reliable_down, self.timers))
-            } else {
-                Client::NonInvite(ClientNonInvite::new(now, reliable_down, self.timers))
-            },
             upstream,
-            downstream,
             original: request.as_bytes().to_vec(),
-            forwarded: forwarded.to_vec(),
             response: Vec::new(),
-            ack: Vec::new(),
-            cancel: Cancel::No,
-            timer_c: invite.then(|| now + TIMER_C),
-            failover_at: route.as_ref().and(self.failover_after).map(|d| now + d),
-            route: route.map(Box::new),
-            tries: 0,
+            branches,
+            best: Best::default(),
+            answered: false,
+            cancelled: false,
             scheduled: None,
             counted: 0,
         };
@@ -784,8 +1042,9 @@ impl Transactions {
 
     /// A CANCEL for the INVITE whose entry is `invite`: `false` when there
     /// is none (the caller answers 481). Otherwise the caller answers 200;
-    /// this sends CANCEL downstream if the INVITE is still pending, at once
-    /// when a provisional response has arrived, else when one does (§9.1).
+    /// this sends CANCEL down every pending branch, at once where a
+    /// provisional response has arrived, else when one does (§9.1,
+    /// §16.10), and starts no further branch.
     pub fn on_cancel(
         &self,
         invite: Key,
@@ -797,82 +1056,21 @@ impl Transactions {
         let Some(e) = shard.map.get_mut(&invite) else {
             return false;
         };
-        if !matches!(e.server, Server::Invite(_)) {
+        if !e.invite() {
             return false;
         }
         metrics.cancels.fetch_add(1, Ordering::Relaxed);
-        if e.cancel == Cancel::No && e.client.pending() {
-            e.cancel = Cancel::Wanted;
-            if e.client.proceeding() {
-                self.send_cancel(&mut shard, invite, now, sends, metrics);
-            }
-        }
+        e.cancelled = true;
+        let ringing = e.cancel_others(None);
+        shard.cancel(invite, &ringing, now, self.timers, sends, metrics);
+        shard.reschedule(invite, metrics);
         true
     }
 
-    /// Sends CANCEL for the INVITE at `invite` and opens its own client
-    /// transaction (same shard: same branch).
-    fn send_cancel(
-        &self,
-        shard: &mut Shard,
-        invite: Key,
-        now: Instant,
-        sends: &mut Sends,
-        metrics: &Metrics,
-    ) {
-        let Some(e) = shard.map.get_mut(&invite) else {
-            return;
-        };
-        e.cancel = Cancel::Sent;
-        let mut bytes = Vec::new();
-        if let Ok(req) = Message::parse(&e.forwarded) {
-            write_cancel(&req, &mut bytes);
-        }
-        let (downstream, tries) = (e.downstream, e.tries);
-        if bytes.is_empty() {
-            return;
-        }
-        sends.push(&bytes, downstream);
-        let key = Key {
-            branch: invite.branch,
-            cancel: true,
-        };
-        let c = Entry {
-            server: Server::Absent,
-            client: Client::NonInvite(ClientNonInvite::new(
-                now,
-                downstream.1.is_reliable(),
-                self.timers,
-            )),
-            upstream: downstream,
-            downstream,
-            original: Vec::new(),
-            forwarded: bytes,
-            response: Vec::new(),
-            ack: Vec::new(),
-            cancel: Cancel::No,
-            timer_c: None,
-            route: None,
-            tries,
-            failover_at: None,
-            scheduled: None,
-            counted: 0,
-        };
-        match shard.map.insert(key, c) {
-            None => {
-                metrics.active_transactions.fetch_add(1, Ordering::Relaxed);
-            }
-            Some(old) => {
-                metrics
-                    .transaction_bytes
-                    .fetch_sub(old.counted as u64, Ordering::Relaxed);
-            }
-        }
-        shard.reschedule(key, metrics);
-    }
-
-    /// A response from downstream. For [`Upstream::Send`], `out` holds it
-    /// with this proxy's Via removed (`forward` writes that).
+    /// A response from downstream. For [`Upstream::Send`], `out` holds
+    /// what goes upstream: this response with this proxy's Via removed
+    /// (`forward` writes that), or, when it ends the last pending branch
+    /// of a forked request, the best final response of all (§16.7).
     #[allow(clippy::too_many_arguments)]
     pub fn on_response(
         &self,
@@ -887,75 +1085,110 @@ impl Transactions {
         let Some(status) = msg.status() else {
             return Upstream::Unknown;
         };
-        let mut guard = lock(self.shard(key));
+        let (ekey, fork) = split(key);
+        let mut guard = lock(self.shard(ekey));
         let shard = &mut *guard;
-        let Some(e) = shard.map.get_mut(&key) else {
+        let Some(e) = shard.map.get_mut(&ekey) else {
             return Upstream::Unknown;
         };
-        if try_of(msg) != e.tries {
+        let invite = e.invite();
+        let settled = e.server.final_sent();
+        let absent = matches!(e.server, Server::Absent);
+        let Some(b) = e.branches.get_mut(fork) else {
+            return Upstream::Absorbed;
+        };
+        let Some(client) = b.client.as_mut() else {
+            return Upstream::Absorbed;
+        };
+        if try_of(msg) != b.tries {
             // From an address given up for another: a 2xx to the INVITE
             // still goes upstream (statelessly, as a 2xx may), the rest
             // ends here.
-            let invite = matches!(e.client, Client::Invite(_));
-            return if status.is_success() && invite && !key.cancel {
+            let client_invite = matches!(client, Client::Invite(_));
+            return if status.is_success() && client_invite && !key.cancel {
                 Upstream::Unknown
             } else {
                 Upstream::Absorbed
             };
         }
-        e.failover_at = None;
-        let pending = e.client.pending();
-        let o = e.client.on_response(status, now);
+        b.failover_at = None;
+        let pending = client.pending();
+        let o = client.on_response(status, now);
         if o.send_ack {
-            if e.ack.is_empty() {
-                if let Ok(req) = Message::parse(&e.forwarded) {
-                    write_ack(&req, msg, &mut e.ack);
+            if b.ack.is_empty() {
+                if let Ok(req) = Message::parse(&b.forwarded) {
+                    write_ack(&req, msg, &mut b.ack);
                 }
             }
-            if !e.ack.is_empty() {
-                sends.push(&e.ack, e.downstream);
+            if !b.ack.is_empty() {
+                sends.push(&b.ack, b.downstream);
             }
         }
         if pending
             && status == StatusCode::SERVICE_UNAVAILABLE
-            && self.fail_over(e, retry_after(msg), now, sends, metrics)
+            && self.fail_over(b, settled, retry_after(msg), now, sends, metrics)
         {
-            shard.reschedule(key, metrics);
+            shard.reschedule(ekey, metrics);
             return Upstream::Absorbed;
         }
+        if !b.pending() {
+            // Final response: what was kept to resend the request is no
+            // longer needed.
+            b.forwarded = Vec::new();
+            b.timer_c = None;
+        } else if status.is_provisional() && b.timer_c.is_some() {
+            b.timer_c = Some(now + TIMER_C);
+        }
+        let mut ringing = Vec::new();
+        if b.cancel == Cancel::Wanted && b.proceeding() {
+            ringing.push(fork);
+        }
         let mut verdict = Upstream::Absorbed;
-        if o.deliver && status != StatusCode::TRYING && !matches!(e.server, Server::Absent) {
-            if status.is_provisional() && e.timer_c.is_some() {
-                e.timer_c = Some(now + TIMER_C);
-            }
+        if o.deliver && status != StatusCode::TRYING && !absent {
             out.clear();
-            if forward(msg, out) && e.server.tu_response(status, now).send_response {
+            let written = forward(msg, out);
+            if status.is_final() && !status.is_success() {
+                if status.as_u16() >= 600 {
+                    // A 6xx ends the search (§16.7 step 10).
+                    e.answered = true;
+                    if invite {
+                        ringing.extend(e.cancel_others(Some(fork)));
+                    }
+                }
+                // One that cannot be passed on is answered with its
+                // status by this proxy.
+                e.best.offer(status, if written { out } else { &[] });
+                verdict = e.settle(ekey, now, self.timers, self.failover_after, out, sends);
+            } else if written && e.server.tu_response(status, now).send_response {
                 verdict = Upstream::Send(e.upstream);
-                let keep = !(status.is_success() && matches!(e.server, Server::Invite(_)));
                 e.response.clear();
-                if keep {
+                if !(status.is_success() && invite) {
                     e.response.extend_from_slice(out);
                 }
             } else {
                 out.clear();
+                if status.is_success() && invite {
+                    // The caller's transaction is over (timer L): a 2xx
+                    // still goes up, statelessly, as a 2xx may.
+                    verdict = Upstream::Unknown;
+                }
+            }
+            if status.is_success() {
+                e.answered = true;
+                if invite {
+                    ringing.extend(e.cancel_others(Some(fork)));
+                }
             }
         }
-        if !e.client.pending() {
-            // Final response: what was kept to resend requests or to write
-            // a 408 is no longer needed.
-            e.original = Vec::new();
-            e.forwarded = Vec::new();
-            e.timer_c = None;
-        } else if e.cancel == Cancel::Wanted && e.client.proceeding() {
-            self.send_cancel(shard, key, now, sends, metrics);
-        }
-        shard.reschedule(key, metrics);
+        shard.cancel(ekey, &ringing, now, self.timers, sends, metrics);
+        shard.reschedule(ekey, metrics);
         verdict
     }
 
     /// Sending `key`'s request downstream failed (TCP connect refused or
-    /// the connection broke): the client transaction ends, and the caller
-    /// gets 503 at once instead of 408 after timer B (§16.7 step 5,
+    /// the connection broke): its branch ends, and once no other branch is
+    /// pending the caller gets the best answer, 503 at once if that was
+    /// the only one, instead of 408 after timer B (§16.7 step 5,
     /// §17.1.1.2).
     /// When the next hop was found by DNS and its name leads elsewhere
     /// too, the request goes there instead (RFC 3263 §4.3). `tries` is
@@ -969,26 +1202,31 @@ impl Transactions {
         sends: &mut Sends,
         metrics: &Metrics,
     ) {
-        let mut guard = lock(self.shard(key));
+        let (ekey, fork) = split(key);
+        let mut guard = lock(self.shard(ekey));
         let shard = &mut *guard;
-        let Some(e) = shard.map.get_mut(&key) else {
+        let Some(e) = shard.map.get_mut(&ekey) else {
             return;
         };
-        if !e.client.pending() || tries != e.tries {
+        let settled = e.server.final_sent();
+        let Some(b) = e.branches.get_mut(fork) else {
+            return;
+        };
+        if !b.pending() || tries != b.tries {
             return;
         }
-        if self.fail_over(e, None, now, sends, metrics) {
-            shard.reschedule(key, metrics);
+        if self.fail_over(b, settled, None, now, sends, metrics) {
+            shard.reschedule(ekey, metrics);
             return;
         }
-        e.client.abandon();
-        e.timer_c = None;
-        if !e.server.final_sent() {
-            e.answer_upstream(StatusCode::SERVICE_UNAVAILABLE, key, now, sends);
+        b.abandon();
+        e.best.offer(StatusCode::SERVICE_UNAVAILABLE, &[]);
+        let mut out = Vec::new();
+        let upstream = e.settle(ekey, now, self.timers, self.failover_after, &mut out, sends);
+        if let Upstream::Send(hop) = upstream {
+            sends.push(&out, hop);
         }
-        e.original = Vec::new();
-        e.forwarded = Vec::new();
-        shard.reschedule(key, metrics);
+        shard.reschedule(ekey, metrics);
     }
 
     /// The earliest time a timer may be due (a superseded one can make it
@@ -1048,38 +1286,57 @@ impl Transactions {
         if s.retransmit && !e.response.is_empty() {
             sends.push(&e.response, e.upstream);
         }
-        let c = e.client.on_timer(now);
-        if c.retransmit && !e.forwarded.is_empty() {
-            sends.push(&e.forwarded, e.downstream);
-        }
-        // Not a word from a next hop found by DNS, or its transaction
-        // timed out: another of its addresses, if there is one.
-        let silent = e.failover_at.is_some_and(|t| now >= t);
-        if silent {
-            e.failover_at = None;
-        }
-        if (silent || c.timeout) && self.fail_over(e, None, now, sends, metrics) {
-            return;
-        }
-        let mut give_up = c.timeout;
-        if e.timer_c.is_some_and(|t| now >= t) {
-            if e.cancel != Cancel::Sent && e.client.proceeding() {
-                // Timer C: cancel the branch; its 487 comes back normally,
-                // and if nothing does, give up at the next firing.
-                e.timer_c = Some(now + self.timers.timeout());
-                self.send_cancel(shard, key, now, sends, metrics);
-                return;
+        let settled = e.server.final_sent();
+        let mut ringing = Vec::new();
+        let mut ended = false;
+        for (i, b) in e.branches.iter_mut().enumerate() {
+            let Some(client) = b.client.as_mut() else {
+                continue;
+            };
+            let c = client.on_timer(now);
+            if c.retransmit && !b.forwarded.is_empty() {
+                sends.push(&b.forwarded, b.downstream);
             }
-            e.timer_c = None;
-            give_up |= e.client.pending();
-            e.client.abandon();
+            // Not a word from a next hop found by DNS, or its transaction
+            // timed out: another of its addresses, if there is one.
+            let silent = b.failover_at.is_some_and(|t| now >= t);
+            if silent {
+                b.failover_at = None;
+            }
+            if (silent || c.timeout) && self.fail_over(b, settled, None, now, sends, metrics) {
+                continue;
+            }
+            let mut give_up = c.timeout;
+            if b.timer_c.is_some_and(|t| now >= t) {
+                if b.cancel != Cancel::Sent && b.proceeding() {
+                    // Timer C: cancel the branch; its 487 comes back
+                    // normally, and if nothing does, give up at the next
+                    // firing.
+                    b.timer_c = Some(now + self.timers.timeout());
+                    ringing.push(i);
+                    continue;
+                }
+                b.timer_c = None;
+                give_up |= b.pending();
+            }
+            if give_up {
+                b.abandon();
+                ended = true;
+                if !settled {
+                    metrics.transaction_timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
-        if give_up && !e.server.final_sent() {
-            metrics.transaction_timeouts.fetch_add(1, Ordering::Relaxed);
-            e.answer_upstream(StatusCode::REQUEST_TIMEOUT, key, now, sends);
-            e.original = Vec::new();
-            e.forwarded = Vec::new();
+        if ended {
+            e.best.offer(StatusCode::REQUEST_TIMEOUT, &[]);
+            let mut out = Vec::new();
+            if let Upstream::Send(hop) =
+                e.settle(key, now, self.timers, self.failover_after, &mut out, sends)
+            {
+                sends.push(&out, hop);
+            }
         }
+        shard.cancel(key, &ringing, now, self.timers, sends, metrics);
     }
 }
 
@@ -1098,6 +1355,16 @@ mod tests {
         cancel: false,
     };
 
+    /// One target: the request as forwarded, its hop and name.
+    fn one(forwarded: &[u8], hop: Hop, route: Option<Route>) -> [Target<'_>; 1] {
+        [Target {
+            forwarded,
+            hop,
+            route,
+            group: 0,
+        }]
+    }
+
     fn response(status: u16, method: &str) -> Vec<u8> {
         format!("SIP/2.0 {status} X\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKsps00000000000000ab\r\nVia: SIP/2.0/UDP 127.0.0.1:5080;branch=z9hG4bKa1;rport=5080\r\nFrom: <sip:alice@sipsec>;tag=a\r\nTo: <sip:bob@sipsec>;tag=b\r\nCall-ID: c1\r\nCSeq: 1 {method}\r\nContent-Length: 0\r\n\r\n").into_bytes()
     }
@@ -1115,9 +1382,7 @@ mod tests {
             KEY,
             &req,
             hop(5080, Transport::Udp),
-            FORWARDED,
-            hop(5070, down),
-            None,
+            one(FORWARDED, hop(5070, down), None),
             t0,
             &mut sends,
             &m,
@@ -1161,9 +1426,7 @@ mod tests {
                 key,
                 &req,
                 hop(5080, Transport::Udp),
-                FORWARDED,
-                hop(5070, Transport::Udp),
-                None,
+                one(FORWARDED, hop(5070, Transport::Udp), None),
                 t0,
                 &mut sends,
                 &m,
@@ -1208,9 +1471,7 @@ mod tests {
                 KEY,
                 &req,
                 hop(5080, Transport::Udp),
-                FORWARDED,
-                hop(5070, Transport::Udp),
-                None,
+                one(FORWARDED, hop(5070, Transport::Udp), None),
                 t0,
                 &mut sends,
                 &m
@@ -1423,9 +1684,7 @@ mod tests {
             KEY,
             &req,
             hop(5080, Transport::Udp),
-            FORWARDED,
-            hop(5070, Transport::Udp),
-            Some(route),
+            one(FORWARDED, hop(5070, Transport::Udp), Some(route)),
             t0,
             &mut sends,
             &m,

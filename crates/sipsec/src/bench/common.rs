@@ -44,26 +44,18 @@ pub struct CommonArgs {
     /// connections instead of one trunk).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50_000))]
     pub(super) flows: u32,
-    /// Use TCP (a connection per flow) instead of UDP.
-    #[arg(long, group = "stream")]
-    pub(super) tcp: bool,
-    /// Use TLS (a connection per flow); needs --tls-ca.
-    #[arg(long, group = "stream", requires = "tls_ca")]
-    pub(super) tls: bool,
-    /// Use SIP over WebSocket (RFC 7118; a connection per flow, upgraded
-    /// with the sip subprotocol); --target is the WS listener.
-    #[arg(long, group = "stream")]
-    pub(super) ws: bool,
-    /// Use SIP over secure WebSocket (as --ws, over TLS); needs --tls-ca.
-    #[arg(long, group = "stream", requires = "tls_ca")]
-    pub(super) wss: bool,
+    /// The generator's transport: udp, tcp (a connection per flow), tls
+    /// (needs --tls-ca), ws (SIP over WebSocket, RFC 7118: --target is the
+    /// WS listener) or wss (as ws, over TLS; needs --tls-ca).
+    #[arg(long, value_enum, default_value = "udp")]
+    pub(super) transport: TransportArg,
     /// CA certificates (PEM) that issued the target's certificate, which must name its IP.
     #[arg(long)]
     pub(super) tls_ca: Option<PathBuf>,
     /// Accept a target with a 1024-bit RSA key (legacy).
     #[arg(long)]
     pub(super) tls_allow_rsa_1024: bool,
-    /// With --tcp or --tls: a new connection for every call (one call at a
+    /// With --transport tcp, tls, ws or wss: a new connection for every call (one call at a
     /// time per thread; over TLS each call is a full handshake, no resumption).
     #[arg(long)]
     pub(super) connection_per_call: bool,
@@ -78,7 +70,7 @@ pub struct CommonArgs {
     /// The callee's user name (invite, redirect).
     #[arg(long, default_value = "callee")]
     pub(super) callee: String,
-    /// Where the built-in callee registers over UDP [default: --target; with --tls, the server's UDP address].
+    /// Where the built-in callee registers over UDP [default: --target; over a connection, the server's UDP address].
     #[arg(long)]
     pub(super) callee_registrar: Option<SocketAddr>,
     /// The callee's password [default: from --users, else pw].
@@ -219,13 +211,19 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     }
     let weights = stats::parse_weights(&a.weights)?;
     let scenario = scenario::built_in(&a.scenario, a.auth)?;
-    let transport = transport(a);
+    let transport = Transport::from(a.transport);
+    if matches!(transport, Transport::Tls | Transport::Wss) && a.tls_ca.is_none() {
+        return Err(format!(
+            "--transport {}: give --tls-ca with the CA certificates (PEM) that issued the target's certificate",
+            transport.as_str().to_ascii_lowercase()
+        ));
+    }
     if !matches!(transport, Transport::Udp | Transport::Tcp)
         && scenario.needs_callee
         && a.callee_registrar.is_none()
     {
         return Err(format!(
-            "--scenario {} over --{}: give --callee-registrar with the server's UDP address, where the built-in callee registers",
+            "--scenario {} over --transport {}: give --callee-registrar with the server's UDP address, where the built-in callee registers",
             a.scenario,
             transport.as_str().to_ascii_lowercase()
         ));
@@ -234,7 +232,7 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
         loopback_only(r)?;
     }
     if a.connection_per_call && transport == Transport::Udp {
-        return Err("--connection-per-call needs --tcp, --tls, --ws or --wss".into());
+        return Err("--connection-per-call needs --transport tcp, tls, ws or wss".into());
     }
     if a.connection_per_call && a.flows > 1 {
         return Err("--connection-per-call opens one connection at a time: drop --flows".into());
@@ -319,14 +317,28 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     })
 }
 
-/// The transport the flags choose (UDP when none does).
-fn transport(a: &CommonArgs) -> Transport {
-    match (a.tcp, a.tls, a.ws, a.wss) {
-        (true, ..) => Transport::Tcp,
-        (_, true, ..) => Transport::Tls,
-        (.., true, _) => Transport::Ws,
-        (.., true) => Transport::Wss,
-        _ => Transport::Udp,
+/// A generator's transport, as `--transport` names it (the same word
+/// for every client command: `bench`, `phone`).
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TransportArg {
+    Udp,
+    Tcp,
+    Tls,
+    /// SIP over WebSocket (RFC 7118).
+    Ws,
+    /// SIP over secure WebSocket.
+    Wss,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Self {
+        match t {
+            TransportArg::Udp => Transport::Udp,
+            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Tls => Transport::Tls,
+            TransportArg::Ws => Transport::Ws,
+            TransportArg::Wss => Transport::Wss,
+        }
     }
 }
 

@@ -3,21 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use sipsec_bench::{scenario, stats};
 
-use super::common::{make_certificate, targets, TableOutputs};
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(super) enum TransportArg {
-    Udp,
-    Tcp,
-    Tls,
-    /// SIP over WebSocket (RFC 7118).
-    Ws,
-    /// SIP over secure WebSocket.
-    Wss,
-}
+use super::common::{make_certificate, targets, TableOutputs, TransportArg};
 
 #[derive(Args)]
 pub struct CompareArgs {
@@ -129,13 +118,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         return Err("--rate and --calls must be positive".into());
     }
     let workdir = std::env::temp_dir().join(format!("sipsec-compare-{}", std::process::id()));
-    let transport = match a.transport {
-        TransportArg::Udp => Transport::Udp,
-        TransportArg::Tcp => Transport::Tcp,
-        TransportArg::Tls => Transport::Tls,
-        TransportArg::Ws => Transport::Ws,
-        TransportArg::Wss => Transport::Wss,
-    };
+    let transport = a.transport.into();
     let certificate = match (a.cert, a.key, a.tls_ca) {
         (Some(chain), Some(key), Some(ca)) => Some(Certificate { chain, key, ca }),
         _ if matches!(transport, Transport::Tls | Transport::Wss) => {
