@@ -352,8 +352,9 @@ fn two_websocket_phones_register_and_call_through_double_record_routes() {
     let ok = bob.final_message();
     assert!(ok.starts_with("SIP/2.0 200 ") && ok.contains("BYE"), "{ok}");
 
-    // Alice's browser goes away: once the server has seen it close, a
-    // call for her is 430 Flow Failed.
+    // Alice's browser goes away: once the server has seen it close, her
+    // binding is dropped (it can never be reached again), so a call for
+    // her is 404 as for any user with no binding.
     drop(alice);
     let until = Instant::now() + Duration::from_secs(10);
     while s.handle.shared().metrics.closed_for(CloseReason::Peer) < 1 {
@@ -368,7 +369,15 @@ fn two_websocket_phones_register_and_call_through_double_record_routes() {
         "gone",
     ));
     let answer = bob.final_message();
-    assert!(answer.starts_with("SIP/2.0 430 "), "{answer}");
+    assert!(answer.starts_with("SIP/2.0 404 "), "{answer}");
+    assert_eq!(
+        s.handle
+            .shared()
+            .metrics
+            .flow_bindings_dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }
 
 #[test]
@@ -667,11 +676,10 @@ fn a_websocket_ping_flood_is_closed_after_its_burst() {
     assert!(c.final_message().starts_with("SIP/2.0 200 "));
 }
 
-/// A browser phone that reloads registers again on a new connection
-/// while its old binding still lives. Calls to it went to the old,
-/// closed connection and got 430 Flow Failed for as long as that binding
-/// lived; now a binding whose WebSocket is closed is passed over and the
-/// call reaches the new connection at once.
+/// A browser phone that reloads registers again on a new connection.
+/// Calls to it went to the old, closed connection and got 430 Flow Failed
+/// for as long as that binding lived; now the binding is dropped when its
+/// connection closes and the call reaches the new connection at once.
 #[test]
 fn a_reloaded_browser_phone_is_reached_at_once() {
     let s = server("reload", &[]);
@@ -695,7 +703,9 @@ fn a_reloaded_browser_phone_is_reached_at_once() {
     );
     let ok = after.final_message();
     assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
-    assert_eq!(header(&ok, "Contact").len(), 2, "both bindings live: {ok}");
+    let contacts = header(&ok, "Contact");
+    assert_eq!(contacts.len(), 1, "the closed flow's binding dropped: {ok}");
+    assert!(contacts[0].contains("sip:new@def.invalid"), "{ok}");
     let mut bob = Ws::sip(ws);
     bob.send(&invite(
         "bob",

@@ -453,6 +453,73 @@ pub fn handle_deferring(
     reply
 }
 
+/// Removes the bindings of `aor` that `pick` selects, stored first exactly
+/// as a REGISTER's removal is; how many went. The bindings are looked at
+/// again once the AoR is held for the change, so a binding that a phone
+/// renewed meanwhile (from another connection, say) stays.
+pub fn remove_bindings(
+    location: &crate::proto::location::MemoryLocation,
+    store: &mut dyn Store,
+    aor: &str,
+    pick: &dyn Fn(&crate::proto::location::Binding) -> bool,
+    now: u64,
+) -> Result<usize, String> {
+    use crate::proto::location::{
+        ContactChange, Location, Registration, UpdateError, UpdatePolicy,
+    };
+    let reg = Registration {
+        call_id: "",
+        cseq: 0,
+        source: SocketAddr::from(([0, 0, 0, 0], 0)),
+        path: "",
+        flow: None,
+        node: "",
+        now,
+    };
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for _ in 0..BUSY_TRIES {
+        location.lookup(aor, now, &mut before);
+        let changes: Vec<ContactChange<'_>> = before
+            .iter()
+            .filter(|b| pick(b))
+            .map(|b| ContactChange {
+                contact: &b.contact,
+                expires: 0,
+                q: 1000,
+                outbound: false,
+                instance: "",
+            })
+            .collect();
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        let prepared = match location.prepare(
+            aor.to_owned(),
+            &changes,
+            false,
+            &reg,
+            &UpdatePolicy::default(),
+        ) {
+            Ok(p) => p,
+            Err(UpdateError::Busy) => {
+                std::thread::yield_now();
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        location.lookup(aor, now, &mut after);
+        if after != before {
+            location.commit(prepared, false);
+            continue;
+        }
+        let removed = prepared.records().len();
+        let stored = store.store(prepared.records());
+        location.commit(prepared, stored.is_ok());
+        return stored.map(|()| removed).map_err(|e| e.to_string());
+    }
+    Err("the address-of-record is being changed: try again".into())
+}
+
 /// Hands a message whose AoR is busy in again until it is not, or gives
 /// up with 500 and Retry-After.
 #[cold]

@@ -143,59 +143,15 @@ impl View {
     /// Removes `aor`'s bindings (only `contact` when given), stored first
     /// exactly as a REGISTER's removal is; how many went.
     pub fn remove_bindings(&self, aor: &str, contact: Option<&str>) -> Result<usize, String> {
-        use crate::io::drive::Store;
-        use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
-        let now = unix_now();
-        let changes: Vec<ContactChange<'_>> = contact
-            .map(|c| ContactChange {
-                contact: c,
-                expires: 0,
-                q: 1000,
-                outbound: false,
-                instance: "",
-            })
-            .into_iter()
-            .collect();
-        let reg = Registration {
-            call_id: "",
-            cseq: 0,
-            source: SocketAddr::from(([0, 0, 0, 0], 0)),
-            path: "",
-            flow: None,
-            node: "",
-            now,
-        };
-        let location = &self.shared.location;
-        for _ in 0..crate::io::drive::BUSY_TRIES {
-            let prepared = match location.prepare(
-                aor.to_owned(),
-                &changes,
-                contact.is_none(),
-                &reg,
-                &UpdatePolicy::default(),
-            ) {
-                Ok(p) => p,
-                Err(UpdateError::Busy) => {
-                    std::thread::yield_now();
-                    continue;
-                }
-                Err(e) => return Err(e.to_string()),
-            };
-            let removed = prepared.records().len();
-            if removed == 0 {
-                location.commit(prepared, true);
-                return Ok(0);
-            }
-            let stored = self
-                .store
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .hold()
-                .store(prepared.records());
-            location.commit(prepared, stored.is_ok());
-            return stored.map(|()| removed).map_err(|e| e.to_string());
-        }
-        Err("the address-of-record is being changed: try again".into())
+        let mut storage = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = storage.hold();
+        crate::io::drive::remove_bindings(
+            &self.shared.location,
+            &mut held,
+            aor,
+            &|b| contact.is_none_or(|c| b.contact == c),
+            unix_now(),
+        )
     }
 
     /// The samples kept and one for the time since the last of them.

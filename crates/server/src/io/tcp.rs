@@ -283,6 +283,10 @@ struct Conn {
     /// still unanswered fail at once (503 upstream) instead of after
     /// timer B or C.
     requests: Mutex<Vec<(Key, u8)>>,
+    /// WebSocket: the addresses-of-record registered over it (at most
+    /// [`MAX_AORS_REGISTERED`]): when it closes, their bindings on it are
+    /// dropped, since a browser is never reached on another connection.
+    registered: Mutex<Vec<String>>,
     /// TLS: other addresses and domain names it stands for (RFC 5923
     /// aliases, at most [`MAX_ALIASES`]).
     aliases: Mutex<Vec<Alias>>,
@@ -307,6 +311,11 @@ const MAX_ALIASES: usize = 4;
 /// Requests watched per WebSocket connection (a phone rarely has more
 /// than a few transactions under way; the oldest are forgotten first).
 const MAX_REQUESTS_WATCHED: usize = 16;
+
+/// Addresses-of-record one WebSocket connection registers whose bindings
+/// are dropped when it closes (a browser registers one; more are left to
+/// expire).
+const MAX_AORS_REGISTERED: usize = 8;
 
 /// What reactors receive from other threads.
 #[derive(Debug)]
@@ -717,6 +726,7 @@ impl TcpHub {
             }),
             closing: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
         });
         {
@@ -1307,6 +1317,7 @@ impl Reactor {
             }),
             closing: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
         });
         hub.open.fetch_add(1, Ordering::Relaxed);
@@ -1556,6 +1567,37 @@ impl Reactor {
         }
     }
 
+    /// A WebSocket connection closed: the bindings registered over it can
+    /// never be reached again (RFC 7118 §5: a browser is reached on its
+    /// connection or not at all; a reloaded page registers anew), so they
+    /// are dropped now, stored as a REGISTER's removal is, instead of
+    /// lingering until they expire.
+    fn drop_bindings(&mut self, conn: &Conn) {
+        let aors = std::mem::take(&mut *lock(&conn.registered));
+        let shared = &self.hub.shared;
+        let (peer, transport) = (conn.peer, conn.transport);
+        let on_conn = |b: &crate::proto::location::Binding| {
+            b.source == peer && b.flow.is_some_and(|f| f.transport == transport)
+        };
+        for aor in aors {
+            let mut held = self.storage.hold();
+            let now = crate::io::clock::unix_now();
+            match crate::io::drive::remove_bindings(
+                &shared.location,
+                &mut held,
+                &aor,
+                &on_conn,
+                now,
+            ) {
+                Ok(n) => {
+                    let dropped = &shared.metrics.flow_bindings_dropped;
+                    dropped.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) => crate::io::log::journal_error(&aor, &e),
+            }
+        }
+    }
+
     /// Hands one SIP message to the core and sends what it gives. Over a
     /// store where each write waits (Redis, an fsync journal), a binding
     /// change waits with its answer for the end of the round (see
@@ -1595,6 +1637,12 @@ impl Reactor {
             )
         };
         drop(held);
+        for aor in self.core.websocket_registrations() {
+            let mut known = lock(&conn.registered);
+            if known.len() < MAX_AORS_REGISTERED && !known.contains(&aor) {
+                known.push(aor);
+            }
+        }
         // Extras first: a 100 Trying must not trail the answers the
         // forwarded INVITE draws.
         self.sender.send_all(self.core.extra());
@@ -1884,6 +1932,9 @@ impl Reactor {
         }
         if conn.counted_ip {
             hub.release_ip(conn.peer.ip());
+        }
+        if reason != CloseReason::Shutdown {
+            self.drop_bindings(&conn);
         }
         let watched = std::mem::take(&mut *lock(&conn.requests));
         if !watched.is_empty() {

@@ -356,6 +356,9 @@ pub struct Core {
     pub(super) via: String,
     pub(super) ip: String,
     pub(super) rr: String,
+    /// Addresses-of-record registered over a WebSocket by the messages
+    /// handled since the driver last asked.
+    pub(super) websocket_aors: Vec<String>,
     /// The other targets of the request being forked.
     pub(super) forks: Vec<crate::proto::fork::Fork>,
     tag: String,
@@ -529,6 +532,7 @@ impl Core {
             ip: String::with_capacity(48),
             rr: String::with_capacity(64),
             forks: Vec::new(),
+            websocket_aors: Vec::new(),
             tag: String::with_capacity(24),
             challenges: Vec::with_capacity(2),
             sends: Sends::default(),
@@ -645,6 +649,13 @@ impl Core {
     /// [`Reply::Persist`] needs stored before its answer may go out.
     pub fn to_persist(&self) -> &[Record] {
         self.pending.as_ref().map_or(&[], |(p, _, _)| p.records())
+    }
+
+    /// Addresses-of-record registered over a WebSocket since the last
+    /// call: the driver drops their bindings on that connection when it
+    /// closes.
+    pub fn websocket_registrations(&mut self) -> std::vec::Drain<'_, String> {
+        self.websocket_aors.drain(..)
     }
 
     /// Whether the last calls produced anything worth logging.

@@ -347,6 +347,9 @@ pub struct Metrics {
     /// Requests sent to another address of their next hop's name after
     /// the one tried failed (RFC 3263 §4.3).
     pub hop_failovers: AtomicU64,
+    /// Bindings dropped because the WebSocket connection they were
+    /// registered over closed.
+    pub flow_bindings_dropped: AtomicU64,
     /// Requests forked to several contacts of a user (RFC 3261 §16.6).
     pub forked: AtomicU64,
     /// Branches those requests were forked to, the first included.
@@ -564,7 +567,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 42] = [
+        let counters: [(&str, &str, &AtomicU64); 43] = [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -709,6 +712,11 @@ impl Metrics {
                 "sipsec_next_hop_failovers_total",
                 "Requests sent to another address of their next hop's name after the one tried failed: no answer, refused or 503 (RFC 3263 section 4.3).",
                 &self.hop_failovers,
+            ),
+            (
+                "sipsec_flow_bindings_dropped_total",
+                "Bindings dropped at once because the WebSocket connection they were registered over closed (a browser is reached on its connection or not at all).",
+                &self.flow_bindings_dropped,
             ),
             (
                 "sipsec_forked_requests_total",

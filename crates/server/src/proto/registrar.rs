@@ -181,6 +181,10 @@ impl Core {
             max_listing,
             max_bindings: cfg.max_bindings,
         };
+        if matches!(self.transport, Transport::Ws | Transport::Wss) && self.websocket_aors.len() < 8
+        {
+            self.websocket_aors.push(aor.clone());
+        }
         let result = self
             .shared
             .location
