@@ -143,6 +143,35 @@ impl PathMode {
     }
 }
 
+/// How datagrams are spread over the UDP workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpBalance {
+    /// Each datagram to a worker picked at random (a BPF program on the
+    /// SO_REUSEPORT group): one busy peer uses every worker, but two
+    /// messages it sends back to back (a 180 and its 200) may leave in
+    /// the other order.
+    Spread,
+    /// One socket every worker reads, as Kamailio's children share theirs
+    /// (the same reordering as `Spread`).
+    Shared,
+    /// By a hash of the sender's address and port (SO_REUSEPORT's own):
+    /// one peer's datagrams all go to one worker, in order.
+    #[default]
+    Flow,
+}
+
+impl UdpBalance {
+    /// Parses `spread`, `shared` or `flow`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "spread" => Some(Self::Spread),
+            "shared" => Some(Self::Shared),
+            "flow" => Some(Self::Flow),
+            _ => None,
+        }
+    }
+}
+
 /// How the stateful proxy forks a request for a user with several
 /// contacts (RFC 3261 §16.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -182,6 +211,8 @@ pub struct Config {
     pub http: Option<SocketAddr>,
     /// Worker threads (UDP sockets).
     pub workers: usize,
+    /// How datagrams are spread over the workers.
+    pub udp_balance: UdpBalance,
     /// Address put in Via and used to recognise requests for this server;
     /// defaults to the UDP address.
     pub advertise: SocketAddr,
@@ -538,6 +569,7 @@ impl Default for Config {
             tcp: Some(udp),
             http: Some(DEFAULT_HTTP),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            udp_balance: UdpBalance::Flow,
             advertise: udp,
             record_route: false,
             stateful: false,
@@ -608,6 +640,8 @@ pub struct FileConfig {
     pub max_transaction_bytes: Option<u64>,
     /// Worker threads; 0 means one per core.
     pub workers: Option<usize>,
+    /// `spread`, `shared` or `flow`.
+    pub udp_balance: Option<String>,
     /// Location store directory.
     pub data_dir: Option<PathBuf>,
     /// `true`: fsync every location change (as `--fsync`).
@@ -1313,6 +1347,11 @@ impl Config {
         }
         if let Some(st) = f.stateful {
             self.stateful = st;
+        }
+        if let Some(b) = f.udp_balance {
+            self.udp_balance = UdpBalance::parse(&b).ok_or_else(|| {
+                value("udp_balance", format!("{b:?}: use spread, shared or flow"))
+            })?;
         }
         if let Some(k) = f.forking {
             self.forking = Forking::parse(&k)

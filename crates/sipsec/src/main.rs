@@ -145,6 +145,12 @@ struct ServeArgs {
     /// Worker threads, one UDP socket each [default: one per core].
     #[arg(long)]
     workers: Option<usize>,
+    /// How datagrams are spread over the workers: flow (each sender to one
+    /// worker, in order), spread (each datagram to a worker at random, so
+    /// one busy peer uses them all; back-to-back messages may be reordered)
+    /// or shared (one socket all read) [default: flow].
+    #[arg(long, value_parser = ["spread", "shared", "flow"])]
+    udp_balance: Option<String>,
     /// Record-route forwarded INVITE/SUBSCRIBE/REFER so in-dialog requests traverse the proxy.
     #[arg(long)]
     record_route: bool,
@@ -313,6 +319,13 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     }
     if let Some(w) = a.workers {
         config.workers = w.max(1);
+    }
+    if let Some(b) = a
+        .udp_balance
+        .as_deref()
+        .and_then(sipsec_server::config::UdpBalance::parse)
+    {
+        config.udp_balance = b;
     }
     if let Some(h) = a.hep {
         let mut t = config

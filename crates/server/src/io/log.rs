@@ -145,6 +145,12 @@ pub fn compaction_failed(dir: &std::path::Path, err: &std::io::Error) {
     }
 }
 
+/// The kernel refused the program that spreads datagrams over the UDP
+/// workers (once, at start).
+pub fn udp_spread_unavailable(err: &std::io::Error) {
+    warn!(target: "sipsec::server", error = %err, "udp_balance = \"spread\" needs SO_ATTACH_REUSEPORT_CBPF (Linux 4.5); each sender stays on one worker (use \"shared\" to spread one peer)");
+}
+
 /// The connection layer could not do something it should (accept, poll).
 pub fn connection_trouble(msg: &str) {
     if let Some(suppressed) = CONNECTIONS.admit() {

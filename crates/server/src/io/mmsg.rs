@@ -175,6 +175,52 @@ pub fn report_errors(sock: &UdpSocket, v6: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Spreads the datagrams of `sock`'s SO_REUSEPORT group over its `n`
+/// sockets at random, one datagram at a time, instead of by a hash of the
+/// sender's address: one busy peer (a trunk, an SBC, a load generator)
+/// then keeps every worker busy instead of one. A classic BPF program
+/// attached to the group (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5) returns
+/// the socket's index: `A = random; A %= n; return A`.
+pub fn steer_at_random(sock: &UdpSocket, n: u32) -> io::Result<()> {
+    // Opcodes of linux/bpf_common.h: BPF_LD|BPF_W|BPF_ABS (0x00|0x00|0x20),
+    // BPF_ALU|BPF_MOD|BPF_K (0x04|0x90|0x00), BPF_RET|BPF_A (0x06|0x10).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_ALU_MOD_K: u16 = 0x94;
+    const BPF_RET_A: u16 = 0x16;
+    /// SKF_AD_OFF + SKF_AD_RANDOM: the ancillary load of a random u32.
+    const RANDOM: u32 = (-0x1000i32) as u32 + 56;
+    let op = |code, k| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let mut program = [
+        op(BPF_LD_W_ABS, RANDOM),
+        op(BPF_ALU_MOD_K, n.max(1)),
+        op(BPF_RET_A, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: the option value is a live sock_fprog of the size passed,
+    // pointing at `program`, which outlives the call (the kernel copies it).
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const libc::sock_fprog as *const libc::c_void,
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Reads up to `max` errors queued on `sock` without waiting. For each
 /// ICMP "unreachable" (port, host or network), `on` gets where the
 /// datagram went and the start of it that the ICMP message quoted.

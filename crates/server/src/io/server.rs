@@ -153,7 +153,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     // Only a stateful proxy acts on ICMP errors (its transactions fail on
     // them), so only its sockets ask for them.
     let icmp_errors = config.stateful && config.mode == Mode::Proxy;
-    let (udp, tcp_listener) = bind_udp_and_tcp(config.udp, config.tcp, workers, icmp_errors)?;
+    let (udp, tcp_listener) = bind_udp_and_tcp(&config, workers, icmp_errors)?;
     let addr = config.udp;
     let bind = |err| StartError::Bind {
         proto: "udp",
@@ -916,19 +916,21 @@ impl ServerHandle {
 /// both at port 0 the port must be free for both: a port the kernel gave
 /// UDP that a TCP socket already holds is given back and another tried.
 fn bind_udp_and_tcp(
-    udp: SocketAddr,
-    tcp: Option<SocketAddr>,
+    config: &Config,
     workers: usize,
     icmp_errors: bool,
 ) -> Result<(UdpServer, Option<std::net::TcpListener>), StartError> {
+    let (udp, tcp) = (config.udp, config.tcp);
     let any = udp.port() == 0 && tcp.is_some_and(|t| t.port() == 0);
     let mut tries = 0;
     loop {
         let server =
-            UdpServer::bind(udp, workers, icmp_errors).map_err(|err| StartError::Bind {
-                proto: "udp",
-                addr: udp,
-                err,
+            UdpServer::bind(udp, workers, icmp_errors, config.udp_balance).map_err(|err| {
+                StartError::Bind {
+                    proto: "udp",
+                    addr: udp,
+                    err,
+                }
             })?;
         let Some(mut t) = tcp else {
             return Ok((server, None));

@@ -1,6 +1,7 @@
-//! UDP transport: one socket per worker thread, bound with SO_REUSEPORT
-//! so the kernel spreads datagrams across workers; each worker moves
-//! datagrams in batches (recvmmsg/sendmmsg) through reused buffers.
+//! UDP transport: one socket per worker thread, bound with SO_REUSEPORT,
+//! datagrams spread over them at random (or by sender, or one socket all
+//! workers read: [`UdpBalance`]); each worker moves datagrams in batches
+//! (recvmmsg/sendmmsg) through reused buffers.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -10,6 +11,7 @@ use std::thread::JoinHandle;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::config::UdpBalance;
 use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::mmsg::{RecvBatch, SendBatch, BATCH};
 use crate::io::send::{Connections, Sender};
@@ -35,31 +37,50 @@ fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> 
     Ok(s)
 }
 
-/// Bound UDP sockets, one per worker, ready to start.
+/// Bound UDP sockets, ready to start: one per worker, or one all share.
 #[derive(Debug)]
 pub struct UdpServer {
     addr: SocketAddr,
-    sockets: Vec<UdpSocket>,
+    sockets: Vec<Arc<UdpSocket>>,
+    workers: usize,
 }
 
 impl UdpServer {
-    /// Binds `workers` SO_REUSEPORT sockets on `addr` (port 0 picks one
-    /// port for all), reporting ICMP errors if `icmp_errors` (a stateful
-    /// proxy's transactions fail on them; see `Sender::udp_errors`).
+    /// Binds the workers' SO_REUSEPORT sockets on `addr` (port 0 picks
+    /// one port for all; one socket for all with [`UdpBalance::Shared`]),
+    /// reporting ICMP errors if `icmp_errors` (a stateful proxy's
+    /// transactions fail on them; see `Sender::udp_errors`).
     ///
     /// A plain bind comes first so that a port already in use, even by
     /// another sipsec with SO_REUSEPORT, is reported instead of shared.
-    pub fn bind(addr: SocketAddr, workers: usize, icmp_errors: bool) -> io::Result<Self> {
+    pub fn bind(
+        addr: SocketAddr,
+        workers: usize,
+        icmp_errors: bool,
+        balance: UdpBalance,
+    ) -> io::Result<Self> {
+        let workers = workers.max(1);
         let probe = UdpSocket::bind(addr)?;
         let addr = probe.local_addr()?;
         drop(probe);
         let first = bind_reuseport(addr, icmp_errors)?;
         let addr = first.local_addr()?;
         let mut sockets = vec![first];
-        for _ in 1..workers.max(1) {
-            sockets.push(bind_reuseport(addr, icmp_errors)?);
+        if balance != UdpBalance::Shared {
+            for _ in 1..workers {
+                sockets.push(bind_reuseport(addr, icmp_errors)?);
+            }
         }
-        Ok(Self { addr, sockets })
+        if balance == UdpBalance::Spread && workers > 1 {
+            if let Err(e) = crate::io::mmsg::steer_at_random(&sockets[0], workers as u32) {
+                crate::io::log::udp_spread_unavailable(&e);
+            }
+        }
+        Ok(Self {
+            addr,
+            sockets: sockets.into_iter().map(Arc::new).collect(),
+            workers,
+        })
     }
 
     /// The bound address.
@@ -81,8 +102,8 @@ impl UdpServer {
         self.sockets[0].try_clone()
     }
 
-    /// Starts one worker per socket (journal `i` goes to worker `i`),
-    /// adding their threads to `threads`.
+    /// Starts the workers (journal `i` goes to worker `i`), adding their
+    /// threads to `threads`.
     pub fn start(
         self,
         shared: &Arc<Shared>,
@@ -92,9 +113,9 @@ impl UdpServer {
         threads: &mut Vec<JoinHandle<()>>,
     ) -> io::Result<()> {
         let mut backings = backings.into_iter();
-        for (i, sock) in self.sockets.into_iter().enumerate() {
+        for i in 0..self.workers {
             let stop = stop.clone();
-            let sock = Arc::new(sock);
+            let sock = self.sockets[i % self.sockets.len()].clone();
             let sender = Sender::new(
                 shared.clone(),
                 Some(sock.clone()),
@@ -105,7 +126,7 @@ impl UdpServer {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))
-                    .spawn(move || worker(&sock, core, storage, &stop, &sender))?,
+                    .spawn(move || worker(i, &sock, core, storage, &stop, &sender))?,
             );
         }
         Ok(())
@@ -117,6 +138,7 @@ impl UdpServer {
 const MAX_DEFERRED: usize = 8 * BATCH;
 
 fn worker(
+    index: usize,
     sock: &UdpSocket,
     mut core: Core,
     mut storage: Storage,
@@ -131,7 +153,10 @@ fn worker(
             // A batch is with a shared store: handle what arrived meanwhile
             // while it works, or, if nothing did, answer that batch now.
             match rx.recv_queued(sock) {
-                Ok(n) if n > 0 => n,
+                Ok(n) if n > 0 => {
+                    core.shared().metrics.udp_worker_received(index, n);
+                    n
+                }
                 Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
                     sender.udp_errors();
                     continue;
@@ -146,7 +171,10 @@ fn worker(
             // ICMP errors from earlier sends surface here: read them and
             // serve on. The stop's shutdown returns at once.
             match rx.recv(sock) {
-                Ok(n) => n,
+                Ok(n) => {
+                    core.shared().metrics.udp_worker_received(index, n);
+                    n
+                }
                 Err(_) => {
                     sender.udp_errors();
                     continue;
@@ -212,7 +240,10 @@ fn worker(
                 sender.udp_errors();
             }
             match rx.recv_queued(sock) {
-                Ok(more) if more > 0 => n = more,
+                Ok(more) if more > 0 => {
+                    core.shared().metrics.udp_worker_received(index, more);
+                    n = more;
+                }
                 Ok(_) => break,
                 Err(_) => {
                     sender.udp_errors();

@@ -253,6 +253,9 @@ impl Default for ByCode {
     }
 }
 
+/// UDP workers counted apart.
+pub const MAX_WORKERS_COUNTED: usize = 32;
+
 /// Everything the server counts.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -347,6 +350,9 @@ pub struct Metrics {
     /// Requests sent to another address of their next hop's name after
     /// the one tried failed (RFC 3263 §4.3).
     pub hop_failovers: AtomicU64,
+    /// Datagrams each UDP worker received (workers past the last share
+    /// the last slot): how evenly the load is spread.
+    udp_workers: [AtomicU64; MAX_WORKERS_COUNTED],
     /// Bindings dropped because the WebSocket connection they were
     /// registered over closed.
     pub flow_bindings_dropped: AtomicU64,
@@ -394,6 +400,18 @@ impl Metrics {
     /// Counts a connection closed for `reason`.
     pub fn closed(&self, reason: CloseReason) {
         bump(&self.closed[reason as usize]);
+    }
+
+    /// UDP worker `index` received `n` datagrams.
+    #[inline]
+    pub fn udp_worker_received(&self, index: usize, n: usize) {
+        let slot = index.min(MAX_WORKERS_COUNTED - 1);
+        self.udp_workers[slot].fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Datagrams UDP worker `index` received so far.
+    pub fn udp_worker_datagrams(&self, index: usize) -> u64 {
+        self.udp_workers[index.min(MAX_WORKERS_COUNTED - 1)].load(Ordering::Relaxed)
     }
 
     /// Connections closed for `reason` so far.
@@ -790,6 +808,13 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
                 c.load(Ordering::Relaxed)
             );
+        }
+        o.push_str("# HELP sipsec_udp_worker_datagrams_total Datagrams each UDP worker received (workers that received none are left out): how evenly the load is spread.\n# TYPE sipsec_udp_worker_datagrams_total counter\n");
+        for (i, c) in self.udp_workers.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(o, "sipsec_udp_worker_datagrams_total{{worker=\"{i}\"}} {n}");
+            }
         }
         o.push_str("# HELP sipsec_connections_closed_total Connections closed, by reason.\n# TYPE sipsec_connections_closed_total counter\n");
         for r in CloseReason::ALL {

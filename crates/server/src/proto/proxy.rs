@@ -897,7 +897,19 @@ impl Core {
                     }
                     Ok(()) => {}
                     Err(StartError::Exists) => {
+                        // A copy of the request started the transaction
+                        // meanwhile (on another worker): this one is a
+                        // retransmission and gets what that copy got.
                         out.clear();
+                        self.forks.clear();
+                        let now = self.now.mono;
+                        tx.on_request(
+                            key,
+                            msg.method(),
+                            now,
+                            &mut self.sends,
+                            &self.shared.metrics,
+                        );
                         return Reply::Drop;
                     }
                     Err(StartError::Full) => {

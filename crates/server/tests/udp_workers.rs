@@ -1,0 +1,166 @@
+//! One busy peer over two UDP workers (`udp_balance`): its datagrams use
+//! both, every transaction is answered once, and retransmissions that land
+//! on the other worker still meet their transaction.
+
+use std::collections::HashMap;
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use sipsec_server::config::UdpBalance;
+use sipsec_server::{start, Config, Mode, Started};
+
+fn server(name: &str, balance: UdpBalance) -> Started {
+    let dir = std::env::temp_dir().join(format!("sipsec-udp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 2,
+        udp_balance: balance,
+        data_dir: dir,
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
+fn socket() -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+fn recv(s: &UdpSocket) -> String {
+    let mut b = [0u8; 8192];
+    let n = s.recv(&mut b).expect("a message");
+    String::from_utf8_lossy(&b[..n]).into_owned()
+}
+
+fn header<'a>(msg: &'a str, name: &str) -> &'a str {
+    msg.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+        .unwrap_or("")
+}
+
+/// One peer (one address and port) registers 400 users; the two workers
+/// both serve it, and each REGISTER gets exactly one answer.
+fn one_flow_uses_both_workers(balance: UdpBalance) {
+    let s = server(&format!("{balance:?}"), balance);
+    let srv = s.handle.local_addr();
+    let peer = socket();
+    let me = peer.local_addr().expect("addr");
+    const N: usize = 400;
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let mut answered = |peer: &UdpSocket| {
+        let ok = recv(peer);
+        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
+    };
+    for i in 0..N {
+        let reg = format!(
+            "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-r{i}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:u{i}@localhost>;tag=t{i}\r\nTo: <sip:u{i}@localhost>\r\n\
+             Call-ID: reg-{i}\r\nCSeq: 1 REGISTER\r\nContact: <sip:u{i}@{me}>\r\n\
+             Expires: 600\r\nContent-Length: 0\r\n\r\n"
+        );
+        peer.send_to(reg.as_bytes(), srv).expect("send");
+        // Paced by the answers (a bounded window), so no datagram is lost
+        // to a full buffer.
+        if i >= 32 {
+            answered(&peer);
+        }
+    }
+    for _ in 0..32 {
+        answered(&peer);
+    }
+    assert_eq!(seen.len(), N, "every REGISTER answered");
+    assert!(seen.values().all(|&n| n == 1), "each once");
+    let m = &s.handle.shared().metrics;
+    let (a, b) = (m.udp_worker_datagrams(0), m.udp_worker_datagrams(1));
+    assert_eq!(a + b, N as u64);
+    assert!(a > 0 && b > 0, "one flow on both workers: {a} and {b}");
+}
+
+#[test]
+fn one_flow_is_spread_over_every_worker() {
+    one_flow_uses_both_workers(UdpBalance::Spread);
+}
+
+#[test]
+fn one_flow_is_shared_by_every_worker_reading_one_socket() {
+    one_flow_uses_both_workers(UdpBalance::Shared);
+}
+
+/// Retransmissions of one INVITE from one peer land on either worker; the
+/// transaction table they share absorbs all of them: the callee gets the
+/// INVITE once, the caller a 100 Trying for each copy and one 200.
+#[test]
+fn retransmissions_meet_their_transaction_on_any_worker() {
+    let s = server("retransmissions", UdpBalance::Spread);
+    let srv = s.handle.local_addr();
+    let callee = socket();
+    let at = callee.local_addr().expect("addr");
+    let reg = format!(
+        "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {at};branch=z9hG4bK-reg\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:bob@localhost>;tag=r\r\nTo: <sip:bob@localhost>\r\n\
+         Call-ID: reg-bob\r\nCSeq: 1 REGISTER\r\nContact: <sip:bob@{at}>\r\n\
+         Expires: 600\r\nContent-Length: 0\r\n\r\n"
+    );
+    callee.send_to(reg.as_bytes(), srv).expect("send");
+    assert!(recv(&callee).starts_with("SIP/2.0 200 "));
+    let caller = socket();
+    let me = caller.local_addr().expect("addr");
+    let invite = format!(
+        "INVITE sip:bob@localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-inv;rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@localhost>;tag=a\r\nTo: <sip:bob@localhost>\r\n\
+         Call-ID: spread-inv\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    const COPIES: usize = 40;
+    for _ in 0..COPIES {
+        caller.send_to(invite.as_bytes(), srv).expect("send");
+    }
+    // Every copy is answered (100 Trying) before the callee answers.
+    for _ in 0..COPIES {
+        let t = recv(&caller);
+        assert!(t.starts_with("SIP/2.0 100 "), "{t}");
+    }
+    let inv = recv(&callee);
+    assert!(inv.starts_with("INVITE sip:bob@"), "{inv}");
+    let mut ok = String::from("SIP/2.0 200 OK\r\n");
+    for l in inv.lines().skip(1) {
+        let name = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+        if ["via", "from", "call-id", "cseq", "record-route"].contains(&name.as_str()) {
+            ok.push_str(l);
+            ok.push_str("\r\n");
+        } else if name == "to" {
+            ok.push_str(l);
+            ok.push_str(";tag=b\r\n");
+        }
+    }
+    ok.push_str(&format!(
+        "Contact: <sip:bob@{at}>\r\nContent-Length: 0\r\n\r\n"
+    ));
+    callee.send_to(ok.as_bytes(), srv).expect("send");
+    let got = recv(&caller);
+    assert!(got.starts_with("SIP/2.0 200 "), "{got}");
+    // The callee saw the INVITE once: a second copy would be here before
+    // the 200's answer reached the caller.
+    callee.set_nonblocking(true).expect("nonblocking");
+    let mut b = [0u8; 8192];
+    assert!(callee.recv(&mut b).is_err(), "the INVITE went down once");
+    let m = &s.handle.shared().metrics;
+    assert!(m.udp_worker_datagrams(0) > 0 && m.udp_worker_datagrams(1) > 0);
+    assert_eq!(
+        m.retransmissions_absorbed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        COPIES as u64 - 1
+    );
+}
