@@ -32,6 +32,7 @@ pub mod params;
 pub mod proxy;
 mod scan;
 mod status;
+pub mod stun;
 pub mod transaction;
 pub mod transport;
 pub mod uri;

@@ -240,13 +240,13 @@ fn stun_ip(server: SocketAddr, bind: SocketAddr) -> Result<IpAddr, String> {
         .map_err(|e| e.to_string())?;
     let mut txid = [0u8; 12];
     getrandom::fill(&mut txid).map_err(|e| e.to_string())?;
-    let req = ua::stun::binding_request(txid);
+    let req = sip_core::stun::binding_request(txid);
     let mut buf = [0u8; 1500];
     for _ in 0..4 {
         sock.send_to(&req, server)
             .map_err(|e| format!("STUN {server}: {e}"))?;
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            return ua::stun::parse_response(&buf[..n], &txid)
+            return sip_core::stun::parse_response(&buf[..n], &txid)
                 .map(|a| a.ip())
                 .map_err(|e| format!("STUN {server}: {e}"));
         }

@@ -144,7 +144,8 @@ fn direct_call_without_a_server_and_stun_for_the_address() {
     std::thread::spawn(move || {
         let mut buf = [0u8; 1500];
         while let Ok((n, from)) = stun.recv_from(&mut buf) {
-            if let Some(r) = ua::stun::binding_response(&buf[..n], from) {
+            let mut r = Vec::new();
+            if sip_core::stun::answer(&buf[..n], from, &mut r) {
                 let _ = stun.send_to(&r, from);
             }
         }

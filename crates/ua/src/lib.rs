@@ -9,4 +9,3 @@ pub mod sdp;
 pub mod session;
 pub mod signal;
 pub mod sip;
-pub mod stun;

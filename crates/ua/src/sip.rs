@@ -109,40 +109,31 @@ pub fn response(
     contact: Option<&str>,
     body: Option<(&str, &str)>,
 ) -> Vec<u8> {
-    let mut s = format!("SIP/2.0 {status} {reason}\r\n");
-    for h in req.headers() {
-        let keep = match h.name {
-            HeaderName::Via | HeaderName::From | HeaderName::CallId | HeaderName::CSeq => true,
-            HeaderName::RecordRoute => (101..300).contains(&status),
-            _ => false,
-        };
-        if keep {
-            let _ = write!(s, "{}\r\n", h.line);
-        }
+    let Some(code) = sip_core::StatusCode::new(status) else {
+        return Vec::new();
+    };
+    let contact = contact.map(|c| format!("<{c}>"));
+    let mut extra = Vec::with_capacity(2);
+    if let Some(c) = &contact {
+        extra.push(("Contact", c.as_str()));
     }
-    let to = req.header(HeaderName::To).unwrap_or_default();
-    let _ = write!(s, "To: {to}");
-    if req.to().tag().is_none() {
-        if let Some(t) = to_tag {
-            let _ = write!(s, ";tag={t}");
-        }
-    }
-    s.push_str("\r\n");
-    if let Some(c) = contact {
-        let _ = write!(s, "Contact: <{c}>\r\n");
-    }
-    s.push_str("User-Agent: sipsec-phone\r\n");
-    match body {
-        Some((ctype, b)) => {
-            let _ = write!(
-                s,
-                "Content-Type: {ctype}\r\nContent-Length: {}\r\n\r\n{b}",
-                b.len()
-            );
-        }
-        None => s.push_str("Content-Length: 0\r\n\r\n"),
-    }
-    s.into_bytes()
+    extra.push(("User-Agent", "sipsec-phone"));
+    let mut out = Vec::new();
+    sip_core::writer::write_response(
+        &mut out,
+        req,
+        code,
+        &sip_core::writer::ResponseOptions {
+            reason: Some(reason),
+            to_tag,
+            copy_record_route: (101..300).contains(&status),
+            extra: &extra,
+            content_type: body.map(|(t, _)| t),
+            body: body.map_or(&[][..], |(_, b)| b.as_bytes()),
+            ..Default::default()
+        },
+    );
+    out
 }
 
 /// The URIs of a message's Record-Route headers, in order.

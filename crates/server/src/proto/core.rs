@@ -894,15 +894,15 @@ impl Core {
         }
         if transport == Transport::Udp {
             // RFC 5626 §8: keep-alives share the SIP port.
-            if crate::proto::stun::answer(input, src, out) {
+            if sip_core::stun::answer(input, src, out) {
                 bump(&self.shared.metrics.stun_bindings);
                 return Reply::Send(src, transport);
             }
-            if crate::proto::stun::is_crlf_keepalive(input) {
+            if sip_core::stun::is_crlf_keepalive(input) {
                 bump(&self.shared.metrics.keepalives);
                 return Reply::Drop;
             }
-            if crate::proto::stun::is_stun(input) {
+            if sip_core::stun::is_stun(input) {
                 // Other STUN methods, responses, bad lengths: not SIP.
                 bump(&self.shared.metrics.dropped);
                 return Reply::Drop;

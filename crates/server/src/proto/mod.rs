@@ -15,6 +15,5 @@ mod proxy;
 mod redirect;
 mod registrar;
 pub mod stateful;
-pub mod stun;
 pub mod users;
 pub mod websocket;
