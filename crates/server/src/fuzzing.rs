@@ -17,7 +17,7 @@ use crate::proto::auth::{Authenticator, NonceKey};
 use crate::proto::core::{Core, Now, Reply, Shared, Transport};
 use crate::proto::location::MemoryLocation;
 use crate::proto::users::{UserEntry, Users};
-use crate::proto::websocket;
+use sip_core::websocket::server as websocket;
 
 /// What separates the messages of one input.
 pub const SEPARATOR: &[u8] = b"\0\0";

@@ -228,7 +228,7 @@ fn a_frame_length_near_two_to_the_64_is_refused() {
         frames.extend_from_slice(&declared.to_be_bytes());
         frames.extend_from_slice(&mask);
         frames.extend_from_slice(&[0u8; 64]);
-        let mut decoder = sipsec_server::proto::websocket::Decoder::default();
+        let mut decoder = sip_core::websocket::server::Decoder::default();
         let e = decoder
             .decode(&mut frames.clone(), 1 << 16, |_| {})
             .expect_err("refused");

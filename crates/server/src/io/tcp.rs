@@ -44,7 +44,7 @@ use crate::io::tls::TlsContext;
 use crate::proto::core::{same_flow_transport, Core, Shared, Transport};
 use crate::proto::metrics::CloseReason;
 use crate::proto::stateful::{Key, Sends};
-use crate::proto::websocket::{self, Upgrade};
+use sip_core::websocket::server::{self as websocket, Upgrade};
 
 /// The listening sockets of the connection layer, by transport.
 #[derive(Debug, Default)]

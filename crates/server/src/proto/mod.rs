@@ -16,4 +16,3 @@ mod redirect;
 mod registrar;
 pub mod stateful;
 pub mod users;
-pub mod websocket;

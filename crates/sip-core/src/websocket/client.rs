@@ -1,33 +1,12 @@
-//! The client side of SIP over WebSocket (RFC 7118), sans-IO: the
-//! HTTP/1.1 upgrade request with the `sip` subprotocol (RFC 6455 §4.1,
-//! RFC 7118 §4.1), the check of the server's answer, masked client frames
-//! and the server's unmasked frames (RFC 6455 §5.2). For load generators
-//! and test clients; the server's side lives in the server crate.
+//! The client side of SIP over WebSocket (RFC 7118): the HTTP/1.1
+//! upgrade request with the `sip` subprotocol (RFC 6455 §4.1, RFC 7118
+//! §4.1), the check of the server's answer, masked client frames and the
+//! server's unmasked frames (RFC 6455 §5.2). For phones, load generators
+//! and test clients.
 
-/// First byte of a final text frame.
-pub const TEXT: u8 = 0x81;
-/// First byte of a final binary frame.
-pub const BINARY: u8 = 0x82;
-/// First byte of a close frame.
-pub const CLOSE: u8 = 0x88;
-/// First byte of a pong frame.
-pub const PONG: u8 = 0x8a;
-
-/// Opcodes (RFC 6455 §5.2).
-pub mod opcode {
-    /// Continuation of a fragmented message.
-    pub const CONTINUATION: u8 = 0x0;
-    /// A text frame.
-    pub const TEXT: u8 = 0x1;
-    /// A binary frame.
-    pub const BINARY: u8 = 0x2;
-    /// Close.
-    pub const CLOSE: u8 = 0x8;
-    /// Ping.
-    pub const PING: u8 = 0x9;
-    /// Pong.
-    pub const PONG: u8 = 0xa;
-}
+use super::parse_header;
+#[cfg(test)]
+use super::{opcode, BINARY, TEXT};
 
 /// Longest upgrade answer read before giving up on the server.
 pub const MAX_UPGRADE_ANSWER: usize = 8 << 10;
@@ -90,7 +69,7 @@ pub fn upgrade_answer(bytes: &[u8]) -> Answer {
 }
 
 /// Appends a client frame (RFC 6455 §5.2): `first` is the FIN bit and
-/// opcode (e.g. [`TEXT`]), the payload masked with `mask`.
+/// opcode (e.g. [`super::TEXT`]), the payload masked with `mask`.
 pub fn push_client_frame(out: &mut Vec<u8>, first: u8, payload: &[u8], mask: [u8; 4]) {
     out.reserve(payload.len() + 14);
     out.push(first);
@@ -121,7 +100,7 @@ pub fn client_frame(first: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
 pub struct Frame<'a> {
     /// The FIN bit: the last frame of its message.
     pub fin: bool,
-    /// The opcode (see [`opcode`]).
+    /// The opcode (see [`super::opcode`]).
     pub opcode: u8,
     /// The payload.
     pub payload: &'a [u8],
@@ -133,41 +112,26 @@ pub struct Frame<'a> {
 /// not whole; an error for what a server must not send (a masked frame,
 /// reserved bits, a frame longer than `max`).
 pub fn server_frame(bytes: &[u8], max: usize) -> Result<Option<Frame<'_>>, &'static str> {
-    let (Some(&b0), Some(&b1)) = (bytes.first(), bytes.get(1)) else {
+    let Some(h) = parse_header(bytes) else {
         return Ok(None);
     };
-    if b0 & 0x70 != 0 {
+    if h.rsv != 0 {
         return Err("reserved bits set in a server frame");
     }
-    if b1 & 0x80 != 0 {
+    if h.mask.is_some() {
         // RFC 6455 §5.1: a server never masks.
         return Err("a masked server frame");
     }
-    let (head, len) = match b1 & 0x7f {
-        126 => match bytes.get(2..4) {
-            Some(l) => (4, u64::from(u16::from_be_bytes([l[0], l[1]]))),
-            None => return Ok(None),
-        },
-        127 => match bytes.get(2..10) {
-            Some(l) => {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(l);
-                (10, u64::from_be_bytes(b))
-            }
-            None => return Ok(None),
-        },
-        n => (2, u64::from(n)),
-    };
-    if len > max as u64 {
+    if h.len > max as u64 {
         return Err("a server frame larger than allowed");
     }
-    let end = head + len as usize;
-    let Some(payload) = bytes.get(head..end) else {
+    let end = h.size + h.len as usize;
+    let Some(payload) = bytes.get(h.size..end) else {
         return Ok(None);
     };
     Ok(Some(Frame {
-        fin: b0 & 0x80 != 0,
-        opcode: b0 & 0x0f,
+        fin: h.fin,
+        opcode: h.opcode,
         payload,
         len: end,
     }))

@@ -3,36 +3,14 @@
 //! §4.1), and the frames that follow (RFC 6455 §5), one SIP message per
 //! WebSocket message.
 //!
-//! The reactor hands this module the bytes a connection gave and sends
-//! what it returns; frame headers are read and written by `tungstenite`'s
-//! frame codec, everything about SIP is here.
+//! The server's side: a reactor hands this module the bytes a connection
+//! gave and sends what it returns.
 
-use std::io::Cursor;
-
-use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
-use tungstenite::protocol::frame::FrameHeader;
+pub use super::close;
+use super::{opcode, parse_header, unmasked_header};
 
 /// Longest upgrade request accepted (request line and headers).
 pub const MAX_UPGRADE: usize = 8 << 10;
-
-/// Close codes this server sends (RFC 6455 §7.4.1).
-pub mod close {
-    /// The purpose of the connection is fulfilled (an answer to the
-    /// peer's close).
-    pub const NORMAL: u16 = 1000;
-    /// The endpoint is going away (server shutdown).
-    pub const GOING_AWAY: u16 = 1001;
-    /// A protocol error: an unmasked client frame, reserved bits or
-    /// opcodes, a fragmented or oversized control frame, a continuation
-    /// out of place.
-    pub const PROTOCOL: u16 = 1002;
-    /// A text message that is not UTF-8.
-    pub const INVALID_DATA: u16 = 1007;
-    /// The peer broke this server's policy (pings far beyond the pace).
-    pub const POLICY_VIOLATION: u16 = 1008;
-    /// A message larger than the server accepts.
-    pub const TOO_BIG: u16 = 1009;
-}
 
 /// What an upgrade request came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -82,6 +60,17 @@ fn valid_key(key: &str) -> bool {
         && b[..22]
             .iter()
             .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+}
+
+/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2 step 5.4): base64 of
+/// the SHA-1 of the key and the protocol's GUID.
+fn accept_key(key: &str) -> String {
+    use base64::Engine as _;
+    use sha1::Digest as _;
+    let mut h = sha1::Sha1::new();
+    h.update(key.as_bytes());
+    h.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(h.finalize())
 }
 
 /// Reads an upgrade request from the start of `bytes`. `origins`, when
@@ -176,7 +165,7 @@ pub fn upgrade(bytes: &[u8], origins: &[String]) -> Upgrade {
             "the sip WebSocket subprotocol is required (RFC 7118 section 4.1)",
         );
     }
-    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let accept = accept_key(key);
     let response = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: sip\r\n\r\n"
     )
@@ -233,14 +222,11 @@ impl Decoder {
     ) -> Result<usize, Violation> {
         let mut at = 0;
         while at < bytes.len() {
-            let mut cursor = Cursor::new(&bytes[at..]);
-            let (header, len) = match FrameHeader::parse(&mut cursor) {
-                Ok(Some(h)) => h,
-                Ok(None) => break,
-                Err(_) => return Err(violation(close::PROTOCOL, "reserved opcode")),
+            let Some(header) = parse_header(&bytes[at..]) else {
+                break;
             };
-            let head = cursor.position() as usize;
-            if header.rsv1 || header.rsv2 || header.rsv3 {
+            let (head, len) = (header.size, header.len);
+            if header.rsv != 0 {
                 return Err(violation(
                     close::PROTOCOL,
                     "reserved bits set (no extension agreed)",
@@ -250,8 +236,8 @@ impl Decoder {
             let Some(mask) = header.mask else {
                 return Err(violation(close::PROTOCOL, "an unmasked client frame"));
             };
-            let control = matches!(header.opcode, OpCode::Control(_));
-            if control && (len > 125 || !header.is_final) {
+            let control = header.is_control();
+            if control && (len > 125 || !header.fin) {
                 return Err(violation(
                     close::PROTOCOL,
                     "a control frame fragmented or longer than 125 bytes",
@@ -283,9 +269,9 @@ impl Decoder {
             at = end;
             let payload = &bytes[end - payload_len(len)..end];
             match header.opcode {
-                OpCode::Control(Control::Ping) => on(Event::Ping(payload)),
-                OpCode::Control(Control::Pong) => {}
-                OpCode::Control(Control::Close) => {
+                opcode::PING => on(Event::Ping(payload)),
+                opcode::PONG => {}
+                opcode::CLOSE => {
                     let code = match payload {
                         [] => None,
                         [a, b, rest @ ..] if std::str::from_utf8(rest).is_ok() => {
@@ -296,10 +282,7 @@ impl Decoder {
                     on(Event::Close(code));
                     return Ok(at);
                 }
-                OpCode::Control(Control::Reserved(_)) | OpCode::Data(Data::Reserved(_)) => {
-                    return Err(violation(close::PROTOCOL, "reserved opcode"));
-                }
-                OpCode::Data(Data::Continue) => {
+                opcode::CONTINUATION => {
                     let Some((buf, _)) = &mut self.partial else {
                         return Err(violation(
                             close::PROTOCOL,
@@ -307,27 +290,28 @@ impl Decoder {
                         ));
                     };
                     buf.extend_from_slice(payload);
-                    if header.is_final {
+                    if header.fin {
                         let (buf, text) = self.partial.take().unwrap_or_default();
                         check_text(&buf, text)?;
                         on(Event::Message(&buf));
                     }
                 }
-                OpCode::Data(d) => {
+                d @ (opcode::TEXT | opcode::BINARY) => {
                     if self.partial.is_some() {
                         return Err(violation(
                             close::PROTOCOL,
                             "a new message before the last one finished",
                         ));
                     }
-                    let text = d == Data::Text;
-                    if header.is_final {
+                    let text = d == opcode::TEXT;
+                    if header.fin {
                         check_text(payload, text)?;
                         on(Event::Message(payload));
                     } else {
                         self.partial = Some((payload.to_vec(), text));
                     }
                 }
+                _ => return Err(violation(close::PROTOCOL, "reserved opcode")),
             }
         }
         Ok(at)
@@ -348,35 +332,21 @@ fn check_text(payload: &[u8], text: bool) -> Result<(), Violation> {
     Ok(())
 }
 
-/// A server frame's header (unmasked, final) for `len` payload bytes:
-/// text when the payload is UTF-8, else binary (RFC 7118 §5.1). Returns
-/// the buffer and how much of it is the header.
+/// A server frame's header (unmasked, final) for `payload`: text when
+/// the payload is UTF-8, else binary (RFC 7118 §5.1). Returns the buffer
+/// and how much of it is the header.
 pub fn data_header(payload: &[u8]) -> ([u8; 10], usize) {
-    let data = if std::str::from_utf8(payload).is_ok() {
-        Data::Text
+    let first = if std::str::from_utf8(payload).is_ok() {
+        super::TEXT
     } else {
-        Data::Binary
+        super::BINARY
     };
-    header(OpCode::Data(data), payload.len())
-}
-
-fn header(opcode: OpCode, len: usize) -> ([u8; 10], usize) {
-    let mut buf = [0u8; 10];
-    let mut cursor = Cursor::new(&mut buf[..]);
-    let h = FrameHeader {
-        is_final: true,
-        opcode,
-        ..FrameHeader::default()
-    };
-    // Ten bytes hold any unmasked header.
-    let _ = h.format(len as u64, &mut cursor);
-    let n = cursor.position() as usize;
-    (buf, n)
+    unmasked_header(first, payload.len())
 }
 
 /// A whole pong frame answering a ping with `payload` (≤ 125 bytes).
 pub fn pong(payload: &[u8]) -> Vec<u8> {
-    let (h, n) = header(OpCode::Control(Control::Pong), payload.len());
+    let (h, n) = unmasked_header(super::PONG, payload.len());
     let mut f = h[..n].to_vec();
     f.extend_from_slice(payload);
     f
@@ -384,7 +354,7 @@ pub fn pong(payload: &[u8]) -> Vec<u8> {
 
 /// A whole close frame with `code`.
 pub fn close_frame(code: u16) -> Vec<u8> {
-    let (h, n) = header(OpCode::Control(Control::Close), 2);
+    let (h, n) = unmasked_header(super::CLOSE, 2);
     let mut f = h[..n].to_vec();
     f.extend_from_slice(&code.to_be_bytes());
     f
@@ -404,7 +374,7 @@ mod tests {
 
     /// A client frame: masked, with the given first byte.
     fn frame(first: u8, payload: &[u8]) -> Vec<u8> {
-        sip_core::websocket::client_frame(first, payload, [1, 2, 3, 4])
+        super::super::client_frame(first, payload, [1, 2, 3, 4])
     }
 
     fn events(d: &mut Decoder, bytes: &[u8]) -> (Result<usize, Violation>, Vec<String>) {
