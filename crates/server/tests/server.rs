@@ -7,7 +7,6 @@ use std::time::Duration;
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
 use sip_core::{HeaderName, Message, Method, StatusCode};
-use sipsec_server::proto::location::Location;
 use sipsec_server::proto::users::{UserEntry, Users};
 use sipsec_server::{start, Config, Mode, Started};
 

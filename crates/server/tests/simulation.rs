@@ -20,7 +20,7 @@ use sip_core::transaction::{ServerInvite, TimerConfig};
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode};
 use sipsec_server::proto::auth::{Authenticator, NonceKey};
-use sipsec_server::proto::location::{Binding, Location, MemoryLocation, Record};
+use sipsec_server::proto::location::{Binding, MemoryLocation, Record};
 use sipsec_server::proto::users::{UserEntry, Users};
 use sipsec_server::{Config, Core, Mode, Now, Reply, Shared, Transport};
 

@@ -464,9 +464,7 @@ pub fn remove_bindings(
     pick: &dyn Fn(&crate::proto::location::Binding) -> bool,
     now: u64,
 ) -> Result<usize, String> {
-    use crate::proto::location::{
-        ContactChange, Location, Registration, UpdateError, UpdatePolicy,
-    };
+    use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
     let reg = Registration {
         call_id: "",
         cseq: 0,

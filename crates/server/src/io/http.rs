@@ -19,7 +19,6 @@ use serde_json::json;
 use crate::io::clock::unix_now;
 use crate::io::tcp::TcpHub;
 use crate::proto::core::Shared;
-use crate::proto::location::Location;
 
 /// What the endpoint reports on.
 #[derive(Debug, Clone)]

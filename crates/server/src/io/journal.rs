@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 pub use crate::config::Durability;
 use crate::io::maplog::MappedLog;
-use crate::proto::location::{Binding, Flow, Location, MemoryLocation, Record};
+use crate::proto::location::{Binding, Flow, MemoryLocation, Record};
 
 fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     let _ = write!(
@@ -547,7 +547,8 @@ mod tests {
         for i in from..from + n {
             let aor = format!("sip:u{i}@x");
             let contact = format!("sip:u{i}@192.0.2.1");
-            loc.update(
+            crate::proto::location::tests::update(
+                loc,
                 &aor,
                 &[change(&contact, 600)],
                 false,
@@ -558,7 +559,8 @@ mod tests {
             )
             .expect("bind");
             if i % 3 == 0 {
-                loc.update(
+                crate::proto::location::tests::update(
+                    loc,
                     &aor,
                     &[change(&contact, 0)],
                     false,

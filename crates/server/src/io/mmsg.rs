@@ -1,6 +1,8 @@
 //! Batched UDP I/O with `recvmmsg(2)` and `sendmmsg(2)` (Linux): one system
-//! call moves up to [`BATCH`] datagrams. This is the crate's only unsafe
-//! code; every block states what makes it sound.
+//! call moves up to [`BATCH`] datagrams; and the other socket calls the
+//! standard library lacks (ICMP error queues, reuseport steering, the
+//! descriptor limit). With `maplog`, the crate's only unsafe code; every
+//! block states what makes it sound.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -390,6 +392,31 @@ pub fn send_to(sock: &UdpSocket, bytes: &[u8], dest: SocketAddr) -> bool {
         }
     }
     true
+}
+
+/// Raises the soft file-descriptor limit to the hard one; returns the
+/// new soft limit.
+pub fn raise_fd_limit() -> usize {
+    // SAFETY: getrlimit/setrlimit read and write a plain struct we own.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+        usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
+    }
 }
 
 #[cfg(test)]

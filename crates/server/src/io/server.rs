@@ -15,7 +15,7 @@ use crate::io::tls::TlsContext;
 use crate::io::udp::UdpServer;
 use crate::proto::auth::Authenticator;
 use crate::proto::core::{Core, Shared};
-use crate::proto::location::{Location, MemoryLocation};
+use crate::proto::location::MemoryLocation;
 use crate::proto::users::Users;
 
 /// Why the server could not start; each names what to fix.

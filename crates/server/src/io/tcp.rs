@@ -97,32 +97,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Raises the soft file-descriptor limit to the hard one; returns the
-/// new soft limit.
-#[allow(unsafe_code)]
-pub fn raise_fd_limit() -> usize {
-    // SAFETY: getrlimit/setrlimit read and write a plain struct we own.
-    unsafe {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 1024;
-        }
-        if r.rlim_cur < r.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: r.rlim_max,
-                rlim_max: r.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                r.rlim_cur = r.rlim_max;
-            }
-        }
-        usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
-    }
-}
-
 /// The connection limit in effect: the configured one, or what the
 /// file-descriptor limit leaves after the reserve.
 pub fn effective_limit(configured: usize, fd_limit: usize) -> usize {
@@ -366,7 +340,7 @@ impl TcpHub {
         stop: Arc<AtomicBool>,
     ) -> Arc<Self> {
         let limits = shared.config.connections.clone();
-        let max = effective_limit(limits.max, raise_fd_limit());
+        let max = effective_limit(limits.max, crate::io::mmsg::raise_fd_limit());
         Arc::new(Self {
             shared,
             backing,

@@ -20,7 +20,7 @@ use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
 use crate::config::{Config, Mode};
 use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
 use crate::proto::guard::{Guard, Verdict};
-use crate::proto::location::{Binding, Location, MemoryLocation, Prepared, Record, StoreError};
+use crate::proto::location::{Binding, MemoryLocation, Prepared, Record, StoreError};
 use crate::proto::metrics::{Metrics, Stage, Stopwatch};
 use crate::proto::names::{Found, Names, Route};
 use crate::proto::privacy::{Privacy, Reveal};

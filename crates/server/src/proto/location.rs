@@ -310,69 +310,6 @@ impl Prepared {
     }
 }
 
-/// The location-service interface shared by every backend.
-pub trait Location: Send + Sync {
-    /// Computes a REGISTER's changes for `aor` against the stored
-    /// bindings (`remove_all` is `Contact: *`) and marks the AoR busy
-    /// until [`commit`](Self::commit); nothing is applied yet. `aor`
-    /// and the bindings as they will be after the change are kept in the
-    /// [`Prepared`] change.
-    fn prepare(
-        &self,
-        aor: String,
-        changes: &[ContactChange<'_>],
-        remove_all: bool,
-        reg: &Registration<'_>,
-        policy: &UpdatePolicy,
-    ) -> Result<Prepared, UpdateError>;
-
-    /// Applies a prepared change whose records were `stored`, or forgets
-    /// it when they were not (memory never holds what storage lacks).
-    fn commit(&self, prepared: Prepared, stored: bool);
-
-    /// [`prepare`](Self::prepare), `persist`, [`commit`](Self::commit) in
-    /// one call, for callers that store synchronously (tests, tools).
-    #[allow(clippy::too_many_arguments)]
-    fn update(
-        &self,
-        aor: &str,
-        changes: &[ContactChange<'_>],
-        remove_all: bool,
-        reg: &Registration<'_>,
-        policy: &UpdatePolicy,
-        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
-        current: &mut Vec<Binding>,
-    ) -> Result<(), UpdateError> {
-        let prepared = self.prepare(aor.to_owned(), changes, remove_all, reg, policy)?;
-        current.clear();
-        current.extend_from_slice(prepared.bindings());
-        if prepared.is_empty() {
-            self.commit(prepared, true);
-            return Ok(());
-        }
-        let result = persist(prepared.records());
-        self.commit(prepared, result.is_ok());
-        result.map_err(UpdateError::Journal)
-    }
-
-    /// Live bindings for `aor`, highest q first.
-    fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>);
-
-    /// Drops expired bindings; returns how many.
-    fn expire(&self, now: u64) -> usize;
-
-    /// All live bindings (for the operator view).
-    fn snapshot(&self, now: u64) -> Vec<(String, Binding)>;
-
-    /// Number of live bindings.
-    fn len(&self, now: u64) -> usize;
-
-    /// Whether there are no live bindings.
-    fn is_empty(&self, now: u64) -> bool {
-        self.len(now) == 0
-    }
-}
-
 const SHARDS: usize = 64;
 
 /// One AoR: its committed bindings, and the token of the change being
@@ -544,8 +481,13 @@ fn bind(list: &mut Vec<Binding>, binding: Binding) {
     }
 }
 
-impl Location for MemoryLocation {
-    fn prepare(
+impl MemoryLocation {
+    /// Computes a REGISTER's changes for `aor` against the stored
+    /// bindings (`remove_all` is `Contact: *`) and marks the AoR busy
+    /// until [`commit`](Self::commit); nothing is applied yet. `aor`
+    /// and the bindings as they will be after the change are kept in the
+    /// [`Prepared`] change.
+    pub fn prepare(
         &self,
         key: String,
         changes: &[ContactChange<'_>],
@@ -728,7 +670,9 @@ impl Location for MemoryLocation {
         })
     }
 
-    fn commit(&self, prepared: Prepared, stored: bool) {
+    /// Applies a prepared change whose records were `stored`, or forgets
+    /// it when they were not (memory never holds what storage lacks).
+    pub fn commit(&self, prepared: Prepared, stored: bool) {
         if prepared.token == 0 {
             return;
         }
@@ -760,7 +704,8 @@ impl Location for MemoryLocation {
         }
     }
 
-    fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
+    /// Live bindings for `aor`, highest q first.
+    pub fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
         out.clear();
         let hash = self.hash(aor);
         let shard = self.shard(hash).read().unwrap_or_else(|e| e.into_inner());
@@ -771,7 +716,8 @@ impl Location for MemoryLocation {
         out.sort_by_key(|b| std::cmp::Reverse(b.q));
     }
 
-    fn expire(&self, now: u64) -> usize {
+    /// Drops expired bindings; returns how many.
+    pub fn expire(&self, now: u64) -> usize {
         let mut n = 0;
         for s in &self.shards {
             let mut s = s.write().unwrap_or_else(|e| e.into_inner());
@@ -786,7 +732,8 @@ impl Location for MemoryLocation {
         n
     }
 
-    fn snapshot(&self, now: u64) -> Vec<(String, Binding)> {
+    /// All live bindings (for the operator view).
+    pub fn snapshot(&self, now: u64) -> Vec<(String, Binding)> {
         let mut v = Vec::new();
         for s in &self.shards {
             let s = s.read().unwrap_or_else(|e| e.into_inner());
@@ -803,7 +750,8 @@ impl Location for MemoryLocation {
         v
     }
 
-    fn len(&self, now: u64) -> usize {
+    /// Number of live bindings.
+    pub fn len(&self, now: u64) -> usize {
         self.shards
             .iter()
             .map(|s| {
@@ -815,11 +763,41 @@ impl Location for MemoryLocation {
             })
             .sum()
     }
+
+    /// Whether there are no live bindings.
+    pub fn is_empty(&self, now: u64) -> bool {
+        self.len(now) == 0
+    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// Prepare, persist, commit in one call, as a caller that stores
+    /// synchronously would.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn update(
+        loc: &MemoryLocation,
+        aor: &str,
+        changes: &[ContactChange<'_>],
+        remove_all: bool,
+        reg: &Registration<'_>,
+        policy: &UpdatePolicy,
+        persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
+        current: &mut Vec<Binding>,
+    ) -> Result<(), UpdateError> {
+        let prepared = loc.prepare(aor.to_owned(), changes, remove_all, reg, policy)?;
+        current.clear();
+        current.extend_from_slice(prepared.bindings());
+        if prepared.is_empty() {
+            loc.commit(prepared, true);
+            return Ok(());
+        }
+        let result = persist(prepared.records());
+        loc.commit(prepared, result.is_ok());
+        result.map_err(UpdateError::Journal)
+    }
 
     pub(crate) fn src() -> SocketAddr {
         "192.0.2.1:5060".parse().expect("literal")
@@ -897,7 +875,7 @@ pub(crate) mod tests {
             Ok(())
         };
         let policy = UpdatePolicy::default();
-        loc.update(aor, changes, remove_all, r, &policy, &mut persist, cur)
+        update(loc, aor, changes, remove_all, r, &policy, &mut persist, cur)
     }
 
     #[test]
@@ -982,7 +960,8 @@ pub(crate) mod tests {
         let mut cur = Vec::new();
         let policy = UpdatePolicy::default();
         let mut ok = |_: &[Record]| Ok(());
-        loc.update(
+        update(
+            &loc,
             "sip:a@x",
             &[change("sip:a@1.1.1.1", 60)],
             false,
@@ -998,7 +977,8 @@ pub(crate) mod tests {
             (vec![change("sip:a@1.1.1.1", 0)], false),
             (vec![], true),
         ] {
-            let r = loc.update(
+            let r = update(
+                &loc,
                 "sip:a@x",
                 &changes,
                 star,
@@ -1028,7 +1008,8 @@ pub(crate) mod tests {
             ..UpdatePolicy::default()
         };
         for (i, c) in ["sip:1@h", "sip:2@h"].into_iter().enumerate() {
-            loc.update(
+            update(
+                &loc,
                 "sip:a@x",
                 &[change(c, 60 + i as u32)],
                 false,
@@ -1040,7 +1021,8 @@ pub(crate) mod tests {
             .expect("within the limit");
         }
         let third = [change("sip:3@h", 90)];
-        let r = loc.update(
+        let r = update(
+            &loc,
             "sip:a@x",
             &third,
             false,
@@ -1051,7 +1033,8 @@ pub(crate) mod tests {
         );
         assert!(matches!(r, Err(UpdateError::TooManyContacts { max: 2 })));
         policy.overflow = Overflow::ReplaceOldest;
-        loc.update(
+        update(
+            &loc,
             "sip:a@x",
             &third,
             false,
@@ -1069,7 +1052,8 @@ pub(crate) mod tests {
             "the one closest to expiry went"
         );
         policy.max_listing = 10;
-        let r = loc.update(
+        let r = update(
+            &loc,
             "sip:b@x",
             &[change("sip:long-enough@h", 60)],
             false,

@@ -17,11 +17,10 @@ use crate::proto::core::{
     Transport, ALLOW, MAX_DATAGRAM,
 };
 use crate::proto::fork::{Fork, MAX_BRANCHES};
-use crate::proto::location::Location;
 use crate::proto::metrics::Stage;
 use crate::proto::names::{Found, Park, Route};
 use crate::proto::stateful::{
-    parse_branch, Hop, Key, Seen, StartError, Target, Upstream, BRANCH_MASK, BRANCH_PREFIX,
+    parse_branch, Hop, Key, NotStarted, Seen, Target, Upstream, BRANCH_MASK, BRANCH_PREFIX,
     FORK_SHIFT, ID_MASK, LOCAL_TAG_PREFIX,
 };
 
@@ -896,7 +895,7 @@ impl Core {
                             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                     }
                     Ok(()) => {}
-                    Err(StartError::Exists) => {
+                    Err(NotStarted::Exists) => {
                         // A copy of the request started the transaction
                         // meanwhile (on another worker): this one is a
                         // retransmission and gets what that copy got.
@@ -912,7 +911,7 @@ impl Core {
                         );
                         return Reply::Drop;
                     }
-                    Err(StartError::Full) => {
+                    Err(NotStarted::Full) => {
                         out.clear();
                         return self.respond(
                             msg,

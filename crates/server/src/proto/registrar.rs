@@ -11,7 +11,7 @@ use crate::config::PathMode;
 use crate::proto::core::{
     aor_of, bump, first_path_uri, has_option_tag, reveal, Core, Reply, Transport, MAX_DATAGRAM,
 };
-use crate::proto::location::{ContactChange, Location, Registration, UpdateError, UpdatePolicy};
+use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
 use crate::proto::metrics::Stage;
 
 /// An unverified UDP source gets at most this many times the bytes it

@@ -630,7 +630,7 @@ pub enum Upstream {
 /// Why a transaction could not start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum StartError {
+pub enum NotStarted {
     /// The same transaction already exists (a retransmission raced in).
     Exists,
     /// [`MAX_TRANSACTIONS`] or the memory bound reached.
@@ -964,16 +964,16 @@ impl Transactions {
         now: Instant,
         sends: &mut Sends,
         metrics: &Metrics,
-    ) -> Result<(), StartError> {
+    ) -> Result<(), NotStarted> {
         let active = &metrics.active_transactions;
         if active.load(Ordering::Relaxed) >= MAX_TRANSACTIONS
             || metrics.transaction_bytes.load(Ordering::Relaxed) >= self.max_bytes
         {
-            return Err(StartError::Full);
+            return Err(NotStarted::Full);
         }
         let mut shard = lock(self.shard(key));
         if shard.map.contains_key(&key) {
-            return Err(StartError::Exists);
+            return Err(NotStarted::Exists);
         }
         let invite = request.method() == Method::Invite;
         let mut branches: Vec<Branch> = targets
@@ -1432,8 +1432,8 @@ mod tests {
                 &m,
             ) {
                 Ok(()) => started += 1,
-                Err(StartError::Full) => full += 1,
-                Err(StartError::Exists) => unreachable!("distinct keys"),
+                Err(NotStarted::Full) => full += 1,
+                Err(NotStarted::Exists) => unreachable!("distinct keys"),
             }
             sends.clear();
         }
@@ -1476,7 +1476,7 @@ mod tests {
                 &mut sends,
                 &m
             ),
-            Err(StartError::Exists)
+            Err(NotStarted::Exists)
         );
         sends.clear();
         assert_eq!(
