@@ -511,7 +511,7 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
         ));
     }
     // Servers inherit this limit; each holds its share of the connections.
-    let limit = crate::poll::raise_fd_limit(2 * plan.connections as u64 + 4096);
+    let limit = sip_udp::raise_fd_limit_to(2 * plan.connections as u64 + 4096);
     let per_process = limit.saturating_sub(FD_RESERVE).max(1);
     let per_server = plan.connections.div_ceil(plan.nodes) as u64;
     if per_server > per_process {
@@ -902,7 +902,7 @@ pub fn phones(mut input: impl io::BufRead, mut output: impl Write) -> Result<(),
         ));
     }
     let ids: Vec<usize> = (spec.first..spec.connections).step_by(spec.step).collect();
-    let limit = crate::poll::raise_fd_limit(ids.len() as u64 * 2 + 4096);
+    let limit = sip_udp::raise_fd_limit_to(ids.len() as u64 * 2 + 4096);
     if (ids.len() as u64) > limit.saturating_sub(FD_RESERVE) {
         return Err(Error::Input(format!(
             "{} phones need more descriptors than the {limit} this process may open",
@@ -1133,7 +1133,7 @@ impl Share {
         sock.set_nodelay(true)?;
         // The port is chosen at connect, per destination: earlier runs'
         // TIME_WAIT sockets on the same source do not exhaust it.
-        crate::poll::bind_address_no_port(&sock)?;
+        sip_udp::bind_address_no_port(&sock)?;
         sock.bind(&src.into())?;
         match sock.connect(&server.into()) {
             Ok(()) => {}

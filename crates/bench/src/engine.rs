@@ -282,7 +282,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     if per > 1 {
         // Each flow holds a descriptor (and an epoll watch).
         let needed = (threads * per) as u64 + 1024;
-        let limit = crate::poll::raise_fd_limit(needed);
+        let limit = sip_udp::raise_fd_limit_to(needed);
         if limit < needed {
             return Err(io::Error::other(format!(
                 "{} flows need a descriptor limit of {needed}; this process may open {limit}: raise the hard limit (`ulimit -Hn`) or use fewer --flows",

@@ -19,7 +19,6 @@ pub mod handshake;
 pub mod link;
 pub mod peak;
 pub mod plot;
-pub(crate) mod poll;
 pub mod privacy;
 pub mod privacy_route;
 pub mod provenance;
@@ -41,7 +40,7 @@ use crate::report::Report;
 /// Pins the calling thread, and the generator threads it starts later,
 /// to CPU `core`.
 pub fn pin_to_core(core: usize) -> std::io::Result<()> {
-    poll::pin_to_core(core)
+    sip_udp::pin_to_core(core)
 }
 
 /// Runs `work` while another thread calls `tick` with the time elapsed

@@ -32,7 +32,7 @@ const RX_SLOT: usize = 1 << 16;
 /// The receive buffer a worker hands to [`Link::receive`]: a batch of
 /// datagrams (`recvmmsg`), one slot each; a connection reads into its
 /// first 64 KiB. Its pages are zero until written.
-pub const RECEIVE_BUFFER: usize = crate::poll::BATCH * RX_SLOT;
+pub const RECEIVE_BUFFER: usize = sip_udp::SLOTS * RX_SLOT;
 /// What one read of a connection takes at most.
 const STREAM_READ: usize = 65_535;
 
@@ -61,14 +61,13 @@ impl Datagrams {
     /// of 64 KiB, or one slot when it is smaller); returns how many.
     fn receive(&mut self, rx: &mut [u8], max: usize, on: &mut impl FnMut(&[u8])) -> usize {
         let slot = RX_SLOT.min(rx.len()).max(1);
-        let slots = (rx.len() / slot).clamp(1, crate::poll::BATCH);
+        let slots = (rx.len() / slot).clamp(1, sip_udp::SLOTS);
         let mut n = 0;
-        let mut lens = [0usize; crate::poll::BATCH];
+        let mut lens = [0usize; sip_udp::SLOTS];
         while n < max {
             let want = (max - n).min(slots);
             // An error (EAGAIN: nothing queued) ends the turn.
-            let Ok(got) =
-                crate::poll::recv_batch(self.socket.as_raw_fd(), rx, slot, &mut lens[..want])
+            let Ok(got) = sip_udp::recv_batch(self.socket.as_raw_fd(), rx, slot, &mut lens[..want])
             else {
                 break;
             };
@@ -386,7 +385,7 @@ impl Link {
     /// Waits until there is something to read (or, with a write queue,
     /// room to write) or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
-        crate::poll::wait(self.raw_fd(), self.wants_write(), timeout);
+        sip_udp::wait(self.raw_fd(), self.wants_write(), timeout);
     }
 }
 

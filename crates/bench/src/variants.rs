@@ -261,7 +261,7 @@ pub fn experiment(plan: &Plan, mut progress: impl FnMut(&Point)) -> Result<Vec<P
     let client = crate::link::without_resumption(&client);
     if plan.pin {
         // Threads started from here on (callers, next hops) inherit it.
-        crate::poll::pin_to_core(1).map_err(Error::io("pinning the generator"))?;
+        sip_udp::pin_to_core(1).map_err(Error::io("pinning the generator"))?;
     }
     let stop = AtomicBool::new(false);
     let mut points = Vec::new();

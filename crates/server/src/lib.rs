@@ -11,7 +11,7 @@
 //!   HTTP endpoint, logging and start-up.
 //!
 //! [`config`] is below both: settings and their parsing.
-#![deny(unsafe_code)] // allowed only in `io::mmsg` and `io::maplog`
+#![deny(unsafe_code)] // allowed only in `io::maplog` (sockets: the sip-udp crate)
 #![deny(missing_docs)]
 
 pub mod config;

@@ -10,7 +10,6 @@ pub mod journal;
 pub mod keys;
 pub mod log;
 pub mod maplog;
-pub mod mmsg;
 pub mod process;
 pub mod redis;
 pub mod resolver;

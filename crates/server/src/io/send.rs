@@ -6,7 +6,6 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::io::mmsg;
 use crate::proto::core::{Reply, Shared, Transport};
 use crate::proto::stateful::{Key, Sends};
 
@@ -50,7 +49,7 @@ impl Sender {
         match (transport, &self.udp, &self.hub) {
             (Transport::Udp, Some(udp), _) => {
                 self.shared.sending(bytes, dest, Transport::Udp);
-                if mmsg::send_to(udp, bytes, dest) {
+                if sip_udp::send_to(udp, bytes, dest) {
                     self.udp_errors();
                 }
             }
@@ -64,7 +63,7 @@ impl Sender {
     }
 
     /// Reads the ICMP errors queued on the UDP socket (a system call on it
-    /// failed; see [`mmsg::report_errors`]). A request the stateful proxy
+    /// failed; see [`sip_udp::report_errors`]). A request the stateful proxy
     /// forwarded to an address where nobody listens fails at once: the
     /// caller gets 503, or the next address of its next hop's name gets
     /// the request (RFC 3261 §18.4, RFC 3263 §4.3), instead of waiting
@@ -78,7 +77,7 @@ impl Sender {
         let shared = &self.shared;
         let mut sends = Sends::default();
         let now = std::time::Instant::now();
-        mmsg::unreachable(udp, ERRORS_PER_LOOK, |_, quoted| {
+        sip_udp::unreachable(udp, ERRORS_PER_LOOK, |_, quoted| {
             shared
                 .metrics
                 .udp_unreachable
@@ -92,7 +91,7 @@ impl Sender {
         for (bytes, (dest, transport)) in sends.iter() {
             if transport == Transport::Udp {
                 shared.sending(bytes, dest, Transport::Udp);
-                mmsg::send_to(udp, bytes, dest);
+                sip_udp::send_to(udp, bytes, dest);
             } else {
                 self.send(bytes, dest, transport);
             }

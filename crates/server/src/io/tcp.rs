@@ -340,7 +340,7 @@ impl TcpHub {
         stop: Arc<AtomicBool>,
     ) -> Arc<Self> {
         let limits = shared.config.connections.clone();
-        let max = effective_limit(limits.max, crate::io::mmsg::raise_fd_limit());
+        let max = effective_limit(limits.max, sip_udp::raise_fd_limit());
         Arc::new(Self {
             shared,
             backing,

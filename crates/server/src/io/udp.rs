@@ -13,10 +13,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::UdpBalance;
 use crate::io::drive::{Backing, Deferred, Storage};
-use crate::io::mmsg::{RecvBatch, SendBatch, BATCH};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::TcpHub;
 use crate::proto::core::{Core, Reply, Shared, Transport};
+use sip_udp::{RecvBatch, SendBatch, BATCH};
 
 fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -32,7 +32,7 @@ fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> 
     // stop wakes it by shutting the socket's receiving side down.
     let s: UdpSocket = s.into();
     if icmp_errors {
-        crate::io::mmsg::report_errors(&s, addr.is_ipv6())?;
+        sip_udp::report_errors(&s, addr.is_ipv6())?;
     }
     Ok(s)
 }
@@ -72,7 +72,7 @@ impl UdpServer {
             }
         }
         if balance == UdpBalance::Spread && workers > 1 {
-            if let Err(e) = crate::io::mmsg::steer_at_random(&sockets[0], workers as u32) {
+            if let Err(e) = sip_udp::steer_at_random(&sockets[0], workers as u32) {
                 crate::io::log::udp_spread_unavailable(&e);
             }
         }

@@ -1,9 +1,7 @@
 //! Batched UDP I/O with `recvmmsg(2)` and `sendmmsg(2)` (Linux): one system
 //! call moves up to [`BATCH`] datagrams; and the other socket calls the
 //! standard library lacks (ICMP error queues, reuseport steering, the
-//! descriptor limit). With `maplog`, the crate's only unsafe code; every
-//! block states what makes it sound.
-#![allow(unsafe_code)]
+//! descriptor limit).
 
 use std::io;
 use std::mem::{size_of, zeroed};

@@ -1,11 +1,10 @@
-//! The crate's system calls without a safe std wrapper: waiting for a
+//! The load generator's system calls: waiting for a
 //! socket to become readable with a sub-millisecond timeout (`ppoll(2)`;
 //! socket read timeouts are rounded to scheduler ticks, 4 ms at HZ=250,
 //! far too coarse to pace thousands of calls per second), pinning the
 //! generator to a CPU (`sched_setaffinity(2)`), raising the descriptor
 //! limit (`setrlimit(2)`), `IP_BIND_ADDRESS_NO_PORT` and reading a batch
 //! of datagrams in one call (`recvmmsg(2)`).
-#![allow(unsafe_code)]
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -49,7 +48,7 @@ pub fn pin_to_core(core: usize) -> std::io::Result<()> {
 /// Raises this process's descriptor limit (soft, and hard when privileged)
 /// to fit `needed`; the servers started here inherit it. Returns the soft
 /// limit in force.
-pub fn raise_fd_limit(needed: u64) -> u64 {
+pub fn raise_fd_limit_to(needed: u64) -> u64 {
     let mut l = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -106,9 +105,9 @@ pub fn bind_address_no_port(sock: &impl std::os::fd::AsRawFd) -> std::io::Result
 }
 
 /// Most datagrams [`recv_batch`] reads in one call.
-pub const BATCH: usize = 64;
+pub const SLOTS: usize = 64;
 
-/// Reads up to `lens.len()` (at most [`BATCH`]) queued datagrams from the
+/// Reads up to `lens.len()` (at most [`SLOTS`]) queued datagrams from the
 /// non-blocking socket `fd` in one call, the i-th into
 /// `rx[i * slot..][..slot]`, its length into `lens[i]`; returns how many
 /// (`WouldBlock` when none is queued). A datagram longer than `slot` is
@@ -119,14 +118,14 @@ pub fn recv_batch(
     slot: usize,
     lens: &mut [usize],
 ) -> std::io::Result<usize> {
-    let want = lens.len().min(BATCH).min(rx.len() / slot.max(1));
+    let want = lens.len().min(SLOTS).min(rx.len() / slot.max(1));
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; BATCH];
+    }; SLOTS];
     // SAFETY: an all-zero mmsghdr is valid (null name, control and iovec
     // pointers, zero lengths).
-    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    let mut hdrs: [libc::mmsghdr; SLOTS] = unsafe { std::mem::zeroed() };
     for (v, (h, room)) in iov
         .iter_mut()
         .zip(hdrs.iter_mut().zip(rx.chunks_exact_mut(slot)))
