@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::io::clock::unix_now;
-use crate::io::tcp::TcpHub;
+use crate::io::tcp::shared::TcpHub;
 use crate::proto::core::Shared;
 
 /// What the endpoint reports on.

@@ -10,7 +10,7 @@ use crate::io::clock::unix_now;
 use crate::io::drive::Backing;
 use crate::io::journal::{Persistence, Recovered};
 use crate::io::send::Sender;
-use crate::io::tcp::TcpHub;
+use crate::io::tcp::shared::TcpHub;
 use crate::io::tls::TlsContext;
 use crate::io::udp::UdpServer;
 use crate::proto::auth::Authenticator;
@@ -200,7 +200,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     };
     let ws = ws_listener(&mut config.websocket.ws, "ws")?;
     let wss = ws_listener(&mut config.websocket.wss, "wss")?;
-    let listeners = crate::io::tcp::Listeners {
+    let listeners = crate::io::tcp::shared::Listeners {
         tcp: tcp_listener,
         tls: tls_listener,
         ws,

@@ -14,7 +14,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::config::UdpBalance;
 use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::send::{Connections, Sender};
-use crate::io::tcp::TcpHub;
+use crate::io::tcp::shared::TcpHub;
 use crate::proto::core::{Core, Reply, Shared, Transport};
 use sip_udp::{RecvBatch, SendBatch, BATCH};
 

@@ -1,0 +1,484 @@
+//! The hub: the connection table every thread sends through, outbound
+//! connects, RFC 5923 aliases and the per-source shares.
+
+use std::collections::HashMap;
+use std::io::{self};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+use mio::{Interest, Poll, Token, Waker};
+use rustls::pki_types::ServerName;
+
+use crate::io::drive::Backing;
+use crate::io::send::{Connections, Sender};
+use crate::io::tls::TlsContext;
+use crate::proto::core::{same_flow_transport, Shared, Transport};
+use crate::proto::metrics::CloseReason;
+use crate::proto::stateful::{Key, Sends};
+
+use super::shared::*;
+
+impl TcpHub {
+    /// A hub; `udp` sends what connections must forward over UDP; `tls`
+    /// serves and opens TLS connections. Raises the file-descriptor
+    /// limit to size the connection limit.
+    pub fn new(
+        shared: Arc<Shared>,
+        backing: Backing,
+        udp: Option<Arc<UdpSocket>>,
+        tls: Option<Arc<TlsContext>>,
+        stop: Arc<AtomicBool>,
+    ) -> Arc<Self> {
+        let limits = shared.config.connections.clone();
+        let max = effective_limit(limits.max, sip_udp::raise_fd_limit());
+        Arc::new(Self {
+            shared,
+            backing,
+            udp,
+            tls,
+            stop,
+            limits,
+            max,
+            conns: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
+            per_ip: Mutex::new(HashMap::new()),
+            open: AtomicUsize::new(0),
+            next_token: AtomicUsize::new(FIRST_CONN),
+            next_reactor: AtomicUsize::new(0),
+            reactors: OnceLock::new(),
+        })
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// The most connections served at once.
+    pub fn limit(&self) -> usize {
+        self.max
+    }
+
+    /// Starts the reactors, each accepting from the given listeners
+    /// (TLS and WSS ones open TLS server sessions).
+    pub fn start(self: &Arc<Self>, listen: Listeners) -> io::Result<Vec<JoinHandle<()>>> {
+        let n = match self.limits.reactors {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            n => n,
+        };
+        let mut polls = Vec::with_capacity(n);
+        let mut links = Vec::with_capacity(n);
+        for _ in 0..n {
+            let poll = Poll::new()?;
+            links.push(ReactorLink {
+                waker: Waker::new(poll.registry(), WAKER)?,
+                orders: Mutex::new(Vec::new()),
+            });
+            polls.push(poll);
+        }
+        if self.reactors.set(links).is_err() {
+            return Err(io::Error::other("the connection layer is already started"));
+        }
+        let mut threads = Vec::with_capacity(n);
+        for (i, poll) in polls.into_iter().enumerate() {
+            let mut listeners = Vec::new();
+            for (l, token) in [
+                (&listen.tcp, LISTEN_TCP),
+                (&listen.tls, LISTEN_TLS),
+                (&listen.ws, LISTEN_WS),
+                (&listen.wss, LISTEN_WSS),
+            ] {
+                if let Some(l) = l {
+                    let l = l.try_clone()?;
+                    l.set_nonblocking(true)?;
+                    let mut l = mio::net::TcpListener::from_std(l);
+                    poll.registry()
+                        .register(&mut l, token, Interest::READABLE)?;
+                    listeners.push((l, token, true));
+                }
+            }
+            let hub = self.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("conn-{i}"))
+                    .spawn(move || Reactor::new(hub, i, poll, listeners).run())?,
+            );
+        }
+        Ok(threads)
+    }
+
+    /// Wakes every reactor to look at the stop and drain flags now.
+    pub fn wake_all(&self) {
+        for link in self.reactors.get().into_iter().flatten() {
+            let _ = link.waker.wake();
+        }
+    }
+
+    pub(super) fn link(&self, reactor: usize) -> Option<&ReactorLink> {
+        self.reactors.get().and_then(|r| r.get(reactor))
+    }
+
+    pub(super) fn order(&self, reactor: usize, order: Order) {
+        if let Some(link) = self.link(reactor) {
+            lock(&link.orders).push(order);
+            let _ = link.waker.wake();
+        }
+    }
+
+    /// Marks `conn` for closing (the first reason wins) and has its
+    /// reactor close it.
+    pub(super) fn close_later(&self, conn: &Conn, reason: CloseReason) {
+        {
+            let mut closing = lock(&conn.closing);
+            if closing.is_some() {
+                return;
+            }
+            *closing = Some(reason);
+        }
+        {
+            let mut tx = lock(&conn.tx);
+            if matches!(tx.phase, Phase::Open) {
+                tx.phase = Phase::Closed;
+            }
+        }
+        self.order(conn.reactor, Order::Close(conn.token));
+    }
+
+    /// Sends `bytes` to `dest` on its open connection, or connects (TCP,
+    /// or TLS when `transport` says so) without blocking the caller. A
+    /// message that cannot be queued is dropped and counted; a forwarded
+    /// request among them is answered 503 by its transaction.
+    pub fn send(
+        self: &Arc<Self>,
+        dest: SocketAddr,
+        transport: Transport,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        let websocket = matches!(transport, Transport::Ws | Transport::Wss);
+        if !matches!(transport, Transport::Tcp | Transport::Tls) && !websocket {
+            // No listener or connector for it (SCTP): the message cannot
+            // leave; a forwarded request is answered 503.
+            self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+            self.undeliverable(bytes);
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("no {} transport to reach {dest}", transport.as_str()),
+            ));
+        }
+        let existing = lock(&self.conns).get(&dest).cloned();
+        let Some(conn) = existing else {
+            if websocket {
+                // Browsers are only reached on the connection they opened.
+                self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                self.undeliverable(bytes);
+                return Err(io::Error::other(format!(
+                    "no {} connection from {dest}",
+                    transport.as_str()
+                )));
+            }
+            return self.connect_then_send(dest, transport, bytes);
+        };
+        if websocket {
+            // Watched before it can reach the browser: a browser that
+            // closes as soon as it has the request must find it among
+            // the connection's requests when the reactor closes it.
+            self.watch(&conn, bytes);
+        }
+        let queued = lock(&conn.tx).queue(bytes, self.limits.queue_bytes);
+        match queued {
+            Ok(()) => {
+                self.shared.sending(bytes, dest, conn.transport);
+                Ok(())
+            }
+            Err(e) => {
+                let reason = if e == QueueError::Full {
+                    CloseReason::SlowReader
+                } else {
+                    CloseReason::Error
+                };
+                self.close_later(&conn, reason);
+                self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                self.undeliverable(bytes);
+                Err(io::Error::other(match e {
+                    QueueError::Full => "the peer does not read: closed as a slow reader",
+                    QueueError::Closed => "the connection is closed",
+                }))
+            }
+        }
+    }
+
+    /// A message could not be sent. For a request the stateful proxy
+    /// forwarded, its transaction answers the caller (503) at once.
+    pub(super) fn undeliverable(self: &Arc<Self>, bytes: &[u8]) {
+        if let Some(key) = self.request_key(bytes) {
+            self.transport_failed(&[key]);
+        }
+    }
+
+    /// The transaction of a request the stateful proxy forwarded, and
+    /// which try of it the request is.
+    pub(super) fn request_key(&self, bytes: &[u8]) -> Option<(Key, u8)> {
+        self.shared.transactions.as_ref()?;
+        if bytes.starts_with(b"SIP/2.0 ") {
+            return None;
+        }
+        let msg = sip_core::Message::parse(bytes).ok()?;
+        Key::with_try(&msg).filter(|_| msg.is_request())
+    }
+
+    /// Remembers a forwarded request sent over a WebSocket connection.
+    pub(super) fn watch(&self, conn: &Conn, bytes: &[u8]) {
+        if let Some(key) = self.request_key(bytes) {
+            let mut r = lock(&conn.requests);
+            if r.len() == MAX_REQUESTS_WATCHED {
+                r.remove(0);
+            }
+            r.push(key);
+        }
+    }
+
+    /// RFC 5923: a TLS peer whose request's top Via carries `alias`
+    /// gets the requests for its sent-by (`host:port`, 5061 by default)
+    /// down this connection instead of over a new one. Only when its
+    /// certificate names the sent-by (subjectAltName iPAddress for an
+    /// address, dNSName for a domain name, as a next hop's certificate
+    /// is checked) and no other connection stands for it: a peer can
+    /// only alias itself, and never takes another's place.
+    pub(super) fn alias(&self, conn: &Arc<Conn>, bytes: &[u8]) {
+        let Ok(msg) = sip_core::Message::parse(bytes) else {
+            return;
+        };
+        let via = msg.top_via();
+        if !msg.is_request()
+            || !via.transport_str().eq_ignore_ascii_case("TLS")
+            || via.params().get("alias").is_none()
+        {
+            return;
+        }
+        let port = via.port().unwrap_or(5061);
+        // The alias, and the name its certificate must carry for it.
+        let (alias, server_name) = match via.host() {
+            sip_core::uri::Host::V4(a) => (Alias::Addr((a, port).into()), IpAddr::V4(a).into()),
+            sip_core::uri::Host::V6(a) => (Alias::Addr((a, port).into()), IpAddr::V6(a).into()),
+            sip_core::uri::Host::Name(n) => {
+                let name = n.to_ascii_lowercase();
+                let Ok(server_name) = ServerName::try_from(name.clone()) else {
+                    return;
+                };
+                (Alias::Name((name.into(), port)), server_name)
+            }
+        };
+        if alias == Alias::Addr(conn.peer) {
+            return;
+        }
+        let named = {
+            let tx = lock(&conn.tx);
+            let leaf = tx
+                .tls
+                .as_ref()
+                .and_then(|t| t.peer_certificates())
+                .and_then(|c| c.first());
+            leaf.is_some_and(|leaf| {
+                rustls::server::ParsedCertificate::try_from(leaf).is_ok_and(|cert| {
+                    rustls::client::verify_server_name(&cert, &server_name).is_ok()
+                })
+            })
+        };
+        if !named {
+            tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "alias refused: the client certificate does not name the Via sent-by");
+            return;
+        }
+        let mut aliases = lock(&conn.aliases);
+        if aliases.contains(&alias) || aliases.len() >= MAX_ALIASES {
+            return;
+        }
+        match &alias {
+            Alias::Addr(at) => {
+                let mut conns = lock(&self.conns);
+                if conns.contains_key(at) {
+                    return;
+                }
+                conns.insert(*at, conn.clone());
+            }
+            Alias::Name(key) => {
+                let mut names = lock(&self.names);
+                if names.contains_key(key) {
+                    return;
+                }
+                names.insert(key.clone(), conn.clone());
+            }
+        }
+        tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "connection reused for requests to its sent-by (RFC 5923)");
+        aliases.push(alias);
+    }
+
+    /// The requests of `keys` cannot be answered: those still waiting
+    /// answer their callers (503, RFC 3261 §16.9) now.
+    pub(super) fn transport_failed(self: &Arc<Self>, keys: &[(Key, u8)]) {
+        let Some(tx) = &self.shared.transactions else {
+            return;
+        };
+        let mut sends = Sends::default();
+        let now = Instant::now();
+        for (key, tries) in keys {
+            tx.on_transport_error(*key, *tries, now, &mut sends, &self.shared.metrics);
+        }
+        self.sender().send_all(&sends);
+    }
+
+    pub(super) fn connect_then_send(
+        self: &Arc<Self>,
+        dest: SocketAddr,
+        transport: Transport,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        let refuse = |hub: &Arc<Self>, why: &str| {
+            hub.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+            hub.undeliverable(bytes);
+            Err(io::Error::other(format!("{dest}: {why}")))
+        };
+        // A TLS next hop is named by address here, so its certificate must
+        // carry that IP address (subjectAltName iPAddress).
+        let session = match (transport, &self.tls) {
+            (Transport::Tls, Some(ctx)) => {
+                match rustls::ClientConnection::new(
+                    ctx.client.clone(),
+                    ServerName::IpAddress(dest.ip().into()),
+                ) {
+                    Ok(c) => Some(rustls::Connection::Client(c)),
+                    Err(e) => return refuse(self, &e.to_string()),
+                }
+            }
+            (Transport::Tls, None) => {
+                return refuse(self, "no TLS configured for a sips: next hop")
+            }
+            _ => None,
+        };
+        if self.open.load(Ordering::Relaxed) >= self.max {
+            return refuse(self, "the connection limit is reached");
+        }
+        let pending = &self.shared.metrics.tcp_connects_pending;
+        if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CONNECTS as u64 {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return refuse(self, "too many connects in progress");
+        }
+        let sock = match TcpStream::connect(dest) {
+            Ok(s) => s,
+            Err(e) => {
+                pending.fetch_sub(1, Ordering::AcqRel);
+                return refuse(self, &e.to_string());
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let reactor = self.pick_reactor();
+        let conn = Arc::new(Conn {
+            peer: dest,
+            token: Token(self.next_token.fetch_add(1, Ordering::Relaxed)),
+            reactor,
+            transport,
+            counted_ip: false,
+            tx: Mutex::new(Tx {
+                sock,
+                tls: session.map(|mut s| {
+                    s.set_buffer_limit(Some(self.limits.queue_bytes));
+                    s
+                }),
+                out: Vec::new(),
+                sent: 0,
+                phase: Phase::Connecting(vec![bytes.to_vec()]),
+                wire: Wire::Stream,
+            }),
+            closing: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
+            registered: Mutex::new(Vec::new()),
+            aliases: Mutex::new(Vec::new()),
+        });
+        {
+            let mut conns = lock(&self.conns);
+            if let Some(other) = conns.get(&dest).cloned() {
+                // Another sender connected meanwhile: use its connection.
+                drop(conns);
+                pending.fetch_sub(1, Ordering::AcqRel);
+                return self.send(dest, other.transport, bytes);
+            }
+            conns.insert(dest, conn.clone());
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.shared.metrics.connection_opened(conn.transport, false);
+        self.shared.sending(bytes, dest, conn.transport);
+        self.order(reactor, Order::Adopt(conn));
+        Ok(())
+    }
+
+    pub(super) fn pick_reactor(&self) -> usize {
+        let n = self.reactors.get().map_or(1, Vec::len).max(1);
+        self.next_reactor.fetch_add(1, Ordering::Relaxed) % n
+    }
+
+    /// Sends by transport, with this hub for TCP and TLS.
+    pub(super) fn sender(self: &Arc<Self>) -> Sender {
+        Sender::new(
+            self.shared.clone(),
+            self.udp.clone(),
+            Some(Arc::new(self.clone())),
+        )
+    }
+
+    /// Takes a share for `ip`; `false`: it has its limit.
+    pub(super) fn admit_ip(&self, ip: IpAddr) -> bool {
+        let l = &self.limits;
+        if l.per_ip == 0 || l.per_ip_exempt.contains(&ip) {
+            return true;
+        }
+        let mut per_ip = lock(&self.per_ip);
+        let n = per_ip.entry(ip).or_insert(0);
+        if *n >= l.per_ip {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    pub(super) fn release_ip(&self, ip: IpAddr) {
+        let l = &self.limits;
+        if l.per_ip == 0 || l.per_ip_exempt.contains(&ip) {
+            return;
+        }
+        let mut per_ip = lock(&self.per_ip);
+        if let Some(n) = per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                per_ip.remove(&ip);
+            }
+        }
+    }
+}
+
+impl crate::proto::core::Flows for TcpHub {
+    fn open(&self, peer: SocketAddr, transport: Transport) -> bool {
+        lock(&self.conns).get(&peer).is_some_and(|c| {
+            same_flow_transport(c.transport, transport)
+                && lock(&c.closing).is_none()
+                && !matches!(lock(&c.tx).phase, Phase::Closed)
+        })
+    }
+
+    fn named(&self, name: &str, port: u16) -> Option<SocketAddr> {
+        let names = lock(&self.names);
+        if names.is_empty() {
+            return None;
+        }
+        let key = (name.to_ascii_lowercase().into_boxed_str(), port);
+        names.get(&key).map(|c| c.peer)
+    }
+}
+
+impl Connections for Arc<TcpHub> {
+    fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8]) {
+        let _ = self.send(dest, transport, bytes);
+    }
+}

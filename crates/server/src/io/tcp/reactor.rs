@@ -1,0 +1,860 @@
+//! A reactor thread: its poll, accepts, reads and writes, deadlines and
+//! closes; each message goes to its core.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::io::drive::Deferred;
+use crate::proto::core::{Core, Transport};
+use crate::proto::metrics::CloseReason;
+use sip_core::websocket::server::{self as websocket};
+
+use super::shared::*;
+
+impl Reactor {
+    pub(super) fn new(
+        hub: Arc<TcpHub>,
+        index: usize,
+        poll: Poll,
+        listeners: Vec<(mio::net::TcpListener, Token, bool)>,
+    ) -> Self {
+        let core = Core::new(hub.shared.clone());
+        let storage = hub.backing.clone().open();
+        let sender = hub.sender();
+        let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);
+        let bucket = (hub.limits.accept_rate > 0).then(|| {
+            Bucket::new(
+                f64::from(hub.limits.accept_rate) / reactors as f64,
+                Instant::now(),
+            )
+        });
+        Self {
+            hub,
+            index,
+            poll,
+            listeners,
+            locals: HashMap::new(),
+            core,
+            storage,
+            sender,
+            out: Vec::with_capacity(8192),
+            scratch: vec![0; SCRATCH],
+            again: Vec::new(),
+            bucket,
+            sources: HashMap::new(),
+            deferred: Deferred::default(),
+        }
+    }
+
+    pub(super) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_sweep = Instant::now() + SWEEP;
+        while !self.hub.stop.load(Ordering::Relaxed) {
+            if !self.listeners.is_empty() && self.hub.shared.draining.load(Ordering::Relaxed) {
+                // Draining: no new connections. Closing the listeners
+                // makes the kernel refuse them (and reset those queued).
+                for (l, _, _) in &mut self.listeners {
+                    let _ = self.poll.registry().deregister(l);
+                }
+                self.listeners.clear();
+            }
+            let now = Instant::now();
+            let spent = self.bucket.as_ref().and_then(|b| b.waiting(now));
+            let accepting = spent.is_none() && self.listeners.iter().any(|l| l.2);
+            let wait = if accepting || !self.again.is_empty() {
+                Duration::ZERO
+            } else {
+                // Nothing else is due before the sweep: other threads'
+                // orders, the stop and the drain wake the reactor.
+                let until = spent.map_or(next_sweep, |s| s.min(next_sweep));
+                until.saturating_duration_since(now)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    crate::io::log::connection_trouble(&format!("connection reactor: {e}"));
+                    std::thread::sleep(TURN);
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => self.take_orders(),
+                    t @ (LISTEN_TCP | LISTEN_TLS | LISTEN_WS | LISTEN_WSS) => {
+                        for l in &mut self.listeners {
+                            if l.1 == t {
+                                l.2 = true;
+                            }
+                        }
+                    }
+                    t => {
+                        if ev.is_writable() {
+                            self.writable(t);
+                        }
+                        if ev.is_read_closed() || ev.is_error() {
+                            self.readable(t, false);
+                        } else if ev.is_readable() {
+                            self.readable(t, true);
+                        }
+                    }
+                }
+            }
+            for t in std::mem::take(&mut self.again) {
+                self.readable(t, false);
+            }
+            self.commit();
+            self.accept();
+            let now = Instant::now();
+            if now >= next_sweep {
+                self.sweep(now);
+                next_sweep = now + SWEEP;
+            }
+        }
+        self.commit();
+        self.take_orders();
+        let tokens: Vec<Token> = self.locals.keys().copied().collect();
+        for t in tokens {
+            self.close(t, CloseReason::Shutdown);
+        }
+    }
+
+    pub(super) fn take_orders(&mut self) {
+        let Some(link) = self.hub.link(self.index) else {
+            return;
+        };
+        let orders = std::mem::take(&mut *lock(&link.orders));
+        for o in orders {
+            match o {
+                Order::Close(t) => {
+                    let reason = self
+                        .locals
+                        .get(&t)
+                        .and_then(|l| *lock(&l.conn.closing))
+                        .unwrap_or(CloseReason::Error);
+                    self.close(t, reason);
+                }
+                Order::Adopt(conn) => {
+                    let (registered, connecting) = {
+                        let mut tx = lock(&conn.tx);
+                        let r = self.poll.registry().register(
+                            &mut tx.sock,
+                            conn.token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        );
+                        (r, matches!(tx.phase, Phase::Connecting(_)))
+                    };
+                    let token = conn.token;
+                    let mut local = Local::new(conn, connecting, self.hub.limits.keepalive_rate);
+                    // Ours: it need not prove itself with a first message.
+                    local.spoke = true;
+                    self.locals.insert(token, local);
+                    if registered.is_err() {
+                        self.close(token, CloseReason::ConnectFailed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accepts up to a burst from each listener with connections waiting.
+    pub(super) fn accept(&mut self) {
+        let hub = self.hub.clone();
+        let burst = hub.limits.accept_burst;
+        if let Some(b) = &self.bucket {
+            if b.waiting(Instant::now()).is_some() {
+                return;
+            }
+        }
+        for i in 0..self.listeners.len() {
+            if !self.listeners[i].2 {
+                continue;
+            }
+            let transport = match self.listeners[i].1 {
+                LISTEN_TLS => Transport::Tls,
+                LISTEN_WS => Transport::Ws,
+                LISTEN_WSS => Transport::Wss,
+                _ => Transport::Tcp,
+            };
+            let mut taken = 0;
+            loop {
+                if taken == burst {
+                    // More may wait: come back after serving the others.
+                    break;
+                }
+                if let Some(b) = &mut self.bucket {
+                    if b.take(Instant::now()).is_err() {
+                        // The rate is spent: the rest wait in the kernel's
+                        // queue until the bucket refills.
+                        hub.shared
+                            .metrics
+                            .accepts_deferred
+                            .fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                }
+                let (sock, peer) = match self.listeners[i].0.accept() {
+                    Ok(a) => a,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.listeners[i].2 = false;
+                        if let Some(b) = &mut self.bucket {
+                            b.give_back();
+                        }
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        // Out of descriptors or memory: refuse for a turn.
+                        crate::io::log::connection_trouble(&format!("accept: {e}"));
+                        break;
+                    }
+                };
+                taken += 1;
+                // Each source first: what it is refused costs the others
+                // none of the server-wide rate.
+                if !(self.source_may_connect(peer.ip())
+                    && self.adopt_accepted(sock, peer, transport))
+                {
+                    if let Some(b) = &mut self.bucket {
+                        b.give_back();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether `ip` may open another connection now under
+    /// `accept_rate_per_ip`; counts the refusal when not.
+    pub(super) fn source_may_connect(&mut self, ip: IpAddr) -> bool {
+        let l = &self.hub.limits;
+        if l.accept_rate_per_ip == 0 || l.per_ip_exempt.contains(&ip) {
+            return true;
+        }
+        let now = Instant::now();
+        let rate = f64::from(l.accept_rate_per_ip);
+        if self.sources.len() >= MAX_SOURCES {
+            self.sources.retain(|_, p| !p.idle(now, rate, rate));
+            if self.sources.len() >= MAX_SOURCES {
+                // Every one busy: start over rather than grow.
+                self.sources.clear();
+            }
+        }
+        let pace = self
+            .sources
+            .entry(ip)
+            .or_insert_with(|| Pace::full(rate, now));
+        if pace.take(now, rate, rate) {
+            return true;
+        }
+        self.hub
+            .shared
+            .metrics
+            .refused_per_ip_rate
+            .fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Near the connection limit: closes this reactor's oldest connection
+    /// that has sent no SIP message yet, to make room; `false` when there
+    /// is none.
+    pub(super) fn evict_silent(&mut self) -> bool {
+        let Some(t) = self
+            .locals
+            .iter()
+            .filter(|(_, l)| !l.spoke)
+            .min_by_key(|(_, l)| l.opened)
+            .map(|(t, _)| *t)
+        else {
+            return false;
+        };
+        self.close(t, CloseReason::Evicted);
+        true
+    }
+
+    /// Takes an accepted connection on; `false` when it is refused.
+    pub(super) fn adopt_accepted(
+        &mut self,
+        mut sock: TcpStream,
+        peer: SocketAddr,
+        transport: Transport,
+    ) -> bool {
+        let secure = matches!(transport, Transport::Tls | Transport::Wss);
+        if self.hub.open.load(Ordering::Relaxed) >= self.hub.max && !self.evict_silent() {
+            self.hub
+                .shared
+                .metrics
+                .refused_limit
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let hub = &self.hub;
+        let m = &hub.shared.metrics;
+        if !hub.admit_ip(peer.ip()) {
+            m.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let tls = match (&hub.tls, secure) {
+            (Some(ctx), true) => match rustls::ServerConnection::new(ctx.server.clone()) {
+                Ok(mut s) => {
+                    s.set_buffer_limit(Some(hub.limits.queue_bytes));
+                    Some(rustls::Connection::Server(s))
+                }
+                Err(_) => {
+                    hub.release_ip(peer.ip());
+                    return false;
+                }
+            },
+            (None, true) => {
+                hub.release_ip(peer.ip());
+                return false;
+            }
+            (_, false) => None,
+        };
+        let _ = sock.set_nodelay(true);
+        let token = Token(hub.next_token.fetch_add(1, Ordering::Relaxed));
+        if self
+            .poll
+            .registry()
+            .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            hub.release_ip(peer.ip());
+            return false;
+        }
+        let conn = Arc::new(Conn {
+            peer,
+            token,
+            reactor: self.index,
+            transport,
+            counted_ip: true,
+            tx: Mutex::new(Tx {
+                sock,
+                tls,
+                out: Vec::new(),
+                sent: 0,
+                phase: Phase::Open,
+                wire: if matches!(transport, Transport::Ws | Transport::Wss) {
+                    Wire::Upgrading
+                } else {
+                    Wire::Stream
+                },
+            }),
+            closing: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
+            registered: Mutex::new(Vec::new()),
+            aliases: Mutex::new(Vec::new()),
+        });
+        hub.open.fetch_add(1, Ordering::Relaxed);
+        m.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        m.connection_opened(transport, true);
+        // The newest connection from an address is the one to answer on.
+        lock(&hub.conns).insert(peer, conn.clone());
+        self.locals.insert(
+            token,
+            Local::new(conn, false, self.hub.limits.keepalive_rate),
+        );
+        true
+    }
+
+    pub(super) fn writable(&mut self, t: Token) {
+        let Some(l) = self.locals.get(&t) else {
+            return;
+        };
+        let conn = l.conn.clone();
+        let mut tx = lock(&conn.tx);
+        if let Phase::Connecting(_) = tx.phase {
+            match tx.sock.take_error() {
+                Ok(None) => {}
+                _ => {
+                    drop(tx);
+                    self.close(t, CloseReason::ConnectFailed);
+                    return;
+                }
+            }
+            match tx.sock.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(_) => {
+                    drop(tx);
+                    self.close(t, CloseReason::ConnectFailed);
+                    return;
+                }
+            }
+            self.hub
+                .shared
+                .metrics
+                .tcp_connects_pending
+                .fetch_sub(1, Ordering::AcqRel);
+            let Phase::Connecting(pending) = std::mem::replace(&mut tx.phase, Phase::Open) else {
+                unreachable!("checked above");
+            };
+            if let Some(l) = self.locals.get_mut(&t) {
+                l.connecting = false;
+            }
+            for p in pending {
+                if tx.queue(&p, usize::MAX).is_err() {
+                    drop(tx);
+                    self.close(t, CloseReason::Error);
+                    return;
+                }
+            }
+        }
+        if tx.flush().is_err() {
+            drop(tx);
+            self.close(t, CloseReason::Error);
+        }
+    }
+
+    /// Reads what `t` has (up to the budget), feeds TLS, and handles
+    /// every complete message.
+    /// Reads what `t` has, within a budget. `short_read_drains`: the
+    /// event said only "readable" (no hang-up), so a plain socket that
+    /// gave less than asked for is empty now, and new bytes will raise a
+    /// new edge: no second read just to hear "would block" (one system
+    /// call less per request, as tokio does).
+    pub(super) fn readable(&mut self, t: Token, short_read_drains: bool) {
+        let Some(l) = self.locals.get(&t) else {
+            return;
+        };
+        let conn = l.conn.clone();
+        let mut budget = READ_BUDGET;
+        loop {
+            if budget == 0 {
+                self.again.push(t);
+                return;
+            }
+            let got = {
+                let mut tx = lock(&conn.tx);
+                if matches!(tx.phase, Phase::Connecting(_)) {
+                    return;
+                }
+                read_some(&mut tx, &mut self.scratch)
+            };
+            match got {
+                Got::Bytes(0, _) => {}
+                Got::Bytes(n, drained) => {
+                    budget = budget.saturating_sub(n);
+                    if !self.received(t, n) {
+                        return;
+                    }
+                    if short_read_drains && drained {
+                        return;
+                    }
+                }
+                Got::Nothing => {
+                    self.after_tls_read(t);
+                    return;
+                }
+                Got::Closed(plain) => {
+                    if plain > 0 {
+                        self.received(t, plain);
+                    }
+                    self.close(t, CloseReason::Peer);
+                    return;
+                }
+                Got::Failed(reason) => {
+                    if reason == CloseReason::Tls
+                        && self.locals.get(&t).is_some_and(|l| l.handshaking)
+                    {
+                        self.hub
+                            .shared
+                            .metrics
+                            .tls_handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.close(t, reason);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Notes a finished handshake and sends what the session must answer.
+    pub(super) fn after_tls_read(&mut self, t: Token) {
+        let Some(l) = self.locals.get_mut(&t) else {
+            return;
+        };
+        let mut tx = lock(&l.conn.tx);
+        let Some(tls) = &tx.tls else {
+            return;
+        };
+        if l.handshaking && !tls.is_handshaking() {
+            l.handshaking = false;
+            self.hub
+                .shared
+                .metrics
+                .tls_handshakes
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let broken = tx.flush().is_err();
+        drop(tx);
+        if broken {
+            self.close(t, CloseReason::Error);
+        }
+    }
+
+    /// `n` bytes of SIP (plaintext) arrived in the scratch buffer: frame
+    /// and handle them. `false`: the connection was closed.
+    pub(super) fn received(&mut self, t: Token, n: usize) -> bool {
+        self.after_tls_read(t);
+        let Some(l) = self.locals.get_mut(&t) else {
+            return false;
+        };
+        if l.ws.is_some() {
+            return self.received_ws(t, n);
+        }
+        let now = Instant::now();
+        l.last_read = now;
+        let mut inbuf = std::mem::take(&mut l.inbuf);
+        let conn = l.conn.clone();
+        let mut crlf = l.crlf;
+        // The common case: a whole message in one read, handled in place.
+        let consumed = if inbuf.is_empty() {
+            let scratch = std::mem::take(&mut self.scratch);
+            let r = self.handle_frames(&conn, &scratch[..n], &mut crlf);
+            if let Ok(used) = r {
+                inbuf.extend_from_slice(&scratch[used..n]);
+            }
+            self.scratch = scratch;
+            r.map(|_| ())
+        } else {
+            inbuf.extend_from_slice(&self.scratch[..n]);
+            let r = self.handle_frames(&conn, &inbuf, &mut crlf);
+            if let Ok(used) = r {
+                inbuf.drain(..used);
+            }
+            r.map(|_| ())
+        };
+        if let Err(reason) = consumed {
+            self.close(t, reason);
+            return false;
+        }
+        let Some(l) = self.locals.get_mut(&t) else {
+            return false;
+        };
+        l.crlf = crlf;
+        if inbuf.is_empty() {
+            l.message_start = None;
+            l.inbuf = Vec::new();
+        } else {
+            l.message_start.get_or_insert(now);
+            l.inbuf = inbuf;
+        }
+        true
+    }
+
+    /// A WebSocket connection closed: the bindings registered over it can
+    /// never be reached again (RFC 7118 §5: a browser is reached on its
+    /// connection or not at all; a reloaded page registers anew), so they
+    /// are dropped now, stored as a REGISTER's removal is, instead of
+    /// lingering until they expire.
+    pub(super) fn drop_bindings(&mut self, conn: &Conn) {
+        let aors = std::mem::take(&mut *lock(&conn.registered));
+        let shared = &self.hub.shared;
+        let (peer, transport) = (conn.peer, conn.transport);
+        let on_conn = |b: &crate::proto::location::Binding| {
+            b.source == peer && b.flow.is_some_and(|f| f.transport == transport)
+        };
+        for aor in aors {
+            let mut held = self.storage.hold();
+            let now = crate::io::clock::unix_now();
+            match crate::io::drive::remove_bindings(
+                &shared.location,
+                &mut held,
+                &aor,
+                &on_conn,
+                now,
+            ) {
+                Ok(n) => {
+                    let dropped = &shared.metrics.flow_bindings_dropped;
+                    dropped.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) => crate::io::log::journal_error(&aor, &e),
+            }
+        }
+    }
+
+    /// Hands one SIP message to the core and sends what it gives. Over a
+    /// store where each write waits (Redis, an fsync journal), a binding
+    /// change waits with its answer for the end of the round (see
+    /// [`Reactor::commit`]).
+    pub(super) fn handle_message(&mut self, conn: &Arc<Conn>, bytes: &[u8]) {
+        if let Some(l) = self.locals.get_mut(&conn.token) {
+            l.spoke = true;
+        }
+        if conn.transport == Transport::Tls
+            && self.hub.tls.as_ref().is_some_and(|t| t.mutual)
+            && memchr::memmem::find(bytes, b"alias").is_some()
+        {
+            self.hub.alias(conn, bytes);
+        }
+        let mut held = self.storage.hold();
+        let now = crate::io::clock::now();
+        let reply = if held.batches() {
+            crate::io::drive::handle_deferring(
+                &mut self.core,
+                &mut held,
+                &mut self.deferred,
+                bytes,
+                conn.peer,
+                conn.transport,
+                now,
+                &mut self.out,
+            )
+        } else {
+            crate::io::drive::handle(
+                &mut self.core,
+                Some(&mut held),
+                bytes,
+                conn.peer,
+                conn.transport,
+                now,
+                &mut self.out,
+            )
+        };
+        drop(held);
+        for aor in self.core.websocket_registrations() {
+            let mut known = lock(&conn.registered);
+            if known.len() < MAX_AORS_REGISTERED && !known.contains(&aor) {
+                known.push(aor);
+            }
+        }
+        // Extras first: a 100 Trying must not trail the answers the
+        // forwarded INVITE draws.
+        self.sender.send_all(self.core.extra());
+        self.sender.reply(reply, &self.out);
+        if self.deferred.len() >= MAX_DEFERRED {
+            self.commit();
+        }
+    }
+
+    /// Stores the binding changes this round gathered, all in one write
+    /// (one fsync, one Redis round trip), then sends their answers: the
+    /// reactor waits once for every connection it served this round
+    /// instead of once per REGISTER.
+    pub(super) fn commit(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let mut held = self.storage.hold();
+        self.deferred.flush(&mut self.core, &mut held);
+        drop(held);
+        let sender = &self.sender;
+        self.deferred
+            .send_ready(|reply, out| sender.reply(reply, out));
+    }
+
+    /// Closes connections past a deadline.
+    pub(super) fn sweep(&mut self, now: Instant) {
+        let l = &self.hub.limits;
+        let mut due = Vec::new();
+        for (t, c) in &self.locals {
+            let reason = if c.connecting {
+                (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
+            } else if c.opening() && now >= c.opened + l.handshake_timeout {
+                Some(CloseReason::HandshakeTimeout)
+            } else if !c.spoke && now >= c.opened + l.first_message_timeout {
+                Some(CloseReason::Silent)
+            } else if c
+                .message_start
+                .is_some_and(|s| now >= s + l.message_timeout)
+            {
+                Some(CloseReason::MessageTimeout)
+            } else if now >= c.last_read + l.idle_timeout {
+                Some(CloseReason::Idle)
+            } else {
+                None
+            };
+            if let Some(r) = reason {
+                due.push((*t, r));
+            }
+        }
+        for (t, r) in due {
+            if r == CloseReason::HandshakeTimeout {
+                self.hub
+                    .shared
+                    .metrics
+                    .tls_handshake_failures
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.close(t, r);
+        }
+    }
+
+    /// Closes `t` (TLS with close_notify), forgets it and counts why.
+    pub(super) fn close(&mut self, t: Token, reason: CloseReason) {
+        let Some(l) = self.locals.remove(&t) else {
+            return;
+        };
+        let conn = l.conn;
+        let hub = self.hub.clone();
+        let reason = lock(&conn.closing).get_or_insert(reason).to_owned();
+        let pending = {
+            let mut tx = lock(&conn.tx);
+            let was = std::mem::replace(&mut tx.phase, Phase::Open);
+            if tx.wire == Wire::Frames
+                && matches!(reason, CloseReason::Shutdown | CloseReason::Idle)
+            {
+                let code = if reason == CloseReason::Shutdown {
+                    websocket::close::GOING_AWAY
+                } else {
+                    websocket::close::NORMAL
+                };
+                let _ = tx.queue_raw(&[&websocket::close_frame(code)], usize::MAX);
+            }
+            if let Some(tls) = &mut tx.tls {
+                if reason != CloseReason::SlowReader && !matches!(was, Phase::Connecting(_)) {
+                    tls.send_close_notify();
+                    let _ = tx.flush();
+                }
+            }
+            tx.phase = Phase::Closed;
+            if matches!(
+                reason,
+                CloseReason::SlowReader
+                    | CloseReason::HandshakeTimeout
+                    | CloseReason::MessageTimeout
+            ) {
+                // Abort (RST): what the kernel still holds for a peer that
+                // misbehaves is freed now, not after it drains at the
+                // peer's pace.
+                let _ = socket2::SockRef::from(&tx.sock).set_linger(Some(Duration::ZERO));
+            }
+            let _ = self.poll.registry().deregister(&mut tx.sock);
+            let _ = tx.sock.shutdown(std::net::Shutdown::Both);
+            tx.out = Vec::new();
+            match was {
+                Phase::Connecting(p) => Some(p),
+                _ => None,
+            }
+        };
+        if let Some(p) = pending {
+            hub.shared
+                .metrics
+                .tcp_connects_pending
+                .fetch_sub(1, Ordering::AcqRel);
+            for bytes in p {
+                hub.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                hub.undeliverable(&bytes);
+            }
+        }
+        {
+            let aliases = std::mem::take(&mut *lock(&conn.aliases));
+            let mine = |c: Option<&Arc<Conn>>| c.is_some_and(|c| Arc::ptr_eq(c, &conn));
+            let mut conns = lock(&hub.conns);
+            for at in std::iter::once(Alias::Addr(conn.peer)).chain(aliases) {
+                match at {
+                    Alias::Addr(at) => {
+                        if mine(conns.get(&at)) {
+                            conns.remove(&at);
+                        }
+                    }
+                    Alias::Name(key) => {
+                        let mut names = lock(&hub.names);
+                        if mine(names.get(&key)) {
+                            names.remove(&key);
+                        }
+                    }
+                }
+            }
+        }
+        if conn.counted_ip {
+            hub.release_ip(conn.peer.ip());
+        }
+        if reason != CloseReason::Shutdown {
+            self.drop_bindings(&conn);
+        }
+        let watched = std::mem::take(&mut *lock(&conn.requests));
+        if !watched.is_empty() {
+            hub.transport_failed(&watched);
+        }
+        hub.open.fetch_sub(1, Ordering::Relaxed);
+        hub.shared.metrics.connection_closed(conn.transport, reason);
+        if !matches!(
+            reason,
+            CloseReason::Peer | CloseReason::Shutdown | CloseReason::Error
+        ) {
+            crate::io::log::connection_closed(conn.peer, reason.label());
+        }
+    }
+}
+
+/// What one read from a connection gave.
+enum Got {
+    /// SIP bytes (plaintext) in the scratch buffer; `true`: the socket
+    /// gave less than asked for and the session holds no more plaintext,
+    /// so nothing is left to read until the socket is readable again.
+    Bytes(usize, bool),
+    /// Nothing more for now.
+    Nothing,
+    /// The peer closed (after these last plaintext bytes).
+    Closed(usize),
+    /// The connection failed.
+    Failed(CloseReason),
+}
+
+/// One read: plain TCP bytes, or TLS records fed to the session and the
+/// plaintext they gave.
+fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
+    let Tx { sock, tls, .. } = tx;
+    let Some(tls) = tls else {
+        return match sock.read(scratch) {
+            Ok(0) => Got::Closed(0),
+            Ok(n) => Got::Bytes(n, n < scratch.len()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Nothing,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Bytes(0, false),
+            Err(_) => Got::Failed(CloseReason::Error),
+        };
+    };
+    // Plaintext left from the last records first.
+    match tls.reader().read(scratch) {
+        Ok(n) if n > 0 => return Got::Bytes(n, false),
+        Ok(_) => return Got::Closed(0),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(_) => return Got::Failed(CloseReason::Tls),
+    }
+    let mut wire = Short { sock, short: false };
+    let eof = match tls.read_tls(&mut wire) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Got::Nothing,
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Got::Bytes(0, false),
+        Err(_) => return Got::Failed(CloseReason::Error),
+    };
+    let socket_empty = wire.short;
+    if tls.process_new_packets().is_err() {
+        // Send the alert that says why, then give up.
+        let _ = tls.write_tls(sock);
+        return Got::Failed(CloseReason::Tls);
+    }
+    let n = match tls.reader().read(scratch) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(_) => return Got::Failed(CloseReason::Tls),
+    };
+    if eof {
+        Got::Closed(n)
+    } else {
+        Got::Bytes(n, socket_empty && n < scratch.len())
+    }
+}
+
+/// The socket as TLS reads it, noting whether a read gave less than it
+/// asked for: a stream socket does so only when it had no more.
+struct Short<'a> {
+    sock: &'a mut TcpStream,
+    short: bool,
+}
+
+impl Read for Short<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}

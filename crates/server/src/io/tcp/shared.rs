@@ -1,0 +1,490 @@
+//! What the hub and the reactors share: connections and their queues,
+//! the hub's tables, a reactor's per-connection state and paces.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Poll, Token, Waker};
+
+use crate::config::ConnectionLimits;
+use crate::io::drive::{Backing, Deferred, Storage};
+use crate::io::send::Sender;
+use crate::io::tls::TlsContext;
+use crate::proto::core::{Core, Shared, Transport};
+use crate::proto::metrics::CloseReason;
+use crate::proto::stateful::Key;
+use sip_core::websocket::server::{self as websocket};
+
+/// The listening sockets of the connection layer, by transport.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// SIP over TCP.
+    pub tcp: Option<TcpListener>,
+    /// SIP over TLS.
+    pub tls: Option<TcpListener>,
+    /// SIP over WebSocket (RFC 7118).
+    pub ws: Option<TcpListener>,
+    /// SIP over secure WebSocket.
+    pub wss: Option<TcpListener>,
+}
+
+/// How a connection's messages are framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wire {
+    /// SIP as a byte stream (TCP, TLS).
+    Stream,
+    /// WebSocket before its upgrade: nothing may be sent yet.
+    Upgrading,
+    /// WebSocket: one frame per SIP message.
+    Frames,
+}
+
+/// Outbound connects in progress at most; more are refused (dropped).
+pub const MAX_PENDING_CONNECTS: usize = 64;
+/// File descriptors kept for everything but connections (journals,
+/// listeners, the operator endpoint) when the limit is sized from them.
+pub(super) const FD_RESERVE: usize = 256;
+/// How long a reactor waits before polling again after `poll` failed.
+pub(super) const TURN: Duration = Duration::from_millis(100);
+/// How often a reactor walks its connections for deadlines: a deadline is
+/// met at most this late, and a walk over 50,000 idle connections costs
+/// a fraction of a millisecond per second instead of per turn.
+pub(super) const SWEEP: Duration = Duration::from_secs(1);
+/// Bytes read from one connection per event before others get a turn.
+pub(super) const READ_BUDGET: usize = 256 << 10;
+/// The reactor's read buffer.
+pub(super) const SCRATCH: usize = 64 << 10;
+
+pub(super) const WAKER: Token = Token(0);
+pub(super) const LISTEN_TCP: Token = Token(1);
+pub(super) const LISTEN_TLS: Token = Token(2);
+pub(super) const LISTEN_WS: Token = Token(3);
+pub(super) const LISTEN_WSS: Token = Token(4);
+pub(super) const FIRST_CONN: usize = 16;
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The connection limit in effect: the configured one, or what the
+/// file-descriptor limit leaves after the reserve.
+pub fn effective_limit(configured: usize, fd_limit: usize) -> usize {
+    let by_fds = fd_limit.saturating_sub(FD_RESERVE).max(64);
+    if configured == 0 {
+        by_fds
+    } else {
+        configured.min(by_fds)
+    }
+}
+
+/// Why a message could not be queued on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum QueueError {
+    /// The connection is closed or closing.
+    Closed,
+    /// The peer's queue is full: it is being closed as a slow reader.
+    Full,
+}
+
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// An outbound connect in progress, with what waits for it.
+    Connecting(Vec<Vec<u8>>),
+    Open,
+    Closed,
+}
+
+/// One connection's sending side and session, shared by its reactor and
+/// every sender.
+#[derive(Debug)]
+pub(super) struct Tx {
+    pub(super) sock: TcpStream,
+    pub(super) tls: Option<rustls::Connection>,
+    /// Plain TCP: bytes queued for the peer, from `sent` on.
+    pub(super) out: Vec<u8>,
+    pub(super) sent: usize,
+    pub(super) phase: Phase,
+    pub(super) wire: Wire,
+}
+
+impl Tx {
+    pub(super) fn queued(&self) -> usize {
+        match &self.phase {
+            Phase::Connecting(p) => p.iter().map(Vec::len).sum(),
+            _ => self.out.len() - self.sent,
+        }
+    }
+
+    /// Writes what the socket takes now. `Err`: the connection is broken.
+    pub(super) fn flush(&mut self) -> io::Result<()> {
+        if !matches!(self.phase, Phase::Open) {
+            return Ok(());
+        }
+        match &mut self.tls {
+            Some(tls) => {
+                while tls.wants_write() {
+                    match tls.write_tls(&mut self.sock) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            None => {
+                while self.sent < self.out.len() {
+                    match self.sock.write(&self.out[self.sent..]) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => self.sent += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if self.sent == self.out.len() {
+                    self.sent = 0;
+                    self.out.clear();
+                    if self.out.capacity() > 16 << 10 {
+                        self.out = Vec::new();
+                    }
+                } else if self.sent > self.out.len() / 2 {
+                    self.out.drain(..self.sent);
+                    self.sent = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the SIP message `bytes` for the peer (at most `limit` bytes
+    /// waiting), in a frame of its own over WebSocket, and writes what the
+    /// socket takes.
+    pub(super) fn queue(&mut self, bytes: &[u8], limit: usize) -> Result<(), QueueError> {
+        match self.wire {
+            Wire::Stream => self.queue_raw(&[bytes], limit),
+            Wire::Upgrading => Err(QueueError::Closed),
+            Wire::Frames => {
+                let (h, n) = websocket::data_header(bytes);
+                self.queue_raw(&[&h[..n], bytes], limit)
+            }
+        }
+    }
+
+    /// Queues `parts` as they are (an HTTP response, a whole frame).
+    pub(super) fn queue_raw(&mut self, parts: &[&[u8]], limit: usize) -> Result<(), QueueError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        match &mut self.phase {
+            Phase::Closed => return Err(QueueError::Closed),
+            Phase::Connecting(pending) => {
+                let waiting: usize = pending.iter().map(Vec::len).sum();
+                if waiting + len > limit {
+                    return Err(QueueError::Full);
+                }
+                pending.push(parts.concat());
+                return Ok(());
+            }
+            Phase::Open => {}
+        }
+        match &mut self.tls {
+            Some(tls) => {
+                for bytes in parts {
+                    let n = tls.writer().write(bytes).map_err(|_| QueueError::Closed)?;
+                    if n < bytes.len() {
+                        return Err(QueueError::Full);
+                    }
+                }
+            }
+            None => {
+                if self.queued() + len > limit {
+                    return Err(QueueError::Full);
+                }
+                for bytes in parts {
+                    self.out.extend_from_slice(bytes);
+                }
+            }
+        }
+        self.flush().map_err(|_| QueueError::Closed)
+    }
+}
+
+/// One connection, as the connection table and senders see it.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) peer: SocketAddr,
+    pub(super) token: Token,
+    pub(super) reactor: usize,
+    pub(super) transport: Transport,
+    /// Counted against its source IP's share (accepted connections).
+    pub(super) counted_ip: bool,
+    pub(super) tx: Mutex<Tx>,
+    /// Why it is being closed, set by whoever decided it (once).
+    pub(super) closing: Mutex<Option<CloseReason>>,
+    /// WebSocket: the latest requests the stateful proxy forwarded over
+    /// it (at most [`MAX_REQUESTS_WATCHED`]). A browser cannot be reached
+    /// another way (RFC 7118 §5), so when the connection closes those
+    /// still unanswered fail at once (503 upstream) instead of after
+    /// timer B or C.
+    pub(super) requests: Mutex<Vec<(Key, u8)>>,
+    /// WebSocket: the addresses-of-record registered over it (at most
+    /// [`MAX_AORS_REGISTERED`]): when it closes, their bindings on it are
+    /// dropped, since a browser is never reached on another connection.
+    pub(super) registered: Mutex<Vec<String>>,
+    /// TLS: other addresses and domain names it stands for (RFC 5923
+    /// aliases, at most [`MAX_ALIASES`]).
+    pub(super) aliases: Mutex<Vec<Alias>>,
+}
+
+/// A domain name (lower case) and port.
+pub(super) type NameKey = (Box<str>, u16);
+
+/// A sent-by a TLS connection stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Alias {
+    /// An address, in the connection table.
+    Addr(SocketAddr),
+    /// A domain name and port, in the table of names.
+    Name(NameKey),
+}
+
+/// Aliases one TLS connection may hold (a proxy has one sent-by, maybe a
+/// few; a peer must not fill the connection table with ports).
+pub(super) const MAX_ALIASES: usize = 4;
+
+/// Requests watched per WebSocket connection (a phone rarely has more
+/// than a few transactions under way; the oldest are forgotten first).
+pub(super) const MAX_REQUESTS_WATCHED: usize = 16;
+
+/// Addresses-of-record one WebSocket connection registers whose bindings
+/// are dropped when it closes (a browser registers one; more are left to
+/// expire).
+pub(super) const MAX_AORS_REGISTERED: usize = 8;
+
+/// What reactors receive from other threads.
+#[derive(Debug)]
+pub(super) enum Order {
+    /// Serve this (outbound) connection.
+    Adopt(Arc<Conn>),
+    /// Close this connection.
+    Close(Token),
+}
+
+/// A reactor, as other threads reach it.
+#[derive(Debug)]
+pub(super) struct ReactorLink {
+    pub(super) waker: Waker,
+    pub(super) orders: Mutex<Vec<Order>>,
+}
+
+/// Open TCP and TLS connections and what their reactors share.
+#[derive(Debug)]
+pub struct TcpHub {
+    pub(super) shared: Arc<Shared>,
+    pub(super) backing: Backing,
+    pub(super) udp: Option<Arc<UdpSocket>>,
+    pub(super) tls: Option<Arc<TlsContext>>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) limits: ConnectionLimits,
+    /// The effective global limit.
+    pub(super) max: usize,
+    pub(super) conns: Mutex<HashMap<SocketAddr, Arc<Conn>>>,
+    /// TLS connections that stand for a domain name and port (RFC 5923).
+    pub(super) names: Mutex<HashMap<NameKey, Arc<Conn>>>,
+    pub(super) per_ip: Mutex<HashMap<IpAddr, usize>>,
+    pub(super) open: AtomicUsize,
+    pub(super) next_token: AtomicUsize,
+    pub(super) next_reactor: AtomicUsize,
+    pub(super) reactors: OnceLock<Vec<ReactorLink>>,
+}
+
+/// What a reactor keeps per connection beside the shared part.
+#[derive(Debug)]
+pub(super) struct Local {
+    pub(super) conn: Arc<Conn>,
+    /// Bytes of an incomplete message (empty, unallocated, between
+    /// messages).
+    pub(super) inbuf: Vec<u8>,
+    pub(super) opened: Instant,
+    pub(super) last_read: Instant,
+    /// When the first byte of the incomplete message in `inbuf` came.
+    pub(super) message_start: Option<Instant>,
+    pub(super) handshaking: bool,
+    /// An outbound connect not yet complete (known here, so the deadline
+    /// walk takes no lock).
+    pub(super) connecting: bool,
+    /// WebSocket: the upgrade still to come (`None`), or the frames'
+    /// reassembly after it.
+    pub(super) ws: Option<Box<Option<websocket::Decoder>>>,
+    /// CR/LF bytes the reads so far ended with: a CRLFCRLF ping (RFC 5626
+    /// §4.4.1) may come in two reads.
+    pub(super) crlf: u8,
+    /// Whether a SIP message came (outbound connections: ours, so yes).
+    pub(super) spoke: bool,
+    /// The keep-alives it may still send now.
+    pub(super) pings: Pace,
+}
+
+/// A token bucket for one peer: `rate` a second, `burst` at most.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pace {
+    pub(super) tokens: f64,
+    pub(super) at: Instant,
+}
+
+impl Pace {
+    pub(super) fn full(burst: f64, now: Instant) -> Self {
+        Self {
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Refills to `now` and says how many whole tokens there are.
+    pub(super) fn refill(&mut self, now: Instant, rate: f64, burst: f64) -> u32 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.at = self.at.max(now);
+        self.tokens as u32
+    }
+
+    /// Takes one token at `now`, if there is one.
+    pub(super) fn take(&mut self, now: Instant, rate: f64, burst: f64) -> bool {
+        if self.refill(now, rate, burst) >= 1 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether a bucket left alone since its last use is full again.
+    pub(super) fn idle(&self, now: Instant, rate: f64, burst: f64) -> bool {
+        self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * rate >= burst
+    }
+}
+
+/// Keep-alives a connection may send at once: ten times its rate a second.
+pub(super) fn ping_burst(rate: u32) -> f64 {
+    f64::from(rate) * 10.0
+}
+
+/// Sources whose accept rate a reactor remembers; past it, those whose
+/// buckets are full again are forgotten (they lose nothing).
+pub(super) const MAX_SOURCES: usize = 16_384;
+
+impl Local {
+    /// A connection that opens now (TLS ones start handshaking).
+    pub(super) fn new(conn: Arc<Conn>, connecting: bool, ping_rate: u32) -> Self {
+        let now = Instant::now();
+        let handshaking = matches!(conn.transport, Transport::Tls | Transport::Wss);
+        let ws = matches!(conn.transport, Transport::Ws | Transport::Wss).then(|| Box::new(None));
+        Self {
+            conn,
+            inbuf: Vec::new(),
+            opened: now,
+            last_read: now,
+            message_start: None,
+            handshaking,
+            connecting,
+            ws,
+            crlf: 0,
+            spoke: false,
+            pings: Pace::full(ping_burst(ping_rate), now),
+        }
+    }
+
+    /// Still in its TLS handshake or WebSocket upgrade.
+    pub(super) fn opening(&self) -> bool {
+        self.handshaking || self.ws.as_ref().is_some_and(|w| w.is_none())
+    }
+}
+
+/// One reactor thread: its poll, its connections and its core.
+pub(super) struct Reactor {
+    pub(super) hub: Arc<TcpHub>,
+    pub(super) index: usize,
+    pub(super) poll: Poll,
+    pub(super) listeners: Vec<(mio::net::TcpListener, Token, bool)>,
+    pub(super) locals: HashMap<Token, Local>,
+    pub(super) core: Core,
+    pub(super) storage: Storage,
+    pub(super) sender: Sender,
+    pub(super) out: Vec<u8>,
+    pub(super) scratch: Vec<u8>,
+    /// Connections with more to read after their budget ran out.
+    pub(super) again: Vec<Token>,
+    /// This reactor's share of the accept rate.
+    pub(super) bucket: Option<Bucket>,
+    /// Each source's accept rate (`accept_rate_per_ip`).
+    pub(super) sources: HashMap<IpAddr, Pace>,
+    /// Binding changes waiting for the end of the round, with their
+    /// answers.
+    pub(super) deferred: Deferred,
+}
+
+/// Most binding changes a reactor gathers before it stores them.
+pub(super) const MAX_DEFERRED: usize = 256;
+
+/// The server-wide accept rate: a [`Pace`] of `rate` tokens a second,
+/// holding at most a tenth of a second's worth (and at least one), that
+/// remembers until when it is spent.
+pub(super) struct Bucket {
+    pub(super) rate: f64,
+    pub(super) pace: Pace,
+    /// Spent: accept again at this time.
+    pub(super) until: Option<Instant>,
+}
+
+impl Bucket {
+    pub(super) fn new(rate: f64, now: Instant) -> Self {
+        Self {
+            rate,
+            pace: Pace::full(Self::capacity(rate), now),
+            until: None,
+        }
+    }
+
+    pub(super) fn capacity(rate: f64) -> f64 {
+        (rate / 10.0).max(1.0)
+    }
+
+    /// Takes a token, or says when the next one comes.
+    pub(super) fn take(&mut self, now: Instant) -> Result<(), Instant> {
+        if self.pace.take(now, self.rate, Self::capacity(self.rate)) {
+            self.until = None;
+            Ok(())
+        } else {
+            let next = now + Duration::from_secs_f64((1.0 - self.pace.tokens) / self.rate);
+            self.until = Some(next);
+            Err(next)
+        }
+    }
+
+    /// Returns a token taken for a connection that was not there.
+    pub(super) fn give_back(&mut self) {
+        self.pace.tokens = (self.pace.tokens + 1.0).min(Self::capacity(self.rate));
+    }
+
+    /// Spent until a time still ahead.
+    pub(super) fn waiting(&self, now: Instant) -> Option<Instant> {
+        self.until.filter(|u| *u > now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_comes_from_the_descriptors_unless_set_lower() {
+        assert_eq!(effective_limit(0, 1_048_576), 1_048_576 - FD_RESERVE);
+        assert_eq!(effective_limit(5_000, 1_048_576), 5_000);
+        assert_eq!(effective_limit(5_000, 1024), 1024 - FD_RESERVE);
+        assert_eq!(effective_limit(0, 100), 64, "never below a floor");
+    }
+}
