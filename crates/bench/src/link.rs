@@ -139,7 +139,13 @@ fn connect(local: SocketAddr, target: SocketAddr) -> io::Result<TcpStream> {
         Some(socket2::Protocol::TCP),
     )?;
     if local.port() != 0 {
+        // A fixed local port is bound again by the next scenario of a run
+        // (update and logout touch register's bindings). Closing with a
+        // reset frees it at once: a graceful close leaves it in FIN_WAIT_2
+        // for as long as the server keeps its side open (Kamailio over WSS
+        // did), and the next bind fails with "Address already in use".
         s.set_reuse_address(true)?;
+        s.set_linger(Some(Duration::ZERO))?;
         s.bind(&local.into())?;
     }
     s.connect_timeout(&target.into(), Duration::from_secs(5))

@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod config_file;
 pub mod fuzzing;
 pub mod io;
 pub mod proto;
