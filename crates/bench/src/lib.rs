@@ -155,6 +155,16 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
             .unwrap_or_else(|| registrar.to_string());
         let contact = format!("<sip:{}@{}>", opts.callee.name, r.addr());
         responder::register_in(registrar, &domain, &opts.callee, &contact, 3600)?;
+        // Registered at another node sharing the location: the callers'
+        // nodes learn of it a moment later. Calls start once each of them
+        // routes to the callee (an OPTIONS answered by it), not before.
+        if run.transport == link::Transport::Udp {
+            for via in std::iter::once(run.target).chain(run.also.iter().copied()) {
+                if via != registrar {
+                    responder::await_reachable(via, &opts.callee.name);
+                }
+            }
+        }
         Some(r)
     } else {
         None

@@ -390,20 +390,10 @@ fn a_websocket_phone_calls_a_udp_phone_across_the_bridge_both_ways() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
     let me = phone.local_addr().expect("addr");
-    let recv = |p: &UdpSocket| {
-        let mut b = [0u8; 8192];
-        loop {
-            let n = p.recv(&mut b).expect("udp message");
-            let m = String::from_utf8_lossy(&b[..n]).into_owned();
-            if !m.starts_with("SIP/2.0 1") {
-                return m;
-            }
-        }
-    };
     let contact = format!("sip:carol@{me}");
     let reg = register("carol", "UDP", &contact).replace("abc.invalid", &me.to_string());
     phone.send_to(reg.as_bytes(), udp_srv).expect("send");
-    assert!(recv(&phone).starts_with("SIP/2.0 200 "));
+    assert!(udp_final(&phone).starts_with("SIP/2.0 200 "));
 
     let mut alice = Ws::sip(ws);
     alice.send(&register("alice", "WS", "sip:a1@abc.invalid;transport=ws"));
@@ -415,7 +405,7 @@ fn a_websocket_phone_calls_a_udp_phone_across_the_bridge_both_ways() {
         "sip:a1@abc.invalid;transport=ws",
         "bridge",
     ));
-    let inv = recv(&phone);
+    let inv = udp_final(&phone);
     assert!(inv.starts_with(&format!("INVITE {contact} ")), "{inv}");
     // RFC 5658: the UDP side first, then the WebSocket side with its token.
     let rr = record_routes(&inv);
@@ -447,7 +437,7 @@ fn a_websocket_phone_calls_a_udp_phone_across_the_bridge_both_ways() {
         },
         1,
     ));
-    let ack = recv(&phone);
+    let ack = udp_final(&phone);
     assert!(
         ack.starts_with(&format!("ACK {contact} ")) && !ack.contains("Route:"),
         "{ack}"
@@ -472,7 +462,7 @@ fn a_websocket_phone_calls_a_udp_phone_across_the_bridge_both_ways() {
         "{got}"
     );
     alice.send(&answer(&got, "200 OK", "sip:a1@abc.invalid;transport=ws"));
-    let ok = recv(&phone);
+    let ok = udp_final(&phone);
     assert!(ok.starts_with("SIP/2.0 200 ") && ok.contains("BYE"), "{ok}");
 }
 
