@@ -10,7 +10,8 @@
 //!   connections, the location journal, the timer thread, the operator's
 //!   HTTP endpoint, logging and start-up.
 //!
-//! [`config`] is below both: settings and their parsing.
+//! [`config`] is below both: settings and their parsing; so is
+//! [`shards`], the locking of the tables the workers share.
 #![deny(unsafe_code)] // allowed only in `io::maplog` (sockets: the sip-udp crate)
 #![deny(missing_docs)]
 
@@ -19,6 +20,7 @@ mod config_file;
 pub mod fuzzing;
 pub mod io;
 pub mod proto;
+pub mod shards;
 
 pub use crate::config::{Config, Mode};
 pub use crate::io::process::COMMIT;

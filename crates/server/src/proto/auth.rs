@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+
+use crate::shards::{Current, Shards};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -258,8 +260,8 @@ impl Shares {
 /// [`NcVerdict::Full`] while everyone else's are still taken.
 #[derive(Debug)]
 pub struct NcTracker {
-    shards: Vec<Mutex<NcShard>>,
-    shares: Mutex<Shares>,
+    shards: Shards<NcShard>,
+    shares: Shards<Shares>,
     per_shard: usize,
     limits: NcLimits,
     ttl: u64,
@@ -294,8 +296,8 @@ impl NcTracker {
     /// seconds.
     pub fn new(limits: NcLimits, ttl: u64) -> Self {
         Self {
-            shards: (0..NC_SHARDS).map(|_| Mutex::default()).collect(),
-            shares: Mutex::default(),
+            shards: Shards::new(NC_SHARDS, NcShard::default),
+            shares: Shards::new(1, Shares::default),
             per_shard: (limits.capacity / NC_SHARDS).max(1),
             limits,
             ttl,
@@ -304,10 +306,7 @@ impl NcTracker {
 
     /// Nonces held.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).seen.len())
-            .sum()
+        self.shards.each().map(|s| s.seen.len()).sum()
     }
 
     /// Whether none is held.
@@ -319,7 +318,7 @@ impl NcTracker {
     /// `request` from `owner`, at `now` (Unix seconds).
     pub fn accept(&self, id: NonceId, nc: u32, request: u64, owner: Owner, now: u64) -> NcVerdict {
         let shard = (id.counter as usize) % NC_SHARDS;
-        let mut m = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.shards.lock(shard);
         if let Some(last) = m.seen.get_mut(&id) {
             return if nc > last.nc {
                 last.nc = nc;
@@ -343,7 +342,7 @@ impl NcTracker {
         }
         {
             // Held for a few map operations only: every worker takes it.
-            let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+            let mut shares = self.shares.lock(0);
             for o in gone {
                 shares.release(o);
             }
@@ -424,7 +423,7 @@ pub struct Authenticator {
     pub realm: String,
     key: NonceKey,
     nc: NcTracker,
-    users: RwLock<Arc<Users>>,
+    users: Current<Users>,
     algorithms: Vec<Algorithm>,
     request_ids: std::hash::RandomState,
     /// HA1s for users that do not exist, so that a lookup miss costs the
@@ -452,7 +451,7 @@ impl Authenticator {
             realm: realm.to_owned(),
             key,
             nc: NcTracker::new(limits, ttl),
-            users: RwLock::new(Arc::new(users)),
+            users: Current::new(users),
             algorithms: algorithms.to_vec(),
             request_ids,
             decoy,
@@ -461,13 +460,13 @@ impl Authenticator {
 
     /// The users loaded now.
     pub fn users(&self) -> Arc<Users> {
-        self.users.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.users.get()
     }
 
     /// Replaces the users at once (a reload); requests in flight finish
     /// with the set they started with.
     pub fn set_users(&self, users: Users) {
-        *self.users.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(users);
+        self.users.set(users);
     }
 
     /// Appends one challenge header per configured algorithm, in order,

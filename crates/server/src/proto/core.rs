@@ -25,6 +25,7 @@ use crate::proto::metrics::{Metrics, Stage, Stopwatch};
 use crate::proto::names::{Found, Names, Route};
 use crate::proto::privacy::{Privacy, Reveal};
 use crate::proto::stateful::{Sends, Transactions};
+use crate::shards::Shards;
 
 pub use crate::proto::stateful::LOCAL_TAG_PREFIX;
 
@@ -201,14 +202,14 @@ pub struct Shared {
 /// A token bucket of bytes, refilled by the `now` handed in.
 #[derive(Debug, Default)]
 pub struct ByteBudget {
-    state: std::sync::Mutex<Option<(f64, Instant)>>,
+    state: Shards<Option<(f64, Instant)>>,
 }
 
 impl ByteBudget {
     /// Takes `bytes` when the bucket (`rate` bytes per second, at most
     /// `burst`, full at first) holds them at `now`.
     pub fn take(&self, bytes: u64, rate: u64, burst: u64, now: Instant) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock(0);
         let (tokens, last) = s.get_or_insert((burst as f64, now));
         let elapsed = now.saturating_duration_since(*last).as_secs_f64();
         *tokens = (*tokens + elapsed * rate as f64).min(burst as f64);

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+
+use crate::shards::{Current, Shards};
 
 /// Guard settings. The defaults are on.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +72,7 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 pub struct Guard {
     cfg: GuardConfig,
-    shards: Vec<Mutex<HashMap<IpAddr, Source>>>,
+    shards: Shards<HashMap<IpAddr, Source>>,
     hasher: RandomState,
     /// The latest expiry (Unix seconds) of any ban: while it has passed, a
     /// source exempt from the rate limit is admitted without a lookup.
@@ -79,7 +80,7 @@ pub struct Guard {
     /// Addresses exempt from the rate limit besides loopback: the other
     /// nodes sharing the location, which forward whole deployments'
     /// traffic (bans still apply).
-    trusted: std::sync::RwLock<Vec<IpAddr>>,
+    trusted: Current<Vec<IpAddr>>,
     any_trusted: std::sync::atomic::AtomicBool,
 }
 
@@ -88,10 +89,10 @@ impl Guard {
     pub fn new(cfg: GuardConfig, hasher: RandomState) -> Self {
         Self {
             cfg,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: Shards::new(SHARDS, HashMap::new),
             hasher,
             bans_until: AtomicU64::new(0),
-            trusted: std::sync::RwLock::new(Vec::new()),
+            trusted: Current::new(Vec::new()),
             any_trusted: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -108,17 +109,11 @@ impl Guard {
         ips.sort_unstable();
         ips.dedup();
         self.any_trusted.store(!ips.is_empty(), Ordering::Relaxed);
-        *self.trusted.write().unwrap_or_else(|e| e.into_inner()) = ips;
+        self.trusted.set(ips);
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        self.any_trusted.load(Ordering::Relaxed)
-            && self
-                .trusted
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .binary_search(&ip)
-                .is_ok()
+        self.any_trusted.load(Ordering::Relaxed) && self.trusted.get().binary_search(&ip).is_ok()
     }
 
     /// The settings.
@@ -126,9 +121,8 @@ impl Guard {
         &self.cfg
     }
 
-    fn shard(&self, ip: &IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Source>> {
-        let i = (self.hasher.hash_one(ip) as usize) % SHARDS;
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    fn shard(&self, ip: &IpAddr) -> impl std::ops::DerefMut<Target = HashMap<IpAddr, Source>> + '_ {
+        self.shards.lock(self.hasher.hash_one(ip) as usize)
     }
 
     fn entry<'m>(
@@ -213,8 +207,7 @@ impl Guard {
     /// the driver can count and log each lifting once.
     pub fn lift_expired(&self, now_s: u64) -> Vec<IpAddr> {
         let mut lifted = Vec::new();
-        for s in &self.shards {
-            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+        for mut s in self.shards.each() {
             for (ip, e) in s.iter_mut() {
                 if e.banned_until != 0 && e.banned_until <= now_s {
                     e.banned_until = 0;
@@ -243,8 +236,7 @@ impl Guard {
     /// Sources banned at `now_s` (for the operator view).
     pub fn banned(&self, now_s: u64) -> Vec<(IpAddr, u64)> {
         let mut v = Vec::new();
-        for s in &self.shards {
-            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+        for s in self.shards.each() {
             v.extend(
                 s.iter()
                     .filter(|(_, e)| e.banned_until > now_s)
@@ -349,7 +341,7 @@ mod tests {
         for i in 0..10_000u32 {
             let _ = g.admit(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), 1_000);
         }
-        let total: usize = g.shards.iter().map(|s| s.lock().expect("lock").len()).sum();
+        let total: usize = g.shards.each().map(|s| s.len()).sum();
         assert!(total <= 64 + SHARDS, "{total}");
     }
 }

@@ -13,9 +13,9 @@ use hashbrown::HashTable;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::RwLock;
 
 pub use crate::config::{Durability, Overflow};
+use crate::shards::ReadShards;
 
 /// One contact bound to an address-of-record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,7 +355,7 @@ impl Shard {
 /// Sharded in-memory location store.
 #[derive(Debug)]
 pub struct MemoryLocation {
-    shards: Vec<RwLock<Shard>>,
+    shards: ReadShards<Shard>,
     hasher: RandomState,
     seq: AtomicU64,
     tokens: AtomicU64,
@@ -368,7 +368,7 @@ impl MemoryLocation {
     /// AoRs over the shards.
     pub fn new(hasher: RandomState) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
+            shards: ReadShards::new(SHARDS, Shard::default),
             hasher,
             seq: AtomicU64::new(1),
             tokens: AtomicU64::new(1),
@@ -396,15 +396,14 @@ impl MemoryLocation {
 
     /// The shard for a hash: bits the tables themselves do not use for
     /// the slot (low bits) or its tag (top 7 bits).
-    fn shard(&self, hash: u64) -> &RwLock<Shard> {
-        &self.shards[((hash >> 32) as usize) % SHARDS]
+    fn shard(hash: u64) -> usize {
+        (hash >> 32) as usize
     }
 
     /// Calls `f` with every live committed binding, one shard at a time
     /// under its read lock (snapshots).
     pub fn visit(&self, now: u64, mut f: impl FnMut(&str, &Binding)) {
-        for s in &self.shards {
-            let s = s.read().unwrap_or_else(|e| e.into_inner());
+        for s in self.shards.reads() {
             for (aor, a) in s.map.iter() {
                 for b in a.list.iter().filter(|b| b.expires_at > now) {
                     f(aor, b);
@@ -418,8 +417,7 @@ impl MemoryLocation {
     /// are dropped. A change in flight is applied over the new list by
     /// its commit, if stored.
     pub fn replace_all(&self, mut bindings: std::collections::HashMap<String, Vec<Binding>>) {
-        for s in &self.shards {
-            let mut s = s.write().unwrap_or_else(|e| e.into_inner());
+        for mut s in self.shards.writes() {
             s.map
                 .retain(|(aor, a)| match bindings.remove(aor.as_str()) {
                     Some(list) => {
@@ -436,7 +434,7 @@ impl MemoryLocation {
         }
         for (aor, list) in bindings {
             let hash = self.hash(&aor);
-            let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+            let mut shard = self.shards.write(Self::shard(hash));
             let entry = shard.entry(hash, &aor, |k| self.hash(k));
             self.held_changed(entry.list.len(), list.len());
             entry.list = list;
@@ -448,7 +446,7 @@ impl MemoryLocation {
         let hash = match &r {
             Record::Bind { aor, .. } | Record::Remove { aor, .. } => self.hash(aor),
         };
-        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self.shards.write(Self::shard(hash));
         match r {
             Record::Bind { seq, aor, binding } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
@@ -505,7 +503,7 @@ impl MemoryLocation {
             now,
         } = *reg;
         let hash = self.hash(&key);
-        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self.shards.write(Self::shard(hash));
         let aor = key.as_str();
         let shard = &mut *shard;
         let mut stored = shard.get_mut(hash, aor);
@@ -677,7 +675,7 @@ impl MemoryLocation {
             return;
         }
         let hash = prepared.hash;
-        let mut shard = self.shard(hash).write().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self.shards.write(Self::shard(hash));
         let Some(a) = shard.get_mut(hash, &prepared.aor) else {
             return;
         };
@@ -708,7 +706,7 @@ impl MemoryLocation {
     pub fn lookup(&self, aor: &str, now: u64, out: &mut Vec<Binding>) {
         out.clear();
         let hash = self.hash(aor);
-        let shard = self.shard(hash).read().unwrap_or_else(|e| e.into_inner());
+        let shard = self.shards.read(Self::shard(hash));
         if let Some(list) = shard.get(hash, aor).map(|a| &a.list) {
             out.extend(list.iter().filter(|b| b.expires_at > now).cloned());
         }
@@ -719,8 +717,7 @@ impl MemoryLocation {
     /// Drops expired bindings; returns how many.
     pub fn expire(&self, now: u64) -> usize {
         let mut n = 0;
-        for s in &self.shards {
-            let mut s = s.write().unwrap_or_else(|e| e.into_inner());
+        for mut s in self.shards.writes() {
             s.map.retain(|(_, a)| {
                 let before = a.list.len();
                 a.list.retain(|b| b.expires_at > now);
@@ -735,8 +732,7 @@ impl MemoryLocation {
     /// All live bindings (for the operator view).
     pub fn snapshot(&self, now: u64) -> Vec<(String, Binding)> {
         let mut v = Vec::new();
-        for s in &self.shards {
-            let s = s.read().unwrap_or_else(|e| e.into_inner());
+        for s in self.shards.reads() {
             for (aor, a) in s.map.iter() {
                 v.extend(
                     a.list
@@ -753,9 +749,8 @@ impl MemoryLocation {
     /// Number of live bindings.
     pub fn len(&self, now: u64) -> usize {
         self.shards
-            .iter()
+            .reads()
             .map(|s| {
-                let s = s.read().unwrap_or_else(|e| e.into_inner());
                 s.map
                     .iter()
                     .map(|(_, a)| a.list.iter().filter(|b| b.expires_at > now).count())

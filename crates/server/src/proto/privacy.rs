@@ -12,13 +12,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use privacy::aes::AesId;
 use privacy::keys::Decipher;
 use privacy::{IdDecipher, Scheme};
 
 use crate::proto::users::Users;
+use crate::shards::Shards;
 
 pub use crate::config::{AesMode, PrivacySettings};
 
@@ -89,7 +89,7 @@ pub struct Privacy {
     aes_key_id: u8,
     capacity: usize,
     ttl: u64,
-    cache: Mutex<Cache>,
+    cache: Shards<Cache>,
     /// Counters.
     pub counters: PrivacyCounters,
 }
@@ -154,7 +154,7 @@ impl Privacy {
             aes_key_id: s.aes_key_id,
             capacity: s.cache,
             ttl: s.cache_ttl,
-            cache: Mutex::new(Cache::default()),
+            cache: Shards::new(1, Cache::default),
             counters: PrivacyCounters::default(),
         })
     }
@@ -170,7 +170,7 @@ impl Privacy {
             return Reveal::Plain;
         };
         if self.capacity > 0 {
-            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let cache = self.cache.lock(0);
             if let Some((id, until)) = cache.map.get(user) {
                 if *until > now {
                     self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -217,7 +217,7 @@ impl Privacy {
     /// Bounded: when full, expired entries go; if that is not enough, an
     /// eighth of the rest (in the map's random order) goes too.
     fn remember(&self, text: &str, id: &str, now: u64) {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock(0);
         if cache.map.len() >= self.capacity {
             cache.map.retain(|_, (_, until)| *until > now);
             if cache.map.len() >= self.capacity {
@@ -297,7 +297,7 @@ mod tests {
                 .pseudonym(&format!("u{i}"), Encoding::Hex, 1000)
                 .unwrap();
             assert_eq!(p.reveal(&t, 200), Reveal::Id(format!("u{i}")));
-            assert!(p.cache.lock().unwrap().map.len() <= 16);
+            assert!(p.cache.lock(0).map.len() <= 16);
         }
     }
 

@@ -21,7 +21,6 @@ use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sip_core::transaction::{
@@ -34,6 +33,7 @@ use sip_core::{Message, Method, StatusCode};
 use crate::proto::fork::{Best, MAX_BRANCHES};
 use crate::proto::metrics::Metrics;
 use crate::proto::names::{Names, Route};
+use crate::shards::Shards;
 pub use sip_core::Transport;
 
 /// A destination: address and transport.
@@ -649,7 +649,7 @@ impl std::fmt::Debug for Waker {
 /// The proxy's transactions.
 #[derive(Debug)]
 pub struct Transactions {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Shards<Shard>,
     timers: TimerConfig,
     max_bytes: u64,
     /// How long a next hop found by DNS may stay silent (not even a
@@ -661,10 +661,6 @@ pub struct Transactions {
     /// [`start`](Self::start) wakes it.
     idle: std::sync::atomic::AtomicBool,
     waker: std::sync::OnceLock<Waker>,
-}
-
-fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The entry a response or error names, and which of its branches:
@@ -761,7 +757,7 @@ impl Transactions {
     /// entries and messages.
     pub fn new(timers: TimerConfig, max_bytes: u64) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: Shards::new(SHARDS, Shard::default),
             timers,
             max_bytes,
             failover_after: None,
@@ -849,22 +845,21 @@ impl Transactions {
     /// table would hand back to the allocator when idle.
     pub fn allocated(&self) -> usize {
         self.shards
-            .iter()
+            .each()
             .map(|s| {
-                let s = lock(s);
                 s.map.capacity() * (std::mem::size_of::<(Key, Entry)>() + 1)
                     + s.heap.capacity() * std::mem::size_of::<Reverse<(Instant, Key)>>()
             })
             .sum()
     }
 
-    fn shard(&self, key: Key) -> &Mutex<Shard> {
-        &self.shards[(key.branch % SHARDS as u64) as usize]
+    fn shard(&self, key: Key) -> impl std::ops::DerefMut<Target = Shard> + '_ {
+        self.shards.lock((key.branch % SHARDS as u64) as usize)
     }
 
     /// Entries in the table.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).map.len()).sum()
+        self.shards.each().map(|s| s.map.len()).sum()
     }
 
     /// Whether the table is empty.
@@ -876,9 +871,8 @@ impl Transactions {
     /// tries still pending, CANCELs included.
     pub fn pending_branches(&self) -> usize {
         self.shards
-            .iter()
+            .each()
             .map(|s| {
-                let s = lock(s);
                 let pending = s.map.values().flat_map(|e| &e.branches);
                 pending.filter(|b| b.pending()).count()
             })
@@ -891,10 +885,9 @@ impl Transactions {
     pub fn unanswered(&self) -> usize {
         use sip_core::transaction::ServerNonInviteState as N;
         self.shards
-            .iter()
+            .each()
             .map(|s| {
-                lock(s)
-                    .map
+                s.map
                     .values()
                     .filter(|e| match &e.server {
                         Server::Invite(t) => {
@@ -920,7 +913,7 @@ impl Transactions {
         sends: &mut Sends,
         metrics: &Metrics,
     ) -> Seen {
-        let mut shard = lock(self.shard(key));
+        let mut shard = self.shard(key);
         let Some(e) = shard.map.get_mut(&key) else {
             return Seen::New;
         };
@@ -971,7 +964,7 @@ impl Transactions {
         {
             return Err(NotStarted::Full);
         }
-        let mut shard = lock(self.shard(key));
+        let mut shard = self.shard(key);
         if shard.map.contains_key(&key) {
             return Err(NotStarted::Exists);
         }
@@ -1052,7 +1045,7 @@ impl Transactions {
         sends: &mut Sends,
         metrics: &Metrics,
     ) -> bool {
-        let mut shard = lock(self.shard(invite));
+        let mut shard = self.shard(invite);
         let Some(e) = shard.map.get_mut(&invite) else {
             return false;
         };
@@ -1086,7 +1079,7 @@ impl Transactions {
             return Upstream::Unknown;
         };
         let (ekey, fork) = split(key);
-        let mut guard = lock(self.shard(ekey));
+        let mut guard = self.shard(ekey);
         let shard = &mut *guard;
         let Some(e) = shard.map.get_mut(&ekey) else {
             return Upstream::Unknown;
@@ -1203,7 +1196,7 @@ impl Transactions {
         metrics: &Metrics,
     ) {
         let (ekey, fork) = split(key);
-        let mut guard = lock(self.shard(ekey));
+        let mut guard = self.shard(ekey);
         let shard = &mut *guard;
         let Some(e) = shard.map.get_mut(&ekey) else {
             return;
@@ -1233,15 +1226,14 @@ impl Transactions {
     /// early, never late); `None` when nothing is scheduled.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.shards
-            .iter()
-            .filter_map(|s| lock(s).heap.peek().map(|Reverse((t, _))| *t))
+            .each()
+            .filter_map(|s| s.heap.peek().map(|Reverse((t, _))| *t))
             .min()
     }
 
     /// Runs every timer due at `now`; what must be sent goes into `sends`.
     pub fn tick(&self, now: Instant, sends: &mut Sends, metrics: &Metrics) {
-        for m in self.shards.iter() {
-            let mut guard = lock(m);
+        for mut guard in self.shards.each() {
             let shard = &mut *guard;
             while let Some(Reverse((t, key))) = shard.heap.peek().copied() {
                 if t > now {
@@ -1619,7 +1611,7 @@ mod tests {
     }
 
     use crate::proto::names::{Found, Park};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     /// A name leading to the loopback addresses at `ports`, in order; it
     /// remembers which failed.
