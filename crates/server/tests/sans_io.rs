@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const FORBIDDEN: [&str; 17] = [
+const FORBIDDEN: [&str; 18] = [
     "Instant::now",
     "SystemTime",
     "std::fs",
@@ -33,6 +33,7 @@ const FORBIDDEN: [&str; 17] = [
     "crate::io",
     "Mutex",
     "RwLock",
+    "OnceLock",
 ];
 
 fn src() -> PathBuf {

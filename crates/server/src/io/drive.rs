@@ -208,7 +208,7 @@ pub fn handle(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
-    if let Some(t) = core.shared().tap.get() {
+    if let Some(t) = core.shared().tap.as_ref() {
         t.received(input, src, transport);
     }
     let reply = core.handle(input, src, transport, now, out);
@@ -427,7 +427,7 @@ pub fn handle_deferring(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
-    if let Some(t) = core.shared().tap.get() {
+    if let Some(t) = core.shared().tap.as_ref() {
         t.received(input, src, transport);
     }
     let mut reply = core.handle(input, src, transport, now, out);

@@ -203,7 +203,7 @@ impl View {
                 p.syncs()
             ));
         }
-        if let Some(t) = self.shared.tap.get() {
+        if let Some(t) = self.shared.tap.as_ref() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(
                 "# HELP sipsec_hep_packets_total SIP messages copied to the HEP collector.\n# TYPE sipsec_hep_packets_total counter\nsipsec_hep_packets_total {queued}\n# HELP sipsec_hep_dropped_total SIP messages not traced: the queue to the collector was full, or the message too large for HEP.\n# TYPE sipsec_hep_dropped_total counter\nsipsec_hep_dropped_total {dropped}\n"

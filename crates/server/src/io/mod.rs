@@ -19,3 +19,4 @@ pub mod tcp;
 pub mod tls;
 pub mod udp;
 pub mod users_file;
+pub mod wake;

@@ -1,12 +1,13 @@
 //! Next hops named by domain names, resolved off the hot path (RFC 3263
 //! §4 without NAPTR: the transport comes from the URI).
 //!
-//! Workers ask [`Names::find`], which answers from memory: the hosts file,
-//! or what an earlier resolution left in the cache. A name not known yet
-//! is handed to the resolver thread and the request waiting on it is
-//! parked ([`Names::park`]); once the name is resolved (or known not to
-//! be), the thread hands the parked requests to its own core again, which
-//! now finds the answer in the cache and forwards them (or answers 503).
+//! The cores read the core's [`NameTable`], which answers from memory:
+//! the hosts file, or what an earlier resolution left there. A name not
+//! known yet is queued there and the request waiting on it parked there;
+//! the core's output asks for this thread to be woken. The thread takes
+//! the queued names, resolves them, [finishes](NameTable::finish) each,
+//! and hands the requests that waited to its own core again, which now
+//! finds the answer and forwards them (or answers 503).
 //!
 //! The thread asks SRV first when the URI gives no port (`_sip._udp`,
 //! `_sip._tcp`, `_sips._tcp`), then A, then AAAA, of the name servers in
@@ -26,7 +27,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,93 +36,26 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::DnsSettings;
 use crate::io::send::Sender;
 use crate::proto::core::{Core, Transport};
-use crate::proto::names::{Found, Names, Park};
+use crate::proto::names::{default_port, Key, NameTable, Parked};
 use sip_core::dns::{self, Kind, Record};
 
-/// Names being resolved at once; past it requests for new names get 503.
-const MAX_JOBS: usize = 128;
-/// Requests waiting on one name.
-const MAX_PARKED_PER_NAME: usize = 32;
-/// Requests waiting on all names, and their bytes.
-const MAX_PARKED: usize = 1024;
-const MAX_PARKED_BYTES: usize = 4 << 20;
-/// Answers kept.
-const MAX_CACHE: usize = 4096;
 /// SRV targets resolved for one name, and addresses kept for it: the
 /// ones tried in turn when one fails (RFC 3263 §4.3).
 const MAX_TARGETS: usize = 8;
 const MAX_ADDRESSES: usize = 8;
-/// Addresses remembered as failed.
-const MAX_DOWN: usize = 1024;
-/// Longest a 503's Retry-After keeps an address skipped, in seconds (a
-/// next hop cannot bench itself for days by a typo or on purpose).
-const MAX_RETRY_AFTER: u32 = 3600;
 /// How long a name no server answered for is remembered as unreachable.
 const UNANSWERED_TTL: u32 = 5;
 /// Name servers taken from `/etc/resolv.conf`, as the C library does.
 const MAX_SERVERS: usize = 3;
 const WAKER: Token = Token(0);
 
-/// A destination asked for: lower-case name, the URI's port, transport.
-type Key = (String, Option<u16>, Transport);
-
-/// The cache's key for `name` (any case, perhaps with the root's dot).
-fn key_of(name: &str, port: Option<u16>, transport: Transport) -> Key {
-    (
-        name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
-        port,
-        transport,
-    )
-}
-
-/// A request waiting for a name.
-#[derive(Debug)]
-struct Parked {
-    message: Vec<u8>,
-    src: SocketAddr,
-    arrived: Transport,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Where each destination leads, in the order to try (empty:
-    /// nowhere), until when.
-    cache: HashMap<Key, (Vec<SocketAddr>, Instant)>,
-    /// Addresses that failed lately, and until when they are skipped.
-    down: HashMap<(SocketAddr, Transport), Instant>,
-    /// Destinations being resolved, with the requests waiting on them.
-    pending: HashMap<Key, Vec<Parked>>,
-    /// Destinations the thread has not started on.
-    fresh: Vec<Key>,
-    parked: usize,
-    parked_bytes: usize,
-    /// The thread has stopped: nothing more waits.
-    closed: bool,
-}
-
 /// The resolver the workers share; see the module documentation.
 #[derive(Debug)]
 pub struct Resolver {
     settings: DnsSettings,
     servers: Vec<SocketAddr>,
-    hosts: HashMap<String, IpAddr>,
-    state: Mutex<State>,
-    waker: Waker,
-}
-
-fn default_port(transport: Transport) -> u16 {
-    if transport == Transport::Tls {
-        5061
-    } else {
-        5060
-    }
-}
-
-/// How long, in seconds, a failed address is skipped: as a 503's
-/// Retry-After asks (RFC 3261 §21.5.4), within 1 s to `MAX_RETRY_AFTER`,
-/// else the configured time.
-fn skip_for(configured: u32, retry_after: Option<u32>) -> u32 {
-    retry_after.map_or(configured, |s| s.clamp(1, MAX_RETRY_AFTER))
+    names: Arc<NameTable>,
+    waker: Arc<Waker>,
 }
 
 /// The SRV name RFC 3263 §4.2 asks for a transport (none for WebSocket).
@@ -187,12 +121,11 @@ fn random_u16() -> u16 {
 }
 
 impl Resolver {
-    /// Starts the resolver thread over `hosts` (from [`read_hosts`]);
-    /// `core` and `sender` hand parked requests in again and send what
-    /// comes of them.
+    /// Starts the resolver thread over the core's name table; `core` and
+    /// `sender` hand parked requests in again and send what comes of
+    /// them.
     pub fn start(
         settings: DnsSettings,
-        hosts: HashMap<String, IpAddr>,
         core: Core,
         sender: Sender,
         stop: Arc<AtomicBool>,
@@ -203,12 +136,11 @@ impl Resolver {
             settings.servers.clone()
         };
         let poll = Poll::new()?;
-        let waker = Waker::new(poll.registry(), WAKER)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let resolver = Arc::new(Self {
             settings,
             servers,
-            hosts,
-            state: Mutex::new(State::default()),
+            names: core.shared().names.clone(),
             waker,
         });
         let r = resolver.clone();
@@ -230,174 +162,15 @@ impl Resolver {
         Ok((resolver, thread))
     }
 
-    /// Wakes the thread (to see the stop).
+    /// Wakes the thread: to start on the names asked, or to see the stop.
     pub fn wake(&self) {
         let _ = self.waker.wake();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records where `key` leads and takes the requests waiting on it.
-    fn finish(&self, key: &Key, to: Vec<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
-        let ttl = ttl.min(self.settings.max_ttl).max(1);
-        let mut st = self.lock();
-        if st.cache.len() >= MAX_CACHE {
-            st.cache.retain(|_, (_, until)| *until > now);
-            if st.cache.len() >= MAX_CACHE {
-                if let Some(k) = st.cache.keys().next().cloned() {
-                    st.cache.remove(&k);
-                }
-            }
-        }
-        st.cache
-            .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
-        let parked = st.pending.remove(key).unwrap_or_default();
-        st.parked -= parked.len();
-        st.parked_bytes -= parked.iter().map(|p| p.message.len()).sum::<usize>();
-        parked
-    }
-}
-
-impl State {
-    /// Skips `hop` until `until`; returns until when it was skipped
-    /// before. The table keeps at most `MAX_DOWN` addresses: when full,
-    /// the lapsed ones go, and a new address finding it still full is
-    /// not remembered (it is tried as if up).
-    fn mark_down(
-        &mut self,
-        hop: (SocketAddr, Transport),
-        until: Instant,
-        now: Instant,
-    ) -> Option<Instant> {
-        if self.down.len() >= MAX_DOWN {
-            self.down.retain(|_, t| *t > now);
-        }
-        let was = self.down.get(&hop).copied();
-        if self.down.len() < MAX_DOWN || was.is_some() {
-            self.down.insert(hop, until);
-        }
-        was
-    }
-
-    /// Of `to` (in order), the first address over `transport` that has
-    /// not failed lately.
-    fn first_up(
-        &self,
-        to: &[SocketAddr],
-        transport: Transport,
-        now: Instant,
-    ) -> Option<SocketAddr> {
-        to.iter().copied().find(|a| {
-            self.down
-                .get(&(*a, transport))
-                .is_none_or(|until| *until <= now)
-        })
-    }
-
-    /// Where a cached destination leads: the first address that has not
-    /// failed lately, else the first (all failed: try again anyway).
-    fn lead(&self, to: &[SocketAddr], transport: Transport, now: Instant) -> Found {
-        match self.first_up(to, transport, now).or(to.first().copied()) {
-            Some(a) => Found::At(a),
-            None => Found::Nowhere,
-        }
-    }
-}
-
-impl Names for Resolver {
-    fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found {
-        let key = key_of(name, port, transport);
-        if let Some(ip) = self.hosts.get(&key.0) {
-            return Found::At(SocketAddr::new(
-                *ip,
-                port.unwrap_or(default_port(transport)),
-            ));
-        }
-        if !self.settings.enabled {
-            return Found::Nowhere;
-        }
-        let now = Instant::now();
-        let mut st = self.lock();
-        match st.cache.get(&key) {
-            Some((to, until)) if *until > now => return st.lead(to, transport, now),
-            Some(_) => {
-                st.cache.remove(&key);
-            }
-            None => {}
-        }
-        if st.pending.contains_key(&key) {
-            return Found::Resolving;
-        }
-        if st.closed || st.pending.len() >= MAX_JOBS {
-            return Found::Busy;
-        }
-        st.pending.insert(key.clone(), Vec::new());
-        st.fresh.push(key);
-        drop(st);
-        self.wake();
-        Found::Resolving
-    }
-
-    fn park(
-        &self,
-        name: &str,
-        port: Option<u16>,
-        transport: Transport,
-        message: &[u8],
-        src: SocketAddr,
-        arrived: Transport,
-    ) -> Park {
-        let key = key_of(name, port, transport);
-        let mut st = self.lock();
-        let full = st.closed
-            || st.parked >= MAX_PARKED
-            || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
-        let Some(waiting) = st.pending.get_mut(&key) else {
-            // Resolved (or given up) since `find`: its outcome.
-            let now = Instant::now();
-            return match st.cache.get(&key) {
-                Some((to, until)) if *until > now => Park::Known(st.lead(to, transport, now)),
-                _ => Park::Full,
-            };
-        };
-        if full || waiting.len() >= MAX_PARKED_PER_NAME {
-            return Park::Full;
-        }
-        waiting.push(Parked {
-            message: message.to_vec(),
-            src,
-            arrived,
-        });
-        st.parked += 1;
-        st.parked_bytes += message.len();
-        Park::Parked
-    }
-
-    fn failed(&self, to: SocketAddr, transport: Transport, retry_after: Option<u32>) {
-        let now = Instant::now();
-        let skip = skip_for(self.settings.skip_failed_for, retry_after);
-        let until = now + Duration::from_secs(u64::from(skip));
-        let was = self.lock().mark_down((to, transport), until, now);
-        if was.is_none_or(|t| t <= now) {
-            crate::io::log::hop_failed(to, transport.as_str(), skip);
-        }
-    }
-
-    fn alternative(
-        &self,
-        name: &str,
-        port: Option<u16>,
-        transport: Transport,
-    ) -> Option<SocketAddr> {
-        let key = key_of(name, port, transport);
-        let now = Instant::now();
-        let st = self.lock();
-        match st.cache.get(&key) {
-            Some((to, until)) if *until > now => st.first_up(to, transport, now),
-            _ => None,
-        }
+    /// What wakes the thread, for the senders that carry out the cores'
+    /// requests to resolve a name.
+    pub fn waker(&self) -> Arc<Waker> {
+        self.waker.clone()
     }
 }
 
@@ -522,6 +295,11 @@ impl Worker {
         let mut events = Events::with_capacity(64);
         let mut buf = vec![0u8; 4096];
         while !stop.load(Ordering::Relaxed) {
+            // The names asked since the last look, first: one asked before
+            // the thread could be woken is not left waiting.
+            for key in self.resolver.names.take_asked() {
+                self.begin(key);
+            }
             let now = Instant::now();
             let next = self.jobs.iter().flatten().map(|j| j.deadline).min();
             // Idle, the thread sleeps until a name or the stop wakes it.
@@ -537,10 +315,6 @@ impl Worker {
                 if ev.token() != WAKER {
                     self.readable(ev.token().0 - 1, &mut buf);
                 }
-            }
-            let fresh = std::mem::take(&mut self.resolver.lock().fresh);
-            for key in fresh {
-                self.begin(key);
             }
             let now = Instant::now();
             for slot in 0..self.jobs.len() {
@@ -560,14 +334,7 @@ impl Worker {
         }
         // Stopping: what still waits is answered (503 with Retry-After,
         // its name being unresolved), not dropped.
-        let waiting: Vec<Parked> = {
-            let mut st = self.resolver.lock();
-            st.closed = true;
-            st.parked = 0;
-            st.parked_bytes = 0;
-            st.pending.values_mut().flat_map(std::mem::take).collect()
-        };
-        for p in waiting {
+        for p in self.resolver.names.close() {
             self.hand_in(&p);
         }
     }
@@ -629,7 +396,7 @@ impl Worker {
         }
         job.published = true;
         let (key, to, ttl) = (job.key.clone(), job.found.clone(), job.ttl);
-        for p in self.resolver.finish(&key, to, ttl, Instant::now()) {
+        for p in self.resolver.names.finish(&key, to, ttl, Instant::now()) {
             self.hand_in(&p);
         }
     }
@@ -955,7 +722,7 @@ impl Worker {
             .iter()
             .filter(|(n, _)| *n == srv.target)
             .map(|e| e.1)
-            .chain(self.resolver.hosts.get(&srv.target).copied())
+            .chain(self.resolver.names.host(&srv.target))
             .collect();
         for ip in &glue {
             job.add(*ip, srv.port);
@@ -996,7 +763,10 @@ impl Worker {
                 let to = std::mem::take(&mut job.found);
                 let ttl = if to.is_empty() { ttl } else { job.ttl.min(ttl) };
                 let nowhere = to.is_empty();
-                let parked = self.resolver.finish(&job.key, to, ttl, Instant::now());
+                let parked = self
+                    .resolver
+                    .names
+                    .finish(&job.key, to, ttl, Instant::now());
                 if nowhere {
                     crate::io::log::unresolved(&job.key.0);
                 }
@@ -1029,11 +799,7 @@ impl Drop for Worker {
     /// workers instead of waiting forever.
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let mut st = self.resolver.lock();
-            st.closed = true;
-            st.pending.clear();
-            st.parked = 0;
-            st.parked_bytes = 0;
+            drop(self.resolver.names.close());
             tracing::error!(target: "sipsec::dns", "the resolver thread stopped on a bug: names are no longer resolved");
         }
     }
@@ -1084,44 +850,5 @@ mod tests {
             Some("_sips._tcp.a.test")
         );
         assert_eq!(service("a.test", Transport::Wss), None);
-    }
-    #[test]
-    fn the_failed_address_table_is_bounded() {
-        let now = Instant::now();
-        let hop = |n: usize| {
-            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + n as u32);
-            ((ip, 5060).into(), Transport::Udp)
-        };
-        let mut st = State::default();
-        let soon = now + Duration::from_secs(1);
-        let later = now + Duration::from_secs(30);
-        for n in 0..MAX_DOWN {
-            assert_eq!(
-                st.mark_down(hop(n), if n < 10 { soon } else { later }, now),
-                None
-            );
-        }
-        // Full of live entries: a new address is not remembered, and a
-        // known one is still refreshed.
-        st.mark_down(hop(MAX_DOWN), later, now);
-        assert_eq!(st.down.len(), MAX_DOWN);
-        assert_eq!(
-            st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, now),
-            Some(hop(MAX_DOWN).0)
-        );
-        assert_eq!(st.mark_down(hop(20), later, now), Some(later));
-        // Once some lapse, they make room.
-        let after = soon + Duration::from_millis(1);
-        assert_eq!(st.mark_down(hop(MAX_DOWN), later, after), None);
-        assert_eq!(st.down.len(), MAX_DOWN - 10 + 1);
-        assert_eq!(st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, after), None);
-    }
-
-    #[test]
-    fn a_retry_after_sets_how_long_an_address_is_skipped_within_bounds() {
-        assert_eq!(skip_for(30, None), 30);
-        assert_eq!(skip_for(30, Some(120)), 120);
-        assert_eq!(skip_for(30, Some(0)), 1);
-        assert_eq!(skip_for(30, Some(u32::MAX)), MAX_RETRY_AFTER);
     }
 }

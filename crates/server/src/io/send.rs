@@ -6,8 +6,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::io::wake::Wakers;
 use crate::proto::core::{Reply, Shared, Transport};
-use crate::proto::stateful::{Key, Sends};
+use crate::proto::stateful::Sends;
 
 /// Most ICMP errors one look at a socket's queue reads: all it can hold.
 /// The kernel charges queued errors to the receive buffer (4 MiB, at
@@ -30,16 +31,24 @@ pub struct Sender {
     shared: Arc<Shared>,
     udp: Option<Arc<UdpSocket>>,
     hub: Option<Arc<dyn Connections>>,
+    wakers: Arc<Wakers>,
 }
 
 impl Sender {
-    /// Sends UDP from `udp` and the rest through `hub`.
+    /// Sends UDP from `udp` and the rest through `hub`, waking the
+    /// threads the cores ask for through `wakers`.
     pub fn new(
         shared: Arc<Shared>,
         udp: Option<Arc<UdpSocket>>,
         hub: Option<Arc<dyn Connections>>,
+        wakers: Arc<Wakers>,
     ) -> Self {
-        Self { shared, udp, hub }
+        Self {
+            shared,
+            udp,
+            hub,
+            wakers,
+        }
     }
 
     /// Sends `bytes` to `dest` over `transport`; what cannot leave is
@@ -78,13 +87,7 @@ impl Sender {
         let mut sends = Sends::default();
         let now = std::time::Instant::now();
         sip_udp::unreachable(udp, ERRORS_PER_LOOK, |_, quoted| {
-            shared
-                .metrics
-                .udp_unreachable
-                .fetch_add(1, Ordering::Relaxed);
-            if let (Some(tx), Some((key, tries))) = (&shared.transactions, Key::of_quoted(quoted)) {
-                tx.on_transport_error(key, tries, now, &mut sends, &shared.metrics);
-            }
+            shared.unreachable(quoted, now, &mut sends);
         });
         // What that produced goes without looking at the queue again (no
         // recursion): errors it draws are read at the next failure.
@@ -96,12 +99,21 @@ impl Sender {
                 self.send(bytes, dest, transport);
             }
         }
+        for ((to, transport), skip) in sends.failed_hops() {
+            crate::io::log::hop_failed(*to, transport.as_str(), *skip);
+        }
     }
 
-    /// Sends every message in `sends`, in order.
+    /// Carries out what a decision produced besides its reply: sends
+    /// every message in `sends`, in order, wakes the threads it asks for
+    /// and logs the next hops that failed.
     pub fn send_all(&self, sends: &Sends) {
         for (bytes, (dest, transport)) in sends.iter() {
             self.send(bytes, dest, transport);
+        }
+        self.wakers.wake(sends.wake());
+        for ((to, transport), skip) in sends.failed_hops() {
+            crate::io::log::hop_failed(*to, transport.as_str(), *skip);
         }
     }
 

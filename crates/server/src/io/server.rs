@@ -268,11 +268,6 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         )?),
         None => None,
     };
-    let salt = std::hash::RandomState::new();
-    let mut shared = Shared::new(config, location, auth, crate::io::clock::now(), salt);
-    shared.privacy = privacy;
-    shared.stage_clock = Some(std::time::Instant::now);
-    let shared = Arc::new(shared);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
     let mut unwind = Unwind {
@@ -284,6 +279,34 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         sockets: Vec::new(),
         armed: true,
     };
+    let tap = if let Some(t) = &config.trace {
+        let locals = crate::io::hep::Locals {
+            udp: udp.local_addr(),
+            tcp: tcp_addr,
+            tls: tls_addr,
+            ws: config.websocket.ws,
+            wss: config.websocket.wss,
+        };
+        let (tracer, thread) = crate::io::hep::Tracer::start(t.clone(), locals, stop.clone())
+            .map_err(|err| StartError::Trace {
+                collector: t.collector.clone(),
+                err,
+            })?;
+        threads.push(thread);
+        let tap: Arc<dyn crate::proto::core::Tap> = tracer;
+        unwind.tap = Some(tap.clone());
+        Some(tap)
+    } else {
+        None
+    };
+    let salt = std::hash::RandomState::new();
+    let mut shared = Shared::new(config, location, auth, crate::io::clock::now(), salt);
+    shared.privacy = privacy;
+    shared.stage_clock = Some(std::time::Instant::now);
+    shared.tap = tap;
+    shared.names.set_hosts(hosts);
+    let shared = Arc::new(shared);
+    let wakers = Arc::new(crate::io::wake::Wakers::default());
     let mut redis_sync = None;
     let redis_state = match redis {
         Some((r, state)) => {
@@ -321,40 +344,30 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             hub_backing,
             udp.sender().ok().map(Arc::new),
             tls.clone(),
+            wakers.clone(),
             stop.clone(),
         );
         unwind.hub = Some(hub.clone());
         threads.extend(hub.start(listeners).map_err(bind)?);
-        let flows: Arc<dyn crate::proto::core::Flows> = hub.clone();
-        let _ = shared.flows.set(flows);
         Some(hub)
     } else {
         None
     };
-    if let Some(t) = &shared.config.trace {
-        let locals = crate::io::hep::Locals {
-            udp: udp.local_addr(),
-            tcp: tcp_addr,
-            tls: tls_addr,
-            ws: shared.config.websocket.ws,
-            wss: shared.config.websocket.wss,
-        };
-        let (tracer, thread) = crate::io::hep::Tracer::start(t.clone(), locals, stop.clone())
-            .map_err(|err| StartError::Trace {
-                collector: t.collector.clone(),
-                err,
-            })?;
-        threads.push(thread);
-        let tap: Arc<dyn crate::proto::core::Tap> = tracer;
-        unwind.tap = Some(tap.clone());
-        let _ = shared.tap.set(tap);
-    }
     threads.push(store_upkeep(shared.clone(), persistence.clone(), stop.clone()).map_err(bind)?);
     let (sleeper, waker) = std::os::unix::net::UnixStream::pair().map_err(bind)?;
     let sighup = waker.try_clone().map_err(bind)?;
     threads.push(
         watch_files(tls.clone(), shared.clone(), stop.clone(), sleeper, sighup).map_err(bind)?,
     );
+    // A core for a thread of the driver: it asks the connection layer
+    // whether a registered flow is still open.
+    let core = || {
+        let core = Core::new(shared.clone());
+        match &hub {
+            Some(h) => core.with_flows(h.clone()),
+            None => core,
+        }
+    };
     if shared.transactions.is_some() {
         let sock = Arc::new(udp.sender().map_err(bind)?);
         let sender = Sender::new(
@@ -362,10 +375,10 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             Some(sock),
             hub.clone()
                 .map(|h| Arc::new(h) as Arc<dyn crate::io::send::Connections>),
+            wakers.clone(),
         );
-        threads.push(
-            transaction_timers(Core::new(shared.clone()), sender, stop.clone()).map_err(bind)?,
-        );
+        threads
+            .push(transaction_timers(core(), sender, wakers.clone(), stop.clone()).map_err(bind)?);
     }
     // Next hops named by domain names: the hosts file, then DNS.
     let names_sender = Sender::new(
@@ -373,22 +386,18 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         Some(Arc::new(udp.sender().map_err(bind)?)),
         hub.clone()
             .map(|h| Arc::new(h) as Arc<dyn crate::io::send::Connections>),
+        wakers.clone(),
     );
     let (resolver, thread) = crate::io::resolver::Resolver::start(
         shared.config.dns.clone(),
-        hosts,
-        Core::new(shared.clone()),
+        core(),
         names_sender,
         stop.clone(),
     )
     .map_err(|e| StartError::Dns(format!("cannot start the resolver: {e}")))?;
     threads.push(thread);
     unwind.resolver = Some(resolver.clone());
-    let names: Arc<dyn crate::proto::names::Names> = resolver.clone();
-    if let Some(tx) = &shared.transactions {
-        tx.set_names(names.clone());
-    }
-    let _ = shared.names.set(names);
+    wakers.set_names(resolver.waker());
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http_listener {
         unwind
@@ -408,8 +417,15 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         threads.push(crate::io::http::serve(view, l, stop.clone()).map_err(bind)?);
     }
     unwind.sockets.extend(udp.wakers().map_err(bind)?);
-    udp.start(&shared, backings, hub.as_ref(), &stop, &mut threads)
-        .map_err(bind)?;
+    udp.start(
+        &shared,
+        backings,
+        hub.as_ref(),
+        &wakers,
+        &stop,
+        &mut threads,
+    )
+    .map_err(bind)?;
     unwind.armed = false;
     let sockets = std::mem::take(&mut unwind.sockets);
     drop(unwind);
@@ -490,6 +506,7 @@ const TICK: std::time::Duration = std::time::Duration::from_millis(10);
 fn transaction_timers(
     mut core: Core,
     sender: Sender,
+    wakers: Arc<crate::io::wake::Wakers>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
     let shared = core.shared().clone();
@@ -499,8 +516,7 @@ fn transaction_timers(
             let Some(tx) = shared.transactions.as_ref() else {
                 return;
             };
-            let me = std::thread::current();
-            tx.set_waker(move || me.unpark());
+            wakers.set_timers(std::thread::current());
             while !stop.load(Ordering::Relaxed) {
                 match core.next_timer() {
                     None if tx.idle() => {
@@ -844,7 +860,7 @@ impl ServerHandle {
             h.wake_all();
         }
         self.resolver.wake();
-        if let Some(t) = self.shared.tap.get() {
+        if let Some(t) = self.shared.tap.as_ref() {
             t.wake();
         }
         if let Some(r) = &self.redis_sync {

@@ -15,6 +15,7 @@ use crate::config::UdpBalance;
 use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::shared::TcpHub;
+use crate::io::wake::Wakers;
 use crate::proto::core::{Core, Reply, Shared, Transport};
 use sip_udp::{RecvBatch, SendBatch, BATCH};
 
@@ -109,6 +110,7 @@ impl UdpServer {
         shared: &Arc<Shared>,
         backings: Vec<Backing>,
         hub: Option<&Arc<TcpHub>>,
+        wakers: &Arc<Wakers>,
         stop: &Arc<AtomicBool>,
         threads: &mut Vec<JoinHandle<()>>,
     ) -> io::Result<()> {
@@ -120,9 +122,13 @@ impl UdpServer {
                 shared.clone(),
                 Some(sock.clone()),
                 hub.map(|h| Arc::new(h.clone()) as Arc<dyn Connections>),
+                wakers.clone(),
             );
             let storage = backings.next().unwrap_or(Backing::Memory).open();
-            let core = Core::new(shared.clone());
+            let core = match hub {
+                Some(h) => Core::new(shared.clone()).with_flows(h.clone()),
+                None => Core::new(shared.clone()),
+            };
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))

@@ -22,9 +22,9 @@ use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
 use crate::proto::guard::{Guard, Verdict};
 use crate::proto::location::{Binding, MemoryLocation, Prepared, Record, StoreError};
 use crate::proto::metrics::{Metrics, Stage, Stopwatch};
-use crate::proto::names::{Found, Names, Route};
+use crate::proto::names::{Found, NameTable, Route};
 use crate::proto::privacy::{Privacy, Reveal};
-use crate::proto::stateful::{Sends, Transactions};
+use crate::proto::stateful::{Key, Sends, Transactions};
 use crate::shards::Shards;
 
 pub use crate::proto::stateful::LOCAL_TAG_PREFIX;
@@ -174,9 +174,6 @@ pub struct Shared {
     /// The clock for sampled stage timings (instrumentation, never a
     /// protocol decision); `None` turns them off (simulations).
     pub stage_clock: Option<fn() -> Instant>,
-    /// Which connections are open, set by the driver that holds them;
-    /// unset (a simulation without connections), every flow counts as open.
-    pub flows: std::sync::OnceLock<Arc<dyn Flows>>,
     /// The server is stopping: requests that would start something new
     /// are answered 503 with Retry-After, so phones turn to another
     /// server, while transactions and dialogs under way finish.
@@ -184,11 +181,12 @@ pub struct Shared {
     /// Since when (Unix seconds) this node's copy of a shared location has
     /// not followed it (the store unreachable); 0 while it follows.
     pub location_stale_since: AtomicU64,
-    /// Where copies of the messages go (HEP tracing), when on.
-    pub tap: std::sync::OnceLock<Arc<dyn Tap>>,
-    /// Where domain names lead (DNS, set by the driver); unset, a next
-    /// hop named by a domain is unreachable.
-    pub names: std::sync::OnceLock<Arc<dyn Names>>,
+    /// Where copies of the messages go (HEP tracing), when on: the
+    /// drivers hand it what they receive and send; the core never calls it.
+    pub tap: Option<Arc<dyn Tap>>,
+    /// Where domain names lead: read by the core, filled by the driver's
+    /// resolver, which the core's [`Sends::wake`] wakes.
+    pub names: Arc<NameTable>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -298,8 +296,29 @@ impl Shared {
     /// responses and hands a copy to the tracer.
     pub fn sending(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
         self.metrics.sent(bytes);
-        if let Some(t) = self.tap.get() {
+        if let Some(t) = &self.tap {
             t.sent(bytes, peer, transport);
+        }
+    }
+
+    /// A request this proxy forwarded as `key`'s try `tries` could not
+    /// be sent (the connection failed, or the peer's answer would not fit):
+    /// its transaction tries the next address of its name or answers 503
+    /// (RFC 3261 §16.9), into `sends`. The transport layer's door into
+    /// the transaction table.
+    pub fn transport_failed(&self, key: Key, tries: u8, now: Instant, sends: &mut Sends) {
+        if let Some(tx) = &self.transactions {
+            tx.on_transport_error(key, tries, now, sends, &self.metrics);
+        }
+    }
+
+    /// An ICMP error quoting `quoted` arrived: the transaction whose
+    /// request it quotes (by this proxy's branch) fails as if its send
+    /// failed (RFC 3261 §18.4).
+    pub fn unreachable(&self, quoted: &[u8], now: Instant, sends: &mut Sends) {
+        self.metrics.udp_unreachable.fetch_add(1, Ordering::Relaxed);
+        if let Some((key, tries)) = Key::of_quoted(quoted) {
+            self.transport_failed(key, tries, now, sends);
         }
     }
 
@@ -316,12 +335,14 @@ impl Shared {
         let guard = Guard::new(config.guard.clone(), salt.clone());
         let flow_key = derive_key(&salt, b"sipsec flow token key");
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
+        let names = Arc::new(NameTable::new(&config.dns));
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
             Transactions::new(
                 sip_core::transaction::TimerConfig::RFC3261,
                 config.max_transaction_bytes,
             )
             .with_failover_after(config.dns.failover_after)
+            .with_names(names.clone())
         });
         Self {
             config,
@@ -334,11 +355,10 @@ impl Shared {
             transactions,
             privacy: None,
             stage_clock: None,
-            flows: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             location_stale_since: AtomicU64::new(0),
-            tap: std::sync::OnceLock::new(),
-            names: std::sync::OnceLock::new(),
+            tap: None,
+            names,
             branch_salt: salt,
             flow_key,
             branch_key,
@@ -383,6 +403,10 @@ pub struct Core {
     /// answer goes.
     pub(super) pending: Option<(Prepared, SocketAddr, Transport)>,
     pub(super) events: Vec<Event>,
+    /// Which connections are open, asked of the driver that holds them.
+    pub(super) flows: Option<Arc<dyn Flows>>,
+    /// A name was asked of the resolver while handling this message.
+    asked: std::cell::Cell<bool>,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -490,24 +514,18 @@ impl Core {
         };
         if tls {
             let alias = self
-                .shared
                 .flows
-                .get()
+                .as_ref()
                 .and_then(|f| f.named(name, port.unwrap_or(5061)));
             if let Some(a) = alias {
                 return Next::At(a);
             }
         }
-        match self
-            .shared
-            .names
-            .get()
-            .map(|n| n.find(name, port, transport))
-        {
+        match self.shared.names.find(name, port, transport, self.now.mono) {
             // Only a transaction can try another address: a stateless
             // proxy needs no copy of the name.
-            Some(Found::At(a)) if self.shared.transactions.is_none() => Next::At(a),
-            Some(Found::At(a)) => Next::Named(
+            Found::At(a) if self.shared.transactions.is_none() => Next::At(a),
+            Found::At(a) => Next::Named(
                 a,
                 Route {
                     name: name.to_owned(),
@@ -515,9 +533,13 @@ impl Core {
                     transport,
                 },
             ),
-            Some(Found::Resolving) => Next::Resolving(name.to_owned(), port, transport),
-            Some(Found::Busy) => Next::Busy,
-            Some(Found::Nowhere) | None => Next::Nowhere,
+            Found::Asked => {
+                self.asked.set(true);
+                Next::Resolving(name.to_owned(), port, transport)
+            }
+            Found::Resolving => Next::Resolving(name.to_owned(), port, transport),
+            Found::Busy => Next::Busy,
+            Found::Nowhere => Next::Nowhere,
         }
     }
 
@@ -548,7 +570,17 @@ impl Core {
             },
             pending: None,
             events: Vec::new(),
+            flows: None,
+            asked: std::cell::Cell::new(false),
         }
+    }
+
+    /// The same handler, asking `flows` whether a registered connection is
+    /// still open (without, every flow counts as open: a simulation with
+    /// no connections).
+    pub fn with_flows(mut self, flows: Arc<dyn Flows>) -> Self {
+        self.flows = Some(flows);
+        self
     }
 
     /// The start of a stage, when this request is timed (the metrics'
@@ -865,6 +897,21 @@ impl Core {
         now: Now,
         out: &mut Vec<u8>,
     ) -> Reply {
+        let reply = self.decide(input, src, transport, now, out);
+        if self.asked.take() {
+            self.sends.wake_names();
+        }
+        reply
+    }
+
+    fn decide(
+        &mut self,
+        input: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Reply {
         self.now = now;
         let now = now.secs();
         self.transport = transport;
@@ -1134,7 +1181,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tls_hop_defaults_to_5061_and_a_name_needs_an_alias_or_a_resolver() {
+    fn a_tls_hop_defaults_to_5061_and_a_name_needs_an_alias_or_is_asked() {
         let core = crate::fuzzing::server(1);
         let ip = Host::V4([192, 0, 2, 1].into());
         let at = |s: &str| Next::At(s.parse().expect("address"));
@@ -1145,10 +1192,15 @@ mod tests {
             core.hop(ip, Some(5070), Transport::Tls),
             at("192.0.2.1:5070")
         );
-        // No connection stands for the name, and there is no resolver.
+        // No connection stands for the name: it is asked of the resolver
+        // (once), and the request waits for it.
         let name = Host::Name("peer.example.com");
-        assert_eq!(core.hop(name, None, Transport::Tls), Next::Nowhere);
-        assert_eq!(core.hop(name, None, Transport::Udp), Next::Nowhere);
+        let resolving = Next::Resolving("peer.example.com".into(), None, Transport::Tls);
+        assert_eq!(core.hop(name, None, Transport::Tls), resolving);
+        assert!(core.asked.take());
+        assert_eq!(core.hop(name, None, Transport::Tls), resolving);
+        assert!(!core.asked.take());
+        assert_eq!(core.shared.names.take_asked().len(), 1);
         assert_eq!(
             core.hop(Host::Name("localhost"), None, Transport::Tls),
             at("127.0.0.1:5061")

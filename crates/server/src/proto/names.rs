@@ -1,62 +1,54 @@
-//! Domain names as next hops: what the core asks the driver's resolver
-//! (RFC 3263), from memory only. The driver implements [`Names`]; the
-//! core and the stateful proxy's transactions call it.
+//! Domain names as next hops (RFC 3263): the table of what names lead to,
+//! which the workers read from memory (the hot path never waits for DNS)
+//! and the driver's resolver fills.
+//!
+//! A name not known yet becomes an external request: [`NameTable::find`]
+//! queues it (the core tells its driver to wake the resolver) and the
+//! request that needs it is [parked](NameTable::park) here, bounded in
+//! count and bytes. When the resolver [finishes](NameTable::finish) the
+//! name, it takes the parked requests and hands them in again; they then
+//! find the answer here. Addresses that failed are skipped for a while
+//! (RFC 3263 §4.3), so a stateful proxy tries the next one.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use sip_core::Transport;
 
-/// What the driver knows of where a domain name leads, from memory only
-/// (the hot path never waits for DNS).
+use crate::config::DnsSettings;
+use crate::shards::{Current, Shards};
+
+/// Names being resolved at once; past it requests for new names get 503.
+pub const MAX_JOBS: usize = 128;
+/// Requests waiting on one name.
+pub const MAX_PARKED_PER_NAME: usize = 32;
+/// Requests waiting on all names, and their bytes.
+pub const MAX_PARKED: usize = 1024;
+/// Bytes of the requests waiting on all names.
+pub const MAX_PARKED_BYTES: usize = 4 << 20;
+/// Answers kept.
+pub const MAX_CACHE: usize = 4096;
+/// Addresses remembered as failed.
+pub const MAX_DOWN: usize = 1024;
+/// Longest a 503's Retry-After keeps an address skipped, in seconds (a
+/// next hop cannot bench itself for days by a typo or on purpose).
+pub const MAX_RETRY_AFTER: u32 = 3600;
+
+/// What the table knows of where a domain name leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found {
     /// There.
     At(SocketAddr),
     /// Nowhere: the name does not resolve (or not now).
     Nowhere,
-    /// Being resolved: a request for it can be [parked](Names::park).
+    /// Being resolved: a request for it can be [parked](NameTable::park).
     Resolving,
+    /// Being resolved from this question on: the resolver must be woken
+    /// to start on it (then as [`Found::Resolving`]).
+    Asked,
     /// Not known, and too many names are being resolved to start on it.
     Busy,
-}
-
-/// Domain names as next hops (RFC 3263: SRV, then addresses). Implemented
-/// by the driver; called on the hot path, so it must not block.
-pub trait Names: std::fmt::Debug + Send + Sync {
-    /// Where a request for `name` (at `port`, if the URI gives one) over
-    /// `transport` goes; a name not known yet starts being resolved.
-    fn find(&self, name: &str, port: Option<u16>, transport: Transport) -> Found;
-
-    /// Holds the request `message` (from `src` over `arrived`) until the
-    /// resolution of `name` that [`find`](Self::find) started is over,
-    /// then hands it in again.
-    fn park(
-        &self,
-        name: &str,
-        port: Option<u16>,
-        transport: Transport,
-        message: &[u8],
-        src: SocketAddr,
-        arrived: Transport,
-    ) -> Park;
-
-    /// Sending to `to` over `transport` failed (refused, timed out, or
-    /// answered 503): it is skipped while other addresses are known, for
-    /// the configured time or, given a 503's Retry-After, for that long
-    /// (RFC 3263 §4.3, RFC 3261 §21.5.4).
-    fn failed(&self, _to: SocketAddr, _transport: Transport, _retry_after: Option<u32>) {}
-
-    /// The first address, in RFC 3263 order, that `name` (at `port`, over
-    /// `transport`) leads to and that has not failed lately; from memory
-    /// only, `None` when there is none.
-    fn alternative(
-        &self,
-        _name: &str,
-        _port: Option<u16>,
-        _transport: Transport,
-    ) -> Option<SocketAddr> {
-        None
-    }
 }
 
 /// A next hop named by a domain name: what a stateful proxy asks again
@@ -71,7 +63,7 @@ pub struct Route {
     pub transport: Transport,
 }
 
-/// What became of a request [parked](Names::park) for a name.
+/// What became of a request [parked](NameTable::park) for a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Park {
     /// It waits: the resolver hands it in again.
@@ -80,4 +72,447 @@ pub enum Park {
     Known(Found),
     /// No room for it.
     Full,
+}
+
+/// A destination asked for: lower-case name, the URI's port, transport.
+pub type Key = (String, Option<u16>, Transport);
+
+/// The table's key for `name` (any case, perhaps with the root's dot).
+pub fn key_of(name: &str, port: Option<u16>, transport: Transport) -> Key {
+    (
+        name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase(),
+        port,
+        transport,
+    )
+}
+
+/// The port a transport's URI without one means (RFC 3261 §19.1.2).
+pub fn default_port(transport: Transport) -> u16 {
+    if transport == Transport::Tls {
+        5061
+    } else {
+        5060
+    }
+}
+
+/// How long, in seconds, a failed address is skipped: as a 503's
+/// Retry-After asks (RFC 3261 §21.5.4), within 1 s to `MAX_RETRY_AFTER`,
+/// else the configured time.
+pub fn skip_for(configured: u32, retry_after: Option<u32>) -> u32 {
+    retry_after.map_or(configured, |s| s.clamp(1, MAX_RETRY_AFTER))
+}
+
+/// A request waiting for a name: what is handed in again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parked {
+    /// The request as it arrived.
+    pub message: Vec<u8>,
+    /// Its source.
+    pub src: SocketAddr,
+    /// The transport it arrived over.
+    pub arrived: Transport,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Where each destination leads, in the order to try (empty:
+    /// nowhere), until when.
+    cache: HashMap<Key, (Vec<SocketAddr>, Instant)>,
+    /// Addresses that failed lately, and until when they are skipped.
+    down: HashMap<(SocketAddr, Transport), Instant>,
+    /// Destinations being resolved, with the requests waiting on them.
+    pending: HashMap<Key, Vec<Parked>>,
+    /// Destinations the resolver has not started on.
+    fresh: Vec<Key>,
+    parked: usize,
+    parked_bytes: usize,
+    /// The resolver has stopped: nothing more waits.
+    closed: bool,
+}
+
+/// Where names lead, shared by every worker; see the module documentation.
+#[derive(Debug)]
+pub struct NameTable {
+    enabled: bool,
+    max_ttl: u32,
+    skip_failed_for: u32,
+    hosts: Current<HashMap<String, IpAddr>>,
+    state: Shards<State>,
+}
+
+impl NameTable {
+    /// An empty table resolving as `settings` say, with no hosts file.
+    pub fn new(settings: &DnsSettings) -> Self {
+        Self {
+            enabled: settings.enabled,
+            max_ttl: settings.max_ttl,
+            skip_failed_for: settings.skip_failed_for,
+            hosts: Current::new(HashMap::new()),
+            state: Shards::new(1, State::default),
+        }
+    }
+
+    /// Replaces the names the hosts file gives (read first, before DNS).
+    pub fn set_hosts(&self, hosts: HashMap<String, IpAddr>) {
+        self.hosts.set(hosts);
+    }
+
+    /// The address the hosts file gives `name` (lower case), if any.
+    pub fn host(&self, name: &str) -> Option<IpAddr> {
+        self.hosts.get().get(name).copied()
+    }
+
+    /// Where a request for `name` (at `port`, if the URI gives one) over
+    /// `transport` goes at `now`; a name not known yet is queued for the
+    /// resolver ([`Found::Asked`]).
+    pub fn find(&self, name: &str, port: Option<u16>, transport: Transport, now: Instant) -> Found {
+        let key = key_of(name, port, transport);
+        if let Some(ip) = self.host(&key.0) {
+            return Found::At(SocketAddr::new(ip, port.unwrap_or(default_port(transport))));
+        }
+        if !self.enabled {
+            return Found::Nowhere;
+        }
+        let mut st = self.state.lock(0);
+        match st.cache.get(&key) {
+            Some((to, until)) if *until > now => return st.lead(to, transport, now),
+            Some(_) => {
+                st.cache.remove(&key);
+            }
+            None => {}
+        }
+        if st.pending.contains_key(&key) {
+            return Found::Resolving;
+        }
+        if st.closed || st.pending.len() >= MAX_JOBS {
+            return Found::Busy;
+        }
+        st.pending.insert(key.clone(), Vec::new());
+        st.fresh.push(key);
+        Found::Asked
+    }
+
+    /// Holds the request `message` (from `src` over `arrived`) until the
+    /// resolution of `name` that [`find`](Self::find) started is over.
+    #[allow(clippy::too_many_arguments)]
+    pub fn park(
+        &self,
+        name: &str,
+        port: Option<u16>,
+        transport: Transport,
+        message: &[u8],
+        src: SocketAddr,
+        arrived: Transport,
+        now: Instant,
+    ) -> Park {
+        let key = key_of(name, port, transport);
+        let mut st = self.state.lock(0);
+        let full = st.closed
+            || st.parked >= MAX_PARKED
+            || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
+        let Some(waiting) = st.pending.get_mut(&key) else {
+            // Resolved (or given up) since `find`: its outcome.
+            return match st.cache.get(&key) {
+                Some((to, until)) if *until > now => Park::Known(st.lead(to, transport, now)),
+                _ => Park::Full,
+            };
+        };
+        if full || waiting.len() >= MAX_PARKED_PER_NAME {
+            return Park::Full;
+        }
+        waiting.push(Parked {
+            message: message.to_vec(),
+            src,
+            arrived,
+        });
+        st.parked += 1;
+        st.parked_bytes += message.len();
+        Park::Parked
+    }
+
+    /// Sending to `to` over `transport` failed at `now` (refused, timed
+    /// out, or answered 503): it is skipped while other addresses are
+    /// known, for the configured time or, given a 503's Retry-After, for
+    /// that long (RFC 3263 §4.3, RFC 3261 §21.5.4). Returns for how many
+    /// seconds when it was not skipped already (worth a log line).
+    pub fn failed(
+        &self,
+        to: SocketAddr,
+        transport: Transport,
+        retry_after: Option<u32>,
+        now: Instant,
+    ) -> Option<u32> {
+        let skip = skip_for(self.skip_failed_for, retry_after);
+        let until = now + Duration::from_secs(u64::from(skip));
+        let was = self.state.lock(0).mark_down((to, transport), until, now);
+        was.is_none_or(|t| t <= now).then_some(skip)
+    }
+
+    /// The first address, in RFC 3263 order, that `name` (at `port`, over
+    /// `transport`) leads to and that has not failed lately; `None` when
+    /// there is none.
+    pub fn alternative(
+        &self,
+        name: &str,
+        port: Option<u16>,
+        transport: Transport,
+        now: Instant,
+    ) -> Option<SocketAddr> {
+        let key = key_of(name, port, transport);
+        let st = self.state.lock(0);
+        match st.cache.get(&key) {
+            Some((to, until)) if *until > now => st.first_up(to, transport, now),
+            _ => None,
+        }
+    }
+
+    /// The destinations queued since the last call: the resolver's work.
+    pub fn take_asked(&self) -> Vec<Key> {
+        std::mem::take(&mut self.state.lock(0).fresh)
+    }
+
+    /// Records where `key` leads (for `ttl` seconds, within the
+    /// configured bounds) and takes the requests waiting on it.
+    pub fn finish(&self, key: &Key, to: Vec<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
+        let ttl = ttl.min(self.max_ttl).max(1);
+        let mut st = self.state.lock(0);
+        if st.cache.len() >= MAX_CACHE {
+            st.cache.retain(|_, (_, until)| *until > now);
+            if st.cache.len() >= MAX_CACHE {
+                if let Some(k) = st.cache.keys().next().cloned() {
+                    st.cache.remove(&k);
+                }
+            }
+        }
+        st.cache
+            .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
+        let parked = st.pending.remove(key).unwrap_or_default();
+        st.parked -= parked.len();
+        st.parked_bytes -= parked.iter().map(|p| p.message.len()).sum::<usize>();
+        parked
+    }
+
+    /// The resolver stops: nothing more is queued or parked, and the
+    /// requests still waiting are returned (to be answered, not dropped).
+    pub fn close(&self) -> Vec<Parked> {
+        let mut st = self.state.lock(0);
+        st.closed = true;
+        st.parked = 0;
+        st.parked_bytes = 0;
+        st.fresh.clear();
+        st.pending.values_mut().flat_map(std::mem::take).collect()
+    }
+
+    /// Requests waiting for names, and their bytes.
+    pub fn parked(&self) -> (usize, usize) {
+        let st = self.state.lock(0);
+        (st.parked, st.parked_bytes)
+    }
+}
+
+impl State {
+    /// Skips `hop` until `until`; returns until when it was skipped
+    /// before. The table keeps at most `MAX_DOWN` addresses: when full,
+    /// the lapsed ones go, and a new address finding it still full is
+    /// not remembered (it is tried as if up).
+    fn mark_down(
+        &mut self,
+        hop: (SocketAddr, Transport),
+        until: Instant,
+        now: Instant,
+    ) -> Option<Instant> {
+        if self.down.len() >= MAX_DOWN {
+            self.down.retain(|_, t| *t > now);
+        }
+        let was = self.down.get(&hop).copied();
+        if self.down.len() < MAX_DOWN || was.is_some() {
+            self.down.insert(hop, until);
+        }
+        was
+    }
+
+    /// Of `to` (in order), the first address over `transport` that has
+    /// not failed lately.
+    fn first_up(
+        &self,
+        to: &[SocketAddr],
+        transport: Transport,
+        now: Instant,
+    ) -> Option<SocketAddr> {
+        to.iter().copied().find(|a| {
+            self.down
+                .get(&(*a, transport))
+                .is_none_or(|until| *until <= now)
+        })
+    }
+
+    /// Where a cached destination leads: the first address that has not
+    /// failed lately, else the first (all failed: try again anyway).
+    fn lead(&self, to: &[SocketAddr], transport: Transport, now: Instant) -> Found {
+        match self.first_up(to, transport, now).or(to.first().copied()) {
+            Some(a) => Found::At(a),
+            None => Found::Nowhere,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> NameTable {
+        NameTable::new(&DnsSettings::default())
+    }
+
+    #[test]
+    fn a_name_is_asked_once_parks_its_requests_and_hands_them_back_resolved() {
+        let t = table();
+        let now = Instant::now();
+        let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
+        assert_eq!(t.find("Gw.Test.", None, Transport::Udp, now), Found::Asked);
+        assert_eq!(
+            t.find("gw.test", None, Transport::Udp, now),
+            Found::Resolving
+        );
+        let park = t.park(
+            "gw.test",
+            None,
+            Transport::Udp,
+            b"INVITE",
+            src,
+            Transport::Tcp,
+            now,
+        );
+        assert_eq!(park, Park::Parked);
+        assert_eq!(t.parked(), (1, 6));
+        let asked = t.take_asked();
+        assert_eq!(asked, [key_of("gw.test", None, Transport::Udp)]);
+        assert!(t.take_asked().is_empty());
+        let a: SocketAddr = "192.0.2.9:5080".parse().unwrap();
+        let b: SocketAddr = "192.0.2.10:5080".parse().unwrap();
+        let back = t.finish(&asked[0], vec![a, b], 60, now);
+        assert_eq!(back[0].message, b"INVITE");
+        assert_eq!(back[0].arrived, Transport::Tcp);
+        assert_eq!(t.parked(), (0, 0));
+        assert_eq!(t.find("gw.test", None, Transport::Udp, now), Found::At(a));
+        // A failed address is skipped while another is known.
+        assert_eq!(t.failed(a, Transport::Udp, None, now), Some(30));
+        assert_eq!(t.failed(a, Transport::Udp, None, now), None);
+        assert_eq!(t.alternative("gw.test", None, Transport::Udp, now), Some(b));
+        assert_eq!(t.find("gw.test", None, Transport::Udp, now), Found::At(b));
+        // The answer's TTL is over: asked again.
+        let later = now + Duration::from_secs(61);
+        assert_eq!(t.find("gw.test", None, Transport::Udp, later), Found::Asked);
+    }
+
+    #[test]
+    fn parking_is_bounded_and_a_closed_table_hands_back_what_waits() {
+        let t = table();
+        let now = Instant::now();
+        let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
+        assert_eq!(t.find("a.test", None, Transport::Udp, now), Found::Asked);
+        for _ in 0..MAX_PARKED_PER_NAME {
+            let p = t.park(
+                "a.test",
+                None,
+                Transport::Udp,
+                b"x",
+                src,
+                Transport::Udp,
+                now,
+            );
+            assert_eq!(p, Park::Parked);
+        }
+        let p = t.park(
+            "a.test",
+            None,
+            Transport::Udp,
+            b"x",
+            src,
+            Transport::Udp,
+            now,
+        );
+        assert_eq!(p, Park::Full);
+        let big = vec![b'x'; MAX_PARKED_BYTES];
+        assert_eq!(t.find("b.test", None, Transport::Udp, now), Found::Asked);
+        let p = t.park(
+            "b.test",
+            None,
+            Transport::Udp,
+            &big,
+            src,
+            Transport::Udp,
+            now,
+        );
+        assert_eq!(p, Park::Full);
+        for i in 0..MAX_JOBS - 2 {
+            let name = format!("n{i}.test");
+            assert_eq!(t.find(&name, None, Transport::Udp, now), Found::Asked);
+        }
+        assert_eq!(t.find("more.test", None, Transport::Udp, now), Found::Busy);
+        assert_eq!(t.close().len(), MAX_PARKED_PER_NAME);
+        assert_eq!(t.find("c.test", None, Transport::Udp, now), Found::Busy);
+        assert!(t.take_asked().is_empty());
+    }
+
+    #[test]
+    fn the_hosts_file_answers_first_and_a_table_without_dns_knows_nothing_else() {
+        let t = NameTable::new(&DnsSettings {
+            enabled: false,
+            ..DnsSettings::default()
+        });
+        t.set_hosts(HashMap::from([(
+            "gw.test".to_owned(),
+            [192, 0, 2, 7].into(),
+        )]));
+        let now = Instant::now();
+        assert_eq!(
+            t.find("GW.test", None, Transport::Tls, now),
+            Found::At("192.0.2.7:5061".parse().unwrap())
+        );
+        assert_eq!(
+            t.find("other.test", None, Transport::Udp, now),
+            Found::Nowhere
+        );
+    }
+
+    #[test]
+    fn the_failed_address_table_is_bounded() {
+        let now = Instant::now();
+        let hop = |n: usize| {
+            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + n as u32);
+            ((ip, 5060).into(), Transport::Udp)
+        };
+        let mut st = State::default();
+        let soon = now + Duration::from_secs(1);
+        let later = now + Duration::from_secs(30);
+        for n in 0..MAX_DOWN {
+            assert_eq!(
+                st.mark_down(hop(n), if n < 10 { soon } else { later }, now),
+                None
+            );
+        }
+        // Full of live entries: a new address is not remembered, and a
+        // known one is still refreshed.
+        st.mark_down(hop(MAX_DOWN), later, now);
+        assert_eq!(st.down.len(), MAX_DOWN);
+        assert_eq!(
+            st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, now),
+            Some(hop(MAX_DOWN).0)
+        );
+        assert_eq!(st.mark_down(hop(20), later, now), Some(later));
+        // Once some lapse, they make room.
+        let after = soon + Duration::from_millis(1);
+        assert_eq!(st.mark_down(hop(MAX_DOWN), later, after), None);
+        assert_eq!(st.down.len(), MAX_DOWN - 10 + 1);
+        assert_eq!(st.first_up(&[hop(MAX_DOWN).0], Transport::Udp, after), None);
+    }
+
+    #[test]
+    fn a_retry_after_sets_how_long_an_address_is_skipped_within_bounds() {
+        assert_eq!(skip_for(30, None), 30);
+        assert_eq!(skip_for(30, Some(120)), 120);
+        assert_eq!(skip_for(30, Some(0)), 1);
+        assert_eq!(skip_for(30, Some(u32::MAX)), MAX_RETRY_AFTER);
+    }
 }

@@ -130,10 +130,7 @@ impl Core {
 
     /// Whether the phone's connection (its registered flow) is still open.
     fn flow_open(&self, peer: SocketAddr, transport: Transport) -> bool {
-        self.shared
-            .flows
-            .get()
-            .is_none_or(|f| f.open(peer, transport))
+        self.flows.as_ref().is_none_or(|f| f.open(peer, transport))
     }
 
     /// A flow token (RFC 5626 §5.2) for the connection from `peer` over
@@ -585,11 +582,12 @@ impl Core {
             Next::Nowhere => return self.unresolvable(msg, src, out),
             Next::Resolving(name, port, transport) => {
                 bump(&self.shared.metrics.hop_waits);
-                let park = match self.shared.names.get() {
-                    Some(n) if !self.again => {
-                        n.park(&name, port, transport, msg.as_bytes(), src, self.transport)
-                    }
-                    _ => Park::Full,
+                let park = if self.again {
+                    Park::Full
+                } else {
+                    let (bytes, arrived, now) = (msg.as_bytes(), self.transport, self.now.mono);
+                    let names = &self.shared.names;
+                    names.park(&name, port, transport, bytes, src, arrived, now)
                 };
                 match park {
                     // Handed in again once the name is resolved.

@@ -21,6 +21,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sip_core::transaction::{
@@ -32,7 +33,7 @@ use sip_core::{Message, Method, StatusCode};
 
 use crate::proto::fork::{Best, MAX_BRANCHES};
 use crate::proto::metrics::Metrics;
-use crate::proto::names::{Names, Route};
+use crate::proto::names::{NameTable, Route};
 use crate::shards::Shards;
 pub use sip_core::Transport;
 
@@ -118,11 +119,24 @@ fn renumber(request: &mut [u8], number: u8) -> bool {
     true
 }
 
-/// Messages to send, packed into one reused buffer.
+/// Threads of the driver that a decision needs woken.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Wake {
+    /// The one running the transactions' timers: a transaction started
+    /// while the table was idle.
+    pub timers: bool,
+    /// The resolver: a name was asked (see `NameTable::take_asked`).
+    pub names: bool,
+}
+
+/// What a decision produced besides its reply: messages to send, packed
+/// into one reused buffer, threads to wake, next hops that failed.
 #[derive(Debug, Default)]
 pub struct Sends {
     buf: Vec<u8>,
     items: Vec<(Range<usize>, Hop)>,
+    wake: Wake,
+    failed: Vec<(Hop, u32)>,
 }
 
 impl Sends {
@@ -138,15 +152,33 @@ impl Sends {
         self.items.iter().map(|(r, h)| (&self.buf[r.clone()], *h))
     }
 
-    /// Whether nothing is queued.
+    /// Whether no message is queued.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// The driver's threads to wake.
+    pub fn wake(&self) -> Wake {
+        self.wake
+    }
+
+    /// Asks the driver to wake its resolver.
+    pub fn wake_names(&mut self) {
+        self.wake.names = true;
+    }
+
+    /// Next hops that failed and are skipped from now on, for how many
+    /// seconds (each worth a line in the log).
+    pub fn failed_hops(&self) -> &[(Hop, u32)] {
+        &self.failed
     }
 
     /// Forgets everything queued, keeping the capacity.
     pub fn clear(&mut self) {
         self.buf.clear();
         self.items.clear();
+        self.wake = Wake::default();
+        self.failed.clear();
     }
 }
 
@@ -637,15 +669,6 @@ pub enum NotStarted {
     Full,
 }
 
-/// Wakes the driver's timer thread.
-struct Waker(Box<dyn Fn() + Send + Sync>);
-
-impl std::fmt::Debug for Waker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Waker")
-    }
-}
-
 /// The proxy's transactions.
 #[derive(Debug)]
 pub struct Transactions {
@@ -655,12 +678,11 @@ pub struct Transactions {
     /// How long a next hop found by DNS may stay silent (not even a
     /// provisional response) before another of its addresses is tried.
     failover_after: Option<Duration>,
-    /// Where names lead (set by the driver): the other addresses.
-    names: std::sync::OnceLock<std::sync::Arc<dyn Names>>,
+    /// Where names lead: the other addresses.
+    names: Option<Arc<NameTable>>,
     /// The driver's timer thread sleeps with the table empty: the next
-    /// [`start`](Self::start) wakes it.
+    /// [`start`](Self::start) asks for it to be woken ([`Wake::timers`]).
     idle: std::sync::atomic::AtomicBool,
-    waker: std::sync::OnceLock<Waker>,
 }
 
 /// The entry a response or error names, and which of its branches:
@@ -761,17 +783,9 @@ impl Transactions {
             timers,
             max_bytes,
             failover_after: None,
-            names: std::sync::OnceLock::new(),
+            names: None,
             idle: std::sync::atomic::AtomicBool::new(false),
-            waker: std::sync::OnceLock::new(),
         }
-    }
-
-    /// How the driver wakes its thread that runs [`tick`](Self::tick)
-    /// when a transaction starts while it is [`idle`](Self::idle); set
-    /// once.
-    pub fn set_waker(&self, wake: impl Fn() + Send + Sync + 'static) {
-        let _ = self.waker.set(Waker(Box::new(wake)));
     }
 
     /// The timer thread is about to sleep with nothing scheduled: `true`
@@ -794,10 +808,11 @@ impl Transactions {
         self
     }
 
-    /// Where domain names lead, for trying other addresses (RFC 3263
-    /// §4.3); set once by the driver.
-    pub fn set_names(&self, names: std::sync::Arc<dyn Names>) {
-        let _ = self.names.set(names);
+    /// The same table, trying other addresses of names in `names`
+    /// (RFC 3263 §4.3).
+    pub fn with_names(mut self, names: Arc<NameTable>) -> Self {
+        self.names = Some(names);
+        self
     }
 
     /// RFC 3263 §4.3: branch `b`'s next hop failed (no answer, refused,
@@ -814,14 +829,16 @@ impl Transactions {
         sends: &mut Sends,
         metrics: &Metrics,
     ) -> bool {
-        let (Some(route), Some(names)) = (b.route.as_deref(), self.names.get()) else {
+        let (Some(route), Some(names)) = (b.route.as_deref(), self.names.as_deref()) else {
             return false;
         };
-        names.failed(b.downstream.0, b.downstream.1, retry_after);
+        if let Some(skip) = names.failed(b.downstream.0, b.downstream.1, retry_after, now) {
+            sends.failed.push((b.downstream, skip));
+        }
         if b.cancel != Cancel::No || settled || b.tries + 1 >= MAX_TRIES || b.forwarded.is_empty() {
             return false;
         }
-        let Some(next) = names.alternative(&route.name, route.port, route.transport) else {
+        let Some(next) = names.alternative(&route.name, route.port, route.transport, now) else {
             return false;
         };
         if next == b.downstream.0 || !renumber(&mut b.forwarded, b.tries + 1) {
@@ -1026,9 +1043,7 @@ impl Transactions {
         shard.reschedule(key, metrics);
         drop(shard);
         if self.idle.load(Ordering::Relaxed) && self.idle.swap(false, Ordering::SeqCst) {
-            if let Some(w) = self.waker.get() {
-                (w.0)();
-            }
+            sends.wake.timers = true;
         }
         Ok(())
     }
@@ -1610,60 +1625,20 @@ mod tests {
         );
     }
 
-    use crate::proto::names::{Found, Park};
-    use std::sync::{Arc, Mutex};
+    use crate::proto::names::{key_of, Found};
 
-    /// A name leading to the loopback addresses at `ports`, in order; it
-    /// remembers which failed.
-    #[derive(Debug, Default)]
-    struct Pool {
-        ports: Vec<u16>,
-        down: Mutex<Vec<SocketAddr>>,
-        retry_after: Mutex<Vec<Option<u32>>>,
-    }
-
-    impl Names for Pool {
-        fn find(&self, _: &str, _: Option<u16>, _: Transport) -> Found {
-            unreachable!("the table only asks for alternatives")
-        }
-
-        fn park(
-            &self,
-            _: &str,
-            _: Option<u16>,
-            _: Transport,
-            _: &[u8],
-            _: SocketAddr,
-            _: Transport,
-        ) -> Park {
-            unreachable!("the table parks nothing")
-        }
-
-        fn failed(&self, to: SocketAddr, _: Transport, retry_after: Option<u32>) {
-            self.down.lock().unwrap().push(to);
-            self.retry_after.lock().unwrap().push(retry_after);
-        }
-
-        fn alternative(&self, name: &str, _: Option<u16>, _: Transport) -> Option<SocketAddr> {
-            assert_eq!(name, "pool.example");
-            let down = self.down.lock().unwrap();
-            self.ports
-                .iter()
-                .map(|p| hop(*p, Transport::Udp).0)
-                .find(|a| !down.contains(a))
-        }
-    }
-
-    /// An INVITE to `pool.example`, first sent to port 5070, the pool's
-    /// first address; tries others after 2 s of silence.
-    fn pooled(t0: Instant, ports: &[u16]) -> (Transactions, Metrics, Sends, Arc<Pool>) {
+    /// An INVITE to `pool.example`, a name leading to the loopback
+    /// addresses at `ports` in order, first sent to port 5070, the first;
+    /// tries others after 2 s of silence.
+    fn pooled(t0: Instant, ports: &[u16]) -> (Transactions, Metrics, Sends) {
+        let names = Arc::new(NameTable::new(&crate::config::DnsSettings::default()));
+        let udp = Transport::Udp;
+        assert_eq!(names.find("pool.example", None, udp, t0), Found::Asked);
+        let addrs = ports.iter().map(|p| hop(*p, udp).0).collect();
+        names.finish(&key_of("pool.example", None, udp), addrs, 3600, t0);
         let tx = Transactions::new(TimerConfig::RFC3261, DEFAULT_MAX_BYTES)
-            .with_failover_after(Some(Duration::from_secs(2)));
-        let pool = Arc::new(Pool {
-            ports: ports.to_vec(),
-            ..Pool::default()
-        });
-        tx.set_names(pool.clone());
+            .with_failover_after(Some(Duration::from_secs(2)))
+            .with_names(names);
         let m = Metrics::default();
         let mut sends = Sends::default();
         let req = Message::parse(INVITE).unwrap();
@@ -1683,7 +1658,7 @@ mod tests {
         )
         .unwrap();
         sends.clear();
-        (tx, m, sends, pool)
+        (tx, m, sends)
     }
 
     /// `response` as the answer to try `number`.
@@ -1708,7 +1683,7 @@ mod tests {
     #[test]
     fn a_failed_address_of_a_name_gives_way_to_the_next_one() {
         let t0 = Instant::now();
-        let (tx, m, mut sends, pool) = pooled(t0, &[5070, 5071, 5072]);
+        let (tx, m, mut sends) = pooled(t0, &[5070, 5071, 5072]);
         // Timer A resends to the first address; after 2 s of silence the
         // second gets the INVITE with the next try's branch.
         tx.tick(t0 + Duration::from_millis(510), &mut sends, &m);
@@ -1720,7 +1695,7 @@ mod tests {
         tx.tick(t0 + Duration::from_secs(2), &mut sends, &m);
         assert_eq!(statuses(&sends), ["INVITE->5071"]);
         assert_eq!(branches(&sends), ["z9hG4bKsps10000000000000ab"]);
-        assert_eq!(*pool.down.lock().unwrap(), [hop(5070, Transport::Udp).0]);
+        assert_eq!(sends.failed_hops(), [(hop(5070, Transport::Udp), 30)]);
         sends.clear();
         // The first address wakes up: its answers are not the new try's.
         let mut out = Vec::new();
@@ -1741,7 +1716,7 @@ mod tests {
         assert_eq!(v, Upstream::Absorbed);
         assert_eq!(statuses(&sends), ["ACK->5071", "INVITE->5072"]);
         assert_eq!(branches(&sends)[1], "z9hG4bKsps20000000000000ab");
-        assert_eq!(*pool.retry_after.lock().unwrap(), [None, Some(120)]);
+        assert_eq!(sends.failed_hops(), [(hop(5071, Transport::Udp), 120)]);
         sends.clear();
         // The third rings: the caller hears it, and no more tries.
         let ringing = tried(response(180, "INVITE"), 2);
@@ -1764,7 +1739,7 @@ mod tests {
     #[test]
     fn when_no_address_is_left_the_caller_gets_the_failure() {
         let t0 = Instant::now();
-        let (tx, m, mut sends, _pool) = pooled(t0, &[5070, 5071]);
+        let (tx, m, mut sends) = pooled(t0, &[5070, 5071]);
         let fwd = Message::parse(FORWARDED).unwrap();
         let key = Key::of_message(&fwd).unwrap();
         tx.on_transport_error(key, 0, t0, &mut sends, &m);
@@ -1784,20 +1759,23 @@ mod tests {
     fn tries_stop_at_the_cap_however_many_addresses_a_name_has() {
         let t0 = Instant::now();
         let ports: Vec<u16> = (5070..5090).collect();
-        let (tx, m, mut sends, pool) = pooled(t0, &ports);
+        let (tx, m, mut sends) = pooled(t0, &ports);
         let fwd = Message::parse(FORWARDED).unwrap();
         let key = Key::of_message(&fwd).unwrap();
+        let mut failed = 0;
         for n in 0..MAX_TRIES - 1 {
             tx.on_transport_error(key, n, t0, &mut sends, &m);
             assert_eq!(
                 statuses(&sends),
                 [format!("INVITE->{}", 5071 + u16::from(n))]
             );
+            failed += sends.failed_hops().len();
             sends.clear();
         }
         tx.on_transport_error(key, MAX_TRIES - 1, t0, &mut sends, &m);
         assert_eq!(statuses(&sends), ["503->5080"]);
-        assert_eq!(pool.down.lock().unwrap().len(), usize::from(MAX_TRIES));
+        failed += sends.failed_hops().len();
+        assert_eq!(failed, usize::from(MAX_TRIES));
         assert_eq!(
             m.hop_failovers.load(Ordering::Relaxed),
             u64::from(MAX_TRIES - 1)

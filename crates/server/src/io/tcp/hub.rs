@@ -16,6 +16,7 @@ use rustls::pki_types::ServerName;
 use crate::io::drive::Backing;
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
+use crate::io::wake::Wakers;
 use crate::proto::core::{same_flow_transport, Shared, Transport};
 use crate::proto::metrics::CloseReason;
 use crate::proto::stateful::{Key, Sends};
@@ -31,6 +32,7 @@ impl TcpHub {
         backing: Backing,
         udp: Option<Arc<UdpSocket>>,
         tls: Option<Arc<TlsContext>>,
+        wakers: Arc<Wakers>,
         stop: Arc<AtomicBool>,
     ) -> Arc<Self> {
         let limits = shared.config.connections.clone();
@@ -40,6 +42,7 @@ impl TcpHub {
             backing,
             udp,
             tls,
+            wakers,
             stop,
             limits,
             max,
@@ -319,13 +322,10 @@ impl TcpHub {
     /// The requests of `keys` cannot be answered: those still waiting
     /// answer their callers (503, RFC 3261 §16.9) now.
     pub(super) fn transport_failed(self: &Arc<Self>, keys: &[(Key, u8)]) {
-        let Some(tx) = &self.shared.transactions else {
-            return;
-        };
         let mut sends = Sends::default();
         let now = Instant::now();
         for (key, tries) in keys {
-            tx.on_transport_error(*key, *tries, now, &mut sends, &self.shared.metrics);
+            self.shared.transport_failed(*key, *tries, now, &mut sends);
         }
         self.sender().send_all(&sends);
     }
@@ -425,6 +425,7 @@ impl TcpHub {
             self.shared.clone(),
             self.udp.clone(),
             Some(Arc::new(self.clone())),
+            self.wakers.clone(),
         )
     }
 

@@ -25,7 +25,7 @@ impl Reactor {
         poll: Poll,
         listeners: Vec<(mio::net::TcpListener, Token, bool)>,
     ) -> Self {
-        let core = Core::new(hub.shared.clone());
+        let core = Core::new(hub.shared.clone()).with_flows(hub.clone());
         let storage = hub.backing.clone().open();
         let sender = hub.sender();
         let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);

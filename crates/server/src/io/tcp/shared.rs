@@ -15,6 +15,7 @@ use crate::config::ConnectionLimits;
 use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::send::Sender;
 use crate::io::tls::TlsContext;
+use crate::io::wake::Wakers;
 use crate::proto::core::{Core, Shared, Transport};
 use crate::proto::metrics::CloseReason;
 use crate::proto::stateful::Key;
@@ -288,6 +289,7 @@ pub struct TcpHub {
     pub(super) backing: Backing,
     pub(super) udp: Option<Arc<UdpSocket>>,
     pub(super) tls: Option<Arc<TlsContext>>,
+    pub(super) wakers: Arc<Wakers>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) limits: ConnectionLimits,
     /// The effective global limit.

@@ -1,0 +1,44 @@
+//! The driver's threads that sleep until a decision needs them: the one
+//! running the transactions' timers and the resolver. A core asks for
+//! them through [`Wake`]; the sender that carries its output out wakes
+//! them here.
+
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+
+use crate::proto::stateful::Wake;
+
+/// Where each sleeping thread is, once it runs.
+#[derive(Debug, Default)]
+pub struct Wakers {
+    timers: OnceLock<Thread>,
+    names: OnceLock<Arc<mio::Waker>>,
+}
+
+impl Wakers {
+    /// The timer thread is `thread`; it looks at the table before its
+    /// first sleep, so a wake asked before this is not lost.
+    pub fn set_timers(&self, thread: Thread) {
+        let _ = self.timers.set(thread);
+    }
+
+    /// The resolver wakes by `waker`; it takes the names asked before
+    /// its first sleep, so a wake asked before this is not lost.
+    pub fn set_names(&self, waker: Arc<mio::Waker>) {
+        let _ = self.names.set(waker);
+    }
+
+    /// Wakes what `wake` names.
+    pub fn wake(&self, wake: Wake) {
+        if wake.timers {
+            if let Some(t) = self.timers.get() {
+                t.unpark();
+            }
+        }
+        if wake.names {
+            if let Some(w) = self.names.get() {
+                let _ = w.wake();
+            }
+        }
+    }
+}
