@@ -1,9 +1,12 @@
 //! Simulation: server cores and phones on a virtual network with virtual
 //! time (in the manner of quinn-proto's test `Pair`).
 //!
-//! The cores are the real `sipsec_server::Core`, driven the way the UDP
-//! workers drive them (store what `Reply::Persist` asks, then
-//! `Core::persisted`; timers from `Core::next_timer`). The phones use
+//! The cores are the real `sipsec_server::Core`, driven by the production
+//! driver's functions (`io::drive`: `handle` stores what a decision asks
+//! on a virtual disk before its answer goes, `on_timer` runs the
+//! transactions, `resolved` hands in again the requests a name kept
+//! waiting), with a virtual resolver answering from a zone after a delay.
+//! The phones use
 //! sip-core's RFC 3261 §17 transaction machines. Every link can lose,
 //! duplicate, delay and (through jitter) reorder datagrams; every choice
 //! comes from one seeded generator, so a run is a function of its seed and
@@ -19,8 +22,9 @@ use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
 use sip_core::transaction::{ServerInvite, TimerConfig};
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode};
+use sipsec_server::io::drive::{self, Store};
 use sipsec_server::proto::auth::{Authenticator, NonceKey};
-use sipsec_server::proto::location::{Binding, MemoryLocation, Record};
+use sipsec_server::proto::location::{Binding, MemoryLocation, Record, StoreError};
 use sipsec_server::proto::users::{UserEntry, Users};
 use sipsec_server::{Config, Core, Mode, Now, Reply, Shared, Transport};
 
@@ -93,54 +97,105 @@ enum Event {
         bytes: Vec<u8>,
     },
     Wake(SocketAddr),
+    /// The resolver of the server there answers.
+    Resolve(SocketAddr),
 }
 
-/// A sipsec core with the journal its driver would keep.
+/// The journal a driver keeps, on a virtual disk that can fill up.
+#[derive(Debug, Default)]
+struct Disk {
+    /// What was stored, in order.
+    records: Vec<Record>,
+    /// Storing fails (a full disk).
+    full: bool,
+}
+
+impl Store for Disk {
+    fn store(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        if self.full {
+            return Err(std::io::Error::other("no space left on device (simulated)").into());
+        }
+        self.records.extend_from_slice(records);
+        Ok(())
+    }
+}
+
+/// How long the virtual resolver takes to answer.
+const DNS_DELAY: Duration = Duration::from_millis(1200);
+
+/// A sipsec core with the journal and resolver its driver would keep.
 struct Server {
     core: Core,
-    /// What was stored, in order.
-    journal: Vec<Record>,
-    /// Storing fails (a full disk).
-    journal_fails: bool,
+    journal: Disk,
+    /// What the resolver finds: name → addresses (absent: no such name).
+    zone: HashMap<String, Vec<SocketAddr>>,
+    /// Names the core asked the resolver for.
+    asked: Vec<String>,
+}
+
+/// Carries out a decision's output as the UDP workers do: extras first,
+/// then the reply.
+fn carry(core: &Core, reply: Reply, buf: &[u8], out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+    for (b, (dest, _)) in core.extra().iter() {
+        out.push((dest, b.to_vec()));
+    }
+    if let Reply::Send(dest, _) = reply {
+        out.push((dest, buf.to_vec()));
+    }
 }
 
 impl Server {
+    /// Handles a datagram; `true` when the core asked for a name.
     fn receive(
         &mut self,
         now: Now,
         from: SocketAddr,
         bytes: &[u8],
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
-    ) {
+    ) -> bool {
         let mut buf = Vec::new();
-        let reply = match self.core.handle(bytes, from, Transport::Udp, now, &mut buf) {
-            Reply::Persist => {
-                let stored = if self.journal_fails {
-                    Err(std::io::Error::other("no space left on device (simulated)").into())
-                } else {
-                    self.journal.extend_from_slice(self.core.to_persist());
-                    Ok(())
-                };
-                self.core.persisted(stored, bytes, &mut buf)
-            }
-            Reply::Retry => panic!("one thread: no other change can be in flight"),
-            r => r,
-        };
-        // Extras first, as the UDP workers send them.
-        for (b, (dest, _)) in self.core.extra().iter() {
-            out.push((dest, b.to_vec()));
-        }
-        if let Reply::Send(dest, _) = reply {
-            out.push((dest, buf));
-        }
-        self.core.events().for_each(drop);
+        let store: &mut dyn Store = &mut self.journal;
+        let reply = drive::handle(
+            &mut self.core,
+            Some(store),
+            bytes,
+            from,
+            Transport::Udp,
+            now,
+            &mut buf,
+        );
+        carry(&self.core, reply, &buf, out);
+        self.core.extra().wake().names
     }
 
-    fn wake(&mut self, now: Now, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
-        self.core.on_timer(now);
-        for (b, (dest, _)) in self.core.extra().iter() {
-            out.push((dest, b.to_vec()));
+    fn wake(&mut self, now: Now, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> bool {
+        drive::on_timer(&mut self.core, now);
+        carry(&self.core, Reply::Drop, &[], out);
+        self.core.extra().wake().names
+    }
+
+    /// The resolver's answers for every name asked: the requests that
+    /// waited go on.
+    fn resolve(&mut self, now: Now, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> bool {
+        let mut asked_more = false;
+        for key in self.core.shared().names.take_asked() {
+            self.asked.push(key.0.clone());
+            let to = self.zone.get(&key.0).cloned().unwrap_or_default();
+            let mut buf = Vec::new();
+            drive::resolved(
+                &mut self.core,
+                &key,
+                to,
+                300,
+                now,
+                &mut buf,
+                |core, reply, b| {
+                    carry(core, reply, b, out);
+                    asked_more |= core.extra().wake().names;
+                },
+            );
         }
+        asked_more
     }
 
     fn next_wake(&self) -> Option<Instant> {
@@ -208,6 +263,8 @@ struct Phone {
     dialog: Option<(String, Vec<String>, String)>,
     /// The last INVITE sent (for CANCEL).
     invite: Option<(String, Vec<u8>, SocketAddr)>,
+    /// The host the phone registers in its Contact (default: its address).
+    contact_host: Option<&'static str>,
 }
 
 impl Phone {
@@ -229,6 +286,7 @@ impl Phone {
             received: Vec::new(),
             dialog: None,
             invite: None,
+            contact_host: None,
         }
     }
 
@@ -282,8 +340,12 @@ impl Phone {
         self.cseq += 1;
         let b = self.branch();
         let (user, domain, addr, cseq) = (self.user, self.domain, self.addr, self.cseq);
+        let contact = match self.contact_host {
+            Some(host) => host.to_owned(),
+            None => addr.to_string(),
+        };
         let req = format!(
-            "REGISTER sip:{domain} SIP/2.0\r\nVia: SIP/2.0/UDP {addr};branch={b};rport\r\nMax-Forwards: 70\r\nFrom: <sip:{user}@{domain}>;tag=r{user}\r\nTo: <sip:{user}@{domain}>\r\nCall-ID: reg-{user}\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:{user}@{addr}>\r\nExpires: {expires}\r\n{authorization}Content-Length: 0\r\n\r\n"
+            "REGISTER sip:{domain} SIP/2.0\r\nVia: SIP/2.0/UDP {addr};branch={b};rport\r\nMax-Forwards: 70\r\nFrom: <sip:{user}@{domain}>;tag=r{user}\r\nTo: <sip:{user}@{domain}>\r\nCall-ID: reg-{user}\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:{user}@{contact}>\r\nExpires: {expires}\r\n{authorization}Content-Length: 0\r\n\r\n"
         );
         self.start(now, Method::Register, b, req.into_bytes(), self.proxy, out);
     }
@@ -700,8 +762,9 @@ impl Sim {
             at,
             Node::Server(Box::new(Server {
                 core: Core::new(Arc::new(shared)),
-                journal: Vec::new(),
-                journal_fails: false,
+                journal: Disk::default(),
+                zone: HashMap::new(),
+                asked: Vec::new(),
             })),
         );
     }
@@ -809,11 +872,12 @@ impl Sim {
             let now = self.now();
             let instant = self.instant();
             let mut out = Vec::new();
+            let mut asked = false;
             let node = match event {
                 Event::Deliver { from, to, bytes } => {
                     self.seen.push((from, to, bytes.clone()));
                     match self.nodes.get_mut(&to) {
-                        Some(Node::Server(s)) => s.receive(now, from, &bytes, &mut out),
+                        Some(Node::Server(s)) => asked = s.receive(now, from, &bytes, &mut out),
                         Some(Node::Phone(p)) => p.receive(instant, from, &bytes, &mut out),
                         None => continue, // nobody listens there
                     }
@@ -824,13 +888,22 @@ impl Sim {
                         self.wakes.remove(&at);
                     }
                     match self.nodes.get_mut(&at) {
-                        Some(Node::Server(s)) => s.wake(now, &mut out),
+                        Some(Node::Server(s)) => asked = s.wake(now, &mut out),
                         Some(Node::Phone(p)) => p.wake(instant, &mut out),
                         None => {}
                     }
                     at
                 }
+                Event::Resolve(at) => {
+                    if let Some(Node::Server(s)) = self.nodes.get_mut(&at) {
+                        asked = s.resolve(now, &mut out);
+                    }
+                    at
+                }
             };
+            if asked {
+                self.push(self.t + DNS_DELAY, Event::Resolve(node));
+            }
             self.send_all(node, out);
             self.schedule_wake(node);
         }
@@ -915,7 +988,7 @@ fn register_refresh_and_expire_over_a_lossy_link() {
                 .is_empty(),
             "seed {seed}: expired at 100 s"
         );
-        let journal = &sim.srv(addr(P2)).journal;
+        let journal = &sim.srv(addr(P2)).journal.records;
         assert!(
             journal.len() >= 2
                 && journal
@@ -1150,9 +1223,9 @@ fn a_journal_write_that_fails_leaves_memory_unchanged() {
     sim.phone(Phone::new(addr(BOB), "bob", "b.example", addr(P2)));
     sim.act(addr(BOB), |p, now, out| p.register(now, 600, out));
     sim.run_for(secs(1));
-    assert_eq!(sim.srv(addr(P2)).journal.len(), 1);
+    assert_eq!(sim.srv(addr(P2)).journal.records.len(), 1);
     // The disk fills: a new contact is refused and not served.
-    sim.srv(addr(P2)).journal_fails = true;
+    sim.srv(addr(P2)).journal.full = true;
     sim.ph(addr(BOB)).addr = addr("10.0.2.21:5060");
     let bob = sim.nodes.remove(&addr(BOB)).expect("bob");
     sim.nodes.insert(addr("10.0.2.21:5060"), bob);
@@ -1164,15 +1237,15 @@ fn a_journal_write_that_fails_leaves_memory_unchanged() {
     let bound = sim.srv(addr(P2)).lookup("sip:bob@b.example", now);
     assert_eq!(bound.len(), 1, "only what was stored: {bound:?}");
     assert_eq!(bound[0].contact, format!("sip:bob@{BOB}"));
-    assert_eq!(sim.srv(addr(P2)).journal.len(), 1);
+    assert_eq!(sim.srv(addr(P2)).journal.records.len(), 1);
     // The AoR is not left busy: once the disk has room the change goes in.
-    sim.srv(addr(P2)).journal_fails = false;
+    sim.srv(addr(P2)).journal.full = false;
     sim.act(moved, |p, now, out| p.register(now, 600, out));
     sim.run_for(secs(1));
     assert_eq!(sim.ph(moved).finals(Method::Register), [200, 500, 200]);
     let now = sim.now();
     assert_eq!(sim.srv(addr(P2)).lookup("sip:bob@b.example", now).len(), 2);
-    assert_eq!(sim.srv(addr(P2)).journal.len(), 2);
+    assert_eq!(sim.srv(addr(P2)).journal.records.len(), 2);
 }
 
 #[test]
@@ -1279,4 +1352,63 @@ fn a_register_that_meets_a_change_in_flight_is_handed_in_again_and_counted_once(
         ["sip:bob@10.0.2.20", "sip:bob@10.0.2.21"],
         "both changes stored"
     );
+}
+
+/// An external request the core parks a call on: Bob registered a contact
+/// named by a domain name, so the proxy asks the resolver (once, however
+/// many copies of the INVITE wait) and parks the INVITE; when the virtual
+/// resolver answers, the production driver hands the parked requests in
+/// again and the call completes. A name that does not resolve gets the
+/// caller 503 instead of a hung transaction.
+#[test]
+fn a_call_to_a_contact_named_by_a_domain_waits_for_the_name_and_resumes() {
+    for seed in 1..=5 {
+        let mut sim = Sim::new(seed);
+        sim.server(addr(P2), proxy_config("b.example", ("a.example", P1)), None);
+        let zone = &mut sim.srv(addr(P2)).zone;
+        zone.insert("bob-phone.b.example".into(), vec![addr(BOB)]);
+        let mut bob = Phone::new(addr(BOB), "bob", "b.example", addr(P2));
+        bob.contact_host = Some("bob-phone.b.example");
+        sim.phone(bob);
+        sim.phone(Phone::new(addr(ALICE), "alice", "b.example", addr(P2)));
+        sim.act(addr(BOB), |p, now, out| p.register(now, 3600, out));
+        sim.run_for(secs(1));
+        assert_eq!(sim.ph(addr(BOB)).finals(Method::Register), [200]);
+        sim.link(addr(ALICE), addr(P2), LOSSY);
+        sim.act(addr(ALICE), |p, now, out| {
+            p.invite(now, "sip:bob@b.example", out)
+        });
+        sim.run_for(secs(40));
+        let alice = sim.ph(addr(ALICE));
+        assert_eq!(
+            alice.finals(Method::Invite).first(),
+            Some(&200),
+            "seed {seed}"
+        );
+        let bob = sim.ph(addr(BOB));
+        let invites = bob.received.iter().filter(|m| **m == Method::Invite);
+        assert_eq!(invites.count(), 1, "seed {seed}");
+        let p2 = sim.srv(addr(P2));
+        assert_eq!(p2.asked, ["bob-phone.b.example"], "seed {seed}: asked once");
+        let waits = &p2.core.shared().metrics.hop_waits;
+        assert!(waits.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+        assert_eq!(p2.core.shared().names.parked(), (0, 0));
+    }
+    // Nowhere to be found: the caller is answered, nothing stays parked.
+    let mut sim = Sim::new(9);
+    sim.server(addr(P2), proxy_config("b.example", ("a.example", P1)), None);
+    let mut bob = Phone::new(addr(BOB), "bob", "b.example", addr(P2));
+    bob.contact_host = Some("gone.b.example");
+    sim.phone(bob);
+    sim.phone(Phone::new(addr(ALICE), "alice", "b.example", addr(P2)));
+    sim.act(addr(BOB), |p, now, out| p.register(now, 3600, out));
+    sim.run_for(secs(1));
+    sim.act(addr(ALICE), |p, now, out| {
+        p.invite(now, "sip:bob@b.example", out)
+    });
+    sim.run_for(secs(40));
+    let finals = sim.ph(addr(ALICE)).finals(Method::Invite);
+    assert!(matches!(finals.first(), Some(480 | 503)), "{finals:?}");
+    assert_eq!(sim.srv(addr(P2)).asked, ["gone.b.example"]);
+    assert_eq!(sim.srv(addr(P2)).core.shared().names.parked(), (0, 0));
 }

@@ -11,6 +11,7 @@ use crate::io::journal::{Journal, SharedJournal};
 use crate::io::redis::{RedisState, RedisStore};
 use crate::proto::core::{Change, Core, Event, Now, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
+use crate::proto::names::Key as NameKey;
 
 /// Where binding changes are stored before the answers they guard go.
 pub trait Store {
@@ -238,6 +239,35 @@ pub fn handle_resolved(
         out,
         reply,
     )
+}
+
+/// A name a core asked for is resolved (or known not to be: `to` empty)
+/// at `now`: where it leads is recorded for `ttl` seconds, and every
+/// request that waited on it is handed in again; `carry` carries out each
+/// one's output (the core's extras, then the reply for `out`).
+pub fn resolved(
+    core: &mut Core,
+    key: &NameKey,
+    to: Vec<SocketAddr>,
+    ttl: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+    mut carry: impl FnMut(&Core, Reply, &[u8]),
+) {
+    let parked = core.shared().names.finish(key, to, ttl, now.mono);
+    for p in parked {
+        let reply = handle_resolved(core, &p.message, p.src, p.arrived, now, out);
+        carry(core, reply, out);
+    }
+}
+
+/// Runs the transactions' timers due at `now`; what to send is left in
+/// [`Core::extra`].
+pub fn on_timer(core: &mut Core, now: Now) {
+    core.on_timer(now);
+    if core.has_events() {
+        log_events(core);
+    }
 }
 
 /// A store that stores nothing.

@@ -396,9 +396,7 @@ impl Worker {
         }
         job.published = true;
         let (key, to, ttl) = (job.key.clone(), job.found.clone(), job.ttl);
-        for p in self.resolver.names.finish(&key, to, ttl, Instant::now()) {
-            self.hand_in(&p);
-        }
+        self.resolved(&key, to, ttl);
     }
 
     /// Sends the job's next question (a fresh socket, port and ID).
@@ -762,19 +760,30 @@ impl Worker {
                 }
                 let to = std::mem::take(&mut job.found);
                 let ttl = if to.is_empty() { ttl } else { job.ttl.min(ttl) };
-                let nowhere = to.is_empty();
-                let parked = self
-                    .resolver
-                    .names
-                    .finish(&job.key, to, ttl, Instant::now());
-                if nowhere {
+                if to.is_empty() {
                     crate::io::log::unresolved(&job.key.0);
                 }
-                for p in parked {
-                    self.hand_in(&p);
-                }
+                self.resolved(&job.key, to, ttl);
             }
         }
+    }
+
+    /// Records where `key` leads and hands the requests that waited on
+    /// it in again.
+    fn resolved(&mut self, key: &Key, to: Vec<SocketAddr>, ttl: u32) {
+        let sender = &self.sender;
+        crate::io::drive::resolved(
+            &mut self.core,
+            key,
+            to,
+            ttl,
+            crate::io::clock::now(),
+            &mut self.out,
+            |core, reply, out| {
+                sender.send_all(core.extra());
+                sender.reply(reply, out);
+            },
+        );
     }
 
     /// Hands a parked request in again, now that its name is known.

@@ -532,9 +532,8 @@ fn transaction_timers(
                         .min(TICK),
                     ),
                 }
-                core.on_timer(crate::io::clock::now());
+                crate::io::drive::on_timer(&mut core, crate::io::clock::now());
                 sender.send_all(core.extra());
-                crate::io::drive::log_events(&mut core);
             }
         })
 }
