@@ -150,7 +150,7 @@ pub fn core(data: &[u8]) {
 /// This proxy's branch in `msg`'s top Via without its try digit.
 fn our_branch(msg: &Message<'_>) -> Option<String> {
     let b = msg.top_via().branch()?;
-    let hex = b.strip_prefix(crate::proto::stateful::BRANCH_PREFIX)?;
+    let hex = b.strip_prefix(crate::proto::branch::BRANCH_PREFIX)?;
     Some(hex.get(1..)?.to_owned())
 }
 
@@ -231,10 +231,10 @@ fn icmp_error(core: &Core, sent: &[u8], salt: usize, now: Instant) {
         return;
     };
     let quoted = &sent[..sent.len().min(8 + salt.wrapping_mul(37) % 700)];
-    let Some((key, tries)) = crate::proto::stateful::Key::of_quoted(quoted) else {
+    let Some((key, tries)) = crate::proto::branch::Key::of_quoted(quoted) else {
         return;
     };
-    let mut sends = crate::proto::stateful::Sends::default();
+    let mut sends = crate::proto::effects::Sends::default();
     tx.on_transport_error(key, tries, now, &mut sends, &shared.metrics);
     for (bytes, _) in sends.iter() {
         must_parse(bytes, "what an ICMP error made the proxy send");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::io::wake::Wakers;
 use crate::proto::core::{Reply, Shared, Transport};
-use crate::proto::stateful::Sends;
+use crate::proto::effects::Sends;
 
 /// Most ICMP errors one look at a socket's queue reads: all it can hold.
 /// The kernel charges queued errors to the receive buffer (4 MiB, at

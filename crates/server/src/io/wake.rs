@@ -6,7 +6,7 @@
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
-use crate::proto::stateful::Wake;
+use crate::proto::effects::Wake;
 
 /// Where each sleeping thread is, once it runs.
 #[derive(Debug, Default)]

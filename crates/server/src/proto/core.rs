@@ -19,15 +19,17 @@ use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
 
 use crate::config::{Config, Mode};
 use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
+use crate::proto::branch::Key;
+use crate::proto::effects::Sends;
 use crate::proto::guard::{Guard, Verdict};
 use crate::proto::location::{Binding, MemoryLocation, Prepared, Record, StoreError};
 use crate::proto::metrics::{Metrics, Stage, Stopwatch};
 use crate::proto::names::{Found, NameTable, Route};
 use crate::proto::privacy::{Privacy, Reveal};
-use crate::proto::stateful::{Key, Sends, Transactions};
+use crate::proto::stateful::Transactions;
 use crate::shards::Shards;
 
-pub use crate::proto::stateful::LOCAL_TAG_PREFIX;
+pub use crate::proto::branch::LOCAL_TAG_PREFIX;
 
 /// Methods this server accepts, advertised in Allow.
 pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, INFO, UPDATE, PRACK";

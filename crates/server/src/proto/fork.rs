@@ -225,10 +225,11 @@ mod table {
     use sip_core::transaction::TimerConfig;
     use sip_core::{Message, Transport};
 
+    use crate::proto::branch::Key;
+    use crate::proto::effects::{Hop, Sends};
+    use crate::proto::legs::Target;
     use crate::proto::metrics::Metrics;
-    use crate::proto::stateful::{
-        Hop, Key, Sends, Target, Transactions, Upstream, DEFAULT_MAX_BYTES,
-    };
+    use crate::proto::stateful::{Transactions, Upstream, DEFAULT_MAX_BYTES};
 
     const INVITE: &str = "INVITE sip:bob@sipsec SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5080;branch=z9hG4bKa1;rport\r\nMax-Forwards: 70\r\nFrom: <sip:alice@sipsec>;tag=a\r\nTo: <sip:bob@sipsec>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
     const ID: u64 = 0xab;

@@ -4,9 +4,12 @@
 //! [`crate::io`]; `tests/sans_io.rs` keeps it so.
 
 pub mod auth;
+pub mod branch;
 pub mod core;
+pub mod effects;
 pub mod fork;
 pub mod guard;
+mod legs;
 pub mod location;
 pub mod metrics;
 pub mod names;

@@ -17,9 +17,10 @@ use crate::io::drive::Backing;
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
+use crate::proto::branch::Key;
 use crate::proto::core::{same_flow_transport, Shared, Transport};
+use crate::proto::effects::Sends;
 use crate::proto::metrics::CloseReason;
-use crate::proto::stateful::{Key, Sends};
 
 use super::shared::*;
 
