@@ -14,8 +14,9 @@ use sip_core::{Limits, Message};
 use crate::config::{Config, Mode};
 use crate::io::drive;
 use crate::proto::auth::{Authenticator, NonceKey};
-use crate::proto::core::{Core, Now, Reply, Shared, Transport};
+use crate::proto::core::{Core, Reply, Transport};
 use crate::proto::location::MemoryLocation;
+use crate::proto::shared::{Now, Shared};
 use crate::proto::users::{UserEntry, Users};
 use sip_core::websocket::server as websocket;
 

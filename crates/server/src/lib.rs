@@ -26,4 +26,5 @@ pub use crate::config::{Config, Mode};
 pub use crate::io::process::COMMIT;
 pub use crate::io::server::{check, start, Checked, Drained, ServerHandle, StartError, Started};
 pub use crate::io::udp::UdpServer;
-pub use crate::proto::core::{Core, Now, Reply, Shared, Transport};
+pub use crate::proto::core::{Core, Reply, Transport};
+pub use crate::proto::shared::{Now, Shared};

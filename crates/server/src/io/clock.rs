@@ -2,7 +2,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::proto::core::Now;
+use crate::proto::shared::Now;
 
 /// Current Unix time in seconds.
 pub fn unix_now() -> u64 {

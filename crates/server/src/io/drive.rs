@@ -9,9 +9,10 @@ use std::sync::{Arc, MutexGuard};
 use crate::config::RedisSettings;
 use crate::io::journal::{Journal, SharedJournal};
 use crate::io::redis::{RedisState, RedisStore};
-use crate::proto::core::{Change, Core, Event, Now, Reply, Transport};
+use crate::proto::core::{Change, Core, Event, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
 use crate::proto::names::Key as NameKey;
+use crate::proto::shared::Now;
 
 /// Where binding changes are stored before the answers they guard go.
 pub trait Store {

@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sip_core::Transport;
 
 use crate::config::TraceSettings;
-use crate::proto::core::Tap;
+use crate::proto::shared::Tap;
 
 /// Chunk types of the generic vendor (0) that sipsec writes.
 pub mod chunk {

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::io::clock::unix_now;
 use crate::io::tcp::shared::TcpHub;
-use crate::proto::core::Shared;
+use crate::proto::shared::Shared;
 
 /// What the endpoint reports on.
 #[derive(Debug, Clone)]

@@ -460,7 +460,7 @@ impl SyncWaker {
 pub fn spawn_sync(
     settings: RedisSettings,
     node: Arc<str>,
-    shared: Arc<crate::proto::core::Shared>,
+    shared: Arc<crate::proto::shared::Shared>,
     state: Arc<RedisState>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, SyncWaker)> {
@@ -518,7 +518,7 @@ fn heartbeat(
     conn: &mut redis::Connection,
     settings: &RedisSettings,
     me: std::net::SocketAddr,
-    shared: &crate::proto::core::Shared,
+    shared: &crate::proto::shared::Shared,
     state: &RedisState,
 ) -> redis::RedisResult<()> {
     let key = format!("{}nodes", settings.prefix);
@@ -547,7 +547,7 @@ fn follow(
     client: &redis::Client,
     settings: &RedisSettings,
     node: &str,
-    shared: &crate::proto::core::Shared,
+    shared: &crate::proto::shared::Shared,
     state: &RedisState,
     stop: &AtomicBool,
     synced: impl FnOnce(),

@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::io::wake::Wakers;
-use crate::proto::core::{Reply, Shared, Transport};
+use crate::proto::core::{Reply, Transport};
 use crate::proto::effects::Sends;
+use crate::proto::shared::Shared;
 
 /// Most ICMP errors one look at a socket's queue reads: all it can hold.
 /// The kernel charges queued errors to the receive buffer (4 MiB, at

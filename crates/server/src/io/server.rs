@@ -14,8 +14,9 @@ use crate::io::tcp::shared::TcpHub;
 use crate::io::tls::TlsContext;
 use crate::io::udp::UdpServer;
 use crate::proto::auth::Authenticator;
-use crate::proto::core::{Core, Shared};
+use crate::proto::core::Core;
 use crate::proto::location::MemoryLocation;
+use crate::proto::shared::Shared;
 use crate::proto::users::Users;
 
 /// Why the server could not start; each names what to fix.
@@ -293,7 +294,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
                 err,
             })?;
         threads.push(thread);
-        let tap: Arc<dyn crate::proto::core::Tap> = tracer;
+        let tap: Arc<dyn crate::proto::shared::Tap> = tracer;
         unwind.tap = Some(tap.clone());
         Some(tap)
     } else {
@@ -455,7 +456,7 @@ struct Unwind {
     stop: Arc<AtomicBool>,
     hub: Option<Arc<TcpHub>>,
     resolver: Option<Arc<crate::io::resolver::Resolver>>,
-    tap: Option<Arc<dyn crate::proto::core::Tap>>,
+    tap: Option<Arc<dyn crate::proto::shared::Tap>>,
     redis_sync: Option<crate::io::redis::SyncWaker>,
     /// Sockets threads block on, see [`wake_sockets`].
     sockets: Vec<socket2::Socket>,

@@ -16,7 +16,8 @@ use crate::io::drive::{Backing, Deferred, Storage};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::shared::TcpHub;
 use crate::io::wake::Wakers;
-use crate::proto::core::{Core, Reply, Shared, Transport};
+use crate::proto::core::{Core, Reply, Transport};
+use crate::proto::shared::Shared;
 use sip_udp::{RecvBatch, SendBatch, BATCH};
 
 fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> {

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,17 +17,14 @@ use sip_core::via::Via;
 use sip_core::writer::{write_error_response, write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
 
-use crate::config::{Config, Mode};
-use crate::proto::auth::{AuthFailure, AuthResult, Authenticator};
-use crate::proto::branch::Key;
+use crate::proto::auth::{AuthFailure, AuthResult};
 use crate::proto::effects::Sends;
-use crate::proto::guard::{Guard, Verdict};
-use crate::proto::location::{Binding, MemoryLocation, Prepared, Record, StoreError};
-use crate::proto::metrics::{Metrics, Stage, Stopwatch};
-use crate::proto::names::{Found, NameTable, Route};
+use crate::proto::guard::Verdict;
+use crate::proto::location::{Binding, Prepared, Record, StoreError};
+use crate::proto::metrics::{Stage, Stopwatch};
+use crate::proto::names::{Found, Route};
 use crate::proto::privacy::{Privacy, Reveal};
-use crate::proto::stateful::Transactions;
-use crate::shards::Shards;
+use crate::proto::shared::{Flows, Now, Shared};
 
 pub use crate::proto::branch::LOCAL_TAG_PREFIX;
 
@@ -37,24 +34,6 @@ pub const ALLOW: &str = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, MESSAGE, I
 /// The transports (one type for the workspace). The server listens on
 /// UDP, TCP and TLS; the drivers drop and count a message for any other.
 pub use sip_core::Transport;
-
-/// When a message is handled, read once by the driver that received it:
-/// the core itself reads no clock, so a simulation can run it on virtual
-/// time.
-#[derive(Debug, Clone, Copy)]
-pub struct Now {
-    /// Wall-clock time, Unix milliseconds (nonces, expiry, bans).
-    pub unix_ms: u64,
-    /// Monotonic time (transaction timers).
-    pub mono: Instant,
-}
-
-impl Now {
-    /// Unix seconds.
-    pub fn secs(&self) -> u64 {
-        self.unix_ms / 1000
-    }
-}
 
 /// What to do with what the core wrote into `out`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,131 +130,6 @@ pub enum Event {
 /// Seconds a phone told "shutting down" waits before trying again.
 const DRAIN_RETRY_AFTER: &str = "5";
 
-/// State shared by every worker.
-#[derive(Debug)]
-pub struct Shared {
-    /// The configuration.
-    pub config: Config,
-    /// The location service.
-    pub location: Arc<MemoryLocation>,
-    /// Present when authentication is on.
-    pub auth: Option<Authenticator>,
-    /// Counters and stage timings.
-    pub metrics: Metrics,
-    /// When the server started (Unix seconds).
-    pub started: u64,
-    /// When this state was made (the origin of monotonic time before the
-    /// first message).
-    pub created: Instant,
-    /// Per-source rate limit and fail-ban.
-    pub guard: Guard,
-    /// The proxy's transactions, when it is transaction-stateful.
-    pub transactions: Option<Transactions>,
-    /// PrivaSIP keys, when configured.
-    pub privacy: Option<Privacy>,
-    /// The clock for sampled stage timings (instrumentation, never a
-    /// protocol decision); `None` turns them off (simulations).
-    pub stage_clock: Option<fn() -> Instant>,
-    /// The server is stopping: requests that would start something new
-    /// are answered 503 with Retry-After, so phones turn to another
-    /// server, while transactions and dialogs under way finish.
-    pub draining: std::sync::atomic::AtomicBool,
-    /// Since when (Unix seconds) this node's copy of a shared location has
-    /// not followed it (the store unreachable); 0 while it follows.
-    pub location_stale_since: AtomicU64,
-    /// Where copies of the messages go (HEP tracing), when on: the
-    /// drivers hand it what they receive and send; the core never calls it.
-    pub tap: Option<Arc<dyn Tap>>,
-    /// Where domain names lead: read by the core, filled by the driver's
-    /// resolver, which the core's [`Sends::wake`] wakes.
-    pub names: Arc<NameTable>,
-    pub(super) branch_salt: RandomState,
-    /// Keys the flow tokens this proxy writes into Record-Route.
-    pub(super) flow_key: [u8; 32],
-    /// Keys the tags in this proxy's branches that prove a response
-    /// answers a request it forwarded (RFC 3261 §16.11).
-    pub(super) branch_key: [u8; 32],
-    /// Journal bytes the registrar may still write now.
-    pub(super) journal_budget: ByteBudget,
-}
-
-/// A token bucket of bytes, refilled by the `now` handed in.
-#[derive(Debug, Default)]
-pub struct ByteBudget {
-    state: Shards<Option<(f64, Instant)>>,
-}
-
-impl ByteBudget {
-    /// Takes `bytes` when the bucket (`rate` bytes per second, at most
-    /// `burst`, full at first) holds them at `now`.
-    pub fn take(&self, bytes: u64, rate: u64, burst: u64, now: Instant) -> bool {
-        let mut s = self.state.lock(0);
-        let (tokens, last) = s.get_or_insert((burst as f64, now));
-        let elapsed = now.saturating_duration_since(*last).as_secs_f64();
-        *tokens = (*tokens + elapsed * rate as f64).min(burst as f64);
-        *last = (*last).max(now);
-        if *tokens >= bytes as f64 {
-            *tokens -= bytes as f64;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-/// 256 bits for `label`, drawn from the salt's random keys.
-fn derive_key(salt: &RandomState, label: &[u8]) -> [u8; 32] {
-    let mut key = [0u8; 32];
-    for (i, chunk) in key.chunks_mut(8).enumerate() {
-        let mut h = salt.build_hasher();
-        h.write(label);
-        h.write_usize(i);
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    key
-}
-
-/// Whether a flow over `a` serves `b`: the same transport, or either
-/// kind of WebSocket (browsers put `transport=ws` in Contact over WSS too).
-pub fn same_flow_transport(a: Transport, b: Transport) -> bool {
-    a == b
-        || matches!(
-            (a, b),
-            (
-                Transport::Ws | Transport::Wss,
-                Transport::Ws | Transport::Wss
-            )
-        )
-}
-
-/// A copy of every SIP message received and sent, for tracing (HEP).
-/// Implemented by the driver; called on the hot path, so it must not block.
-pub trait Tap: std::fmt::Debug + Send + Sync {
-    /// `bytes` arrived from `peer` over `transport`.
-    fn received(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
-    /// `bytes` are being sent to `peer` over `transport`.
-    fn sent(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
-    /// Messages handed to the collector, and those dropped (queue full).
-    fn counts(&self) -> (u64, u64);
-
-    /// Wakes the tracer's thread to see the stop.
-    fn wake(&self) {}
-}
-
-/// The driver's answer to "is the connection from this phone still
-/// there?", asked before a request is routed down a registered flow.
-pub trait Flows: std::fmt::Debug + Send + Sync {
-    /// True when a `transport` connection with `peer` is open.
-    fn open(&self, peer: SocketAddr, transport: Transport) -> bool;
-
-    /// The peer of an open TLS connection that stands for the domain
-    /// name `name` at `port` (an RFC 5923 alias its certificate names),
-    /// if one does.
-    fn named(&self, _name: &str, _port: u16) -> Option<SocketAddr> {
-        None
-    }
-}
-
 /// Where [`Core::hop`] says a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Next {
@@ -291,82 +145,6 @@ pub(super) enum Next {
     Resolving(String, Option<u16>, Transport),
     /// Not known, and the resolver has no room now.
     Busy,
-}
-
-impl Shared {
-    /// Every send path calls this once per message leaving: it counts
-    /// responses and hands a copy to the tracer.
-    pub fn sending(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
-        self.metrics.sent(bytes);
-        if let Some(t) = &self.tap {
-            t.sent(bytes, peer, transport);
-        }
-    }
-
-    /// A request this proxy forwarded as `key`'s try `tries` could not
-    /// be sent (the connection failed, or the peer's answer would not fit):
-    /// its transaction tries the next address of its name or answers 503
-    /// (RFC 3261 §16.9), into `sends`. The transport layer's door into
-    /// the transaction table.
-    pub fn transport_failed(&self, key: Key, tries: u8, now: Instant, sends: &mut Sends) {
-        if let Some(tx) = &self.transactions {
-            tx.on_transport_error(key, tries, now, sends, &self.metrics);
-        }
-    }
-
-    /// An ICMP error quoting `quoted` arrived: the transaction whose
-    /// request it quotes (by this proxy's branch) fails as if its send
-    /// failed (RFC 3261 §18.4).
-    pub fn unreachable(&self, quoted: &[u8], now: Instant, sends: &mut Sends) {
-        self.metrics.udp_unreachable.fetch_add(1, Ordering::Relaxed);
-        if let Some((key, tries)) = Key::of_quoted(quoted) {
-            self.transport_failed(key, tries, now, sends);
-        }
-    }
-
-    /// Bundles the shared state; `now` is the start time, `salt` (from
-    /// the driver's randomness) keys the branches and tags this server
-    /// writes and the guard's table.
-    pub fn new(
-        config: Config,
-        location: Arc<MemoryLocation>,
-        auth: Option<Authenticator>,
-        now: Now,
-        salt: RandomState,
-    ) -> Self {
-        let guard = Guard::new(config.guard.clone(), salt.clone());
-        let flow_key = derive_key(&salt, b"sipsec flow token key");
-        let branch_key = derive_key(&salt, b"sipsec branch tag key");
-        let names = Arc::new(NameTable::new(&config.dns));
-        let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
-            Transactions::new(
-                sip_core::transaction::TimerConfig::RFC3261,
-                config.max_transaction_bytes,
-            )
-            .with_failover_after(config.dns.failover_after)
-            .with_names(names.clone())
-        });
-        Self {
-            config,
-            location,
-            auth,
-            metrics: Metrics::default(),
-            started: now.secs(),
-            created: now.mono,
-            guard,
-            transactions,
-            privacy: None,
-            stage_clock: None,
-            draining: std::sync::atomic::AtomicBool::new(false),
-            location_stale_since: AtomicU64::new(0),
-            tap: None,
-            names,
-            branch_salt: salt,
-            flow_key,
-            branch_key,
-            journal_budget: ByteBudget::default(),
-        }
-    }
 }
 
 /// A worker's request handler with its reusable buffers.

@@ -17,5 +17,6 @@ pub mod privacy;
 mod proxy;
 mod redirect;
 mod registrar;
+pub mod shared;
 pub mod stateful;
 pub mod users;

@@ -16,14 +16,15 @@ use crate::proto::branch::{
     parse_branch, Key, BRANCH_MASK, BRANCH_PREFIX, FORK_SHIFT, ID_MASK, LOCAL_TAG_PREFIX,
 };
 use crate::proto::core::{
-    aor_of, bump, first_path_uri, resolve, reveal, same_flow_transport, Core, Event, Next, Reply,
-    Transport, ALLOW, MAX_DATAGRAM,
+    aor_of, bump, first_path_uri, resolve, reveal, Core, Event, Next, Reply, Transport, ALLOW,
+    MAX_DATAGRAM,
 };
 use crate::proto::effects::Hop;
 use crate::proto::fork::{Fork, MAX_BRANCHES};
 use crate::proto::legs::Target;
 use crate::proto::metrics::Stage;
 use crate::proto::names::{Found, Park, Route};
+use crate::proto::shared::same_flow_transport;
 use crate::proto::stateful::{NotStarted, Seen, Upstream};
 
 /// How one contact of a local user is reached.

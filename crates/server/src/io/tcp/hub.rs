@@ -18,9 +18,10 @@ use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
 use crate::proto::branch::Key;
-use crate::proto::core::{same_flow_transport, Shared, Transport};
+use crate::proto::core::Transport;
 use crate::proto::effects::Sends;
 use crate::proto::metrics::CloseReason;
+use crate::proto::shared::{same_flow_transport, Shared};
 
 use super::shared::*;
 
@@ -460,7 +461,7 @@ impl TcpHub {
     }
 }
 
-impl crate::proto::core::Flows for TcpHub {
+impl crate::proto::shared::Flows for TcpHub {
     fn open(&self, peer: SocketAddr, transport: Transport) -> bool {
         lock(&self.conns).get(&peer).is_some_and(|c| {
             same_flow_transport(c.transport, transport)

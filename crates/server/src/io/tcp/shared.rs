@@ -17,8 +17,9 @@ use crate::io::send::Sender;
 use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
 use crate::proto::branch::Key;
-use crate::proto::core::{Core, Shared, Transport};
+use crate::proto::core::{Core, Transport};
 use crate::proto::metrics::CloseReason;
+use crate::proto::shared::Shared;
 use sip_core::websocket::server::{self as websocket};
 
 /// The listening sockets of the connection layer, by transport.
