@@ -19,4 +19,5 @@ mod redirect;
 mod registrar;
 pub mod shared;
 pub mod stateful;
+mod tokens;
 pub mod users;

@@ -12,9 +12,7 @@ use sip_core::uri::Host;
 use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
 use crate::config::{Forking, Mode, PathMode};
-use crate::proto::branch::{
-    parse_branch, Key, BRANCH_MASK, BRANCH_PREFIX, FORK_SHIFT, ID_MASK, LOCAL_TAG_PREFIX,
-};
+use crate::proto::branch::{Key, BRANCH_PREFIX, FORK_SHIFT, ID_MASK, LOCAL_TAG_PREFIX};
 use crate::proto::core::{
     aor_of, bump, first_path_uri, resolve, reveal, Core, Event, Next, Reply, Transport, ALLOW,
     MAX_DATAGRAM,
@@ -26,6 +24,7 @@ use crate::proto::metrics::Stage;
 use crate::proto::names::{Found, Park, Route};
 use crate::proto::shared::same_flow_transport;
 use crate::proto::stateful::{NotStarted, Seen, Upstream};
+use crate::proto::tokens;
 
 /// How one contact of a local user is reached.
 pub(super) struct Leg {
@@ -34,6 +33,36 @@ pub(super) struct Leg {
     transport: Transport,
     /// The connection the request goes down, when it goes down one.
     flow: Option<SocketAddr>,
+}
+
+/// Where a request goes, as chosen before its next hop is known.
+#[derive(Debug)]
+struct Selected {
+    next: Next,
+    transport: Transport,
+    /// The connection it goes down (a registered flow, or the one a flow
+    /// token names): the far side of its Record-Route.
+    flow: Option<SocketAddr>,
+    /// The new Request-URI (a local user's contact).
+    ruri: Option<String>,
+    to_peer: bool,
+    authenticated: bool,
+    /// Every contact of the user gets a branch.
+    forking: bool,
+}
+
+impl Selected {
+    fn at(next: Next, transport: Transport) -> Self {
+        Self {
+            next,
+            transport,
+            flow: None,
+            ruri: None,
+            to_peer: false,
+            authenticated: false,
+            forking: false,
+        }
+    }
 }
 
 /// What a forwarded request carries besides the request itself.
@@ -136,78 +165,13 @@ impl Core {
         self.flows.as_ref().is_none_or(|f| f.open(peer, transport))
     }
 
-    /// A flow token (RFC 5626 §5.2) for the connection from `peer` over
-    /// `transport`, to put in the user part of a Record-Route: hex of the
-    /// transport, address and port, and 64 bits of HMAC-SHA256 over them,
-    /// so only this server's tokens are followed.
-    pub(super) fn flow_token(&self, peer: SocketAddr, transport: Transport) -> String {
-        let mut raw = Vec::with_capacity(27);
-        raw.push(match transport {
-            Transport::Tcp => 1,
-            Transport::Tls => 2,
-            Transport::Ws => 3,
-            _ => 4,
-        });
-        match peer.ip() {
-            IpAddr::V4(a) => raw.extend_from_slice(&a.octets()),
-            IpAddr::V6(a) => raw.extend_from_slice(&a.octets()),
-        }
-        raw.extend_from_slice(&peer.port().to_be_bytes());
-        let mac = self.flow_mac(&raw);
-        raw.extend_from_slice(&mac[..8]);
-        let mut t = String::with_capacity(1 + raw.len() * 2);
-        t.push('f');
-        for b in raw {
-            let _ = write!(t, "{b:02x}");
-        }
-        t
-    }
-
-    fn flow_mac(&self, raw: &[u8]) -> [u8; 32] {
-        use hmac::Mac;
-        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.shared.flow_key)
-            .expect("HMAC takes any key length");
-        mac.update(raw);
-        mac.finalize().into_bytes().into()
-    }
-
-    /// The connection a token of [`flow_token`](Self::flow_token) names,
-    /// when it is one of ours.
-    fn read_flow_token(&self, user: &str) -> Option<(SocketAddr, Transport)> {
-        let hex = user.strip_prefix('f')?;
-        if !matches!(hex.len(), 30 | 54) || !hex.is_ascii() {
-            return None;
-        }
-        let raw: Vec<u8> = (0..hex.len() / 2)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-            .collect::<Option<_>>()?;
-        let (body, mac) = raw.split_at(raw.len() - 8);
-        let want = self.flow_mac(body);
-        if !bool::from(subtle::ConstantTimeEq::ct_eq(&want[..8], mac)) {
-            return None;
-        }
-        let transport = match body[0] {
-            1 => Transport::Tcp,
-            2 => Transport::Tls,
-            3 => Transport::Ws,
-            4 => Transport::Wss,
-            _ => return None,
-        };
-        let ip: IpAddr = match body.len() {
-            7 => <[u8; 4]>::try_from(&body[1..5]).ok()?.into(),
-            _ => <[u8; 16]>::try_from(&body[1..17]).ok()?.into(),
-        };
-        let port = u16::from_be_bytes([body[body.len() - 2], body[body.len() - 1]]);
-        Some((SocketAddr::new(ip, port), transport))
-    }
-
     /// A Record-Route value naming this server on `transport`, with a
     /// flow token when the hop on that side is a connection.
     fn write_rr(&mut self, transport: Transport, flow: Option<SocketAddr>) {
         let here = self.listen_addr(transport);
         self.rr.push_str("<sip:");
         if let Some(peer) = flow {
-            let token = self.flow_token(peer, transport);
+            let token = tokens::flow_token(&self.shared.flow_key, peer, transport);
             self.rr.push_str(&token);
             self.rr.push('@');
         }
@@ -311,43 +275,6 @@ impl Core {
         h.finish() & ID_MASK
     }
 
-    /// The tag after the transaction in this proxy's branch: 64 bits of
-    /// HMAC-SHA256, under a key only this process holds, over the
-    /// transaction (`branch` without its try number) and `hop`, where its
-    /// responses go. A response is relayed only when its branch's tag
-    /// verifies for the hop its second Via names, so a forged response
-    /// cannot send bytes to an address of its choosing (RFC 3261 §16.11
-    /// lets a stateless proxy compute its branch this way).
-    fn branch_tag(&self, branch: u64, hop: Hop) -> u64 {
-        use hmac::Mac;
-        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.shared.branch_key)
-            .expect("HMAC takes any key length");
-        mac.update(&(branch & BRANCH_MASK).to_be_bytes());
-        mac.update(&[transport_code(hop.1)]);
-        match hop.0.ip() {
-            IpAddr::V4(a) => mac.update(&a.octets()),
-            IpAddr::V6(a) => mac.update(&a.octets()),
-        }
-        mac.update(&hop.0.port().to_be_bytes());
-        let out = mac.finalize().into_bytes();
-        let mut tag = [0u8; 8];
-        tag.copy_from_slice(&out[..8]);
-        u64::from_be_bytes(tag)
-    }
-
-    /// Whether the branch in `msg`'s top Via is one this proxy wrote for a
-    /// request whose responses go to `hop` (constant time in the tag).
-    fn proves_hop(&self, msg: &Message<'_>, hop: Hop) -> bool {
-        let Some((branch, Some(tag))) = msg.top_via().branch().and_then(parse_branch) else {
-            return false;
-        };
-        let want = self.branch_tag(branch, hop).to_be_bytes();
-        bool::from(subtle::ConstantTimeEq::ct_eq(
-            &want[..],
-            &tag.to_be_bytes()[..],
-        ))
-    }
-
     /// Where responses to `msg` go (RFC 3261 §18.2.2): back on the
     /// connection for TCP; for UDP the source address, and the Via's port
     /// unless rport asked for the source port.
@@ -399,54 +326,24 @@ impl Core {
         now: u64,
         out: &mut Vec<u8>,
     ) -> Reply {
-        let method = msg.method();
         if let Some(reply) = self.stateful_request(msg, src, out) {
             return reply;
         }
-        if method == Method::Ack
-            && msg
-                .to()
-                .tag()
-                .is_some_and(|t| t.starts_with(LOCAL_TAG_PREFIX))
-        {
-            // Acknowledges a final response this server generated (§17.2.1).
-            return Reply::Drop;
+        if let Some(reply) = self.refuse_to_route(msg, src, out) {
+            return reply;
         }
-        if msg.max_forwards() == Some(0) {
-            return self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out);
-        }
-        if msg.vias().skip(1).any(|v| self.is_our_via(&v)) || self.is_our_via(msg.top_via()) {
-            return self.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out);
-        }
-        // Loose routing (§16.4): the first Routes naming us are removed
-        // (two after double record-routing, RFC 5658); a flow token in
-        // one names the connection the request continues on when it did
-        // not come from there (RFC 5626 §5.3).
-        let mut pops = 0;
-        let mut flow_hop = None;
-        for r in msg.routes().take(2) {
-            if !self.is_local_uri(r.uri()) {
-                break;
-            }
-            pops += 1;
-            if let Some((peer, t)) = r.uri().user().and_then(|u| self.read_flow_token(u)) {
-                if peer != src {
-                    flow_hop = Some((peer, t));
-                }
-            }
-        }
-        let pop_route = pops > 0;
-        let next_route = msg.routes().nth(pops);
+        let (pops, flow_hop) = self.loose_route(msg, src);
+        let next_route = msg.routes().nth(pops).is_some();
         let Some(ruri) = msg.request_uri() else {
             return Reply::Drop;
         };
         if self.shared.config.mode != Mode::Proxy
-            && (next_route.is_some() || flow_hop.is_some() || !self.is_local_uri(ruri))
+            && (next_route || flow_hop.is_some() || !self.is_local_uri(ruri))
         {
             // A registrar or redirect server answers; it forwards nothing.
             return self.relay_denied(msg, src, ruri, out);
         }
-        if next_route.is_some() && msg.to().tag().is_none() && !self.is_peer(src) {
+        if next_route && msg.to().tag().is_none() && !self.is_peer(src) {
             // A preloaded Route on an initial request would send it, body
             // and all, to any address the sender names (Kamailio's default
             // configuration refuses them too). In-dialog requests follow
@@ -460,129 +357,237 @@ impl Core {
                 out,
             );
         }
-        let mut new_ruri: Option<String> = None;
-        let mut forking = false;
-        let mut to_peer = false;
-        let mut authenticated = false;
-        let mut out_transport = Transport::Udp;
-        // The request goes down a connection (a registered flow, or the
-        // one a flow token names): the far side of its Record-Route.
-        let mut out_flow: Option<SocketAddr> = None;
+        let target = match self.select_target(msg, src, now, pops, flow_hop, out) {
+            Ok(t) => t,
+            Err(reply) => return reply,
+        };
+        let (hop, named) = match self.next_hop(target.next, msg, src, out) {
+            Ok(h) => h,
+            Err(reply) => return reply,
+        };
+        let f = Forward {
+            ruri: target.ruri,
+            transport: target.transport,
+            flow: target.flow,
+            pops,
+            to_peer: target.to_peer,
+            authenticated: target.authenticated,
+        };
+        self.forward_to(msg, src, &f, target.forking, hop, named, out)
+    }
+
+    /// The answer to a request no proxy may forward (§16.3): an ACK for
+    /// a response this server made, no hops left, or a loop.
+    fn refuse_to_route(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        if msg.method() == Method::Ack
+            && msg
+                .to()
+                .tag()
+                .is_some_and(|t| t.starts_with(LOCAL_TAG_PREFIX))
+        {
+            // Acknowledges a final response this server generated (§17.2.1).
+            return Some(Reply::Drop);
+        }
+        if msg.max_forwards() == Some(0) {
+            return Some(self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out));
+        }
+        if msg.vias().skip(1).any(|v| self.is_our_via(&v)) || self.is_our_via(msg.top_via()) {
+            return Some(self.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out));
+        }
+        None
+    }
+
+    /// Loose routing (§16.4): the first Routes naming us are removed (two
+    /// after double record-routing, RFC 5658); a flow token in one names
+    /// the connection the request continues on when it did not come from
+    /// there (RFC 5626 §5.3). Returns how many and that connection.
+    fn loose_route(&self, msg: &Message<'_>, src: SocketAddr) -> (usize, Option<Hop>) {
+        let mut pops = 0;
+        let mut flow_hop = None;
+        for r in msg.routes().take(2) {
+            if !self.is_local_uri(r.uri()) {
+                break;
+            }
+            pops += 1;
+            if let Some((peer, t)) = r
+                .uri()
+                .user()
+                .and_then(|u| tokens::read_flow_token(&self.shared.flow_key, u))
+            {
+                if peer != src {
+                    flow_hop = Some((peer, t));
+                }
+            }
+        }
+        (pops, flow_hop)
+    }
+
+    /// Where the request goes (§16.5): down the connection a flow token
+    /// names, to the next Route, to a local user's contact, along an
+    /// in-dialog Request-URI, or to a peer domain's proxy; anything else
+    /// is refused (no open relay).
+    fn select_target(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        pops: usize,
+        flow_hop: Option<Hop>,
+        out: &mut Vec<u8>,
+    ) -> Result<Selected, Reply> {
+        let next_route = msg.routes().nth(pops);
+        let ruri = msg.request_uri().ok_or(Reply::Drop)?;
         let target = if let Some((peer, t)) = flow_hop.filter(|_| next_route.is_none()) {
             // A closed TCP/TLS flow is connected to again; a browser's is
             // gone for good.
             if matches!(t, Transport::Ws | Transport::Wss) && !self.flow_open(peer, t) {
                 bump(&self.shared.metrics.flows_failed);
-                return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
+                return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
             }
-            out_transport = t;
-            out_flow = Some(peer);
-            Next::At(peer)
+            Selected {
+                flow: Some(peer),
+                ..Selected::at(Next::At(peer), t)
+            }
         } else if let Some(r) = next_route {
             let u = r.uri();
-            out_transport = Transport::of_uri(u);
-            u.host()
-                .map_or(Next::Nowhere, |h| self.hop(h, u.port(), out_transport))
+            let t = Transport::of_uri(u);
+            Selected::at(
+                u.host().map_or(Next::Nowhere, |h| self.hop(h, u.port(), t)),
+                t,
+            )
         } else if self.is_local_uri(ruri) {
-            let key = match (ruri.user(), ruri.host()) {
-                (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
-                    Some(u) => Some(aor_of(&u, h)),
-                    None => return self.refuse(msg, src, out),
-                },
-                _ => None,
-            };
-            let Some(key) = key else {
-                return match method {
-                    Method::Options => self.respond(
-                        msg,
-                        StatusCode::OK,
-                        &[("Allow", ALLOW), ("Accept", "application/sdp")],
-                        src,
-                        out,
-                    ),
-                    _ => self.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
-                };
-            };
-            let mode = self.shared.config.mode;
-            if mode == Mode::Registrar {
-                return self.respond(
-                    msg,
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    &[("Allow", "REGISTER, OPTIONS")],
-                    src,
-                    out,
-                );
-            }
-            match self.authorize_caller(msg, src, now, out) {
-                Ok(a) => authenticated = a,
-                Err(reply) => return reply,
-            }
-            if self.location_too_stale(now) {
-                return self.location_stale(msg, src, out);
-            }
-            let t0 = self.clock();
-            self.shared.location.lookup(&key, now, &mut self.bindings);
-            self.stage(Stage::FindUser, t0);
-            if self.bindings.is_empty() {
-                return self.respond(msg, StatusCode::NOT_FOUND, &[], src, out);
-            }
-            // A binding whose WebSocket or outbound flow is closed can
-            // never be reached again (RFC 5626 §5.3): a phone that
-            // reloaded or reconnected is reached on its newer binding.
-            let had = self.bindings.len();
-            let mut bindings = std::mem::take(&mut self.bindings);
-            bindings.retain(|b| !self.flow_gone(b));
-            self.bindings = bindings;
-            if self.bindings.is_empty() {
-                bump(&self.shared.metrics.flows_failed);
-                self.events.push(Event::FlowFailed {
-                    aor: key,
-                    bindings: had,
-                });
-                return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
-            }
-            if mode == Mode::Redirect {
-                return self.redirect(msg, src, out);
-            }
-            let Some(leg) = self.leg(0) else {
-                // A browser is reached on its connection or not at all.
-                bump(&self.shared.metrics.flows_failed);
-                return self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out);
-            };
-            forking = self.shared.transactions.is_some()
-                && self.shared.config.forking != Forking::Off
-                && self.bindings.len() > 1
-                && method != Method::Ack;
-            out_transport = leg.transport;
-            out_flow = leg.flow;
-            new_ruri = Some(leg.contact);
-            leg.next
-        } else if pop_route {
+            return self.local_user_target(msg, src, now, out);
+        } else if pops > 0 {
             // In-dialog request that record-routed through us (§16.12):
             // the Request-URI is the peer's contact.
-            out_transport = Transport::of_uri(ruri);
-            ruri.host()
-                .map_or(Next::Nowhere, |h| self.hop(h, ruri.port(), out_transport))
+            let t = Transport::of_uri(ruri);
+            let next = ruri
+                .host()
+                .map_or(Next::Nowhere, |h| self.hop(h, ruri.port(), t));
+            Selected::at(next, t)
         } else if let Some(peer) = self
             .peer_for(ruri)
             .filter(|_| self.shared.config.mode == Mode::Proxy)
         {
             // Another domain we peer with: our users' requests go to its
             // proxy, the Request-URI (perhaps a pseudonym for it) as is.
-            match self.authorize_caller(msg, src, now, out) {
-                Ok(a) => authenticated = a,
-                Err(reply) => return reply,
+            Selected {
+                authenticated: self.authorize_caller(msg, src, now, out)?,
+                to_peer: true,
+                ..Selected::at(Next::At(peer), Transport::Udp)
             }
-            to_peer = true;
-            Next::At(peer)
         } else {
             // No open relay: only requests for this server's domains are proxied.
-            return self.relay_denied(msg, src, ruri, out);
+            return Err(self.relay_denied(msg, src, ruri, out));
         };
-        let (target, named) = match target {
-            Next::At(a) => (a, None),
-            Next::Named(a, route) => (a, Some(route)),
-            Next::Nowhere => return self.unresolvable(msg, src, out),
+        Ok(target)
+    }
+
+    /// A request for a user of this domain: the caller is authorized, the
+    /// user's live bindings are looked up, and the first contact becomes
+    /// the target (the others are forked to, when forking).
+    fn local_user_target(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Selected, Reply> {
+        let ruri = msg.request_uri().ok_or(Reply::Drop)?;
+        let key = match (ruri.user(), ruri.host()) {
+            (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
+                Some(u) => Some(aor_of(&u, h)),
+                None => return Err(self.refuse(msg, src, out)),
+            },
+            _ => None,
+        };
+        let Some(key) = key else {
+            return Err(match msg.method() {
+                Method::Options => self.respond(
+                    msg,
+                    StatusCode::OK,
+                    &[("Allow", ALLOW), ("Accept", "application/sdp")],
+                    src,
+                    out,
+                ),
+                _ => self.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
+            });
+        };
+        let mode = self.shared.config.mode;
+        if mode == Mode::Registrar {
+            return Err(self.respond(
+                msg,
+                StatusCode::METHOD_NOT_ALLOWED,
+                &[("Allow", "REGISTER, OPTIONS")],
+                src,
+                out,
+            ));
+        }
+        let authenticated = self.authorize_caller(msg, src, now, out)?;
+        if self.location_too_stale(now) {
+            return Err(self.location_stale(msg, src, out));
+        }
+        let t0 = self.clock();
+        self.shared.location.lookup(&key, now, &mut self.bindings);
+        self.stage(Stage::FindUser, t0);
+        if self.bindings.is_empty() {
+            return Err(self.respond(msg, StatusCode::NOT_FOUND, &[], src, out));
+        }
+        // A binding whose WebSocket or outbound flow is closed can
+        // never be reached again (RFC 5626 §5.3): a phone that
+        // reloaded or reconnected is reached on its newer binding.
+        let had = self.bindings.len();
+        let mut bindings = std::mem::take(&mut self.bindings);
+        bindings.retain(|b| !self.flow_gone(b));
+        self.bindings = bindings;
+        if self.bindings.is_empty() {
+            bump(&self.shared.metrics.flows_failed);
+            self.events.push(Event::FlowFailed {
+                aor: key,
+                bindings: had,
+            });
+            return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+        }
+        if mode == Mode::Redirect {
+            return Err(self.redirect(msg, src, out));
+        }
+        let Some(leg) = self.leg(0) else {
+            // A browser is reached on its connection or not at all.
+            bump(&self.shared.metrics.flows_failed);
+            return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+        };
+        let forking = self.shared.transactions.is_some()
+            && self.shared.config.forking != Forking::Off
+            && self.bindings.len() > 1
+            && msg.method() != Method::Ack;
+        Ok(Selected {
+            flow: leg.flow,
+            ruri: Some(leg.contact),
+            authenticated,
+            forking,
+            ..Selected::at(leg.next, leg.transport)
+        })
+    }
+
+    /// The address a target leads to now. A name being resolved parks the
+    /// request (an external request: the resolver hands it in again);
+    /// unknown or unresolvable names are answered.
+    fn next_hop(
+        &mut self,
+        next: Next,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<(SocketAddr, Option<Route>), Reply> {
+        match next {
+            Next::At(a) => Ok((a, None)),
+            Next::Named(a, route) => Ok((a, Some(route))),
+            Next::Nowhere => Err(self.unresolvable(msg, src, out)),
             Next::Resolving(name, port, transport) => {
                 bump(&self.shared.metrics.hop_waits);
                 let park = if self.again {
@@ -594,30 +599,37 @@ impl Core {
                 };
                 match park {
                     // Handed in again once the name is resolved.
-                    Park::Parked => return Reply::Drop,
-                    Park::Known(Found::At(a)) => (
+                    Park::Parked => Err(Reply::Drop),
+                    Park::Known(Found::At(a)) => Ok((
                         a,
                         Some(Route {
                             name,
                             port,
                             transport,
                         }),
-                    ),
-                    Park::Known(Found::Nowhere) => return self.unresolvable(msg, src, out),
-                    Park::Known(_) | Park::Full => return self.resolver_busy(msg, src, out),
+                    )),
+                    Park::Known(Found::Nowhere) => Err(self.unresolvable(msg, src, out)),
+                    Park::Known(_) | Park::Full => Err(self.resolver_busy(msg, src, out)),
                 }
             }
-            Next::Busy => return self.resolver_busy(msg, src, out),
-        };
-        let f = Forward {
-            ruri: new_ruri,
-            transport: out_transport,
-            flow: out_flow,
-            pops,
-            to_peer,
-            authenticated,
-        };
-        match self.write_forward(msg, src, &f, 0, out) {
+            Next::Busy => Err(self.resolver_busy(msg, src, out)),
+        }
+    }
+
+    /// Writes the request as forwarded (§16.6) and sends it to `hop`, with
+    /// a branch for every other contact when `forking`.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_to(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        f: &Forward,
+        forking: bool,
+        hop: SocketAddr,
+        named: Option<Route>,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        match self.write_forward(msg, src, f, 0, out) {
             Ok(()) => {}
             Err(StatusCode::MESSAGE_TOO_LARGE_5XX) => {
                 out.clear();
@@ -639,9 +651,9 @@ impl Core {
         }
         self.forks.clear();
         if forking {
-            self.fork(msg, src, &f);
+            self.fork(msg, src, f);
         }
-        self.forwarded(msg, src, target, out_transport, named, out)
+        self.forwarded(msg, src, hop, f.transport, named, out)
     }
 
     /// How the local user's contact `self.bindings[i]` is reached; its
@@ -766,7 +778,7 @@ impl Core {
         let (out_transport, out_flow, pops) = (f.transport, f.flow, f.pops);
         let new_ruri = f.ruri.as_deref();
         let branch = self.branch(msg) | (fork as u64) << FORK_SHIFT;
-        let tag = self.branch_tag(branch, self.upstream(msg, src));
+        let tag = tokens::branch_tag(&self.shared.branch_key, branch, self.upstream(msg, src));
         // Over TLS or WebSocket this server is reached at that listener.
         let here = self.listen_addr(out_transport);
         self.via.clear();
@@ -985,7 +997,7 @@ impl Core {
         };
         // No transaction vouches for it: only the branch's tag can prove
         // that this proxy forwarded the request and that `dest` sent it.
-        if !self.proves_hop(msg, (dest, transport)) {
+        if !tokens::proves_hop(&self.shared.branch_key, msg, (dest, transport)) {
             return self.unproven_response();
         }
         match forward_response(msg, out) {
@@ -1034,18 +1046,5 @@ impl Core {
         bump(&self.shared.metrics.responses_unproven);
         bump(&self.shared.metrics.dropped);
         Reply::Drop
-    }
-}
-
-/// A byte per transport for what this proxy MACs.
-fn transport_code(t: Transport) -> u8 {
-    match t {
-        Transport::Udp => 0,
-        Transport::Tcp => 1,
-        Transport::Tls => 2,
-        Transport::Ws => 3,
-        Transport::Wss => 4,
-        Transport::Sctp => 5,
-        Transport::Other => 6,
     }
 }

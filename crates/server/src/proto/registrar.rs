@@ -150,7 +150,8 @@ impl Core {
         // route here, with the flow's token (RFC 5626 §5.2).
         self.node_route.clear();
         if self.shared.config.redis.is_some() && self.transport.is_reliable() {
-            let token = self.flow_token(src, self.transport);
+            let token =
+                crate::proto::tokens::flow_token(&self.shared.flow_key, src, self.transport);
             let _ = write!(
                 self.node_route,
                 "<sip:{token}@{};lr>",

@@ -1,0 +1,171 @@
+//! The tokens this server writes into messages and checks when they come
+//! back, under keys only this process holds (drawn at start, see
+//! `Shared::new`): flow tokens in Record-Route (RFC 5626 §5.2) and the tag
+//! in this proxy's branches that proves where a response may go (RFC 3261
+//! §16.11). Pure functions of key and input; the comparisons are constant
+//! time.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use hmac::Mac;
+use sip_core::{Message, Transport};
+
+use crate::proto::branch::{parse_branch, BRANCH_MASK};
+use crate::proto::effects::Hop;
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+fn hmac(key: &[u8; 32]) -> HmacSha256 {
+    <HmacSha256 as Mac>::new_from_slice(key).expect("HMAC takes any key length")
+}
+
+fn flow_mac(key: &[u8; 32], raw: &[u8]) -> [u8; 32] {
+    let mut mac = hmac(key);
+    mac.update(raw);
+    mac.finalize().into_bytes().into()
+}
+
+/// A flow token for the connection from `peer` over `transport`, to put
+/// in the user part of a Record-Route: `f`, then hex of the transport,
+/// address and port, and 64 bits of HMAC-SHA256 over them under `key`, so
+/// only this server's tokens are followed.
+pub fn flow_token(key: &[u8; 32], peer: SocketAddr, transport: Transport) -> String {
+    let mut raw = Vec::with_capacity(27);
+    raw.push(match transport {
+        Transport::Tcp => 1,
+        Transport::Tls => 2,
+        Transport::Ws => 3,
+        _ => 4,
+    });
+    match peer.ip() {
+        IpAddr::V4(a) => raw.extend_from_slice(&a.octets()),
+        IpAddr::V6(a) => raw.extend_from_slice(&a.octets()),
+    }
+    raw.extend_from_slice(&peer.port().to_be_bytes());
+    let mac = flow_mac(key, &raw);
+    raw.extend_from_slice(&mac[..8]);
+    let mut t = String::with_capacity(1 + raw.len() * 2);
+    t.push('f');
+    for b in raw {
+        let _ = write!(t, "{b:02x}");
+    }
+    t
+}
+
+/// The connection a [`flow_token`] under `key` names; `None` for anything
+/// else (malformed, or not ours).
+pub fn read_flow_token(key: &[u8; 32], user: &str) -> Option<Hop> {
+    let hex = user.strip_prefix('f')?;
+    if !matches!(hex.len(), 30 | 54) || !hex.is_ascii() {
+        return None;
+    }
+    let raw: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+        .collect::<Option<_>>()?;
+    let (body, mac) = raw.split_at(raw.len() - 8);
+    let want = flow_mac(key, body);
+    if !bool::from(subtle::ConstantTimeEq::ct_eq(&want[..8], mac)) {
+        return None;
+    }
+    let transport = match body[0] {
+        1 => Transport::Tcp,
+        2 => Transport::Tls,
+        3 => Transport::Ws,
+        4 => Transport::Wss,
+        _ => return None,
+    };
+    let ip: IpAddr = match body.len() {
+        7 => <[u8; 4]>::try_from(&body[1..5]).ok()?.into(),
+        _ => <[u8; 16]>::try_from(&body[1..17]).ok()?.into(),
+    };
+    let port = u16::from_be_bytes([body[body.len() - 2], body[body.len() - 1]]);
+    Some((SocketAddr::new(ip, port), transport))
+}
+
+fn transport_code(t: Transport) -> u8 {
+    match t {
+        Transport::Udp => 0,
+        Transport::Tcp => 1,
+        Transport::Tls => 2,
+        Transport::Ws => 3,
+        Transport::Wss => 4,
+        Transport::Sctp => 5,
+        Transport::Other => 6,
+    }
+}
+
+/// The tag after the transaction in this proxy's branch: 64 bits of
+/// HMAC-SHA256 under `key` over the transaction (`branch` without its try
+/// number) and `hop`, where its responses go. A response is relayed only
+/// when its branch's tag verifies for the hop its second Via names, so a
+/// forged response cannot send bytes to an address of its choosing
+/// (RFC 3261 §16.11 lets a stateless proxy compute its branch this way).
+pub fn branch_tag(key: &[u8; 32], branch: u64, hop: Hop) -> u64 {
+    let mut mac = hmac(key);
+    mac.update(&(branch & BRANCH_MASK).to_be_bytes());
+    mac.update(&[transport_code(hop.1)]);
+    match hop.0.ip() {
+        IpAddr::V4(a) => mac.update(&a.octets()),
+        IpAddr::V6(a) => mac.update(&a.octets()),
+    }
+    mac.update(&hop.0.port().to_be_bytes());
+    let out = mac.finalize().into_bytes();
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&out[..8]);
+    u64::from_be_bytes(tag)
+}
+
+/// Whether the branch in `msg`'s top Via is one this proxy wrote (under
+/// `key`) for a request whose responses go to `hop`; constant time in the
+/// tag.
+pub fn proves_hop(key: &[u8; 32], msg: &Message<'_>, hop: Hop) -> bool {
+    let Some((branch, Some(tag))) = msg.top_via().branch().and_then(parse_branch) else {
+        return false;
+    };
+    let want = branch_tag(key, branch, hop).to_be_bytes();
+    bool::from(subtle::ConstantTimeEq::ct_eq(
+        &want[..],
+        &tag.to_be_bytes()[..],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flow_token_names_its_connection_only_under_its_key() {
+        let (key, other) = ([7u8; 32], [8u8; 32]);
+        for (peer, t) in [
+            ("192.0.2.1:5060", Transport::Tcp),
+            ("[2001:db8::1]:5061", Transport::Tls),
+            ("192.0.2.2:443", Transport::Wss),
+        ] {
+            let peer: SocketAddr = peer.parse().unwrap();
+            let token = flow_token(&key, peer, t);
+            assert_eq!(read_flow_token(&key, &token), Some((peer, t)));
+            assert_eq!(read_flow_token(&other, &token), None);
+            let mut forged = token.clone().into_bytes();
+            let last = forged.len() - 1;
+            forged[last] = if forged[last] == b'0' { b'1' } else { b'0' };
+            let forged = String::from_utf8(forged).unwrap();
+            assert_eq!(read_flow_token(&key, &forged), None);
+        }
+        for junk in ["", "f", "fzz", "alice", &"f".repeat(31)] {
+            assert_eq!(read_flow_token(&key, junk), None, "{junk}");
+        }
+    }
+
+    #[test]
+    fn a_branch_tag_binds_the_transaction_to_its_hop() {
+        let key = [1u8; 32];
+        let hop: Hop = ("192.0.2.1:5060".parse().unwrap(), Transport::Udp);
+        let elsewhere: Hop = ("192.0.2.99:5060".parse().unwrap(), Transport::Udp);
+        let tag = branch_tag(&key, 0x1234, hop);
+        assert_ne!(tag, branch_tag(&key, 0x1234, elsewhere));
+        assert_ne!(tag, branch_tag(&key, 0x1234, (hop.0, Transport::Tcp)));
+        // Another try of the same transaction (top four bits) keeps it.
+        assert_eq!(tag, branch_tag(&key, 0x1234 | (3 << 60), hop));
+    }
+}
