@@ -17,6 +17,7 @@ pub mod privacy;
 mod proxy;
 mod redirect;
 mod registrar;
+mod relay;
 pub mod shared;
 pub mod stateful;
 mod tokens;

@@ -1,0 +1,107 @@
+//! Responses on their way back (RFC 3261 §16.7, §18.2.2): a stateful
+//! proxy's transactions take them; otherwise only a response whose branch
+//! tag proves this proxy forwarded its request to the hop the next Via
+//! names is relayed there. Anything else is dropped and counted.
+
+use std::net::IpAddr;
+
+use sip_core::proxy::forward_response;
+use sip_core::uri::Host;
+use sip_core::Message;
+
+use crate::config::Mode;
+use crate::proto::branch::Key;
+use crate::proto::core::{bump, resolve, Core, Event, Reply, MAX_DATAGRAM};
+use crate::proto::shared::Transport;
+use crate::proto::stateful::Upstream;
+use crate::proto::tokens;
+
+impl Core {
+    /// Relays the response `msg` (written into `out`) where it goes, if it
+    /// can be proven ours to relay.
+    pub(super) fn forward_response(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Reply {
+        if self.shared.config.mode != Mode::Proxy {
+            // A registrar or redirect server forwards no request, so no
+            // response is ever for it to relay.
+            return self.unproven_response();
+        }
+        if !self.is_our_via(msg.top_via()) {
+            return self.unproven_response();
+        }
+        // Stateless mode skips the branch decoding altogether.
+        let stateful = self
+            .shared
+            .transactions
+            .as_ref()
+            .and_then(|tx| Some((tx, Key::of_message(msg)?)));
+        if let Some((tx, key)) = stateful {
+            let metrics = &self.shared.metrics;
+            let strip = |m: &Message<'_>, o: &mut Vec<u8>| forward_response(m, o).is_ok();
+            match tx.on_response(
+                key,
+                msg,
+                self.now.mono,
+                out,
+                &mut self.sends,
+                metrics,
+                strip,
+            ) {
+                Upstream::Unknown => {}
+                Upstream::Absorbed => return Reply::Drop,
+                Upstream::Send((dest, transport)) => return Reply::Send(dest, transport),
+            }
+        }
+        let Some(next) = msg.vias().nth(1) else {
+            return self.unproven_response();
+        };
+        let host = next
+            .received()
+            .and_then(|r| r.parse::<IpAddr>().ok())
+            .map(|ip| match ip {
+                IpAddr::V4(a) => Host::V4(a),
+                IpAddr::V6(a) => Host::V6(a),
+            })
+            .unwrap_or(next.host());
+        let port = match next.rport() {
+            Some(Some(p)) => Some(p),
+            _ => next.port(),
+        };
+        let Some(dest) = resolve(host, port) else {
+            return self.unproven_response();
+        };
+        let transport = match next.transport() {
+            t @ (Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss) => t,
+            _ => Transport::Udp,
+        };
+        // No transaction vouches for it: only the branch's tag can prove
+        // that this proxy forwarded the request and that `dest` sent it.
+        if !tokens::proves_hop(&self.shared.branch_key, msg, (dest, transport)) {
+            return self.unproven_response();
+        }
+        match forward_response(msg, out) {
+            Ok(()) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
+                bump(&self.shared.metrics.oversize);
+                bump(&self.shared.metrics.dropped);
+                self.events.push(Event::Oversize {
+                    what: "forwarded response",
+                    dest,
+                    len: out.len(),
+                });
+                Reply::Drop
+            }
+            Ok(()) => Reply::Send(dest, transport),
+            Err(_) => {
+                bump(&self.shared.metrics.dropped);
+                Reply::Drop
+            }
+        }
+    }
+
+    /// Drops a response this server cannot prove it should relay, and
+    /// counts it.
+    fn unproven_response(&self) -> Reply {
+        bump(&self.shared.metrics.responses_unproven);
+        bump(&self.shared.metrics.dropped);
+        Reply::Drop
+    }
+}
