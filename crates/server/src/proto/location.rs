@@ -146,9 +146,6 @@ pub enum UpdateError {
         /// The most allowed.
         max: usize,
     },
-    /// The change could not be persisted, so it was not applied.
-    #[error("journal: {0}")]
-    Journal(io::Error),
     /// The store holds its most bindings (`max_bindings`) and this change
     /// would add more.
     #[error("the location holds its most bindings ({max})")]
@@ -781,8 +778,10 @@ pub(crate) mod tests {
         policy: &UpdatePolicy,
         persist: &mut dyn FnMut(&[Record]) -> io::Result<()>,
         current: &mut Vec<Binding>,
-    ) -> Result<(), UpdateError> {
-        let prepared = loc.prepare(aor.to_owned(), changes, remove_all, reg, policy)?;
+    ) -> Result<(), Failure> {
+        let prepared = loc
+            .prepare(aor.to_owned(), changes, remove_all, reg, policy)
+            .map_err(Failure::Refused)?;
         current.clear();
         current.extend_from_slice(prepared.bindings());
         if prepared.is_empty() {
@@ -791,7 +790,15 @@ pub(crate) mod tests {
         }
         let result = persist(prepared.records());
         loc.commit(prepared, result.is_ok());
-        result.map_err(UpdateError::Journal)
+        result.map_err(Failure::NotStored)
+    }
+
+    /// Why [`update`] changed nothing.
+    #[derive(Debug)]
+    pub(crate) enum Failure {
+        Refused(UpdateError),
+        /// The change could not be persisted, so it was not applied.
+        NotStored(io::Error),
     }
 
     pub(crate) fn src() -> SocketAddr {
@@ -864,7 +871,7 @@ pub(crate) mod tests {
         r: &Registration<'_>,
         cur: &mut Vec<Binding>,
         rec: &mut Vec<Record>,
-    ) -> Result<(), UpdateError> {
+    ) -> Result<(), Failure> {
         let mut persist = |records: &[Record]| {
             rec.extend_from_slice(records);
             Ok(())
@@ -925,7 +932,10 @@ pub(crate) mod tests {
         assert!(
             matches!(
                 up(2, 60),
-                Err(UpdateError::OutOfOrder { got: 2, stored: 3 })
+                Err(Failure::Refused(UpdateError::OutOfOrder {
+                    got: 2,
+                    stored: 3
+                }))
             ),
             "stale"
         );
@@ -982,7 +992,9 @@ pub(crate) mod tests {
                 &mut full,
                 &mut cur,
             );
-            assert!(matches!(r, Err(UpdateError::Journal(_))));
+            assert!(
+                matches!(r, Err(Failure::NotStored(e)) if e.to_string() == "No space left on device")
+            );
             let mut now = Vec::new();
             loc.lookup("sip:a@x", 100, &mut now);
             assert_eq!(now.len(), 1);
@@ -1026,7 +1038,10 @@ pub(crate) mod tests {
             &mut persist,
             &mut cur,
         );
-        assert!(matches!(r, Err(UpdateError::TooManyContacts { max: 2 })));
+        assert!(matches!(
+            r,
+            Err(Failure::Refused(UpdateError::TooManyContacts { max: 2 }))
+        ));
         policy.overflow = Overflow::ReplaceOldest;
         update(
             &loc,
@@ -1057,7 +1072,10 @@ pub(crate) mod tests {
             &mut persist,
             &mut cur,
         );
-        assert!(matches!(r, Err(UpdateError::ListingTooLarge { .. })));
+        assert!(matches!(
+            r,
+            Err(Failure::Refused(UpdateError::ListingTooLarge { .. }))
+        ));
         assert_eq!(loc.len(100), 2, "refused updates leave no trace");
         assert!(rec
             .iter()

@@ -518,6 +518,25 @@ impl Metrics {
     /// The Prometheus text exposition, with gauges supplied by the caller.
     pub fn render(&self, gauges: &[(&str, &str, u64)]) -> String {
         let mut o = String::with_capacity(8192);
+        self.render_messages(&mut o);
+        self.render_transports(&mut o);
+        for (name, help, c) in self.counters() {
+            let _ = writeln!(
+                o,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        self.render_connections(&mut o);
+        for (name, help, v) in gauges {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        self.render_stages(&mut o);
+        o
+    }
+
+    /// Requests and responses, by method, class and code.
+    fn render_messages(&self, o: &mut String) {
         o.push_str("# HELP sipsec_requests_total SIP requests received, by method.\n# TYPE sipsec_requests_total counter\n");
         for (i, m) in METHODS.iter().enumerate() {
             let _ = writeln!(
@@ -547,6 +566,10 @@ impl Metrics {
                 );
             }
         }
+    }
+
+    /// Requests and connections, by transport.
+    fn render_transports(&self, o: &mut String) {
         for (family, help, kind, values) in [
             (
                 "sipsec_requests_by_transport_total",
@@ -585,7 +608,18 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 43] = [
+    }
+
+    /// Every plain counter: name, help and value.
+    fn counters(&self) -> impl Iterator<Item = (&'static str, &'static str, &AtomicU64)> {
+        self.request_counters()
+            .into_iter()
+            .chain(self.routing_counters())
+    }
+
+    /// The counters of what requests and responses met.
+    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 22] {
+        [
             (
                 "sipsec_bans_total",
                 "Sources banned after repeated authentication failures.",
@@ -696,6 +730,12 @@ impl Metrics {
                 "Requests for an outbound (RFC 5626) registration whose connection was gone: 430 Flow Failed.",
                 &self.flows_failed,
             ),
+        ]
+    }
+
+    /// The counters of routing, transactions and transports.
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 21] {
+        [
             (
                 "sipsec_dns_queries_total",
                 "DNS queries sent for next hops named by domain names (SRV, A, AAAA; RFC 3263).",
@@ -801,14 +841,11 @@ impl Metrics {
                 "Certificate and key reloads refused (old pair kept).",
                 &self.tls_reload_failures,
             ),
-        ];
-        for (name, help, c) in counters {
-            let _ = writeln!(
-                o,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
+        ]
+    }
+
+    /// The UDP workers' shares and the connection layer's counts.
+    fn render_connections(&self, o: &mut String) {
         o.push_str("# HELP sipsec_udp_worker_datagrams_total Datagrams each UDP worker received (workers that received none are left out): how evenly the load is spread.\n# TYPE sipsec_udp_worker_datagrams_total counter\n");
         for (i, c) in self.udp_workers.iter().enumerate() {
             let n = c.load(Ordering::Relaxed);
@@ -862,18 +899,18 @@ impl Metrics {
             "# HELP sipsec_transaction_bytes Memory held by proxy transactions (entries and kept messages).\n# TYPE sipsec_transaction_bytes gauge\nsipsec_transaction_bytes {}",
             self.transaction_bytes.load(Ordering::Relaxed)
         );
-        for (name, help, v) in gauges {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
+    }
+
+    /// The stage timings' histograms.
+    fn render_stages(&self, o: &mut String) {
         o.push_str("# HELP sipsec_stage_seconds Time spent in internal stages (each worker times one request in 16).\n# TYPE sipsec_stage_seconds histogram\n");
         for s in Stage::ALL {
             self.stage_histogram(s).write(
-                &mut o,
+                o,
                 "sipsec_stage_seconds",
                 &format!("stage=\"{}\"", s.as_str()),
             );
         }
-        o
     }
 }
 

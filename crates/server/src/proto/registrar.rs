@@ -11,7 +11,7 @@ use crate::config::PathMode;
 use crate::proto::core::{
     aor_of, bump, first_path_uri, has_option_tag, reveal, Core, Reply, Transport, MAX_DATAGRAM,
 };
-use crate::proto::location::{ContactChange, Registration, UpdateError, UpdatePolicy};
+use crate::proto::location::{ContactChange, Prepared, Registration, UpdateError, UpdatePolicy};
 use crate::proto::metrics::Stage;
 
 /// An unverified UDP source gets at most this many times the bytes it
@@ -24,6 +24,37 @@ const RESPONSE_OVERHEAD: usize = 256;
 pub const MAX_CALL_ID_LEN: usize = 256;
 /// Longest Path a binding stores.
 pub const MAX_PATH_LEN: usize = 1024;
+
+/// What the 200 to a REGISTER says besides the bindings.
+struct Answer<'a> {
+    /// The contacts the request named (listed first).
+    changes: &'a [ContactChange<'a>],
+    /// The request carried valid credentials (its source is proven).
+    credentials: bool,
+    supports_path: bool,
+    wants_outbound: bool,
+}
+
+/// Each contact's RFC 5626 instance and flow (`+sip.instance` with
+/// `reg-id`, kept as INSTANCE#REG-ID so its next registration on another
+/// flow replaces this one); empty where none, or where the values are
+/// longer than a binding keeps or hold what a journal line cannot.
+fn instances(msg: &Message<'_>) -> Vec<String> {
+    msg.contacts()
+        .map(|c| {
+            let p = c.addr.params();
+            match (p.get("+sip.instance").flatten(), p.get("reg-id").flatten()) {
+                (Some(i), Some(r))
+                    if i.len() + r.len() < MAX_CALL_ID_LEN
+                        && !i.chars().chain(r.chars()).any(char::is_control) =>
+                {
+                    format!("{i}#{r}")
+                }
+                _ => String::new(),
+            }
+        })
+        .collect()
+}
 
 impl Core {
     pub(super) fn register(
@@ -59,8 +90,6 @@ impl Core {
             }
         }
         let aor = aor_of(&to_user, to_host);
-        let cfg = &self.shared.config;
-        let (min, max, default) = (cfg.min_expires, cfg.max_expires, cfg.default_expires);
         let star = msg.is_contact_star();
         if star && (msg.expires() != Some(0) || msg.contact_count() > 0) {
             return self.respond(
@@ -77,39 +106,60 @@ impl Core {
         if let Some(reply) = self.refuse_oversize(msg, src, out) {
             return reply;
         }
-        // RFC 5626 §4.2: `+sip.instance` with `reg-id` names the phone and
-        // its flow; kept (as INSTANCE#REG-ID) so its next registration on
-        // another flow replaces this one. Values a journal line cannot
-        // hold, or longer than a binding keeps, are not kept.
-        let instances: Vec<String> = msg
-            .contacts()
-            .map(|c| {
-                let p = c.addr.params();
-                match (p.get("+sip.instance").flatten(), p.get("reg-id").flatten()) {
-                    (Some(i), Some(r))
-                        if i.len() + r.len() < MAX_CALL_ID_LEN
-                            && !i.chars().chain(r.chars()).any(char::is_control) =>
-                    {
-                        format!("{i}#{r}")
-                    }
-                    _ => String::new(),
-                }
-            })
-            .collect();
-        let mut changes: Vec<ContactChange<'_>> = Vec::with_capacity(msg.contact_count());
+        let instances = instances(msg);
+        let (changes, wants_outbound) = match self.contact_changes(msg, src, &instances, out) {
+            Ok(c) => c,
+            Err(reply) => return reply,
+        };
+        let t0 = self.clock();
+        let supports_path = match self.registration_route(msg, src, out) {
+            Ok(supported) => supported,
+            Err(reply) => return reply,
+        };
+        if matches!(self.transport, Transport::Ws | Transport::Wss) && self.websocket_aors.len() < 8
+        {
+            self.websocket_aors.push(aor.clone());
+        }
+        let prepared = match self.prepare_change(msg, src, aor, &changes, star, now, out) {
+            Ok(p) => p,
+            Err(reply) => return reply,
+        };
+        self.stage(Stage::AddUser, t0);
+        let answer = Answer {
+            changes: &changes,
+            credentials: user.is_some(),
+            supports_path,
+            wants_outbound,
+        };
+        self.answer_registration(msg, src, now, prepared, &answer, out)
+    }
+
+    /// What the REGISTER asks of each contact (RFC 3261 §10.3 steps 6–7,
+    /// RFC 5626 §4.2), and whether any asks for an outbound flow; 423
+    /// for an interval below the minimum.
+    fn contact_changes<'m>(
+        &mut self,
+        msg: &'m Message<'_>,
+        src: SocketAddr,
+        instances: &'m [String],
+        out: &mut Vec<u8>,
+    ) -> Result<(Vec<ContactChange<'m>>, bool), Reply> {
+        let cfg = &self.shared.config;
+        let (min, max, default) = (cfg.min_expires, cfg.max_expires, cfg.default_expires);
+        let mut changes: Vec<ContactChange<'m>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
         let direct_flow = self.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
-        for (c, instance) in msg.contacts().zip(&instances) {
+        for (c, instance) in msg.contacts().zip(instances) {
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
                 let min = min.to_string();
-                return self.respond(
+                return Err(self.respond(
                     msg,
                     StatusCode::INTERVAL_TOO_BRIEF,
                     &[("Min-Expires", &min)],
                     src,
                     out,
-                );
+                ));
             }
             // RFC 5626 §4.2: an outbound registration names its instance
             // and flow; over a connection to this server (no Path: no edge
@@ -127,14 +177,22 @@ impl Core {
                 instance,
             });
         }
-        let t0 = self.clock();
-        let supports_path = match self.collect_path(msg, src, out) {
-            Ok(supported) => supported,
-            Err(reply) => return reply,
-        };
+        Ok((changes, wants_outbound))
+    }
+
+    /// The Path to store (RFC 3327) and, with a location shared by several
+    /// nodes, the route to this node and the flow's token (RFC 5626 §5.2)
+    /// for a phone on a connection here; whether the phone supports Path.
+    fn registration_route(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Reply> {
+        let supports_path = self.collect_path(msg, src, out)?;
         if self.path.len() > MAX_PATH_LEN {
             bump(&self.shared.metrics.contacts_refused);
-            return self.respond(
+            return Err(self.respond(
                 msg,
                 StatusCode::FORBIDDEN,
                 &[(
@@ -143,7 +201,7 @@ impl Core {
                 )],
                 src,
                 out,
-            );
+            ));
         }
         // With a location shared by several nodes, a phone on a connection
         // to this node is reached through this node: the binding names the
@@ -158,6 +216,22 @@ impl Core {
                 self.shared.config.advertise
             );
         }
+        Ok(supports_path)
+    }
+
+    /// The location change the REGISTER makes, prepared (not yet stored);
+    /// the answer when it cannot be made.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_change(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        aor: String,
+        changes: &[ContactChange<'_>],
+        star: bool,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Prepared, Reply> {
         let reg = Registration {
             call_id: msg.call_id(),
             cseq: msg.cseq().seq,
@@ -182,59 +256,53 @@ impl Core {
             max_listing,
             max_bindings: cfg.max_bindings,
         };
-        if matches!(self.transport, Transport::Ws | Transport::Wss) && self.websocket_aors.len() < 8
-        {
-            self.websocket_aors.push(aor.clone());
-        }
         let result = self
             .shared
             .location
-            .prepare(aor, &changes, star, &reg, &policy);
-        let prepared = match result {
-            Ok(p) => p,
+            .prepare(aor, changes, star, &reg, &policy);
+        let status = match result {
+            Ok(p) => return Ok(p),
             Err(UpdateError::Busy) => {
                 out.clear();
-                return Reply::Retry;
+                return Err(Reply::Retry);
             }
-            Err(UpdateError::OutOfOrder { .. }) => {
-                return self.respond(
-                    msg,
-                    StatusCode::SERVER_INTERNAL_ERROR,
-                    &[(
-                        "Warning",
-                        "399 sipsec \"CSeq below the stored one for this Call-ID\"",
-                    )],
-                    src,
-                    out,
-                );
-            }
+            Err(UpdateError::OutOfOrder { .. }) => self.respond(
+                msg,
+                StatusCode::SERVER_INTERNAL_ERROR,
+                &[(
+                    "Warning",
+                    "399 sipsec \"CSeq below the stored one for this Call-ID\"",
+                )],
+                src,
+                out,
+            ),
             Err(UpdateError::TooManyContacts { max }) => {
                 let warning = format!(
                     "399 sipsec \"too many contacts for this address-of-record (at most {max})\""
                 );
-                return self.respond(
+                self.respond(
                     msg,
                     StatusCode::FORBIDDEN,
                     &[("Warning", &warning)],
                     src,
                     out,
-                );
+                )
             }
             Err(UpdateError::Full { max }) => {
                 bump(&self.shared.metrics.registrar_full);
                 let warning =
                     format!("399 sipsec \"this registrar holds its most bindings ({max})\"");
-                return self.respond(
+                self.respond(
                     msg,
                     StatusCode::SERVICE_UNAVAILABLE,
                     &[("Retry-After", "60"), ("Warning", &warning)],
                     src,
                     out,
-                );
+                )
             }
             Err(UpdateError::ListingTooLarge { .. }) => {
                 bump(&self.shared.metrics.oversize);
-                return self.respond(
+                self.respond(
                     msg,
                     StatusCode::MESSAGE_TOO_LARGE_5XX,
                     &[(
@@ -243,15 +311,24 @@ impl Core {
                     )],
                     src,
                     out,
-                );
-            }
-            Err(UpdateError::Journal(e)) => {
-                // Only `Location::update` persists by itself; `prepare`
-                // leaves storing to the driver.
-                unreachable!("prepare does not persist: {e}")
+                )
             }
         };
-        self.stage(Stage::AddUser, t0);
+        Err(status)
+    }
+
+    /// The 200 for a prepared change (RFC 3261 §10.3 step 8): every
+    /// binding listed, within what may be sent to an unverified UDP
+    /// source; it waits for the change to be stored ([`Reply::Persist`]).
+    fn answer_registration(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        prepared: Prepared,
+        answer: &Answer<'_>,
+        out: &mut Vec<u8>,
+    ) -> Reply {
         if !prepared.is_empty() && !self.journal_allows(prepared.records()) {
             self.shared.location.commit(prepared, false);
             bump(&self.shared.metrics.journal_throttled);
@@ -273,14 +350,15 @@ impl Core {
         // carries at most AMPLIFICATION times the request's bytes, as a
         // QUIC server before address validation: the contacts the request
         // named first, then others while they fit.
-        let budget = if self.transport == Transport::Udp && user.is_none() {
+        let budget = if self.transport == Transport::Udp && !answer.credentials {
             (AMPLIFICATION * msg.len()).saturating_sub(msg.len() + RESPONSE_OVERHEAD)
         } else {
             usize::MAX
         };
         self.lines.clear();
-        let named =
-            |b: &&crate::proto::location::Binding| changes.iter().any(|c| c.contact == b.contact);
+        let named = |b: &&crate::proto::location::Binding| {
+            answer.changes.iter().any(|c| c.contact == b.contact)
+        };
         let mut unlisted = 0;
         let ordered = prepared
             .bindings()
@@ -309,12 +387,12 @@ impl Core {
             );
             extra.push(("Warning", &cut_warning));
         }
-        if supports_path && !self.path.is_empty() {
+        if answer.supports_path && !self.path.is_empty() {
             // RFC 3327 §5.3: the stored Path goes back to the UA.
             let _ = write!(self.lines, "Path: {}\r\n", self.path);
         }
         // RFC 5626 §6: a registrar that keeps the flow says so.
-        if wants_outbound {
+        if answer.wants_outbound {
             extra.push(("Require", "outbound"));
         }
         let reply = self.respond(msg, StatusCode::OK, &extra, src, out);
