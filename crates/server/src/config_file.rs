@@ -531,34 +531,7 @@ impl Config {
             self.mode = Mode::parse(&m)
                 .ok_or_else(|| value("mode", format!("{m:?}: use registrar, proxy or redirect")))?;
         }
-        if let Some(u) = f.udp {
-            self.udp = u;
-            self.advertise = u;
-            if self.tcp.is_some() {
-                self.tcp = Some(u);
-            }
-        }
-        if let Some(t) = f.tcp {
-            self.tcp = match t {
-                Listen::Enabled(false) => None,
-                Listen::Enabled(true) => Some(self.tcp.unwrap_or(self.udp)),
-                Listen::At(a) => {
-                    parse_optional_addr(&a).map_err(|m| value("tcp", m.to_string()))?
-                }
-            };
-        }
-        if let Some(h) = f.http {
-            self.http = match h {
-                Listen::Enabled(false) => None,
-                Listen::Enabled(true) => Some(self.http.unwrap_or(DEFAULT_HTTP)),
-                Listen::At(a) => {
-                    parse_optional_addr(&a).map_err(|m| value("http", m.to_string()))?
-                }
-            };
-        }
-        if let Some(a) = f.advertise {
-            self.advertise = a;
-        }
+        self.apply_listen(f.udp, f.tcp, f.http, f.advertise, &value)?;
         if let Some(d) = f.domains {
             self.domains = d;
         }
@@ -585,34 +558,7 @@ impl Config {
                 self.workers = w;
             }
         }
-        if let Some(d) = f.data_dir {
-            self.data_dir = d;
-        }
-        if let (Some(_), Some(_)) = (f.fsync, &f.durability) {
-            return Err(value(
-                "fsync",
-                "give fsync or its older spelling durability, not both".into(),
-            ));
-        }
-        if let Some(s) = f.fsync {
-            self.durability = if s {
-                Durability::Fsync
-            } else {
-                Durability::Process
-            };
-        }
-        if let Some(d) = f.durability {
-            self.durability = match d.as_str() {
-                "process" => Durability::Process,
-                "fsync" => Durability::Fsync,
-                other => {
-                    return Err(value(
-                        "durability",
-                        format!("{other:?}: use process or fsync"),
-                    ))
-                }
-            };
-        }
+        self.apply_storage(f.data_dir, f.fsync, f.durability, &value)?;
         if let Some(d) = f.drain_timeout {
             self.drain_timeout = d;
         }
@@ -672,6 +618,85 @@ impl Config {
                     self.min_expires, self.max_expires
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Where the server listens and what it advertises (top-level keys).
+    fn apply_listen(
+        &mut self,
+        udp: Option<SocketAddr>,
+        tcp: Option<Listen>,
+        http: Option<Listen>,
+        advertise: Option<SocketAddr>,
+        value: &impl Fn(&'static str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if let Some(u) = udp {
+            self.udp = u;
+            self.advertise = u;
+            if self.tcp.is_some() {
+                self.tcp = Some(u);
+            }
+        }
+        if let Some(t) = tcp {
+            self.tcp = match t {
+                Listen::Enabled(false) => None,
+                Listen::Enabled(true) => Some(self.tcp.unwrap_or(self.udp)),
+                Listen::At(a) => {
+                    parse_optional_addr(&a).map_err(|m| value("tcp", m.to_string()))?
+                }
+            };
+        }
+        if let Some(h) = http {
+            self.http = match h {
+                Listen::Enabled(false) => None,
+                Listen::Enabled(true) => Some(self.http.unwrap_or(DEFAULT_HTTP)),
+                Listen::At(a) => {
+                    parse_optional_addr(&a).map_err(|m| value("http", m.to_string()))?
+                }
+            };
+        }
+        if let Some(a) = advertise {
+            self.advertise = a;
+        }
+        Ok(())
+    }
+
+    /// Where bindings are kept and how durably (top-level keys).
+    fn apply_storage(
+        &mut self,
+        data_dir: Option<PathBuf>,
+        fsync: Option<bool>,
+        durability: Option<String>,
+        value: &impl Fn(&'static str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if let Some(d) = data_dir {
+            self.data_dir = d;
+        }
+        if let (Some(_), Some(_)) = (fsync, &durability) {
+            return Err(value(
+                "fsync",
+                "give fsync or its older spelling durability, not both".into(),
+            ));
+        }
+        if let Some(s) = fsync {
+            self.durability = if s {
+                Durability::Fsync
+            } else {
+                Durability::Process
+            };
+        }
+        if let Some(d) = durability {
+            self.durability = match d.as_str() {
+                "process" => Durability::Process,
+                "fsync" => Durability::Fsync,
+                other => {
+                    return Err(value(
+                        "durability",
+                        format!("{other:?}: use process or fsync"),
+                    ))
+                }
+            };
         }
         Ok(())
     }

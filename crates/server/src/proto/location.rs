@@ -490,15 +490,7 @@ impl MemoryLocation {
         reg: &Registration<'_>,
         policy: &UpdatePolicy,
     ) -> Result<Prepared, UpdateError> {
-        let Registration {
-            call_id,
-            cseq,
-            source,
-            path,
-            flow,
-            node,
-            now,
-        } = *reg;
+        let (call_id, cseq, now) = (reg.call_id, reg.cseq, reg.now);
         let hash = self.hash(&key);
         let mut shard = self.shards.write(Self::shard(hash));
         let aor = key.as_str();
@@ -527,90 +519,8 @@ impl MemoryLocation {
                 });
             }
         }
-        let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
-        let remove = |records: &mut Vec<Record>, contact: String| {
-            records.push(Record::Remove {
-                seq: 0,
-                aor: aor.to_owned(),
-                contact,
-            });
-        };
-        if remove_all {
-            for b in list.drain(..) {
-                remove(&mut records, b.contact);
-            }
-        }
-        for c in changes {
-            if !c.instance.is_empty() && c.expires != 0 {
-                // RFC 5626 §6: the same instance and reg-id is the same
-                // phone on a new flow (a reload, a new connection): its
-                // older binding goes, whatever contact it had.
-                while let Some(p) = list
-                    .iter()
-                    .position(|b| b.instance == c.instance && b.contact != c.contact)
-                {
-                    let gone = list.remove(p);
-                    remove(&mut records, gone.contact);
-                }
-            }
-            let pos = list.iter().position(|b| b.contact == c.contact);
-            if c.expires == 0 {
-                if let Some(p) = pos {
-                    list.remove(p);
-                    remove(&mut records, c.contact.to_owned());
-                }
-                continue;
-            }
-            let binding = Binding {
-                contact: c.contact.to_owned(),
-                expires_at: now + u64::from(c.expires),
-                q: c.q,
-                call_id: call_id.to_owned(),
-                cseq,
-                source,
-                path: path.to_owned(),
-                flow: flow.map(|transport| Flow {
-                    transport,
-                    outbound: c.outbound,
-                }),
-                node: node.to_owned(),
-                instance: c.instance.to_owned(),
-            };
-            match pos {
-                Some(p) => list[p] = binding.clone(),
-                None => list.push(binding.clone()),
-            }
-            records.push(Record::Bind {
-                seq: 0,
-                aor: aor.to_owned(),
-                binding,
-            });
-        }
-        if list.len() > policy.max_contacts {
-            if policy.overflow == Overflow::Reject {
-                return Err(UpdateError::TooManyContacts {
-                    max: policy.max_contacts,
-                });
-            }
-            // Make room by dropping what this request did not name,
-            // nearest expiry first.
-            let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact);
-            while list.len() > policy.max_contacts {
-                let Some(p) = list
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, b)| !named(b))
-                    .min_by_key(|(_, b)| b.expires_at)
-                    .map(|(i, _)| i)
-                else {
-                    return Err(UpdateError::TooManyContacts {
-                        max: policy.max_contacts,
-                    });
-                };
-                let gone = list.remove(p);
-                remove(&mut records, gone.contact);
-            }
-        }
+        let mut records = apply(&mut list, aor, changes, remove_all, reg);
+        make_room(&mut list, &mut records, aor, changes, policy)?;
         let had = stored.as_ref().map_or(0, |a| a.list.len());
         if list.len() > had && self.held().saturating_add(list.len() - had) > policy.max_bindings {
             return Err(UpdateError::Full {
@@ -760,6 +670,131 @@ impl MemoryLocation {
     pub fn is_empty(&self, now: u64) -> bool {
         self.len(now) == 0
     }
+}
+
+/// Applies a REGISTER's `changes` (all removed first when `remove_all`)
+/// to `list`, the AoR's live bindings, and returns the records that store
+/// them (sequence numbers not yet taken).
+fn apply(
+    list: &mut Vec<Binding>,
+    aor: &str,
+    changes: &[ContactChange<'_>],
+    remove_all: bool,
+    reg: &Registration<'_>,
+) -> Vec<Record> {
+    let Registration {
+        call_id,
+        cseq,
+        source,
+        path,
+        flow,
+        node,
+        now,
+    } = *reg;
+    let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
+    let remove = |records: &mut Vec<Record>, contact: String| {
+        records.push(Record::Remove {
+            seq: 0,
+            aor: aor.to_owned(),
+            contact,
+        });
+    };
+    if remove_all {
+        for b in std::mem::take(list) {
+            remove(&mut records, b.contact);
+        }
+    }
+    for c in changes {
+        if !c.instance.is_empty() && c.expires != 0 {
+            // RFC 5626 §6: the same instance and reg-id is the same
+            // phone on a new flow (a reload, a new connection): its
+            // older binding goes, whatever contact it had.
+            while let Some(p) = list
+                .iter()
+                .position(|b| b.instance == c.instance && b.contact != c.contact)
+            {
+                let gone = list.remove(p);
+                remove(&mut records, gone.contact);
+            }
+        }
+        let pos = list.iter().position(|b| b.contact == c.contact);
+        if c.expires == 0 {
+            if let Some(p) = pos {
+                list.remove(p);
+                remove(&mut records, c.contact.to_owned());
+            }
+            continue;
+        }
+        let binding = Binding {
+            contact: c.contact.to_owned(),
+            expires_at: now + u64::from(c.expires),
+            q: c.q,
+            call_id: call_id.to_owned(),
+            cseq,
+            source,
+            path: path.to_owned(),
+            flow: flow.map(|transport| Flow {
+                transport,
+                outbound: c.outbound,
+            }),
+            node: node.to_owned(),
+            instance: c.instance.to_owned(),
+        };
+        match pos {
+            Some(p) => list[p] = binding.clone(),
+            None => list.push(binding.clone()),
+        }
+        records.push(Record::Bind {
+            seq: 0,
+            aor: aor.to_owned(),
+            binding,
+        });
+    }
+    records
+}
+
+/// Keeps at most `max_contacts` bindings: refused under `Reject`, else
+/// what this request did not name goes, nearest expiry first.
+fn make_room(
+    list: &mut Vec<Binding>,
+    records: &mut Vec<Record>,
+    aor: &str,
+    changes: &[ContactChange<'_>],
+    policy: &UpdatePolicy,
+) -> Result<(), UpdateError> {
+    let remove = |records: &mut Vec<Record>, contact: String| {
+        records.push(Record::Remove {
+            seq: 0,
+            aor: aor.to_owned(),
+            contact,
+        });
+    };
+    if list.len() > policy.max_contacts {
+        if policy.overflow == Overflow::Reject {
+            return Err(UpdateError::TooManyContacts {
+                max: policy.max_contacts,
+            });
+        }
+        // Make room by dropping what this request did not name,
+        // nearest expiry first.
+        let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact);
+        while list.len() > policy.max_contacts {
+            let Some(p) = list
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| !named(b))
+                .min_by_key(|(_, b)| b.expires_at)
+                .map(|(i, _)| i)
+            else {
+                return Err(UpdateError::TooManyContacts {
+                    max: policy.max_contacts,
+                });
+            };
+            let gone = list.remove(p);
+            remove(records, gone.contact);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
