@@ -23,8 +23,10 @@ pub mod proto;
 pub mod shards;
 
 pub use crate::config::{Config, Mode};
+pub use crate::io::handle::{Drained, ServerHandle};
 pub use crate::io::process::COMMIT;
-pub use crate::io::server::{check, start, Checked, Drained, ServerHandle, StartError, Started};
+pub use crate::io::server::{check, start, Checked, Started};
+pub use crate::io::start_error::StartError;
 pub use crate::io::udp::UdpServer;
 pub use crate::proto::core::{Core, Reply, Transport};
 pub use crate::proto::shared::{Now, Shared};

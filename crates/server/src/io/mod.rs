@@ -4,6 +4,8 @@
 
 pub mod clock;
 pub mod drive;
+pub mod files;
+pub mod handle;
 pub mod hep;
 pub mod http;
 pub mod journal;
@@ -15,6 +17,7 @@ pub mod redis;
 pub mod resolver;
 pub mod send;
 pub mod server;
+pub mod start_error;
 pub mod tcp;
 pub mod tls;
 pub mod udp;
