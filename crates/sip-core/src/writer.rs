@@ -185,7 +185,7 @@ pub fn write_error_response(input: &[u8], err: &crate::ParseError, out: &mut Vec
     let Ok(head) = std::str::from_utf8(&input[span.lead..span.head_end]) else {
         return false;
     };
-    if crate::message::starts_with_sip_slash(head) {
+    if crate::message::checks::starts_with_sip_slash(head) {
         return false; // never answer a response
     }
     let fields = crate::message::HeaderIter::over(head);

@@ -10,16 +10,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
-use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
+use sip_core::digest::Algorithm;
 use sip_core::transaction::{Client, TimerConfig};
 use sip_core::writer::write_u64;
 use sip_core::{HeaderName, Message, StatusCode};
 
 use crate::flows::Flows;
 use crate::link::{Link, Transport};
-use crate::scenario::{Branch, Cseq, Scenario, Send, Step, Var};
+use crate::scenario::{Branch, Cseq, Scenario, Send, Step};
 use crate::stats::Latency;
 use crate::timers::Timers;
+
+mod write;
+use write::Ctx;
 
 /// RFC 3261 T1 (sip-core's timers, not a copy).
 pub const T1: Duration = TimerConfig::RFC3261.t1;
@@ -880,138 +883,6 @@ fn capture(msg: &Message<'_>) -> Option<Captured> {
             qop: c.offers_qop("auth"),
         })
     })
-}
-
-struct Ctx<'a> {
-    call: &'a Call,
-    user: &'a User,
-    ids: Option<&'a CallIds>,
-    local: &'a str,
-    remote: &'a str,
-    run_id: u32,
-    worker: usize,
-    scenario: &'a Scenario,
-    method: &'a str,
-    uri: &'a str,
-    transport: &'static str,
-}
-
-fn hex(out: &mut Vec<u8>, n: u64) {
-    let _ = std::io::Write::write_fmt(out, format_args!("{n:x}"));
-}
-
-impl Ctx<'_> {
-    fn value(&self, v: Var, o: &mut Vec<u8>) {
-        let c = self.call;
-        match v {
-            Var::CallId => {
-                // NUMBER.SLOT.WORKER.RUN: the response finds its call.
-                hex(o, c.number);
-                o.push(b'.');
-                hex(o, c.slot as u64);
-                o.push(b'.');
-                hex(o, self.worker as u64);
-                o.push(b'.');
-                hex(o, u64::from(self.run_id));
-            }
-            Var::Branch => {
-                o.extend_from_slice(b"z9hG4bK-sb");
-                hex(o, c.number);
-                o.push(b'-');
-                hex(o, u64::from(c.branch));
-                o.push(b'-');
-                hex(o, u64::from(self.run_id));
-            }
-            Var::Local => o.extend_from_slice(self.local.as_bytes()),
-            Var::Transport => o.extend_from_slice(self.transport.as_bytes()),
-            Var::ContactParams => {
-                if self.transport.starts_with("WS") {
-                    o.extend_from_slice(b";transport=ws");
-                }
-            }
-            Var::Remote => o.extend_from_slice(self.remote.as_bytes()),
-            Var::User => o.extend_from_slice(self.user.name.as_bytes()),
-            Var::Service => o.extend_from_slice(self.scenario.service.as_bytes()),
-            Var::Caller => {
-                o.extend_from_slice(self.ids.map_or(&self.user.name, |i| &i.caller).as_bytes())
-            }
-            Var::Callee => o.extend_from_slice(
-                self.ids
-                    .map_or(&self.scenario.service, |i| &i.callee)
-                    .as_bytes(),
-            ),
-            Var::Cseq => write_u64(o, u64::from(c.cseq)),
-            Var::FromTag => {
-                o.push(b'f');
-                hex(o, c.number);
-            }
-            Var::PeerTag => o.extend_from_slice(c.peer_tag.as_bytes()),
-            Var::Expires => write_u64(o, u64::from(self.scenario.expires)),
-            Var::Authorization => self.authorization(o),
-            Var::Route => o.extend_from_slice(c.route.as_bytes()),
-            Var::DialogUri if c.target.is_empty() => {
-                o.extend_from_slice(b"sip:");
-                self.value(Var::Callee, o);
-                o.push(b'@');
-                o.extend_from_slice(self.remote.as_bytes());
-            }
-            Var::DialogUri => o.extend_from_slice(c.target.as_bytes()),
-        }
-    }
-
-    fn authorization(&self, o: &mut Vec<u8>) {
-        let Some(ch) = &self.call.challenge else {
-            return;
-        };
-        let ha1 = digest::ha1(
-            ch.algorithm,
-            &self.user.name,
-            &ch.realm,
-            &self.user.password,
-        );
-        let cnonce = format!("{:08x}", self.call.number as u32 ^ self.run_id);
-        let nc = "00000001";
-        let response = digest::response(&ResponseInput {
-            algorithm: ch.algorithm,
-            ha1: &ha1,
-            nonce: &ch.nonce,
-            cnonce: &cnonce,
-            nc,
-            qop: ch.qop.then_some(Qop::Auth),
-            method: self.method,
-            uri: self.uri,
-            body: b"",
-        });
-        let header = if ch.proxy {
-            "Proxy-Authorization"
-        } else {
-            "Authorization"
-        };
-        let _ = std::io::Write::write_fmt(
-            o,
-            format_args!(
-                "{header}: Digest username=\"{}\", realm=\"{}\", nonce=\"{}\", uri=\"{}\", response=\"{}\", algorithm={}",
-                // Under PrivaSIP the username shown is the caller's
-                // pseudonym; the digest is over the real name.
-                self.ids.map_or(&self.user.name, |i| &i.caller),
-                ch.realm,
-                ch.nonce,
-                self.uri,
-                response.as_str(),
-                ch.algorithm.as_str()
-            ),
-        );
-        if ch.qop {
-            let _ = std::io::Write::write_fmt(
-                o,
-                format_args!(", qop=auth, nc={nc}, cnonce=\"{cnonce}\""),
-            );
-        }
-        if let Some(op) = &ch.opaque {
-            let _ = std::io::Write::write_fmt(o, format_args!(", opaque=\"{op}\""));
-        }
-        o.extend_from_slice(b"\r\n");
-    }
 }
 
 #[cfg(test)]
