@@ -142,74 +142,10 @@ fn install(a: &CryptoBenchArgs) -> Result<(), String> {
 
 /// Runs the command.
 pub fn run(a: CryptoBenchArgs) -> ExitCode {
-    let mut plan = Plan {
-        sizes: a.sizes.clone(),
-        operations: a.ops.clone(),
-        variants: a.variants.clone(),
-        iterations: a.iterations.clone(),
-        keygen_iterations: a.keygen_iterations.clone(),
-        reps: a.reps,
-        cell_seconds: a.cell_seconds,
-        framework_seconds: a.framework_seconds,
-        framework_keygen_max_bits: 2048,
+    let plan = match plan(&a) {
+        Ok(p) => p,
+        Err(e) => return fail(2, e),
     };
-    if a.quick {
-        plan.sizes = vec![2048];
-        plan.iterations = vec![10];
-        plan.keygen_iterations = vec![1];
-        plan.reps = 1;
-        if plan.framework_seconds > 0.0 {
-            plan.framework_seconds = 0.05;
-        }
-    }
-    for (flag, given, known) in [
-        ("--langs", &a.langs, &LANGUAGES[..]),
-        ("--ops", &plan.operations, &OPERATIONS[..]),
-        ("--variants", &plan.variants, &VARIANTS[..]),
-    ] {
-        if let Some(x) = unknown(given, known) {
-            return fail(
-                2,
-                format!("{flag}: unknown value {x:?} (known: {})", known.join(", ")),
-            );
-        }
-    }
-    if !plan.variants.iter().any(|v| v == "crt") {
-        return fail(
-            2,
-            "--variants: crt is needed (the public-key operations use it)",
-        );
-    }
-    if let Some(b) = plan
-        .sizes
-        .iter()
-        .find(|b| !(1024..=8192).contains(*b) || *b % 8 != 0)
-    {
-        return fail(
-            2,
-            format!("--sizes: {b} is not a multiple of 8 in 1024..=8192"),
-        );
-    }
-    if plan.iterations.is_empty()
-        || plan.iterations.contains(&0)
-        || plan.keygen_iterations.is_empty()
-        || plan.keygen_iterations.contains(&0)
-        || plan.reps == 0
-    {
-        return fail(
-            2,
-            "--iterations, --keygen-iterations and --reps must be positive",
-        );
-    }
-    if !plan.cell_seconds.is_finite() || plan.cell_seconds <= 0.0 {
-        return fail(2, "--cell-seconds must be positive");
-    }
-    if !(0.1..=86_400.0).contains(&a.call_timeout) {
-        return fail(2, "--call-timeout must be between 0.1 and 86400 seconds");
-    }
-    if !plan.framework_seconds.is_finite() || plan.framework_seconds < 0.0 {
-        return fail(2, "--framework-seconds must be 0 (off) or positive");
-    }
     if a.install {
         if let Err(e) = install(&a) {
             return fail(2, e);
@@ -247,33 +183,6 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         cells.len(),
         adapters.len()
     );
-    let show = |p: crossbench::Progress<'_>| {
-        if let Some(f) = p.failure {
-            eprintln!("[{}/{}] FAILED {f}", p.done, p.total);
-        }
-        let Some(r) = p.rows.last() else { return };
-        let fw = p.framework.map_or(String::new(), |f| {
-            format!(" | {} {:.1} µs ({:.2}×)", f.framework, f.mean_us, f.ratio)
-        });
-        let left = p.elapsed / p.done as f64 * (p.total - p.done) as f64;
-        eprintln!(
-            "[{}/{}] {:<20} {:<7} {:>4} {:<10} {:>3} B {:>10.1} µs {} ({}×{}{}){fw}  {} elapsed, ~{} left",
-            p.done,
-            p.total,
-            r.implementation,
-            r.operation,
-            r.bits,
-            r.variant,
-            r.msg_len,
-            r.mean_us,
-            sipsec_bench::stats::plus_minus(r.ci95_us, r.reps_us.len(), 1),
-            r.reps_us.len(),
-            r.iterations,
-            if r.capped_from.is_some() { ", capped" } else { "" },
-            minutes(p.elapsed),
-            minutes(left)
-        );
-    };
     let m = crossbench::measure(&mut adapters, &plan, &cells, show);
     let report = Report {
         implementations: adapters.iter().map(|a| a.info.clone()).collect(),
@@ -285,6 +194,120 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
         provenance: Some(crate::provenance::get().clone()),
     };
     println!("{}", report.markdown());
+    if let Err(e) = write_outputs(&a, &report) {
+        return fail(1, e);
+    }
+    if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        fail(
+            1,
+            format!(
+                "{} cells failed (the others are in the results):\n{}",
+                report.failures.len(),
+                report.failures.join("\n")
+            ),
+        )
+    }
+}
+
+/// The measurement plan the arguments ask for, checked.
+fn plan(a: &CryptoBenchArgs) -> Result<Plan, String> {
+    let mut plan = Plan {
+        sizes: a.sizes.clone(),
+        operations: a.ops.clone(),
+        variants: a.variants.clone(),
+        iterations: a.iterations.clone(),
+        keygen_iterations: a.keygen_iterations.clone(),
+        reps: a.reps,
+        cell_seconds: a.cell_seconds,
+        framework_seconds: a.framework_seconds,
+        framework_keygen_max_bits: 2048,
+    };
+    if a.quick {
+        plan.sizes = vec![2048];
+        plan.iterations = vec![10];
+        plan.keygen_iterations = vec![1];
+        plan.reps = 1;
+        if plan.framework_seconds > 0.0 {
+            plan.framework_seconds = 0.05;
+        }
+    }
+    for (flag, given, known) in [
+        ("--langs", &a.langs, &LANGUAGES[..]),
+        ("--ops", &plan.operations, &OPERATIONS[..]),
+        ("--variants", &plan.variants, &VARIANTS[..]),
+    ] {
+        if let Some(x) = unknown(given, known) {
+            return Err(format!(
+                "{flag}: unknown value {x:?} (known: {})",
+                known.join(", ")
+            ));
+        }
+    }
+    if !plan.variants.iter().any(|v| v == "crt") {
+        return Err("--variants: crt is needed (the public-key operations use it)".into());
+    }
+    if let Some(b) = plan
+        .sizes
+        .iter()
+        .find(|b| !(1024..=8192).contains(*b) || *b % 8 != 0)
+    {
+        return Err(format!(
+            "--sizes: {b} is not a multiple of 8 in 1024..=8192"
+        ));
+    }
+    if plan.iterations.is_empty()
+        || plan.iterations.contains(&0)
+        || plan.keygen_iterations.is_empty()
+        || plan.keygen_iterations.contains(&0)
+        || plan.reps == 0
+    {
+        return Err("--iterations, --keygen-iterations and --reps must be positive".into());
+    }
+    if !plan.cell_seconds.is_finite() || plan.cell_seconds <= 0.0 {
+        return Err("--cell-seconds must be positive".into());
+    }
+    if !(0.1..=86_400.0).contains(&a.call_timeout) {
+        return Err("--call-timeout must be between 0.1 and 86400 seconds".into());
+    }
+    if !plan.framework_seconds.is_finite() || plan.framework_seconds < 0.0 {
+        return Err("--framework-seconds must be 0 (off) or positive".into());
+    }
+    Ok(plan)
+}
+
+/// One line on stderr per cell measured.
+fn show(p: crossbench::Progress<'_>) {
+    if let Some(f) = p.failure {
+        eprintln!("[{}/{}] FAILED {f}", p.done, p.total);
+    }
+    let Some(r) = p.rows.last() else { return };
+    let fw = p.framework.map_or(String::new(), |f| {
+        format!(" | {} {:.1} µs ({:.2}×)", f.framework, f.mean_us, f.ratio)
+    });
+    let left = p.elapsed / p.done as f64 * (p.total - p.done) as f64;
+    eprintln!(
+        "[{}/{}] {:<20} {:<7} {:>4} {:<10} {:>3} B {:>10.1} µs {} ({}×{}{}){fw}  {} elapsed, ~{} left",
+        p.done,
+        p.total,
+        r.implementation,
+        r.operation,
+        r.bits,
+        r.variant,
+        r.msg_len,
+        r.mean_us,
+        sipsec_bench::stats::plus_minus(r.ci95_us, r.reps_us.len(), 1),
+        r.reps_us.len(),
+        r.iterations,
+        if r.capped_from.is_some() { ", capped" } else { "" },
+        minutes(p.elapsed),
+        minutes(left)
+    );
+}
+
+/// Writes the report where asked (or every format into `--out`).
+fn write_outputs(a: &CryptoBenchArgs, report: &Report) -> Result<(), String> {
     let mut outputs = crossbench::Outputs {
         json: a.json.clone(),
         csv: a.csv.clone(),
@@ -306,20 +329,9 @@ pub fn run(a: CryptoBenchArgs) -> ExitCode {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Err(e) => return fail(1, e),
+        Err(e) => return Err(e.to_string()),
     }
-    if report.failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        fail(
-            1,
-            format!(
-                "{} cells failed (the others are in the results):\n{}",
-                report.failures.len(),
-                report.failures.join("\n")
-            ),
-        )
-    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -347,7 +347,37 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
     if a.fsync {
         config.durability = sipsec_server::config::Durability::Fsync;
     }
-    if let Some(url) = a.redis {
+    redis_flags(&mut config, a.redis)?;
+    let tls = TlsFlags {
+        addr: a.tls,
+        cert: a.cert,
+        key: a.key,
+        client_ca: a.client_ca,
+        peer_ca: a.peer_ca,
+        allow_rsa_1024: a.tls_allow_rsa_1024,
+    };
+    tls_flags(&mut config, tls)?;
+    if let Some(w) = a.ws {
+        config.websocket.ws = Some(w);
+    }
+    if let Some(w) = a.wss {
+        config.websocket.wss = Some(w);
+    }
+    if let Some(o) = a.ws_origins {
+        config.websocket.origins = o;
+    }
+    if config.websocket.wss.is_some() && config.tls.is_none() {
+        return Err(
+            "--wss needs the TLS certificate: give --cert CERT.pem and --key KEY.pem".into(),
+        );
+    }
+    Ok(config)
+}
+
+/// `--redis`, and the password from `SIPSEC_REDIS_PASSWORD` (never from
+/// the command line, which every user of the host can read).
+fn redis_flags(config: &mut Config, url: Option<String>) -> Result<(), String> {
+    if let Some(url) = url {
         sipsec_server::config::check_redis_url(&url).map_err(|e| format!("--redis {e}"))?;
         if sipsec_server::config::has_password(&url) {
             eprintln!(
@@ -373,53 +403,121 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         }
         r.password = Some(sipsec_server::config::Secret(p));
     }
-    let tls_asked = a.tls.is_some()
-        || a.cert.is_some()
-        || a.key.is_some()
-        || a.client_ca.is_some()
-        || a.peer_ca.is_some()
-        || a.tls_allow_rsa_1024;
-    if tls_asked {
-        let from_file = config.tls.take();
-        let cert = a
-            .cert
-            .or_else(|| from_file.as_ref().map(|t| t.cert.clone()));
-        let key = a.key.or_else(|| from_file.as_ref().map(|t| t.key.clone()));
-        let (Some(cert), Some(key)) = (cert, key) else {
-            return Err("TLS needs both --cert CERT.pem and --key KEY.pem".into());
-        };
-        config.tls = Some(sipsec_server::config::TlsSettings {
-            addr: a
+    Ok(())
+}
+
+/// The TLS flags of `serve`.
+struct TlsFlags {
+    addr: Option<SocketAddr>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
+    allow_rsa_1024: bool,
+}
+
+/// The TLS flags over what the file says: the certificate and key come
+/// together, from the flags or the file.
+fn tls_flags(config: &mut Config, t: TlsFlags) -> Result<(), String> {
+    let tls_asked = t.addr.is_some()
+        || t.cert.is_some()
+        || t.key.is_some()
+        || t.client_ca.is_some()
+        || t.peer_ca.is_some()
+        || t.allow_rsa_1024;
+    if !tls_asked {
+        return Ok(());
+    }
+    let file = config.tls.take();
+    let cert = t.cert.or_else(|| file.as_ref().map(|f| f.cert.clone()));
+    let key = t.key.or_else(|| file.as_ref().map(|f| f.key.clone()));
+    let (Some(cert), Some(key)) = (cert, key) else {
+        return Err("TLS needs both --cert CERT.pem and --key KEY.pem".into());
+    };
+    config.tls = Some(sipsec_server::config::TlsSettings {
+        addr: t
+            .addr
+            .or_else(|| file.as_ref().map(|f| f.addr))
+            .unwrap_or_else(|| sipsec_server::config::default_tls_addr(config.udp)),
+        cert,
+        key,
+        client_ca: t
+            .client_ca
+            .or_else(|| file.as_ref().and_then(|f| f.client_ca.clone())),
+        peer_ca: t
+            .peer_ca
+            .or_else(|| file.as_ref().and_then(|f| f.peer_ca.clone())),
+        allow_rsa_1024: t.allow_rsa_1024 || file.as_ref().is_some_and(|f| f.allow_rsa_1024),
+    });
+    Ok(())
+}
+
+/// `serve --check`: what would be loaded, loaded and reported; nothing
+/// bound or started.
+fn check_config(config: &sipsec_server::Config) -> ExitCode {
+    match sipsec_server::check(config) {
+        Ok(c) => {
+            let auth = if config.auth {
+                format!("on ({} user(s) in realm {})", c.users, config.realm)
+            } else {
+                "off (no users file read)".to_owned()
+            };
+            println!(
+                "configuration OK: mode {}, auth {auth}, tls {}, privacy {}",
+                config.mode.as_str(),
+                c.tls.as_deref().unwrap_or("off"),
+                if c.privacy { "on" } else { "off" }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The line `serve` prints once it listens: every address, the limits
+/// and what was restored and loaded.
+fn listening(started: &sipsec_server::Started, summary: &str) -> String {
+    let h = &started.handle;
+    let users = h.shared().auth.as_ref().map_or(0, |a| a.users().len());
+    let tcp = h
+        .tcp_addr()
+        .map(|t| format!(", tcp {t}"))
+        .unwrap_or_default();
+    let tls = h
+        .tls_addr()
+        .map(|t| {
+            let key = h
+                .shared()
+                .config
                 .tls
-                .or_else(|| from_file.as_ref().map(|t| t.addr))
-                .unwrap_or_else(|| sipsec_server::config::default_tls_addr(config.udp)),
-            cert,
-            key,
-            client_ca: a
-                .client_ca
-                .or_else(|| from_file.as_ref().and_then(|t| t.client_ca.clone())),
-            peer_ca: a
-                .peer_ca
-                .or_else(|| from_file.as_ref().and_then(|t| t.peer_ca.clone())),
-            allow_rsa_1024: a.tls_allow_rsa_1024
-                || from_file.as_ref().is_some_and(|t| t.allow_rsa_1024),
-        });
-    }
-    if let Some(w) = a.ws {
-        config.websocket.ws = Some(w);
-    }
-    if let Some(w) = a.wss {
-        config.websocket.wss = Some(w);
-    }
-    if let Some(o) = a.ws_origins {
-        config.websocket.origins = o;
-    }
-    if config.websocket.wss.is_some() && config.tls.is_none() {
-        return Err(
-            "--wss needs the TLS certificate: give --cert CERT.pem and --key KEY.pem".into(),
-        );
-    }
-    Ok(config)
+                .as_ref()
+                .map(|s| s.key.display().to_string())
+                .unwrap_or_default();
+            format!(", tls {t} (key {key})")
+        })
+        .unwrap_or_default();
+    let ws = &h.shared().config.websocket;
+    let tls = format!(
+        "{tls}{}{}",
+        ws.ws.map(|a| format!(", ws {a}")).unwrap_or_default(),
+        ws.wss.map(|a| format!(", wss {a}")).unwrap_or_default()
+    );
+    let limit = h
+        .connection_limit()
+        .map(|n| format!(" (at most {n} connections)"))
+        .unwrap_or_default();
+    let http = h
+        .http_addr()
+        .map(|t| format!("; status on http://{t}/status"))
+        .unwrap_or_default();
+    format!(
+        "sipsec serve: listening on udp {}{tcp}{tls}{limit}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
+        h.local_addr(),
+        started.recovered.bindings,
+    )
 }
 
 fn serve(a: ServeArgs) -> ExitCode {
@@ -447,26 +545,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     if check {
-        return match sipsec_server::check(&config) {
-            Ok(c) => {
-                let auth = if config.auth {
-                    format!("on ({} user(s) in realm {})", c.users, config.realm)
-                } else {
-                    "off (no users file read)".to_owned()
-                };
-                println!(
-                    "configuration OK: mode {}, auth {auth}, tls {}, privacy {}",
-                    config.mode.as_str(),
-                    c.tls.as_deref().unwrap_or("off"),
-                    if c.privacy { "on" } else { "off" }
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return check_config(&config);
     }
     // Before the server answers anything: a SIGTERM sent as soon as it
     // does (a supervisor, a test) must drain it, not kill it by default.
@@ -493,44 +572,8 @@ fn serve(a: ServeArgs) -> ExitCode {
     let initial = config.clone();
     match sipsec_server::start(config) {
         Ok(started) => {
+            println!("{}", listening(&started, &summary));
             let h = started.handle;
-            let users = h.shared().auth.as_ref().map_or(0, |a| a.users().len());
-            let tcp = h
-                .tcp_addr()
-                .map(|t| format!(", tcp {t}"))
-                .unwrap_or_default();
-            let tls = h
-                .tls_addr()
-                .map(|t| {
-                    let key = h
-                        .shared()
-                        .config
-                        .tls
-                        .as_ref()
-                        .map(|s| s.key.display().to_string())
-                        .unwrap_or_default();
-                    format!(", tls {t} (key {key})")
-                })
-                .unwrap_or_default();
-            let ws = &h.shared().config.websocket;
-            let tls = format!(
-                "{tls}{}{}",
-                ws.ws.map(|a| format!(", ws {a}")).unwrap_or_default(),
-                ws.wss.map(|a| format!(", wss {a}")).unwrap_or_default()
-            );
-            let limit = h
-                .connection_limit()
-                .map(|n| format!(" (at most {n} connections)"))
-                .unwrap_or_default();
-            let http = h
-                .http_addr()
-                .map(|t| format!("; status on http://{t}/status"))
-                .unwrap_or_default();
-            println!(
-                "sipsec serve: listening on udp {}{tcp}{tls}{limit}; {summary}; {} binding(s) restored, {users} user(s) loaded{http}",
-                h.local_addr(),
-                started.recovered.bindings,
-            );
             if started.recovered.skipped_lines > 0 {
                 eprintln!(
                     "warning: {} unreadable journal line(s) skipped (a write torn by a crash)",
