@@ -290,164 +290,11 @@ fn parse_sip<'a>(
 ) -> Result<Uri<'a>, ParseError> {
     let b = rest.as_bytes();
     let err = |e, at: usize| uri_err(e, base + at);
-    let (mut user, mut password, mut i) = (None, None, 0);
-    if let Some(at) = memchr::memchr(b'@', b) {
-        // userinfo = user [ ":" password ] "@"
-        let mut colon = None;
-        while i < at {
-            let c = b[i];
-            if c == b':' && colon.is_none() {
-                colon = Some(i);
-                i += 1;
-            } else if c == b'%' {
-                i = escape_at(&b[..at], i).ok_or_else(|| {
-                    err(
-                        if colon.is_some() {
-                            UriError::Password
-                        } else {
-                            UriError::User
-                        },
-                        i,
-                    )
-                })?;
-            } else if colon.is_none() && is_user_char(c) || colon.is_some() && is_password_char(c) {
-                i += 1;
-            } else {
-                return Err(err(
-                    if colon.is_some() {
-                        UriError::Password
-                    } else {
-                        UriError::User
-                    },
-                    i,
-                ));
-            }
-        }
-        let user_end = colon.unwrap_or(at);
-        if user_end == 0 {
-            return Err(err(UriError::User, 0));
-        }
-        user = Some(&rest[..user_end]);
-        password = colon.map(|c| &rest[c + 1..at]);
-        i = at + 1;
-    }
-    // host
-    let host = if b.get(i) == Some(&b'[') {
-        let close = memchr::memchr(b']', &b[i..])
-            .map(|c| i + c)
-            .ok_or_else(|| err(UriError::Host, i))?;
-        let addr: Ipv6Addr = rest[i + 1..close]
-            .parse()
-            .map_err(|_| err(UriError::Host, i))?;
-        i = close + 1;
-        Host::V6(addr)
-    } else {
-        let start = i;
-        let mut numeric = true;
-        while i < b.len() && !matches!(b[i], b':' | b';' | b'?') {
-            let c = b[i];
-            if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
-                return Err(err(UriError::Host, i));
-            }
-            numeric &= c.is_ascii_digit() || c == b'.';
-            i += 1;
-        }
-        if i == start || b[start] == b'.' || b[start] == b'-' {
-            return Err(err(UriError::Host, start));
-        }
-        match numeric.then(|| parse_ipv4(&b[start..i])).flatten() {
-            Some(a) => Host::V4(a),
-            None => Host::Name(&rest[start..i]),
-        }
-    };
-    // port
-    let mut port = None;
-    if b.get(i) == Some(&b':') {
-        let start = i + 1;
-        i = start;
-        let mut v: u32 = 0;
-        while i < b.len() && b[i].is_ascii_digit() && i - start < 5 {
-            v = v * 10 + u32::from(b[i] - b'0');
-            i += 1;
-        }
-        if i == start || v > 65_535 || (i < b.len() && b[i].is_ascii_digit()) {
-            return Err(err(UriError::Port, start));
-        }
-        port = Some(v as u16);
-    }
-    // uri-parameters = *( ";" pname [ "=" pvalue ] )
-    let mut params = "";
-    if b.get(i) == Some(&b';') {
-        let start = i + 1;
-        let mut count = 0;
-        loop {
-            // at the start of a parameter
-            i += 1;
-            count += 1;
-            if count > max_params {
-                return Err(ParseError::new(
-                    ErrorKind::TooManyValues { limit: max_params },
-                    base + i,
-                ));
-            }
-            let name_start = i;
-            let mut value_start = None;
-            while i < b.len() && !matches!(b[i], b';' | b'?') {
-                let c = b[i];
-                if c == b'=' && value_start.is_none() {
-                    value_start = Some(i + 1);
-                    i += 1;
-                } else if c == b'%' {
-                    i = escape_at(b, i).ok_or_else(|| err(UriError::Param, i))?;
-                } else if is_param_char(c) {
-                    i += 1;
-                } else {
-                    return Err(err(UriError::Param, i));
-                }
-            }
-            let name_end = value_start.map_or(i, |v| v - 1);
-            if name_end == name_start || value_start == Some(i) {
-                return Err(err(UriError::Param, name_start));
-            }
-            if b.get(i) != Some(&b';') {
-                break;
-            }
-        }
-        params = &rest[start..i];
-    }
-    // headers = "?" header *( "&" header ), header = hname "=" hvalue
-    let mut headers = None;
-    if b.get(i) == Some(&b'?') {
-        if ctx == UriContext::RequestUri {
-            return Err(err(UriError::HeadersInRequestUri, i));
-        }
-        let start = i + 1;
-        loop {
-            i += 1;
-            let name_start = i;
-            let mut eq = None;
-            while i < b.len() && b[i] != b'&' {
-                let c = b[i];
-                if c == b'=' && eq.is_none() {
-                    eq = Some(i);
-                    i += 1;
-                } else if c == b'%' {
-                    i = escape_at(b, i).ok_or_else(|| err(UriError::Headers, i))?;
-                } else if is_header_char(c) {
-                    i += 1;
-                } else {
-                    return Err(err(UriError::Headers, i));
-                }
-            }
-            if eq.is_none_or(|e| e == name_start) {
-                return Err(err(UriError::Headers, name_start));
-            }
-            if i >= b.len() {
-                break;
-            }
-        }
-        headers = Some(&rest[start..]);
-    }
+    let (user, password, i) = userinfo(rest).map_err(|(e, at)| err(e, at))?;
+    let (host, i) = host_at(rest, i).map_err(|(e, at)| err(e, at))?;
+    let (port, i) = port_at(b, i).map_err(|(e, at)| err(e, at))?;
+    let (params, i) = params_at(rest, i, base, max_params)?;
+    let (headers, i) = headers_at(rest, i, ctx).map_err(|(e, at)| err(e, at))?;
     if i != b.len() {
         return Err(err(UriError::Host, i));
     }
@@ -461,6 +308,191 @@ fn parse_sip<'a>(
         params,
         headers,
     })
+}
+
+/// What a URI part failed on, and where (from the start of `rest`).
+type PartError = (UriError, usize);
+
+/// `userinfo = user [ ":" password ] "@"`, if `rest` has one: the user,
+/// the password, and where the host starts.
+#[inline]
+#[allow(clippy::type_complexity)]
+fn userinfo(rest: &str) -> Result<(Option<&str>, Option<&str>, usize), PartError> {
+    let b = rest.as_bytes();
+    let Some(at) = memchr::memchr(b'@', b) else {
+        return Ok((None, None, 0));
+    };
+    let mut colon = None;
+    let mut i = 0;
+    while i < at {
+        let c = b[i];
+        let part = if colon.is_some() {
+            UriError::Password
+        } else {
+            UriError::User
+        };
+        if c == b':' && colon.is_none() {
+            colon = Some(i);
+            i += 1;
+        } else if c == b'%' {
+            i = escape_at(&b[..at], i).ok_or((part, i))?;
+        } else if colon.is_none() && is_user_char(c) || colon.is_some() && is_password_char(c) {
+            i += 1;
+        } else {
+            return Err((part, i));
+        }
+    }
+    let user_end = colon.unwrap_or(at);
+    if user_end == 0 {
+        return Err((UriError::User, 0));
+    }
+    let password = colon.map(|c| &rest[c + 1..at]);
+    Ok((Some(&rest[..user_end]), password, at + 1))
+}
+
+/// The host at `i`: an IPv6 reference, an IPv4 address or a name.
+#[inline]
+fn host_at(rest: &str, mut i: usize) -> Result<(Host<'_>, usize), PartError> {
+    let b = rest.as_bytes();
+    if b.get(i) == Some(&b'[') {
+        let close = memchr::memchr(b']', &b[i..])
+            .map(|c| i + c)
+            .ok_or((UriError::Host, i))?;
+        let addr: Ipv6Addr = rest[i + 1..close]
+            .parse()
+            .map_err(|_| (UriError::Host, i))?;
+        return Ok((Host::V6(addr), close + 1));
+    }
+    let start = i;
+    let mut numeric = true;
+    while i < b.len() && !matches!(b[i], b':' | b';' | b'?') {
+        let c = b[i];
+        if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+            return Err((UriError::Host, i));
+        }
+        numeric &= c.is_ascii_digit() || c == b'.';
+        i += 1;
+    }
+    if i == start || b[start] == b'.' || b[start] == b'-' {
+        return Err((UriError::Host, start));
+    }
+    let host = match numeric.then(|| parse_ipv4(&b[start..i])).flatten() {
+        Some(a) => Host::V4(a),
+        None => Host::Name(&rest[start..i]),
+    };
+    Ok((host, i))
+}
+
+/// `":" port` at `i`, if there.
+#[inline]
+fn port_at(b: &[u8], mut i: usize) -> Result<(Option<u16>, usize), PartError> {
+    if b.get(i) != Some(&b':') {
+        return Ok((None, i));
+    }
+    let start = i + 1;
+    i = start;
+    let mut v: u32 = 0;
+    while i < b.len() && b[i].is_ascii_digit() && i - start < 5 {
+        v = v * 10 + u32::from(b[i] - b'0');
+        i += 1;
+    }
+    if i == start || v > 65_535 || (i < b.len() && b[i].is_ascii_digit()) {
+        return Err((UriError::Port, start));
+    }
+    Ok((Some(v as u16), i))
+}
+
+/// `uri-parameters = *( ";" pname [ "=" pvalue ] )` at `i`, at most
+/// `max_params` of them.
+#[inline]
+fn params_at(
+    rest: &str,
+    mut i: usize,
+    base: usize,
+    max_params: usize,
+) -> Result<(&str, usize), ParseError> {
+    let b = rest.as_bytes();
+    if b.get(i) != Some(&b';') {
+        return Ok(("", i));
+    }
+    let err = |e, at: usize| uri_err(e, base + at);
+    let start = i + 1;
+    let mut count = 0;
+    loop {
+        // at the start of a parameter
+        i += 1;
+        count += 1;
+        if count > max_params {
+            return Err(ParseError::new(
+                ErrorKind::TooManyValues { limit: max_params },
+                base + i,
+            ));
+        }
+        let name_start = i;
+        let mut value_start = None;
+        while i < b.len() && !matches!(b[i], b';' | b'?') {
+            let c = b[i];
+            if c == b'=' && value_start.is_none() {
+                value_start = Some(i + 1);
+                i += 1;
+            } else if c == b'%' {
+                i = escape_at(b, i).ok_or_else(|| err(UriError::Param, i))?;
+            } else if is_param_char(c) {
+                i += 1;
+            } else {
+                return Err(err(UriError::Param, i));
+            }
+        }
+        let name_end = value_start.map_or(i, |v| v - 1);
+        if name_end == name_start || value_start == Some(i) {
+            return Err(err(UriError::Param, name_start));
+        }
+        if b.get(i) != Some(&b';') {
+            return Ok((&rest[start..i], i));
+        }
+    }
+}
+
+/// `headers = "?" header *( "&" header )`, `header = hname "=" hvalue`, at
+/// `i` (never in a Request-URI).
+#[inline]
+fn headers_at(
+    rest: &str,
+    mut i: usize,
+    ctx: UriContext,
+) -> Result<(Option<&str>, usize), PartError> {
+    let b = rest.as_bytes();
+    if b.get(i) != Some(&b'?') {
+        return Ok((None, i));
+    }
+    if ctx == UriContext::RequestUri {
+        return Err((UriError::HeadersInRequestUri, i));
+    }
+    let start = i + 1;
+    loop {
+        i += 1;
+        let name_start = i;
+        let mut eq = None;
+        while i < b.len() && b[i] != b'&' {
+            let c = b[i];
+            if c == b'=' && eq.is_none() {
+                eq = Some(i);
+                i += 1;
+            } else if c == b'%' {
+                i = escape_at(b, i).ok_or((UriError::Headers, i))?;
+            } else if is_header_char(c) {
+                i += 1;
+            } else {
+                return Err((UriError::Headers, i));
+            }
+        }
+        if eq.is_none_or(|e| e == name_start) {
+            return Err((UriError::Headers, name_start));
+        }
+        if i >= b.len() {
+            return Ok((Some(&rest[start..]), i));
+        }
+    }
 }
 
 /// Parses a decimal port.
