@@ -132,181 +132,229 @@ pub fn start(
         Some(c) => (Some(c.tx), Some(c.rx), Some(c.suite)),
         None => (None, None, None),
     };
-    let tx_ctx = Arc::new(Mutex::new(tx_ctx));
-    let rtp_tx = sockets.rtp.try_clone()?;
-    let rtcp_tx = sockets.rtcp.try_clone()?;
-    let remote_rtcp = SocketAddr::new(remote.ip(), remote.port().wrapping_add(1));
-    let ssrc = random_u32();
-    let shared_stats = Arc::new(Mutex::new((0u32, 0u32))); // (highest seq, jitter) for reports
-    let sender = {
-        let (stop, sent, tx_ctx, stats) = (
-            stop.clone(),
-            sent.clone(),
-            tx_ctx.clone(),
-            shared_stats.clone(),
-        );
-        std::thread::spawn(move || {
-            let mut tone = match &source {
-                Source::Tone(f) => Some(Tone::new(*f, media::RATE, 8_000.0)),
-                _ => None,
-            };
-            let mut seq = random_u32() as u16;
-            let mut ts = random_u32();
-            let mut pcm = vec![0i16; media::SAMPLES_PER_PACKET];
-            let mut at = 0usize;
-            let mut octets = 0u32;
-            let mut pacer = Pacer::new(Instant::now(), Duration::from_millis(20));
-            let mut buf = Vec::with_capacity(256);
-            let send_rtcp =
-                |ctx: &mut Option<srtp::Context>, n: u32, octets: u32, ts: u32, bye: bool| {
-                    let (highest, jitter) = *stats.lock().unwrap_or_else(|e| e.into_inner());
-                    let block = ReportBlock {
-                        ssrc: 0,
-                        highest_seq: highest,
-                        jitter,
-                        ..ReportBlock::default()
-                    };
-                    let info = SenderInfo {
-                        ntp: rtcp::ntp(SystemTime::now()),
-                        rtp_timestamp: ts,
-                        packets: n,
-                        octets,
-                    };
-                    let mut p = rtcp::compound(ssrc, Some(&info), &[block], &cname, bye);
-                    if let Some(c) = ctx.as_mut() {
-                        if c.protect_rtcp(&mut p).is_err() {
-                            return;
-                        }
-                    }
-                    let _ = rtcp_tx.send_to(&p, remote_rtcp);
-                };
-            for n in 0..packets {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let due = pacer.next_due();
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-                match (&source, tone.as_mut()) {
-                    (_, Some(t)) => t.fill(&mut pcm),
-                    (Source::Samples(s), _) if !s.is_empty() => {
-                        for x in pcm.iter_mut() {
-                            *x = s[at % s.len()];
-                            at += 1;
-                        }
-                    }
-                    _ => pcm.fill(0),
-                }
-                buf.clear();
-                Header {
-                    payload_type: law.payload_type(),
-                    marker: n == 0,
-                    seq,
-                    timestamp: ts,
-                    ssrc,
-                }
-                .write(&mut buf);
-                law.encode(&pcm, &mut buf);
-                let mut ctx = tx_ctx.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(c) = ctx.as_mut() {
-                    if c.protect(&mut buf).is_err() {
-                        break;
-                    }
-                }
-                let _ = rtp_tx.send_to(&buf, remote);
-                octets = octets.wrapping_add(media::SAMPLES_PER_PACKET as u32);
-                if n % 250 == 0 {
-                    send_rtcp(&mut ctx, n as u32 + 1, octets, ts, false);
-                }
-                drop(ctx);
-                pacer.sent();
-                sent.fetch_add(1, Ordering::Relaxed);
-                seq = seq.wrapping_add(1);
-                ts = ts.wrapping_add(media::SAMPLES_PER_PACKET as u32);
-            }
-            let n = pacer.count();
-            let mut ctx = tx_ctx.lock().unwrap_or_else(|e| e.into_inner());
-            send_rtcp(&mut ctx, n as u32, octets, ts, true);
-            n
-        })
+    let reports = Arc::new(Mutex::new((0u32, 0u32))); // (highest seq, jitter) for reports
+    let sending = Sending {
+        rtp: sockets.rtp.try_clone()?,
+        rtcp: sockets.rtcp.try_clone()?,
+        remote,
+        remote_rtcp: SocketAddr::new(remote.ip(), remote.port().wrapping_add(1)),
+        ssrc: random_u32(),
+        law,
+        source,
+        packets,
+        cname,
+        ctx: tx_ctx,
+        stop: stop.clone(),
+        sent: sent.clone(),
+        reports: reports.clone(),
     };
-    let receiver = {
-        let stop = stop.clone();
-        let stats_out = shared_stats;
-        let mut rx_ctx = rx_ctx;
-        let rtp = sockets.rtp;
-        let rtcp_sock = sockets.rtcp;
-        rtp.set_read_timeout(Some(Duration::from_millis(20)))?;
-        rtcp_sock.set_nonblocking(true)?;
-        std::thread::spawn(move || {
-            let origin = Instant::now();
-            let mut stats = ReceiveStats::new(media::RATE);
-            let (mut rejected, mut rtcp_received) = (0u64, 0u64);
-            let mut recording: Vec<i16> = Vec::new();
-            let mut first_ts: Option<u32> = None;
-            let mut buf = vec![0u8; 2048];
-            let mut decoded = Vec::with_capacity(media::SAMPLES_PER_PACKET);
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = rtp.recv(&mut buf) {
-                    if rtp::is_rtcp(&buf[..n]) {
-                        // RTCP multiplexed on the RTP port (RFC 5761).
-                        match read_rtcp(&buf[..n], rx_ctx.as_mut()) {
-                            true => rtcp_received += 1,
-                            false => rejected += 1,
-                        }
-                        continue;
-                    }
-                    let arrival = origin.elapsed().as_secs_f64();
-                    let mut packet = buf[..n].to_vec();
-                    let wire = packet.len();
-                    if let Some(c) = rx_ctx.as_mut() {
-                        if c.unprotect(&mut packet).is_err() {
-                            rejected += 1;
-                            continue;
-                        }
-                    }
-                    let Some((h, payload)) = Header::parse(&packet) else {
-                        rejected += 1;
-                        continue;
-                    };
-                    let Some(plaw) = Law::from_payload_type(h.payload_type) else {
-                        continue; // telephone events, comfort noise
-                    };
-                    stats.on_packet(arrival, h.seq, h.timestamp, payload.len(), wire);
-                    *stats_out.lock().unwrap_or_else(|e| e.into_inner()) =
-                        (stats.highest_seq(), stats.jitter_units());
-                    decoded.clear();
-                    plaw.decode(&packet[payload], &mut decoded);
-                    let base = *first_ts.get_or_insert(h.timestamp);
-                    let at = h.timestamp.wrapping_sub(base) as usize;
-                    if at < MAX_RECORDING {
-                        let end = (at + decoded.len()).min(MAX_RECORDING);
-                        if recording.len() < end {
-                            recording.resize(end, 0);
-                        }
-                        recording[at..end].copy_from_slice(&decoded[..end - at]);
-                    }
-                }
-                while let Ok(n) = rtcp_sock.recv(&mut buf) {
-                    match read_rtcp(&buf[..n], rx_ctx.as_mut()) {
-                        true => rtcp_received += 1,
-                        false => rejected += 1,
-                    }
-                }
-            }
-            (stats, rejected, rtcp_received, recording)
-        })
+    sockets
+        .rtp
+        .set_read_timeout(Some(Duration::from_millis(20)))?;
+    sockets.rtcp.set_nonblocking(true)?;
+    let receiving = Receiving {
+        rtp: sockets.rtp,
+        rtcp: sockets.rtcp,
+        ctx: rx_ctx,
+        stop: stop.clone(),
+        reports,
     };
     Ok(Running {
         stop,
         sent,
-        sender,
-        receiver,
+        sender: std::thread::spawn(move || sending.run()),
+        receiver: std::thread::spawn(move || receiving.run()),
         srtp: suite,
         law,
     })
+}
+
+/// The sending half of a session, on its own thread.
+struct Sending {
+    rtp: UdpSocket,
+    rtcp: UdpSocket,
+    remote: SocketAddr,
+    remote_rtcp: SocketAddr,
+    ssrc: u32,
+    law: Law,
+    source: Source,
+    packets: u64,
+    cname: String,
+    ctx: Option<srtp::Context>,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    /// What the receiving half last saw: (highest seq, jitter).
+    reports: Arc<Mutex<(u32, u32)>>,
+}
+
+impl Sending {
+    /// Sends every 20 ms until `packets` or the stop, an RTCP sender
+    /// report every 5 s and a BYE at the end; returns the packets sent.
+    fn run(mut self) -> u64 {
+        let mut tone = match &self.source {
+            Source::Tone(f) => Some(Tone::new(*f, media::RATE, 8_000.0)),
+            _ => None,
+        };
+        let mut seq = random_u32() as u16;
+        let mut ts = random_u32();
+        let mut pcm = vec![0i16; media::SAMPLES_PER_PACKET];
+        let mut at = 0usize;
+        let mut octets = 0u32;
+        let mut pacer = Pacer::new(Instant::now(), Duration::from_millis(20));
+        let mut buf = Vec::with_capacity(256);
+        for n in 0..self.packets {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let due = pacer.next_due();
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            match (&self.source, tone.as_mut()) {
+                (_, Some(t)) => t.fill(&mut pcm),
+                (Source::Samples(s), _) if !s.is_empty() => {
+                    for x in pcm.iter_mut() {
+                        *x = s[at % s.len()];
+                        at += 1;
+                    }
+                }
+                _ => pcm.fill(0),
+            }
+            buf.clear();
+            Header {
+                payload_type: self.law.payload_type(),
+                marker: n == 0,
+                seq,
+                timestamp: ts,
+                ssrc: self.ssrc,
+            }
+            .write(&mut buf);
+            self.law.encode(&pcm, &mut buf);
+            if let Some(c) = self.ctx.as_mut() {
+                if c.protect(&mut buf).is_err() {
+                    break;
+                }
+            }
+            let _ = self.rtp.send_to(&buf, self.remote);
+            octets = octets.wrapping_add(media::SAMPLES_PER_PACKET as u32);
+            if n % 250 == 0 {
+                self.report(n as u32 + 1, octets, ts, false);
+            }
+            pacer.sent();
+            self.sent.fetch_add(1, Ordering::Relaxed);
+            seq = seq.wrapping_add(1);
+            ts = ts.wrapping_add(media::SAMPLES_PER_PACKET as u32);
+        }
+        let n = pacer.count();
+        self.report(n as u32, octets, ts, true);
+        n
+    }
+
+    /// An RTCP compound packet: sender report, source description, and
+    /// BYE when `bye`.
+    fn report(&mut self, packets: u32, octets: u32, ts: u32, bye: bool) {
+        let (highest, jitter) = *self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        let block = ReportBlock {
+            ssrc: 0,
+            highest_seq: highest,
+            jitter,
+            ..ReportBlock::default()
+        };
+        let info = SenderInfo {
+            ntp: rtcp::ntp(SystemTime::now()),
+            rtp_timestamp: ts,
+            packets,
+            octets,
+        };
+        let mut p = rtcp::compound(self.ssrc, Some(&info), &[block], &self.cname, bye);
+        if let Some(c) = self.ctx.as_mut() {
+            if c.protect_rtcp(&mut p).is_err() {
+                return;
+            }
+        }
+        let _ = self.rtcp.send_to(&p, self.remote_rtcp);
+    }
+}
+
+/// The receiving half of a session, on its own thread.
+struct Receiving {
+    rtp: UdpSocket,
+    rtcp: UdpSocket,
+    ctx: Option<srtp::Context>,
+    stop: Arc<AtomicBool>,
+    reports: Arc<Mutex<(u32, u32)>>,
+}
+
+impl Receiving {
+    /// Receives until the stop: statistics, packets rejected, RTCP
+    /// packets read, and the decoded audio (placed by timestamp).
+    fn run(mut self) -> (ReceiveStats, u64, u64, Vec<i16>) {
+        let origin = Instant::now();
+        let mut stats = ReceiveStats::new(media::RATE);
+        let (mut rejected, mut rtcp_received) = (0u64, 0u64);
+        let mut recording: Vec<i16> = Vec::new();
+        let mut first_ts: Option<u32> = None;
+        let mut buf = vec![0u8; 2048];
+        let mut decoded = Vec::with_capacity(media::SAMPLES_PER_PACKET);
+        while !self.stop.load(Ordering::Relaxed) {
+            if let Ok(n) = self.rtp.recv(&mut buf) {
+                if rtp::is_rtcp(&buf[..n]) {
+                    // RTCP multiplexed on the RTP port (RFC 5761).
+                    match read_rtcp(&buf[..n], self.ctx.as_mut()) {
+                        true => rtcp_received += 1,
+                        false => rejected += 1,
+                    }
+                    continue;
+                }
+                let arrival = origin.elapsed().as_secs_f64();
+                let mut packet = buf[..n].to_vec();
+                let wire = packet.len();
+                if let Some(c) = self.ctx.as_mut() {
+                    if c.unprotect(&mut packet).is_err() {
+                        rejected += 1;
+                        continue;
+                    }
+                }
+                let Some((h, payload)) = Header::parse(&packet) else {
+                    rejected += 1;
+                    continue;
+                };
+                let Some(plaw) = Law::from_payload_type(h.payload_type) else {
+                    continue; // telephone events, comfort noise
+                };
+                stats.on_packet(arrival, h.seq, h.timestamp, payload.len(), wire);
+                *self.reports.lock().unwrap_or_else(|e| e.into_inner()) =
+                    (stats.highest_seq(), stats.jitter_units());
+                decoded.clear();
+                plaw.decode(&packet[payload], &mut decoded);
+                let base = *first_ts.get_or_insert(h.timestamp);
+                record(
+                    &mut recording,
+                    h.timestamp.wrapping_sub(base) as usize,
+                    &decoded,
+                );
+            }
+            while let Ok(n) = self.rtcp.recv(&mut buf) {
+                match read_rtcp(&buf[..n], self.ctx.as_mut()) {
+                    true => rtcp_received += 1,
+                    false => rejected += 1,
+                }
+            }
+        }
+        (stats, rejected, rtcp_received, recording)
+    }
+}
+
+/// Puts `decoded` at sample `at` of the recording (at most an hour).
+fn record(recording: &mut Vec<i16>, at: usize, decoded: &[i16]) {
+    if at < MAX_RECORDING {
+        let end = (at + decoded.len()).min(MAX_RECORDING);
+        if recording.len() < end {
+            recording.resize(end, 0);
+        }
+        recording[at..end].copy_from_slice(&decoded[..end - at]);
+    }
 }
 
 /// Unprotects (when secured) and parses one RTCP packet.
