@@ -12,28 +12,7 @@ impl Phone {
         source: Source,
         packets: u64,
     ) -> Result<CallReport, PhoneError> {
-        let deadline = Instant::now() + wait;
-        let (bytes, from) = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(PhoneError::Timeout(format!(
-                    "an incoming call ({} s)",
-                    wait.as_secs()
-                )));
-            }
-            let Some((data, from)) = self.sig.recv(left.min(Duration::from_millis(500)))? else {
-                continue;
-            };
-            let Ok(m) = Message::parse(&data) else {
-                continue;
-            };
-            if m.is_request() && m.method().as_str() == "INVITE" {
-                break (data.clone(), from);
-            }
-            if m.is_request() {
-                self.stray_request(&m, from);
-            }
-        };
+        let (bytes, from) = self.wait_for_invite(wait)?;
         let m = Message::parse(&bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
         let to_tag = sip::token(4);
         let trying = sip::response(&m, 100, "Trying", None, None, None);
@@ -116,8 +95,62 @@ impl Phone {
             Some(&self.contact()),
             Some(("application/sdp", &body)),
         );
-        // Timer G: retransmit the 200 until the ACK.
         let call_id = m.call_id().to_string();
+        self.send_until_acked(&ok, from, &call_id)?;
+        let remote = SocketAddr::new(offer.addr, offer.port);
+        let media = Media {
+            sockets,
+            remote,
+            law,
+            source,
+            packets,
+            crypto,
+        };
+        let (running, hangup) = self.run_media(media, &call_id, false)?;
+        Ok(CallReport {
+            peer,
+            provisional: Vec::new(),
+            setup_s: 0.0,
+            hangup: hangup.into(),
+            media: running.finish(),
+        })
+    }
+
+    /// The first INVITE to arrive within `wait`, and its source; other
+    /// requests meanwhile get their usual answers.
+    fn wait_for_invite(&mut self, wait: Duration) -> Result<(Vec<u8>, SocketAddr), PhoneError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(PhoneError::Timeout(format!(
+                    "an incoming call ({} s)",
+                    wait.as_secs()
+                )));
+            }
+            let Some((data, from)) = self.sig.recv(left.min(Duration::from_millis(500)))? else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&data) else {
+                continue;
+            };
+            if m.is_request() && m.method().as_str() == "INVITE" {
+                return Ok((data.clone(), from));
+            }
+            if m.is_request() {
+                self.stray_request(&m, from);
+            }
+        }
+    }
+
+    /// Sends the 200 `ok` to `from`, again with timer G's intervals over an
+    /// unreliable transport (RFC 3261 §13.3.1.4), until its ACK comes.
+    fn send_until_acked(
+        &mut self,
+        ok: &[u8],
+        from: SocketAddr,
+        call_id: &str,
+    ) -> Result<(), PhoneError> {
         let started = Instant::now();
         let mut interval = T1;
         let mut acked = false;
@@ -125,7 +158,7 @@ impl Phone {
         let mut sent = false;
         while !acked && started.elapsed() < TIMER_B {
             if !(reliable && sent) {
-                self.sig.send_to(&ok, from)?;
+                self.sig.send_to(ok, from)?;
                 sent = true;
             }
             let until = Instant::now() + interval;
@@ -150,22 +183,6 @@ impl Phone {
         if !acked {
             return Err(PhoneError::Timeout("the ACK for our 200 OK".into()));
         }
-        let remote = SocketAddr::new(offer.addr, offer.port);
-        let media = Media {
-            sockets,
-            remote,
-            law,
-            source,
-            packets,
-            crypto,
-        };
-        let (running, hangup) = self.run_media(media, &call_id, false)?;
-        Ok(CallReport {
-            peer,
-            provisional: Vec::new(),
-            setup_s: 0.0,
-            hangup: hangup.into(),
-            media: running.finish(),
-        })
+        Ok(())
     }
 }
