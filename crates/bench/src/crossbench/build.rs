@@ -206,50 +206,7 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                     argv: vec![s(&out)],
                 });
             }
-            "java" => {
-                let lib = abs(&build.join("java/lib"))?;
-                if !lib.join(JMH_JAR).is_file() {
-                    // BouncyCastle and JMH from Maven Central (setup.sh
-                    // fetches them once into ~/.m2).
-                    run_build(
-                        Command::new("mvn")
-                            .args(["-q", "-B", "dependency:copy-dependencies"])
-                            .arg(format!("-DoutputDirectory={}", lib.display()))
-                            .current_dir(dir.join("java")),
-                        "Java (Maven)",
-                    )?;
-                }
-                let classes = build.join("java/classes");
-                let _ = std::fs::remove_dir_all(&classes);
-                let sources: Vec<PathBuf> = std::fs::read_dir(dir.join("java/src/crossbench"))
-                    .map_err(Error::io(dir.join("java/src").display()))?
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "java"))
-                    .collect();
-                run_build(
-                    Command::new("javac")
-                        .args(["-encoding", "UTF-8", "-cp"])
-                        .arg(format!("{}/*", lib.display()))
-                        .arg("-d")
-                        .arg(&classes)
-                        .args(&sources),
-                    "Java",
-                )?;
-                let cp = format!("{}:{}/*", abs(&classes)?.display(), lib.display());
-                for (lib, id) in [("jca", "java-jca"), ("bc", "java-bouncycastle")] {
-                    specs.push(Spec {
-                        id: id.into(),
-                        argv: vec![
-                            "java".into(),
-                            "-cp".into(),
-                            cp.clone(),
-                            "crossbench.Adapter".into(),
-                            "--lib".into(),
-                            lib.into(),
-                        ],
-                    });
-                }
-            }
+            "java" => specs.extend(build_java(dir, build)?),
             "python" => {
                 for lib in ["cryptography", "pycryptodome"] {
                     specs.push(Spec {
@@ -263,34 +220,7 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                     });
                 }
             }
-            "rust" => {
-                let target = abs(&build.join("rust"))?;
-                run_build(
-                    Command::new("cargo")
-                        .args([
-                            "build",
-                            "--release",
-                            "--locked",
-                            "--quiet",
-                            "--manifest-path",
-                        ])
-                        .arg(dir.join("rust/Cargo.toml"))
-                        .arg("--target-dir")
-                        .arg(&target),
-                    "Rust",
-                )?;
-                let exe = target.join("release/crossbench-rust");
-                for (lib, id) in [
-                    ("rsa-variants", "rust-rsa-variants"),
-                    ("aws-lc-rs", "rust-aws-lc-rs"),
-                    ("rustcrypto", "rust-rustcrypto-rsa"),
-                ] {
-                    specs.push(Spec {
-                        id: id.into(),
-                        argv: vec![s(&exe), "--lib".into(), lib.into()],
-                    });
-                }
-            }
+            "rust" => specs.extend(build_rust(dir, build)?),
             other => {
                 return Err(Error::Input(format!(
                     "unknown language {other:?} (known: {})",
@@ -298,6 +228,89 @@ pub fn prepare(languages: &[String], dir: &Path, build: &Path) -> Result<Vec<Spe
                 )))
             }
         }
+    }
+    Ok(specs)
+}
+
+/// The Java adapters (JCA and BouncyCastle), compiled against the jars
+/// Maven fetched.
+fn build_java(dir: &Path, build: &Path) -> Result<Vec<Spec>, Error> {
+    let mut specs = Vec::new();
+    let lib = abs(&build.join("java/lib"))?;
+    if !lib.join(JMH_JAR).is_file() {
+        // BouncyCastle and JMH from Maven Central (setup.sh
+        // fetches them once into ~/.m2).
+        run_build(
+            Command::new("mvn")
+                .args(["-q", "-B", "dependency:copy-dependencies"])
+                .arg(format!("-DoutputDirectory={}", lib.display()))
+                .current_dir(dir.join("java")),
+            "Java (Maven)",
+        )?;
+    }
+    let classes = build.join("java/classes");
+    let _ = std::fs::remove_dir_all(&classes);
+    let sources: Vec<PathBuf> = std::fs::read_dir(dir.join("java/src/crossbench"))
+        .map_err(Error::io(dir.join("java/src").display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "java"))
+        .collect();
+    run_build(
+        Command::new("javac")
+            .args(["-encoding", "UTF-8", "-cp"])
+            .arg(format!("{}/*", lib.display()))
+            .arg("-d")
+            .arg(&classes)
+            .args(&sources),
+        "Java",
+    )?;
+    let cp = format!("{}:{}/*", abs(&classes)?.display(), lib.display());
+    for (lib, id) in [("jca", "java-jca"), ("bc", "java-bouncycastle")] {
+        specs.push(Spec {
+            id: id.into(),
+            argv: vec![
+                "java".into(),
+                "-cp".into(),
+                cp.clone(),
+                "crossbench.Adapter".into(),
+                "--lib".into(),
+                lib.into(),
+            ],
+        });
+    }
+    Ok(specs)
+}
+
+/// The Rust adapters (this project's RSA variants, aws-lc-rs, RustCrypto),
+/// one binary built in its own workspace.
+fn build_rust(dir: &Path, build: &Path) -> Result<Vec<Spec>, Error> {
+    let s = |p: &Path| p.display().to_string();
+    let mut specs = Vec::new();
+    let target = abs(&build.join("rust"))?;
+    run_build(
+        Command::new("cargo")
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "--quiet",
+                "--manifest-path",
+            ])
+            .arg(dir.join("rust/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target),
+        "Rust",
+    )?;
+    let exe = target.join("release/crossbench-rust");
+    for (lib, id) in [
+        ("rsa-variants", "rust-rsa-variants"),
+        ("aws-lc-rs", "rust-aws-lc-rs"),
+        ("rustcrypto", "rust-rustcrypto-rsa"),
+    ] {
+        specs.push(Spec {
+            id: id.into(),
+            argv: vec![s(&exe), "--lib".into(), lib.into()],
+        });
     }
     Ok(specs)
 }
