@@ -8,6 +8,8 @@
 //!   tables several workers share are sharded in `crate::shards`, and a
 //!   decision holds one shard for its span.
 //! - `config.rs` sits below both layers and imports neither driver.
+//! - No source file of the workspace is over 1,000 lines, nor any function
+//!   over 150 (outside tests and generated tables).
 //! - No module imports another that (directly or not) imports it back,
 //!   and code imports from the module that defines a name, not from the
 //!   `lib.rs`/`mod.rs` facades (which would hide a circle).
@@ -185,4 +187,76 @@ fn modules_import_from_their_definitions_in_no_circle() {
             }
         }
     }
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("readable dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Files and functions stay small enough to hold in one's head: outside
+/// tests, no source file of the workspace over 1,000 lines and no function
+/// over 150 (tables marked as generated excepted).
+#[test]
+fn no_source_file_or_function_is_too_big_to_read() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for c in std::fs::read_dir(&crates).expect("crates/") {
+        let src = c.expect("entry").path().join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut files);
+        }
+    }
+    assert!(files.len() > 50, "source files found: {}", files.len());
+    let mut too_big = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable");
+        if text.contains("#![cfg(test)]") {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        let code = lines
+            .iter()
+            .position(|l| l.starts_with("#[cfg(test)]"))
+            .unwrap_or(lines.len());
+        if code > 1000 {
+            too_big.push(format!("{}: {code} lines", f.display()));
+        }
+        for (i, line) in lines[..code].iter().enumerate() {
+            let body = line.trim_start();
+            let indent = &line[..line.len() - body.len()];
+            let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn "]
+                .iter()
+                .any(|p| body.starts_with(p));
+            let generated = i > 1
+                && lines[..i]
+                    .iter()
+                    .rev()
+                    .take(3)
+                    .any(|l| l.contains("Generated"));
+            if !is_fn || generated || body.ends_with(';') {
+                continue;
+            }
+            let close = format!("{indent}}}");
+            let len = lines[i..code]
+                .iter()
+                .position(|l| *l == close)
+                .map(|n| n + 1);
+            if let Some(n) = len.filter(|n| *n > 150) {
+                too_big.push(format!(
+                    "{}:{}: a function of {n} lines",
+                    f.display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(too_big.is_empty(), "split these:\n{}", too_big.join("\n"));
 }
