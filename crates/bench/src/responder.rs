@@ -3,6 +3,7 @@
 //! (200 to every request at once, to measure the generator's own ceiling).
 
 use crate::error::Error;
+use sip_core::transaction::{Answered, Resend, TimerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -107,18 +108,18 @@ impl Drop for Responder {
 /// caller waiting for its transaction to time out.
 #[derive(Default)]
 struct Unacked {
-    by_call: std::collections::HashMap<String, (Vec<u8>, SocketAddr, Instant, Duration)>,
+    by_call: std::collections::HashMap<String, (Vec<u8>, SocketAddr, Answered)>,
     due: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
 }
 
 impl Unacked {
     fn add(&mut self, call_id: &str, bytes: &[u8], to: SocketAddr, now: Instant) {
-        let at = now + crate::engine::T1;
-        self.by_call.insert(
-            call_id.to_owned(),
-            (bytes.to_vec(), to, now, crate::engine::T1),
-        );
-        self.due.push(std::cmp::Reverse((at, call_id.to_owned())));
+        let timer = Answered::new(now, false, TimerConfig::RFC3261);
+        if let Some(at) = timer.next_deadline() {
+            self.due.push(std::cmp::Reverse((at, call_id.to_owned())));
+        }
+        self.by_call
+            .insert(call_id.to_owned(), (bytes.to_vec(), to, timer));
     }
 
     fn acked(&mut self, call_id: &str) {
@@ -134,16 +135,22 @@ impl Unacked {
             let Some(std::cmp::Reverse((_, call_id))) = self.due.pop() else {
                 return;
             };
-            let Some((bytes, to, first, interval)) = self.by_call.get_mut(&call_id) else {
+            let Some((bytes, to, timer)) = self.by_call.get_mut(&call_id) else {
                 continue;
             };
-            if now.duration_since(*first) >= crate::engine::TIMEOUT {
-                self.by_call.remove(&call_id);
-                continue;
+            match timer.on_timer(now) {
+                Resend::Again => {
+                    let _ = sock.send_to(bytes, *to);
+                }
+                Resend::GiveUp => {
+                    self.by_call.remove(&call_id);
+                    continue;
+                }
+                Resend::Wait => {}
             }
-            let _ = sock.send_to(bytes, *to);
-            *interval = (*interval * 2).min(crate::engine::T2);
-            self.due.push(std::cmp::Reverse((now + *interval, call_id)));
+            if let Some(next) = timer.next_deadline() {
+                self.due.push(std::cmp::Reverse((next, call_id)));
+            }
         }
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
-use sip_core::transaction::{ServerInvite, TimerConfig};
+use sip_core::transaction::{Answered, Resend, ServerInvite, TimerConfig};
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode};
 use sipsec_server::io::drive::{self, Store};
@@ -232,9 +232,8 @@ struct Incoming {
     reply_to: SocketAddr,
     last: Vec<u8>,
     ok_at: Option<Instant>,
-    /// 2xx retransmission (RFC 3261 §13.3.1.4): next time and interval,
-    /// until the ACK or 64·T1.
-    retransmit: Option<(Instant, Duration, Instant)>,
+    /// 2xx retransmission (RFC 3261 §13.3.1.4) until the ACK or 64·T1.
+    retransmit: Option<Answered>,
 }
 
 /// A simulated phone (user agent) using sip-core's transactions.
@@ -604,14 +603,10 @@ impl Phone {
             if o.retransmit {
                 out.push((inc.reply_to, inc.last.clone()));
             }
-            if let Some((at, interval, until)) = inc.retransmit {
-                if now >= until {
-                    inc.retransmit = None;
-                } else if now >= at {
-                    out.push((inc.reply_to, inc.last.clone()));
-                    let next = (interval * 2).min(T.t2);
-                    inc.retransmit = Some((now + next, next, until));
-                }
+            match inc.retransmit.as_mut().map(|r| r.on_timer(now)) {
+                Some(Resend::Again) => out.push((inc.reply_to, inc.last.clone())),
+                Some(Resend::GiveUp) => inc.retransmit = None,
+                _ => {}
             }
         }
         for key in answers {
@@ -621,7 +616,7 @@ impl Phone {
             let inc = self.incoming.get_mut(&key).expect("present");
             inc.machine.on_tu_response(StatusCode::OK, now);
             inc.last = ok.clone();
-            inc.retransmit = Some((now + T.t1, T.t1, now + T.t1 * 64));
+            inc.retransmit = Some(Answered::new(now, false, T));
             out.push((inc.reply_to, ok));
         }
     }
@@ -635,7 +630,7 @@ impl Phone {
             [
                 i.ok_at,
                 i.machine.next_deadline(),
-                i.retransmit.map(|(at, _, _)| at),
+                i.retransmit.as_ref().and_then(Answered::next_deadline),
             ]
             .into_iter()
             .flatten()

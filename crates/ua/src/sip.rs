@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use sip_core::{HeaderName, Message};
+use sip_core::{HeaderName, Message, Method};
 
 /// A random lowercase hex token of `bytes` random bytes.
 pub fn token(bytes: usize) -> String {
@@ -25,7 +25,7 @@ pub fn branch() -> String {
 #[derive(Debug, Clone)]
 pub struct Request {
     /// Method.
-    pub method: String,
+    pub method: Method<'static>,
     /// Request-URI.
     pub uri: String,
     /// Via sent-by: `host:port`, and the transport (`UDP`).
@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn requests_parse_and_responses_mirror_them() {
         let r = Request {
-            method: "INVITE".into(),
+            method: Method::Invite,
             uri: "sip:bob@127.0.0.1:5062".into(),
             via: "UDP 127.0.0.1:5070".into(),
             branch: branch(),

@@ -6,6 +6,7 @@
 //! `on_timer` at or after [`next_deadline`](ClientInvite::next_deadline).
 //! The owner keeps the bytes of the request and of the last response.
 
+mod answered;
 mod client;
 mod client_invite;
 mod client_non_invite;
@@ -13,6 +14,7 @@ mod server_invite;
 mod server_non_invite;
 mod timers;
 
+pub use answered::{Answered, Resend};
 pub use client::Client;
 pub use client_invite::{ClientInvite, ClientInviteState};
 pub use client_non_invite::{ClientNonInvite, ClientNonInviteState};

@@ -2,6 +2,7 @@
 //! the media, BYE either way.
 
 use super::*;
+use sip_core::transaction::{Answered, Resend, TimerConfig};
 
 impl Phone {
     /// Waits up to `wait` for a call, answers it at once and plays
@@ -134,7 +135,7 @@ impl Phone {
             let Ok(m) = Message::parse(&data) else {
                 continue;
             };
-            if m.is_request() && m.method().as_str() == "INVITE" {
+            if m.is_request() && m.method() == Method::Invite {
                 return Ok((data.clone(), from));
             }
             if m.is_request() {
@@ -143,46 +144,38 @@ impl Phone {
         }
     }
 
-    /// Sends the 200 `ok` to `from`, again with timer G's intervals over an
-    /// unreliable transport (RFC 3261 §13.3.1.4), until its ACK comes.
+    /// Sends the 200 `ok` to `from`, again at T1 doubling to T2 over an
+    /// unreliable transport, until its ACK comes or 64·T1 pass (RFC 3261
+    /// §13.3.1.4, `sip_core::transaction::Answered`).
     fn send_until_acked(
         &mut self,
         ok: &[u8],
         from: SocketAddr,
         call_id: &str,
     ) -> Result<(), PhoneError> {
-        let started = Instant::now();
-        let mut interval = T1;
-        let mut acked = false;
+        self.sig.send_to(ok, from)?;
         let reliable = self.sig.reliable();
-        let mut sent = false;
-        while !acked && started.elapsed() < TIMER_B {
-            if !(reliable && sent) {
-                self.sig.send_to(ok, from)?;
-                sent = true;
-            }
-            let until = Instant::now() + interval;
-            while Instant::now() < until {
-                let left = until.saturating_duration_since(Instant::now());
-                let Some((data, src)) = self.sig.recv(left)? else {
-                    break;
-                };
+        let mut timer = Answered::new(Instant::now(), reliable, TimerConfig::RFC3261);
+        while let Some(next) = timer.next_deadline() {
+            let left = next.saturating_duration_since(Instant::now());
+            if let Some((data, src)) = self.sig.recv(left)? {
                 let Ok(r) = Message::parse(&data) else {
                     continue;
                 };
-                if r.is_request() && r.call_id() == call_id && r.method().as_str() == "ACK" {
-                    acked = true;
-                    break;
+                if r.is_request() && r.call_id() == call_id && r.method() == Method::Ack {
+                    return Ok(());
                 }
-                if r.is_request() && !(r.method().as_str() == "INVITE" && r.call_id() == call_id) {
+                if r.is_request() && !(r.method() == Method::Invite && r.call_id() == call_id) {
                     self.stray_request(&r, src);
                 }
+                continue;
             }
-            interval = (interval * 2).min(T2);
+            match timer.on_timer(Instant::now()) {
+                Resend::Again => self.sig.send_to(ok, from)?,
+                Resend::GiveUp => break,
+                Resend::Wait => {}
+            }
         }
-        if !acked {
-            return Err(PhoneError::Timeout("the ACK for our 200 OK".into()));
-        }
-        Ok(())
+        Err(PhoneError::Timeout("the ACK for our 200 OK".into()))
     }
 }

@@ -122,7 +122,7 @@ impl Phone {
         let mut routes = sip::record_routes(&m);
         routes.reverse();
         let answer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
-        let in_dialog = |phone: &mut Self, method: &str, cseq: u32| {
+        let in_dialog = |phone: &mut Self, method: Method<'static>, cseq: u32| {
             let mut r = phone.base_request(
                 method,
                 &remote_target,
@@ -139,7 +139,7 @@ impl Phone {
             Some(r) if r.contains(";lr") => self.resolve_uri(sip::addr_uri(r)).unwrap_or(dest),
             _ => self.resolve_uri(&remote_target).unwrap_or(dest),
         };
-        let ack = in_dialog(self, "ACK", cseq_of(&m));
+        let ack = in_dialog(self, Method::Ack, cseq_of(&m));
         self.sig.send_to(&ack.to_bytes(), next_hop)?;
         // The answer decides the media; a bad one ends the call at once.
         let negotiated = answer
@@ -149,7 +149,7 @@ impl Phone {
             Ok(x) => x,
             Err(e) => {
                 let cseq = self.next_cseq();
-                let bye = in_dialog(self, "BYE", cseq);
+                let bye = in_dialog(self, Method::Bye, cseq);
                 let _ = self.transact(next_hop, &bye, None);
                 return Err(e);
             }
@@ -167,7 +167,7 @@ impl Phone {
         let (running, hangup) = self.run_media(media, &call_id, true)?;
         if hangup == "local" {
             let cseq = self.next_cseq();
-            let bye = in_dialog(self, "BYE", cseq);
+            let bye = in_dialog(self, Method::Bye, cseq);
             let _ = self.transact(next_hop, &bye, None);
         }
         Ok(CallReport {
@@ -191,7 +191,7 @@ impl Phone {
         let (call_id, tag) = (sip::token(12), sip::token(4));
         let cseq = self.next_cseq();
         let mut req = self.base_request(
-            "INVITE",
+            Method::Invite,
             &uri,
             (&me.from, &format!("<{uri}>")),
             &call_id,
@@ -287,13 +287,13 @@ impl Phone {
             if !m.is_request() {
                 continue;
             }
-            if m.method().as_str() == "BYE" && m.call_id() == call_id {
+            if m.method() == Method::Bye && m.call_id() == call_id {
                 let ok = sip::response(&m, 200, "OK", None, None, None);
                 self.sig.send_to(&ok, from)?;
                 (self.log)("remote hung up");
                 return Ok("remote");
             }
-            if m.method().as_str() == "ACK" && m.call_id() == call_id {
+            if m.method() == Method::Ack && m.call_id() == call_id {
                 continue;
             }
             self.stray_request(&m, from);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use media::g711::Law;
 use sip_core::auth::Challenge;
 use sip_core::transaction::{Client, TimerConfig};
-use sip_core::{HeaderName, Message};
+use sip_core::{HeaderName, Message, Method};
 use srtp::sdes::{self, Crypto};
 use srtp::Profile;
 
@@ -189,9 +189,6 @@ pub struct CallReport {
 /// RFC 3261 §17 timers: sip-core's, not a copy.
 const TIMERS: TimerConfig = TimerConfig::RFC3261;
 const T1: Duration = TIMERS.t1;
-const T2: Duration = TIMERS.t2;
-/// Timer B (64·T1).
-const TIMER_B: Duration = Duration::from_millis(64 * TIMERS.t1.as_millis() as u64);
 
 /// A SIP phone on one UDP socket.
 pub struct Phone {
@@ -372,7 +369,7 @@ impl Phone {
 
     fn base_request(
         &self,
-        method: &str,
+        method: Method<'static>,
         uri: &str,
         (from, to): (&str, &str),
         call_id: &str,
@@ -380,7 +377,7 @@ impl Phone {
         cseq: u32,
     ) -> Request {
         Request {
-            method: method.into(),
+            method,
             uri: uri.into(),
             via: format!("{} {}", self.sig.via(), Self::host(self.local)),
             branch: sip::branch(),

@@ -14,8 +14,14 @@ impl Phone {
         let (call_id, tag) = (self.register_call_id.clone(), self.register_tag.clone());
         let cseq = self.next_cseq();
         let me = self.identity()?;
-        let mut req =
-            self.base_request("REGISTER", &uri, (&me.from, &me.from), &call_id, &tag, cseq);
+        let mut req = self.base_request(
+            Method::Register,
+            &uri,
+            (&me.from, &me.from),
+            &call_id,
+            &tag,
+            cseq,
+        );
         req.contact = Some(self.contact());
         req.extra.push(format!("Expires: {expires}"));
         let mut challenged = false;

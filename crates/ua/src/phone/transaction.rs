@@ -28,7 +28,7 @@ impl Phone {
         let bytes = req.to_bytes();
         let started = Instant::now();
         let reliable = self.sig.reliable();
-        let mut machine = Client::new(req.method == "INVITE", started, reliable, TIMERS);
+        let mut machine = Client::new(req.method == Method::Invite, started, reliable, TIMERS);
         self.sig.send_to(&bytes, dest)?;
         let mut provisional = Vec::new();
         let mut cancelled = false;
@@ -40,13 +40,13 @@ impl Phone {
                     self.sig.send_to(&bytes, dest)?;
                 }
                 if o.timeout {
-                    return Err(PhoneError::Timeout(req.method.clone()));
+                    return Err(PhoneError::Timeout(req.method.to_string()));
                 }
             }
             if let (Some(limit), false, false) = (ring, provisional.is_empty(), cancelled) {
                 if now.duration_since(started) > limit {
                     let mut cancel = req.clone();
-                    cancel.method = "CANCEL".into();
+                    cancel.method = Method::Cancel;
                     cancel.body = None;
                     cancel.contact = None;
                     cancel.extra.clear();
@@ -55,7 +55,7 @@ impl Phone {
                 }
             }
             if now.duration_since(started) > Duration::from_secs(600) {
-                return Err(PhoneError::Timeout(req.method.clone()));
+                return Err(PhoneError::Timeout(req.method.to_string()));
             }
             let wait = machine
                 .next_deadline()
@@ -71,9 +71,7 @@ impl Phone {
                 self.stray_request(&m, from);
                 continue;
             }
-            if m.top_via().branch() != Some(req.branch.as_str())
-                || m.cseq().method.as_str() != req.method
-            {
+            if m.top_via().branch() != Some(req.branch.as_str()) || m.cseq().method != req.method {
                 continue;
             }
             let Some(status) = m.status() else {
@@ -102,7 +100,7 @@ impl Phone {
     /// The ACK for a non-2xx final response to INVITE (§17.1.1.3).
     pub(super) fn ack_error(&mut self, dest: SocketAddr, invite: &Request, resp: &Message<'_>) {
         let mut ack = invite.clone();
-        ack.method = "ACK".into();
+        ack.method = Method::Ack;
         ack.to_tag = resp.to().tag().map(str::to_owned);
         ack.body = None;
         ack.contact = None;
@@ -136,7 +134,14 @@ impl Phone {
                     shown,
                     ..sip_core::digest::Answerer::new(&self.cfg.user, password)
                 };
-                sip_core::digest::authorization(&c, &who, &req.method, &req.uri, &sip::token(8), 1)
+                sip_core::digest::authorization(
+                    &c,
+                    &who,
+                    req.method.as_str(),
+                    &req.uri,
+                    &sip::token(8),
+                    1,
+                )
             })
             .ok_or_else(|| PhoneError::AuthFailed(format!("{code}: no challenge we can answer")))?;
         req.extra
