@@ -36,7 +36,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::DnsSettings;
 use crate::io::send::Sender;
 use crate::proto::core::{Core, Transport};
-use crate::proto::names::{default_port, Key, NameTable, Parked};
+use crate::proto::names::{default_port, Key, NameTable};
+use crate::proto::parked::Parked;
 use sip_core::dns::{self, Kind, Record};
 
 /// SRV targets resolved for one name, and addresses kept for it: the

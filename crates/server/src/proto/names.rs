@@ -4,8 +4,8 @@
 //!
 //! A name not known yet becomes an external request: [`NameTable::find`]
 //! queues it (the core tells its driver to wake the resolver) and the
-//! request that needs it is [parked](NameTable::park) here, bounded in
-//! count and bytes. When the resolver [finishes](NameTable::finish) the
+//! request that needs it is [parked](NameTable::park) here (in a
+//! `proto::parked::Waiting`, bounded in count and bytes). When the resolver [finishes](NameTable::finish) the
 //! name, it takes the parked requests and hands them in again; they then
 //! find the answer here. Addresses that failed are skipped for a while
 //! (RFC 3263 §4.3), so a stateful proxy tries the next one.
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use sip_core::Transport;
 
 use crate::config::DnsSettings;
+use crate::proto::parked::{Bounds, Parked, Refused, Waiting};
 use crate::shards::{Current, Shards};
 
 /// Names being resolved at once; past it requests for new names get 503.
@@ -102,18 +103,15 @@ pub fn skip_for(configured: u32, retry_after: Option<u32>) -> u32 {
     retry_after.map_or(configured, |s| s.clamp(1, MAX_RETRY_AFTER))
 }
 
-/// A request waiting for a name: what is handed in again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Parked {
-    /// The request as it arrived.
-    pub message: Vec<u8>,
-    /// Its source.
-    pub src: SocketAddr,
-    /// The transport it arrived over.
-    pub arrived: Transport,
-}
+/// How many requests may wait for names.
+const BOUNDS: Bounds = Bounds {
+    questions: MAX_JOBS,
+    per_question: MAX_PARKED_PER_NAME,
+    requests: MAX_PARKED,
+    bytes: MAX_PARKED_BYTES,
+};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     /// Where each destination leads, in the order to try (empty:
     /// nowhere), until when.
@@ -121,13 +119,23 @@ struct State {
     /// Addresses that failed lately, and until when they are skipped.
     down: HashMap<(SocketAddr, Transport), Instant>,
     /// Destinations being resolved, with the requests waiting on them.
-    pending: HashMap<Key, Vec<Parked>>,
+    pending: Waiting<Key>,
     /// Destinations the resolver has not started on.
     fresh: Vec<Key>,
-    parked: usize,
-    parked_bytes: usize,
     /// The resolver has stopped: nothing more waits.
     closed: bool,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            cache: HashMap::new(),
+            down: HashMap::new(),
+            pending: Waiting::new(BOUNDS),
+            fresh: Vec::new(),
+            closed: false,
+        }
+    }
 }
 
 /// Where names lead, shared by every worker; see the module documentation.
@@ -181,13 +189,12 @@ impl NameTable {
             }
             None => {}
         }
-        if st.pending.contains_key(&key) {
+        if st.pending.asked(&key) {
             return Found::Resolving;
         }
-        if st.closed || st.pending.len() >= MAX_JOBS {
+        if st.closed || !st.pending.ask(key.clone()) {
             return Found::Busy;
         }
-        st.pending.insert(key.clone(), Vec::new());
         st.fresh.push(key);
         Found::Asked
     }
@@ -207,27 +214,23 @@ impl NameTable {
     ) -> Park {
         let key = key_of(name, port, transport);
         let mut st = self.state.lock(0);
-        let full = st.closed
-            || st.parked >= MAX_PARKED
-            || st.parked_bytes + message.len() > MAX_PARKED_BYTES;
-        let Some(waiting) = st.pending.get_mut(&key) else {
-            // Resolved (or given up) since `find`: its outcome.
-            return match st.cache.get(&key) {
-                Some((to, until)) if *until > now => Park::Known(st.lead(to, transport, now)),
-                _ => Park::Full,
-            };
-        };
-        if full || waiting.len() >= MAX_PARKED_PER_NAME {
+        if st.closed {
             return Park::Full;
         }
-        waiting.push(Parked {
+        let request = Parked {
             message: message.to_vec(),
             src,
             arrived,
-        });
-        st.parked += 1;
-        st.parked_bytes += message.len();
-        Park::Parked
+        };
+        match st.pending.park(&key, request) {
+            Ok(()) => Park::Parked,
+            Err(Refused::Full) => Park::Full,
+            // Resolved (or given up) since `find`: its outcome.
+            Err(Refused::NotAsked) => match st.cache.get(&key) {
+                Some((to, until)) if *until > now => Park::Known(st.lead(to, transport, now)),
+                _ => Park::Full,
+            },
+        }
     }
 
     /// Sending to `to` over `transport` failed at `now` (refused, timed
@@ -286,10 +289,7 @@ impl NameTable {
         }
         st.cache
             .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
-        let parked = st.pending.remove(key).unwrap_or_default();
-        st.parked -= parked.len();
-        st.parked_bytes -= parked.iter().map(|p| p.message.len()).sum::<usize>();
-        parked
+        st.pending.answered(key)
     }
 
     /// The resolver stops: nothing more is queued or parked, and the
@@ -297,16 +297,13 @@ impl NameTable {
     pub fn close(&self) -> Vec<Parked> {
         let mut st = self.state.lock(0);
         st.closed = true;
-        st.parked = 0;
-        st.parked_bytes = 0;
         st.fresh.clear();
-        st.pending.values_mut().flat_map(std::mem::take).collect()
+        st.pending.drain()
     }
 
     /// Requests waiting for names, and their bytes.
     pub fn parked(&self) -> (usize, usize) {
-        let st = self.state.lock(0);
-        (st.parked, st.parked_bytes)
+        self.state.lock(0).pending.totals()
     }
 }
 
