@@ -99,6 +99,42 @@ pub fn uri(data: &[u8]) {
     }
 }
 
+/// Bencode (media relay answers): never panics; a parsed value written
+/// back reads the same.
+pub fn bencode(data: &[u8]) {
+    let Ok(v) = crate::bencode::parse(data) else {
+        return;
+    };
+    fn write(v: &crate::bencode::Value<'_>, w: &mut crate::bencode::Writer) {
+        use crate::bencode::Value;
+        match v {
+            Value::Bytes(b) => {
+                w.bytes(b);
+            }
+            Value::Int(i) => {
+                w.int(*i);
+            }
+            Value::List(items) => {
+                w.list();
+                items.iter().for_each(|i| write(i, w));
+                w.end();
+            }
+            Value::Dict(entries) => {
+                w.dict();
+                for (k, v) in entries {
+                    w.bytes(k);
+                    write(v, w);
+                }
+                w.end();
+            }
+        }
+    }
+    let mut w = crate::bencode::Writer::new();
+    write(&v, &mut w);
+    let again = w.into_bytes();
+    assert_eq!(crate::bencode::parse(&again).as_ref(), Ok(&v));
+}
+
 /// Digest header parsers: never panic; parsed credentials feed the digest
 /// computation without panicking.
 pub fn digest_header(data: &[u8]) {

@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod bencode;
 pub mod contact;
 pub mod cseq;
 pub mod digest;

@@ -31,6 +31,7 @@ fn fuzz_regressions() {
         fuzzing::uri(&data);
         fuzzing::digest_header(&data);
         fuzzing::dns_answer(&data);
+        fuzzing::bencode(&data);
         n += 1;
     }
     assert!(n > 0);
@@ -184,6 +185,23 @@ fn dns_answers_are_read_without_panics_and_only_as_asked() {
     for seed in dns_seeds() {
         for _ in 0..4000 {
             fuzzing::dns_answer(&rng.mutate(&seed));
+        }
+    }
+}
+
+#[test]
+fn bencode_target_over_mutations() {
+    let seeds: &[&[u8]] = &[
+        b"d6:result2:ok3:sdp31:v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ne",
+        b"d6:result5:error12:error-reason12:Unknown calle",
+        b"d7:command5:offer5:flagsl13:trust-addresse7:replacel6:origine3:ICE6:removee",
+        b"li1ei-2e0:l4:spame",
+    ];
+    let mut rng = Mutator::new(0x5eed_0003);
+    for seed in seeds {
+        fuzzing::bencode(seed);
+        for _ in 0..3000 {
+            fuzzing::bencode(&rng.mutate(seed));
         }
     }
 }
