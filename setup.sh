@@ -36,6 +36,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # tcpdump for the PrivaSIP capture test (no user ID between proxies);
     # chromium (headless, fake media devices) for the browser-phone tests
     # over WebSocket (web/phone), with npm (below) for JsSIP;
+    # rtpengine-daemon, the media relay the NG client's tests start
+    # (userspace only, on free ports; its packaged service is stopped);
     # redis-server for the shared location of several nodes (the
     # scale-out tests start their own on a free port); dnsmasq-base, the
     # name server the DNS tests start on a free port (no service);
@@ -54,7 +56,8 @@ if command -v apt-get >/dev/null 2>&1; then
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
             kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
-            redis-server dnsmasq-base python3-prometheus-client systemd man-db"
+            redis-server dnsmasq-base python3-prometheus-client systemd man-db
+            rtpengine-daemon"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
@@ -70,6 +73,7 @@ if command -v apt-get >/dev/null 2>&1; then
     if [ "$ALL" = 1 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
         $SUDO systemctl disable --now kamailio.service >/dev/null 2>&1 || true
         $SUDO systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+        $SUDO systemctl disable --now rtpengine-daemon.service >/dev/null 2>&1 || true
     fi
 else
     echo "setup.sh: apt-get not found; install a C toolchain and pkg-config yourself" >&2

@@ -13,6 +13,7 @@ mod legs;
 pub mod location;
 pub mod metrics;
 pub mod names;
+pub mod ng;
 pub mod parked;
 pub mod privacy;
 mod proxy;
