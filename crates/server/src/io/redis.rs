@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::RedisSettings;
-use crate::io::journal::{decode, encode};
 use crate::proto::location::{Binding, MemoryLocation, Record, StoreError};
+use crate::proto::records::{decode, encode};
 
 /// The node's link to Redis, as the operator sees it.
 #[derive(Debug, Default)]

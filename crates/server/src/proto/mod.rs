@@ -17,6 +17,7 @@ pub mod ng;
 pub mod parked;
 pub mod privacy;
 mod proxy;
+pub mod records;
 mod redirect;
 mod registrar;
 mod relay;
