@@ -61,40 +61,7 @@ impl Store for RedisStore {
     }
 }
 
-/// What a driver thread stores binding changes in, before it has opened
-/// it.
-#[derive(Debug, Clone)]
-pub enum Backing {
-    /// Nothing: memory only (tests, tools).
-    Memory,
-    /// A journal (each UDP worker its own; the connection reactors share
-    /// one).
-    Journal(SharedJournal),
-    /// A Redis server shared with other nodes, written as this node, for
-    /// registrations up to the given seconds (each thread opens its own
-    /// connection), with the state of the node's link to it.
-    Redis(RedisSettings, Arc<str>, u32, Arc<RedisState>),
-}
-
-impl Backing {
-    /// The storage one thread writes through.
-    pub fn open(self) -> Storage {
-        match self {
-            Backing::Memory => Storage::Memory,
-            Backing::Journal(j) => Storage::Journal(j),
-            Backing::Redis(settings, node, max, state) => {
-                match RedisStore::new(&settings, node, max, state) {
-                    Ok(r) => Storage::Redis(Box::new(r)),
-                    // The URL was checked at start; a store that cannot be
-                    // made refuses every change (503) rather than lose it.
-                    Err(e) => Storage::Broken(e, settings.retry_after),
-                }
-            }
-        }
-    }
-}
-
-/// One thread's storage, see [`Backing`].
+/// Where a driver thread stores binding changes.
 #[derive(Debug)]
 pub enum Storage {
     /// Memory only.
@@ -121,6 +88,35 @@ pub enum Held<'a> {
 }
 
 impl Storage {
+    /// A Redis store for this node (`node`, registrations up to
+    /// `max_expires` seconds): it connects on first use; one whose client
+    /// cannot be made refuses every change (503) rather than lose it.
+    pub fn redis(
+        settings: &RedisSettings,
+        node: Arc<str>,
+        max_expires: u32,
+        state: Arc<RedisState>,
+    ) -> Self {
+        match RedisStore::new(settings, node, max_expires, state) {
+            Ok(r) => Storage::Redis(Box::new(r)),
+            Err(e) => Storage::Broken(e, settings.retry_after),
+        }
+    }
+
+    /// The same storage for another thread: the same journal, or a Redis
+    /// store of its own (a connection each).
+    pub fn another(&self) -> Self {
+        match self {
+            Storage::Memory => Storage::Memory,
+            Storage::Journal(j) => Storage::Journal(j.clone()),
+            Storage::Redis(r) => match r.another() {
+                Ok(r) => Storage::Redis(Box::new(r)),
+                Err((e, retry)) => Storage::Broken(e, retry),
+            },
+            Storage::Broken(e, retry) => Storage::Broken(e.clone(), *retry),
+        }
+    }
+
     /// Holds the storage for a batch.
     pub fn hold(&mut self) -> Held<'_> {
         match self {

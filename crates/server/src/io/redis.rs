@@ -218,6 +218,22 @@ impl RedisStore {
         })
     }
 
+    /// A store like this one for another thread (its own connection).
+    pub fn another(&self) -> Result<Self, (String, u32)> {
+        Ok(Self {
+            client: client(&self.settings).map_err(|e| (e, self.settings.retry_after))?,
+            settings: self.settings.clone(),
+            conn: None,
+            script: String::new(),
+            sent: None,
+            retry_at: None,
+            node: self.node.clone(),
+            key_ttl: self.key_ttl,
+            line: Vec::new(),
+            state: self.state.clone(),
+        })
+    }
+
     fn unavailable(&self, reason: String) -> StoreError {
         StoreError::Unavailable {
             reason,

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use crate::config::{Config, Mode};
 use crate::io::clock::unix_now;
-use crate::io::drive::Backing;
+use crate::io::drive::Storage;
 use crate::io::files::{load_users, watch_files};
 use crate::io::handle::{wake_sockets, ServerHandle};
 use crate::io::journal::{Persistence, Recovered};
@@ -59,8 +59,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         node,
         redis,
         workers: backings,
-        admin: admin_backing,
-        hub: hub_backing,
+        admin: admin_store,
+        hub: hub_store,
     } = stores(&config, persistence.as_deref(), workers, streams)?;
     let http_listener = http_listener(&config)?;
     let udp_addr = udp.local_addr();
@@ -106,7 +106,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let hub = if streams {
         let hub = TcpHub::new(
             shared.clone(),
-            hub_backing,
+            hub_store,
             udp.sender().ok().map(Arc::new),
             tls.clone(),
             wakers.clone(),
@@ -144,7 +144,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             tls: tls.clone(),
             redis: redis_state.clone(),
             persistence: persistence.clone(),
-            store: Arc::new(std::sync::Mutex::new(admin_backing.open())),
+            store: Arc::new(std::sync::Mutex::new(admin_store)),
             history: Arc::default(),
         };
         start_http(l, view, &mut threads, &mut unwind).map_err(bind)?;
@@ -226,12 +226,12 @@ struct Stores {
         Arc<crate::io::redis::RedisState>,
     )>,
     /// One per UDP worker.
-    workers: Vec<Backing>,
+    workers: Vec<Storage>,
     /// The operator's removals (over the HTTP endpoint), opened only when
     /// the endpoint is.
-    admin: Backing,
+    admin: Storage,
     /// The connection layer's, opened only with stream listeners.
-    hub: Backing,
+    hub: Storage,
 }
 
 fn stores(
@@ -258,22 +258,22 @@ fn stores(
     let backings = (0..workers).map(backing).collect::<Result<Vec<_>, _>>()?;
     // The operator's removals (over the HTTP endpoint) write through a
     // store of their own, opened only when the endpoint is.
-    let admin_backing = if config.http.is_some() {
+    let admin_store = if config.http.is_some() {
         backing(workers + 1)?
     } else {
-        Backing::Memory
+        Storage::Memory
     };
-    let hub_backing = if streams {
+    let hub_store = if streams {
         backing(workers)?
     } else {
-        Backing::Memory
+        Storage::Memory
     };
     Ok(Stores {
         node,
         redis,
         workers: backings,
-        admin: admin_backing,
-        hub: hub_backing,
+        admin: admin_store,
+        hub: hub_store,
     })
 }
 
@@ -334,17 +334,17 @@ fn backing(
     )>,
     node: &Arc<str>,
     i: usize,
-) -> Result<Backing, StartError> {
+) -> Result<Storage, StartError> {
     let store = |err| StartError::Store {
         dir: config.data_dir.display().to_string(),
         err,
     };
     Ok(match (persistence, redis) {
-        (Some(p), _) => Backing::Journal(p.journal(i).map_err(store)?),
+        (Some(p), _) => Storage::Journal(p.journal(i).map_err(store)?),
         (None, Some((r, state))) => {
-            Backing::Redis(r.clone(), node.clone(), config.max_expires, state.clone())
+            Storage::redis(r, node.clone(), config.max_expires, state.clone())
         }
-        (None, None) => Backing::Memory,
+        (None, None) => Storage::Memory,
     })
 }
 

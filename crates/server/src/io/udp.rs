@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::UdpBalance;
-use crate::io::drive::{Backing, Deferred, Storage};
+use crate::io::drive::{Deferred, Storage};
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::shared::TcpHub;
 use crate::io::wake::Wakers;
@@ -109,13 +109,13 @@ impl UdpServer {
     pub fn start(
         self,
         shared: &Arc<Shared>,
-        backings: Vec<Backing>,
+        storages: Vec<Storage>,
         hub: Option<&Arc<TcpHub>>,
         wakers: &Arc<Wakers>,
         stop: &Arc<AtomicBool>,
         threads: &mut Vec<JoinHandle<()>>,
     ) -> io::Result<()> {
-        let mut backings = backings.into_iter();
+        let mut storages = storages.into_iter();
         for i in 0..self.workers {
             let stop = stop.clone();
             let sock = self.sockets[i % self.sockets.len()].clone();
@@ -125,7 +125,7 @@ impl UdpServer {
                 hub.map(|h| Arc::new(h.clone()) as Arc<dyn Connections>),
                 wakers.clone(),
             );
-            let storage = backings.next().unwrap_or(Backing::Memory).open();
+            let storage = storages.next().unwrap_or(Storage::Memory);
             let core = match hub {
                 Some(h) => Core::new(shared.clone()).with_flows(h.clone()),
                 None => Core::new(shared.clone()),

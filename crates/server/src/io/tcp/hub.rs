@@ -13,7 +13,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Poll, Token, Waker};
 use rustls::pki_types::ServerName;
 
-use crate::io::drive::Backing;
+use crate::io::drive::Storage;
 use crate::io::send::{Connections, Sender};
 use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
@@ -31,7 +31,7 @@ impl TcpHub {
     /// limit to size the connection limit.
     pub fn new(
         shared: Arc<Shared>,
-        backing: Backing,
+        storage: Storage,
         udp: Option<Arc<UdpSocket>>,
         tls: Option<Arc<TlsContext>>,
         wakers: Arc<Wakers>,
@@ -41,7 +41,7 @@ impl TcpHub {
         let max = effective_limit(limits.max, sip_udp::raise_fd_limit());
         Arc::new(Self {
             shared,
-            backing,
+            storage: Mutex::new(storage),
             udp,
             tls,
             wakers,

@@ -26,7 +26,7 @@ impl Reactor {
         listeners: Vec<(mio::net::TcpListener, Token, bool)>,
     ) -> Self {
         let core = Core::new(hub.shared.clone()).with_flows(hub.clone());
-        let storage = hub.backing.clone().open();
+        let storage = lock(&hub.storage).another();
         let sender = hub.sender();
         let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);
         let bucket = (hub.limits.accept_rate > 0).then(|| {

@@ -12,7 +12,7 @@ use mio::net::TcpStream;
 use mio::{Poll, Token, Waker};
 
 use crate::config::ConnectionLimits;
-use crate::io::drive::{Backing, Deferred, Storage};
+use crate::io::drive::{Deferred, Storage};
 use crate::io::send::Sender;
 use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
@@ -287,7 +287,8 @@ pub(super) struct ReactorLink {
 #[derive(Debug)]
 pub struct TcpHub {
     pub(super) shared: Arc<Shared>,
-    pub(super) backing: Backing,
+    /// What each reactor's storage is made from (another() of it).
+    pub(super) storage: Mutex<Storage>,
     pub(super) udp: Option<Arc<UdpSocket>>,
     pub(super) tls: Option<Arc<TlsContext>>,
     pub(super) wakers: Arc<Wakers>,
