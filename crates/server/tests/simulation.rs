@@ -1349,6 +1349,28 @@ fn a_register_that_meets_a_change_in_flight_is_handed_in_again_and_counted_once(
     );
 }
 
+/// Bob registered at P2 with a contact named by the domain name `host`;
+/// Alice, in the same domain, calls him through P2 over `link`.
+fn call_to_a_named_contact(seed: u64, host: &'static str, link: Link) -> Sim {
+    let mut sim = Sim::new(seed);
+    sim.server(addr(P2), proxy_config("b.example", ("a.example", P1)), None);
+    let zone = &mut sim.srv(addr(P2)).zone;
+    zone.insert("bob-phone.b.example".into(), vec![addr(BOB)]);
+    let mut bob = Phone::new(addr(BOB), "bob", "b.example", addr(P2));
+    bob.contact_host = Some(host);
+    sim.phone(bob);
+    sim.phone(Phone::new(addr(ALICE), "alice", "b.example", addr(P2)));
+    sim.act(addr(BOB), |p, now, out| p.register(now, 3600, out));
+    sim.run_for(secs(1));
+    assert_eq!(sim.ph(addr(BOB)).finals(Method::Register), [200]);
+    sim.link(addr(ALICE), addr(P2), link);
+    sim.act(addr(ALICE), |p, now, out| {
+        p.invite(now, "sip:bob@b.example", out)
+    });
+    sim.run_for(secs(40));
+    sim
+}
+
 /// An external request the core parks a call on: Bob registered a contact
 /// named by a domain name, so the proxy asks the resolver (once, however
 /// many copies of the INVITE wait) and parks the INVITE; when the virtual
@@ -1358,22 +1380,7 @@ fn a_register_that_meets_a_change_in_flight_is_handed_in_again_and_counted_once(
 #[test]
 fn a_call_to_a_contact_named_by_a_domain_waits_for_the_name_and_resumes() {
     for seed in 1..=5 {
-        let mut sim = Sim::new(seed);
-        sim.server(addr(P2), proxy_config("b.example", ("a.example", P1)), None);
-        let zone = &mut sim.srv(addr(P2)).zone;
-        zone.insert("bob-phone.b.example".into(), vec![addr(BOB)]);
-        let mut bob = Phone::new(addr(BOB), "bob", "b.example", addr(P2));
-        bob.contact_host = Some("bob-phone.b.example");
-        sim.phone(bob);
-        sim.phone(Phone::new(addr(ALICE), "alice", "b.example", addr(P2)));
-        sim.act(addr(BOB), |p, now, out| p.register(now, 3600, out));
-        sim.run_for(secs(1));
-        assert_eq!(sim.ph(addr(BOB)).finals(Method::Register), [200]);
-        sim.link(addr(ALICE), addr(P2), LOSSY);
-        sim.act(addr(ALICE), |p, now, out| {
-            p.invite(now, "sip:bob@b.example", out)
-        });
-        sim.run_for(secs(40));
+        let mut sim = call_to_a_named_contact(seed, "bob-phone.b.example", LOSSY);
         let alice = sim.ph(addr(ALICE));
         assert_eq!(
             alice.finals(Method::Invite).first(),
@@ -1390,18 +1397,7 @@ fn a_call_to_a_contact_named_by_a_domain_waits_for_the_name_and_resumes() {
         assert_eq!(p2.core.shared().names.parked(), (0, 0));
     }
     // Nowhere to be found: the caller is answered, nothing stays parked.
-    let mut sim = Sim::new(9);
-    sim.server(addr(P2), proxy_config("b.example", ("a.example", P1)), None);
-    let mut bob = Phone::new(addr(BOB), "bob", "b.example", addr(P2));
-    bob.contact_host = Some("gone.b.example");
-    sim.phone(bob);
-    sim.phone(Phone::new(addr(ALICE), "alice", "b.example", addr(P2)));
-    sim.act(addr(BOB), |p, now, out| p.register(now, 3600, out));
-    sim.run_for(secs(1));
-    sim.act(addr(ALICE), |p, now, out| {
-        p.invite(now, "sip:bob@b.example", out)
-    });
-    sim.run_for(secs(40));
+    let mut sim = call_to_a_named_contact(9, "gone.b.example", CLEAN);
     let finals = sim.ph(addr(ALICE)).finals(Method::Invite);
     assert!(matches!(finals.first(), Some(480 | 503)), "{finals:?}");
     assert_eq!(sim.srv(addr(P2)).asked, ["gone.b.example"]);
