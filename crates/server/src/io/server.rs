@@ -524,15 +524,7 @@ fn start_timers_and_resolver(
         err,
     };
     let stop = &unwind.stop;
-    // A core for a thread of the driver: it asks the connection layer
-    // whether a registered flow is still open.
-    let core = || {
-        let core = Core::new(shared.clone());
-        match hub {
-            Some(h) => core.with_flows(h.clone()),
-            None => core,
-        }
-    };
+    let core = || Core::new(shared.clone());
     let sender = || -> Result<Sender, StartError> {
         Ok(Sender::new(
             shared.clone(),

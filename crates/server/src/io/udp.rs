@@ -126,10 +126,7 @@ impl UdpServer {
                 wakers.clone(),
             );
             let storage = storages.next().unwrap_or(Storage::Memory);
-            let core = match hub {
-                Some(h) => Core::new(shared.clone()).with_flows(h.clone()),
-                None => Core::new(shared.clone()),
-            };
+            let core = Core::new(shared.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))

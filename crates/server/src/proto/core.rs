@@ -24,7 +24,7 @@ use crate::proto::location::{Binding, Prepared, Record, StoreError};
 use crate::proto::metrics::{Stage, Stopwatch};
 use crate::proto::names::{Found, Route};
 use crate::proto::privacy::{Privacy, Reveal};
-use crate::proto::shared::{Flows, Now, Shared};
+use crate::proto::shared::{Now, Shared};
 
 pub use crate::proto::branch::LOCAL_TAG_PREFIX;
 
@@ -183,8 +183,6 @@ pub struct Core {
     /// answer goes.
     pub(super) pending: Option<(Prepared, SocketAddr, Transport)>,
     pub(super) events: Vec<Event>,
-    /// Which connections are open, asked of the driver that holds them.
-    pub(super) flows: Option<Arc<dyn Flows>>,
     /// A name was asked of the resolver while handling this message.
     asked: std::cell::Cell<bool>,
 }
@@ -293,10 +291,7 @@ impl Core {
             }
         };
         if tls {
-            let alias = self
-                .flows
-                .as_ref()
-                .and_then(|f| f.named(name, port.unwrap_or(5061)));
+            let alias = self.shared.flows.named(name, port.unwrap_or(5061));
             if let Some(a) = alias {
                 return Next::At(a);
             }
@@ -350,17 +345,8 @@ impl Core {
             },
             pending: None,
             events: Vec::new(),
-            flows: None,
             asked: std::cell::Cell::new(false),
         }
-    }
-
-    /// The same handler, asking `flows` whether a registered connection is
-    /// still open (without, every flow counts as open: a simulation with
-    /// no connections).
-    pub fn with_flows(mut self, flows: Arc<dyn Flows>) -> Self {
-        self.flows = Some(flows);
-        self
     }
 
     /// The start of a stage, when this request is timed (the metrics'

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod branch;
 pub mod core;
 pub mod effects;
+pub mod flows;
 pub mod fork;
 pub mod guard;
 mod legs;

@@ -17,11 +17,11 @@ use crate::proto::core::{
     aor_of, bump, first_path_uri, resolve, reveal, Core, Event, Next, Reply, Transport, ALLOW,
 };
 use crate::proto::effects::Hop;
+use crate::proto::flows::same_flow_transport;
 use crate::proto::fork::{Fork, MAX_BRANCHES};
 use crate::proto::legs::Target;
 use crate::proto::metrics::Stage;
 use crate::proto::names::{Found, Park, Route};
-use crate::proto::shared::same_flow_transport;
 use crate::proto::stateful::{NotStarted, Seen};
 use crate::proto::tokens;
 
@@ -161,7 +161,7 @@ impl Core {
 
     /// Whether the phone's connection (its registered flow) is still open.
     fn flow_open(&self, peer: SocketAddr, transport: Transport) -> bool {
-        self.flows.as_ref().is_none_or(|f| f.open(peer, transport))
+        self.shared.flows.open(peer, transport)
     }
 
     /// A Record-Route value naming this server on `transport`, with a

@@ -12,6 +12,7 @@ use crate::config::{Config, Mode};
 use crate::proto::auth::Authenticator;
 use crate::proto::branch::Key;
 use crate::proto::effects::Sends;
+use crate::proto::flows::OpenFlows;
 use crate::proto::guard::Guard;
 use crate::proto::location::MemoryLocation;
 use crate::proto::metrics::Metrics;
@@ -77,6 +78,9 @@ pub struct Shared {
     /// Where domain names lead: read by the core, filled by the driver's
     /// resolver, which the core's [`Sends::wake`] wakes.
     pub names: Arc<NameTable>,
+    /// Which connections are open: kept by the connection layer, read
+    /// by the core.
+    pub flows: OpenFlows,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -123,19 +127,6 @@ fn derive_key(salt: &RandomState, label: &[u8]) -> [u8; 32] {
     key
 }
 
-/// Whether a flow over `a` serves `b`: the same transport, or either
-/// kind of WebSocket (browsers put `transport=ws` in Contact over WSS too).
-pub fn same_flow_transport(a: Transport, b: Transport) -> bool {
-    a == b
-        || matches!(
-            (a, b),
-            (
-                Transport::Ws | Transport::Wss,
-                Transport::Ws | Transport::Wss
-            )
-        )
-}
-
 /// A copy of every SIP message received and sent, for tracing (HEP).
 /// Implemented by the driver; called on the hot path, so it must not block.
 pub trait Tap: std::fmt::Debug + Send + Sync {
@@ -148,20 +139,6 @@ pub trait Tap: std::fmt::Debug + Send + Sync {
 
     /// Wakes the tracer's thread to see the stop.
     fn wake(&self) {}
-}
-
-/// The driver's answer to "is the connection from this phone still
-/// there?", asked before a request is routed down a registered flow.
-pub trait Flows: std::fmt::Debug + Send + Sync {
-    /// True when a `transport` connection with `peer` is open.
-    fn open(&self, peer: SocketAddr, transport: Transport) -> bool;
-
-    /// The peer of an open TLS connection that stands for the domain
-    /// name `name` at `port` (an RFC 5923 alias its certificate names),
-    /// if one does.
-    fn named(&self, _name: &str, _port: u16) -> Option<SocketAddr> {
-        None
-    }
 }
 
 impl Shared {
@@ -209,6 +186,11 @@ impl Shared {
         let flow_key = derive_key(&salt, b"sipsec flow token key");
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
         let names = Arc::new(NameTable::new(&config.dns));
+        let streams = config.tcp.is_some()
+            || config.tls.is_some()
+            || config.websocket.ws.is_some()
+            || config.websocket.wss.is_some();
+        let flows = OpenFlows::new(streams, salt.clone());
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
             Transactions::new(
                 sip_core::transaction::TimerConfig::RFC3261,
@@ -232,6 +214,7 @@ impl Shared {
             location_stale_since: AtomicU64::new(0),
             tap: None,
             names,
+            flows,
             branch_salt: salt,
             flow_key,
             branch_key,

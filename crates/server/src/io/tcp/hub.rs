@@ -21,7 +21,7 @@ use crate::proto::branch::Key;
 use crate::proto::core::Transport;
 use crate::proto::effects::Sends;
 use crate::proto::metrics::CloseReason;
-use crate::proto::shared::{same_flow_transport, Shared};
+use crate::proto::shared::Shared;
 
 use super::shared::*;
 
@@ -134,6 +134,21 @@ impl TcpHub {
         }
     }
 
+    /// `conn` closes: the core no longer finds it open, at its peer or
+    /// at any alias it took.
+    pub(super) fn forget_flow(&self, conn: &Conn, aliases: &[Alias]) {
+        let addrs = aliases.iter().filter_map(|a| match a {
+            Alias::Addr(at) => Some(*at),
+            Alias::Name(_) => None,
+        });
+        let names = aliases.iter().filter_map(|a| match a {
+            Alias::Name((name, port)) => Some((&**name, *port)),
+            Alias::Addr(_) => None,
+        });
+        let at = std::iter::once(conn.peer).chain(addrs);
+        self.shared.flows.closed(at, names, conn_id(conn));
+    }
+
     /// Marks `conn` for closing (the first reason wins) and has its
     /// reactor close it.
     pub(super) fn close_later(&self, conn: &Conn, reason: CloseReason) {
@@ -144,6 +159,7 @@ impl TcpHub {
             }
             *closing = Some(reason);
         }
+        self.forget_flow(conn, &lock(&conn.aliases));
         {
             let mut tx = lock(&conn.tx);
             if matches!(tx.phase, Phase::Open) {
@@ -308,6 +324,7 @@ impl TcpHub {
                     return;
                 }
                 conns.insert(*at, conn.clone());
+                self.shared.flows.opened(*at, conn.transport, conn_id(conn));
             }
             Alias::Name(key) => {
                 let mut names = lock(&self.names);
@@ -315,6 +332,9 @@ impl TcpHub {
                     return;
                 }
                 names.insert(key.clone(), conn.clone());
+                self.shared
+                    .flows
+                    .aliased(&key.0, key.1, conn.peer, conn_id(conn));
             }
         }
         tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "connection reused for requests to its sent-by (RFC 5923)");
@@ -408,6 +428,9 @@ impl TcpHub {
                 return self.send(dest, other.transport, bytes);
             }
             conns.insert(dest, conn.clone());
+            self.shared
+                .flows
+                .opened(dest, conn.transport, conn_id(&conn));
         }
         self.open.fetch_add(1, Ordering::Relaxed);
         self.shared.metrics.connection_opened(conn.transport, false);
@@ -458,25 +481,6 @@ impl TcpHub {
                 per_ip.remove(&ip);
             }
         }
-    }
-}
-
-impl crate::proto::shared::Flows for TcpHub {
-    fn open(&self, peer: SocketAddr, transport: Transport) -> bool {
-        lock(&self.conns).get(&peer).is_some_and(|c| {
-            same_flow_transport(c.transport, transport)
-                && lock(&c.closing).is_none()
-                && !matches!(lock(&c.tx).phase, Phase::Closed)
-        })
-    }
-
-    fn named(&self, name: &str, port: u16) -> Option<SocketAddr> {
-        let names = lock(&self.names);
-        if names.is_empty() {
-            return None;
-        }
-        let key = (name.to_ascii_lowercase().into_boxed_str(), port);
-        names.get(&key).map(|c| c.peer)
     }
 }
 

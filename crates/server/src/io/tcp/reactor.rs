@@ -25,7 +25,7 @@ impl Reactor {
         poll: Poll,
         listeners: Vec<(mio::net::TcpListener, Token, bool)>,
     ) -> Self {
-        let core = Core::new(hub.shared.clone()).with_flows(hub.clone());
+        let core = Core::new(hub.shared.clone());
         let storage = lock(&hub.storage).another();
         let sender = hub.sender();
         let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);
@@ -354,6 +354,7 @@ impl Reactor {
         m.connection_opened(transport, true);
         // The newest connection from an address is the one to answer on.
         lock(&hub.conns).insert(peer, conn.clone());
+        hub.shared.flows.opened(peer, transport, conn_id(&conn));
         self.locals.insert(
             token,
             Local::new(conn, false, self.hub.limits.keepalive_rate),
@@ -745,6 +746,7 @@ impl Reactor {
         }
         {
             let aliases = std::mem::take(&mut *lock(&conn.aliases));
+            hub.forget_flow(&conn, &aliases);
             let mine = |c: Option<&Arc<Conn>>| c.is_some_and(|c| Arc::ptr_eq(c, &conn));
             let mut conns = lock(&hub.conns);
             for at in std::iter::once(Alias::Addr(conn.peer)).chain(aliases) {

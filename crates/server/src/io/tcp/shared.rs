@@ -245,6 +245,12 @@ pub(super) struct Conn {
 /// A domain name (lower case) and port.
 pub(super) type NameKey = (Box<str>, u16);
 
+/// A connection's identity in the core's table of open flows (unique
+/// while it lives).
+pub(super) fn conn_id(conn: &Conn) -> u64 {
+    conn as *const Conn as u64
+}
+
 /// A sent-by a TLS connection stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Alias {
