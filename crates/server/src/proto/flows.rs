@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
 
-use sip_core::Transport;
+use sip_core::uri::Host;
+use sip_core::{Message, Transport};
 
 use crate::shards::Shards;
 
@@ -29,6 +30,38 @@ pub fn same_flow_transport(a: Transport, b: Transport) -> bool {
                 Transport::Ws | Transport::Wss
             )
         )
+}
+
+/// What an RFC 5923 alias request asks a TLS connection to stand for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AliasTarget {
+    /// An address (its certificate must name the IP).
+    Addr(SocketAddr),
+    /// A domain name, lower case, and port (its certificate must name the
+    /// name).
+    Name(String, u16),
+}
+
+/// The alias a request that came over TLS from `peer` asks for (RFC 5923
+/// §5: a top Via over TLS with `alias`, its sent-by — port 5061 when it
+/// gives none — other than the connection's own peer). Whether the peer's
+/// certificate names it is the connection layer's check; without it the
+/// alias is refused, so a peer can only alias itself.
+pub fn alias_asked(msg: &Message<'_>, peer: SocketAddr) -> Option<AliasTarget> {
+    let via = msg.top_via();
+    if !msg.is_request()
+        || !via.transport_str().eq_ignore_ascii_case("TLS")
+        || via.params().get("alias").is_none()
+    {
+        return None;
+    }
+    let port = via.port().unwrap_or(5061);
+    let target = match via.host() {
+        Host::V4(a) => AliasTarget::Addr((a, port).into()),
+        Host::V6(a) => AliasTarget::Addr((a, port).into()),
+        Host::Name(n) => AliasTarget::Name(n.to_ascii_lowercase(), port),
+    };
+    (target != AliasTarget::Addr(peer)).then_some(target)
 }
 
 /// The open flows; see the module documentation.
@@ -141,6 +174,37 @@ mod tests {
         f.closed([at(1)], [], 8);
         assert!(!f.open(at(1), Transport::Wss));
         assert!(OpenFlows::new(false, RandomState::new()).open(at(1), Transport::Tcp));
+    }
+
+    #[test]
+    fn an_alias_is_asked_by_a_tls_via_with_alias_naming_another_sent_by() {
+        let ask = |via: &str, peer: &str| {
+            let req = format!(
+                "OPTIONS sip:a@b SIP/2.0\r\nVia: {via}\r\nMax-Forwards: 70\r\n\
+                 From: <sip:x@y>;tag=1\r\nTo: <sip:a@b>\r\nCall-ID: c\r\n\
+                 CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+            );
+            let msg = Message::parse(req.as_bytes()).unwrap();
+            alias_asked(&msg, peer.parse().unwrap())
+        };
+        let peer = "192.0.2.1:40000";
+        assert_eq!(
+            ask("SIP/2.0/TLS Peer.Example;branch=z9hG4bK1;alias", peer),
+            Some(AliasTarget::Name("peer.example".into(), 5061))
+        );
+        assert_eq!(
+            ask("SIP/2.0/TLS 192.0.2.1:5061;branch=z9hG4bK1;alias", peer),
+            Some(AliasTarget::Addr("192.0.2.1:5061".parse().unwrap()))
+        );
+        assert_eq!(
+            ask("SIP/2.0/TLS 192.0.2.1:40000;branch=z9hG4bK1;alias", peer),
+            None
+        );
+        assert_eq!(ask("SIP/2.0/TLS peer.example;branch=z9hG4bK1", peer), None);
+        assert_eq!(
+            ask("SIP/2.0/TCP peer.example;branch=z9hG4bK1;alias", peer),
+            None
+        );
     }
 
     #[test]

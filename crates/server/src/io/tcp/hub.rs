@@ -20,6 +20,7 @@ use crate::io::wake::Wakers;
 use crate::proto::branch::Key;
 use crate::proto::core::Transport;
 use crate::proto::effects::Sends;
+use crate::proto::flows::{alias_asked, AliasTarget};
 use crate::proto::metrics::CloseReason;
 use crate::proto::shared::Shared;
 
@@ -273,29 +274,17 @@ impl TcpHub {
         let Ok(msg) = sip_core::Message::parse(bytes) else {
             return;
         };
-        let via = msg.top_via();
-        if !msg.is_request()
-            || !via.transport_str().eq_ignore_ascii_case("TLS")
-            || via.params().get("alias").is_none()
-        {
-            return;
-        }
-        let port = via.port().unwrap_or(5061);
         // The alias, and the name its certificate must carry for it.
-        let (alias, server_name) = match via.host() {
-            sip_core::uri::Host::V4(a) => (Alias::Addr((a, port).into()), IpAddr::V4(a).into()),
-            sip_core::uri::Host::V6(a) => (Alias::Addr((a, port).into()), IpAddr::V6(a).into()),
-            sip_core::uri::Host::Name(n) => {
-                let name = n.to_ascii_lowercase();
+        let (alias, server_name) = match alias_asked(&msg, conn.peer) {
+            None => return,
+            Some(AliasTarget::Addr(at)) => (Alias::Addr(at), ServerName::from(at.ip())),
+            Some(AliasTarget::Name(name, port)) => {
                 let Ok(server_name) = ServerName::try_from(name.clone()) else {
                     return;
                 };
                 (Alias::Name((name.into(), port)), server_name)
             }
         };
-        if alias == Alias::Addr(conn.peer) {
-            return;
-        }
         let named = {
             let tx = lock(&conn.tx);
             let leaf = tx
