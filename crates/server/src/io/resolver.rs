@@ -782,7 +782,7 @@ impl Worker {
             &mut self.out,
             |core, reply, out| {
                 sender.send_all(core.extra());
-                sender.reply(reply, out);
+                sender.reply(reply, out, core.sent_key());
             },
         );
     }
@@ -799,7 +799,7 @@ impl Worker {
             &mut self.out,
         );
         self.sender.send_all(self.core.extra());
-        self.sender.reply(reply, &self.out);
+        self.sender.reply(reply, &self.out, self.core.sent_key());
     }
 }
 

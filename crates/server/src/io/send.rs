@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::io::wake::Wakers;
+use crate::proto::branch::Key;
 use crate::proto::core::{Reply, Transport};
 use crate::proto::effects::Sends;
 use crate::proto::shared::Shared;
@@ -23,7 +24,9 @@ pub trait Connections: std::fmt::Debug + Send + Sync {
     /// Sends on the connection to `dest` (opening one if needed, without
     /// blocking the caller on the connect); a message for a transport it
     /// does not carry is dropped and counted.
-    fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8]);
+    /// `key`: the transaction (and try) a forwarded request belongs to,
+    /// failed at once when it cannot be carried.
+    fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8], key: Option<(Key, u8)>);
 }
 
 /// Sends by transport.
@@ -56,6 +59,18 @@ impl Sender {
     /// counted as dropped (and, for a forwarded request, answered 503 by
     /// its transaction).
     pub fn send(&self, bytes: &[u8], dest: SocketAddr, transport: Transport) {
+        self.send_keyed(bytes, dest, transport, None);
+    }
+
+    /// [`send`](Self::send) for a request sent as try `key.1` of the
+    /// stateful proxy's transaction `key.0`.
+    pub fn send_keyed(
+        &self,
+        bytes: &[u8],
+        dest: SocketAddr,
+        transport: Transport,
+        key: Option<(Key, u8)>,
+    ) {
         match (transport, &self.udp, &self.hub) {
             (Transport::Udp, Some(udp), _) => {
                 self.shared.sending(bytes, dest, Transport::Udp);
@@ -64,7 +79,7 @@ impl Sender {
                 }
             }
             (_, _, Some(hub)) if transport != Transport::Udp => {
-                hub.send_on(dest, transport, bytes);
+                hub.send_on(dest, transport, bytes, key);
             }
             _ => {
                 self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
@@ -109,8 +124,8 @@ impl Sender {
     /// every message in `sends`, in order, wakes the threads it asks for
     /// and logs the next hops that failed.
     pub fn send_all(&self, sends: &Sends) {
-        for (bytes, (dest, transport)) in sends.iter() {
-            self.send(bytes, dest, transport);
+        for (bytes, (dest, transport), key) in sends.keyed() {
+            self.send_keyed(bytes, dest, transport, key);
         }
         self.wakers.wake(sends.wake());
         for ((to, transport), skip) in sends.failed_hops() {
@@ -118,10 +133,11 @@ impl Sender {
         }
     }
 
-    /// Carries out a core's reply for the message in `out`.
-    pub fn reply(&self, reply: Reply, out: &[u8]) {
+    /// Carries out a core's reply for the message in `out`; `key`: the
+    /// transaction of the request it sends (`Core::sent_key`), if any.
+    pub fn reply(&self, reply: Reply, out: &[u8], key: Option<(Key, u8)>) {
         if let Reply::Send(dest, transport) = reply {
-            self.send(out, dest, transport);
+            self.send_keyed(out, dest, transport, key);
         }
     }
 }

@@ -229,7 +229,7 @@ fn worker(
                         core.shared().sending(out, dest, Transport::Udp);
                         tx.commit(dest);
                     }
-                    other => sender.reply(other, out),
+                    other => sender.reply(other, out, core.sent_key()),
                 }
             }
             // Over a shared store, a full batch means more are queued: take
@@ -283,7 +283,7 @@ fn answer_stored(
             tx.next_buf().extend_from_slice(out);
             tx.commit(dest);
         }
-        other => sender.reply(other, out),
+        other => sender.reply(other, out, None),
     });
     if tx.flush(sock) {
         sender.udp_errors();

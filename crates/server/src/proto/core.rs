@@ -18,6 +18,7 @@ use sip_core::writer::{write_error_response, write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
 
 use crate::proto::auth::{AuthFailure, AuthResult};
+use crate::proto::branch::Key;
 use crate::proto::effects::Sends;
 use crate::proto::guard::Verdict;
 use crate::proto::location::{Binding, Prepared, Record, StoreError};
@@ -185,6 +186,9 @@ pub struct Core {
     pub(super) events: Vec<Event>,
     /// A name was asked of the resolver while handling this message.
     asked: std::cell::Cell<bool>,
+    /// The transaction and try of the request the last reply sends, when
+    /// the stateful proxy forwarded one.
+    pub(super) sent: Option<(Key, u8)>,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -346,6 +350,7 @@ impl Core {
             pending: None,
             events: Vec::new(),
             asked: std::cell::Cell::new(false),
+            sent: None,
         }
     }
 
@@ -368,6 +373,13 @@ impl Core {
     /// The shared state.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// The transaction (and try) of the request the last reply sends, when
+    /// the stateful proxy forwarded one: a connection that cannot carry it
+    /// fails that transaction.
+    pub fn sent_key(&self) -> Option<(Key, u8)> {
+        self.sent
     }
 
     /// Messages the last [`handle`](Self::handle) produced besides its
@@ -683,6 +695,7 @@ impl Core {
         self.transport = transport;
         self.sends.clear();
         self.events.clear();
+        self.sent = None;
         if let Some((prepared, _, _)) = self.pending.take() {
             // A driver that did not store the last change: it never
             // happened (and its AoR is free again).

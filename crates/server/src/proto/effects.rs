@@ -6,6 +6,8 @@ use std::ops::Range;
 
 use sip_core::Transport;
 
+use crate::proto::branch::Key;
+
 /// A destination: address and transport.
 pub type Hop = (SocketAddr, Transport);
 
@@ -19,12 +21,16 @@ pub struct Wake {
     pub names: bool,
 }
 
+/// A queued message: where its bytes are, where it goes, and the
+/// transaction and try of a request.
+type Item = (Range<usize>, Hop, Option<(Key, u8)>);
+
 /// What a decision produced besides its reply: messages to send, packed
 /// into one reused buffer, threads to wake, next hops that failed.
 #[derive(Debug, Default)]
 pub struct Sends {
-    pub(super) buf: Vec<u8>,
-    pub(super) items: Vec<(Range<usize>, Hop)>,
+    buf: Vec<u8>,
+    items: Vec<Item>,
     pub(super) wake: Wake,
     pub(super) failed: Vec<(Hop, u32)>,
 }
@@ -32,14 +38,35 @@ pub struct Sends {
 impl Sends {
     /// Queues a copy of `bytes` for `to`.
     pub fn push(&mut self, bytes: &[u8], to: Hop) {
+        self.push_keyed(bytes, to, None);
+    }
+
+    /// Queues a copy of the request `bytes` for `to`, sent as try `key.1`
+    /// of the transaction `key.0` (so a connection that cannot carry it
+    /// fails that transaction without reading the bytes again).
+    pub fn push_request(&mut self, bytes: &[u8], to: Hop, key: (Key, u8)) {
+        self.push_keyed(bytes, to, Some(key));
+    }
+
+    fn push_keyed(&mut self, bytes: &[u8], to: Hop, key: Option<(Key, u8)>) {
         let start = self.buf.len();
         self.buf.extend_from_slice(bytes);
-        self.items.push((start..self.buf.len(), to));
+        self.items.push((start..self.buf.len(), to, key));
     }
 
     /// The queued messages, in order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Hop)> {
-        self.items.iter().map(|(r, h)| (&self.buf[r.clone()], *h))
+        self.items
+            .iter()
+            .map(|(r, h, _)| (&self.buf[r.clone()], *h))
+    }
+
+    /// The queued messages, in order, each with the transaction it is a
+    /// request of (`None`: a response, an ACK).
+    pub fn keyed(&self) -> impl Iterator<Item = (&[u8], Hop, Option<(Key, u8)>)> {
+        self.items
+            .iter()
+            .map(|(r, h, k)| (&self.buf[r.clone()], *h, *k))
     }
 
     /// Whether no message is queued.

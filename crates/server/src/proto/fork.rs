@@ -302,6 +302,12 @@ mod table {
     impl Fixture {
         /// What was sent since the last call, as `WHAT->PORT`.
         fn sent(&mut self) -> Vec<String> {
+            for (b, _, key) in self.sends.keyed() {
+                let m = Message::parse(b).unwrap();
+                let want = (m.is_request() && m.method() != sip_core::Method::Ack)
+                    .then(|| Key::with_try(&m).unwrap());
+                assert_eq!(key, want, "{}", String::from_utf8_lossy(b));
+            }
             let out = self
                 .sends
                 .iter()

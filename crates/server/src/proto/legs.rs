@@ -156,6 +156,8 @@ pub(super) struct Branch {
     /// `None` while the branch waits for its q group (§16.6: serial
     /// search), and for good if an earlier group answered.
     pub(super) client: Option<Client>,
+    /// The transaction its request is sent as (its try number aside).
+    pub(super) key: Key,
     pub(super) downstream: Hop,
     /// The request as forwarded: resent by timers A/E, and the source of
     /// CANCEL and ACK.
@@ -217,6 +219,11 @@ impl Branch {
         });
         self.timer_c = invite.then(|| now + TIMER_C);
         self.failover_at = self.route.as_ref().and(failover).map(|d| now + d);
+    }
+
+    /// What it sends: the request, as its transaction's current try.
+    pub(super) fn sent(&self) -> (Key, u8) {
+        (self.key, self.tries)
     }
 
     /// The client transaction gave up (timeout or transport failure).

@@ -898,6 +898,10 @@ impl Core {
                     &mut self.sends,
                     &self.shared.metrics,
                 );
+                if started.is_ok() {
+                    // The reply's request is the first branch's first try.
+                    self.sent = Some((key, 0));
+                }
                 match started {
                     Ok(()) if !self.forks.is_empty() => {
                         let m = &self.shared.metrics;

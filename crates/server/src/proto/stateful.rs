@@ -107,9 +107,14 @@ impl Shard {
                 continue;
             }
             let (downstream, tries) = (b.downstream, b.tries);
-            sends.push(&bytes, downstream);
+            let ckey = Key {
+                branch: key.branch | (i as u64) << FORK_SHIFT,
+                cancel: true,
+            };
+            sends.push_request(&bytes, downstream, (ckey, tries));
             let mut branch = Branch {
                 client: None,
+                key: ckey,
                 downstream,
                 forwarded: bytes,
                 ack: Vec::new(),
@@ -132,10 +137,6 @@ impl Shard {
                 cancelled: false,
                 scheduled: None,
                 counted: 0,
-            };
-            let ckey = Key {
-                branch: key.branch | (i as u64) << FORK_SHIFT,
-                cancel: true,
             };
             match self.map.insert(ckey, c) {
                 None => {
@@ -226,7 +227,7 @@ impl Entry {
             let invite = self.invite();
             for b in self.branches.iter_mut().filter(|b| b.group == group) {
                 b.begin(invite, now, timers, failover);
-                sends.push(&b.forwarded, b.downstream);
+                sends.push_request(&b.forwarded, b.downstream, b.sent());
             }
             return Upstream::Absorbed;
         }
@@ -353,7 +354,7 @@ impl Transactions {
             b.timer_c = None;
         }
         b.ack.clear();
-        sends.push(&b.forwarded, b.downstream);
+        sends.push_request(&b.forwarded, b.downstream, b.sent());
         metrics.hop_failovers.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -489,8 +490,13 @@ impl Transactions {
         let mut branches: Vec<Branch> = targets
             .into_iter()
             .take(MAX_BRANCHES)
-            .map(|t| Branch {
+            .enumerate()
+            .map(|(i, t)| Branch {
                 client: None,
+                key: Key {
+                    branch: key.branch | (i as u64) << FORK_SHIFT,
+                    cancel: false,
+                },
                 downstream: t.hop,
                 forwarded: t.forwarded.to_vec(),
                 ack: Vec::new(),
@@ -507,7 +513,7 @@ impl Transactions {
             if b.group == first {
                 b.begin(invite, now, self.timers, self.failover_after);
                 if i > 0 {
-                    sends.push(&b.forwarded, b.downstream);
+                    sends.push_request(&b.forwarded, b.downstream, b.sent());
                 }
             }
         }
@@ -802,7 +808,7 @@ impl Transactions {
             };
             let c = client.on_timer(now);
             if c.retransmit && !b.forwarded.is_empty() {
-                sends.push(&b.forwarded, b.downstream);
+                sends.push_request(&b.forwarded, b.downstream, b.sent());
             }
             // Not a word from a next hop found by DNS, or its transaction
             // timed out: another of its addresses, if there is one.

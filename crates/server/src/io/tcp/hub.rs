@@ -179,13 +179,14 @@ impl TcpHub {
         dest: SocketAddr,
         transport: Transport,
         bytes: &[u8],
+        key: Option<(Key, u8)>,
     ) -> io::Result<()> {
         let websocket = matches!(transport, Transport::Ws | Transport::Wss);
         if !matches!(transport, Transport::Tcp | Transport::Tls) && !websocket {
             // No listener or connector for it (SCTP): the message cannot
             // leave; a forwarded request is answered 503.
             self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
-            self.undeliverable(bytes);
+            self.undeliverable(key);
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("no {} transport to reach {dest}", transport.as_str()),
@@ -196,21 +197,30 @@ impl TcpHub {
             if websocket {
                 // Browsers are only reached on the connection they opened.
                 self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
-                self.undeliverable(bytes);
+                self.undeliverable(key);
                 return Err(io::Error::other(format!(
                     "no {} connection from {dest}",
                     transport.as_str()
                 )));
             }
-            return self.connect_then_send(dest, transport, bytes);
+            return self.connect_then_send(dest, transport, bytes, key);
         };
         if websocket {
             // Watched before it can reach the browser: a browser that
             // closes as soon as it has the request must find it among
             // the connection's requests when the reactor closes it.
-            self.watch(&conn, bytes);
+            self.watch(&conn, key);
         }
-        let queued = lock(&conn.tx).queue(bytes, self.limits.queue_bytes);
+        let queued = {
+            let mut tx = lock(&conn.tx);
+            let connecting = matches!(tx.phase, Phase::Connecting(_));
+            let queued = tx.queue(bytes, self.limits.queue_bytes);
+            if let (Ok(()), true, Some(k)) = (&queued, connecting, key) {
+                // Failed with the connect, if it fails.
+                lock(&conn.waiting).push(k);
+            }
+            queued
+        };
         match queued {
             Ok(()) => {
                 self.shared.sending(bytes, dest, conn.transport);
@@ -224,7 +234,7 @@ impl TcpHub {
                 };
                 self.close_later(&conn, reason);
                 self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
-                self.undeliverable(bytes);
+                self.undeliverable(key);
                 Err(io::Error::other(match e {
                     QueueError::Full => "the peer does not read: closed as a slow reader",
                     QueueError::Closed => "the connection is closed",
@@ -234,27 +244,16 @@ impl TcpHub {
     }
 
     /// A message could not be sent. For a request the stateful proxy
-    /// forwarded, its transaction answers the caller (503) at once.
-    pub(super) fn undeliverable(self: &Arc<Self>, bytes: &[u8]) {
-        if let Some(key) = self.request_key(bytes) {
+    /// forwarded (`key`), its transaction answers the caller (503) at once.
+    pub(super) fn undeliverable(self: &Arc<Self>, key: Option<(Key, u8)>) {
+        if let Some(key) = key {
             self.transport_failed(&[key]);
         }
     }
 
-    /// The transaction of a request the stateful proxy forwarded, and
-    /// which try of it the request is.
-    pub(super) fn request_key(&self, bytes: &[u8]) -> Option<(Key, u8)> {
-        self.shared.transactions.as_ref()?;
-        if bytes.starts_with(b"SIP/2.0 ") {
-            return None;
-        }
-        let msg = sip_core::Message::parse(bytes).ok()?;
-        Key::with_try(&msg).filter(|_| msg.is_request())
-    }
-
     /// Remembers a forwarded request sent over a WebSocket connection.
-    pub(super) fn watch(&self, conn: &Conn, bytes: &[u8]) {
-        if let Some(key) = self.request_key(bytes) {
+    pub(super) fn watch(&self, conn: &Conn, key: Option<(Key, u8)>) {
+        if let Some(key) = key {
             let mut r = lock(&conn.requests);
             if r.len() == MAX_REQUESTS_WATCHED {
                 r.remove(0);
@@ -346,10 +345,11 @@ impl TcpHub {
         dest: SocketAddr,
         transport: Transport,
         bytes: &[u8],
+        key: Option<(Key, u8)>,
     ) -> io::Result<()> {
         let refuse = |hub: &Arc<Self>, why: &str| {
             hub.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
-            hub.undeliverable(bytes);
+            hub.undeliverable(key);
             Err(io::Error::other(format!("{dest}: {why}")))
         };
         // A TLS next hop is named by address here, so its certificate must
@@ -405,6 +405,7 @@ impl TcpHub {
             }),
             closing: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            waiting: Mutex::new(key.into_iter().collect()),
             registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
         });
@@ -414,7 +415,7 @@ impl TcpHub {
                 // Another sender connected meanwhile: use its connection.
                 drop(conns);
                 pending.fetch_sub(1, Ordering::AcqRel);
-                return self.send(dest, other.transport, bytes);
+                return self.send(dest, other.transport, bytes, key);
             }
             conns.insert(dest, conn.clone());
             self.shared
@@ -474,7 +475,13 @@ impl TcpHub {
 }
 
 impl Connections for Arc<TcpHub> {
-    fn send_on(&self, dest: SocketAddr, transport: Transport, bytes: &[u8]) {
-        let _ = self.send(dest, transport, bytes);
+    fn send_on(
+        &self,
+        dest: SocketAddr,
+        transport: Transport,
+        bytes: &[u8],
+        key: Option<(Key, u8)>,
+    ) {
+        let _ = self.send(dest, transport, bytes, key);
     }
 }

@@ -346,6 +346,7 @@ impl Reactor {
             }),
             closing: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            waiting: Mutex::new(Vec::new()),
             registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
         });
@@ -396,6 +397,7 @@ impl Reactor {
             };
             if let Some(l) = self.locals.get_mut(&t) {
                 l.connecting = false;
+                lock(&l.conn.waiting).clear();
             }
             for p in pending {
                 if tx.queue(&p, usize::MAX).is_err() {
@@ -628,7 +630,7 @@ impl Reactor {
         // Extras first: a 100 Trying must not trail the answers the
         // forwarded INVITE draws.
         self.sender.send_all(self.core.extra());
-        self.sender.reply(reply, &self.out);
+        self.sender.reply(reply, &self.out, self.core.sent_key());
         if self.deferred.len() >= MAX_DEFERRED {
             self.commit();
         }
@@ -647,7 +649,7 @@ impl Reactor {
         drop(held);
         let sender = &self.sender;
         self.deferred
-            .send_ready(|reply, out| sender.reply(reply, out));
+            .send_ready(|reply, out| sender.reply(reply, out, None));
     }
 
     /// Closes connections past a deadline.
@@ -739,9 +741,14 @@ impl Reactor {
                 .metrics
                 .tcp_connects_pending
                 .fetch_sub(1, Ordering::AcqRel);
-            for bytes in p {
-                hub.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
-                hub.undeliverable(&bytes);
+            let dropped = p.len() as u64;
+            hub.shared
+                .metrics
+                .dropped
+                .fetch_add(dropped, Ordering::Relaxed);
+            let waiting = std::mem::take(&mut *lock(&conn.waiting));
+            if !waiting.is_empty() {
+                hub.transport_failed(&waiting);
             }
         }
         {

@@ -233,6 +233,9 @@ pub(super) struct Conn {
     /// still unanswered fail at once (503 upstream) instead of after
     /// timer B or C.
     pub(super) requests: Mutex<Vec<(Key, u8)>>,
+    /// The forwarded requests queued while it connects: failed at once
+    /// if the connect fails (bounded as the queue is).
+    pub(super) waiting: Mutex<Vec<(Key, u8)>>,
     /// WebSocket: the addresses-of-record registered over it (at most
     /// [`MAX_AORS_REGISTERED`]): when it closes, their bindings on it are
     /// dropped, since a browser is never reached on another connection.
