@@ -90,6 +90,36 @@ impl Sends {
         &self.failed
     }
 
+    /// Checks that every request queued carries the transaction and try
+    /// its bytes name (the connection layer fails it by that key without
+    /// reading them); responses and ACKs carry none.
+    #[cfg(test)]
+    pub(crate) fn assert_keys_match(&self) {
+        for (b, _, key) in self.keyed() {
+            let m = sip_core::Message::parse(b).expect("a message");
+            let want = (m.is_request() && m.method() != sip_core::Method::Ack)
+                .then(|| Key::with_try(&m).expect("this proxy's branch"));
+            assert_eq!(key, want, "{}", String::from_utf8_lossy(b));
+        }
+    }
+
+    /// What is queued, as `WHAT->PORT` (a status or a method), after
+    /// [`assert_keys_match`](Self::assert_keys_match).
+    #[cfg(test)]
+    pub(crate) fn summary(&self) -> Vec<String> {
+        self.assert_keys_match();
+        self.iter()
+            .map(|(b, (a, _))| {
+                let m = sip_core::Message::parse(b).expect("a message");
+                let what = match m.status() {
+                    Some(s) => s.as_u16().to_string(),
+                    None => m.method().as_str().to_owned(),
+                };
+                format!("{what}->{}", a.port())
+            })
+            .collect()
+    }
+
     /// Forgets everything queued, keeping the capacity.
     pub fn clear(&mut self) {
         self.buf.clear();

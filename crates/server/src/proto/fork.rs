@@ -302,24 +302,7 @@ mod table {
     impl Fixture {
         /// What was sent since the last call, as `WHAT->PORT`.
         fn sent(&mut self) -> Vec<String> {
-            for (b, _, key) in self.sends.keyed() {
-                let m = Message::parse(b).unwrap();
-                let want = (m.is_request() && m.method() != sip_core::Method::Ack)
-                    .then(|| Key::with_try(&m).unwrap());
-                assert_eq!(key, want, "{}", String::from_utf8_lossy(b));
-            }
-            let out = self
-                .sends
-                .iter()
-                .map(|(b, (a, _))| {
-                    let m = Message::parse(b).unwrap();
-                    let what = match m.status() {
-                        Some(s) => s.as_u16().to_string(),
-                        None => m.method().as_str().to_owned(),
-                    };
-                    format!("{what}->{}", a.port())
-                })
-                .collect();
+            let out = self.sends.summary();
             self.sends.clear();
             out
         }

@@ -408,8 +408,8 @@ mod tests {
         let now = Instant::now();
         let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
         assert_eq!(t.find("a.test", None, Transport::Udp, now), Found::Asked);
-        for _ in 0..MAX_PARKED_PER_NAME {
-            let p = t.park(
+        let park = || {
+            t.park(
                 "a.test",
                 None,
                 Transport::Udp,
@@ -417,19 +417,12 @@ mod tests {
                 src,
                 Transport::Udp,
                 now,
-            );
-            assert_eq!(p, Park::Parked);
+            )
+        };
+        for _ in 0..MAX_PARKED_PER_NAME {
+            assert_eq!(park(), Park::Parked);
         }
-        let p = t.park(
-            "a.test",
-            None,
-            Transport::Udp,
-            b"x",
-            src,
-            Transport::Udp,
-            now,
-        );
-        assert_eq!(p, Park::Full);
+        assert_eq!(park(), Park::Full);
         let big = vec![b'x'; MAX_PARKED_BYTES];
         assert_eq!(t.find("b.test", None, Transport::Udp, now), Found::Asked);
         let p = t.park(

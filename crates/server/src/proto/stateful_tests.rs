@@ -53,30 +53,8 @@ fn started(t0: Instant, down: Transport) -> (Transactions, Metrics, Sends) {
     (tx, m, sends)
 }
 
-/// Every request queued carries the transaction and try its bytes name
-/// (the connection layer fails it by that key without reading them).
-fn keys_match(sends: &Sends) {
-    for (b, _, key) in sends.keyed() {
-        let m = Message::parse(b).unwrap();
-        let want = (m.is_request() && m.method() != Method::Ack)
-            .then(|| crate::proto::branch::Key::with_try(&m).unwrap());
-        assert_eq!(key, want, "{}", String::from_utf8_lossy(b));
-    }
-}
-
 fn statuses(sends: &Sends) -> Vec<String> {
-    keys_match(sends);
-    sends
-        .iter()
-        .map(|(b, (a, _))| {
-            let m = Message::parse(b).unwrap();
-            let what = match m.status() {
-                Some(s) => s.as_u16().to_string(),
-                None => m.method().as_str().to_owned(),
-            };
-            format!("{what}->{}", a.port())
-        })
-        .collect()
+    sends.summary()
 }
 
 /// A storm of INVITEs to a callee that never answers: the table stops
