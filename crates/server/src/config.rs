@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use sip_core::digest::Algorithm;
 
+use crate::config_media::MediaSettings;
+
 /// How hard a journal write tries to reach stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -312,6 +314,8 @@ pub struct Config {
     pub http_token: Option<String>,
     /// How next hops named by domains are resolved.
     pub dns: DnsSettings,
+    /// Calls' media through rtpengine relays (`[media]`).
+    pub media: MediaSettings,
 }
 
 /// Resolving next hops named by domain names (`[dns]`, RFC 3263 without
@@ -609,6 +613,7 @@ impl Default for Config {
             trace: None,
             http_token: None,
             dns: DnsSettings::default(),
+            media: MediaSettings::default(),
         }
     }
 }
@@ -785,6 +790,24 @@ pub fn redact(url: &str) -> String {
 }
 
 impl Config {
+    /// Why the `[media]` settings cannot run with the rest: only a
+    /// stateful proxy's transactions can hold what the relay answers.
+    pub fn media_problem(&self) -> Option<String> {
+        if !self.media.on() {
+            return None;
+        }
+        if self.mode != Mode::Proxy || !self.stateful {
+            return Some(format!(
+                "mode {:?} relays calls through the stateful proxy: serve with --mode proxy --stateful",
+                self.media.mode.as_str()
+            ));
+        }
+        if self.media.relays.relays.is_empty() {
+            return Some("no relay: give [media] relays".into());
+        }
+        None
+    }
+
     /// A SIP listener beyond loopback when authentication is off and
     /// `insecure_no_auth` was not given: such a server is an open
     /// registrar and proxy, so it is an explicit opt-in.

@@ -16,7 +16,9 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod config_dns;
 mod config_file;
+pub mod config_media;
 pub mod fuzzing;
 pub mod io;
 pub mod proto;

@@ -112,6 +112,7 @@ fn media(call_id: &str, to_tag: Option<&str>, body: String) -> Media {
         flags: vec!["trust-address".into()],
         replace: vec!["origin".into(), "session-connection".into()],
         options: vec![("ICE".into(), "remove".into())],
+        ..Media::default()
     }
 }
 
@@ -232,4 +233,328 @@ fn an_offer_fails_over_from_a_silent_relay_to_a_live_one() {
     let mut lonely =
         Relays::open(settings(&[(dead, 1)], 100), "127.0.0.1:0".parse().unwrap()).unwrap();
     assert_eq!(lonely.call(&Command::Ping), Err(Failure::Timeout));
+}
+
+// --- Calls through the stateful proxy with `[media]` on ---------------
+
+use sipsec_server::config_media::{MediaMode, MediaSettings, RelayFailure};
+use sipsec_server::{start, Config, Mode, Started};
+
+fn proxy(name: &str, media: MediaSettings) -> Started {
+    let dir = std::env::temp_dir().join(format!("sipsec-media-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    start(Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 2,
+        data_dir: dir,
+        media,
+        ..Config::default()
+    })
+    .expect("server starts")
+}
+
+fn media_settings(relay: SocketAddr, timeout_ms: u64, on_failure: RelayFailure) -> MediaSettings {
+    MediaSettings {
+        mode: MediaMode::Always,
+        relays: Settings {
+            tries: 1,
+            ..settings(&[(relay, 1)], timeout_ms)
+        },
+        on_failure,
+        ..MediaSettings::default()
+    }
+}
+
+fn udp() -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s
+}
+
+/// The next SIP message on `s` that is not a 100 Trying.
+fn recv_sip(s: &UdpSocket) -> String {
+    let mut b = [0u8; 8192];
+    loop {
+        let n = s.recv(&mut b).expect("a SIP message in time");
+        let m = String::from_utf8_lossy(&b[..n]).into_owned();
+        if !m.starts_with("SIP/2.0 100 ") {
+            return m;
+        }
+    }
+}
+
+fn header<'a>(msg: &'a str, name: &str) -> &'a str {
+    msg.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+        .unwrap_or("")
+}
+
+fn body(msg: &str) -> &str {
+    msg.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+/// Registers `user` at `phone`'s address.
+fn register(srv: SocketAddr, phone: &UdpSocket, user: &str) {
+    let at = phone.local_addr().expect("addr");
+    let reg = format!(
+        "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {at};branch=z9hG4bK-reg-{user}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:{user}@localhost>;tag=r\r\nTo: <sip:{user}@localhost>\r\n\
+         Call-ID: reg-{user}\r\nCSeq: 1 REGISTER\r\nContact: <sip:{user}@{at}>\r\n\
+         Expires: 600\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(reg.as_bytes(), srv).expect("send");
+    let ok = recv_sip(phone);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+}
+
+fn invite(from: &UdpSocket, call: &str, sdp: &str) -> String {
+    let me = from.local_addr().expect("addr");
+    let branch = call.replace(['@', '.'], "-");
+    format!(
+        "INVITE sip:bob@localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-{branch};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@localhost>;tag=alice-tag\r\nTo: <sip:bob@localhost>\r\n\
+         Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\n\
+         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+        sdp.len()
+    )
+}
+
+/// The callee's answer to `request` with `status` (and `sdp`).
+fn answer(request: &str, status: &str, sdp: &str, contact: SocketAddr) -> String {
+    let mut lines = String::new();
+    for l in request.split("\r\n").skip(1) {
+        let name = l
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if l.is_empty() {
+            break;
+        }
+        if matches!(
+            name.as_str(),
+            "via" | "from" | "call-id" | "cseq" | "record-route"
+        ) {
+            lines.push_str(l);
+            lines.push_str("\r\n");
+        } else if name == "to" {
+            lines.push_str(&format!("{l};tag=bob-tag\r\n"));
+        }
+    }
+    let ct = if sdp.is_empty() {
+        String::new()
+    } else {
+        "Content-Type: application/sdp\r\n".to_owned()
+    };
+    format!(
+        "SIP/2.0 {status}\r\n{lines}Contact: <sip:bob@{contact}>\r\n{ct}Content-Length: {}\r\n\r\n{sdp}",
+        sdp.len()
+    )
+}
+
+/// A minimal RTP packet (version 2, PCMU) carrying `marker` as payload.
+fn rtp(seq: u16, marker: u8) -> Vec<u8> {
+    let mut p = vec![0x80, 0, 0, 0, 0, 0, 0, 160, 0x12, 0x34, 0x56, 0x78];
+    p[2..4].copy_from_slice(&seq.to_be_bytes());
+    p.extend(std::iter::repeat_n(marker, 160));
+    p
+}
+
+/// Sends RTP from `from` to `to` until `at` receives one of them (the
+/// relay forwards once it has learned both ends): the marker seen.
+fn media_crosses(from: &UdpSocket, to: SocketAddr, at: &UdpSocket, marker: u8) -> bool {
+    at.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let mut b = [0u8; 2048];
+    for seq in 0..50u16 {
+        from.send_to(&rtp(seq, marker), to).expect("send rtp");
+        if let Ok(n) = at.recv(&mut b) {
+            if n == 172 && b[12] == marker {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Queries the relay until `call` is gone (a delete sent by the media
+/// thread), or gives up after ten seconds.
+fn gone_from(engine: &Rtpengine, call: &str) -> bool {
+    let mut relays = Relays::open(
+        settings(&[(engine.ng, 1)], 500),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let q = relays.call(&Command::Query {
+            call_id: call.into(),
+        });
+        if matches!(q, Ok(Reply::Error(_))) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Two phones call through the proxy with `mode = "always"` and a real
+/// rtpengine: each SDP the other side sees names the relay's ports, RTP
+/// crosses the relay both ways, and the BYE deletes the call there.
+#[test]
+fn a_relayed_call_carries_media_both_ways_and_its_bye_deletes_it() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "always",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    let (alice_rtp, bob_rtp) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let call = "relayed-call@sipsec.test";
+    let offer = sdp("127.0.0.1", alice_rtp.local_addr().unwrap().port());
+    alice
+        .send_to(invite(&alice, call, &offer).as_bytes(), srv)
+        .unwrap();
+    let inv = recv_sip(&bob);
+    assert!(inv.starts_with("INVITE "), "{inv}");
+    let (_, to_bob) = relayed(body(&inv));
+    assert_ne!(to_bob, alice_rtp.local_addr().unwrap().port(), "{inv}");
+    assert_eq!(
+        header(&inv, "Content-Length"),
+        body(&inv).len().to_string(),
+        "{inv}"
+    );
+    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
+    let ok = answer(&inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    let ok = recv_sip(&alice);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    let (_, to_alice) = relayed(body(&ok));
+    assert_ne!(to_alice, bob_rtp.local_addr().unwrap().port(), "{ok}");
+    let relay = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        media_crosses(&alice_rtp, relay(to_alice), &bob_rtp, 0xa1),
+        "alice → bob through the relay"
+    );
+    assert!(
+        media_crosses(&bob_rtp, relay(to_bob), &alice_rtp, 0xb0),
+        "bob → alice through the relay"
+    );
+    // The BYE follows the recorded route, through the proxy.
+    let route = header(&ok, "Record-Route").to_owned();
+    let me = alice.local_addr().unwrap();
+    let bye = format!(
+        "BYE sip:bob@{} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-bye;rport\r\n\
+         Route: {route}\r\nMax-Forwards: 70\r\nFrom: <sip:alice@localhost>;tag=alice-tag\r\n\
+         To: <sip:bob@localhost>;tag=bob-tag\r\nCall-ID: {call}\r\nCSeq: 2 BYE\r\n\
+         Content-Length: 0\r\n\r\n",
+        bob.local_addr().unwrap()
+    );
+    alice.send_to(bye.as_bytes(), srv).unwrap();
+    let bye = recv_sip(&bob);
+    assert!(bye.starts_with("BYE "), "{bye}");
+    assert!(
+        gone_from(&engine, call),
+        "the BYE deleted the call at the relay"
+    );
+    let status = s.handle.shared().media.as_ref().expect("media on");
+    assert_eq!(status.sizes(), (0, 0));
+}
+
+/// A CANCEL ends a relayed call that was never answered: nothing is left
+/// in the relay.
+#[test]
+fn a_cancelled_call_leaves_nothing_in_the_relay() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "cancel",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let call = "cancelled-call@sipsec.test";
+    let inv = invite(&alice, call, &sdp("127.0.0.1", 40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob = recv_sip(&bob);
+    let ringing = answer(&to_bob, "180 Ringing", "", bob.local_addr().unwrap());
+    bob.send_to(ringing.as_bytes(), srv).unwrap();
+    assert!(recv_sip(&alice).starts_with("SIP/2.0 180 "));
+    let cancel = inv
+        .replacen("INVITE sip:", "CANCEL sip:", 1)
+        .replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL");
+    let cancel = format!(
+        "{}Content-Length: 0\r\n\r\n",
+        cancel.split("Content-Type").next().unwrap()
+    );
+    alice.send_to(cancel.as_bytes(), srv).unwrap();
+    assert!(
+        recv_sip(&alice).starts_with("SIP/2.0 200 "),
+        "CANCEL answered"
+    );
+    assert!(gone_from(&engine, call));
+}
+
+/// No relay answers: with `refuse` the caller gets 503 with Retry-After
+/// (no hung transaction); under `require_srtp` a plain-RTP offer gets 488
+/// before any relay is asked; with `pass` the call goes on unrelayed.
+#[test]
+fn a_silent_relay_refuses_or_passes_calls_as_configured() {
+    let dead = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let refusing = proxy(
+        "refuse",
+        MediaSettings {
+            require_srtp: true,
+            ..media_settings(dead, 200, RelayFailure::Refuse)
+        },
+    );
+    let srv = refusing.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let plain = invite(&alice, "plain@sipsec.test", &sdp("127.0.0.1", 40000));
+    alice.send_to(plain.as_bytes(), srv).unwrap();
+    let refused = recv_sip(&alice);
+    assert!(refused.starts_with("SIP/2.0 488 "), "{refused}");
+    let srtp = sdp("127.0.0.1", 40000).replace("RTP/AVP", "RTP/SAVP");
+    let asked = Instant::now();
+    let inv = invite(&alice, "no-relay@sipsec.test", &srtp);
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let refused = recv_sip(&alice);
+    assert!(refused.starts_with("SIP/2.0 503 "), "{refused}");
+    assert_eq!(header(&refused, "Retry-After"), "5");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "answered, not hung"
+    );
+    drop(refusing);
+
+    let passing = proxy("pass", media_settings(dead, 200, RelayFailure::Pass));
+    let srv = passing.handle.local_addr();
+    register(srv, &bob, "bob");
+    let offer = sdp("127.0.0.1", 40000);
+    let inv = invite(&alice, "passed@sipsec.test", &offer);
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let forwarded = recv_sip(&bob);
+    assert!(forwarded.starts_with("INVITE "), "{forwarded}");
+    assert_eq!(body(&forwarded), offer, "forwarded unrelayed");
+    let table = passing.handle.shared().media.as_ref().expect("media on");
+    assert_eq!(
+        table
+            .counts
+            .passed_unrelayed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }

@@ -295,6 +295,30 @@ pub fn forward_response(msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), Edit
     Ok(())
 }
 
+/// Writes `msg` with its body replaced by `body` into `out`: every
+/// Content-Length line says the new length (one is added when the message
+/// had none), the rest of the head is copied as it is. For a proxy that
+/// passes on a session description a media relay rewrote (RFC 3264).
+pub fn replace_body(msg: &Message<'_>, body: &[u8], out: &mut Vec<u8>) {
+    let head = msg.head();
+    let mut at = 0;
+    let mut found = false;
+    for h in msg.headers_named(crate::header::HeaderName::ContentLength) {
+        let s = offset_in(head, h.value);
+        out.extend_from_slice(&head.as_bytes()[at..s]);
+        write_u64(out, body.len() as u64);
+        at = s + h.value.len();
+        found = true;
+    }
+    out.extend_from_slice(&head.as_bytes()[at..]);
+    if !found {
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        write_u64(out, body.len() as u64);
+    }
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(body);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,5 +541,26 @@ Content-Length: 4\r\n\r\nv=0\n";
             Message::parse(&out).unwrap().top_via().branch(),
             Some("z9hG4bKa")
         );
+    }
+
+    #[test]
+    fn replace_body_rewrites_content_length_and_keeps_the_rest() {
+        let m = Message::parse(INVITE).unwrap();
+        let mut out = Vec::new();
+        replace_body(&m, b"v=0\r\nc=IN IP4 192.0.2.99\r\n", &mut out);
+        let r = Message::parse(&out).unwrap();
+        assert_eq!(r.body(), b"v=0\r\nc=IN IP4 192.0.2.99\r\n");
+        assert_eq!(r.content_length(), Some(r.body().len()));
+        assert_eq!(r.call_id(), "c1");
+        assert_eq!(r.header_count(), m.header_count());
+        let bare = Message::parse(
+            b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP a;branch=z9hG4bKx\r\n\
+From: <sip:a@b>;tag=1\r\nTo: <sip:b@b>;tag=2\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\n\r\n",
+        )
+        .unwrap();
+        out.clear();
+        replace_body(&bare, b"v=0\r\n", &mut out);
+        let r = Message::parse(&out).unwrap();
+        assert_eq!((r.body(), r.content_length()), (&b"v=0\r\n"[..], Some(5)));
     }
 }

@@ -55,6 +55,7 @@ codes! {
     TOO_MANY_HOPS = 483, "Too Many Hops";
     BUSY_HERE = 486, "Busy Here";
     REQUEST_TERMINATED = 487, "Request Terminated";
+    NOT_ACCEPTABLE_HERE = 488, "Not Acceptable Here";
     SERVER_INTERNAL_ERROR = 500, "Server Internal Error";
     NOT_IMPLEMENTED = 501, "Not Implemented";
     SERVICE_UNAVAILABLE = 503, "Service Unavailable";

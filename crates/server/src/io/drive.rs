@@ -238,6 +238,31 @@ pub fn handle_resolved(
     )
 }
 
+/// Hands in again a message that waited for a media relay's answer
+/// (`outcome`; it was traced when it arrived).
+pub fn handle_relayed(
+    core: &mut Core,
+    input: &[u8],
+    src: SocketAddr,
+    transport: Transport,
+    outcome: crate::proto::media::Outcome,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Reply {
+    out.clear();
+    let reply = core.handle_relayed(input, src, transport, outcome, now, out);
+    settle(
+        core,
+        Some(&mut Refusing),
+        input,
+        src,
+        transport,
+        now,
+        out,
+        reply,
+    )
+}
+
 /// A name a core asked for is resolved (or known not to be: `to` empty)
 /// at `now`: where it leads is recorded for `ttl` seconds, and every
 /// request that waited on it is handed in again; `carry` carries out each
@@ -579,6 +604,7 @@ pub fn log_events(core: &mut Core) {
             Event::RelayDenied { src, target } => crate::io::log::relay_denied(src, &target),
             Event::RateLimited { src } => crate::io::log::rate_limited(src),
             Event::FlowFailed { aor, bindings } => crate::io::log::flow_failed(&aor, bindings),
+            Event::MediaFailed { call_id, what } => crate::io::log::media_failed(&call_id, &what),
         }
     }
 }

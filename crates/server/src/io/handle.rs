@@ -26,6 +26,8 @@ pub struct ServerHandle {
     pub(crate) hub: Option<Arc<TcpHub>>,
     /// Resolves next hops named by domain names.
     pub(crate) resolver: Arc<crate::io::resolver::Resolver>,
+    /// Wakes the media thread (relayed calls), when it runs.
+    pub(crate) media: Option<Arc<mio::Waker>>,
     /// Wakes the thread following the shared location (Redis).
     pub(crate) redis_sync: Option<crate::io::redis::SyncWaker>,
     pub(crate) threads: Vec<JoinHandle<()>>,
@@ -96,6 +98,9 @@ impl ServerHandle {
             h.wake_all();
         }
         self.resolver.wake();
+        if let Some(m) = &self.media {
+            let _ = m.wake();
+        }
         if let Some(t) = self.shared.tap.as_ref() {
             t.wake();
         }

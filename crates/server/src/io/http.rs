@@ -203,6 +203,9 @@ impl View {
                 p.syncs()
             ));
         }
+        if let Some(m) = &self.shared.media {
+            m.render(&mut text);
+        }
         if let Some(t) = self.shared.tap.as_ref() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(
@@ -377,6 +380,7 @@ impl View {
                     },
                 })
             }),
+            "media": self.shared.media.as_ref().map(|t| media_status(t, &c.media)),
             "privacy": self.shared.privacy.as_ref().map(|p| json!({
                 "stateful": p.stateful(),
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),
@@ -868,6 +872,36 @@ impl Drop for Place {
     fn drop(&mut self) {
         self.clients.lock().retain(|c| c.id != self.id);
     }
+}
+
+/// `/status`'s `media`: the mode, each relay and its health, the calls
+/// relayed and what failed.
+fn media_status(
+    t: &crate::proto::media::MediaTable,
+    settings: &crate::config_media::MediaSettings,
+) -> serde_json::Value {
+    let c = &t.counts;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (calls, waiting) = t.sizes();
+    let relays: Vec<_> = t
+        .relays()
+        .into_iter()
+        .map(|(addr, up)| json!({"addr": addr.to_string(), "up": up}))
+        .collect();
+    json!({
+        "mode": settings.mode.as_str(),
+        "require_srtp": settings.require_srtp,
+        "relays": relays,
+        "calls": calls,
+        "waiting": waiting,
+        "offers_total": load(&c.offers),
+        "answers_total": load(&c.answers),
+        "deletes_total": load(&c.deletes),
+        "failed_total": load(&c.failed),
+        "refused_no_relay_total": load(&c.refused_no_relay),
+        "refused_unencrypted_total": load(&c.refused_unencrypted),
+        "unrelayed_total": load(&c.passed_unrelayed),
+    })
 }
 
 #[cfg(test)]

@@ -189,6 +189,11 @@ pub fn connection_closed(peer: SocketAddr, reason: &str) {
     }
 }
 
+/// A call's media could not be relayed.
+pub fn media_failed(call_id: &str, what: &str) {
+    warn!(target: "sipsec::media", call_id, "{what}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

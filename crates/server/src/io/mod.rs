@@ -12,6 +12,7 @@ pub mod journal;
 pub mod keys;
 pub mod log;
 pub mod maplog;
+pub mod media;
 pub mod ng;
 pub mod process;
 pub mod redis;

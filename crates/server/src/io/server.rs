@@ -33,9 +33,7 @@ pub struct Started {
 /// Recovers the location store, loads users, binds and starts workers.
 pub fn start(mut config: Config) -> Result<Started, StartError> {
     survive_file_size_limit();
-    if let Some(a) = config.open_service() {
-        return Err(StartError::OpenService(a));
-    }
+    refuse_unsafe(&config)?;
     // Read before anything starts: a bad hosts file stops the start here.
     let hosts = crate::io::resolver::read_hosts(&config.dns).map_err(StartError::Dns)?;
     let location = Arc::new(MemoryLocation::new(std::hash::RandomState::new()));
@@ -161,6 +159,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     .map_err(bind)?;
     unwind.armed = false;
     let sockets = std::mem::take(&mut unwind.sockets);
+    let media = unwind.media.take();
     drop(unwind);
     let handle = ServerHandle {
         addr: udp_addr,
@@ -173,6 +172,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         connection_limit: hub.as_ref().map(|h| h.limit()),
         hub,
         resolver,
+        media,
         redis_sync,
         threads,
         shared,
@@ -547,6 +547,18 @@ fn start_timers_and_resolver(
     threads.push(thread);
     unwind.resolver = Some(resolver.clone());
     wakers.set_names(resolver.waker());
+    if shared.media.is_some() {
+        let (waker, thread) = crate::io::media::start(
+            shared.config.media.relays.clone(),
+            core(),
+            sender()?,
+            stop.clone(),
+        )
+        .map_err(|e| StartError::Media(format!("cannot start the media thread: {e}")))?;
+        threads.push(thread);
+        unwind.media = Some(waker.clone());
+        wakers.set_media(waker);
+    }
     Ok(resolver)
 }
 
@@ -557,6 +569,7 @@ struct Unwind {
     stop: Arc<AtomicBool>,
     hub: Option<Arc<TcpHub>>,
     resolver: Option<Arc<crate::io::resolver::Resolver>>,
+    media: Option<Arc<mio::Waker>>,
     tap: Option<Arc<dyn crate::proto::shared::Tap>>,
     redis_sync: Option<crate::io::redis::SyncWaker>,
     /// Sockets threads block on, see [`wake_sockets`].
@@ -572,6 +585,7 @@ impl Unwind {
             stop,
             hub: None,
             resolver: None,
+            media: None,
             tap: None,
             redis_sync: None,
             sockets: Vec::new(),
@@ -591,6 +605,9 @@ impl Drop for Unwind {
         }
         if let Some(r) = &self.resolver {
             r.wake();
+        }
+        if let Some(m) = &self.media {
+            let _ = m.wake();
         }
         if let Some(t) = &self.tap {
             t.wake();
@@ -645,6 +662,18 @@ fn transaction_timers(
         })
 }
 
+/// Settings no server starts with: an open service (no authentication
+/// beyond loopback, unasked), `[media]` without a stateful proxy.
+fn refuse_unsafe(config: &Config) -> Result<(), StartError> {
+    if let Some(a) = config.open_service() {
+        return Err(StartError::OpenService(a));
+    }
+    if let Some(m) = config.media_problem() {
+        return Err(StartError::Media(m));
+    }
+    Ok(())
+}
+
 /// What `sipsec serve --check` found usable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
@@ -660,9 +689,7 @@ pub struct Checked {
 /// certificate and key, the PrivaSIP keys — without binding a socket or
 /// touching the data directory (a running server may hold it).
 pub fn check(config: &Config) -> Result<Checked, StartError> {
-    if let Some(a) = config.open_service() {
-        return Err(StartError::OpenService(a));
-    }
+    refuse_unsafe(config)?;
     if let Some(h) = config.http.filter(|h| !h.ip().is_loopback()) {
         if config.http_token.is_none() {
             return Err(StartError::HttpExposed(h));

@@ -55,6 +55,9 @@ pub enum StartError {
     /// The `[dns]` settings cannot be used (an unreadable hosts file).
     #[error("dns: {0}")]
     Dns(String),
+    /// The `[media]` settings cannot be used.
+    #[error("media: {0}")]
+    Media(String),
     /// The operator endpoint would listen beyond loopback without a token.
     #[error("the operator endpoint on {0} is reachable from other hosts: set http_token (or SIPSEC_HTTP_TOKEN) to require a token, or keep --http on 127.0.0.1")]
     HttpExposed(std::net::SocketAddr),

@@ -1,6 +1,6 @@
 //! The driver's threads that sleep until a decision needs them: the one
 //! running the transactions' timers and the resolver. A core asks for
-//! them through [`Wake`]; the sender that carries its output out wakes
+//! them (and the media thread) through [`Wake`]; the sender that carries its output out wakes
 //! them here.
 
 use std::sync::{Arc, OnceLock};
@@ -13,6 +13,7 @@ use crate::proto::effects::Wake;
 pub struct Wakers {
     timers: OnceLock<Thread>,
     names: OnceLock<Arc<mio::Waker>>,
+    media: OnceLock<Arc<mio::Waker>>,
 }
 
 impl Wakers {
@@ -28,6 +29,12 @@ impl Wakers {
         let _ = self.names.set(waker);
     }
 
+    /// The media thread wakes by `waker`; it takes the commands asked
+    /// before its first sleep, so a wake asked before this is not lost.
+    pub fn set_media(&self, waker: Arc<mio::Waker>) {
+        let _ = self.media.set(waker);
+    }
+
     /// Wakes what `wake` names.
     pub fn wake(&self, wake: Wake) {
         if wake.timers {
@@ -37,6 +44,11 @@ impl Wakers {
         }
         if wake.names {
             if let Some(w) = self.names.get() {
+                let _ = w.wake();
+            }
+        }
+        if wake.media {
+            if let Some(w) = self.media.get() {
                 let _ = w.wake();
             }
         }

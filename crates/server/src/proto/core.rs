@@ -119,6 +119,14 @@ pub enum Event {
         /// Its source.
         src: SocketAddr,
     },
+    /// A call's media could not be relayed (refused, or passed on
+    /// unrelayed).
+    MediaFailed {
+        /// Its Call-ID.
+        call_id: String,
+        /// What happened.
+        what: String,
+    },
     /// A binding change could not be stored and was refused with 500.
     JournalFailed {
         /// Its address-of-record.
@@ -189,6 +197,9 @@ pub struct Core {
     /// The transaction and try of the request the last reply sends, when
     /// the stateful proxy forwarded one.
     pub(super) sent: Option<(Key, u8)>,
+    /// The media relay's answer for the message handed in again after
+    /// waiting on it ([`Core::handle_relayed`]).
+    pub(super) media: Option<crate::proto::media::Outcome>,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -342,6 +353,7 @@ impl Core {
             node_route: String::new(),
             handled: 0,
             again: false,
+            media: None,
             timed: false,
             now: Now {
                 unix_ms: 0,
@@ -656,6 +668,24 @@ impl Core {
         reply
     }
 
+    /// Hands in again a message that waited for a media relay's answer
+    /// (`outcome`): as [`Core::handle_again`], the relay's session
+    /// description passed on in place of the message's own.
+    pub fn handle_relayed(
+        &mut self,
+        input: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        outcome: crate::proto::media::Outcome,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.media = Some(outcome);
+        let reply = self.handle_again(input, src, transport, now, out);
+        self.media = None;
+        reply
+    }
+
     fn admit(&self, src: SocketAddr) -> Verdict {
         if self.again {
             Verdict::Admit
@@ -752,7 +782,7 @@ impl Core {
         };
         if !msg.is_request() {
             bump(&self.shared.metrics.responses_received);
-            return self.forward_response(&msg, out);
+            return self.forward_response(&msg, src, out);
         }
         if !self.again {
             self.shared

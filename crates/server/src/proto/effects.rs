@@ -19,6 +19,8 @@ pub struct Wake {
     pub timers: bool,
     /// The resolver: a name was asked (see `NameTable::take_asked`).
     pub names: bool,
+    /// The media thread: a relay was asked (see `MediaTable::take_asked`).
+    pub media: bool,
 }
 
 /// A queued message: where its bytes are, where it goes, and the
@@ -82,6 +84,11 @@ impl Sends {
     /// Asks the driver to wake its resolver.
     pub fn wake_names(&mut self) {
         self.wake.names = true;
+    }
+
+    /// Asks the driver to wake its media thread.
+    pub fn wake_media(&mut self) {
+        self.wake.media = true;
     }
 
     /// Next hops that failed and are skipped from now on, for how many

@@ -12,6 +12,8 @@ pub mod fork;
 pub mod guard;
 mod legs;
 pub mod location;
+pub mod media;
+mod media_calls;
 pub mod metrics;
 pub mod names;
 pub mod ng;

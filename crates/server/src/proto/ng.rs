@@ -83,6 +83,11 @@ pub struct Media {
     /// Other options as key and value (`ICE` = `remove`,
     /// `transport-protocol` = `RTP/SAVP`, `DTLS` = `off`…).
     pub options: Vec<(String, String)>,
+    /// RTCP multiplexing (`offer`, `demux`, `accept`, `require`).
+    pub rtcp_mux: Vec<String>,
+    /// Where the SIP message came from (`received-from`): the address
+    /// the relay takes for the endpoint with `SIP-source-address`.
+    pub received_from: Option<std::net::IpAddr>,
 }
 
 /// A command to a relay.
@@ -142,7 +147,12 @@ impl Command {
                     w.str("to-tag").str(t);
                 }
                 w.str("sdp").str(&m.sdp);
-                for (key, items) in [("flags", &m.flags), ("replace", &m.replace)] {
+                let lists = [
+                    ("flags", &m.flags),
+                    ("replace", &m.replace),
+                    ("rtcp-mux", &m.rtcp_mux),
+                ];
+                for (key, items) in lists {
                     if !items.is_empty() {
                         w.str(key).list();
                         items.iter().for_each(|f| {
@@ -153,6 +163,11 @@ impl Command {
                 }
                 for (k, v) in &m.options {
                     w.str(k).str(v);
+                }
+                if let Some(ip) = m.received_from {
+                    let family = if ip.is_ipv4() { "IP4" } else { "IP6" };
+                    w.str("received-from").list().str(family);
+                    w.str(&ip.to_string()).end();
                 }
             }
             Command::Delete {

@@ -260,7 +260,7 @@ impl Core {
     /// failure and CANCEL all get the INVITE's branch (RFC 3261 §16.11).
     /// Its top four bits are zero: a stateful proxy numbers its tries of
     /// other addresses there ([`Key::of_message`]).
-    fn branch(&self, msg: &Message<'_>) -> u64 {
+    pub(super) fn branch(&self, msg: &Message<'_>) -> u64 {
         let v = msg.top_via();
         let mut h = self.shared.branch_salt.build_hasher();
         h.write(v.branch().unwrap_or("").as_bytes());
@@ -306,6 +306,7 @@ impl Core {
             // §16.10: answer the CANCEL here; the INVITE's 487 comes back
             // from downstream.
             let status = if tx.on_cancel(key, now, &mut self.sends, metrics) {
+                self.media_cancelled(msg);
                 StatusCode::OK
             } else {
                 StatusCode::CALL_DOES_NOT_EXIST
@@ -372,6 +373,10 @@ impl Core {
             to_peer: target.to_peer,
             authenticated: target.authenticated,
         };
+        let callee_nat = crate::proto::media::contact_elsewhere(f.ruri.as_deref(), hop);
+        if let Some(reply) = self.relay_offer(msg, src, f.transport, callee_nat, out) {
+            return reply;
+        }
         self.forward_to(msg, src, &f, target.forking, hop, named, out)
     }
 
@@ -845,7 +850,14 @@ impl Core {
             + usize::from(msg.max_forwards().is_none());
         let removed = usize::from(pops > 0 && msg.route_count() == pops)
             + usize::from(edits.remove.is_some());
-        match forward_request(msg, &edits, out) {
+        let written = forward_request(msg, &edits, out);
+        if written.is_ok() && self.relayed_sdp().is_some() {
+            let first = std::mem::take(out);
+            if !self.with_relayed_sdp(&first, out) {
+                *out = first;
+            }
+        }
+        match written {
             // What we forward must itself be acceptable to the next hop:
             // our lines can push a request at the limits over them.
             Ok(())

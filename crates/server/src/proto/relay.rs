@@ -3,9 +3,9 @@
 //! tag proves this proxy forwarded its request to the hop the next Via
 //! names is relayed there. Anything else is dropped and counted.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use sip_core::proxy::forward_response;
+use sip_core::proxy::{forward_response, replace_body};
 use sip_core::uri::Host;
 use sip_core::Message;
 
@@ -19,7 +19,12 @@ use crate::proto::tokens;
 impl Core {
     /// Relays the response `msg` (written into `out`) where it goes, if it
     /// can be proven ours to relay.
-    pub(super) fn forward_response(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Reply {
+    pub(super) fn forward_response(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
         if self.shared.config.mode != Mode::Proxy {
             // A registrar or redirect server forwards no request, so no
             // response is ever for it to relay.
@@ -29,14 +34,30 @@ impl Core {
             return self.unproven_response();
         }
         // Stateless mode skips the branch decoding altogether.
-        let stateful = self
+        let key = self
             .shared
             .transactions
             .as_ref()
-            .and_then(|tx| Some((tx, Key::of_message(msg)?)));
+            .and_then(|_| Key::of_message(msg));
+        if let Some(key) = key {
+            if let Some(reply) = self.relay_answer(msg, src, key) {
+                return reply;
+            }
+        }
+        let stateful = self.shared.transactions.as_ref().zip(key);
         if let Some((tx, key)) = stateful {
             let metrics = &self.shared.metrics;
-            let strip = |m: &Message<'_>, o: &mut Vec<u8>| forward_response(m, o).is_ok();
+            let relayed = self.relayed_sdp().map(str::to_owned);
+            let strip = |m: &Message<'_>, o: &mut Vec<u8>| match &relayed {
+                None => forward_response(m, o).is_ok(),
+                Some(sdp) => {
+                    let mut stripped = Vec::new();
+                    forward_response(m, &mut stripped).is_ok()
+                        && Message::parse(&stripped)
+                            .map(|s| replace_body(&s, sdp.as_bytes(), o))
+                            .is_ok()
+                }
+            };
             match tx.on_response(
                 key,
                 msg,

@@ -81,6 +81,10 @@ pub struct Shared {
     /// Which connections are open: kept by the connection layer, read
     /// by the core.
     pub flows: OpenFlows,
+    /// Calls' media through relays (`[media]` on, stateful proxy): read
+    /// and asked by the core, served by the driver's media thread, which
+    /// the core's [`Sends::wake`] wakes.
+    pub media: Option<crate::proto::media::MediaTable>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -199,6 +203,8 @@ impl Shared {
             .with_failover_after(config.dns.failover_after)
             .with_names(names.clone())
         });
+        let media = (transactions.is_some() && config.media.on())
+            .then(|| crate::proto::media::MediaTable::new(&config.media));
         Self {
             config,
             location,
@@ -215,6 +221,7 @@ impl Shared {
             tap: None,
             names,
             flows,
+            media,
             branch_salt: salt,
             flow_key,
             branch_key,

@@ -397,6 +397,13 @@ impl Transactions {
             .sum()
     }
 
+    /// Whether a transaction of this proxy's has the branch `key`
+    /// (possibly one of its forks).
+    pub fn knows(&self, key: Key) -> bool {
+        let (ekey, _) = split(key);
+        self.shard(ekey).map.contains_key(&ekey)
+    }
+
     /// Transactions whose caller has not had a final response yet (what a
     /// stopping server waits for; entries kept only to absorb
     /// retransmissions after the final response do not count).

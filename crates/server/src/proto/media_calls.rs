@@ -1,0 +1,262 @@
+//! The stateful proxy's side of relayed media (`[media]`): an offer
+//! (INVITE or UPDATE with SDP) is parked on the relay's `offer` and
+//! forwarded with the relay's session description; an answer (a 18x or
+//! 2xx with SDP) is parked on `answer` and passed upstream the same way;
+//! BYE, CANCEL and a failed INVITE end the call at the relay (`delete`).
+//! Which calls are relayed, and the flags of each leg, are
+//! [`crate::proto::media`]'s.
+
+use std::net::SocketAddr;
+
+use sip_core::proxy::replace_body;
+use sip_core::{Message, Method, StatusCode, Transport};
+
+use crate::config_media::RelayFailure;
+use crate::proto::branch::Key;
+use crate::proto::core::{Core, Event, Reply};
+use crate::proto::media::{self, Asked, Outcome};
+use crate::proto::ng::Command;
+use crate::proto::parked::Parked;
+
+/// Seconds a caller refused for want of a relay waits (503 Retry-After).
+const RETRY_AFTER: &str = "5";
+
+impl Core {
+    /// The session description the relay gave the message being handed in
+    /// again, which goes on in place of its own.
+    pub(super) fn relayed_sdp(&self) -> Option<&str> {
+        match &self.media {
+            Some(Outcome::Sdp(sdp)) => Some(sdp),
+            _ => None,
+        }
+    }
+
+    /// Writes the message `written` (as forwarded) again into `out` with
+    /// the relay's session description, when there is one; `false` when
+    /// it is left as it is.
+    pub(super) fn with_relayed_sdp(&self, written: &[u8], out: &mut Vec<u8>) -> bool {
+        let Some(sdp) = self.relayed_sdp() else {
+            return false;
+        };
+        let Ok(m) = Message::parse(written) else {
+            return false;
+        };
+        out.clear();
+        replace_body(&m, sdp.as_bytes(), out);
+        true
+    }
+
+    /// Before `msg` (from `src`) is forwarded to a `to` leg: an offer the
+    /// relay must see first is parked on it (`Some(Drop)`), a call it
+    /// cannot take is answered (503, or 488 under `require_srtp`); `None`
+    /// forwards it (with the relay's SDP when it is handed in again). A
+    /// BYE ends its call at the relay and goes on. `callee_nat`: the
+    /// target's contact is not the address the request goes to.
+    pub(super) fn relay_offer(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        to: Transport,
+        callee_nat: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let table = self.shared.media.as_ref()?;
+        let method = msg.method();
+        if method == Method::Bye {
+            if table.end(msg.call_id()) {
+                self.sends.wake_media();
+            }
+            return None;
+        }
+        if !matches!(method, Method::Invite | Method::Update) {
+            return None;
+        }
+        match &self.media {
+            Some(Outcome::Sdp(_)) => {
+                let from_tag = msg.from().tag().unwrap_or("");
+                table.relaying(msg.call_id(), from_tag, self.now.mono);
+                return None;
+            }
+            Some(Outcome::Failed(why)) => {
+                let why = why.clone();
+                return self.relay_failed(msg, src, &why, out);
+            }
+            None => {}
+        }
+        let sdp = media::sdp_of(msg)?;
+        let settings = &self.shared.config.media;
+        let relay = if msg.to().tag().is_some() {
+            // In a dialog: its media is relayed when its offer was.
+            table.call(msg.call_id()).is_some()
+        } else {
+            let nat = callee_nat || media::behind_nat(msg, src, sdp);
+            media::wanted(settings.mode, self.transport, to, nat)
+        };
+        if !relay {
+            return None;
+        }
+        if settings.require_srtp && !media::browser(self.transport) && media::offers_plain_rtp(sdp)
+        {
+            bump_counter(&table.counts.refused_unencrypted);
+            return Some(self.respond(
+                msg,
+                StatusCode::NOT_ACCEPTABLE_HERE,
+                &[("Warning", "399 sipsec \"SRTP required: offer RTP/SAVP\"")],
+                src,
+                out,
+            ));
+        }
+        let nat = media::behind_nat(msg, src, sdp);
+        let srtp = settings.require_srtp;
+        let command = Command::Offer(media::media(msg, sdp, true, to, srtp, nat, src.ip()));
+        let question = self.question(b'o', self.branch(msg), 0, None);
+        self.ask_relay(msg, src, question, command, out)
+    }
+
+    /// A response `msg` (from `src`) to this proxy's transaction `key`,
+    /// before the transaction takes it: an answer for a relayed call is
+    /// parked on the relay (`Some(Drop)`); a final failure of its INVITE
+    /// ends the call at the relay. `None`: the transaction takes it (with
+    /// the relay's SDP when it is handed in again).
+    pub(super) fn relay_answer(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        key: Key,
+    ) -> Option<Reply> {
+        let table = self.shared.media.as_ref()?;
+        let status = msg.status()?;
+        let method = msg.cseq().method;
+        if !matches!(method, Method::Invite | Method::Update) || status == StatusCode::TRYING {
+            return None;
+        }
+        let call = table.call(msg.call_id())?;
+        if status.as_u16() >= 300 {
+            if method == Method::Invite && !call.established && table.end(msg.call_id()) {
+                self.sends.wake_media();
+            }
+            return None;
+        }
+        match &self.media {
+            Some(Outcome::Sdp(_)) => {
+                if status.is_success() && method == Method::Invite {
+                    table.established(msg.call_id());
+                }
+                return None;
+            }
+            Some(Outcome::Failed(why)) => {
+                let what = format!("{status} passed on unrelayed: {why}");
+                bump_counter(&table.counts.passed_unrelayed);
+                self.events.push(Event::MediaFailed {
+                    call_id: msg.call_id().to_owned(),
+                    what,
+                });
+                return None;
+            }
+            None => {}
+        }
+        let sdp = media::sdp_of(msg)?;
+        // Only a response to a transaction of ours is worth the relay's
+        // question (and may change where the call's media goes).
+        if !self.shared.transactions.as_ref()?.knows(key) {
+            return None;
+        }
+        let to = msg.vias().nth(1).map_or(Transport::Udp, |v| v.transport());
+        let nat = media::behind_nat(msg, src, sdp);
+        let srtp = self.shared.config.media.require_srtp;
+        let command = Command::Answer(media::media(msg, sdp, false, to, srtp, nat, src.ip()));
+        let question = self.question(b'a', key.branch, status.as_u16(), msg.to().tag());
+        let mut none = Vec::new();
+        match self.ask_relay(msg, src, question, command, &mut none) {
+            Some(Reply::Drop) => Some(Reply::Drop),
+            // No room: it goes on unrelayed.
+            _ => None,
+        }
+    }
+
+    /// A CANCEL for `msg`'s INVITE was accepted: its call ends at the relay.
+    pub(super) fn media_cancelled(&mut self, msg: &Message<'_>) {
+        if let Some(table) = self.shared.media.as_ref() {
+            if table.end(msg.call_id()) {
+                self.sends.wake_media();
+            }
+        }
+    }
+
+    fn ask_relay(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        question: u64,
+        command: Command,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let table = self.shared.media.as_ref()?;
+        let parked = Parked {
+            message: msg.as_bytes().to_vec(),
+            src,
+            arrived: self.transport,
+        };
+        match table.ask(question, command, parked) {
+            Asked::Parked => {
+                self.sends.wake_media();
+                Some(Reply::Drop)
+            }
+            // A retransmission of a message that waits: the relay's
+            // answer will send that one on.
+            Asked::Duplicate => Some(Reply::Drop),
+            Asked::Full => self.relay_failed(msg, src, "too many calls wait on media relays", out),
+        }
+    }
+
+    /// No relay took the offer `msg`: 503 with Retry-After, or forwarded
+    /// unrelayed, as configured.
+    fn relay_failed(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        why: &str,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let table = self.shared.media.as_ref()?;
+        let pass = self.shared.config.media.on_failure == RelayFailure::Pass;
+        let (counter, what) = if pass {
+            (&table.counts.passed_unrelayed, "passed on unrelayed")
+        } else {
+            (&table.counts.refused_no_relay, "refused (503)")
+        };
+        bump_counter(counter);
+        self.events.push(Event::MediaFailed {
+            call_id: msg.call_id().to_owned(),
+            what: format!("{} {what}: {why}", msg.method().as_str()),
+        });
+        if pass {
+            return None;
+        }
+        Some(self.respond(
+            msg,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &[
+                ("Retry-After", RETRY_AFTER),
+                ("Warning", "399 sipsec \"media relay unavailable\""),
+            ],
+            src,
+            out,
+        ))
+    }
+
+    /// The question a message asks the relay: the same for its
+    /// retransmissions, unguessable for anyone else (keyed).
+    fn question(&self, kind: u8, branch: u64, status: u16, to_tag: Option<&str>) -> u64 {
+        use std::hash::BuildHasher;
+        // 0 is the question of commands nothing waits on.
+        self.shared
+            .branch_salt
+            .hash_one((kind, branch, status, to_tag))
+            .max(1)
+    }
+}
+
+fn bump_counter(c: &std::sync::atomic::AtomicU64) {
+    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
