@@ -47,11 +47,15 @@ const media = { mediaConstraints: { audio: true, video: false }, pcConfig: { ice
 // Inbound and outbound RTP counted by the browser's own WebRTC stack.
 async function mediaStats(pc) {
   const stats = await pc.getStats();
-  const out = { packetsReceived: 0, packetsSent: 0, bytesReceived: 0 };
+  const out = { packetsReceived: 0, packetsSent: 0, bytesReceived: 0, totalAudioEnergy: 0 };
   stats.forEach((s) => {
     if (s.type === 'inbound-rtp' && s.kind === 'audio') {
       out.packetsReceived += s.packetsReceived || 0;
       out.bytesReceived += s.bytesReceived || 0;
+      out.totalAudioEnergy += s.totalAudioEnergy || 0;
+      out.totalSamplesReceived = (out.totalSamplesReceived || 0) + (s.totalSamplesReceived || 0);
+      out.audioLevel = Math.max(out.audioLevel || 0, s.audioLevel || 0);
+      out.codec = s.codecId;
     }
     if (s.type === 'outbound-rtp' && s.kind === 'audio') out.packetsSent += s.packetsSent || 0;
     if (s.type === 'transport') out.dtlsState = s.dtlsState;

@@ -5,6 +5,8 @@
 //! (its RTCPeerConnection statistics among them), and bounds every wait.
 
 mod common;
+#[path = "../../server/tests/support/rtpengine.rs"]
+mod rtpengine;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -134,6 +136,11 @@ struct Browser(Child);
 
 impl Browser {
     fn open(url: &str, profile: &Path, log: &Path) -> Self {
+        Self::open_with(url, profile, log, &[])
+    }
+
+    /// [`Browser::open`] with more Chromium flags.
+    fn open_with(url: &str, profile: &Path, log: &Path, extra: &[String]) -> Self {
         let log = std::fs::File::create(log).expect("browser log");
         let child = Command::new("chromium")
             .args([
@@ -154,6 +161,7 @@ impl Browser {
                 "--enable-logging=stderr",
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
             .arg(url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -212,24 +220,39 @@ struct Setup {
 }
 
 fn setup(name: &str) -> Setup {
+    setup_with(name, None)
+}
+
+/// [`setup`] with a configuration file holding `config` (TOML).
+fn setup_with(name: &str, config: Option<&str>) -> Setup {
     let dir = tempdir(name);
     tls_files(&dir);
     let users = dir.join("users.tsv");
     import_users("alice,pw-alice\nbob,pw-bob\ncarol,pw-carol\n", &dir, &users);
     let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let file = f("sipsec.toml");
+    let mut extra = Vec::new();
+    if let Some(c) = config {
+        std::fs::write(&file, c).expect("config file");
+        extra = vec!["--config", file.as_str()];
+    }
     let (server, wss) = wss_server(
         &dir,
         &[
-            "--mode",
-            "proxy",
-            "--stateful",
-            "--auth",
-            // JsSIP answers only the first challenge, and only MD5.
-            "--digest",
-            "md5",
-            "--users",
-            &f("users.tsv"),
-        ],
+            &extra[..],
+            &[
+                "--mode",
+                "proxy",
+                "--stateful",
+                "--auth",
+                // JsSIP answers only the first challenge, and only MD5.
+                "--digest",
+                "md5",
+                "--users",
+                &f("users.tsv"),
+            ],
+        ]
+        .concat(),
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web");
     assert!(
@@ -249,12 +272,17 @@ fn setup(name: &str) -> Setup {
 
 impl Setup {
     fn phone(&self, user: &str, query: &str) -> Browser {
+        self.phone_with(user, query, &[])
+    }
+
+    /// [`Setup::phone`] with more Chromium flags.
+    fn phone_with(&self, user: &str, query: &str, extra: &[String]) -> Browser {
         let url = format!(
             "http://{}/phone/index.html?server=wss://{}&user={user}&password=pw-{user}&report=/report&{query}",
             self.web, self.wss
         );
         let profile = self.dir.join(format!("profile-{user}"));
-        Browser::open(&url, &profile, &self.dir.join(format!("{user}.log")))
+        Browser::open_with(&url, &profile, &self.dir.join(format!("{user}.log")), extra)
     }
 }
 
@@ -328,6 +356,75 @@ fn a_browser_phone_calls_a_udp_phone_across_the_websocket_bridge() {
     let log = carol_err.join().expect("carol's log");
     assert!(log.contains("call established"), "the ACK arrived: {log}");
     assert!(log.contains("remote hung up"), "the BYE arrived: {log}");
+}
+
+/// With rtpengine bridging (`[media] mode = "webrtc"`), the browser
+/// phone (ICE, DTLS-SRTP, `UDP/TLS/RTP/SAVPF`) and `sipsec phone` over UDP
+/// (plain RTP) share a call: the browser receives the phone's RTP over
+/// DTLS-SRTP and the phone records the browser's tone.
+#[test]
+fn a_browser_phone_talks_to_a_udp_phone_through_rtpengine() {
+    let engine = rtpengine::Rtpengine::start();
+    let config = format!("[media]\nmode = \"webrtc\"\nrelays = [\"{}\"]\n", engine.ng);
+    let s = setup_with("browser-relay", Some(&config));
+    let srv = s.server.addr.to_string();
+    // The browser's microphone plays a 440 Hz tone from a file.
+    let tone_wav = s.dir.join("tone.wav");
+    let mut tone = vec![0i16; 8000 * 10];
+    media::tone::Tone::new(440.0, 8000, 8000.0).fill(&mut tone);
+    std::fs::write(&tone_wav, media::wav::encode(&tone)).expect("tone file");
+    let recording = s.dir.join("carol.wav");
+    let (carol, _, carol_err) = common::answering(
+        "pw-carol",
+        &[
+            "answer",
+            "--user",
+            "carol",
+            "--server",
+            &srv,
+            "--register",
+            "--bind",
+            "127.0.0.1:0",
+            "--tone",
+            "1000",
+            "--packets",
+            "400",
+            "--record",
+            recording.to_str().expect("utf-8"),
+        ],
+    );
+    let fake_audio = format!("--use-file-for-fake-audio-capture={}", tone_wav.display());
+    let _alice = s.phone_with(
+        "alice",
+        &format!("auto=call&target=carol@{srv}&talk=4000"),
+        &[fake_audio],
+    );
+    s.reports.wait("alice", "registered", BOUND);
+    s.reports.wait("alice", "confirmed", BOUND);
+    let media = s.reports.wait("alice", "media", BOUND);
+    assert!(
+        media["packetsReceived"].as_u64().unwrap_or(0) > 50,
+        "the browser received the phone's RTP through the relay: {media}"
+    );
+    // (Headless Chromium here has no audio output, so it decodes nothing
+    // for playout and reports no audio level: its packets, decrypted over
+    // DTLS-SRTP, are what it shows.)
+    assert_eq!(media["dtlsState"], "connected", "{media}");
+    s.reports.wait("alice", "ended", BOUND);
+    let until = Instant::now() + BOUND;
+    let mut carol = carol;
+    while carol.try_wait().expect("carol").is_none() {
+        assert!(Instant::now() < until, "carol never saw the call end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = carol_err.join().expect("carol's log");
+    assert!(log.contains("remote hung up"), "{log}");
+    let heard = media::wav::read(&recording).expect("carol's recording");
+    let f = media::tone::dominant_frequency(&heard, 8000, 200.0, 2000.0, 10.0);
+    assert!(
+        f.is_some_and(|f| (f - 440.0).abs() <= 20.0),
+        "carol heard the browser's 440 Hz tone, not {f:?}: {log}"
+    );
 }
 
 #[test]

@@ -416,9 +416,6 @@ pub fn media(
         options.push(pair("transport-protocol", "UDP/TLS/RTP/SAVPF"));
         options.push(pair("ICE", "force"));
         options.push(pair("SDES", "off"));
-        if !offer {
-            options.push(pair("DTLS", "passive"));
-        }
         vec![if offer { "offer" } else { "require" }.to_owned()]
     } else {
         let profile = if srtp { "RTP/SAVP" } else { "RTP/AVP" };
