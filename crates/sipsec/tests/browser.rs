@@ -358,14 +358,18 @@ fn a_browser_phone_calls_a_udp_phone_across_the_websocket_bridge() {
     assert!(log.contains("remote hung up"), "the BYE arrived: {log}");
 }
 
-/// With rtpengine bridging (`[media] mode = "webrtc"`), the browser
-/// phone (ICE, DTLS-SRTP, `UDP/TLS/RTP/SAVPF`) and `sipsec phone` over UDP
-/// (plain RTP) share a call: the browser receives the phone's RTP over
+/// With rtpengine bridging (`[media] mode = "webrtc"`, `require_srtp`),
+/// the browser phone (ICE, DTLS-SRTP, `UDP/TLS/RTP/SAVPF`) and `sipsec
+/// phone` over UDP (SDES-SRTP, `AES_CM_128_HMAC_SHA1_80`) share a call
+/// encrypted on both legs: the browser receives the phone's media over
 /// DTLS-SRTP and the phone records the browser's tone.
 #[test]
 fn a_browser_phone_talks_to_a_udp_phone_through_rtpengine() {
     let engine = rtpengine::Rtpengine::start();
-    let config = format!("[media]\nmode = \"webrtc\"\nrelays = [\"{}\"]\n", engine.ng);
+    let config = format!(
+        "[media]\nmode = \"webrtc\"\nrequire_srtp = true\nrelays = [\"{}\"]\n",
+        engine.ng
+    );
     let s = setup_with("browser-relay", Some(&config));
     let srv = s.server.addr.to_string();
     // The browser's microphone plays a 440 Hz tone from a file.
@@ -385,6 +389,9 @@ fn a_browser_phone_talks_to_a_udp_phone_through_rtpengine() {
             "--register",
             "--bind",
             "127.0.0.1:0",
+            "--srtp",
+            "AES_CM_128_HMAC_SHA1_80",
+            "--insecure-sdes",
             "--tone",
             "1000",
             "--packets",
@@ -419,6 +426,11 @@ fn a_browser_phone_talks_to_a_udp_phone_through_rtpengine() {
     }
     let log = carol_err.join().expect("carol's log");
     assert!(log.contains("remote hung up"), "{log}");
+    let mut report = String::new();
+    if let Some(mut out) = carol.stdout.take() {
+        out.read_to_string(&mut report).expect("carol's report");
+    }
+    assert!(report.contains("srtp AES_CM_128_HMAC_SHA1_80"), "{report}");
     let heard = media::wav::read(&recording).expect("carol's recording");
     let f = media::tone::dominant_frequency(&heard, 8000, 200.0, 2000.0, 10.0);
     assert!(

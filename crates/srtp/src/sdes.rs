@@ -13,6 +13,14 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
+/// Reads keys with or without base64 padding: RFC 4568 writes it, but
+/// rtpengine and other SDES implementations leave it out.
+const PADDING_OPTIONAL: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 use crate::{Context, Error, MasterKey, Options, Profile};
 
 /// Why an `a=crypto` attribute could not be used.
@@ -265,7 +273,7 @@ fn parse_inline(suite: Profile, info: &str) -> Result<InlineKey, SdesError> {
     let bad = |why: &str| SdesError::Malformed(why.to_string());
     let mut parts = info.split('|');
     let key = parts.next().unwrap_or_default();
-    let key_salt = STANDARD
+    let key_salt = PADDING_OPTIONAL
         .decode(key)
         .map_err(|_| bad("the inline key is not base64"))?;
     check_len(suite, &key_salt)?;
@@ -336,6 +344,17 @@ pub fn parse_all<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_without_base64_padding_as_rtpengine_writes_it_is_read() {
+        // AEAD_AES_256_GCM: 44 bytes of key and salt, 59 characters unpadded.
+        let a =
+            "1 AEAD_AES_256_GCM inline:B1oW55gRtNcR0CP6mgtNVh0o7NBmSV8B3P9cj6bmgzPQVL/uQybuG8lhByk";
+        let c = Crypto::parse(a).unwrap();
+        assert_eq!(c.keys[0].key_salt.len(), 44);
+        let padded = format!("{a}=");
+        assert_eq!(Crypto::parse(&padded).unwrap().keys, c.keys);
+    }
 
     #[test]
     fn rfc4568_example_parses_and_formats_back() {

@@ -38,6 +38,15 @@ pub const UNANSWERED_FOR: Duration = Duration::from_secs(200);
 /// A relayed call whose BYE never came is deleted after this long.
 pub const LONGEST_CALL: Duration = Duration::from_secs(6 * 3600);
 
+/// SDES suites never offered to a phone: no encryption (NULL) or a mode
+/// few stacks implement (F8).
+const WEAK_SUITES: [&str; 4] = [
+    "NULL_HMAC_SHA1_80",
+    "NULL_HMAC_SHA1_32",
+    "F8_128_HMAC_SHA1_80",
+    "F8_128_HMAC_SHA1_32",
+];
+
 /// How the relay answered the question a message waited on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -412,16 +421,21 @@ pub fn media(
 ) -> Media {
     let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
     let mut options = Vec::new();
+    let mut sdes = Vec::new();
     let rtcp_mux = if browser(to) {
+        sdes.push("off".to_owned());
         options.push(pair("transport-protocol", "UDP/TLS/RTP/SAVPF"));
         options.push(pair("ICE", "force"));
-        options.push(pair("SDES", "off"));
         vec![if offer { "offer" } else { "require" }.to_owned()]
     } else {
         let profile = if srtp { "RTP/SAVP" } else { "RTP/AVP" };
         options.push(pair("transport-protocol", profile));
         options.push(pair("ICE", "remove"));
         options.push(pair("DTLS", "off"));
+        if srtp {
+            // Suites that encrypt, and that SRTP stacks commonly have.
+            sdes.extend(WEAK_SUITES.iter().map(|s| format!("no-{s}")));
+        }
         vec!["demux".to_owned()]
     };
     let flags = if nat {
@@ -438,6 +452,7 @@ pub fn media(
         replace: vec!["origin".to_owned(), "session-connection".to_owned()],
         options,
         rtcp_mux,
+        sdes,
         received_from: Some(received_from),
     }
 }
@@ -503,6 +518,8 @@ CSeq: 1 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{bo
             .options
             .contains(&("transport-protocol".into(), "RTP/SAVP".into())));
         assert_eq!(to_phone.flags, ["SIP-source-address"]);
+        assert!(to_phone.sdes.contains(&"no-NULL_HMAC_SHA1_80".to_owned()));
+        assert_eq!(to_browser.sdes, ["off"]);
         assert_eq!((to_phone.from_tag.as_str(), to_phone.to_tag), ("ft", None));
     }
 

@@ -85,6 +85,8 @@ pub struct Media {
     pub options: Vec<(String, String)>,
     /// RTCP multiplexing (`offer`, `demux`, `accept`, `require`).
     pub rtcp_mux: Vec<String>,
+    /// SDES-SRTP behaviour (`off`, `no-SUITE`…).
+    pub sdes: Vec<String>,
     /// Where the SIP message came from (`received-from`): the address
     /// the relay takes for the endpoint with `SIP-source-address`.
     pub received_from: Option<std::net::IpAddr>,
@@ -151,6 +153,7 @@ impl Command {
                     ("flags", &m.flags),
                     ("replace", &m.replace),
                     ("rtcp-mux", &m.rtcp_mux),
+                    ("SDES", &m.sdes),
                 ];
                 for (key, items) in lists {
                     if !items.is_empty() {
