@@ -55,6 +55,13 @@ pub enum PhoneCommand {
         /// Seconds to wait for the call.
         #[arg(long, default_value_t = 60)]
         wait: u64,
+        /// While waiting, keep the registration alive through NAT: a
+        /// keep-alive to the server every this many seconds (STUN over
+        /// UDP, CRLF over TLS; RFC 5626 §4.4.1), re-registering when the
+        /// address the server sees moves, and refreshing it at half its
+        /// lifetime. 0: off.
+        #[arg(long, default_value_t = 25)]
+        keepalive: u64,
     },
 }
 
@@ -456,9 +463,13 @@ fn run_inner(cmd: PhoneCommand) -> Result<(), String> {
             media,
             register: reg,
             wait,
+            keepalive,
         } => {
             let src = source(&media)?;
             let mut p = phone(config(&who, Some(&media), 30)?)?;
+            if keepalive > 0 {
+                p.keep_alive(Duration::from_secs(keepalive));
+            }
             if reg {
                 register(&mut p, who.expires)?;
             }

@@ -506,3 +506,95 @@ fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
         "TLS handshake",
     );
 }
+
+/// A phone behind NAT waiting for calls keeps its registration alive: a
+/// STUN keep-alive to the server every `--keepalive` seconds, a new
+/// REGISTER as soon as the address the server sees (the NAT's mapping)
+/// moves, and a refresh at half the lifetime granted. The "server" here
+/// is a socket of the test's that answers REGISTER with 200 and STUN with
+/// the mapping it chooses.
+#[test]
+fn a_waiting_phone_keeps_its_registration_alive_through_nat() {
+    let registrar = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    registrar
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let at = registrar.local_addr().expect("addr").to_string();
+    let mut bob = phone(
+        "pw-bob",
+        &[
+            "answer",
+            "--user",
+            "bob",
+            "--server",
+            &at,
+            "--register",
+            "--bind",
+            "127.0.0.1:0",
+            "--keepalive",
+            "1",
+            "--wait",
+            "30",
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("sipsec phone runs");
+    let mut seen = Vec::new();
+    let mut buf = vec![0u8; 65_535];
+    let mut mapping = 40_000u16;
+    while seen.len() < 8 {
+        let Ok((n, from)) = registrar.recv_from(&mut buf) else {
+            break;
+        };
+        let packet = &buf[..n];
+        if sip_core::stun::is_stun(packet) {
+            seen.push("STUN");
+            // The NAT moves the phone to a new port on the third ping.
+            if seen.iter().filter(|s| **s == "STUN").count() == 3 {
+                mapping += 1;
+            }
+            let mut out = Vec::new();
+            let nat = SocketAddr::from(([203, 0, 113, 7], mapping));
+            assert!(sip_core::stun::answer(packet, nat, &mut out));
+            registrar.send_to(&out, from).expect("send");
+            continue;
+        }
+        let msg = String::from_utf8_lossy(packet).into_owned();
+        assert!(msg.starts_with("REGISTER "), "{msg}");
+        seen.push("REGISTER");
+        let keep: Vec<&str> = msg
+            .split("\r\n")
+            .filter(|l| {
+                ["Via:", "From:", "To:", "Call-ID:", "CSeq:"]
+                    .iter()
+                    .any(|h| l.starts_with(h))
+            })
+            .collect();
+        // The second registration is granted 2 s: refreshed after 1.
+        let granted = if seen.iter().filter(|s| **s == "REGISTER").count() == 2 {
+            2
+        } else {
+            60
+        };
+        let ok = format!(
+            "SIP/2.0 200 OK\r\n{}\r\nExpires: {granted}\r\nContent-Length: 0\r\n\r\n",
+            keep.join("\r\n")
+        );
+        registrar.send_to(ok.as_bytes(), from).expect("send");
+    }
+    let _ = bob.kill();
+    let _ = bob.wait();
+    let registers: Vec<usize> = (0..seen.len()).filter(|&i| seen[i] == "REGISTER").collect();
+    assert!(registers.len() >= 3, "{seen:?}");
+    assert_eq!(registers[0], 0, "registered first: {seen:?}");
+    // Re-registered right after the third keep-alive showed the move.
+    let third_stun = (0..seen.len())
+        .filter(|&i| seen[i] == "STUN")
+        .nth(2)
+        .expect("3 pings");
+    assert_eq!(registers[1], third_stun + 1, "{seen:?}");
+    // Then refreshed within its 2 s, before two more pings went by.
+    assert!(registers[2] <= registers[1] + 2, "{seen:?}");
+}

@@ -129,9 +129,17 @@ impl Phone {
                     wait.as_secs()
                 )));
             }
-            let Some((data, from)) = self.sig.recv(left.min(Duration::from_millis(500)))? else {
+            let due = self.upkeep()?.unwrap_or(left);
+            let Some((data, from)) = self
+                .sig
+                .recv(left.min(due).min(Duration::from_millis(500)))?
+            else {
                 continue;
             };
+            if sip_core::stun::is_stun(&data) {
+                self.on_stun(&data)?;
+                continue;
+            }
             let Ok(m) = Message::parse(&data) else {
                 continue;
             };

@@ -199,6 +199,25 @@ pub struct Phone {
     register_call_id: String,
     register_tag: String,
     log: Box<dyn FnMut(&str) + Send>,
+    /// How often a registration is kept alive while waiting (`None`: not).
+    keepalive: Option<Duration>,
+    /// The registration kept alive, once one is granted.
+    kept: Option<Kept>,
+}
+
+/// A registration kept alive while the phone waits for a call.
+#[derive(Debug, Clone)]
+struct Kept {
+    /// The lifetime asked for.
+    expires: u32,
+    /// When it is refreshed (at half the granted lifetime).
+    refresh_at: Instant,
+    /// When the next keep-alive goes.
+    next_ping: Instant,
+    /// The STUN transaction of the last keep-alive.
+    txid: [u8; 12],
+    /// Our address as the server sees it (the NAT's mapping).
+    mapped: Option<SocketAddr>,
 }
 
 /// The local address the system would use to reach `peer`.
@@ -278,12 +297,20 @@ impl Phone {
             register_call_id: sip::token(12),
             register_tag: sip::token(4),
             log: Box::new(|_| {}),
+            keepalive: None,
+            kept: None,
         })
     }
 
     /// Reports progress lines ("180 Ringing", "call established") here.
     pub fn on_progress(&mut self, log: impl FnMut(&str) + Send + 'static) {
         self.log = Box::new(log);
+    }
+
+    /// Keeps registrations alive while the phone waits for a call (a
+    /// phone behind NAT): a keep-alive every `every` (RFC 5626 §4.4.1).
+    pub fn keep_alive(&mut self, every: Duration) {
+        self.keepalive = Some(every.max(Duration::from_secs(1)));
     }
 
     /// The phone's SIP address (for Contact).

@@ -37,6 +37,7 @@ impl Phone {
                         .and_then(|c| c.expires)
                         .or(m.expires())
                         .unwrap_or(expires);
+                    self.kept_for(expires, granted);
                     return Ok(granted);
                 }
                 401 | 407 => {
@@ -54,5 +55,83 @@ impl Phone {
                 }
             }
         }
+    }
+
+    /// A registration for `expires` was granted `granted` seconds: it is
+    /// kept alive from now on, when asked ([`Phone::keep_alive`]).
+    fn kept_for(&mut self, expires: u32, granted: u32) {
+        let Some(every) = self.keepalive.filter(|_| granted > 0) else {
+            self.kept = None;
+            return;
+        };
+        let now = Instant::now();
+        let mapped = self.kept.as_ref().and_then(|k| k.mapped);
+        self.kept = Some(Kept {
+            expires,
+            refresh_at: now + Duration::from_secs(u64::from(granted / 2).max(1)),
+            next_ping: now + every,
+            txid: [0; 12],
+            mapped,
+        });
+    }
+
+    /// While waiting: refreshes the registration when due, and sends the
+    /// keep-alive when due (a STUN binding request over UDP, a double
+    /// CRLF over a connection: RFC 5626 §4.4.1). Returns how long until
+    /// the next of them (`None`: nothing kept).
+    pub(super) fn upkeep(&mut self) -> Result<Option<Duration>, PhoneError> {
+        let (Some(k), Some(every), Some(server)) =
+            (self.kept.as_ref(), self.keepalive, self.cfg.server)
+        else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        if now >= k.refresh_at {
+            let expires = k.expires;
+            (self.log)("refreshing the registration");
+            self.register(expires)?;
+        } else if now >= k.next_ping {
+            let ping = if self.sig.reliable() {
+                b"\r\n\r\n".to_vec()
+            } else {
+                let mut txid = [0u8; 12];
+                let _ = getrandom::fill(&mut txid);
+                if let Some(k) = self.kept.as_mut() {
+                    k.txid = txid;
+                }
+                sip_core::stun::binding_request(txid)
+            };
+            self.sig.send_to(&ping, server)?;
+            if let Some(k) = self.kept.as_mut() {
+                k.next_ping = now + every;
+            }
+        }
+        Ok(self.kept.as_ref().map(|k| {
+            k.refresh_at
+                .min(k.next_ping)
+                .saturating_duration_since(Instant::now())
+        }))
+    }
+
+    /// A STUN packet arrived while waiting: the answer to our keep-alive
+    /// says where the server sees us; when that moved (the NAT's mapping
+    /// changed), the phone registers again at once (RFC 5626 §4.4.1).
+    pub(super) fn on_stun(&mut self, packet: &[u8]) -> Result<(), PhoneError> {
+        let Some(k) = self.kept.as_mut() else {
+            return Ok(());
+        };
+        let Ok(mapped) = sip_core::stun::parse_response(packet, &k.txid) else {
+            return Ok(());
+        };
+        let moved = k.mapped.is_some_and(|m| m != mapped);
+        k.mapped = Some(mapped);
+        if moved {
+            let expires = k.expires;
+            (self.log)(&format!(
+                "our address seen by the server moved to {mapped}: registering again"
+            ));
+            self.register(expires)?;
+        }
+        Ok(())
     }
 }
