@@ -473,3 +473,49 @@ fn a_silent_relay_refuses_or_passes_calls_as_configured() {
         1
     );
 }
+
+/// `mode = "nat"`: a caller whose SDP names an address it cannot be
+/// reached at (a private one, behind NAT) has its call relayed, and the
+/// relay sends the callee's media to where the caller's messages come
+/// from; a caller whose SDP is its own address is not relayed.
+#[test]
+fn a_caller_behind_nat_gets_media_through_the_relay_in_nat_mode() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "nat",
+        MediaSettings {
+            mode: MediaMode::Nat,
+            ..media_settings(engine.ng, 1000, RelayFailure::Refuse)
+        },
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    let (alice_rtp, bob_rtp) = (udp(), udp());
+    register(srv, &bob, "bob");
+    // The caller's SDP names 192.0.2.55 (unreachable); its media comes
+    // from 127.0.0.1, the port it named.
+    let alice_port = alice_rtp.local_addr().unwrap().port();
+    let call = "natted@sipsec.test";
+    let inv = invite(&alice, call, &sdp("192.0.2.55", alice_port));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob_inv = recv_sip(&bob);
+    assert!(!body(&to_bob_inv).contains("192.0.2.55"), "{to_bob_inv}");
+    let (_, to_bob) = relayed(body(&to_bob_inv));
+    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
+    let ok = answer(&to_bob_inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    let ok = recv_sip(&alice);
+    let (_, to_alice) = relayed(body(&ok));
+    let relay = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        media_crosses(&bob_rtp, relay(to_bob), &alice_rtp, 0xb1),
+        "bob → alice reaches the address alice's messages came from"
+    );
+    assert!(media_crosses(&alice_rtp, relay(to_alice), &bob_rtp, 0xa2));
+    // A caller that is where its SDP says is not relayed.
+    let direct = sdp("127.0.0.1", 40_100);
+    let inv = invite(&alice, "direct@sipsec.test", &direct);
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let forwarded = recv_sip(&bob);
+    assert_eq!(body(&forwarded), direct, "not relayed");
+}
