@@ -79,6 +79,31 @@ pub struct Plan {
     /// Times every server runs every scenario, in turn; the servers'
     /// order is reversed every other round (A B, B A, …).
     pub rounds: usize,
+    /// An rtpengine's NG address: the proxies are then stateful and put
+    /// every call's media through it with the same flags (sipsec's
+    /// `[media] mode = "always"`, Kamailio's rtpengine module).
+    pub media_relay: Option<SocketAddr>,
+}
+
+/// Where the proxies relay media in the plan: sipsec's configuration
+/// file for it, or Kamailio's defines.
+fn media_args(c: &mut Command, plan: &Plan, target: &Target, mode: &str) -> Result<(), Error> {
+    let Some(relay) = plan.media_relay.filter(|_| mode == "proxy") else {
+        return Ok(());
+    };
+    match target {
+        Target::Sipsec { .. } => {
+            let file = plan.workdir.join("media.toml");
+            let text = format!("[media]\nmode = \"always\"\nrelays = [\"{relay}\"]\n");
+            std::fs::write(&file, text).map_err(Error::io(file.display()))?;
+            c.args(["--stateful", "--config"]).arg(file);
+        }
+        Target::Kamailio { .. } => {
+            c.args(["-A", "WITH_STATEFUL", "-A", "WITH_RTPENGINE", "-A"])
+                .arg(format!("RTPENGINE_SOCK=\"udp:{relay}\""));
+        }
+    }
+    Ok(())
 }
 
 /// A server certificate and the CA that issued it.
@@ -348,6 +373,7 @@ fn start(
             c
         }
     };
+    media_args(&mut c, plan, target, mode)?;
     if plan.transport != Transport::Udp {
         let none = PathBuf::new();
         let (chain, key) = plan

@@ -27,7 +27,7 @@ pub struct ServerHandle {
     /// Resolves next hops named by domain names.
     pub(crate) resolver: Arc<crate::io::resolver::Resolver>,
     /// Wakes the media thread (relayed calls), when it runs.
-    pub(crate) media: Option<Arc<mio::Waker>>,
+    pub(crate) media: Option<Arc<crate::io::media::Pump>>,
     /// Wakes the thread following the shared location (Redis).
     pub(crate) redis_sync: Option<crate::io::redis::SyncWaker>,
     pub(crate) threads: Vec<JoinHandle<()>>,
@@ -99,7 +99,7 @@ impl ServerHandle {
         }
         self.resolver.wake();
         if let Some(m) = &self.media {
-            let _ = m.wake();
+            m.wake();
         }
         if let Some(t) = self.shared.tap.as_ref() {
             t.wake();

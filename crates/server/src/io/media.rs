@@ -1,17 +1,20 @@
-//! The media thread: asks the media relays (rtpengine, NG protocol over
-//! UDP) what the cores queued in their [`MediaTable`], and hands each
-//! message that waited on an answer in again with it. It owns the NG
-//! client (`proto::ng::Client`: retransmissions, failover, pings), one UDP
-//! socket, and the clock; it sleeps until a core wakes it, an answer
-//! arrives or the client's next deadline.
+//! The media relays (rtpengine, NG protocol over UDP): what the cores
+//! queue in their [`MediaTable`] is sent at once by the thread that
+//! carries the core's output ([`Pump::pump`], no hand-off to another
+//! thread), and the media thread reads the answers and hands each message
+//! that waited in again with its answer. The NG client
+//! (`proto::ng::Client`: retransmissions, failover, pings) and the one UDP
+//! socket are shared by both; the media thread keeps the client's timers
+//! and sleeps until an answer arrives or the next deadline (a pump that
+//! starts a command due sooner wakes it).
 //!
 //! [`MediaTable`]: crate::proto::media::MediaTable
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::net::{SocketAddr, UdpSocket as StdSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,40 +24,148 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::io::send::Sender;
 use crate::proto::core::Core;
 use crate::proto::media::{MediaTable, Outcome};
-use crate::proto::ng::{Client, Command, Event, Reply, Settings, MAX_ANSWER};
+use crate::proto::ng::{Client, Event, Reply, Settings, MAX_ANSWER};
+use crate::proto::parked::Parked;
+use crate::proto::shared::Shared;
 
 const WAKER: Token = Token(0);
 const SOCKET: Token = Token(1);
 /// How often calls left behind are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
+/// The NG client and what it waits for, shared by the pumps and the
+/// media thread.
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    /// The question each command in flight answers (0: none waits).
+    cookies: HashMap<String, u64>,
+    /// Questions whose command could not start (no relay up, too many in
+    /// flight): the media thread hands their messages in.
+    failed: Vec<(u64, Outcome)>,
+}
+
+/// Sends what the cores asked of the relays; see the module documentation.
+#[derive(Debug)]
+pub struct Pump {
+    shared: Arc<Shared>,
+    inner: Mutex<Inner>,
+    sock: StdSocket,
+    waker: Arc<Waker>,
+    origin: Instant,
+    /// When the media thread means to wake next (nanoseconds since
+    /// `origin`): a command due sooner wakes it.
+    planned: AtomicU64,
+}
+
+impl Pump {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn table(&self) -> &MediaTable {
+        self.shared
+            .media
+            .as_ref()
+            .expect("media relays run only with a media table")
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.origin).as_nanos() as u64
+    }
+
+    /// Wakes the media thread (to see the stop).
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+
+    /// Starts every command the cores queued, sending each from the
+    /// calling thread; wakes the media thread when one is due before it
+    /// means to wake, or could not start.
+    pub fn pump(&self) {
+        let asked = self.table().take_asked();
+        if asked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut sends = Vec::with_capacity(asked.len());
+        let mut wake = false;
+        {
+            let mut inner = self.lock();
+            for (question, command) in asked {
+                match inner.client.start(&command, now) {
+                    Ok((cookie, Event::Send { to, bytes })) => {
+                        inner.cookies.insert(cookie, question);
+                        sends.push((to, bytes));
+                    }
+                    Ok(_) => {}
+                    Err(why) => {
+                        count(&self.table().counts.failed);
+                        inner.failed.push((question, Outcome::failure(&why)));
+                        wake = true;
+                    }
+                }
+            }
+            let due = inner
+                .client
+                .next_deadline()
+                .map_or(u64::MAX, |d| self.nanos(d));
+            wake |= due < self.planned.load(Ordering::Acquire);
+        }
+        for (to, bytes) in sends {
+            // A relay that cannot be reached fails by its timer.
+            let _ = self.sock.send_to(&bytes, to);
+        }
+        if wake {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+fn count(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Starts the media thread for the relays of `settings`; `core` and
 /// `sender` hand the parked messages in again and send what comes of
-/// them. Returns what wakes it.
+/// them. Returns the pump the senders call, and the thread.
 pub fn start(
     settings: Settings,
     core: Core,
     sender: Sender,
     stop: Arc<AtomicBool>,
-) -> io::Result<(Arc<Waker>, JoinHandle<()>)> {
+) -> io::Result<(Arc<Pump>, JoinHandle<()>)> {
     let bind: SocketAddr = if settings.relays.iter().all(|r| r.addr.is_ipv4()) {
         SocketAddr::from(([0, 0, 0, 0], 0))
     } else {
         SocketAddr::from(([0u16; 8], 0))
     };
-    let mut sock = UdpSocket::bind(bind)?;
+    let std_sock = StdSocket::bind(bind)?;
+    std_sock.set_nonblocking(true)?;
+    let mut sock = UdpSocket::from_std(std_sock.try_clone()?);
     let poll = Poll::new()?;
     poll.registry()
         .register(&mut sock, SOCKET, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let mut salt = [0u8; 8];
     getrandom::fill(&mut salt).map_err(|e| io::Error::other(e.to_string()))?;
-    let client = Client::new(settings, Instant::now(), u64::from_le_bytes(salt));
+    let origin = Instant::now();
+    let pump = Arc::new(Pump {
+        shared: core.shared().clone(),
+        inner: Mutex::new(Inner {
+            client: Client::new(settings, origin, u64::from_le_bytes(salt)),
+            cookies: HashMap::new(),
+            failed: Vec::new(),
+        }),
+        sock: std_sock,
+        waker,
+        origin,
+        planned: AtomicU64::new(0),
+    });
     let worker = Worker {
+        pump: pump.clone(),
         sock,
         poll,
-        client,
-        cookies: HashMap::new(),
         core,
         sender,
         out: Vec::new(),
@@ -63,15 +174,14 @@ pub fn start(
     let thread = std::thread::Builder::new()
         .name("media".into())
         .spawn(move || worker.run(&stop))?;
-    Ok((waker, thread))
+    Ok((pump, thread))
 }
 
+/// The media thread: answers, timers, hand-ins.
 struct Worker {
+    pump: Arc<Pump>,
     sock: UdpSocket,
     poll: Poll,
-    client: Client,
-    /// The question each command in flight answers (0: none waits).
-    cookies: HashMap<String, u64>,
     core: Core,
     sender: Sender,
     out: Vec<u8>,
@@ -79,45 +189,47 @@ struct Worker {
 }
 
 impl Worker {
-    fn table(&self) -> &MediaTable {
-        self.core
-            .shared()
-            .media
-            .as_ref()
-            .expect("the media thread runs only with a media table")
-    }
-
     fn run(mut self, stop: &AtomicBool) {
         let mut events = Events::with_capacity(16);
         let mut buf = vec![0u8; MAX_ANSWER + 1];
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
         self.publish_relays();
         while !stop.load(Ordering::Relaxed) {
-            // The commands asked since the last look, first: one asked
-            // before the thread could be woken is not left waiting.
-            for (question, command) in self.table().take_asked() {
-                self.begin(question, &command);
+            // Commands asked before any pump ran (a wake asked before the
+            // thread started is not lost), and those that failed to start.
+            self.pump.pump();
+            let failed = std::mem::take(&mut self.pump.lock().failed);
+            for (question, outcome) in failed {
+                self.finish(question, outcome);
             }
-            self.carry_out();
-            let now = Instant::now();
-            let next = self
-                .client
-                .next_deadline()
-                .map_or(next_sweep, |d| d.min(next_sweep));
-            if let Err(e) = self
-                .poll
-                .poll(&mut events, Some(next.saturating_duration_since(now)))
-            {
+            let next = {
+                let inner = self.pump.lock();
+                let next = inner
+                    .client
+                    .next_deadline()
+                    .map_or(next_sweep, |d| d.min(next_sweep));
+                self.pump
+                    .planned
+                    .store(self.pump.nanos(next), Ordering::Release);
+                next
+            };
+            let wait = next.saturating_duration_since(Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     crate::io::log::connection_trouble(&format!("media relays: {e}"));
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 continue;
             }
+            // Awake: pumps must wake it again for anything due sooner.
+            self.pump.planned.store(0, Ordering::Release);
             self.read(&mut buf);
             let now = Instant::now();
-            if self.client.next_deadline().is_some_and(|d| d <= now) {
-                self.client.on_timer(now, &mut self.events);
+            {
+                let mut inner = self.pump.lock();
+                if inner.client.next_deadline().is_some_and(|d| d <= now) {
+                    inner.client.on_timer(now, &mut self.events);
+                }
             }
             self.carry_out();
             if now >= next_sweep {
@@ -135,11 +247,18 @@ impl Worker {
         }
     }
 
+    fn table(&self) -> &MediaTable {
+        self.pump.table()
+    }
+
     /// Reads every answer that arrived.
     fn read(&mut self, buf: &mut [u8]) {
         loop {
             match self.sock.recv_from(buf) {
-                Ok((n, from)) => self.client.on_datagram(from, &buf[..n], &mut self.events),
+                Ok((n, from)) => {
+                    let mut inner = self.pump.lock();
+                    inner.client.on_datagram(from, &buf[..n], &mut self.events);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 // An ICMP error for a relay nobody listens on: its
                 // command fails by its timer.
@@ -148,67 +267,50 @@ impl Worker {
         }
     }
 
-    fn begin(&mut self, question: u64, command: &Command) {
-        match self.client.start(command, Instant::now()) {
-            Ok((cookie, send)) => {
-                self.cookies.insert(cookie, question);
-                self.events.push(send);
-            }
-            Err(why) => {
-                self.count(false);
-                self.finish(question, Outcome::failure(&why));
-            }
-        }
-    }
-
     /// Does what the client asked: sends, answers, relay changes.
     fn carry_out(&mut self) {
-        while !self.events.is_empty() {
-            for e in std::mem::take(&mut self.events) {
-                match e {
-                    Event::Send { to, bytes } => {
-                        // A relay that cannot be reached fails by its timer.
-                        let _ = self.sock.send_to(&bytes, to);
-                    }
-                    Event::Answered { cookie, reply } => {
-                        let question = self.cookies.remove(&cookie).unwrap_or(0);
-                        let outcome = match reply {
-                            Reply::Ok { sdp: Some(sdp) } => Outcome::Sdp(sdp),
-                            Reply::Ok { sdp: None } | Reply::Pong => {
-                                Outcome::Failed("the media relay answered without SDP".into())
-                            }
-                            Reply::Error(e) => {
-                                Outcome::Failed(format!("the media relay refused: {e}"))
-                            }
-                        };
-                        self.count(question == 0 || matches!(outcome, Outcome::Sdp(_)));
-                        self.finish(question, outcome);
-                    }
-                    Event::Failed { cookie, why } => {
-                        let question = self.cookies.remove(&cookie).unwrap_or(0);
-                        self.count(false);
-                        self.finish(question, Outcome::failure(&why));
-                    }
-                    Event::RelayDown(a) => {
-                        tracing::warn!(target: "sipsec::media", relay = %a, "media relay down");
-                        self.publish_relays();
-                    }
-                    Event::RelayUp(a) => {
-                        tracing::info!(target: "sipsec::media", relay = %a, "media relay up");
-                        self.publish_relays();
-                    }
+        for e in std::mem::take(&mut self.events) {
+            match e {
+                Event::Send { to, bytes } => {
+                    let _ = self.sock.send_to(&bytes, to);
+                }
+                Event::Answered { cookie, reply } => {
+                    let question = self.pump.lock().cookies.remove(&cookie).unwrap_or(0);
+                    let outcome = match reply {
+                        Reply::Ok { sdp: Some(sdp) } => Outcome::Sdp(sdp),
+                        Reply::Ok { sdp: None } | Reply::Pong => {
+                            Outcome::Failed("the media relay answered without SDP".into())
+                        }
+                        Reply::Error(e) => Outcome::Failed(format!("the media relay refused: {e}")),
+                    };
+                    let c = &self.table().counts;
+                    count(if question == 0 || matches!(outcome, Outcome::Sdp(_)) {
+                        &c.ok
+                    } else {
+                        &c.failed
+                    });
+                    self.finish(question, outcome);
+                }
+                Event::Failed { cookie, why } => {
+                    let question = self.pump.lock().cookies.remove(&cookie).unwrap_or(0);
+                    count(&self.table().counts.failed);
+                    self.finish(question, Outcome::failure(&why));
+                }
+                Event::RelayDown(a) => {
+                    tracing::warn!(target: "sipsec::media", relay = %a, "media relay down");
+                    self.publish_relays();
+                }
+                Event::RelayUp(a) => {
+                    tracing::info!(target: "sipsec::media", relay = %a, "media relay up");
+                    self.publish_relays();
                 }
             }
         }
     }
 
-    fn count(&self, ok: bool) {
-        let c = &self.table().counts;
-        if ok { &c.ok } else { &c.failed }.fetch_add(1, Ordering::Relaxed);
-    }
-
     fn publish_relays(&self) {
-        self.table().set_relays(self.client.relays().collect());
+        let relays = self.pump.lock().client.relays().collect();
+        self.table().set_relays(relays);
     }
 
     /// `question` is answered: the message that waited on it goes on.
@@ -221,7 +323,7 @@ impl Worker {
         }
     }
 
-    fn hand_in(&mut self, p: &crate::proto::parked::Parked, outcome: Outcome) {
+    fn hand_in(&mut self, p: &Parked, outcome: Outcome) {
         let now = crate::io::clock::now();
         let reply = crate::io::drive::handle_relayed(
             &mut self.core,

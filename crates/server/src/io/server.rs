@@ -548,7 +548,7 @@ fn start_timers_and_resolver(
     unwind.resolver = Some(resolver.clone());
     wakers.set_names(resolver.waker());
     if shared.media.is_some() {
-        let (waker, thread) = crate::io::media::start(
+        let (pump, thread) = crate::io::media::start(
             shared.config.media.relays.clone(),
             core(),
             sender()?,
@@ -556,8 +556,8 @@ fn start_timers_and_resolver(
         )
         .map_err(|e| StartError::Media(format!("cannot start the media thread: {e}")))?;
         threads.push(thread);
-        unwind.media = Some(waker.clone());
-        wakers.set_media(waker);
+        unwind.media = Some(pump.clone());
+        wakers.set_media(pump);
     }
     Ok(resolver)
 }
@@ -569,7 +569,7 @@ struct Unwind {
     stop: Arc<AtomicBool>,
     hub: Option<Arc<TcpHub>>,
     resolver: Option<Arc<crate::io::resolver::Resolver>>,
-    media: Option<Arc<mio::Waker>>,
+    media: Option<Arc<crate::io::media::Pump>>,
     tap: Option<Arc<dyn crate::proto::shared::Tap>>,
     redis_sync: Option<crate::io::redis::SyncWaker>,
     /// Sockets threads block on, see [`wake_sockets`].
@@ -607,7 +607,7 @@ impl Drop for Unwind {
             r.wake();
         }
         if let Some(m) = &self.media {
-            let _ = m.wake();
+            m.wake();
         }
         if let Some(t) = &self.tap {
             t.wake();

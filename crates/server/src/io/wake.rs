@@ -13,7 +13,7 @@ use crate::proto::effects::Wake;
 pub struct Wakers {
     timers: OnceLock<Thread>,
     names: OnceLock<Arc<mio::Waker>>,
-    media: OnceLock<Arc<mio::Waker>>,
+    media: OnceLock<Arc<crate::io::media::Pump>>,
 }
 
 impl Wakers {
@@ -29,10 +29,11 @@ impl Wakers {
         let _ = self.names.set(waker);
     }
 
-    /// The media thread wakes by `waker`; it takes the commands asked
-    /// before its first sleep, so a wake asked before this is not lost.
-    pub fn set_media(&self, waker: Arc<mio::Waker>) {
-        let _ = self.media.set(waker);
+    /// What the cores ask of the media relays is sent by `pump`, on the
+    /// thread that carries their output; the media thread pumps before
+    /// its first sleep, so a command asked before this is not lost.
+    pub fn set_media(&self, pump: Arc<crate::io::media::Pump>) {
+        let _ = self.media.set(pump);
     }
 
     /// Wakes what `wake` names.
@@ -48,8 +49,8 @@ impl Wakers {
             }
         }
         if wake.media {
-            if let Some(w) = self.media.get() {
-                let _ = w.wake();
+            if let Some(p) = self.media.get() {
+                p.pump();
             }
         }
     }

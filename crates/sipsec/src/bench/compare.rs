@@ -81,6 +81,12 @@ pub struct CompareArgs {
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
+    /// An rtpengine's NG address (`rtpengine --listen-ng=ADDR`, running):
+    /// the proxies become stateful and relay every call's media through
+    /// it with the same flags (RTP/AVP, ICE removed, origin and connection
+    /// replaced).
+    #[arg(long, value_name = "ADDR")]
+    pub(super) media_relay: Option<std::net::SocketAddr>,
     /// Latency coefficient weights w1..w5.
     #[arg(long, default_value = "0.55,0.445,0.004,0.0007,0.0003")]
     pub(super) weights: String,
@@ -156,6 +162,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         transport,
         certificate,
         rounds: a.rounds as usize,
+        media_relay: a.media_relay,
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the generator to CPU 1: {e}"))?;
