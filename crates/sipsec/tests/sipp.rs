@@ -19,12 +19,18 @@ fn scenarios() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../interop/sipp")
 }
 
+/// A port free for both UDP and TCP: SIPp binds the one its transport
+/// needs, and a port only free for UDP may still be held by a TCP
+/// connection in TIME_WAIT (SIPp then fails with EADDRINUSE; a fresh clone
+/// once did). The kernel picks TCP ports for port 0 that nothing holds.
 fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .expect("socket")
-        .local_addr()
-        .expect("addr")
-        .port()
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("socket");
+        let port = tcp.local_addr().expect("addr").port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Users `user0000`… with password `pw-user0000`…, as a users file for the
