@@ -163,7 +163,7 @@ fn proxy(name: &str, media: MediaSettings) -> Started {
         stateful: true,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: None,
-        http: None,
+        http: Some("127.0.0.1:0".parse().expect("addr")),
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
         data_dir: dir,
@@ -386,6 +386,38 @@ fn a_relayed_call_carries_media_both_ways_and_its_bye_deletes_it() {
     );
     let status = s.handle.shared().media.as_ref().expect("media on");
     assert_eq!(status.sizes(), (0, 0));
+    // The operator sees the relay, its health and what was asked of it.
+    let http = s.handle.http_addr().expect("operator endpoint");
+    let json: serde_json::Value =
+        serde_json::from_str(body(&http_get(http, "/status"))).expect("status JSON");
+    let media = &json["media"];
+    assert_eq!(media["mode"], "always", "{media}");
+    assert_eq!(media["relays"][0]["addr"], engine.ng.to_string(), "{media}");
+    assert_eq!(media["relays"][0]["up"], true, "{media}");
+    let totals = ["offers_total", "answers_total", "deletes_total"].map(|k| media[k].clone());
+    assert_eq!(totals, [1, 1, 1].map(serde_json::Value::from), "{media}");
+    let metrics = http_get(http, "/metrics");
+    for line in [
+        "sipsec_media_commands_total{command=\"offer\"} 1",
+        "sipsec_media_relays_up 1",
+        "sipsec_media_calls 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+}
+
+/// An HTTP GET on the operator endpoint: the whole answer.
+fn http_get(at: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(at).expect("connect");
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut text = String::new();
+    c.read_to_string(&mut text).expect("read");
+    text
 }
 
 /// A CANCEL ends a relayed call that was never answered: nothing is left
