@@ -212,6 +212,9 @@ pub fn render_summary(v: &Value) -> String {
             out += &format!("  last error: {e}\n");
         }
     }
+    if v["media"].is_object() {
+        out += &media_line(&v["media"]);
+    }
     let empty = Vec::new();
     let banned = v["banned"].as_array().unwrap_or(&empty);
     out += &format!("banned {}", banned.len());
@@ -359,5 +362,53 @@ pub fn run(a: &StatusArgs) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+/// `/status`'s `media` in one line: the mode, each relay and its health,
+/// the calls relayed, what failed.
+fn media_line(m: &serde_json::Value) -> String {
+    let empty = Vec::new();
+    let relays: Vec<String> = m["relays"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|r| {
+            let up = if r["up"].as_bool() == Some(true) {
+                "up"
+            } else {
+                "DOWN"
+            };
+            format!("{} {up}", r["addr"].as_str().unwrap_or("?"))
+        })
+        .collect();
+    format!(
+        "media {}   relays {}   calls {}   failed {}   refused {} (503) {} (488)   unrelayed {}\n",
+        m["mode"].as_str().unwrap_or("?"),
+        if relays.is_empty() {
+            "-".to_owned()
+        } else {
+            relays.join(", ")
+        },
+        m["calls"],
+        m["failed_total"],
+        m["refused_no_relay_total"],
+        m["refused_unencrypted_total"],
+        m["unrelayed_total"],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_media_line_names_each_relay_and_its_health() {
+        let m = serde_json::json!({
+            "mode": "webrtc", "calls": 3, "failed_total": 1,
+            "refused_no_relay_total": 2, "refused_unencrypted_total": 0, "unrelayed_total": 0,
+            "relays": [{"addr": "127.0.0.1:2223", "up": true}, {"addr": "10.0.0.5:2223", "up": false}],
+        });
+        assert_eq!(
+            super::media_line(&m),
+            "media webrtc   relays 127.0.0.1:2223 up, 10.0.0.5:2223 DOWN   calls 3   failed 1   refused 2 (503) 0 (488)   unrelayed 0\n"
+        );
     }
 }
