@@ -551,3 +551,32 @@ fn a_caller_behind_nat_gets_media_through_the_relay_in_nat_mode() {
     let forwarded = recv_sip(&bob);
     assert_eq!(body(&forwarded), direct, "not relayed");
 }
+
+/// An offer the relay cannot read (not SDP at all) gets a clear outcome:
+/// the relay's error, then 488 for the caller (the offer is not
+/// acceptable; trying again will not help), counted as a failure; nothing
+/// is left waiting.
+#[test]
+fn an_offer_the_relay_cannot_read_is_refused_not_hung() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "bad-sdp",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let inv = invite(
+        &alice,
+        "bad-sdp@sipsec.test",
+        "this is not a session description\r\n",
+    );
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let refused = recv_sip(&alice);
+    assert!(refused.starts_with("SIP/2.0 488 "), "{refused}");
+    let table = s.handle.shared().media.as_ref().expect("media on");
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(load(&table.counts.failed), 1);
+    assert_eq!(load(&table.counts.refused_no_relay), 0);
+    assert_eq!(table.sizes(), (0, 0));
+}

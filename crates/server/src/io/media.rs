@@ -281,7 +281,7 @@ impl Worker {
                         Reply::Ok { sdp: None } | Reply::Pong => {
                             Outcome::Failed("the media relay answered without SDP".into())
                         }
-                        Reply::Error(e) => Outcome::Failed(format!("the media relay refused: {e}")),
+                        Reply::Error(e) => Outcome::Refused(e),
                     };
                     let c = &self.table().counts;
                     count(if question == 0 || matches!(outcome, Outcome::Sdp(_)) {

@@ -52,8 +52,11 @@ const WEAK_SUITES: [&str; 4] = [
 pub enum Outcome {
     /// The session description to pass on instead of the message's own.
     Sdp(String),
-    /// No usable answer (no relay, a timeout, an error answer): why.
+    /// No usable answer (no relay, a timeout, an answer without SDP): why.
     Failed(String),
+    /// The relay refused the session description (its words): the offer
+    /// is not acceptable.
+    Refused(String),
 }
 
 impl Outcome {

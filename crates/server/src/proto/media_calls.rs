@@ -81,6 +81,26 @@ impl Core {
                 let why = why.clone();
                 return self.relay_failed(msg, src, &why, out);
             }
+            Some(Outcome::Refused(why)) => {
+                let what = format!(
+                    "{} refused (488): the media relay said {why:?}",
+                    method.as_str()
+                );
+                self.events.push(Event::MediaFailed {
+                    call_id: msg.call_id().to_owned(),
+                    what,
+                });
+                return Some(self.respond(
+                    msg,
+                    StatusCode::NOT_ACCEPTABLE_HERE,
+                    &[(
+                        "Warning",
+                        "399 sipsec \"the media relay refused the offer\"",
+                    )],
+                    src,
+                    out,
+                ));
+            }
             None => {}
         }
         let sdp = media::sdp_of(msg)?;
@@ -144,7 +164,7 @@ impl Core {
                 }
                 return None;
             }
-            Some(Outcome::Failed(why)) => {
+            Some(Outcome::Failed(why) | Outcome::Refused(why)) => {
                 let what = format!("{status} passed on unrelayed: {why}");
                 bump_counter(&table.counts.passed_unrelayed);
                 self.events.push(Event::MediaFailed {
