@@ -580,3 +580,40 @@ fn an_offer_the_relay_cannot_read_is_refused_not_hung() {
     assert_eq!(load(&table.counts.refused_no_relay), 0);
     assert_eq!(table.sizes(), (0, 0));
 }
+
+/// rtpengine stops in the middle of a call: the callee's 200 waits on an
+/// answer no relay gives, then goes to the caller unrelayed (the call is
+/// up; its media may not be) instead of hanging the transaction; the next
+/// call gets 503 with Retry-After.
+#[test]
+fn a_relay_that_stops_mid_call_hangs_nothing() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "stopped",
+        media_settings(engine.ng, 300, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let inv = invite(&alice, "stopped@sipsec.test", &sdp("127.0.0.1", 40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob = recv_sip(&bob);
+    assert!(to_bob.starts_with("INVITE "), "{to_bob}");
+    drop(engine);
+    let bob_sdp = sdp("127.0.0.1", 40002);
+    let ok = answer(&to_bob, "200 OK", &bob_sdp, bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    let ok = recv_sip(&alice);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    assert_eq!(body(&ok), bob_sdp, "passed on unrelayed");
+    let next = invite(&alice, "after-stop@sipsec.test", &sdp("127.0.0.1", 40004));
+    alice.send_to(next.as_bytes(), srv).unwrap();
+    let refused = recv_sip(&alice);
+    assert!(refused.starts_with("SIP/2.0 503 "), "{refused}");
+    let table = s.handle.shared().media.as_ref().expect("media on");
+    let unrelayed = table
+        .counts
+        .passed_unrelayed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(unrelayed, 1);
+}
