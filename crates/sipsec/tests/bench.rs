@@ -520,3 +520,18 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad).contains("--factor above 1"), "{}", text(&bad));
 }
+
+/// `bench relay` starts rtpengine and a relaying proxy, holds calls with
+/// media both ways, and reports every packet it counted through the relay.
+#[test]
+fn relayed_calls_carry_media_both_ways() {
+    let o = Command::new(BIN)
+        .args(["bench", "relay", "--calls", "4", "--seconds", "1"])
+        .output()
+        .expect("sipsec bench runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("calls: 4 set up, 0 failed"), "{t}");
+    assert!(t.contains("caller → callee"), "{t}");
+    assert!(t.contains("rtpengine"), "{t}");
+}

@@ -5,6 +5,7 @@ mod compare;
 mod connections;
 mod peak;
 mod privacy;
+mod relay;
 mod rsa;
 mod run;
 mod srtp;
@@ -18,6 +19,7 @@ use compare::{compare, CompareArgs};
 use connections::{connections, phones, ConnectionsArgs};
 use peak::{peak, PeakArgs};
 use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteArgs};
+use relay::{relay, RelayArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
 use run::{null, run_scenario, RunArgs};
 use srtp::{srtp_bench, SrtpArgs};
@@ -38,6 +40,11 @@ pub enum BenchCommand {
     /// memory and threads per connection, CPU per handshake and per
     /// refresh, handshakes/s, failures; sipsec and Kamailio side by side.
     Connections(Box<ConnectionsArgs>),
+    /// Calls whose media crosses rtpengine through the stateful proxy
+    /// (both started here): N calls held at once with 20 ms G.711 packets
+    /// both ways; calls, packets, loss per direction, and the CPU of the
+    /// proxy and of rtpengine.
+    Relay(Box<RelayArgs>),
     /// One process of phones for `bench connections` (told what to do on
     /// stdin, answering on stdout).
     #[command(hide = true)]
@@ -77,6 +84,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
     let result = match cmd {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
+        BenchCommand::Relay(a) => relay(*a),
         BenchCommand::Connections(a) => connections(*a),
         BenchCommand::Phones => phones(),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
