@@ -4,6 +4,8 @@
 //! RTP between the phones, the BYE back through the proxy.
 
 mod common;
+#[path = "../../server/tests/support/rtpengine.rs"]
+mod rtpengine;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -436,4 +438,132 @@ fn sipsec_phone_calls_baresip_over_srtp_aes_cm_128_sha1_80() {
 #[test]
 fn sipsec_phone_calls_baresip_over_srtp_aead_aes_256_gcm() {
     sipsec_phone_calls_baresip_over_srtp("AEAD_AES_256_GCM");
+}
+
+/// A STUN server of the test's that tells every asker it is at
+/// 192.0.2.55 (an address nothing here can reach): a phone that believes
+/// it puts that address in its SDP, as a phone behind NAT puts its
+/// private one.
+fn misleading_stun() -> SocketAddr {
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("stun");
+    let addr = sock.local_addr().expect("bound");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let mut out = Vec::new();
+            let nat = SocketAddr::from(([192, 0, 2, 55], from.port()));
+            if sip_core::stun::answer(&buf[..n], nat, &mut out) {
+                let _ = sock.send_to(&out, from);
+            }
+        }
+    });
+    addr
+}
+
+/// `sipsec phone` advertises an address it cannot be reached at (its SDP
+/// says 192.0.2.55) and calls baresip through the proxy with `[media]
+/// mode = "nat"` and a real rtpengine: the proxy sees the NAT and relays
+/// the call, baresip's tone reaches the phone where its messages came
+/// from, and the phone's media reaches baresip.
+#[test]
+fn a_phone_behind_nat_talks_to_baresip_through_rtpengine() {
+    let engine = rtpengine::Rtpengine::start();
+    let dir = tempdir("baresip-nat");
+    common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
+    let config = dir.join("media.toml");
+    std::fs::write(
+        &config,
+        format!("[media]\nmode = \"nat\"\nrelays = [\"{}\"]\n", engine.ng),
+    )
+    .expect("config");
+    let path = |p: &Path| p.to_str().expect("utf-8").to_owned();
+    let (users, data, cfg) = (
+        path(&dir.join("users.tsv")),
+        path(&dir.join("data")),
+        path(&config),
+    );
+    let server = common::serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--mode",
+        "proxy",
+        "--stateful",
+        "--auth",
+        "--digest",
+        "md5",
+        "--users",
+        &users,
+        "--data-dir",
+        &data,
+        "--config",
+        &cfg,
+    ]);
+    let http = common::banner_http_addr(&server.banner).expect("http address in banner");
+    let tone = dir.join("tone1000.wav");
+    let mut samples = vec![0i16; 8_000 * 10];
+    media::tone::Tone::new(1_000.0, 8_000, 8_000.0).fill(&mut samples);
+    media::wav::write(&tone, &samples).expect("tone file");
+    let bob_dir = phone(&dir, "bob", server.addr, "udp", None);
+    let bob_config = std::fs::read_to_string(bob_dir.join("config")).expect("config");
+    std::fs::write(
+        bob_dir.join("config"),
+        bob_config.replace("/usr/share/baresip/callwaiting.wav", &path(&tone)),
+    )
+    .expect("config");
+    let bob = baresip(&bob_dir, 12, &[]);
+    let registered = (0..250).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        metrics(http).contains("sipsec_registrations_total 1\n")
+    });
+    assert!(registered, "bob never registered:\n{}", metrics(http));
+    let heard = dir.join("heard.wav");
+    let s = server.addr.to_string();
+    let stun = misleading_stun().to_string();
+    let alice = Command::new(common::BIN)
+        .env("SIPSEC_PASSWORD", "pw-alice")
+        .args([
+            "phone",
+            "call",
+            &format!("sip:bob@{s}"),
+            "--user",
+            "alice",
+            "--server",
+            &s,
+        ])
+        .args([
+            "--bind",
+            "127.0.0.1:0",
+            "--stun",
+            &stun,
+            "--tone",
+            "440",
+            "--packets",
+            "200",
+        ])
+        .arg("--record")
+        .arg(&heard)
+        .output()
+        .expect("sipsec phone runs");
+    let bob = {
+        let mut bob = bob;
+        let _ = bob.kill();
+        bob.wait_with_output().expect("bob runs")
+    };
+    let (a, b) = (text(&alice), text(&bob));
+    let both = format!("--- sipsec phone\n{a}\n--- baresip\n{b}");
+    assert!(alice.status.success(), "{both}");
+    assert!(
+        metrics(http).contains("sipsec_media_commands_total{command=\"offer\"} 1\n"),
+        "relayed: {both}"
+    );
+    assert!(
+        b.contains("incoming rtp for 'audio' established"),
+        "baresip receives the phone's RTP through the relay: {both}"
+    );
+    let rec = media::wav::read(&heard).expect("recording");
+    let middle = &rec[rec.len() / 4..rec.len() * 3 / 4];
+    let f = media::tone::dominant_frequency(middle, 8_000, 100.0, 3_900.0, 20.0);
+    assert_eq!(f, Some(1_000.0), "baresip's tone reached the phone: {both}");
 }
