@@ -617,3 +617,77 @@ fn a_relay_that_stops_mid_call_hangs_nothing() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(unrelayed, 1);
 }
+
+/// A call the callee refuses (486) leaves nothing in the relay.
+#[test]
+fn a_refused_call_leaves_nothing_in_the_relay() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "busy",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let call = "busy-call@sipsec.test";
+    let inv = invite(&alice, call, &sdp("127.0.0.1", 40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob = recv_sip(&bob);
+    let busy = answer(&to_bob, "486 Busy Here", "", bob.local_addr().unwrap());
+    bob.send_to(busy.as_bytes(), srv).unwrap();
+    assert!(recv_sip(&alice).starts_with("SIP/2.0 486 "));
+    assert!(gone_from(&engine, call));
+}
+
+/// A re-INVITE in a relayed call (here from the callee) is relayed too:
+/// the caller is offered the relay's port, not the callee's new one.
+#[test]
+fn a_re_invite_in_a_relayed_call_is_relayed() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "reinvite",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let call = "reinvite@sipsec.test";
+    alice
+        .send_to(
+            invite(&alice, call, &sdp("127.0.0.1", 40000)).as_bytes(),
+            srv,
+        )
+        .unwrap();
+    let to_bob = recv_sip(&bob);
+    let ok = answer(
+        &to_bob,
+        "200 OK",
+        &sdp("127.0.0.1", 40002),
+        bob.local_addr().unwrap(),
+    );
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    assert!(recv_sip(&alice).starts_with("SIP/2.0 200 "));
+    // Bob's re-INVITE follows the route recorded, in reverse.
+    let route = header(&to_bob, "Record-Route").to_owned();
+    let (me, to) = (bob.local_addr().unwrap(), alice.local_addr().unwrap());
+    let offer = sdp("127.0.0.1", 40010);
+    let reinvite = format!(
+        "INVITE sip:alice@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-reinv;rport\r\n\
+         Route: {route}\r\nMax-Forwards: 70\r\nFrom: <sip:bob@localhost>;tag=bob-tag\r\n\
+         To: <sip:alice@localhost>;tag=alice-tag\r\nCall-ID: {call}\r\nCSeq: 7 INVITE\r\n\
+         Contact: <sip:bob@{me}>\r\nContent-Type: application/sdp\r\n\
+         Content-Length: {}\r\n\r\n{offer}",
+        offer.len()
+    );
+    bob.send_to(reinvite.as_bytes(), srv).unwrap();
+    let got = recv_sip(&alice);
+    assert!(got.starts_with("INVITE "), "{got}");
+    let (_, port) = relayed(body(&got));
+    assert_ne!(port, 40010, "the relay's port: {got}");
+    let table = s.handle.shared().media.as_ref().expect("media on");
+    let offers = table
+        .counts
+        .offers
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(offers, 2);
+}
