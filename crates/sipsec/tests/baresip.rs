@@ -318,12 +318,12 @@ fn baresip_phones_call_through_the_stateful_proxy_over_tls() {
 /// SRTP (SDES, RTP/SAVP, baresip's `srtp-mand`): baresip plays a
 /// 1000 Hz tone from a WAV file and `sipsec phone` must find it in its
 /// recording; baresip must receive our SRTP.
-fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
-    let dir = tempdir(&format!("baresip-srtp-{suite}"));
-    common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
-    let users = dir.join("users.tsv");
-    let data = dir.join("data");
-    let server = common::serve(&[
+/// `sipsec serve` as a stateful proxy with MD5 digest for alice and bob
+/// (and `extra` flags): the server and its operator endpoint.
+fn auth_proxy(dir: &Path, extra: &[&str]) -> (common::Running, SocketAddr) {
+    common::import_users("alice,pw-alice\nbob,pw-bob\n", dir, &dir.join("users.tsv"));
+    let (users, data) = (dir.join("users.tsv"), dir.join("data"));
+    let mut args = vec![
         "--udp",
         "127.0.0.1:0",
         "--http",
@@ -338,12 +338,42 @@ fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
         users.to_str().expect("utf-8"),
         "--data-dir",
         data.to_str().expect("utf-8"),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let server = common::serve(&args);
     let http = common::banner_http_addr(&server.banner).expect("http address in banner");
+    (server, http)
+}
+
+/// A WAV file of a 1 kHz tone in `dir`.
+fn tone_1000(dir: &Path) -> std::path::PathBuf {
     let tone = dir.join("tone1000.wav");
     let mut samples = vec![0i16; 8_000 * 10];
     media::tone::Tone::new(1_000.0, 8_000, 8_000.0).fill(&mut samples);
     media::wav::write(&tone, &samples).expect("tone file");
+    tone
+}
+
+/// Waits until one phone registered with the server at `http`.
+fn wait_registered(http: SocketAddr) {
+    let registered = (0..250).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        metrics(http).contains("sipsec_registrations_total 1\n")
+    });
+    assert!(registered, "bob never registered:\n{}", metrics(http));
+}
+
+/// The tone in the middle of the recording at `path`.
+fn tone_heard(path: &Path) -> Option<f64> {
+    let rec = media::wav::read(path).expect("recording");
+    let middle = &rec[rec.len() / 4..rec.len() * 3 / 4];
+    media::tone::dominant_frequency(middle, 8_000, 100.0, 3_900.0, 20.0)
+}
+
+fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
+    let dir = tempdir(&format!("baresip-srtp-{suite}"));
+    let (server, http) = auth_proxy(&dir, &[]);
+    let tone = tone_1000(&dir);
     let bob_dir = dir.join("bob");
     std::fs::create_dir_all(&bob_dir).expect("bob dir");
     std::fs::write(
@@ -376,11 +406,7 @@ fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
     )
     .expect("accounts");
     let bob = baresip(&bob_dir, 12, &[]);
-    let registered = (0..250).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        metrics(http).contains("sipsec_registrations_total 1\n")
-    });
-    assert!(registered, "bob never registered:\n{}", metrics(http));
+    wait_registered(http);
     let heard = dir.join("heard.wav");
     let s = server.addr.to_string();
     let alice = Command::new(common::BIN)
@@ -424,10 +450,11 @@ fn sipsec_phone_calls_baresip_over_srtp(suite: &str) {
         b.contains("incoming rtp for 'audio' established"),
         "baresip receives our SRTP: {both}"
     );
-    let rec = media::wav::read(&heard).expect("recording");
-    let middle = &rec[rec.len() / 4..rec.len() * 3 / 4];
-    let f = media::tone::dominant_frequency(middle, 8_000, 100.0, 3_900.0, 20.0);
-    assert_eq!(f, Some(1_000.0), "the tone baresip played: {both}");
+    assert_eq!(
+        tone_heard(&heard),
+        Some(1_000.0),
+        "the tone baresip played: {both}"
+    );
 }
 
 #[test]
@@ -469,42 +496,12 @@ fn misleading_stun() -> SocketAddr {
 fn a_phone_behind_nat_talks_to_baresip_through_rtpengine() {
     let engine = rtpengine::Rtpengine::start();
     let dir = tempdir("baresip-nat");
-    common::import_users("alice,pw-alice\nbob,pw-bob\n", &dir, &dir.join("users.tsv"));
     let config = dir.join("media.toml");
-    std::fs::write(
-        &config,
-        format!("[media]\nmode = \"nat\"\nrelays = [\"{}\"]\n", engine.ng),
-    )
-    .expect("config");
+    let media = format!("[media]\nmode = \"nat\"\nrelays = [\"{}\"]\n", engine.ng);
+    std::fs::write(&config, media).expect("config");
     let path = |p: &Path| p.to_str().expect("utf-8").to_owned();
-    let (users, data, cfg) = (
-        path(&dir.join("users.tsv")),
-        path(&dir.join("data")),
-        path(&config),
-    );
-    let server = common::serve(&[
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--mode",
-        "proxy",
-        "--stateful",
-        "--auth",
-        "--digest",
-        "md5",
-        "--users",
-        &users,
-        "--data-dir",
-        &data,
-        "--config",
-        &cfg,
-    ]);
-    let http = common::banner_http_addr(&server.banner).expect("http address in banner");
-    let tone = dir.join("tone1000.wav");
-    let mut samples = vec![0i16; 8_000 * 10];
-    media::tone::Tone::new(1_000.0, 8_000, 8_000.0).fill(&mut samples);
-    media::wav::write(&tone, &samples).expect("tone file");
+    let (server, http) = auth_proxy(&dir, &["--config", &path(&config)]);
+    let tone = tone_1000(&dir);
     let bob_dir = phone(&dir, "bob", server.addr, "udp", None);
     let bob_config = std::fs::read_to_string(bob_dir.join("config")).expect("config");
     std::fs::write(
@@ -513,11 +510,7 @@ fn a_phone_behind_nat_talks_to_baresip_through_rtpengine() {
     )
     .expect("config");
     let bob = baresip(&bob_dir, 12, &[]);
-    let registered = (0..250).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        metrics(http).contains("sipsec_registrations_total 1\n")
-    });
-    assert!(registered, "bob never registered:\n{}", metrics(http));
+    wait_registered(http);
     let heard = dir.join("heard.wav");
     let s = server.addr.to_string();
     let stun = misleading_stun().to_string();
@@ -562,8 +555,9 @@ fn a_phone_behind_nat_talks_to_baresip_through_rtpengine() {
         b.contains("incoming rtp for 'audio' established"),
         "baresip receives the phone's RTP through the relay: {both}"
     );
-    let rec = media::wav::read(&heard).expect("recording");
-    let middle = &rec[rec.len() / 4..rec.len() * 3 / 4];
-    let f = media::tone::dominant_frequency(middle, 8_000, 100.0, 3_900.0, 20.0);
-    assert_eq!(f, Some(1_000.0), "baresip's tone reached the phone: {both}");
+    assert_eq!(
+        tone_heard(&heard),
+        Some(1_000.0),
+        "baresip's tone reached the phone: {both}"
+    );
 }

@@ -318,26 +318,41 @@ fn two_browser_phones_register_over_wss_and_call_with_media_between_them() {
     assert!(failures.is_empty(), "{failures:?}");
 }
 
+/// carol: `sipsec phone answer` registered over UDP with `server`, plus
+/// `extra` flags; what `common::answering` gives.
+fn carol_answers(
+    server: &str,
+    extra: &[&str],
+) -> (std::process::Child, String, std::thread::JoinHandle<String>) {
+    let mut args = vec![
+        "answer",
+        "--user",
+        "carol",
+        "--server",
+        server,
+        "--register",
+        "--bind",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    common::answering("pw-carol", &args)
+}
+
+/// Waits (at most [`BOUND`]) for `phone` to end its call and exit.
+fn wait_for_exit(phone: &mut std::process::Child) {
+    let until = Instant::now() + BOUND;
+    while phone.try_wait().expect("phone").is_none() {
+        assert!(Instant::now() < until, "the phone never saw the call end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_browser_phone_calls_a_udp_phone_across_the_websocket_bridge() {
     let s = setup("browser-bridge");
     let srv = s.server.addr.to_string();
     // carol is `sipsec phone`, registered over UDP.
-    let (carol, _, carol_err) = common::answering(
-        "pw-carol",
-        &[
-            "answer",
-            "--user",
-            "carol",
-            "--server",
-            &srv,
-            "--register",
-            "--bind",
-            "127.0.0.1:0",
-            "--packets",
-            "50",
-        ],
-    );
+    let (carol, _, carol_err) = carol_answers(&srv, &["--packets", "50"]);
     // carol registered under the server's address as her domain.
     let _alice = s.phone("alice", &format!("auto=call&target=carol@{srv}&talk=1000"));
     s.reports.wait("alice", "registered", BOUND);
@@ -347,12 +362,8 @@ fn a_browser_phone_calls_a_udp_phone_across_the_websocket_bridge() {
     let failed = s.reports.wait("alice", "failed", BOUND);
     assert_eq!(failed["status"], 200, "{failed}");
     assert_eq!(failed["cause"], "Bad Media Description", "{failed}");
-    let until = Instant::now() + BOUND;
     let mut carol = carol;
-    while carol.try_wait().expect("carol").is_none() {
-        assert!(Instant::now() < until, "carol never saw the call end");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_exit(&mut carol);
     let log = carol_err.join().expect("carol's log");
     assert!(log.contains("call established"), "the ACK arrived: {log}");
     assert!(log.contains("remote hung up"), "the BYE arrived: {log}");
@@ -378,17 +389,9 @@ fn a_browser_phone_talks_to_a_udp_phone_through_rtpengine() {
     media::tone::Tone::new(440.0, 8000, 8000.0).fill(&mut tone);
     std::fs::write(&tone_wav, media::wav::encode(&tone)).expect("tone file");
     let recording = s.dir.join("carol.wav");
-    let (carol, _, carol_err) = common::answering(
-        "pw-carol",
+    let (carol, _, carol_err) = carol_answers(
+        &srv,
         &[
-            "answer",
-            "--user",
-            "carol",
-            "--server",
-            &srv,
-            "--register",
-            "--bind",
-            "127.0.0.1:0",
             "--srtp",
             "AES_CM_128_HMAC_SHA1_80",
             "--insecure-sdes",
@@ -418,12 +421,8 @@ fn a_browser_phone_talks_to_a_udp_phone_through_rtpengine() {
     // DTLS-SRTP, are what it shows.)
     assert_eq!(media["dtlsState"], "connected", "{media}");
     s.reports.wait("alice", "ended", BOUND);
-    let until = Instant::now() + BOUND;
     let mut carol = carol;
-    while carol.try_wait().expect("carol").is_none() {
-        assert!(Instant::now() < until, "carol never saw the call end");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_exit(&mut carol);
     let log = carol_err.join().expect("carol's log");
     assert!(log.contains("remote hung up"), "{log}");
     let mut report = String::new();

@@ -12,6 +12,7 @@ use crate::io::redis::{RedisState, RedisStore};
 use crate::proto::core::{Change, Core, Event, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
 use crate::proto::names::Key as NameKey;
+use crate::proto::parked::Parked;
 use crate::proto::shared::Now;
 
 /// Where binding changes are stored before the answers they guard go.
@@ -213,19 +214,23 @@ pub fn handle(
     settle(core, store, input, src, transport, now, out, reply)
 }
 
-/// Hands in again a request that waited for its next hop's name to be
-/// resolved (it was traced when it arrived). It routes somewhere: a
-/// binding change is not expected, and would be refused unstored.
-pub fn handle_resolved(
+/// Hands in again a message that waited on an answer from outside (it
+/// was traced when it arrived): its next hop's name (`relayed` is
+/// `None`), or a media relay's answer. It routes somewhere: a binding
+/// change is not expected, and would be refused unstored.
+pub fn hand_in(
     core: &mut Core,
-    input: &[u8],
-    src: SocketAddr,
-    transport: Transport,
+    p: &Parked,
+    relayed: Option<crate::proto::media::Outcome>,
     now: Now,
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
-    let reply = core.handle_again(input, src, transport, now, out);
+    let (input, src, transport) = (&p.message[..], p.src, p.arrived);
+    let reply = match relayed {
+        Some(o) => core.handle_relayed(input, src, transport, o, now, out),
+        None => core.handle_again(input, src, transport, now, out),
+    };
     settle(
         core,
         Some(&mut Refusing),
@@ -238,29 +243,18 @@ pub fn handle_resolved(
     )
 }
 
-/// Hands in again a message that waited for a media relay's answer
-/// (`outcome`; it was traced when it arrived).
-pub fn handle_relayed(
+/// [`hand_in`], and `sender` carries out what came of it (the core's
+/// extra messages, then its reply).
+pub fn hand_in_and_send(
     core: &mut Core,
-    input: &[u8],
-    src: SocketAddr,
-    transport: Transport,
-    outcome: crate::proto::media::Outcome,
-    now: Now,
+    sender: &crate::io::send::Sender,
+    p: &Parked,
+    relayed: Option<crate::proto::media::Outcome>,
     out: &mut Vec<u8>,
-) -> Reply {
-    out.clear();
-    let reply = core.handle_relayed(input, src, transport, outcome, now, out);
-    settle(
-        core,
-        Some(&mut Refusing),
-        input,
-        src,
-        transport,
-        now,
-        out,
-        reply,
-    )
+) {
+    let reply = hand_in(core, p, relayed, crate::io::clock::now(), out);
+    sender.send_all(core.extra());
+    sender.reply(reply, out, core.sent_key());
 }
 
 /// A name a core asked for is resolved (or known not to be: `to` empty)
@@ -278,7 +272,7 @@ pub fn resolved(
 ) {
     let parked = core.shared().names.finish(key, to, ttl, now.mono);
     for p in parked {
-        let reply = handle_resolved(core, &p.message, p.src, p.arrived, now, out);
+        let reply = hand_in(core, &p, None, now, out);
         carry(core, reply, out);
     }
 }

@@ -324,18 +324,8 @@ impl Worker {
     }
 
     fn hand_in(&mut self, p: &Parked, outcome: Outcome) {
-        let now = crate::io::clock::now();
-        let reply = crate::io::drive::handle_relayed(
-            &mut self.core,
-            &p.message,
-            p.src,
-            p.arrived,
-            outcome,
-            now,
-            &mut self.out,
-        );
-        self.sender.send_all(self.core.extra());
-        self.sender.reply(reply, &self.out, self.core.sent_key());
+        let (core, sender) = (&mut self.core, &self.sender);
+        crate::io::drive::hand_in_and_send(core, sender, p, Some(outcome), &mut self.out);
     }
 }
 

@@ -789,17 +789,7 @@ impl Worker {
 
     /// Hands a parked request in again, now that its name is known.
     fn hand_in(&mut self, p: &Parked) {
-        let now = crate::io::clock::now();
-        let reply = crate::io::drive::handle_resolved(
-            &mut self.core,
-            &p.message,
-            p.src,
-            p.arrived,
-            now,
-            &mut self.out,
-        );
-        self.sender.send_all(self.core.extra());
-        self.sender.reply(reply, &self.out, self.core.sent_key());
+        crate::io::drive::hand_in_and_send(&mut self.core, &self.sender, p, None, &mut self.out);
     }
 }
 
