@@ -22,6 +22,7 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::io::send::Sender;
+use crate::io::wake::Pumps;
 use crate::proto::core::Core;
 use crate::proto::media::{MediaTable, Outcome};
 use crate::proto::ng::{Client, Event, Reply, Settings, MAX_ANSWER};
@@ -78,11 +79,13 @@ impl Pump {
     pub fn wake(&self) {
         let _ = self.waker.wake();
     }
+}
 
+impl crate::io::wake::Pumps for Pump {
     /// Starts every command the cores queued, sending each from the
     /// calling thread; wakes the media thread when one is due before it
     /// means to wake, or could not start.
-    pub fn pump(&self) {
+    fn pump(&self) {
         let asked = self.table().take_asked();
         if asked.is_empty() {
             return;

@@ -8,12 +8,19 @@ use std::thread::Thread;
 
 use crate::proto::effects::Wake;
 
+/// What sends the commands the cores queue for the media relays
+/// (`io::media::Pump`), from the thread that carries their output.
+pub trait Pumps: std::fmt::Debug + Send + Sync {
+    /// Sends every command queued.
+    fn pump(&self);
+}
+
 /// Where each sleeping thread is, once it runs.
 #[derive(Debug, Default)]
 pub struct Wakers {
     timers: OnceLock<Thread>,
     names: OnceLock<Arc<mio::Waker>>,
-    media: OnceLock<Arc<crate::io::media::Pump>>,
+    media: OnceLock<Arc<dyn Pumps>>,
 }
 
 impl Wakers {
@@ -32,7 +39,7 @@ impl Wakers {
     /// What the cores ask of the media relays is sent by `pump`, on the
     /// thread that carries their output; the media thread pumps before
     /// its first sleep, so a command asked before this is not lost.
-    pub fn set_media(&self, pump: Arc<crate::io::media::Pump>) {
+    pub fn set_media(&self, pump: Arc<dyn Pumps>) {
         let _ = self.media.set(pump);
     }
 
