@@ -691,3 +691,35 @@ fn a_re_invite_in_a_relayed_call_is_relayed() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(offers, 2);
 }
+
+/// A phone that offers SDES-SRTP keeps it through the relay: the callee
+/// is offered `RTP/SAVP` with keys (rtpengine passes the caller's on, so
+/// the SRTP stays end to end), and the caller's answer is `RTP/SAVP`
+/// too; relaying never downgrades a call to plain RTP.
+#[test]
+fn an_srtp_call_stays_srtp_through_the_relay() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "sdes",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let secure = |port: u16| {
+        sdp("127.0.0.1", port).replace("RTP/AVP", "RTP/SAVP")
+            + "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:PS1uQCVeeCFCanVmcjkpPywjNWhcYD0mXXtxaVBR\r\n"
+    };
+    let inv = invite(&alice, "sdes@sipsec.test", &secure(40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob = recv_sip(&bob);
+    let offered = body(&to_bob);
+    assert!(offered.contains(" RTP/SAVP "), "{offered}");
+    assert!(offered.contains("a=crypto:"), "{offered}");
+    let ok = answer(&to_bob, "200 OK", &secure(40002), bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    let ok = recv_sip(&alice);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    assert!(body(&ok).contains(" RTP/SAVP "), "{ok}");
+    assert!(body(&ok).contains("a=crypto:"), "{ok}");
+}

@@ -91,6 +91,8 @@ pub struct Call {
     pub from_tag: String,
     /// A 2xx answered its INVITE.
     pub established: bool,
+    /// The caller offered SRTP (its answer keeps it).
+    pub caller_srtp: bool,
     /// When its offer was relayed.
     pub since: Instant,
 }
@@ -236,12 +238,14 @@ impl MediaTable {
         self.state.lock(0).calls.get(call_id).cloned()
     }
 
-    /// The offer of `call_id` (From tag `from_tag`) was relayed at `now`.
-    pub fn relaying(&self, call_id: &str, from_tag: &str, now: Instant) {
+    /// The offer of `call_id` (From tag `from_tag`; `srtp`: it offered
+    /// SRTP) was relayed at `now`.
+    pub fn relaying(&self, call_id: &str, from_tag: &str, srtp: bool, now: Instant) {
         let mut s = self.state.lock(0);
         s.calls.entry(call_id.to_owned()).or_insert_with(|| Call {
             from_tag: from_tag.to_owned(),
             established: false,
+            caller_srtp: srtp,
             since: now,
         });
     }
@@ -552,7 +556,7 @@ CSeq: 1 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{bo
         assert_eq!(t.take_asked().len(), 1);
         assert_eq!(t.answered(7).len(), 1);
         let now = Instant::now();
-        t.relaying("a", "ft", now);
+        t.relaying("a", "ft", false, now);
         assert_eq!(
             t.ask(8, offer("b"), parked()),
             Asked::Full,

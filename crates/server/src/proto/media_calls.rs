@@ -74,7 +74,8 @@ impl Core {
         match &self.media {
             Some(Outcome::Sdp(_)) => {
                 let from_tag = msg.from().tag().unwrap_or("");
-                table.relaying(msg.call_id(), from_tag, self.now.mono);
+                let srtp = media::sdp_of(msg).is_some_and(|s| !media::offers_plain_rtp(s));
+                table.relaying(msg.call_id(), from_tag, srtp, self.now.mono);
                 return None;
             }
             Some(Outcome::Failed(why)) => {
@@ -127,7 +128,10 @@ impl Core {
             ));
         }
         let nat = media::behind_nat(msg, src, sdp);
-        let srtp = settings.require_srtp;
+        // A phone's leg keeps SRTP when a phone offered it (a browser's
+        // DTLS-SRTP does not make a phone leg SRTP unless required).
+        let srtp = settings.require_srtp
+            || (!media::browser(self.transport) && !media::offers_plain_rtp(sdp));
         let command = Command::Offer(media::media(msg, sdp, true, to, srtp, nat, src.ip()));
         let question = self.question(b'o', self.branch(msg), 0, None);
         self.ask_relay(msg, src, question, command, out)
@@ -183,7 +187,8 @@ impl Core {
         }
         let to = msg.vias().nth(1).map_or(Transport::Udp, |v| v.transport());
         let nat = media::behind_nat(msg, src, sdp);
-        let srtp = self.shared.config.media.require_srtp;
+        // The caller's leg answers in the profile the caller offered.
+        let srtp = self.shared.config.media.require_srtp || call.caller_srtp;
         let command = Command::Answer(media::media(msg, sdp, false, to, srtp, nat, src.ip()));
         let question = self.question(b'a', key.branch, status.as_u16(), msg.to().tag());
         let mut none = Vec::new();
