@@ -380,6 +380,11 @@ fn a_relayed_call_carries_media_both_ways_and_its_bye_deletes_it() {
     alice.send_to(bye.as_bytes(), srv).unwrap();
     let bye = recv_sip(&bob);
     assert!(bye.starts_with("BYE "), "{bye}");
+    let table = s.handle.shared().media.as_ref().expect("media on");
+    assert_eq!(table.sizes().0, 1, "a BYE alone ends nothing");
+    let ok = answer(&bye, "200 OK", "", bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    assert!(recv_sip(&alice).starts_with("SIP/2.0 200 "));
     assert!(
         gone_from(&engine, call),
         "the BYE deleted the call at the relay"

@@ -2,7 +2,8 @@
 //! (INVITE or UPDATE with SDP) is parked on the relay's `offer` and
 //! forwarded with the relay's session description; an answer (a 18x or
 //! 2xx with SDP) is parked on `answer` and passed upstream the same way;
-//! BYE, CANCEL and a failed INVITE end the call at the relay (`delete`).
+//! a BYE the peer confirmed (2xx), an accepted CANCEL and a failed INVITE
+//! end the call at the relay (`delete`).
 //! Which calls are relayed, and the flags of each leg, are
 //! [`crate::proto::media`]'s.
 
@@ -49,9 +50,9 @@ impl Core {
     /// Before `msg` (from `src`) is forwarded to a `to` leg: an offer the
     /// relay must see first is parked on it (`Some(Drop)`), a call it
     /// cannot take is answered (503, or 488 under `require_srtp`); `None`
-    /// forwards it (with the relay's SDP when it is handed in again). A
-    /// BYE ends its call at the relay and goes on. `callee_nat`: the
-    /// target's contact is not the address the request goes to.
+    /// forwards it (with the relay's SDP when it is handed in again).
+    /// `callee_nat`: the target's contact is not the address the request
+    /// goes to.
     pub(super) fn relay_offer(
         &mut self,
         msg: &Message<'_>,
@@ -62,12 +63,6 @@ impl Core {
     ) -> Option<Reply> {
         let table = self.shared.media.as_ref()?;
         let method = msg.method();
-        if method == Method::Bye {
-            if table.end(msg.call_id()) {
-                self.sends.wake_media();
-            }
-            return None;
-        }
         if !matches!(method, Method::Invite | Method::Update) {
             return None;
         }
@@ -139,8 +134,8 @@ impl Core {
 
     /// A response `msg` (from `src`) to this proxy's transaction `key`,
     /// before the transaction takes it: an answer for a relayed call is
-    /// parked on the relay (`Some(Drop)`); a final failure of its INVITE
-    /// ends the call at the relay. `None`: the transaction takes it (with
+    /// parked on the relay (`Some(Drop)`); a final failure of its INVITE,
+    /// or a 2xx to its BYE, ends the call at the relay. `None`: the transaction takes it (with
     /// the relay's SDP when it is handed in again).
     pub(super) fn relay_answer(
         &mut self,
@@ -151,6 +146,16 @@ impl Core {
         let table = self.shared.media.as_ref()?;
         let status = msg.status()?;
         let method = msg.cseq().method;
+        if method == Method::Bye && status.is_success() {
+            // The peer confirmed the BYE of a dialog we forwarded it in:
+            // the call ends at the relay (a BYE alone, which anyone who
+            // saw the Call-ID could send, ends nothing here).
+            let ours = self.shared.transactions.as_ref()?.knows(key);
+            if ours && table.end(msg.call_id()) {
+                self.sends.wake_media();
+            }
+            return None;
+        }
         if !matches!(method, Method::Invite | Method::Update) || status == StatusCode::TRYING {
             return None;
         }
