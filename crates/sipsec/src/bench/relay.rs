@@ -23,7 +23,7 @@ use sipsec_server::proto::ng::{Command as Ng, RelayConfig, Reply, Settings};
 #[derive(Args)]
 pub struct RelayArgs {
     /// Calls held at once.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5000))]
     calls: u32,
     /// Seconds of media on every call.
     #[arg(long, default_value_t = 10)]
@@ -55,15 +55,19 @@ fn socket(timeout: Duration) -> Result<UdpSocket, String> {
     Ok(s)
 }
 
-/// rtpengine on loopback, once it answers a ping.
-fn start_rtpengine(ng: SocketAddr) -> Result<Running, String> {
-    let base = 20_000 + u32::from(ng.port() % 200) * 200;
+/// rtpengine on loopback with ports for `calls` calls (four each: RTP
+/// and RTCP on both sides), once it answers a ping.
+fn start_rtpengine(ng: SocketAddr, calls: u32) -> Result<Running, String> {
+    // Below the usual ephemeral range, so the generator's own sockets do
+    // not take them.
+    let base = 20_000;
+    let span = (calls * 4 + 100).max(200);
     let child = Command::new("rtpengine")
         .args(["--config-file=none", "--table=-1", "--foreground"])
         .args(["--interface=127.0.0.1", "--delete-delay=0", "--log-level=3"])
         .arg(format!("--listen-ng={ng}"))
         .arg(format!("--port-min={base}"))
-        .arg(format!("--port-max={}", base + 199))
+        .arg(format!("--port-max={}", base + span - 1))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -349,7 +353,7 @@ pub(super) fn relay(a: RelayArgs) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("sipsec-bench-relay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let ng = free_udp()?;
-    let engine = start_rtpengine(ng)?;
+    let engine = start_rtpengine(ng, a.calls)?;
     let (proxy, addr) = start_proxy(&dir, ng, a.workers)?;
     let (caller_rtp, callee_rtp) = (
         socket(Duration::from_millis(50))?,
