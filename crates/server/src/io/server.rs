@@ -623,10 +623,17 @@ impl Drop for Unwind {
 /// are under way (a new one may be due sooner than the earliest known).
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// Timers due within this of each other fire together: under load one
+/// is due every fraction of a millisecond, and waking for each cost more
+/// than the timers themselves. SIP's shortest timer is T1 (500 ms), so a
+/// timer late by this much changes nothing a peer can tell.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Runs the stateful proxy's timers (retransmissions, 408s, clean-up):
 /// the core says when the next one is due, this thread sleeps until then
-/// (at most [`TICK`]) and sends what firing them produced. With no
-/// transaction at all it sleeps until one starts (or the stop).
+/// (at least [`COALESCE`], at most [`TICK`]) and sends what firing them
+/// produced. With no transaction at all it sleeps until one starts (or
+/// the stop).
 fn transaction_timers(
     mut core: Core,
     sender: Sender,
@@ -653,7 +660,7 @@ fn transaction_timers(
                         next.map_or(TICK, |t| {
                             t.saturating_duration_since(std::time::Instant::now())
                         })
-                        .min(TICK),
+                        .clamp(COALESCE, TICK),
                     ),
                 }
                 crate::io::drive::on_timer(&mut core, crate::io::clock::now());
