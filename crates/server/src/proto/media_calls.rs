@@ -14,7 +14,7 @@ use sip_core::{Message, Method, StatusCode, Transport};
 
 use crate::config_media::RelayFailure;
 use crate::proto::branch::Key;
-use crate::proto::core::{Core, Event, Reply};
+use crate::proto::core::{bump, Core, Event, Reply};
 use crate::proto::media::{self, Asked, Outcome};
 use crate::proto::ng::Command;
 use crate::proto::parked::Parked;
@@ -101,19 +101,20 @@ impl Core {
         }
         let sdp = media::sdp_of(msg)?;
         let settings = &self.shared.config.media;
+        // The sender behind NAT: its media goes where its messages come from.
+        let nat = media::behind_nat(msg, src, sdp);
         let relay = if msg.to().tag().is_some() {
             // In a dialog: its media is relayed when its offer was.
             table.call(msg.call_id()).is_some()
         } else {
-            let nat = callee_nat || media::behind_nat(msg, src, sdp);
-            media::wanted(settings.mode, self.transport, to, nat)
+            media::wanted(settings.mode, self.transport, to, nat || callee_nat)
         };
         if !relay {
             return None;
         }
         if settings.require_srtp && !media::browser(self.transport) && media::offers_plain_rtp(sdp)
         {
-            bump_counter(&table.counts.refused_unencrypted);
+            bump(&table.counts.refused_unencrypted);
             return Some(self.respond(
                 msg,
                 StatusCode::NOT_ACCEPTABLE_HERE,
@@ -122,7 +123,6 @@ impl Core {
                 out,
             ));
         }
-        let nat = media::behind_nat(msg, src, sdp);
         // A phone's leg keeps SRTP when a phone offered it (a browser's
         // DTLS-SRTP does not make a phone leg SRTP unless required).
         let srtp = settings.require_srtp
@@ -175,7 +175,7 @@ impl Core {
             }
             Some(Outcome::Failed(why) | Outcome::Refused(why)) => {
                 let what = format!("{status} passed on unrelayed: {why}");
-                bump_counter(&table.counts.passed_unrelayed);
+                bump(&table.counts.passed_unrelayed);
                 self.events.push(Event::MediaFailed {
                     call_id: msg.call_id().to_owned(),
                     what,
@@ -255,7 +255,7 @@ impl Core {
         } else {
             (&table.counts.refused_no_relay, "refused (503)")
         };
-        bump_counter(counter);
+        bump(counter);
         self.events.push(Event::MediaFailed {
             call_id: msg.call_id().to_owned(),
             what: format!("{} {what}: {why}", msg.method().as_str()),
@@ -285,8 +285,4 @@ impl Core {
             .hash_one((kind, branch, status, to_tag))
             .max(1)
     }
-}
-
-fn bump_counter(c: &std::sync::atomic::AtomicU64) {
-    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
