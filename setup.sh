@@ -36,6 +36,9 @@ if command -v apt-get >/dev/null 2>&1; then
     # tcpdump for the PrivaSIP capture test (no user ID between proxies);
     # chromium (headless, fake media devices) for the browser-phone tests
     # over WebSocket (web/phone), with npm (below) for JsSIP;
+    # secsipidx (STIR/SHAKEN signer and verifier, the independent
+    # implementation the interop tests check against) and
+    # kamailio-secsipid-modules (Kamailio's STIR/SHAKEN, the peer);
     # rtpengine-daemon, the media relay the NG client's tests start
     # (userspace only, on free ports; its packaged service is stopped);
     # redis-server for the shared location of several nodes (the
@@ -57,7 +60,7 @@ if command -v apt-get >/dev/null 2>&1; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
             kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
             redis-server dnsmasq-base python3-prometheus-client systemd man-db
-            rtpengine-daemon"
+            rtpengine-daemon secsipidx kamailio-secsipid-modules"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null

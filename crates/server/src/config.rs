@@ -316,6 +316,8 @@ pub struct Config {
     pub dns: DnsSettings,
     /// Calls' media through rtpengine relays (`[media]`).
     pub media: MediaSettings,
+    /// Signed caller identity, STIR/SHAKEN (`[stir]`).
+    pub stir: crate::config_stir::StirSettings,
 }
 
 /// Resolving next hops named by domain names (`[dns]`, RFC 3263 without
@@ -614,6 +616,7 @@ impl Default for Config {
             http_token: None,
             dns: DnsSettings::default(),
             media: MediaSettings::default(),
+            stir: Default::default(),
         }
     }
 }

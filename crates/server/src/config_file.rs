@@ -75,6 +75,8 @@ pub struct FileConfig {
     pub dns: Option<DnsSection>,
     /// `[media]` table.
     pub media: Option<crate::config_media::MediaSection>,
+    /// `[stir]` table.
+    pub stir: Option<crate::config_stir::StirSection>,
 }
 
 /// `[trace]`: HEP tracing to a Homer collector.
@@ -528,6 +530,9 @@ impl Config {
         if let Some(m) = f.media {
             crate::config_media::media_settings(m, &mut self.media)
                 .map_err(|(k, m)| value(k, m))?;
+        }
+        if let Some(st) = f.stir {
+            crate::config_stir::stir_settings(st, &mut self.stir).map_err(|(k, m)| value(k, m))?;
         }
         if let Some(l) = f.location {
             self.redis = location_settings(l, self.redis.take()).map_err(|(k, m)| value(k, m))?;

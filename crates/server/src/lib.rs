@@ -19,6 +19,7 @@ pub mod config;
 mod config_dns;
 mod config_file;
 pub mod config_media;
+pub mod config_stir;
 pub mod fuzzing;
 pub mod io;
 pub mod proto;

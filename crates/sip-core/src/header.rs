@@ -111,6 +111,9 @@ macro_rules! header_names {
                     if eq(b"i") {
                         return Self::CallId;
                     }
+                    if eq(b"identity") {
+                        return Self::Identity;
+                    }
                 }
                 Some(b'k') => {
                     if eq(b"k") {
@@ -150,6 +153,9 @@ macro_rules! header_names {
                     }
                     if eq(b"proxy-authorization") {
                         return Self::ProxyAuthorization;
+                    }
+                    if eq(b"p-asserted-identity") {
+                        return Self::PAssertedIdentity;
                     }
                 }
                 Some(b'r') => {
@@ -235,6 +241,11 @@ macro_rules! header_names {
                         return Self::SessionExpires;
                     }
                 }
+                Some(b'y') => {
+                    if eq(b"y") {
+                        return Self::Identity;
+                    }
+                }
                     _ => {}
                 }
                 Self::Other
@@ -282,6 +293,8 @@ header_names! {
     Timestamp => "Timestamp", ["timestamp"];
     Warning => "Warning", ["warning"];
     RetryAfter => "Retry-After", ["retry-after"];
+    Identity => "Identity", ["identity", "y"];
+    PAssertedIdentity => "P-Asserted-Identity", ["p-asserted-identity"];
 }
 
 impl fmt::Display for HeaderName {

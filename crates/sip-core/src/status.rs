@@ -48,7 +48,11 @@ codes! {
     UNSUPPORTED_URI_SCHEME = 416, "Unsupported URI Scheme";
     BAD_EXTENSION = 420, "Bad Extension";
     INTERVAL_TOO_BRIEF = 423, "Interval Too Brief";
+    USE_IDENTITY_HEADER = 428, "Use Identity Header";
     FLOW_FAILED = 430, "Flow Failed";
+    BAD_IDENTITY_INFO = 436, "Bad Identity Info";
+    UNSUPPORTED_CREDENTIAL = 437, "Unsupported Credential";
+    INVALID_IDENTITY_HEADER = 438, "Invalid Identity Header";
     TEMPORARILY_UNAVAILABLE = 480, "Temporarily Unavailable";
     CALL_DOES_NOT_EXIST = 481, "Call/Transaction Does Not Exist";
     LOOP_DETECTED = 482, "Loop Detected";

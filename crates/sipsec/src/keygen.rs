@@ -83,6 +83,12 @@ pub enum KeygenCommand {
         #[arg(short, long)]
         out: PathBuf,
     },
+    /// Make an STIR/SHAKEN certificate authority (EC P-256): the trust
+    /// anchor verifiers configure.
+    StiCa(crate::keygen_sti::StiCa),
+    /// Make an STIR/SHAKEN signer's certificate under an STI-CA, with a
+    /// TNAuthList (RFC 8226) of a service provider code or numbers.
+    StiCert(crate::keygen_sti::StiCert),
     /// Say what a private key file holds (type, size, RSA variant).
     Show {
         /// PEM or DER private key.
@@ -128,6 +134,8 @@ pub fn run(cmd: KeygenCommand) -> ExitCode {
             out: &out,
         }),
         KeygenCommand::Public { key, out } => public(&key, &out),
+        KeygenCommand::StiCa(req) => crate::keygen_sti::ca(&req),
+        KeygenCommand::StiCert(req) => crate::keygen_sti::sti_cert(&req),
         KeygenCommand::Show { file } => show(&file),
     };
     match result {
@@ -142,7 +150,7 @@ pub fn run(cmd: KeygenCommand) -> ExitCode {
     }
 }
 
-fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]

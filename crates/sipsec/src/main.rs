@@ -6,6 +6,7 @@ mod check;
 mod control;
 mod crypto_bench;
 mod keygen;
+mod keygen_sti;
 mod logging;
 mod phone;
 mod provenance;

@@ -206,6 +206,9 @@ impl View {
         if let Some(m) = &self.shared.media {
             m.render(&mut text);
         }
+        if let Some(s) = &self.shared.stir {
+            s.render(&mut text);
+        }
         if let Some(t) = self.shared.tap.as_ref() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(
@@ -381,6 +384,7 @@ impl View {
                 })
             }),
             "media": self.shared.media.as_ref().map(|t| media_status(t, &c.media)),
+            "stir": self.shared.stir.as_ref().map(|s| s.status()),
             "privacy": self.shared.privacy.as_ref().map(|p| json!({
                 "stateful": p.stateful(),
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),

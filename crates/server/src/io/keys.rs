@@ -83,6 +83,58 @@ pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
     }
 }
 
+/// Loads `[stir]`: the signing key (EC P-256), the trust anchors and
+/// revocation lists, each error naming its file.
+pub fn stir(
+    s: &crate::config_stir::StirSettings,
+    proxy: bool,
+) -> Result<Option<crate::proto::stir::Stir>, crate::io::start_error::StartError> {
+    use crate::io::start_error::StartError;
+    use crate::proto::stir::{CertTable, Signing, Stir, StirCounts, Verifying};
+    if !s.on() {
+        return Ok(None);
+    }
+    if !proxy {
+        return Err(StartError::Stir(
+            "[stir] signs and verifies calls a proxy forwards: set mode = \"proxy\"".into(),
+        ));
+    }
+    let read =
+        |p: &Path| std::fs::read(p).map_err(|e| StartError::Stir(format!("{}: {e}", p.display())));
+    let sign = match &s.sign {
+        Some(c) => Some(Signing {
+            key: stir::SigningKey::from_pem(&read(&c.key)?)
+                .map_err(|e| StartError::Stir(format!("{}: {e}", c.key.display())))?,
+            settings: c.clone(),
+        }),
+        None => None,
+    };
+    let verify = match &s.verify {
+        Some(c) => {
+            let crls = c
+                .crls
+                .iter()
+                .map(|p| read(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let trust = stir::Trust::from_pem(&read(&c.trust_anchors)?, &crls)
+                .map_err(|e| StartError::Stir(format!("{}: {e}", c.trust_anchors.display())))?;
+            crate::io::fetch::Client::new(&c.fetch)
+                .map_err(|e| StartError::Stir(format!("certificate fetcher: {e}")))?;
+            Some(Verifying {
+                trust,
+                settings: c.clone(),
+                certs: CertTable::default(),
+            })
+        }
+        None => None,
+    };
+    Ok(Some(Stir {
+        sign,
+        verify,
+        counts: StirCounts::default(),
+    }))
+}
+
 /// Reads the PrivaSIP private keys named in `s` and sets up pseudonym
 /// decryption (AES needs the users: their SHA-256 HA1 in `realm`).
 pub fn privacy(

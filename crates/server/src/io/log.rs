@@ -194,6 +194,11 @@ pub fn media_failed(call_id: &str, what: &str) {
     warn!(target: "sipsec::media", call_id, "{what}");
 }
 
+/// What STIR/SHAKEN made of a call (its `verstat` and why).
+pub fn stir(call_id: &str, what: &str) {
+    info!(target: "sipsec::stir", call_id, "{what}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,8 +2,10 @@
 //! what arrives to [`crate::proto::core::Core`] and carry out what it
 //! returns.
 
+pub mod certs;
 pub mod clock;
 pub mod drive;
+pub mod fetch;
 pub mod files;
 pub mod handle;
 pub mod hep;

@@ -63,6 +63,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let http_listener = http_listener(&config)?;
     let udp_addr = udp.local_addr();
     let privacy = privacy(&config, auth.as_ref())?;
+    let stir = crate::io::keys::stir(&config.stir, config.mode == Mode::Proxy)?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
     let mut unwind = Unwind::new(stop.clone());
@@ -81,7 +82,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         crate::io::clock::now(),
         std::hash::RandomState::new(),
     );
-    (shared.privacy, shared.tap) = (privacy, tap);
+    (shared.privacy, shared.tap, shared.stir) = (privacy, tap, stir);
     shared.stage_clock = Some(std::time::Instant::now);
     shared.names.set_hosts(hosts);
     let shared = Arc::new(shared);
@@ -559,6 +560,27 @@ fn start_timers_and_resolver(
         unwind.media = Some(pump.clone());
         wakers.set_media(pump);
     }
+    if shared.stir.as_ref().is_some_and(|s| s.verify.is_some()) {
+        let mut made = Vec::new();
+        for _ in 0..shared
+            .config
+            .stir
+            .verify
+            .as_ref()
+            .map_or(0, |v| v.fetch.fetchers)
+        {
+            made.push((core(), sender()?));
+        }
+        let mut made = made.into_iter();
+        let (fetcher, fetchers) = crate::io::certs::start(
+            shared.clone(),
+            move || made.next().expect("one per thread"),
+            stop.clone(),
+        )
+        .map_err(|e| StartError::Stir(format!("cannot start the certificate fetcher: {e}")))?;
+        threads.extend(fetchers);
+        wakers.set_certs(fetcher);
+    }
     Ok(resolver)
 }
 
@@ -714,6 +736,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
     if let Some(p) = &config.privacy {
         crate::io::keys::privacy(p, users.as_ref(), &config.realm)?;
     }
+    crate::io::keys::stir(&config.stir, config.mode == Mode::Proxy)?;
     crate::io::resolver::read_hosts(&config.dns).map_err(StartError::Dns)?;
     Ok(Checked {
         users: users.map_or(0, |u| u.len()),

@@ -58,6 +58,9 @@ pub enum StartError {
     /// The `[media]` settings cannot be used.
     #[error("media: {0}")]
     Media(String),
+    /// The `[stir]` keys, anchors or CRLs cannot be used.
+    #[error("stir: {0}")]
+    Stir(String),
     /// The operator endpoint would listen beyond loopback without a token.
     #[error("the operator endpoint on {0} is reachable from other hosts: set http_token (or SIPSEC_HTTP_TOKEN) to require a token, or keep --http on 127.0.0.1")]
     HttpExposed(std::net::SocketAddr),

@@ -24,7 +24,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 pub use crate::config::TlsSettings;
 
 /// System CA bundle on Debian and derivatives.
-const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub(crate) const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Why TLS could not be set up; each names the file and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +215,7 @@ impl ResolvesClientCert for CertStore {
     }
 }
 
-fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
+pub(crate) fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let bad = |why: String| TlsError::BadCa {
         path: path.display().to_string(),
         why,

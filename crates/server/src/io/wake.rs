@@ -8,10 +8,12 @@ use std::thread::Thread;
 
 use crate::proto::effects::Wake;
 
-/// What sends the commands the cores queue for the media relays
-/// (`io::media::Pump`), from the thread that carries their output.
+/// What carries out the external requests the cores queue — the
+/// commands for the media relays (`io::media::Pump`), the certificates to
+/// fetch (`io::certs::Fetcher`) — from the thread that carries their
+/// output.
 pub trait Pumps: std::fmt::Debug + Send + Sync {
-    /// Sends every command queued.
+    /// Starts on every request queued.
     fn pump(&self);
 }
 
@@ -21,6 +23,7 @@ pub struct Wakers {
     timers: OnceLock<Thread>,
     names: OnceLock<Arc<mio::Waker>>,
     media: OnceLock<Arc<dyn Pumps>>,
+    certs: OnceLock<Arc<dyn Pumps>>,
 }
 
 impl Wakers {
@@ -43,6 +46,12 @@ impl Wakers {
         let _ = self.media.set(pump);
     }
 
+    /// The certificates the cores ask for are fetched by `fetcher`'s
+    /// threads, which look at the queue before their first sleep.
+    pub fn set_certs(&self, fetcher: Arc<dyn Pumps>) {
+        let _ = self.certs.set(fetcher);
+    }
+
     /// Wakes what `wake` names.
     pub fn wake(&self, wake: Wake) {
         if wake.timers {
@@ -58,6 +67,11 @@ impl Wakers {
         if wake.media {
             if let Some(p) = self.media.get() {
                 p.pump();
+            }
+        }
+        if wake.certs {
+            if let Some(f) = self.certs.get() {
+                f.pump();
             }
         }
     }

@@ -127,6 +127,13 @@ pub enum Event {
         /// What happened.
         what: String,
     },
+    /// A call was signed or verified (STIR/SHAKEN), or could not be.
+    Stir {
+        /// Its Call-ID.
+        call_id: String,
+        /// The outcome (`verstat` and why).
+        what: String,
+    },
     /// A binding change could not be stored and was refused with 500.
     JournalFailed {
         /// Its address-of-record.
@@ -200,6 +207,8 @@ pub struct Core {
     /// The media relay's answer for the message handed in again after
     /// waiting on it ([`Core::handle_relayed`]).
     pub(super) media: Option<crate::proto::media::Outcome>,
+    /// What STIR/SHAKEN adds to the request being forwarded.
+    pub(super) stir_edit: Option<crate::proto::stir::StirEdit>,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -354,6 +363,7 @@ impl Core {
             handled: 0,
             again: false,
             media: None,
+            stir_edit: None,
             timed: false,
             now: Now {
                 unix_ms: 0,

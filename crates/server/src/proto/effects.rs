@@ -21,6 +21,9 @@ pub struct Wake {
     pub names: bool,
     /// The media thread: a relay was asked (see `MediaTable::take_asked`).
     pub media: bool,
+    /// The certificate fetcher: a signer's certificate was asked (see
+    /// `CertTable::take_asked`).
+    pub certs: bool,
 }
 
 /// A queued message: where its bytes are, where it goes, and the
@@ -84,6 +87,11 @@ impl Sends {
     /// Asks the driver to wake its resolver.
     pub fn wake_names(&mut self) {
         self.wake.names = true;
+    }
+
+    /// Asks the driver to wake its certificate fetcher.
+    pub fn wake_certs(&mut self) {
+        self.wake.certs = true;
     }
 
     /// Asks the driver to wake its media thread.

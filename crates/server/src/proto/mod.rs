@@ -26,5 +26,7 @@ mod registrar;
 mod relay;
 pub mod shared;
 pub mod stateful;
+pub mod stir;
+mod stir_calls;
 mod tokens;
 pub mod users;

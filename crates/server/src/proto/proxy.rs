@@ -374,9 +374,13 @@ impl Core {
             authenticated: target.authenticated,
         };
         let callee_nat = crate::proto::media::contact_elsewhere(f.ruri.as_deref(), hop);
+        if let Some(reply) = self.stir_verify(msg, src, f.authenticated, out) {
+            return reply;
+        }
         if let Some(reply) = self.relay_offer(msg, src, f.transport, callee_nat, out) {
             return reply;
         }
+        self.stir_sign(msg, f.authenticated);
         self.forward_to(msg, src, &f, target.forking, hop, named, out)
     }
 
@@ -854,6 +858,12 @@ impl Core {
         if written.is_ok() && self.relayed_sdp().is_some() {
             let first = std::mem::take(out);
             if !self.with_relayed_sdp(&first, out) {
+                *out = first;
+            }
+        }
+        if written.is_ok() && self.stir_edit.is_some() {
+            let first = std::mem::take(out);
+            if !self.with_stir_edit(&first, out) {
                 *out = first;
             }
         }

@@ -85,6 +85,10 @@ pub struct Shared {
     /// and asked by the core, served by the driver's media thread, which
     /// the core's [`Sends::wake`] wakes.
     pub media: Option<crate::proto::media::MediaTable>,
+    /// STIR/SHAKEN (`[stir]`), loaded by the driver (keys, anchors):
+    /// read by the core, its certificates fetched by the driver's
+    /// fetcher, which the core's [`Sends::wake`] wakes.
+    pub stir: Option<crate::proto::stir::Stir>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -222,6 +226,7 @@ impl Shared {
             names,
             flows,
             media,
+            stir: None,
             branch_salt: salt,
             flow_key,
             branch_key,
