@@ -505,3 +505,162 @@ fn every_failure_has_its_own_status_and_counter_and_others_go_on() {
         "no request went to the private address"
     );
 }
+
+/// Kamailio with secsipid, stopped (SIGTERM, so its workers go too) when
+/// dropped.
+struct Kamailio(std::process::Child);
+
+impl Drop for Kamailio {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `interop/kamailio/stir.cfg` on `addr` and waits for it to
+/// answer OPTIONS.
+fn kamailio(
+    dir: &Path,
+    addr: SocketAddr,
+    bob: SocketAddr,
+    verifier: SocketAddr,
+    x5u: &str,
+) -> Kamailio {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../interop/kamailio/stir.cfg"
+    );
+    let child = Command::new("kamailio")
+        .args(["-f", cfg, "-DD", "-E", "-n", "1", "-m", "64", "-M", "8"])
+        .args(["-l", &format!("udp:{addr}"), "-w", p(dir)])
+        .args([
+            "-A",
+            &format!("BOB=\"sip:{bob}\""),
+            "-A",
+            &format!("VERIFIER=\"sip:{verifier}\""),
+        ])
+        .args(["-A", &format!("X5U=\"{x5u}\"")])
+        .args(["-A", &format!("SIGN_KEY=\"{}\"", p(&dir.join("sp.key")))])
+        .args([
+            "-A",
+            &format!("CA_OPT=\"CertCAFile={}\"", p(&dir.join("sti-ca.pem"))),
+        ])
+        .env("SSL_CERT_FILE", dir.join("ca.pem"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("kamailio.log")).expect("log"))
+        .spawn()
+        .expect("kamailio runs (./setup.sh installs it with kamailio-secsipid-modules)");
+    let k = Kamailio(child);
+    let s = socket();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let me = s.local_addr().expect("addr");
+    let mut buf = [0u8; 2048];
+    for i in 0..100 {
+        let options = format!(
+            "OPTIONS sip:{addr} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKk{i}\r\nMax-Forwards: 70\r\n\
+             From: <sip:t@x>;tag=k\r\nTo: <sip:{addr}>\r\nCall-ID: k{i}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+        );
+        s.send_to(options.as_bytes(), addr).expect("send");
+        if s.recv(&mut buf).is_ok() {
+            return k;
+        }
+    }
+    let log = std::fs::read_to_string(dir.join("kamailio.log")).unwrap_or_default();
+    panic!("Kamailio never answered OPTIONS: {log}");
+}
+
+#[test]
+fn kamailio_verifies_what_sipsec_signs_and_sipsec_what_kamailio_signs() {
+    let dir = tempdir("stir-kamailio");
+    certificates(&dir);
+    let repo = repository(&dir);
+    let sp = repo.url("sp.pem");
+    let b = proxy(
+        &dir,
+        "b",
+        "b.example",
+        &verifier(&dir, "allow_private_x5u = true\n"),
+    );
+    let bob_at_b = socket();
+    register(&bob_at_b, BOB, "b.example", b.addr);
+    let bob = socket();
+    let k_addr = UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let _k = kamailio(&dir, k_addr, bob.local_addr().expect("addr"), b.addr, &sp);
+    let users = dir.join("a.users.tsv");
+    let csv = dir.join("a.csv");
+    std::fs::write(&csv, format!("username,password\n{ALICE},pw-alice\n")).expect("csv");
+    let out = Command::new(common::BIN)
+        .args([
+            "users",
+            "import",
+            p(&csv),
+            "--realm",
+            "a.example",
+            "--file",
+            p(&users),
+        ])
+        .output()
+        .expect("users import");
+    assert!(out.status.success(), "{}", text(&out));
+    let a = proxy(
+        &dir,
+        "a",
+        "a.example",
+        &format!(
+            "[auth]\nenabled = true\nrealm = \"a.example\"\nusers = \"{}\"\n[peers]\n\"b.example\" = \"{k_addr}\"\n\
+             [stir]\nkey = \"{}\"\nx5u = \"{sp}\"\n",
+            p(&users),
+            p(&dir.join("sp.key")),
+        ),
+    );
+
+    // sipsec signs, Kamailio verifies.
+    let mut alice = phone(
+        "pw-alice",
+        &[
+            "call",
+            &format!("sip:{BOB}@b.example"),
+            "--user",
+            ALICE,
+            "--domain",
+            "a.example",
+            "--server",
+            &a.addr.to_string(),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+    )
+    .spawn()
+    .expect("phone");
+    let seen = final_or_request(&bob);
+    bob.send_to(answer(&seen, "486 Busy Here").as_bytes(), k_addr)
+        .expect("answer");
+    let _ = alice.wait();
+    assert_eq!(headers(&seen, "X-Stir"), ["X-Stir: ok"], "{seen}");
+    // …and its check can fail: a signature by another key.
+    let caller = socket();
+    let forged = token(&dir, "rogue.key", BOB, now(), &sp);
+    caller
+        .send_to(
+            invite(&caller, "k-forged", Some(&forged)).as_bytes(),
+            k_addr,
+        )
+        .expect("send");
+    let seen = final_or_request(&bob);
+    assert_eq!(headers(&seen, "X-Stir"), ["X-Stir: failed"], "{seen}");
+
+    // Kamailio signs, sipsec verifies.
+    let inv = invite(&caller, "k-signs", None)
+        .replace(
+            &format!("INVITE sip:{BOB}@b.example"),
+            &format!("INVITE sip:{BOB}@c.example"),
+        )
+        .replace(&format!("<sip:+{ALICE}@"), &format!("<sip:{ALICE}@"));
+    caller.send_to(inv.as_bytes(), k_addr).expect("send");
+    let seen = final_or_request(&bob_at_b);
+    assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
+}
