@@ -194,11 +194,9 @@ fn token(dir: &Path, key: &str, dest: &str, iat: i64, x5u: &str) -> String {
     let key = SigningKey::from_pem(&std::fs::read(dir.join(key)).expect("key")).expect("P-256");
     let claims = Claims {
         attest: "A".into(),
-        dest: Dest {
-            tn: vec![dest.into()],
-        },
+        dest: Dest::tn(dest),
         iat,
-        orig: Orig { tn: ALICE.into() },
+        orig: Orig::tn(ALICE),
         origid: "4437c7eb-8f92-4bd0-bf35-3c04dc1a2fda".into(),
     };
     IdentityHeader::format(&key.sign(&claims, x5u).expect("signed"), x5u)
@@ -663,4 +661,125 @@ fn kamailio_verifies_what_sipsec_signs_and_sipsec_what_kamailio_signs() {
     caller.send_to(inv.as_bytes(), k_addr).expect("send");
     let seen = final_or_request(&bob_at_b);
     assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
+}
+
+/// The claims of an Identity header value, as JSON text.
+fn claims_of(identity: &str) -> String {
+    let token = identity.split(';').next().expect("token");
+    let p = stir::Passport::decode(token).expect("a PASSporT");
+    serde_json::to_string(&p.claims).expect("JSON")
+}
+
+#[test]
+fn a_privasip_caller_is_attested_without_the_number_leaving_its_domain() {
+    let dir = tempdir("stir-privasip");
+    certificates(&dir);
+    let repo = repository(&dir);
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    for d in ["a", "b"] {
+        keygen(&["ec", "--curve", "x25519", "-o", &f(&format!("{d}.hpke"))]);
+        keygen(&[
+            "public",
+            "--key",
+            &f(&format!("{d}.hpke")),
+            "-o",
+            &f(&format!("{d}.hpke.pub")),
+        ]);
+    }
+    let privacy = |d: &str| {
+        format!(
+            "[privacy]\nkeys = [{{ id = 1, key = \"{}\" }}]\n",
+            f(&format!("{d}.hpke"))
+        )
+    };
+    let b = proxy(
+        &dir,
+        "b",
+        "b.example",
+        &format!(
+            "{}{}",
+            privacy("b"),
+            verifier(&dir, "allow_private_x5u = true\n")
+        ),
+    );
+    let bob = socket();
+    register(&bob, BOB, "b.example", b.addr);
+    let users = dir.join("a.users.tsv");
+    let csv = dir.join("a.csv");
+    std::fs::write(&csv, format!("username,password\n{ALICE},pw-alice\n")).expect("csv");
+    let out = Command::new(common::BIN)
+        .args([
+            "users",
+            "import",
+            p(&csv),
+            "--realm",
+            "a.example",
+            "--file",
+            p(&users),
+        ])
+        .output()
+        .expect("users import");
+    assert!(out.status.success(), "{}", text(&out));
+    let a = proxy(
+        &dir,
+        "a",
+        "a.example",
+        &format!(
+            "[auth]\nenabled = true\nrealm = \"a.example\"\nusers = \"{}\"\n{}[peers]\n\"b.example\" = \"{}\"\n\
+             [stir]\nkey = \"{}\"\nx5u = \"{}\"\n",
+            p(&users),
+            privacy("a"),
+            b.addr,
+            f("sp.key"),
+            repo.url("sp.pem"),
+        ),
+    );
+    let mut alice = phone(
+        "pw-alice",
+        &[
+            "call",
+            &format!("sip:{BOB}@b.example"),
+            "--user",
+            ALICE,
+            "--domain",
+            "a.example",
+            "--server",
+            &a.addr.to_string(),
+            "--bind",
+            "127.0.0.1:0",
+            "--privacy",
+            "2",
+            "--home-key",
+            &f("a.hpke.pub"),
+            "--callee-key",
+            &f("b.hpke.pub"),
+        ],
+    )
+    .spawn()
+    .expect("phone");
+    let seen = final_or_request(&bob);
+    bob.send_to(answer(&seen, "486 Busy Here").as_bytes(), b.addr)
+        .expect("answer");
+    let _ = alice.wait();
+    assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
+    assert!(
+        !seen.contains(ALICE),
+        "the caller's number reached the callee:\n{seen}"
+    );
+    let identity = headers(&seen, "Identity");
+    let claims = claims_of(identity[0].split_once(':').expect("value").1.trim());
+    let from = headers(&seen, "From")[0];
+    let pseudonym = from
+        .split("sip:")
+        .nth(1)
+        .expect("uri")
+        .split(';')
+        .next()
+        .expect("user");
+    assert!(
+        claims.contains(&format!("\"orig\":{{\"uri\":\"sip:{pseudonym}")),
+        "{claims}"
+    );
+    assert!(claims.contains("\"attest\":\"A\""), "{claims}");
+    assert!(!claims.contains(ALICE), "{claims}");
 }

@@ -137,6 +137,13 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
+    /// Whether the certificate names a service provider (an SPC): the
+    /// provider may attest callers it does not name by number (PrivaSIP
+    /// pseudonyms).
+    pub fn is_provider(&self) -> bool {
+        self.entries.iter().any(|e| matches!(e, TnEntry::Spc(_)))
+    }
+
     /// Whether the certificate authorises the number `tn`.
     pub fn covers(&self, tn: &str) -> bool {
         self.entries.iter().any(|e| e.covers(tn))

@@ -23,6 +23,6 @@ pub fn passport(data: &[u8]) {
         return;
     };
     if let Ok(p) = Passport::decode(s) {
-        let _ = crate::tn::normalise(&p.claims.orig.tn);
+        let _ = p.claims.orig.tn.as_deref().map(crate::tn::normalise);
     }
 }

@@ -47,18 +47,48 @@ pub struct Header {
     pub x5u: String,
 }
 
-/// A telephone number claim (`{"tn":"…"}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The caller (RFC 8225 §5.2.1): a telephone number (`{"tn":"…"}`), or a
+/// URI for an identity that is not one (`{"uri":"…"}`, e.g. a PrivaSIP
+/// pseudonym).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Orig {
     /// The number.
-    pub tn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tn: Option<String>,
+    /// The URI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
 }
 
-/// The called numbers (`{"tn":["…"]}`); SHAKEN calls carry numbers only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+impl Orig {
+    /// The caller `tn`.
+    pub fn tn(tn: impl Into<String>) -> Self {
+        Self {
+            tn: Some(tn.into()),
+            uri: None,
+        }
+    }
+}
+
+/// The called parties: numbers (`{"tn":["…"]}`) and URIs (`{"uri":[…]}`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Dest {
     /// The numbers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tn: Vec<String>,
+    /// The URIs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uri: Vec<String>,
+}
+
+impl Dest {
+    /// The callee `tn`.
+    pub fn tn(tn: impl Into<String>) -> Self {
+        Self {
+            tn: vec![tn.into()],
+            uri: Vec::new(),
+        }
+    }
 }
 
 /// The SHAKEN claims (RFC 8588 §6), in lexicographic key order.
@@ -182,6 +212,12 @@ impl Passport {
         if signature.len() != 64 {
             return Err(PassportError::Malformed("ES256 signature is not 64 bytes"));
         }
+        if claims.orig.tn.is_none() && claims.orig.uri.is_none() {
+            return Err(PassportError::Malformed("orig has neither tn nor uri"));
+        }
+        if claims.dest.tn.is_empty() && claims.dest.uri.is_empty() {
+            return Err(PassportError::Malformed("dest is empty"));
+        }
         if !matches!(claims.attest.as_str(), "A" | "B" | "C") {
             return Err(PassportError::Unacceptable("attest is not A, B or C"));
         }
@@ -223,13 +259,9 @@ mod tests {
     fn claims() -> Claims {
         Claims {
             attest: "A".into(),
-            dest: Dest {
-                tn: vec!["12155551213".into()],
-            },
+            dest: Dest::tn("12155551213"),
             iat: 1_700_000_000,
-            orig: Orig {
-                tn: "12155551212".into(),
-            },
+            orig: Orig::tn("12155551212"),
             origid: "123e4567-e89b-12d3-a456-426655440000".into(),
         }
     }

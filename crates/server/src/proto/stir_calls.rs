@@ -68,6 +68,42 @@ fn dest_tns(msg: &Message<'_>) -> [Option<String>; 2] {
     ]
 }
 
+/// The callee as the PASSporT names it: its number, or under PrivaSIP its
+/// pseudonymous Request-URI.
+fn dest_claim(msg: &Message<'_>, shared: &crate::proto::shared::Shared) -> Option<Dest> {
+    let [to, ruri] = dest_tns(msg);
+    if let Some(tn) = ruri.or(to) {
+        return Some(Dest::tn(tn));
+    }
+    let uri = msg.request_uri()?;
+    (shared.privacy.is_some() && uri.user().is_some()).then(|| Dest {
+        tn: Vec::new(),
+        uri: vec![uri.as_str().to_owned()],
+    })
+}
+
+/// Whether the PASSporT's `orig` and `dest` are this request's parties:
+/// numbers against the caller's and the callee's, URIs against From's
+/// and the Request-URI's or To's.
+fn claims_match(c: &Claims, msg: &Message<'_>) -> bool {
+    let orig = match (&c.orig.tn, &c.orig.uri) {
+        (Some(tn), _) => orig_tn(msg).as_deref() == Some(tn.as_str()),
+        (None, Some(uri)) => uri == msg.from().uri().as_str(),
+        (None, None) => false,
+    };
+    let dests = dest_tns(msg);
+    let ruri = msg.request_uri().map(|u| u.as_str());
+    orig && (c
+        .dest
+        .tn
+        .iter()
+        .any(|d| dests.iter().flatten().any(|t| t == d))
+        || c.dest
+            .uri
+            .iter()
+            .any(|u| Some(u.as_str()) == ruri || u == msg.to().uri().as_str()))
+}
+
 /// `value` (a From or P-Asserted-Identity value) with `verstat=v` on its
 /// URI's number (any `verstat` the caller put there replaced): in a SIP
 /// URI's user part, on a tel URI as a parameter.
@@ -183,21 +219,11 @@ impl Core {
         let Ok(p) = Passport::decode(ih.token) else {
             return Why::Malformed.into();
         };
-        let orig = orig_tn(msg);
-        let dests = dest_tns(msg);
         let age = self.now.secs() as i64 - p.claims.iat;
         if age.abs() > i64::from(v.settings.max_age) {
             return Why::Stale.into();
         }
-        if p.header.x5u != ih.info
-            || orig.as_deref() != Some(p.claims.orig.tn.as_str())
-            || !p
-                .claims
-                .dest
-                .tn
-                .iter()
-                .any(|d| dests.iter().flatten().any(|t| t == d))
-        {
+        if p.header.x5u != ih.info || !claims_match(&p.claims, msg) {
             return Why::Mismatch.into();
         }
         if !ih.info.starts_with("https://") {
@@ -227,7 +253,12 @@ impl Core {
             Cert::Invalid(e) => return Why::of_cert(&e).into(),
             Cert::Failed(f) => return Why::Fetch(f).into(),
         };
-        if !signer.covers(&p.claims.orig.tn) {
+        let covered = match &p.claims.orig.tn {
+            Some(tn) => signer.covers(tn),
+            // A pseudonymous caller is attested by its provider.
+            None => signer.is_provider(),
+        };
+        if !covered {
             return Why::NotCovered.into();
         }
         if !p.verify(&signer.key) {
@@ -254,24 +285,36 @@ impl Core {
         {
             return;
         }
-        let [to, ruri] = dest_tns(msg);
-        let (Some(orig), Some(dest)) = (orig_tn(msg), ruri.or(to)) else {
+        let pseudonymous = self.pseudonymous_caller(msg);
+        let (Some(orig), Some(dest)) =
+            (self.orig_claim(msg, pseudonymous), dest_claim(msg, &shared))
+        else {
             bump_counter(&stir.counts.unsigned_not_tn);
             return;
         };
         let user = self.authenticated_user(msg).unwrap_or_default();
         let mut attest = *s.settings.users.get(&user).unwrap_or(&s.settings.attest);
-        if attest == 'A' && stir::tn::normalise(&user).as_deref() != Some(orig.as_str()) {
+        let own = pseudonymous
+            || stir::tn::normalise(&user).is_some_and(|u| orig.tn.as_deref() == Some(u.as_str()));
+        if attest == 'A' && !own {
             // Full attestation only for the user's own number (RFC 8588
-            // §4): another number the user is known to send is B.
+            // §4): another number the user is known to send is B. A
+            // pseudonym was opened to the authenticated user already.
             attest = 'B';
         }
+        // Under PrivaSIP the origination point is named per pseudonym, so
+        // origid does not link a caller's calls either.
+        let origin = if pseudonymous {
+            msg.from().uri().as_str()
+        } else {
+            user.as_str()
+        };
         let claims = Claims {
             attest: attest.to_string(),
-            dest: Dest { tn: vec![dest] },
+            dest,
             iat: self.now.secs() as i64,
-            orig: Orig { tn: orig },
-            origid: self.origid(&user),
+            orig,
+            origid: self.origid(origin),
         };
         match s.key.sign(&claims, &s.settings.x5u) {
             Ok(token) => {
@@ -281,6 +324,32 @@ impl Core {
             }
             Err(e) => self.stir_event(msg, format!("not signed: {e}")),
         }
+    }
+
+    /// Whether the caller's From user is a PrivaSIP pseudonym that opened
+    /// here (to the authenticated user, as `authorize_caller` checked).
+    fn pseudonymous_caller(&self, msg: &Message<'_>) -> bool {
+        let privacy = self.shared.privacy.as_ref();
+        privacy.is_some()
+            && self.is_local_uri(msg.from().uri())
+            && msg.from().uri().user().is_some_and(|u| {
+                matches!(
+                    crate::proto::core::reveal(privacy, u, self.now.secs()),
+                    Some(std::borrow::Cow::Owned(_))
+                )
+            })
+    }
+
+    /// The caller as the PASSporT names it: its number, or its pseudonym
+    /// URI (the number stays hidden, RFC 8225 §5.2.1's `uri` form).
+    fn orig_claim(&self, msg: &Message<'_>, pseudonymous: bool) -> Option<Orig> {
+        if pseudonymous {
+            return Some(Orig {
+                tn: None,
+                uri: Some(msg.from().uri().as_str().to_owned()),
+            });
+        }
+        orig_tn(msg).map(Orig::tn)
     }
 
     /// The user whose credentials for our realm the request carried.
