@@ -17,6 +17,12 @@ pub struct SignSettings {
     pub attest: char,
     /// Attestation per user, where it differs.
     pub users: HashMap<String, char>,
+    /// Trunks (gateways, SBCs) by source address: their calls are signed
+    /// (with `trunk_attest`) instead of verified.
+    pub trunks: Vec<std::net::IpAddr>,
+    /// Attestation of trunks' calls (C: the gateway's callers are not
+    /// known to us).
+    pub trunk_attest: char,
 }
 
 /// How the verification service fetches certificates (`x5u`).
@@ -101,6 +107,10 @@ pub struct StirSection {
     pub attest: Option<String>,
     /// Attestation per user.
     pub attest_users: Option<HashMap<String, String>>,
+    /// Source addresses whose calls are signed as a trunk's.
+    pub trunks: Option<Vec<String>>,
+    /// Attestation of trunks' calls.
+    pub trunk_attest: Option<String>,
     /// Trust anchors (turns verification on).
     pub trust_anchors: Option<PathBuf>,
     /// Revocation lists.
@@ -143,11 +153,25 @@ pub fn stir_settings(sec: StirSection, s: &mut StirSettings) -> Result<(), (&'st
             for (u, a) in sec.attest_users.unwrap_or_default() {
                 users.insert(u, attest("stir.attest_users", &a)?);
             }
+            let trunks = sec
+                .trunks
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    t.parse()
+                        .map_err(|_| ("stir.trunks", format!("{t:?}: a trunk's IP address")))
+                })
+                .collect::<Result<_, _>>()?;
             s.sign = Some(SignSettings {
                 key,
                 x5u,
                 attest: attest("stir.attest", sec.attest.as_deref().unwrap_or("A"))?,
                 users,
+                trunks,
+                trunk_attest: attest(
+                    "stir.trunk_attest",
+                    sec.trunk_attest.as_deref().unwrap_or("C"),
+                )?,
             });
         }
         (None, None) => {}

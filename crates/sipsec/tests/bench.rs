@@ -535,3 +535,24 @@ fn relayed_calls_carry_media_both_ways() {
     assert!(t.contains("caller → callee"), "{t}");
     assert!(t.contains("rtpengine"), "{t}");
 }
+
+#[test]
+fn the_stir_bench_measures_both_servers_three_ways() {
+    let dir = tempdir("bench-stir");
+    let json = dir.join("stir.json");
+    let o = Command::new(BIN)
+        .args(["bench", "stir", "--calls", "20", "--rounds", "1", "--json"])
+        .arg(&json)
+        .output()
+        .expect("sipsec bench runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("sipsec / kamailio: signed call"), "{t}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    for server in ["sipsec", "kamailio"] {
+        for mode in ["forward", "sign", "verify"] {
+            assert!(r[server][mode].is_number(), "{server} {mode}: {r}");
+        }
+    }
+}

@@ -380,7 +380,7 @@ impl Core {
         if let Some(reply) = self.relay_offer(msg, src, f.transport, callee_nat, out) {
             return reply;
         }
-        self.stir_sign(msg, f.authenticated);
+        self.stir_sign(msg, src, f.authenticated);
         self.forward_to(msg, src, &f, target.forking, hop, named, out)
     }
 

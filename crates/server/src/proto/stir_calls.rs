@@ -164,7 +164,11 @@ impl Core {
         let shared = self.shared.clone();
         let stir = shared.stir.as_ref()?;
         let v = stir.verify.as_ref()?;
-        if authenticated || msg.method() != Method::Invite || msg.to().tag().is_some() {
+        let trunk = stir
+            .sign
+            .as_ref()
+            .is_some_and(|s| s.settings.trunks.contains(&src.ip()));
+        if authenticated || trunk || msg.method() != Method::Invite || msg.to().tag().is_some() {
             return None;
         }
         let mut first = Why::NoIdentity;
@@ -267,10 +271,10 @@ impl Core {
         Step::Passed
     }
 
-    /// Signs an initial INVITE from an authenticated user (authentication
-    /// service, RFC 8224 §5): the forwarded request gets an `Identity`
-    /// header.
-    pub(super) fn stir_sign(&mut self, msg: &Message<'_>, authenticated: bool) {
+    /// Signs an initial INVITE from an authenticated user or a configured
+    /// trunk (authentication service, RFC 8224 §5): the forwarded request
+    /// gets an `Identity` header.
+    pub(super) fn stir_sign(&mut self, msg: &Message<'_>, src: SocketAddr, authenticated: bool) {
         let shared = self.shared.clone();
         let Some(stir) = shared.stir.as_ref() else {
             return;
@@ -278,7 +282,8 @@ impl Core {
         let Some(s) = stir.sign.as_ref() else {
             return;
         };
-        if !authenticated
+        let trunk = s.settings.trunks.contains(&src.ip());
+        if !(authenticated || trunk)
             || msg.method() != Method::Invite
             || msg.to().tag().is_some()
             || msg.headers_named(HeaderName::Identity).next().is_some()
@@ -293,7 +298,11 @@ impl Core {
             return;
         };
         let user = self.authenticated_user(msg).unwrap_or_default();
-        let mut attest = *s.settings.users.get(&user).unwrap_or(&s.settings.attest);
+        let mut attest = if trunk && !authenticated {
+            s.settings.trunk_attest
+        } else {
+            *s.settings.users.get(&user).unwrap_or(&s.settings.attest)
+        };
         let own = pseudonymous
             || stir::tn::normalise(&user).is_some_and(|u| orig.tn.as_deref() == Some(u.as_str()));
         if attest == 'A' && !own {
@@ -304,8 +313,11 @@ impl Core {
         }
         // Under PrivaSIP the origination point is named per pseudonym, so
         // origid does not link a caller's calls either.
+        let trunk_ip = src.ip().to_string();
         let origin = if pseudonymous {
             msg.from().uri().as_str()
+        } else if trunk && !authenticated {
+            trunk_ip.as_str()
         } else {
             user.as_str()
         };

@@ -9,6 +9,7 @@ mod relay;
 mod rsa;
 mod run;
 mod srtp;
+mod stir;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -23,6 +24,7 @@ use relay::{relay, RelayArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
 use run::{null, run_scenario, RunArgs};
 use srtp::{srtp_bench, SrtpArgs};
+use stir::{stir_bench, StirArgs};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -45,6 +47,10 @@ pub enum BenchCommand {
     /// both ways; calls, packets, loss per direction, and the CPU of the
     /// proxy and of rtpengine.
     Relay(Box<RelayArgs>),
+    /// What STIR/SHAKEN costs a proxy per call: forwarding, signing and
+    /// verifying INVITEs, sipsec beside Kamailio with secsipid in the same
+    /// run (both stateless, one worker; the certificate cached).
+    Stir(Box<StirArgs>),
     /// One process of phones for `bench connections` (told what to do on
     /// stdin, answering on stdout).
     #[command(hide = true)]
@@ -85,6 +91,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Run(a) => run_scenario(*a),
         BenchCommand::Compare(a) => compare(*a),
         BenchCommand::Relay(a) => relay(*a),
+        BenchCommand::Stir(a) => stir_bench(*a),
         BenchCommand::Connections(a) => connections(*a),
         BenchCommand::Phones => phones(),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),
