@@ -365,6 +365,18 @@ fn calls_signed_in_one_domain_are_verified_in_another_and_with_secsipidx() {
     let s = stir_status(&b);
     assert_eq!(s["passed"], 2, "{s}");
 
+    // The compact form, and a good header after a bad one.
+    let compact = invite(&caller, "x3", Some(&signed)).replace("Identity: ", "y: ");
+    let seen = reaches_bob(&caller, &bob, b.addr, &compact);
+    assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
+    let two = invite(&caller, "x4", Some(&signed)).replace(
+        "Identity: ",
+        "Identity: junk.token.x;info=<https://x/y>\r\nIdentity: ",
+    );
+    let seen = reaches_bob(&caller, &bob, b.addr, &two);
+    assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
+    assert_eq!(stir_status(&b)["passed"], 4);
+
     // A caller's own verstat is not believed.
     let forged = invite(&caller, "x2", None).replace(
         &format!("<sip:+{ALICE}@"),

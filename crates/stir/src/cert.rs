@@ -128,6 +128,9 @@ pub struct Signer {
     pub entries: Vec<TnEntry>,
     /// The subject, for logs.
     pub subject: String,
+    /// When the certificate expires (seconds since 1970): a cached one is
+    /// not believed past it.
+    pub not_after: i64,
 }
 
 impl std::fmt::Debug for Signer {
@@ -211,10 +214,15 @@ pub fn validate(pem: &[u8], trust: &Trust, now: i64) -> Result<Signer, CertError
         .filter_map(|e| e.data().to_string().ok())
         .collect::<Vec<_>>()
         .join(", ");
+    let epoch = Asn1Time::from_unix(0).map_err(|e| CertError::Malformed(e.to_string()))?;
+    let to_end = epoch
+        .diff(leaf.not_after())
+        .map_err(|e| CertError::Malformed(e.to_string()))?;
     Ok(Signer {
         key,
         entries,
         subject,
+        not_after: i64::from(to_end.days) * 86_400 + i64::from(to_end.secs),
     })
 }
 

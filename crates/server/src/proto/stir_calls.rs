@@ -253,6 +253,7 @@ impl Core {
             }
         };
         let signer = match cert {
+            Cert::Valid(s) if s.not_after < self.now.secs() as i64 => return Why::Expired.into(),
             Cert::Valid(s) => s,
             Cert::Invalid(e) => return Why::of_cert(&e).into(),
             Cert::Failed(f) => return Why::Fetch(f).into(),

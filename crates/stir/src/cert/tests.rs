@@ -88,6 +88,7 @@ fn a_signer_under_the_anchor_validates_with_its_numbers() {
     let pem = signer(&ca, &[TnEntry::One("12155551212".into())], NOW - 60, 30);
     let s = validate(&pem, &trust(&ca.1), NOW).unwrap();
     assert!(s.covers("12155551212") && !s.covers("12155551213"));
+    assert_eq!(s.not_after, NOW - 60 + 30 * 86_400);
     assert!(s.subject.contains("SHAKEN 1234"));
 }
 
