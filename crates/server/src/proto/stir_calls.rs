@@ -161,6 +161,7 @@ impl Core {
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
         self.stir_edit = None;
+        self.shared.stir.as_ref()?.verify.as_ref()?;
         let shared = self.shared.clone();
         let stir = shared.stir.as_ref()?;
         let v = stir.verify.as_ref()?;
@@ -276,6 +277,9 @@ impl Core {
     /// trunk (authentication service, RFC 8224 §5): the forwarded request
     /// gets an `Identity` header.
     pub(super) fn stir_sign(&mut self, msg: &Message<'_>, src: SocketAddr, authenticated: bool) {
+        if self.shared.stir.as_ref().is_none_or(|s| s.sign.is_none()) {
+            return;
+        }
         let shared = self.shared.clone();
         let Some(stir) = shared.stir.as_ref() else {
             return;
