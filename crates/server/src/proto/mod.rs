@@ -28,5 +28,6 @@ pub mod shared;
 pub mod stateful;
 pub mod stir;
 mod stir_calls;
+mod targets;
 mod tokens;
 pub mod users;

@@ -1,0 +1,232 @@
+//! Where a request goes (RFC 3261 §16.5): down the connection a flow
+//! token names, to the next Route, to a local user's contacts, along an
+//! in-dialog Request-URI, or to a peer domain's proxy.
+
+use std::net::SocketAddr;
+
+use sip_core::{Message, Method, StatusCode, Uri};
+
+use crate::config::{Forking, Mode, PathMode};
+use crate::proto::core::{
+    aor_of, bump, first_path_uri, reveal, Core, Event, Next, Reply, Transport, ALLOW,
+};
+use crate::proto::effects::Hop;
+use crate::proto::flows::same_flow_transport;
+use crate::proto::metrics::Stage;
+use crate::proto::proxy::{Leg, Selected};
+
+impl Core {
+    /// Where the request goes (§16.5): down the connection a flow token
+    /// names, to the next Route, to a local user's contact, along an
+    /// in-dialog Request-URI, or to a peer domain's proxy; anything else
+    /// is refused (no open relay).
+    pub(super) fn select_target(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        pops: usize,
+        flow_hop: Option<Hop>,
+        out: &mut Vec<u8>,
+    ) -> Result<Selected, Reply> {
+        let next_route = msg.routes().nth(pops);
+        let ruri = msg.request_uri().ok_or(Reply::Drop)?;
+        let target = if let Some((peer, t)) = flow_hop.filter(|_| next_route.is_none()) {
+            // A closed TCP/TLS flow is connected to again; a browser's is
+            // gone for good.
+            if matches!(t, Transport::Ws | Transport::Wss) && !self.flow_open(peer, t) {
+                bump(&self.shared.metrics.flows_failed);
+                return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+            }
+            Selected {
+                flow: Some(peer),
+                ..Selected::at(Next::At(peer), t)
+            }
+        } else if let Some(r) = next_route {
+            let u = r.uri();
+            let t = Transport::of_uri(u);
+            Selected::at(
+                u.host().map_or(Next::Nowhere, |h| self.hop(h, u.port(), t)),
+                t,
+            )
+        } else if self.is_local_uri(ruri) {
+            return self.local_user_target(msg, src, now, out);
+        } else if pops > 0 {
+            // In-dialog request that record-routed through us (§16.12):
+            // the Request-URI is the peer's contact.
+            let t = Transport::of_uri(ruri);
+            let next = ruri
+                .host()
+                .map_or(Next::Nowhere, |h| self.hop(h, ruri.port(), t));
+            Selected::at(next, t)
+        } else if let Some(peer) = self
+            .peer_for(ruri)
+            .filter(|_| self.shared.config.mode == Mode::Proxy)
+        {
+            // Another domain we peer with: our users' requests go to its
+            // proxy, the Request-URI (perhaps a pseudonym for it) as is.
+            Selected {
+                authenticated: self.authorize_caller(msg, src, now, out)?,
+                to_peer: true,
+                ..Selected::at(Next::At(peer), Transport::Udp)
+            }
+        } else {
+            // No open relay: only requests for this server's domains are proxied.
+            return Err(self.relay_denied(msg, src, ruri, out));
+        };
+        Ok(target)
+    }
+
+    /// A request for a user of this domain: the caller is authorized, the
+    /// user's live bindings are looked up, and the first contact becomes
+    /// the target (the others are forked to, when forking).
+    fn local_user_target(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Selected, Reply> {
+        let ruri = msg.request_uri().ok_or(Reply::Drop)?;
+        let key = match (ruri.user(), ruri.host()) {
+            (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
+                Some(u) => Some(aor_of(&u, h)),
+                None => return Err(self.refuse(msg, src, out)),
+            },
+            _ => None,
+        };
+        let Some(key) = key else {
+            return Err(match msg.method() {
+                Method::Options => self.respond(
+                    msg,
+                    StatusCode::OK,
+                    &[("Allow", ALLOW), ("Accept", "application/sdp")],
+                    src,
+                    out,
+                ),
+                _ => self.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
+            });
+        };
+        let mode = self.shared.config.mode;
+        if mode == Mode::Registrar {
+            return Err(self.respond(
+                msg,
+                StatusCode::METHOD_NOT_ALLOWED,
+                &[("Allow", "REGISTER, OPTIONS")],
+                src,
+                out,
+            ));
+        }
+        let authenticated = self.authorize_caller(msg, src, now, out)?;
+        if self.location_too_stale(now) {
+            return Err(self.location_stale(msg, src, out));
+        }
+        let t0 = self.clock();
+        self.shared.location.lookup(&key, now, &mut self.bindings);
+        self.stage(Stage::FindUser, t0);
+        if self.bindings.is_empty() {
+            return Err(self.respond(msg, StatusCode::NOT_FOUND, &[], src, out));
+        }
+        // A binding whose WebSocket or outbound flow is closed can
+        // never be reached again (RFC 5626 §5.3): a phone that
+        // reloaded or reconnected is reached on its newer binding.
+        let had = self.bindings.len();
+        let mut bindings = std::mem::take(&mut self.bindings);
+        bindings.retain(|b| !self.flow_gone(b));
+        self.bindings = bindings;
+        if self.bindings.is_empty() {
+            bump(&self.shared.metrics.flows_failed);
+            self.events.push(Event::FlowFailed {
+                aor: key,
+                bindings: had,
+            });
+            return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+        }
+        if mode == Mode::Redirect {
+            return Err(self.redirect(msg, src, out));
+        }
+        let Some(leg) = self.leg(0) else {
+            // A browser is reached on its connection or not at all.
+            bump(&self.shared.metrics.flows_failed);
+            return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+        };
+        let forking = self.shared.transactions.is_some()
+            && self.shared.config.forking != Forking::Off
+            && self.bindings.len() > 1
+            && msg.method() != Method::Ack;
+        Ok(Selected {
+            flow: leg.flow,
+            ruri: Some(leg.contact),
+            authenticated,
+            forking,
+            ..Selected::at(leg.next, leg.transport)
+        })
+    }
+
+    /// How the local user's contact `self.bindings[i]` is reached; its
+    /// Path (or the route to the node holding its flow) is left in
+    /// `self.path`. `None` when the contact's browser or outbound flow is
+    /// closed: it can never be reached again (RFC 5626 §5.3).
+    pub(super) fn leg(&mut self, i: usize) -> Option<Leg> {
+        let contact = self.bindings[i].contact.clone();
+        // A stored Path (RFC 3327) is the route to the contact: the
+        // request goes to its first hop with the Path as Route.
+        self.path.clear();
+        let remote_flow = {
+            let b = &self.bindings[i];
+            b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !self.is_local_uri(&u))
+        };
+        if remote_flow {
+            // The phone is connected to another node sharing the
+            // location: the request goes there, which sends it down
+            // the flow its token names.
+            self.path.push_str(&self.bindings[i].node);
+        } else if self.shared.config.path != PathMode::Off {
+            self.path.push_str(&self.bindings[i].path);
+        }
+        let next = match first_path_uri(&self.path) {
+            Some(hop) => Some(hop),
+            None => {
+                self.path.clear();
+                Uri::parse(&contact, sip_core::UriContext::Header).ok()
+            }
+        };
+        let binding = &self.bindings[i];
+        // The flow serves a contact reached over its transport (a
+        // phone that registers over TCP a contact for UDP is reached
+        // over UDP), and every outbound contact.
+        let websocket = |t: Transport| matches!(t, Transport::Ws | Transport::Wss);
+        let flow = binding.flow.filter(|f| {
+            self.path.is_empty()
+                && (f.outbound
+                    || websocket(f.transport)
+                    || next
+                        .as_ref()
+                        .is_some_and(|u| same_flow_transport(Transport::of_uri(u), f.transport)))
+        });
+        let (next, transport, flow) = match flow {
+            // The phone registered over a connection: the request goes
+            // back down it (RFC 3261 §18, RFC 5626 §5.3), whatever
+            // address its Contact names (often a private one).
+            Some(f) if self.flow_open(binding.source, f.transport) => {
+                (Next::At(binding.source), f.transport, Some(binding.source))
+            }
+            Some(f) if f.outbound || websocket(f.transport) => return None,
+            // Gone without outbound: try the contact's own address.
+            _ => match next {
+                Some(u) => {
+                    let t = Transport::of_uri(&u);
+                    let hop = u.host().map_or(Next::Nowhere, |h| self.hop(h, u.port(), t));
+                    (hop, t, None)
+                }
+                None => (Next::Nowhere, Transport::Udp, None),
+            },
+        };
+        Some(Leg {
+            next,
+            contact,
+            transport,
+            flow,
+        })
+    }
+}
