@@ -318,6 +318,8 @@ pub struct Config {
     pub media: MediaSettings,
     /// Signed caller identity, STIR/SHAKEN (`[stir]`).
     pub stir: crate::config_stir::StirSettings,
+    /// Trunks calls leave through (`[[trunk]]`).
+    pub trunks: Vec<crate::config_trunks::TrunkConfig>,
 }
 
 /// Resolving next hops named by domain names (`[dns]`, RFC 3263 without
@@ -617,6 +619,7 @@ impl Default for Config {
             dns: DnsSettings::default(),
             media: MediaSettings::default(),
             stir: Default::default(),
+            trunks: Vec::new(),
         }
     }
 }

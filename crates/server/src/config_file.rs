@@ -77,6 +77,8 @@ pub struct FileConfig {
     pub media: Option<crate::config_media::MediaSection>,
     /// `[stir]` table.
     pub stir: Option<crate::config_stir::StirSection>,
+    /// `[[trunk]]` tables.
+    pub trunk: Option<Vec<crate::config_trunks::TrunkSection>>,
 }
 
 /// `[trace]`: HEP tracing to a Homer collector.
@@ -530,6 +532,9 @@ impl Config {
         if let Some(m) = f.media {
             crate::config_media::media_settings(m, &mut self.media)
                 .map_err(|(k, m)| value(k, m))?;
+        }
+        if let Some(t) = f.trunk {
+            self.trunks = crate::config_trunks::trunk_settings(t).map_err(|(k, m)| value(k, m))?;
         }
         if let Some(st) = f.stir {
             crate::config_stir::stir_settings(st, &mut self.stir).map_err(|(k, m)| value(k, m))?;

@@ -20,6 +20,7 @@ mod config_dns;
 mod config_file;
 pub mod config_media;
 pub mod config_stir;
+pub mod config_trunks;
 pub mod fuzzing;
 pub mod io;
 pub mod proto;

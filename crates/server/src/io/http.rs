@@ -209,6 +209,7 @@ impl View {
         if let Some(s) = &self.shared.stir {
             s.render(&mut text);
         }
+        self.shared.trunks.render(&mut text);
         if let Some(t) = self.shared.tap.as_ref() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(
@@ -385,6 +386,7 @@ impl View {
             }),
             "media": self.shared.media.as_ref().map(|t| media_status(t, &c.media)),
             "stir": self.shared.stir.as_ref().map(|s| s.status()),
+            "trunks": self.shared.trunks.status(),
             "privacy": self.shared.privacy.as_ref().map(|p| json!({
                 "stateful": p.stateful(),
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),

@@ -16,6 +16,7 @@ pub mod log;
 pub mod maplog;
 pub mod media;
 pub mod ng;
+pub mod probe;
 pub mod process;
 pub mod redis;
 pub mod resolver;

@@ -560,6 +560,8 @@ fn start_timers_and_resolver(
         unwind.media = Some(pump.clone());
         wakers.set_media(pump);
     }
+    let probes = crate::io::probe::start(shared.clone(), udp.local_addr(), stop.clone());
+    threads.extend(probes.map_err(bind)?);
     if shared.stir.as_ref().is_some_and(|s| s.verify.is_some()) {
         let mut made = Vec::new();
         for _ in 0..shared

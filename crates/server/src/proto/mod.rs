@@ -30,4 +30,6 @@ pub mod stir;
 mod stir_calls;
 mod targets;
 mod tokens;
+mod trunk_calls;
+pub mod trunks;
 pub mod users;

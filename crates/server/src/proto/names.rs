@@ -124,6 +124,11 @@ struct State {
     fresh: Vec<Key>,
     /// The resolver has stopped: nothing more waits.
     closed: bool,
+    /// Names whose addresses are configured, not resolved (trunks).
+    statics: HashMap<Key, Vec<SocketAddr>>,
+    /// Addresses held down until released (a trunk's gateway whose
+    /// probes go unanswered).
+    held: std::collections::HashSet<(SocketAddr, Transport)>,
 }
 
 impl Default for State {
@@ -134,6 +139,8 @@ impl Default for State {
             pending: Waiting::new(BOUNDS),
             fresh: Vec::new(),
             closed: false,
+            statics: HashMap::new(),
+            held: std::collections::HashSet::new(),
         }
     }
 }
@@ -263,10 +270,43 @@ impl NameTable {
     ) -> Option<SocketAddr> {
         let key = key_of(name, port, transport);
         let st = self.state.lock(0);
+        if let Some(to) = st.statics.get(&key) {
+            return st.first_up(to, transport, now);
+        }
         match st.cache.get(&key) {
             Some((to, until)) if *until > now => st.first_up(to, transport, now),
             _ => None,
         }
+    }
+
+    /// `name` leads to `to` (in order) for good: a trunk's gateways, which
+    /// a transaction fails over between like a name's addresses.
+    pub fn set_static(&self, name: &str, transport: Transport, to: Vec<SocketAddr>) {
+        let key = key_of(name, None, transport);
+        self.state.lock(0).statics.insert(key, to);
+    }
+
+    /// Holds `hop` down until [`release`](Self::release)d.
+    pub fn hold(&self, hop: (SocketAddr, Transport)) {
+        self.state.lock(0).held.insert(hop);
+    }
+
+    /// Ends a [`hold`](Self::hold), and any skip a failure started: the
+    /// address answers again.
+    pub fn release(&self, hop: (SocketAddr, Transport)) {
+        let mut st = self.state.lock(0);
+        st.held.remove(&hop);
+        st.down.remove(&hop);
+    }
+
+    /// Whether `to` over `transport` is held down or failed lately.
+    pub fn is_down(&self, to: SocketAddr, transport: Transport, now: Instant) -> bool {
+        let st = self.state.lock(0);
+        st.held.contains(&(to, transport))
+            || st
+                .down
+                .get(&(to, transport))
+                .is_some_and(|until| *until > now)
     }
 
     /// The destinations queued since the last call: the resolver's work.
@@ -337,9 +377,11 @@ impl State {
         now: Instant,
     ) -> Option<SocketAddr> {
         to.iter().copied().find(|a| {
-            self.down
-                .get(&(*a, transport))
-                .is_none_or(|until| *until <= now)
+            !self.held.contains(&(*a, transport))
+                && self
+                    .down
+                    .get(&(*a, transport))
+                    .is_none_or(|until| *until <= now)
         })
     }
 

@@ -89,6 +89,9 @@ pub struct Shared {
     /// read by the core, its certificates fetched by the driver's
     /// fetcher, which the core's [`Sends::wake`] wakes.
     pub stir: Option<crate::proto::stir::Stir>,
+    /// Trunks calls leave through (`[[trunk]]`): read by the core, their
+    /// gateways' health reported by the driver's probes.
+    pub trunks: crate::proto::trunks::Trunks,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -194,6 +197,7 @@ impl Shared {
         let flow_key = derive_key(&salt, b"sipsec flow token key");
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
         let names = Arc::new(NameTable::new(&config.dns));
+        let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
         let streams = config.tcp.is_some()
             || config.tls.is_some()
             || config.websocket.ws.is_some()
@@ -227,6 +231,7 @@ impl Shared {
             flows,
             media,
             stir: None,
+            trunks,
             branch_salt: salt,
             flow_key,
             branch_key,

@@ -402,9 +402,6 @@ impl Core {
         let Some(edit) = &self.stir_edit else {
             return false;
         };
-        let Ok(m) = Message::parse(written) else {
-            return false;
-        };
         let (at, end, text) = match edit {
             StirEdit::Identity(value) => {
                 let Some(blank) = written.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -413,6 +410,9 @@ impl Core {
                 (blank + 2, blank + 2, format!("Identity: {value}\r\n"))
             }
             StirEdit::Verstat(v) => {
+                let Ok(m) = Message::parse(written) else {
+                    return false;
+                };
                 let pai = m.headers_named(HeaderName::PAssertedIdentity).next();
                 let value = pai.map_or(m.from().as_str(), |h| h.value);
                 let Some(new) = with_verstat(value, v) else {

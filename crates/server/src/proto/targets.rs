@@ -70,6 +70,14 @@ impl Core {
                 to_peer: true,
                 ..Selected::at(Next::At(peer), Transport::Udp)
             }
+        } else if let Some(i) = ruri
+            .host()
+            .and_then(|h| self.shared.trunks.for_domain(&h.to_string()))
+            .filter(|_| self.shared.config.mode == Mode::Proxy)
+        {
+            // A trunk's domain (a carrier's): through its gateways.
+            let authenticated = self.authorize_caller(msg, src, now, out)?;
+            return self.trunk_target(i, msg, src, authenticated, out);
         } else {
             // No open relay: only requests for this server's domains are proxied.
             return Err(self.relay_denied(msg, src, ruri, out));
@@ -125,6 +133,11 @@ impl Core {
         self.shared.location.lookup(&key, now, &mut self.bindings);
         self.stage(Stage::FindUser, t0);
         if self.bindings.is_empty() {
+            // A number no local user has: out through its trunk.
+            let trunk = ruri.user().and_then(|u| self.shared.trunks.for_number(u));
+            if let Some(i) = trunk.filter(|_| mode == Mode::Proxy) {
+                return self.trunk_target(i, msg, src, authenticated, out);
+            }
             return Err(self.respond(msg, StatusCode::NOT_FOUND, &[], src, out));
         }
         // A binding whose WebSocket or outbound flow is closed can
