@@ -320,6 +320,8 @@ pub struct Config {
     pub stir: crate::config_stir::StirSettings,
     /// Trunks calls leave through (`[[trunk]]`).
     pub trunks: Vec<crate::config_trunks::TrunkConfig>,
+    /// Dialogs and call records (`[calls]`).
+    pub calls: crate::config_calls::CallsSettings,
 }
 
 /// Resolving next hops named by domain names (`[dns]`, RFC 3263 without
@@ -620,6 +622,7 @@ impl Default for Config {
             media: MediaSettings::default(),
             stir: Default::default(),
             trunks: Vec::new(),
+            calls: Default::default(),
         }
     }
 }

@@ -79,6 +79,8 @@ pub struct FileConfig {
     pub stir: Option<crate::config_stir::StirSection>,
     /// `[[trunk]]` tables.
     pub trunk: Option<Vec<crate::config_trunks::TrunkSection>>,
+    /// `[calls]` table.
+    pub calls: Option<crate::config_calls::CallsSection>,
 }
 
 /// `[trace]`: HEP tracing to a Homer collector.
@@ -531,6 +533,10 @@ impl Config {
         }
         if let Some(m) = f.media {
             crate::config_media::media_settings(m, &mut self.media)
+                .map_err(|(k, m)| value(k, m))?;
+        }
+        if let Some(c) = f.calls {
+            crate::config_calls::calls_settings(c, &mut self.calls)
                 .map_err(|(k, m)| value(k, m))?;
         }
         if let Some(t) = f.trunk {

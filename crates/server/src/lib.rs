@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod config_calls;
 mod config_dns;
 mod config_file;
 pub mod config_media;

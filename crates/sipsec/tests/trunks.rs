@@ -47,10 +47,18 @@ fn udp_bound(port: u16) -> bool {
 }
 
 fn gateway(port: u16) -> Gateway {
+    gateway_playing(port, "uas_gateway.xml")
+}
+
+fn gateway_playing(port: u16, scenario: &str) -> Gateway {
     let g = Gateway(
         Command::new("sipp")
             .arg("-sf")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../interop/sipp/uas_gateway.xml"))
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../interop/sipp")
+                    .join(scenario),
+            )
             .args(["-aa", "-p", &port.to_string(), "-i", "127.0.0.1"])
             .args(["-nostdin", "-timeout", "300s"])
             .stdout(Stdio::null())
@@ -72,8 +80,20 @@ fn gateway(port: u16) -> Gateway {
 /// `calls` calls from a SIPp UAC to `number` through `proxy`; SIPp's exit
 /// status says whether every call succeeded.
 fn call(proxy: SocketAddr, number: &str, calls: u32) -> (bool, String) {
-    let scenario =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../interop/sipp/invite_trunk.xml");
+    call_playing(proxy, "invite_trunk.xml", number, calls, 100)
+}
+
+/// `calls` calls playing `scenario` at `rate` per second.
+fn call_playing(
+    proxy: SocketAddr,
+    scenario: &str,
+    number: &str,
+    calls: u32,
+    rate: u32,
+) -> (bool, String) {
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../interop/sipp")
+        .join(scenario);
     let out = Command::new("sipp")
         .arg(proxy.to_string())
         .arg("-sf")
@@ -84,9 +104,9 @@ fn call(proxy: SocketAddr, number: &str, calls: u32) -> (bool, String) {
             "-m",
             &calls.to_string(),
             "-r",
-            "100",
+            &rate.to_string(),
             "-l",
-            "100",
+            "200",
         ])
         .args(["-p", &free_port().to_string(), "-i", "127.0.0.1"])
         .args(["-nostdin", "-timeout", "60s", "-timeout_error"])
@@ -202,4 +222,242 @@ fn a_trunk_spreads_by_weight_fails_over_and_probes_its_gateways() {
         )),
         "{m}"
     );
+}
+
+/// The call records a proxy wrote (`DATA_DIR/calls.jsonl`).
+fn records(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("data/calls.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON record per line"))
+        .collect()
+}
+
+/// A trunk proxy's configuration: gateways with weights.
+fn trunk_config(dir: &Path, gateways: &[(u16, u32)]) -> std::path::PathBuf {
+    let gws: Vec<String> = gateways
+        .iter()
+        .map(|(p, w)| format!("{{ addr = \"127.0.0.1:{p}\", weight = {w} }}"))
+        .collect();
+    let config = dir.join("sipsec.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode = \"proxy\"\nstateful = true\nudp = \"127.0.0.1:0\"\ntcp = \"off\"\nhttp = \"127.0.0.1:0\"\n\
+             data_dir = \"{}\"\n[[trunk]]\nname = \"carrier\"\nprefixes = [\"+1\"]\nprobe_every = 0\n\
+             gateways = [{}]\n",
+            dir.join("data").display(),
+            gws.join(", ")
+        ),
+    )
+    .expect("config");
+    config
+}
+
+#[test]
+fn every_call_gets_exactly_one_record_with_its_disposition_and_duration() {
+    let dir = tempdir("call-records");
+    let (ok_port, busy_port) = (free_port(), free_port());
+    let _ok = gateway(ok_port);
+    let _busy = gateway_playing(busy_port, "uas_busy.xml");
+    let config = trunk_config(&dir, &[(ok_port, 3), (busy_port, 1)]);
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let (_, text) = call_playing(proxy.addr, "invite_records.xml", "+12155550100", 2000, 300);
+    assert!(text.contains("Successful call"), "{text}");
+    // Every call has ended once SIPp is done; the last BYE's record is
+    // written before its 200 went back.
+    let r = records(&dir);
+    assert_eq!(r.len(), 2000, "one record per call");
+    let ids: std::collections::HashSet<&str> = r
+        .iter()
+        .map(|x| x["call_id"].as_str().expect("call_id"))
+        .collect();
+    assert_eq!(ids.len(), 2000, "no call recorded twice");
+    let g = gateways(&proxy);
+    let answered: Vec<_> = r
+        .iter()
+        .filter(|x| x["disposition"] == "answered")
+        .collect();
+    let failed: Vec<_> = r.iter().filter(|x| x["disposition"] == "failed").collect();
+    assert_eq!(
+        answered.len() as u64,
+        g[0]["calls"].as_u64().expect("calls"),
+        "answered = sent to the answering gateway"
+    );
+    assert_eq!(
+        failed.len() as u64,
+        g[1]["calls"].as_u64().expect("calls"),
+        "failed = sent to the busy one"
+    );
+    assert_eq!((answered.len(), failed.len()), (1500, 500));
+    for x in &answered {
+        let (start, answer, end) = (
+            x["start_ms"].as_u64().expect("start"),
+            x["answer_ms"].as_u64().expect("answer"),
+            x["end_ms"].as_u64().expect("end"),
+        );
+        assert!(start <= answer && answer <= end, "{x}");
+        let d = x["duration_s"].as_f64().expect("duration");
+        assert!((d - (end - answer) as f64 / 1000.0).abs() < 1e-9, "{x}");
+        assert_eq!(
+            (x["status"].as_u64(), x["trunk"].as_str()),
+            (Some(200), Some("carrier")),
+            "{x}"
+        );
+        assert_eq!(x["gateway"], format!("127.0.0.1:{ok_port}"));
+    }
+    let mean = answered
+        .iter()
+        .map(|x| x["duration_s"].as_f64().expect("d"))
+        .sum::<f64>()
+        / 1500.0;
+    assert!(
+        mean > 0.05,
+        "the calls lasted their random 0-300 ms: mean {mean}"
+    );
+    for x in &failed {
+        assert_eq!(
+            (x["status"].as_u64(), x["duration_s"].as_f64()),
+            (Some(486), Some(0.0)),
+            "{x}"
+        );
+        assert!(x["answer_ms"].is_null(), "{x}");
+    }
+    let s = status(&proxy);
+    assert_eq!(s["dialogs"]["active"], 0, "{s}");
+}
+
+/// A gateway on a plain socket: answers INVITE 200 (echoing
+/// Record-Route), BYE 200; ignores the rest. Runs until the socket is
+/// dropped by the test ending.
+fn socket_gateway(s: UdpSocket) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                return;
+            };
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if !(m.starts_with("INVITE ") || m.starts_with("BYE ")) {
+                continue;
+            }
+            let me = s.local_addr().expect("addr");
+            let mut r = String::from("SIP/2.0 200 OK\r\n");
+            for l in m.split("\r\n") {
+                let name = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+                if ["via", "from", "call-id", "cseq", "record-route"].contains(&name.as_str()) {
+                    r.push_str(l);
+                    r.push_str("\r\n");
+                } else if name == "to" {
+                    r.push_str(l);
+                    if !l.contains("tag=") {
+                        r.push_str(";tag=gw");
+                    }
+                    r.push_str("\r\n");
+                }
+            }
+            r.push_str(&format!(
+                "Contact: <sip:gw@{me}>\r\nContent-Length: 0\r\n\r\n"
+            ));
+            let _ = s.send_to(r.as_bytes(), from);
+        }
+    });
+}
+
+fn header<'a>(m: &'a str, name: &str) -> Vec<&'a str> {
+    m.split("\r\n")
+        .filter(|l| {
+            l.split(':')
+                .next()
+                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        })
+        .collect()
+}
+
+/// One whole call through `proxy`: INVITE, 200, ACK and BYE along the
+/// recorded route, BYE's 200.
+fn one_call(s: &UdpSocket, proxy: SocketAddr, i: u32) {
+    let me = s.local_addr().expect("addr");
+    let call = format!("k9-{i}");
+    let head = |method: &str, uri: &str, routes: &str, cseq: u32, branch: &str, to: &str| {
+        format!(
+            "{method} {uri} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bK{branch}\r\nMax-Forwards: 70\r\n\
+             From: <sip:alice@{me}>;tag=a{i}\r\n{to}\r\nCall-ID: {call}\r\nCSeq: {cseq} {method}\r\n\
+             Contact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    let to = "To: <sip:+12155550100@127.0.0.1>".to_string();
+    let invite = head(
+        "INVITE",
+        &format!("sip:+12155550100@{proxy}"),
+        "",
+        1,
+        &format!("i{i}"),
+        &to,
+    );
+    s.send_to(invite.as_bytes(), proxy).expect("send");
+    let mut buf = vec![0u8; 65_536];
+    let ok = loop {
+        let n = s.recv(&mut buf).expect("a response");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if m.starts_with("SIP/2.0 200") {
+            break m;
+        }
+    };
+    let to = header(&ok, "To")[0].to_string();
+    let contact = header(&ok, "Contact")[0];
+    let target = contact
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact");
+    let mut rr: Vec<&str> = header(&ok, "Record-Route")
+        .iter()
+        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
+        .map(str::trim)
+        .collect();
+    rr.reverse();
+    let routes = format!("Route: {}\r\n", rr.join(", "));
+    let ack = head("ACK", target, &routes, 1, &format!("a{i}"), &to);
+    s.send_to(ack.as_bytes(), proxy).expect("ack");
+    let bye = head("BYE", target, &routes, 2, &format!("b{i}"), &to);
+    s.send_to(bye.as_bytes(), proxy).expect("bye");
+    loop {
+        let n = s.recv(&mut buf).expect("the BYE's answer");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if m.starts_with("SIP/2.0 200") && m.contains(" BYE\r\n") {
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_kill_9_loses_no_record_of_a_call_that_had_ended() {
+    let dir = tempdir("records-kill9");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    socket_gateway(gw);
+    let config = trunk_config(&dir, &[(gw_port, 1)]);
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    for i in 0..30 {
+        one_call(&caller, proxy.addr, i);
+    }
+    // SIGKILL right after the last BYE's 200 came back.
+    drop(proxy);
+    let r = records(&dir);
+    let ids: std::collections::HashSet<String> = r
+        .iter()
+        .map(|x| x["call_id"].as_str().expect("call_id").to_owned())
+        .collect();
+    for i in 0..30 {
+        assert!(
+            ids.contains(&format!("k9-{i}")),
+            "call {i} ended but its record is lost: {r:?}"
+        );
+    }
+    assert_eq!(r.len(), 30);
 }

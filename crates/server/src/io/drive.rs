@@ -589,6 +589,12 @@ fn retry(
 /// Logs what the core reported (rate limited).
 #[cold]
 pub fn log_events(core: &mut Core) {
+    let records: Vec<_> = core.take_records().collect();
+    if !records.is_empty() {
+        if let Some(log) = core.shared().call_log.clone() {
+            log.write(&records);
+        }
+    }
     for e in core.events() {
         match e {
             Event::AuthFailed { src, user } => crate::io::log::auth_failure(src, &user),

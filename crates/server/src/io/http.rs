@@ -210,6 +210,9 @@ impl View {
             s.render(&mut text);
         }
         self.shared.trunks.render(&mut text);
+        if let Some(d) = &self.shared.dialogs {
+            d.render(&mut text);
+        }
         if let Some(t) = self.shared.tap.as_ref() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(
@@ -387,6 +390,10 @@ impl View {
             "media": self.shared.media.as_ref().map(|t| media_status(t, &c.media)),
             "stir": self.shared.stir.as_ref().map(|s| s.status()),
             "trunks": self.shared.trunks.status(),
+            "dialogs": self.shared.dialogs.as_ref().map(|d| json!({
+                "active": d.len(),
+                "list": d.list(100, crate::io::clock::now().unix_ms),
+            })),
             "privacy": self.shared.privacy.as_ref().map(|p| json!({
                 "stateful": p.stateful(),
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),

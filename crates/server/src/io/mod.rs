@@ -18,6 +18,7 @@ pub mod media;
 pub mod ng;
 pub mod probe;
 pub mod process;
+pub mod records;
 pub mod redis;
 pub mod resolver;
 pub mod send;

@@ -83,9 +83,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         std::hash::RandomState::new(),
     );
     (shared.privacy, shared.tap, shared.stir) = (privacy, tap, stir);
-    shared.stage_clock = Some(std::time::Instant::now);
-    shared.names.set_hosts(hosts);
-    let shared = Arc::new(shared);
+    let shared = equip(shared, hosts)?;
     let wakers = Arc::new(crate::io::wake::Wakers::default());
     let (redis_state, redis_sync) = match redis {
         Some((r, state)) => {
@@ -198,6 +196,36 @@ fn bind_all(
     }
     let (listeners, tls) = bind_streams(config, tcp_listener)?;
     Ok((udp, listeners, tls))
+}
+
+/// The shared state with what the driver provides: the call records
+/// journal, the stage clock, the hosts file.
+fn equip(
+    mut shared: Shared,
+    hosts: std::collections::HashMap<String, std::net::IpAddr>,
+) -> Result<Arc<Shared>, StartError> {
+    shared.call_log = call_log(&shared)?;
+    shared.stage_clock = Some(std::time::Instant::now);
+    shared.names.set_hosts(hosts);
+    Ok(Arc::new(shared))
+}
+
+/// The call records journal, when the proxy keeps records.
+fn call_log(
+    shared: &Shared,
+) -> Result<Option<Arc<dyn crate::proto::dialogs::CallLog>>, StartError> {
+    if shared.dialogs.is_none() {
+        return Ok(None);
+    }
+    let c = &shared.config;
+    let path = c
+        .calls
+        .file
+        .clone()
+        .unwrap_or_else(|| c.data_dir.join("calls.jsonl"));
+    let file = crate::io::records::CallFile::open(&path)
+        .map_err(|e| StartError::CallRecords(format!("{}: {e}", path.display())))?;
+    Ok(Some(Arc::new(file)))
 }
 
 /// PrivaSIP's keys, when configured.

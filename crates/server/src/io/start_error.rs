@@ -58,6 +58,9 @@ pub enum StartError {
     /// The `[media]` settings cannot be used.
     #[error("media: {0}")]
     Media(String),
+    /// The call records file cannot be opened.
+    #[error("call records: {0}")]
+    CallRecords(String),
     /// The `[stir]` keys, anchors or CRLs cannot be used.
     #[error("stir: {0}")]
     Stir(String),

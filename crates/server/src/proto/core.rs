@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sip_core::uri::Host;
-use sip_core::via::Via;
 use sip_core::writer::{write_error_response, write_response, ResponseOptions};
 use sip_core::{HeaderName, Message, Method, StatusCode, Uri};
 
@@ -209,6 +208,10 @@ pub struct Core {
     pub(super) media: Option<crate::proto::media::Outcome>,
     /// What STIR/SHAKEN adds to the request being forwarded.
     pub(super) stir_edit: Option<crate::proto::stir::StirEdit>,
+    /// Call records made, for the driver to write.
+    pub(super) records: Vec<crate::proto::dialogs::CallRecord>,
+    /// When dialogs were last swept for timeouts (Unix ms).
+    pub(super) swept_ms: u64,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -364,6 +367,8 @@ impl Core {
             again: false,
             media: None,
             stir_edit: None,
+            records: Vec::new(),
+            swept_ms: 0,
             timed: false,
             now: Now {
                 unix_ms: 0,
@@ -411,73 +416,6 @@ impl Core {
         &self.sends
     }
 
-    /// Whether `host:port` names this server. `tls`: reached over TLS,
-    /// where the TLS port (default 5061) counts too; elsewhere only the
-    /// UDP/TCP port does, so a peer whose own port happens to equal our
-    /// TLS port is not mistaken for us.
-    #[inline]
-    fn is_local_host(&self, host: Host<'_>, port: Option<u16>, tls: bool) -> bool {
-        let adv = self.shared.config.advertise;
-        let tls_port = self
-            .shared
-            .config
-            .tls
-            .as_ref()
-            .map(|t| t.addr.port())
-            .filter(|_| tls);
-        let ws = &self.shared.config.websocket;
-        let port_ok = port.unwrap_or(5060) == adv.port()
-            || tls_port.is_some_and(|t| port.unwrap_or(5061) == t)
-            || [ws.ws, ws.wss]
-                .iter()
-                .flatten()
-                .any(|a| port == Some(a.port()));
-        let host_ok = match host {
-            Host::V4(a) => IpAddr::V4(a) == adv.ip(),
-            Host::V6(a) => IpAddr::V6(a) == adv.ip(),
-            Host::Name(n) => self
-                .shared
-                .config
-                .domains
-                .iter()
-                .any(|d| d.eq_ignore_ascii_case(n)),
-        };
-        host_ok && (port_ok || matches!(host, Host::Name(_)) && port.is_none())
-    }
-
-    /// A URI naming this server: its TLS port counts for `sips:`,
-    /// `transport=tls`, and requests that arrived over TLS.
-    #[inline]
-    pub(super) fn is_local_uri(&self, uri: &Uri<'_>) -> bool {
-        // Only a server with TLS has a TLS port to match (and only then is
-        // the URI's transport worth looking up, on this per-message path).
-        let tls = self.shared.config.tls.is_some()
-            && (self.transport == Transport::Tls || Transport::of_uri(uri) == Transport::Tls);
-        uri.is_sip()
-            && uri
-                .host()
-                .is_some_and(|h| self.is_local_host(h, uri.port(), tls))
-    }
-
-    /// The address this server listens on for `transport`, as it names
-    /// itself in Via and Record-Route.
-    pub(super) fn listen_addr(&self, transport: Transport) -> SocketAddr {
-        let c = &self.shared.config;
-        let port = match transport {
-            Transport::Tls => c.tls.as_ref().map(|t| t.addr.port()),
-            Transport::Ws => c.websocket.ws.map(|a| a.port()),
-            Transport::Wss => c.websocket.wss.map(|a| a.port()),
-            _ => None,
-        };
-        SocketAddr::new(c.advertise.ip(), port.unwrap_or(c.advertise.port()))
-    }
-
-    #[inline]
-    pub(super) fn is_our_via(&self, via: &Via<'_>) -> bool {
-        let tls = via.transport() == sip_core::via::Transport::Tls;
-        self.is_local_host(via.host(), via.port(), tls)
-    }
-
     /// What the last [`handle`](Self::handle) that returned
     /// [`Reply::Persist`] needs stored before its answer may go out.
     pub fn to_persist(&self) -> &[Record] {
@@ -494,7 +432,13 @@ impl Core {
     /// Whether the last calls produced anything worth logging.
     #[inline]
     pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
+        !self.events.is_empty() || !self.records.is_empty()
+    }
+
+    /// Call records made since the driver last took them: to be written
+    /// before what was produced with them is sent.
+    pub fn take_records(&mut self) -> std::vec::Drain<'_, crate::proto::dialogs::CallRecord> {
+        self.records.drain(..)
     }
 
     /// Things worth logging that the last calls produced; the driver
@@ -517,6 +461,7 @@ impl Core {
         if let Some(tx) = &self.shared.transactions {
             tx.tick(now.mono, &mut self.sends, &self.shared.metrics);
         }
+        self.dialog_timers(now);
     }
 
     /// The driver stored (or failed to store) the records of the last

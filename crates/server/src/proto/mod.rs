@@ -6,10 +6,13 @@
 pub mod auth;
 pub mod branch;
 pub mod core;
+mod dialog_calls;
+pub mod dialogs;
 pub mod effects;
 pub mod flows;
 pub mod fork;
 pub mod guard;
+mod here;
 mod legs;
 pub mod location;
 pub mod media;

@@ -681,6 +681,10 @@ impl Core {
         named: Option<Route>,
         out: &mut Vec<u8>,
     ) -> Reply {
+        let named_route = named
+            .as_ref()
+            .filter(|r| r.name.starts_with("trunk."))
+            .cloned();
         if let Some(tx) = &self.shared.transactions {
             if msg.method() != Method::Ack {
                 let key = Key {
@@ -712,6 +716,7 @@ impl Core {
                 if started.is_ok() {
                     // The reply's request is the first branch's first try.
                     self.sent = Some((key, 0));
+                    self.dialog_begin(msg, target, named_route.as_ref());
                 }
                 match started {
                     Ok(()) if !self.forks.is_empty() => {

@@ -69,7 +69,10 @@ impl Core {
             ) {
                 Upstream::Unknown => {}
                 Upstream::Absorbed => return Reply::Drop,
-                Upstream::Send((dest, transport)) => return Reply::Send(dest, transport),
+                Upstream::Send((dest, transport)) => {
+                    self.dialog_response(msg);
+                    return Reply::Send(dest, transport);
+                }
             }
         }
         let Some(next) = msg.vias().nth(1) else {

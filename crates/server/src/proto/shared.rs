@@ -92,6 +92,10 @@ pub struct Shared {
     /// Trunks calls leave through (`[[trunk]]`): read by the core, their
     /// gateways' health reported by the driver's probes.
     pub trunks: crate::proto::trunks::Trunks,
+    /// The INVITE dialogs a stateful proxy follows, for call records.
+    pub dialogs: Option<crate::proto::dialogs::Dialogs>,
+    /// Where the drivers write call records, when they are kept.
+    pub call_log: Option<Arc<dyn crate::proto::dialogs::CallLog>>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -198,6 +202,13 @@ impl Shared {
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
         let names = Arc::new(NameTable::new(&config.dns));
         let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
+        let dialogs =
+            (config.stateful && config.mode == Mode::Proxy && config.calls.records).then(|| {
+                crate::proto::dialogs::Dialogs::new(
+                    config.calls.max_dialogs,
+                    config.calls.max_duration,
+                )
+            });
         let streams = config.tcp.is_some()
             || config.tls.is_some()
             || config.websocket.ws.is_some()
@@ -232,6 +243,8 @@ impl Shared {
             media,
             stir: None,
             trunks,
+            dialogs,
+            call_log: None,
             branch_salt: salt,
             flow_key,
             branch_key,

@@ -1,0 +1,427 @@
+//! Dialogs and call records: the stateful proxy follows each INVITE
+//! dialog it forwards (early, confirmed, ended) and, when one ends, makes
+//! its call record — start, answer, end, duration, final status,
+//! caller and callee (as the request named them: PrivaSIP pseudonyms
+//! stay pseudonyms), trunk and gateway, transport, STIR/SHAKEN outcome.
+//!
+//! A call ends on its INVITE's final failure (a CANCEL's 487 included),
+//! on a 2xx to a BYE (a forged BYE the far end refuses ends nothing), or
+//! by timeout: a dialog never answered after [`EARLY_TIMEOUT`], or
+//! confirmed longer than the configured maximum. Records wait in the
+//! core until its driver writes them, before the message that ended the
+//! call is sent. The table is bounded: past `max` dialogs new calls are
+//! still forwarded but not followed (counted).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sip_core::Message;
+
+use crate::shards::Shards;
+
+/// Seconds an unanswered dialog is kept (beyond Timer C's 3 minutes).
+pub const EARLY_TIMEOUT: u64 = 200;
+const SHARDS: usize = 16;
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Answered, then hung up (BYE).
+    Answered,
+    /// Not answered: a final failure.
+    Failed,
+    /// Cancelled by the caller (487).
+    Cancelled,
+    /// Ended by the proxy's timeout (no BYE, or never answered).
+    Timeout,
+}
+
+/// One finished call.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CallRecord {
+    /// The INVITE's Call-ID.
+    pub call_id: String,
+    /// The caller (From's user, as sent).
+    pub caller: String,
+    /// The callee (the Request-URI's user, as requested).
+    pub callee: String,
+    /// When the INVITE was forwarded, Unix milliseconds.
+    pub start_ms: u64,
+    /// When it was answered (2xx).
+    pub answer_ms: Option<u64>,
+    /// When it ended.
+    pub end_ms: u64,
+    /// Seconds from answer to end (0 when never answered).
+    pub duration_s: f64,
+    /// The INVITE's final status.
+    pub status: u16,
+    /// How it ended.
+    pub disposition: Disposition,
+    /// The trunk it left through, and the gateway first sent to.
+    pub trunk: Option<String>,
+    /// The gateway.
+    pub gateway: Option<String>,
+    /// The caller's transport.
+    pub transport: &'static str,
+    /// STIR/SHAKEN: `signed`, or the `verstat` it was passed on with.
+    pub stir: Option<String>,
+}
+
+/// Where the driver writes call records (a journal file): the drivers
+/// hand it what the core made before sending what ended the call; the
+/// core never calls it.
+pub trait CallLog: std::fmt::Debug + Send + Sync {
+    /// Writes `records` (at once: a kill -9 after this loses none).
+    fn write(&self, records: &[CallRecord]);
+}
+
+/// What a call is known by when it starts.
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// Caller, callee.
+    pub caller: String,
+    /// Callee.
+    pub callee: String,
+    /// Trunk name, gateway.
+    pub trunk: Option<(String, SocketAddr)>,
+    /// The caller's transport.
+    pub transport: &'static str,
+    /// STIR/SHAKEN outcome.
+    pub stir: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Dialog {
+    start: Start,
+    started_ms: u64,
+    answered_ms: Option<u64>,
+    to_tag: Option<String>,
+    status: u16,
+}
+
+/// Counts of what the table saw.
+#[derive(Debug, Default)]
+pub struct DialogCounts {
+    /// Calls followed.
+    pub started: AtomicU64,
+    /// Records made, by disposition.
+    pub answered: AtomicU64,
+    /// Not answered.
+    pub failed: AtomicU64,
+    /// Cancelled.
+    pub cancelled: AtomicU64,
+    /// Ended by timeout.
+    pub timeout: AtomicU64,
+    /// Calls not followed: the table was full.
+    pub untracked: AtomicU64,
+}
+
+type DialogKey = (String, String);
+
+/// The dialogs the proxy follows.
+#[derive(Debug)]
+pub struct Dialogs {
+    shards: Shards<HashMap<DialogKey, Dialog>>,
+    max: usize,
+    max_duration_ms: u64,
+    /// What happened, counted.
+    pub counts: DialogCounts,
+}
+
+fn shard_of(call_id: &str) -> usize {
+    call_id.bytes().fold(0usize, |h, b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(b))
+    }) % SHARDS
+}
+
+/// The Call-ID and From tag of `msg`, its To tag, and the user parts.
+fn tags<'a>(msg: &'a Message<'_>) -> (&'a str, &'a str, Option<&'a str>) {
+    (
+        msg.call_id(),
+        msg.from().tag().unwrap_or(""),
+        msg.to().tag(),
+    )
+}
+
+impl Dialogs {
+    /// At most `max` dialogs; a confirmed one ends after `max_duration_s`.
+    pub fn new(max: usize, max_duration_s: u64) -> Self {
+        Self {
+            shards: Shards::new(SHARDS, HashMap::new),
+            max,
+            max_duration_ms: max_duration_s * 1000,
+            counts: DialogCounts::default(),
+        }
+    }
+
+    /// Dialogs followed now.
+    pub fn len(&self) -> usize {
+        self.shards.each().map(|s| s.len()).sum()
+    }
+
+    /// Whether none is followed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// An initial INVITE was forwarded at `now_ms`.
+    pub fn begin(&self, msg: &Message<'_>, start: Start, now_ms: u64) {
+        let (call_id, from_tag, _) = tags(msg);
+        let key = (call_id.to_owned(), from_tag.to_owned());
+        if self.len() >= self.max {
+            self.counts.untracked.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut s = self.shards.lock(shard_of(call_id));
+        if s.contains_key(&key) {
+            return;
+        }
+        s.insert(
+            key,
+            Dialog {
+                start,
+                started_ms: now_ms,
+                answered_ms: None,
+                to_tag: None,
+                status: 0,
+            },
+        );
+        self.counts.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A response `msg` went upstream at `now_ms`: an INVITE's 2xx
+    /// confirms its dialog, its final failure ends it; a BYE's 2xx ends
+    /// the dialog it names. The record of an ended call, if any.
+    pub fn response(&self, msg: &Message<'_>, now_ms: u64) -> Option<CallRecord> {
+        let status = msg.status()?.as_u16();
+        if status < 200 {
+            return None;
+        }
+        let (call_id, from_tag, to_tag) = tags(msg);
+        let method = msg.cseq().method;
+        let mut s = self.shards.lock(shard_of(call_id));
+        match method {
+            sip_core::Method::Invite => {
+                let key = (call_id.to_owned(), from_tag.to_owned());
+                let d = s.get_mut(&key)?;
+                if d.answered_ms.is_some() {
+                    return None;
+                }
+                d.status = status;
+                if status < 300 {
+                    d.answered_ms = Some(now_ms);
+                    d.to_tag = to_tag.map(str::to_owned);
+                    return None;
+                }
+                let d = s.remove(&key)?;
+                let disposition = if status == 487 {
+                    Disposition::Cancelled
+                } else {
+                    Disposition::Failed
+                };
+                Some(self.record(key.0, d, now_ms, disposition))
+            }
+            sip_core::Method::Bye if status < 300 => {
+                // The BYE came from either side: the caller's tag is its
+                // From tag or its To tag.
+                let mine = (call_id.to_owned(), from_tag.to_owned());
+                let key = if s.contains_key(&mine) {
+                    mine
+                } else {
+                    (call_id.to_owned(), to_tag?.to_owned())
+                };
+                let d = s.remove(&key)?;
+                Some(self.record(key.0, d, now_ms, Disposition::Answered))
+            }
+            _ => None,
+        }
+    }
+
+    /// Dialogs past their time at `now_ms` end: records of each.
+    pub fn sweep(&self, now_ms: u64) -> Vec<CallRecord> {
+        let mut out = Vec::new();
+        for i in 0..SHARDS {
+            let mut s = self.shards.lock(i);
+            let late: Vec<DialogKey> = s
+                .iter()
+                .filter(|(_, d)| match d.answered_ms {
+                    Some(a) => now_ms.saturating_sub(a) > self.max_duration_ms,
+                    None => now_ms.saturating_sub(d.started_ms) > EARLY_TIMEOUT * 1000,
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in late {
+                if let Some(mut d) = s.remove(&k) {
+                    if d.status == 0 {
+                        d.status = 408;
+                    }
+                    out.push(self.record(k.0, d, now_ms, Disposition::Timeout));
+                }
+            }
+        }
+        out
+    }
+
+    fn record(
+        &self,
+        call_id: String,
+        d: Dialog,
+        end_ms: u64,
+        disposition: Disposition,
+    ) -> CallRecord {
+        let counter = match disposition {
+            Disposition::Answered => &self.counts.answered,
+            Disposition::Failed => &self.counts.failed,
+            Disposition::Cancelled => &self.counts.cancelled,
+            Disposition::Timeout => &self.counts.timeout,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let (trunk, gateway) = match d.start.trunk {
+            Some((t, g)) => (Some(t), Some(g.to_string())),
+            None => (None, None),
+        };
+        CallRecord {
+            call_id,
+            caller: d.start.caller,
+            callee: d.start.callee,
+            start_ms: d.started_ms,
+            answer_ms: d.answered_ms,
+            end_ms,
+            duration_s: d
+                .answered_ms
+                .map_or(0.0, |a| end_ms.saturating_sub(a) as f64 / 1000.0),
+            status: d.status,
+            disposition,
+            trunk,
+            gateway,
+            transport: d.start.transport,
+            stir: d.start.stir,
+        }
+    }
+
+    /// Up to `limit` dialogs, for `/status`.
+    pub fn list(&self, limit: usize, now_ms: u64) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for i in 0..SHARDS {
+            for ((call_id, _), d) in self.shards.lock(i).iter() {
+                if out.len() >= limit {
+                    return out;
+                }
+                out.push(serde_json::json!({
+                    "call_id": call_id,
+                    "caller": d.start.caller,
+                    "callee": d.start.callee,
+                    "state": if d.answered_ms.is_some() { "confirmed" } else { "early" },
+                    "seconds": now_ms.saturating_sub(d.answered_ms.unwrap_or(d.started_ms)) / 1000,
+                    "trunk": d.start.trunk.as_ref().map(|t| &t.0),
+                }));
+            }
+        }
+        out
+    }
+
+    /// The Prometheus text of dialogs and records.
+    pub fn render(&self, o: &mut String) {
+        use std::fmt::Write;
+        let c = &self.counts;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_dialogs INVITE dialogs the proxy follows now.\n# TYPE sipsec_dialogs gauge\nsipsec_dialogs {}\n\
+# HELP sipsec_call_records_total Call records written, by disposition.\n# TYPE sipsec_call_records_total counter\n\
+sipsec_call_records_total{{disposition=\"answered\"}} {}\nsipsec_call_records_total{{disposition=\"failed\"}} {}\n\
+sipsec_call_records_total{{disposition=\"cancelled\"}} {}\nsipsec_call_records_total{{disposition=\"timeout\"}} {}\n\
+# HELP sipsec_dialogs_untracked_total Calls forwarded without a record: the dialog table was full.\n\
+# TYPE sipsec_dialogs_untracked_total counter\nsipsec_dialogs_untracked_total {}",
+            self.len(),
+            load(&c.answered),
+            load(&c.failed),
+            load(&c.cancelled),
+            load(&c.timeout),
+            load(&c.untracked),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(text: &str) -> Vec<u8> {
+        text.replace('\n', "\r\n").into_bytes()
+    }
+
+    fn start() -> Start {
+        Start {
+            caller: "alice".into(),
+            callee: "+12155550100".into(),
+            trunk: Some(("carrier".into(), "192.0.2.1:5060".parse().unwrap())),
+            transport: "udp",
+            stir: Some("signed".into()),
+        }
+    }
+
+    fn response(status: &str, method: &str, to_tag: &str) -> Vec<u8> {
+        msg(&format!(
+            "SIP/2.0 {status}\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKx\nFrom: <sip:alice@a>;tag=f1\n\
+             To: <sip:b@b>{to_tag}\nCall-ID: c1\nCSeq: 1 {method}\nContent-Length: 0\n\n"
+        ))
+    }
+
+    const INVITE: &str = "INVITE sip:b@b SIP/2.0\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKx\n\
+        From: <sip:alice@a>;tag=f1\nTo: <sip:b@b>\nCall-ID: c1\nCSeq: 1 INVITE\nContent-Length: 0\n\n";
+
+    #[test]
+    fn an_answered_call_ends_on_the_bye_2xx_from_either_side() {
+        let d = Dialogs::new(10, 3600);
+        let inv = msg(INVITE);
+        d.begin(&Message::parse(&inv).unwrap(), start(), 1_000);
+        let ok = response("200 OK", "INVITE", ";tag=t2");
+        assert_eq!(d.response(&Message::parse(&ok).unwrap(), 3_000), None);
+        // The callee hangs up: From is its tag, To the caller's.
+        let bye_ok = msg(
+            "SIP/2.0 200 OK\nVia: SIP/2.0/UDP x;branch=z9hG4bKy\nFrom: <sip:b@b>;tag=t2\n\
+            To: <sip:alice@a>;tag=f1\nCall-ID: c1\nCSeq: 7 BYE\nContent-Length: 0\n\n",
+        );
+        let r = d
+            .response(&Message::parse(&bye_ok).unwrap(), 13_500)
+            .unwrap();
+        assert_eq!(r.disposition, Disposition::Answered);
+        assert_eq!(
+            (r.status, r.answer_ms, r.duration_s),
+            (200, Some(3_000), 10.5)
+        );
+        assert_eq!(r.trunk.as_deref(), Some("carrier"));
+        assert!(d.is_empty());
+        assert_eq!(
+            d.response(&Message::parse(&bye_ok).unwrap(), 14_000),
+            None,
+            "one record"
+        );
+    }
+
+    #[test]
+    fn failures_cancels_and_timeouts_make_records_and_the_table_is_bounded() {
+        let d = Dialogs::new(1, 10);
+        let inv = msg(INVITE);
+        d.begin(&Message::parse(&inv).unwrap(), start(), 0);
+        let other = msg(&INVITE.replace("c1", "c2"));
+        d.begin(&Message::parse(&other).unwrap(), start(), 0);
+        assert_eq!(d.counts.untracked.load(Ordering::Relaxed), 1);
+        let busy = response("487 Request Terminated", "INVITE", ";tag=t2");
+        let r = d.response(&Message::parse(&busy).unwrap(), 500).unwrap();
+        assert_eq!(
+            (r.disposition, r.status, r.duration_s),
+            (Disposition::Cancelled, 487, 0.0)
+        );
+        d.begin(&Message::parse(&inv).unwrap(), start(), 0);
+        let ok = response("200 OK", "INVITE", ";tag=t2");
+        d.response(&Message::parse(&ok).unwrap(), 1_000);
+        assert!(d.sweep(5_000).is_empty());
+        let late = d.sweep(11_001);
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].disposition, Disposition::Timeout);
+    }
+}
