@@ -8,6 +8,7 @@ mod crypto_bench;
 mod keygen;
 mod keygen_sti;
 mod logging;
+mod manage;
 mod phone;
 mod provenance;
 mod status;
@@ -50,6 +51,24 @@ enum Command {
     Bindings {
         #[command(subcommand)]
         command: control::BindingsCommand,
+    },
+    /// List and end a running proxy's calls (over its operator endpoint;
+    /// ending one sends BYE to both parties).
+    Dialogs {
+        #[command(subcommand)]
+        command: manage::DialogsCommand,
+    },
+    /// List a running proxy's trunks and gateways; drain and undrain a
+    /// gateway (over its operator endpoint).
+    Trunks {
+        #[command(subcommand)]
+        command: manage::TrunksCommand,
+    },
+    /// Manage a running server over its operator endpoint: bans,
+    /// bindings, dialogs, trunks (each also a command of its own).
+    Ctl {
+        #[command(subcommand)]
+        command: manage::CtlCommand,
     },
     /// Load-test a SIP server and measure it (calls/s, latency, server CPU).
     Bench {
@@ -235,6 +254,9 @@ fn main() -> ExitCode {
         Command::Users { command } => users::run(command),
         Command::Ban { command } => control::ban(command),
         Command::Bindings { command } => control::bindings(command),
+        Command::Dialogs { command } => manage::dialogs(command),
+        Command::Trunks { command } => manage::trunks(command),
+        Command::Ctl { command } => manage::ctl(command),
         Command::Status(args) => status::run(&args),
         Command::Bench { command } => bench::run(command),
         Command::Keygen { command } => keygen::run(command),

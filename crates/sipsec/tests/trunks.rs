@@ -330,7 +330,7 @@ fn every_call_gets_exactly_one_record_with_its_disposition_and_duration() {
 /// A gateway on a plain socket: answers INVITE 200 (echoing
 /// Record-Route), BYE 200; ignores the rest. Runs until the socket is
 /// dropped by the test ending.
-fn socket_gateway(s: UdpSocket) {
+fn socket_gateway(s: UdpSocket, byes: Option<std::sync::mpsc::Sender<String>>) {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 65_536];
         loop {
@@ -340,6 +340,11 @@ fn socket_gateway(s: UdpSocket) {
             let m = String::from_utf8_lossy(&buf[..n]).into_owned();
             if !(m.starts_with("INVITE ") || m.starts_with("BYE ")) {
                 continue;
+            }
+            if m.starts_with("BYE ") {
+                if let Some(tx) = &byes {
+                    let _ = tx.send(m.clone());
+                }
             }
             let me = s.local_addr().expect("addr");
             let mut r = String::from("SIP/2.0 200 OK\r\n");
@@ -436,7 +441,7 @@ fn a_kill_9_loses_no_record_of_a_call_that_had_ended() {
     let dir = tempdir("records-kill9");
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let gw_port = gw.local_addr().expect("addr").port();
-    socket_gateway(gw);
+    socket_gateway(gw, None);
     let config = trunk_config(&dir, &[(gw_port, 1)]);
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -460,4 +465,184 @@ fn a_kill_9_loses_no_record_of_a_call_that_had_ended() {
         );
     }
     assert_eq!(r.len(), 30);
+}
+
+/// INVITE, 200, ACK along the recorded route: the call is up; its
+/// Call-ID.
+fn answered_call(s: &UdpSocket, proxy: SocketAddr, call: &str) {
+    let me = s.local_addr().expect("addr");
+    let invite = format!(
+        "INVITE sip:+12155550100@{proxy} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK{call}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@{me}>;tag=a1\r\nTo: <sip:+12155550100@127.0.0.1>\r\n\
+         Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.send_to(invite.as_bytes(), proxy).expect("send");
+    let mut buf = vec![0u8; 65_536];
+    let ok = loop {
+        let n = s.recv(&mut buf).expect("a response");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if m.starts_with("SIP/2.0 200") {
+            break m;
+        }
+        assert!(!m.starts_with("SIP/2.0 5"), "{m}");
+    };
+    let to = header(&ok, "To")[0];
+    let contact = header(&ok, "Contact")[0];
+    let target = contact
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact");
+    let mut rr: Vec<&str> = header(&ok, "Record-Route")
+        .iter()
+        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
+        .map(str::trim)
+        .collect();
+    rr.reverse();
+    let ack = format!(
+        "ACK {target} SIP/2.0\r\nRoute: {}\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKack{call}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@{me}>;tag=a1\r\n{to}\r\nCall-ID: {call}\r\nCSeq: 1 ACK\r\n\
+         Content-Length: 0\r\n\r\n",
+        rr.join(", ")
+    );
+    s.send_to(ack.as_bytes(), proxy).expect("ack");
+}
+
+/// `sipsec ctl ARGS` against the proxy's endpoint with `token`.
+fn ctl(proxy: &Running, token: &str, args: &[&str]) -> std::process::Output {
+    let http = common::banner_http_addr(&proxy.banner).expect("http");
+    Command::new(common::BIN)
+        .arg("ctl")
+        .args(args)
+        .args(["--http", &http.to_string()])
+        .env("SIPSEC_HTTP_TOKEN", token)
+        .output()
+        .expect("sipsec ctl runs")
+}
+
+#[test]
+fn the_operator_ends_a_call_with_bye_both_ways_and_drains_a_gateway_only_with_the_token() {
+    let dir = tempdir("manage");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    let (tx, byes) = std::sync::mpsc::channel();
+    socket_gateway(gw, Some(tx));
+    let config = trunk_config(&dir, &[(gw_port, 1)]);
+    let token = "a-long-operator-token-0123456789";
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text = text.replacen(
+        "[[trunk]]",
+        &format!("http_token = \"{token}\"\n[[trunk]]"),
+        1,
+    );
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    answered_call(&caller, proxy.addr, "op-1");
+
+    // No token, a wrong one: 401, and the call goes on.
+    let http = common::banner_http_addr(&proxy.banner)
+        .expect("http")
+        .to_string();
+    let bare = http_get_method(&http, "DELETE", "/dialogs/op-1", None);
+    assert!(bare.starts_with("HTTP/1.1 401"), "{bare}");
+    let wrong = ctl(
+        &proxy,
+        "not-the-operator-token-000000000",
+        &["dialogs", "end", "op-1"],
+    );
+    assert!(!wrong.status.success());
+    let listed = ctl(&proxy, token, &["dialogs", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed.contains("op-1") && listed.contains("confirmed") && listed.contains("1 call(s)"),
+        "{listed}"
+    );
+
+    // With it: BYE to both parties, the record written.
+    let ended = ctl(&proxy, token, &["dialogs", "end", "op-1"]);
+    assert!(
+        ended.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    let to_gateway = byes
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the gateway got a BYE");
+    assert!(
+        to_gateway.contains("Call-ID: op-1") && to_gateway.contains("tag=a1"),
+        "{to_gateway}"
+    );
+    let mut buf = vec![0u8; 65_536];
+    let n = caller.recv(&mut buf).expect("the caller got a BYE");
+    let to_caller = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(to_caller.starts_with("BYE sip:alice@"), "{to_caller}");
+    assert!(to_caller.contains("Call-ID: op-1"), "{to_caller}");
+    let r = records(&dir);
+    assert_eq!(
+        (r.len(), r[0]["disposition"].as_str()),
+        (1, Some("ended")),
+        "{r:?}"
+    );
+
+    // Drain the only gateway: new calls get 503; undrain: they go through.
+    let drained = ctl(
+        &proxy,
+        token,
+        &[
+            "trunks",
+            "drain",
+            "carrier",
+            &format!("127.0.0.1:{gw_port}"),
+        ],
+    );
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    let listed =
+        String::from_utf8_lossy(&ctl(&proxy, token, &["trunks", "list"]).stdout).into_owned();
+    assert!(listed.contains("drained"), "{listed}");
+    let me = caller.local_addr().expect("addr");
+    let invite = format!(
+        "INVITE sip:+12155550100@{} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKd1\r\nMax-Forwards: 70\r\n\
+         From: <sip:alice@{me}>;tag=d1\r\nTo: <sip:+12155550100@127.0.0.1>\r\nCall-ID: d1\r\nCSeq: 1 INVITE\r\n\
+         Content-Length: 0\r\n\r\n",
+        proxy.addr
+    );
+    caller.send_to(invite.as_bytes(), proxy.addr).expect("send");
+    let n = caller.recv(&mut buf).expect("an answer");
+    assert!(
+        buf[..n].starts_with(b"SIP/2.0 503"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let back = ctl(
+        &proxy,
+        token,
+        &[
+            "trunks",
+            "undrain",
+            "carrier",
+            &format!("127.0.0.1:{gw_port}"),
+        ],
+    );
+    assert!(back.status.success());
+    answered_call(&caller, proxy.addr, "op-2");
+}
+
+/// A request `method path` to the operator endpoint, with `token` when
+/// given; the whole response.
+fn http_get_method(addr: &str, method: &str, path: &str, token: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n").expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text
 }

@@ -42,6 +42,9 @@ pub struct View {
     pub store: Arc<Mutex<crate::io::drive::Storage>>,
     /// The last [`HISTORY`] samples of the rates the page charts.
     pub history: Arc<Mutex<History>>,
+    /// What carries the proxy's own requests out (the BYEs that end a
+    /// dialog the operator ends).
+    pub sender: Option<Arc<crate::io::send::Sender>>,
 }
 
 /// The samples kept, and the counters the next one is the rate of.
@@ -658,8 +661,8 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
         .into_owned();
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" && method != "DELETE" {
-        return text("405 Method Not Allowed", "only GET and DELETE\n");
+    if !matches!(method, "GET" | "DELETE" | "POST") {
+        return text("405 Method Not Allowed", "only GET, POST and DELETE\n");
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if let Some(token) = &view.shared.config.http_token {
@@ -674,6 +677,9 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
     let query = without_token(query);
     if method == "DELETE" {
         return control(view, path, &query);
+    }
+    if method == "POST" {
+        return post(view, path, &query);
     }
     match path {
         "/" => ("200 OK", "text/html; charset=utf-8", PAGE.to_owned()),
@@ -701,8 +707,39 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
     }
 }
 
-/// A `DELETE`: lifts a ban or removes bindings.
+/// A `POST`: `/trunks/NAME/drain?gateway=ADDR` or `…/undrain?…`.
+fn post(view: &View, path: &str, query: &str) -> Answer {
+    let usage = "POST /trunks/NAME/drain?gateway=IP:PORT or /trunks/NAME/undrain?gateway=IP:PORT\n";
+    let Some(rest) = path.strip_prefix("/trunks/") else {
+        return text("404 Not Found", usage);
+    };
+    let (name, on) = match rest.rsplit_once('/') {
+        Some((n, "drain")) => (n, true),
+        Some((n, "undrain")) => (n, false),
+        _ => return text("404 Not Found", usage),
+    };
+    let gateway = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("gateway="))
+        .and_then(percent_decode)
+        .and_then(|g| g.parse().ok());
+    let (Some(gateway), Some(name)) = (gateway, percent_decode(name)) else {
+        return text("400 Bad Request", usage);
+    };
+    let (code, body) = crate::io::manage::drain(&view.shared, &name, gateway, on);
+    text(code, &body)
+}
+
+/// A `DELETE`: lifts a ban, removes bindings or ends a dialog.
 fn control(view: &View, path: &str, query: &str) -> Answer {
+    if let Some(call_id) = path.strip_prefix("/dialogs/") {
+        let Some(call_id) = percent_decode(call_id).filter(|c| !c.is_empty()) else {
+            return text("400 Bad Request", "/dialogs/CALL-ID: a Call-ID\n");
+        };
+        let (code, body) =
+            crate::io::manage::end_dialog(&view.shared, view.sender.as_deref(), &call_id);
+        return text(code, &body);
+    }
     if let Some(ip) = path.strip_prefix("/bans/") {
         let Ok(ip) = percent_decode(ip)
             .unwrap_or_default()

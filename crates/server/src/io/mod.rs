@@ -13,6 +13,7 @@ pub mod http;
 pub mod journal;
 pub mod keys;
 pub mod log;
+pub mod manage;
 pub mod maplog;
 pub mod media;
 pub mod ng;

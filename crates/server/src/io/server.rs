@@ -143,6 +143,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             persistence: persistence.clone(),
             store: Arc::new(std::sync::Mutex::new(admin_store)),
             history: Arc::default(),
+            sender: operator_sender(&shared, &udp, hub.as_ref(), &wakers),
         };
         start_http(l, view, &mut threads, &mut unwind).map_err(bind)?;
     }
@@ -196,6 +197,22 @@ fn bind_all(
     }
     let (listeners, tls) = bind_streams(config, tcp_listener)?;
     Ok((udp, listeners, tls))
+}
+
+/// What carries the operator's requests (a dialog's BYEs) out.
+fn operator_sender(
+    shared: &Arc<Shared>,
+    udp: &UdpServer,
+    hub: Option<&Arc<TcpHub>>,
+    wakers: &Arc<crate::io::wake::Wakers>,
+) -> Option<Arc<Sender>> {
+    let udp = udp.sender().ok()?;
+    Some(Arc::new(Sender::new(
+        shared.clone(),
+        Some(Arc::new(udp)),
+        hub.map(|h| Arc::new(h.clone()) as Arc<dyn crate::io::send::Connections>),
+        wakers.clone(),
+    )))
 }
 
 /// The shared state with what the driver provides: the call records

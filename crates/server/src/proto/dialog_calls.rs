@@ -3,12 +3,11 @@
 //! the responses going upstream (relayed, or made by the transactions'
 //! timers) confirm or end it, and the timers end those past their time.
 
-use std::net::SocketAddr;
-
 use sip_core::{Message, Method};
 
 use crate::proto::core::Core;
-use crate::proto::dialogs::Start;
+use crate::proto::dialogs::{CallRecord, Legs, Start};
+use crate::proto::effects::Hop;
 use crate::proto::names::Route;
 use crate::proto::shared::Now;
 use crate::proto::stir::StirEdit;
@@ -19,7 +18,14 @@ const SWEEP_EVERY_MS: u64 = 1000;
 impl Core {
     /// An initial INVITE was forwarded to `hop` (along `route`, a trunk's
     /// when it names one): its dialog is followed from now.
-    pub(super) fn dialog_begin(&self, msg: &Message<'_>, hop: SocketAddr, route: Option<&Route>) {
+    pub(super) fn dialog_begin(
+        &self,
+        msg: &Message<'_>,
+        up: Hop,
+        down: Hop,
+        route: Option<&Route>,
+    ) {
+        let hop = down.0;
         let Some(d) = self.shared.dialogs.as_ref() else {
             return;
         };
@@ -43,6 +49,20 @@ impl Core {
             trunk,
             transport: self.transport.as_str(),
             stir,
+            legs: Legs {
+                from: msg.from().as_str().to_owned(),
+                to: msg.to().as_str().to_owned(),
+                caller_contact: msg
+                    .contacts()
+                    .next()
+                    .map(|c| c.addr.uri().as_str().to_owned())
+                    .unwrap_or_default(),
+                up: Some(up),
+                down: Some(down),
+                cseq: msg.cseq().seq,
+                callee_contact: None,
+                callee_tag: None,
+            },
         };
         d.begin(msg, start, self.now.unix_ms);
     }
@@ -79,5 +99,67 @@ impl Core {
             self.swept_ms = now.unix_ms;
             self.records.extend(d.sweep(now.unix_ms));
         }
+    }
+
+    /// The operator ends the confirmed call `call_id`: a BYE to each
+    /// party (each as the other party would send it, with this proxy's
+    /// Via) is queued in [`Core::extra`], and the call's record made.
+    /// `None` when no confirmed call has that Call-ID.
+    pub fn end_dialog(&mut self, call_id: &str, now: Now) -> Option<CallRecord> {
+        self.sends.clear();
+        self.now = now;
+        let (legs, record) = self.shared.dialogs.as_ref()?.end(call_id, now.unix_ms)?;
+        let callee_tag = legs.callee_tag.clone().unwrap_or_default();
+        let to_callee = format!("{};tag={callee_tag}", legs.to);
+        // Toward the callee: the caller's side of the dialog, a CSeq past
+        // the INVITE's; toward the caller: the callee's side, a CSeq of its
+        // own (the caller has seen none from the callee, or few).
+        if let (Some(contact), Some(down)) = (&legs.callee_contact, legs.down) {
+            let bye = self.operator_bye(
+                contact,
+                &legs.from,
+                &to_callee,
+                call_id,
+                legs.cseq + 1,
+                down,
+            );
+            self.sends.push(bye.as_bytes(), down);
+        }
+        if let Some(up) = legs.up {
+            let bye = self.operator_bye(
+                &legs.caller_contact,
+                &to_callee,
+                &legs.from,
+                call_id,
+                1_000_000,
+                up,
+            );
+            self.sends.push(bye.as_bytes(), up);
+        }
+        self.records.push(record.clone());
+        Some(record)
+    }
+
+    fn operator_bye(
+        &self,
+        target: &str,
+        from: &str,
+        to: &str,
+        call_id: &str,
+        cseq: u32,
+        hop: Hop,
+    ) -> String {
+        let here = self.listen_addr(hop.1);
+        let mut h = std::hash::BuildHasher::build_hasher(&self.shared.branch_salt);
+        std::hash::Hasher::write(&mut h, call_id.as_bytes());
+        std::hash::Hasher::write(&mut h, target.as_bytes());
+        std::hash::Hasher::write_u64(&mut h, self.now.unix_ms);
+        let branch = std::hash::Hasher::finish(&h);
+        format!(
+            "BYE {target} SIP/2.0\r\nVia: SIP/2.0/{} {here};branch=z9hG4bK-bye{branch:016x}\r\n\
+             Max-Forwards: 70\r\nFrom: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} BYE\r\n\
+             Reason: SIP;cause=200;text=\"ended by the operator\"\r\nContent-Length: 0\r\n\r\n",
+            hop.1.as_str()
+        )
     }
 }

@@ -36,6 +36,8 @@ pub enum Disposition {
     Cancelled,
     /// Ended by the proxy's timeout (no BYE, or never answered).
     Timeout,
+    /// Ended by the operator (the proxy sent BYE both ways).
+    Ended,
 }
 
 /// One finished call.
@@ -77,6 +79,29 @@ pub trait CallLog: std::fmt::Debug + Send + Sync {
     fn write(&self, records: &[CallRecord]);
 }
 
+/// What the proxy needs to end a confirmed call itself (a BYE to each
+/// party): the INVITE's From and To (without tag), the caller's contact
+/// and where it was reached from, the hop the INVITE went to, its CSeq.
+#[derive(Debug, Clone, Default)]
+pub struct Legs {
+    /// The INVITE's From value (with the caller's tag).
+    pub from: String,
+    /// The INVITE's To value (no tag yet).
+    pub to: String,
+    /// The caller's Contact URI.
+    pub caller_contact: String,
+    /// Where the caller is reached (the INVITE's upstream hop).
+    pub up: Option<(SocketAddr, sip_core::Transport)>,
+    /// Where the callee is reached (the hop the INVITE went to).
+    pub down: Option<(SocketAddr, sip_core::Transport)>,
+    /// The INVITE's CSeq number.
+    pub cseq: u32,
+    /// The callee's Contact URI and tag, from its 2xx.
+    pub callee_contact: Option<String>,
+    /// The callee's tag.
+    pub callee_tag: Option<String>,
+}
+
 /// What a call is known by when it starts.
 #[derive(Debug, Clone)]
 pub struct Start {
@@ -90,6 +115,8 @@ pub struct Start {
     pub transport: &'static str,
     /// STIR/SHAKEN outcome.
     pub stir: Option<String>,
+    /// How to end it.
+    pub legs: Legs,
 }
 
 #[derive(Debug, Clone)]
@@ -114,6 +141,8 @@ pub struct DialogCounts {
     pub cancelled: AtomicU64,
     /// Ended by timeout.
     pub timeout: AtomicU64,
+    /// Ended by the operator.
+    pub ended: AtomicU64,
     /// Calls not followed: the table was full.
     pub untracked: AtomicU64,
 }
@@ -213,6 +242,11 @@ impl Dialogs {
                 if status < 300 {
                     d.answered_ms = Some(now_ms);
                     d.to_tag = to_tag.map(str::to_owned);
+                    d.start.legs.callee_tag = d.to_tag.clone();
+                    d.start.legs.callee_contact = msg
+                        .contacts()
+                        .next()
+                        .map(|c| c.addr.uri().as_str().to_owned());
                     return None;
                 }
                 let d = s.remove(&key)?;
@@ -237,6 +271,19 @@ impl Dialogs {
             }
             _ => None,
         }
+    }
+
+    /// The operator ends the confirmed call `call_id` at `now_ms`: how to
+    /// reach both parties, and its record.
+    pub fn end(&self, call_id: &str, now_ms: u64) -> Option<(Legs, CallRecord)> {
+        let mut s = self.shards.lock(shard_of(call_id));
+        let key = s
+            .iter()
+            .find(|((c, _), d)| c == call_id && d.answered_ms.is_some())
+            .map(|(k, _)| k.clone())?;
+        let d = s.remove(&key)?;
+        let legs = d.start.legs.clone();
+        Some((legs, self.record(key.0, d, now_ms, Disposition::Ended)))
     }
 
     /// Dialogs past their time at `now_ms` end: records of each.
@@ -276,6 +323,7 @@ impl Dialogs {
             Disposition::Failed => &self.counts.failed,
             Disposition::Cancelled => &self.counts.cancelled,
             Disposition::Timeout => &self.counts.timeout,
+            Disposition::Ended => &self.counts.ended,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         let (trunk, gateway) = match d.start.trunk {
@@ -333,6 +381,7 @@ impl Dialogs {
 # HELP sipsec_call_records_total Call records written, by disposition.\n# TYPE sipsec_call_records_total counter\n\
 sipsec_call_records_total{{disposition=\"answered\"}} {}\nsipsec_call_records_total{{disposition=\"failed\"}} {}\n\
 sipsec_call_records_total{{disposition=\"cancelled\"}} {}\nsipsec_call_records_total{{disposition=\"timeout\"}} {}\n\
+sipsec_call_records_total{{disposition=\"ended\"}} {}\n\
 # HELP sipsec_dialogs_untracked_total Calls forwarded without a record: the dialog table was full.\n\
 # TYPE sipsec_dialogs_untracked_total counter\nsipsec_dialogs_untracked_total {}",
             self.len(),
@@ -340,6 +389,7 @@ sipsec_call_records_total{{disposition=\"cancelled\"}} {}\nsipsec_call_records_t
             load(&c.failed),
             load(&c.cancelled),
             load(&c.timeout),
+            load(&c.ended),
             load(&c.untracked),
         );
     }
@@ -360,6 +410,7 @@ mod tests {
             trunk: Some(("carrier".into(), "192.0.2.1:5060".parse().unwrap())),
             transport: "udp",
             stir: Some("signed".into()),
+            legs: Legs::default(),
         }
     }
 

@@ -716,7 +716,7 @@ impl Core {
                 if started.is_ok() {
                     // The reply's request is the first branch's first try.
                     self.sent = Some((key, 0));
-                    self.dialog_begin(msg, target, named_route.as_ref());
+                    self.dialog_begin(msg, up, (target, transport), named_route.as_ref());
                 }
                 match started {
                     Ok(()) if !self.forks.is_empty() => {

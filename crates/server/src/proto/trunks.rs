@@ -29,6 +29,7 @@ pub struct Gateway {
     /// Lower first.
     pub priority: u32,
     up: AtomicBool,
+    drained: AtomicBool,
     answered_run: AtomicU32,
     failed_run: AtomicU32,
     calls: AtomicU64,
@@ -97,6 +98,7 @@ impl Trunks {
                             weight: g.weight,
                             priority: g.priority,
                             up: AtomicBool::new(true),
+                            drained: AtomicBool::new(false),
                             answered_run: AtomicU32::new(0),
                             failed_run: AtomicU32::new(0),
                             calls: AtomicU64::new(0),
@@ -173,7 +175,11 @@ impl Trunks {
         let mut up: Vec<&Gateway> = t
             .gateways
             .iter()
-            .filter(|g| g.up.load(Ordering::Relaxed) && !names.is_down(g.addr, transport, now))
+            .filter(|g| {
+                g.up.load(Ordering::Relaxed)
+                    && !g.drained.load(Ordering::Relaxed)
+                    && !names.is_down(g.addr, transport, now)
+            })
             .collect();
         let algorithm = if sticky {
             Algorithm::HashCallId
@@ -264,7 +270,7 @@ impl Trunks {
         g.up.store(!was_up, Ordering::Relaxed);
         if was_up {
             names.hold(hop);
-        } else {
+        } else if !g.drained.load(Ordering::Relaxed) {
             names.release(hop);
         }
         Some(Change {
@@ -272,6 +278,36 @@ impl Trunks {
             gateway: g.addr,
             up: !was_up,
         })
+    }
+
+    /// The operator drains (or undrains) gateway `addr` of trunk `name`:
+    /// a drained gateway gets no new call, first or by failover; calls
+    /// under way go on. `Err` names what is unknown.
+    pub fn drain(
+        &self,
+        name: &str,
+        addr: SocketAddr,
+        on: bool,
+        names: &NameTable,
+    ) -> Result<(), String> {
+        let t = self
+            .trunks
+            .iter()
+            .find(|t| t.config.name == name)
+            .ok_or_else(|| format!("no trunk {name:?}"))?;
+        let g = t
+            .gateways
+            .iter()
+            .find(|g| g.addr == addr)
+            .ok_or_else(|| format!("trunk {name} has no gateway {addr}"))?;
+        g.drained.store(on, Ordering::Relaxed);
+        let hop = (addr, t.config.transport);
+        if on {
+            names.hold(hop);
+        } else if g.up.load(Ordering::Relaxed) {
+            names.release(hop);
+        }
+        Ok(())
     }
 
     /// The Prometheus text of the trunks.
@@ -350,7 +386,13 @@ impl Trunks {
                         "address": g.addr.to_string(),
                         "weight": g.weight,
                         "priority": g.priority,
-                        "state": if g.up.load(Ordering::Relaxed) { "up" } else { "down" },
+                        "state": if g.drained.load(Ordering::Relaxed) {
+                            "drained"
+                        } else if g.up.load(Ordering::Relaxed) {
+                            "up"
+                        } else {
+                            "down"
+                        },
                         "calls": g.calls.load(Ordering::Relaxed),
                         "probes_answered": g.probes_ok.load(Ordering::Relaxed),
                         "probes_failed": g.probes_failed.load(Ordering::Relaxed),
