@@ -556,3 +556,20 @@ fn the_stir_bench_measures_both_servers_three_ways() {
         }
     }
 }
+
+#[test]
+fn the_trunk_bench_measures_sipsec_beside_kamailio() {
+    let dir = tempdir("bench-trunk");
+    let json = dir.join("trunk.json");
+    let o = Command::new(BIN)
+        .args(["bench", "trunk", "--calls", "20", "--rounds", "1", "--json"])
+        .arg(&json)
+        .output()
+        .expect("sipsec bench runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("sipsec / kamailio"), "{t}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    assert!(r["sipsec"].is_number() && r["kamailio"].is_number(), "{r}");
+}

@@ -4,12 +4,14 @@ mod common;
 mod compare;
 mod connections;
 mod peak;
+mod peers;
 mod privacy;
 mod relay;
 mod rsa;
 mod run;
 mod srtp;
 mod stir;
+mod trunk;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -25,6 +27,7 @@ use rsa::{rsa_variants, RsaVariantsArgs};
 use run::{null, run_scenario, RunArgs};
 use srtp::{srtp_bench, SrtpArgs};
 use stir::{stir_bench, StirArgs};
+use trunk::{trunk_bench, TrunkArgs};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -51,6 +54,10 @@ pub enum BenchCommand {
     /// verifying INVITEs, sipsec beside Kamailio with secsipid in the same
     /// run (both stateless, one worker; the certificate cached).
     Stir(Box<StirArgs>),
+    /// What a call through a trunk costs a stateful proxy that follows
+    /// its dialog and writes its record, sipsec beside Kamailio with
+    /// dispatcher + dialog + acc in the same run.
+    Trunk(Box<TrunkArgs>),
     /// One process of phones for `bench connections` (told what to do on
     /// stdin, answering on stdout).
     #[command(hide = true)]
@@ -92,6 +99,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Compare(a) => compare(*a),
         BenchCommand::Relay(a) => relay(*a),
         BenchCommand::Stir(a) => stir_bench(*a),
+        BenchCommand::Trunk(a) => trunk_bench(*a),
         BenchCommand::Connections(a) => connections(*a),
         BenchCommand::Phones => phones(),
         BenchCommand::RsaVariants(a) => rsa_variants(*a),

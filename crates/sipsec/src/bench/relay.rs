@@ -11,12 +11,14 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+
+use super::peers::{free_udp, socket, wait_ready, Running};
 use sipsec_server::io::ng::Relays;
 use sipsec_server::proto::ng::{Command as Ng, RelayConfig, Reply, Settings};
 
@@ -31,28 +33,6 @@ pub struct RelayArgs {
     /// Proxy workers.
     #[arg(long, default_value_t = 2)]
     workers: usize,
-}
-
-/// A child process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_udp() -> Result<SocketAddr, String> {
-    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("a free port: {e}"))?;
-    s.local_addr().map_err(|e| e.to_string())
-}
-
-fn socket(timeout: Duration) -> Result<UdpSocket, String> {
-    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("a socket: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    Ok(s)
 }
 
 /// rtpengine on loopback with ports for `calls` calls (four each: RTP
@@ -129,21 +109,8 @@ fn start_proxy(
         .spawn()
         .map_err(|e| format!("sipsec serve: {e}"))?;
     let proxy = Running(child);
-    let probe = socket(Duration::from_millis(100))?;
-    let me = probe.local_addr().map_err(|e| e.to_string())?;
-    for i in 0..200 {
-        let options = format!(
-            "OPTIONS sip:{addr} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-ready{i}\r\n\
-             Max-Forwards: 70\r\nFrom: <sip:probe@{me}>;tag=p\r\nTo: <sip:{addr}>\r\n\
-             Call-ID: ready-{i}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
-        );
-        let _ = probe.send_to(options.as_bytes(), addr);
-        let mut buf = [0u8; 2048];
-        if probe.recv(&mut buf).is_ok() {
-            return Ok((proxy, addr));
-        }
-    }
-    Err("sipsec serve did not answer OPTIONS".into())
+    wait_ready(addr)?;
+    Ok((proxy, addr))
 }
 
 fn sdp(port: u16) -> String {

@@ -10,12 +10,14 @@
 
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+
+use super::peers::{free_udp, header_lines, median, socket, wait_ready, Running};
 use stir::cert::{self, Issue, TnEntry};
 use stir::passport::{Dest, Orig};
 use stir::{Claims, IdentityHeader, SigningKey};
@@ -41,17 +43,6 @@ pub struct StirArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-/// A child process killed (SIGTERM, so Kamailio's workers go too) and
-/// reaped when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
-        let _ = self.0.wait();
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -144,18 +135,6 @@ fn prepare(dir: &Path) -> Result<Files, String> {
     Ok(f)
 }
 
-fn free_udp() -> Result<SocketAddr, String> {
-    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("a free port: {e}"))?;
-    s.local_addr().map_err(|e| e.to_string())
-}
-
-fn socket(timeout: Duration) -> Result<UdpSocket, String> {
-    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("a socket: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    Ok(s)
-}
-
 /// `secsipidx` serving `www/` over HTTPS; the certificate's URL once it
 /// accepts connections.
 fn start_repository(f: &Files) -> Result<(Running, String), String> {
@@ -189,25 +168,6 @@ fn start_repository(f: &Files) -> Result<(Running, String), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok((repo, format!("https://127.0.0.1:{port}/v1/pub/sp.pem")))
-}
-
-/// Sends OPTIONS until `addr` answers.
-fn wait_ready(addr: SocketAddr) -> Result<(), String> {
-    let probe = socket(Duration::from_millis(100))?;
-    let me = probe.local_addr().map_err(|e| e.to_string())?;
-    let mut buf = [0u8; 2048];
-    for i in 0..200 {
-        let options = format!(
-            "OPTIONS sip:{addr} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-ready{i}\r\n\
-             Max-Forwards: 70\r\nFrom: <sip:probe@{me}>;tag=p\r\nTo: <sip:{addr}>\r\n\
-             Call-ID: ready-{i}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
-        );
-        let _ = probe.send_to(options.as_bytes(), addr);
-        if probe.recv(&mut buf).is_ok() {
-            return Ok(());
-        }
-    }
-    Err(format!("{addr} did not answer OPTIONS"))
 }
 
 /// sipsec as a stateless proxy for b.example, one worker, in `mode`.
@@ -293,15 +253,6 @@ fn start_kamailio(
     let server = Running(child);
     wait_ready(addr)?;
     Ok((server, addr))
-}
-
-/// `m`'s header lines named `name`.
-fn header_lines<'a>(m: &'a str, name: &str) -> impl Iterator<Item = &'a str> + 'a {
-    let name = name.to_owned();
-    m.split("\r\n").filter(move |l| {
-        l.split_once(':')
-            .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(&name))
-    })
 }
 
 /// The callee: answers every INVITE 486 until `stop`.
@@ -473,11 +424,6 @@ fn token(f: &Files, url: &str) -> Result<String, String> {
     };
     let t = key.sign(&claims, url).map_err(|e| e.to_string())?;
     Ok(IdentityHeader::format(&t, url))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 pub fn stir_bench(args: StirArgs) -> Result<ExitCode, String> {

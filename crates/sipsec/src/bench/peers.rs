@@ -1,0 +1,65 @@
+//! What the benchmarks that start their own servers share: the child
+//! processes, free ports, sockets, waiting until a server answers.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+/// A child process stopped when dropped (SIGTERM, so Kamailio's workers
+/// go too), then reaped.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// A UDP port on loopback free now.
+pub fn free_udp() -> Result<SocketAddr, String> {
+    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("a free port: {e}"))?;
+    s.local_addr().map_err(|e| e.to_string())
+}
+
+/// A loopback UDP socket that waits at most `timeout` for a datagram.
+pub fn socket(timeout: Duration) -> Result<UdpSocket, String> {
+    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("a socket: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Sends OPTIONS until `addr` answers (200 tries, 100 ms apart at most).
+pub fn wait_ready(addr: SocketAddr) -> Result<(), String> {
+    let probe = socket(Duration::from_millis(100))?;
+    let me = probe.local_addr().map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 2048];
+    for i in 0..200 {
+        let options = format!(
+            "OPTIONS sip:{addr} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-ready{i}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:probe@{me}>;tag=p\r\nTo: <sip:{addr}>\r\n\
+             Call-ID: ready-{i}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+        );
+        let _ = probe.send_to(options.as_bytes(), addr);
+        if probe.recv(&mut buf).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!("{addr} did not answer OPTIONS"))
+}
+
+/// `m`'s header lines named `name` (any case).
+pub fn header_lines<'a>(m: &'a str, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+    let name = name.to_owned();
+    m.split("\r\n").filter(move |l| {
+        l.split_once(':')
+            .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(&name))
+    })
+}
+
+/// The median of `v` (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
