@@ -5,7 +5,8 @@ use std::path::PathBuf;
 /// What the proxy keeps of calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallsSettings {
-    /// Write a call record per call (a stateful proxy only).
+    /// Write a call record per call (a stateful proxy only; off by
+    /// default, as a proxy that only routes need not follow dialogs).
     pub records: bool,
     /// Where (JSON lines; default `DATA_DIR/calls.jsonl`).
     pub file: Option<PathBuf>,
@@ -18,7 +19,7 @@ pub struct CallsSettings {
 impl Default for CallsSettings {
     fn default() -> Self {
         Self {
-            records: true,
+            records: false,
             file: None,
             max_dialogs: 100_000,
             max_duration: 4 * 3600,

@@ -4,6 +4,7 @@
 //! transaction.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sip_core::Transport;
@@ -60,6 +61,27 @@ pub struct GatewayConfig {
     pub priority: u32,
 }
 
+/// A password, never shown in logs or debug output.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// How the proxy answers a trunk's digest challenges (RFC 3261 §22.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrunkAuth {
+    /// The user name the carrier gave.
+    pub username: String,
+    /// The file the password is read from at start (its first line).
+    pub password_file: PathBuf,
+    /// The password, once read.
+    pub password: Secret,
+}
+
 /// One `[[trunk]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrunkConfig {
@@ -83,6 +105,8 @@ pub struct TrunkConfig {
     pub down_after: u32,
     /// Answered probes in a row before it is up again.
     pub up_after: u32,
+    /// Credentials for a carrier that challenges.
+    pub auth: Option<TrunkAuth>,
 }
 
 /// A gateway as written: `"IP:PORT"` or a table.
@@ -126,6 +150,10 @@ pub struct TrunkSection {
     pub down_after: Option<u32>,
     /// Answered probes before up.
     pub up_after: Option<u32>,
+    /// The user name to answer challenges with.
+    pub username: Option<String>,
+    /// The file holding the password (never on the command line).
+    pub password_file: Option<PathBuf>,
 }
 
 /// Gateways in one trunk at most.
@@ -209,6 +237,20 @@ pub fn trunk_settings(
         if let Some(p) = prefixes.iter().find(|p| p.is_empty() || p.len() > 32) {
             return Err(("trunk.prefixes", format!("{name}: {p:?}")));
         }
+        let auth = match (t.username, t.password_file) {
+            (Some(username), Some(password_file)) => Some(TrunkAuth {
+                username,
+                password_file,
+                password: Secret::default(),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err((
+                    "trunk.username",
+                    format!("{name}: username and password_file go together"),
+                ))
+            }
+        };
         out.push(TrunkConfig {
             name,
             gateways,
@@ -225,6 +267,7 @@ pub fn trunk_settings(
             probe_every,
             down_after: t.down_after.unwrap_or(2).clamp(1, 100),
             up_after: t.up_after.unwrap_or(2).clamp(1, 100),
+            auth,
         });
     }
     if out.iter().filter(|t| t.default).count() > 1 {

@@ -244,7 +244,7 @@ fn trunk_config(dir: &Path, gateways: &[(u16, u32)]) -> std::path::PathBuf {
         &config,
         format!(
             "mode = \"proxy\"\nstateful = true\nudp = \"127.0.0.1:0\"\ntcp = \"off\"\nhttp = \"127.0.0.1:0\"\n\
-             data_dir = \"{}\"\n[[trunk]]\nname = \"carrier\"\nprefixes = [\"+1\"]\nprobe_every = 0\n\
+             data_dir = \"{}\"\n[calls]\nrecords = true\n[[trunk]]\nname = \"carrier\"\nprefixes = [\"+1\"]\nprobe_every = 0\n\
              gateways = [{}]\n",
             dir.join("data").display(),
             gws.join(", ")
@@ -530,11 +530,7 @@ fn the_operator_ends_a_call_with_bye_both_ways_and_drains_a_gateway_only_with_th
     let config = trunk_config(&dir, &[(gw_port, 1)]);
     let token = "a-long-operator-token-0123456789";
     let mut text = std::fs::read_to_string(&config).expect("config");
-    text = text.replacen(
-        "[[trunk]]",
-        &format!("http_token = \"{token}\"\n[[trunk]]"),
-        1,
-    );
+    text = text.replacen("[calls]", &format!("http_token = \"{token}\"\n[calls]"), 1);
     std::fs::write(&config, text).expect("config");
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -645,4 +641,37 @@ fn http_get_method(addr: &str, method: &str, path: &str, token: Option<&str>) ->
     let mut text = String::new();
     s.read_to_string(&mut text).expect("response");
     text
+}
+
+#[test]
+fn a_carrier_that_challenges_is_answered_with_the_trunks_credentials() {
+    let dir = tempdir("trunk-auth");
+    let port = free_port();
+    let _gw = gateway_playing(port, "uas_auth_gateway.xml");
+    let config = trunk_config(&dir, &[(port, 1)]);
+    let secret = dir.join("carrier.password");
+    std::fs::write(&secret, "trunk-secret\n").expect("password file");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "username = \"trunkuser\"\npassword_file = \"{}\"\n",
+        secret.display()
+    ));
+    std::fs::write(&config, &text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    // SIPp's caller sees no challenge: 200 to its INVITE (CSeq 1), its
+    // ACK and BYE (CSeq 2) along the route, 200 to the BYE; the gateway
+    // checked the credentials (a wrong password gets 403, failing the
+    // call) and saw the INVITE again with CSeq 2 and the BYE with 3.
+    let (ok, out) = call(proxy.addr, "+12155550100", 20);
+    assert!(ok, "{out}");
+    let r = records(&dir);
+    assert_eq!(r.len(), 20);
+    assert!(r.iter().all(|x| x["disposition"] == "answered"), "{r:?}");
+    drop(proxy);
+
+    // The wrong password: the gateway refuses, the caller gets its 403.
+    std::fs::write(&secret, "not-the-secret\n").expect("password file");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let (ok, out) = call(proxy.addr, "+12155550100", 1);
+    assert!(!ok && out.contains("403"), "{out}");
 }

@@ -40,6 +40,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let (persistence, recovered) = recover(&config, &location)?;
     let auth = authenticator(&config)?;
     let workers = config.workers.max(1);
+    load_trunk_passwords(&mut config)?;
     let (udp, listeners, tls) = bind_all(&mut config, workers)?;
     let addr = config.udp;
     let bind = |err| StartError::Bind {
@@ -199,6 +200,32 @@ fn bind_all(
     Ok((udp, listeners, tls))
 }
 
+/// Reads each trunk's password file (its first line): passwords never
+/// come from the command line or the configuration text.
+fn load_trunk_passwords(config: &mut Config) -> Result<(), StartError> {
+    for t in &mut config.trunks {
+        if let Some(a) = &mut t.auth {
+            let text = std::fs::read_to_string(&a.password_file).map_err(|e| {
+                StartError::Trunk(format!(
+                    "{}: password file {}: {e}",
+                    t.name,
+                    a.password_file.display()
+                ))
+            })?;
+            let password = text.lines().next().unwrap_or("").trim_end().to_owned();
+            if password.is_empty() {
+                return Err(StartError::Trunk(format!(
+                    "{}: password file {} is empty",
+                    t.name,
+                    a.password_file.display()
+                )));
+            }
+            a.password = crate::config_trunks::Secret(password);
+        }
+    }
+    Ok(())
+}
+
 /// What carries the operator's requests (a dialog's BYEs) out.
 fn operator_sender(
     shared: &Arc<Shared>,
@@ -231,7 +258,7 @@ fn equip(
 fn call_log(
     shared: &Shared,
 ) -> Result<Option<Arc<dyn crate::proto::dialogs::CallLog>>, StartError> {
-    if shared.dialogs.is_none() {
+    if shared.dialogs.is_none() || !shared.config.calls.records {
         return Ok(None);
     }
     let c = &shared.config;

@@ -58,6 +58,9 @@ pub enum StartError {
     /// The `[media]` settings cannot be used.
     #[error("media: {0}")]
     Media(String),
+    /// A trunk's password file cannot be read.
+    #[error("trunk: {0}")]
+    Trunk(String),
     /// The call records file cannot be opened.
     #[error("call records: {0}")]
     CallRecords(String),

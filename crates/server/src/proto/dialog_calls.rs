@@ -162,4 +162,39 @@ impl Core {
             hop.1.as_str()
         )
     }
+
+    /// What the callee's side adds to the CSeq of the request `msg`
+    /// answers or is (0: a callee's request, or no offset).
+    pub(super) fn caller_offset(&self, msg: &Message<'_>) -> u32 {
+        self.shared.dialogs.as_ref().map_or(0, |d| {
+            d.offset(msg.call_id(), msg.from().tag().unwrap_or(""))
+        })
+    }
+
+    /// The transactions sent requests again with a trunk's credentials:
+    /// their dialogs' offsets grow.
+    pub(super) fn note_renumbered(&mut self) {
+        let Some(d) = self.shared.dialogs.as_ref() else {
+            return;
+        };
+        for (call_id, from_tag) in self.sends.renumbered.drain(..) {
+            d.renumbered(&call_id, &from_tag);
+        }
+    }
+
+    /// A caller's in-dialog request `msg`, written into `out` as
+    /// forwarded, gets the dialog's CSeq offset.
+    pub(super) fn shift_cseq(&self, msg: &Message<'_>, out: &mut Vec<u8>) {
+        if msg.to().tag().is_none() {
+            return;
+        }
+        let offset = self.caller_offset(msg);
+        if offset == 0 {
+            return;
+        }
+        let written = std::mem::take(out);
+        if !crate::proto::trunk_auth::rewrite_cseq(&written, i64::from(offset), out) {
+            *out = written;
+        }
+    }
 }

@@ -126,6 +126,9 @@ struct Dialog {
     answered_ms: Option<u64>,
     to_tag: Option<String>,
     status: u16,
+    /// What the callee's side adds to the caller's CSeq numbers (a
+    /// trunk's challenge was answered with the next number).
+    offset: u32,
 }
 
 /// Counts of what the table saw.
@@ -153,6 +156,9 @@ type DialogKey = (String, String);
 #[derive(Debug)]
 pub struct Dialogs {
     shards: Shards<HashMap<DialogKey, Dialog>>,
+    /// Some dialog has a CSeq offset: requests and responses are looked
+    /// up (none: nothing to look up).
+    offsets: std::sync::atomic::AtomicBool,
     max: usize,
     max_duration_ms: u64,
     /// What happened, counted.
@@ -179,6 +185,7 @@ impl Dialogs {
     pub fn new(max: usize, max_duration_s: u64) -> Self {
         Self {
             shards: Shards::new(SHARDS, HashMap::new),
+            offsets: std::sync::atomic::AtomicBool::new(false),
             max,
             max_duration_ms: max_duration_s * 1000,
             counts: DialogCounts::default(),
@@ -215,6 +222,7 @@ impl Dialogs {
                 answered_ms: None,
                 to_tag: None,
                 status: 0,
+                offset: 0,
             },
         );
         self.counts.started.fetch_add(1, Ordering::Relaxed);
@@ -273,6 +281,30 @@ impl Dialogs {
         }
     }
 
+    /// The caller's request of dialog `call_id`/`from_tag` went to the
+    /// callee's side again with its CSeq one higher.
+    pub fn renumbered(&self, call_id: &str, from_tag: &str) {
+        let key = (call_id.to_owned(), from_tag.to_owned());
+        if let Some(d) = self.shards.lock(shard_of(call_id)).get_mut(&key) {
+            d.offset += 1;
+            self.offsets.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// What the callee's side adds to the CSeq of the caller's requests in
+    /// the dialog `call_id` whose caller's tag is `tag` (0 for requests of
+    /// the callee, or no such dialog).
+    pub fn offset(&self, call_id: &str, tag: &str) -> u32 {
+        if !self.offsets.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let key = (call_id.to_owned(), tag.to_owned());
+        self.shards
+            .lock(shard_of(call_id))
+            .get(&key)
+            .map_or(0, |d| d.offset)
+    }
+
     /// The operator ends the confirmed call `call_id` at `now_ms`: how to
     /// reach both parties, and its record.
     pub fn end(&self, call_id: &str, now_ms: u64) -> Option<(Legs, CallRecord)> {
@@ -282,7 +314,8 @@ impl Dialogs {
             .find(|((c, _), d)| c == call_id && d.answered_ms.is_some())
             .map(|(k, _)| k.clone())?;
         let d = s.remove(&key)?;
-        let legs = d.start.legs.clone();
+        let mut legs = d.start.legs.clone();
+        legs.cseq += d.offset;
         Some((legs, self.record(key.0, d, now_ms, Disposition::Ended)))
     }
 

@@ -38,6 +38,9 @@ pub struct Sends {
     items: Vec<Item>,
     pub(super) wake: Wake,
     pub(super) failed: Vec<(Hop, u32)>,
+    /// Requests sent again with a trunk's credentials and a CSeq one
+    /// higher: their Call-ID and From tag (the dialog's offset grows).
+    pub(super) renumbered: Vec<(String, String)>,
 }
 
 impl Sends {
@@ -141,5 +144,6 @@ impl Sends {
         self.items.clear();
         self.wake = Wake::default();
         self.failed.clear();
+        self.renumbered.clear();
     }
 }

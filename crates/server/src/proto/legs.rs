@@ -176,6 +176,8 @@ pub(super) struct Branch {
     pub(super) failover_at: Option<Instant>,
     /// The q group (0 first): the branches of one group run in parallel.
     pub(super) group: u8,
+    /// A trunk's challenge was answered on this branch (once only).
+    pub(super) answered_challenge: bool,
 }
 
 impl Branch {

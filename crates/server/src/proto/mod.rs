@@ -33,6 +33,7 @@ pub mod stir;
 mod stir_calls;
 mod targets;
 mod tokens;
+mod trunk_auth;
 mod trunk_calls;
 pub mod trunks;
 pub mod users;

@@ -650,6 +650,9 @@ impl Core {
                 *out = first;
             }
         }
+        if written.is_ok() {
+            self.shift_cseq(msg, out);
+        }
         if written.is_ok() && self.stir_edit.is_some() {
             let first = std::mem::take(out);
             if !self.with_stir_edit(&first, out) {

@@ -44,21 +44,25 @@ impl Core {
                 return reply;
             }
         }
+        let offset = self.caller_offset(msg);
         let stateful = self.shared.transactions.as_ref().zip(key);
         if let Some((tx, key)) = stateful {
             let metrics = &self.shared.metrics;
             let relayed = self.relayed_sdp().map(str::to_owned);
-            let strip = |m: &Message<'_>, o: &mut Vec<u8>| match &relayed {
-                None => forward_response(m, o).is_ok(),
-                Some(sdp) => {
-                    let mut stripped = Vec::new();
-                    forward_response(m, &mut stripped).is_ok()
-                        && Message::parse(&stripped)
-                            .map(|s| replace_body(&s, sdp.as_bytes(), o))
-                            .is_ok()
-                }
+            let strip = |m: &Message<'_>, o: &mut Vec<u8>| {
+                let written = match &relayed {
+                    None => forward_response(m, o).is_ok(),
+                    Some(sdp) => {
+                        let mut stripped = Vec::new();
+                        forward_response(m, &mut stripped).is_ok()
+                            && Message::parse(&stripped)
+                                .map(|s| replace_body(&s, sdp.as_bytes(), o))
+                                .is_ok()
+                    }
+                };
+                written && unshift_cseq(offset, o)
             };
-            match tx.on_response(
+            let upstream = tx.on_response(
                 key,
                 msg,
                 self.now.mono,
@@ -66,7 +70,9 @@ impl Core {
                 &mut self.sends,
                 metrics,
                 strip,
-            ) {
+            );
+            self.note_renumbered();
+            match upstream {
                 Upstream::Unknown => {}
                 Upstream::Absorbed => return Reply::Drop,
                 Upstream::Send((dest, transport)) => {
@@ -102,8 +108,8 @@ impl Core {
         if !tokens::proves_hop(&self.shared.branch_key, msg, (dest, transport)) {
             return self.unproven_response();
         }
-        match forward_response(msg, out) {
-            Ok(()) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
+        match forward_response(msg, out).map(|()| unshift_cseq(offset, out)) {
+            Ok(_) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
                 bump(&self.shared.metrics.oversize);
                 bump(&self.shared.metrics.dropped);
                 self.events.push(Event::Oversize {
@@ -113,7 +119,7 @@ impl Core {
                 });
                 Reply::Drop
             }
-            Ok(()) => Reply::Send(dest, transport),
+            Ok(_) => Reply::Send(dest, transport),
             Err(_) => {
                 bump(&self.shared.metrics.dropped);
                 Reply::Drop
@@ -128,4 +134,15 @@ impl Core {
         bump(&self.shared.metrics.dropped);
         Reply::Drop
     }
+}
+
+/// Takes a dialog's CSeq `offset` off the response in `out` (a response to
+/// a caller's request the callee's side numbered higher); `true` unless
+/// it could not be rewritten.
+fn unshift_cseq(offset: u32, out: &mut Vec<u8>) -> bool {
+    if offset == 0 {
+        return true;
+    }
+    let written = std::mem::take(out);
+    crate::proto::trunk_auth::rewrite_cseq(&written, -i64::from(offset), out)
 }

@@ -203,7 +203,12 @@ impl Shared {
         let names = Arc::new(NameTable::new(&config.dns));
         let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
         let dialogs =
-            (config.stateful && config.mode == Mode::Proxy && config.calls.records).then(|| {
+            // Followed for their records, or for the CSeq offsets of
+            // trunks that challenge.
+            (config.stateful
+                && config.mode == Mode::Proxy
+                && (config.calls.records || config.trunks.iter().any(|t| t.auth.is_some())))
+            .then(|| {
                 crate::proto::dialogs::Dialogs::new(
                     config.calls.max_dialogs,
                     config.calls.max_duration,
@@ -221,6 +226,10 @@ impl Shared {
             )
             .with_failover_after(config.dns.failover_after)
             .with_names(names.clone())
+            .with_credentials(crate::proto::trunk_auth::Credentials::of(
+                &config.trunks,
+                salt.clone(),
+            ))
         });
         let media = (transactions.is_some() && config.media.on())
             .then(|| crate::proto::media::MediaTable::new(&config.media));

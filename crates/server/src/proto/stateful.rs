@@ -124,6 +124,7 @@ impl Shard {
                 tries,
                 failover_at: None,
                 group: 0,
+                answered_challenge: false,
             };
             branch.begin(false, now, timers, None);
             let c = Entry {
@@ -195,6 +196,8 @@ pub struct Transactions {
     failover_after: Option<Duration>,
     /// Where names lead: the other addresses.
     names: Option<Arc<NameTable>>,
+    /// Trunks' credentials, for their challenges.
+    credentials: Option<crate::proto::trunk_auth::Credentials>,
     /// The driver's timer thread sleeps with the table empty: the next
     /// [`start`](Self::start) asks for it to be woken ([`Wake::timers`]).
     idle: std::sync::atomic::AtomicBool,
@@ -284,6 +287,7 @@ impl Transactions {
             timers,
             max_bytes,
             failover_after: None,
+            credentials: None,
             names: None,
             idle: std::sync::atomic::AtomicBool::new(false),
         }
@@ -314,6 +318,55 @@ impl Transactions {
     pub fn with_names(mut self, names: Arc<NameTable>) -> Self {
         self.names = Some(names);
         self
+    }
+
+    /// The same table, answering trunks' challenges with `credentials`.
+    pub fn with_credentials(
+        mut self,
+        credentials: Option<crate::proto::trunk_auth::Credentials>,
+    ) -> Self {
+        self.credentials = credentials;
+        self
+    }
+
+    /// A gateway of a trunk with credentials challenged branch `b`'s
+    /// request (401/407): it goes again with them and a CSeq one higher,
+    /// as the next try of the branch (once per branch). `true` when sent.
+    fn answer_challenge(
+        &self,
+        b: &mut Branch,
+        challenge: &Message<'_>,
+        now: Instant,
+        sends: &mut Sends,
+    ) -> bool {
+        let (Some(creds), Some(route)) = (self.credentials.as_ref(), b.route.as_deref()) else {
+            return false;
+        };
+        if b.answered_challenge
+            || b.cancel != Cancel::No
+            || b.tries + 1 >= MAX_TRIES
+            || b.forwarded.is_empty()
+        {
+            return false;
+        }
+        let Some(mut again) = creds.answer(&route.name, &b.forwarded, challenge) else {
+            return false;
+        };
+        if !renumber(&mut again, b.tries + 1) {
+            return false;
+        }
+        let invite = matches!(b.client, Some(Client::Invite(_)));
+        b.forwarded = again;
+        b.tries += 1;
+        b.answered_challenge = true;
+        b.begin(invite, now, self.timers, self.failover_after);
+        b.ack.clear();
+        sends.push_request(&b.forwarded, b.downstream, b.sent());
+        sends.renumbered.push((
+            challenge.call_id().to_owned(),
+            challenge.from().tag().unwrap_or("").to_owned(),
+        ));
+        true
     }
 
     /// RFC 3263 §4.3: branch `b`'s next hop failed (no answer, refused,
@@ -513,6 +566,7 @@ impl Transactions {
                 tries: 0,
                 failover_at: None,
                 group: t.group,
+                answered_challenge: false,
             })
             .collect();
         let first = branches.first().map_or(0, |b| b.group);
@@ -644,6 +698,13 @@ impl Transactions {
             if !b.ack.is_empty() {
                 sends.push(&b.ack, b.downstream);
             }
+        }
+        if pending
+            && matches!(status.as_u16(), 401 | 407)
+            && self.answer_challenge(b, msg, now, sends)
+        {
+            shard.reschedule(ekey, metrics);
+            return Upstream::Absorbed;
         }
         if pending
             && status == StatusCode::SERVICE_UNAVAILABLE

@@ -429,6 +429,7 @@ mod tests {
             probe_every: Some(Duration::from_secs(1)),
             down_after: 2,
             up_after: 2,
+            auth: None,
         }
     }
 
