@@ -268,7 +268,8 @@ fn callee(s: UdpSocket, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
             if !m.starts_with("INVITE ") {
                 continue;
             }
-            invites += 1;
+            // Count the INVITEs that arrive signed.
+            invites += u64::from(header_lines(&m, "Identity").next().is_some());
             let mut r = String::from("SIP/2.0 486 Busy Here\r\n");
             for name in ["Via", "From", "Call-ID", "CSeq"] {
                 for h in header_lines(&m, name) {
@@ -399,8 +400,15 @@ fn measure(
     let busy = calls(addr, args.calls, args.window, &tag, identity.as_deref())?;
     let after = sipsec_bench::cpu::cpu_seconds(&pids);
     stop.store(true, Ordering::Relaxed);
-    let _ = answering.join();
+    let signed = answering.join().unwrap_or(0);
     drop(server);
+    if mode == Mode::Sign && signed < u64::from(args.calls) {
+        return Err(format!(
+            "{} sign: only {signed} of {} INVITEs reached the callee signed",
+            if kamailio { "kamailio" } else { "sipsec" },
+            args.calls
+        ));
+    }
     if warm != 1 || busy < args.calls {
         return Err(format!(
             "{} {}: {busy} of {} calls reached the callee (warm-up {warm})",
