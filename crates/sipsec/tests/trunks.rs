@@ -675,3 +675,94 @@ fn a_carrier_that_challenges_is_answered_with_the_trunks_credentials() {
     let (ok, out) = call(proxy.addr, "+12155550100", 1);
     assert!(!ok && out.contains("403"), "{out}");
 }
+
+/// `redis-server` on a free port, killed when dropped.
+struct RedisServer(Child, u16);
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `redis-cli -p PORT ARGS`: what it printed.
+fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn with_the_redis_location_each_record_is_also_in_a_redis_stream() {
+    let dir = tempdir("records-stream");
+    let port = free_port();
+    let redis = RedisServer(
+        Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (./setup.sh installs it)"),
+        port,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis_cli(redis.1, &["PING"]).is_none_or(|p| !p.contains("PONG")) {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not answer PING"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    socket_gateway(gw, None);
+    let config = trunk_config(&dir, &[(gw_port, 1)]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text = text.replacen(
+        "[calls]",
+        &format!("[location]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}/0\"\n[calls]"),
+        1,
+    );
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    for i in 0..5 {
+        one_call(&caller, proxy.addr, i);
+    }
+    assert_eq!(records(&dir).len(), 5, "the journal has every record");
+    // The stream gets them from a thread of its own: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = redis_cli(port, &["XLEN", "sipsec:calls"]).unwrap_or_default();
+        if n.trim() == "5" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the stream has {n:?} entries");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let entries = redis_cli(port, &["XRANGE", "sipsec:calls", "-", "+"]).expect("XRANGE");
+    for i in 0..5 {
+        assert!(
+            entries.contains(&format!("\"call_id\":\"k9-{i}\"")),
+            "{entries}"
+        );
+    }
+    drop(proxy);
+}

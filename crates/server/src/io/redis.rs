@@ -65,7 +65,7 @@ impl RedisState {
 
 /// A client for `s`: over `rediss://` with the configured CA (else the
 /// system's trust store) and client certificate, if any.
-fn client(s: &RedisSettings) -> Result<redis::Client, String> {
+pub(crate) fn client(s: &RedisSettings) -> Result<redis::Client, String> {
     use redis::IntoConnectionInfo;
     let named = |e: redis::RedisError| format!("{}: {e}", redact(&s.url));
     let mut info = s.url.as_str().into_connection_info().map_err(named)?;

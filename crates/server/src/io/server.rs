@@ -269,7 +269,15 @@ fn call_log(
         .unwrap_or_else(|| c.data_dir.join("calls.jsonl"));
     let file = crate::io::records::CallFile::open(&path)
         .map_err(|e| StartError::CallRecords(format!("{}: {e}", path.display())))?;
-    Ok(Some(Arc::new(file)))
+    let Some(redis) = &c.redis else {
+        return Ok(Some(Arc::new(file)));
+    };
+    // With the shared location, a copy of each record goes to its Redis
+    // too; the thread ends once the server (the queue's sender) is gone.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (both, _thread) = crate::io::records::CallFileAndStream::start(file, redis, stop)
+        .map_err(StartError::CallRecords)?;
+    Ok(Some(Arc::new(both)))
 }
 
 /// PrivaSIP's keys, when configured.
