@@ -107,6 +107,9 @@ pub struct TrunkConfig {
     pub up_after: u32,
     /// Credentials for a carrier that challenges.
     pub auth: Option<TrunkAuth>,
+    /// Nothing of the inside network (Vias, Call-ID, contacts) crosses
+    /// to the trunk.
+    pub hide_topology: bool,
 }
 
 /// A gateway as written: `"IP:PORT"` or a table.
@@ -154,6 +157,8 @@ pub struct TrunkSection {
     pub username: Option<String>,
     /// The file holding the password (never on the command line).
     pub password_file: Option<PathBuf>,
+    /// Hide the inside network from the trunk.
+    pub hide_topology: Option<bool>,
 }
 
 /// Gateways in one trunk at most.
@@ -268,6 +273,7 @@ pub fn trunk_settings(
             down_after: t.down_after.unwrap_or(2).clamp(1, 100),
             up_after: t.up_after.unwrap_or(2).clamp(1, 100),
             auth,
+            hide_topology: t.hide_topology.unwrap_or(false),
         });
     }
     if out.iter().filter(|t| t.default).count() > 1 {

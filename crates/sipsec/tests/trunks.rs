@@ -766,3 +766,214 @@ fn with_the_redis_location_each_record_is_also_in_a_redis_stream() {
     }
     drop(proxy);
 }
+
+/// A carrier's gateway that keeps every datagram it gets (what crossed to
+/// the outside) and answers INVITE and BYE 200.
+fn capturing_gateway(s: UdpSocket) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+    let keep = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        let me = s.local_addr().expect("addr");
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            keep.lock().expect("capture").push(m.clone());
+            if !(m.starts_with("INVITE ") || m.starts_with("BYE ")) {
+                continue;
+            }
+            let mut r = String::from("SIP/2.0 200 OK\r\n");
+            for name in ["Via", "Record-Route", "From", "Call-ID", "CSeq"] {
+                for h in header(&m, name) {
+                    r.push_str(h);
+                    r.push_str("\r\n");
+                }
+            }
+            let to = header(&m, "To")[0];
+            r.push_str(to);
+            if !to.contains("tag=") {
+                r.push_str(";tag=carrier");
+            }
+            r.push_str(&format!(
+                "\r\nContact: <sip:gw@{me}>\r\nContent-Length: 0\r\n\r\n"
+            ));
+            let _ = s.send_to(r.as_bytes(), from);
+        }
+    });
+    seen
+}
+
+/// The phone's side of one call out through the proxy: INVITE, its 200
+/// (checked to be as the phone sent it), ACK along the route; the route
+/// for later requests.
+fn inside_call(phone: &UdpSocket, proxy: SocketAddr, call: &str) -> (String, String, String) {
+    let me = phone.local_addr().expect("addr");
+    let invite = format!(
+        "INVITE sip:+12155550100@{proxy} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphone-{call}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@inside.example>;tag=callertag\r\nTo: <sip:+12155550100@pstn.example>\r\n\
+         Call-ID: {call}@{}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n",
+        me.ip()
+    );
+    phone.send_to(invite.as_bytes(), proxy).expect("send");
+    let mut buf = vec![0u8; 65_536];
+    let ok = loop {
+        let n = phone.recv(&mut buf).expect("a response");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if m.starts_with("SIP/2.0 200") {
+            break m;
+        }
+    };
+    assert!(ok.contains(&format!("Call-ID: {call}@{}", me.ip())), "{ok}");
+    assert!(
+        header(&ok, "Via")[0].contains(&format!("z9hG4bKphone-{call}")),
+        "{ok}"
+    );
+    let to = header(&ok, "To")[0].to_string();
+    let target = header(&ok, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string();
+    let rr: Vec<&str> = header(&ok, "Record-Route")
+        .iter()
+        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
+        .map(str::trim)
+        .rev()
+        .collect();
+    let routes = format!("Route: {}\r\n", rr.join(", "));
+    let ack = format!(
+        "ACK {target} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bKphack-{call}\r\nMax-Forwards: 70\r\n\
+         From: <sip:alice@inside.example>;tag=callertag\r\n{to}\r\nCall-ID: {call}@{}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+        me.ip()
+    );
+    phone.send_to(ack.as_bytes(), proxy).expect("ack");
+    (target, routes, to)
+}
+
+#[test]
+fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
+    let dir = tempdir("topology");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    let carrier = gw.try_clone().expect("clone");
+    let seen = capturing_gateway(gw);
+    let config = trunk_config(&dir, &[(gw_port, 1)]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("hide_topology = true\n");
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    // The inside phone is 127.0.0.2; the proxy and the carrier 127.0.0.1.
+    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("addr");
+    let mut buf = vec![0u8; 65_536];
+
+    // Call 1: the phone hangs up.
+    let (target, routes, to) = inside_call(&phone, proxy.addr, "inside-1");
+    let bye = format!(
+        "BYE {target} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bKphbye\r\nMax-Forwards: 70\r\n\
+         From: <sip:alice@inside.example>;tag=callertag\r\n{to}\r\nCall-ID: inside-1@127.0.0.2\r\n\
+         CSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(bye.as_bytes(), proxy.addr).expect("bye");
+    let n = phone.recv(&mut buf).expect("the BYE's answer");
+    let ok = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        ok.starts_with("SIP/2.0 200") && ok.contains("Call-ID: inside-1@127.0.0.2"),
+        "{ok}"
+    );
+
+    // Call 2: the carrier hangs up, to the contact and route it was given.
+    inside_call(&phone, proxy.addr, "inside-2");
+    let invite = {
+        let captured = seen.lock().expect("capture");
+        captured
+            .iter()
+            .rev()
+            .find(|m| m.starts_with("INVITE "))
+            .expect("the carrier got the INVITE")
+            .clone()
+    };
+    let contact = header(&invite, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string();
+    let route = header(&invite, "Record-Route")
+        .iter()
+        .map(|h| h.split_once(':').expect("value").1.trim())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let from = header(&invite, "From")[0].replacen("From:", "To:", 1);
+    let to = header(&invite, "To")[0].replacen("To:", "From:", 1);
+    let call_id = header(&invite, "Call-ID")[0];
+    let gw_me = carrier.local_addr().expect("addr");
+    let bye = format!(
+        "BYE {contact} SIP/2.0\r\nRoute: {route}\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierbye\r\n\
+         Max-Forwards: 70\r\n{to};tag=carrier\r\n{from}\r\n{call_id}\r\nCSeq: 1 BYE\r\nContent-Length: 0\r\n\r\n"
+    );
+    carrier
+        .send_to(bye.as_bytes(), proxy.addr)
+        .expect("carrier's BYE");
+    let n = phone
+        .recv(&mut buf)
+        .expect("the phone gets the carrier's BYE");
+    let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(got.starts_with(&format!("BYE sip:alice@{me} ")), "{got}");
+    assert!(got.contains("Call-ID: inside-2@127.0.0.2"), "{got}");
+    let mut reply = String::from("SIP/2.0 200 OK\r\n");
+    for name in ["Via", "From", "To", "Call-ID", "CSeq"] {
+        for h in header(&got, name) {
+            reply.push_str(h);
+            reply.push_str("\r\n");
+        }
+    }
+    reply.push_str(&format!(
+        "Contact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
+    ));
+    phone
+        .send_to(reply.as_bytes(), proxy.addr)
+        .expect("the phone's 200");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let done = seen.lock().expect("capture").iter().any(|m| {
+            m.starts_with("SIP/2.0 200")
+                && m.contains(" BYE\r\n")
+                && m.contains("z9hG4bKcarrierbye")
+        });
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the carrier never got the 200 to its BYE"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Nothing of the inside crossed: its address and port, Call-IDs,
+    // branches.
+    let captured = seen.lock().expect("capture");
+    assert_eq!(
+        captured.len(),
+        6,
+        "INVITE, ACK, BYE, INVITE, ACK, 200: {captured:?}"
+    );
+    for m in captured.iter() {
+        for inside in [
+            "127.0.0.2",
+            &format!(":{}", me.port()),
+            "inside-1",
+            "inside-2",
+            "z9hG4bKph",
+        ] {
+            assert!(
+                !m.contains(inside),
+                "{inside:?} crossed to the carrier:\n{m}"
+            );
+        }
+    }
+}

@@ -212,6 +212,10 @@ pub struct Core {
     pub(super) records: Vec<crate::proto::dialogs::CallRecord>,
     /// When dialogs were last swept for timeouts (Unix ms).
     pub(super) swept_ms: u64,
+    /// The request being routed goes to a trunk that hides the inside.
+    pub(super) hide_out: bool,
+    /// The request being routed came from such a trunk (revealed).
+    pub(super) hidden_in: bool,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -369,6 +373,8 @@ impl Core {
             stir_edit: None,
             records: Vec::new(),
             swept_ms: 0,
+            hide_out: false,
+            hidden_in: false,
             timed: false,
             now: Now {
                 unix_ms: 0,

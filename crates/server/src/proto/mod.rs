@@ -33,6 +33,7 @@ pub mod stir;
 mod stir_calls;
 mod targets;
 mod tokens;
+pub mod topology;
 mod trunk_auth;
 mod trunk_calls;
 pub mod trunks;

@@ -191,6 +191,11 @@ impl Core {
             self.rr.push_str(";transport=");
             self.rr.push_str(p);
         }
+        if self.hide_out {
+            // This dialog's requests from the inside are hidden too.
+            self.rr.push(';');
+            self.rr.push_str(crate::proto::topology::RR_PARAM);
+        }
         self.rr.push_str(";lr>");
     }
 
@@ -323,6 +328,27 @@ impl Core {
     }
 
     pub(super) fn route(
+        &mut self,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.hidden_in = false;
+        self.hide_out = false;
+        if let Some(bytes) = self.reveal_from_trunk(msg) {
+            // From a trunk that hides the inside: routed as revealed.
+            let Ok(revealed) = Message::parse(&bytes) else {
+                return Reply::Drop;
+            };
+            self.hidden_in = true;
+            return self.route_revealed(&revealed, src, now, out);
+        }
+        self.hide_out = self.in_hidden_dialog(msg);
+        self.route_revealed(msg, src, now, out)
+    }
+
+    fn route_revealed(
         &mut self,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -584,6 +610,11 @@ impl Core {
             "SIP/2.0/{} {here};branch={BRANCH_PREFIX}{branch:016x}{tag:016x}",
             out_transport.as_str(),
         );
+        if self.hidden_in {
+            // Its answer is hidden again on its way out to the trunk.
+            self.via.push(';');
+            self.via.push_str(crate::proto::topology::INBOUND);
+        }
         let top = msg.top_via();
         let reliable = self.transport.is_reliable();
         let annotate = reliable
@@ -652,6 +683,7 @@ impl Core {
         }
         if written.is_ok() {
             self.shift_cseq(msg, out);
+            self.hide_toward_trunk(out_transport, out);
         }
         if written.is_ok() && self.stir_edit.is_some() {
             let first = std::mem::take(out);

@@ -33,6 +33,14 @@ impl Core {
         if !self.is_our_via(msg.top_via()) {
             return self.unproven_response();
         }
+        if let Some(bytes) = self.reveal_from_hidden_trunk(msg) {
+            // From a trunk that hides the inside: relayed as revealed.
+            return match Message::parse(&bytes) {
+                Ok(revealed) => self.forward_response(&revealed, src, out),
+                Err(_) => self.unproven_response(),
+            };
+        }
+        let hide_back = self.hide_back(msg);
         // Stateless mode skips the branch decoding altogether.
         let key = self
             .shared
@@ -60,7 +68,9 @@ impl Core {
                                 .is_ok()
                     }
                 };
-                written && unshift_cseq(offset, o)
+                written
+                    && unshift_cseq(offset, o)
+                    && hide_back.as_ref().is_none_or(|h| sealed_back(h, o))
             };
             let upstream = tx.on_response(
                 key,
@@ -108,7 +118,8 @@ impl Core {
         if !tokens::proves_hop(&self.shared.branch_key, msg, (dest, transport)) {
             return self.unproven_response();
         }
-        match forward_response(msg, out).map(|()| unshift_cseq(offset, out)) {
+        let hidden = |o: &mut Vec<u8>| hide_back.as_ref().is_none_or(|h| sealed_back(h, o));
+        match forward_response(msg, out).map(|()| unshift_cseq(offset, out) && hidden(out)) {
             Ok(_) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
                 bump(&self.shared.metrics.oversize);
                 bump(&self.shared.metrics.dropped);
@@ -145,4 +156,43 @@ fn unshift_cseq(offset: u32, out: &mut Vec<u8>) -> bool {
     }
     let written = std::mem::take(out);
     crate::proto::trunk_auth::rewrite_cseq(&written, -i64::from(offset), out)
+}
+
+impl Core {
+    /// A response from a trunk that hides the inside (our Via carries the
+    /// sealed stack): its bytes revealed.
+    fn reveal_from_hidden_trunk(&self, msg: &Message<'_>) -> Option<Vec<u8>> {
+        let th = self.shared.hider.as_ref()?;
+        let mut out = Vec::new();
+        crate::proto::topology::reveal_response(msg.as_bytes(), th, &mut out).then_some(out)
+    }
+
+    /// For a response to a request that came in from a trunk that hides
+    /// the inside (our Via marked): what seals its Call-ID and Contact
+    /// once written for the trunk (the shared state, this proxy's address).
+    fn hide_back(
+        &self,
+        msg: &Message<'_>,
+    ) -> Option<(std::sync::Arc<crate::proto::shared::Shared>, String)> {
+        self.shared.hider.as_ref()?;
+        if !crate::proto::topology::is_inbound(msg.top_via().as_str()) {
+            return None;
+        }
+        Some((
+            self.shared.clone(),
+            self.listen_addr(Transport::Udp).to_string(),
+        ))
+    }
+}
+
+/// Seals the Call-ID and Contact of the response in `o` for a trunk.
+fn sealed_back(
+    how: &(std::sync::Arc<crate::proto::shared::Shared>, String),
+    o: &mut Vec<u8>,
+) -> bool {
+    let Some(th) = how.0.hider.as_ref() else {
+        return true;
+    };
+    let written = std::mem::take(o);
+    crate::proto::topology::hide_response(&written, th, &how.1, o)
 }

@@ -94,6 +94,8 @@ pub struct Shared {
     pub trunks: crate::proto::trunks::Trunks,
     /// The INVITE dialogs a stateful proxy follows, for call records.
     pub dialogs: Option<crate::proto::dialogs::Dialogs>,
+    /// Seals what topology hiding hides, when a trunk hides it.
+    pub hider: Option<crate::proto::topology::Hider>,
     /// Where the drivers write call records, when they are kept.
     pub call_log: Option<Arc<dyn crate::proto::dialogs::CallLog>>,
     pub(super) branch_salt: RandomState,
@@ -202,6 +204,12 @@ impl Shared {
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
         let names = Arc::new(NameTable::new(&config.dns));
         let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
+        let hider = config.trunks.iter().any(|t| t.hide_topology).then(|| {
+            crate::proto::topology::Hider::new(
+                derive_key(&salt, b"sipsec topology hiding aead key"),
+                derive_key(&salt, b"sipsec topology hiding nonce key"),
+            )
+        });
         let dialogs =
             // Followed for their records, or for the CSeq offsets of
             // trunks that challenge.
@@ -253,6 +261,7 @@ impl Shared {
             stir: None,
             trunks,
             dialogs,
+            hider,
             call_log: None,
             branch_salt: salt,
             flow_key,

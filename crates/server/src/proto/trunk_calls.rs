@@ -59,10 +59,48 @@ impl Core {
             ));
         };
         let transport = route.transport;
+        self.hide_out = shared.trunks.hides(i);
         Ok(Selected {
             authenticated,
             to_peer: true,
             ..Selected::at(Next::Named(gateway, route), transport)
         })
+    }
+
+    /// A request from a trunk that hides the inside (a sealed
+    /// Request-URI or Call-ID of this proxy's): its bytes revealed.
+    pub(super) fn reveal_from_trunk(&self, msg: &Message<'_>) -> Option<Vec<u8>> {
+        let th = self.shared.hider.as_ref()?;
+        let sealed = |s: &str| s.starts_with(crate::proto::topology::SEALED);
+        let ruri_sealed = msg.request_uri().and_then(|u| u.user()).is_some_and(sealed);
+        if !ruri_sealed && !sealed(msg.call_id()) {
+            return None;
+        }
+        let mut out = Vec::new();
+        crate::proto::topology::reveal_request(msg.as_bytes(), th, &mut out).then_some(out)
+    }
+
+    /// Whether `msg` is an in-dialog request of the inside toward a
+    /// trunk that hides it (its first Route is ours, marked).
+    pub(super) fn in_hidden_dialog(&self, msg: &Message<'_>) -> bool {
+        self.shared.hider.is_some()
+            && msg.to().tag().is_some()
+            && msg.routes().next().is_some_and(|r| {
+                self.is_local_uri(r.uri())
+                    && r.uri().param(crate::proto::topology::RR_PARAM).is_some()
+            })
+    }
+
+    /// The request written into `out` goes to a trunk that hides the
+    /// inside: Vias, Call-ID and Contact sealed.
+    pub(super) fn hide_toward_trunk(&self, transport: sip_core::Transport, out: &mut Vec<u8>) {
+        let (true, Some(th)) = (self.hide_out, self.shared.hider.as_ref()) else {
+            return;
+        };
+        let here = self.listen_addr(transport).to_string();
+        let written = std::mem::take(out);
+        if !crate::proto::topology::hide_request(&written, th, &here, out) {
+            *out = written;
+        }
     }
 }

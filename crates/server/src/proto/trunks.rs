@@ -153,6 +153,11 @@ impl Trunks {
         })
     }
 
+    /// Whether trunk `i` hides the inside network.
+    pub fn hides(&self, i: usize) -> bool {
+        self.trunks[i].config.hide_topology
+    }
+
     /// The trunk `i`'s name.
     pub fn name(&self, i: usize) -> &str {
         &self.trunks[i].config.name
@@ -430,6 +435,7 @@ mod tests {
             down_after: 2,
             up_after: 2,
             auth: None,
+            hide_topology: false,
         }
     }
 

@@ -1,0 +1,355 @@
+//! Topology hiding toward a trunk (`[[trunk]] hide_topology`): nothing of
+//! the inside network crosses to the carrier. On a request sent out, the
+//! Vias below this proxy's are sealed into a parameter of its own Via,
+//! the Call-ID is replaced by a sealed one, and the caller's Contact by a
+//! URI of this proxy carrying it sealed; responses and the carrier's
+//! in-dialog requests bring them back, and are restored on their way in.
+//! Sealing is AES-256-GCM under a key of this process, with the nonce
+//! derived from the plaintext by HMAC-SHA-256 (so a Call-ID always seals
+//! the same way and needs no table); what cannot be opened is not ours.
+//!
+//! The functions here rewrite messages as written for sending; they read
+//! no clock and keep no state.
+
+use hmac::{Hmac, Mac};
+use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
+use privacy::Encoding;
+use sha2::Sha256;
+use sip_core::{HeaderName, Message};
+
+/// The prefix of sealed Call-IDs and contact users.
+pub const SEALED: &str = "th-";
+/// The Via parameter carrying the sealed Vias.
+pub const VIA_PARAM: &str = "th";
+/// The Via parameter marking a request that came in from a hidden trunk
+/// (its responses are hidden on the way out).
+pub const INBOUND: &str = "th-in";
+/// The Record-Route parameter marking a hidden trunk's dialog.
+pub const RR_PARAM: &str = "th";
+/// Longest text sealed (a Via stack, a Call-ID, a contact).
+const MAX_PLAIN: usize = 4096;
+
+/// Seals and opens with this process's keys.
+pub struct Hider {
+    aead: [u8; 32],
+    mac: [u8; 32],
+}
+
+impl std::fmt::Debug for Hider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hider(…)")
+    }
+}
+
+impl Hider {
+    /// With keys `aead` and `mac`.
+    pub fn new(aead: [u8; 32], mac: [u8; 32]) -> Self {
+        Self { aead, mac }
+    }
+
+    /// `plain` sealed, as base32 text (SIP token and URI user safe).
+    pub fn seal(&self, plain: &str) -> Option<String> {
+        if plain.len() > MAX_PLAIN {
+            return None;
+        }
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.mac).ok()?;
+        m.update(plain.as_bytes());
+        let nonce = m.finalize().into_bytes();
+        let nonce = &nonce[..12];
+        let mut tag = [0u8; 16];
+        let ct = encrypt_aead(
+            Cipher::aes_256_gcm(),
+            &self.aead,
+            Some(nonce),
+            &[],
+            plain.as_bytes(),
+            &mut tag,
+        )
+        .ok()?;
+        let mut raw = Vec::with_capacity(12 + ct.len() + 16);
+        raw.extend_from_slice(nonce);
+        raw.extend_from_slice(&ct);
+        raw.extend_from_slice(&tag);
+        Some(Encoding::Base32.encode(&raw))
+    }
+
+    /// What `sealed` holds, when this process sealed it.
+    pub fn open(&self, sealed: &str) -> Option<String> {
+        if sealed.len() > MAX_PLAIN * 2 {
+            return None;
+        }
+        let raw = Encoding::Base32.decode(sealed)?;
+        if raw.len() < 28 {
+            return None;
+        }
+        let (nonce, rest) = raw.split_at(12);
+        let (ct, tag) = rest.split_at(rest.len() - 16);
+        let plain =
+            decrypt_aead(Cipher::aes_256_gcm(), &self.aead, Some(nonce), &[], ct, tag).ok()?;
+        String::from_utf8(plain).ok()
+    }
+
+    /// A Call-ID as the carrier sees it.
+    pub fn hide_call_id(&self, call_id: &str) -> Option<String> {
+        Some(format!("{SEALED}{}", self.seal(call_id)?))
+    }
+
+    /// The inside Call-ID of a sealed one; `None` when it is not one.
+    pub fn reveal_call_id(&self, call_id: &str) -> Option<String> {
+        self.open(call_id.strip_prefix(SEALED)?)
+    }
+}
+
+/// One edit of a message: bytes `start..end` replaced by `text`.
+type Edit = (usize, usize, String);
+
+fn at(whole: &[u8], part: &str) -> usize {
+    part.as_ptr() as usize - whole.as_ptr() as usize
+}
+
+/// The span of a whole header line, its CRLF included.
+fn line_span(whole: &[u8], line: &str) -> (usize, usize) {
+    let start = at(whole, line);
+    let mut end = start + line.len();
+    if whole.get(end..end + 2) == Some(b"\r\n") {
+        end += 2;
+    }
+    (start, end)
+}
+
+/// `bytes` with `edits` (in any order, not overlapping) applied.
+fn apply(bytes: &[u8], mut edits: Vec<Edit>, out: &mut Vec<u8>) {
+    edits.sort_by_key(|e| e.0);
+    out.clear();
+    let mut from = 0;
+    for (start, end, text) in edits {
+        out.extend_from_slice(&bytes[from..start]);
+        out.extend_from_slice(text.as_bytes());
+        from = end;
+    }
+    out.extend_from_slice(&bytes[from..]);
+}
+
+/// The Call-ID edit: `f` gives the new value.
+fn call_id_edit(
+    written: &[u8],
+    m: &Message<'_>,
+    f: impl FnOnce(&str) -> Option<String>,
+) -> Option<Edit> {
+    let h = m.headers_named(HeaderName::CallId).next()?;
+    let new = f(h.value)?;
+    let s = at(written, h.value);
+    Some((s, s + h.value.len(), new))
+}
+
+/// The first Contact's URI replaced by one of this proxy (`here`)
+/// carrying it sealed.
+fn contact_edit(written: &[u8], m: &Message<'_>, th: &Hider, here: &str) -> Option<Edit> {
+    let c = m.contacts().next()?;
+    let uri = c.addr.uri().as_str();
+    let sealed = th.seal(uri)?;
+    let s = at(written, uri);
+    Some((s, s + uri.len(), format!("sip:{SEALED}{sealed}@{here}")))
+}
+
+/// A request `written` as forwarded to a hidden trunk (this proxy's Via
+/// on top): the Vias below sealed into its Via, Call-ID and Contact
+/// sealed. `here` is this proxy's address toward the trunk.
+pub fn hide_request(written: &[u8], th: &Hider, here: &str, out: &mut Vec<u8>) -> bool {
+    let Ok(m) = Message::parse(written) else {
+        return false;
+    };
+    let mut vias = m.headers_named(HeaderName::Via);
+    let Some(ours) = vias.next() else {
+        return false;
+    };
+    let inner: Vec<_> = vias.collect();
+    let mut edits = Vec::new();
+    if !inner.is_empty() {
+        let stack = inner.iter().map(|h| h.value).collect::<Vec<_>>().join(", ");
+        let Some(sealed) = th.seal(&stack) else {
+            return false;
+        };
+        let end = at(written, ours.value) + ours.value.len();
+        edits.push((end, end, format!(";{VIA_PARAM}={sealed}")));
+        for h in inner {
+            let (s, e) = line_span(written, h.line);
+            edits.push((s, e, String::new()));
+        }
+    }
+    edits.extend(call_id_edit(written, &m, |c| th.hide_call_id(c)));
+    if m.method() != sip_core::Method::Ack && m.method() != sip_core::Method::Cancel {
+        edits.extend(contact_edit(written, &m, th, here));
+    }
+    apply(written, edits, out);
+    true
+}
+
+/// The sealed Via stack in a Via's parameter, if any.
+fn sealed_stack(via: &str) -> Option<&str> {
+    via.split(';').find_map(|p| {
+        p.trim()
+            .strip_prefix(VIA_PARAM)
+            .and_then(|v| v.strip_prefix('='))
+    })
+}
+
+/// A response from a hidden trunk as it arrived (`bytes`; this proxy's
+/// Via on top, carrying the sealed stack): the Vias below restored, the
+/// parameter taken off, the Call-ID revealed — a response as if nothing
+/// had been hidden. `false` when it is not one.
+pub fn reveal_response(bytes: &[u8], th: &Hider, out: &mut Vec<u8>) -> bool {
+    let Ok(m) = Message::parse(bytes) else {
+        return false;
+    };
+    let Some(ours) = m.headers_named(HeaderName::Via).next() else {
+        return false;
+    };
+    let Some(sealed) = sealed_stack(ours.value) else {
+        return false;
+    };
+    let Some(stack) = th.open(sealed) else {
+        return false;
+    };
+    let param = format!(";{VIA_PARAM}={sealed}");
+    let Some(p) = ours.value.find(&param) else {
+        return false;
+    };
+    let p = at(bytes, ours.value) + p;
+    let (_, end) = line_span(bytes, ours.line);
+    let mut edits = vec![
+        (p, p + param.len(), String::new()),
+        (end, end, format!("Via: {stack}\r\n")),
+    ];
+    edits.extend(call_id_edit(bytes, &m, |c| th.reveal_call_id(c)));
+    apply(bytes, edits, out);
+    true
+}
+
+/// A request from a hidden trunk as it arrived (`bytes`): a Request-URI
+/// that is a sealed contact of this proxy becomes the contact again, a
+/// sealed Call-ID the inside one. `false` when neither is sealed.
+pub fn reveal_request(bytes: &[u8], th: &Hider, out: &mut Vec<u8>) -> bool {
+    let Ok(m) = Message::parse(bytes) else {
+        return false;
+    };
+    let mut edits = Vec::new();
+    if let Some(uri) = m.request_uri() {
+        let opened = uri
+            .user()
+            .and_then(|u| u.strip_prefix(SEALED))
+            .and_then(|s| th.open(s));
+        if let Some(contact) = opened {
+            let s = at(bytes, uri.as_str());
+            edits.push((s, s + uri.as_str().len(), contact));
+        }
+    }
+    edits.extend(call_id_edit(bytes, &m, |c| th.reveal_call_id(c)));
+    if edits.is_empty() {
+        return false;
+    }
+    apply(bytes, edits, out);
+    true
+}
+
+/// A response going out to a hidden trunk (`incoming`'s top Via, ours,
+/// is marked inbound): its Call-ID and Contact sealed.
+pub fn hide_response(written: &[u8], th: &Hider, here: &str, out: &mut Vec<u8>) -> bool {
+    let Ok(m) = Message::parse(written) else {
+        return false;
+    };
+    let mut edits: Vec<Edit> = call_id_edit(written, &m, |c| th.hide_call_id(c))
+        .into_iter()
+        .collect();
+    edits.extend(contact_edit(written, &m, th, here));
+    apply(written, edits, out);
+    true
+}
+
+/// Whether a Via (ours, on a response) marks an inbound request from a
+/// hidden trunk.
+pub fn is_inbound(via: &str) -> bool {
+    via.split(';').any(|p| p.trim() == INBOUND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hider() -> Hider {
+        Hider::new([7; 32], [9; 32])
+    }
+
+    #[test]
+    fn sealing_is_deterministic_authenticated_and_keyed() {
+        let th = hider();
+        let a = th.hide_call_id("c1@10.0.0.5").unwrap();
+        assert_eq!(a, th.hide_call_id("c1@10.0.0.5").unwrap());
+        assert!(!a.contains("10.0.0.5"));
+        assert_eq!(th.reveal_call_id(&a).as_deref(), Some("c1@10.0.0.5"));
+        assert_eq!(
+            Hider::new([8; 32], [9; 32]).reveal_call_id(&a),
+            None,
+            "another key"
+        );
+        let mut bad = a.clone().into_bytes();
+        let i = bad.len() - 3;
+        bad[i] = if bad[i] == b'a' { b'b' } else { b'a' };
+        assert_eq!(
+            th.reveal_call_id(&String::from_utf8(bad).unwrap()),
+            None,
+            "tampered"
+        );
+        assert_eq!(th.reveal_call_id("plain-call-id"), None);
+    }
+
+    #[test]
+    fn a_request_out_and_its_response_back_lose_and_regain_the_inside() {
+        let th = hider();
+        let req = b"INVITE sip:+1@gw.example SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKp\r\n\
+            Via: SIP/2.0/UDP 10.0.0.5:5062;branch=z9hG4bKphone;rport=5062;received=10.0.0.5\r\n\
+            From: <sip:alice@inside>;tag=1\r\nTo: <sip:+1@gw.example>\r\nCall-ID: k@10.0.0.5\r\n\
+            CSeq: 1 INVITE\r\nContact: <sip:alice@10.0.0.5:5062>\r\nContent-Length: 0\r\n\r\n";
+        let mut out = Vec::new();
+        assert!(hide_request(req, &th, "192.0.2.1:5060", &mut out));
+        let first = out.clone();
+        let text = String::from_utf8(first.clone()).unwrap();
+        assert!(
+            !text.contains("10.0.0.5") && !text.contains("z9hG4bKphone"),
+            "{text}"
+        );
+        let sent = Message::parse(&first).unwrap();
+        assert_eq!(sent.vias().count(), 1);
+        let contact = sent.contacts().next().unwrap();
+        assert!(contact.addr.uri().as_str().starts_with("sip:th-"));
+        // The carrier answers with our Via (sealed stack) on top.
+        let hidden_id = sent.call_id().to_owned();
+        let via = sent.top_via().as_str().to_owned();
+        let resp = format!(
+            "SIP/2.0 200 OK\r\nVia: {via}\r\nFrom: <sip:alice@inside>;tag=1\r\nTo: <sip:+1@gw.example>;tag=g\r\n\
+             Call-ID: {hidden_id}\r\nCSeq: 1 INVITE\r\nContact: <sip:gw@192.0.2.9>\r\nContent-Length: 0\r\n\r\n"
+        );
+        assert!(reveal_response(resp.as_bytes(), &th, &mut out));
+        let back = Message::parse(&out).unwrap();
+        assert_eq!(back.call_id(), "k@10.0.0.5");
+        let vias: Vec<_> = back
+            .vias()
+            .map(|v| v.branch().unwrap_or("").to_owned())
+            .collect();
+        assert_eq!(vias, ["z9hG4bKp", "z9hG4bKphone"]);
+        assert!(!back.top_via().as_str().contains(";th="));
+        // The carrier's BYE to the sealed contact comes back in.
+        let target = contact.addr.uri().as_str().to_owned();
+        let bye = format!(
+            "BYE {target} SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKgw\r\nFrom: <sip:+1@gw.example>;tag=g\r\n\
+             To: <sip:alice@inside>;tag=1\r\nCall-ID: {hidden_id}\r\nCSeq: 5 BYE\r\nContent-Length: 0\r\n\r\n"
+        );
+        assert!(reveal_request(bye.as_bytes(), &th, &mut out));
+        let inside = Message::parse(&out).unwrap();
+        assert_eq!(
+            inside.request_uri().unwrap().as_str(),
+            "sip:alice@10.0.0.5:5062"
+        );
+        assert_eq!(inside.call_id(), "k@10.0.0.5");
+    }
+}
