@@ -83,6 +83,13 @@ pub enum CtlCommand {
         #[command(subcommand)]
         command: TrunksCommand,
     },
+    /// Reload the users file and the TLS certificate and key now (as
+    /// SIGHUP does); other settings take a restart.
+    Reload {
+        /// Where the server is.
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
 }
 
 fn done(result: Result<String, String>) -> ExitCode {
@@ -105,6 +112,7 @@ pub fn ctl(cmd: CtlCommand) -> ExitCode {
         CtlCommand::Bindings { command } => crate::control::bindings(command),
         CtlCommand::Dialogs { command } => dialogs(command),
         CtlCommand::Trunks { command } => trunks(command),
+        CtlCommand::Reload { endpoint } => done(endpoint.request("POST", "/reload")),
     }
 }
 

@@ -617,6 +617,15 @@ fn the_operator_ends_a_call_with_bye_both_ways_and_drains_a_gateway_only_with_th
         "{}",
         String::from_utf8_lossy(&buf[..n])
     );
+    // Reload: behind the token too.
+    let refused = http_get_method(&http, "POST", "/reload", None);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let reloaded = ctl(&proxy, token, &["reload"]);
+    let said = String::from_utf8_lossy(&reloaded.stdout).into_owned();
+    assert!(
+        reloaded.status.success() && said.contains("authentication is off"),
+        "{said}"
+    );
     let back = ctl(
         &proxy,
         token,

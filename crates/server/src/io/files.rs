@@ -76,13 +76,13 @@ pub(crate) fn watch_files(
                     break;
                 }
                 if let Some(ctx) = &tls {
-                    reload_certificates(ctx, &shared, forced);
+                    let _ = reload_certificates(ctx, &shared, forced);
                 }
                 if shared.auth.is_some() {
                     let stamp = file_stamp(&shared.config.users);
                     if forced || stamp != users_stamp {
                         users_stamp = stamp;
-                        reload_users(&shared);
+                        let _ = reload_users(&shared);
                     }
                 }
             }
@@ -90,20 +90,27 @@ pub(crate) fn watch_files(
         })
 }
 
-fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
+/// Reloads the TLS certificate and key (`forced`: even unchanged); what
+/// came of it.
+pub(crate) fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) -> String {
     use std::sync::atomic::Ordering;
     match ctx.certs.reload(forced) {
         Ok(true) => {
             shared.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
             tracing::info!(target: "sipsec::tls", key = %ctx.certs.info().description, "TLS certificate reloaded");
+            format!(
+                "TLS certificate reloaded ({})",
+                ctx.certs.info().description
+            )
         }
-        Ok(false) => {}
+        Ok(false) => "TLS certificate unchanged".into(),
         Err(e) => {
             shared
                 .metrics
                 .tls_reload_failures
                 .fetch_add(1, Ordering::Relaxed);
             tracing::error!(target: "sipsec::tls", error = %e, "TLS reload refused, keeping the old certificate");
+            format!("TLS reload refused, the old certificate kept: {e}")
         }
     }
 }
@@ -111,16 +118,16 @@ fn reload_certificates(ctx: &TlsContext, shared: &Shared, forced: bool) {
 /// Swaps in the users file as it is now, all at once, and says what
 /// changed; a file that does not load, or has nobody in the realm,
 /// leaves the running set as it was.
-fn reload_users(shared: &Shared) {
+pub(crate) fn reload_users(shared: &Shared) -> String {
     let Some(auth) = &shared.auth else {
-        return;
+        return "no users (authentication is off)".into();
     };
     let file = shared.config.users.display();
     let new = match load_users(&shared.config) {
         Ok(u) => u,
         Err(e) => {
             tracing::error!(target: "sipsec::users", kept = auth.users().len(), error = %e, "users reload refused, keeping the users loaded");
-            return;
+            return format!("users reload refused, {} kept: {e}", auth.users().len());
         }
     };
     let old = auth.users();
@@ -140,4 +147,5 @@ fn reload_users(shared: &Shared) {
     let total = new.len();
     auth.set_users(new);
     tracing::info!(target: "sipsec::users", %file, total, added, changed, removed, "users reloaded");
+    format!("users reloaded: {total} ({added} added, {changed} changed, {removed} removed)")
 }

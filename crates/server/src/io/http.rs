@@ -707,8 +707,13 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
     }
 }
 
-/// A `POST`: `/trunks/NAME/drain?gateway=ADDR` or `…/undrain?…`.
+/// A `POST`: `/reload`, `/trunks/NAME/drain?gateway=ADDR` or
+/// `…/undrain?…`.
 fn post(view: &View, path: &str, query: &str) -> Answer {
+    if path == "/reload" {
+        let (code, body) = crate::io::manage::reload(&view.shared, view.tls.as_deref());
+        return text(code, &body);
+    }
     let usage = "POST /trunks/NAME/drain?gateway=IP:PORT or /trunks/NAME/undrain?gateway=IP:PORT\n";
     let Some(rest) = path.strip_prefix("/trunks/") else {
         return text("404 Not Found", usage);

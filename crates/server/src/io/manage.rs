@@ -55,3 +55,16 @@ pub fn drain(shared: &Shared, name: &str, gateway: SocketAddr, on: bool) -> Outc
         Err(e) => ("404 Not Found", format!("{e}\n")),
     }
 }
+
+/// Reloads what can change while the server runs — the users file and
+/// the TLS certificate and key — as SIGHUP does; the rest of the
+/// configuration takes a restart.
+pub fn reload(shared: &Shared, tls: Option<&crate::io::tls::TlsContext>) -> Outcome {
+    let mut done = vec![crate::io::files::reload_users(shared)];
+    if let Some(ctx) = tls {
+        done.push(crate::io::files::reload_certificates(ctx, shared, true));
+    }
+    let text = done.join("; ");
+    crate::io::log::operator(&format!("reload asked by the operator: {text}"));
+    ("200 OK", format!("{text}\n"))
+}
