@@ -986,3 +986,48 @@ fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
         }
     }
 }
+
+#[test]
+fn a_gateway_that_answers_408_is_failed_over_inside_the_transaction() {
+    let dir = tempdir("trunk-408");
+    let timing_out = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let t_port = timing_out.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = timing_out.recv_from(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if !m.starts_with("INVITE ") {
+                continue;
+            }
+            let mut r = String::from("SIP/2.0 408 Request Timeout\r\n");
+            for name in ["Via", "From", "Call-ID", "CSeq"] {
+                for h in header(&m, name) {
+                    r.push_str(h);
+                    r.push_str("\r\n");
+                }
+            }
+            r.push_str(header(&m, "To")[0]);
+            r.push_str(";tag=late\r\nContent-Length: 0\r\n\r\n");
+            let _ = timing_out.send_to(r.as_bytes(), from);
+        }
+    });
+    let good = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let g_port = good.local_addr().expect("addr").port();
+    socket_gateway(good, None);
+    let config = trunk_config(&dir, &[(t_port, 1), (g_port, 1)]);
+    let text = std::fs::read_to_string(&config).expect("config").replace(
+        &format!("{{ addr = \"127.0.0.1:{g_port}\", weight = 1 }}"),
+        &format!("{{ addr = \"127.0.0.1:{g_port}\", weight = 1, priority = 1 }}"),
+    ) + "algorithm = \"priority\"\n";
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // The first gateway (priority 0) answers 408: the call goes on to the
+    // second inside its transaction and completes.
+    one_call(&caller, proxy.addr, 408);
+    let r = records(&dir);
+    assert_eq!(r[0]["disposition"], "answered", "{r:?}");
+}

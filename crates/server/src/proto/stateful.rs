@@ -706,8 +706,15 @@ impl Transactions {
             shard.reschedule(ekey, metrics);
             return Upstream::Absorbed;
         }
+        // A trunk's gateway that answers 408 (its own side timed out) is
+        // failed over too, as a 503 is for any name (RFC 3263 §4.3).
+        let trunk = b
+            .route
+            .as_deref()
+            .is_some_and(|r| r.name.starts_with("trunk."));
         if pending
-            && status == StatusCode::SERVICE_UNAVAILABLE
+            && (status == StatusCode::SERVICE_UNAVAILABLE
+                || trunk && status == StatusCode::REQUEST_TIMEOUT)
             && self.fail_over(b, settled, retry_after(msg), now, sends, metrics)
         {
             shard.reschedule(ekey, metrics);
