@@ -52,7 +52,8 @@ pub enum BindingsCommand {
     },
 }
 
-fn done(result: Result<String, String>) -> ExitCode {
+/// Prints what a request said, or its error (and fails).
+pub(crate) fn done(result: Result<String, String>) -> ExitCode {
     match result {
         Ok(text) => {
             print!("{text}");

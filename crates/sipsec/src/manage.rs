@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+use crate::control::done;
 use crate::status::{document, encode, Endpoint};
 
 /// `sipsec dialogs`.
@@ -90,19 +91,6 @@ pub enum CtlCommand {
         #[command(flatten)]
         endpoint: Endpoint,
     },
-}
-
-fn done(result: Result<String, String>) -> ExitCode {
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 /// Runs `sipsec ctl …`.

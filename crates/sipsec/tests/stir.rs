@@ -35,6 +35,47 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
+/// ALICE's users file at a.example (password pw-alice).
+fn alice_users(dir: &Path) -> std::path::PathBuf {
+    let users = dir.join("a.users.tsv");
+    let csv = dir.join("a.csv");
+    std::fs::write(&csv, format!("username,password\n{ALICE},pw-alice\n")).expect("csv");
+    let out = Command::new(common::BIN)
+        .args([
+            "users",
+            "import",
+            p(&csv),
+            "--realm",
+            "a.example",
+            "--file",
+            p(&users),
+        ])
+        .output()
+        .expect("users import");
+    assert!(out.status.success(), "{}", text(&out));
+    users
+}
+
+/// ALICE calls BOB at b.example from her phone through a.example.
+fn alice_calls(a: &Running, extra: &[&str]) -> std::process::Child {
+    let bob = format!("sip:{BOB}@b.example");
+    let server = a.addr.to_string();
+    let mut args = vec![
+        "call",
+        &bob,
+        "--user",
+        ALICE,
+        "--domain",
+        "a.example",
+        "--server",
+        &server,
+        "--bind",
+        "127.0.0.1:0",
+    ];
+    args.extend(extra);
+    phone("pw-alice", &args).spawn().expect("phone")
+}
+
 /// The STI-CA, the certificates under it (and under a rogue CA), and the
 /// repository's own TLS certificate.
 fn certificates(dir: &Path) {
@@ -290,22 +331,7 @@ fn calls_signed_in_one_domain_are_verified_in_another_and_with_secsipidx() {
         "b.example",
         &verifier(&dir, "allow_private_x5u = true\n"),
     );
-    let users = dir.join("a.users.tsv");
-    let csv = dir.join("a.csv");
-    std::fs::write(&csv, format!("username,password\n{ALICE},pw-alice\n")).expect("csv");
-    let out = Command::new(common::BIN)
-        .args([
-            "users",
-            "import",
-            p(&csv),
-            "--realm",
-            "a.example",
-            "--file",
-            p(&users),
-        ])
-        .output()
-        .expect("users import");
-    assert!(out.status.success(), "{}", text(&out));
+    let users = alice_users(&dir);
     let a = proxy(
         &dir,
         "a",
@@ -323,23 +349,7 @@ fn calls_signed_in_one_domain_are_verified_in_another_and_with_secsipidx() {
     register(&bob, BOB, "b.example", b.addr);
 
     // Alice's phone calls through a.example, which signs.
-    let mut alice = phone(
-        "pw-alice",
-        &[
-            "call",
-            &format!("sip:{BOB}@b.example"),
-            "--user",
-            ALICE,
-            "--domain",
-            "a.example",
-            "--server",
-            &a.addr.to_string(),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-    )
-    .spawn()
-    .expect("phone");
+    let mut alice = alice_calls(&a, &[]);
     let seen = final_or_request(&bob);
     bob.send_to(answer(&seen, "486 Busy Here").as_bytes(), b.addr)
         .expect("answer");
@@ -600,22 +610,7 @@ fn kamailio_verifies_what_sipsec_signs_and_sipsec_what_kamailio_signs() {
         .local_addr()
         .expect("addr");
     let _k = kamailio(&dir, k_addr, bob.local_addr().expect("addr"), b.addr, &sp);
-    let users = dir.join("a.users.tsv");
-    let csv = dir.join("a.csv");
-    std::fs::write(&csv, format!("username,password\n{ALICE},pw-alice\n")).expect("csv");
-    let out = Command::new(common::BIN)
-        .args([
-            "users",
-            "import",
-            p(&csv),
-            "--realm",
-            "a.example",
-            "--file",
-            p(&users),
-        ])
-        .output()
-        .expect("users import");
-    assert!(out.status.success(), "{}", text(&out));
+    let users = alice_users(&dir);
     let a = proxy(
         &dir,
         "a",
@@ -629,23 +624,7 @@ fn kamailio_verifies_what_sipsec_signs_and_sipsec_what_kamailio_signs() {
     );
 
     // sipsec signs, Kamailio verifies.
-    let mut alice = phone(
-        "pw-alice",
-        &[
-            "call",
-            &format!("sip:{BOB}@b.example"),
-            "--user",
-            ALICE,
-            "--domain",
-            "a.example",
-            "--server",
-            &a.addr.to_string(),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-    )
-    .spawn()
-    .expect("phone");
+    let mut alice = alice_calls(&a, &[]);
     let seen = final_or_request(&bob);
     bob.send_to(answer(&seen, "486 Busy Here").as_bytes(), k_addr)
         .expect("answer");
@@ -716,22 +695,7 @@ fn a_privasip_caller_is_attested_without_the_number_leaving_its_domain() {
     );
     let bob = socket();
     register(&bob, BOB, "b.example", b.addr);
-    let users = dir.join("a.users.tsv");
-    let csv = dir.join("a.csv");
-    std::fs::write(&csv, format!("username,password\n{ALICE},pw-alice\n")).expect("csv");
-    let out = Command::new(common::BIN)
-        .args([
-            "users",
-            "import",
-            p(&csv),
-            "--realm",
-            "a.example",
-            "--file",
-            p(&users),
-        ])
-        .output()
-        .expect("users import");
-    assert!(out.status.success(), "{}", text(&out));
+    let users = alice_users(&dir);
     let a = proxy(
         &dir,
         "a",
@@ -746,29 +710,16 @@ fn a_privasip_caller_is_attested_without_the_number_leaving_its_domain() {
             repo.url("sp.pem"),
         ),
     );
-    let mut alice = phone(
-        "pw-alice",
-        &[
-            "call",
-            &format!("sip:{BOB}@b.example"),
-            "--user",
-            ALICE,
-            "--domain",
-            "a.example",
-            "--server",
-            &a.addr.to_string(),
-            "--bind",
-            "127.0.0.1:0",
-            "--privacy",
-            "2",
-            "--home-key",
-            &f("a.hpke.pub"),
-            "--callee-key",
-            &f("b.hpke.pub"),
-        ],
-    )
-    .spawn()
-    .expect("phone");
+    let (home, callee) = (f("a.hpke.pub"), f("b.hpke.pub"));
+    let extra = [
+        "--privacy",
+        "2",
+        "--home-key",
+        &home,
+        "--callee-key",
+        &callee,
+    ];
+    let mut alice = alice_calls(&a, &extra);
     let seen = final_or_request(&bob);
     bob.send_to(answer(&seen, "486 Busy Here").as_bytes(), b.addr)
         .expect("answer");

@@ -379,6 +379,25 @@ fn header<'a>(m: &'a str, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// From a 2xx: where the caller's ACK and BYE go (the callee's contact),
+/// the Route lines (the Record-Route reversed) and the To line.
+fn route_of(ok: &str) -> (String, String, String) {
+    let to = header(ok, "To")[0].to_string();
+    let target = header(ok, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string();
+    let rr: Vec<&str> = header(ok, "Record-Route")
+        .iter()
+        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
+        .map(str::trim)
+        .rev()
+        .collect();
+    (target, format!("Route: {}\r\n", rr.join(", ")), to)
+}
+
 /// One whole call through `proxy`: INVITE, 200, ACK and BYE along the
 /// recorded route, BYE's 200.
 fn one_call(s: &UdpSocket, proxy: SocketAddr, i: u32) {
@@ -409,20 +428,8 @@ fn one_call(s: &UdpSocket, proxy: SocketAddr, i: u32) {
             break m;
         }
     };
-    let to = header(&ok, "To")[0].to_string();
-    let contact = header(&ok, "Contact")[0];
-    let target = contact
-        .split('<')
-        .nth(1)
-        .and_then(|c| c.split('>').next())
-        .expect("contact");
-    let mut rr: Vec<&str> = header(&ok, "Record-Route")
-        .iter()
-        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
-        .map(str::trim)
-        .collect();
-    rr.reverse();
-    let routes = format!("Route: {}\r\n", rr.join(", "));
+    let (target, routes, to) = route_of(&ok);
+    let target = target.as_str();
     let ack = head("ACK", target, &routes, 1, &format!("a{i}"), &to);
     s.send_to(ack.as_bytes(), proxy).expect("ack");
     let bye = head("BYE", target, &routes, 2, &format!("b{i}"), &to);
@@ -486,24 +493,11 @@ fn answered_call(s: &UdpSocket, proxy: SocketAddr, call: &str) {
         }
         assert!(!m.starts_with("SIP/2.0 5"), "{m}");
     };
-    let to = header(&ok, "To")[0];
-    let contact = header(&ok, "Contact")[0];
-    let target = contact
-        .split('<')
-        .nth(1)
-        .and_then(|c| c.split('>').next())
-        .expect("contact");
-    let mut rr: Vec<&str> = header(&ok, "Record-Route")
-        .iter()
-        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
-        .map(str::trim)
-        .collect();
-    rr.reverse();
+    let (target, routes, to) = route_of(&ok);
     let ack = format!(
-        "ACK {target} SIP/2.0\r\nRoute: {}\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKack{call}\r\n\
+        "ACK {target} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bKack{call}\r\n\
          Max-Forwards: 70\r\nFrom: <sip:alice@{me}>;tag=a1\r\n{to}\r\nCall-ID: {call}\r\nCSeq: 1 ACK\r\n\
-         Content-Length: 0\r\n\r\n",
-        rr.join(", ")
+         Content-Length: 0\r\n\r\n"
     );
     s.send_to(ack.as_bytes(), proxy).expect("ack");
 }
@@ -836,20 +830,7 @@ fn inside_call(phone: &UdpSocket, proxy: SocketAddr, call: &str) -> (String, Str
         header(&ok, "Via")[0].contains(&format!("z9hG4bKphone-{call}")),
         "{ok}"
     );
-    let to = header(&ok, "To")[0].to_string();
-    let target = header(&ok, "Contact")[0]
-        .split('<')
-        .nth(1)
-        .and_then(|c| c.split('>').next())
-        .expect("contact")
-        .to_string();
-    let rr: Vec<&str> = header(&ok, "Record-Route")
-        .iter()
-        .flat_map(|h| h.split_once(':').expect("value").1.split(','))
-        .map(str::trim)
-        .rev()
-        .collect();
-    let routes = format!("Route: {}\r\n", rr.join(", "));
+    let (target, routes, to) = route_of(&ok);
     let ack = format!(
         "ACK {target} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bKphack-{call}\r\nMax-Forwards: 70\r\n\
          From: <sip:alice@inside.example>;tag=callertag\r\n{to}\r\nCall-ID: {call}@{}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",

@@ -63,3 +63,29 @@ pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// This binary's `sipsec serve` on UDP `addr` with `config` (and the
+/// flags in `extra`), its store in `data`, once it answers OPTIONS.
+pub fn serve(
+    addr: SocketAddr,
+    data: &std::path::Path,
+    config: &std::path::Path,
+    extra: &[&str],
+) -> Result<Running, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = Command::new(exe)
+        .args(["serve", "--no-tcp", "--no-http"])
+        .args(extra)
+        .args(["--udp", &addr.to_string()])
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sipsec serve: {e}"))?;
+    let server = Running(child);
+    wait_ready(addr)?;
+    Ok(server)
+}

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::peers::{free_udp, socket, wait_ready, Running};
+use super::peers::{free_udp, serve, socket, Running};
 use sipsec_server::io::ng::Relays;
 use sipsec_server::proto::ng::{Command as Ng, RelayConfig, Reply, Settings};
 
@@ -84,32 +84,13 @@ fn start_proxy(
     let text = format!("[media]\nmode = \"always\"\nrelays = [\"{ng}\"]\n");
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let addr = free_udp()?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = Command::new(exe)
-        .args([
-            "serve",
-            "--mode",
-            "proxy",
-            "--stateful",
-            "--no-tcp",
-            "--no-http",
-        ])
-        .args([
-            "--udp",
-            &addr.to_string(),
-            "--workers",
-            &workers.to_string(),
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("sipsec serve: {e}"))?;
-    let proxy = Running(child);
-    wait_ready(addr)?;
+    let workers = workers.to_string();
+    let proxy = serve(
+        addr,
+        &dir.join("data"),
+        &config,
+        &["--mode", "proxy", "--stateful", "--workers", &workers],
+    )?;
     Ok((proxy, addr))
 }
 

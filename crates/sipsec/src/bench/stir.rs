@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 
-use super::peers::{free_udp, header_lines, median, socket, wait_ready, Running};
+use super::peers::{free_udp, header_lines, median, serve, socket, wait_ready, Running};
 use stir::cert::{self, Issue, TnEntry};
 use stir::passport::{Dest, Orig};
 use stir::{Claims, IdentityHeader, SigningKey};
@@ -192,20 +192,7 @@ fn start_sipsec(f: &Files, mode: Mode, url: &str) -> Result<(Running, SocketAddr
     )?;
     let data = f.path(&format!("data-{}", mode.name()));
     let _ = std::fs::remove_dir_all(&data);
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = Command::new(exe)
-        .args(["serve", "--no-tcp", "--no-http", "--workers", "1"])
-        .args(["--udp", &addr.to_string()])
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("sipsec serve: {e}"))?;
-    let server = Running(child);
-    wait_ready(addr)?;
+    let server = serve(addr, &data, &config, &["--workers", "1"])?;
     Ok((server, addr))
 }
 

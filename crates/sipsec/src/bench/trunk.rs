@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::peers::{free_udp, header_lines, median, socket, wait_ready, Running};
+use super::peers::{free_udp, header_lines, median, serve, socket, wait_ready, Running};
 
 #[derive(Args)]
 pub struct TrunkArgs {
@@ -171,20 +171,7 @@ fn start_sipsec(dir: &Path, gw: SocketAddr) -> Result<(Running, SocketAddr), Str
          [[trunk]]\nname = \"carrier\"\nprefixes = [\"+1\"]\nprobe_every = 0\ngateways = [\"{gw}\"]\n"
     );
     std::fs::write(&config, text).map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = Command::new(exe)
-        .args(["serve", "--no-tcp", "--no-http", "--workers", "1"])
-        .args(["--udp", &addr.to_string()])
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("sipsec serve: {e}"))?;
-    let server = Running(child);
-    wait_ready(addr)?;
+    let server = serve(addr, &data, &config, &["--workers", "1"])?;
     Ok((server, addr))
 }
 
