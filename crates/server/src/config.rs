@@ -320,6 +320,9 @@ pub struct Config {
     pub stir: crate::config_stir::StirSettings,
     /// Trunks calls leave through (`[[trunk]]`).
     pub trunks: Vec<crate::config_trunks::TrunkConfig>,
+    /// Peer domains (of `peers`) the inside network is hidden from, as
+    /// from a trunk with `hide_topology`.
+    pub hide_topology_peers: Vec<String>,
     /// Dialogs and call records (`[calls]`).
     pub calls: crate::config_calls::CallsSettings,
 }
@@ -622,6 +625,7 @@ impl Default for Config {
             media: MediaSettings::default(),
             stir: Default::default(),
             trunks: Vec::new(),
+            hide_topology_peers: Vec::new(),
             calls: Default::default(),
         }
     }

@@ -61,6 +61,8 @@ pub struct FileConfig {
     pub privacy: Option<PrivacySection>,
     /// `[peers]` table: domain = "address".
     pub peers: Option<std::collections::BTreeMap<String, SocketAddr>>,
+    /// Peer domains the inside network is hidden from.
+    pub hide_topology_peers: Option<Vec<String>>,
     /// `[connections]` table.
     pub connections: Option<ConnectionsSection>,
     /// SIP over WebSocket.
@@ -503,6 +505,9 @@ impl Config {
         }
         if let Some(p) = f.privacy {
             self.privacy = Some(privacy_settings(p).map_err(|(k, m)| value(k, m))?);
+        }
+        if let Some(h) = f.hide_topology_peers {
+            self.hide_topology_peers = h.into_iter().map(|d| d.to_ascii_lowercase()).collect();
         }
         if let Some(peers) = f.peers {
             self.peers = peers.into_iter().collect();

@@ -809,9 +809,19 @@ fn capturing_gateway(s: UdpSocket) -> std::sync::Arc<std::sync::Mutex<Vec<String
 /// (checked to be as the phone sent it), ACK along the route; the route
 /// for later requests.
 fn inside_call(phone: &UdpSocket, proxy: SocketAddr, call: &str) -> (String, String, String) {
+    inside_call_to(phone, proxy, &format!("sip:+12155550100@{proxy}"), call)
+}
+
+/// [`inside_call`] to `ruri`.
+fn inside_call_to(
+    phone: &UdpSocket,
+    proxy: SocketAddr,
+    ruri: &str,
+    call: &str,
+) -> (String, String, String) {
     let me = phone.local_addr().expect("addr");
     let invite = format!(
-        "INVITE sip:+12155550100@{proxy} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphone-{call}\r\n\
+        "INVITE {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphone-{call}\r\n\
          Max-Forwards: 70\r\nFrom: <sip:alice@inside.example>;tag=callertag\r\nTo: <sip:+12155550100@pstn.example>\r\n\
          Call-ID: {call}@{}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n",
         me.ip()
@@ -1011,4 +1021,47 @@ fn a_gateway_that_answers_408_is_failed_over_inside_the_transaction() {
     one_call(&caller, proxy.addr, 408);
     let r = records(&dir);
     assert_eq!(r[0]["disposition"], "answered", "{r:?}");
+}
+
+#[test]
+fn a_peer_domain_the_topology_is_hidden_from_sees_nothing_of_the_inside() {
+    let dir = tempdir("topology-peer");
+    let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let peer_port = peer.local_addr().expect("addr").port();
+    let seen = capturing_gateway(peer);
+    let config = dir.join("sipsec.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode = \"proxy\"\nstateful = true\nudp = \"127.0.0.1:0\"\ntcp = \"off\"\nhttp = \"off\"\n\
+             data_dir = \"{}\"\nhide_topology_peers = [\"Carrier.example\"]\n\
+             [peers]\n\"carrier.example\" = \"127.0.0.1:{peer_port}\"\n",
+            dir.join("data").display()
+        ),
+    )
+    .expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("addr");
+    inside_call_to(&phone, proxy.addr, "sip:bob@carrier.example", "inside-3");
+    let captured = seen.lock().expect("capture");
+    assert!(
+        captured
+            .iter()
+            .any(|m| m.starts_with("INVITE sip:bob@carrier.example")),
+        "{captured:?}"
+    );
+    for m in captured.iter() {
+        for inside in [
+            "127.0.0.2",
+            &format!(":{}", me.port()),
+            "inside-3",
+            "z9hG4bKph",
+        ] {
+            assert!(!m.contains(inside), "{inside:?} crossed to the peer:\n{m}");
+        }
+    }
 }

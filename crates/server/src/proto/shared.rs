@@ -204,7 +204,9 @@ impl Shared {
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
         let names = Arc::new(NameTable::new(&config.dns));
         let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
-        let hider = config.trunks.iter().any(|t| t.hide_topology).then(|| {
+        let hides =
+            config.trunks.iter().any(|t| t.hide_topology) || !config.hide_topology_peers.is_empty();
+        let hider = hides.then(|| {
             crate::proto::topology::Hider::new(
                 derive_key(&salt, b"sipsec topology hiding aead key"),
                 derive_key(&salt, b"sipsec topology hiding nonce key"),

@@ -65,6 +65,14 @@ impl Core {
         {
             // Another domain we peer with: our users' requests go to its
             // proxy, the Request-URI (perhaps a pseudonym for it) as is.
+            self.hide_out = ruri.host().is_some_and(|h| {
+                let h = h.to_string();
+                self.shared
+                    .config
+                    .hide_topology_peers
+                    .iter()
+                    .any(|d| d.eq_ignore_ascii_case(&h))
+            });
             Selected {
                 authenticated: self.authorize_caller(msg, src, now, out)?,
                 to_peer: true,
