@@ -53,8 +53,11 @@ impl Algorithm {
 /// One gateway of a trunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayConfig {
-    /// Where it listens.
+    /// Where it listens (for a gateway named by a DNS name, once the name
+    /// is resolved at start).
     pub addr: SocketAddr,
+    /// The DNS name it was given by, if any.
+    pub name: Option<String>,
     /// Its share of calls.
     pub weight: u32,
     /// Lower is tried first (`priority` algorithm; failover order).
@@ -164,6 +167,36 @@ pub struct TrunkSection {
 /// Gateways in one trunk at most.
 pub const MAX_GATEWAYS: usize = 64;
 
+/// A gateway's `IP:PORT`, or `NAME:PORT` (the name kept, resolved at
+/// start; the address a placeholder with its port until then).
+fn gateway_address(
+    trunk: &str,
+    text: &str,
+) -> Result<(SocketAddr, Option<String>), (&'static str, String)> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok((a, None));
+    }
+    let bad = || {
+        (
+            "trunk.gateways",
+            format!("{trunk}: {text:?} is not IP:PORT or NAME:PORT"),
+        )
+    };
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let name_like = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !name_like {
+        return Err(bad());
+    }
+    Ok((
+        SocketAddr::from(([0, 0, 0, 0], port)),
+        Some(host.to_ascii_lowercase()),
+    ))
+}
+
 /// Reads the `[[trunk]]` tables; the key and what is wrong on error.
 pub fn trunk_settings(
     sections: Vec<TrunkSection>,
@@ -199,9 +232,7 @@ pub fn trunk_settings(
                         priority,
                     } => (addr, weight.unwrap_or(1), priority.unwrap_or(0)),
                 };
-                let addr = addr
-                    .parse()
-                    .map_err(|_| ("trunk.gateways", format!("{name}: {addr:?} is not IP:PORT")))?;
+                let (addr, host) = gateway_address(&name, &addr)?;
                 if !(1..=1000).contains(&weight) {
                     return Err((
                         "trunk.gateways",
@@ -210,6 +241,7 @@ pub fn trunk_settings(
                 }
                 Ok(GatewayConfig {
                     addr,
+                    name: host,
                     weight,
                     priority,
                 })
@@ -280,4 +312,48 @@ pub fn trunk_settings(
         return Err(("trunk.default", "only one trunk can be the default".into()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways_are_addresses_or_names_with_ports() {
+        assert_eq!(
+            gateway_address("t", "192.0.2.1:5060").unwrap(),
+            ("192.0.2.1:5060".parse().unwrap(), None)
+        );
+        let (a, n) = gateway_address("t", "GW1.Carrier.example:5080").unwrap();
+        assert_eq!(
+            (a.port(), n.as_deref()),
+            (5080, Some("gw1.carrier.example"))
+        );
+        for bad in ["gw", "gw:", "gw:99999", ":5060", "g w:5060", "gw/x:5060"] {
+            assert!(gateway_address("t", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn half_credentials_and_two_defaults_are_refused() {
+        let t = |extra: &str, name: &str| {
+            toml::from_str::<TrunkSection>(&format!(
+                "name = \"{name}\"\ngateways = [\"192.0.2.1:5060\"]\n{extra}"
+            ))
+            .unwrap()
+        };
+        assert!(trunk_settings(vec![t("username = \"u\"", "a")]).is_err());
+        assert!(trunk_settings(vec![t("default = true", "a"), t("default = true", "b")]).is_err());
+        assert!(
+            trunk_settings(vec![t("", "a"), t("", "a")]).is_err(),
+            "names are unique"
+        );
+        assert!(trunk_settings(vec![t("algorithm = \"fastest\"", "a")]).is_err());
+        let ok = trunk_settings(vec![t(
+            "username = \"u\"\npassword_file = \"/p\"\nhide_topology = true",
+            "a",
+        )])
+        .unwrap();
+        assert!(ok[0].auth.is_some() && ok[0].hide_topology);
+    }
 }

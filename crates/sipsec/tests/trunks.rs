@@ -450,6 +450,13 @@ fn a_kill_9_loses_no_record_of_a_call_that_had_ended() {
     let gw_port = gw.local_addr().expect("addr").port();
     socket_gateway(gw, None);
     let config = trunk_config(&dir, &[(gw_port, 1)]);
+    // The gateway named by a name (resolved at start).
+    let text = std::fs::read_to_string(&config).expect("config");
+    let named = text.replace(
+        &format!("127.0.0.1:{gw_port}"),
+        &format!("localhost:{gw_port}"),
+    );
+    std::fs::write(&config, named).expect("config");
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
     caller

@@ -40,7 +40,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let (persistence, recovered) = recover(&config, &location)?;
     let auth = authenticator(&config)?;
     let workers = config.workers.max(1);
-    load_trunk_passwords(&mut config)?;
+    prepare_trunks(&mut config)?;
     let (udp, listeners, tls) = bind_all(&mut config, workers)?;
     let addr = config.udp;
     let bind = |err| StartError::Bind {
@@ -202,8 +202,26 @@ fn bind_all(
 
 /// Reads each trunk's password file (its first line): passwords never
 /// come from the command line or the configuration text.
-fn load_trunk_passwords(config: &mut Config) -> Result<(), StartError> {
+fn prepare_trunks(config: &mut Config) -> Result<(), StartError> {
+    use std::net::ToSocketAddrs;
     for t in &mut config.trunks {
+        // Gateways named by DNS names are resolved once, here (the hosts
+        // file, then DNS, through the system's resolver).
+        for g in &mut t.gateways {
+            let Some(name) = &g.name else { continue };
+            let found: Vec<_> = (name.as_str(), g.addr.port())
+                .to_socket_addrs()
+                .map(Iterator::collect)
+                .unwrap_or_default();
+            g.addr = found
+                .iter()
+                .find(|a| a.is_ipv4())
+                .or(found.first())
+                .copied()
+                .ok_or_else(|| {
+                    StartError::Trunk(format!("{}: gateway {name} does not resolve", t.name))
+                })?;
+        }
         if let Some(a) = &mut t.auth {
             let text = std::fs::read_to_string(&a.password_file).map_err(|e| {
                 StartError::Trunk(format!(

@@ -417,6 +417,7 @@ mod tests {
     fn gw(port: u16, weight: u32, priority: u32) -> GatewayConfig {
         GatewayConfig {
             addr: SocketAddr::from(([192, 0, 2, 1], port)),
+            name: None,
             weight,
             priority,
         }
