@@ -159,6 +159,8 @@ pub struct Dialogs {
     /// Some dialog has a CSeq offset: requests and responses are looked
     /// up (none: nothing to look up).
     offsets: std::sync::atomic::AtomicBool,
+    /// Dialogs followed now (read per INVITE without locking the shards).
+    count: std::sync::atomic::AtomicUsize,
     max: usize,
     max_duration_ms: u64,
     /// What happened, counted.
@@ -186,6 +188,7 @@ impl Dialogs {
         Self {
             shards: Shards::new(SHARDS, HashMap::new),
             offsets: std::sync::atomic::AtomicBool::new(false),
+            count: std::sync::atomic::AtomicUsize::new(0),
             max,
             max_duration_ms: max_duration_s * 1000,
             counts: DialogCounts::default(),
@@ -194,7 +197,7 @@ impl Dialogs {
 
     /// Dialogs followed now.
     pub fn len(&self) -> usize {
-        self.shards.each().map(|s| s.len()).sum()
+        self.count.load(Ordering::Relaxed)
     }
 
     /// Whether none is followed.
@@ -214,6 +217,7 @@ impl Dialogs {
         if s.contains_key(&key) {
             return;
         }
+        self.count.fetch_add(1, Ordering::Relaxed);
         s.insert(
             key,
             Dialog {
@@ -257,7 +261,7 @@ impl Dialogs {
                         .map(|c| c.addr.uri().as_str().to_owned());
                     return None;
                 }
-                let d = s.remove(&key)?;
+                let d = self.take(&mut s, &key)?;
                 let disposition = if status == 487 {
                     Disposition::Cancelled
                 } else {
@@ -274,7 +278,7 @@ impl Dialogs {
                 } else {
                     (call_id.to_owned(), to_tag?.to_owned())
                 };
-                let d = s.remove(&key)?;
+                let d = self.take(&mut s, &key)?;
                 Some(self.record(key.0, d, now_ms, Disposition::Answered))
             }
             _ => None,
@@ -313,10 +317,17 @@ impl Dialogs {
             .iter()
             .find(|((c, _), d)| c == call_id && d.answered_ms.is_some())
             .map(|(k, _)| k.clone())?;
-        let d = s.remove(&key)?;
+        let d = self.take(&mut s, &key)?;
         let mut legs = d.start.legs.clone();
         legs.cseq += d.offset;
         Some((legs, self.record(key.0, d, now_ms, Disposition::Ended)))
+    }
+
+    /// Removes the dialog `key` from its shard `s`, counted.
+    fn take(&self, s: &mut HashMap<DialogKey, Dialog>, key: &DialogKey) -> Option<Dialog> {
+        let d = s.remove(key)?;
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        Some(d)
     }
 
     /// Dialogs past their time at `now_ms` end: records of each.
@@ -333,7 +344,7 @@ impl Dialogs {
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in late {
-                if let Some(mut d) = s.remove(&k) {
+                if let Some(mut d) = self.take(&mut s, &k) {
                     if d.status == 0 {
                         d.status = 408;
                     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sip_core::Transport;
 
 use crate::config::DnsSettings;
-use crate::proto::parked::{Bounds, Parked, Refused, Waiting};
+use crate::proto::parked::{make_room, Bounds, Parked, Refused, Waiting};
 use crate::shards::{Current, Shards};
 
 /// Names being resolved at once; past it requests for new names get 503.
@@ -319,14 +319,7 @@ impl NameTable {
     pub fn finish(&self, key: &Key, to: Vec<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
         let ttl = ttl.min(self.max_ttl).max(1);
         let mut st = self.state.lock(0);
-        if st.cache.len() >= MAX_CACHE {
-            st.cache.retain(|_, (_, until)| *until > now);
-            if st.cache.len() >= MAX_CACHE {
-                if let Some(k) = st.cache.keys().next().cloned() {
-                    st.cache.remove(&k);
-                }
-            }
-        }
+        make_room(&mut st.cache, MAX_CACHE, now);
         st.cache
             .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
         st.pending.answered(key)

@@ -122,6 +122,25 @@ impl<K: Eq + Hash> Waiting<K> {
     }
 }
 
+/// Makes room in a cache of answers kept until an instant, bounded at
+/// `max` entries, for one more at `now`: the lapsed ones go, and if it
+/// is still full, one entry (any).
+pub fn make_room<K: Eq + Hash + Clone, V>(
+    cache: &mut HashMap<K, (V, std::time::Instant)>,
+    max: usize,
+    now: std::time::Instant,
+) {
+    if cache.len() < max {
+        return;
+    }
+    cache.retain(|_, (_, until)| *until > now);
+    if cache.len() >= max {
+        if let Some(k) = cache.keys().next().cloned() {
+            cache.remove(&k);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use sip_core::StatusCode;
 use stir::{CertError, Signer, SigningKey, Trust};
 
 use crate::config_stir::{SignSettings, VerifySettings};
-use crate::proto::parked::{Bounds, Parked, Refused, Waiting};
+use crate::proto::parked::{make_room, Bounds, Parked, Refused, Waiting};
 use crate::shards::Shards;
 
 /// Certificates kept.
@@ -164,14 +164,7 @@ impl CertTable {
     /// waiting on it.
     pub fn finish(&self, url: &str, cert: Cert, ttl: Duration, now: Instant) -> Vec<Parked> {
         let mut st = self.state.lock(0);
-        if st.cache.len() >= MAX_CACHE {
-            st.cache.retain(|_, (_, until)| *until > now);
-            if st.cache.len() >= MAX_CACHE {
-                if let Some(k) = st.cache.keys().next().cloned() {
-                    st.cache.remove(&k);
-                }
-            }
-        }
+        make_room(&mut st.cache, MAX_CACHE, now);
         st.cache.insert(url.to_string(), (cert, now + ttl));
         st.pending.answered(&url.to_string())
     }
