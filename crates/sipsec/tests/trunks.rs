@@ -152,7 +152,11 @@ fn wait_state(proxy: &Running, i: usize, state: &str) {
 
 fn metric(proxy: &Running, name: &str) -> f64 {
     let http = common::banner_http_addr(&proxy.banner).expect("http");
-    let text = http_get(&http.to_string(), "/metrics");
+    value_of(&http_get(&http.to_string(), "/metrics"), name)
+}
+
+/// The value of metric line `name` in the Prometheus `text` (0 if absent).
+fn value_of(text: &str, name: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
@@ -578,6 +582,30 @@ fn the_operator_ends_a_call_with_bye_both_ways_and_drains_a_gateway_only_with_th
     let to_caller = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(to_caller.starts_with("BYE sip:alice@"), "{to_caller}");
     assert!(to_caller.contains("Call-ID: op-1"), "{to_caller}");
+    // Unanswered, the BYE comes again (Timer E, same transaction);
+    // answered, it stops.
+    let n = caller.recv(&mut buf).expect("the BYE again");
+    let again = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert_eq!(header(&again, "Via"), header(&to_caller, "Via"), "{again}");
+    let ok = format!(
+        "SIP/2.0 200 OK\r\n{}\r\n{}\r\n{}\r\nCall-ID: op-1\r\n{}\r\nContent-Length: 0\r\n\r\n",
+        header(&again, "Via")[0],
+        header(&again, "From")[0],
+        header(&again, "To")[0],
+        header(&again, "CSeq")[0],
+    );
+    caller.send_to(ok.as_bytes(), proxy.addr).expect("200");
+    let answered = "sipsec_own_requests_total{outcome=\"answered\"}";
+    let own = |name: &str| {
+        let text = http_get_method(&http, "GET", "/metrics", Some(token));
+        value_of(&text, name)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while own(answered) < 2.0 {
+        assert!(Instant::now() < deadline, "both BYEs answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(own("sipsec_own_requests_retransmitted_total") >= 1.0);
     let r = records(&dir);
     assert_eq!(
         (r.len(), r[0]["disposition"].as_str()),
@@ -867,6 +895,8 @@ fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
     let config = trunk_config(&dir, &[(gw_port, 1)]);
     let mut text = std::fs::read_to_string(&config).expect("config");
     text.push_str("hide_topology = true\n");
+    let token = "a-long-operator-token-0123456789";
+    text = text.replacen("[calls]", &format!("http_token = \"{token}\"\n[calls]"), 1);
     std::fs::write(&config, text).expect("config");
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     // The inside phone is 127.0.0.2; the proxy and the carrier 127.0.0.1.
@@ -961,13 +991,45 @@ fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    // Call 3: the operator ends it; the carrier's BYE names the Call-ID
+    // the carrier knows (sealed), not the inside one.
+    inside_call(&phone, proxy.addr, "inside-3");
+    let sealed = {
+        let captured = seen.lock().expect("capture");
+        let invite = captured.iter().rev().find(|m| m.starts_with("INVITE "));
+        header(invite.expect("the third INVITE"), "Call-ID")[0].to_owned()
+    };
+    let ended = ctl(&proxy, token, &["dialogs", "end", "inside-3@127.0.0.2"]);
+    assert!(
+        ended.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    let n = phone
+        .recv(&mut buf)
+        .expect("the phone gets the operator's BYE");
+    let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(got.contains("Call-ID: inside-3@127.0.0.2"), "{got}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !seen
+        .lock()
+        .expect("capture")
+        .iter()
+        .any(|m| m.starts_with("BYE ") && m.contains(&sealed))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the carrier never got the operator's BYE with {sealed}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
     // Nothing of the inside crossed: its address and port, Call-IDs,
     // branches.
     let captured = seen.lock().expect("capture");
-    assert_eq!(
-        captured.len(),
-        6,
-        "INVITE, ACK, BYE, INVITE, ACK, 200: {captured:?}"
+    assert!(
+        captured.len() >= 9,
+        "INVITE, ACK, BYE, INVITE, ACK, 200, INVITE, ACK, BYE: {captured:?}"
     );
     for m in captured.iter() {
         for inside in [
@@ -975,6 +1037,7 @@ fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
             &format!(":{}", me.port()),
             "inside-1",
             "inside-2",
+            "inside-3",
             "z9hG4bKph",
         ] {
             assert!(

@@ -606,6 +606,7 @@ pub fn log_events(core: &mut Core) {
             Event::FlowFailed { aor, bindings } => crate::io::log::flow_failed(&aor, bindings),
             Event::MediaFailed { call_id, what } => crate::io::log::media_failed(&call_id, &what),
             Event::Stir { call_id, what } => crate::io::log::stir(&call_id, &what),
+            Event::Unanswered { branch } => crate::io::log::unanswered(&branch),
         }
     }
 }

@@ -215,6 +215,7 @@ impl View {
         self.shared.trunks.render(&mut text);
         if let Some(d) = &self.shared.dialogs {
             d.render(&mut text);
+            self.shared.originated.render(&mut text);
         }
         if let Some(t) = self.shared.tap.as_ref() {
             let (queued, dropped) = t.counts();

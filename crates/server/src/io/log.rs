@@ -194,6 +194,11 @@ pub fn media_failed(call_id: &str, what: &str) {
     warn!(target: "sipsec::media", call_id, "{what}");
 }
 
+/// A request of the proxy's own (an operator's BYE) went unanswered.
+pub fn unanswered(branch: &str) {
+    warn!(target: "sipsec::operator", branch, "a BYE the operator asked for went unanswered (given up after 32 s)");
+}
+
 /// What STIR/SHAKEN made of a call (its `verstat` and why).
 pub fn stir(call_id: &str, what: &str) {
     info!(target: "sipsec::stir", call_id, "{what}");

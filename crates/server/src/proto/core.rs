@@ -133,6 +133,12 @@ pub enum Event {
         /// The outcome (`verstat` and why).
         what: String,
     },
+    /// A request of this proxy's own (an operator's BYE) was given up
+    /// unanswered at Timer F.
+    Unanswered {
+        /// Its branch.
+        branch: String,
+    },
     /// A binding change could not be stored and was refused with 500.
     JournalFailed {
         /// Its address-of-record.
@@ -456,7 +462,9 @@ impl Core {
     /// The earliest time a transaction timer may be due (stateful proxy),
     /// for the driver's timer.
     pub fn next_timer(&self) -> Option<Instant> {
-        self.shared.transactions.as_ref()?.next_deadline()
+        let own = self.shared.originated.next_deadline();
+        let tx = self.shared.transactions.as_ref()?.next_deadline();
+        own.into_iter().chain(tx).min()
     }
 
     /// Runs the transaction timers due at `now`; what must be sent is in
@@ -467,6 +475,7 @@ impl Core {
         if let Some(tx) = &self.shared.transactions {
             tx.tick(now.mono, &mut self.sends, &self.shared.metrics);
         }
+        self.originated_timers(now);
         self.dialog_timers(now);
     }
 

@@ -9,8 +9,18 @@ use crate::proto::core::Core;
 use crate::proto::dialogs::{CallRecord, Legs, Start};
 use crate::proto::effects::Hop;
 use crate::proto::names::Route;
+use crate::proto::originated::BRANCH_PREFIX;
 use crate::proto::shared::Now;
 use crate::proto::stir::StirEdit;
+
+/// A BYE of the operator's.
+struct Bye<'a> {
+    target: &'a str,
+    from: &'a str,
+    to: &'a str,
+    call_id: &'a str,
+    cseq: u32,
+}
 
 /// How often dialogs are swept for timeouts, ms.
 const SWEEP_EVERY_MS: u64 = 1000;
@@ -62,6 +72,7 @@ impl Core {
                 cseq: msg.cseq().seq,
                 callee_contact: None,
                 callee_tag: None,
+                hidden: self.hide_out,
             },
         };
         d.begin(msg, start, self.now.unix_ms);
@@ -103,8 +114,9 @@ impl Core {
 
     /// The operator ends the confirmed call `call_id`: a BYE to each
     /// party (each as the other party would send it, with this proxy's
-    /// Via) is queued in [`Core::extra`], and the call's record made.
-    /// `None` when no confirmed call has that Call-ID.
+    /// Via) is queued in [`Core::extra`] and kept for retransmission
+    /// until answered ([`crate::proto::originated`]), and the call's
+    /// record made. `None` when no confirmed call has that Call-ID.
     pub fn end_dialog(&mut self, call_id: &str, now: Now) -> Option<CallRecord> {
         self.sends.clear();
         self.now = now;
@@ -112,55 +124,71 @@ impl Core {
         let callee_tag = legs.callee_tag.clone().unwrap_or_default();
         let to_callee = format!("{};tag={callee_tag}", legs.to);
         // Toward the callee: the caller's side of the dialog, a CSeq past
-        // the INVITE's; toward the caller: the callee's side, a CSeq of its
-        // own (the caller has seen none from the callee, or few).
+        // the INVITE's (and the Call-ID the callee knows: sealed toward
+        // a trunk that hides the inside); toward the caller: the callee's
+        // side, a CSeq of its own (the caller has seen none from the
+        // callee, or few).
         if let (Some(contact), Some(down)) = (&legs.callee_contact, legs.down) {
-            let bye = self.operator_bye(
-                contact,
-                &legs.from,
-                &to_callee,
-                call_id,
-                legs.cseq + 1,
-                down,
-            );
-            self.sends.push(bye.as_bytes(), down);
+            let hidden = legs
+                .hidden
+                .then(|| self.shared.hider.as_ref()?.hide_call_id(call_id))
+                .flatten();
+            let bye = Bye {
+                target: contact,
+                from: &legs.from,
+                to: &to_callee,
+                call_id: hidden.as_deref().unwrap_or(call_id),
+                cseq: legs.cseq + 1,
+            };
+            self.send_bye(&bye, down);
         }
         if let Some(up) = legs.up {
-            let bye = self.operator_bye(
-                &legs.caller_contact,
-                &to_callee,
-                &legs.from,
+            let bye = Bye {
+                target: &legs.caller_contact,
+                from: &to_callee,
+                to: &legs.from,
                 call_id,
-                1_000_000,
-                up,
-            );
-            self.sends.push(bye.as_bytes(), up);
+                cseq: 1_000_000,
+            };
+            self.send_bye(&bye, up);
         }
         self.records.push(record.clone());
         Some(record)
     }
 
-    fn operator_bye(
-        &self,
-        target: &str,
-        from: &str,
-        to: &str,
-        call_id: &str,
-        cseq: u32,
-        hop: Hop,
-    ) -> String {
+    /// Sends `bye` to `hop`, kept until answered.
+    fn send_bye(&mut self, bye: &Bye<'_>, hop: Hop) {
         let here = self.listen_addr(hop.1);
         let mut h = std::hash::BuildHasher::build_hasher(&self.shared.branch_salt);
-        std::hash::Hasher::write(&mut h, call_id.as_bytes());
-        std::hash::Hasher::write(&mut h, target.as_bytes());
+        std::hash::Hasher::write(&mut h, bye.call_id.as_bytes());
+        std::hash::Hasher::write(&mut h, bye.target.as_bytes());
         std::hash::Hasher::write_u64(&mut h, self.now.unix_ms);
-        let branch = std::hash::Hasher::finish(&h);
-        format!(
-            "BYE {target} SIP/2.0\r\nVia: SIP/2.0/{} {here};branch=z9hG4bK-bye{branch:016x}\r\n\
-             Max-Forwards: 70\r\nFrom: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} BYE\r\n\
+        let branch = format!("{BRANCH_PREFIX}{:016x}", std::hash::Hasher::finish(&h));
+        let text = format!(
+            "BYE {} SIP/2.0\r\nVia: SIP/2.0/{} {here};branch={branch}\r\n\
+             Max-Forwards: 70\r\nFrom: {}\r\nTo: {}\r\nCall-ID: {}\r\nCSeq: {} BYE\r\n\
              Reason: SIP;cause=200;text=\"ended by the operator\"\r\nContent-Length: 0\r\n\r\n",
-            hop.1.as_str()
-        )
+            bye.target,
+            hop.1.as_str(),
+            bye.from,
+            bye.to,
+            bye.call_id,
+            bye.cseq,
+        );
+        self.sends.push(text.as_bytes(), hop);
+        self.shared
+            .originated
+            .start(&branch, text.as_bytes(), hop, self.now.mono);
+        self.sends.wake.timers = true;
+    }
+
+    /// This proxy's own requests due again at `now` are sent again; those
+    /// Timer F gives up are logged.
+    pub(super) fn originated_timers(&mut self, now: Now) {
+        for branch in self.shared.originated.tick(now.mono, &mut self.sends) {
+            self.events
+                .push(crate::proto::core::Event::Unanswered { branch });
+        }
     }
 
     /// What the callee's side adds to the CSeq of the request `msg`

@@ -100,6 +100,9 @@ pub struct Legs {
     pub callee_contact: Option<String>,
     /// The callee's tag.
     pub callee_tag: Option<String>,
+    /// The callee's side is a trunk that hides the inside: what goes
+    /// there carries the sealed Call-ID.
+    pub hidden: bool,
 }
 
 /// What a call is known by when it starts.

@@ -20,6 +20,7 @@ mod media_calls;
 pub mod metrics;
 pub mod names;
 pub mod ng;
+pub mod originated;
 pub mod parked;
 pub mod privacy;
 mod proxy;

@@ -33,6 +33,22 @@ impl Core {
         if !self.is_our_via(msg.top_via()) {
             return self.unproven_response();
         }
+        if let Some(branch) = msg
+            .top_via()
+            .branch()
+            .filter(|b| b.starts_with(crate::proto::originated::BRANCH_PREFIX))
+        {
+            // An answer to a request of this proxy's own: it goes no further.
+            let status = msg.status().map_or(0, |s| s.as_u16());
+            if self
+                .shared
+                .originated
+                .answered(branch, status, self.now.mono)
+            {
+                return Reply::Drop;
+            }
+            return self.unproven_response();
+        }
         if let Some(bytes) = self.reveal_from_hidden_trunk(msg) {
             // From a trunk that hides the inside: relayed as revealed.
             return match Message::parse(&bytes) {

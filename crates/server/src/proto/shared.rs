@@ -94,6 +94,8 @@ pub struct Shared {
     pub trunks: crate::proto::trunks::Trunks,
     /// The INVITE dialogs a stateful proxy follows, for call records.
     pub dialogs: Option<crate::proto::dialogs::Dialogs>,
+    /// This proxy's own requests (the operator's BYEs) until answered.
+    pub originated: crate::proto::originated::Originated,
     /// Seals what topology hiding hides, when a trunk hides it.
     pub hider: Option<crate::proto::topology::Hider>,
     /// Where the drivers write call records, when they are kept.
@@ -264,6 +266,7 @@ impl Shared {
             trunks,
             dialogs,
             hider,
+            originated: crate::proto::originated::Originated::default(),
             call_log: None,
             branch_salt: salt,
             flow_key,
