@@ -34,14 +34,20 @@ impl Drop for Gateway {
     }
 }
 
-/// Whether a UDP socket is bound to `port` on this host (/proc/net/udp).
-fn udp_bound(port: u16) -> bool {
+/// Whether a UDP socket is bound to `port` on this host (/proc/net/udp),
+/// or a TCP socket listens there (/proc/net/tcp, state 0A).
+fn bound(port: u16, tcp: bool) -> bool {
     let hex = format!(":{port:04X} ");
-    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+    let table = if tcp {
+        "/proc/net/tcp"
+    } else {
+        "/proc/net/udp"
+    };
+    std::fs::read_to_string(table).is_ok_and(|t| {
         t.lines().skip(1).any(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|a| format!("{a} ").ends_with(&hex))
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1).is_some_and(|a| format!("{a} ").ends_with(&hex))
+                && (!tcp || f.get(3) == Some(&"0A"))
         })
     })
 }
@@ -51,23 +57,31 @@ fn gateway(port: u16) -> Gateway {
 }
 
 fn gateway_playing(port: u16, scenario: &str) -> Gateway {
+    gateway_over(port, scenario, false)
+}
+
+/// A SIPp gateway playing `scenario` on `port`, over TCP when `tcp`.
+fn gateway_over(port: u16, scenario: &str, tcp: bool) -> Gateway {
+    let mut c = Command::new("sipp");
+    c.arg("-sf")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../interop/sipp")
+                .join(scenario),
+        )
+        .args(["-aa", "-p", &port.to_string(), "-i", "127.0.0.1"])
+        .args(["-nostdin", "-timeout", "300s"]);
+    if tcp {
+        c.args(["-t", "t1"]);
+    }
     let g = Gateway(
-        Command::new("sipp")
-            .arg("-sf")
-            .arg(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../interop/sipp")
-                    .join(scenario),
-            )
-            .args(["-aa", "-p", &port.to_string(), "-i", "127.0.0.1"])
-            .args(["-nostdin", "-timeout", "300s"])
-            .stdout(Stdio::null())
+        c.stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("sipp runs (./setup.sh installs sip-tester)"),
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !udp_bound(port) {
+    while !bound(port, tcp) {
         assert!(
             Instant::now() < deadline,
             "the SIPp gateway never listened on {port}"
@@ -229,6 +243,39 @@ fn a_trunk_spreads_by_weight_fails_over_and_probes_its_gateways() {
 }
 
 /// The call records a proxy wrote (`DATA_DIR/calls.jsonl`).
+#[test]
+fn a_tcp_trunks_gateway_is_probed_over_tcp_and_carries_its_calls() {
+    let dir = tempdir("trunk-tcp");
+    let port = free_port();
+    let g = gateway_over(port, "uas_gateway.xml", true);
+    let config = dir.join("sipsec.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode = \"proxy\"\nstateful = true\nudp = \"127.0.0.1:0\"\ntcp = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n\
+             data_dir = \"{}\"\n[[trunk]]\nname = \"carrier\"\nprefixes = [\"+1\"]\ntransport = \"tcp\"\n\
+             probe_every = 0.5\ndown_after = 2\nup_after = 1\ngateways = [{{ addr = \"127.0.0.1:{port}\" }}]\n",
+            dir.join("data").display()
+        ),
+    )
+    .expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    // Its probes are answered over TCP; calls reach it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gateways(&proxy)[0]["probes_answered"].as_u64() < Some(1) {
+        assert!(Instant::now() < deadline, "{:?}", gateways(&proxy));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, text) = call(proxy.addr, "+12155550100", 10);
+    assert!(ok, "{text}");
+    assert_eq!(gateways(&proxy)[0]["calls"].as_u64(), Some(10));
+    // Stopped: its connections are refused, it goes down; back: up.
+    drop(g);
+    wait_state(&proxy, 0, "down");
+    let _g = gateway_over(port, "uas_gateway.xml", true);
+    wait_state(&proxy, 0, "up");
+}
+
 fn records(dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.join("data/calls.jsonl"))
         .unwrap_or_default()

@@ -222,16 +222,14 @@ impl Trunks {
     }
 
     /// What the probes should ask, for each trunk and gateway: (trunk,
-    /// gateway, address, how often; longer while it is down: back-off).
-    pub fn probes(&self) -> Vec<(usize, usize, SocketAddr, Duration)> {
+    /// gateway, address and transport, how often; longer while it is
+    /// down: back-off).
+    pub fn probes(&self) -> Vec<(usize, usize, (SocketAddr, Transport), Duration)> {
         let mut out = Vec::new();
         for (ti, t) in self.trunks.iter().enumerate() {
             let Some(every) = t.config.probe_every else {
                 continue;
             };
-            if t.config.transport != Transport::Udp {
-                continue;
-            }
             for (gi, g) in t.gateways.iter().enumerate() {
                 let down = g.failed_run.load(Ordering::Relaxed);
                 let backoff = if g.up.load(Ordering::Relaxed) {
@@ -239,7 +237,7 @@ impl Trunks {
                 } else {
                     1 << (down.saturating_sub(t.config.down_after)).min(2)
                 };
-                out.push((ti, gi, g.addr, every * backoff));
+                out.push((ti, gi, (g.addr, t.config.transport), every * backoff));
             }
         }
         out
