@@ -1095,6 +1095,159 @@ fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
     }
 }
 
+/// A UDP request or response read by `s` within its timeout.
+fn read_one(s: &UdpSocket) -> String {
+    let mut buf = vec![0u8; 65_536];
+    let n = s.recv(&mut buf).expect("a message");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// `m`'s lines named `names`, in order, CRLF after each.
+fn copied(m: &str, names: &[&str]) -> String {
+    let mut out = String::new();
+    for name in names {
+        for h in header(m, name) {
+            out.push_str(h);
+            out.push_str("\r\n");
+        }
+    }
+    out
+}
+
+/// Waits for the first message the carrier captured that `f` accepts.
+fn captured_where(
+    seen: &std::sync::Mutex<Vec<String>>,
+    what: &str,
+    f: impl Fn(&String) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(m) = seen.lock().expect("capture").iter().find(|m| f(m)) {
+            return m.clone();
+        }
+        assert!(Instant::now() < deadline, "the carrier never got {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_call_a_hiding_trunk_begins_sees_nothing_of_the_inside_callee() {
+    let dir = tempdir("topology-in");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_me = gw.local_addr().expect("addr");
+    let carrier = gw.try_clone().expect("clone");
+    let seen = capturing_gateway(gw);
+    let config = trunk_config(&dir, &[(gw_me.port(), 1)]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("hide_topology = true\n");
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let p = proxy.addr;
+    // Bob's phone, inside on 127.0.0.2, registers.
+    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("addr");
+    let register = format!(
+        "REGISTER sip:{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphreg\r\nMax-Forwards: 70\r\n\
+         From: <sip:bob@{p}>;tag=r1\r\nTo: <sip:bob@{p}>\r\nCall-ID: reg-bob@127.0.0.2\r\nCSeq: 1 REGISTER\r\n\
+         Contact: <sip:bob@{me}>\r\nExpires: 300\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(register.as_bytes(), p).expect("register");
+    let r = read_one(&phone);
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+
+    // The carrier calls bob.
+    let invite = format!(
+        "INVITE sip:bob@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierinv\r\nMax-Forwards: 70\r\n\
+         From: <sip:+12155550199@pstn.example>;tag=c1\r\nTo: <sip:bob@{p}>\r\nCall-ID: carrier-call-1\r\n\
+         CSeq: 1 INVITE\r\nContact: <sip:+12155550199@{gw_me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    carrier.send_to(invite.as_bytes(), p).expect("invite");
+    let got = loop {
+        let m = read_one(&phone);
+        if m.starts_with("INVITE ") {
+            break m;
+        }
+    };
+    assert!(got.contains("Call-ID: carrier-call-1"), "{got}");
+    let ok = format!(
+        "SIP/2.0 200 OK\r\n{}{};tag=bobtag\r\nContact: <sip:bob@{me}>\r\nContent-Length: 0\r\n\r\n",
+        copied(&got, &["Via", "Record-Route", "From", "Call-ID", "CSeq"]),
+        header(&got, "To")[0]
+    );
+    phone.send_to(ok.as_bytes(), p).expect("200");
+    let answer = captured_where(&seen, "the 200", |m| {
+        m.starts_with("SIP/2.0 200") && m.contains(" INVITE\r\n")
+    });
+    assert!(answer.contains("Call-ID: carrier-call-1"), "{answer}");
+    // The carrier's ACK goes to the (sealed) contact along the route.
+    let contact = header(&answer, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string();
+    assert!(contact.contains("sip:th-"), "{answer}");
+    let route = header(&answer, "Record-Route")
+        .iter()
+        .map(|h| h.split_once(':').expect("value").1.trim())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let to = header(&answer, "To")[0];
+    let ack = format!(
+        "ACK {contact} SIP/2.0\r\nRoute: {route}\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierack\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:+12155550199@pstn.example>;tag=c1\r\n{to}\r\nCall-ID: carrier-call-1\r\n\
+         CSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
+    );
+    carrier.send_to(ack.as_bytes(), p).expect("ack");
+    let got_ack = read_one(&phone);
+    assert!(
+        got_ack.starts_with(&format!("ACK sip:bob@{me} ")),
+        "{got_ack}"
+    );
+
+    // Bob hangs up along the route the INVITE recorded (reversed: the
+    // callee's route set is the Record-Route in order).
+    let routes = header(&got, "Record-Route")
+        .iter()
+        .map(|h| h.replacen("Record-Route:", "Route:", 1))
+        .collect::<Vec<_>>()
+        .join("\r\n");
+    let bye = format!(
+        "BYE sip:+12155550199@{gw_me} SIP/2.0\r\n{routes}\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKbobbye\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:bob@{p}>;tag=bobtag\r\nTo: <sip:+12155550199@pstn.example>;tag=c1\r\n\
+         Call-ID: carrier-call-1\r\nCSeq: 1 BYE\r\nContact: <sip:bob@{me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(bye.as_bytes(), p).expect("bye");
+    let done = read_one(&phone);
+    assert!(
+        done.starts_with("SIP/2.0 200") && done.contains("z9hG4bKbobbye"),
+        "{done}"
+    );
+    let carrier_bye = captured_where(&seen, "bob's BYE", |m| m.starts_with("BYE "));
+    assert!(
+        carrier_bye.contains("Call-ID: carrier-call-1"),
+        "{carrier_bye}"
+    );
+
+    // Nothing of the inside crossed: bob's address, port, branches.
+    for m in seen.lock().expect("capture").iter() {
+        for inside in [
+            "127.0.0.2",
+            &format!(":{}", me.port()),
+            "z9hG4bKbob",
+            "z9hG4bKph",
+        ] {
+            assert!(
+                !m.contains(inside),
+                "{inside:?} crossed to the carrier:\n{m}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_gateway_that_answers_408_is_failed_over_inside_the_transaction() {
     let dir = tempdir("trunk-408");

@@ -220,8 +220,12 @@ pub struct Core {
     pub(super) swept_ms: u64,
     /// The request being routed goes to a trunk that hides the inside.
     pub(super) hide_out: bool,
-    /// The request being routed came from such a trunk (revealed).
+    /// The request being routed came from such a trunk (revealed, or a
+    /// call the trunk begins).
     pub(super) hidden_in: bool,
+    /// In that hidden dialog the Call-ID is the inside's, sealed toward
+    /// the trunk (not in a dialog the carrier began).
+    pub(super) seal_call_id: bool,
 }
 
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
@@ -381,6 +385,7 @@ impl Core {
             swept_ms: 0,
             hide_out: false,
             hidden_in: false,
+            seal_call_id: true,
             timed: false,
             now: Now {
                 unix_ms: 0,

@@ -72,7 +72,7 @@ impl Core {
                 cseq: msg.cseq().seq,
                 callee_contact: None,
                 callee_tag: None,
-                hidden: self.hide_out,
+                hidden: self.hide_out && self.seal_call_id,
             },
         };
         d.begin(msg, start, self.now.unix_ms);

@@ -191,10 +191,14 @@ impl Core {
             self.rr.push_str(";transport=");
             self.rr.push_str(p);
         }
-        if self.hide_out {
+        if self.hide_out || self.hidden_in {
             // This dialog's requests from the inside are hidden too.
             self.rr.push(';');
             self.rr.push_str(crate::proto::topology::RR_PARAM);
+            if !self.seal_call_id {
+                self.rr.push('=');
+                self.rr.push_str(crate::proto::topology::KEEP);
+            }
         }
         self.rr.push_str(";lr>");
     }
@@ -336,15 +340,25 @@ impl Core {
     ) -> Reply {
         self.hidden_in = false;
         self.hide_out = false;
+        self.seal_call_id = true;
         if let Some(bytes) = self.reveal_from_trunk(msg) {
             // From a trunk that hides the inside: routed as revealed.
             let Ok(revealed) = Message::parse(&bytes) else {
                 return Reply::Drop;
             };
             self.hidden_in = true;
+            self.seal_call_id = msg.call_id().starts_with(crate::proto::topology::SEALED);
             return self.route_revealed(&revealed, src, now, out);
         }
-        self.hide_out = self.in_hidden_dialog(msg);
+        if let Some(seal) = self.in_hidden_dialog(msg) {
+            self.hide_out = true;
+            self.seal_call_id = seal;
+        } else if self.begun_by_hiding_trunk(msg, src) {
+            // A call the carrier begins: its answers and the callee's
+            // requests in its dialog are hidden, its Call-ID kept.
+            self.hidden_in = true;
+            self.seal_call_id = false;
+        }
         self.route_revealed(msg, src, now, out)
     }
 
@@ -614,6 +628,10 @@ impl Core {
             // Its answer is hidden again on its way out to the trunk.
             self.via.push(';');
             self.via.push_str(crate::proto::topology::INBOUND);
+            if !self.seal_call_id {
+                self.via.push('=');
+                self.via.push_str(crate::proto::topology::KEEP);
+            }
         }
         let top = msg.top_via();
         let reliable = self.transport.is_reliable();

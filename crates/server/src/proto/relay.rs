@@ -186,29 +186,26 @@ impl Core {
     /// For a response to a request that came in from a trunk that hides
     /// the inside (our Via marked): what seals its Call-ID and Contact
     /// once written for the trunk (the shared state, this proxy's address).
-    fn hide_back(
-        &self,
-        msg: &Message<'_>,
-    ) -> Option<(std::sync::Arc<crate::proto::shared::Shared>, String)> {
+    fn hide_back(&self, msg: &Message<'_>) -> Option<HideBack> {
         self.shared.hider.as_ref()?;
-        if !crate::proto::topology::is_inbound(msg.top_via().as_str()) {
-            return None;
-        }
+        let seal_call_id = crate::proto::topology::is_inbound(msg.top_via().as_str())?;
         Some((
             self.shared.clone(),
             self.listen_addr(Transport::Udp).to_string(),
+            seal_call_id,
         ))
     }
 }
 
 /// Seals the Call-ID and Contact of the response in `o` for a trunk.
-fn sealed_back(
-    how: &(std::sync::Arc<crate::proto::shared::Shared>, String),
-    o: &mut Vec<u8>,
-) -> bool {
+/// What seals a response back toward a hidden trunk: the shared state,
+/// this proxy's address, whether the Call-ID is sealed too.
+type HideBack = (std::sync::Arc<crate::proto::shared::Shared>, String, bool);
+
+fn sealed_back(how: &HideBack, o: &mut Vec<u8>) -> bool {
     let Some(th) = how.0.hider.as_ref() else {
         return true;
     };
     let written = std::mem::take(o);
-    crate::proto::topology::hide_response(&written, th, &how.1, o)
+    crate::proto::topology::hide_response(&written, th, &how.1, how.2, o)
 }

@@ -4,6 +4,11 @@
 //! the Call-ID is replaced by a sealed one, and the caller's Contact by a
 //! URI of this proxy carrying it sealed; responses and the carrier's
 //! in-dialog requests bring them back, and are restored on their way in.
+//! A call the carrier begins toward the inside is hidden the same way
+//! except for its Call-ID, which is the carrier's own: the callee's
+//! Contact in the answers is sealed, and so are the Vias and Contact of
+//! the callee's requests in that dialog (its Record-Route and the
+//! inbound mark of this proxy's Via say [`KEEP`]).
 //! Sealing is AES-256-GCM under a key of this process, with the nonce
 //! derived from the plaintext by HMAC-SHA-256 (so a Call-ID always seals
 //! the same way and needs no table); what cannot be opened is not ours.
@@ -26,6 +31,9 @@ pub const VIA_PARAM: &str = "th";
 pub const INBOUND: &str = "th-in";
 /// The Record-Route parameter marking a hidden trunk's dialog.
 pub const RR_PARAM: &str = "th";
+/// The value of [`RR_PARAM`] and [`INBOUND`] in a dialog the carrier
+/// began: its Call-ID is the carrier's, never sealed.
+pub const KEEP: &str = "k";
 /// Longest text sealed (a Via stack, a Call-ID, a contact).
 const MAX_PLAIN: usize = 4096;
 
@@ -154,8 +162,15 @@ fn contact_edit(written: &[u8], m: &Message<'_>, th: &Hider, here: &str) -> Opti
 
 /// A request `written` as forwarded to a hidden trunk (this proxy's Via
 /// on top): the Vias below sealed into its Via, Call-ID and Contact
-/// sealed. `here` is this proxy's address toward the trunk.
-pub fn hide_request(written: &[u8], th: &Hider, here: &str, out: &mut Vec<u8>) -> bool {
+/// sealed (the Call-ID only when `seal_call_id`: the dialog is the
+/// inside's). `here` is this proxy's address toward the trunk.
+pub fn hide_request(
+    written: &[u8],
+    th: &Hider,
+    here: &str,
+    seal_call_id: bool,
+    out: &mut Vec<u8>,
+) -> bool {
     let Ok(m) = Message::parse(written) else {
         return false;
     };
@@ -177,7 +192,9 @@ pub fn hide_request(written: &[u8], th: &Hider, here: &str, out: &mut Vec<u8>) -
             edits.push((s, e, String::new()));
         }
     }
-    edits.extend(call_id_edit(written, &m, |c| th.hide_call_id(c)));
+    if seal_call_id {
+        edits.extend(call_id_edit(written, &m, |c| th.hide_call_id(c)));
+    }
     if m.method() != sip_core::Method::Ack && m.method() != sip_core::Method::Cancel {
         edits.extend(contact_edit(written, &m, th, here));
     }
@@ -253,23 +270,35 @@ pub fn reveal_request(bytes: &[u8], th: &Hider, out: &mut Vec<u8>) -> bool {
 }
 
 /// A response going out to a hidden trunk (`incoming`'s top Via, ours,
-/// is marked inbound): its Call-ID and Contact sealed.
-pub fn hide_response(written: &[u8], th: &Hider, here: &str, out: &mut Vec<u8>) -> bool {
+/// is marked inbound): its Contact sealed, and its Call-ID when
+/// `seal_call_id`.
+pub fn hide_response(
+    written: &[u8],
+    th: &Hider,
+    here: &str,
+    seal_call_id: bool,
+    out: &mut Vec<u8>,
+) -> bool {
     let Ok(m) = Message::parse(written) else {
         return false;
     };
-    let mut edits: Vec<Edit> = call_id_edit(written, &m, |c| th.hide_call_id(c))
-        .into_iter()
-        .collect();
+    let mut edits: Vec<Edit> = Vec::new();
+    if seal_call_id {
+        edits.extend(call_id_edit(written, &m, |c| th.hide_call_id(c)));
+    }
     edits.extend(contact_edit(written, &m, th, here));
     apply(written, edits, out);
     true
 }
 
 /// Whether a Via (ours, on a response) marks an inbound request from a
-/// hidden trunk.
-pub fn is_inbound(via: &str) -> bool {
-    via.split(';').any(|p| p.trim() == INBOUND)
+/// hidden trunk: `Some(seal_call_id)` when it does.
+pub fn is_inbound(via: &str) -> Option<bool> {
+    via.split(';').find_map(|p| match p.trim().split_once('=') {
+        None if p.trim() == INBOUND => Some(true),
+        Some((n, v)) if n == INBOUND => Some(v != KEEP),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -311,7 +340,7 @@ mod tests {
             From: <sip:alice@inside>;tag=1\r\nTo: <sip:+1@gw.example>\r\nCall-ID: k@10.0.0.5\r\n\
             CSeq: 1 INVITE\r\nContact: <sip:alice@10.0.0.5:5062>\r\nContent-Length: 0\r\n\r\n";
         let mut out = Vec::new();
-        assert!(hide_request(req, &th, "192.0.2.1:5060", &mut out));
+        assert!(hide_request(req, &th, "192.0.2.1:5060", true, &mut out));
         let first = out.clone();
         let text = String::from_utf8(first.clone()).unwrap();
         assert!(
@@ -351,5 +380,44 @@ mod tests {
             "sip:alice@10.0.0.5:5062"
         );
         assert_eq!(inside.call_id(), "k@10.0.0.5");
+    }
+
+    #[test]
+    fn a_call_the_carrier_began_keeps_its_call_id_and_loses_the_callees_contact() {
+        let th = hider();
+        assert_eq!(
+            is_inbound("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKx;th-in"),
+            Some(true)
+        );
+        assert_eq!(
+            is_inbound("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKx;th-in=k"),
+            Some(false)
+        );
+        assert_eq!(
+            is_inbound("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKx;th=abc"),
+            None
+        );
+        let ok = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKgw\r\n\
+            From: <sip:+1@gw.example>;tag=g\r\nTo: <sip:bob@inside>;tag=b\r\nCall-ID: carrier-7@192.0.2.9\r\n\
+            CSeq: 1 INVITE\r\nContact: <sip:bob@10.0.0.6:5064>\r\nContent-Length: 0\r\n\r\n";
+        let mut out = Vec::new();
+        assert!(hide_response(ok, &th, "192.0.2.1:5060", false, &mut out));
+        let sent = Message::parse(&out).unwrap();
+        assert_eq!(sent.call_id(), "carrier-7@192.0.2.9");
+        assert!(!String::from_utf8_lossy(&out).contains("10.0.0.6"));
+        // The callee's BYE in that dialog: Vias and Contact sealed, the
+        // carrier's Call-ID kept.
+        let bye =
+            b"BYE sip:gw@192.0.2.9 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKp\r\n\
+            Via: SIP/2.0/UDP 10.0.0.6:5064;branch=z9hG4bKbob\r\nFrom: <sip:bob@inside>;tag=b\r\n\
+            To: <sip:+1@gw.example>;tag=g\r\nCall-ID: carrier-7@192.0.2.9\r\nCSeq: 2 BYE\r\n\
+            Contact: <sip:bob@10.0.0.6:5064>\r\nContent-Length: 0\r\n\r\n";
+        assert!(hide_request(bye, &th, "192.0.2.1:5060", false, &mut out));
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            !text.contains("10.0.0.6") && !text.contains("z9hG4bKbob"),
+            "{text}"
+        );
+        assert!(text.contains("Call-ID: carrier-7@192.0.2.9"), "{text}");
     }
 }

@@ -81,14 +81,26 @@ impl Core {
     }
 
     /// Whether `msg` is an in-dialog request of the inside toward a
-    /// trunk that hides it (its first Route is ours, marked).
-    pub(super) fn in_hidden_dialog(&self, msg: &Message<'_>) -> bool {
+    /// trunk that hides it (its first Route is ours, marked): `Some`
+    /// with whether its Call-ID is sealed (not in a dialog the carrier
+    /// began).
+    pub(super) fn in_hidden_dialog(&self, msg: &Message<'_>) -> Option<bool> {
+        self.shared.hider.as_ref()?;
+        msg.to().tag()?;
+        let r = msg.routes().next()?;
+        if !self.is_local_uri(r.uri()) {
+            return None;
+        }
+        let mark = r.uri().param(crate::proto::topology::RR_PARAM)?;
+        Some(mark != Some(crate::proto::topology::KEEP))
+    }
+
+    /// Whether `msg` begins a call from a gateway of a trunk that hides
+    /// the inside (its source address is one).
+    pub(super) fn begun_by_hiding_trunk(&self, msg: &Message<'_>, src: SocketAddr) -> bool {
         self.shared.hider.is_some()
-            && msg.to().tag().is_some()
-            && msg.routes().next().is_some_and(|r| {
-                self.is_local_uri(r.uri())
-                    && r.uri().param(crate::proto::topology::RR_PARAM).is_some()
-            })
+            && msg.to().tag().is_none()
+            && self.shared.trunks.hides_source(src.ip())
     }
 
     /// The request written into `out` goes to a trunk that hides the
@@ -99,7 +111,7 @@ impl Core {
         };
         let here = self.listen_addr(transport).to_string();
         let written = std::mem::take(out);
-        if !crate::proto::topology::hide_request(&written, th, &here, out) {
+        if !crate::proto::topology::hide_request(&written, th, &here, self.seal_call_id, out) {
             *out = written;
         }
     }

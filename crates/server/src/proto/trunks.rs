@@ -158,6 +158,14 @@ impl Trunks {
         self.trunks[i].config.hide_topology
     }
 
+    /// Whether `ip` is a gateway of a trunk that hides the inside (a call
+    /// it begins is hidden on its way back).
+    pub fn hides_source(&self, ip: std::net::IpAddr) -> bool {
+        self.trunks
+            .iter()
+            .any(|t| t.config.hide_topology && t.gateways.iter().any(|g| g.addr.ip() == ip))
+    }
+
     /// The trunk `i`'s name.
     pub fn name(&self, i: usize) -> &str {
         &self.trunks[i].config.name
