@@ -320,6 +320,9 @@ pub struct Config {
     pub stir: crate::config_stir::StirSettings,
     /// Trunks calls leave through (`[[trunk]]`).
     pub trunks: Vec<crate::config_trunks::TrunkConfig>,
+    /// The configuration file it was read from, if any (a reload reads
+    /// the trunks from it again).
+    pub config_file: Option<std::path::PathBuf>,
     /// Peer domains (of `peers`) the inside network is hidden from, as
     /// from a trunk with `hide_topology`.
     pub hide_topology_peers: Vec<String>,
@@ -625,6 +628,7 @@ impl Default for Config {
             media: MediaSettings::default(),
             stir: Default::default(),
             trunks: Vec::new(),
+            config_file: None,
             hide_topology_peers: Vec::new(),
             calls: Default::default(),
         }

@@ -935,6 +935,8 @@ impl Config {
             path: path.display().to_string(),
             err,
         })?;
-        self.apply_toml(&text, &path.display().to_string())
+        self.apply_toml(&text, &path.display().to_string())?;
+        self.config_file = Some(path.to_owned());
+        Ok(())
     }
 }

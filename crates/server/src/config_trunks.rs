@@ -113,6 +113,9 @@ pub struct TrunkConfig {
     /// Nothing of the inside network (Vias, Call-ID, contacts) crosses
     /// to the trunk.
     pub hide_topology: bool,
+    /// How often gateways named by DNS names are looked up again (none:
+    /// once, at start).
+    pub resolve_every: Option<Duration>,
 }
 
 /// A gateway as written: `"IP:PORT"` or a table.
@@ -162,6 +165,9 @@ pub struct TrunkSection {
     pub password_file: Option<PathBuf>,
     /// Hide the inside network from the trunk.
     pub hide_topology: Option<bool>,
+    /// Seconds between lookups of the gateways' DNS names (0: once, at
+    /// start).
+    pub resolve_every: Option<f64>,
 }
 
 /// Gateways in one trunk at most.
@@ -270,6 +276,17 @@ pub fn trunk_settings(
                 ))
             }
         };
+        let resolve_every = match t.resolve_every {
+            None => Some(Duration::from_secs(60)),
+            Some(0.0) => None,
+            Some(s) if (1.0..=86_400.0).contains(&s) => Some(Duration::from_secs_f64(s)),
+            Some(s) => {
+                return Err((
+                    "trunk.resolve_every",
+                    format!("{s}: seconds in [1, 86400], or 0"),
+                ))
+            }
+        };
         let prefixes = t.prefixes.unwrap_or_default();
         if let Some(p) = prefixes.iter().find(|p| p.is_empty() || p.len() > 32) {
             return Err(("trunk.prefixes", format!("{name}: {p:?}")));
@@ -306,6 +323,7 @@ pub fn trunk_settings(
             up_after: t.up_after.unwrap_or(2).clamp(1, 100),
             auth,
             hide_topology: t.hide_topology.unwrap_or(false),
+            resolve_every,
         });
     }
     if out.iter().filter(|t| t.default).count() > 1 {

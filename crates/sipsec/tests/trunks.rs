@@ -381,7 +381,9 @@ fn every_call_gets_exactly_one_record_with_its_disposition_and_duration() {
 /// A gateway on a plain socket: answers INVITE 200 (echoing
 /// Record-Route), BYE 200; ignores the rest. Runs until the socket is
 /// dropped by the test ending.
-fn socket_gateway(s: UdpSocket, byes: Option<std::sync::mpsc::Sender<String>>) {
+/// A gateway answering INVITE and BYE 200; the requests of the method
+/// `tell` names are also sent to its channel.
+fn socket_gateway(s: UdpSocket, tell: Option<(&'static str, std::sync::mpsc::Sender<String>)>) {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 65_536];
         loop {
@@ -392,8 +394,8 @@ fn socket_gateway(s: UdpSocket, byes: Option<std::sync::mpsc::Sender<String>>) {
             if !(m.starts_with("INVITE ") || m.starts_with("BYE ")) {
                 continue;
             }
-            if m.starts_with("BYE ") {
-                if let Some(tx) = &byes {
+            if let Some((method, tx)) = &tell {
+                if m.starts_with(method) {
                     let _ = tx.send(m.clone());
                 }
             }
@@ -578,7 +580,7 @@ fn the_operator_ends_a_call_with_bye_both_ways_and_drains_a_gateway_only_with_th
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let gw_port = gw.local_addr().expect("addr").port();
     let (tx, byes) = std::sync::mpsc::channel();
-    socket_gateway(gw, Some(tx));
+    socket_gateway(gw, Some(("BYE ", tx)));
     let config = trunk_config(&dir, &[(gw_port, 1)]);
     let token = "a-long-operator-token-0123456789";
     let mut text = std::fs::read_to_string(&config).expect("config");
@@ -714,6 +716,102 @@ fn the_operator_ends_a_call_with_bye_both_ways_and_drains_a_gateway_only_with_th
     );
     assert!(back.status.success());
     answered_call(&caller, proxy.addr, "op-2");
+}
+
+#[test]
+fn trunks_reload_from_the_file_keeping_what_stays_and_refusing_a_broken_file() {
+    let dir = tempdir("trunk-reload");
+    let (a, b) = (
+        UdpSocket::bind("127.0.0.1:0").expect("bind"),
+        UdpSocket::bind("127.0.0.1:0").expect("bind"),
+    );
+    let (a_port, b_port) = (
+        a.local_addr().expect("addr").port(),
+        b.local_addr().expect("addr").port(),
+    );
+    let (a_tx, a_got) = std::sync::mpsc::channel();
+    let (b_tx, b_got) = std::sync::mpsc::channel();
+    socket_gateway(a, Some(("INVITE ", a_tx)));
+    socket_gateway(b, Some(("INVITE ", b_tx)));
+    let token = "a-long-operator-token-0123456789";
+    let with_gateways = |gws: &[u16]| {
+        let config = trunk_config(&dir, &gws.iter().map(|p| (*p, 1)).collect::<Vec<_>>());
+        let text = std::fs::read_to_string(&config).expect("config");
+        let text = text.replacen("[calls]", &format!("http_token = \"{token}\"\n[calls]"), 1);
+        std::fs::write(&config, text).expect("config");
+        config
+    };
+    let config = with_gateways(&[a_port]);
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let caller = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    answered_call(&caller, proxy.addr, "reload-1");
+    a_got
+        .recv_timeout(Duration::from_secs(5))
+        .expect("A got the call");
+
+    // B replaces A: the next call goes to B.
+    with_gateways(&[b_port]);
+    let said = ctl(&proxy, token, &["reload"]);
+    let said = String::from_utf8_lossy(&said.stdout).into_owned();
+    assert!(
+        said.contains("trunks: 1 trunk(s), 1 gateway(s), 0 of them kept their state"),
+        "{said}"
+    );
+    answered_call(&caller, proxy.addr, "reload-2");
+    b_got
+        .recv_timeout(Duration::from_secs(5))
+        .expect("B got the call");
+
+    // A broken file: refused, B stays.
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replacen("gateways = [", "gateways = [\"nonsense\", ", 1),
+    )
+    .expect("config");
+    let said = ctl(&proxy, token, &["reload"]);
+    let said = String::from_utf8_lossy(&said.stdout).into_owned();
+    assert!(
+        said.contains("trunks kept:") && said.contains("nonsense"),
+        "{said}"
+    );
+    answered_call(&caller, proxy.addr, "reload-3");
+    b_got
+        .recv_timeout(Duration::from_secs(5))
+        .expect("B still gets calls");
+
+    // SIGHUP reloads too: A and B, B keeping its state (its calls).
+    with_gateways(&[a_port, b_port]);
+    let hup = Command::new("kill")
+        .args(["-HUP", &proxy.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let http = common::banner_http_addr(&proxy.banner)
+            .expect("http")
+            .to_string();
+        let s = http_get_method(&http, "GET", "/status", Some(token));
+        let body = s.split("\r\n\r\n").nth(1).unwrap_or("");
+        let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        let gws = v["trunks"][0]["gateways"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if gws.len() == 2 {
+            assert_eq!(gws[1]["calls"], 2, "{gws:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP never reloaded the trunks: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A request `method path` to the operator endpoint, with `token` when

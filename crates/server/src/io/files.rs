@@ -48,7 +48,7 @@ fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
 
 /// Reloads the users file (when authentication is on), and the TLS
 /// certificate and key (when TLS is on), when their files change or on
-/// SIGHUP, without a restart. A broken file is reported and the old
+/// SIGHUP, and a proxy's trunks on SIGHUP, without a restart. A broken file is reported and the old
 /// contents kept. The thread sleeps on `wake` between checks: SIGHUP
 /// writes to its peer `sighup` from the signal handler, and the server's
 /// stop to another handle of that peer.
@@ -84,6 +84,10 @@ pub(crate) fn watch_files(
                         users_stamp = stamp;
                         let _ = reload_users(&shared);
                     }
+                }
+                if forced && shared.config.mode == crate::config::Mode::Proxy {
+                    let said = crate::io::trunk_files::reload(&shared);
+                    tracing::info!(target: "sipsec::trunk", "SIGHUP: {said}");
                 }
             }
             signal_hook::low_level::unregister(hup);

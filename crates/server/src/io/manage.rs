@@ -56,13 +56,16 @@ pub fn drain(shared: &Shared, name: &str, gateway: SocketAddr, on: bool) -> Outc
     }
 }
 
-/// Reloads what can change while the server runs — the users file and
-/// the TLS certificate and key — as SIGHUP does; the rest of the
-/// configuration takes a restart.
+/// Reloads what can change while the server runs — the users file, the
+/// TLS certificate and key, a proxy's trunks — as SIGHUP does; the rest
+/// of the configuration takes a restart.
 pub fn reload(shared: &Shared, tls: Option<&crate::io::tls::TlsContext>) -> Outcome {
     let mut done = vec![crate::io::files::reload_users(shared)];
     if let Some(ctx) = tls {
         done.push(crate::io::files::reload_certificates(ctx, shared, true));
+    }
+    if shared.config.mode == crate::config::Mode::Proxy {
+        done.push(crate::io::trunk_files::reload(shared));
     }
     let text = done.join("; ");
     crate::io::log::operator(&format!("reload asked by the operator: {text}"));

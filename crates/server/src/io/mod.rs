@@ -27,6 +27,7 @@ pub mod server;
 pub mod start_error;
 pub mod tcp;
 pub mod tls;
+pub mod trunk_files;
 pub mod udp;
 pub mod users_file;
 pub mod wake;

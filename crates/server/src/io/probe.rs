@@ -28,19 +28,27 @@ const DEADLINE: Duration = Duration::from_secs(2);
 /// How often the thread looks at what is due.
 const TICK: Duration = Duration::from_millis(50);
 
-/// A probe in flight: trunk, gateway, when it is given up.
-type Pending = HashMap<u64, (usize, usize, Instant)>;
+/// A gateway across generations of the trunks: trunk name, address.
+type Gw = (String, SocketAddr);
+
+/// A probe in flight: its gateway, when it is given up.
+type Pending = HashMap<u64, (Gw, Instant)>;
 
 /// The most of a TCP probe's answer read.
 const MAX_ANSWER: usize = 16 * 1024;
 
-/// Starts the probe thread when a trunk is probed.
+/// How long the thread sleeps when nothing is probed (a reload may add
+/// probes).
+const IDLE: Duration = Duration::from_secs(1);
+
+/// Starts the trunks' thread (probes, and lookups of gateways' names)
+/// for a proxy: a reload may add trunks later.
 pub fn start(
     shared: Arc<Shared>,
     bind: SocketAddr,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<Option<JoinHandle<()>>> {
-    if shared.trunks.probes().is_empty() {
+    if shared.config.mode != crate::config::Mode::Proxy {
         return Ok(None);
     }
     let sock = UdpSocket::bind(SocketAddr::new(bind.ip(), 0))?;
@@ -80,79 +88,129 @@ fn run(shared: &Arc<Shared>, sock: &UdpSocket, stop: &AtomicBool) {
     let me = sock
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let mut next_due: HashMap<(usize, usize), Instant> = HashMap::new();
+    let mut next_due: HashMap<Gw, Instant> = HashMap::new();
     let mut pending: Pending = HashMap::new();
-    let mut streams: HashMap<(usize, usize), JoinHandle<()>> = HashMap::new();
+    let mut streams: HashMap<Gw, JoinHandle<()>> = HashMap::new();
+    let mut lookups = Lookups::default();
     let mut seq: u64 = 0;
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        for (t, g, to, every) in shared.trunks.probes() {
-            let due = next_due.entry((t, g)).or_insert(now);
-            let busy = pending.values().any(|p| (p.0, p.1) == (t, g))
-                || streams.get(&(t, g)).is_some_and(|h| !h.is_finished());
+        lookups.run_due(shared, now);
+        let probes = shared.trunks.probes();
+        let _ = sock.set_read_timeout(Some(if probes.is_empty() && pending.is_empty() {
+            IDLE
+        } else {
+            TICK
+        }));
+        for p in probes {
+            let gw = (p.trunk, p.gateway);
+            let due = next_due.entry(gw.clone()).or_insert(now);
+            let busy = pending.values().any(|(g, _)| *g == gw)
+                || streams.get(&gw).is_some_and(|h| !h.is_finished());
             if *due > now || busy {
                 continue;
             }
-            *due = now + every;
+            *due = now + p.every;
             seq += 1;
+            let to = (p.gateway, p.transport);
+            let deadline = DEADLINE.min(p.every);
             if to.1 != Transport::Udp {
-                if let Some(h) = probe_stream(shared, (t, g), to, seq, DEADLINE.min(every)) {
-                    streams.insert((t, g), h);
+                if let Some(h) = probe_stream(shared, gw.clone(), to, seq, deadline) {
+                    streams.insert(gw, h);
                 }
                 continue;
             }
-            let addr = to.0;
-            if sock.send_to(options(me, to, seq).as_bytes(), addr).is_ok() {
-                pending.insert(seq, (t, g, now + DEADLINE.min(every)));
+            if sock.send_to(options(me, to, seq).as_bytes(), to.0).is_ok() {
+                pending.insert(seq, (gw, now + deadline));
             } else {
-                report(shared, t, g, false);
+                report(shared, &gw, false);
             }
         }
         // An error (an ICMP error for a probe) is left to that probe's
         // deadline.
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
             if let Some((s, alive)) = answer(&buf[..n]) {
-                if let Some((t, g, _)) = pending.remove(&s) {
-                    report(shared, t, g, alive);
+                if let Some((gw, _)) = pending.remove(&s) {
+                    report(shared, &gw, alive);
                 }
             }
         }
         let now = Instant::now();
         let late: Vec<u64> = pending
             .iter()
-            .filter(|(_, p)| p.2 <= now)
+            .filter(|(_, p)| p.1 <= now)
             .map(|(s, _)| *s)
             .collect();
         for s in late {
-            if let Some((t, g, _)) = pending.remove(&s) {
-                report(shared, t, g, false);
+            if let Some((gw, _)) = pending.remove(&s) {
+                report(shared, &gw, false);
             }
         }
     }
 }
 
-/// Probes the TCP gateway `to` (trunk and gateway `tg`) on a thread of
+/// When each trunk's gateway names are next looked up, and the lookup
+/// under way (on a thread of its own: the system's resolver blocks).
+#[derive(Default)]
+struct Lookups {
+    next: HashMap<String, Instant>,
+    running: Option<JoinHandle<()>>,
+}
+
+impl Lookups {
+    /// Starts a lookup of the trunks due at `now`, unless one runs.
+    fn run_due(&mut self, shared: &Arc<Shared>, now: Instant) {
+        if self.running.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let mut due = Vec::new();
+        for t in shared.trunks.configs() {
+            let Some(every) = t.resolve_every else {
+                continue;
+            };
+            if t.gateways.iter().all(|g| g.name.is_none()) {
+                continue;
+            }
+            let next = self.next.entry(t.name.clone()).or_insert(now + every);
+            if *next <= now {
+                *next = now + every;
+                due.push(t.name);
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        let mine = shared.clone();
+        self.running = std::thread::Builder::new()
+            .name("trunk-names".into())
+            .spawn(move || crate::io::trunk_files::refresh(&mine, &due))
+            .ok();
+    }
+}
+
+/// Probes the TCP gateway `to` (`gw`) on a thread of
 /// its own: connect, OPTIONS, the answer's status line, all within
 /// `deadline`; the outcome reported.
 fn probe_stream(
     shared: &Arc<Shared>,
-    tg: (usize, usize),
+    gw: Gw,
     to: (SocketAddr, Transport),
     seq: u64,
     deadline: Duration,
 ) -> Option<JoinHandle<()>> {
     let mine = shared.clone();
+    let theirs = gw.clone();
     let spawned = std::thread::Builder::new()
         .name("probe-tcp".into())
         .spawn(move || {
             let alive = ask_over_stream(to, seq, Instant::now() + deadline).unwrap_or(false);
-            report(&mine, tg.0, tg.1, alive);
+            report(&mine, &theirs, alive);
         });
     match spawned {
         Ok(h) => Some(h),
         Err(_) => {
-            report(shared, tg.0, tg.1, false);
+            report(shared, &gw, false);
             None
         }
     }
@@ -184,8 +242,8 @@ fn ask_over_stream(to: (SocketAddr, Transport), seq: u64, until: Instant) -> Opt
     (s == seq).then_some(alive)
 }
 
-fn report(shared: &Shared, t: usize, g: usize, alive: bool) {
-    if let Some(c) = shared.trunks.probed(t, g, alive, &shared.names) {
+fn report(shared: &Shared, gw: &Gw, alive: bool) {
+    if let Some(c) = shared.trunks.probed(&gw.0, gw.1, alive, &shared.names) {
         if c.up {
             tracing::info!(target: "sipsec::trunk", trunk = c.trunk, gateway = %c.gateway, "gateway up: its probes are answered");
         } else {

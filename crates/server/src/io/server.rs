@@ -200,48 +200,9 @@ fn bind_all(
     Ok((udp, listeners, tls))
 }
 
-/// Reads each trunk's password file (its first line): passwords never
-/// come from the command line or the configuration text.
+/// Resolves the trunks' gateway names and reads their password files.
 fn prepare_trunks(config: &mut Config) -> Result<(), StartError> {
-    use std::net::ToSocketAddrs;
-    for t in &mut config.trunks {
-        // Gateways named by DNS names are resolved once, here (the hosts
-        // file, then DNS, through the system's resolver).
-        for g in &mut t.gateways {
-            let Some(name) = &g.name else { continue };
-            let found: Vec<_> = (name.as_str(), g.addr.port())
-                .to_socket_addrs()
-                .map(Iterator::collect)
-                .unwrap_or_default();
-            g.addr = found
-                .iter()
-                .find(|a| a.is_ipv4())
-                .or(found.first())
-                .copied()
-                .ok_or_else(|| {
-                    StartError::Trunk(format!("{}: gateway {name} does not resolve", t.name))
-                })?;
-        }
-        if let Some(a) = &mut t.auth {
-            let text = std::fs::read_to_string(&a.password_file).map_err(|e| {
-                StartError::Trunk(format!(
-                    "{}: password file {}: {e}",
-                    t.name,
-                    a.password_file.display()
-                ))
-            })?;
-            let password = text.lines().next().unwrap_or("").trim_end().to_owned();
-            if password.is_empty() {
-                return Err(StartError::Trunk(format!(
-                    "{}: password file {} is empty",
-                    t.name,
-                    a.password_file.display()
-                )));
-            }
-            a.password = crate::config_trunks::Secret(password);
-        }
-    }
-    Ok(())
+    crate::io::trunk_files::prepare(&mut config.trunks).map_err(StartError::Trunk)
 }
 
 /// What carries the operator's requests (a dialog's BYEs) out.

@@ -146,6 +146,7 @@ mod tests {
                 password: Secret("pw".into()),
             }),
             hide_topology: false,
+            resolve_every: None,
         };
         let creds = Credentials::of(&[trunk], RandomState::new()).unwrap();
         let invite = b"INVITE sip:+1215@gw SIP/2.0\r\nVia: SIP/2.0/UDP p;branch=z9hG4bKx\r\n\

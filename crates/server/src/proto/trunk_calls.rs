@@ -9,6 +9,7 @@ use sip_core::{Message, Method, StatusCode};
 
 use crate::proto::core::{Core, Next, Reply};
 use crate::proto::proxy::Selected;
+use crate::proto::trunks::TrunkRef;
 
 impl Core {
     /// Where `msg` goes through trunk `i`: its first gateway, failing over
@@ -17,7 +18,7 @@ impl Core {
     /// for peers or strangers (toll fraud). No gateway up: 503.
     pub(super) fn trunk_target(
         &mut self,
-        i: usize,
+        trunk: TrunkRef,
         msg: &Message<'_>,
         src: SocketAddr,
         authenticated: bool,
@@ -41,15 +42,8 @@ impl Core {
         }
         let shared = self.shared.clone();
         let sticky = shared.transactions.is_none();
-        let Some((gateway, route)) =
-            shared
-                .trunks
-                .pick(i, msg, &shared.names, self.now.mono, sticky)
-        else {
-            let warning = format!(
-                "399 sipsec \"no gateway of trunk {} is up\"",
-                shared.trunks.name(i)
-            );
+        let Some((gateway, route)) = trunk.pick(msg, &shared.names, self.now.mono, sticky) else {
+            let warning = format!("399 sipsec \"no gateway of trunk {} is up\"", trunk.name());
             return Err(self.respond(
                 msg,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -59,7 +53,7 @@ impl Core {
             ));
         };
         let transport = route.transport;
-        self.hide_out = shared.trunks.hides(i);
+        self.hide_out = trunk.hides();
         Ok(Selected {
             authenticated,
             to_peer: true,

@@ -8,16 +8,24 @@
 //! 3263 §4.3). The OPTIONS probes of the driver report here; a gateway
 //! that stops answering is held down in the name table (skipped by every
 //! pick and failover) until it answers again.
+//!
+//! The trunks in force are one generation ([`TrunkSet`]) at a time: a
+//! reload or a gateway name's new address replaces it whole, and each
+//! gateway that stays (same trunk, same address or DNS name) keeps its
+//! state — up or down, drained, counters. A request holds the generation
+//! it found ([`TrunkRef`]) until it is routed.
 
 use std::hash::Hasher;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sip_core::{Message, Transport};
 
 use crate::config_trunks::{Algorithm, TrunkConfig};
 use crate::proto::names::{NameTable, Route};
+use crate::shards::Shards;
 
 /// A gateway and what is known of it.
 #[derive(Debug)]
@@ -28,6 +36,9 @@ pub struct Gateway {
     pub weight: u32,
     /// Lower first.
     pub priority: u32,
+    /// What it is known by across generations: its DNS name and port,
+    /// or its address.
+    label: String,
     up: AtomicBool,
     drained: AtomicBool,
     answered_run: AtomicU32,
@@ -59,10 +70,256 @@ pub struct Change {
     pub up: bool,
 }
 
-/// Every trunk.
+/// One generation of every trunk.
 #[derive(Debug, Default)]
-pub struct Trunks {
+pub struct TrunkSet {
     trunks: Vec<Trunk>,
+}
+
+/// The trunks in force (see the module's text).
+#[derive(Debug)]
+pub struct Trunks {
+    current: Shards<Arc<TrunkSet>>,
+}
+
+/// One trunk of one generation.
+#[derive(Debug, Clone)]
+pub struct TrunkRef {
+    set: Arc<TrunkSet>,
+    i: usize,
+}
+
+/// An OPTIONS probe the driver should send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// The trunk's name.
+    pub trunk: String,
+    /// The gateway's address.
+    pub gateway: SocketAddr,
+    /// Over this transport.
+    pub transport: Transport,
+    /// How often (longer while it is down: back-off).
+    pub every: Duration,
+}
+
+impl Gateway {
+    fn new(g: &crate::config_trunks::GatewayConfig) -> Self {
+        Self {
+            addr: g.addr,
+            weight: g.weight,
+            priority: g.priority,
+            label: g
+                .name
+                .as_ref()
+                .map_or_else(|| g.addr.to_string(), |n| format!("{n}:{}", g.addr.port())),
+            up: AtomicBool::new(true),
+            drained: AtomicBool::new(false),
+            answered_run: AtomicU32::new(0),
+            failed_run: AtomicU32::new(0),
+            calls: AtomicU64::new(0),
+            probes_ok: AtomicU64::new(0),
+            probes_failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes on `old`'s state (the same gateway, a generation before).
+    fn carry(&self, old: &Gateway) {
+        let copy32 =
+            |a: &AtomicU32, b: &AtomicU32| a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
+        let copy64 =
+            |a: &AtomicU64, b: &AtomicU64| a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.up
+            .store(old.up.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.drained
+            .store(old.drained.load(Ordering::Relaxed), Ordering::Relaxed);
+        copy32(&self.answered_run, &old.answered_run);
+        copy32(&self.failed_run, &old.failed_run);
+        copy64(&self.calls, &old.calls);
+        copy64(&self.probes_ok, &old.probes_ok);
+        copy64(&self.probes_failed, &old.probes_failed);
+    }
+
+    /// Whether the name table should skip it (down or drained).
+    fn held(&self) -> bool {
+        !self.up.load(Ordering::Relaxed) || self.drained.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Trunks {
+    fn default() -> Self {
+        Self {
+            current: Shards::new(1, Default::default),
+        }
+    }
+}
+
+impl Trunks {
+    /// The trunks of `configs`, each made a next-hop name in `names`.
+    pub fn new(configs: &[TrunkConfig], names: &NameTable) -> Self {
+        let set = Arc::new(TrunkSet::new(configs, names));
+        Self {
+            current: Shards::new(1, || set.clone()),
+        }
+    }
+
+    /// The generation in force.
+    pub fn current(&self) -> Arc<TrunkSet> {
+        self.current.lock(0).clone()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.current().is_empty()
+    }
+
+    /// The trunk for a Request-URI number (see [`TrunkSet::for_number`]).
+    pub fn for_number(&self, user: &str) -> Option<TrunkRef> {
+        let set = self.current();
+        let i = set.for_number(user)?;
+        Some(TrunkRef { set, i })
+    }
+
+    /// The trunk serving `domain` (any case).
+    pub fn for_domain(&self, domain: &str) -> Option<TrunkRef> {
+        let set = self.current();
+        let i = set.for_domain(domain)?;
+        Some(TrunkRef { set, i })
+    }
+
+    /// Whether `ip` is a gateway of a trunk that hides the inside.
+    pub fn hides_source(&self, ip: IpAddr) -> bool {
+        self.current().hides_source(ip)
+    }
+
+    /// The configuration in force (gateways at their current addresses).
+    pub fn configs(&self) -> Vec<TrunkConfig> {
+        self.current()
+            .trunks
+            .iter()
+            .map(|t| t.config.clone())
+            .collect()
+    }
+
+    /// The probes to send now (see [`TrunkSet::probes`]).
+    pub fn probes(&self) -> Vec<Probe> {
+        let set = self.current();
+        set.probes()
+            .into_iter()
+            .map(|(ti, _, (gateway, transport), every)| Probe {
+                trunk: set.trunks[ti].config.name.clone(),
+                gateway,
+                transport,
+                every,
+            })
+            .collect()
+    }
+
+    /// A probe of `trunk`'s gateway at `gateway` was answered (or not).
+    pub fn probed(
+        &self,
+        trunk: &str,
+        gateway: SocketAddr,
+        answered: bool,
+        names: &NameTable,
+    ) -> Option<Change> {
+        let set = self.current();
+        let ti = set.trunks.iter().position(|t| t.config.name == trunk)?;
+        let gi = set.trunks[ti]
+            .gateways
+            .iter()
+            .position(|g| g.addr == gateway)?;
+        set.probed(ti, gi, answered, names)
+    }
+
+    /// Drains (or undrains) a gateway (see [`TrunkSet::drain`]).
+    pub fn drain(
+        &self,
+        name: &str,
+        addr: SocketAddr,
+        on: bool,
+        names: &NameTable,
+    ) -> Result<(), String> {
+        self.current().drain(name, addr, on, names)
+    }
+
+    /// The Prometheus text of the trunks.
+    pub fn render(&self, o: &mut String) {
+        self.current().render(o);
+    }
+
+    /// `/status`'s `trunks`.
+    pub fn status(&self) -> serde_json::Value {
+        self.current().status()
+    }
+
+    /// Puts `configs` in force: a new generation, each gateway that stays
+    /// keeping its state, the name table's routes and holds moved to it.
+    /// What changed, in words.
+    pub fn replace(&self, configs: &[TrunkConfig], names: &NameTable) -> String {
+        let old = self.current();
+        let new = TrunkSet::new(configs, names);
+        let mut kept = 0;
+        for t in &new.trunks {
+            let Some(o) = old.trunks.iter().find(|o| o.config.name == t.config.name) else {
+                continue;
+            };
+            t.turn
+                .store(o.turn.load(Ordering::Relaxed), Ordering::Relaxed);
+            for g in &t.gateways {
+                if let Some(og) = o.gateways.iter().find(|og| og.label == g.label) {
+                    g.carry(og);
+                    kept += 1;
+                }
+            }
+        }
+        for t in &old.trunks {
+            let gone = !new
+                .trunks
+                .iter()
+                .any(|n| n.route == t.route && n.config.transport == t.config.transport);
+            if gone {
+                names.set_static(&t.route, t.config.transport, Vec::new());
+            }
+            for g in t.gateways.iter().filter(|g| g.held()) {
+                names.release((g.addr, t.config.transport));
+            }
+        }
+        for t in &new.trunks {
+            for g in t.gateways.iter().filter(|g| g.held()) {
+                names.hold((g.addr, t.config.transport));
+            }
+        }
+        let gateways: usize = new.trunks.iter().map(|t| t.gateways.len()).sum();
+        let text = format!(
+            "{} trunk(s), {gateways} gateway(s), {kept} of them kept their state",
+            new.trunks.len()
+        );
+        *self.current.lock(0) = Arc::new(new);
+        text
+    }
+}
+
+impl TrunkRef {
+    /// The trunk's name.
+    pub fn name(&self) -> &str {
+        self.set.name(self.i)
+    }
+
+    /// Whether it hides the inside network.
+    pub fn hides(&self) -> bool {
+        self.set.hides(self.i)
+    }
+
+    /// Its gateway for `msg` (see [`TrunkSet::pick`]).
+    pub fn pick(
+        &self,
+        msg: &Message<'_>,
+        names: &NameTable,
+        now: Instant,
+        sticky: bool,
+    ) -> Option<(SocketAddr, Route)> {
+        self.set.pick(self.i, msg, names, now, sticky)
+    }
 }
 
 /// A stable hash of `s` (SipHash, fixed keys): the same call or caller, the same
@@ -78,7 +335,7 @@ fn from_user<'a>(msg: &'a Message<'_>) -> &'a str {
     msg.from().uri().user().unwrap_or("")
 }
 
-impl Trunks {
+impl TrunkSet {
     /// The trunks of `configs`, each made a next-hop name in `names`.
     pub fn new(configs: &[TrunkConfig], names: &NameTable) -> Self {
         let trunks = configs
@@ -90,22 +347,7 @@ impl Trunks {
                 names.set_static(&route, c.transport, order.iter().map(|g| g.addr).collect());
                 Trunk {
                     config: c.clone(),
-                    gateways: c
-                        .gateways
-                        .iter()
-                        .map(|g| Gateway {
-                            addr: g.addr,
-                            weight: g.weight,
-                            priority: g.priority,
-                            up: AtomicBool::new(true),
-                            drained: AtomicBool::new(false),
-                            answered_run: AtomicU32::new(0),
-                            failed_run: AtomicU32::new(0),
-                            calls: AtomicU64::new(0),
-                            probes_ok: AtomicU64::new(0),
-                            probes_failed: AtomicU64::new(0),
-                        })
-                        .collect(),
+                    gateways: c.gateways.iter().map(Gateway::new).collect(),
                     turn: AtomicU64::new(0),
                     route,
                 }
@@ -117,11 +359,6 @@ impl Trunks {
     /// Whether there is none.
     pub fn is_empty(&self) -> bool {
         self.trunks.is_empty()
-    }
-
-    /// Every trunk.
-    pub fn all(&self) -> &[Trunk] {
-        &self.trunks
     }
 
     /// The trunk for a Request-URI number (user part): the longest
@@ -160,7 +397,7 @@ impl Trunks {
 
     /// Whether `ip` is a gateway of a trunk that hides the inside (a call
     /// it begins is hidden on its way back).
-    pub fn hides_source(&self, ip: std::net::IpAddr) -> bool {
+    pub fn hides_source(&self, ip: IpAddr) -> bool {
         self.trunks
             .iter()
             .any(|t| t.config.hide_topology && t.gateways.iter().any(|g| g.addr.ip() == ip))
@@ -443,6 +680,7 @@ mod tests {
             up_after: 2,
             auth: None,
             hide_topology: false,
+            resolve_every: None,
         }
     }
 
@@ -455,7 +693,7 @@ mod tests {
         .into_bytes()
     }
 
-    fn picks(t: &Trunks, names: &NameTable, n: usize, sticky: bool) -> Vec<u16> {
+    fn picks(t: &TrunkSet, names: &NameTable, n: usize, sticky: bool) -> Vec<u16> {
         let now = Instant::now();
         (0..n)
             .map(|i| {
@@ -469,7 +707,7 @@ mod tests {
     #[test]
     fn weights_spread_calls_exactly_and_down_gateways_get_none() {
         let names = NameTable::new(&DnsSettings::default());
-        let t = Trunks::new(
+        let t = TrunkSet::new(
             &[trunk(
                 "carrier",
                 Algorithm::Weighted,
@@ -501,7 +739,7 @@ mod tests {
     #[test]
     fn algorithms_pick_as_they_say() {
         let names = NameTable::new(&DnsSettings::default());
-        let rr = Trunks::new(
+        let rr = TrunkSet::new(
             &[trunk(
                 "rr",
                 Algorithm::RoundRobin,
@@ -510,7 +748,7 @@ mod tests {
             &names,
         );
         assert_eq!(picks(&rr, &names, 4, false), [1, 2, 1, 2]);
-        let pri = Trunks::new(
+        let pri = TrunkSet::new(
             &[trunk(
                 "p",
                 Algorithm::Priority,
@@ -525,7 +763,7 @@ mod tests {
             picks(&pri, &names, 10, false).iter().all(|&x| x == 1),
             "the next priority when the first is down"
         );
-        let hash = Trunks::new(
+        let hash = TrunkSet::new(
             &[trunk(
                 "h",
                 Algorithm::HashCallId,
@@ -555,7 +793,7 @@ mod tests {
         default.prefixes = vec![];
         default.domains = vec![];
         default.default = true;
-        let t = Trunks::new(
+        let t = TrunkSet::new(
             &[
                 trunk("us", Algorithm::Weighted, vec![gw(3, 1, 0)]),
                 long,
@@ -573,5 +811,109 @@ mod tests {
         assert_eq!(t.for_number("alice"), None, "names are not numbers");
         assert_eq!(t.for_domain("PSTN.test").map(|i| t.name(i)), Some("us"));
         assert_eq!(t.for_domain("other.test"), None);
+    }
+
+    #[test]
+    fn a_new_generation_keeps_the_state_of_the_gateways_that_stay() {
+        let names = NameTable::new(&DnsSettings::default());
+        let t = Trunks::new(
+            &[trunk(
+                "carrier",
+                Algorithm::Weighted,
+                vec![gw(1, 1, 0), gw(2, 1, 0)],
+            )],
+            &names,
+        );
+        // Gateway 2 goes down (held), gateway 1 is drained.
+        t.probed("carrier", gw(2, 1, 0).addr, false, &names);
+        assert!(
+            !t.probed("carrier", gw(2, 1, 0).addr, false, &names)
+                .unwrap()
+                .up
+        );
+        t.drain("carrier", gw(1, 1, 0).addr, true, &names).unwrap();
+        // Reloaded: 1 and 2 stay (new weights), 3 is new; another trunk
+        // appears.
+        let mut other = trunk("other", Algorithm::Weighted, vec![gw(4, 1, 0)]);
+        other.prefixes = vec!["+44".into()];
+        other.domains = vec![];
+        other.default = true;
+        let said = t.replace(
+            &[
+                trunk(
+                    "carrier",
+                    Algorithm::Weighted,
+                    vec![gw(1, 5, 0), gw(2, 5, 0), gw(3, 1, 0)],
+                ),
+                other.clone(),
+            ],
+            &names,
+        );
+        assert_eq!(said, "2 trunk(s), 4 gateway(s), 2 of them kept their state");
+        let s = t.status();
+        let states: Vec<_> = s[0]["gateways"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["weight"].as_u64().unwrap(),
+                    g["state"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [(5, "drained".into()), (5, "down".into()), (1, "up".into())]
+        );
+        let now = Instant::now();
+        assert!(
+            names.is_down(gw(2, 1, 0).addr, Transport::Udp, now),
+            "still held"
+        );
+        assert!(
+            names.is_down(gw(1, 1, 0).addr, Transport::Udp, now),
+            "still drained"
+        );
+        // Only gateway 3 takes calls; a request found the generation it
+        // routes with.
+        let bytes = invite("c1");
+        let m = Message::parse(&bytes).unwrap();
+        let r = t.for_number("+12155550100").unwrap();
+        assert_eq!(r.pick(&m, &names, now, false).unwrap().0.port(), 3);
+        // Removed: the trunk's route goes nowhere, its holds end.
+        t.replace(&[other], &names);
+        assert!(!names.is_down(gw(2, 1, 0).addr, Transport::Udp, now));
+        assert_eq!(
+            names.alternative("trunk.carrier", None, Transport::Udp, now),
+            None
+        );
+        assert_eq!(t.for_number("+12155550100").unwrap().name(), "other");
+    }
+
+    #[test]
+    fn a_gateway_named_by_dns_keeps_its_state_at_a_new_address() {
+        let names = NameTable::new(&DnsSettings::default());
+        let mut named = gw(7, 1, 0);
+        named.name = Some("gw.carrier.test".into());
+        let t = Trunks::new(
+            &[trunk("c", Algorithm::Weighted, vec![named.clone()])],
+            &names,
+        );
+        t.drain("c", named.addr, true, &names).unwrap();
+        named.addr = SocketAddr::from(([192, 0, 2, 77], 7));
+        t.replace(
+            &[trunk("c", Algorithm::Weighted, vec![named.clone()])],
+            &names,
+        );
+        let s = t.status();
+        assert_eq!(s[0]["gateways"][0]["address"], "192.0.2.77:7");
+        assert_eq!(s[0]["gateways"][0]["state"], "drained");
+        let now = Instant::now();
+        assert!(
+            !names.is_down(gw(7, 1, 0).addr, Transport::Udp, now),
+            "the old address is free"
+        );
+        assert!(names.is_down(named.addr, Transport::Udp, now));
     }
 }
