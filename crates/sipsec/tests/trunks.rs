@@ -1229,6 +1229,79 @@ fn captured_where(
 }
 
 #[test]
+fn an_inside_proxys_record_route_is_hidden_from_the_trunk_and_restored_inside() {
+    let dir = tempdir("topology-rr");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let carrier = gw.try_clone().expect("clone");
+    let gw_me = gw.local_addr().expect("addr");
+    let seen = capturing_gateway(gw);
+    let config = trunk_config(&dir, &[(gw_me.port(), 1)]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("hide_topology = true\n");
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let p = proxy.addr;
+    // An inside proxy on 127.0.0.3 record-routed the phone's INVITE.
+    let inner = UdpSocket::bind("127.0.0.3:0").expect("bind 127.0.0.3");
+    inner
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let inner_me = inner.local_addr().expect("addr");
+    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("addr");
+    let invite = format!(
+        "INVITE sip:+12155550100@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphone-rr\r\n\
+         Record-Route: <sip:{inner_me};lr>\r\nMax-Forwards: 70\r\nFrom: <sip:alice@inside.example>;tag=rr1\r\n\
+         To: <sip:+12155550100@pstn.example>\r\nCall-ID: rr-1@127.0.0.2\r\nCSeq: 1 INVITE\r\n\
+         Contact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(invite.as_bytes(), p).expect("invite");
+    let ok = loop {
+        let m = read_one(&phone);
+        if m.starts_with("SIP/2.0 200") {
+            break m;
+        }
+    };
+    // Inside, the route set is whole again.
+    let rr = header(&ok, "Record-Route").join("\n");
+    assert!(
+        rr.contains(&inner_me.to_string()) && rr.contains(";th"),
+        "{ok}"
+    );
+    let sent = captured_where(&seen, "the INVITE", |m| m.starts_with("INVITE "));
+    assert!(!sent.contains("127.0.0.3"), "{sent}");
+    // The carrier's BYE along its route set reaches the inside proxy.
+    let contact = header(&sent, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string();
+    let route = header(&sent, "Record-Route")
+        .iter()
+        .map(|h| h.split_once(':').expect("value").1.trim())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let bye = format!(
+        "BYE {contact} SIP/2.0\r\nRoute: {route}\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierbye-rr\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:+12155550100@pstn.example>;tag=carrier\r\nTo: <sip:alice@inside.example>;tag=rr1\r\n\
+         {}\r\nCSeq: 1 BYE\r\nContent-Length: 0\r\n\r\n",
+        header(&sent, "Call-ID")[0]
+    );
+    carrier.send_to(bye.as_bytes(), p).expect("bye");
+    let got = read_one(&inner);
+    assert!(got.starts_with("BYE sip:alice@"), "{got}");
+    assert!(got.contains("Call-ID: rr-1@127.0.0.2"), "{got}");
+    assert!(
+        header(&got, "Route")[0].contains(&inner_me.to_string()),
+        "{got}"
+    );
+}
+
+#[test]
 fn a_call_a_hiding_trunk_begins_sees_nothing_of_the_inside_callee() {
     let dir = tempdir("topology-in");
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");

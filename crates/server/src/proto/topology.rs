@@ -31,6 +31,9 @@ pub const VIA_PARAM: &str = "th";
 pub const INBOUND: &str = "th-in";
 /// The Record-Route parameter marking a hidden trunk's dialog.
 pub const RR_PARAM: &str = "th";
+/// The parameter of this proxy's Record-Route carrying the inside
+/// proxies' Record-Routes sealed.
+pub const RR_INSIDE: &str = "thr";
 /// The value of [`RR_PARAM`] and [`INBOUND`] in a dialog the carrier
 /// began: its Call-ID is the carrier's, never sealed.
 pub const KEEP: &str = "k";
@@ -160,6 +163,62 @@ fn contact_edit(written: &[u8], m: &Message<'_>, th: &Hider, here: &str) -> Opti
     Some((s, s + uri.len(), format!("sip:{SEALED}{sealed}@{here}")))
 }
 
+/// Whether a name-addr value's URI has parameter `name`.
+fn has_param(value: &str, name: &str) -> bool {
+    let uri = value.trim().trim_start_matches('<');
+    let uri = uri.split('>').next().unwrap_or(uri);
+    uri.split(';').skip(1).any(|p| {
+        p.split('=')
+            .next()
+            .is_some_and(|n| n.trim().eq_ignore_ascii_case(name))
+    })
+}
+
+/// An initial request's Record-Routes below this proxy's (the first,
+/// marked hidden): sealed into a parameter of this proxy's, their lines
+/// taken out. `None` when they cannot be sealed.
+fn inside_routes_edits(written: &[u8], m: &Message<'_>, th: &Hider) -> Option<Vec<Edit>> {
+    let mut rrs = m.headers_named(HeaderName::RecordRoute);
+    let Some(ours) = rrs.next().filter(|h| has_param(h.value, RR_PARAM)) else {
+        return Some(Vec::new());
+    };
+    let inner: Vec<_> = rrs.collect();
+    if inner.is_empty() {
+        return Some(Vec::new());
+    }
+    let list = inner.iter().map(|h| h.value).collect::<Vec<_>>().join(", ");
+    let sealed = th.seal(&list)?;
+    let gt = at(written, ours.value) + ours.value.rfind('>')?;
+    let mut edits = vec![(gt, gt, format!(";{RR_INSIDE}={sealed}"))];
+    for h in inner {
+        let (s, e) = line_span(written, h.line);
+        edits.push((s, e, String::new()));
+    }
+    Some(edits)
+}
+
+/// The sealed inside Record-Routes in this proxy's entry of a
+/// `header` (Record-Route of a response, Route of a request) opened
+/// back into the list after it. `None` when there are none.
+fn inside_routes_revealed(
+    bytes: &[u8],
+    m: &Message<'_>,
+    th: &Hider,
+    header: HeaderName,
+) -> Option<Edit> {
+    let mark = format!(";{RR_INSIDE}=");
+    let h = m.headers_named(header).find(|h| h.value.contains(&mark))?;
+    let start = h.value.find(&mark)?;
+    let token_at = start + mark.len();
+    let len = h.value[token_at..].find([';', '>'])?;
+    if h.value.as_bytes().get(token_at + len) != Some(&b'>') {
+        return None;
+    }
+    let list = th.open(&h.value[token_at..token_at + len])?;
+    let s = at(bytes, h.value) + start;
+    Some((s, s + mark.len() + len + 1, format!(">, {list}")))
+}
+
 /// A request `written` as forwarded to a hidden trunk (this proxy's Via
 /// on top): the Vias below sealed into its Via, Call-ID and Contact
 /// sealed (the Call-ID only when `seal_call_id`: the dialog is the
@@ -195,6 +254,10 @@ pub fn hide_request(
     if seal_call_id {
         edits.extend(call_id_edit(written, &m, |c| th.hide_call_id(c)));
     }
+    let Some(routes) = inside_routes_edits(written, &m, th) else {
+        return false;
+    };
+    edits.extend(routes);
     if m.method() != sip_core::Method::Ack && m.method() != sip_core::Method::Cancel {
         edits.extend(contact_edit(written, &m, th, here));
     }
@@ -239,6 +302,12 @@ pub fn reveal_response(bytes: &[u8], th: &Hider, out: &mut Vec<u8>) -> bool {
         (end, end, format!("Via: {stack}\r\n")),
     ];
     edits.extend(call_id_edit(bytes, &m, |c| th.reveal_call_id(c)));
+    edits.extend(inside_routes_revealed(
+        bytes,
+        &m,
+        th,
+        HeaderName::RecordRoute,
+    ));
     apply(bytes, edits, out);
     true
 }
@@ -262,6 +331,7 @@ pub fn reveal_request(bytes: &[u8], th: &Hider, out: &mut Vec<u8>) -> bool {
         }
     }
     edits.extend(call_id_edit(bytes, &m, |c| th.reveal_call_id(c)));
+    edits.extend(inside_routes_revealed(bytes, &m, th, HeaderName::Route));
     if edits.is_empty() {
         return false;
     }
@@ -419,5 +489,68 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Call-ID: carrier-7@192.0.2.9"), "{text}");
+    }
+
+    #[test]
+    fn inside_proxies_record_routes_are_sealed_into_ours_and_come_back() {
+        let th = hider();
+        let req = b"INVITE sip:+1@gw.example SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKp\r\n\
+            Via: SIP/2.0/UDP 10.0.0.7;branch=z9hG4bKinner\r\nVia: SIP/2.0/UDP 10.0.0.5:5062;branch=z9hG4bKphone\r\n\
+            Record-Route: <sip:192.0.2.1:5060;th;lr>\r\nRecord-Route: <sip:10.0.0.7;lr>, <sip:10.0.0.8;lr>\r\n\
+            From: <sip:alice@inside>;tag=1\r\nTo: <sip:+1@gw.example>\r\nCall-ID: r@10.0.0.5\r\n\
+            CSeq: 1 INVITE\r\nContact: <sip:alice@10.0.0.5:5062>\r\nContent-Length: 0\r\n\r\n";
+        let mut out = Vec::new();
+        assert!(hide_request(req, &th, "192.0.2.1:5060", true, &mut out));
+        let first = out.clone();
+        let text = String::from_utf8(first.clone()).unwrap();
+        assert!(!text.contains("10.0.0."), "{text}");
+        let sent = Message::parse(&first).unwrap();
+        let rr = sent
+            .headers_named(HeaderName::RecordRoute)
+            .next()
+            .unwrap()
+            .value
+            .to_owned();
+        assert!(rr.starts_with("<sip:192.0.2.1:5060;th;lr;thr="), "{rr}");
+        // The carrier's 200 adds its own Record-Route above ours (one
+        // line, comma-separated).
+        let resp = format!(
+            "SIP/2.0 200 OK\r\nVia: {}\r\nRecord-Route: <sip:gw.example;lr>, {rr}\r\n\
+             From: <sip:alice@inside>;tag=1\r\nTo: <sip:+1@gw.example>;tag=g\r\nCall-ID: {}\r\nCSeq: 1 INVITE\r\n\
+             Contact: <sip:gw@192.0.2.9>\r\nContent-Length: 0\r\n\r\n",
+            sent.top_via().as_str(),
+            sent.call_id()
+        );
+        assert!(reveal_response(resp.as_bytes(), &th, &mut out));
+        let back = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            back.contains("Record-Route: <sip:gw.example;lr>, <sip:192.0.2.1:5060;th;lr>, <sip:10.0.0.7;lr>, <sip:10.0.0.8;lr>\r\n"),
+            "{back}"
+        );
+        // The carrier's BYE along its route set: ours expands again.
+        let bye = format!(
+            "BYE sip:x@192.0.2.1 SIP/2.0\r\nRoute: {rr}\r\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKgw\r\n\
+             From: <sip:+1@gw.example>;tag=g\r\nTo: <sip:alice@inside>;tag=1\r\nCall-ID: {}\r\nCSeq: 5 BYE\r\n\
+             Content-Length: 0\r\n\r\n",
+            sent.call_id()
+        );
+        assert!(reveal_request(bye.as_bytes(), &th, &mut out));
+        let inside = Message::parse(&out).unwrap();
+        let routes: Vec<_> = inside
+            .routes()
+            .map(|r| r.uri().as_str().to_owned())
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                "sip:192.0.2.1:5060;th;lr",
+                "sip:10.0.0.7;lr",
+                "sip:10.0.0.8;lr"
+            ]
+        );
+        // A forged seal opens nothing: the route is left as it came.
+        let forged = bye.replace(";thr=", ";thr=AAAA");
+        assert!(reveal_request(forged.as_bytes(), &th, &mut out));
+        assert!(!String::from_utf8_lossy(&out).contains("10.0.0.7"));
     }
 }
