@@ -1305,13 +1305,39 @@ fn an_inside_proxys_record_route_is_hidden_from_the_trunk_and_restored_inside() 
 fn a_call_a_hiding_trunk_begins_sees_nothing_of_the_inside_callee() {
     let dir = tempdir("topology-in");
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let gw_me = gw.local_addr().expect("addr");
-    let carrier = gw.try_clone().expect("clone");
-    let seen = capturing_gateway(gw);
-    let config = trunk_config(&dir, &[(gw_me.port(), 1)]);
+    let config = trunk_config(&dir, &[(gw.local_addr().expect("addr").port(), 1)]);
     let mut text = std::fs::read_to_string(&config).expect("config");
     text.push_str("hide_topology = true\n");
     std::fs::write(&config, text).expect("config");
+    an_outside_call_sees_nothing_of_the_inside_callee(gw, &config);
+}
+
+#[test]
+fn a_call_a_hidden_peer_domain_begins_sees_nothing_of_the_inside_callee() {
+    let dir = tempdir("topology-peer-in");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let config = dir.join("sipsec.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode = \"proxy\"\nstateful = true\nudp = \"127.0.0.1:0\"\ntcp = \"off\"\nhttp = \"127.0.0.1:0\"\n\
+             data_dir = \"{}\"\nhide_topology_peers = [\"b.example\"]\n[peers]\n\"b.example\" = \"{}\"\n",
+            dir.join("data").display(),
+            gw.local_addr().expect("addr")
+        ),
+    )
+    .expect("config");
+    an_outside_call_sees_nothing_of_the_inside_callee(gw, &config);
+}
+
+/// The outside party on `gw` (a hiding trunk's gateway or a hidden peer
+/// domain's proxy) calls a phone registered from 127.0.0.2 through the
+/// proxy configured by `config`; the phone answers and hangs up; nothing
+/// of the phone crosses, the outside's Call-ID is kept.
+fn an_outside_call_sees_nothing_of_the_inside_callee(gw: UdpSocket, config: &Path) {
+    let gw_me = gw.local_addr().expect("addr");
+    let carrier = gw.try_clone().expect("clone");
+    let seen = capturing_gateway(gw);
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     let p = proxy.addr;
     // Bob's phone, inside on 127.0.0.2, registers.

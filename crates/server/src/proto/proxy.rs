@@ -353,8 +353,8 @@ impl Core {
         if let Some(seal) = self.in_hidden_dialog(msg) {
             self.hide_out = true;
             self.seal_call_id = seal;
-        } else if self.begun_by_hiding_trunk(msg, src) {
-            // A call the carrier begins: its answers and the callee's
+        } else if self.begun_by_hidden_side(msg, src) {
+            // A call the carrier (or peer) begins: its answers and the callee's
             // requests in its dialog are hidden, its Call-ID kept.
             self.hidden_in = true;
             self.seal_call_id = false;

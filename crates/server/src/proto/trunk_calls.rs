@@ -89,12 +89,23 @@ impl Core {
         Some(mark != Some(crate::proto::topology::KEEP))
     }
 
-    /// Whether `msg` begins a call from a gateway of a trunk that hides
-    /// the inside (its source address is one).
-    pub(super) fn begun_by_hiding_trunk(&self, msg: &Message<'_>, src: SocketAddr) -> bool {
-        self.shared.hider.is_some()
-            && msg.to().tag().is_none()
-            && self.shared.trunks.hides_source(src.ip())
+    /// Whether `msg` begins a call from the inside is hidden from: a
+    /// gateway of a trunk that hides it, or the proxy of a peer domain in
+    /// `hide_topology_peers` (its source address is one).
+    pub(super) fn begun_by_hidden_side(&self, msg: &Message<'_>, src: SocketAddr) -> bool {
+        if self.shared.hider.is_none() || msg.to().tag().is_some() {
+            return false;
+        }
+        let c = &self.shared.config;
+        let from_peer = || {
+            c.peers.iter().any(|(domain, a)| {
+                a.ip() == src.ip()
+                    && c.hide_topology_peers
+                        .iter()
+                        .any(|d| d.eq_ignore_ascii_case(domain))
+            })
+        };
+        self.shared.trunks.hides_source(src.ip()) || from_peer()
     }
 
     /// The request written into `out` goes to a trunk that hides the
