@@ -606,11 +606,11 @@ pub fn client_config(
             ca.display()
         )));
     }
-    let ring = rustls::crypto::ring::default_provider();
+    let base = sip_tls::provider(&sip_tls::Groups::default());
     let provider = if allow_rsa_1024 {
-        rsa_variants::tls::allow_rsa_1024(ring)
+        rsa_variants::tls::allow_rsa_1024(base)
     } else {
-        ring
+        base
     };
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])

@@ -191,9 +191,9 @@ fn callee_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, E
     let rsa = rsa_variants::PrivateKey::from_pem(&pem).map_err(Error::crypto)?;
     let signing = rsa_variants::tls::signing_key(rsa).map_err(Error::crypto)?;
     let certified = rustls::sign::CertifiedKey::new(chain, signing);
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(sip_tls::provider(
+        &sip_tls::Groups::default(),
+    )))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .map_err(Error::crypto)?
     .with_no_client_auth()

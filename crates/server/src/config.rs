@@ -84,6 +84,36 @@ pub struct TlsSettings {
     /// Accept peers' 1024-bit RSA keys and signatures (verified by
     /// OpenSSL); off by default, as 2048 is the floor.
     pub allow_rsa_1024: bool,
+    /// Key-exchange groups, in order of preference (IANA names; checked
+    /// when read): by default the hybrid post-quantum X25519MLKEM768
+    /// first, then the classical ones.
+    pub groups: Vec<String>,
+    /// Only post-quantum key exchange (TLS 1.3 with an ML-KEM group): a
+    /// classical-only client is refused with a handshake_failure alert.
+    pub require_pq: bool,
+}
+
+impl TlsSettings {
+    /// The default groups (see [`sip_tls::DEFAULT_GROUPS`]).
+    pub fn default_groups() -> Vec<String> {
+        sip_tls::DEFAULT_GROUPS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    }
+
+    /// Checks `groups` and `require_pq` together: a message for what is
+    /// wrong.
+    pub fn check_groups(groups: &[String], require_pq: bool) -> Result<(), String> {
+        let g = sip_tls::Groups::parse(groups)?;
+        if require_pq && !g.any_post_quantum() {
+            return Err(format!(
+                "require_pq needs a post-quantum group in groups ({})",
+                groups.join(", ")
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What the server does with requests that are not REGISTER.

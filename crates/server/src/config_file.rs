@@ -221,6 +221,10 @@ pub struct TlsSection {
     pub peer_ca: Option<PathBuf>,
     /// Accept peers' 1024-bit RSA keys (legacy; off by default).
     pub allow_rsa_1024: Option<bool>,
+    /// Key-exchange groups in order of preference.
+    pub groups: Option<Vec<String>>,
+    /// Only post-quantum key exchange.
+    pub require_pq: Option<bool>,
 }
 
 /// `[guard]`: per-source rate limit and fail-ban.
@@ -767,6 +771,9 @@ impl Config {
         let (Some(cert), Some(key)) = (t.cert, t.key) else {
             return Err(value("tls", "give both cert and key".into()));
         };
+        let groups = t.groups.unwrap_or_else(TlsSettings::default_groups);
+        let require_pq = t.require_pq.unwrap_or(false);
+        TlsSettings::check_groups(&groups, require_pq).map_err(|e| value("tls.groups", e))?;
         self.tls = Some(TlsSettings {
             addr: t.addr.unwrap_or_else(|| default_tls_addr(self.udp)),
             cert,
@@ -774,6 +781,8 @@ impl Config {
             client_ca: t.client_ca,
             peer_ca: t.peer_ca,
             allow_rsa_1024: t.allow_rsa_1024.unwrap_or(false),
+            groups,
+            require_pq,
         });
         Ok(())
     }

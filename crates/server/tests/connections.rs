@@ -294,6 +294,8 @@ fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
             client_ca: None,
             peer_ca: None,
             allow_rsa_1024: false,
+            groups: sipsec_server::config::TlsSettings::default_groups(),
+            require_pq: false,
         }),
     );
     let tls = s.handle.tls_addr().expect("tls");

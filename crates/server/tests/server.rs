@@ -1090,6 +1090,8 @@ fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
             client_ca: None,
             peer_ca: None,
             allow_rsa_1024: false,
+            groups: sipsec_server::config::TlsSettings::default_groups(),
+            require_pq: false,
         }),
         ..loopback_proxy(&dir)
     })

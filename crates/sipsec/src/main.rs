@@ -204,6 +204,10 @@ struct ServeArgs {
     /// Accept peers' 1024-bit RSA keys and signatures (legacy; below today's floor of 2048).
     #[arg(long)]
     tls_allow_rsa_1024: bool,
+    /// Require post-quantum key exchange (X25519MLKEM768 or another ML-KEM group, TLS 1.3) on
+    /// TLS and WSS: classical-only clients are refused. The hybrid is offered first either way.
+    #[arg(long)]
+    tls_require_pq: bool,
     /// SIP over WebSocket (RFC 7118) for browser phones on this address (ws://).
     #[arg(long)]
     ws: Option<SocketAddr>,
@@ -378,6 +382,7 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         client_ca: a.client_ca,
         peer_ca: a.peer_ca,
         allow_rsa_1024: a.tls_allow_rsa_1024,
+        require_pq: a.tls_require_pq,
     };
     tls_flags(&mut config, tls)?;
     if let Some(w) = a.ws {
@@ -437,6 +442,7 @@ struct TlsFlags {
     client_ca: Option<PathBuf>,
     peer_ca: Option<PathBuf>,
     allow_rsa_1024: bool,
+    require_pq: bool,
 }
 
 /// The TLS flags over what the file says: the certificate and key come
@@ -447,7 +453,8 @@ fn tls_flags(config: &mut Config, t: TlsFlags) -> Result<(), String> {
         || t.key.is_some()
         || t.client_ca.is_some()
         || t.peer_ca.is_some()
-        || t.allow_rsa_1024;
+        || t.allow_rsa_1024
+        || t.require_pq;
     if !tls_asked {
         return Ok(());
     }
@@ -471,7 +478,16 @@ fn tls_flags(config: &mut Config, t: TlsFlags) -> Result<(), String> {
             .peer_ca
             .or_else(|| file.as_ref().and_then(|f| f.peer_ca.clone())),
         allow_rsa_1024: t.allow_rsa_1024 || file.as_ref().is_some_and(|f| f.allow_rsa_1024),
+        groups: file
+            .as_ref()
+            .map_or_else(sipsec_server::config::TlsSettings::default_groups, |f| {
+                f.groups.clone()
+            }),
+        require_pq: t.require_pq || file.as_ref().is_some_and(|f| f.require_pq),
     });
+    if let Some(s) = &config.tls {
+        sipsec_server::config::TlsSettings::check_groups(&s.groups, s.require_pq)?;
+    }
     Ok(())
 }
 

@@ -410,6 +410,9 @@ fn report(r: &CallReport, m: &MediaArgs) -> Result<(), String> {
 
 fn phone(cfg: Config) -> Result<Phone, String> {
     let mut p = Phone::new(cfg).map_err(|e| e.to_string())?;
+    if let Some(tls) = p.tls_session() {
+        eprintln!("tls {tls}");
+    }
     p.on_progress(|line| eprintln!("{line}"));
     Ok(p)
 }

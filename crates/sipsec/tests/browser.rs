@@ -193,7 +193,8 @@ fn wss_server(dir: &Path, extra: &[&str]) -> (Running, SocketAddr) {
     let mut args = vec![
         "--udp",
         "127.0.0.1:0",
-        "--no-http",
+        "--http",
+        "127.0.0.1:0",
         "--cert",
         &cert,
         "--key",
@@ -316,6 +317,20 @@ fn two_browser_phones_register_over_wss_and_call_with_media_between_them() {
         .filter(|r| r["event"] == "failed" || r["event"] == "registrationFailed")
         .collect();
     assert!(failures.is_empty(), "{failures:?}");
+    // Chromium's WSS connections used the hybrid post-quantum key
+    // exchange, as the server saw it.
+    let http = common::banner_http_addr(&s.server.banner).expect("http");
+    let metrics = common::http_get(&http.to_string(), "/metrics");
+    let pq: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("sipsec_tls_handshakes_total{group=\"X25519MLKEM768\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(pq >= 2, "{metrics}");
+    assert!(
+        metrics.contains("sipsec_tls_handshakes_total{group=\"x25519\"} 0\n"),
+        "{metrics}"
+    );
 }
 
 /// carol: `sipsec phone answer` registered over UDP with `server`, plus

@@ -470,6 +470,10 @@ fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
     assert!(alice.status.success() && bob.status.success(), "{a}\n{b}");
     assert!(!a.contains("warning: SDES"), "no warning over TLS: {a}");
     assert!(a.contains("srtp AES_256_CM_HMAC_SHA1_80"), "{a}");
+    assert!(
+        a.contains("tls TLSv1_3 ") && a.contains(" X25519MLKEM768"),
+        "{a}"
+    );
     assert!((tone_in(&wav) - 1000.0).abs() <= 20.0);
     // Both phones hung up with a close_notify: the server counts two
     // closes by the peer and no TLS error (bounded wait for the count).
@@ -489,6 +493,13 @@ fn phones_call_over_tls_with_srtp_and_need_no_opt_in() {
     }
     assert_eq!(closed("peer"), 2, "both hang-ups seen as the peer's close");
     assert_eq!(closed("tls"), 0, "no hang-up counted as a TLS error");
+    // Both phones' key exchange was the hybrid post-quantum group.
+    let metrics = common::http_get(&http, "/metrics");
+    assert!(
+        metrics.contains("sipsec_tls_handshakes_total{group=\"X25519MLKEM768\"} 2\n")
+            && metrics.contains("sipsec_tls_handshakes_total{group=\"x25519\"} 0\n"),
+        "{metrics}"
+    );
     // A server whose certificate does not chain to the given CA.
     fails_with(
         &[

@@ -222,6 +222,88 @@ fn every_key_variant_serves_tls_12_and_13_to_openssl() {
     }
 }
 
+/// The count of `sipsec_tls_handshakes_total{group="GROUP"}` and of
+/// refusals for want of post-quantum key exchange.
+fn by_group(server: &common::Running, group: &str) -> (u64, u64) {
+    let http = common::banner_http_addr(&server.banner).expect("http address in the banner");
+    let body = common::http_get(&http.to_string(), "/metrics");
+    let value = |prefix: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        value(&format!(
+            "sipsec_tls_handshakes_total{{group=\"{group}\"}} "
+        )),
+        value("sipsec_tls_pq_refused_total "),
+    )
+}
+
+#[test]
+fn openssl_30_is_served_classically_and_refused_when_post_quantum_is_required() {
+    let dir = tempdir("tls-pq");
+    let ca = make_ca(&dir);
+    let (key, cert) = key_and_cert(&dir, "server", &["rsa", "--bits", "2048"], "127.0.0.1");
+    // OpenSSL 3.0 offers no ML-KEM group: served over x25519.
+    let (server, tls) = serve_tls(&dir, &cert, &key, &[]);
+    let out = s_client(tls, &ca, &["-tls1_3"]);
+    assert!(out.contains("SIP/2.0 200 OK"), "{out}");
+    assert_eq!(by_group(&server, "x25519"), (1, 0));
+    drop(server);
+    // Required: refused with a handshake_failure alert, counted.
+    let (server, tls) = serve_tls(&dir, &cert, &key, &["--tls-require-pq"]);
+    let out = s_client(tls, &ca, &["-tls1_3"]);
+    assert!(!out.contains("SIP/2.0 200"), "{out}");
+    assert!(out.contains("handshake failure"), "{out}");
+    let out = s_client(tls, &ca, &["-tls1_2"]);
+    assert!(
+        !out.contains("SIP/2.0 200"),
+        "TLS 1.2 has no post-quantum exchange: {out}"
+    );
+    assert_eq!(by_group(&server, "x25519"), (0, 1));
+    // The status says what is required and what was refused.
+    let http = common::banner_http_addr(&server.banner)
+        .expect("http")
+        .to_string();
+    let status = common::http_get(&http, "/status");
+    let body = status.split("\r\n\r\n").nth(1).expect("body");
+    let v: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    assert_eq!(v["tls"]["require_pq"], true, "{v}");
+    assert_eq!(v["tls"]["pq_refused_total"], 1, "{v}");
+    // A list without a post-quantum group cannot be required.
+    let conf = dir.join("classical.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "udp = \"127.0.0.1:0\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\ngroups = [\"x25519\"]\nrequire_pq = true\n",
+            p(&cert),
+            p(&key)
+        ),
+    )
+    .expect("config");
+    let err = start_error(&["--config", p(&conf)]);
+    assert!(
+        err.contains("tls.groups") && err.contains("post-quantum"),
+        "{err}"
+    );
+    std::fs::write(
+        &conf,
+        format!(
+            "udp = \"127.0.0.1:0\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\ngroups = [\"kyber512\"]\n",
+            p(&cert),
+            p(&key)
+        ),
+    )
+    .expect("config");
+    let err = start_error(&["--config", p(&conf)]);
+    assert!(
+        err.contains("\"kyber512\"") && err.contains("X25519MLKEM768"),
+        "{err}"
+    );
+}
+
 #[test]
 fn mutual_tls_requires_a_client_certificate() {
     let dir = tempdir("tls-mutual");
@@ -666,10 +748,13 @@ fn handshakes(server: &common::Running) -> u64 {
         .expect("request");
     let mut body = String::new();
     s.read_to_string(&mut body).expect("response");
-    body.lines()
-        .find_map(|l| l.strip_prefix("sipsec_tls_handshakes_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("handshake counter")
+    let counts: Vec<u64> = body
+        .lines()
+        .filter(|l| l.starts_with("sipsec_tls_handshakes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse().ok())
+        .collect();
+    assert!(!counts.is_empty(), "no handshake counters: {body}");
+    counts.iter().sum()
 }
 
 #[test]

@@ -71,6 +71,29 @@ impl Signal {
         })))
     }
 
+    /// Over TLS: the protocol version, cipher suite and key-exchange
+    /// group the handshake settled on (e.g. "TLSv1_3
+    /// TLS13_AES_256_GCM_SHA384 X25519MLKEM768").
+    pub fn tls_session(&self) -> Option<String> {
+        let Signal::Tls(t) = self else {
+            return None;
+        };
+        let c = &t.stream.conn;
+        let name = |o: Option<String>| o.unwrap_or_else(|| "?".into());
+        Some(format!(
+            "{} {} {}",
+            name(c.protocol_version().map(|v| format!("{v:?}"))),
+            name(
+                c.negotiated_cipher_suite()
+                    .map(|s| format!("{:?}", s.suite()))
+            ),
+            name(
+                c.negotiated_key_exchange_group()
+                    .map(|g| format!("{:?}", g.name()))
+            ),
+        ))
+    }
+
     /// Our address on this transport.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {

@@ -128,7 +128,7 @@ impl Client {
             .clone()
             .unwrap_or_else(|| crate::io::tls::SYSTEM_ROOTS.into());
         let roots = crate::io::tls::roots(&path).map_err(|e| e.to_string())?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = sip_tls::default_provider();
         let tls = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?

@@ -194,6 +194,16 @@ pub fn media_failed(call_id: &str, what: &str) {
     warn!(target: "sipsec::media", call_id, "{what}");
 }
 
+/// A TLS client was refused: it offered no key-exchange group the server
+/// takes (`pq`: no post-quantum one, which `[tls] require_pq` demands).
+pub fn tls_no_group(peer: SocketAddr, pq: bool) {
+    if pq {
+        warn!(target: "sipsec::tls", %peer, "TLS handshake refused: the client offers no post-quantum key exchange (X25519MLKEM768 or another ML-KEM group) and [tls] require_pq is set");
+    } else {
+        warn!(target: "sipsec::tls", %peer, "TLS handshake refused: the client offers no key-exchange group in [tls] groups");
+    }
+}
+
 /// A request of the proxy's own (an operator's BYE) went unanswered.
 pub fn unanswered(branch: &str) {
     warn!(target: "sipsec::operator", branch, "a BYE the operator asked for went unanswered (given up after 32 s)");

@@ -68,6 +68,9 @@ pub enum TlsError {
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
+    /// The key-exchange groups are not usable.
+    #[error("tls.groups: {0}")]
+    Groups(String),
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -77,12 +80,14 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-fn provider(allow_rsa_1024: bool) -> Arc<CryptoProvider> {
-    let ring = rustls::crypto::ring::default_provider();
+/// The provider for `groups` (see [`sip_tls`]), RSA-1024 verification
+/// when allowed.
+fn provider(groups: &sip_tls::Groups, allow_rsa_1024: bool) -> Arc<CryptoProvider> {
+    let p = sip_tls::provider(groups);
     Arc::new(if allow_rsa_1024 {
-        rsa_variants::tls::allow_rsa_1024(ring)
+        rsa_variants::tls::allow_rsa_1024(p)
     } else {
-        ring
+        p
     })
 }
 
@@ -120,7 +125,7 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<(CertifiedKey, KeyI
             let der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
                 bad_key("no PEM private key (RSA, EC or PKCS#8) in the file".into())
             })?;
-            let signing = rustls::crypto::ring::sign::any_supported_type(&der)
+            let signing = sip_tls::any_supported_type(&der)
                 .map_err(|e| bad_key(format!("unsupported key: {e}")))?;
             let description = format!("{:?}", signing.algorithm());
             (signing, KeyInfo { description })
@@ -252,15 +257,25 @@ impl TlsContext {
     /// Loads everything `settings` names.
     pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
         let certs = Arc::new(CertStore::load(&settings.cert, &settings.key)?);
-        let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
-        let provider = provider(settings.allow_rsa_1024);
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&versions)?;
+        let groups = sip_tls::Groups::parse(&settings.groups).map_err(TlsError::Groups)?;
+        // Post-quantum key exchange exists in TLS 1.3 only: requiring it
+        // leaves TLS 1.2 and the classical groups out of the server.
+        let (versions, server_groups): (&[_], _) = if settings.require_pq {
+            (&[&rustls::version::TLS13], groups.post_quantum_only())
+        } else {
+            (
+                &[&rustls::version::TLS13, &rustls::version::TLS12],
+                groups.clone(),
+            )
+        };
+        let accepting = provider(&server_groups, settings.allow_rsa_1024);
+        let builder = ServerConfig::builder_with_provider(accepting.clone())
+            .with_protocol_versions(versions)?;
         let builder = match &settings.client_ca {
             Some(ca) => {
                 let verifier = WebPkiClientVerifier::builder_with_provider(
                     Arc::new(roots(ca)?),
-                    provider.clone(),
+                    accepting.clone(),
                 )
                 .build()
                 .map_err(|e| TlsError::BadCa {
@@ -279,10 +294,12 @@ impl TlsContext {
             }
             None => RootCertStore::empty(),
         };
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&versions)?
-            .with_root_certificates(peer_roots)
-            .with_client_cert_resolver(certs.clone());
+        // Outbound, every configured group is offered, the hybrid first.
+        let client =
+            ClientConfig::builder_with_provider(provider(&groups, settings.allow_rsa_1024))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+                .with_root_certificates(peer_roots)
+                .with_client_cert_resolver(certs.clone());
         Ok(Self {
             server: Arc::new(server),
             client: Arc::new(client),
@@ -298,8 +315,8 @@ mod tests {
 
     #[test]
     fn rsa_1024_verification_is_an_opt_in_that_replaces_only_rsa() {
-        let strict = provider(false);
-        let legacy = provider(true);
+        let strict = provider(&sip_tls::Groups::default(), false);
+        let legacy = provider(&sip_tls::Groups::default(), true);
         let algs = |p: &CryptoProvider, scheme| {
             p.signature_verification_algorithms
                 .mapping

@@ -256,6 +256,19 @@ impl Default for ByCode {
 /// UDP workers counted apart.
 pub const MAX_WORKERS_COUNTED: usize = 32;
 
+/// The key-exchange groups TLS handshakes are counted by (IANA names),
+/// the last for any other.
+pub const TLS_GROUPS: [&str; 8] = [
+    "X25519MLKEM768",
+    "SecP256r1MLKEM768",
+    "MLKEM768",
+    "MLKEM1024",
+    "x25519",
+    "secp256r1",
+    "secp384r1",
+    "other",
+];
+
 /// Everything the server counts.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -380,6 +393,11 @@ pub struct Metrics {
     pub cancels: AtomicU64,
     /// TLS handshakes completed (accepted and opened).
     pub tls_handshakes: AtomicU64,
+    /// The same, by key-exchange group (index in [`TLS_GROUPS`]).
+    pub tls_groups: [AtomicU64; TLS_GROUPS.len()],
+    /// Handshakes refused because the client offered no post-quantum
+    /// group (`[tls] require_pq`).
+    pub tls_pq_refused: AtomicU64,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: AtomicU64,
     /// WebSocket upgrades accepted (RFC 7118).
@@ -528,6 +546,7 @@ impl Metrics {
             );
         }
         self.render_connections(&mut o);
+        self.render_tls_groups(&mut o);
         for (name, help, v) in gauges {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
@@ -812,9 +831,9 @@ impl Metrics {
                 &self.cancels,
             ),
             (
-                "sipsec_tls_handshakes_total",
-                "TLS handshakes completed.",
-                &self.tls_handshakes,
+                "sipsec_tls_pq_refused_total",
+                "TLS handshakes refused: the client offered no post-quantum key exchange (require_pq).",
+                &self.tls_pq_refused,
             ),
             (
                 "sipsec_tls_handshake_failures_total",
@@ -845,6 +864,39 @@ impl Metrics {
     }
 
     /// The UDP workers' shares and the connection layer's counts.
+    /// A TLS handshake completed with key-exchange group `group` (an
+    /// IANA name; counted as "other" when not in [`TLS_GROUPS`]).
+    pub fn tls_handshake(&self, group: &str) {
+        let i = TLS_GROUPS
+            .iter()
+            .position(|g| *g == group)
+            .unwrap_or(TLS_GROUPS.len() - 1);
+        self.tls_groups[i].fetch_add(1, Ordering::Relaxed);
+        self.tls_handshakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Handshakes by group, as `/status` shows them (groups seen only).
+    pub fn tls_groups_seen(&self) -> Vec<(&'static str, u64)> {
+        TLS_GROUPS
+            .iter()
+            .zip(&self.tls_groups)
+            .map(|(g, n)| (*g, n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// `sipsec_tls_handshakes_total{group}`.
+    fn render_tls_groups(&self, o: &mut String) {
+        o.push_str("# HELP sipsec_tls_handshakes_total TLS handshakes completed, by key-exchange group (X25519MLKEM768: hybrid post-quantum).\n# TYPE sipsec_tls_handshakes_total counter\n");
+        for (g, n) in TLS_GROUPS.iter().zip(&self.tls_groups) {
+            let _ = writeln!(
+                o,
+                "sipsec_tls_handshakes_total{{group=\"{g}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+    }
+
     fn render_connections(&self, o: &mut String) {
         o.push_str("# HELP sipsec_udp_worker_datagrams_total Datagrams each UDP worker received (workers that received none are left out): how evenly the load is spread.\n# TYPE sipsec_udp_worker_datagrams_total counter\n");
         for (i, c) in self.udp_workers.iter().enumerate() {

@@ -302,6 +302,11 @@ impl Phone {
         })
     }
 
+    /// The TLS session's version, suite and key-exchange group, over TLS.
+    pub fn tls_session(&self) -> Option<String> {
+        self.sig.tls_session()
+    }
+
     /// Reports progress lines ("180 Ringing", "call established") here.
     pub fn on_progress(&mut self, log: impl FnMut(&str) + Send + 'static) {
         self.log = Box::new(log);

@@ -460,6 +460,10 @@ impl Reactor {
                     self.close(t, CloseReason::Peer);
                     return;
                 }
+                Got::NoGroup => {
+                    self.refused_for_its_groups(t);
+                    return;
+                }
                 Got::Failed(reason) => {
                     if reason == CloseReason::Tls
                         && self.locals.get(&t).is_some_and(|l| l.handshaking)
@@ -477,6 +481,28 @@ impl Reactor {
         }
     }
 
+    /// A TLS client offered no group the server takes: counted, logged
+    /// (as a post-quantum refusal under `require_pq`), closed.
+    fn refused_for_its_groups(&mut self, t: Token) {
+        let m = &self.hub.shared.metrics;
+        m.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+        let peer = self.locals.get(&t).map(|l| l.conn.peer);
+        let pq = self
+            .hub
+            .shared
+            .config
+            .tls
+            .as_ref()
+            .is_some_and(|s| s.require_pq);
+        if pq {
+            m.tls_pq_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(peer) = peer {
+            crate::io::log::tls_no_group(peer, pq);
+        }
+        self.close(t, CloseReason::Tls);
+    }
+
     /// Notes a finished handshake and sends what the session must answer.
     pub(super) fn after_tls_read(&mut self, t: Token) {
         let Some(l) = self.locals.get_mut(&t) else {
@@ -488,11 +514,10 @@ impl Reactor {
         };
         if l.handshaking && !tls.is_handshaking() {
             l.handshaking = false;
-            self.hub
-                .shared
-                .metrics
-                .tls_handshakes
-                .fetch_add(1, Ordering::Relaxed);
+            let group = tls
+                .negotiated_key_exchange_group()
+                .map_or("other", |g| sip_tls::name_of(g.name()));
+            self.hub.shared.metrics.tls_handshake(group);
         }
         let broken = tx.flush().is_err();
         drop(tx);
@@ -805,6 +830,9 @@ enum Got {
     Closed(usize),
     /// The connection failed.
     Failed(CloseReason),
+    /// The TLS client offered no key-exchange group the server takes
+    /// (under `require_pq`: no post-quantum one); the alert was sent.
+    NoGroup,
 }
 
 /// One read: plain TCP bytes, or TLS records fed to the session and the
@@ -836,10 +864,16 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
         Err(_) => return Got::Failed(CloseReason::Error),
     };
     let socket_empty = wire.short;
-    if tls.process_new_packets().is_err() {
+    if let Err(e) = tls.process_new_packets() {
         // Send the alert that says why, then give up.
         let _ = tls.write_tls(sock);
-        return Got::Failed(CloseReason::Tls);
+        let no_group =
+            rustls::Error::PeerIncompatible(rustls::PeerIncompatible::NoKxGroupsInCommon);
+        return if e == no_group {
+            Got::NoGroup
+        } else {
+            Got::Failed(CloseReason::Tls)
+        };
     }
     let n = match tls.reader().read(scratch) {
         Ok(n) => n,
