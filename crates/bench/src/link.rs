@@ -586,10 +586,16 @@ fn decrypt(
 
 /// A TLS client configuration trusting the CAs in `ca` (PEM), TLS 1.2 and
 /// 1.3; `allow_rsa_1024` also accepts servers with 1024-bit RSA keys.
+/// Key exchange: the default groups, the hybrid post-quantum first.
 pub fn client_config(
     ca: &std::path::Path,
     allow_rsa_1024: bool,
 ) -> io::Result<Arc<rustls::ClientConfig>> {
+    client_config_with(ca, allow_rsa_1024, &sip_tls::Groups::default())
+}
+
+/// The CAs in `ca` (PEM).
+fn roots_of(ca: &std::path::Path) -> io::Result<rustls::RootCertStore> {
     use rustls::pki_types::pem::PemObject;
     let pem = std::fs::read(ca)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", ca.display())))?;
@@ -606,7 +612,17 @@ pub fn client_config(
             ca.display()
         )));
     }
-    let base = sip_tls::provider(&sip_tls::Groups::default());
+    Ok(roots)
+}
+
+/// [`client_config`] offering the key-exchange `groups`.
+pub fn client_config_with(
+    ca: &std::path::Path,
+    allow_rsa_1024: bool,
+    groups: &sip_tls::Groups,
+) -> io::Result<Arc<rustls::ClientConfig>> {
+    let roots = roots_of(ca)?;
+    let base = sip_tls::provider(groups);
     let provider = if allow_rsa_1024 {
         rsa_variants::tls::allow_rsa_1024(base)
     } else {
@@ -627,6 +643,56 @@ pub fn without_resumption(config: &Arc<rustls::ClientConfig>) -> Arc<rustls::Cli
     let mut full = (**config).clone();
     full.resumption = rustls::client::Resumption::disabled();
     Arc::new(full)
+}
+
+/// Bytes of one full TLS handshake between `client` and `server` run in
+/// memory (records as they would cross the wire, each way, the
+/// server's session tickets included), and the key-exchange group they
+/// agreed on. `name`: the server name the client checks.
+pub fn handshake_bytes(
+    client: Arc<rustls::ClientConfig>,
+    server: Arc<rustls::ServerConfig>,
+    name: &str,
+) -> io::Result<(usize, usize, String)> {
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned())
+        .map_err(|e| io::Error::other(format!("server name {name:?}: {e}")))?;
+    let mut c = rustls::ClientConnection::new(client, name).map_err(io::Error::other)?;
+    let mut s = rustls::ServerConnection::new(server).map_err(io::Error::other)?;
+    let (mut up, mut down) = (0, 0);
+    for _ in 0..16 {
+        up += pass(&mut c, &mut s)?;
+        down += pass(&mut s, &mut c)?;
+        if !c.is_handshaking() && !s.is_handshaking() && !s.wants_write() {
+            break;
+        }
+    }
+    if c.is_handshaking() {
+        return Err(io::Error::other("the handshake did not finish"));
+    }
+    let group = c
+        .negotiated_key_exchange_group()
+        .map_or("?".into(), |g| sip_tls::name_of(g.name()).to_owned());
+    Ok((up, down, group))
+}
+
+/// Moves what `from` has to send into `to`: the bytes moved.
+fn pass<A, B, DA, DB>(from: &mut A, to: &mut B) -> io::Result<usize>
+where
+    A: std::ops::DerefMut<Target = rustls::ConnectionCommon<DA>>,
+    B: std::ops::DerefMut<Target = rustls::ConnectionCommon<DB>>,
+    DA: rustls::SideData,
+    DB: rustls::SideData,
+{
+    let mut wire = Vec::new();
+    while from.wants_write() {
+        from.write_tls(&mut wire)?;
+    }
+    let mut rest = &wire[..];
+    while !rest.is_empty() {
+        to.read_tls(&mut rest)?;
+        to.process_new_packets().map_err(io::Error::other)?;
+    }
+    Ok(wire.len())
 }
 
 #[cfg(test)]

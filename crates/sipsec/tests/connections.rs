@@ -71,6 +71,52 @@ fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
 }
 
 #[test]
+fn the_post_quantum_and_classical_offers_are_measured_side_by_side() {
+    let out = Command::new(BIN)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .args(["bench", "connections", "--transport", "tls"])
+        .args(["--connections", "50", "--hold", "0"])
+        .args(["--servers", "sipsec,kamailio"])
+        .args(["--groups", "X25519MLKEM768,x25519"])
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    for column in [
+        "| sipsec X25519MLKEM768 |",
+        " sipsec x25519 |",
+        " kamailio x25519 |",
+        " sipsec X25519MLKEM768/sipsec x25519 |",
+    ] {
+        assert!(text.contains(column), "{column}: {text}");
+    }
+    assert!(
+        text.contains("kamailio: skipped with the offer X25519MLKEM768"),
+        "{text}"
+    );
+    // The hybrid's key shares make its handshake longer, both ways.
+    let bytes = |group: &str| -> (u64, u64) {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("- {group}: {group}, ")))
+            .unwrap_or_else(|| panic!("no bytes for {group}: {text}"));
+        let n = |after: &str| -> u64 {
+            line.split(after)
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|v| v.parse().ok())
+                .expect("bytes")
+        };
+        (n("client→server "), n("server→client "))
+    };
+    let (pq, classical) = (bytes("X25519MLKEM768"), bytes("x25519"));
+    assert!(
+        pq.0 > classical.0 + 1000 && pq.1 > classical.1 + 1000,
+        "{text}"
+    );
+}
+
+#[test]
 fn tcp_phones_side_by_side_with_kamailio() {
     side_by_side_with_kamailio("tcp", 1);
 }

@@ -136,6 +136,13 @@ pub struct Plan {
     /// reversed every other round (A B, B A, …) so that a machine that
     /// slows down or speeds up meanwhile weighs on each alike.
     pub rounds: usize,
+    /// What the phones offer for TLS key exchange, each offer measured in
+    /// turn against every server (a list of group names; empty: the
+    /// default offer, X25519MLKEM768 first). With more than one offer,
+    /// each row is named by the server and the offer.
+    pub offers: Vec<Vec<String>>,
+    /// The offer being measured (set by [`measure`] for each).
+    pub offer: Vec<String>,
 }
 
 /// One server's figures.
@@ -268,12 +275,63 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Vec<Outcom
             progress(&format!("round {round} of {}", plan.rounds));
         }
         for target in crate::stats::round_order(&plan.targets, round) {
-            let mut outcome = measure_one(plan, target, processes, &mut progress)?;
-            outcome.round = round;
-            outcomes.push(outcome);
+            for offer in offers(plan) {
+                if !offer_fits(target, &offer) {
+                    progress(&format!(
+                        "{}: skipped with the offer {} (no post-quantum key exchange in its OpenSSL)",
+                        target.name(),
+                        offer.join("+")
+                    ));
+                    continue;
+                }
+                let p = Plan {
+                    offer: offer.clone(),
+                    ..plan.clone()
+                };
+                let mut outcome = measure_one(&p, target, processes, &mut progress)?;
+                outcome.round = round;
+                if plan.offers.len() > 1 {
+                    outcome.target = format!("{} {}", outcome.target, offer.join("+"));
+                }
+                outcomes.push(outcome);
+            }
         }
     }
     Ok(outcomes)
+}
+
+/// The offers to measure (the default one when none are given).
+fn offers(plan: &Plan) -> Vec<Vec<String>> {
+    if plan.offers.is_empty() {
+        vec![Vec::new()]
+    } else {
+        plan.offers.clone()
+    }
+}
+
+/// Whether `target` can take `offer`: Kamailio (OpenSSL 3.0) has no
+/// ML-KEM group, so an offer of post-quantum groups only is not for it.
+fn offer_fits(target: &Target, offer: &[String]) -> bool {
+    let pq_only = !offer.is_empty()
+        && sip_tls::Groups::parse(offer)
+            .is_ok_and(|g| g.post_quantum_only().names().len() == offer.len());
+    !(pq_only && matches!(target, Target::Kamailio { .. }))
+}
+
+/// The phones' TLS client configuration for `offer` (no resumption:
+/// every connection a full handshake).
+fn phones_tls(
+    ca: &std::path::Path,
+    offer: &[String],
+) -> Result<std::sync::Arc<rustls::ClientConfig>, Error> {
+    let groups = if offer.is_empty() {
+        sip_tls::Groups::default()
+    } else {
+        sip_tls::Groups::parse(offer).map_err(Error::Input)?
+    };
+    let config =
+        crate::link::client_config_with(ca, false, &groups).map_err(Error::io("client TLS"))?;
+    Ok(crate::link::without_resumption(&config))
 }
 
 /// Starts `target`, opens, holds and refreshes the phones, and stops it.
@@ -451,6 +509,9 @@ pub struct PhonesSpec {
     timeout_ms: u64,
     /// The CA the phones trust, for TLS and WSS.
     ca: PathBuf,
+    /// The key-exchange groups they offer (empty: the default offer).
+    #[serde(default)]
+    offer: Vec<String>,
     busy_poll: bool,
     run: u32,
 }
@@ -504,9 +565,7 @@ impl Drop for PhoneProcess {
 impl Phones {
     fn here(plan: &Plan, servers: &[SocketAddr]) -> Result<Phones, Error> {
         let tls = if plan.transport.secure() {
-            Some(crate::link::without_resumption(
-                &crate::link::client_config(&plan.ca, false).map_err(Error::io("client TLS"))?,
-            ))
+            Some(phones_tls(&plan.ca, &plan.offer)?)
         } else {
             None
         };
@@ -561,6 +620,7 @@ impl Phones {
                         threads: plan.threads.div_ceil(n),
                         timeout_ms: plan.timeout.as_millis() as u64,
                         ca: plan.ca.clone(),
+                        offer: plan.offer.clone(),
                         busy_poll: plan.pin,
                         run: std::process::id(),
                     };
@@ -647,9 +707,7 @@ pub fn phones(mut input: impl io::BufRead, mut output: impl Write) -> Result<(),
         )));
     }
     let tls = if spec.transport.secure() {
-        Some(crate::link::without_resumption(
-            &crate::link::client_config(&spec.ca, false).map_err(Error::io("client TLS"))?,
-        ))
+        Some(phones_tls(&spec.ca, &spec.offer)?)
     } else {
         None
     };

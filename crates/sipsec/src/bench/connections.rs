@@ -91,6 +91,14 @@ pub struct ConnectionsArgs {
     /// noisy moment on a shared machine does not make the comparison.
     #[arg(long, default_value_t = 1)]
     pub(super) rounds: usize,
+    /// TLS key exchange the phones offer, each offer measured in turn
+    /// against every server, comma-separated; one offer may list several
+    /// groups joined by `+` (e.g. `X25519MLKEM768,x25519`: the hybrid
+    /// post-quantum group, then classical X25519) [default: the default
+    /// offer, X25519MLKEM768 first]. A post-quantum-only offer skips
+    /// Kamailio (OpenSSL 3.0 has no ML-KEM).
+    #[arg(long, value_delimiter = ',')]
+    pub(super) groups: Vec<String>,
     #[command(flatten)]
     pub(super) out: TableOutputs,
 }
@@ -150,14 +158,21 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         phones_exe: std::env::current_exe()
             .map_err(|e| format!("cannot find this executable: {e}"))?,
         rounds: a.rounds,
+        offers: offers(&a.groups)?,
+        offer: Vec::new(),
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the phones to CPU 1: {e}"))?;
     }
     let outcomes = connections::measure(&plan, |line| eprintln!("{line}"));
+    let bytes = if plan.transport.secure() {
+        handshake_bytes(&plan)
+    } else {
+        String::new()
+    };
     let _ = std::fs::remove_dir_all(&workdir);
     let outcomes = outcomes?;
-    let table = connections::table(&outcomes);
+    let table = connections::table(&outcomes) + &bytes;
     print!("{table}");
     a.out.write(&outcomes, &table, "connections", || {
         connections::html(&plan, &outcomes)
@@ -168,6 +183,67 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Bytes of one full handshake with this certificate for each offer,
+/// against sipsec's TLS configuration (run in memory), as lines after
+/// the table.
+fn handshake_bytes(plan: &Plan) -> String {
+    let settings = sipsec_server::config::TlsSettings {
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        cert: plan.cert.clone(),
+        key: plan.key.clone(),
+        client_ca: None,
+        peer_ca: None,
+        allow_rsa_1024: false,
+        groups: sipsec_server::config::TlsSettings::default_groups(),
+        require_pq: false,
+    };
+    let server = match sipsec_server::io::tls::TlsContext::new(&settings) {
+        Ok(ctx) => ctx.server,
+        Err(e) => return format!("\nTLS bytes per handshake: not measured ({e})\n"),
+    };
+    let offers = if plan.offers.is_empty() {
+        vec![Vec::new()]
+    } else {
+        plan.offers.clone()
+    };
+    let mut out = String::from("\nTLS bytes per full handshake with sipsec (records both ways, in memory, this certificate):\n");
+    for offer in offers {
+        let groups = if offer.is_empty() {
+            sip_tls::Groups::default()
+        } else {
+            sip_tls::Groups::parse(&offer).unwrap_or_default()
+        };
+        let line = sipsec_bench::link::client_config_with(&plan.ca, false, &groups)
+            .map(|c| sipsec_bench::link::without_resumption(&c))
+            .and_then(|c| sipsec_bench::link::handshake_bytes(c, server.clone(), "127.0.0.1"));
+        let label = if offer.is_empty() {
+            "default offer".to_owned()
+        } else {
+            offer.join("+")
+        };
+        match line {
+            Ok((up, down, group)) => out.push_str(&format!(
+                "- {label}: {group}, client→server {up} B, server→client {down} B, {} B in all\n",
+                up + down
+            )),
+            Err(e) => out.push_str(&format!("- {label}: not measured ({e})\n")),
+        }
+    }
+    out
+}
+
+/// The `--groups` offers, each checked.
+fn offers(groups: &[String]) -> Result<Vec<Vec<String>>, String> {
+    groups
+        .iter()
+        .map(|offer| {
+            let names: Vec<String> = offer.split('+').map(str::to_owned).collect();
+            sip_tls::Groups::parse(&names).map_err(|e| format!("--groups: {e}"))?;
+            Ok(names)
+        })
+        .collect()
 }
 
 /// `sipsec bench phones`: one process of a `bench connections` run.
