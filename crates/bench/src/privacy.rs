@@ -154,6 +154,7 @@ pub fn prepare(
             home,
             encoding: Encoding::Hex,
             limit: 2048,
+            tickets: false,
         });
         let mut phone = Phone::new(Config {
             user: "alice".into(),

@@ -11,7 +11,11 @@
 //! - AES with a key derived from the user's digest credentials, AES-GCM
 //!   by default and the published AES-CBC with ISO 10126 padding as a
 //!   compatibility mode ([`aes`]);
-//! - HPKE (RFC 9180) with X25519 ([`hpke`]).
+//! - HPKE (RFC 9180) with X25519 ([`hpke`]);
+//! - PrivaSIP-3 tickets: single-use pseudonyms the home proxy hands a
+//!   phone at registration, sealed with AES-256-GCM-SIV under the proxy's
+//!   ticket key, opened with one symmetric operation per call
+//!   ([`tickets`]).
 //!
 //! Every failure to decrypt is the same [`Error::Undecryptable`], so a
 //! proxy answering on it gives attackers no oracle.
@@ -23,6 +27,7 @@ pub mod hpke;
 pub mod kdf;
 pub mod keys;
 pub mod rsa;
+pub mod tickets;
 
 pub use encoding::Encoding;
 
@@ -42,6 +47,8 @@ pub enum Scheme {
     AesCbc = 4,
     /// HPKE (RFC 9180): DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM.
     Hpke = 5,
+    /// A PrivaSIP-3 ticket: AES-256-GCM-SIV under the proxy's ticket key.
+    Ticket = 6,
 }
 
 impl Scheme {
@@ -53,6 +60,7 @@ impl Scheme {
             3 => Some(Scheme::AesGcm),
             4 => Some(Scheme::AesCbc),
             5 => Some(Scheme::Hpke),
+            6 => Some(Scheme::Ticket),
             _ => None,
         }
     }
@@ -65,6 +73,7 @@ impl Scheme {
             Scheme::AesGcm => "aes-gcm",
             Scheme::AesCbc => "aes-cbc",
             Scheme::Hpke => "hpke-x25519",
+            Scheme::Ticket => "ticket-aes-gcm-siv",
         }
     }
 }

@@ -63,6 +63,11 @@ pub struct PrivacySettings {
     pub cache: usize,
     /// Seconds a cached pseudonym stays.
     pub cache_ttl: u64,
+    /// PrivaSIP-3: tickets handed to a phone that enrolls in its
+    /// REGISTER (0: none).
+    pub tickets: usize,
+    /// Seconds a ticket may be used.
+    pub ticket_ttl: u64,
 }
 
 /// Where the TLS material lives.

@@ -192,6 +192,10 @@ pub struct PrivacySection {
     pub cache: Option<usize>,
     /// Seconds a cached pseudonym stays (default 300).
     pub cache_ttl: Option<u64>,
+    /// PrivaSIP-3 tickets per enrolling REGISTER (0: off; at most 64).
+    pub tickets: Option<usize>,
+    /// Seconds a ticket may be used (default 3600).
+    pub ticket_ttl: Option<u64>,
 }
 
 /// One key of `[privacy]`.
@@ -336,12 +340,31 @@ fn privacy_settings(p: PrivacySection) -> Result<PrivacySettings, (&'static str,
             "0 entries: say mode = \"stateless\" instead".into(),
         ));
     }
+    let tickets = p.tickets.unwrap_or(0);
+    if tickets > privacy::tickets::MAX_BATCH {
+        return Err((
+            "privacy.tickets",
+            format!(
+                "{tickets}: at most {} per registration",
+                privacy::tickets::MAX_BATCH
+            ),
+        ));
+    }
+    let ticket_ttl = p.ticket_ttl.unwrap_or(3600);
+    if !(60..=86_400).contains(&ticket_ttl) {
+        return Err((
+            "privacy.ticket_ttl",
+            format!("{ticket_ttl}: seconds in [60, 86400]"),
+        ));
+    }
     Ok(PrivacySettings {
         keys,
         aes,
         aes_key_id: p.aes_key_id.unwrap_or(1),
         cache,
         cache_ttl: p.cache_ttl.unwrap_or(300),
+        tickets,
+        ticket_ttl,
     })
 }
 

@@ -143,6 +143,12 @@ pub struct PrivacyArgs {
     /// Pseudonyms in base32 (shorter) instead of hex.
     #[arg(long)]
     base32: bool,
+    /// PrivaSIP-3: enroll at registration (HPKE to --home-key, an X25519
+    /// key) and use a fresh single-use ticket from the home proxy as our
+    /// ID on each call: unlinkable calls for one symmetric operation at
+    /// the proxy (server: `[privacy] tickets`).
+    #[arg(long, requires = "home_key")]
+    tickets: bool,
 }
 
 fn read_cipher(path: &std::path::Path, key_id: u8) -> Result<ua::phone::IdCipher, String> {
@@ -197,6 +203,7 @@ fn privacy_setup(
             privacy::Encoding::Hex
         },
         limit: 2048,
+        tickets: a.tickets,
     }))
 }
 

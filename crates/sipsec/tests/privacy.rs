@@ -90,6 +90,19 @@ fn proxy(
     aes: bool,
     mode: &str,
 ) -> Running {
+    proxy_with(dir, d, peer, key, aes, mode, "")
+}
+
+/// [`proxy`] with `extra` lines in its `[privacy]` table.
+fn proxy_with(
+    dir: &Path,
+    d: &Domain,
+    peer: &Domain,
+    key: Option<&Path>,
+    aes: bool,
+    mode: &str,
+    extra: &str,
+) -> Running {
     let users = dir.join(format!("{}.users.tsv", d.name));
     let csv = dir.join(format!("{}.csv", d.name));
     std::fs::write(&csv, "username,password\nalice,pw-alice\nbob,pw-bob\n").expect("csv");
@@ -115,6 +128,7 @@ fn proxy(
         if aes {
             privacy.push_str("aes = \"gcm\"\n");
         }
+        privacy.push_str(extra);
     }
     let config = format!(
         "mode = \"proxy\"\nudp = \"127.0.0.1:{}\"\ntcp = \"off\"\nhttp = \"127.0.0.1:0\"\nstateful = true\n\
@@ -342,6 +356,82 @@ fn privasip_2_calls_cross_two_domains_with_no_user_id_in_clear() {
             );
         }
     }
+}
+
+/// The From user of the INVITE that crossed between the proxies.
+fn from_user(packets: &[Vec<u8>]) -> String {
+    // A capture record holds the IP and UDP headers before the SIP.
+    let invite = packets
+        .iter()
+        .map(|d| String::from_utf8_lossy(d).into_owned())
+        .find_map(|m| m.find("INVITE sip:").map(|i| m[i..].to_owned()))
+        .expect("an INVITE crossed");
+    let from = invite
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("from:"))
+        .expect("From");
+    from.split("sip:")
+        .nth(1)
+        .and_then(|r| r.split('@').next())
+        .expect("From user")
+        .to_owned()
+}
+
+#[test]
+fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation() {
+    let dir = tempdir("privasip3");
+    let (a, b) = domains();
+    let (a_key, a_pub) = key_pair(&dir, "a", "hpke");
+    let pa = proxy_with(
+        &dir,
+        &a,
+        &b,
+        Some(&a_key),
+        false,
+        "stateless",
+        "tickets = 8\n",
+    );
+    let _pb = proxy(&dir, &b, &a, None, false, "stateful");
+    let alice = [
+        "--register",
+        "--privacy",
+        "1",
+        "--home-key",
+        p(&a_pub),
+        "--base32",
+        "--tickets",
+    ];
+    let first = call_across(&dir, (&a, &b), &alice, &[]);
+    assert_call_crossed(&first);
+    let second = call_across(&dir, (&a, &b), &alice, &[]);
+    for d in first.iter().chain(&second) {
+        assert!(!contains(d, "alice"), "alice crossed in clear");
+    }
+    // Two calls, two tickets: nothing in common past the 3-byte header.
+    let (t1, t2) = (from_user(&first), from_user(&second));
+    assert_ne!(t1, t2);
+    let (r1, r2) = (
+        privacy::Encoding::decode_any(&t1).expect("base32"),
+        privacy::Encoding::decode_any(&t2).expect("base32"),
+    );
+    assert_eq!((r1[1], r2[1]), (6, 6), "ticket pseudonyms");
+    let same = r1[3..].iter().zip(&r2[3..]).filter(|(x, y)| x == y).count();
+    assert!(same < 10, "{same} bytes in common");
+    // Each registration enrolled (one HPKE open) and got 8 tickets; each
+    // call's identity opened with a ticket (one AES-GCM-SIV open each:
+    // INVITE and its authenticated resend, BYE).
+    let c = privacy_counters(&pa);
+    assert_eq!(c["enrollments_total"], 2, "{c}");
+    assert_eq!(c["tickets_issued_total"], 16, "{c}");
+    assert!(c["tickets_opened_total"].as_u64() >= Some(2), "{c}");
+    assert_eq!(c["refused_total"], 0, "{c}");
+    // The ticket key survived in the data directory (0600).
+    let key = dir.join("a.example.data/privasip3-tickets.key");
+    let mode = std::fs::metadata(&key).expect("ticket key").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
 }
 
 #[test]

@@ -241,6 +241,31 @@ impl View {
                     "Pseudonyms that did not open (refused).",
                     &c.refused,
                 ),
+                (
+                    "sipsec_privacy_enrollments_total",
+                    "PrivaSIP-3 enrollments answered with tickets.",
+                    &c.enrollments,
+                ),
+                (
+                    "sipsec_privacy_enrollments_refused_total",
+                    "PrivaSIP-3 enrollments refused (not for this proxy, or broken).",
+                    &c.enrollments_refused,
+                ),
+                (
+                    "sipsec_privacy_tickets_issued_total",
+                    "PrivaSIP-3 tickets handed out.",
+                    &c.tickets_issued,
+                ),
+                (
+                    "sipsec_privacy_tickets_opened_total",
+                    "PrivaSIP-3 tickets opened (one AES-256-GCM-SIV decryption each).",
+                    &c.tickets_opened,
+                ),
+                (
+                    "sipsec_privacy_tickets_expired_total",
+                    "PrivaSIP-3 tickets refused as expired.",
+                    &c.tickets_expired,
+                ),
             ] {
                 text.push_str(&format!(
                     "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
@@ -407,6 +432,12 @@ impl View {
                 "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),
                 "cache_hits_total": p.counters.cache_hits.load(Ordering::Relaxed),
                 "refused_total": p.counters.refused.load(Ordering::Relaxed),
+                "tickets": p.issues_tickets(),
+                "enrollments_total": p.counters.enrollments.load(Ordering::Relaxed),
+                "enrollments_refused_total": p.counters.enrollments_refused.load(Ordering::Relaxed),
+                "tickets_issued_total": p.counters.tickets_issued.load(Ordering::Relaxed),
+                "tickets_opened_total": p.counters.tickets_opened.load(Ordering::Relaxed),
+                "tickets_expired_total": p.counters.tickets_expired.load(Ordering::Relaxed),
             })),
             "banned": self.shared.guard.banned(now).into_iter().map(|(ip, left)| json!({"address": ip.to_string(), "seconds_left": left})).collect::<Vec<_>>(),
             "summary": {

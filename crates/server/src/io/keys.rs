@@ -65,21 +65,103 @@ pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let secret = random_secret()?;
-            let tmp = path.with_extension("tmp");
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(named)?;
-            let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-            f.write_all(format!("{hex}\n").as_bytes()).map_err(named)?;
-            f.sync_all().map_err(named)?;
-            std::fs::rename(&tmp, path).map_err(named)?;
+            write_secret(path, &format!("{}\n", hex(&secret)))?;
             with_epoch(NonceKey::from_secret(secret, ttl))
         }
         Err(e) => Err(named(e)),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes `text` to `path` (mode 0600) through a synced temporary file
+/// renamed into place.
+fn write_secret(path: &Path, text: &str) -> io::Result<()> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(named)?;
+    f.write_all(text.as_bytes()).map_err(named)?;
+    f.sync_all().map_err(named)?;
+    std::fs::rename(&tmp, path).map_err(named)
+}
+
+/// How long a PrivaSIP-3 ticket key is current before a start rotates it
+/// (the one before still opens the tickets handed out under it).
+pub const TICKET_KEY_ROTATION: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The PrivaSIP-3 ticket keys kept in `path` (mode 0600: `EPOCH HEX`
+/// lines, the current key first, then the one before), so tickets
+/// survive a restart; created the first time; rotated at start when the
+/// file is older than [`TICKET_KEY_ROTATION`]. `None`: a key for this
+/// run only (`serve --check`).
+pub fn ticket_keys(path: Option<&Path>) -> io::Result<privacy::tickets::TicketKeys> {
+    let bad = |e: privacy::Error| io::Error::other(e.to_string());
+    let Some(path) = path else {
+        return privacy::tickets::TicketKeys::generate(1)
+            .map(|k| k.0)
+            .map_err(bad);
+    };
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let (current, old_age) = match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let meta = std::fs::metadata(path).map_err(named)?;
+            if meta.permissions().mode() & 0o077 != 0 {
+                return Err(named(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "readable by others: chmod 600 it",
+                )));
+            }
+            let first = text.lines().next().and_then(|l| {
+                let (e, k) = l.split_once(' ')?;
+                Some((e.parse::<u8>().ok()?, parse_secret(k.trim())?))
+            });
+            let Some(first) = first else {
+                return Err(named(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "not `EPOCH HEX` lines: delete it to make a new key (tickets handed out stop opening)",
+                )));
+            };
+            let age = meta.modified().ok().and_then(|m| m.elapsed().ok());
+            (Some((first, text)), age)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (None, None),
+        Err(e) => return Err(named(e)),
+    };
+    match current {
+        Some(((epoch, key), text)) if old_age.is_some_and(|a| a < TICKET_KEY_ROTATION) => {
+            let previous = text.lines().nth(1).and_then(|l| {
+                let (e, k) = l.split_once(' ')?;
+                Some((e.parse::<u8>().ok()?, parse_secret(k.trim())?))
+            });
+            privacy::tickets::TicketKeys::new(
+                (epoch, &key),
+                previous.as_ref().map(|(e, k)| (*e, k)),
+            )
+            .map_err(bad)
+        }
+        Some(((epoch, key), _)) => {
+            // Rotated: a new current key, this one kept as the previous.
+            let next = random_secret()?;
+            let e = epoch.wrapping_add(1);
+            write_secret(
+                path,
+                &format!("{e} {}\n{epoch} {}\n", hex(&next), hex(&key)),
+            )?;
+            privacy::tickets::TicketKeys::new((e, &next), Some((epoch, &key))).map_err(bad)
+        }
+        None => {
+            let key = random_secret()?;
+            write_secret(path, &format!("1 {}\n", hex(&key)))?;
+            privacy::tickets::TicketKeys::new((1, &key), None).map_err(bad)
+        }
     }
 }
 
@@ -136,11 +218,13 @@ pub fn stir(
 }
 
 /// Reads the PrivaSIP private keys named in `s` and sets up pseudonym
-/// decryption (AES needs the users: their SHA-256 HA1 in `realm`).
+/// decryption (AES needs the users: their SHA-256 HA1 in `realm`);
+/// PrivaSIP-3's ticket keys live in `ticket_file` (see [`ticket_keys`]).
 pub fn privacy(
     s: &PrivacySettings,
     users: Option<&Users>,
     realm: &str,
+    ticket_file: Option<&Path>,
 ) -> Result<Privacy, PrivacyError> {
     let mut pems = Vec::with_capacity(s.keys.len());
     for (id, path) in &s.keys {
@@ -150,7 +234,15 @@ pub fn privacy(
         })?;
         pems.push((*id, path.display().to_string(), pem));
     }
-    Privacy::new(s, &pems, users, realm)
+    let tickets = if s.tickets > 0 {
+        Some(ticket_keys(ticket_file).map_err(|e| PrivacyError::Key {
+            name: "PrivaSIP-3 ticket key".into(),
+            reason: e.to_string(),
+        })?)
+    } else {
+        None
+    };
+    Privacy::new(s, &pems, users, realm, tickets)
 }
 
 #[cfg(test)]

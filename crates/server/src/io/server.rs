@@ -268,10 +268,16 @@ fn privacy(
         return Ok(None);
     };
     let users = auth.map(|a| a.users());
+    let ticket_file = config.data_dir.join("privasip3-tickets.key");
+    if p.tickets > 0 {
+        // A Redis-located node may have made no data directory yet.
+        let _ = std::fs::create_dir_all(&config.data_dir);
+    }
     Ok(Some(crate::io::keys::privacy(
         p,
         users.as_deref(),
         &config.realm,
+        Some(&ticket_file),
     )?))
 }
 
@@ -795,7 +801,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
         None => None,
     };
     if let Some(p) = &config.privacy {
-        crate::io::keys::privacy(p, users.as_ref(), &config.realm)?;
+        crate::io::keys::privacy(p, users.as_ref(), &config.realm, None)?;
     }
     crate::io::keys::stir(&config.stir, config.mode == Mode::Proxy)?;
     crate::io::resolver::read_hosts(&config.dns).map_err(StartError::Dns)?;

@@ -9,13 +9,21 @@
 //! credentials, and in the dialog's later requests costs one decryption.
 //! Anything shaped like a pseudonym that does not open is refused, always
 //! the same way.
+//!
+//! PrivaSIP-3 ([`privacy::tickets`]): a REGISTER that carries an
+//! enrollment (`Privasip-Enroll`, a secret sealed to this proxy's HPKE
+//! key) gets a batch of single-use tickets in its 200
+//! (`Privasip-Tickets`, sealed under the user key the enrollment gives);
+//! a ticket used where an ID goes opens with one AES-256-GCM-SIV
+//! decryption under the ticket key, until it expires.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use privacy::aes::AesId;
 use privacy::keys::Decipher;
-use privacy::{IdDecipher, Scheme};
+use privacy::tickets::TicketKeys;
+use privacy::{Encoding, IdDecipher, Scheme};
 
 use crate::proto::users::Users;
 use crate::shards::Shards;
@@ -53,6 +61,9 @@ pub enum PrivacyError {
     /// Nothing to decrypt with.
     #[error("give at least one key, or aes with users")]
     NoKeys,
+    /// Tickets were asked for without an HPKE key to enroll with.
+    #[error("tickets (PrivaSIP-3) need an X25519 key among the keys: phones enroll with HPKE")]
+    TicketsNeedHpke,
 }
 
 /// What a user part turned out to be.
@@ -75,6 +86,16 @@ pub struct PrivacyCounters {
     pub cache_hits: AtomicU64,
     /// Pseudonyms refused.
     pub refused: AtomicU64,
+    /// PrivaSIP-3 enrollments answered with tickets.
+    pub enrollments: AtomicU64,
+    /// Enrollments refused (not ours, or broken).
+    pub enrollments_refused: AtomicU64,
+    /// Tickets handed out.
+    pub tickets_issued: AtomicU64,
+    /// Tickets opened (one symmetric decryption each).
+    pub tickets_opened: AtomicU64,
+    /// Tickets refused because they had expired.
+    pub tickets_expired: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +111,7 @@ pub struct Privacy {
     capacity: usize,
     ttl: u64,
     cache: Shards<Cache>,
+    tickets: Option<(TicketKeys, usize, u64)>,
     /// Counters.
     pub counters: PrivacyCounters,
 }
@@ -107,12 +129,14 @@ impl std::fmt::Debug for Privacy {
 impl Privacy {
     /// Sets up decryption with the private keys in `pems` (key id, a name
     /// for messages, PEM text); AES needs the users (their SHA-256 HA1 in
-    /// `realm`).
+    /// `realm`); PrivaSIP-3 tickets the ticket key `ticket_keys` when
+    /// `s.tickets` asks for them.
     pub fn new(
         s: &PrivacySettings,
         pems: &[(u8, String, Vec<u8>)],
         users: Option<&Users>,
         realm: &str,
+        ticket_keys: Option<TicketKeys>,
     ) -> Result<Self, PrivacyError> {
         let mut keys = Vec::new();
         for (id, name, pem) in pems {
@@ -148,7 +172,15 @@ impl Privacy {
         if keys.is_empty() && aes.is_empty() {
             return Err(PrivacyError::NoKeys);
         }
+        let tickets = match ticket_keys.filter(|_| s.tickets > 0) {
+            Some(_) if !keys.iter().any(|k| k.scheme() == Scheme::Hpke) => {
+                return Err(PrivacyError::TicketsNeedHpke)
+            }
+            Some(t) => Some((t, s.tickets, s.ticket_ttl)),
+            None => None,
+        };
         Ok(Self {
+            tickets,
             keys,
             aes,
             aes_key_id: s.aes_key_id,
@@ -179,7 +211,7 @@ impl Privacy {
             }
         }
         self.counters.decryptions.fetch_add(1, Ordering::Relaxed);
-        match self.decrypt(&raw) {
+        match self.decrypt(&raw, now) {
             Some(id) => {
                 if self.capacity > 0 {
                     self.remember(user, &id, now);
@@ -193,8 +225,20 @@ impl Privacy {
         }
     }
 
-    fn decrypt(&self, raw: &[u8]) -> Option<String> {
+    fn decrypt(&self, raw: &[u8], now: u64) -> Option<String> {
         let (scheme, key_id, _) = privacy::split(raw).ok()?;
+        if scheme == Scheme::Ticket {
+            let (keys, _, _) = self.tickets.as_ref()?;
+            let t = keys.open(raw).ok()?;
+            if t.expires < now {
+                self.counters
+                    .tickets_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            self.counters.tickets_opened.fetch_add(1, Ordering::Relaxed);
+            return Some(t.id);
+        }
         if matches!(scheme, Scheme::AesGcm | Scheme::AesCbc) {
             if key_id != self.aes_key_id {
                 return None;
@@ -212,6 +256,51 @@ impl Privacy {
             .find(|k| k.scheme() == scheme && k.key_id() == key_id)?
             .decrypt(raw)
             .ok()
+    }
+
+    /// Whether PrivaSIP-3 tickets are handed out.
+    pub fn issues_tickets(&self) -> bool {
+        self.tickets.is_some()
+    }
+
+    /// The `Privasip-Tickets` value for the authenticated user `id` whose
+    /// REGISTER carried the enrollment `enroll` (its header value), at
+    /// `now`: a batch of fresh tickets sealed under the user key. `None`
+    /// when tickets are off or the enrollment is not one for this proxy.
+    pub fn enroll(&self, id: &str, enroll: &str, now: u64) -> Option<String> {
+        let (keys, batch, ttl) = self.tickets.as_ref()?;
+        let refused = || {
+            self.counters
+                .enrollments_refused
+                .fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        let Some(raw) = Encoding::decode_any(enroll.trim()) else {
+            return refused();
+        };
+        let Ok((Scheme::Hpke, key_id, _)) = privacy::split(&raw) else {
+            return refused();
+        };
+        let Some(k) = self
+            .keys
+            .iter()
+            .find(|k| k.scheme() == Scheme::Hpke && k.key_id() == key_id)
+        else {
+            return refused();
+        };
+        let Ok(k_u) = privacy::tickets::accept(k.as_ref(), &raw, id) else {
+            return refused();
+        };
+        let tickets: Vec<Vec<u8>> = (0..*batch)
+            .map(|_| keys.issue(id, now + ttl))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let sealed = privacy::tickets::seal_batch(&k_u, &tickets).ok()?;
+        self.counters.enrollments.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .tickets_issued
+            .fetch_add(tickets.len() as u64, Ordering::Relaxed);
+        Some(Encoding::Base32.encode(&sealed))
     }
 
     /// Bounded: when full, expired entries go; if that is not enough, an
@@ -254,7 +343,10 @@ mod tests {
             ..Default::default()
         };
         let pems = [(3, "hpke.pem".to_owned(), pem)];
-        (Privacy::new(&settings, &pems, None, "r").unwrap(), enc)
+        (
+            Privacy::new(&settings, &pems, None, "r", None).unwrap(),
+            enc,
+        )
     }
 
     #[test]
@@ -322,7 +414,7 @@ mod tests {
                 aes_key_id: 1,
                 ..Default::default()
             };
-            let p = Privacy::new(&settings, &[], Some(&users), "example.org").unwrap();
+            let p = Privacy::new(&settings, &[], Some(&users), "example.org", None).unwrap();
             let bob = AesId::new(ha1("bob").as_str(), "example.org", 1, cbc).unwrap();
             let t = bob.pseudonym("bob", Encoding::Hex, 1000).unwrap();
             assert_eq!(p.reveal(&t, 0), Reveal::Id("bob".into()));
@@ -330,7 +422,58 @@ mod tests {
             let lie = bob.pseudonym("alice", Encoding::Hex, 1000).unwrap();
             assert_eq!(p.reveal(&lie, 0), Reveal::Refused);
         }
-        let err = Privacy::new(&PrivacySettings::default(), &[], None, "r").unwrap_err();
+        let err = Privacy::new(&PrivacySettings::default(), &[], None, "r", None).unwrap_err();
         assert!(err.to_string().contains("at least one key"), "{err}");
+    }
+
+    #[test]
+    fn an_enrolled_user_gets_tickets_that_open_once_each_until_they_expire() {
+        let key = openssl::pkey::PKey::generate_x25519().unwrap();
+        let pem = key.private_key_to_pem_pkcs8().unwrap();
+        let public = privacy::keys::public_pem(&pem).unwrap();
+        let enc = privacy::keys::cipher_from_pem(&public, 3).unwrap();
+        let settings = PrivacySettings {
+            tickets: 4,
+            ticket_ttl: 100,
+            ..Default::default()
+        };
+        let (keys, _) = TicketKeys::generate(1).unwrap();
+        let pems = [(3, "hpke.pem".to_owned(), pem)];
+        let p = Privacy::new(&settings, &pems, None, "r", Some(keys)).unwrap();
+        assert!(p.issues_tickets());
+        let (enrollment, sealed) = privacy::tickets::Enrollment::new(enc.as_ref()).unwrap();
+        let header = p
+            .enroll("alice", &Encoding::Base32.encode(&sealed), 1_000)
+            .expect("tickets");
+        let batch = Encoding::decode_any(&header).unwrap();
+        let tickets = enrollment.tickets("alice", &batch).unwrap();
+        assert_eq!(tickets.len(), 4);
+        let texts: Vec<String> = tickets.iter().map(|t| Encoding::Base32.encode(t)).collect();
+        for t in &texts {
+            assert_eq!(p.reveal(t, 1_050), Reveal::Id("alice".into()));
+        }
+        assert_eq!(p.reveal(&texts[0], 1_101), Reveal::Refused, "expired");
+        assert_eq!(p.counters.tickets_expired.load(Ordering::Relaxed), 1);
+        // An enrollment for another proxy, or junk: no tickets.
+        assert_eq!(p.enroll("alice", "not-an-enrollment", 1_000), None);
+        let other = openssl::pkey::PKey::generate_x25519().unwrap();
+        let other_pub =
+            privacy::keys::public_pem(&other.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        let other_enc = privacy::keys::cipher_from_pem(&other_pub, 3).unwrap();
+        let (_, foreign) = privacy::tickets::Enrollment::new(other_enc.as_ref()).unwrap();
+        assert_eq!(
+            p.enroll("alice", &Encoding::Base32.encode(&foreign), 1_000),
+            None
+        );
+        assert_eq!(p.counters.enrollments_refused.load(Ordering::Relaxed), 2);
+        // Tickets need an HPKE key to enroll with.
+        let aes_only = Privacy::new(
+            &settings,
+            &[],
+            None,
+            "r",
+            TicketKeys::generate(1).ok().map(|k| k.0),
+        );
+        assert!(aes_only.is_err());
     }
 }

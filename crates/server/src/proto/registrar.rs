@@ -31,9 +31,16 @@ struct Answer<'a> {
     changes: &'a [ContactChange<'a>],
     /// The request carried valid credentials (its source is proven).
     credentials: bool,
+    /// The ID registering (revealed from a pseudonym).
+    id: &'a str,
     supports_path: bool,
     wants_outbound: bool,
 }
+
+/// The header a phone enrolls for PrivaSIP-3 tickets with.
+pub const ENROLL: &str = "Privasip-Enroll";
+/// The header the tickets come back in.
+pub const TICKETS: &str = "Privasip-Tickets";
 
 /// Each contact's RFC 5626 instance and flow (`+sip.instance` with
 /// `reg-id`, kept as INSTANCE#REG-ID so its next registration on another
@@ -128,10 +135,28 @@ impl Core {
         let answer = Answer {
             changes: &changes,
             credentials: user.is_some(),
+            id: &to_user,
             supports_path,
             wants_outbound,
         };
         self.answer_registration(msg, src, now, prepared, &answer, out)
+    }
+
+    /// PrivaSIP-3 tickets for an authenticated REGISTER that enrolls
+    /// (never for one without credentials: they would name whoever asked).
+    fn tickets_for(&self, msg: &Message<'_>, answer: &Answer<'_>, now: u64) -> Option<String> {
+        let p = self
+            .shared
+            .privacy
+            .as_ref()
+            .filter(|p| p.issues_tickets())?;
+        if !answer.credentials {
+            return None;
+        }
+        let enroll = msg
+            .headers_named(sip_core::HeaderName::Other)
+            .find(|h| h.raw_name.eq_ignore_ascii_case(ENROLL))?;
+        p.enroll(answer.id, enroll.value, now)
     }
 
     /// What the REGISTER asks of each contact (RFC 3261 §10.3 steps 6–7,
@@ -394,6 +419,10 @@ impl Core {
         // RFC 5626 §6: a registrar that keeps the flow says so.
         if answer.wants_outbound {
             extra.push(("Require", "outbound"));
+        }
+        let tickets = self.tickets_for(msg, answer, now);
+        if let Some(t) = &tickets {
+            extra.push((TICKETS, t));
         }
         let reply = self.respond(msg, StatusCode::OK, &extra, src, out);
         if prepared.is_empty() {

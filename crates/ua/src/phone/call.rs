@@ -186,7 +186,7 @@ impl Phone {
         target: &str,
         body: String,
     ) -> Result<(Request, Identity), PhoneError> {
-        let me = self.identity()?;
+        let me = self.identity(true)?;
         let uri = self.callee_uri(target)?;
         let (call_id, tag) = (sip::token(12), sip::token(4));
         let cseq = self.next_cseq();

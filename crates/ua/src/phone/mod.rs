@@ -125,6 +125,9 @@ pub struct PrivacySetup {
     pub encoding: privacy::Encoding,
     /// Longest pseudonym allowed, in characters.
     pub limit: usize,
+    /// PrivaSIP-3: enroll at each registration (HPKE to the home key)
+    /// and put a fresh single-use ticket where our ID goes on each call.
+    pub tickets: bool,
 }
 
 impl std::fmt::Debug for PrivacySetup {
@@ -203,6 +206,8 @@ pub struct Phone {
     keepalive: Option<Duration>,
     /// The registration kept alive, once one is granted.
     kept: Option<Kept>,
+    /// PrivaSIP-3 tickets the home proxy handed out, unused (encoded).
+    tickets: std::collections::VecDeque<String>,
 }
 
 /// A registration kept alive while the phone waits for a call.
@@ -298,6 +303,7 @@ impl Phone {
             register_tag: sip::token(4),
             log: Box::new(|_| {}),
             keepalive: None,
+            tickets: std::collections::VecDeque::new(),
             kept: None,
         })
     }
@@ -359,15 +365,25 @@ impl Phone {
     }
 
     /// Our From for a new registration or call: under PrivaSIP a fresh
-    /// pseudonym for the home proxy, shown as "Anonymous".
-    fn identity(&self) -> Result<Identity, PhoneError> {
+    /// pseudonym for the home proxy, shown as "Anonymous" — for a call
+    /// under PrivaSIP-3 the next unused ticket (one symmetric operation at
+    /// the proxy) while any is left.
+    fn identity(&mut self, call: bool) -> Result<Identity, PhoneError> {
         let Some(p) = &self.cfg.privacy else {
             return Ok(Identity {
                 from: format!("<{}>", self.aor()),
                 shown: None,
             });
         };
-        let pseudonym = p.seal(&p.home, &self.cfg.user)?;
+        let ticket = if call && p.tickets {
+            self.tickets.pop_front()
+        } else {
+            None
+        };
+        let pseudonym = match ticket {
+            Some(t) => t,
+            None => p.seal(&p.home, &self.cfg.user)?,
+        };
         Ok(Identity {
             from: format!("\"Anonymous\" <sip:{pseudonym}@{}>", self.cfg.domain),
             shown: Some(pseudonym),

@@ -13,7 +13,7 @@ impl Phone {
         let uri = format!("sip:{}", self.cfg.domain);
         let (call_id, tag) = (self.register_call_id.clone(), self.register_tag.clone());
         let cseq = self.next_cseq();
-        let me = self.identity()?;
+        let me = self.identity(false)?;
         let mut req = self.base_request(
             Method::Register,
             &uri,
@@ -24,6 +24,10 @@ impl Phone {
         );
         req.contact = Some(self.contact());
         req.extra.push(format!("Expires: {expires}"));
+        let enrollment = self.enrollment()?;
+        if let Some((_, sealed)) = &enrollment {
+            req.extra.push(format!("Privasip-Enroll: {sealed}"));
+        }
         let mut challenged = false;
         loop {
             let out = self.transact(server, &req, None)?;
@@ -31,6 +35,9 @@ impl Phone {
             let (code, reason) = status_of(&m);
             match code {
                 200..=299 => {
+                    if let Some((e, _)) = &enrollment {
+                        self.take_tickets(e, &m)?;
+                    }
                     let granted = m
                         .contacts()
                         .find(|c| c.addr.uri().as_str().contains(&Self::host(self.local)))
@@ -132,6 +139,46 @@ impl Phone {
             ));
             self.register(expires)?;
         }
+        Ok(())
+    }
+
+    /// Under PrivaSIP-3: a fresh enrollment for this registration and its
+    /// header value (the secret sealed to the home proxy's HPKE key).
+    fn enrollment(&self) -> Result<Option<(privacy::tickets::Enrollment, String)>, PhoneError> {
+        let Some(p) = self.cfg.privacy.as_ref().filter(|p| p.tickets) else {
+            return Ok(None);
+        };
+        let (e, sealed) = privacy::tickets::Enrollment::new(p.home.as_ref())
+            .map_err(|e| PhoneError::Privacy(e.to_string()))?;
+        Ok(Some((e, privacy::Encoding::Base32.encode(&sealed))))
+    }
+
+    /// The tickets a 200 to our enrolling REGISTER handed out replace the
+    /// ones left; none is an error (the proxy does not do PrivaSIP-3).
+    fn take_tickets(
+        &mut self,
+        e: &privacy::tickets::Enrollment,
+        ok: &Message<'_>,
+    ) -> Result<(), PhoneError> {
+        let value = ok
+            .headers_named(sip_core::HeaderName::Other)
+            .find(|h| h.raw_name.eq_ignore_ascii_case("Privasip-Tickets"))
+            .map(|h| h.value)
+            .ok_or_else(|| {
+                PhoneError::Privacy("the home proxy handed out no PrivaSIP-3 tickets".into())
+            })?;
+        let batch = privacy::Encoding::decode_any(value)
+            .ok_or_else(|| PhoneError::Privacy("Privasip-Tickets: not base32".into()))?;
+        let tickets = e
+            .tickets(&self.cfg.user, &batch)
+            .map_err(|e| PhoneError::Privacy(format!("Privasip-Tickets: {e}")))?;
+        let encoding = self
+            .cfg
+            .privacy
+            .as_ref()
+            .map_or(privacy::Encoding::Base32, |p| p.encoding);
+        self.tickets = tickets.iter().map(|t| encoding.encode(t)).collect();
+        (self.log)(&format!("PrivaSIP-3: {} tickets", self.tickets.len()));
         Ok(())
     }
 }

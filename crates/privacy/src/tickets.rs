@@ -1,0 +1,334 @@
+//! PrivaSIP-3: per-call unlinkable identities for one public-key
+//! operation per registration and one symmetric operation per call.
+//!
+//! 1. **Enrollment**, in a REGISTER: the phone picks a random 32-byte
+//!    secret and seals it to the home proxy's X25519 key with HPKE (the
+//!    PrivaSIP-2 scheme, [`crate::hpke`]). Only that proxy opens it. Both
+//!    sides derive the user key K_u from it (HKDF-SHA256, the user's ID
+//!    in the info).
+//! 2. **Tickets**, in the REGISTER's 200 (sent only to an authenticated
+//!    user): a batch of single-use pseudonyms, each the user's ID and an
+//!    expiry sealed under the proxy's ticket key with AES-256-GCM-SIV
+//!    (RFC 8452) and a fresh random nonce — so two tickets of one user
+//!    share nothing but the 3-byte header. The batch travels sealed under
+//!    K_u (AES-256-GCM-SIV again): an observer of the 200 cannot tell
+//!    which tickets are whose.
+//! 3. **Per call** the phone puts a fresh ticket where its ID goes (From,
+//!    the digest username); the proxy opens it with its ticket key — one
+//!    AEAD decryption, no lookup, no public-key operation.
+//!
+//! A ticket is `version | scheme 6 | epoch | nonce (12) | AES-256-GCM-SIV(
+//! expiry (8, Unix seconds, big-endian) | ID)` with the 3-byte header as
+//! associated data. The proxy keeps its current ticket key and the one
+//! before (by epoch), so rotating the key does not void the tickets
+//! already handed out.
+
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM_SIV};
+
+use crate::{header, kdf, random, split, Error, Scheme};
+
+/// Associated data of a ticket batch.
+const BATCH_AAD: &[u8] = b"sipsec privasip-3 tickets v1";
+/// HKDF info prefix of the user key.
+const USER_KEY_INFO: &[u8] = b"sipsec privasip-3 user key v1|";
+/// Tickets in one batch, at most (a SIP header stays small).
+pub const MAX_BATCH: usize = 64;
+/// The longest ID a ticket carries.
+pub const MAX_ID: usize = 128;
+
+fn key(bytes: &[u8; 32]) -> Result<LessSafeKey, Error> {
+    UnboundKey::new(&AES_256_GCM_SIV, bytes)
+        .map(LessSafeKey::new)
+        .map_err(|_| Error::Key("AES-256-GCM-SIV key".into()))
+}
+
+/// `nonce | AEAD(pt)` under `k` with `aad`.
+fn seal(k: &LessSafeKey, aad: &[u8], pt: &[u8]) -> Result<Vec<u8>, Error> {
+    let mut nonce = [0u8; 12];
+    random(&mut nonce)?;
+    let mut buf = pt.to_vec();
+    k.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        &mut buf,
+    )
+    .map_err(|_| Error::Key("AES-256-GCM-SIV seal".into()))?;
+    Ok([&nonce[..], &buf].concat())
+}
+
+/// The plaintext of `nonce | AEAD` under `k` with `aad`.
+fn open(k: &LessSafeKey, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, Error> {
+    if sealed.len() < 12 + 16 {
+        return Err(Error::Undecryptable);
+    }
+    let (nonce, ct) = sealed.split_at(12);
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| Error::Undecryptable)?;
+    let mut buf = ct.to_vec();
+    let n = k
+        .open_in_place(nonce, Aad::from(aad), &mut buf)
+        .map_err(|_| Error::Undecryptable)?
+        .len();
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The user key both sides derive from the enrollment `secret` for `id`.
+pub fn user_key(secret: &[u8], id: &str) -> [u8; 32] {
+    let mut k = [0u8; 32];
+    kdf::hkdf(
+        &[],
+        secret,
+        &[USER_KEY_INFO, id.as_bytes()].concat(),
+        &mut k,
+    );
+    k
+}
+
+/// A phone's enrollment: the secret it sealed for the proxy.
+pub struct Enrollment {
+    secret: [u8; 32],
+}
+
+impl std::fmt::Debug for Enrollment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Enrollment(…)")
+    }
+}
+
+impl Enrollment {
+    /// A fresh secret, and what carries it to the proxy: a raw pseudonym
+    /// of it (hex text) sealed by `to` (the proxy's HPKE cipher).
+    pub fn new(to: &dyn crate::IdCipher) -> Result<(Self, Vec<u8>), Error> {
+        if to.scheme() != Scheme::Hpke {
+            return Err(Error::Key(
+                "PrivaSIP-3 enrolls with the proxy's HPKE key".into(),
+            ));
+        }
+        let mut secret = [0u8; 32];
+        random(&mut secret)?;
+        let sealed = to.encrypt(&hex(&secret))?;
+        Ok((Self { secret }, sealed))
+    }
+
+    /// The tickets in a batch the proxy sent `id` (opened under the user
+    /// key this enrollment gives).
+    pub fn tickets(&self, id: &str, batch: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        open_batch(&user_key(&self.secret, id), batch)
+    }
+}
+
+/// The proxy's side of an enrollment: the secret inside `sealed` (a raw
+/// HPKE pseudonym opened by `with`), as the user key for `id`.
+pub fn accept(with: &dyn crate::IdDecipher, sealed: &[u8], id: &str) -> Result<[u8; 32], Error> {
+    if with.scheme() != Scheme::Hpke {
+        return Err(Error::Undecryptable);
+    }
+    let text = with.decrypt(sealed)?;
+    let secret = unhex(&text).ok_or(Error::Undecryptable)?;
+    if secret.len() != 32 {
+        return Err(Error::Undecryptable);
+    }
+    Ok(user_key(&secret, id))
+}
+
+/// `tickets` sealed under the user key `k_u` (one blob for a header).
+pub fn seal_batch(k_u: &[u8; 32], tickets: &[Vec<u8>]) -> Result<Vec<u8>, Error> {
+    let mut pt = Vec::new();
+    for t in tickets.iter().take(MAX_BATCH) {
+        let len = u8::try_from(t.len()).map_err(|_| Error::Key("ticket too long".into()))?;
+        pt.push(len);
+        pt.extend_from_slice(t);
+    }
+    seal(&key(k_u)?, BATCH_AAD, &pt)
+}
+
+/// The tickets of a batch sealed under `k_u`.
+pub fn open_batch(k_u: &[u8; 32], batch: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+    let pt = open(&key(k_u)?, BATCH_AAD, batch)?;
+    let mut out = Vec::new();
+    let mut rest = &pt[..];
+    while let [len, tail @ ..] = rest {
+        let len = usize::from(*len);
+        if tail.len() < len || out.len() >= MAX_BATCH {
+            return Err(Error::Undecryptable);
+        }
+        out.push(tail[..len].to_vec());
+        rest = &tail[len..];
+    }
+    Ok(out)
+}
+
+/// What a ticket says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    /// The user's ID.
+    pub id: String,
+    /// Until when it may be used (Unix seconds).
+    pub expires: u64,
+    /// Its nonce: what makes it single-use (replays share it).
+    pub nonce: [u8; 12],
+}
+
+/// The proxy's ticket keys: the current one and the one before, by epoch.
+pub struct TicketKeys {
+    current: (u8, LessSafeKey),
+    previous: Option<(u8, LessSafeKey)>,
+}
+
+impl std::fmt::Debug for TicketKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketKeys")
+            .field("epoch", &self.current.0)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TicketKeys {
+    /// Keys of epoch `epoch` (and the one before, if any).
+    pub fn new(epoch: (u8, &[u8; 32]), previous: Option<(u8, &[u8; 32])>) -> Result<Self, Error> {
+        Ok(Self {
+            current: (epoch.0, key(epoch.1)?),
+            previous: previous.map(|(e, k)| key(k).map(|k| (e, k))).transpose()?,
+        })
+    }
+
+    /// A fresh random key of epoch `epoch`, none before.
+    pub fn generate(epoch: u8) -> Result<(Self, [u8; 32]), Error> {
+        let mut k = [0u8; 32];
+        random(&mut k)?;
+        Ok((Self::new((epoch, &k), None)?, k))
+    }
+
+    /// A new ticket for `id` until `expires`.
+    pub fn issue(&self, id: &str, expires: u64) -> Result<Vec<u8>, Error> {
+        if id.len() > MAX_ID {
+            return Err(Error::IdTooLong {
+                len: id.len(),
+                max: MAX_ID,
+            });
+        }
+        let h = header(Scheme::Ticket, self.current.0);
+        let pt = [&expires.to_be_bytes()[..], id.as_bytes()].concat();
+        Ok([&h[..], &seal(&self.current.1, &h, &pt)?].concat())
+    }
+
+    /// What the raw ticket `raw` says, when this proxy sealed it (under
+    /// the current or the previous key); its expiry is not checked here.
+    pub fn open(&self, raw: &[u8]) -> Result<Ticket, Error> {
+        let (scheme, epoch, body) = split(raw)?;
+        if scheme != Scheme::Ticket {
+            return Err(Error::Undecryptable);
+        }
+        let k = if epoch == self.current.0 {
+            &self.current.1
+        } else {
+            match &self.previous {
+                Some((e, k)) if *e == epoch => k,
+                _ => return Err(Error::Undecryptable),
+            }
+        };
+        let pt = open(k, &raw[..3], body)?;
+        if pt.len() < 8 {
+            return Err(Error::Undecryptable);
+        }
+        let (exp, id) = pt.split_at(8);
+        let mut nonce = [0u8; 12];
+        nonce.copy_from_slice(&body[..12]);
+        Ok(Ticket {
+            id: String::from_utf8(id.to_vec()).map_err(|_| Error::Undecryptable)?,
+            expires: u64::from_be_bytes(exp.try_into().map_err(|_| Error::Undecryptable)?),
+            nonce,
+        })
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hpke::{Hpke, HpkeKey};
+
+    fn proxy_hpke() -> (Hpke, HpkeKey) {
+        let sk = [7u8; 32];
+        let pk = crate::hpke::public_of(&sk).unwrap();
+        (Hpke::new(pk, 4), HpkeKey::new(sk, 4).unwrap())
+    }
+
+    #[test]
+    fn a_phone_enrolls_gets_its_tickets_and_each_call_is_unlinkable() {
+        let (cipher, decipher) = proxy_hpke();
+        let (enrollment, sealed) = Enrollment::new(&cipher).unwrap();
+        // The proxy: one HPKE open, the user key, a batch of tickets.
+        let k_u = accept(&decipher, &sealed, "alice").unwrap();
+        let (keys, _) = TicketKeys::generate(1).unwrap();
+        let tickets: Vec<_> = (0..16)
+            .map(|_| keys.issue("alice", 1_000).unwrap())
+            .collect();
+        let batch = seal_batch(&k_u, &tickets).unwrap();
+        // The phone opens them; another user's key does not.
+        assert_eq!(enrollment.tickets("alice", &batch).unwrap(), tickets);
+        assert_eq!(
+            enrollment.tickets("mallory", &batch),
+            Err(Error::Undecryptable)
+        );
+        // Two tickets of one user share nothing past the header.
+        let (a, b) = (&tickets[0], &tickets[1]);
+        assert_eq!(a[..3], b[..3]);
+        assert_eq!(a.len(), b.len());
+        let same = a[3..].iter().zip(&b[3..]).filter(|(x, y)| x == y).count();
+        assert!(same < 8, "{same} equal bytes");
+        // The proxy opens each with one symmetric operation.
+        let t = keys.open(a).unwrap();
+        assert_eq!((t.id.as_str(), t.expires), ("alice", 1_000));
+        assert_ne!(t.nonce, keys.open(b).unwrap().nonce);
+    }
+
+    #[test]
+    fn tampered_foreign_and_rotated_tickets() {
+        let (old, old_key) = TicketKeys::generate(1).unwrap();
+        let t = old.issue("bob", 5).unwrap();
+        let mut bad = t.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(old.open(&bad), Err(Error::Undecryptable));
+        let (other, _) = TicketKeys::generate(1).unwrap();
+        assert_eq!(other.open(&t), Err(Error::Undecryptable));
+        // Rotated: epoch 2 is current, epoch 1's tickets still open.
+        let mut k2 = [0u8; 32];
+        random(&mut k2).unwrap();
+        let rotated = TicketKeys::new((2, &k2), Some((1, &old_key))).unwrap();
+        assert_eq!(rotated.open(&t).unwrap().id, "bob");
+        assert_eq!(rotated.issue("bob", 5).unwrap()[2], 2);
+        let gone = TicketKeys::new((3, &k2), None).unwrap();
+        assert_eq!(gone.open(&t), Err(Error::Undecryptable));
+        // Not a ticket, or too short: refused the same way.
+        assert_eq!(old.open(&t[..20]), Err(Error::Undecryptable));
+        assert!(old.issue(&"x".repeat(MAX_ID + 1), 5).is_err());
+    }
+
+    #[test]
+    fn an_enrollment_opens_only_at_its_proxy_and_batches_are_bounded() {
+        let (cipher, _) = proxy_hpke();
+        let (_, sealed) = Enrollment::new(&cipher).unwrap();
+        let other = HpkeKey::new([9u8; 32], 4).unwrap();
+        assert_eq!(accept(&other, &sealed, "alice"), Err(Error::Undecryptable));
+        let k = [1u8; 32];
+        let many: Vec<Vec<u8>> = (0..MAX_BATCH + 5).map(|i| vec![i as u8; 40]).collect();
+        let opened = open_batch(&k, &seal_batch(&k, &many).unwrap()).unwrap();
+        assert_eq!(opened.len(), MAX_BATCH);
+        assert_eq!(open_batch(&k, &[0u8; 10]), Err(Error::Undecryptable));
+    }
+}
