@@ -47,6 +47,9 @@ pub enum Scheme {
     Aes,
     /// HPKE X25519.
     Hpke,
+    /// PrivaSIP-3: tickets the home proxy hands out at registration
+    /// (AES-256-GCM-SIV), the caller's ID only.
+    Tickets,
 }
 
 impl Scheme {
@@ -65,9 +68,10 @@ impl Scheme {
             "ecies" => vec![Scheme::Ecies],
             "aes" => vec![Scheme::Aes],
             "hpke" => vec![Scheme::Hpke],
+            "tickets" => vec![Scheme::Tickets],
             other => {
                 return Err(Error::Input(format!(
-                    "unknown scheme {other:?}: rsa, rsa-standard, rsa-crt, rsa-multiprime, ecies, aes, hpke"
+                    "unknown scheme {other:?}: rsa, rsa-standard, rsa-crt, rsa-multiprime, ecies, aes, hpke, tickets"
                 )))
             }
         })
@@ -80,6 +84,7 @@ impl Scheme {
             Scheme::Ecies => "ECIES P-256".into(),
             Scheme::Aes => "AES-128-GCM".into(),
             Scheme::Hpke => "HPKE X25519".into(),
+            Scheme::Tickets => "tickets AES-256-GCM-SIV".into(),
         }
     }
 }
@@ -103,7 +108,11 @@ impl Setup {
         }
         format!(
             "PrivaSIP-{} {} {}",
-            self.level,
+            if self.scheme == Scheme::Tickets {
+                3
+            } else {
+                self.level
+            },
             self.scheme.name(bits),
             if self.stateful {
                 "stateful"
@@ -124,7 +133,8 @@ pub fn setups(schemes: &[Scheme], levels: &[u8], stateful: &[bool]) -> Vec<Setup
     }];
     for &level in levels {
         for &s in schemes {
-            if s == Scheme::Plain || (s == Scheme::Aes && level == 2) {
+            // AES and tickets hide the caller only: level 1.
+            if s == Scheme::Plain || (matches!(s, Scheme::Aes | Scheme::Tickets) && level == 2) {
                 continue;
             }
             for &st in stateful {
@@ -222,6 +232,8 @@ struct Keys {
     home: Vec<Option<Cipher>>,
     /// For the callee's proxy (PrivaSIP-2).
     inbound: Option<Cipher>,
+    /// PrivaSIP-3: callers enroll with `home` and call with tickets.
+    tickets: bool,
 }
 
 fn private_key(scheme: Scheme, bits: u32) -> Result<Vec<u8>, Error> {
@@ -238,7 +250,7 @@ fn private_key(scheme: Scheme, bits: u32) -> Result<Vec<u8>, Error> {
             .and_then(|k| k.private_key_to_pem_pkcs8())
             .map_err(Error::crypto)?
         }
-        Scheme::Hpke => openssl::pkey::PKey::generate_x25519()
+        Scheme::Hpke | Scheme::Tickets => openssl::pkey::PKey::generate_x25519()
             .and_then(|k| k.private_key_to_pem_pkcs8())
             .map_err(Error::crypto)?,
         Scheme::Plain | Scheme::Aes => {
@@ -276,6 +288,7 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, Error> {
         inbound_conf: String::new(),
         home: vec![None; callers.len()],
         inbound: None,
+        tickets: setup.scheme == Scheme::Tickets,
     };
     if setup.level == 0 {
         return Ok(k);
@@ -295,7 +308,13 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, Error> {
             *slot = Some(c);
         }
     } else {
-        let (conf, cipher) = key_pair(dir, HOME, setup.scheme, plan.bits)?;
+        let (mut conf, cipher) = key_pair(dir, HOME, setup.scheme, plan.bits)?;
+        if k.tickets {
+            conf.push_str(&format!(
+                "tickets = {}\nticket_ttl = 86400\n",
+                privacy::tickets::MAX_BATCH
+            ));
+        }
         k.home_conf = conf;
         k.home.fill(Some(cipher));
     }
@@ -305,6 +324,58 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, Error> {
         k.inbound = Some(cipher);
     }
     Ok(k)
+}
+
+/// PrivaSIP-3: each caller registers at the home proxy `at` with an
+/// enrollment until it holds `each` tickets (a batch per registration);
+/// the tickets per caller, in order.
+fn enroll_all(
+    keys: &Keys,
+    callers: &[User],
+    at: SocketAddr,
+    each: u64,
+) -> Result<Vec<std::collections::VecDeque<String>>, Error> {
+    use ua::phone::{Config, Phone, PrivacySetup};
+    let mut out = Vec::with_capacity(callers.len());
+    for (u, home) in callers.iter().zip(&keys.home) {
+        let home = home
+            .clone()
+            .ok_or_else(|| Error::Input("tickets need the home proxy's key".into()))?;
+        let mut phone = Phone::new(Config {
+            user: u.name.clone(),
+            password: Some(u.password.clone()),
+            domain: HOME.into(),
+            server: Some(at),
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            public_ip: None,
+            rtp_port: 0,
+            srtp: Vec::new(),
+            insecure_sdes: false,
+            law: media::g711::Law::Pcmu,
+            expires: 3600,
+            ring_timeout: 30,
+            tls: None,
+            privacy: Some(PrivacySetup {
+                home,
+                callee: None,
+                encoding: Encoding::Hex,
+                limit: 2048,
+                tickets: true,
+            }),
+        })
+        .map_err(|e| Error::peer(&u.name, e))?;
+        let mut pool = std::collections::VecDeque::new();
+        while (pool.len() as u64) < each {
+            phone.register(3600).map_err(|e| Error::peer(&u.name, e))?;
+            let batch = phone.take_tickets();
+            if batch.is_empty() {
+                return Err(Error::peer(&u.name, "no tickets in the 200"));
+            }
+            pool.extend(batch);
+        }
+        out.push(pool);
+    }
+    Ok(out)
 }
 
 /// One set of pseudonyms per call number `first..first + n`, the caller
@@ -347,6 +418,27 @@ fn pseudonyms(keys: &Keys, callers: &[User], first: u64, n: u64) -> Result<Vec<C
         }
         Ok(out)
     })
+}
+
+/// The calls `first..first + n` under PrivaSIP-3: each the next ticket
+/// of its caller (`pools[number % len]`), the callee in clear.
+fn tickets_for(
+    pools: &mut [std::collections::VecDeque<String>],
+    first: u64,
+    n: u64,
+) -> Result<Vec<CallIds>, Error> {
+    let len = pools.len().max(1) as u64;
+    (first..first + n)
+        .map(|number| {
+            let caller = pools[(number % len) as usize]
+                .pop_front()
+                .ok_or_else(|| Error::Input("a caller ran out of tickets".into()))?;
+            Ok(CallIds {
+                caller,
+                callee: "callee".into(),
+            })
+        })
+        .collect()
 }
 
 /// Writes a users file for `realm` through `sipsec users import`.
@@ -508,11 +600,21 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, 
         )?;
         let mut pids = pa.server.pids.clone();
         pids.extend(&pb.server.pids);
+        let total = plan.warmup + plan.calls * plan.in_flight.len() as u64;
+        let mut pools = if keys.tickets {
+            enroll_all(&keys, &callers, a, total.div_ceil(callers.len() as u64))?
+        } else {
+            Vec::new()
+        };
         let mut next_call = 0u64;
         let mut run = |in_flight: usize, calls: u64| -> Result<crate::report::Report, Error> {
             // Fresh pseudonyms for every call: none seen before by the
-            // stateful proxies.
-            let ids = pseudonyms(&keys, &callers, next_call, calls)?;
+            // stateful proxies (PrivaSIP-3: each caller's next ticket).
+            let ids = if keys.tickets {
+                tickets_for(&mut pools, next_call, calls)?
+            } else {
+                pseudonyms(&keys, &callers, next_call, calls)?
+            };
             let opts = Options {
                 run: Run {
                     target: a,

@@ -579,8 +579,8 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
     assert!(out.status.success(), "{}", text(&out));
     let rows: serde_json::Value = common::report_json(&json);
     let rows = rows.as_array().expect("rows");
-    // 4 configurations × 2 numbers of calls in flight.
-    assert_eq!(rows.len(), 8, "{rows:?}");
+    // 5 configurations × 2 numbers of calls in flight.
+    assert_eq!(rows.len(), 10, "{rows:?}");
     for r in rows {
         let config = r["config"].as_str().expect("config");
         assert_eq!(r["ok"], 200, "{r}");
@@ -599,6 +599,9 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
             "plain SIP" => (0.0, 0.0),
             c if c.starts_with("PrivaSIP-1 AES-128-GCM stateless") => (2.0, 0.0),
             c if c.starts_with("PrivaSIP-2") && c.ends_with("stateful") => (2.0, 1.0),
+            // PrivaSIP-3: the ticket in the username and in From, each
+            // one AES-256-GCM-SIV open at a.example.
+            c if c.starts_with("PrivaSIP-3 tickets AES-256-GCM-SIV stateless") => (2.0, 0.0),
             other => panic!("unexpected configuration {other}"),
         };
         let got = (

@@ -42,8 +42,14 @@ pub struct PrivacyRouteArgs {
     #[arg(long, default_value_t = 500)]
     pub(super) warmup: u64,
     /// Schemes, comma-separated: rsa (all three variants), rsa-standard,
-    /// rsa-crt, rsa-multiprime, ecies, aes, hpke.
-    #[arg(long, default_value = "rsa,ecies,aes,hpke", value_delimiter = ',')]
+    /// rsa-crt, rsa-multiprime, ecies, aes, hpke, tickets (PrivaSIP-3:
+    /// the callers enroll at the home proxy first, then call with its
+    /// tickets; level 1 only).
+    #[arg(
+        long,
+        default_value = "rsa,ecies,aes,hpke,tickets",
+        value_delimiter = ','
+    )]
     pub(super) schemes: Vec<String>,
     /// PrivaSIP levels, comma-separated (1, 2).
     #[arg(long, default_value = "1,2", value_delimiter = ',')]
@@ -65,7 +71,7 @@ pub struct PrivacyRouteArgs {
     pub(super) threads: usize,
     /// A smoke run (what CI runs): 10 and 50 in flight, 200 calls, plain
     /// SIP, PrivaSIP-1 AES stateless, PrivaSIP-2 RSA 3-prime and HPKE
-    /// stateful.
+    /// stateful, PrivaSIP-3 tickets stateless.
     #[arg(long)]
     pub(super) quick: bool,
     /// Also write the rows as CSV here.
@@ -142,6 +148,11 @@ pub(super) fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
                 scheme: Scheme::Hpke,
                 level: 2,
                 stateful: true,
+            },
+            Setup {
+                scheme: Scheme::Tickets,
+                level: 1,
+                stateful: false,
             },
         ];
         plan.in_flight = vec![10, 50];

@@ -308,6 +308,11 @@ impl Phone {
         })
     }
 
+    /// The PrivaSIP-3 tickets left (encoded), taken out of the phone.
+    pub fn take_tickets(&mut self) -> Vec<String> {
+        self.tickets.drain(..).collect()
+    }
+
     /// The TLS session's version, suite and key-exchange group, over TLS.
     pub fn tls_session(&self) -> Option<String> {
         self.sig.tls_session()

@@ -36,7 +36,7 @@ impl Phone {
             match code {
                 200..=299 => {
                     if let Some((e, _)) = &enrollment {
-                        self.take_tickets(e, &m)?;
+                        self.keep_tickets(e, &m)?;
                     }
                     let granted = m
                         .contacts()
@@ -155,7 +155,7 @@ impl Phone {
 
     /// The tickets a 200 to our enrolling REGISTER handed out replace the
     /// ones left; none is an error (the proxy does not do PrivaSIP-3).
-    fn take_tickets(
+    fn keep_tickets(
         &mut self,
         e: &privacy::tickets::Enrollment,
         ok: &Message<'_>,
