@@ -425,6 +425,9 @@ fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation
     assert_eq!(c["tickets_issued_total"], 16, "{c}");
     assert!(c["tickets_opened_total"].as_u64() >= Some(2), "{c}");
     assert_eq!(c["refused_total"], 0, "{c}");
+    // Single-use by Call-ID: the INVITE, its resend with credentials and
+    // the BYE share one, so nothing was taken for a replay.
+    assert_eq!(c["tickets_replayed_total"], 0, "{c}");
     // The ticket key survived in the data directory (0600).
     let key = dir.join("a.example.data/privasip3-tickets.key");
     let mode = std::fs::metadata(&key).expect("ticket key").permissions();

@@ -224,54 +224,7 @@ impl View {
             ));
         }
         if let Some(p) = &self.shared.privacy {
-            let c = &p.counters;
-            for (name, help, v) in [
-                (
-                    "sipsec_privacy_decryptions_total",
-                    "Pseudonyms decrypted.",
-                    &c.decryptions,
-                ),
-                (
-                    "sipsec_privacy_cache_hits_total",
-                    "Pseudonyms found in the cache.",
-                    &c.cache_hits,
-                ),
-                (
-                    "sipsec_privacy_refused_total",
-                    "Pseudonyms that did not open (refused).",
-                    &c.refused,
-                ),
-                (
-                    "sipsec_privacy_enrollments_total",
-                    "PrivaSIP-3 enrollments answered with tickets.",
-                    &c.enrollments,
-                ),
-                (
-                    "sipsec_privacy_enrollments_refused_total",
-                    "PrivaSIP-3 enrollments refused (not for this proxy, or broken).",
-                    &c.enrollments_refused,
-                ),
-                (
-                    "sipsec_privacy_tickets_issued_total",
-                    "PrivaSIP-3 tickets handed out.",
-                    &c.tickets_issued,
-                ),
-                (
-                    "sipsec_privacy_tickets_opened_total",
-                    "PrivaSIP-3 tickets opened (one AES-256-GCM-SIV decryption each).",
-                    &c.tickets_opened,
-                ),
-                (
-                    "sipsec_privacy_tickets_expired_total",
-                    "PrivaSIP-3 tickets refused as expired.",
-                    &c.tickets_expired,
-                ),
-            ] {
-                text.push_str(&format!(
-                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-                    v.load(Ordering::Relaxed)
-                ));
-            }
+            p.render(&mut text);
         }
         if let Some(r) = &self.redis {
             for (name, kind, help, v) in [
@@ -427,18 +380,7 @@ impl View {
                 "active": d.len(),
                 "list": d.list(100, crate::io::clock::now().unix_ms),
             })),
-            "privacy": self.shared.privacy.as_ref().map(|p| json!({
-                "stateful": p.stateful(),
-                "decryptions_total": p.counters.decryptions.load(Ordering::Relaxed),
-                "cache_hits_total": p.counters.cache_hits.load(Ordering::Relaxed),
-                "refused_total": p.counters.refused.load(Ordering::Relaxed),
-                "tickets": p.issues_tickets(),
-                "enrollments_total": p.counters.enrollments.load(Ordering::Relaxed),
-                "enrollments_refused_total": p.counters.enrollments_refused.load(Ordering::Relaxed),
-                "tickets_issued_total": p.counters.tickets_issued.load(Ordering::Relaxed),
-                "tickets_opened_total": p.counters.tickets_opened.load(Ordering::Relaxed),
-                "tickets_expired_total": p.counters.tickets_expired.load(Ordering::Relaxed),
-            })),
+            "privacy": self.shared.privacy.as_ref().map(|p| p.status()),
             "banned": self.shared.guard.banned(now).into_iter().map(|(ip, left)| json!({"address": ip.to_string(), "seconds_left": left})).collect::<Vec<_>>(),
             "summary": {
                 "aors": aors,

@@ -96,12 +96,24 @@ pub struct PrivacyCounters {
     pub tickets_opened: AtomicU64,
     /// Tickets refused because they had expired.
     pub tickets_expired: AtomicU64,
+    /// Tickets refused because another call had used them (replays).
+    pub tickets_replayed: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct Cache {
     map: HashMap<String, (String, u64)>,
 }
+
+/// Tickets seen, by nonce: the Call-ID each was first used in, and until
+/// when that is kept.
+#[derive(Debug, Default)]
+struct Used {
+    map: HashMap<[u8; 12], (String, u64)>,
+}
+
+/// Tickets remembered at most (their first Call-ID).
+const MAX_USED: usize = 1 << 18;
 
 /// The proxy's keys and cache.
 pub struct Privacy {
@@ -112,6 +124,7 @@ pub struct Privacy {
     ttl: u64,
     cache: Shards<Cache>,
     tickets: Option<(TicketKeys, usize, u64)>,
+    used: Shards<Used>,
     /// Counters.
     pub counters: PrivacyCounters,
 }
@@ -181,6 +194,7 @@ impl Privacy {
         };
         Ok(Self {
             tickets,
+            used: Shards::new(8, Used::default),
             keys,
             aes,
             aes_key_id: s.aes_key_id,
@@ -256,6 +270,126 @@ impl Privacy {
             .find(|k| k.scheme() == scheme && k.key_id() == key_id)?
             .decrypt(raw)
             .ok()
+    }
+
+    /// Whether `user` may stand for the caller of the call `call_id` at
+    /// `now`: a PrivaSIP-3 ticket is single-use — bound to the first
+    /// Call-ID it came with (its retransmissions, its resend with
+    /// credentials and its dialog's requests share it), refused with any
+    /// other. Anything but a ticket passes. The table is bounded: when
+    /// full, bindings past the ticket lifetime go, then an eighth of the
+    /// rest.
+    pub fn ticket_call(&self, user: &str, call_id: &str, now: u64) -> bool {
+        let Some((_, _, ttl)) = &self.tickets else {
+            return true;
+        };
+        let Some(raw) = privacy::pseudonym_bytes(user) else {
+            return true;
+        };
+        let (Ok((Scheme::Ticket, _, body)), true) = (privacy::split(&raw), raw.len() >= 15) else {
+            return true;
+        };
+        let mut nonce = [0u8; 12];
+        nonce.copy_from_slice(&body[..12]);
+        let mut used = self.used.lock(usize::from(nonce[0]));
+        if let Some((first, _)) = used.map.get(&nonce) {
+            let same = first == call_id;
+            if !same {
+                self.counters
+                    .tickets_replayed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return same;
+        }
+        let per_shard = MAX_USED / self.used.len();
+        if used.map.len() >= per_shard {
+            used.map.retain(|_, (_, until)| *until > now);
+            if used.map.len() >= per_shard {
+                let drop: Vec<[u8; 12]> =
+                    used.map.keys().take(per_shard / 8 + 1).copied().collect();
+                for k in drop {
+                    used.map.remove(&k);
+                }
+            }
+        }
+        used.map.insert(nonce, (call_id.to_owned(), now + ttl));
+        true
+    }
+
+    /// The Prometheus text of the counters.
+    pub fn render(&self, text: &mut String) {
+        let c = &self.counters;
+        for (name, help, v) in [
+            (
+                "sipsec_privacy_decryptions_total",
+                "Pseudonyms decrypted.",
+                &c.decryptions,
+            ),
+            (
+                "sipsec_privacy_cache_hits_total",
+                "Pseudonyms found in the cache.",
+                &c.cache_hits,
+            ),
+            (
+                "sipsec_privacy_refused_total",
+                "Pseudonyms that did not open (refused).",
+                &c.refused,
+            ),
+            (
+                "sipsec_privacy_enrollments_total",
+                "PrivaSIP-3 enrollments answered with tickets.",
+                &c.enrollments,
+            ),
+            (
+                "sipsec_privacy_enrollments_refused_total",
+                "PrivaSIP-3 enrollments refused (not for this proxy, or broken).",
+                &c.enrollments_refused,
+            ),
+            (
+                "sipsec_privacy_tickets_issued_total",
+                "PrivaSIP-3 tickets handed out.",
+                &c.tickets_issued,
+            ),
+            (
+                "sipsec_privacy_tickets_opened_total",
+                "PrivaSIP-3 tickets opened (one AES-256-GCM-SIV decryption each).",
+                &c.tickets_opened,
+            ),
+            (
+                "sipsec_privacy_tickets_expired_total",
+                "PrivaSIP-3 tickets refused as expired.",
+                &c.tickets_expired,
+            ),
+            (
+                "sipsec_privacy_tickets_replayed_total",
+                "PrivaSIP-3 tickets refused: another call had used them.",
+                &c.tickets_replayed,
+            ),
+        ] {
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+                v.load(Ordering::Relaxed)
+            ));
+        }
+    }
+
+    /// `/status`'s `privacy`.
+    pub fn status(&self) -> serde_json::Value {
+        let c = &self.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "stateful": self.stateful(),
+            "decryptions_total": n(&c.decryptions),
+            "cache_hits_total": n(&c.cache_hits),
+            "refused_total": n(&c.refused),
+            "tickets": self.issues_tickets(),
+            "enrollments_total": n(&c.enrollments),
+            "enrollments_refused_total": n(&c.enrollments_refused),
+            "tickets_issued_total": n(&c.tickets_issued),
+            "tickets_opened_total": n(&c.tickets_opened),
+            "tickets_expired_total": n(&c.tickets_expired),
+            "tickets_replayed_total": n(&c.tickets_replayed),
+        })
     }
 
     /// Whether PrivaSIP-3 tickets are handed out.
@@ -453,6 +587,13 @@ mod tests {
             assert_eq!(p.reveal(t, 1_050), Reveal::Id("alice".into()));
         }
         assert_eq!(p.reveal(&texts[0], 1_101), Reveal::Refused, "expired");
+        // Single-use: bound to the first call's Call-ID.
+        assert!(p.ticket_call(&texts[1], "call-1", 1_050));
+        assert!(p.ticket_call(&texts[1], "call-1", 1_051), "the same call");
+        assert!(!p.ticket_call(&texts[1], "call-2", 1_052), "a replay");
+        assert!(p.ticket_call(&texts[2], "call-2", 1_052));
+        assert!(p.ticket_call("alice", "call-3", 1_052), "not a ticket");
+        assert_eq!(p.counters.tickets_replayed.load(Ordering::Relaxed), 1);
         assert_eq!(p.counters.tickets_expired.load(Ordering::Relaxed), 1);
         // An enrollment for another proxy, or junk: no tickets.
         assert_eq!(p.enroll("alice", "not-an-enrollment", 1_000), None);

@@ -251,8 +251,16 @@ impl Core {
         if self.shared.privacy.is_none() || !self.is_local_uri(from) {
             return Ok(true);
         }
+        let single_use = self
+            .shared
+            .privacy
+            .as_ref()
+            .is_none_or(|p| p.ticket_call(from_user, msg.call_id(), now));
         match reveal(self.shared.privacy.as_ref(), from_user, now) {
             None => Err(self.refuse(msg, src, out)),
+            // A PrivaSIP-3 ticket already used by another call: refused
+            // as any pseudonym that does not open.
+            Some(_) if !single_use => Err(self.refuse(msg, src, out)),
             Some(Cow::Owned(id)) if id != user => Err(self.respond(
                 msg,
                 StatusCode::FORBIDDEN,
