@@ -251,6 +251,23 @@ fn openssl_30_is_served_classically_and_refused_when_post_quantum_is_required() 
     let out = s_client(tls, &ca, &["-tls1_3"]);
     assert!(out.contains("SIP/2.0 200 OK"), "{out}");
     assert_eq!(by_group(&server, "x25519"), (1, 0));
+    // /status shows the session: version, suite, group.
+    let http = common::banner_http_addr(&server.banner)
+        .expect("http")
+        .to_string();
+    let status = common::http_get(&http, "/status");
+    let body = status.split("\r\n\r\n").nth(1).expect("body");
+    let v: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    let s = &v["tls"]["recent_sessions"][0];
+    assert_eq!(
+        (s["version"].as_str(), s["group"].as_str()),
+        (Some("TLSv1_3"), Some("x25519")),
+        "{v}"
+    );
+    assert!(
+        s["suite"].as_str().is_some_and(|x| x.starts_with("TLS13_")),
+        "{v}"
+    );
     drop(server);
     // Required: refused with a handshake_failure alert, counted.
     let (server, tls) = serve_tls(&dir, &cert, &key, &["--tls-require-pq"]);

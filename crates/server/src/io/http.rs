@@ -341,6 +341,7 @@ impl View {
                 "groups": t.groups,
                 "require_pq": t.require_pq,
                 "pq_refused_total": m.tls_pq_refused.load(Ordering::Relaxed),
+                "recent_sessions": self.hub.as_ref().map(|h| h.recent_sessions()).unwrap_or_default(),
                 "handshake_failures_total": m.tls_handshake_failures.load(Ordering::Relaxed),
                 "reloads_total": m.tls_reloads.load(Ordering::Relaxed),
                 "reload_failures_total": m.tls_reload_failures.load(Ordering::Relaxed),

@@ -49,6 +49,7 @@ impl TcpHub {
             stop,
             limits,
             max,
+            recent: Mutex::new(std::collections::VecDeque::new()),
             conns: Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
             per_ip: Mutex::new(HashMap::new()),
@@ -57,6 +58,11 @@ impl TcpHub {
             next_reactor: AtomicUsize::new(0),
             reactors: OnceLock::new(),
         })
+    }
+
+    /// The last TLS sessions set up, newest first.
+    pub fn recent_sessions(&self) -> Vec<super::shared::TlsSession> {
+        lock(&self.recent).iter().rev().cloned().collect()
     }
 
     /// Open connections.

@@ -518,6 +518,21 @@ impl Reactor {
                 .negotiated_key_exchange_group()
                 .map_or("other", |g| sip_tls::name_of(g.name()));
             self.hub.shared.metrics.tls_handshake(group);
+            let session = super::shared::TlsSession {
+                peer: l.conn.peer.to_string(),
+                version: tls
+                    .protocol_version()
+                    .map_or_else(String::new, |v| format!("{v:?}")),
+                suite: tls
+                    .negotiated_cipher_suite()
+                    .map_or_else(String::new, |s| format!("{:?}", s.suite())),
+                group: group.to_owned(),
+            };
+            let mut recent = lock(&self.hub.recent);
+            if recent.len() >= super::shared::RECENT_SESSIONS {
+                recent.pop_front();
+            }
+            recent.push_back(session);
         }
         let broken = tx.flush().is_err();
         drop(tx);

@@ -313,6 +313,25 @@ pub struct TcpHub {
     pub(super) next_token: AtomicUsize,
     pub(super) next_reactor: AtomicUsize,
     pub(super) reactors: OnceLock<Vec<ReactorLink>>,
+    /// The last TLS sessions set up (peer, version, suite, group), for
+    /// `/status`: at most [`RECENT_SESSIONS`].
+    pub(super) recent: Mutex<std::collections::VecDeque<TlsSession>>,
+}
+
+/// TLS sessions `/status` shows, at most.
+pub const RECENT_SESSIONS: usize = 16;
+
+/// One TLS session as it was set up.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TlsSession {
+    /// The peer's address.
+    pub peer: String,
+    /// TLSv1_3, TLSv1_2.
+    pub version: String,
+    /// The cipher suite.
+    pub suite: String,
+    /// The key-exchange group (IANA name).
+    pub group: String,
 }
 
 /// What a reactor keeps per connection beside the shared part.
