@@ -53,6 +53,16 @@ fn schemes(c: &mut Criterion) {
     g.bench_function("decrypt/aes128-gcm", |b| {
         b.iter(|| aes.decrypt(&raw).expect("decrypt"))
     });
+    // PrivaSIP-3: the proxy issues tickets at registration and opens one
+    // per call (AES-256-GCM-SIV).
+    let (tickets, _) = privacy::tickets::TicketKeys::generate(1).expect("ticket key");
+    let ticket = tickets.issue("alice", u64::MAX).expect("issue");
+    g.bench_function("encrypt/ticket-aes256-gcm-siv", |b| {
+        b.iter(|| tickets.issue("alice", u64::MAX).expect("issue"))
+    });
+    g.bench_function("decrypt/ticket-aes256-gcm-siv", |b| {
+        b.iter(|| tickets.open(&ticket).expect("open"))
+    });
     g.finish();
 }
 

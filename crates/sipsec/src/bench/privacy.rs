@@ -77,6 +77,12 @@ pub struct PrivacyRouteArgs {
     /// Also write the rows as CSV here.
     #[arg(long)]
     pub(super) csv: Option<PathBuf>,
+    /// Measure every configuration this many times, in turn (the order
+    /// reversed every other round); the sustained throughput is the
+    /// median of the rounds', each ratio to plain SIP the median of the
+    /// rounds' own, so one noisy moment does not decide it.
+    #[arg(long, default_value_t = 1)]
+    pub(super) rounds: usize,
     #[command(flatten)]
     pub(super) out: TableOutputs,
 }
@@ -125,6 +131,7 @@ pub(super) fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
         workers: a.workers.max(1),
         threads: a.threads.max(1),
         weights: stats::DEFAULT_WEIGHTS,
+        rounds: a.rounds,
     };
     if a.quick {
         let multiprime = Scheme::Rsa(rsa_variants::Variant::MultiPrime { primes: 3 });
