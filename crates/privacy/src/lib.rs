@@ -23,6 +23,7 @@
 pub mod aes;
 pub mod ecies;
 pub mod encoding;
+pub mod fuzzing;
 pub mod hpke;
 pub mod kdf;
 pub mod keys;
