@@ -136,6 +136,31 @@ fn configurations(bits: u32) -> Result<Vec<Configuration>, Error> {
     Ok(out)
 }
 
+/// A UDP phone for `(user, password, domain)` whose server is `server`,
+/// with PrivaSIP as `privacy` says (the experiments' phones).
+pub(crate) fn phone_config(
+    (user, password, domain): (&str, &str, &str),
+    server: SocketAddr,
+    privacy: Option<ua::phone::PrivacySetup>,
+) -> Config {
+    Config {
+        user: user.into(),
+        password: Some(password.into()),
+        domain: domain.into(),
+        server: Some(server),
+        bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+        public_ip: None,
+        rtp_port: 0,
+        srtp: Vec::new(),
+        insecure_sdes: false,
+        law: media::g711::Law::Pcmu,
+        expires: 3600,
+        ring_timeout: 30,
+        tls: None,
+        privacy,
+    }
+}
+
 /// Times `iterations` INVITEs per configuration (after `warmup` untimed
 /// ones), RSA keys of `bits`; `progress` gets each finished row.
 pub fn prepare(
@@ -156,22 +181,11 @@ pub fn prepare(
             limit: 2048,
             tickets: false,
         });
-        let mut phone = Phone::new(Config {
-            user: "alice".into(),
-            password: Some("pw".into()),
-            domain: "a.example".into(),
-            server: Some(SocketAddr::from(([127, 0, 0, 1], 5060))),
-            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            public_ip: None,
-            rtp_port: 0,
-            srtp: Vec::new(),
-            insecure_sdes: false,
-            law: media::g711::Law::Pcmu,
-            expires: 3600,
-            ring_timeout: 30,
-            tls: None,
+        let mut phone = Phone::new(phone_config(
+            ("alice", "pw", "a.example"),
+            SocketAddr::from(([127, 0, 0, 1], 5060)),
             privacy,
-        })
+        ))
         .map_err(|e| Error::peer(&name, e))?;
         let mut bytes = 0;
         for _ in 0..warmup {

@@ -342,35 +342,21 @@ fn enroll_all(
     at: SocketAddr,
     each: u64,
 ) -> Result<Vec<std::collections::VecDeque<String>>, Error> {
-    use ua::phone::{Config, Phone, PrivacySetup};
+    use ua::phone::{Phone, PrivacySetup};
     let mut out = Vec::with_capacity(callers.len());
     for (u, home) in callers.iter().zip(&keys.home) {
         let home = home
             .clone()
             .ok_or_else(|| Error::Input("tickets need the home proxy's key".into()))?;
-        let mut phone = Phone::new(Config {
-            user: u.name.clone(),
-            password: Some(u.password.clone()),
-            domain: HOME.into(),
-            server: Some(at),
-            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            public_ip: None,
-            rtp_port: 0,
-            srtp: Vec::new(),
-            insecure_sdes: false,
-            law: media::g711::Law::Pcmu,
-            expires: 3600,
-            ring_timeout: 30,
-            tls: None,
-            privacy: Some(PrivacySetup {
-                home,
-                callee: None,
-                encoding: Encoding::Hex,
-                limit: 2048,
-                tickets: true,
-            }),
-        })
-        .map_err(|e| Error::peer(&u.name, e))?;
+        let privacy = PrivacySetup {
+            home,
+            callee: None,
+            encoding: Encoding::Hex,
+            limit: 2048,
+            tickets: true,
+        };
+        let config = crate::privacy::phone_config((&u.name, &u.password, HOME), at, Some(privacy));
+        let mut phone = Phone::new(config).map_err(|e| Error::peer(&u.name, e))?;
         let mut pool = std::collections::VecDeque::new();
         while (pool.len() as u64) < each {
             phone.register(3600).map_err(|e| Error::peer(&u.name, e))?;

@@ -25,7 +25,7 @@
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM_SIV};
 
-use crate::{header, kdf, random, split, Error, Scheme};
+use crate::{header, kdf, random, split, Encoding, Error, Scheme};
 
 /// Associated data of a ticket batch.
 const BATCH_AAD: &[u8] = b"sipsec privasip-3 tickets v1";
@@ -106,7 +106,7 @@ impl Enrollment {
         }
         let mut secret = [0u8; 32];
         random(&mut secret)?;
-        let sealed = to.encrypt(&hex(&secret))?;
+        let sealed = to.encrypt(&Encoding::Hex.encode(&secret))?;
         Ok((Self { secret }, sealed))
     }
 
@@ -124,7 +124,7 @@ pub fn accept(with: &dyn crate::IdDecipher, sealed: &[u8], id: &str) -> Result<[
         return Err(Error::Undecryptable);
     }
     let text = with.decrypt(sealed)?;
-    let secret = unhex(&text).ok_or(Error::Undecryptable)?;
+    let secret = Encoding::Hex.decode(&text).ok_or(Error::Undecryptable)?;
     if secret.len() != 32 {
         return Err(Error::Undecryptable);
     }
@@ -240,20 +240,6 @@ impl TicketKeys {
             nonce,
         })
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
