@@ -180,6 +180,7 @@ pub fn prepare(
             encoding: Encoding::Hex,
             limit: 2048,
             tickets: false,
+            pq: None,
         });
         let mut phone = Phone::new(phone_config(
             ("alice", "pw", "a.example"),

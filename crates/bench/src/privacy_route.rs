@@ -354,6 +354,7 @@ fn enroll_all(
             encoding: Encoding::Hex,
             limit: 2048,
             tickets: true,
+            pq: None,
         };
         let config = crate::privacy::phone_config((&u.name, &u.password, HOME), at, Some(privacy));
         let mut phone = Phone::new(config).map_err(|e| Error::peer(&u.name, e))?;

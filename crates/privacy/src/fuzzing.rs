@@ -19,8 +19,9 @@ pub fn tickets(data: &[u8]) {
     let (keys, k_u, hpke) = keys();
     let _ = keys.open(data);
     let _ = open_batch(&k_u, data);
-    let _ = accept(&hpke, data, "alice");
     if let Ok(text) = std::str::from_utf8(data) {
+        let _ = accept(&hpke, None, text, "alice");
+        let _ = crate::tickets::enrollment_key_id(text);
         if let Some(raw) = pseudonym_bytes(text) {
             let _ = keys.open(&raw);
         }

@@ -27,6 +27,7 @@ pub mod fuzzing;
 pub mod hpke;
 pub mod kdf;
 pub mod keys;
+pub mod pq;
 pub mod rsa;
 pub mod tickets;
 

@@ -3,9 +3,12 @@
 //!
 //! 1. **Enrollment**, in a REGISTER: the phone picks a random 32-byte
 //!    secret and seals it to the home proxy's X25519 key with HPKE (the
-//!    PrivaSIP-2 scheme, [`crate::hpke`]). Only that proxy opens it. Both
-//!    sides derive the user key K_u from it (HKDF-SHA256, the user's ID
-//!    in the info).
+//!    PrivaSIP-2 scheme, [`crate::hpke`]), and optionally encapsulates a
+//!    second secret to the proxy's ML-KEM-768 key ([`crate::pq`]): the
+//!    hybrid secret holds while either half does. Only that proxy opens
+//!    it. Both sides derive the user key K_u from it (HKDF-SHA256, the
+//!    user's ID in the info). On the wire: base32 of the HPKE seal, and
+//!    with the post-quantum half `.` and base32 of the ML-KEM ciphertext.
 //! 2. **Tickets**, in the REGISTER's 200 (sent only to an authenticated
 //!    user): a batch of single-use pseudonyms, each the user's ID and an
 //!    expiry sealed under the proxy's ticket key with AES-256-GCM-SIV
@@ -31,6 +34,8 @@ use crate::{header, kdf, random, split, Encoding, Error, Scheme};
 const BATCH_AAD: &[u8] = b"sipsec privasip-3 tickets v1";
 /// HKDF info prefix of the user key.
 const USER_KEY_INFO: &[u8] = b"sipsec privasip-3 user key v1|";
+/// HKDF salt of the hybrid enrollment secret.
+const HYBRID_SALT: &[u8] = b"sipsec privasip-3 hybrid v1";
 /// Tickets in one batch, at most (a SIP header stays small).
 pub const MAX_BATCH: usize = 64;
 /// The longest ID a ticket carries.
@@ -96,9 +101,14 @@ impl std::fmt::Debug for Enrollment {
 }
 
 impl Enrollment {
-    /// A fresh secret, and what carries it to the proxy: a raw pseudonym
-    /// of it (hex text) sealed by `to` (the proxy's HPKE cipher).
-    pub fn new(to: &dyn crate::IdCipher) -> Result<(Self, Vec<u8>), Error> {
+    /// A fresh secret, and what carries it to the proxy (the header
+    /// value): a raw pseudonym of it (hex text) sealed by `to` (the
+    /// proxy's HPKE cipher), and with `pq` a second secret encapsulated
+    /// to the proxy's ML-KEM-768 key, the two combined.
+    pub fn new(
+        to: &dyn crate::IdCipher,
+        pq: Option<&crate::pq::PqPublic>,
+    ) -> Result<(Self, String), Error> {
         if to.scheme() != Scheme::Hpke {
             return Err(Error::Key(
                 "PrivaSIP-3 enrolls with the proxy's HPKE key".into(),
@@ -107,7 +117,14 @@ impl Enrollment {
         let mut secret = [0u8; 32];
         random(&mut secret)?;
         let sealed = to.encrypt(&Encoding::Hex.encode(&secret))?;
-        Ok((Self { secret }, sealed))
+        let mut text = Encoding::Base32.encode(&sealed);
+        if let Some(pq) = pq {
+            let (ct, ss) = pq.encapsulate()?;
+            secret = hybrid(&secret, &ss);
+            text.push('.');
+            text.push_str(&Encoding::Base32.encode(&ct));
+        }
+        Ok((Self { secret }, text))
     }
 
     /// The tickets in a batch the proxy sent `id` (opened under the user
@@ -117,18 +134,65 @@ impl Enrollment {
     }
 }
 
-/// The proxy's side of an enrollment: the secret inside `sealed` (a raw
-/// HPKE pseudonym opened by `with`), as the user key for `id`.
-pub fn accept(with: &dyn crate::IdDecipher, sealed: &[u8], id: &str) -> Result<[u8; 32], Error> {
+/// The hybrid enrollment secret of the X25519 and ML-KEM halves.
+fn hybrid(classical: &[u8], post_quantum: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    kdf::hkdf(
+        HYBRID_SALT,
+        &[classical, post_quantum].concat(),
+        &[],
+        &mut out,
+    );
+    out
+}
+
+/// The key id of the HPKE key an enrollment (header value) was sealed
+/// to, when it is one.
+pub fn enrollment_key_id(text: &str) -> Option<u8> {
+    let raw = Encoding::decode_any(text.split('.').next()?.trim())?;
+    match split(&raw) {
+        Ok((Scheme::Hpke, kid, _)) => Some(kid),
+        _ => None,
+    }
+}
+
+/// The proxy's side of an enrollment (its header value `text`): the
+/// secret inside, the HPKE seal opened by `with` and, when the phone
+/// sent the post-quantum half, its ML-KEM ciphertext by `pq` — as the
+/// user key for `id`, and whether it was hybrid. A post-quantum half
+/// without an ML-KEM key here does not open.
+pub fn accept(
+    with: &dyn crate::IdDecipher,
+    pq: Option<&crate::pq::PqKey>,
+    text: &str,
+    id: &str,
+) -> Result<([u8; 32], bool), Error> {
     if with.scheme() != Scheme::Hpke {
         return Err(Error::Undecryptable);
     }
-    let text = with.decrypt(sealed)?;
-    let secret = Encoding::Hex.decode(&text).ok_or(Error::Undecryptable)?;
+    let mut parts = text.trim().split('.');
+    let sealed = parts
+        .next()
+        .and_then(Encoding::decode_any)
+        .ok_or(Error::Undecryptable)?;
+    let ct = parts.next();
+    if parts.next().is_some() {
+        return Err(Error::Undecryptable);
+    }
+    let inner = with.decrypt(&sealed)?;
+    let secret = Encoding::Hex.decode(&inner).ok_or(Error::Undecryptable)?;
     if secret.len() != 32 {
         return Err(Error::Undecryptable);
     }
-    Ok(user_key(&secret, id))
+    match (ct, pq) {
+        (None, _) => Ok((user_key(&secret, id), false)),
+        (Some(ct), Some(pq)) => {
+            let ct = Encoding::decode_any(ct).ok_or(Error::Undecryptable)?;
+            let ss = pq.decapsulate(&ct)?;
+            Ok((user_key(&hybrid(&secret, &ss), id), true))
+        }
+        (Some(_), None) => Err(Error::Undecryptable),
+    }
 }
 
 /// `tickets` sealed under the user key `k_u` (one blob for a header).
@@ -256,9 +320,11 @@ mod tests {
     #[test]
     fn a_phone_enrolls_gets_its_tickets_and_each_call_is_unlinkable() {
         let (cipher, decipher) = proxy_hpke();
-        let (enrollment, sealed) = Enrollment::new(&cipher).unwrap();
+        let (enrollment, sealed) = Enrollment::new(&cipher, None).unwrap();
         // The proxy: one HPKE open, the user key, a batch of tickets.
-        let k_u = accept(&decipher, &sealed, "alice").unwrap();
+        let (k_u, hybrid) = accept(&decipher, None, &sealed, "alice").unwrap();
+        assert!(!hybrid);
+        assert_eq!(enrollment_key_id(&sealed), Some(4));
         let (keys, _) = TicketKeys::generate(1).unwrap();
         let tickets: Vec<_> = (0..16)
             .map(|_| keys.issue("alice", 1_000).unwrap())
@@ -308,13 +374,43 @@ mod tests {
     #[test]
     fn an_enrollment_opens_only_at_its_proxy_and_batches_are_bounded() {
         let (cipher, _) = proxy_hpke();
-        let (_, sealed) = Enrollment::new(&cipher).unwrap();
+        let (_, sealed) = Enrollment::new(&cipher, None).unwrap();
         let other = HpkeKey::new([9u8; 32], 4).unwrap();
-        assert_eq!(accept(&other, &sealed, "alice"), Err(Error::Undecryptable));
+        assert_eq!(
+            accept(&other, None, &sealed, "alice"),
+            Err(Error::Undecryptable)
+        );
         let k = [1u8; 32];
         let many: Vec<Vec<u8>> = (0..MAX_BATCH + 5).map(|i| vec![i as u8; 40]).collect();
         let opened = open_batch(&k, &seal_batch(&k, &many).unwrap()).unwrap();
         assert_eq!(opened.len(), MAX_BATCH);
         assert_eq!(open_batch(&k, &[0u8; 10]), Err(Error::Undecryptable));
+    }
+
+    #[test]
+    fn a_hybrid_enrollment_needs_both_halves() {
+        let (cipher, decipher) = proxy_hpke();
+        let (pq, _) = crate::pq::PqKey::generate().unwrap();
+        let public = crate::pq::PqPublic::from_pem(&pq.public_pem().unwrap()).unwrap();
+        let (enrollment, text) = Enrollment::new(&cipher, Some(&public)).unwrap();
+        assert!(text.contains('.'));
+        let (k_u, hybrid) = accept(&decipher, Some(&pq), &text, "alice").unwrap();
+        assert!(hybrid);
+        let batch = seal_batch(&k_u, &[vec![1, 2, 3]]).unwrap();
+        assert_eq!(
+            enrollment.tickets("alice", &batch).unwrap(),
+            [vec![1, 2, 3]]
+        );
+        // Without the ML-KEM key it does not open; with another one
+        // (implicit rejection) or the classical half alone, the key differs.
+        assert!(accept(&decipher, None, &text, "alice").is_err());
+        let (other, _) = crate::pq::PqKey::generate().unwrap();
+        let k_other = accept(&decipher, Some(&other), &text, "alice").map(|k| k.0);
+        assert_ne!(k_other, Ok(k_u));
+        let classical = text.split('.').next().unwrap();
+        assert_ne!(
+            accept(&decipher, Some(&pq), classical, "alice").unwrap().0,
+            k_u
+        );
     }
 }

@@ -68,6 +68,9 @@ pub struct PrivacySettings {
     pub tickets: usize,
     /// Seconds a ticket may be used.
     pub ticket_ttl: u64,
+    /// The ML-KEM-768 key enrollments may also encapsulate to (the
+    /// hybrid post-quantum half).
+    pub pq_key: Option<PathBuf>,
 }
 
 /// Where the TLS material lives.

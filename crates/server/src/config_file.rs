@@ -196,6 +196,8 @@ pub struct PrivacySection {
     pub tickets: Option<usize>,
     /// Seconds a ticket may be used (default 3600).
     pub ticket_ttl: Option<u64>,
+    /// ML-KEM-768 private key for hybrid post-quantum enrollments.
+    pub pq_key: Option<PathBuf>,
 }
 
 /// One key of `[privacy]`.
@@ -365,6 +367,7 @@ fn privacy_settings(p: PrivacySection) -> Result<PrivacySettings, (&'static str,
         cache_ttl: p.cache_ttl.unwrap_or(300),
         tickets,
         ticket_ttl,
+        pq_key: p.pq_key,
     })
 }
 

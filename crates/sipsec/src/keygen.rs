@@ -73,8 +73,16 @@ pub enum KeygenCommand {
         #[arg(short, long)]
         out: PathBuf,
     },
-    /// Write the public half of a private key (SubjectPublicKeyInfo PEM),
-    /// e.g. a proxy's PrivaSIP key for its phones.
+    /// Generate an ML-KEM-768 key (FIPS 203): a proxy's post-quantum
+    /// key for hybrid PrivaSIP-3 enrollments (`[privacy] pq_key`).
+    Mlkem {
+        /// Output file (written with mode 0600).
+        #[arg(short, long)]
+        out: PathBuf,
+    },
+    /// Write the public half of a private key (SubjectPublicKeyInfo PEM,
+    /// or for an ML-KEM key its encapsulation key), e.g. a proxy's
+    /// PrivaSIP key for its phones.
     Public {
         /// The private key.
         #[arg(long)]
@@ -133,6 +141,7 @@ pub fn run(cmd: KeygenCommand) -> ExitCode {
             issuer: issuer_cert.as_deref().zip(issuer_key.as_deref()),
             out: &out,
         }),
+        KeygenCommand::Mlkem { out } => mlkem(&out),
         KeygenCommand::Public { key, out } => public(&key, &out),
         KeygenCommand::StiCa(req) => crate::keygen_sti::ca(&req),
         KeygenCommand::StiCert(req) => crate::keygen_sti::sti_cert(&req),
@@ -185,7 +194,27 @@ pub(crate) fn rsa(
     ))
 }
 
+fn mlkem(out: &Path) -> Result<String, String> {
+    let (_, pem) = privacy::pq::PqKey::generate().map_err(|e| e.to_string())?;
+    write_secret(out, &pem)?;
+    Ok(format!(
+        "wrote {}: ML-KEM-768 (post-quantum KEM)",
+        out.display()
+    ))
+}
+
 fn public(key: &Path, out: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
+    if privacy::pq::is_private_pem(&bytes) {
+        let k =
+            privacy::pq::PqKey::from_pem(&bytes).map_err(|e| format!("{}: {e}", key.display()))?;
+        let pem = k.public_pem().map_err(|e| e.to_string())?;
+        std::fs::write(out, pem).map_err(|e| format!("{}: {e}", out.display()))?;
+        return Ok(format!(
+            "wrote {}: the public half of ML-KEM-768",
+            out.display()
+        ));
+    }
     let pkey = load_key(key)?;
     let pem = pkey.public_key_to_pem().map_err(|e| e.to_string())?;
     std::fs::write(out, pem).map_err(|e| format!("{}: {e}", out.display()))?;

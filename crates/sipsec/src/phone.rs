@@ -149,6 +149,11 @@ pub struct PrivacyArgs {
     /// the proxy (server: `[privacy] tickets`).
     #[arg(long, requires = "home_key")]
     tickets: bool,
+    /// The home proxy's ML-KEM-768 public key (`sipsec keygen mlkem`):
+    /// PrivaSIP-3 enrollments become hybrid post-quantum (X25519 +
+    /// ML-KEM-768), safe against a future quantum computer.
+    #[arg(long, requires = "tickets")]
+    home_pq_key: Option<PathBuf>,
 }
 
 fn read_cipher(path: &std::path::Path, key_id: u8) -> Result<ua::phone::IdCipher, String> {
@@ -204,6 +209,16 @@ fn privacy_setup(
         },
         limit: 2048,
         tickets: a.tickets,
+        pq: match &a.home_pq_key {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                Some(Arc::new(
+                    privacy::pq::PqPublic::from_pem(&pem)
+                        .map_err(|e| format!("{}: {e}", path.display()))?,
+                ))
+            }
+            None => None,
+        },
     }))
 }
 

@@ -382,15 +382,12 @@ fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation
     let dir = tempdir("privasip3");
     let (a, b) = domains();
     let (a_key, a_pub) = key_pair(&dir, "a", "hpke");
-    let pa = proxy_with(
-        &dir,
-        &a,
-        &b,
-        Some(&a_key),
-        false,
-        "stateless",
-        "tickets = 8\n",
-    );
+    // And an ML-KEM-768 key for hybrid post-quantum enrollments.
+    let (pq, pq_pub) = (dir.join("a.mlkem"), dir.join("a.mlkem.pub"));
+    keygen(&["mlkem", "-o", p(&pq)]);
+    keygen(&["public", "--key", p(&pq), "-o", p(&pq_pub)]);
+    let extra = format!("tickets = 8\npq_key = \"{}\"\n", p(&pq));
+    let pa = proxy_with(&dir, &a, &b, Some(&a_key), false, "stateless", &extra);
     let _pb = proxy(&dir, &b, &a, None, false, "stateful");
     let alice = [
         "--register",
@@ -403,7 +400,9 @@ fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation
     ];
     let first = call_across(&dir, (&a, &b), &alice, &[]);
     assert_call_crossed(&first);
-    let second = call_across(&dir, (&a, &b), &alice, &[]);
+    // The second enrolls with the post-quantum half too.
+    let hybrid = [&alice[..], &["--home-pq-key", p(&pq_pub)]].concat();
+    let second = call_across(&dir, (&a, &b), &hybrid, &[]);
     for d in first.iter().chain(&second) {
         assert!(!contains(d, "alice"), "alice crossed in clear");
     }
@@ -422,6 +421,7 @@ fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation
     // INVITE and its authenticated resend, BYE).
     let c = privacy_counters(&pa);
     assert_eq!(c["enrollments_total"], 2, "{c}");
+    assert_eq!(c["enrollments_pq_total"], 1, "{c}");
     assert_eq!(c["tickets_issued_total"], 16, "{c}");
     assert!(c["tickets_opened_total"].as_u64() >= Some(2), "{c}");
     assert_eq!(c["refused_total"], 0, "{c}");

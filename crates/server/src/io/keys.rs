@@ -242,7 +242,19 @@ pub fn privacy(
     } else {
         None
     };
-    Privacy::new(s, &pems, users, realm, tickets)
+    let privacy = Privacy::new(s, &pems, users, realm, tickets)?;
+    match &s.pq_key {
+        Some(path) => {
+            let named = |reason: String| PrivacyError::Key {
+                name: path.display().to_string(),
+                reason,
+            };
+            let pem = std::fs::read(path).map_err(|e| named(e.to_string()))?;
+            let key = privacy::pq::PqKey::from_pem(&pem).map_err(|e| named(e.to_string()))?;
+            Ok(privacy.with_pq(key))
+        }
+        None => Ok(privacy),
+    }
 }
 
 #[cfg(test)]

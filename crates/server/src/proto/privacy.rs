@@ -90,6 +90,8 @@ pub struct PrivacyCounters {
     pub enrollments: AtomicU64,
     /// Enrollments refused (not ours, or broken).
     pub enrollments_refused: AtomicU64,
+    /// Enrollments with the post-quantum (ML-KEM-768) half.
+    pub enrollments_pq: AtomicU64,
     /// Tickets handed out.
     pub tickets_issued: AtomicU64,
     /// Tickets opened (one symmetric decryption each).
@@ -124,6 +126,7 @@ pub struct Privacy {
     ttl: u64,
     cache: Shards<Cache>,
     tickets: Option<(TicketKeys, usize, u64)>,
+    pq: Option<privacy::pq::PqKey>,
     used: Shards<Used>,
     /// Counters.
     pub counters: PrivacyCounters,
@@ -194,6 +197,7 @@ impl Privacy {
         };
         Ok(Self {
             tickets,
+            pq: None,
             used: Shards::new(8, Used::default),
             keys,
             aes,
@@ -346,6 +350,11 @@ impl Privacy {
                 &c.enrollments_refused,
             ),
             (
+                "sipsec_privacy_enrollments_pq_total",
+                "PrivaSIP-3 enrollments with the post-quantum half (X25519 + ML-KEM-768).",
+                &c.enrollments_pq,
+            ),
+            (
                 "sipsec_privacy_tickets_issued_total",
                 "PrivaSIP-3 tickets handed out.",
                 &c.tickets_issued,
@@ -385,11 +394,18 @@ impl Privacy {
             "tickets": self.issues_tickets(),
             "enrollments_total": n(&c.enrollments),
             "enrollments_refused_total": n(&c.enrollments_refused),
+            "enrollments_pq_total": n(&c.enrollments_pq),
             "tickets_issued_total": n(&c.tickets_issued),
             "tickets_opened_total": n(&c.tickets_opened),
             "tickets_expired_total": n(&c.tickets_expired),
             "tickets_replayed_total": n(&c.tickets_replayed),
         })
+    }
+
+    /// Enrollments may carry a post-quantum half for `key` (ML-KEM-768).
+    pub fn with_pq(mut self, key: privacy::pq::PqKey) -> Self {
+        self.pq = Some(key);
+        self
     }
 
     /// Whether PrivaSIP-3 tickets are handed out.
@@ -409,10 +425,7 @@ impl Privacy {
                 .fetch_add(1, Ordering::Relaxed);
             None
         };
-        let Some(raw) = Encoding::decode_any(enroll.trim()) else {
-            return refused();
-        };
-        let Ok((Scheme::Hpke, key_id, _)) = privacy::split(&raw) else {
+        let Some(key_id) = privacy::tickets::enrollment_key_id(enroll) else {
             return refused();
         };
         let Some(k) = self
@@ -422,9 +435,13 @@ impl Privacy {
         else {
             return refused();
         };
-        let Ok(k_u) = privacy::tickets::accept(k.as_ref(), &raw, id) else {
+        let Ok((k_u, hybrid)) = privacy::tickets::accept(k.as_ref(), self.pq.as_ref(), enroll, id)
+        else {
             return refused();
         };
+        if hybrid {
+            self.counters.enrollments_pq.fetch_add(1, Ordering::Relaxed);
+        }
         let tickets: Vec<Vec<u8>> = (0..*batch)
             .map(|_| keys.issue(id, now + ttl))
             .collect::<Result<_, _>>()
@@ -575,10 +592,8 @@ mod tests {
         let pems = [(3, "hpke.pem".to_owned(), pem)];
         let p = Privacy::new(&settings, &pems, None, "r", Some(keys)).unwrap();
         assert!(p.issues_tickets());
-        let (enrollment, sealed) = privacy::tickets::Enrollment::new(enc.as_ref()).unwrap();
-        let header = p
-            .enroll("alice", &Encoding::Base32.encode(&sealed), 1_000)
-            .expect("tickets");
+        let (enrollment, sealed) = privacy::tickets::Enrollment::new(enc.as_ref(), None).unwrap();
+        let header = p.enroll("alice", &sealed, 1_000).expect("tickets");
         let batch = Encoding::decode_any(&header).unwrap();
         let tickets = enrollment.tickets("alice", &batch).unwrap();
         assert_eq!(tickets.len(), 4);
@@ -601,11 +616,8 @@ mod tests {
         let other_pub =
             privacy::keys::public_pem(&other.private_key_to_pem_pkcs8().unwrap()).unwrap();
         let other_enc = privacy::keys::cipher_from_pem(&other_pub, 3).unwrap();
-        let (_, foreign) = privacy::tickets::Enrollment::new(other_enc.as_ref()).unwrap();
-        assert_eq!(
-            p.enroll("alice", &Encoding::Base32.encode(&foreign), 1_000),
-            None
-        );
+        let (_, foreign) = privacy::tickets::Enrollment::new(other_enc.as_ref(), None).unwrap();
+        assert_eq!(p.enroll("alice", &foreign, 1_000), None);
         assert_eq!(p.counters.enrollments_refused.load(Ordering::Relaxed), 2);
         // Tickets need an HPKE key to enroll with.
         let aes_only = Privacy::new(

@@ -128,6 +128,9 @@ pub struct PrivacySetup {
     /// PrivaSIP-3: enroll at each registration (HPKE to the home key)
     /// and put a fresh single-use ticket where our ID goes on each call.
     pub tickets: bool,
+    /// The home proxy's ML-KEM-768 key: enrollments are hybrid
+    /// (X25519 + ML-KEM-768).
+    pub pq: Option<std::sync::Arc<privacy::pq::PqPublic>>,
 }
 
 impl std::fmt::Debug for PrivacySetup {

@@ -148,9 +148,9 @@ impl Phone {
         let Some(p) = self.cfg.privacy.as_ref().filter(|p| p.tickets) else {
             return Ok(None);
         };
-        let (e, sealed) = privacy::tickets::Enrollment::new(p.home.as_ref())
+        let (e, text) = privacy::tickets::Enrollment::new(p.home.as_ref(), p.pq.as_deref())
             .map_err(|e| PhoneError::Privacy(e.to_string()))?;
-        Ok(Some((e, privacy::Encoding::Base32.encode(&sealed))))
+        Ok(Some((e, text)))
     }
 
     /// The tickets a 200 to our enrolling REGISTER handed out replace the
