@@ -1313,6 +1313,95 @@ fn a_call_a_hiding_trunk_begins_sees_nothing_of_the_inside_callee() {
 }
 
 #[test]
+fn an_inside_proxy_before_the_callee_of_a_carriers_call_is_hidden_too() {
+    let dir = tempdir("topology-in-rr");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_me = gw.local_addr().expect("addr");
+    let carrier = gw.try_clone().expect("clone");
+    let seen = capturing_gateway(gw);
+    let config = trunk_config(&dir, &[(gw_me.port(), 1)]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("hide_topology = true\n");
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let p = proxy.addr;
+    let inner = UdpSocket::bind("127.0.0.3:0").expect("bind 127.0.0.3");
+    inner
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let inner_me = inner.local_addr().expect("addr");
+    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("addr");
+    let register = format!(
+        "REGISTER sip:{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphreg2\r\nMax-Forwards: 70\r\n\
+         From: <sip:bob@{p}>;tag=r2\r\nTo: <sip:bob@{p}>\r\nCall-ID: reg-bob2@127.0.0.2\r\nCSeq: 1 REGISTER\r\n\
+         Contact: <sip:bob@{me}>\r\nExpires: 300\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(register.as_bytes(), p).expect("register");
+    assert!(read_one(&phone).starts_with("SIP/2.0 200"));
+    let invite = format!(
+        "INVITE sip:bob@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierinv2\r\nMax-Forwards: 70\r\n\
+         From: <sip:+12155550199@pstn.example>;tag=c2\r\nTo: <sip:bob@{p}>\r\nCall-ID: carrier-call-2\r\n\
+         CSeq: 1 INVITE\r\nContact: <sip:+12155550199@{gw_me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    carrier.send_to(invite.as_bytes(), p).expect("invite");
+    let got = loop {
+        let m = read_one(&phone);
+        if m.starts_with("INVITE ") {
+            break m;
+        }
+    };
+    // The 200 as it leaves an inside proxy on 127.0.0.3 that
+    // record-routed between sipsec and bob.
+    let ok = format!(
+        "SIP/2.0 200 OK\r\n{}Record-Route: <sip:{inner_me};lr>\r\n{}{};tag=bob2\r\nContact: <sip:bob@{me}>\r\n\
+         Content-Length: 0\r\n\r\n",
+        copied(&got, &["Via"]),
+        copied(&got, &["Record-Route", "From", "Call-ID", "CSeq"]),
+        header(&got, "To")[0]
+    );
+    phone.send_to(ok.as_bytes(), p).expect("200");
+    let answer = captured_where(&seen, "the 200", |m| {
+        m.starts_with("SIP/2.0 200") && m.contains(" INVITE\r\n")
+    });
+    assert!(
+        !answer.contains("127.0.0.3") && !answer.contains("127.0.0.2"),
+        "{answer}"
+    );
+    // The carrier's BYE along its route set reaches the inside proxy.
+    let contact = header(&answer, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string();
+    let route = header(&answer, "Record-Route")[0]
+        .split_once(':')
+        .expect("value")
+        .1
+        .trim()
+        .to_owned();
+    let bye = format!(
+        "BYE {contact} SIP/2.0\r\nRoute: {route}\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierbye2\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:+12155550199@pstn.example>;tag=c2\r\nTo: <sip:bob@{p}>;tag=bob2\r\n\
+         Call-ID: carrier-call-2\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
+    );
+    carrier.send_to(bye.as_bytes(), p).expect("bye");
+    let at_inner = read_one(&inner);
+    assert!(
+        at_inner.starts_with(&format!("BYE sip:bob@{me} ")),
+        "{at_inner}"
+    );
+    assert!(
+        header(&at_inner, "Route")[0].contains(&inner_me.to_string()),
+        "{at_inner}"
+    );
+}
+
+#[test]
 fn a_call_a_hidden_peer_domain_begins_sees_nothing_of_the_inside_callee() {
     let dir = tempdir("topology-peer-in");
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");

@@ -357,8 +357,68 @@ pub fn hide_response(
         edits.extend(call_id_edit(written, &m, |c| th.hide_call_id(c)));
     }
     edits.extend(contact_edit(written, &m, th, here));
+    let Some(routes) = callee_side_routes_edits(written, &m, th) else {
+        return false;
+    };
+    edits.extend(routes);
     apply(written, edits, out);
     true
+}
+
+/// The Record-Route values of `m`, each with the line it is in.
+fn record_routes<'a>(m: &Message<'a>) -> Vec<(&'a str, sip_core::Header<'a>)> {
+    let mut out = Vec::new();
+    for h in m.headers_named(HeaderName::RecordRoute) {
+        let mut depth = 0;
+        let mut start = 0;
+        for (i, c) in h.value.char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.push((h.value[start..i].trim(), h));
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        out.push((h.value[start..].trim(), h));
+    }
+    out
+}
+
+/// A response going out to a hidden trunk in a dialog it began: the
+/// Record-Routes of inside proxies between this proxy and the callee
+/// (above this proxy's, marked hidden) sealed into a parameter of this
+/// proxy's, all the Record-Route lines written again as one. `None`
+/// when they cannot be sealed.
+fn callee_side_routes_edits(written: &[u8], m: &Message<'_>, th: &Hider) -> Option<Vec<Edit>> {
+    let all = record_routes(m);
+    let Some(ours) = all.iter().position(|(v, _)| has_param(v, RR_PARAM)) else {
+        return Some(Vec::new());
+    };
+    if ours == 0 {
+        return Some(Vec::new());
+    }
+    let inside: Vec<&str> = all[..ours].iter().map(|(v, _)| *v).collect();
+    let sealed = th.seal(&inside.join(", "))?;
+    let own = all[ours].0;
+    let gt = own.rfind('>')?;
+    let mut values = vec![format!("{};{RR_INSIDE}={sealed}{}", &own[..gt], &own[gt..])];
+    values.extend(all[ours + 1..].iter().map(|(v, _)| (*v).to_owned()));
+    let mut edits = Vec::new();
+    let mut lines: Vec<&str> = all.iter().map(|(_, h)| h.line).collect();
+    lines.dedup_by_key(|l| l.as_ptr());
+    for (i, line) in lines.iter().enumerate() {
+        let (s, e) = line_span(written, line);
+        let text = if i == 0 {
+            format!("Record-Route: {}\r\n", values.join(", "))
+        } else {
+            String::new()
+        };
+        edits.push((s, e, text));
+    }
+    Some(edits)
 }
 
 /// Whether a Via (ours, on a response) marks an inbound request from a
@@ -552,5 +612,44 @@ mod tests {
         let forged = bye.replace(";thr=", ";thr=AAAA");
         assert!(reveal_request(forged.as_bytes(), &th, &mut out));
         assert!(!String::from_utf8_lossy(&out).contains("10.0.0.7"));
+    }
+
+    #[test]
+    fn inside_proxies_on_the_callee_side_are_sealed_toward_the_carrier() {
+        let th = hider();
+        let ok = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKgw\r\n\
+            Record-Route: <sip:10.0.0.7;lr>\r\nRecord-Route: <sip:192.0.2.1:5060;th=k;lr>, <sip:gw.example;lr>\r\n\
+            From: <sip:+1@gw.example>;tag=g\r\nTo: <sip:bob@inside>;tag=b\r\nCall-ID: c-9\r\nCSeq: 1 INVITE\r\n\
+            Contact: <sip:bob@10.0.0.6:5064>\r\nContent-Length: 0\r\n\r\n";
+        let mut out = Vec::new();
+        assert!(hide_response(ok, &th, "192.0.2.1:5060", false, &mut out));
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(!text.contains("10.0.0."), "{text}");
+        let sent = Message::parse(&out).unwrap();
+        let rr: Vec<_> = sent
+            .headers_named(HeaderName::RecordRoute)
+            .map(|h| h.value.to_owned())
+            .collect();
+        assert_eq!(rr.len(), 1, "{text}");
+        assert!(
+            rr[0].starts_with("<sip:192.0.2.1:5060;th=k;lr;thr="),
+            "{text}"
+        );
+        assert!(rr[0].ends_with(">, <sip:gw.example;lr>"), "{text}");
+        // The carrier's BYE (route set reversed: its own, then ours) comes
+        // back to the inside proxy.
+        let ours = rr[0].split(", ").next().unwrap();
+        let bye = format!(
+            "BYE sip:th-x@192.0.2.1 SIP/2.0\r\nRoute: {ours}\r\nVia: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKgw2\r\n\
+             From: <sip:+1@gw.example>;tag=g\r\nTo: <sip:bob@inside>;tag=b\r\nCall-ID: c-9\r\nCSeq: 2 BYE\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        assert!(reveal_request(bye.as_bytes(), &th, &mut out));
+        let inside = Message::parse(&out).unwrap();
+        let routes: Vec<_> = inside
+            .routes()
+            .map(|r| r.uri().as_str().to_owned())
+            .collect();
+        assert_eq!(routes, ["sip:192.0.2.1:5060;th=k;lr", "sip:10.0.0.7;lr"]);
     }
 }
