@@ -950,6 +950,22 @@ fn with_the_redis_location_each_record_is_also_in_a_redis_stream() {
     drop(proxy);
 }
 
+/// A UDP socket on `ip` (any port) whose reads wait 5 s, and its address.
+fn socket_at(ip: &str) -> (UdpSocket, SocketAddr) {
+    let s = UdpSocket::bind(format!("{ip}:0")).unwrap_or_else(|e| panic!("bind {ip}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let addr = s.local_addr().expect("addr");
+    (s, addr)
+}
+
+/// The trunk configuration at `config` hides the inside from its trunk.
+fn hide_topology(config: &Path) {
+    let mut text = std::fs::read_to_string(config).expect("config");
+    text.push_str("hide_topology = true\n");
+    std::fs::write(config, text).expect("config");
+}
+
 /// A carrier's gateway that keeps every datagram it gets (what crossed to
 /// the outside) and answers INVITE and BYE 200.
 fn capturing_gateway(s: UdpSocket) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
@@ -1045,11 +1061,7 @@ fn a_trunk_that_hides_the_topology_sees_nothing_of_the_inside() {
     std::fs::write(&config, text).expect("config");
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     // The inside phone is 127.0.0.2; the proxy and the carrier 127.0.0.1.
-    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-    phone
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let me = phone.local_addr().expect("addr");
+    let (phone, me) = socket_at("127.0.0.2");
     let mut buf = vec![0u8; 65_536];
 
     // Call 1: the phone hangs up.
@@ -1236,22 +1248,12 @@ fn an_inside_proxys_record_route_is_hidden_from_the_trunk_and_restored_inside() 
     let gw_me = gw.local_addr().expect("addr");
     let seen = capturing_gateway(gw);
     let config = trunk_config(&dir, &[(gw_me.port(), 1)]);
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str("hide_topology = true\n");
-    std::fs::write(&config, text).expect("config");
+    hide_topology(&config);
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
     let p = proxy.addr;
     // An inside proxy on 127.0.0.3 record-routed the phone's INVITE.
-    let inner = UdpSocket::bind("127.0.0.3:0").expect("bind 127.0.0.3");
-    inner
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let inner_me = inner.local_addr().expect("addr");
-    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-    phone
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let me = phone.local_addr().expect("addr");
+    let (inner, inner_me) = socket_at("127.0.0.3");
+    let (phone, me) = socket_at("127.0.0.2");
     let invite = format!(
         "INVITE sip:+12155550100@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphone-rr\r\n\
          Record-Route: <sip:{inner_me};lr>\r\nMax-Forwards: 70\r\nFrom: <sip:alice@inside.example>;tag=rr1\r\n\
@@ -1306,54 +1308,90 @@ fn a_call_a_hiding_trunk_begins_sees_nothing_of_the_inside_callee() {
     let dir = tempdir("topology-in");
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let config = trunk_config(&dir, &[(gw.local_addr().expect("addr").port(), 1)]);
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str("hide_topology = true\n");
-    std::fs::write(&config, text).expect("config");
+    hide_topology(&config);
     an_outside_call_sees_nothing_of_the_inside_callee(gw, &config);
+}
+
+/// A carrier's (or peer's) call to bob, set up as far as bob's phone:
+/// the proxy started with `config`, the outside on `gw` capturing what
+/// it gets, bob registered from 127.0.0.2, the outside's INVITE (Call-ID
+/// `call`) received by the phone.
+struct OutsideCall {
+    proxy: Running,
+    carrier: UdpSocket,
+    gw_me: SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    phone: UdpSocket,
+    me: SocketAddr,
+    invite: String,
+}
+
+fn outside_calls_bob(gw: UdpSocket, config: &Path, call: &str) -> OutsideCall {
+    let gw_me = gw.local_addr().expect("addr");
+    let carrier = gw.try_clone().expect("clone");
+    let seen = capturing_gateway(gw);
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let p = proxy.addr;
+    let (phone, me) = socket_at("127.0.0.2");
+    let register = format!(
+        "REGISTER sip:{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphreg-{call}\r\nMax-Forwards: 70\r\n\
+         From: <sip:bob@{p}>;tag=r1\r\nTo: <sip:bob@{p}>\r\nCall-ID: reg-{call}@127.0.0.2\r\nCSeq: 1 REGISTER\r\n\
+         Contact: <sip:bob@{me}>\r\nExpires: 300\r\nContent-Length: 0\r\n\r\n"
+    );
+    phone.send_to(register.as_bytes(), p).expect("register");
+    let r = read_one(&phone);
+    assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    let invite = format!(
+        "INVITE sip:bob@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierinv\r\nMax-Forwards: 70\r\n\
+         From: <sip:+12155550199@pstn.example>;tag=c1\r\nTo: <sip:bob@{p}>\r\nCall-ID: {call}\r\n\
+         CSeq: 1 INVITE\r\nContact: <sip:+12155550199@{gw_me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    carrier.send_to(invite.as_bytes(), p).expect("invite");
+    let invite = loop {
+        let m = read_one(&phone);
+        if m.starts_with("INVITE ") {
+            break m;
+        }
+    };
+    assert!(invite.contains(&format!("Call-ID: {call}")), "{invite}");
+    OutsideCall {
+        proxy,
+        carrier,
+        gw_me,
+        seen,
+        phone,
+        me,
+        invite,
+    }
+}
+
+/// The URI in a message's first Contact.
+fn contact_uri(m: &str) -> String {
+    header(m, "Contact")[0]
+        .split('<')
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("contact")
+        .to_string()
 }
 
 #[test]
 fn an_inside_proxy_before_the_callee_of_a_carriers_call_is_hidden_too() {
     let dir = tempdir("topology-in-rr");
     let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let gw_me = gw.local_addr().expect("addr");
-    let carrier = gw.try_clone().expect("clone");
-    let seen = capturing_gateway(gw);
-    let config = trunk_config(&dir, &[(gw_me.port(), 1)]);
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str("hide_topology = true\n");
-    std::fs::write(&config, text).expect("config");
-    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let config = trunk_config(&dir, &[(gw.local_addr().expect("addr").port(), 1)]);
+    hide_topology(&config);
+    let (inner, inner_me) = socket_at("127.0.0.3");
+    let OutsideCall {
+        proxy,
+        carrier,
+        gw_me,
+        seen,
+        phone,
+        me,
+        invite: got,
+    } = outside_calls_bob(gw, &config, "carrier-call-2");
     let p = proxy.addr;
-    let inner = UdpSocket::bind("127.0.0.3:0").expect("bind 127.0.0.3");
-    inner
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let inner_me = inner.local_addr().expect("addr");
-    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-    phone
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let me = phone.local_addr().expect("addr");
-    let register = format!(
-        "REGISTER sip:{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphreg2\r\nMax-Forwards: 70\r\n\
-         From: <sip:bob@{p}>;tag=r2\r\nTo: <sip:bob@{p}>\r\nCall-ID: reg-bob2@127.0.0.2\r\nCSeq: 1 REGISTER\r\n\
-         Contact: <sip:bob@{me}>\r\nExpires: 300\r\nContent-Length: 0\r\n\r\n"
-    );
-    phone.send_to(register.as_bytes(), p).expect("register");
-    assert!(read_one(&phone).starts_with("SIP/2.0 200"));
-    let invite = format!(
-        "INVITE sip:bob@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierinv2\r\nMax-Forwards: 70\r\n\
-         From: <sip:+12155550199@pstn.example>;tag=c2\r\nTo: <sip:bob@{p}>\r\nCall-ID: carrier-call-2\r\n\
-         CSeq: 1 INVITE\r\nContact: <sip:+12155550199@{gw_me}>\r\nContent-Length: 0\r\n\r\n"
-    );
-    carrier.send_to(invite.as_bytes(), p).expect("invite");
-    let got = loop {
-        let m = read_one(&phone);
-        if m.starts_with("INVITE ") {
-            break m;
-        }
-    };
     // The 200 as it leaves an inside proxy on 127.0.0.3 that
     // record-routed between sipsec and bob.
     let ok = format!(
@@ -1372,12 +1410,7 @@ fn an_inside_proxy_before_the_callee_of_a_carriers_call_is_hidden_too() {
         "{answer}"
     );
     // The carrier's BYE along its route set reaches the inside proxy.
-    let contact = header(&answer, "Contact")[0]
-        .split('<')
-        .nth(1)
-        .and_then(|c| c.split('>').next())
-        .expect("contact")
-        .to_string();
+    let contact = contact_uri(&answer);
     let route = header(&answer, "Record-Route")[0]
         .split_once(':')
         .expect("value")
@@ -1386,7 +1419,7 @@ fn an_inside_proxy_before_the_callee_of_a_carriers_call_is_hidden_too() {
         .to_owned();
     let bye = format!(
         "BYE {contact} SIP/2.0\r\nRoute: {route}\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierbye2\r\n\
-         Max-Forwards: 70\r\nFrom: <sip:+12155550199@pstn.example>;tag=c2\r\nTo: <sip:bob@{p}>;tag=bob2\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:+12155550199@pstn.example>;tag=c1\r\nTo: <sip:bob@{p}>;tag=bob2\r\n\
          Call-ID: carrier-call-2\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
     );
     carrier.send_to(bye.as_bytes(), p).expect("bye");
@@ -1424,40 +1457,16 @@ fn a_call_a_hidden_peer_domain_begins_sees_nothing_of_the_inside_callee() {
 /// proxy configured by `config`; the phone answers and hangs up; nothing
 /// of the phone crosses, the outside's Call-ID is kept.
 fn an_outside_call_sees_nothing_of_the_inside_callee(gw: UdpSocket, config: &Path) {
-    let gw_me = gw.local_addr().expect("addr");
-    let carrier = gw.try_clone().expect("clone");
-    let seen = capturing_gateway(gw);
-    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let OutsideCall {
+        proxy,
+        carrier,
+        gw_me,
+        seen,
+        phone,
+        me,
+        invite: got,
+    } = outside_calls_bob(gw, config, "carrier-call-1");
     let p = proxy.addr;
-    // Bob's phone, inside on 127.0.0.2, registers.
-    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-    phone
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let me = phone.local_addr().expect("addr");
-    let register = format!(
-        "REGISTER sip:{p} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKphreg\r\nMax-Forwards: 70\r\n\
-         From: <sip:bob@{p}>;tag=r1\r\nTo: <sip:bob@{p}>\r\nCall-ID: reg-bob@127.0.0.2\r\nCSeq: 1 REGISTER\r\n\
-         Contact: <sip:bob@{me}>\r\nExpires: 300\r\nContent-Length: 0\r\n\r\n"
-    );
-    phone.send_to(register.as_bytes(), p).expect("register");
-    let r = read_one(&phone);
-    assert!(r.starts_with("SIP/2.0 200"), "{r}");
-
-    // The carrier calls bob.
-    let invite = format!(
-        "INVITE sip:bob@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {gw_me};branch=z9hG4bKcarrierinv\r\nMax-Forwards: 70\r\n\
-         From: <sip:+12155550199@pstn.example>;tag=c1\r\nTo: <sip:bob@{p}>\r\nCall-ID: carrier-call-1\r\n\
-         CSeq: 1 INVITE\r\nContact: <sip:+12155550199@{gw_me}>\r\nContent-Length: 0\r\n\r\n"
-    );
-    carrier.send_to(invite.as_bytes(), p).expect("invite");
-    let got = loop {
-        let m = read_one(&phone);
-        if m.starts_with("INVITE ") {
-            break m;
-        }
-    };
-    assert!(got.contains("Call-ID: carrier-call-1"), "{got}");
     let ok = format!(
         "SIP/2.0 200 OK\r\n{}{};tag=bobtag\r\nContact: <sip:bob@{me}>\r\nContent-Length: 0\r\n\r\n",
         copied(&got, &["Via", "Record-Route", "From", "Call-ID", "CSeq"]),
@@ -1469,12 +1478,7 @@ fn an_outside_call_sees_nothing_of_the_inside_callee(gw: UdpSocket, config: &Pat
     });
     assert!(answer.contains("Call-ID: carrier-call-1"), "{answer}");
     // The carrier's ACK goes to the (sealed) contact along the route.
-    let contact = header(&answer, "Contact")[0]
-        .split('<')
-        .nth(1)
-        .and_then(|c| c.split('>').next())
-        .expect("contact")
-        .to_string();
+    let contact = contact_uri(&answer);
     assert!(contact.contains("sip:th-"), "{answer}");
     let route = header(&answer, "Record-Route")
         .iter()
@@ -1597,11 +1601,7 @@ fn a_peer_domain_the_topology_is_hidden_from_sees_nothing_of_the_inside() {
     )
     .expect("config");
     let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
-    let phone = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-    phone
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let me = phone.local_addr().expect("addr");
+    let (phone, me) = socket_at("127.0.0.2");
     inside_call_to(&phone, proxy.addr, "sip:bob@carrier.example", "inside-3");
     let captured = seen.lock().expect("capture");
     assert!(
