@@ -225,7 +225,7 @@ fn public(key: &Path, out: &Path) -> Result<String, String> {
     ))
 }
 
-fn ec(curve: Curve, out: &Path) -> Result<String, String> {
+pub(crate) fn ec(curve: Curve, out: &Path) -> Result<String, String> {
     let key = match curve {
         Curve::P256 | Curve::P384 => {
             let nid = match curve {

@@ -117,6 +117,57 @@ fn the_post_quantum_and_classical_offers_are_measured_side_by_side() {
 }
 
 #[test]
+fn each_server_key_is_measured_in_turn() {
+    let out = Command::new(BIN)
+        .args(["bench", "connections", "--transport", "tls"])
+        .args(["--connections", "20", "--hold", "0"])
+        .args(["--keys", "rsa-standard,ecdsa-p256", "--groups", "x25519"])
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("| sipsec rsa-standard | sipsec ecdsa-p256 |"),
+        "{text}"
+    );
+    // An ECDSA certificate and signature are smaller than RSA-2048's.
+    let down = |key: &str| -> u64 {
+        let block = text
+            .split(&format!("in memory, {key}):"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no bytes for {key}: {text}"));
+        block
+            .split("server→client ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .expect("bytes")
+    };
+    assert!(down("ecdsa-p256") < down("rsa-standard"), "{text}");
+    let bad = Command::new(BIN)
+        .args([
+            "bench",
+            "connections",
+            "--connections",
+            "5",
+            "--keys",
+            "dsa",
+        ])
+        .output()
+        .expect("runs");
+    assert!(!bad.status.success());
+    assert!(
+        text_of(&bad).contains("\"dsa\": rsa-standard, rsa-crt"),
+        "{}",
+        text_of(&bad)
+    );
+}
+
+fn text_of(o: &std::process::Output) -> String {
+    text(o)
+}
+
+#[test]
 fn tcp_phones_side_by_side_with_kamailio() {
     side_by_side_with_kamailio("tcp", 1);
 }

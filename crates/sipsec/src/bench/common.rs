@@ -159,6 +159,39 @@ pub(super) fn outputs(
 }
 
 /// An RSA-2048 server certificate for 127.0.0.1, issued by a CA made here.
+/// A server certificate for 127.0.0.1 under the CA `make_certificate`
+/// made in `dir`, its key of `kind`: rsa-standard, rsa-crt,
+/// rsa-multiprime (2048 bits) or ecdsa-p256. (certificate, key).
+pub(super) fn certificate_of_kind(
+    dir: &std::path::Path,
+    kind: &str,
+) -> Result<(PathBuf, PathBuf), String> {
+    use crate::keygen::{cert, ec, rsa, CertRequest, Curve};
+    let (key, crt) = (
+        dir.join(format!("{kind}.key")),
+        dir.join(format!("{kind}.pem")),
+    );
+    match kind {
+        "rsa-standard" => rsa("standard", 2048, None, false, &key),
+        "rsa-crt" => rsa("crt", 2048, None, false, &key),
+        "rsa-multiprime" => rsa("multiprime", 2048, Some(3), false, &key),
+        "ecdsa-p256" => ec(Curve::P256, &key),
+        other => Err(format!(
+            "{other:?}: rsa-standard, rsa-crt, rsa-multiprime or ecdsa-p256"
+        )),
+    }?;
+    cert(&CertRequest {
+        key: &key,
+        cn: "127.0.0.1",
+        san: &["127.0.0.1".to_owned()],
+        days: 2,
+        ca: false,
+        issuer: Some((&dir.join("ca.pem"), &dir.join("ca.key"))),
+        out: &crt,
+    })?;
+    Ok((crt, key))
+}
+
 pub(super) fn make_certificate(
     dir: &std::path::Path,
 ) -> Result<(PathBuf, PathBuf, PathBuf), String> {

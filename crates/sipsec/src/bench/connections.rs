@@ -99,6 +99,12 @@ pub struct ConnectionsArgs {
     /// Kamailio (OpenSSL 3.0 has no ML-KEM).
     #[arg(long, value_delimiter = ',')]
     pub(super) groups: Vec<String>,
+    /// Server keys to measure in turn, comma-separated: rsa-standard,
+    /// rsa-crt, rsa-multiprime (2048 bits) and ecdsa-p256, each with its
+    /// certificate under one CA made here; rows are named by the key
+    /// [default: one RSA-2048 CRT key, or --cert].
+    #[arg(long, value_delimiter = ',', conflicts_with = "cert")]
+    pub(super) keys: Vec<String>,
     #[command(flatten)]
     pub(super) out: TableOutputs,
 }
@@ -164,9 +170,27 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the phones to CPU 1: {e}"))?;
     }
-    let outcomes = connections::measure(&plan, |line| eprintln!("{line}"));
+    let outcomes = if a.keys.is_empty() {
+        connections::measure(&plan, |line| eprintln!("{line}")).map_err(|e| e.to_string())
+    } else {
+        by_key(&plan, &a.keys, &workdir)
+    };
     let bytes = if plan.transport.secure() {
-        handshake_bytes(&plan)
+        if a.keys.is_empty() {
+            handshake_bytes(&plan, "this certificate")
+        } else {
+            a.keys
+                .iter()
+                .map(|kind| {
+                    let p = Plan {
+                        cert: workdir.join(format!("{kind}.pem")),
+                        key: workdir.join(format!("{kind}.key")),
+                        ..plan.clone()
+                    };
+                    handshake_bytes(&p, kind)
+                })
+                .collect()
+        }
     } else {
         String::new()
     };
@@ -185,10 +209,35 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
     })
 }
 
+/// `plan` measured with each server key of `keys` in turn, each row
+/// named by its key (the servers' order and rounds as the plan says).
+fn by_key(
+    plan: &Plan,
+    keys: &[String],
+    workdir: &std::path::Path,
+) -> Result<Vec<connections::Outcome>, String> {
+    let mut all = Vec::new();
+    for kind in keys {
+        let (cert, key) = super::common::certificate_of_kind(workdir, kind)?;
+        let p = Plan {
+            cert,
+            key,
+            ..plan.clone()
+        };
+        let measured = connections::measure(&p, |line| eprintln!("{kind}: {line}"))
+            .map_err(|e| e.to_string())?;
+        for mut o in measured {
+            o.target = format!("{} {kind}", o.target);
+            all.push(o);
+        }
+    }
+    Ok(all)
+}
+
 /// Bytes of one full handshake with this certificate for each offer,
 /// against sipsec's TLS configuration (run in memory), as lines after
 /// the table.
-fn handshake_bytes(plan: &Plan) -> String {
+fn handshake_bytes(plan: &Plan, what: &str) -> String {
     let settings = sipsec_server::config::TlsSettings {
         addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         cert: plan.cert.clone(),
@@ -208,7 +257,9 @@ fn handshake_bytes(plan: &Plan) -> String {
     } else {
         plan.offers.clone()
     };
-    let mut out = String::from("\nTLS bytes per full handshake with sipsec (records both ways, in memory, this certificate):\n");
+    let mut out = format!(
+        "\nTLS bytes per full handshake with sipsec (records both ways, in memory, {what}):\n"
+    );
     for offer in offers {
         let groups = if offer.is_empty() {
             sip_tls::Groups::default()
