@@ -52,6 +52,9 @@ pub struct Plan {
     pub scenarios: Vec<String>,
     /// Run without auth, with auth, or both.
     pub auth: Vec<bool>,
+    /// The digest algorithm both servers challenge with (their users'
+    /// HA1s written for it).
+    pub digest: sip_core::digest::Algorithm,
     /// Offered calls/s.
     pub rate: f64,
     /// Calls per scenario.
@@ -283,12 +286,7 @@ fn write_users(plan: &Plan) -> Result<(), Error> {
     );
     for (i, u) in plan.users.iter().enumerate() {
         let _ = writeln!(csv, "{},{}", u.name, u.password);
-        let ha1 = sip_core::digest::ha1(
-            sip_core::digest::Algorithm::Md5,
-            &u.name,
-            "sipsec",
-            &u.password,
-        );
+        let ha1 = sip_core::digest::ha1(plan.digest, &u.name, "sipsec", &u.password);
         let _ = writeln!(table, "{}:{}:sipsec::{}:", i + 1, u.name, ha1.as_str());
     }
     let write = |name: &str, text: &str| {
@@ -351,8 +349,8 @@ fn start(
                 .arg("--data-dir")
                 .arg(&data);
             if auth {
-                // Both servers challenge with MD5 only, as Kamailio does.
-                c.args(["--auth", "--digest", "md5", "--users"])
+                // Both servers challenge with the plan's one algorithm.
+                c.args(["--auth", "--digest", plan.digest.as_str(), "--users"])
                     .arg(dir.join("users.tsv"));
             }
             c
@@ -369,6 +367,10 @@ fn start(
             if auth {
                 c.args(["-A", "WITH_AUTH", "-A"])
                     .arg(format!("DBURL=\"text://{}\"", dir.display()));
+                if plan.digest != sip_core::digest::Algorithm::Md5 {
+                    c.arg("-A")
+                        .arg(format!("DIGEST_ALGORITHM=\"{}\"", plan.digest.as_str()));
+                }
             }
             c
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::link::Link;
+use crate::link::{Link, Wire};
 
 /// Longest idle wait while a link has bytes the socket did not take.
 const WRITE_RETRY: Duration = Duration::from_millis(1);
@@ -32,6 +32,8 @@ pub struct Flows {
     /// Links with bytes queued that the socket did not take.
     unsent: Vec<usize>,
     is_unsent: Vec<bool>,
+    /// What links replaced so far moved.
+    retired: Wire,
 }
 
 impl Flows {
@@ -69,6 +71,7 @@ impl Flows {
             is_hot: vec![true; n],
             unsent: Vec::new(),
             is_unsent: vec![false; n],
+            retired: Wire::default(),
         })
     }
 
@@ -107,6 +110,7 @@ impl Flows {
     pub fn replace(&mut self, link: Link) {
         debug_assert!(self.poll.is_none(), "one link only");
         self.locals[0] = link.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        self.retired += self.links[0].wire();
         self.links[0] = link;
         self.open[0] = true;
     }
@@ -234,6 +238,15 @@ impl Flows {
         for link in &mut self.links {
             link.close();
         }
+    }
+
+    /// The bytes every link, present and replaced, moved.
+    pub fn wire(&self) -> Wire {
+        let mut w = self.retired;
+        for link in &self.links {
+            w += link.wire();
+        }
+        w
     }
 }
 

@@ -25,6 +25,7 @@ pub mod provenance;
 pub mod report;
 pub mod responder;
 pub mod scenario;
+pub mod security;
 pub mod srtp;
 pub mod stats;
 pub mod timers;

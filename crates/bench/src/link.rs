@@ -36,6 +36,23 @@ pub const RECEIVE_BUFFER: usize = sip_udp::SLOTS * RX_SLOT;
 /// What one read of a connection takes at most.
 const STREAM_READ: usize = 65_535;
 
+/// Bytes a link moved on the wire: datagram payloads, or what the TCP
+/// socket carried (TLS records and WebSocket frames included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wire {
+    /// Bytes written.
+    pub sent: u64,
+    /// Bytes read.
+    pub received: u64,
+}
+
+impl std::ops::AddAssign for Wire {
+    fn add_assign(&mut self, o: Wire) {
+        self.sent += o.sent;
+        self.received += o.received;
+    }
+}
+
 /// A worker's way to the target.
 #[derive(Debug)]
 pub enum Link {
@@ -54,6 +71,7 @@ pub struct Datagrams {
     socket: UdpSocket,
     /// The last turn stopped at its limit: more may be queued.
     more: bool,
+    wire: Wire,
 }
 
 impl Datagrams {
@@ -72,6 +90,7 @@ impl Datagrams {
                 break;
             };
             for (i, len) in lens.iter().take(got).enumerate() {
+                self.wire.received += *len as u64;
                 on(&rx[i * slot..][..*len]);
             }
             n += got;
@@ -104,6 +123,7 @@ pub struct Stream {
     /// The last read filled its buffer, or the last turn stopped at its
     /// limit: more may be waiting.
     more: bool,
+    wire: Wire,
 }
 
 /// A client's side of a WebSocket (RFC 6455).
@@ -209,6 +229,7 @@ impl Link {
                 return Ok(Link::Udp(Box::new(Datagrams {
                     socket: s.into(),
                     more: false,
+                    wire: Wire::default(),
                 })));
             }
             Transport::Tcp | Transport::Ws => false,
@@ -251,6 +272,7 @@ impl Link {
             closed: false,
             error: None,
             more: false,
+            wire: Wire::default(),
         };
         if websocket {
             // RFC 6455 §4.1: the base64 of 16 bytes (a nonce; the server only
@@ -289,6 +311,14 @@ impl Link {
         }
     }
 
+    /// The bytes it moved so far.
+    pub fn wire(&self) -> Wire {
+        match self {
+            Link::Udp(d) => d.wire,
+            Link::Stream(s) => s.wire,
+        }
+    }
+
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
@@ -311,7 +341,11 @@ impl Link {
     /// WebSocket upgrade is answered).
     pub fn send(&mut self, bytes: &[u8], target: SocketAddr) -> io::Result<()> {
         match self {
-            Link::Udp(d) => d.socket.send_to(bytes, target).map(|_| ()),
+            Link::Udp(d) => {
+                let n = d.socket.send_to(bytes, target)?;
+                d.wire.sent += n as u64;
+                Ok(())
+            }
             Link::Stream(s) if s.closed => Err(io::Error::other("connection closed")),
             Link::Stream(s) => {
                 match &mut s.ws {
@@ -418,7 +452,7 @@ impl Stream {
                             result = Err(io::Error::other("connection closed"));
                             break;
                         }
-                        Ok(_) => {}
+                        Ok(n) => self.wire.sent += n as u64,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) => {
                             result = Err(e);
@@ -437,6 +471,7 @@ impl Stream {
                             break;
                         }
                         Ok(n) => {
+                            self.wire.sent += n as u64;
                             self.wbuf.drain(..n);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -464,6 +499,7 @@ impl Stream {
         match self.socket.read(buf) {
             Ok(0) => self.closed = true,
             Ok(len) => {
+                self.wire.received += len as u64;
                 match &mut self.tls {
                     Some(tls) => {
                         if let Err(e) = decrypt(tls, &buf[..len], &mut self.rbuf) {

@@ -88,6 +88,12 @@ pub struct Report {
     pub server_cpu_s: Option<f64>,
     /// Server CPU microseconds per successful call (when sampled).
     pub server_cpu_us_per_call: Option<f64>,
+    /// Bytes on the wire per successful call, both directions, as the
+    /// generator's sockets moved them (headers of IP/UDP/TCP not counted;
+    /// TLS records, WebSocket frames, retransmissions, failed calls and
+    /// connection set-up spread over the calls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wire_bytes_per_call: Option<f64>,
     /// Per second.
     pub seconds: Vec<SecondRow>,
     /// Latency CDF points (ms, share).
@@ -168,6 +174,8 @@ impl Report {
             weights: opts.weights,
             server_cpu_s: cpu_used,
             server_cpu_us_per_call: cpu_used.filter(|_| o.ok > 0).map(|c| c * 1e6 / o.ok as f64),
+            wire_bytes_per_call: (o.ok > 0)
+                .then(|| (o.wire.sent + o.wire.received) as f64 / o.ok as f64),
             seconds,
             cdf: l.cdf().into_iter().map(|(us, p)| (ms(us), p)).collect(),
         }
@@ -243,6 +251,9 @@ impl Report {
             "  retransmissions {}, unexpected responses {}",
             self.retransmissions, self.unexpected
         );
+        if let Some(b) = self.wire_bytes_per_call {
+            let _ = writeln!(s, "  on the wire {b:.0} bytes per successful call");
+        }
         if let (Some(c), Some(per)) = (self.server_cpu_s, self.server_cpu_us_per_call) {
             let _ = writeln!(s, "  server CPU {c:.2} s = {per:.1} µs per successful call");
         }

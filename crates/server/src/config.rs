@@ -99,6 +99,12 @@ pub struct TlsSettings {
     /// Only post-quantum key exchange (TLS 1.3 with an ML-KEM group): a
     /// classical-only client is refused with a handshake_failure alert.
     pub require_pq: bool,
+    /// Resume TLS 1.3 sessions from stateless tickets (RFC 8446 §2.2,
+    /// §4.6.1; AEAD-sealed under a key that rotates every 6 hours, with a
+    /// fresh (EC)DHE exchange on resumption, no 0-RTT): a phone that
+    /// reconnects skips the certificate and its signature, however many
+    /// phones there are. Off: a server-side cache of 256 sessions.
+    pub session_tickets: bool,
 }
 
 impl TlsSettings {

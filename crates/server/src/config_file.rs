@@ -231,6 +231,8 @@ pub struct TlsSection {
     pub groups: Option<Vec<String>>,
     /// Only post-quantum key exchange.
     pub require_pq: Option<bool>,
+    /// Resume sessions from stateless tickets (default true).
+    pub session_tickets: Option<bool>,
 }
 
 /// `[guard]`: per-source rate limit and fail-ban.
@@ -809,6 +811,7 @@ impl Config {
             allow_rsa_1024: t.allow_rsa_1024.unwrap_or(false),
             groups,
             require_pq,
+            session_tickets: t.session_tickets.unwrap_or(true),
         });
         Ok(())
     }

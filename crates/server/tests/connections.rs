@@ -296,6 +296,7 @@ fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
             allow_rsa_1024: false,
             groups: sipsec_server::config::TlsSettings::default_groups(),
             require_pq: false,
+            session_tickets: true,
         }),
     );
     let tls = s.handle.tls_addr().expect("tls");

@@ -1092,6 +1092,7 @@ fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
             allow_rsa_1024: false,
             groups: sipsec_server::config::TlsSettings::default_groups(),
             require_pq: false,
+            session_tickets: true,
         }),
         ..loopback_proxy(&dir)
     })

@@ -188,6 +188,63 @@ fn proxy_between_tcp_and_udp() {
     s.handle.shutdown();
 }
 
+/// A TCP listener on a port of its own (`--tcp ADDR`, not the UDP port)
+/// is this server's address too: a request whose Request-URI names it is
+/// routed to the registered user, not refused as a relay (it was: 403).
+#[test]
+fn a_request_uri_naming_a_tcp_port_of_its_own_is_local() {
+    let dir = std::env::temp_dir().join(format!("sipsec-tcp-ownport-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A port free now (another program could take it before the server
+    // does; then `start` fails and says so).
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let s = start(Config {
+        mode: Mode::Proxy,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        data_dir: dir,
+        ..Config::default()
+    })
+    .expect("server starts");
+    let tcp = s.handle.tcp_addr().expect("tcp on");
+    let udp = s.handle.local_addr();
+    assert_ne!(tcp.port(), udp.port(), "the TCP listener has its own port");
+    let callee = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    callee
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let callee_port = callee.local_addr().expect("addr").port();
+    let contact = format!("<sip:bob@127.0.0.1:{callee_port}>");
+    callee
+        .send_to(
+            register(udp, "bob", &contact, "UDP", callee_port).as_bytes(),
+            udp,
+        )
+        .expect("send");
+    let mut b = [0u8; 4096];
+    let (n, _) = callee.recv_from(&mut b).expect("200");
+    assert!(b[..n].starts_with(b"SIP/2.0 200 OK"));
+    let mut caller = connect(tcp);
+    let caller_port = caller.local_addr().expect("addr").port();
+    let invite = format!(
+        "INVITE sip:bob@{tcp} SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:{caller_port};branch=z9hG4bKown1\r\nMax-Forwards: 70\r\nFrom: <sip:alice@{tcp}>;tag=a\r\nTo: <sip:bob@{tcp}>\r\nCall-ID: own-port\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@127.0.0.1:{caller_port};transport=tcp>\r\nContent-Length: 0\r\n\r\n"
+    );
+    caller.write_all(invite.as_bytes()).expect("invite");
+    let (n, _) = callee.recv_from(&mut b).expect("the INVITE reaches bob");
+    let fwd = String::from_utf8_lossy(&b[..n]).into_owned();
+    assert!(
+        fwd.starts_with(&format!("INVITE sip:bob@127.0.0.1:{callee_port} SIP/2.0")),
+        "{fwd}"
+    );
+    s.handle.shutdown();
+}
+
 /// A TCP target that never answers must not stall the UDP worker: a
 /// request sent right behind the INVITEs to it is answered while their
 /// connects (2 s timeout) are still pending. A blocked worker could only

@@ -139,6 +139,19 @@ pub fn any_supported_type(
     rustls::crypto::aws_lc_rs::sign::any_supported_type(der)
 }
 
+/// The key-exchange groups TLS handshakes are counted by (IANA names),
+/// the last for any other.
+pub const COUNTED_GROUPS: [&str; 8] = [
+    "X25519MLKEM768",
+    "SecP256r1MLKEM768",
+    "MLKEM768",
+    "MLKEM1024",
+    "x25519",
+    "secp256r1",
+    "secp384r1",
+    "other",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -484,6 +484,7 @@ fn tls_flags(config: &mut Config, t: TlsFlags) -> Result<(), String> {
                 f.groups.clone()
             }),
         require_pq: t.require_pq || file.as_ref().is_some_and(|f| f.require_pq),
+        session_tickets: file.as_ref().is_none_or(|f| f.session_tickets),
     });
     if let Some(s) = &config.tls {
         sipsec_server::config::TlsSettings::check_groups(&s.groups, s.require_pq)?;

@@ -573,3 +573,94 @@ fn the_trunk_bench_measures_sipsec_beside_kamailio() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
     assert!(r["sipsec"].is_number() && r["kamailio"].is_number(), "{r}");
 }
+
+/// `bench security --quick`: every layer measured in one run against the
+/// real servers and libraries (sipsec and Kamailio, libsrtp, secsipid),
+/// one table, JSON and an HTML page with its provenance.
+#[test]
+fn the_security_bench_measures_every_layer_in_one_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempdir("bench-security");
+    let (json, html) = (dir.join("security.json"), dir.join("security.html"));
+    let o = Command::new(BIN)
+        .current_dir(&root)
+        .args(["bench", "security", "--quick", "--json"])
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("sipsec bench security runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let rows = report(&json);
+    let rows = rows.as_array().expect("rows");
+    let row = |layer: &str| {
+        rows.iter()
+            .find(|r| r["layer"] == layer)
+            .unwrap_or_else(|| panic!("{layer}: {t}"))
+    };
+    let measured = |r: &serde_json::Value, who: &str| {
+        r[who]
+            .as_array()
+            .is_some_and(|v| !v.is_empty() && v.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)))
+    };
+    for layer in [
+        "REGISTER, UDP, no auth",
+        "REGISTER, UDP, digest MD5",
+        "REGISTER, UDP, digest SHA-256",
+        "call (INVITE…BYE), TCP, digest MD5",
+        "call (INVITE…BYE), TLS, digest MD5",
+    ] {
+        let r = row(layer);
+        assert!(measured(r, "sipsec") && measured(r, "peer"), "{r}");
+        assert!(r["bytes"].as_f64().is_some_and(|b| b > 300.0), "{r}");
+    }
+    // A digest exchange puts a challenge and a second request on the wire.
+    let bytes = |l: &str| row(l)["bytes"].as_f64().unwrap_or_default();
+    assert!(bytes("REGISTER, UDP, digest MD5") > bytes("REGISTER, UDP, no auth") + 300.0);
+    let full = row("TCP + full TLS 1.3 handshake + REGISTER, RSA-2048 CRT, x25519");
+    let hybrid = row("TCP + full TLS 1.3 handshake + REGISTER, RSA-2048 CRT, X25519MLKEM768");
+    let resumed = row("TCP + resumed TLS 1.3 handshake + REGISTER, RSA-2048 CRT, x25519");
+    assert!(measured(full, "sipsec") && measured(full, "peer"), "{full}");
+    assert!(measured(hybrid, "sipsec"), "{hybrid}");
+    // ML-KEM-768 adds its 1184-byte key and 1088-byte ciphertext; a
+    // resumed handshake sends no certificate.
+    let b = |r: &serde_json::Value| r["bytes"].as_f64().unwrap_or_default();
+    assert!(b(hybrid) > b(full) + 2000.0, "{hybrid} {full}");
+    assert!(b(resumed) < b(full) - 500.0, "{resumed} {full}");
+    for server in ["sipsec", "kamailio"] {
+        let said = t
+            .lines()
+            .find(|l| l.starts_with(&format!("TLS resumed: {server} round 1:")))
+            .unwrap_or_else(|| panic!("{server}'s resumptions: {t}"));
+        assert!(!said.contains(": 0 of"), "{said}");
+    }
+    let srtp = row("protect + unprotect, AEAD_AES_128_GCM");
+    assert!(measured(srtp, "sipsec") && measured(srtp, "peer"), "{srtp}");
+    assert_eq!(srtp["peer_name"], "libsrtp");
+    let tickets = rows
+        .iter()
+        .find(|r| {
+            r["layer"]
+                .as_str()
+                .is_some_and(|l| l.contains("PrivaSIP-3"))
+        })
+        .unwrap_or_else(|| panic!("PrivaSIP-3: {t}"));
+    assert!(measured(tickets, "sipsec"), "{tickets}");
+    let signed = rows
+        .iter()
+        .find(|r| {
+            r["layer"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("INVITE signed"))
+        })
+        .unwrap_or_else(|| panic!("STIR/SHAKEN: {t}"));
+    assert!(
+        measured(signed, "sipsec") && measured(signed, "peer"),
+        "{signed}"
+    );
+    let page = std::fs::read_to_string(&html).expect("html written");
+    common::assert_page_provenance(&page);
+    common::assert_plots_readable(&page);
+    assert_eq!(page.matches("<svg").count(), 5, "a chart per section");
+}

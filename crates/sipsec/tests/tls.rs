@@ -321,6 +321,41 @@ fn openssl_30_is_served_classically_and_refused_when_post_quantum_is_required() 
     );
 }
 
+/// A client that kept the server's session ticket resumes: no
+/// certificate, counted in `sipsec_tls_resumed_total` and marked in
+/// `/status` (OpenSSL 3.0's s_client, `-sess_out` then `-sess_in`).
+#[test]
+fn openssl_resumes_a_session_from_its_ticket() {
+    let dir = tempdir("tls-resume");
+    let ca = make_ca(&dir);
+    let (key, cert) = key_and_cert(&dir, "server", &["rsa", "--bits", "2048"], "127.0.0.1");
+    let (server, tls) = serve_tls(&dir, &cert, &key, &[]);
+    let session = dir.join("session.pem");
+    let out = s_client(tls, &ca, &["-tls1_3", "-sess_out", p(&session)]);
+    assert!(out.contains("SIP/2.0 200 OK"), "{out}");
+    assert!(session.exists(), "a ticket was kept: {out}");
+    let out = s_client(tls, &ca, &["-tls1_3", "-sess_in", p(&session)]);
+    assert!(out.contains("SIP/2.0 200 OK"), "{out}");
+    let http = common::banner_http_addr(&server.banner)
+        .expect("http")
+        .to_string();
+    let metrics = common::http_get(&http, "/metrics");
+    assert!(
+        metrics.lines().any(|l| l == "sipsec_tls_resumed_total 1"),
+        "{metrics}"
+    );
+    let status = common::http_get(&http, "/status");
+    let body = status.split("\r\n\r\n").nth(1).expect("body");
+    let v: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    let sessions = v["tls"]["recent_sessions"].as_array().expect("sessions");
+    let resumed: Vec<bool> = sessions
+        .iter()
+        .map(|s| s["resumed"].as_bool().unwrap_or_default())
+        .collect();
+    assert_eq!(resumed, [true, false], "newest first: {v}");
+    assert_eq!(v["tls"]["session_tickets"], true, "{v}");
+}
+
 #[test]
 fn mutual_tls_requires_a_client_certificate() {
     let dir = tempdir("tls-mutual");

@@ -143,6 +143,10 @@ pub struct Plan {
     pub offers: Vec<Vec<String>>,
     /// The offer being measured (set by [`measure`] for each).
     pub offer: Vec<String>,
+    /// The phones of a process share a session cache and resume TLS
+    /// sessions from the tickets the server sent earlier connections
+    /// (RFC 8446 §2.2); [`Outcome::resumed`] counts the handshakes that did.
+    pub resume: bool,
 }
 
 /// One server's figures.
@@ -162,6 +166,9 @@ pub struct Outcome {
     pub registered: usize,
     /// Connections that failed to open or register, by cause.
     pub open_failures: BTreeMap<String, u64>,
+    /// Of the TLS handshakes, those that resumed a session (with
+    /// [`Plan::resume`]).
+    pub resumed: usize,
     /// Seconds from the first connect to the last registration.
     pub open_seconds: f64,
     /// Connections opened and registered per second (for TLS: full
@@ -318,11 +325,13 @@ fn offer_fits(target: &Target, offer: &[String]) -> bool {
     !(pq_only && matches!(target, Target::Kamailio { .. }))
 }
 
-/// The phones' TLS client configuration for `offer` (no resumption:
-/// every connection a full handshake).
+/// The phones' TLS client configuration for `offer`: without `resume`,
+/// every connection a full handshake; with it, a session cache of its own
+/// shared by the process's phones.
 fn phones_tls(
     ca: &std::path::Path,
     offer: &[String],
+    resume: bool,
 ) -> Result<std::sync::Arc<rustls::ClientConfig>, Error> {
     let groups = if offer.is_empty() {
         sip_tls::Groups::default()
@@ -331,6 +340,11 @@ fn phones_tls(
     };
     let config =
         crate::link::client_config_with(ca, false, &groups).map_err(Error::io("client TLS"))?;
+    if resume {
+        let mut own = (*config).clone();
+        own.resumption = rustls::client::Resumption::in_memory_sessions(4096);
+        return Ok(std::sync::Arc::new(own));
+    }
     Ok(crate::link::without_resumption(&config))
 }
 
@@ -407,6 +421,7 @@ fn one(
     let cpu1 = cpu::cpu_seconds(&pids);
     out.redis_cpu_us_per_open = per(store0, redis_cpu(), opened.ok);
     out.registered = opened.ok;
+    out.resumed = opened.resumed;
     out.open_failures = opened.failures;
     out.opened_per_s = out.registered as f64 / out.open_seconds.max(1e-9);
     alive(plan, target, deployment)?;
@@ -512,6 +527,9 @@ pub struct PhonesSpec {
     /// The key-exchange groups they offer (empty: the default offer).
     #[serde(default)]
     offer: Vec<String>,
+    /// The phones resume TLS sessions.
+    #[serde(default)]
+    resume: bool,
     busy_poll: bool,
     run: u32,
 }
@@ -565,7 +583,7 @@ impl Drop for PhoneProcess {
 impl Phones {
     fn here(plan: &Plan, servers: &[SocketAddr]) -> Result<Phones, Error> {
         let tls = if plan.transport.secure() {
-            Some(phones_tls(&plan.ca, &plan.offer)?)
+            Some(phones_tls(&plan.ca, &plan.offer, plan.resume)?)
         } else {
             None
         };
@@ -621,6 +639,7 @@ impl Phones {
                         timeout_ms: plan.timeout.as_millis() as u64,
                         ca: plan.ca.clone(),
                         offer: plan.offer.clone(),
+                        resume: plan.resume,
                         busy_poll: plan.pin,
                         run: std::process::id(),
                     };
@@ -707,7 +726,7 @@ pub fn phones(mut input: impl io::BufRead, mut output: impl Write) -> Result<(),
         )));
     }
     let tls = if spec.transport.secure() {
-        Some(phones_tls(&spec.ca, &spec.offer)?)
+        Some(phones_tls(&spec.ca, &spec.offer, spec.resume)?)
     } else {
         None
     };

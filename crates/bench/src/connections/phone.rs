@@ -66,6 +66,9 @@ impl Ctx {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Tally {
     pub(super) ok: usize,
+    /// Of `ok`, those whose TLS handshake resumed a session.
+    #[serde(default)]
+    pub(super) resumed: usize,
     pub(super) failures: BTreeMap<String, u64>,
 }
 
@@ -76,6 +79,7 @@ impl Tally {
 
     pub(super) fn add(&mut self, other: Tally) {
         self.ok += other.ok;
+        self.resumed += other.resumed;
         for (k, v) in other.failures {
             *self.failures.entry(k).or_default() += v;
         }
@@ -231,6 +235,7 @@ impl Share {
                     Step::Done => {
                         busy -= 1;
                         tally.ok += 1;
+                        tally.resumed += usize::from(p.resumed());
                         last_progress = Instant::now();
                     }
                     Step::Failed(why) => {
@@ -352,6 +357,14 @@ impl Share {
 }
 
 impl Phone {
+    /// Whether its TLS handshake resumed a session.
+    pub(super) fn resumed(&self) -> bool {
+        self.tls
+            .as_ref()
+            .and_then(|t| t.handshake_kind())
+            .is_some_and(|k| k == rustls::HandshakeKind::Resumed)
+    }
+
     /// Advances the phone after a readiness event.
     pub(super) fn drive(&mut self, ctx: &Ctx) -> Step {
         if self.state == State::Connecting {

@@ -36,10 +36,11 @@ pub fn table(outcomes: &[Outcome]) -> String {
     s.push_str("|\n");
     let opt = |v: Option<f64>| v.map_or(f64::NAN, |v| v);
     type Row<'a> = (&'a str, &'a dyn Fn(&Outcome) -> f64, usize);
-    let rows: [Row; 12] = [
+    let rows: [Row; 13] = [
         ("connections registered", &|o| o.registered as f64, 0),
         ("failures", &|o| o.failed() as f64, 0),
         ("opened/s (TLS: full handshakes/s)", &|o| o.opened_per_s, 0),
+        ("TLS handshakes resumed", &|o| o.resumed as f64, 0),
         (
             "server CPU µs per open + REGISTER",
             &|o| opt(o.server_cpu_us_per_open),

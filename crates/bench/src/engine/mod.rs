@@ -154,6 +154,8 @@ pub struct Outcome {
     pub seconds: Vec<Second>,
     /// From the first start to the last completion.
     pub elapsed: Duration,
+    /// Bytes the generator's links moved (both directions counted apart).
+    pub wire: crate::link::Wire,
 }
 
 impl Outcome {
@@ -181,6 +183,7 @@ impl Outcome {
             a.retransmissions += b.retransmissions;
         }
         self.elapsed = self.elapsed.max(o.elapsed);
+        self.wire += o.wire;
     }
 }
 
@@ -494,6 +497,7 @@ impl Worker<'_> {
         }
         self.outcome.started = started;
         self.outcome.elapsed = Instant::now().duration_since(self.start);
+        self.outcome.wire = self.flows.wire();
     }
 
     fn abandon_all(&mut self, now: Instant, cause: &str) {

@@ -338,6 +338,8 @@ impl View {
                 "mutual": ctx.mutual,
                 "handshakes_total": m.tls_handshakes.load(Ordering::Relaxed),
                 "handshakes_by_group": m.tls_groups_seen().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+                "resumed_total": m.tls_resumed.load(Ordering::Relaxed),
+                "session_tickets": t.session_tickets,
                 "groups": t.groups,
                 "require_pq": t.require_pq,
                 "pq_refused_total": m.tls_pq_refused.load(Ordering::Relaxed),

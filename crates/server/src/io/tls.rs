@@ -286,7 +286,10 @@ impl TlsContext {
             }
             None => builder.with_no_client_auth(),
         };
-        let server = builder.with_cert_resolver(certs.clone());
+        let mut server = builder.with_cert_resolver(certs.clone());
+        if settings.session_tickets {
+            server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+        }
         let peer_roots = match &settings.peer_ca {
             Some(ca) => roots(ca)?,
             None if Path::new(SYSTEM_ROOTS).exists() => {

@@ -25,7 +25,10 @@ impl Core {
             .map(|t| t.addr.port())
             .filter(|_| tls);
         let ws = &self.shared.config.websocket;
+        // A TCP listener on a port of its own (`--tcp ADDR`) is ours too.
+        let tcp_port = self.shared.config.tcp.map(|a| a.port()).filter(|p| *p != 0);
         let port_ok = port.unwrap_or(5060) == adv.port()
+            || tcp_port.is_some_and(|t| port.unwrap_or(5060) == t)
             || tls_port.is_some_and(|t| port.unwrap_or(5061) == t)
             || [ws.ws, ws.wss]
                 .iter()
@@ -64,6 +67,7 @@ impl Core {
         let c = &self.shared.config;
         let port = match transport {
             Transport::Tls => c.tls.as_ref().map(|t| t.addr.port()),
+            Transport::Tcp => c.tcp.map(|a| a.port()).filter(|p| *p != 0),
             Transport::Ws => c.websocket.ws.map(|a| a.port()),
             Transport::Wss => c.websocket.wss.map(|a| a.port()),
             _ => None,

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use sip_tls::COUNTED_GROUPS as TLS_GROUPS;
+
 /// Upper bounds of the histogram buckets, in nanoseconds.
 pub const BUCKETS_NS: [u64; 14] = [
     250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 1_000_000,
@@ -256,19 +258,6 @@ impl Default for ByCode {
 /// UDP workers counted apart.
 pub const MAX_WORKERS_COUNTED: usize = 32;
 
-/// The key-exchange groups TLS handshakes are counted by (IANA names),
-/// the last for any other.
-pub const TLS_GROUPS: [&str; 8] = [
-    "X25519MLKEM768",
-    "SecP256r1MLKEM768",
-    "MLKEM768",
-    "MLKEM1024",
-    "x25519",
-    "secp256r1",
-    "secp384r1",
-    "other",
-];
-
 /// Everything the server counts.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -395,6 +384,8 @@ pub struct Metrics {
     pub tls_handshakes: AtomicU64,
     /// The same, by key-exchange group (index in [`TLS_GROUPS`]).
     pub tls_groups: [AtomicU64; TLS_GROUPS.len()],
+    /// Of them, those that resumed a session (no certificate sent).
+    pub tls_resumed: AtomicU64,
     /// Handshakes refused because the client offered no post-quantum
     /// group (`[tls] require_pq`).
     pub tls_pq_refused: AtomicU64,
@@ -863,10 +854,12 @@ impl Metrics {
         ]
     }
 
-    /// The UDP workers' shares and the connection layer's counts.
     /// A TLS handshake completed with key-exchange group `group` (an
     /// IANA name; counted as "other" when not in [`TLS_GROUPS`]).
-    pub fn tls_handshake(&self, group: &str) {
+    pub fn tls_handshake(&self, group: &str, resumed: bool) {
+        if resumed {
+            self.tls_resumed.fetch_add(1, Ordering::Relaxed);
+        }
         let i = TLS_GROUPS
             .iter()
             .position(|g| *g == group)
@@ -895,8 +888,14 @@ impl Metrics {
                 n.load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_tls_resumed_total TLS handshakes that resumed a session (a ticket; no certificate or signature).\n# TYPE sipsec_tls_resumed_total counter\nsipsec_tls_resumed_total {}",
+            self.tls_resumed.load(Ordering::Relaxed)
+        );
     }
 
+    /// The UDP workers' shares and the connection layer's counts.
     fn render_connections(&self, o: &mut String) {
         o.push_str("# HELP sipsec_udp_worker_datagrams_total Datagrams each UDP worker received (workers that received none are left out): how evenly the load is spread.\n# TYPE sipsec_udp_worker_datagrams_total counter\n");
         for (i, c) in self.udp_workers.iter().enumerate() {

@@ -29,6 +29,10 @@ pub struct CompareArgs {
         value_delimiter = ','
     )]
     pub(super) auth_modes: Vec<String>,
+    /// The digest algorithm both servers challenge with: md5 or sha-256
+    /// (RFC 8760; Kamailio's auth module `algorithm`).
+    #[arg(long, default_value = "md5", value_parser = parse_digest)]
+    pub(super) digest: sip_core::digest::Algorithm,
     /// Offered calls/s.
     #[arg(long, default_value_t = 2000.0)]
     pub(super) rate: f64,
@@ -94,6 +98,15 @@ pub struct CompareArgs {
     pub(super) out: TableOutputs,
 }
 
+/// `md5` or `sha-256`: what both servers can challenge with.
+pub(super) fn parse_digest(s: &str) -> Result<sip_core::digest::Algorithm, String> {
+    use sip_core::digest::Algorithm;
+    match sipsec_server::config::parse_digest(s) {
+        Ok(a @ (Algorithm::Md5 | Algorithm::Sha256)) => Ok(a),
+        _ => Err(format!("{s:?}: use md5 or sha-256")),
+    }
+}
+
 pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     use sipsec_bench::compare::{self, Certificate, Plan};
     use sipsec_bench::link::Transport;
@@ -140,6 +153,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         targets: targets.clone(),
         scenarios,
         auth,
+        digest: a.digest,
         rate: a.rate,
         calls: a.calls,
         users: sipsec_bench::load_users(&a.credentials)?,

@@ -105,6 +105,11 @@ pub struct ConnectionsArgs {
     /// [default: one RSA-2048 CRT key, or --cert].
     #[arg(long, value_delimiter = ',', conflicts_with = "cert")]
     pub(super) keys: Vec<String>,
+    /// TLS phones resume sessions from the tickets the server sent to
+    /// earlier connections (RFC 8446 §2.2), the process's phones sharing
+    /// one session cache; the table counts the handshakes that resumed.
+    #[arg(long)]
+    pub(super) resume: bool,
     #[command(flatten)]
     pub(super) out: TableOutputs,
 }
@@ -166,6 +171,7 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         rounds: a.rounds,
         offers: offers(&a.groups)?,
         offer: Vec::new(),
+        resume: a.resume,
     };
     if a.pin {
         sipsec_bench::pin_to_core(1).map_err(|e| format!("pinning the phones to CPU 1: {e}"))?;
@@ -238,20 +244,6 @@ fn by_key(
 /// against sipsec's TLS configuration (run in memory), as lines after
 /// the table.
 fn handshake_bytes(plan: &Plan, what: &str) -> String {
-    let settings = sipsec_server::config::TlsSettings {
-        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        cert: plan.cert.clone(),
-        key: plan.key.clone(),
-        client_ca: None,
-        peer_ca: None,
-        allow_rsa_1024: false,
-        groups: sipsec_server::config::TlsSettings::default_groups(),
-        require_pq: false,
-    };
-    let server = match sipsec_server::io::tls::TlsContext::new(&settings) {
-        Ok(ctx) => ctx.server,
-        Err(e) => return format!("\nTLS bytes per handshake: not measured ({e})\n"),
-    };
     let offers = if plan.offers.is_empty() {
         vec![Vec::new()]
     } else {
@@ -261,20 +253,12 @@ fn handshake_bytes(plan: &Plan, what: &str) -> String {
         "\nTLS bytes per full handshake with sipsec (records both ways, in memory, {what}):\n"
     );
     for offer in offers {
-        let groups = if offer.is_empty() {
-            sip_tls::Groups::default()
-        } else {
-            sip_tls::Groups::parse(&offer).unwrap_or_default()
-        };
-        let line = sipsec_bench::link::client_config_with(&plan.ca, false, &groups)
-            .map(|c| sipsec_bench::link::without_resumption(&c))
-            .and_then(|c| sipsec_bench::link::handshake_bytes(c, server.clone(), "127.0.0.1"));
         let label = if offer.is_empty() {
             "default offer".to_owned()
         } else {
             offer.join("+")
         };
-        match line {
+        match tls_bytes(&plan.cert, &plan.key, &plan.ca, &offer, false) {
             Ok((up, down, group)) => out.push_str(&format!(
                 "- {label}: {group}, client→server {up} B, server→client {down} B, {} B in all\n",
                 up + down
@@ -283,6 +267,55 @@ fn handshake_bytes(plan: &Plan, what: &str) -> String {
         }
     }
     out
+}
+
+/// Bytes each way of a TLS handshake with sipsec's configuration for
+/// `cert`/`key` (run in memory, session tickets included) offering
+/// `offer` (empty: the default), and the group agreed; `resumed`: of a
+/// second handshake that resumes the first's session.
+pub(super) fn tls_bytes(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    ca: &std::path::Path,
+    offer: &[String],
+    resumed: bool,
+) -> Result<(usize, usize, String), String> {
+    let settings = sipsec_server::config::TlsSettings {
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        client_ca: None,
+        peer_ca: None,
+        allow_rsa_1024: false,
+        groups: sipsec_server::config::TlsSettings::default_groups(),
+        require_pq: false,
+        session_tickets: true,
+    };
+    let server = sipsec_server::io::tls::TlsContext::new(&settings)
+        .map_err(|e| e.to_string())?
+        .server;
+    let groups = if offer.is_empty() {
+        sip_tls::Groups::default()
+    } else {
+        sip_tls::Groups::parse(offer)?
+    };
+    let client =
+        sipsec_bench::link::client_config_with(ca, false, &groups).map_err(|e| e.to_string())?;
+    let client = if resumed {
+        client
+    } else {
+        sipsec_bench::link::without_resumption(&client)
+    };
+    let once = || {
+        sipsec_bench::link::handshake_bytes(client.clone(), server.clone(), "127.0.0.1")
+            .map_err(|e| e.to_string())
+    };
+    let first = once()?;
+    if resumed {
+        once()
+    } else {
+        Ok(first)
+    }
 }
 
 /// The `--groups` offers, each checked.

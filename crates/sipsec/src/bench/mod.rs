@@ -9,6 +9,7 @@ mod privacy;
 mod relay;
 mod rsa;
 mod run;
+mod security;
 mod srtp;
 mod stir;
 mod trunk;
@@ -25,6 +26,7 @@ use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteAr
 use relay::{relay, RelayArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
 use run::{null, run_scenario, RunArgs};
+use security::{security, SecurityArgs};
 use srtp::{srtp_bench, SrtpArgs};
 use stir::{stir_bench, StirArgs};
 use trunk::{trunk_bench, TrunkArgs};
@@ -50,6 +52,13 @@ pub enum BenchCommand {
     /// both ways; calls, packets, loss per direction, and the CPU of the
     /// proxy and of rtpengine.
     Relay(Box<RelayArgs>),
+    /// What each security layer costs, in one run: a REGISTER and a call
+    /// plain, with digest MD5 and SHA-256, over TCP and TLS; full TLS
+    /// handshakes with each RSA variant and ECDSA, X25519 and
+    /// X25519MLKEM768, and resumed; SRTP per packet in every profile;
+    /// PrivaSIP per call; STIR/SHAKEN signing and verifying. sipsec
+    /// beside Kamailio (libsrtp for SRTP) where they can do it.
+    Security(Box<SecurityArgs>),
     /// What STIR/SHAKEN costs a proxy per call: forwarding, signing and
     /// verifying INVITEs, sipsec beside Kamailio with secsipid in the same
     /// run (both stateless, one worker; the certificate cached).
@@ -99,6 +108,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Compare(a) => compare(*a),
         BenchCommand::Relay(a) => relay(*a),
         BenchCommand::Stir(a) => stir_bench(*a),
+        BenchCommand::Security(a) => security(*a),
         BenchCommand::Trunk(a) => trunk_bench(*a),
         BenchCommand::Connections(a) => connections(*a),
         BenchCommand::Phones => phones(),

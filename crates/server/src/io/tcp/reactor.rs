@@ -517,7 +517,8 @@ impl Reactor {
             let group = tls
                 .negotiated_key_exchange_group()
                 .map_or("other", |g| sip_tls::name_of(g.name()));
-            self.hub.shared.metrics.tls_handshake(group);
+            let resumed = tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            self.hub.shared.metrics.tls_handshake(group, resumed);
             let session = super::shared::TlsSession {
                 peer: l.conn.peer.to_string(),
                 version: tls
@@ -527,6 +528,7 @@ impl Reactor {
                     .negotiated_cipher_suite()
                     .map_or_else(String::new, |s| format!("{:?}", s.suite())),
                 group: group.to_owned(),
+                resumed,
             };
             let mut recent = lock(&self.hub.recent);
             if recent.len() >= super::shared::RECENT_SESSIONS {

@@ -332,6 +332,8 @@ pub struct TlsSession {
     pub suite: String,
     /// The key-exchange group (IANA name).
     pub group: String,
+    /// The handshake resumed a session.
+    pub resumed: bool,
 }
 
 /// What a reactor keeps per connection beside the shared part.
