@@ -1167,6 +1167,13 @@ mod tests {
         let tls = c.tls.clone().expect("tls on");
         // Beside UDP (5070 here): the next port.
         assert_eq!(tls.addr, "127.0.0.1:5071".parse().expect("addr"));
+        assert!(tls.session_tickets, "resumption from tickets by default");
+        c.apply_toml(
+            "[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nsession_tickets = false\n",
+            "x.toml",
+        )
+        .expect("valid");
+        assert!(!c.tls.as_ref().expect("tls on").session_tickets);
         // Moved off 5060, TLS moves beside it.
         assert_eq!(
             default_tls_addr("10.0.0.1:5080".parse().expect("addr")),

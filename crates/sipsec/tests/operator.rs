@@ -789,6 +789,72 @@ fn hep_tracing_copies_every_message_to_the_collector() {
     );
 }
 
+/// A TLS connection's session (version, suite, key-exchange group,
+/// resumed or not) reaches the collector once, as a HEP log record
+/// (protocol type 100) from the peer's address, beside its SIP messages.
+#[test]
+fn hep_tracing_records_each_tls_session() {
+    let dir = tempdir("op-hep-tls");
+    common::tls_files(&dir);
+    let collector = udp();
+    collector
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let hep = format!("udp:{}", collector.local_addr().expect("addr"));
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let s = common::serve_in(
+        &dir.join("data"),
+        &[
+            "--hep",
+            &hep,
+            "--tls",
+            "127.0.0.1:0",
+            "--cert",
+            &f("srv.pem"),
+            "--key",
+            &f("srv.key"),
+        ],
+    );
+    let tls = common::banner_tls_addr(&s.banner).expect("tls address");
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &tls.to_string(),
+            "-CAfile",
+            &f("ca.pem"),
+        ])
+        .args(["-verify_return_error", "-quiet", "-tls1_3"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client (setup.sh installs openssl)");
+    assert!(out.status.success(), "{}", common::text(&out));
+    let mut buf = [0u8; 65_536];
+    let n = collector
+        .recv(&mut buf)
+        .expect("a HEP packet for the session");
+    let c = hep_chunks(&buf[..n]);
+    assert_eq!(c.get(&0x000b).map(|v| v[0]), Some(100), "a log record");
+    assert_eq!(c.get(&0x0002).map(|v| v[0]), Some(6), "over TCP");
+    let port = c
+        .get(&0x0008)
+        .map(|v| u16::from_be_bytes([v[0], v[1]]))
+        .expect("destination port");
+    assert_eq!(port, tls.port(), "to the TLS listener");
+    let payload = String::from_utf8_lossy(c.get(&0x000f).expect("payload")).into_owned();
+    let v: Value = serde_json::from_str(&payload).expect("a JSON record");
+    let session = &v["tls_session"];
+    assert_eq!(session["version"], "TLSv1_3", "{v}");
+    assert_eq!(session["group"], "x25519", "OpenSSL 3.0 is classical: {v}");
+    assert_eq!(session["resumed"], false, "{v}");
+    assert!(
+        session["suite"]
+            .as_str()
+            .is_some_and(|x| x.starts_with("TLS13_")),
+        "{v}"
+    );
+}
+
 /// The web view in a real browser: a registration and a ban appear, the
 /// page needs the token, and the screenshot is written for a look.
 #[test]

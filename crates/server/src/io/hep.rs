@@ -78,7 +78,15 @@ pub struct Capture<'a> {
     pub payload: &'a [u8],
     /// Its Call-ID, if it has one.
     pub call_id: Option<&'a str>,
+    /// HEP protocol type: [`SIP`] for a message, [`LOG`] for a record of
+    /// the connection (a TLS session set up).
+    pub proto_type: u8,
 }
+
+/// HEP protocol type of a SIP message.
+pub const SIP: u8 = 1;
+/// HEP protocol type of a log record (as Homer's agents send logs).
+pub const LOG: u8 = 100;
 
 fn put(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
     out.extend_from_slice(&0u16.to_be_bytes());
@@ -127,7 +135,7 @@ pub fn encode(c: &Capture<'_>) -> Option<Vec<u8>> {
         chunk::MICROS,
         &since.subsec_micros().to_be_bytes(),
     );
-    put(&mut out, chunk::PROTO_TYPE, &[1]);
+    put(&mut out, chunk::PROTO_TYPE, &[c.proto_type]);
     put(&mut out, chunk::CAPTURE_ID, &c.capture_id.to_be_bytes());
     if let Some(p) = c.password {
         put(&mut out, chunk::AUTH_KEY, p.as_bytes());
@@ -278,7 +286,7 @@ impl Tracer {
         if !self.wanted(bytes, call_id) {
             return;
         }
-        let Some(packet) = encode(&Capture {
+        let packet = encode(&Capture {
             src,
             dst,
             transport,
@@ -287,7 +295,15 @@ impl Tracer {
             password: self.settings.password.as_deref(),
             payload: bytes,
             call_id,
-        }) else {
+            proto_type: SIP,
+        });
+        self.enqueue(packet);
+    }
+
+    /// Queues an encoded packet for the sender thread (`None`: too large
+    /// to encode), counting what is dropped.
+    fn enqueue(&self, packet: Option<Vec<u8>>) {
+        let Some(packet) = packet else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -310,6 +326,22 @@ impl Tap for Tracer {
 
     fn sent(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
         self.capture(bytes, self.locals.of(transport), peer, transport);
+    }
+
+    fn connection_event(&self, peer: SocketAddr, transport: Transport, record: &str) {
+        // One per connection: not filtered by method or sampled.
+        let packet = encode(&Capture {
+            src: peer,
+            dst: self.locals.of(transport),
+            transport,
+            time: SystemTime::now(),
+            capture_id: self.settings.capture_id,
+            password: self.settings.password.as_deref(),
+            payload: record.as_bytes(),
+            call_id: None,
+            proto_type: LOG,
+        });
+        self.enqueue(packet);
     }
 
     fn counts(&self) -> (u64, u64) {
@@ -381,6 +413,7 @@ mod tests {
             password: Some("k"),
             payload: msg,
             call_id: header(msg, "Call-ID", "i"),
+            proto_type: SIP,
         })
         .expect("fits");
         let c = chunks(&p);
@@ -422,6 +455,7 @@ mod tests {
             password: None,
             payload: &big,
             call_id: None,
+            proto_type: SIP,
         })
         .is_none());
     }

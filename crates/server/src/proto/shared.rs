@@ -153,6 +153,9 @@ pub trait Tap: std::fmt::Debug + Send + Sync {
     fn received(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
     /// `bytes` are being sent to `peer` over `transport`.
     fn sent(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
+    /// A record of `peer`'s connection over `transport` (the TLS session
+    /// it set up, as JSON): traced once per connection.
+    fn connection_event(&self, _peer: SocketAddr, _transport: Transport, _record: &str) {}
     /// Messages handed to the collector, and those dropped (queue full).
     fn counts(&self) -> (u64, u64);
 

@@ -530,6 +530,10 @@ impl Reactor {
                 group: group.to_owned(),
                 resumed,
             };
+            if let Some(tap) = &self.hub.shared.tap {
+                let record = serde_json::json!({ "tls_session": &session }).to_string();
+                tap.connection_event(l.conn.peer, l.conn.transport, &record);
+            }
             let mut recent = lock(&self.hub.recent);
             if recent.len() >= super::shared::RECENT_SESSIONS {
                 recent.pop_front();
