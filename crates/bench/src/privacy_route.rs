@@ -106,14 +106,16 @@ impl Setup {
         if self.level == 0 {
             return "plain SIP".into();
         }
+        let tickets = self.scheme == Scheme::Tickets;
         format!(
-            "PrivaSIP-{} {} {}",
-            if self.scheme == Scheme::Tickets {
-                3
-            } else {
-                self.level
-            },
+            "PrivaSIP-{} {}{} {}",
+            if tickets { 3 } else { self.level },
             self.scheme.name(bits),
+            if tickets && self.level == 2 {
+                ", callee too,"
+            } else {
+                ""
+            },
             if self.stateful {
                 "stateful"
             } else {
@@ -133,8 +135,8 @@ pub fn setups(schemes: &[Scheme], levels: &[u8], stateful: &[bool]) -> Vec<Setup
     }];
     for &level in levels {
         for &s in schemes {
-            // AES and tickets hide the caller only: level 1.
-            if s == Scheme::Plain || (matches!(s, Scheme::Aes | Scheme::Tickets) && level == 2) {
+            // AES hides the caller only: level 1.
+            if s == Scheme::Plain || (s == Scheme::Aes && level == 2) {
                 continue;
             }
             for &st in stateful {
@@ -326,7 +328,13 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, Error> {
         k.home.fill(Some(cipher));
     }
     if setup.level == 2 {
-        let (conf, cipher) = key_pair(dir, INBOUND, setup.scheme, plan.bits)?;
+        let (mut conf, cipher) = key_pair(dir, INBOUND, setup.scheme, plan.bits)?;
+        if k.tickets {
+            conf.push_str(&format!(
+                "tickets = {}\nticket_ttl = 86400\n",
+                privacy::tickets::MAX_BATCH
+            ));
+        }
         k.inbound_conf = conf;
         k.inbound = Some(cipher);
     }
@@ -372,6 +380,46 @@ fn enroll_all(
     Ok(out)
 }
 
+/// PrivaSIP-3 level 2: `n` domain tickets of the callee's domain, got
+/// through the home proxy `at` by anonymous enrollments (an OPTIONS to
+/// the domain per batch), as a caller of `callers[0]` would.
+fn domain_entries(
+    keys: &Keys,
+    callers: &[User],
+    at: SocketAddr,
+    n: u64,
+) -> Result<std::collections::VecDeque<Vec<u8>>, Error> {
+    use ua::phone::{Phone, PrivacySetup};
+    let (Some(u), Some(Some(home)), Some(callee)) =
+        (callers.first(), keys.home.first(), keys.inbound.clone())
+    else {
+        return Err(Error::Input(
+            "level 2 tickets need both proxies' keys".into(),
+        ));
+    };
+    let privacy = PrivacySetup {
+        home: home.clone(),
+        callee: Some(callee),
+        encoding: Encoding::Hex,
+        limit: 2048,
+        tickets: true,
+        pq: None,
+    };
+    let config = crate::privacy::phone_config((&u.name, &u.password, HOME), at, Some(privacy));
+    let mut phone = Phone::new(config).map_err(|e| Error::peer(&u.name, e))?;
+    let mut pool = std::collections::VecDeque::new();
+    while (pool.len() as u64) < n {
+        let batch = phone
+            .domain_tickets(INBOUND)
+            .map_err(|e| Error::peer(INBOUND, e))?;
+        if batch.is_empty() {
+            return Err(Error::peer(INBOUND, "no domain tickets in the 200"));
+        }
+        pool.extend(batch);
+    }
+    Ok(pool)
+}
+
 /// One set of pseudonyms per call number `first..first + n`, the caller
 /// being `callers[number % len]` as the engine picks it; made on every
 /// core.
@@ -415,9 +463,12 @@ fn pseudonyms(keys: &Keys, callers: &[User], first: u64, n: u64) -> Result<Vec<C
 }
 
 /// The calls `first..first + n` under PrivaSIP-3: each the next ticket
-/// of its caller (`pools[number % len]`), the callee in clear.
+/// of its caller (`pools[number % len]`), the callee in clear or (level
+/// 2) sealed under the next domain ticket of `domain`.
 fn tickets_for(
     pools: &mut [std::collections::VecDeque<String>],
+    domain: &mut std::collections::VecDeque<Vec<u8>>,
+    level: u8,
     first: u64,
     n: u64,
 ) -> Result<Vec<CallIds>, Error> {
@@ -427,10 +478,17 @@ fn tickets_for(
             let caller = pools[(number % len) as usize]
                 .pop_front()
                 .ok_or_else(|| Error::Input("a caller ran out of tickets".into()))?;
-            Ok(CallIds {
-                caller,
-                callee: "callee".into(),
-            })
+            let callee = if level == 2 {
+                let entry = domain
+                    .pop_front()
+                    .ok_or_else(|| Error::Input("ran out of domain tickets".into()))?;
+                Encoding::Hex.encode(
+                    &privacy::tickets::seal_callee(&entry, "callee").map_err(Error::crypto)?,
+                )
+            } else {
+                "callee".into()
+            };
+            Ok(CallIds { caller, callee })
         })
         .collect()
 }
@@ -633,12 +691,17 @@ fn measure_setup(
         } else {
             Vec::new()
         };
+        let mut domain = if keys.tickets && setup.level == 2 {
+            domain_entries(&keys, callers, a, total)?
+        } else {
+            std::collections::VecDeque::new()
+        };
         let mut next_call = 0u64;
         let mut run = |in_flight: usize, calls: u64| -> Result<crate::report::Report, Error> {
             // Fresh pseudonyms for every call: none seen before by the
             // stateful proxies (PrivaSIP-3: each caller's next ticket).
             let ids = if keys.tickets {
-                tickets_for(&mut pools, next_call, calls)?
+                tickets_for(&mut pools, &mut domain, setup.level, next_call, calls)?
             } else {
                 pseudonyms(&keys, callers, next_call, calls)?
             };

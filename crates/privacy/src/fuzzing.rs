@@ -18,16 +18,36 @@ fn keys() -> (TicketKeys, [u8; 32], HpkeKey) {
 pub fn tickets(data: &[u8]) {
     let (keys, k_u, hpke) = keys();
     let _ = keys.open(data);
+    let _ = keys.open_callee(data);
+    let _ = crate::tickets::seal_callee(data, "bob");
     let _ = open_batch(&k_u, data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = accept(&hpke, None, text, "alice");
         let _ = crate::tickets::enrollment_key_id(text);
         if let Some(raw) = pseudonym_bytes(text) {
             let _ = keys.open(&raw);
+            let _ = keys.open_callee(&raw);
         }
         if let Some(raw) = Encoding::decode_any(text) {
             let _ = open_batch(&k_u, &raw);
         }
+    }
+}
+
+/// A callee pseudonym sealed under a domain ticket of this key, with
+/// byte `at` set to `byte` and cut after `cut` bytes: it opens only when
+/// unchanged.
+pub fn mutated_callee(at: usize, byte: u8, cut: usize) -> bool {
+    let (keys, _, _) = keys();
+    let entry = keys.issue_domain(42).expect("issue");
+    let t = crate::tickets::seal_callee(&entry, "bob").expect("seal");
+    let mut m = t.clone();
+    let i = at % m.len();
+    m[i] = byte;
+    m.truncate(cut.max(i + 1));
+    match keys.open_callee(&m) {
+        Ok(opened) => m == t && opened.id == "bob",
+        Err(_) => m != t,
     }
 }
 

@@ -51,6 +51,9 @@ pub enum Scheme {
     Hpke = 5,
     /// A PrivaSIP-3 ticket: AES-256-GCM-SIV under the proxy's ticket key.
     Ticket = 6,
+    /// A PrivaSIP-3 callee pseudonym: a ticket of the callee's domain
+    /// and the callee's ID sealed under the key inside it.
+    CalleeTicket = 7,
 }
 
 impl Scheme {
@@ -63,6 +66,7 @@ impl Scheme {
             4 => Some(Scheme::AesCbc),
             5 => Some(Scheme::Hpke),
             6 => Some(Scheme::Ticket),
+            7 => Some(Scheme::CalleeTicket),
             _ => None,
         }
     }
@@ -76,6 +80,7 @@ impl Scheme {
             Scheme::AesCbc => "aes-cbc",
             Scheme::Hpke => "hpke-x25519",
             Scheme::Ticket => "ticket-aes-gcm-siv",
+            Scheme::CalleeTicket => "callee-ticket-aes-gcm-siv",
         }
     }
 }

@@ -25,6 +25,16 @@
 //! associated data. The proxy keeps its current ticket key and the one
 //! before (by epoch), so rotating the key does not void the tickets
 //! already handed out.
+//!
+//! **The callee's side (level 2).** A caller enrolls with the callee's
+//! domain the same way, anonymously (the key is derived for [`DOMAIN`],
+//! not for a user), and gets *domain tickets*: `version | scheme 7 |
+//! epoch | nonce | AES-256-GCM-SIV(expiry | k)` under that domain's
+//! ticket key, each with its own random 32-byte key k beside it in the
+//! sealed batch. Per call the caller seals the callee's ID under k
+//! ([`seal_callee`]) after the ticket; the callee's proxy opens the
+//! ticket, then the ID: two AEAD decryptions, no public-key operation,
+//! and two calls to one callee share nothing but the header.
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM_SIV};
 
@@ -38,6 +48,22 @@ const USER_KEY_INFO: &[u8] = b"sipsec privasip-3 user key v1|";
 const HYBRID_SALT: &[u8] = b"sipsec privasip-3 hybrid v1";
 /// Tickets in one batch, at most (a SIP header stays small).
 pub const MAX_BATCH: usize = 64;
+/// Bytes of tickets one batch carries, at most: base32 makes 6.4 KB of
+/// them, inside the 8 KB a header may take (`sip_core::Limits`).
+const MAX_BATCH_BYTES: usize = 4_000;
+
+/// How many of `wanted` tickets of `len` bytes each fit one batch (at
+/// least one).
+pub fn batch_fits(wanted: usize, len: usize) -> usize {
+    wanted.min(MAX_BATCH_BYTES / (len + 1)).clamp(1, MAX_BATCH)
+}
+/// The name an anonymous enrollment with a callee's domain derives its
+/// key for (the domain does not learn who enrolled).
+pub const DOMAIN: &str = "sipsec privasip-3 callee domain v1";
+/// Associated data of a callee's ID sealed under a domain ticket's key.
+const CALLEE_AAD: &[u8] = b"sipsec privasip-3 callee v1";
+/// A domain ticket: header, nonce, expiry and key (sealed), tag.
+pub const DOMAIN_TICKET_LEN: usize = 3 + 12 + 8 + 32 + 16;
 /// The longest ID a ticket carries.
 pub const MAX_ID: usize = 128;
 
@@ -276,6 +302,50 @@ impl TicketKeys {
         Ok([&h[..], &seal(&self.current.1, &h, &pt)?].concat())
     }
 
+    /// The key of `epoch`: the current one or the one before.
+    fn key_of(&self, epoch: u8) -> Result<&LessSafeKey, Error> {
+        if epoch == self.current.0 {
+            return Ok(&self.current.1);
+        }
+        match &self.previous {
+            Some((e, k)) if *e == epoch => Ok(k),
+            _ => Err(Error::Undecryptable),
+        }
+    }
+
+    /// A domain ticket for a caller until `expires`, with its key after
+    /// it (`ticket | k`, [`DOMAIN_TICKET_LEN`] + 32 bytes): what the
+    /// caller seals callee IDs with ([`seal_callee`]).
+    pub fn issue_domain(&self, expires: u64) -> Result<Vec<u8>, Error> {
+        let mut k = [0u8; 32];
+        random(&mut k)?;
+        let h = header(Scheme::CalleeTicket, self.current.0);
+        let pt = [&expires.to_be_bytes()[..], &k].concat();
+        Ok([&h[..], &seal(&self.current.1, &h, &pt)?, &k].concat())
+    }
+
+    /// The callee a callee pseudonym ([`seal_callee`]) names, when its
+    /// domain ticket is this proxy's; its expiry is not checked here, and
+    /// its nonce is the domain ticket's (what makes it single-use).
+    pub fn open_callee(&self, raw: &[u8]) -> Result<Ticket, Error> {
+        let (scheme, epoch, _) = split(raw)?;
+        if scheme != Scheme::CalleeTicket || raw.len() < DOMAIN_TICKET_LEN + 12 + 16 {
+            return Err(Error::Undecryptable);
+        }
+        let (ticket, sealed_id) = raw.split_at(DOMAIN_TICKET_LEN);
+        let pt = open(self.key_of(epoch)?, &ticket[..3], &ticket[3..])?;
+        let (exp, k) = pt.split_at_checked(8).ok_or(Error::Undecryptable)?;
+        let k: &[u8; 32] = k.try_into().map_err(|_| Error::Undecryptable)?;
+        let id = open(&key(k)?, CALLEE_AAD, sealed_id)?;
+        let mut nonce = [0u8; 12];
+        nonce.copy_from_slice(&ticket[3..15]);
+        Ok(Ticket {
+            id: String::from_utf8(id).map_err(|_| Error::Undecryptable)?,
+            expires: u64::from_be_bytes(exp.try_into().map_err(|_| Error::Undecryptable)?),
+            nonce,
+        })
+    }
+
     /// What the raw ticket `raw` says, when this proxy sealed it (under
     /// the current or the previous key); its expiry is not checked here.
     pub fn open(&self, raw: &[u8]) -> Result<Ticket, Error> {
@@ -283,15 +353,7 @@ impl TicketKeys {
         if scheme != Scheme::Ticket {
             return Err(Error::Undecryptable);
         }
-        let k = if epoch == self.current.0 {
-            &self.current.1
-        } else {
-            match &self.previous {
-                Some((e, k)) if *e == epoch => k,
-                _ => return Err(Error::Undecryptable),
-            }
-        };
-        let pt = open(k, &raw[..3], body)?;
+        let pt = open(self.key_of(epoch)?, &raw[..3], body)?;
         if pt.len() < 8 {
             return Err(Error::Undecryptable);
         }
@@ -306,10 +368,86 @@ impl TicketKeys {
     }
 }
 
+/// The raw pseudonym of `callee` for its domain: the domain ticket of
+/// `entry` (a `ticket | k` the domain issued, [`TicketKeys::issue_domain`])
+/// and the ID sealed under k with a fresh nonce.
+pub fn seal_callee(entry: &[u8], callee: &str) -> Result<Vec<u8>, Error> {
+    if callee.len() > MAX_ID {
+        return Err(Error::IdTooLong {
+            len: callee.len(),
+            max: MAX_ID,
+        });
+    }
+    let (ticket, k) = entry
+        .split_at_checked(DOMAIN_TICKET_LEN)
+        .filter(|(t, k)| k.len() == 32 && split(t).is_ok_and(|s| s.0 == Scheme::CalleeTicket))
+        .ok_or_else(|| Error::Key("not a domain ticket".into()))?;
+    let k: &[u8; 32] = k
+        .try_into()
+        .map_err(|_| Error::Key("domain ticket key".into()))?;
+    Ok([ticket, &seal(&key(k)?, CALLEE_AAD, callee.as_bytes())?].concat())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hpke::{Hpke, HpkeKey};
+
+    #[test]
+    fn a_caller_enrolls_anonymously_with_the_callees_domain_and_each_call_is_unlinkable() {
+        let (cipher, decipher) = proxy_hpke();
+        let (enrollment, sealed) = Enrollment::new(&cipher, None).unwrap();
+        // The callee's proxy: keys for no user (it does not learn who).
+        let (k, _) = accept(&decipher, None, &sealed, DOMAIN).unwrap();
+        let (keys, _) = TicketKeys::generate(3).unwrap();
+        let entries: Vec<_> = (0..4).map(|_| keys.issue_domain(2_000).unwrap()).collect();
+        let batch = seal_batch(&k, &entries).unwrap();
+        let got = enrollment.tickets(DOMAIN, &batch).unwrap();
+        assert_eq!(got, entries);
+        // Two calls to bob: nothing shared past the header.
+        let a = seal_callee(&got[0], "bob").unwrap();
+        let b = seal_callee(&got[1], "bob").unwrap();
+        assert_eq!(a[..3], b[..3]);
+        assert_eq!(a[..3], [crate::VERSION, 7, 3]);
+        assert!(a[3..].iter().zip(&b[3..]).filter(|(x, y)| x == y).count() < 16);
+        let opened = keys.open_callee(&a).unwrap();
+        assert_eq!((opened.id.as_str(), opened.expires), ("bob", 2_000));
+        assert_eq!(opened.nonce[..], a[3..15]);
+        // The key in the batch is not the ticket: a caller cannot forge
+        // one, and a flipped bit anywhere is refused.
+        for i in [
+            3,
+            20,
+            DOMAIN_TICKET_LEN - 1,
+            DOMAIN_TICKET_LEN + 13,
+            a.len() - 1,
+        ] {
+            let mut bad = a.clone();
+            bad[i] ^= 1;
+            assert!(keys.open_callee(&bad).is_err(), "byte {i}");
+        }
+        // Another domain's keys open nothing; nor do caller tickets.
+        let (other, _) = TicketKeys::generate(3).unwrap();
+        assert!(other.open_callee(&a).is_err());
+        assert!(keys.open(&a).is_err());
+        assert!(keys.open_callee(&keys.issue("bob", 9).unwrap()).is_err());
+        // A batch stays inside a SIP header's 8 KB once in base32.
+        assert_eq!(batch_fits(MAX_BATCH, DOMAIN_TICKET_LEN + 32), 38);
+        assert_eq!(batch_fits(8, DOMAIN_TICKET_LEN + 32), 8);
+        assert_eq!(batch_fits(MAX_BATCH, 3 + 12 + 8 + MAX_ID + 16), 23);
+        assert_eq!(batch_fits(MAX_BATCH, 100_000), 1);
+        let full: Vec<Vec<u8>> = (0..38).map(|_| keys.issue_domain(1).unwrap()).collect();
+        let text = Encoding::Base32.encode(&seal_batch(&k, &full).unwrap());
+        assert!(
+            text.len() < 8_192 - "Privasip-Tickets: ".len(),
+            "{}",
+            text.len()
+        );
+        // What is not a domain ticket cannot seal a callee.
+        assert!(seal_callee(&keys.issue("bob", 9).unwrap(), "bob").is_err());
+        assert!(seal_callee(&got[0][..50], "bob").is_err());
+        assert!(seal_callee(&got[0], &"x".repeat(MAX_ID + 1)).is_err());
+    }
 
     fn proxy_hpke() -> (Hpke, HpkeKey) {
         let sk = [7u8; 32];

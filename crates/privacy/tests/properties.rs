@@ -13,4 +13,9 @@ proptest! {
     fn a_changed_ticket_never_opens(at in 0usize..256, byte in any::<u8>(), cut in 0usize..256) {
         prop_assert!(privacy::fuzzing::mutated_ticket(at, byte, cut));
     }
+
+    #[test]
+    fn a_changed_callee_pseudonym_never_opens(at in 0usize..256, byte in any::<u8>(), cut in 0usize..256) {
+        prop_assert!(privacy::fuzzing::mutated_callee(at, byte, cut));
+    }
 }

@@ -437,6 +437,93 @@ fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation
     );
 }
 
+/// The user of the Request-URI of the INVITE that crossed.
+fn request_user(packets: &[Vec<u8>]) -> String {
+    packets
+        .iter()
+        .map(|d| String::from_utf8_lossy(d).into_owned())
+        .find_map(|m| {
+            let i = m.find("INVITE sip:")? + "INVITE sip:".len();
+            Some(m[i..].split('@').next()?.to_owned())
+        })
+        .expect("an INVITE crossed")
+}
+
+/// PrivaSIP-3 at level 2: the caller enrolls anonymously with the
+/// callee's domain (an OPTIONS through its home proxy) and seals the
+/// callee's ID under a fresh domain ticket per call; the callee's proxy
+/// opens it with two symmetric decryptions.
+#[test]
+fn privasip_3_level_2_seals_the_callee_under_the_callee_domains_tickets() {
+    let dir = tempdir("privasip3-callee");
+    let (a, b) = domains();
+    let (a_key, a_pub) = key_pair(&dir, "a", "hpke");
+    let (b_key, b_pub) = key_pair(&dir, "b", "hpke");
+    let pa = proxy_with(
+        &dir,
+        &a,
+        &b,
+        Some(&a_key),
+        false,
+        "stateless",
+        "tickets = 8\n",
+    );
+    let pb = proxy_with(
+        &dir,
+        &b,
+        &a,
+        Some(&b_key),
+        false,
+        "stateless",
+        "tickets = 8\n",
+    );
+    let alice = [
+        "--register",
+        "--privacy",
+        "2",
+        "--home-key",
+        p(&a_pub),
+        "--callee-key",
+        p(&b_pub),
+        "--base32",
+        "--tickets",
+    ];
+    let bob = ["--privacy", "1", "--home-key", p(&b_pub), "--base32"];
+    let first = call_across(&dir, (&a, &b), &alice, &bob);
+    assert_call_crossed(&first);
+    let second = call_across(&dir, (&a, &b), &alice, &bob);
+    for d in first.iter().chain(&second) {
+        for name in ["alice", "bob"] {
+            assert!(
+                !contains(d, name),
+                "{name} crossed in clear:\n{}",
+                String::from_utf8_lossy(d)
+            );
+        }
+    }
+    // Two calls to bob: two callee pseudonyms sharing only the header.
+    let (u1, u2) = (request_user(&first), request_user(&second));
+    let (r1, r2) = (
+        privacy::Encoding::decode_any(&u1).expect("base32"),
+        privacy::Encoding::decode_any(&u2).expect("base32"),
+    );
+    assert_eq!((r1[1], r2[1]), (7, 7), "callee pseudonyms: {u1} {u2}");
+    let same = r1[3..].iter().zip(&r2[3..]).filter(|(x, y)| x == y).count();
+    assert!(same < 12, "{same} bytes in common");
+    // Each alice (one per call here) enrolled with b.example once and got
+    // 8 domain tickets; b opened a callee pseudonym per call, none
+    // refused or replayed; a opened none of them.
+    let cb = privacy_counters(&pb);
+    assert_eq!(cb["domain_enrollments_total"], 2, "{cb}");
+    assert_eq!(cb["domain_tickets_issued_total"], 16, "{cb}");
+    assert!(cb["callee_opened_total"].as_u64() >= Some(2), "{cb}");
+    assert_eq!(cb["refused_total"], 0, "{cb}");
+    assert_eq!(cb["tickets_replayed_total"], 0, "{cb}");
+    let ca = privacy_counters(&pa);
+    assert_eq!(ca["callee_opened_total"], 0, "{ca}");
+    assert_eq!(ca["refused_total"], 0, "{ca}");
+}
+
 #[test]
 fn the_capture_sees_names_when_privacy_is_off() {
     let dir = tempdir("privasip-off");
@@ -582,8 +669,8 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
     assert!(out.status.success(), "{}", text(&out));
     let rows: serde_json::Value = common::report_json(&json);
     let rows = rows.as_array().expect("rows");
-    // 5 configurations × 2 numbers of calls in flight.
-    assert_eq!(rows.len(), 10, "{rows:?}");
+    // 6 configurations × 2 numbers of calls in flight.
+    assert_eq!(rows.len(), 12, "{rows:?}");
     for r in rows {
         let config = r["config"].as_str().expect("config");
         assert_eq!(r["ok"], 200, "{r}");
@@ -605,6 +692,11 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
             // PrivaSIP-3: the ticket in the username and in From, each
             // one AES-256-GCM-SIV open at a.example.
             c if c.starts_with("PrivaSIP-3 tickets AES-256-GCM-SIV stateless") => (2.0, 0.0),
+            // And at level 2 the callee pseudonym in the Request-URI: a
+            // domain ticket and the ID under its key at b.example.
+            c if c.starts_with("PrivaSIP-3 tickets AES-256-GCM-SIV, callee too, stateless") => {
+                (3.0, 0.0)
+            }
             other => panic!("unexpected configuration {other}"),
         };
         let got = (

@@ -100,6 +100,13 @@ pub struct PrivacyCounters {
     pub tickets_expired: AtomicU64,
     /// Tickets refused because another call had used them (replays).
     pub tickets_replayed: AtomicU64,
+    /// Anonymous enrollments of callers with this domain, answered with
+    /// domain tickets (PrivaSIP-3 level 2).
+    pub domain_enrollments: AtomicU64,
+    /// Domain tickets handed out.
+    pub domain_tickets_issued: AtomicU64,
+    /// Callee pseudonyms opened (two symmetric decryptions each).
+    pub callee_opened: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -245,16 +252,20 @@ impl Privacy {
 
     fn decrypt(&self, raw: &[u8], now: u64) -> Option<String> {
         let (scheme, key_id, _) = privacy::split(raw).ok()?;
-        if scheme == Scheme::Ticket {
+        if matches!(scheme, Scheme::Ticket | Scheme::CalleeTicket) {
             let (keys, _, _) = self.tickets.as_ref()?;
-            let t = keys.open(raw).ok()?;
+            let (t, opened) = if scheme == Scheme::Ticket {
+                (keys.open(raw).ok()?, &self.counters.tickets_opened)
+            } else {
+                (keys.open_callee(raw).ok()?, &self.counters.callee_opened)
+            };
             if t.expires < now {
                 self.counters
                     .tickets_expired
                     .fetch_add(1, Ordering::Relaxed);
                 return None;
             }
-            self.counters.tickets_opened.fetch_add(1, Ordering::Relaxed);
+            opened.fetch_add(1, Ordering::Relaxed);
             return Some(t.id);
         }
         if matches!(scheme, Scheme::AesGcm | Scheme::AesCbc) {
@@ -276,8 +287,9 @@ impl Privacy {
             .ok()
     }
 
-    /// Whether `user` may stand for the caller of the call `call_id` at
-    /// `now`: a PrivaSIP-3 ticket is single-use — bound to the first
+    /// Whether `user` may stand for the caller (or, as a callee
+    /// pseudonym, the callee) of the call `call_id` at `now`: a PrivaSIP-3
+    /// ticket is single-use — bound to the first
     /// Call-ID it came with (its retransmissions, its resend with
     /// credentials and its dialog's requests share it), refused with any
     /// other. Anything but a ticket passes. The table is bounded: when
@@ -290,7 +302,9 @@ impl Privacy {
         let Some(raw) = privacy::pseudonym_bytes(user) else {
             return true;
         };
-        let (Ok((Scheme::Ticket, _, body)), true) = (privacy::split(&raw), raw.len() >= 15) else {
+        let (Ok((Scheme::Ticket | Scheme::CalleeTicket, _, body)), true) =
+            (privacy::split(&raw), raw.len() >= 15)
+        else {
             return true;
         };
         let mut nonce = [0u8; 12];
@@ -374,6 +388,21 @@ impl Privacy {
                 "PrivaSIP-3 tickets refused: another call had used them.",
                 &c.tickets_replayed,
             ),
+            (
+                "sipsec_privacy_domain_enrollments_total",
+                "Anonymous enrollments of callers with this domain (PrivaSIP-3 level 2).",
+                &c.domain_enrollments,
+            ),
+            (
+                "sipsec_privacy_domain_tickets_issued_total",
+                "Domain tickets handed out to callers (PrivaSIP-3 level 2).",
+                &c.domain_tickets_issued,
+            ),
+            (
+                "sipsec_privacy_callee_opened_total",
+                "Callee pseudonyms opened (PrivaSIP-3 level 2: two AES-256-GCM-SIV decryptions each).",
+                &c.callee_opened,
+            ),
         ] {
             text.push_str(&format!(
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
@@ -398,6 +427,9 @@ impl Privacy {
             "tickets_issued_total": n(&c.tickets_issued),
             "tickets_opened_total": n(&c.tickets_opened),
             "tickets_expired_total": n(&c.tickets_expired),
+            "domain_enrollments_total": n(&c.domain_enrollments),
+            "domain_tickets_issued_total": n(&c.domain_tickets_issued),
+            "callee_opened_total": n(&c.callee_opened),
             "tickets_replayed_total": n(&c.tickets_replayed),
         })
     }
@@ -419,6 +451,48 @@ impl Privacy {
     /// when tickets are off or the enrollment is not one for this proxy.
     pub fn enroll(&self, id: &str, enroll: &str, now: u64) -> Option<String> {
         let (keys, batch, ttl) = self.tickets.as_ref()?;
+        let k_u = self.enrollment_key(enroll, id)?;
+        // A ticket: header, nonce, expiry, ID, tag.
+        let batch = privacy::tickets::batch_fits(*batch, 3 + 12 + 8 + id.len() + 16);
+        let tickets: Vec<Vec<u8>> = (0..batch)
+            .map(|_| keys.issue(id, now + ttl))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let sealed = privacy::tickets::seal_batch(&k_u, &tickets).ok()?;
+        self.counters.enrollments.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .tickets_issued
+            .fetch_add(tickets.len() as u64, Ordering::Relaxed);
+        Some(Encoding::Base32.encode(&sealed))
+    }
+
+    /// The `Privasip-Tickets` value for a caller of any domain that
+    /// enrolled anonymously with this one (an OPTIONS to the domain
+    /// carrying `enroll`), at `now`: domain tickets, each with the key
+    /// the caller seals a callee's ID under, sealed under the enrollment's
+    /// key. `None` when tickets are off or the enrollment is not for us.
+    pub fn enroll_domain(&self, enroll: &str, now: u64) -> Option<String> {
+        let (keys, batch, ttl) = self.tickets.as_ref()?;
+        let k = self.enrollment_key(enroll, privacy::tickets::DOMAIN)?;
+        let batch = privacy::tickets::batch_fits(*batch, privacy::tickets::DOMAIN_TICKET_LEN + 32);
+        let entries: Vec<Vec<u8>> = (0..batch)
+            .map(|_| keys.issue_domain(now + ttl))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let sealed = privacy::tickets::seal_batch(&k, &entries).ok()?;
+        self.counters
+            .domain_enrollments
+            .fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .domain_tickets_issued
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        Some(Encoding::Base32.encode(&sealed))
+    }
+
+    /// The key an enrollment (header value) gives for `id`: its secret
+    /// opened with our HPKE key (and ML-KEM key, for a hybrid one);
+    /// `None`, counted, when it is not for this proxy or broken.
+    fn enrollment_key(&self, enroll: &str, id: &str) -> Option<[u8; 32]> {
         let refused = || {
             self.counters
                 .enrollments_refused
@@ -435,23 +509,14 @@ impl Privacy {
         else {
             return refused();
         };
-        let Ok((k_u, hybrid)) = privacy::tickets::accept(k.as_ref(), self.pq.as_ref(), enroll, id)
+        let Ok((k, hybrid)) = privacy::tickets::accept(k.as_ref(), self.pq.as_ref(), enroll, id)
         else {
             return refused();
         };
         if hybrid {
             self.counters.enrollments_pq.fetch_add(1, Ordering::Relaxed);
         }
-        let tickets: Vec<Vec<u8>> = (0..*batch)
-            .map(|_| keys.issue(id, now + ttl))
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let sealed = privacy::tickets::seal_batch(&k_u, &tickets).ok()?;
-        self.counters.enrollments.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .tickets_issued
-            .fetch_add(tickets.len() as u64, Ordering::Relaxed);
-        Some(Encoding::Base32.encode(&sealed))
+        Some(k)
     }
 
     /// Bounded: when full, expired entries go; if that is not enough, an

@@ -93,6 +93,22 @@ impl Core {
         Ok(target)
     }
 
+    /// Domain tickets (PrivaSIP-3 level 2) for an OPTIONS to this domain
+    /// that enrolls anonymously: no credentials asked, as the tickets name
+    /// nobody (the per-source guard bounds what one address may ask).
+    fn domain_tickets(&self, msg: &Message<'_>, now: u64) -> Option<String> {
+        let p = self
+            .shared
+            .privacy
+            .as_ref()
+            .filter(|p| p.issues_tickets())?;
+        let enroll = msg.headers_named(sip_core::HeaderName::Other).find(|h| {
+            h.raw_name
+                .eq_ignore_ascii_case(crate::proto::registrar::ENROLL)
+        })?;
+        p.enroll_domain(enroll.value, now)
+    }
+
     /// A request for a user of this domain: the caller is authorized, the
     /// user's live bindings are looked up, and the first contact becomes
     /// the target (the others are forked to, when forking).
@@ -105,21 +121,30 @@ impl Core {
     ) -> Result<Selected, Reply> {
         let ruri = msg.request_uri().ok_or(Reply::Drop)?;
         let key = match (ruri.user(), ruri.host()) {
-            (Some(u), Some(h)) => match reveal(self.shared.privacy.as_ref(), u, now) {
-                Some(u) => Some(aor_of(&u, h)),
-                None => return Err(self.refuse(msg, src, out)),
-            },
+            (Some(u), Some(h)) => {
+                // A PrivaSIP-3 callee pseudonym is single-use too.
+                let single_use = self
+                    .shared
+                    .privacy
+                    .as_ref()
+                    .is_none_or(|p| p.ticket_call(u, msg.call_id(), now));
+                match reveal(self.shared.privacy.as_ref(), u, now) {
+                    Some(u) if single_use => Some(aor_of(&u, h)),
+                    _ => return Err(self.refuse(msg, src, out)),
+                }
+            }
             _ => None,
         };
         let Some(key) = key else {
             return Err(match msg.method() {
-                Method::Options => self.respond(
-                    msg,
-                    StatusCode::OK,
-                    &[("Allow", ALLOW), ("Accept", "application/sdp")],
-                    src,
-                    out,
-                ),
+                Method::Options => {
+                    let tickets = self.domain_tickets(msg, now);
+                    let mut extra = vec![("Allow", ALLOW), ("Accept", "application/sdp")];
+                    if let Some(t) = &tickets {
+                        extra.push((crate::proto::registrar::TICKETS, t.as_str()));
+                    }
+                    self.respond(msg, StatusCode::OK, &extra, src, out)
+                }
                 _ => self.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
             });
         };

@@ -161,6 +161,11 @@ pub(super) fn privacy_route(a: PrivacyRouteArgs) -> Result<ExitCode, String> {
                 level: 1,
                 stateful: false,
             },
+            Setup {
+                scheme: Scheme::Tickets,
+                level: 2,
+                stateful: false,
+            },
         ];
         plan.in_flight = vec![10, 50];
         plan.calls = 200;

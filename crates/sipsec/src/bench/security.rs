@@ -482,7 +482,8 @@ fn srtp(sizes: &Sizes, workdir: &Path) -> Result<Vec<Row>, String> {
 }
 
 /// A call's INVITE → 180 through two proxies, plain and with each
-/// PrivaSIP scheme hiding the caller (level 1), each INVITE opened anew
+/// PrivaSIP scheme hiding the caller (level 1), then PrivaSIP-3 and
+/// HPKE hiding the callee too (level 2), each INVITE opened anew
 /// (stateless: no pseudonym cache to hide a scheme's cost).
 fn privacy(sizes: &Sizes, workdir: &Path) -> Result<Vec<Row>, String> {
     use sipsec_bench::privacy_route::{measure, Plan, Scheme, Setup};
@@ -494,7 +495,7 @@ fn privacy(sizes: &Sizes, workdir: &Path) -> Result<Vec<Row>, String> {
         Scheme::Ecies,
         Scheme::Rsa(rsa_variants::Variant::Crt),
     ];
-    let setups: Vec<Setup> = schemes
+    let mut setups: Vec<Setup> = schemes
         .iter()
         .map(|&scheme| Setup {
             scheme,
@@ -502,6 +503,14 @@ fn privacy(sizes: &Sizes, workdir: &Path) -> Result<Vec<Row>, String> {
             stateful: false,
         })
         .collect();
+    // Level 2: the callee's ID hidden too.
+    for scheme in [Scheme::Tickets, Scheme::Hpke] {
+        setups.push(Setup {
+            scheme,
+            level: 2,
+            stateful: false,
+        });
+    }
     let plan = Plan {
         exe: std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?,
         workdir: workdir.join("privacy"),

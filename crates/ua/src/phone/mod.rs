@@ -5,6 +5,7 @@
 
 mod answer;
 mod call;
+mod domain;
 mod register;
 mod transaction;
 
@@ -211,6 +212,8 @@ pub struct Phone {
     kept: Option<Kept>,
     /// PrivaSIP-3 tickets the home proxy handed out, unused (encoded).
     tickets: std::collections::VecDeque<String>,
+    /// PrivaSIP-3 level 2: tickets of the callees' domains.
+    domains: domain::Domains,
 }
 
 /// A registration kept alive while the phone waits for a call.
@@ -307,6 +310,7 @@ impl Phone {
             log: Box::new(|_| {}),
             keepalive: None,
             tickets: std::collections::VecDeque::new(),
+            domains: domain::Domains::default(),
             kept: None,
         })
     }
@@ -399,23 +403,32 @@ impl Phone {
     }
 
     /// The Request-URI and To of a call to `target`: PrivaSIP-2 puts a
-    /// fresh pseudonym for the callee's home proxy in the user part.
-    fn callee_uri(&self, target: &str) -> Result<String, PhoneError> {
-        let Some((p, callee)) = self
-            .cfg
-            .privacy
-            .as_ref()
-            .and_then(|p| Some((p, p.callee.as_ref()?)))
-        else {
+    /// fresh pseudonym for the callee's home proxy in the user part;
+    /// PrivaSIP-3 one sealed under a ticket of the callee's domain.
+    fn callee_uri(&mut self, target: &str) -> Result<String, PhoneError> {
+        if self.cfg.privacy.as_ref().is_none_or(|p| p.callee.is_none()) {
             return Ok(target.to_string());
-        };
+        }
         let (scheme, rest) = target
             .split_once(':')
             .ok_or_else(|| PhoneError::Invalid(format!("{target}: not a SIP URI")))?;
         let (user, host) = rest.split_once('@').ok_or_else(|| {
             PhoneError::Invalid(format!("{target}: PrivaSIP-2 needs a user part to encrypt"))
         })?;
-        Ok(format!("{scheme}:{}@{host}", p.seal(callee, user)?))
+        let domain = host.split([';', ':', '>']).next().unwrap_or(host);
+        let pseudonym = match self.callee_ticket(user, domain)? {
+            Some(t) => t,
+            None => match self
+                .cfg
+                .privacy
+                .as_ref()
+                .and_then(|p| Some((p, p.callee.as_ref()?)))
+            {
+                Some((p, callee)) => p.seal(callee, user)?,
+                None => return Ok(target.to_string()),
+            },
+        };
+        Ok(format!("{scheme}:{pseudonym}@{host}"))
     }
 
     fn next_cseq(&mut self) -> u32 {
