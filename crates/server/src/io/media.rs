@@ -1,12 +1,16 @@
 //! The media relays (rtpengine, NG protocol over UDP): what the cores
 //! queue in their [`MediaTable`] is sent at once by the thread that
 //! carries the core's output ([`Pump::pump`], no hand-off to another
-//! thread), and the media thread reads the answers and hands each message
-//! that waited in again with its answer. The NG client
-//! (`proto::ng::Client`: retransmissions, failover, pings) and the one UDP
-//! socket are shared by both; the media thread keeps the client's timers
-//! and sleeps until an answer arrives or the next deadline (a pump that
-//! starts a command due sooner wakes it).
+//! thread). A UDP worker sends from its own SIP socket, so the relay's
+//! answer arrives where the workers already wait: the worker that reads
+//! it ([`Pump::answer`]) hands the message that waited in again itself,
+//! and no other thread wakes. Commands sent from other threads (a TCP
+//! reactor's, the timers', retransmissions, pings) go from the media
+//! socket, whose answers the media thread reads and hands in. The NG
+//! client (`proto::ng::Client`: retransmissions, failover, pings) is
+//! shared; the media thread keeps its timers and sleeps until an answer
+//! arrives or the next deadline (a pump that starts a command due sooner
+//! wakes it).
 //!
 //! [`MediaTable`]: crate::proto::media::MediaTable
 
@@ -57,6 +61,9 @@ pub struct Pump {
     /// When the media thread means to wake next (nanoseconds since
     /// `origin`): a command due sooner wakes it.
     planned: AtomicU64,
+    /// The relays' addresses: a datagram from one on a SIP socket is an
+    /// answer.
+    relays: Vec<SocketAddr>,
 }
 
 impl Pump {
@@ -79,13 +86,78 @@ impl Pump {
     pub fn wake(&self) {
         let _ = self.waker.wake();
     }
+
+    /// Carries out what the client said: sends (from the media socket),
+    /// relay changes (published); the questions answered or failed, with
+    /// their outcomes, are returned.
+    fn settle(&self, events: Vec<Event>) -> Vec<(u64, Outcome)> {
+        let mut settled = Vec::new();
+        for e in events {
+            match e {
+                Event::Send { to, bytes } => {
+                    let _ = self.sock.send_to(&bytes, to);
+                }
+                Event::Answered { cookie, reply } => {
+                    let question = self.lock().cookies.remove(&cookie).unwrap_or(0);
+                    let outcome = match reply {
+                        Reply::Ok { sdp: Some(sdp) } => Outcome::Sdp(sdp),
+                        Reply::Ok { sdp: None } | Reply::Pong => {
+                            Outcome::Failed("the media relay answered without SDP".into())
+                        }
+                        Reply::Error(e) => Outcome::Refused(e),
+                    };
+                    let c = &self.table().counts;
+                    count(if question == 0 || matches!(outcome, Outcome::Sdp(_)) {
+                        &c.ok
+                    } else {
+                        &c.failed
+                    });
+                    settled.push((question, outcome));
+                }
+                Event::Failed { cookie, why } => {
+                    let question = self.lock().cookies.remove(&cookie).unwrap_or(0);
+                    count(&self.table().counts.failed);
+                    settled.push((question, Outcome::failure(&why)));
+                }
+                Event::RelayDown(a) => {
+                    tracing::warn!(target: "sipsec::media", relay = %a, "media relay down");
+                    self.publish_relays();
+                }
+                Event::RelayUp(a) => {
+                    tracing::info!(target: "sipsec::media", relay = %a, "media relay up");
+                    self.publish_relays();
+                }
+            }
+        }
+        settled
+    }
+
+    /// The messages that waited on the questions `settled` answers, each
+    /// with its question's outcome.
+    fn released(&self, settled: Vec<(u64, Outcome)>) -> Vec<(Parked, Outcome)> {
+        let mut out = Vec::new();
+        for (question, outcome) in settled {
+            if question == 0 {
+                continue;
+            }
+            for p in self.table().answered(question) {
+                out.push((p, outcome.clone()));
+            }
+        }
+        out
+    }
+
+    fn publish_relays(&self) {
+        let relays = self.lock().client.relays().collect();
+        self.table().set_relays(relays);
+    }
 }
 
-impl crate::io::wake::Pumps for Pump {
+impl Pumps for Pump {
     /// Starts every command the cores queued, sending each from the
     /// calling thread; wakes the media thread when one is due before it
     /// means to wake, or could not start.
-    fn pump(&self) {
+    fn pump(&self, via: Option<&std::net::UdpSocket>) {
         let asked = self.table().take_asked();
         if asked.is_empty() {
             return;
@@ -117,11 +189,23 @@ impl crate::io::wake::Pumps for Pump {
         }
         for (to, bytes) in sends {
             // A relay that cannot be reached fails by its timer.
-            let _ = self.sock.send_to(&bytes, to);
+            let from = via
+                .filter(|v| v.local_addr().is_ok_and(|a| a.is_ipv4() == to.is_ipv4()))
+                .unwrap_or(&self.sock);
+            let _ = from.send_to(&bytes, to);
         }
         if wake {
             let _ = self.waker.wake();
         }
+    }
+
+    fn answer(&self, data: &[u8], src: SocketAddr) -> Option<Vec<(Parked, Outcome)>> {
+        if !self.relays.contains(&src) {
+            return None;
+        }
+        let mut events = Vec::new();
+        self.lock().client.on_datagram(src, data, &mut events);
+        Some(self.released(self.settle(events)))
     }
 }
 
@@ -153,6 +237,7 @@ pub fn start(
     let mut salt = [0u8; 8];
     getrandom::fill(&mut salt).map_err(|e| io::Error::other(e.to_string()))?;
     let origin = Instant::now();
+    let relays = settings.relays.iter().map(|r| r.addr).collect();
     let pump = Arc::new(Pump {
         shared: core.shared().clone(),
         inner: Mutex::new(Inner {
@@ -164,6 +249,7 @@ pub fn start(
         waker,
         origin,
         planned: AtomicU64::new(0),
+        relays,
     });
     let worker = Worker {
         pump: pump.clone(),
@@ -196,15 +282,14 @@ impl Worker {
         let mut events = Events::with_capacity(16);
         let mut buf = vec![0u8; MAX_ANSWER + 1];
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
-        self.publish_relays();
+        self.pump.publish_relays();
         while !stop.load(Ordering::Relaxed) {
             // Commands asked before any pump ran (a wake asked before the
             // thread started is not lost), and those that failed to start.
-            self.pump.pump();
+            self.pump.pump(None);
             let failed = std::mem::take(&mut self.pump.lock().failed);
-            for (question, outcome) in failed {
-                self.finish(question, outcome);
-            }
+            let released = self.pump.released(failed);
+            self.hand_in_all(released);
             let next = {
                 let inner = self.pump.lock();
                 let next = inner
@@ -272,57 +357,15 @@ impl Worker {
 
     /// Does what the client asked: sends, answers, relay changes.
     fn carry_out(&mut self) {
-        for e in std::mem::take(&mut self.events) {
-            match e {
-                Event::Send { to, bytes } => {
-                    let _ = self.sock.send_to(&bytes, to);
-                }
-                Event::Answered { cookie, reply } => {
-                    let question = self.pump.lock().cookies.remove(&cookie).unwrap_or(0);
-                    let outcome = match reply {
-                        Reply::Ok { sdp: Some(sdp) } => Outcome::Sdp(sdp),
-                        Reply::Ok { sdp: None } | Reply::Pong => {
-                            Outcome::Failed("the media relay answered without SDP".into())
-                        }
-                        Reply::Error(e) => Outcome::Refused(e),
-                    };
-                    let c = &self.table().counts;
-                    count(if question == 0 || matches!(outcome, Outcome::Sdp(_)) {
-                        &c.ok
-                    } else {
-                        &c.failed
-                    });
-                    self.finish(question, outcome);
-                }
-                Event::Failed { cookie, why } => {
-                    let question = self.pump.lock().cookies.remove(&cookie).unwrap_or(0);
-                    count(&self.table().counts.failed);
-                    self.finish(question, Outcome::failure(&why));
-                }
-                Event::RelayDown(a) => {
-                    tracing::warn!(target: "sipsec::media", relay = %a, "media relay down");
-                    self.publish_relays();
-                }
-                Event::RelayUp(a) => {
-                    tracing::info!(target: "sipsec::media", relay = %a, "media relay up");
-                    self.publish_relays();
-                }
-            }
-        }
+        let events = std::mem::take(&mut self.events);
+        let released = self.pump.released(self.pump.settle(events));
+        self.hand_in_all(released);
     }
 
-    fn publish_relays(&self) {
-        let relays = self.pump.lock().client.relays().collect();
-        self.table().set_relays(relays);
-    }
-
-    /// `question` is answered: the message that waited on it goes on.
-    fn finish(&mut self, question: u64, outcome: Outcome) {
-        if question == 0 {
-            return;
-        }
-        for p in self.table().answered(question) {
-            self.hand_in(&p, outcome.clone());
+    /// Each message that waited goes on with its outcome.
+    fn hand_in_all(&mut self, released: Vec<(Parked, Outcome)>) {
+        for (p, outcome) in released {
+            self.hand_in(&p, outcome);
         }
     }
 

@@ -120,6 +120,16 @@ impl Sender {
         }
     }
 
+    /// What a datagram from `src` on a SIP socket answers, when it is a
+    /// media relay's: the messages that waited on it, with their outcome.
+    pub fn relay_answer(
+        &self,
+        data: &[u8],
+        src: std::net::SocketAddr,
+    ) -> Option<Vec<(crate::proto::parked::Parked, crate::proto::media::Outcome)>> {
+        self.wakers.relay_answer(data, src)
+    }
+
     /// Carries out what a decision produced besides its reply: sends
     /// every message in `sends`, in order, wakes the threads it asks for
     /// and logs the next hops that failed.
@@ -127,7 +137,7 @@ impl Sender {
         for (bytes, (dest, transport), key) in sends.keyed() {
             self.send_keyed(bytes, dest, transport, key);
         }
-        self.wakers.wake(sends.wake());
+        self.wakers.wake(sends.wake(), self.udp.as_deref());
         for ((to, transport), skip) in sends.failed_hops() {
             crate::io::log::hop_failed(*to, transport.as_str(), *skip);
         }

@@ -152,6 +152,7 @@ fn worker(
     let mut rx = RecvBatch::new();
     let mut tx = SendBatch::default();
     let mut deferred = Deferred::default();
+    let mut scratch = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let mut n = if deferred.sending() {
             // A batch is with a shared store: handle what arrived meanwhile
@@ -195,6 +196,20 @@ fn worker(
                 let Some((data, src)) = rx.get(i) else {
                     continue;
                 };
+                // A media relay answers the commands this socket sent:
+                // what waited on it goes on here, no other thread woken.
+                if let Some(released) = sender.relay_answer(data, src) {
+                    for (p, outcome) in released {
+                        crate::io::drive::hand_in_and_send(
+                            &mut core,
+                            sender,
+                            &p,
+                            Some(outcome),
+                            &mut scratch,
+                        );
+                    }
+                    continue;
+                }
                 let out = tx.next_buf();
                 // Over a shared store, a batch's binding changes go in one
                 // round trip and their answers after it (below).

@@ -3,18 +3,31 @@
 //! them (and the media thread) through [`Wake`]; the sender that carries its output out wakes
 //! them here.
 
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
 use crate::proto::effects::Wake;
+use crate::proto::media::Outcome;
+use crate::proto::parked::Parked;
 
 /// What carries out the external requests the cores queue — the
 /// commands for the media relays (`io::media::Pump`), the certificates to
 /// fetch (`io::certs::Fetcher`) — from the thread that carries their
 /// output.
 pub trait Pumps: std::fmt::Debug + Send + Sync {
-    /// Starts on every request queued.
-    fn pump(&self);
+    /// Starts on every request queued; `via`: the UDP socket of the
+    /// thread that pumps (a worker's SIP socket), when it has one —
+    /// what is sent from it is answered there, in a worker's own loop.
+    fn pump(&self, via: Option<&UdpSocket>);
+
+    /// A datagram from `src` that arrived on a SIP socket: when it is an
+    /// answer to a request this pumps, it is taken, and the messages that
+    /// waited on it come back with their outcome for the caller to hand
+    /// in; `None`: not one of ours.
+    fn answer(&self, _data: &[u8], _src: SocketAddr) -> Option<Vec<(Parked, Outcome)>> {
+        None
+    }
 }
 
 /// Where each sleeping thread is, once it runs.
@@ -52,8 +65,14 @@ impl Wakers {
         let _ = self.certs.set(fetcher);
     }
 
-    /// Wakes what `wake` names.
-    pub fn wake(&self, wake: Wake) {
+    /// What a datagram from `src` on a SIP socket answers, when it is a
+    /// media relay's (see [`Pumps::answer`]).
+    pub fn relay_answer(&self, data: &[u8], src: SocketAddr) -> Option<Vec<(Parked, Outcome)>> {
+        self.media.get()?.answer(data, src)
+    }
+
+    /// Wakes what `wake` names; `via`: the calling thread's UDP socket.
+    pub fn wake(&self, wake: Wake, via: Option<&UdpSocket>) {
         if wake.timers {
             if let Some(t) = self.timers.get() {
                 t.unpark();
@@ -66,12 +85,12 @@ impl Wakers {
         }
         if wake.media {
             if let Some(p) = self.media.get() {
-                p.pump();
+                p.pump(via);
             }
         }
         if wake.certs {
             if let Some(f) = self.certs.get() {
-                f.pump();
+                f.pump(via);
             }
         }
     }
