@@ -341,6 +341,26 @@ fn keys(plan: &Plan, setup: Setup, callers: &[User]) -> Result<Keys, Error> {
     Ok(k)
 }
 
+/// A PrivaSIP-3 phone of `u` at the home proxy `at`, sealing for `home`
+/// (and the callee's domain's `callee`).
+fn ticket_phone(
+    u: &User,
+    home: Cipher,
+    callee: Option<Cipher>,
+    at: SocketAddr,
+) -> Result<ua::phone::Phone, Error> {
+    let privacy = ua::phone::PrivacySetup {
+        home,
+        callee,
+        encoding: Encoding::Hex,
+        limit: 2048,
+        tickets: true,
+        pq: None,
+    };
+    let config = crate::privacy::phone_config((&u.name, &u.password, HOME), at, Some(privacy));
+    ua::phone::Phone::new(config).map_err(|e| Error::peer(&u.name, e))
+}
+
 /// PrivaSIP-3: each caller registers at the home proxy `at` with an
 /// enrollment until it holds `each` tickets (a batch per registration);
 /// the tickets per caller, in order.
@@ -350,22 +370,12 @@ fn enroll_all(
     at: SocketAddr,
     each: u64,
 ) -> Result<Vec<std::collections::VecDeque<String>>, Error> {
-    use ua::phone::{Phone, PrivacySetup};
     let mut out = Vec::with_capacity(callers.len());
     for (u, home) in callers.iter().zip(&keys.home) {
         let home = home
             .clone()
             .ok_or_else(|| Error::Input("tickets need the home proxy's key".into()))?;
-        let privacy = PrivacySetup {
-            home,
-            callee: None,
-            encoding: Encoding::Hex,
-            limit: 2048,
-            tickets: true,
-            pq: None,
-        };
-        let config = crate::privacy::phone_config((&u.name, &u.password, HOME), at, Some(privacy));
-        let mut phone = Phone::new(config).map_err(|e| Error::peer(&u.name, e))?;
+        let mut phone = ticket_phone(u, home, None, at)?;
         let mut pool = std::collections::VecDeque::new();
         while (pool.len() as u64) < each {
             phone.register(3600).map_err(|e| Error::peer(&u.name, e))?;
@@ -389,7 +399,6 @@ fn domain_entries(
     at: SocketAddr,
     n: u64,
 ) -> Result<std::collections::VecDeque<Vec<u8>>, Error> {
-    use ua::phone::{Phone, PrivacySetup};
     let (Some(u), Some(Some(home)), Some(callee)) =
         (callers.first(), keys.home.first(), keys.inbound.clone())
     else {
@@ -397,16 +406,7 @@ fn domain_entries(
             "level 2 tickets need both proxies' keys".into(),
         ));
     };
-    let privacy = PrivacySetup {
-        home: home.clone(),
-        callee: Some(callee),
-        encoding: Encoding::Hex,
-        limit: 2048,
-        tickets: true,
-        pq: None,
-    };
-    let config = crate::privacy::phone_config((&u.name, &u.password, HOME), at, Some(privacy));
-    let mut phone = Phone::new(config).map_err(|e| Error::peer(&u.name, e))?;
+    let mut phone = ticket_phone(u, home.clone(), Some(callee), at)?;
     let mut pool = std::collections::VecDeque::new();
     while (pool.len() as u64) < n {
         let batch = phone
