@@ -521,6 +521,26 @@ fn privasip_3_level_2_seals_the_callee_under_the_callee_domains_tickets() {
     let ca = privacy_counters(&pa);
     assert_eq!(ca["callee_opened_total"], 0, "{ca}");
     assert_eq!(ca["refused_total"], 0, "{ca}");
+    // The same enrollment sent straight over UDP from an address that is
+    // no peer proxy (it could be a spoofed victim): answered, without the
+    // 30-times-larger batch of tickets.
+    let pem = std::fs::read(&b_pub).expect("b's public key");
+    let cipher = privacy::keys::cipher_from_pem(&pem, 1).expect("b's cipher");
+    let (_, enroll) = privacy::tickets::Enrollment::new(cipher.as_ref(), None).expect("seal");
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let me = sock.local_addr().expect("addr");
+    let options = format!(
+        "OPTIONS sip:b.example SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bKspoof\r\nMax-Forwards: 70\r\nFrom: <sip:x@{me}>;tag=1\r\nTo: <sip:b.example>\r\nCall-ID: enroll-direct\r\nCSeq: 1 OPTIONS\r\nPrivasip-Enroll: {enroll}\r\nContent-Length: 0\r\n\r\n"
+    );
+    sock.send_to(options.as_bytes(), b.addr()).expect("send");
+    let mut buf = [0u8; 65_536];
+    let n = sock.recv(&mut buf).expect("an answer");
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("SIP/2.0 200"), "{answer}");
+    assert!(!answer.contains("Privasip-Tickets"), "{answer}");
+    assert_eq!(privacy_counters(&pb)["domain_enrollments_total"], 2);
 }
 
 #[test]

@@ -96,7 +96,16 @@ impl Core {
     /// Domain tickets (PrivaSIP-3 level 2) for an OPTIONS to this domain
     /// that enrolls anonymously: no credentials asked, as the tickets name
     /// nobody (the per-source guard bounds what one address may ask).
-    fn domain_tickets(&self, msg: &Message<'_>, now: u64) -> Option<String> {
+    /// The answer is some 30 times the request's size, so it goes only
+    /// where the source is proven: a configured peer proxy's address (the
+    /// callers' home proxies) or a connection — never to a UDP source
+    /// that could be a spoofed victim of a reflection.
+    fn domain_tickets(&self, msg: &Message<'_>, src: SocketAddr, now: u64) -> Option<String> {
+        let proven = self.transport != Transport::Udp
+            || self.shared.config.peers.iter().any(|(_, a)| *a == src);
+        if !proven {
+            return None;
+        }
         let p = self
             .shared
             .privacy
@@ -138,7 +147,7 @@ impl Core {
         let Some(key) = key else {
             return Err(match msg.method() {
                 Method::Options => {
-                    let tickets = self.domain_tickets(msg, now);
+                    let tickets = self.domain_tickets(msg, src, now);
                     let mut extra = vec![("Allow", ALLOW), ("Accept", "application/sdp")];
                     if let Some(t) = &tickets {
                         extra.push((crate::proto::registrar::TICKETS, t.as_str()));
