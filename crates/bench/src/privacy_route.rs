@@ -222,6 +222,10 @@ pub struct Row {
     pub calls_per_s: f64,
     /// Both proxies' CPU per completed call, µs.
     pub proxy_cpu_us_per_call: Option<f64>,
+    /// Bytes the caller's and callee's sockets moved per completed call
+    /// (the INVITE with its pseudonyms, the challenge, the answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wire_bytes_per_call: Option<f64>,
     /// Decryptions per completed call (both proxies).
     pub decryptions_per_call: f64,
     /// Cache hits per completed call (both proxies).
@@ -769,6 +773,7 @@ fn measure_setup(
                 max_ms: r.latency_ms.max,
                 calls_per_s: r.achieved_cps,
                 proxy_cpu_us_per_call: r.server_cpu_us_per_call,
+                wire_bytes_per_call: r.wire_bytes_per_call,
                 decryptions_per_call: per_call(decryptions),
                 cache_hits_per_call: per_call(hits),
             };
@@ -1027,6 +1032,7 @@ mod tests {
             max_ms: 1.0,
             calls_per_s: cps,
             proxy_cpu_us_per_call: None,
+            wire_bytes_per_call: None,
             decryptions_per_call: 2.0,
             cache_hits_per_call: 0.0,
         };

@@ -647,6 +647,10 @@ fn the_security_bench_measures_every_layer_in_one_run() {
         })
         .unwrap_or_else(|| panic!("PrivaSIP-3: {t}"));
     assert!(measured(tickets, "sipsec"), "{tickets}");
+    assert!(
+        tickets["bytes"].as_f64().is_some_and(|b| b > 500.0),
+        "{tickets}"
+    );
     let signed = rows
         .iter()
         .find(|r| {

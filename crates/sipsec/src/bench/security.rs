@@ -559,6 +559,8 @@ fn privacy(sizes: &Sizes, workdir: &Path) -> Result<Vec<Row>, String> {
                     .iter()
                     .map(|r| r.proxy_cpu_us_per_call.unwrap_or(f64::NAN))
                     .collect(),
+                bytes: Some(med(|r| r.wire_bytes_per_call.unwrap_or(f64::NAN)))
+                    .filter(|b| b.is_finite()),
                 latency_ms: Some((med(|r| r.p50_ms), med(|r| r.p99_ms))),
                 over: (name != plain).then(|| format!("INVITE → 180 via two proxies, {plain}")),
                 ..Row::default()
