@@ -158,7 +158,6 @@ pub(super) fn outputs(
     Ok(())
 }
 
-/// An RSA-2048 server certificate for 127.0.0.1, issued by a CA made here.
 /// A server certificate for 127.0.0.1 under the CA `make_certificate`
 /// made in `dir`, its key of `kind`: rsa-standard, rsa-crt,
 /// rsa-multiprime (2048 bits) or ecdsa-p256. (certificate, key).
@@ -166,7 +165,7 @@ pub(super) fn certificate_of_kind(
     dir: &std::path::Path,
     kind: &str,
 ) -> Result<(PathBuf, PathBuf), String> {
-    use crate::keygen::{cert, ec, rsa, CertRequest, Curve};
+    use crate::keygen::{ec, rsa, Curve};
     let (key, crt) = (
         dir.join(format!("{kind}.key")),
         dir.join(format!("{kind}.pem")),
@@ -180,18 +179,30 @@ pub(super) fn certificate_of_kind(
             "{other:?}: rsa-standard, rsa-crt, rsa-multiprime or ecdsa-p256"
         )),
     }?;
-    cert(&CertRequest {
-        key: &key,
+    server_certificate(&key, (&dir.join("ca.pem"), &dir.join("ca.key")), &crt)?;
+    Ok((crt, key))
+}
+
+/// A certificate `out` for `key`, naming 127.0.0.1, issued by `ca`
+/// (certificate, key).
+fn server_certificate(
+    key: &std::path::Path,
+    ca: (&std::path::Path, &std::path::Path),
+    out: &std::path::Path,
+) -> Result<(), String> {
+    crate::keygen::cert(&crate::keygen::CertRequest {
+        key,
         cn: "127.0.0.1",
         san: &["127.0.0.1".to_owned()],
         days: 2,
         ca: false,
-        issuer: Some((&dir.join("ca.pem"), &dir.join("ca.key"))),
-        out: &crt,
-    })?;
-    Ok((crt, key))
+        issuer: Some(ca),
+        out,
+    })
+    .map(drop)
 }
 
+/// An RSA-2048 server certificate for 127.0.0.1, issued by a CA made here.
 pub(super) fn make_certificate(
     dir: &std::path::Path,
 ) -> Result<(PathBuf, PathBuf, PathBuf), String> {
@@ -214,15 +225,7 @@ pub(super) fn make_certificate(
         out: &ca,
     })?;
     rsa("crt", 2048, None, false, &key)?;
-    cert(&CertRequest {
-        key: &key,
-        cn: "127.0.0.1",
-        san: &["127.0.0.1".to_owned()],
-        days: 2,
-        ca: false,
-        issuer: Some((&ca, &ca_key)),
-        out: &crt,
-    })?;
+    server_certificate(&key, (&ca, &ca_key), &crt)?;
     Ok((crt, key, ca))
 }
 
