@@ -213,9 +213,22 @@ fn privacy_counters(proxy: &Running) -> serde_json::Value {
     status["privacy"].clone()
 }
 
+/// Whether `needle` (lowercase) is in `hay`, ignoring case.
 fn contains(hay: &[u8], needle: &str) -> bool {
     let hay = String::from_utf8_lossy(hay).to_ascii_lowercase();
     hay.contains(needle)
+}
+
+/// Whether the user `name` (lowercase) is named in `hay`: as a whole
+/// word, since a pseudonym or ticket in base32 or hex may spell "bob" by
+/// chance (1 in 32,768 per position) where a name in clear stands between
+/// delimiters ("sip:bob@").
+fn names(hay: &[u8], name: &str) -> bool {
+    let hay = String::from_utf8_lossy(hay).to_ascii_lowercase();
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    hay.match_indices(name).any(|(i, _)| {
+        !word(hay[..i].chars().next_back()) && !word(hay[i + name.len()..].chars().next())
+    })
 }
 
 /// Bob registers at b.example and answers; alice calls him through both
@@ -350,7 +363,7 @@ fn privasip_2_calls_cross_two_domains_with_no_user_id_in_clear() {
     for d in &seen {
         for name in ["alice", "bob"] {
             assert!(
-                !contains(d, name),
+                !names(d, name),
                 "{name} crossed in clear:\n{}",
                 String::from_utf8_lossy(d)
             );
@@ -404,7 +417,7 @@ fn privasip_3_calls_carry_single_use_tickets_opened_with_one_symmetric_operation
     let hybrid = [&alice[..], &["--home-pq-key", p(&pq_pub)]].concat();
     let second = call_across(&dir, (&a, &b), &hybrid, &[]);
     for d in first.iter().chain(&second) {
-        assert!(!contains(d, "alice"), "alice crossed in clear");
+        assert!(!names(d, "alice"), "alice crossed in clear");
     }
     // Two calls, two tickets: nothing in common past the 3-byte header.
     assert_unlinkable(&from_user(&first), &from_user(&second), 6);
@@ -501,7 +514,7 @@ fn privasip_3_level_2_seals_the_callee_under_the_callee_domains_tickets() {
     for d in first.iter().chain(&second) {
         for name in ["alice", "bob"] {
             assert!(
-                !contains(d, name),
+                !names(d, name),
                 "{name} crossed in clear:\n{}",
                 String::from_utf8_lossy(d)
             );
@@ -555,7 +568,7 @@ fn the_capture_sees_names_when_privacy_is_off() {
     assert!(seen.iter().all(|d| !contains(d, "proxy-authorization")));
     for name in ["alice", "bob"] {
         assert!(
-            seen.iter().any(|d| contains(d, name)),
+            seen.iter().any(|d| names(d, name)),
             "{name} is visible without privacy"
         );
     }
@@ -582,8 +595,8 @@ fn privasip_1_with_aes_and_ecies_stateless() {
     let seen = call_across(&dir, (&a, &b), &alice, &bob);
     assert_call_crossed(&seen);
     // PrivaSIP-1 hides the caller; the callee's ID is in clear by design.
-    assert!(seen.iter().all(|d| !contains(d, "alice")));
-    assert!(seen.iter().any(|d| contains(d, "bob")));
+    assert!(seen.iter().all(|d| !names(d, "alice")));
+    assert!(seen.iter().any(|d| names(d, "bob")));
     // Stateless: every pseudonym is decrypted where it is needed.
     let (ca, cb) = (privacy_counters(&pa), privacy_counters(&pb));
     eprintln!("stateless counters: a.example {ca}, b.example {cb}");
