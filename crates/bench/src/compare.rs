@@ -63,6 +63,11 @@ pub struct Plan {
     pub users: Vec<User>,
     /// Server on core 0, generator on core 1 (busy-polling its own core).
     pub pin: bool,
+    /// The CPUs the servers run on (`taskset -c` syntax, e.g. `0-3`),
+    /// overriding `pin`'s core 0.
+    pub server_cpus: Option<String>,
+    /// More `sipsec serve` flags (e.g. `--udp-balance spread`).
+    pub sipsec_args: Vec<String>,
     /// Server worker threads / Kamailio children.
     pub workers: usize,
     /// Generator threads.
@@ -183,7 +188,7 @@ pub struct Cell {
     pub report: Report,
 }
 
-fn mode_of(scenario: &str) -> &'static str {
+pub(crate) fn mode_of(scenario: &str) -> &'static str {
     match scenario {
         "invite" | "invite-not-found" => "proxy",
         "redirect" => "redirect",
@@ -266,9 +271,14 @@ impl Drop for Server {
 }
 
 pub(crate) fn command(pin: bool, program: &Path) -> Command {
-    if pin {
+    command_on(pin.then_some("0"), program)
+}
+
+/// `program` on the CPUs `cpus` names (`taskset -c` syntax), or anywhere.
+pub(crate) fn command_on(cpus: Option<&str>, program: &Path) -> Command {
+    if let Some(cpus) = cpus {
         let mut c = Command::new("taskset");
-        c.args(["-c", "0"]).arg(program);
+        c.args(["-c", cpus]).arg(program);
         c
     } else {
         Command::new(program)
@@ -277,7 +287,7 @@ pub(crate) fn command(pin: bool, program: &Path) -> Command {
 
 /// Writes the users for both servers: sipsec's HA1 file (via `sipsec users
 /// import`) and Kamailio's db_text `subscriber` table (HA1 only).
-fn write_users(plan: &Plan) -> Result<(), Error> {
+pub(crate) fn write_users(plan: &Plan) -> Result<(), Error> {
     let dir = &plan.workdir;
     std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
     let mut csv = String::from("username,password\n");
@@ -320,7 +330,7 @@ fn write_users(plan: &Plan) -> Result<(), Error> {
 
 /// Starts `target` for `mode`; returns it and the address the generator
 /// loads (its UDP address, or the listener for the plan's transport).
-fn start(
+pub(crate) fn start(
     plan: &Plan,
     target: &Target,
     mode: &str,
@@ -339,13 +349,15 @@ fn start(
     };
     let dir = &plan.workdir;
     let workers = plan.workers.max(1).to_string();
+    let cpus = plan.server_cpus.as_deref().or(plan.pin.then_some("0"));
     let mut c = match target {
         Target::Sipsec { exe } => {
             let data = dir.join(format!("data-{mode}-{auth}"));
             let _ = std::fs::remove_dir_all(&data);
-            let mut c = command(plan.pin, exe);
+            let mut c = command_on(cpus, exe);
             c.args(["serve", "--mode", mode, "--udp", &addr.to_string()])
                 .args(["--no-http", "--workers", &workers])
+                .args(&plan.sipsec_args)
                 .arg("--data-dir")
                 .arg(&data);
             if auth {
@@ -356,7 +368,7 @@ fn start(
             c
         }
         Target::Kamailio { cfg } => {
-            let mut c = command(plan.pin, Path::new("kamailio"));
+            let mut c = command_on(cpus, Path::new("kamailio"));
             c.arg("-f")
                 .arg(cfg)
                 .args(["-DD", "-E", "-m", "256", "-M", "32", "-n", &workers])

@@ -125,6 +125,65 @@ pub fn cpu_seconds(pids: &[u32]) -> f64 {
         .sum()
 }
 
+/// One thread of the server under test and the CPU it has used so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadCpu {
+    /// Its thread id (a process's own for a single-threaded process).
+    pub tid: u32,
+    /// Its name (`/proc/PID/task/TID/comm`): sipsec names its workers
+    /// `udp-N`; Kamailio's children are single-threaded processes.
+    pub name: String,
+    /// CPU seconds (`schedstat` run time).
+    pub seconds: f64,
+}
+
+/// Every live thread of `pids` and its CPU so far: what shows how evenly
+/// a server spreads its load over its workers.
+pub fn threads(pids: &[u32]) -> Vec<ThreadCpu> {
+    let mut out = Vec::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let dir = t.path();
+            let tid = t.file_name().to_str().and_then(|s| s.parse().ok());
+            let ns = std::fs::read_to_string(dir.join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+            let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if let (Some(tid), Some(ns)) = (tid, ns) {
+                out.push(ThreadCpu {
+                    tid,
+                    name: name.trim_end().to_owned(),
+                    seconds: ns as f64 / 1e9,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// What each thread used between two [`threads`] readings, busiest first
+/// (threads that ended in between are left out).
+pub fn thread_deltas(before: &[ThreadCpu], after: &[ThreadCpu]) -> Vec<ThreadCpu> {
+    let mut out: Vec<ThreadCpu> = after
+        .iter()
+        .map(|a| {
+            let was = before
+                .iter()
+                .find(|b| b.tid == a.tid)
+                .map_or(0.0, |b| b.seconds);
+            ThreadCpu {
+                seconds: (a.seconds - was).max(0.0),
+                ..a.clone()
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    out
+}
+
 /// CPU % of one core used between two readings `dt` apart.
 pub fn percent(before: f64, after: f64, dt: Duration) -> f64 {
     if dt.is_zero() {
@@ -151,6 +210,15 @@ mod tests {
         // Nanoseconds, not 10 ms ticks: not a whole number of ticks.
         assert!((used * TICKS).fract() != 0.0, "{used}");
         assert_eq!(cpu_seconds(&[u32::MAX]), 0.0);
+        let before = threads(&[me]);
+        let mut y = 0u64;
+        for i in 0..20_000_000u64 {
+            y = y.wrapping_mul(17).wrapping_add(i);
+        }
+        assert_ne!(y, 1);
+        let spent = thread_deltas(&before, &threads(&[me]));
+        assert!(spent.iter().any(|t| t.seconds > 0.0), "{spent:?}");
+        assert!(spent.windows(2).all(|w| w[0].seconds >= w[1].seconds));
         let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).expect("comm");
         assert!(!pids_named(comm.trim_end()).contains(&me), "never itself");
         assert!((percent(1.0, 1.5, Duration::from_secs(1)) - 50.0).abs() < 1e-9);

@@ -24,6 +24,7 @@ pub mod privacy_route;
 pub mod provenance;
 pub mod report;
 pub mod responder;
+pub mod scale;
 pub mod scenario;
 pub mod security;
 pub mod srtp;
@@ -42,6 +43,12 @@ use crate::report::Report;
 /// to CPU `core`.
 pub fn pin_to_core(core: usize) -> std::io::Result<()> {
     sip_udp::pin_to_core(core)
+}
+
+/// Pins the calling thread, and the generator threads it starts later,
+/// to `cores`.
+pub fn pin_to_cores(cores: &[usize]) -> std::io::Result<()> {
+    sip_udp::pin_to_cores(cores)
 }
 
 /// Runs `work` while another thread calls `tick` with the time elapsed

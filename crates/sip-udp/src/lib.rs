@@ -10,4 +10,6 @@ mod mmsg;
 mod sys;
 
 pub use mmsg::*;
-pub use sys::{bind_address_no_port, pin_to_core, raise_fd_limit_to, recv_batch, wait, SLOTS};
+pub use sys::{
+    bind_address_no_port, pin_to_core, pin_to_cores, raise_fd_limit_to, recv_batch, wait, SLOTS,
+};

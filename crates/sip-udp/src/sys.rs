@@ -30,14 +30,21 @@ pub fn wait(fd: RawFd, write: bool, timeout: Duration) -> bool {
 
 /// Restricts the calling thread (and threads it spawns later) to CPU `core`.
 pub fn pin_to_core(core: usize) -> std::io::Result<()> {
+    pin_to_cores(&[core])
+}
+
+/// Restricts the calling thread (and threads it spawns later) to `cores`.
+pub fn pin_to_cores(cores: &[usize]) -> std::io::Result<()> {
+    if cores.is_empty() || cores.iter().any(|c| *c >= libc::CPU_SETSIZE as usize) {
+        return Err(std::io::Error::other("no such CPU"));
+    }
     // SAFETY: cpu_set_t is plain data for which all-zero is the empty set;
-    // CPU_SET writes inside it for `core` < CPU_SETSIZE, checked first.
+    // CPU_SET writes inside it for each core < CPU_SETSIZE, checked above.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if core >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::other("no such CPU"));
+        for core in cores {
+            libc::CPU_SET(*core, &mut set);
         }
-        libc::CPU_SET(core, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             return Err(std::io::Error::last_os_error());
         }

@@ -668,3 +668,93 @@ fn the_security_bench_measures_every_layer_in_one_run() {
     common::assert_plots_readable(&page);
     assert_eq!(page.matches("<svg").count(), 5, "a chart per section");
 }
+
+/// `bench scale` against both servers: one flow held to one worker by the
+/// kernel's hash shows an idle worker; spread over both, both work.
+#[test]
+fn the_scale_bench_shows_each_workers_share() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempdir("bench-scale");
+    let csv = users(&dir);
+    let (json, md, html) = (
+        dir.join("scale.json"),
+        dir.join("scale.md"),
+        dir.join("scale.html"),
+    );
+    let o = Command::new(BIN)
+        .current_dir(&root)
+        .args([
+            "bench",
+            "scale",
+            "--balance",
+            "flow,spread",
+            "--workers",
+            "1,2",
+        ])
+        .args([
+            "--flows", "1", "--start", "500", "--factor", "2", "--max", "1000",
+        ])
+        .args(["--duration", "0.5", "--credentials"])
+        .arg(&csv)
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(&md)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("sipsec bench scale runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let cells = report(&json);
+    let cells = cells.as_array().expect("cells");
+    assert_eq!(cells.len(), 6, "3 servers × 2 worker counts: {t}");
+    let cell = |server: &str, w: u64| {
+        cells
+            .iter()
+            .find(|c| c["server"] == server && c["workers"] == w)
+            .unwrap_or_else(|| panic!("{server} W={w}: {t}"))
+    };
+    let split = |server: &str, w: u64| -> Vec<f64> {
+        let c = cell(server, w);
+        assert!(c["sustained"].as_f64() >= Some(500.0), "{c}");
+        c["workers_cpu"]
+            .as_array()
+            .expect("split")
+            .iter()
+            .map(|v| v.as_f64().expect("%"))
+            .collect()
+    };
+    let flow = split("sipsec flow", 2);
+    assert!(
+        flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
+        "{flow:?}"
+    );
+    let spread = split("sipsec spread", 2);
+    assert!(spread.len() == 2 && spread[1] > 0.0, "{spread:?}");
+    assert_eq!(split("kamailio", 2).len(), 2);
+    let table = std::fs::read_to_string(&md).expect("markdown");
+    assert!(
+        table.contains("| W=2 / W=1 |") && table.contains("idle worker"),
+        "{table}"
+    );
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert_eq!(page.matches("<svg").count(), 2, "two plots");
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let all = cpus.to_string();
+    for (args, needle) in [
+        (&["--pin", "--workers", all.as_str()][..], "leave none"),
+        (&["--factor", "1"][..], "--factor above 1"),
+        (&["--balance", "bogus"][..], "invalid value 'bogus'"),
+        (&["--scenarios", "options"][..], "invalid value 'options'"),
+    ] {
+        let o = Command::new(BIN)
+            .current_dir(&root)
+            .args(["bench", "scale"])
+            .args(args)
+            .output()
+            .expect("sipsec bench scale runs");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(needle), "{args:?}: {}", text(&o));
+    }
+}

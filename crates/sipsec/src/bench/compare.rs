@@ -158,6 +158,8 @@ pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
         calls: a.calls,
         users: sipsec_bench::load_users(&a.credentials)?,
         pin: a.pin,
+        server_cpus: None,
+        sipsec_args: Vec::new(),
         // Kamailio 5.6's TLS needs one worker (see compare::compare).
         workers: a
             .workers

@@ -9,6 +9,7 @@ mod privacy;
 mod relay;
 mod rsa;
 mod run;
+mod scale;
 mod security;
 mod srtp;
 mod stir;
@@ -26,6 +27,7 @@ use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteAr
 use relay::{relay, RelayArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
 use run::{null, run_scenario, RunArgs};
+use scale::{scale_bench, ScaleArgs};
 use security::{security, SecurityArgs};
 use srtp::{srtp_bench, SrtpArgs};
 use stir::{stir_bench, StirArgs};
@@ -42,6 +44,10 @@ pub enum BenchCommand {
     /// Run scenarios against sipsec and Kamailio (started here, same users)
     /// and print the ratio table: calls/s and server CPU µs per call.
     Compare(Box<CompareArgs>),
+    /// Workers against throughput: each server with 1, 2, 4, … workers
+    /// under one flow, a few and thousands of phones; calls/s sustained,
+    /// CPU per call and each worker's share of it (imbalance shows).
+    Scale(Box<ScaleArgs>),
     /// Phones held on TCP or TLS connections: open and register N (from
     /// several loopback sources), hold them, refresh each once; server
     /// memory and threads per connection, CPU per handshake and per
@@ -117,6 +123,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::PrivacyPrepare(a) => privacy_prepare(*a),
         BenchCommand::PrivacyRoute(a) => privacy_route(*a),
         BenchCommand::Peak(a) => peak(*a),
+        BenchCommand::Scale(a) => scale_bench(*a),
         BenchCommand::Null {
             udp,
             workers,

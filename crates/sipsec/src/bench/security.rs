@@ -190,6 +190,8 @@ fn signalling(
             calls: sizes.calls,
             users: users.clone(),
             pin,
+            server_cpus: None,
+            sipsec_args: Vec::new(),
             // One worker, one Kamailio child: the cost per core (and
             // Kamailio 5.6's TLS takes one worker only).
             workers: 1,

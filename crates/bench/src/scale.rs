@@ -1,0 +1,632 @@
+//! Workers against throughput: each server with 1, 2, 4, … workers under
+//! loads from one flow (a trunk, an SBC, a peer proxy: one address and
+//! port) to thousands of phones. Per cell: the highest rate sustained
+//! (a ramp, as `bench peak`), the CPU per call there, and each worker's
+//! share of it, so that a load held to one core shows.
+
+use serde::Serialize;
+
+use crate::compare::{self, Target};
+use crate::cpu::{self, ThreadCpu};
+use crate::engine::{Run, Shape, User};
+use crate::error::Error;
+use crate::link::Transport;
+use crate::peak::{self, Ramp};
+use crate::stats::{self, Step};
+use crate::{scenario, Options};
+
+/// How the load arrives: `flows` sockets in all over `threads` generator
+/// threads (a caller keeps to one socket).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Load {
+    /// Generator threads.
+    pub threads: usize,
+    /// Sockets per thread.
+    pub per_thread: usize,
+}
+
+impl Load {
+    /// `flows` sockets over at most `threads` threads (as many as divide
+    /// them evenly; one flow is one thread).
+    pub fn new(flows: usize, threads: usize) -> Self {
+        let flows = flows.max(1);
+        let threads = (1..=threads.clamp(1, flows))
+            .rev()
+            .find(|t| flows.is_multiple_of(*t))
+            .unwrap_or(1);
+        Load {
+            threads,
+            per_thread: flows / threads,
+        }
+    }
+
+    /// Sockets in all.
+    pub fn flows(&self) -> usize {
+        self.threads * self.per_thread
+    }
+
+    /// Its name in tables: `1 flow`, `8 flows`, `10000 flows`.
+    pub fn name(&self) -> String {
+        match self.flows() {
+            1 => "1 flow".to_owned(),
+            n => format!("{n} flows"),
+        }
+    }
+}
+
+/// A server as measured: its target and, for sipsec, how its UDP workers
+/// share datagrams (`--udp-balance`).
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// The server.
+    pub target: Target,
+    /// sipsec's `--udp-balance` (flow, spread, shared); none for Kamailio.
+    pub balance: Option<String>,
+}
+
+impl Variant {
+    /// Its name in tables: `sipsec spread`, `kamailio`.
+    pub fn name(&self) -> String {
+        match &self.balance {
+            Some(b) => format!("{} {b}", self.target.name()),
+            None => self.target.name().to_owned(),
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Servers, users, work directory and weights (its workers, threads
+    /// and flows are set per cell; UDP only).
+    pub base: compare::Plan,
+    /// The servers as measured.
+    pub variants: Vec<Variant>,
+    /// Worker counts (sipsec's UDP workers, Kamailio's children).
+    pub workers: Vec<usize>,
+    /// Loads.
+    pub loads: Vec<Load>,
+    /// Scenarios: register, invite.
+    pub scenarios: Vec<String>,
+    /// The ramp of the first cell of each row; later cells start near
+    /// what the row's last cell sustained.
+    pub ramp: Ramp,
+    /// Servers on CPUs 0…W−1 (the generator pinned elsewhere by the
+    /// caller) and a busy-polling generator.
+    pub pin: bool,
+    /// Times every cell runs; the servers' order reversed every other round.
+    pub rounds: usize,
+}
+
+/// One server, one load, one worker count, one round.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// Server (and sipsec's balance).
+    pub server: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Load name.
+    pub load: String,
+    /// Sockets the load came from.
+    pub flows: usize,
+    /// Workers.
+    pub workers: usize,
+    /// Round (from 1).
+    pub round: usize,
+    /// Highest calls/s answered while stable.
+    pub peak: f64,
+    /// Highest offered calls/s fully processed.
+    pub sustained: f64,
+    /// Server CPU µs per call at the measured step (the highest fully
+    /// processed one, else the last stable one).
+    pub cpu_us_per_call: Option<f64>,
+    /// % of one core each of the W busiest server threads used in that
+    /// step, busiest first (sipsec's UDP workers, Kamailio's children).
+    pub workers_cpu: Vec<f64>,
+    /// % of one core the other threads used together.
+    pub other_cpu: f64,
+    /// The ramp's steps.
+    pub steps: Vec<StepRow>,
+}
+
+/// A ramp step as recorded.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StepRow {
+    /// Offered calls/s.
+    pub offered: f64,
+    /// Answered calls/s.
+    pub achieved: f64,
+    /// Failed calls.
+    pub failed: u64,
+    /// p99 latency, ms.
+    pub p99_ms: f64,
+}
+
+/// Runs the plan; `progress` hears of each cell as it ends.
+pub fn scale(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>, Error> {
+    if plan.base.transport != Transport::Udp {
+        return Err(Error::Input("bench scale measures UDP".into()));
+    }
+    compare::write_users(&plan.base)?;
+    let callee = plan.base.users.iter().find(|u| u.name == "callee").cloned();
+    let mut cells: Vec<Cell> = Vec::new();
+    for round in 1..=plan.rounds.max(1) {
+        for variant in stats::round_order(&plan.variants, round) {
+            for scenario in &plan.scenarios {
+                for load in &plan.loads {
+                    for &w in &plan.workers {
+                        let start = start_rate(plan.ramp.start, &cells, variant, scenario, load, w);
+                        let cell = measure_cell(plan, variant, scenario, *load, w, start, &callee)?;
+                        let cell = Cell { round, ..cell };
+                        progress(&cell);
+                        cells.push(cell);
+                    }
+                }
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// Where a cell's ramp starts: `first` for a row's first cell, else 0.6 ×
+/// what the row's last cell sustained, scaled by the workers added (a
+/// ramp of few steps whether the server scales or not).
+fn start_rate(
+    first: f64,
+    cells: &[Cell],
+    variant: &Variant,
+    scenario: &str,
+    load: &Load,
+    workers: usize,
+) -> f64 {
+    let name = variant.name();
+    let last = cells.iter().rev().find(|c| {
+        c.server == name && c.scenario == scenario && c.load == load.name() && c.workers < workers
+    });
+    match last {
+        Some(c) if c.sustained > 0.0 => (0.6 * c.sustained * workers as f64 / c.workers as f64)
+            .max(first)
+            .round(),
+        _ => first,
+    }
+}
+
+/// One cell: the server started with `workers`, the ramp from `start`
+/// (once more from a quarter of it when no step was fully processed).
+fn measure_cell(
+    plan: &Plan,
+    variant: &Variant,
+    scenario: &str,
+    load: Load,
+    workers: usize,
+    start: f64,
+    callee: &Option<User>,
+) -> Result<Cell, Error> {
+    let mut base = plan.base.clone();
+    base.workers = workers;
+    base.server_cpus = plan.pin.then(|| match workers {
+        1 => "0".to_owned(),
+        w => format!("0-{}", w - 1),
+    });
+    base.sipsec_args = match &variant.balance {
+        Some(b) => vec!["--udp-balance".into(), b.clone()],
+        None => Vec::new(),
+    };
+    let mode = compare::mode_of(scenario);
+    let (server, listen) = compare::start(&base, &variant.target, mode, false)?;
+    let callee = match (scenario::built_in(scenario, false)?.needs_callee, callee) {
+        (true, None) => return Err(Error::Input(format!("{scenario} needs a `callee` user"))),
+        (_, c) => c.clone().unwrap_or_else(|| base.users[0].clone()),
+    };
+    let local_port = compare::free_port().map_err(Error::io("finding a free port"))?;
+    let opts = Options {
+        run: Run {
+            target: listen,
+            also: Vec::new(),
+            scenario: scenario::built_in(scenario, false)?,
+            shape: Shape::Rate(start),
+            calls: 1,
+            duration: plan.ramp_duration(),
+            drain: plan.ramp_duration(),
+            threads: load.threads,
+            local_port,
+            users: base.users.clone(),
+            transport: Transport::Udp,
+            tls: None,
+            connection_per_call: false,
+            flows: load.per_thread,
+            busy_poll: plan.pin,
+            ids: None,
+        },
+        callee,
+        callee_registrar: None,
+        callee_domain: None,
+        server_pids: server.pids.clone(),
+        weights: base.weights,
+    };
+    let mut ramp = Ramp {
+        start,
+        ..plan.ramp.clone()
+    };
+    let mut run = ramp_with_threads(&opts, &ramp, &server.pids)?;
+    let sustained = stats::capacity(&run.steps, ramp.tolerance, ramp.max_p99_us).sustainable;
+    if sustained == 0.0 && start > plan.ramp.start {
+        ramp.start = (start / 4.0).max(plan.ramp.start).round();
+        run = ramp_with_threads(&opts, &ramp, &server.pids)?;
+    }
+    drop(server);
+    Ok(run.cell(variant, scenario, load, workers, &ramp))
+}
+
+impl Plan {
+    fn ramp_duration(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.ramp.seconds + 1.0)
+    }
+}
+
+/// A ramp's steps with the server's CPU per call and per thread in each.
+struct Ramped {
+    steps: Vec<Step>,
+    cpu_us: Vec<Option<f64>>,
+    /// Each step's threads' CPU (busiest first) and how long its load
+    /// ran, seconds.
+    threads: Vec<(Vec<ThreadCpu>, f64)>,
+}
+
+fn ramp_with_threads(opts: &Options, ramp: &Ramp, pids: &[u32]) -> Result<Ramped, Error> {
+    let mut last = cpu::threads(pids);
+    let mut threads = Vec::new();
+    let mut cpu_us = Vec::new();
+    let (_, steps, _) = peak::peak(opts, ramp, |_, report| {
+        let now = cpu::threads(pids);
+        threads.push((cpu::thread_deltas(&last, &now), report.elapsed_s));
+        cpu_us.push(report.server_cpu_us_per_call);
+        last = now;
+    })?;
+    Ok(Ramped {
+        steps,
+        cpu_us,
+        threads,
+    })
+}
+
+impl Ramped {
+    fn cell(
+        &self,
+        variant: &Variant,
+        scenario: &str,
+        load: Load,
+        workers: usize,
+        ramp: &Ramp,
+    ) -> Cell {
+        let cap = stats::capacity(&self.steps, ramp.tolerance, ramp.max_p99_us);
+        let full = |s: &Step| s.offered <= cap.sustainable && cap.sustainable > 0.0;
+        let stable = |s: &Step| s.failed as f64 <= 0.01 * (s.achieved + s.failed as f64);
+        let at = (self.steps.iter().rposition(full))
+            .or_else(|| self.steps.iter().rposition(stable))
+            .unwrap_or(0);
+        let (spent, seconds) = self.threads.get(at).cloned().unwrap_or_default();
+        let percent = |s: f64| {
+            if seconds > 0.0 {
+                s / seconds * 100.0
+            } else {
+                0.0
+            }
+        };
+        let n = workers.min(spent.len());
+        Cell {
+            server: variant.name(),
+            scenario: scenario.to_owned(),
+            load: load.name(),
+            flows: load.flows(),
+            workers,
+            round: 0,
+            peak: cap.peak,
+            sustained: cap.sustainable,
+            cpu_us_per_call: self.cpu_us.get(at).copied().flatten(),
+            workers_cpu: spent[..n].iter().map(|t| percent(t.seconds)).collect(),
+            other_cpu: percent(spent[n..].iter().map(|t| t.seconds).sum()),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| StepRow {
+                    offered: s.offered,
+                    achieved: s.achieved,
+                    failed: s.failed,
+                    p99_ms: s.p99_us as f64 / 1000.0,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The cells of one row (server, scenario, load) with `workers`.
+fn of<'a>(cells: &'a [Cell], row: &(String, String, String), workers: usize) -> Vec<&'a Cell> {
+    cells
+        .iter()
+        .filter(|c| (&c.server, &c.scenario, &c.load) == (&row.0, &row.1, &row.2))
+        .filter(|c| c.workers == workers)
+        .collect()
+}
+
+/// Rows (server, scenario, load) and worker counts, in the order run.
+fn axes(cells: &[Cell]) -> (Vec<(String, String, String)>, Vec<usize>) {
+    let mut rows = Vec::new();
+    let mut workers = Vec::new();
+    for c in cells {
+        let row = (c.server.clone(), c.scenario.clone(), c.load.clone());
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+        if !workers.contains(&c.workers) {
+            workers.push(c.workers);
+        }
+    }
+    rows.sort_by(|a, b| (&a.1, &a.2, &a.0).cmp(&(&b.1, &b.2, &b.0)));
+    workers.sort_unstable();
+    (rows, workers)
+}
+
+/// The round whose sustained rate is the median of a cell's rounds.
+fn median_cell<'a>(mine: &[&'a Cell]) -> Option<&'a Cell> {
+    let mut v = mine.to_vec();
+    v.sort_by(|a, b| a.sustained.total_cmp(&b.sustained));
+    v.get(v.len() / 2).copied()
+}
+
+/// Each round's ratio of `f` at W workers to `f` at the row's fewest.
+fn ratios(cells: &[Cell], row: &(String, String, String), w: usize, w0: usize) -> Vec<f64> {
+    let rounds = cells.iter().map(|c| c.round).max().unwrap_or(1);
+    (1..=rounds)
+        .filter_map(|r| {
+            let at = |w| of(cells, row, w).into_iter().find(|c| c.round == r);
+            let (a, b) = (at(w)?, at(w0)?);
+            (b.sustained > 0.0).then(|| a.sustained / b.sustained)
+        })
+        .collect()
+}
+
+/// Two markdown tables: calls/s sustained per worker count with the
+/// scaling from the fewest workers; and per cell, the CPU per call and
+/// each worker's share of a core.
+pub fn table(cells: &[Cell]) -> String {
+    use std::fmt::Write as _;
+    let (rows, workers) = axes(cells);
+    let (Some(&w0), Some(&wn)) = (workers.first(), workers.last()) else {
+        return String::new();
+    };
+    let mut s = String::from("| scenario | load | server |");
+    for w in &workers {
+        let _ = write!(s, " W={w} calls/s |");
+    }
+    let _ = writeln!(s, " W={wn} / W={w0} |");
+    s.push_str(&"|---".repeat(4 + workers.len()));
+    s.push_str("|\n");
+    for row in &rows {
+        let _ = write!(s, "| {} | {} | {} |", row.1, row.2, row.0);
+        for &w in &workers {
+            let v: Vec<f64> = of(cells, row, w).iter().map(|c| c.sustained).collect();
+            let _ = write!(s, " {} |", stats::median_range(&v, 0));
+        }
+        let _ = writeln!(
+            s,
+            " {}× |",
+            stats::median_range(&ratios(cells, row, wn, w0), 2)
+        );
+    }
+    s.push_str("\n| scenario | load | server | W | CPU µs/call | vs W=");
+    let _ = writeln!(
+        s,
+        "{w0} | each worker's CPU, % of a core (busiest first) | busiest / idlest | other threads % |"
+    );
+    s.push_str(&"|---".repeat(9));
+    s.push_str("|\n");
+    for row in &rows {
+        let us = |w| -> Vec<f64> {
+            of(cells, row, w)
+                .iter()
+                .filter_map(|c| c.cpu_us_per_call)
+                .collect()
+        };
+        let base = stats::median(&us(w0));
+        for &w in &workers {
+            let Some(mid) = median_cell(&of(cells, row, w)) else {
+                continue;
+            };
+            let mine = us(w);
+            let split: Vec<String> = mid.workers_cpu.iter().map(|p| format!("{p:.0}")).collect();
+            let lo = mid.workers_cpu.last().copied().unwrap_or(0.0);
+            let hi = mid.workers_cpu.first().copied().unwrap_or(0.0);
+            // Under half a percent of a core is a worker left idle.
+            let spread = if lo >= 0.5 {
+                format!("{:.2}", hi / lo)
+            } else {
+                "idle worker".to_owned()
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {w} | {} | {} | {} | {spread} | {:.0} |",
+                row.1,
+                row.2,
+                row.0,
+                stats::median_range(&mine, 1),
+                if base > 0.0 {
+                    format!("{:.2}", stats::median(&mine) / base)
+                } else {
+                    "-".into()
+                },
+                split.join(" / "),
+                mid.other_cpu
+            );
+        }
+    }
+    s
+}
+
+/// Named series as the plots take them.
+fn borrowed(v: &[(String, Vec<(f64, f64)>)]) -> Vec<(&str, Vec<(f64, f64)>)> {
+    v.iter().map(|(n, p)| (n.as_str(), p.clone())).collect()
+}
+
+/// The tables and, per scenario, calls/s and CPU per call against workers.
+pub fn html(cells: &[Cell]) -> String {
+    use crate::plot;
+    let (rows, workers) = axes(cells);
+    let mut sections = Vec::new();
+    let mut scenarios: Vec<&String> = rows.iter().map(|r| &r.1).collect();
+    scenarios.dedup();
+    for sc in scenarios {
+        let series = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
+            rows.iter()
+                .filter(|r| &r.1 == sc)
+                .map(|row| {
+                    let points = workers
+                        .iter()
+                        .filter_map(|&w| {
+                            let v: Vec<f64> = of(cells, row, w).into_iter().filter_map(f).collect();
+                            (!v.is_empty()).then(|| (w as f64, stats::median(&v)))
+                        })
+                        .collect();
+                    (format!("{}, {}", row.0, row.2), points)
+                })
+                .collect()
+        };
+        let rate = series(&|c| Some(c.sustained));
+        let cpu = series(&|c| c.cpu_us_per_call);
+        sections.push((
+            format!("{sc}: calls/s sustained against workers"),
+            plot::lines(
+                &format!("{sc}: calls/s sustained"),
+                "workers",
+                "calls/s",
+                &borrowed(&rate),
+            ),
+        ));
+        sections.push((
+            format!("{sc}: server CPU per call against workers"),
+            plot::lines(
+                &format!("{sc}: CPU µs per call"),
+                "workers",
+                "µs per call",
+                &borrowed(&cpu),
+            ),
+        ));
+    }
+    let md = table(cells);
+    for (i, part) in md.split("\n\n").enumerate() {
+        let mut lines = part.lines();
+        let head: Vec<&str> = lines
+            .next()
+            .unwrap_or("")
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
+        let body: Vec<Vec<String>> = lines
+            .skip(1)
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_owned())
+                    .collect()
+            })
+            .collect();
+        let title = if i == 0 {
+            "Calls/s sustained by workers"
+        } else {
+            "CPU per call and each worker's share"
+        };
+        sections.insert(i, (title.to_owned(), plot::table(&head, &body)));
+    }
+    plot::page("sipsec bench scale: workers against throughput", &sections)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_divide_evenly_over_threads() {
+        assert_eq!(Load::new(1, 8).flows(), 1);
+        assert_eq!(
+            Load::new(8, 2),
+            Load {
+                threads: 2,
+                per_thread: 4
+            }
+        );
+        assert_eq!(
+            Load::new(10_000, 8),
+            Load {
+                threads: 8,
+                per_thread: 1250
+            }
+        );
+        assert_eq!(
+            Load::new(7, 2),
+            Load {
+                threads: 1,
+                per_thread: 7
+            }
+        );
+        assert_eq!(Load::new(8, 2).name(), "8 flows");
+        assert_eq!(Load::new(1, 2).name(), "1 flow");
+    }
+
+    fn cell(server: &str, w: usize, round: usize, sustained: f64, split: &[f64]) -> Cell {
+        Cell {
+            server: server.into(),
+            scenario: "register".into(),
+            load: "1 flow".into(),
+            flows: 1,
+            workers: w,
+            round,
+            peak: sustained,
+            sustained,
+            cpu_us_per_call: Some(10.0 * w as f64),
+            workers_cpu: split.to_vec(),
+            other_cpu: 1.0,
+            steps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_table_shows_scaling_and_an_idle_worker() {
+        let cells = [
+            cell("sipsec flow", 1, 1, 100_000.0, &[95.0]),
+            cell("sipsec flow", 2, 1, 100_000.0, &[96.0, 0.0]),
+            cell("sipsec spread", 1, 1, 100_000.0, &[95.0]),
+            cell("sipsec spread", 2, 1, 190_000.0, &[90.0, 85.0]),
+        ];
+        let t = table(&cells);
+        assert!(
+            t.contains("| register | 1 flow | sipsec spread | 100000 | 190000 | 1.90× |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| sipsec flow | 2 | 20.0 | 2.00 | 96 / 0 | idle worker | 1 |"),
+            "{t}"
+        );
+        assert!(t.contains("| 90 / 85 | 1.06 |"), "{t}");
+        let page = html(&cells);
+        assert_eq!(crate::plot::svgs(&page).len(), 2, "two plots");
+    }
+
+    #[test]
+    fn a_row_starts_near_what_its_last_cell_sustained() {
+        let cells = [cell("sipsec spread", 1, 1, 100_000.0, &[95.0])];
+        let kamailio = Variant {
+            target: Target::Kamailio { cfg: "k".into() },
+            balance: None,
+        };
+        let sipsec = Variant {
+            target: Target::Sipsec { exe: "s".into() },
+            balance: Some("spread".into()),
+        };
+        let load = Load::new(1, 1);
+        let start = |v: &Variant, w| start_rate(20_000.0, &cells, v, "register", &load, w);
+        assert_eq!(start(&sipsec, 2), 120_000.0);
+        assert_eq!(start(&sipsec, 1), 20_000.0);
+        assert_eq!(start(&kamailio, 2), 20_000.0);
+    }
+}

@@ -1,0 +1,205 @@
+//! `sipsec bench scale`: throughput and CPU per call against workers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use sipsec_bench::scale::{self, Load, Plan, Variant};
+
+use super::common::{positive, targets, TableOutputs};
+
+#[derive(Args)]
+pub struct ScaleArgs {
+    /// Servers, comma-separated: sipsec, kamailio (started here).
+    #[arg(long, default_value = "sipsec,kamailio", value_delimiter = ',')]
+    pub(super) servers: Vec<String>,
+    /// How sipsec's UDP workers share datagrams, comma-separated (a row
+    /// each): flow (the kernel's hash of the sender), spread (any worker
+    /// per datagram), shared (one socket).
+    #[arg(long, default_value = "spread", value_delimiter = ',', value_parser = ["flow", "spread", "shared"])]
+    pub(super) balance: Vec<String>,
+    /// Worker counts, comma-separated [default: 1, 2, 4, … up to the CPUs
+    /// the servers may use: all of them, half with --pin].
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(super) workers: Vec<u32>,
+    /// Loads, comma-separated, as sockets the calls come from: 1 (a trunk,
+    /// an SBC, a peer proxy), a few, thousands of phones.
+    #[arg(long, default_value = "1,8,10000", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=15_000))]
+    pub(super) flows: Vec<u32>,
+    /// Generator threads for loads of several flows [default: 2; with
+    /// --pin the CPUs left to it, at most 8].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(super) threads: Option<u32>,
+    /// Scenarios, comma-separated: register, invite.
+    #[arg(long, default_value = "register", value_delimiter = ',', value_parser = ["register", "invite"])]
+    pub(super) scenarios: Vec<String>,
+    /// The first offered rate of each row's first cell, calls/s.
+    #[arg(long, default_value_t = 20_000.0)]
+    pub(super) start: f64,
+    /// Each step offers this many times the previous rate.
+    #[arg(long, default_value_t = 1.25)]
+    pub(super) factor: f64,
+    /// Highest rate to offer.
+    #[arg(long, default_value_t = 4_000_000.0)]
+    pub(super) max: f64,
+    /// Length of each step, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    pub(super) duration: f64,
+    /// p99 latency above this (ms) means the server is not keeping up.
+    #[arg(long, default_value_t = 150.0)]
+    pub(super) max_p99_ms: f64,
+    /// W workers on CPUs 0…W−1, the generator busy-polling on the CPUs
+    /// above the largest W.
+    #[arg(long)]
+    pub(super) pin: bool,
+    /// Run every cell this many times (the servers' order reversed every
+    /// other round); tables give medians and ranges.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(super) rounds: u32,
+    /// Users (CSV with a `username,password` header; a `callee` for invite).
+    #[arg(long, value_name = "CSV", default_value = "interop/users.csv")]
+    pub(super) credentials: PathBuf,
+    /// Kamailio configuration.
+    #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
+    pub(super) kamailio_cfg: PathBuf,
+    #[command(flatten)]
+    pub(super) out: TableOutputs,
+}
+
+/// CPUs this process may run on.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::compare::{Plan as Base, Target};
+    let valid = positive(a.start) && positive(a.max) && positive(a.duration);
+    if !valid || a.factor <= 1.0 || !positive(a.max_p99_ms) {
+        return Err(
+            "--start, --max, --duration, --max-p99-ms must be positive and --factor above 1".into(),
+        );
+    }
+    let n = cpus();
+    let room = if a.pin { n / 2 } else { n };
+    let mut workers: Vec<usize> = if a.workers.is_empty() {
+        std::iter::successors(Some(1usize), |w| Some(w * 2))
+            .take_while(|w| *w <= room.max(1))
+            .collect()
+    } else {
+        a.workers.iter().map(|w| *w as usize).collect()
+    };
+    workers.sort_unstable();
+    workers.dedup();
+    let most = *workers.last().ok_or("--workers: name at least one")?;
+    if a.pin && most >= n {
+        return Err(format!(
+            "--pin: {most} workers leave none of this machine's {n} CPUs to the generator"
+        ));
+    }
+    let threads = a.threads.map_or(
+        if a.pin {
+            (n - most).min(8)
+        } else {
+            super::common::GENERATOR_THREADS
+        },
+        |t| t as usize,
+    );
+    let servers = targets(&a.servers, &a.kamailio_cfg)?;
+    let variants: Vec<Variant> = servers
+        .iter()
+        .flat_map(|t| match t {
+            Target::Sipsec { .. } => a
+                .balance
+                .iter()
+                .map(|b| Variant {
+                    target: t.clone(),
+                    balance: Some(b.clone()),
+                })
+                .collect::<Vec<_>>(),
+            Target::Kamailio { .. } => vec![Variant {
+                target: t.clone(),
+                balance: None,
+            }],
+        })
+        .collect();
+    let workdir = std::env::temp_dir().join(format!("sipsec-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+    let plan = Plan {
+        base: Base {
+            targets: servers,
+            scenarios: a.scenarios.clone(),
+            auth: vec![false],
+            digest: sip_core::digest::Algorithm::Md5,
+            rate: a.start,
+            calls: 1,
+            users: sipsec_bench::load_users(&a.credentials)?,
+            pin: false,
+            server_cpus: None,
+            sipsec_args: Vec::new(),
+            workers: 1,
+            threads,
+            flows: 1,
+            workdir: workdir.clone(),
+            weights: sipsec_bench::stats::DEFAULT_WEIGHTS,
+            transport: sipsec_bench::link::Transport::Udp,
+            certificate: None,
+            rounds: a.rounds as usize,
+            media_relay: None,
+        },
+        variants,
+        workers,
+        loads: a
+            .flows
+            .iter()
+            .map(|f| Load::new(*f as usize, threads))
+            .collect(),
+        scenarios: a.scenarios.clone(),
+        ramp: sipsec_bench::peak::Ramp {
+            start: a.start,
+            factor: a.factor,
+            max: a.max,
+            seconds: a.duration,
+            max_p99_us: (a.max_p99_ms * 1000.0) as u64,
+            tolerance: 0.05,
+        },
+        pin: a.pin,
+        rounds: a.rounds as usize,
+    };
+    if a.pin {
+        let generator: Vec<usize> = (most..n).collect();
+        sipsec_bench::pin_to_cores(&generator)
+            .map_err(|e| format!("pinning the generator to CPUs {most}–{}: {e}", n - 1))?;
+    }
+    eprintln!(
+        "server          scenario  load          W  sustained/s  peak/s   µs/call  workers' CPU %"
+    );
+    let cells = scale::scale(&plan, |c| {
+        eprintln!(
+            "{:15} {:9} {:12} {:2}  {:11.0}  {:7.0}  {:>7}  {}",
+            c.server,
+            c.scenario,
+            c.load,
+            c.workers,
+            c.sustained,
+            c.peak,
+            c.cpu_us_per_call.map_or("-".into(), |v| format!("{v:.1}")),
+            c.workers_cpu
+                .iter()
+                .map(|p| format!("{p:.0}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+    });
+    let _ = std::fs::remove_dir_all(&workdir);
+    let cells = cells?;
+    let table = scale::table(&cells);
+    print!("{table}");
+    a.out
+        .write(&cells, &table, "scale", || scale::html(&cells))?;
+    Ok(if cells.iter().all(|c| c.sustained > 0.0) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("a cell sustained no rate at all (see its row)");
+        ExitCode::FAILURE
+    })
+}
