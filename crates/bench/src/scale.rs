@@ -250,8 +250,8 @@ fn measure_cell(
     };
     let mut run = ramp_with_threads(&opts, &ramp, &server.pids)?;
     let sustained = stats::capacity(&run.steps, ramp.tolerance, ramp.max_p99_us).sustainable;
-    if sustained == 0.0 && start > plan.ramp.start {
-        ramp.start = (start / 4.0).max(plan.ramp.start).round();
+    if sustained == 0.0 && start >= 4.0 {
+        ramp.start = (start / 4.0).round();
         run = ramp_with_threads(&opts, &ramp, &server.pids)?;
     }
     drop(server);
