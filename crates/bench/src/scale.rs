@@ -125,6 +125,8 @@ pub struct Cell {
     pub workers_cpu: Vec<f64>,
     /// % of one core the other threads used together.
     pub other_cpu: f64,
+    /// Why calls failed over the whole ramp (the report's reasons).
+    pub failures: std::collections::BTreeMap<String, u64>,
     /// The ramp's steps.
     pub steps: Vec<StepRow>,
 }
@@ -192,7 +194,8 @@ fn start_rate(
 }
 
 /// One cell: the server started with `workers`, the ramp from `start`
-/// (once more from a quarter of it when no step was fully processed).
+/// (again from a quarter of it, up to three times, while no step was
+/// fully processed).
 fn measure_cell(
     plan: &Plan,
     variant: &Variant,
@@ -218,7 +221,6 @@ fn measure_cell(
         (true, None) => return Err(Error::Input(format!("{scenario} needs a `callee` user"))),
         (_, c) => c.clone().unwrap_or_else(|| base.users[0].clone()),
     };
-    let local_port = compare::free_port().map_err(Error::io("finding a free port"))?;
     let opts = Options {
         run: Run {
             target: listen,
@@ -229,7 +231,7 @@ fn measure_cell(
             duration: plan.ramp_duration(),
             drain: plan.ramp_duration(),
             threads: load.threads,
-            local_port,
+            local_port: local_port(load.flows())?,
             users: base.users.clone(),
             transport: Transport::Udp,
             tls: None,
@@ -249,13 +251,26 @@ fn measure_cell(
         ..plan.ramp.clone()
     };
     let mut run = ramp_with_threads(&opts, &ramp, &server.pids)?;
-    let sustained = stats::capacity(&run.steps, ramp.tolerance, ramp.max_p99_us).sustainable;
-    if sustained == 0.0 && start >= 4.0 {
-        ramp.start = (start / 4.0).round();
+    let sustained = |r: &Ramped| stats::capacity(&r.steps, ramp.tolerance, ramp.max_p99_us);
+    for _ in 0..3 {
+        if sustained(&run).sustainable > 0.0 || ramp.start < 4.0 {
+            break;
+        }
+        ramp.start = (ramp.start / 4.0).round();
         run = ramp_with_threads(&opts, &ramp, &server.pids)?;
     }
     drop(server);
     Ok(run.cell(variant, scenario, load, workers, &ramp))
+}
+
+/// The first of `flows` consecutive local ports: the same in every step,
+/// as phones re-register from where they are (new ports each step would
+/// add a binding per step until the registrar's per-AoR cap refused them).
+fn local_port(flows: usize) -> Result<u16, Error> {
+    let free = compare::free_port().map_err(Error::io("finding a free port"))?;
+    let last = usize::from(u16::MAX) - 500;
+    u16::try_from(usize::from(free).min(last.saturating_sub(flows)))
+        .map_err(|_| Error::Input(format!("{flows} flows need more ports than there are")))
 }
 
 impl Plan {
@@ -268,6 +283,7 @@ impl Plan {
 struct Ramped {
     steps: Vec<Step>,
     cpu_us: Vec<Option<f64>>,
+    failures: std::collections::BTreeMap<String, u64>,
     /// Each step's threads' CPU (busiest first) and how long its load
     /// ran, seconds.
     threads: Vec<(Vec<ThreadCpu>, f64)>,
@@ -277,7 +293,11 @@ fn ramp_with_threads(opts: &Options, ramp: &Ramp, pids: &[u32]) -> Result<Ramped
     let mut last = cpu::threads(pids);
     let mut threads = Vec::new();
     let mut cpu_us = Vec::new();
+    let mut failures = std::collections::BTreeMap::new();
     let (_, steps, _) = peak::peak(opts, ramp, |_, report| {
+        for (why, n) in &report.failures {
+            *failures.entry(why.clone()).or_insert(0) += n;
+        }
         let now = cpu::threads(pids);
         threads.push((cpu::thread_deltas(&last, &now), report.elapsed_s));
         cpu_us.push(report.server_cpu_us_per_call);
@@ -286,6 +306,7 @@ fn ramp_with_threads(opts: &Options, ramp: &Ramp, pids: &[u32]) -> Result<Ramped
     Ok(Ramped {
         steps,
         cpu_us,
+        failures,
         threads,
     })
 }
@@ -326,6 +347,7 @@ impl Ramped {
             cpu_us_per_call: self.cpu_us.get(at).copied().flatten(),
             workers_cpu: spent[..n].iter().map(|t| percent(t.seconds)).collect(),
             other_cpu: percent(spent[n..].iter().map(|t| t.seconds).sum()),
+            failures: self.failures.clone(),
             steps: self
                 .steps
                 .iter()
@@ -586,6 +608,7 @@ mod tests {
             cpu_us_per_call: Some(10.0 * w as f64),
             workers_cpu: split.to_vec(),
             other_cpu: 1.0,
+            failures: Default::default(),
             steps: Vec::new(),
         }
     }

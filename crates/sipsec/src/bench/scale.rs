@@ -174,8 +174,9 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
         "server          scenario  load          W  sustained/s  peak/s   µs/call  workers' CPU %"
     );
     let cells = scale::scale(&plan, |c| {
+        let why: Vec<String> = c.failures.iter().map(|(w, n)| format!("{n} {w}")).collect();
         eprintln!(
-            "{:15} {:9} {:12} {:2}  {:11.0}  {:7.0}  {:>7}  {}",
+            "{:15} {:9} {:12} {:2}  {:11.0}  {:7.0}  {:>7}  {}{}",
             c.server,
             c.scenario,
             c.load,
@@ -187,7 +188,12 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
                 .iter()
                 .map(|p| format!("{p:.0}"))
                 .collect::<Vec<_>>()
-                .join("/")
+                .join("/"),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!("  failed: {}", why.join(", "))
+            }
         );
     });
     let _ = std::fs::remove_dir_all(&workdir);
