@@ -266,11 +266,26 @@ fn measure_cell(
 /// The first of `flows` consecutive local ports: the same in every step,
 /// as phones re-register from where they are (new ports each step would
 /// add a binding per step until the registrar's per-AoR cap refused them).
+/// A few flows start at a port free now; many end just below the kernel's
+/// ephemeral range, where no server started here nor any socket bound to
+/// port 0 can sit among them.
 fn local_port(flows: usize) -> Result<u16, Error> {
-    let free = compare::free_port().map_err(Error::io("finding a free port"))?;
-    let last = usize::from(u16::MAX) - 500;
-    u16::try_from(usize::from(free).min(last.saturating_sub(flows)))
-        .map_err(|_| Error::Input(format!("{flows} flows need more ports than there are")))
+    if flows <= 64 {
+        let free = compare::free_port().map_err(Error::io("finding a free port"))?;
+        return Ok(free.min(u16::MAX - 64));
+    }
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<usize>().ok())
+        .unwrap_or(32_768);
+    low.checked_sub(flows + 1)
+        .filter(|base| *base >= 1024)
+        .and_then(|base| u16::try_from(base).ok())
+        .ok_or_else(|| {
+            Error::Input(format!(
+                "{flows} flows do not fit between port 1024 and the ephemeral ports from {low}"
+            ))
+        })
 }
 
 impl Plan {
