@@ -31,6 +31,12 @@ pub enum Target {
         /// `interop/kamailio/kamailio.cfg`.
         cfg: PathBuf,
     },
+    /// `sipsec bench null`: 200 OK to every request, no other work — the
+    /// floor of what moving the messages costs.
+    Null {
+        /// The `sipsec` binary.
+        exe: PathBuf,
+    },
 }
 
 impl Target {
@@ -39,6 +45,7 @@ impl Target {
         match self {
             Target::Sipsec { .. } => "sipsec",
             Target::Kamailio { .. } => "kamailio",
+            Target::Null { .. } => "null",
         }
     }
 }
@@ -110,6 +117,9 @@ fn media_args(c: &mut Command, plan: &Plan, target: &Target, mode: &str) -> Resu
             c.args(["-A", "WITH_STATEFUL", "-A", "WITH_RTPENGINE", "-A"])
                 .arg(format!("RTPENGINE_SOCK=\"udp:{relay}\""));
         }
+        Target::Null { .. } => {
+            return Err(Error::Input("the null responder relays no media".into()))
+        }
     }
     Ok(())
 }
@@ -160,9 +170,20 @@ pub(crate) fn listener_args(
                 .arg(format!("TLS_KEY=\"{}\"", key.display())),
             _ => c,
         },
+        Target::Null { .. } => match transport {
+            Transport::Tcp => c.args(["--tcp", &at]),
+            Transport::Tls => c.args(["--tls", &at]),
+            Transport::Udp => c,
+            other => {
+                return Err(Error::Input(format!(
+                    "the null responder does not speak {}",
+                    other.as_str()
+                )))
+            }
+        },
     };
     let secure = matches!(transport, Transport::Tls | Transport::Wss);
-    if secure && matches!(target, Target::Sipsec { .. }) {
+    if secure && matches!(target, Target::Sipsec { .. } | Target::Null { .. }) {
         c.arg("--cert").arg(chain).arg("--key").arg(key);
     }
     if matches!(target, Target::Kamailio { .. })
@@ -384,6 +405,15 @@ pub(crate) fn start(
                         .arg(format!("DIGEST_ALGORITHM=\"{}\"", plan.digest.as_str()));
                 }
             }
+            c
+        }
+        Target::Null { exe } => {
+            if auth {
+                return Err(Error::Input("the null responder challenges no one".into()));
+            }
+            let mut c = command_on(cpus, exe);
+            c.args(["bench", "null", "--udp", &addr.to_string()])
+                .args(["--workers", &workers]);
             c
         }
     };

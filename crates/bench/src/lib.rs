@@ -17,6 +17,7 @@ pub mod error;
 pub mod flows;
 pub mod handshake;
 pub mod link;
+pub mod null_stream;
 pub mod peak;
 pub mod plot;
 pub mod privacy;

@@ -758,3 +758,99 @@ fn the_scale_bench_shows_each_workers_share() {
         assert!(text(&o).contains(needle), "{args:?}: {}", text(&o));
     }
 }
+
+/// `bench null --tcp`: every request framed by its Content-Length and
+/// answered in order, however the bytes were cut; a CRLFCRLF ping gets
+/// its pong; bytes that are not SIP close the connection. Over TLS the
+/// phones of `bench connections` open, register and refresh through it.
+#[test]
+fn the_null_responder_frames_and_answers_over_tcp_and_tls() {
+    use std::io::{BufRead, Read, Write};
+    let mut null = Command::new(BIN)
+        .args([
+            "bench",
+            "null",
+            "--udp",
+            "127.0.0.1:0",
+            "--tcp",
+            "127.0.0.1:0",
+        ])
+        .args(["--seconds", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("null responder");
+    let mut lines = std::io::BufReader::new(null.stdout.take().expect("piped")).lines();
+    let tcp: std::net::SocketAddr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("answering on tcp ")?.1.parse().ok())
+        .expect("a tcp banner");
+    let request = |cseq: u32| {
+        format!(
+            "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:5;branch=z9hG4bK{cseq}\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:a@example.com>\r\nCall-ID: null-{cseq}\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:a@127.0.0.1:5;transport=tcp>\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    let mut c = std::net::TcpStream::connect(tcp).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    c.write_all(b"\r\n\r\n").expect("ping");
+    let mut pong = [0u8; 2];
+    c.read_exact(&mut pong).expect("pong");
+    assert_eq!(&pong, b"\r\n");
+    let (three, cut) = (request(3), 40);
+    c.write_all(format!("{}{}", request(1), request(2)).as_bytes())
+        .expect("two at once");
+    c.write_all(&three.as_bytes()[..cut]).expect("a part");
+    c.flush().expect("flush");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.write_all(&three.as_bytes()[cut..]).expect("the rest");
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    while got.matches("SIP/2.0 200 OK").count() < 3 {
+        let n = c.read(&mut buf).expect("answers");
+        assert!(n > 0, "closed early: {got}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let order: Vec<usize> = (1..=3)
+        .map(|i| {
+            got.find(&format!("CSeq: {i} REGISTER"))
+                .expect("each answered")
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "in order: {got}");
+    assert!(
+        got.contains("Contact: <sip:a@127.0.0.1:5;transport=tcp>"),
+        "{got}"
+    );
+    let mut bad = std::net::TcpStream::connect(tcp).expect("connect");
+    bad.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    bad.write_all(b"NOT SIP AT ALL\r\nX\r\n\r\n")
+        .expect("garbage");
+    assert_eq!(bad.read(&mut buf).expect("closed, not reset"), 0);
+    let _ = null.kill();
+    let _ = null.wait();
+    let o = Command::new(BIN)
+        .args([
+            "bench",
+            "connections",
+            "--servers",
+            "null",
+            "--transport",
+            "tls",
+        ])
+        .args([
+            "--connections",
+            "20",
+            "--refresh-rate",
+            "100",
+            "--hold",
+            "0",
+        ])
+        .output()
+        .expect("sipsec bench connections runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("null: 20 of 20 connections registered"), "{t}");
+    assert!(t.contains("null: 20 refreshed"), "{t}");
+}

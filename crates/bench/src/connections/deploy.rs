@@ -248,6 +248,12 @@ pub(super) fn start_node_once(
                 .arg(format!("MAX_CONNECTIONS={max}"));
             c
         }
+        Target::Null { exe } => {
+            let mut c = compare::command(plan.pin, exe);
+            c.args(["bench", "null", "--udp", &udp.to_string()])
+                .args(["--workers", &workers]);
+            c
+        }
     };
     compare::listener_args(
         &mut cmd,

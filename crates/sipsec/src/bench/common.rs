@@ -472,7 +472,10 @@ pub(super) fn targets(
                     .map_err(|e| format!("{}: {e}", kamailio_cfg.display()))?;
                 Ok(Target::Kamailio { cfg })
             }
-            other => Err(format!("unknown server {other:?}: use sipsec or kamailio")),
+            "null" => Ok(Target::Null { exe: exe.clone() }),
+            other => Err(format!(
+                "unknown server {other:?}: use sipsec, kamailio or null"
+            )),
         })
         .collect::<Result<Vec<_>, _>>()?;
     if targets.is_empty() {

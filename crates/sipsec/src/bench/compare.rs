@@ -10,7 +10,8 @@ use super::common::{make_certificate, targets, TableOutputs, TransportArg};
 
 #[derive(Args)]
 pub struct CompareArgs {
-    /// Servers, comma-separated: sipsec, kamailio (started here). Ratios are the first's CPU over each other's.
+    /// Servers, comma-separated: sipsec, kamailio, null (`bench null`, no
+    /// auth) started here. Ratios are the first's CPU over each other's.
     #[arg(
         long,
         alias = "targets",

@@ -20,8 +20,10 @@ pub(super) enum StreamArg {
 
 #[derive(Args)]
 pub struct ConnectionsArgs {
-    /// Servers, comma-separated: sipsec, kamailio (started here, one after
-    /// the other, on the same certificate). Ratios are the first's over each other's.
+    /// Servers, comma-separated: sipsec, kamailio, null (`bench null`: a
+    /// 200 to every request, the floor of the transport's cost), started
+    /// here one after the other on the same certificate. Ratios are the
+    /// first's over each other's.
     #[arg(
         long,
         alias = "server",

@@ -15,7 +15,6 @@ mod srtp;
 mod stir;
 mod trunk;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -26,7 +25,7 @@ use peak::{peak, PeakArgs};
 use privacy::{privacy_prepare, privacy_route, PrivacyPrepareArgs, PrivacyRouteArgs};
 use relay::{relay, RelayArgs};
 use rsa::{rsa_variants, RsaVariantsArgs};
-use run::{null, run_scenario, RunArgs};
+use run::{null, run_scenario, NullArgs, RunArgs};
 use scale::{scale_bench, ScaleArgs};
 use security::{security, SecurityArgs};
 use srtp::{srtp_bench, SrtpArgs};
@@ -93,19 +92,10 @@ pub enum BenchCommand {
     /// through two proxies started here, N calls in flight, for plain SIP
     /// and each scheme, level and mode.
     PrivacyRoute(Box<PrivacyRouteArgs>),
-    /// Answer every request with 200 at once: a target to measure the
-    /// generator's own ceiling.
-    Null {
-        /// Address to answer on.
-        #[arg(long, default_value = "127.0.0.1:5090")]
-        udp: SocketAddr,
-        /// Responder threads, one UDP socket each.
-        #[arg(long, alias = "threads", default_value_t = 1)]
-        workers: usize,
-        /// Stop after this many seconds [default: run until killed].
-        #[arg(long, alias = "seconds", value_name = "SECONDS")]
-        duration: Option<u64>,
-    },
+    /// Answer every request with 200 at once, over UDP and, when asked,
+    /// TCP and TLS (framed by Content-Length, no other state): the
+    /// generator's own ceiling, and the floor a server is measured against.
+    Null(Box<NullArgs>),
 }
 
 pub fn run(cmd: BenchCommand) -> ExitCode {
@@ -124,11 +114,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::PrivacyRoute(a) => privacy_route(*a),
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Scale(a) => scale_bench(*a),
-        BenchCommand::Null {
-            udp,
-            workers,
-            duration,
-        } => null(udp, workers, duration),
+        BenchCommand::Null(a) => null(*a),
     };
     match result {
         Ok(code) => code,

@@ -75,19 +75,59 @@ pub(super) fn run_scenario(a: RunArgs) -> Result<ExitCode, String> {
     })
 }
 
-pub(super) fn null(
+#[derive(clap::Args)]
+pub struct NullArgs {
+    /// Address to answer on over UDP.
+    #[arg(long, default_value = "127.0.0.1:5090")]
     udp: SocketAddr,
-    threads: usize,
-    seconds: Option<u64>,
-) -> Result<ExitCode, String> {
-    loopback_only(udp)?;
-    let r = Responder::start(udp, Mode::Null, threads).map_err(|e| format!("{udp}: {e}"))?;
+    /// Also answer over TCP here.
+    #[arg(long, value_name = "ADDR")]
+    tcp: Option<SocketAddr>,
+    /// Also answer over TLS here (with --cert and --key).
+    #[arg(long, value_name = "ADDR", requires_all = ["cert", "key"])]
+    tls: Option<SocketAddr>,
+    /// Certificate chain (PEM) for --tls.
+    #[arg(long, requires = "tls")]
+    cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "tls")]
+    key: Option<std::path::PathBuf>,
+    /// Responder threads: one UDP socket each, and one reactor each per
+    /// stream listener.
+    #[arg(long, alias = "threads", default_value_t = 1)]
+    workers: usize,
+    /// Stop after this many seconds [default: run until killed].
+    #[arg(long, alias = "seconds", value_name = "SECONDS")]
+    duration: Option<u64>,
+}
+
+pub(super) fn null(a: NullArgs) -> Result<ExitCode, String> {
+    use sipsec_bench::null_stream::{tls_config, StreamNull};
+    for addr in std::iter::once(a.udp).chain(a.tcp).chain(a.tls) {
+        loopback_only(addr)?;
+    }
+    let r =
+        Responder::start(a.udp, Mode::Null, a.workers).map_err(|e| format!("{}: {e}", a.udp))?;
     println!("sipsec bench null: answering on udp {}", r.addr());
-    let end = seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    let mut streams = Vec::new();
+    if let Some(tcp) = a.tcp {
+        let s = StreamNull::start(tcp, None, a.workers).map_err(|e| format!("{tcp}: {e}"))?;
+        println!("sipsec bench null: answering on tcp {}", s.addr());
+        streams.push(s);
+    }
+    if let (Some(tls), Some(cert), Some(key)) = (a.tls, &a.cert, &a.key) {
+        let config = tls_config(cert, key).map_err(|e| e.to_string())?;
+        let s =
+            StreamNull::start(tls, Some(config), a.workers).map_err(|e| format!("{tls}: {e}"))?;
+        println!("sipsec bench null: answering on tls {}", s.addr());
+        streams.push(s);
+    }
+    let end = a.duration.map(|s| Instant::now() + Duration::from_secs(s));
     while end.is_none_or(|e| Instant::now() < e) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    println!("answered {} requests", r.answered());
+    let streamed: u64 = streams.iter().map(StreamNull::answered).sum();
+    println!("answered {} requests", r.answered() + streamed);
     r.stop();
     Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@ use super::common::{positive, targets, TableOutputs};
 
 #[derive(Args)]
 pub struct ScaleArgs {
-    /// Servers, comma-separated: sipsec, kamailio (started here).
+    /// Servers, comma-separated: sipsec, kamailio, null (started here).
     #[arg(long, default_value = "sipsec,kamailio", value_delimiter = ',')]
     pub(super) servers: Vec<String>,
     /// How sipsec's UDP workers share datagrams, comma-separated (a row
@@ -116,7 +116,7 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
                     balance: Some(b.clone()),
                 })
                 .collect::<Vec<_>>(),
-            Target::Kamailio { .. } => vec![Variant {
+            Target::Kamailio { .. } | Target::Null { .. } => vec![Variant {
                 target: t.clone(),
                 balance: None,
             }],

@@ -1,0 +1,348 @@
+//! A null SIP responder over TCP and TLS: it frames each message by its
+//! Content-Length (RFC 3261 §18.3), answers 200 OK at once and keeps no
+//! state but the connections. It is the floor a server's stream path is
+//! measured against, as the UDP null responder is for datagrams: what
+//! the kernel, the framing and TLS cost with no SIP work at all.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use sip_core::framing::{frame, Frame};
+use sip_core::writer::{write_response, ResponseOptions};
+use sip_core::{ErrorKind, HeaderName, Limits, Message, Method, StatusCode};
+
+const LISTENER: Token = Token(usize::MAX);
+
+/// Most bytes a connection may hold unanswered (a message and a half).
+const MAX_BUFFERED: usize = 96 * 1024;
+
+/// The responder's threads, stopped when dropped.
+pub struct StreamNull {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// A TLS server configuration from a PEM certificate chain and its key.
+pub fn tls_config(
+    chain: &std::path::Path,
+    key: &std::path::Path,
+) -> io::Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let named = |p: &std::path::Path| {
+        let p = p.display().to_string();
+        move |e: rustls::pki_types::pem::Error| io::Error::other(format!("{p}: {e}"))
+    };
+    let certs = CertificateDer::pem_file_iter(chain)
+        .map_err(named(chain))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(named(chain))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(named(key))?;
+    let config = rustls::ServerConfig::builder_with_provider(sip_tls::default_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| io::Error::other(format!("{}: {e}", chain.display())))?;
+    Ok(Arc::new(config))
+}
+
+impl StreamNull {
+    /// Listens on `addr` (TLS with `tls`), one reactor per thread, the
+    /// threads sharing the port (SO_REUSEPORT).
+    pub fn start(
+        addr: SocketAddr,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        threads: usize,
+    ) -> io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let mut bound = addr;
+        let mut handles = Vec::new();
+        for i in 0..threads.max(1) {
+            let listener = listen(bound)?;
+            bound = listener.local_addr()?;
+            let (tls, stop, answered) = (tls.clone(), stop.clone(), answered.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("null-tcp-{i}"))
+                .spawn(move || {
+                    if let Err(e) = serve(listener, tls, &stop, &answered) {
+                        eprintln!("null responder: {e}");
+                    }
+                })?;
+            handles.push(handle);
+        }
+        Ok(StreamNull {
+            addr: bound,
+            stop,
+            answered,
+            threads: handles,
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Requests answered so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for StreamNull {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(4096)?;
+    Ok(TcpListener::from_std(s.into()))
+}
+
+/// One connection: its socket, TLS state, what arrived and what waits to
+/// leave.
+struct Conn {
+    stream: TcpStream,
+    tls: Option<rustls::ServerConnection>,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    /// Registered for writability too (output waits).
+    writing: bool,
+}
+
+fn serve(
+    mut listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: &AtomicBool,
+    answered: &AtomicU64,
+) -> io::Result<()> {
+    let mut poll = Poll::new()?;
+    let mut events = Events::with_capacity(1024);
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let mut conns: HashMap<usize, Conn> = HashMap::new();
+    let mut next = 0usize;
+    let mut out = Vec::with_capacity(2048);
+    while !stop.load(Ordering::Relaxed) {
+        match poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => r?,
+        }
+        for ev in &events {
+            if ev.token() == LISTENER {
+                while let Ok((mut stream, _)) = listener.accept() {
+                    let _ = stream.set_nodelay(true);
+                    next = (next + 1) % (usize::MAX - 1);
+                    poll.registry()
+                        .register(&mut stream, Token(next), Interest::READABLE)?;
+                    let tls = match &tls {
+                        Some(c) => Some(
+                            rustls::ServerConnection::new(c.clone()).map_err(io::Error::other)?,
+                        ),
+                        None => None,
+                    };
+                    conns.insert(
+                        next,
+                        Conn {
+                            stream,
+                            tls,
+                            input: Vec::new(),
+                            output: Vec::new(),
+                            writing: false,
+                        },
+                    );
+                }
+                continue;
+            }
+            let id = ev.token().0;
+            let Some(conn) = conns.get_mut(&id) else {
+                continue;
+            };
+            let open = conn.pump(&mut out, answered).unwrap_or(false);
+            let registry = poll.registry();
+            if !open {
+                let _ = registry.deregister(&mut conn.stream);
+                conns.remove(&id);
+            } else if conn.wants_write() != conn.writing {
+                // Edge-triggered: asked again only when what it waits
+                // for changes, not per message.
+                conn.writing = !conn.writing;
+                let wants = if conn.writing {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                registry.reregister(&mut conn.stream, Token(id), wants)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Conn {
+    /// Reads what there is, answers every whole request, writes what it
+    /// can. False once the connection is over (closed, or broken input).
+    fn pump(&mut self, out: &mut Vec<u8>, answered: &AtomicU64) -> io::Result<bool> {
+        let mut buf = [0u8; 16 * 1024];
+        let mut open = true;
+        while let Some(n) = self.read_some(&mut buf)? {
+            if n == 0 {
+                open = false;
+                break;
+            }
+            if self.input.len() > MAX_BUFFERED {
+                return Ok(false);
+            }
+            // A short read over TCP drained the socket: what comes later
+            // raises a new edge, so no read is spent to see EAGAIN.
+            if self.tls.is_none() && n < buf.len() {
+                break;
+            }
+        }
+        if !self.answer(out, answered) {
+            return Ok(false);
+        }
+        self.flush()?;
+        Ok(open)
+    }
+
+    /// Appends what one read brings (TLS records decrypted): `Some(0)` at
+    /// the end of the stream, `None` when nothing more is there now.
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let would_block = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
+        let Some(tls) = &mut self.tls else {
+            return match self.stream.read(buf) {
+                Ok(n) => {
+                    self.input.extend_from_slice(&buf[..n]);
+                    Ok(Some(n))
+                }
+                Err(e) if would_block(&e) => Ok(None),
+                Err(e) => Err(e),
+            };
+        };
+        match tls.read_tls(&mut self.stream) {
+            Ok(0) => return Ok(Some(0)),
+            Ok(_) => {}
+            Err(e) if would_block(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        tls.process_new_packets().map_err(io::Error::other)?;
+        let mut got = 0;
+        loop {
+            match tls.reader().read(buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.input.extend_from_slice(&buf[..n]);
+                    got += n;
+                }
+                Err(e) if would_block(&e) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        // Records that held no data (handshake) still count as progress.
+        Ok(Some(got.max(1)))
+    }
+
+    /// Answers each whole request in the input with 200 OK (a CRLFCRLF
+    /// ping with a CRLF pong, RFC 5626 §4.4.1). False on input that is
+    /// not SIP.
+    fn answer(&mut self, out: &mut Vec<u8>, answered: &AtomicU64) -> bool {
+        let limits = Limits::default();
+        let mut at = 0;
+        loop {
+            match frame(&self.input[at..], &limits) {
+                Ok(Frame::KeepAlive(n)) => {
+                    if n >= 4 {
+                        self.send(b"\r\n");
+                    }
+                    at += n;
+                }
+                Ok(Frame::Message(n)) => {
+                    let Ok(req) = Message::parse(&self.input[at..at + n]) else {
+                        return false;
+                    };
+                    if req.is_request() && req.method() != Method::Ack {
+                        out.clear();
+                        let contact = req.header(HeaderName::Contact).unwrap_or("");
+                        let extra = [("Contact", contact)];
+                        let opts = ResponseOptions {
+                            to_tag: Some("null"),
+                            extra: if contact.is_empty() { &[] } else { &extra },
+                            ..Default::default()
+                        };
+                        write_response(out, &req, StatusCode::OK, &opts);
+                        let reply = std::mem::take(out);
+                        self.send(&reply);
+                        *out = reply;
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    at += n;
+                }
+                Err(e) if e.kind == ErrorKind::Incomplete => break,
+                Err(_) => return false,
+            }
+        }
+        self.input.drain(..at);
+        true
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        match &mut self.tls {
+            Some(tls) => {
+                let _ = tls.writer().write_all(bytes);
+            }
+            None => self.output.extend_from_slice(bytes),
+        }
+    }
+
+    fn wants_write(&self) -> bool {
+        !self.output.is_empty() || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
+    /// Writes what waits, as far as the socket takes it.
+    fn flush(&mut self) -> io::Result<()> {
+        if let Some(tls) = &mut self.tls {
+            while tls.wants_write() {
+                match tls.write_tls(&mut self.stream) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
+        while !self.output.is_empty() {
+            match self.stream.write(&self.output) {
+                Ok(n) => {
+                    self.output.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
