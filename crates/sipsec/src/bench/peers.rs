@@ -49,6 +49,55 @@ pub fn wait_ready(addr: SocketAddr) -> Result<(), String> {
     Err(format!("{addr} did not answer OPTIONS"))
 }
 
+/// Sends the non-INVITE request `bytes` to `dest` over `sock` as a UAC
+/// transaction does over UDP (RFC 3261 §17.1.2.2): again after T1 = 500
+/// ms, doubling up to T2 = 4 s, until a final response comes or Timer F
+/// (64·T1 = 32 s) runs out. Returns that final response; the socket's
+/// read timeout is left as it was.
+pub fn transact(sock: &UdpSocket, bytes: &[u8], dest: SocketAddr) -> Result<Vec<u8>, String> {
+    let before = sock.read_timeout().map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(32);
+    let mut interval = Duration::from_millis(500);
+    let mut buf = vec![0u8; 65_535];
+    let answer = loop {
+        sock.send_to(bytes, dest).map_err(|e| e.to_string())?;
+        let resend = std::time::Instant::now() + interval;
+        let got = loop {
+            let now = std::time::Instant::now();
+            if now >= resend {
+                break None;
+            }
+            sock.set_read_timeout(Some(resend - now))
+                .map_err(|e| e.to_string())?;
+            match sock.recv(&mut buf) {
+                // A provisional response: the final one is still to come.
+                Ok(n) if buf[..n].starts_with(b"SIP/2.0 1") => continue,
+                Ok(n) => break Some(buf[..n].to_vec()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        if let Some(answer) = got {
+            break Ok(answer);
+        }
+        if std::time::Instant::now() >= deadline {
+            break Err(format!(
+                "no final response from {dest} within 32 s (Timer F)"
+            ));
+        }
+        interval = (interval * 2).min(Duration::from_secs(4));
+    };
+    sock.set_read_timeout(before).map_err(|e| e.to_string())?;
+    answer
+}
+
 /// `m`'s header lines named `name` (any case).
 pub fn header_lines<'a>(m: &'a str, name: &str) -> impl Iterator<Item = &'a str> + 'a {
     let name = name.to_owned();

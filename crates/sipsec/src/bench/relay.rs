@@ -169,13 +169,12 @@ fn callee(
          Call-ID: relay-bench-reg\r\nCSeq: 1 REGISTER\r\nContact: <sip:callee@{me}>\r\n\
          Expires: 600\r\nContent-Length: 0\r\n\r\n"
     );
-    sip.send_to(register.as_bytes(), proxy)
-        .map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 65_535];
-    let n = sip.recv(&mut buf).map_err(|e| format!("REGISTER: {e}"))?;
-    if !buf[..n].starts_with(b"SIP/2.0 200") {
-        return Err(format!("REGISTER: {}", String::from_utf8_lossy(&buf[..n])));
+    let answer = super::peers::transact(&sip, register.as_bytes(), proxy)
+        .map_err(|e| format!("REGISTER: {e}"))?;
+    if !answer.starts_with(b"SIP/2.0 200") {
+        return Err(format!("REGISTER: {}", String::from_utf8_lossy(&answer)));
     }
+    let mut buf = vec![0u8; 65_535];
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             let Ok((n, from)) = sip.recv_from(&mut buf) else {
