@@ -681,23 +681,7 @@ pub fn html(cells: &[Cell], targets: &[Target]) -> String {
         ));
     }
     let md = table(cells, targets);
-    let rows: Vec<Vec<String>> = md
-        .lines()
-        .skip(2)
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_owned())
-                .collect()
-        })
-        .collect();
-    let head_line = md.lines().next().unwrap_or("");
-    let head: Vec<&str> = head_line
-        .trim_matches('|')
-        .split('|')
-        .map(str::trim)
-        .collect();
-    sections.insert(0, ("Ratio table".to_owned(), plot::table(&head, &rows)));
+    sections.insert(0, ("Ratio table".to_owned(), plot::markdown_table(&md)));
     let transport = cells.first().map_or("UDP", |c| c.report.transport.as_str());
     plot::page(
         &format!(

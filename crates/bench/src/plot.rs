@@ -646,6 +646,21 @@ pub fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     s
 }
 
+/// A markdown table (a header row, the `|---|` row, body rows) as an
+/// HTML [`table`].
+pub fn markdown_table(md: &str) -> String {
+    let cells = |l: &str| -> Vec<String> {
+        l.trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let mut lines = md.lines();
+    let head = cells(lines.next().unwrap_or(""));
+    let rows: Vec<Vec<String>> = lines.skip(1).map(cells).collect();
+    table(&head.iter().map(String::as_str).collect::<Vec<_>>(), &rows)
+}
+
 /// The SVG plots of a page made by [`page`], in order.
 pub fn svgs(html: &str) -> Vec<&str> {
     let mut out = Vec::new();

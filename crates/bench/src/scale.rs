@@ -551,29 +551,12 @@ pub fn html(cells: &[Cell]) -> String {
     }
     let md = table(cells);
     for (i, part) in md.split("\n\n").enumerate() {
-        let mut lines = part.lines();
-        let head: Vec<&str> = lines
-            .next()
-            .unwrap_or("")
-            .trim_matches('|')
-            .split('|')
-            .map(str::trim)
-            .collect();
-        let body: Vec<Vec<String>> = lines
-            .skip(1)
-            .map(|l| {
-                l.trim_matches('|')
-                    .split('|')
-                    .map(|c| c.trim().to_owned())
-                    .collect()
-            })
-            .collect();
         let title = if i == 0 {
             "Calls/s sustained by workers"
         } else {
             "CPU per call and each worker's share"
         };
-        sections.insert(i, (title.to_owned(), plot::table(&head, &body)));
+        sections.insert(i, (title.to_owned(), plot::markdown_table(part)));
     }
     plot::page("sipsec bench scale: workers against throughput", &sections)
 }

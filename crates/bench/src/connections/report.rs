@@ -110,23 +110,6 @@ pub fn table(outcomes: &[Outcome]) -> String {
 pub fn html(plan: &Plan, outcomes: &[Outcome]) -> String {
     use crate::plot;
     let md = table(outcomes);
-    let mut lines = md.lines();
-    let head: Vec<&str> = lines
-        .next()
-        .unwrap_or("")
-        .trim_matches('|')
-        .split('|')
-        .map(str::trim)
-        .collect();
-    let rows: Vec<Vec<String>> = lines
-        .skip(1)
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_owned())
-                .collect()
-        })
-        .collect();
     // Over several rounds, each server's bar is the median.
     let bar = |title: &str, unit: &str, f: &dyn Fn(&Outcome) -> Option<f64>| {
         let series: Vec<(&str, Vec<f64>)> = names(outcomes)
@@ -149,7 +132,7 @@ pub fn html(plan: &Plan, outcomes: &[Outcome]) -> String {
         )
     };
     let sections = vec![
-        ("Side by side".to_owned(), plot::table(&head, &rows)),
+        ("Side by side".to_owned(), plot::markdown_table(&md)),
         (
             "Memory per held connection".to_owned(),
             bar("Server bytes per held connection", "bytes", &|o| {
