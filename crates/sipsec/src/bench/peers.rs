@@ -49,50 +49,61 @@ pub fn wait_ready(addr: SocketAddr) -> Result<(), String> {
     Err(format!("{addr} did not answer OPTIONS"))
 }
 
-/// Sends the non-INVITE request `bytes` to `dest` over `sock` as a UAC
-/// transaction does over UDP (RFC 3261 §17.1.2.2): again after T1 = 500
-/// ms, doubling up to T2 = 4 s, until a final response comes or Timer F
-/// (64·T1 = 32 s) runs out. Returns that final response; the socket's
-/// read timeout is left as it was.
-pub fn transact(sock: &UdpSocket, bytes: &[u8], dest: SocketAddr) -> Result<Vec<u8>, String> {
+/// Sends the request `bytes` to `dest` over `sock` as a UAC transaction
+/// does over UDP (RFC 3261 §17.1): again after T1 = 500 ms, doubling (up
+/// to T2 = 4 s but for an INVITE), until a final response comes or 64·T1
+/// = 32 s (Timer B or F) run out; for an INVITE a provisional response
+/// ends the retransmissions (Timer A). Responses `mine` refuses (another
+/// call's) are skipped. Returns the final response; the socket's read
+/// timeout is left as it was.
+pub fn transact(
+    sock: &UdpSocket,
+    bytes: &[u8],
+    dest: SocketAddr,
+    invite: bool,
+    mine: impl Fn(&[u8]) -> bool,
+) -> Result<Vec<u8>, String> {
+    use std::time::Instant;
     let before = sock.read_timeout().map_err(|e| e.to_string())?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(32);
+    let deadline = Instant::now() + Duration::from_secs(32);
     let mut interval = Duration::from_millis(500);
+    let mut resend = Some(Instant::now());
     let mut buf = vec![0u8; 65_535];
     let answer = loop {
-        sock.send_to(bytes, dest).map_err(|e| e.to_string())?;
-        let resend = std::time::Instant::now() + interval;
-        let got = loop {
-            let now = std::time::Instant::now();
-            if now >= resend {
-                break None;
-            }
-            sock.set_read_timeout(Some(resend - now))
-                .map_err(|e| e.to_string())?;
-            match sock.recv(&mut buf) {
-                // A provisional response: the final one is still to come.
-                Ok(n) if buf[..n].starts_with(b"SIP/2.0 1") => continue,
-                Ok(n) => break Some(buf[..n].to_vec()),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue
+        let now = Instant::now();
+        if now >= deadline {
+            break Err(format!("no final response from {dest} within 32 s"));
+        }
+        if let Some(at) = resend.filter(|at| now >= *at) {
+            sock.send_to(bytes, dest).map_err(|e| e.to_string())?;
+            resend = Some(at + interval);
+            interval = if invite {
+                interval * 2
+            } else {
+                (interval * 2).min(Duration::from_secs(4))
+            };
+        }
+        let wake = resend.map_or(deadline, |at| at.min(deadline));
+        sock.set_read_timeout(Some(
+            wake.saturating_duration_since(now)
+                .max(Duration::from_millis(1)),
+        ))
+        .map_err(|e| e.to_string())?;
+        match sock.recv(&mut buf) {
+            Ok(n) if !mine(&buf[..n]) => {}
+            Ok(n) if buf[..n].starts_with(b"SIP/2.0 1") => {
+                if invite {
+                    resend = None;
                 }
-                Err(e) => return Err(e.to_string()),
             }
-        };
-        if let Some(answer) = got {
-            break Ok(answer);
+            Ok(n) => break Ok(buf[..n].to_vec()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => break Err(e.to_string()),
         }
-        if std::time::Instant::now() >= deadline {
-            break Err(format!(
-                "no final response from {dest} within 32 s (Timer F)"
-            ));
-        }
-        interval = (interval * 2).min(Duration::from_secs(4));
     };
     sock.set_read_timeout(before).map_err(|e| e.to_string())?;
     answer

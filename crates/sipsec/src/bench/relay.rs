@@ -169,7 +169,7 @@ fn callee(
          Call-ID: relay-bench-reg\r\nCSeq: 1 REGISTER\r\nContact: <sip:callee@{me}>\r\n\
          Expires: 600\r\nContent-Length: 0\r\n\r\n"
     );
-    let answer = super::peers::transact(&sip, register.as_bytes(), proxy)
+    let answer = super::peers::transact(&sip, register.as_bytes(), proxy, false, |_| true)
         .map_err(|e| format!("REGISTER: {e}"))?;
     if !answer.starts_with(b"SIP/2.0 200") {
         return Err(format!("REGISTER: {}", String::from_utf8_lossy(&answer)));
@@ -219,29 +219,21 @@ fn call(proxy: SocketAddr, sip: &UdpSocket, i: u32, rtp_port: u16) -> Result<Cal
          Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{offer}",
         offer.len()
     );
-    sip.send_to(invite.as_bytes(), proxy)
-        .map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 65_535];
-    loop {
-        let n = sip
-            .recv(&mut buf)
-            .map_err(|e| format!("call {i}: no answer ({e})"))?;
-        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if header(&msg, "Call-ID") != id || msg.starts_with("SIP/2.0 1") {
-            continue;
-        }
-        if !msg.starts_with("SIP/2.0 200") {
-            return Err(format!("call {i}: {}", msg.lines().next().unwrap_or("")));
-        }
-        let to_relay = media_port(&msg).ok_or(format!("call {i}: a 200 without SDP"))?;
-        let call = Call {
-            id,
-            to_relay,
-            ok: msg,
-        };
-        in_dialog(proxy, sip, i, &call, "ACK", 1)?;
-        return Ok(call);
+    let ours = |m: &[u8]| header(&String::from_utf8_lossy(m), "Call-ID") == id;
+    let answer = super::peers::transact(sip, invite.as_bytes(), proxy, true, ours)
+        .map_err(|e| format!("call {i}: {e}"))?;
+    let msg = String::from_utf8_lossy(&answer).into_owned();
+    if !msg.starts_with("SIP/2.0 200") {
+        return Err(format!("call {i}: {}", msg.lines().next().unwrap_or("")));
     }
+    let to_relay = media_port(&msg).ok_or(format!("call {i}: a 200 without SDP"))?;
+    let call = Call {
+        id,
+        to_relay,
+        ok: msg,
+    };
+    in_dialog(proxy, sip, i, &call, "ACK", 1)?;
+    Ok(call)
 }
 
 /// Sends `method` in `call`'s dialog along its recorded route.

@@ -283,8 +283,8 @@ fn register(s: &UdpSocket, proxy: SocketAddr) -> Result<(), String> {
          From: <sip:{CALLEE}@b.example>;tag=r\r\nTo: <sip:{CALLEE}@b.example>\r\nCall-ID: reg\r\n\
          CSeq: 1 REGISTER\r\nContact: <sip:{CALLEE}@{me}>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n"
     );
-    let answer =
-        super::peers::transact(s, m.as_bytes(), proxy).map_err(|e| format!("REGISTER: {e}"))?;
+    let answer = super::peers::transact(s, m.as_bytes(), proxy, false, |_| true)
+        .map_err(|e| format!("REGISTER: {e}"))?;
     if !answer.starts_with(b"SIP/2.0 200") {
         return Err(format!("REGISTER: {}", String::from_utf8_lossy(&answer)));
     }
