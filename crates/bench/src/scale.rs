@@ -399,7 +399,14 @@ fn axes(cells: &[Cell]) -> (Vec<(String, String, String)>, Vec<usize>) {
             workers.push(c.workers);
         }
     }
-    rows.sort_by(|a, b| (&a.1, &a.2, &a.0).cmp(&(&b.1, &b.2, &b.0)));
+    // Loads by their number of flows ("8 flows" before "10000 flows").
+    let flows = |load: &str| -> u64 {
+        load.split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    rows.sort_by(|a, b| (&a.1, flows(&a.2), &a.0).cmp(&(&b.1, flows(&b.2), &b.0)));
     workers.sort_unstable();
     (rows, workers)
 }
@@ -629,6 +636,12 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("| 90 / 85 | 1.06 |"), "{t}");
+        let mut many = cell("sipsec spread", 1, 1, 1.0, &[1.0]);
+        many.load = "10000 flows".into();
+        let mut few = many.clone();
+        few.load = "8 flows".into();
+        let t = table(&[many, few]);
+        assert!(t.find("| 8 flows |") < t.find("| 10000 flows |"), "{t}");
         let page = html(&cells);
         assert_eq!(crate::plot::svgs(&page).len(), 2, "two plots");
     }
