@@ -12,6 +12,16 @@ use crate::proto::core::{Reply, Transport};
 use crate::proto::effects::Sends;
 use crate::proto::shared::Shared;
 
+/// Every send path calls this once per message leaving: it counts the
+/// message and hands a copy to the tracer when one is on (the core never
+/// calls the tracer: the drivers do, here and on what they receive).
+pub fn leaving(shared: &Shared, bytes: &[u8], peer: SocketAddr, transport: Transport) {
+    shared.metrics.sent(bytes);
+    if let Some(t) = &shared.tap {
+        t.sent(bytes, peer, transport);
+    }
+}
+
 /// Most ICMP errors one look at a socket's queue reads: all it can hold.
 /// The kernel charges queued errors to the receive buffer (4 MiB, at
 /// least ~700 bytes an error), so errors left queued would take the room
@@ -73,7 +83,7 @@ impl Sender {
     ) {
         match (transport, &self.udp, &self.hub) {
             (Transport::Udp, Some(udp), _) => {
-                self.shared.sending(bytes, dest, Transport::Udp);
+                leaving(&self.shared, bytes, dest, Transport::Udp);
                 if sip_udp::send_to(udp, bytes, dest) {
                     self.udp_errors();
                 }
@@ -109,7 +119,7 @@ impl Sender {
         // recursion): errors it draws are read at the next failure.
         for (bytes, (dest, transport)) in sends.iter() {
             if transport == Transport::Udp {
-                shared.sending(bytes, dest, Transport::Udp);
+                leaving(shared, bytes, dest, Transport::Udp);
                 sip_udp::send_to(udp, bytes, dest);
             } else {
                 self.send(bytes, dest, transport);

@@ -241,7 +241,7 @@ fn worker(
                 sender.send_all(core.extra());
                 match reply {
                     Reply::Send(dest, Transport::Udp) => {
-                        core.shared().sending(out, dest, Transport::Udp);
+                        crate::io::send::leaving(core.shared(), out, dest, Transport::Udp);
                         tx.commit(dest);
                     }
                     other => sender.reply(other, out, core.sent_key()),
@@ -294,7 +294,7 @@ fn answer_stored(
 ) {
     deferred.send_ready(|reply, out| match reply {
         Reply::Send(dest, Transport::Udp) => {
-            core.shared().sending(out, dest, Transport::Udp);
+            crate::io::send::leaving(core.shared(), out, dest, Transport::Udp);
             tx.next_buf().extend_from_slice(out);
             tx.commit(dest);
         }

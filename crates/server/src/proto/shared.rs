@@ -164,15 +164,6 @@ pub trait Tap: std::fmt::Debug + Send + Sync {
 }
 
 impl Shared {
-    /// Every send path calls this once per message leaving: it counts
-    /// responses and hands a copy to the tracer.
-    pub fn sending(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
-        self.metrics.sent(bytes);
-        if let Some(t) = &self.tap {
-            t.sent(bytes, peer, transport);
-        }
-    }
-
     /// A request this proxy forwarded as `key`'s try `tries` could not
     /// be sent (the connection failed, or the peer's answer would not fit):
     /// its transaction tries the next address of its name or answers 503

@@ -229,7 +229,7 @@ impl TcpHub {
         };
         match queued {
             Ok(()) => {
-                self.shared.sending(bytes, dest, conn.transport);
+                crate::io::send::leaving(&self.shared, bytes, dest, conn.transport);
                 Ok(())
             }
             Err(e) => {
@@ -430,7 +430,7 @@ impl TcpHub {
         }
         self.open.fetch_add(1, Ordering::Relaxed);
         self.shared.metrics.connection_opened(conn.transport, false);
-        self.shared.sending(bytes, dest, conn.transport);
+        crate::io::send::leaving(&self.shared, bytes, dest, conn.transport);
         self.order(reactor, Order::Adopt(conn));
         Ok(())
     }
