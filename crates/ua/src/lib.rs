@@ -1,8 +1,10 @@
 //! The sipsec user agent: SDP offer/answer with SDES keys ([`sdp`]),
 //! request and response building ([`sip`]), STUN ([`stun`]), server
 //! location per RFC 3263 ([`resolve`]), the media of a call
-//! ([`session`]) and the phone that ties them together ([`phone`]).
+//! ([`session`]), the signalling core of a user agent ([`agent`], sans-IO)
+//! and the phone that drives it over a socket ([`phone`]).
 
+pub mod agent;
 pub mod phone;
 pub mod resolve;
 pub mod sdp;

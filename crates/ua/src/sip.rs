@@ -109,15 +109,28 @@ pub fn response(
     contact: Option<&str>,
     body: Option<(&str, &str)>,
 ) -> Vec<u8> {
+    response_with(req, (status, reason), to_tag, contact, body, &[])
+}
+
+/// [`response`] with `extra` header fields (`Allow`, …).
+pub fn response_with(
+    req: &Message<'_>,
+    (status, reason): (u16, &str),
+    to_tag: Option<&str>,
+    contact: Option<&str>,
+    body: Option<(&str, &str)>,
+    extra: &[(&str, &str)],
+) -> Vec<u8> {
     let Some(code) = sip_core::StatusCode::new(status) else {
         return Vec::new();
     };
     let contact = contact.map(|c| format!("<{c}>"));
-    let mut extra = Vec::with_capacity(2);
+    let mut fields = Vec::with_capacity(2 + extra.len());
     if let Some(c) = &contact {
-        extra.push(("Contact", c.as_str()));
+        fields.push(("Contact", c.as_str()));
     }
-    extra.push(("User-Agent", "sipsec-phone"));
+    fields.extend_from_slice(extra);
+    fields.push(("User-Agent", "sipsec-phone"));
     let mut out = Vec::new();
     sip_core::writer::write_response(
         &mut out,
@@ -127,7 +140,7 @@ pub fn response(
             reason: Some(reason),
             to_tag,
             copy_record_route: (101..300).contains(&status),
-            extra: &extra,
+            extra: &fields,
             content_type: body.map(|(t, _)| t),
             body: body.map_or(&[][..], |(_, b)| b.as_bytes()),
             ..Default::default()

@@ -2,7 +2,6 @@
 //! the media, BYE either way.
 
 use super::*;
-use sip_core::transaction::{Answered, Resend, TimerConfig};
 
 impl Phone {
     /// Waits up to `wait` for a call, answers it at once and plays
@@ -13,16 +12,13 @@ impl Phone {
         source: Source,
         packets: u64,
     ) -> Result<CallReport, PhoneError> {
-        let (bytes, from) = self.wait_for_invite(wait)?;
+        let (call_id, _, bytes) = self.wait_for_invite(wait)?;
         let m = Message::parse(&bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
-        let to_tag = sip::token(4);
-        let trying = sip::response(&m, 100, "Trying", None, None, None);
-        self.sig.send_to(&trying, from)?;
         let peer = sip::addr_uri(m.from().as_str()).to_string();
         let offer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
-        let refuse = |phone: &mut Self, code: u16, reason: &str| {
-            let r = sip::response(&m, code, reason, Some(&to_tag), None, None);
-            let _ = phone.sig.send_to(&r, from);
+        let refuse = |phone: &mut Self, code: u16, _reason: &str| {
+            let _ = phone.agent.reject(&call_id, code, Instant::now());
+            let _ = phone.flush();
         };
         let offer = match offer {
             Ok(o) => o,
@@ -78,26 +74,14 @@ impl Phone {
             answer.crypto.push(mine.clone());
             Some(contexts(&mine, theirs)?)
         };
-        let ringing = sip::response(
-            &m,
-            180,
-            "Ringing",
-            Some(&to_tag),
-            Some(&self.contact()),
-            None,
-        );
-        self.sig.send_to(&ringing, from)?;
         let body = sdp::write(u64::from(std::process::id()), 1, &answer);
-        let ok = sip::response(
-            &m,
-            200,
-            "OK",
-            Some(&to_tag),
-            Some(&self.contact()),
-            Some(("application/sdp", &body)),
-        );
-        let call_id = m.call_id().to_string();
-        self.send_until_acked(&ok, from, &call_id)?;
+        let now = Instant::now();
+        let answered = self.agent.ring(&call_id, now).and_then(|()| {
+            self.agent
+                .accept(&call_id, Some(("application/sdp".into(), body)), now)
+        });
+        answered.map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        self.acked(&call_id)?;
         let remote = SocketAddr::new(offer.addr, offer.port);
         let media = Media {
             sockets,
@@ -117,11 +101,21 @@ impl Phone {
         })
     }
 
-    /// The first INVITE to arrive within `wait`, and its source; other
-    /// requests meanwhile get their usual answers.
-    fn wait_for_invite(&mut self, wait: Duration) -> Result<(Vec<u8>, SocketAddr), PhoneError> {
+    /// The first call to come within `wait`, as the agent handed it
+    /// over; the registration is kept alive meanwhile.
+    fn wait_for_invite(&mut self, wait: Duration) -> Result<Incoming, PhoneError> {
+        self.accepting = true;
+        let got = self.next_invite(wait);
+        self.accepting = false;
+        got
+    }
+
+    fn next_invite(&mut self, wait: Duration) -> Result<Incoming, PhoneError> {
         let deadline = Instant::now() + wait;
         loop {
+            if let Some(call) = self.invites.pop_front() {
+                return Ok(call);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(PhoneError::Timeout(format!(
@@ -130,60 +124,35 @@ impl Phone {
                 )));
             }
             let due = self.upkeep()?.unwrap_or(left);
-            let Some((data, from)) = self
-                .sig
-                .recv(left.min(due).min(Duration::from_millis(500)))?
-            else {
-                continue;
-            };
-            if sip_core::stun::is_stun(&data) {
-                self.on_stun(&data)?;
-                continue;
-            }
-            let Ok(m) = Message::parse(&data) else {
-                continue;
-            };
-            if m.is_request() && m.method() == Method::Invite {
-                return Ok((data.clone(), from));
-            }
-            if m.is_request() {
-                self.stray_request(&m, from);
+            let until = Instant::now() + left.min(due).min(Duration::from_millis(500));
+            let call = self.drive(Some(until), |_, e| match e {
+                Event::Incoming {
+                    call_id,
+                    from,
+                    message,
+                } => Ok(Step::Done((call_id, from, message))),
+                other => Ok(Step::Other(other)),
+            })?;
+            if let Some(call) = call {
+                return Ok(call);
             }
         }
     }
 
-    /// Sends the 200 `ok` to `from`, again at T1 doubling to T2 over an
-    /// unreliable transport, until its ACK comes or 64·T1 pass (RFC 3261
-    /// §13.3.1.4, `sip_core::transaction::Answered`).
-    fn send_until_acked(
-        &mut self,
-        ok: &[u8],
-        from: SocketAddr,
-        call_id: &str,
-    ) -> Result<(), PhoneError> {
-        self.sig.send_to(ok, from)?;
-        let reliable = self.sig.reliable();
-        let mut timer = Answered::new(Instant::now(), reliable, TimerConfig::RFC3261);
-        while let Some(next) = timer.next_deadline() {
-            let left = next.saturating_duration_since(Instant::now());
-            if let Some((data, src)) = self.sig.recv(left)? {
-                let Ok(r) = Message::parse(&data) else {
-                    continue;
-                };
-                if r.is_request() && r.call_id() == call_id && r.method() == Method::Ack {
-                    return Ok(());
-                }
-                if r.is_request() && !(r.method() == Method::Invite && r.call_id() == call_id) {
-                    self.stray_request(&r, src);
-                }
-                continue;
+    /// Waits for the ACK of our 2xx (the agent sends the 2xx again until
+    /// it comes, RFC 3261 §13.3.1.4, or gives up after 64·T1).
+    fn acked(&mut self, call_id: &str) -> Result<(), PhoneError> {
+        let got = self.drive(None, |_, e| match e {
+            Event::Request {
+                call_id: c,
+                method: Method::Ack,
+                ..
+            } if c == call_id => Ok(Step::Done(())),
+            Event::AckTimeout { call_id: c } if c == call_id => {
+                Err(PhoneError::Timeout("the ACK for our 200 OK".into()))
             }
-            match timer.on_timer(Instant::now()) {
-                Resend::Again => self.sig.send_to(ok, from)?,
-                Resend::GiveUp => break,
-                Resend::Wait => {}
-            }
-        }
-        Err(PhoneError::Timeout("the ACK for our 200 OK".into()))
+            other => Ok(Step::Other(other)),
+        })?;
+        got.ok_or_else(|| PhoneError::Timeout("the ACK for our 200 OK".into()))
     }
 }

@@ -73,84 +73,49 @@ impl Phone {
         let (audio, ours) = self.offer(sockets.port())?;
         let session_id = u64::from_str_radix(&sip::token(4), 16).unwrap_or(1);
         let body = sdp::write(session_id, 1, &audio);
-        let (mut req, me) = self.invite(&target, body)?;
-        let (call_id, tag, to) = (req.call_id.clone(), req.from_tag.clone(), req.to.clone());
+        let me = self.identity(true)?;
+        let uri = self.callee_uri(&target)?;
         let started = Instant::now();
-        let mut challenged = false;
         let ring = Some(Duration::from_secs(self.cfg.ring_timeout));
-        let (out, provisional) = loop {
-            let out = self.transact(dest, &req, ring)?;
-            let m = Message::parse(&out.bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
-            let (code, reason) = status_of(&m);
-            if code >= 300 {
-                self.ack_error(dest, &req, &m);
+        let sdp = Some(("application/sdp".to_string(), body));
+        let (tx, call_id) = self
+            .agent
+            .invite(dest, &me, &uri, sdp, ring, started)
+            .map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        let f = self.final_response(tx)?;
+        let (code, reason) = (f.code, f.reason.clone());
+        match code {
+            200..=299 => {}
+            487 if f.cancelled => return Err(PhoneError::NoAnswer(self.cfg.ring_timeout)),
+            // (A 403 is policy, e.g. relaying denied: reported below
+            // with its Warning.)
+            401 | 407 => return Err(self.refused("INVITE", &f)),
+            486 | 600 => return Err(PhoneError::Busy(format!("{target} ({code} {reason})"))),
+            404 | 604 => return Err(PhoneError::NotFound(format!("{target} ({code} {reason})"))),
+            488 | 606 => {
+                return Err(PhoneError::NoCommonSuite(format!(
+                    "{target} answered {code} {reason}"
+                )))
             }
-            match code {
-                200..=299 => break (out.bytes.clone(), out.provisional),
-                // (A 403 is policy, e.g. relaying denied: reported below
-                // with its Warning.)
-                401 | 407 => {
-                    self.rechallenge(&mut req, &m, &mut challenged, me.shown.as_deref())?
-                }
-
-                486 | 600 => return Err(PhoneError::Busy(format!("{target} ({code} {reason})"))),
-                404 | 604 => {
-                    return Err(PhoneError::NotFound(format!("{target} ({code} {reason})")))
-                }
-                488 | 606 => {
-                    return Err(PhoneError::NoCommonSuite(format!(
-                        "{target} answered {code} {reason}"
-                    )))
-                }
-                _ => {
-                    return Err(PhoneError::Status {
-                        what: "INVITE".into(),
-                        code,
-                        reason,
-                    })
-                }
+            _ => {
+                return Err(PhoneError::Status {
+                    what: "INVITE".into(),
+                    code,
+                    reason,
+                })
             }
-        };
+        }
         let setup_s = started.elapsed().as_secs_f64();
-        let m = Message::parse(&out).map_err(|e| PhoneError::Invalid(e.to_string()))?;
-        let to_tag = m.to().tag().map(str::to_owned);
-        let remote_target = m
-            .contacts()
-            .next()
-            .map(|c| c.addr.uri().as_str().to_owned())
-            .unwrap_or_else(|| target.clone());
-        let mut routes = sip::record_routes(&m);
-        routes.reverse();
-        let answer = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""));
-        let in_dialog = |phone: &mut Self, method: Method<'static>, cseq: u32| {
-            let mut r = phone.base_request(
-                method,
-                &remote_target,
-                (&me.from, &to),
-                &call_id,
-                &tag,
-                cseq,
-            );
-            r.to_tag = to_tag.clone();
-            r.routes = routes.clone();
-            r
-        };
-        let next_hop = match routes.first() {
-            Some(r) if r.contains(";lr") => self.resolve_uri(sip::addr_uri(r)).unwrap_or(dest),
-            _ => self.resolve_uri(&remote_target).unwrap_or(dest),
-        };
-        let ack = in_dialog(self, Method::Ack, cseq_of(&m));
-        self.sig.send_to(&ack.to_bytes(), next_hop)?;
-        // The answer decides the media; a bad one ends the call at once.
-        let negotiated = answer
+        let m = Message::parse(&f.message).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        // The agent sent the ACK. The answer decides the media; a bad one
+        // ends the call at once.
+        let negotiated = sdp::parse(std::str::from_utf8(m.body()).unwrap_or(""))
             .map_err(PhoneError::from)
             .and_then(|a| self.negotiate_answer(&a, &ours).map(|c| (a, c)));
         let (answer, crypto) = match negotiated {
             Ok(x) => x,
             Err(e) => {
-                let cseq = self.next_cseq();
-                let bye = in_dialog(self, Method::Bye, cseq);
-                let _ = self.transact(next_hop, &bye, None);
+                self.hang_up(&call_id);
                 return Err(e);
             }
         };
@@ -166,48 +131,33 @@ impl Phone {
         };
         let (running, hangup) = self.run_media(media, &call_id, true)?;
         if hangup == "local" {
-            let cseq = self.next_cseq();
-            let bye = in_dialog(self, Method::Bye, cseq);
-            let _ = self.transact(next_hop, &bye, None);
+            self.hang_up(&call_id);
         }
         Ok(CallReport {
             peer: target,
-            provisional,
+            provisional: f.provisional,
             setup_s,
             hangup: hangup.into(),
             media: running.finish(),
         })
     }
 
-    /// A new INVITE to `target` with an SDP `body`, and who it says we
-    /// are: fresh Call-ID, tag and (under PrivaSIP) pseudonyms.
-    pub(super) fn invite(
-        &mut self,
-        target: &str,
-        body: String,
-    ) -> Result<(Request, Identity), PhoneError> {
-        let me = self.identity(true)?;
-        let uri = self.callee_uri(target)?;
-        let (call_id, tag) = (sip::token(12), sip::token(4));
-        let cseq = self.next_cseq();
-        let mut req = self.base_request(
-            Method::Invite,
-            &uri,
-            (&me.from, &format!("<{uri}>")),
-            &call_id,
-            &tag,
-            cseq,
-        );
-        req.contact = Some(self.contact());
-        req.body = Some(("application/sdp".into(), body));
-        Ok((req, me))
+    /// Hangs up `call_id` (BYE), waiting for its answer; a BYE nobody
+    /// answers still ends the call here.
+    fn hang_up(&mut self, call_id: &str) {
+        if let Ok(tx) = self.agent.bye(call_id, Instant::now()) {
+            let _ = self.final_response(tx);
+        }
     }
 
     /// The bytes of the INVITE a call to `target` would start with: what
     /// the INVITE preparation experiment times (PrivaSIP encryption
     /// included).
     pub fn prepare_invite(&mut self, target: &str, sdp: &str) -> Result<Vec<u8>, PhoneError> {
-        Ok(self.invite(target, sdp.to_string())?.0.to_bytes())
+        let me = self.identity(true)?;
+        let uri = self.callee_uri(target)?;
+        let body = Some(("application/sdp".to_string(), sdp.to_string()));
+        Ok(self.agent.new_invite(&me, &uri, body).to_bytes())
     }
 
     /// Keys from the answer: our offered key for the tag it picked (send)
@@ -256,8 +206,8 @@ impl Phone {
         Ok((running, hangup))
     }
 
-    /// Waits while media flows: answers BYE (remote hang-up) or, when
-    /// `hang_up_after_send`, returns once every packet went out.
+    /// Waits while media flows: the peer's BYE (the agent answered it)
+    /// or, when `hang_up_after_send`, every packet gone out.
     pub(super) fn wait_media(
         &mut self,
         running: &session::Running,
@@ -278,25 +228,19 @@ impl Phone {
                     return Ok("local");
                 }
             }
-            let Some((data, from)) = self.sig.recv(Duration::from_millis(50))? else {
-                continue;
-            };
-            let Ok(m) = Message::parse(&data) else {
-                continue;
-            };
-            if !m.is_request() {
-                continue;
-            }
-            if m.method() == Method::Bye && m.call_id() == call_id {
-                let ok = sip::response(&m, 200, "OK", None, None, None);
-                self.sig.send_to(&ok, from)?;
+            let tick = Instant::now() + Duration::from_millis(50);
+            let bye = self.drive(Some(tick), |_, e| match e {
+                Event::Request {
+                    call_id: c,
+                    method: Method::Bye,
+                    answered: Some(200),
+                } if c == call_id => Ok(Step::Done(())),
+                other => Ok(Step::Other(other)),
+            })?;
+            if bye.is_some() {
                 (self.log)("remote hung up");
                 return Ok("remote");
             }
-            if m.method() == Method::Ack && m.call_id() == call_id {
-                continue;
-            }
-            self.stray_request(&m, from);
         }
     }
 }

@@ -107,51 +107,38 @@ impl Phone {
             None => self.resolve_uri(&uri)?,
         };
         let me = self.identity(false)?;
-        let (call_id, tag) = (sip::token(12), sip::token(4));
-        let cseq = self.next_cseq();
-        let mut req = self.base_request(
-            Method::Options,
-            &uri,
-            (&me.from, &format!("<{uri}>")),
-            &call_id,
-            &tag,
-            cseq,
-        );
-        req.extra.push(format!("{ENROLL}: {sealed}"));
-        let mut challenged = false;
-        loop {
-            let out = self.transact(dest, &req, None)?;
-            let m = Message::parse(&out.bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
-            match status_of(&m) {
-                (200..=299, _) => {
-                    let Some(value) = m
-                        .headers_named(sip_core::HeaderName::Other)
-                        .find(|h| h.raw_name.eq_ignore_ascii_case(TICKETS))
-                        .map(|h| h.value)
-                    else {
-                        return Ok(None);
-                    };
-                    let batch = privacy::Encoding::decode_any(value)
-                        .ok_or_else(|| PhoneError::Privacy(format!("{TICKETS}: not base32")))?;
-                    return enrollment
-                        .tickets(privacy::tickets::DOMAIN, &batch)
-                        .map(Some)
-                        .map_err(|e| PhoneError::Privacy(format!("{TICKETS} from {domain}: {e}")));
-                }
-                (401 | 407, _) => {
-                    self.rechallenge(&mut req, &m, &mut challenged, me.shown.as_deref())?
-                }
-                (code, reason) => {
-                    (self.log)(&format!(
-                        "PrivaSIP-3: {domain} answered the enrollment {code} {reason}"
-                    ));
+        let extra = vec![format!("{ENROLL}: {sealed}")];
+        let tx = self
+            .agent
+            .request_to(Method::Options, (dest, &uri), &me, extra, Instant::now())
+            .map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        let f = self.final_response(tx)?;
+        let m = Message::parse(&f.message).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        match (f.code, f.reason) {
+            (200..=299, _) => {
+                let Some(value) = m
+                    .headers_named(sip_core::HeaderName::Other)
+                    .find(|h| h.raw_name.eq_ignore_ascii_case(TICKETS))
+                    .map(|h| h.value)
+                else {
                     return Ok(None);
-                }
+                };
+                let batch = privacy::Encoding::decode_any(value)
+                    .ok_or_else(|| PhoneError::Privacy(format!("{TICKETS}: not base32")))?;
+                enrollment
+                    .tickets(privacy::tickets::DOMAIN, &batch)
+                    .map(Some)
+                    .map_err(|e| PhoneError::Privacy(format!("{TICKETS} from {domain}: {e}")))
+            }
+            (code, reason) => {
+                (self.log)(&format!(
+                    "PrivaSIP-3: {domain} answered the enrollment {code} {reason}"
+                ));
+                Ok(None)
             }
         }
     }
 }
-
 /// The callee domains' tickets the phone holds, and the domains that
 /// hand out none.
 #[derive(Debug, Default)]

@@ -6,23 +6,24 @@
 mod answer;
 mod call;
 mod domain;
+mod drive;
 mod register;
-mod transaction;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use media::g711::Law;
-use sip_core::auth::Challenge;
-use sip_core::transaction::{Client, TimerConfig};
-use sip_core::{HeaderName, Message, Method};
+use sip_core::transaction::TimerConfig;
+use sip_core::{Message, Method};
 use srtp::sdes::{self, Crypto};
 use srtp::Profile;
 
+use crate::agent::{self, Agent, Event, Identity, Setup};
 use crate::sdp::{self, Audio};
 use crate::session::{self, MediaReport, Sockets, Source};
 use crate::signal::Signal;
-use crate::sip::{self, Request};
+use crate::sip;
+use drive::Step;
 
 /// Why a phone operation failed: each with the words a user needs.
 #[derive(Debug, thiserror::Error)]
@@ -152,15 +153,6 @@ impl PrivacySetup {
     }
 }
 
-/// Who we say we are in one registration or call.
-#[derive(Debug, Clone)]
-struct Identity {
-    /// From (and a REGISTER's To) name-addr.
-    from: String,
-    /// The digest `username=` (a pseudonym under PrivaSIP).
-    shown: Option<String>,
-}
-
 /// How to reach the server over TLS.
 #[derive(Clone)]
 pub struct TlsSetup {
@@ -195,16 +187,20 @@ pub struct CallReport {
 
 /// RFC 3261 §17 timers: sip-core's, not a copy.
 const TIMERS: TimerConfig = TimerConfig::RFC3261;
-const T1: Duration = TIMERS.t1;
 
-/// A SIP phone on one UDP socket.
+/// A SIP phone on one UDP socket (or a TLS connection): a blocking
+/// driver around the sans-IO [`Agent`], with the media beside it.
 pub struct Phone {
     cfg: Config,
     sig: Signal,
     local: SocketAddr,
-    cseq: u32,
-    register_call_id: String,
-    register_tag: String,
+    agent: Agent,
+    /// Calls that came while the phone waits for one, not yet taken.
+    invites: std::collections::VecDeque<Incoming>,
+    /// The phone waits for a call: calls queue instead of drawing 486.
+    accepting: bool,
+    /// Our address seen by the server moved: register again.
+    remapped: bool,
     log: Box<dyn FnMut(&str) + Send>,
     /// How often a registration is kept alive while waiting (`None`: not).
     keepalive: Option<Duration>,
@@ -231,6 +227,17 @@ struct Kept {
     mapped: Option<SocketAddr>,
 }
 
+/// Our Contact URI: under PrivaSIP the host only.
+fn contact(cfg: &Config, local: SocketAddr, reliable: bool) -> String {
+    let transport = if reliable { ";transport=tls" } else { "" };
+    let user = if cfg.privacy.is_some() {
+        String::new()
+    } else {
+        format!("{}@", cfg.user)
+    };
+    format!("sip:{user}{}{transport}", agent::host(local))
+}
+
 /// The local address the system would use to reach `peer`.
 fn local_ip_towards(peer: SocketAddr) -> Option<IpAddr> {
     let bind = if peer.is_ipv4() {
@@ -243,14 +250,8 @@ fn local_ip_towards(peer: SocketAddr) -> Option<IpAddr> {
     Some(s.local_addr().ok()?.ip())
 }
 
-/// Status code and reason phrase, with the Warning text when there is one.
-fn status_of(m: &Message<'_>) -> (u16, String) {
-    let mut reason = m.reason().unwrap_or("").to_string();
-    if let Some(w) = m.header_raw("Warning") {
-        reason.push_str(&format!(" ({w})"));
-    }
-    (m.status().map(|s| s.as_u16()).unwrap_or(0), reason)
-}
+/// A call offered to us: its Call-ID, source and INVITE.
+type Incoming = (String, SocketAddr, Vec<u8>);
 
 /// What a call's media needs once the offer and answer are agreed.
 struct Media {
@@ -260,12 +261,6 @@ struct Media {
     source: Source,
     packets: u64,
     crypto: Option<session::Crypto>,
-}
-
-/// The final response of a client transaction and what came before it.
-struct Outcome {
-    bytes: Vec<u8>,
-    provisional: Vec<u16>,
 }
 
 impl Phone {
@@ -300,13 +295,25 @@ impl Phone {
         if let Some(ip) = cfg.public_ip {
             local.set_ip(ip);
         }
+        let agent = Agent::new(Setup {
+            user: cfg.user.clone(),
+            domain: cfg.domain.clone(),
+            password: cfg.password.clone(),
+            local,
+            transport: sig.via(),
+            reliable: sig.reliable(),
+            contact: contact(&cfg, local, sig.reliable()),
+            timers: TIMERS,
+            seed: None,
+        });
         Ok(Self {
             cfg,
             sig,
             local,
-            cseq: 1,
-            register_call_id: sip::token(12),
-            register_tag: sip::token(4),
+            agent,
+            invites: std::collections::VecDeque::new(),
+            accepting: false,
+            remapped: false,
             log: Box::new(|_| {}),
             keepalive: None,
             tickets: std::collections::VecDeque::new(),
@@ -339,28 +346,6 @@ impl Phone {
     /// The phone's SIP address (for Contact).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
-    }
-
-    fn host(addr: SocketAddr) -> String {
-        match addr {
-            SocketAddr::V4(a) => a.to_string(),
-            SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
-        }
-    }
-
-    fn contact(&self) -> String {
-        let transport = if self.sig.reliable() {
-            ";transport=tls"
-        } else {
-            ""
-        };
-        // PrivaSIP: the Contact names the host only.
-        let user = if self.cfg.privacy.is_some() {
-            String::new()
-        } else {
-            format!("{}@", self.cfg.user)
-        };
-        format!("sip:{user}{}{transport}", Self::host(self.local))
     }
 
     fn aor(&self) -> String {
@@ -430,42 +415,6 @@ impl Phone {
         };
         Ok(format!("{scheme}:{pseudonym}@{host}"))
     }
-
-    fn next_cseq(&mut self) -> u32 {
-        self.cseq += 1;
-        self.cseq
-    }
-
-    fn base_request(
-        &self,
-        method: Method<'static>,
-        uri: &str,
-        (from, to): (&str, &str),
-        call_id: &str,
-        tag: &str,
-        cseq: u32,
-    ) -> Request {
-        Request {
-            method,
-            uri: uri.into(),
-            via: format!("{} {}", self.sig.via(), Self::host(self.local)),
-            branch: sip::branch(),
-            from: from.into(),
-            from_tag: tag.into(),
-            to: to.into(),
-            to_tag: None,
-            call_id: call_id.into(),
-            cseq,
-            contact: None,
-            routes: Vec::new(),
-            extra: Vec::new(),
-            body: None,
-        }
-    }
-}
-
-fn cseq_of(m: &Message<'_>) -> u32 {
-    m.cseq().seq
 }
 
 /// Send and receive contexts from our attribute and the peer's.

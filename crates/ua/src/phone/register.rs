@@ -10,57 +10,43 @@ impl Phone {
             .cfg
             .server
             .ok_or_else(|| PhoneError::Invalid("registering needs --server".into()))?;
-        let uri = format!("sip:{}", self.cfg.domain);
-        let (call_id, tag) = (self.register_call_id.clone(), self.register_tag.clone());
-        let cseq = self.next_cseq();
         let me = self.identity(false)?;
-        let mut req = self.base_request(
-            Method::Register,
-            &uri,
-            (&me.from, &me.from),
-            &call_id,
-            &tag,
-            cseq,
-        );
-        req.contact = Some(self.contact());
-        req.extra.push(format!("Expires: {expires}"));
         let enrollment = self.enrollment()?;
-        if let Some((_, sealed)) = &enrollment {
-            req.extra.push(format!("Privasip-Enroll: {sealed}"));
-        }
-        let mut challenged = false;
-        loop {
-            let out = self.transact(server, &req, None)?;
-            let m = Message::parse(&out.bytes).map_err(|e| PhoneError::Invalid(e.to_string()))?;
-            let (code, reason) = status_of(&m);
-            match code {
-                200..=299 => {
-                    if let Some((e, _)) = &enrollment {
-                        self.keep_tickets(e, &m)?;
-                    }
-                    let granted = m
-                        .contacts()
-                        .find(|c| c.addr.uri().as_str().contains(&Self::host(self.local)))
-                        .and_then(|c| c.expires)
-                        .or(m.expires())
-                        .unwrap_or(expires);
-                    self.kept_for(expires, granted);
-                    return Ok(granted);
+        let extra = enrollment
+            .iter()
+            .map(|(_, sealed)| format!("Privasip-Enroll: {sealed}"))
+            .collect();
+        let tx = self
+            .agent
+            .register(server, &me, expires, extra, Instant::now())
+            .map_err(|e| PhoneError::Invalid(e.to_string()))?;
+        let f = self.final_response(tx)?;
+        match f.code {
+            200..=299 => {
+                let m =
+                    Message::parse(&f.message).map_err(|e| PhoneError::Invalid(e.to_string()))?;
+                if let Some((e, _)) = &enrollment {
+                    self.keep_tickets(e, &m)?;
                 }
-                401 | 407 => {
-                    self.rechallenge(&mut req, &m, &mut challenged, me.shown.as_deref())?
-                }
-                403 if challenged => {
-                    return Err(PhoneError::AuthFailed(format!("REGISTER: {code} {reason}")))
-                }
-                _ => {
-                    return Err(PhoneError::Status {
-                        what: "REGISTER".into(),
-                        code,
-                        reason,
-                    })
-                }
+                let granted = m
+                    .contacts()
+                    .find(|c| c.addr.uri().as_str().contains(&agent::host(self.local)))
+                    .and_then(|c| c.expires)
+                    .or(m.expires())
+                    .unwrap_or(expires);
+                self.kept_for(expires, granted);
+                Ok(granted)
             }
+            401 | 407 => Err(self.refused("REGISTER", &f)),
+            403 if f.challenged => Err(PhoneError::AuthFailed(format!(
+                "REGISTER: {} {}",
+                f.code, f.reason
+            ))),
+            code => Err(PhoneError::Status {
+                what: "REGISTER".into(),
+                code,
+                reason: f.reason,
+            }),
         }
     }
 
@@ -93,7 +79,10 @@ impl Phone {
             return Ok(None);
         };
         let now = Instant::now();
-        if now >= k.refresh_at {
+        if std::mem::take(&mut self.remapped) {
+            let expires = k.expires;
+            self.register(expires)?;
+        } else if now >= k.refresh_at {
             let expires = k.expires;
             (self.log)("refreshing the registration");
             self.register(expires)?;
@@ -120,26 +109,24 @@ impl Phone {
         }))
     }
 
-    /// A STUN packet arrived while waiting: the answer to our keep-alive
-    /// says where the server sees us; when that moved (the NAT's mapping
-    /// changed), the phone registers again at once (RFC 5626 §4.4.1).
-    pub(super) fn on_stun(&mut self, packet: &[u8]) -> Result<(), PhoneError> {
+    /// A STUN packet arrived: the answer to our keep-alive says where
+    /// the server sees us. `true` when that moved (the NAT's mapping
+    /// changed): the phone then registers again (RFC 5626 §4.4.1).
+    pub(super) fn on_stun(&mut self, packet: &[u8]) -> bool {
         let Some(k) = self.kept.as_mut() else {
-            return Ok(());
+            return false;
         };
         let Ok(mapped) = sip_core::stun::parse_response(packet, &k.txid) else {
-            return Ok(());
+            return false;
         };
         let moved = k.mapped.is_some_and(|m| m != mapped);
         k.mapped = Some(mapped);
         if moved {
-            let expires = k.expires;
             (self.log)(&format!(
                 "our address seen by the server moved to {mapped}: registering again"
             ));
-            self.register(expires)?;
         }
-        Ok(())
+        moved
     }
 
     /// Under PrivaSIP-3: a fresh enrollment for this registration and its
