@@ -577,6 +577,10 @@ pub struct ConnectionLimits {
     pub connect_timeout: Duration,
     /// Reactor threads serving connections; 0: one per core (at most 4).
     pub reactors: usize,
+    /// Messages a second on one connection past which its messages are
+    /// decided by every reactor, spread by Call-ID (a busy trunk); 0:
+    /// never. Messages of one call stay on one reactor, in order.
+    pub spread_above: u32,
     /// Connections each reactor accepts per turn of its loop before it
     /// serves established connections again.
     pub accept_burst: usize,
@@ -611,6 +615,7 @@ impl Default for ConnectionLimits {
             idle_timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(2),
             reactors: 0,
+            spread_above: 2000,
             accept_burst: 64,
             accept_rate: 2000,
             accept_rate_per_ip: 100,

@@ -162,6 +162,9 @@ pub struct ConnectionsSection {
     pub connect_timeout: Option<f64>,
     /// Reactor threads (0: one per core, at most 4).
     pub reactors: Option<usize>,
+    /// Messages a second on one connection past which every reactor
+    /// decides its messages (0: never).
+    pub spread_above: Option<u32>,
     /// Accepts per reactor turn.
     pub accept_burst: Option<usize>,
     /// New connections per second (0: no limit).
@@ -877,6 +880,7 @@ impl Config {
             .per_ip_exempt
             .unwrap_or(std::mem::take(&mut l.per_ip_exempt));
         l.reactors = c.reactors.unwrap_or(l.reactors);
+        l.spread_above = c.spread_above.unwrap_or(l.spread_above);
         if let Some(q) = c.queue_bytes {
             if q < 4096 {
                 return Err(value(

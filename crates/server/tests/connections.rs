@@ -329,7 +329,9 @@ fn rcgen_free_self_signed(cert: &std::path::Path, key: &std::path::Path) -> bool
             "ec_paramgen_curve:P-256",
         ])
         .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        // An end-entity certificate, as TLS clients (webpki) insist.
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
         .arg(key)
         .arg("-out")
         .arg(cert)
@@ -750,5 +752,117 @@ fn silent_connections_get_a_first_message_deadline_and_make_room_at_the_limit() 
     assert!(read_message(&mut phone, &mut buf)
         .expect("the phone stays")
         .starts_with("SIP/2.0 200"));
+    s.handle.shutdown();
+}
+
+/// TLS settings for a self-signed certificate made in `d`.
+fn tls_settings(d: &std::path::Path) -> TlsSettings {
+    std::fs::create_dir_all(d).expect("dir");
+    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
+    assert!(rcgen_free_self_signed(&cert, &key), "test certificate");
+    TlsSettings {
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        cert,
+        key,
+        client_ca: None,
+        peer_ca: None,
+        allow_rsa_1024: false,
+        groups: sipsec_server::config::TlsSettings::default_groups(),
+        require_pq: false,
+        session_tickets: true,
+    }
+}
+
+/// A trunk: one TLS connection carrying many calls' requests back to
+/// back. Past `spread_above` messages a second both reactors decide its
+/// messages; each call's (here each AoR's) REGISTERs, five with rising
+/// CSeq under one Call-ID, must still be decided in order — a registrar
+/// refuses a CSeq that goes back (RFC 3261 §10.3) — and answered in order.
+#[test]
+fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
+    let d = dir("trunk-tls");
+    let mut c = config(
+        Mode::Registrar,
+        "trunk-tls-srv",
+        ConnectionLimits {
+            spread_above: 20,
+            ..ConnectionLimits::default()
+        },
+        Some(tls_settings(&d)),
+    );
+    c.connections.reactors = 2;
+    let s = serve(&c);
+    let tls = s.handle.tls_addr().expect("tls");
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    let cert = rustls::pki_types::CertificateDer::from_pem_file(d.join("cert.pem")).expect("pem");
+    roots.add(cert).expect("root");
+    let client = rustls::ClientConfig::builder_with_provider(sip_tls::default_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(client), name).expect("client");
+    let mut trunk = rustls::StreamOwned::new(conn, connect_from("127.0.0.1:0", tls));
+    const CALLS: u32 = 40;
+    const EACH: u32 = 5;
+    let mut burst = String::new();
+    for cseq in 1..=EACH {
+        for u in 0..CALLS {
+            let user = format!("t{u}x");
+            let contact = format!("<sip:{user}@192.0.2.7;transport=tls>");
+            burst.push_str(&register(tls, &user, &contact, "TLS", cseq));
+        }
+    }
+    trunk.write_all(burst.as_bytes()).expect("write");
+    let (mut buf, mut chunk) = (Vec::new(), [0u8; 16384]);
+    let mut last: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut answered = 0;
+    while answered < CALLS * EACH {
+        match frame(&buf, &Limits::DEFAULT) {
+            Ok(Frame::Message(n)) => {
+                let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+                buf.drain(..n);
+                assert!(m.starts_with("SIP/2.0 200 "), "{m}");
+                let field = |name: &str| {
+                    m.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .expect("header")
+                        .trim()
+                        .to_owned()
+                };
+                let cseq: u32 = field("CSeq:")
+                    .split(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("CSeq");
+                let before = last.insert(field("Call-ID:"), cseq).unwrap_or(0);
+                assert_eq!(cseq, before + 1, "one call's answers in order");
+                answered += 1;
+            }
+            Ok(Frame::KeepAlive(n)) => {
+                buf.drain(..n);
+            }
+            Err(_) => {
+                let n = trunk.read(&mut chunk).expect("the answers");
+                assert!(n > 0, "closed after {answered} answers");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+    assert!(last.values().all(|&c| c == EACH));
+    let m = &s.handle.shared().metrics;
+    let (a, b) = (m.reactor_messages(0), m.reactor_messages(1));
+    assert_eq!(a + b, u64::from(CALLS * EACH));
+    assert!(
+        a > 0 && b > 0,
+        "one connection on both reactors: {a} and {b}"
+    );
+    assert_eq!(
+        m.spread_connections
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
     s.handle.shutdown();
 }

@@ -355,6 +355,13 @@ pub struct Metrics {
     /// Datagrams each UDP worker received (workers past the last share
     /// the last slot): how evenly the load is spread.
     udp_workers: [AtomicU64; MAX_WORKERS_COUNTED],
+    /// Messages each connection reactor decided (reactors past the last
+    /// share the last slot).
+    reactor_messages: [AtomicU64; MAX_WORKERS_COUNTED],
+    /// Messages of a busy connection handed to another reactor to decide.
+    pub spread_handoffs: AtomicU64,
+    /// Connections that became busy enough to be decided by every reactor.
+    pub spread_connections: AtomicU64,
     /// Bindings dropped because the WebSocket connection they were
     /// registered over closed.
     pub flow_bindings_dropped: AtomicU64,
@@ -416,6 +423,17 @@ impl Metrics {
     pub fn udp_worker_received(&self, index: usize, n: usize) {
         let slot = index.min(MAX_WORKERS_COUNTED - 1);
         self.udp_workers[slot].fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Connection reactor `index` decided a message.
+    #[inline]
+    pub fn reactor_decided(&self, index: usize) {
+        bump(&self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)]);
+    }
+
+    /// Messages connection reactor `index` decided so far.
+    pub fn reactor_messages(&self, index: usize) -> u64 {
+        self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)].load(Ordering::Relaxed)
     }
 
     /// Datagrams UDP worker `index` received so far.
@@ -620,240 +638,6 @@ impl Metrics {
         }
     }
 
-    /// Every plain counter: name, help and value.
-    fn counters(&self) -> impl Iterator<Item = (&'static str, &'static str, &AtomicU64)> {
-        self.request_counters()
-            .into_iter()
-            .chain(self.routing_counters())
-    }
-
-    /// The counters of what requests and responses met.
-    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 22] {
-        [
-            (
-                "sipsec_bans_total",
-                "Sources banned after repeated authentication failures.",
-                &self.bans,
-            ),
-            (
-                "sipsec_unbans_total",
-                "Bans that ran out.",
-                &self.unbans,
-            ),
-            (
-                "sipsec_responses_received_total",
-                "Responses received for forwarding.",
-                &self.responses_received,
-            ),
-            (
-                "sipsec_registrar_contacts_refused_total",
-                "REGISTERs refused for a contact, To, Call-ID or Path longer than a binding stores.",
-                &self.contacts_refused,
-            ),
-            (
-                "sipsec_registrar_full_total",
-                "REGISTERs refused because the registrar held its most bindings.",
-                &self.registrar_full,
-            ),
-            (
-                "sipsec_journal_throttled_total",
-                "Location changes refused because the journal's byte rate was spent.",
-                &self.journal_throttled,
-            ),
-            (
-                "sipsec_udp_listings_cut_total",
-                "UDP answers to unverified sources whose contact listing was cut to bound amplification.",
-                &self.listings_cut,
-            ),
-            (
-                "sipsec_preloaded_routes_refused_total",
-                "Initial requests refused for a Route naming another element.",
-                &self.preloaded_routes,
-            ),
-            (
-                "sipsec_responses_unproven_total",
-                "Responses dropped because they answer no request this server forwarded (forged, or from before a restart).",
-                &self.responses_unproven,
-            ),
-            (
-                "sipsec_malformed_total",
-                "Malformed messages.",
-                &self.malformed,
-            ),
-            (
-                "sipsec_stun_bindings_total",
-                "STUN Binding requests answered on the SIP UDP port (RFC 5626 keep-alives).",
-                &self.stun_bindings,
-            ),
-            (
-                "sipsec_udp_keepalives_total",
-                "CRLF keep-alives received over UDP.",
-                &self.keepalives,
-            ),
-            (
-                "sipsec_dropped_total",
-                "Messages dropped without an answer.",
-                &self.dropped,
-            ),
-            (
-                "sipsec_forwarded_total",
-                "Requests forwarded.",
-                &self.forwarded,
-            ),
-            (
-                "sipsec_registrations_total",
-                "Successful registrations.",
-                &self.registered,
-            ),
-            (
-                "sipsec_auth_failures_total",
-                "Failed authentications.",
-                &self.auth_failures,
-            ),
-            (
-                "sipsec_journal_errors_total",
-                "Location journal write failures.",
-                &self.journal_errors,
-            ),
-            (
-                "sipsec_rate_limited_total",
-                "Requests dropped by the per-source rate limit.",
-                &self.rate_limited,
-            ),
-            (
-                "sipsec_requests_banned_total",
-                "Requests dropped because their source is banned.",
-                &self.banned,
-            ),
-            (
-                "sipsec_auth_replays_total",
-                "Nonce counts reused by another request (challenged again).",
-                &self.auth_replays,
-            ),
-            (
-                "sipsec_oversize_total",
-                "Messages too large for a UDP datagram (short error sent, or dropped).",
-                &self.oversize,
-            ),
-            (
-                "sipsec_flows_failed_total",
-                "Requests for an outbound (RFC 5626) registration whose connection was gone: 430 Flow Failed.",
-                &self.flows_failed,
-            ),
-        ]
-    }
-
-    /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 21] {
-        [
-            (
-                "sipsec_dns_queries_total",
-                "DNS queries sent for next hops named by domain names (SRV, A, AAAA; RFC 3263).",
-                &self.dns_queries,
-            ),
-            (
-                "sipsec_dns_unvalidated_total",
-                "DNS answers refused because the name server did not mark them validated by DNSSEC (AD bit; [dns] require_dnssec).",
-                &self.dns_unvalidated,
-            ),
-            (
-                "sipsec_next_hop_waits_total",
-                "Requests whose next hop's name was not known yet and had to be resolved.",
-                &self.hop_waits,
-            ),
-            (
-                "sipsec_next_hop_unresolved_total",
-                "Requests answered 503 because their next hop's name did not resolve.",
-                &self.hop_unresolved,
-            ),
-            (
-                "sipsec_next_hop_resolver_full_total",
-                "Requests answered 503 with Retry-After: the resolver had no room to wait for their next hop's name.",
-                &self.hop_resolver_full,
-            ),
-            (
-                "sipsec_location_stale_refusals_total",
-                "Requests answered 503 with Retry-After: the shared location had been unreachable for longer than location.max_stale, so this node's copy was not trusted to route them.",
-                &self.location_stale,
-            ),
-            (
-                "sipsec_next_hop_failovers_total",
-                "Requests sent to another address of their next hop's name after the one tried failed: no answer, refused or 503 (RFC 3263 section 4.3).",
-                &self.hop_failovers,
-            ),
-            (
-                "sipsec_flow_bindings_dropped_total",
-                "Bindings dropped at once because the WebSocket connection they were registered over closed (a browser is reached on its connection or not at all).",
-                &self.flow_bindings_dropped,
-            ),
-            (
-                "sipsec_forked_requests_total",
-                "Requests the stateful proxy forked to several contacts of one user (RFC 3261 section 16.6).",
-                &self.forked,
-            ),
-            (
-                "sipsec_fork_branches_total",
-                "Branches of forked requests, the first included: with sipsec_forked_requests_total, the mean fan-out.",
-                &self.fork_branches,
-            ),
-            (
-                "sipsec_udp_unreachable_total",
-                "ICMP port, host or network unreachable errors for UDP datagrams this server sent; a request the stateful proxy forwarded fails at once.",
-                &self.udp_unreachable,
-            ),
-            (
-                "sipsec_journal_compactions_total",
-                "Online compactions of the location journal.",
-                &self.compactions,
-            ),
-            (
-                "sipsec_retransmissions_absorbed_total",
-                "Request retransmissions answered from a transaction.",
-                &self.retransmissions_absorbed,
-            ),
-            (
-                "sipsec_transaction_timeouts_total",
-                "Forwarded requests never answered (408 sent upstream).",
-                &self.transaction_timeouts,
-            ),
-            (
-                "sipsec_cancels_total",
-                "CANCELs matched to a pending INVITE.",
-                &self.cancels,
-            ),
-            (
-                "sipsec_tls_pq_refused_total",
-                "TLS handshakes refused: the client offered no post-quantum key exchange (require_pq).",
-                &self.tls_pq_refused,
-            ),
-            (
-                "sipsec_tls_handshake_failures_total",
-                "TLS handshakes failed or timed out.",
-                &self.tls_handshake_failures,
-            ),
-            (
-                "sipsec_websocket_upgrades_total",
-                "WebSocket upgrades accepted (SIP over WebSocket, RFC 7118).",
-                &self.ws_upgrades,
-            ),
-            (
-                "sipsec_websocket_upgrades_refused_total",
-                "WebSocket upgrades refused: bad request, Origin not allowed, no sip subprotocol.",
-                &self.ws_upgrades_refused,
-            ),
-            (
-                "sipsec_tls_reloads_total",
-                "Certificate and key reloads that took effect.",
-                &self.tls_reloads,
-            ),
-            (
-                "sipsec_tls_reload_failures_total",
-                "Certificate and key reloads refused (old pair kept).",
-                &self.tls_reload_failures,
-            ),
-        ]
-    }
-
     /// A TLS handshake completed with key-exchange group `group` (an
     /// IANA name; counted as "other" when not in [`TLS_GROUPS`]).
     pub fn tls_handshake(&self, group: &str, resumed: bool) {
@@ -904,6 +688,19 @@ impl Metrics {
                 let _ = writeln!(o, "sipsec_udp_worker_datagrams_total{{worker=\"{i}\"}} {n}");
             }
         }
+        o.push_str("# HELP sipsec_reactor_messages_total Messages each connection reactor decided (reactors that decided none are left out).\n# TYPE sipsec_reactor_messages_total counter\n");
+        for (i, c) in self.reactor_messages.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(o, "sipsec_reactor_messages_total{{reactor=\"{i}\"}} {n}");
+            }
+        }
+        let _ = writeln!(
+            o,
+            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, and the messages handed to another reactor.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}",
+            self.spread_connections.load(Ordering::Relaxed),
+            self.spread_handoffs.load(Ordering::Relaxed)
+        );
         o.push_str("# HELP sipsec_connections_closed_total Connections closed, by reason.\n# TYPE sipsec_connections_closed_total counter\n");
         for r in CloseReason::ALL {
             let _ = writeln!(

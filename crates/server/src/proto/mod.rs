@@ -18,6 +18,7 @@ pub mod location;
 pub mod media;
 mod media_calls;
 pub mod metrics;
+mod metrics_counters;
 pub mod names;
 pub mod ng;
 pub mod originated;

@@ -89,6 +89,7 @@ impl TcpHub {
             links.push(ReactorLink {
                 waker: Waker::new(poll.registry(), WAKER)?,
                 orders: Mutex::new(Vec::new()),
+                handed: AtomicUsize::new(0),
             });
             polls.push(poll);
         }

@@ -2,7 +2,9 @@
 //! few reactor threads (mio, edge-triggered epoll), none per connection.
 //!
 //! Each connection lives on one reactor, which alone reads it, frames
-//! its SIP messages (sip-core) and hands them to that reactor's core.
+//! its SIP messages (sip-core) and hands them to that reactor's core —
+//! or, once the connection is busy (a trunk), to the core of the reactor
+//! each message's Call-ID hashes to (`spread`).
 //! Anyone may send on it: a send appends to the connection's bounded
 //! outbound queue (for TLS, rustls's own record buffer under a limit) and
 //! writes what the socket takes without blocking; the reactor writes the
@@ -25,4 +27,5 @@
 mod hub;
 mod reactor;
 pub mod shared;
+mod spread;
 mod ws;

@@ -50,6 +50,7 @@ impl Reactor {
             bucket,
             sources: HashMap::new(),
             deferred: Deferred::default(),
+            handoffs: Vec::new(),
         }
     }
 
@@ -108,6 +109,7 @@ impl Reactor {
             for t in std::mem::take(&mut self.again) {
                 self.readable(t, false);
             }
+            self.send_handoffs();
             self.commit();
             self.accept();
             let now = Instant::now();
@@ -131,6 +133,12 @@ impl Reactor {
         let orders = std::mem::take(&mut *lock(&link.orders));
         for o in orders {
             match o {
+                Order::Decide(conn, bytes) => {
+                    if let Some(link) = self.hub.link(self.index) {
+                        link.handed.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    self.decide(&conn, &bytes);
+                }
                 Order::Close(t) => {
                     let reason = self
                         .locals
@@ -425,6 +433,11 @@ impl Reactor {
             return;
         };
         let conn = l.conn.clone();
+        if l.busy.spread && self.handed_too_many() {
+            // Read again next turn, once the others have caught up.
+            self.again.push(t);
+            return;
+        }
         let mut budget = READ_BUDGET;
         loop {
             if budget == 0 {
@@ -628,14 +641,25 @@ impl Reactor {
         }
     }
 
-    /// Hands one SIP message to the core and sends what it gives. Over a
-    /// store where each write waits (Redis, an fsync journal), a binding
-    /// change waits with its answer for the end of the round (see
-    /// [`Reactor::commit`]).
+    /// One framed SIP message from a connection this reactor reads: it
+    /// decides it, or (a busy connection) hands it to the reactor its
+    /// Call-ID belongs to.
     pub(super) fn handle_message(&mut self, conn: &Arc<Conn>, bytes: &[u8]) {
         if let Some(l) = self.locals.get_mut(&conn.token) {
             l.spoke = true;
         }
+        match self.spread_to(conn, bytes) {
+            Some(to) => self.hand_off(to, conn, bytes),
+            None => self.decide(conn, bytes),
+        }
+    }
+
+    /// Hands one SIP message to the core and sends what it gives. Over a
+    /// store where each write waits (Redis, an fsync journal), a binding
+    /// change waits with its answer for the end of the round (see
+    /// [`Reactor::commit`]).
+    pub(super) fn decide(&mut self, conn: &Arc<Conn>, bytes: &[u8]) {
+        self.hub.shared.metrics.reactor_decided(self.index);
         if conn.transport == Transport::Tls
             && self.hub.tls.as_ref().is_some_and(|t| t.mutual)
             && memchr::memmem::find(bytes, b"alias").is_some()

@@ -283,6 +283,8 @@ pub(super) enum Order {
     Adopt(Arc<Conn>),
     /// Close this connection.
     Close(Token),
+    /// Decide this message of a busy connection (see `spread`).
+    Decide(Arc<Conn>, Vec<u8>),
 }
 
 /// A reactor, as other threads reach it.
@@ -290,6 +292,8 @@ pub(super) enum Order {
 pub(super) struct ReactorLink {
     pub(super) waker: Waker,
     pub(super) orders: Mutex<Vec<Order>>,
+    /// Messages handed to it to decide and not yet decided.
+    pub(super) handed: AtomicUsize,
 }
 
 /// Open TCP and TLS connections and what their reactors share.
@@ -361,6 +365,8 @@ pub(super) struct Local {
     pub(super) spoke: bool,
     /// The keep-alives it may still send now.
     pub(super) pings: Pace,
+    /// How busy it is: past `spread_above` every reactor decides.
+    pub(super) busy: super::spread::Busy,
 }
 
 /// A token bucket for one peer: `rate` a second, `burst` at most.
@@ -429,6 +435,7 @@ impl Local {
             crlf: 0,
             spoke: false,
             pings: Pace::full(ping_burst(ping_rate), now),
+            busy: super::spread::Busy::default(),
         }
     }
 
@@ -459,6 +466,9 @@ pub(super) struct Reactor {
     /// Binding changes waiting for the end of the round, with their
     /// answers.
     pub(super) deferred: Deferred,
+    /// Messages of busy connections for other reactors, by reactor, sent
+    /// at the end of the turn.
+    pub(super) handoffs: Vec<Vec<Order>>,
 }
 
 /// Most binding changes a reactor gathers before it stores them.

@@ -1,0 +1,150 @@
+//! A busy connection on every reactor: once one connection (a trunk, a
+//! peer proxy) carries more than `spread_above` messages a second, the
+//! reactor that reads it frames its messages as before but hands each to
+//! the reactor its Call-ID hashes to, so its load is decided on every
+//! core. One call's messages always go to one reactor, in the order they
+//! came, so the order SIP needs (a transaction's responses, a dialog's
+//! requests) holds; calls are independent of each other. The messages
+//! handed to a reactor and not yet decided are bounded: past the bound
+//! the busy connection is not read until they are, and TCP's window
+//! holds the peer back.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::shared::*;
+
+/// Messages handed to one reactor and not yet decided, at most: past it
+/// busy connections wait.
+pub(super) const MAX_HANDED: usize = 4096;
+
+/// How busy a connection is.
+#[derive(Debug, Default)]
+pub(super) struct Busy {
+    /// The second being counted, and the messages in it.
+    window: Option<(Instant, u32)>,
+    /// Busy: every reactor decides its messages from now on.
+    pub(super) spread: bool,
+}
+
+impl Reactor {
+    /// The reactor that decides `bytes` from `conn`: `None` for this one.
+    /// A connection becomes busy past `spread_above` messages in one
+    /// second and stays so.
+    pub(super) fn spread_to(&mut self, conn: &Conn, bytes: &[u8]) -> Option<usize> {
+        let above = self.hub.limits.spread_above;
+        let reactors = self.hub.reactors.get().map_or(1, Vec::len);
+        if above == 0 || reactors < 2 {
+            return None;
+        }
+        let l = self.locals.get_mut(&conn.token)?;
+        if !l.busy.spread {
+            let now = l.last_read;
+            let (since, n) = match l.busy.window {
+                Some((since, n)) if now.duration_since(since) < Duration::from_secs(1) => {
+                    (since, n + 1)
+                }
+                _ => (now, 1),
+            };
+            l.busy.window = Some((since, n));
+            if n <= above {
+                return None;
+            }
+            l.busy.spread = true;
+            let metrics = &self.hub.shared.metrics;
+            metrics.spread_connections.fetch_add(1, Ordering::Relaxed);
+            crate::io::log::connection_trouble(&format!(
+                "{} over {:?} carries more than {above} messages a second: every reactor decides its messages now",
+                conn.peer, conn.transport
+            ));
+        }
+        let to = (fnv1a(call_id(bytes)?) % reactors as u64) as usize;
+        (to != self.index).then_some(to)
+    }
+
+    /// Hands `bytes` from `conn` to reactor `to`; it goes with the others
+    /// of this turn ([`Reactor::send_handoffs`]).
+    pub(super) fn hand_off(&mut self, to: usize, conn: &Arc<Conn>, bytes: &[u8]) {
+        if self.handoffs.len() <= to {
+            self.handoffs.resize_with(to + 1, Vec::new);
+        }
+        self.handoffs[to].push(Order::Decide(conn.clone(), bytes.to_vec()));
+        let metrics = &self.hub.shared.metrics;
+        metrics.spread_handoffs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends this turn's handed-off messages: one lock and one wake-up
+    /// per reactor, not per message.
+    pub(super) fn send_handoffs(&mut self) {
+        for (to, orders) in self.handoffs.iter_mut().enumerate() {
+            if orders.is_empty() {
+                continue;
+            }
+            let Some(link) = self.hub.link(to) else {
+                orders.clear();
+                continue;
+            };
+            link.handed.fetch_add(orders.len(), Ordering::Relaxed);
+            lock(&link.orders).append(orders);
+            let _ = link.waker.wake();
+        }
+    }
+
+    /// Whether a busy connection must wait before it is read again: a
+    /// reactor holds [`MAX_HANDED`] messages handed to it.
+    pub(super) fn handed_too_many(&self) -> bool {
+        self.hub
+            .reactors
+            .get()
+            .into_iter()
+            .flatten()
+            .any(|l| l.handed.load(Ordering::Relaxed) >= MAX_HANDED)
+    }
+}
+
+/// The Call-ID of a framed SIP message (`Call-ID:` or the compact `i:`),
+/// from its header section; `None` when it has none.
+pub(super) fn call_id(msg: &[u8]) -> Option<&[u8]> {
+    let mut lines = msg.split(|&b| b == b'\n');
+    lines.next(); // the start line
+    for line in lines {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return None;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = line[..colon].trim_ascii();
+        if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
+            return Some(line[colon + 1..].trim_ascii());
+        }
+    }
+    None
+}
+
+/// FNV-1a, 64 bits: spreads Call-IDs over reactors. A peer that picks
+/// its Call-IDs to land on one reactor gets what it had without
+/// spreading: one core.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_call_id_is_found_long_or_compact_and_not_in_the_body() {
+        let m = b"INVITE sip:b@x SIP/2.0\r\nVia: SIP/2.0/TCP h;branch=z9hG4bK1\r\nCall-ID:  abc@h \r\nCSeq: 1 INVITE\r\n\r\n";
+        assert_eq!(call_id(m), Some(&b"abc@h"[..]));
+        let compact = b"BYE sip:b@x SIP/2.0\r\ni:xyz\r\n\r\n";
+        assert_eq!(call_id(compact), Some(&b"xyz"[..]));
+        let body = b"MESSAGE sip:b@x SIP/2.0\r\nCSeq: 1 MESSAGE\r\n\r\nCall-ID: not-a-header\r\n";
+        assert_eq!(call_id(body), None);
+        assert_ne!(fnv1a(b"a"), fnv1a(b"b"));
+    }
+}
