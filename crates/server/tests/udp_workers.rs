@@ -164,3 +164,54 @@ fn retransmissions_meet_their_transaction_on_any_worker() {
         COPIES as u64 - 1
     );
 }
+
+/// One peer's REGISTERs for two AoRs, spread over two workers that share
+/// the location: a REGISTER that meets the other worker's change in flight
+/// on its AoR waits for that change's commit (parked, see
+/// `proto/busy.rs`) instead of spinning — and none is lost or answered
+/// twice either way: each gets one 200, and every contact ends bound.
+#[test]
+fn registers_for_one_aor_on_both_workers_are_each_answered_once() {
+    let s = server("one-aor", UdpBalance::Spread);
+    let srv = s.handle.local_addr();
+    let peer = socket();
+    let me = peer.local_addr().expect("addr");
+    const N: usize = 600;
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let mut answered = |peer: &UdpSocket| {
+        let ok = recv(peer);
+        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
+    };
+    for i in 0..N {
+        let (user, contact) = (i % 2, i % 5);
+        let reg = format!(
+            "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-one{i}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:busy{user}@localhost>;tag=t{i}\r\n\
+             To: <sip:busy{user}@localhost>\r\nCall-ID: one-aor-{i}\r\nCSeq: 1 REGISTER\r\n\
+             Contact: <sip:c{contact}@{me}>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n"
+        );
+        peer.send_to(reg.as_bytes(), srv).expect("send");
+        if i >= 32 {
+            answered(&peer);
+        }
+    }
+    for _ in 0..32 {
+        answered(&peer);
+    }
+    assert_eq!(seen.len(), N, "every REGISTER answered");
+    assert!(seen.values().all(|&n| n == 1), "each once");
+    let shared = s.handle.shared();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    for user in 0..2 {
+        let mut bound = Vec::new();
+        let aor = format!("sip:busy{user}@localhost");
+        shared.location.lookup(&aor, now, &mut bound);
+        assert_eq!(bound.len(), 5, "{aor}: every contact bound: {bound:?}");
+    }
+    let m = &shared.metrics;
+    assert!(m.udp_worker_datagrams(0) > 0 && m.udp_worker_datagrams(1) > 0);
+}

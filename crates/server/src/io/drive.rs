@@ -9,6 +9,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::config::RedisSettings;
 use crate::io::journal::{Journal, SharedJournal};
 use crate::io::redis::{RedisState, RedisStore};
+use crate::proto::busy::Parking;
 use crate::proto::core::{Change, Core, Event, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
 use crate::proto::names::Key as NameKey;
@@ -188,10 +189,15 @@ impl Store for Held<'_> {
     }
 }
 
-/// Times a message whose AoR has a change in flight on another worker
-/// is handed in again (yielding in between) before it gets 500 with
-/// Retry-After. That change is one journal append away from done.
+/// Times an operator's removal meets a change in flight on its AoR
+/// (yielding in between) before it gives up. That change is one journal
+/// append away from done.
 pub const BUSY_TRIES: usize = 10_000;
+
+/// Times a message that met a change in flight tries to park on its AoR
+/// and finds the change finished before it gives up with 500 and
+/// Retry-After (each try is another change begun meanwhile).
+const PARK_TRIES: usize = 8;
 
 /// Handles `input` from `src`; `store` keeps binding changes (`None`:
 /// memory only). Returns what to do with `out` and leaves the core's
@@ -255,6 +261,16 @@ pub fn hand_in_and_send(
     let reply = hand_in(core, p, relayed, crate::io::clock::now(), out);
     sender.send_all(core.extra());
     sender.reply(reply, out, core.sent_key());
+    release_woken(core);
+}
+
+/// Messages woken on a thread that stores nothing (a name, media or
+/// certificate hand-in) go to the next worker that looks.
+fn release_woken(core: &mut Core) {
+    if core.has_woken() {
+        let woken: Vec<_> = std::iter::from_fn(|| core.next_woken()).collect();
+        core.shared().location.release(woken);
+    }
 }
 
 /// A name a core asked for is resolved (or known not to be: `to` empty)
@@ -275,6 +291,7 @@ pub fn resolved(
         let reply = hand_in(core, &p, None, now, out);
         carry(core, reply, out);
     }
+    release_woken(core);
 }
 
 /// Runs the transactions' timers due at `now`; what to send is left in
@@ -458,13 +475,11 @@ impl Deferred {
 /// left in `deferred` with its answer (the reply is then
 /// [`Reply::Drop`]): the driver stores a whole batch's changes with
 /// [`Deferred::flush`] and sends what [`Deferred::send_ready`] gives. A
-/// message whose AoR is busy flushes the batch first (the change in
-/// flight may be one of its own).
-#[allow(clippy::too_many_arguments)]
+/// message whose AoR is busy waits for that change's commit, even when
+/// the change is one of this batch's own ([`woken`]).
 #[inline]
 pub fn handle_deferring(
     core: &mut Core,
-    store: &mut dyn Store,
     deferred: &mut Deferred,
     input: &[u8],
     src: SocketAddr,
@@ -477,11 +492,8 @@ pub fn handle_deferring(
         t.received(input, src, transport);
     }
     let mut reply = core.handle(input, src, transport, now, out);
-    if reply == Reply::Retry && !deferred.is_empty() {
-        deferred.flush(core, store);
-        out.clear();
-        reply = core.handle_again(input, src, transport, now, out);
-    }
+    // A change in flight on its AoR (this batch's own, or another
+    // worker's): it waits for that commit.
     if reply == Reply::Retry {
         reply = retry(core, input, src, transport, now, out);
     }
@@ -545,7 +557,7 @@ pub fn remove_bindings(
             &UpdatePolicy::default(),
         ) {
             Ok(p) => p,
-            Err(UpdateError::Busy) => {
+            Err(UpdateError::Busy(_)) => {
                 std::thread::yield_now();
                 continue;
             }
@@ -553,19 +565,22 @@ pub fn remove_bindings(
         };
         location.lookup(aor, now, &mut after);
         if after != before {
-            location.commit(prepared, false);
+            location.release(location.commit(prepared, false));
             continue;
         }
         let removed = prepared.records().len();
         let stored = store.store(prepared.records());
-        location.commit(prepared, stored.is_ok());
+        // What waited meanwhile goes to the next worker that looks.
+        location.release(location.commit(prepared, stored.is_ok()));
         return stored.map(|()| removed).map_err(|e| e.to_string());
     }
     Err("the address-of-record is being changed: try again".into())
 }
 
-/// Hands a message whose AoR is busy in again until it is not, or gives
-/// up with 500 and Retry-After.
+/// Parks a message whose AoR is busy on it (its commit hands it back,
+/// [`woken`]); when the change finished meanwhile, hands it in again
+/// now. Gives up with 500 and Retry-After when too many wait there, or
+/// when each try meets yet another change.
 #[cold]
 fn retry(
     core: &mut Core,
@@ -575,8 +590,15 @@ fn retry(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Reply {
-    for _ in 1..BUSY_TRIES {
-        std::thread::yield_now();
+    for _ in 0..PARK_TRIES {
+        match core.park_busy(input, src, transport) {
+            Parking::Parked => {
+                out.clear();
+                return Reply::Drop;
+            }
+            Parking::Full => break,
+            Parking::Again => {}
+        }
         out.clear();
         let reply = core.handle_again(input, src, transport, now, out);
         if reply != Reply::Retry {
@@ -584,6 +606,26 @@ fn retry(
         }
     }
     core.answer_busy(input, src, transport, out)
+}
+
+/// Hands in again, one by one, the messages that waited on an AoR whose
+/// change this core finished (or that an operator's removal released),
+/// storing what they change in `store`; `carry` carries out each one's
+/// output (the core's extras, then the reply for `out`).
+pub fn woken(
+    core: &mut Core,
+    store: &mut dyn Store,
+    now: Now,
+    out: &mut Vec<u8>,
+    mut carry: impl FnMut(&Core, Reply, &[u8]),
+) {
+    while let Some(p) = core.next_woken() {
+        out.clear();
+        let (input, src, transport) = (&p.message[..], p.src, p.arrived);
+        let reply = core.handle_again(input, src, transport, now, out);
+        let reply = settle(core, Some(store), input, src, transport, now, out, reply);
+        carry(core, reply, out);
+    }
 }
 
 /// Logs what the core reported (rate limited).

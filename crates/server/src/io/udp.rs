@@ -169,6 +169,7 @@ fn worker(
                 _ => {
                     deferred.receive(&mut core, &mut storage.hold());
                     answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+                    answer_woken(&mut core, &mut storage, &mut scratch, sender);
                     continue;
                 }
             }
@@ -216,7 +217,6 @@ fn worker(
                 let reply = if held.batches() {
                     crate::io::drive::handle_deferring(
                         &mut core,
-                        &mut held,
                         &mut deferred,
                         data,
                         src,
@@ -276,12 +276,28 @@ fn worker(
         deferred.send(&mut core, &mut held);
         drop(held);
         answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+        answer_woken(&mut core, &mut storage, &mut scratch, sender);
     }
     // Stopping: what is with the store is still answered.
     if deferred.sending() {
         deferred.receive(&mut core, &mut storage.hold());
         answer_stored(&mut deferred, &core, &mut tx, sock, sender);
     }
+    answer_woken(&mut core, &mut storage, &mut scratch, sender);
+}
+
+/// Hands in again the messages that waited on an AoR whose change this
+/// worker finished (see `proto/busy.rs`), and sends what they draw.
+fn answer_woken(core: &mut Core, storage: &mut Storage, out: &mut Vec<u8>, sender: &Sender) {
+    if !core.has_woken() {
+        return;
+    }
+    let mut held = storage.hold();
+    let now = crate::io::clock::now();
+    crate::io::drive::woken(core, &mut held, now, out, |core, reply, out| {
+        sender.send_all(core.extra());
+        sender.reply(reply, out, core.sent_key());
+    });
 }
 
 /// Sends the answers of the changes `deferred` finished.

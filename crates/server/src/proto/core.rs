@@ -48,8 +48,8 @@ pub enum Reply {
     /// [`Core::persisted`], which says what to send.
     Persist,
     /// Another change to the same address-of-record is being stored
-    /// (by another worker): hand the same message in again shortly, or
-    /// give up with [`Core::answer_busy`].
+    /// (by another worker): park the message on it
+    /// ([`Core::park_busy`]), which its commit hands back.
     Retry,
 }
 
@@ -203,6 +203,10 @@ pub struct Core {
     /// A binding change waiting for [`Core::persisted`], and where its
     /// answer goes.
     pub(super) pending: Option<(Prepared, SocketAddr, Transport)>,
+    /// The AoR of the last [`Reply::Retry`] (see `busy.rs`).
+    pub(super) busy: Option<String>,
+    /// Messages woken by this core's commits, to hand in again.
+    pub(super) woken: std::collections::VecDeque<crate::proto::parked::Parked>,
     pub(super) events: Vec<Event>,
     /// A name was asked of the resolver while handling this message.
     asked: std::cell::Cell<bool>,
@@ -392,6 +396,8 @@ impl Core {
                 mono: created,
             },
             pending: None,
+            busy: None,
+            woken: std::collections::VecDeque::new(),
             events: Vec::new(),
             asked: std::cell::Cell::new(false),
             sent: None,
@@ -532,14 +538,14 @@ impl Core {
         } = change;
         let e = match stored {
             Ok(()) => {
-                self.shared.location.commit(prepared, true);
+                self.commit_change(prepared, true);
                 bump(&self.shared.metrics.registered);
                 return Reply::Send(dest, transport);
             }
             Err(e) => e,
         };
         let aor = prepared.aor().to_owned();
-        self.shared.location.commit(prepared, false);
+        self.commit_change(prepared, false);
         bump(&self.shared.metrics.journal_errors);
         self.events.push(Event::JournalFailed {
             aor,
@@ -625,8 +631,8 @@ impl Core {
         self.server_error(input, &[("Retry-After", "1")], src, transport, out)
     }
 
-    /// Hands in again a message that got [`Reply::Retry`], after the
-    /// change in flight on its AoR had time to finish: the same as
+    /// Hands in again a message that got [`Reply::Retry`] (woken by the
+    /// commit of the change it met, [`Core::next_woken`]): the same as
     /// [`Core::handle`] except that the message is not admitted or
     /// counted a second time.
     pub fn handle_again(
@@ -704,7 +710,7 @@ impl Core {
         if let Some((prepared, _, _)) = self.pending.take() {
             // A driver that did not store the last change: it never
             // happened (and its AoR is free again).
-            self.shared.location.commit(prepared, false);
+            self.commit_change(prepared, false);
         }
         if self.again {
             self.timed = false;

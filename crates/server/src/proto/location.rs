@@ -15,7 +15,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use crate::config::{Durability, Overflow};
-use crate::shards::ReadShards;
+use crate::proto::parked::Parked;
+use crate::shards::{ReadShards, Shards};
 
 /// One contact bound to an address-of-record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,10 +154,11 @@ pub enum UpdateError {
         /// The limit.
         max: usize,
     },
-    /// Another change to this AoR is being persisted; try again once it
-    /// is committed (a retry, not a refusal).
-    #[error("another change to this address-of-record is in flight")]
-    Busy,
+    /// Another change to this AoR (named) is being persisted; wait for
+    /// its commit ([`MemoryLocation::wait_for`]) or try again (a retry,
+    /// not a refusal).
+    #[error("another change to {0} is in flight")]
+    Busy(String),
 }
 
 /// Why the records of a change could not be stored; the change is then
@@ -309,12 +311,29 @@ impl Prepared {
 
 const SHARDS: usize = 64;
 
+/// Messages that may wait on one AoR while a change to it is stored;
+/// more are answered 500 with Retry-After.
+pub const MAX_WAITING: usize = 32;
+
+/// What became of a message that met a change in flight on its AoR.
+#[derive(Debug)]
+pub enum Wait {
+    /// It waits; the change's commit hands it back.
+    Parked,
+    /// The change is done already: hand it in again now.
+    NotBusy(Parked),
+    /// Too many wait already.
+    Full(Parked),
+}
+
 /// One AoR: its committed bindings, and the token of the change being
 /// persisted (its bindings travel in the [`Prepared`] change).
 #[derive(Debug, Default)]
 struct Aor {
     list: Vec<Binding>,
     pending: Option<u64>,
+    /// Messages that met the change in flight, handed back by its commit.
+    waiting: Vec<Parked>,
 }
 
 /// One shard of AoRs, in a table addressed by the hash the store
@@ -358,6 +377,9 @@ pub struct MemoryLocation {
     tokens: AtomicU64,
     /// Bindings held (expired ones until swept), for `max_bindings`.
     held: AtomicUsize,
+    /// Messages woken outside any core, and how many.
+    ready: Shards<Vec<Parked>>,
+    ready_count: AtomicUsize,
 }
 
 impl MemoryLocation {
@@ -370,6 +392,8 @@ impl MemoryLocation {
             seq: AtomicU64::new(1),
             tokens: AtomicU64::new(1),
             held: AtomicUsize::new(0),
+            ready: Shards::new(1, Vec::new),
+            ready_count: AtomicUsize::new(0),
         }
     }
 
@@ -497,7 +521,7 @@ impl MemoryLocation {
         let shard = &mut *shard;
         let mut stored = shard.get_mut(hash, aor);
         if stored.as_ref().is_some_and(|a| a.pending.is_some()) {
-            return Err(UpdateError::Busy);
+            return Err(UpdateError::Busy(key));
         }
         // Work on a copy: the stored list changes only once persisted.
         let mut list: Vec<Binding> = stored
@@ -558,6 +582,7 @@ impl MemoryLocation {
                     let entry = Aor {
                         list: Vec::new(),
                         pending,
+                        waiting: Vec::new(),
                     };
                     shard
                         .map
@@ -577,18 +602,22 @@ impl MemoryLocation {
 
     /// Applies a prepared change whose records were `stored`, or forgets
     /// it when they were not (memory never holds what storage lacks).
-    pub fn commit(&self, prepared: Prepared, stored: bool) {
+    /// Returns the messages that waited on the AoR meanwhile
+    /// ([`MemoryLocation::wait_for`]): hand them in again.
+    #[must_use = "the messages that waited on the AoR must be handed in again"]
+    pub fn commit(&self, prepared: Prepared, stored: bool) -> Vec<Parked> {
         if prepared.token == 0 {
-            return;
+            return Vec::new();
         }
         let hash = prepared.hash;
         let mut shard = self.shards.write(Self::shard(hash));
         let Some(a) = shard.get_mut(hash, &prepared.aor) else {
-            return;
+            return Vec::new();
         };
         let Some(token) = a.pending.take() else {
-            return;
+            return Vec::new();
         };
+        let woken = std::mem::take(&mut a.waiting);
         debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
         let before = a.list.len();
         if stored {
@@ -607,6 +636,48 @@ impl MemoryLocation {
         if a.list.is_empty() {
             shard.remove(hash, &prepared.aor);
         }
+        woken
+    }
+
+    /// Parks `p` on `aor` while a change to it is in flight: the commit
+    /// of that change hands it back. Checked and parked under the AoR's
+    /// lock, so it cannot miss the commit.
+    pub fn wait_for(&self, aor: &str, p: Parked) -> Wait {
+        let hash = self.hash(aor);
+        let mut shard = self.shards.write(Self::shard(hash));
+        match shard.get_mut(hash, aor) {
+            Some(a) if a.pending.is_some() && a.waiting.len() >= MAX_WAITING => Wait::Full(p),
+            Some(a) if a.pending.is_some() => {
+                a.waiting.push(p);
+                Wait::Parked
+            }
+            _ => Wait::NotBusy(p),
+        }
+    }
+
+    /// Messages woken by a commit that no core made (an operator's
+    /// removal): for the next worker that looks ([`Self::take_ready`]).
+    pub fn release(&self, woken: Vec<Parked>) {
+        if !woken.is_empty() {
+            self.ready_count.fetch_add(woken.len(), Ordering::Relaxed);
+            self.ready.lock(0).extend(woken);
+        }
+    }
+
+    /// Whether [`Self::release`] left messages.
+    pub fn has_ready(&self) -> bool {
+        self.ready_count.load(Ordering::Relaxed) > 0
+    }
+
+    /// The messages [`Self::release`] left, if any (one atomic load when
+    /// there are none).
+    pub fn take_ready(&self) -> Vec<Parked> {
+        if self.ready_count.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        let taken = std::mem::take(&mut *self.ready.lock(0));
+        self.ready_count.fetch_sub(taken.len(), Ordering::Relaxed);
+        taken
     }
 
     /// Live bindings for `aor`, highest q first.
@@ -820,11 +891,11 @@ pub(crate) mod tests {
         current.clear();
         current.extend_from_slice(prepared.bindings());
         if prepared.is_empty() {
-            loc.commit(prepared, true);
+            let _ = loc.commit(prepared, true);
             return Ok(());
         }
         let result = persist(prepared.records());
-        loc.commit(prepared, result.is_ok());
+        let _ = loc.commit(prepared, result.is_ok());
         result.map_err(Failure::NotStored)
     }
 
@@ -1161,7 +1232,7 @@ pub(crate) mod tests {
         };
         let mine = prepare("sip:a@1.1.1.1", 60);
         loc.replay(bind("sip:a@2.2.2.2", "there"));
-        loc.commit(mine, true);
+        let _ = loc.commit(mine, true);
         assert_eq!(
             contacts(&loc),
             ["sip:a@0.0.0.0", "sip:a@1.1.1.1", "sip:a@2.2.2.2"]
@@ -1182,7 +1253,7 @@ pub(crate) mod tests {
             ],
         );
         loc.replace_all(all);
-        loc.commit(gone, true);
+        let _ = loc.commit(gone, true);
         assert_eq!(contacts(&loc), ["sip:a@3.3.3.3"]);
         // Another node removes the last binding while a change is in
         // flight: the AoR waits for the commit, which applies.
@@ -1192,12 +1263,12 @@ pub(crate) mod tests {
             aor: "sip:a@x".into(),
             contact: "sip:a@3.3.3.3".into(),
         });
-        loc.commit(last, true);
+        let _ = loc.commit(last, true);
         assert_eq!(contacts(&loc), ["sip:a@6.6.6.6"]);
         // Not stored: what arrived stays, the change does not apply.
         let failed = prepare("sip:a@4.4.4.4", 60);
         loc.replay(bind("sip:a@5.5.5.5", "there"));
-        loc.commit(failed, false);
+        let _ = loc.commit(failed, false);
         assert_eq!(contacts(&loc), ["sip:a@5.5.5.5", "sip:a@6.6.6.6"]);
     }
 
@@ -1232,7 +1303,23 @@ pub(crate) mod tests {
             &reg("c2", 1, 100),
             &policy,
         );
-        assert!(matches!(second, Err(UpdateError::Busy)));
+        assert!(matches!(second, Err(UpdateError::Busy(ref aor)) if aor == "sip:a@x"));
+        // The message that met it waits, parked, for the commit; past
+        // MAX_WAITING more are turned away; another AoR has nothing to
+        // wait for.
+        let parked = |n: u8| Parked {
+            message: vec![n],
+            src: SocketAddr::from(([192, 0, 2, n], 5060)),
+            arrived: sip_core::Transport::Udp,
+        };
+        for n in 0..MAX_WAITING as u8 {
+            assert!(matches!(loc.wait_for("sip:a@x", parked(n)), Wait::Parked));
+        }
+        assert!(matches!(loc.wait_for("sip:a@x", parked(99)), Wait::Full(_)));
+        assert!(matches!(
+            loc.wait_for("sip:b@x", parked(7)),
+            Wait::NotBusy(_)
+        ));
         let other = loc
             .prepare(
                 "sip:b@x".into(),
@@ -1242,8 +1329,14 @@ pub(crate) mod tests {
                 &policy,
             )
             .expect("another AoR");
-        loc.commit(other, true);
-        loc.commit(first, false);
+        assert!(loc.commit(other, true).is_empty());
+        let woken = loc.commit(first, false);
+        assert_eq!(woken.len(), MAX_WAITING, "the commit hands back who waited");
+        assert_eq!(woken[0], parked(0), "in the order they came");
+        assert!(matches!(
+            loc.wait_for("sip:a@x", parked(1)),
+            Wait::NotBusy(_)
+        ));
         assert_eq!(loc.len(100), 1, "only b@x was stored");
         let again = loc
             .prepare(
@@ -1254,7 +1347,13 @@ pub(crate) mod tests {
                 &policy,
             )
             .expect("free again");
-        loc.commit(again, true);
+        assert!(loc.commit(again, true).is_empty());
+        // An operator's removal leaves what it woke for the next worker.
+        assert!(!loc.has_ready() && loc.take_ready().is_empty());
+        loc.release(vec![parked(3)]);
+        assert!(loc.has_ready());
+        assert_eq!(loc.take_ready(), [parked(3)]);
+        assert!(!loc.has_ready());
         loc.lookup("sip:a@x", 100, &mut cur);
         assert_eq!(cur.len(), 1);
         assert_eq!(cur[0].contact, "sip:a@2.2.2.2");

@@ -339,6 +339,9 @@ pub struct Metrics {
     /// Requests whose next hop's name was not known yet (they waited
     /// for it, or it came as they were about to).
     pub hop_waits: AtomicU64,
+    /// REGISTERs that met a change in flight on their AoR and waited for
+    /// its commit.
+    pub busy_waits: AtomicU64,
     /// Requests answered 503 because their next hop's name did not
     /// resolve.
     pub hop_unresolved: AtomicU64,

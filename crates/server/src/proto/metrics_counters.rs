@@ -132,7 +132,7 @@ impl Metrics {
     }
 
     /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 21] {
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 22] {
         [
             (
                 "sipsec_dns_queries_total",
@@ -148,6 +148,11 @@ impl Metrics {
                 "sipsec_next_hop_waits_total",
                 "Requests whose next hop's name was not known yet and had to be resolved.",
                 &self.hop_waits,
+            ),
+            (
+                "sipsec_register_busy_waits_total",
+                "REGISTERs that met another worker's change in flight on their address-of-record and waited, parked, for its commit.",
+                &self.busy_waits,
             ),
             (
                 "sipsec_next_hop_unresolved_total",

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod branch;
+pub mod busy;
 pub mod core;
 mod dialog_calls;
 pub mod dialogs;

@@ -287,8 +287,9 @@ impl Core {
             .prepare(aor, changes, star, &reg, &policy);
         let status = match result {
             Ok(p) => return Ok(p),
-            Err(UpdateError::Busy) => {
+            Err(UpdateError::Busy(aor)) => {
                 out.clear();
+                self.busy = Some(aor);
                 return Err(Reply::Retry);
             }
             Err(UpdateError::OutOfOrder { .. }) => self.respond(
@@ -355,7 +356,7 @@ impl Core {
         out: &mut Vec<u8>,
     ) -> Reply {
         if !prepared.is_empty() && !self.journal_allows(prepared.records()) {
-            self.shared.location.commit(prepared, false);
+            self.commit_change(prepared, false);
             bump(&self.shared.metrics.journal_throttled);
             return self.respond(
                 msg,
@@ -427,7 +428,7 @@ impl Core {
         let reply = self.respond(msg, StatusCode::OK, &extra, src, out);
         if prepared.is_empty() {
             // Nothing to store (a query, or removing what was not there).
-            self.shared.location.commit(prepared, true);
+            self.commit_change(prepared, true);
             bump(&self.shared.metrics.registered);
             return reply;
         }
@@ -437,7 +438,7 @@ impl Core {
                 Reply::Persist
             }
             other => {
-                self.shared.location.commit(prepared, false);
+                self.commit_change(prepared, false);
                 other
             }
         }

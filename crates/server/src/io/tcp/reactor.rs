@@ -671,7 +671,6 @@ impl Reactor {
         let reply = if held.batches() {
             crate::io::drive::handle_deferring(
                 &mut self.core,
-                &mut held,
                 &mut self.deferred,
                 bytes,
                 conn.peer,
@@ -704,6 +703,29 @@ impl Reactor {
         if self.deferred.len() >= MAX_DEFERRED {
             self.commit();
         }
+        self.answer_woken();
+    }
+
+    /// Hands in again the messages that waited on an AoR whose change
+    /// this reactor finished (see `proto/busy.rs`), and sends what they
+    /// draw.
+    pub(super) fn answer_woken(&mut self) {
+        if !self.core.has_woken() {
+            return;
+        }
+        let mut held = self.storage.hold();
+        let sender = &self.sender;
+        let now = crate::io::clock::now();
+        crate::io::drive::woken(
+            &mut self.core,
+            &mut held,
+            now,
+            &mut self.out,
+            |core, reply, out| {
+                sender.send_all(core.extra());
+                sender.reply(reply, out, core.sent_key());
+            },
+        );
     }
 
     /// Stores the binding changes this round gathered, all in one write
@@ -720,6 +742,7 @@ impl Reactor {
         let sender = &self.sender;
         self.deferred
             .send_ready(|reply, out| sender.reply(reply, out, None));
+        self.answer_woken();
     }
 
     /// Closes connections past a deadline.
