@@ -820,25 +820,70 @@ fn a_callee_that_never_answers_draws_408_from_the_proxy() {
     assert!(alice.timeouts.is_empty());
 }
 
-#[test]
-fn a_replayed_authorization_is_refused() {
-    let mut sim = Sim::new(5);
+/// A digest authenticator for `user` (password [`PASSWORD`]) in `realm`.
+fn authenticator(user: &str, realm: &str) -> Authenticator {
     let mut users = Users::default();
     users
-        .insert(
-            "bob",
-            "b.example",
-            UserEntry::from_password("bob", "b.example", PASSWORD),
-        )
+        .insert(user, realm, UserEntry::from_password(user, realm, PASSWORD))
         .expect("user");
-    let auth = Authenticator::new(
-        "b.example",
+    Authenticator::new(
+        realm,
         NonceKey::from_secret([7; 32], 300),
         users,
         &[Algorithm::Md5],
         sipsec_server::proto::auth::NcLimits::of(1 << 12),
         std::hash::RandomState::new(),
-    );
+    )
+}
+
+/// Alice's own proxy wants her credentials for a call (407): her phone
+/// answers the challenge once, the INVITE goes again with them, and the
+/// 2xx that comes back is acknowledged end to end — over lossy links.
+#[test]
+fn a_call_challenged_by_the_callers_proxy_is_authorized_and_acknowledged() {
+    for seed in 1..=5 {
+        let mut sim = Sim::new(seed);
+        let p1 = Config {
+            auth: true,
+            realm: "a.example".into(),
+            ..proxy_config("a.example", ("b.example", P2))
+        };
+        sim.server(addr(P1), p1, Some(authenticator("alice", "a.example")));
+        sim.server(addr(P2), proxy_config("b.example", ("a.example", P1)), None);
+        sim.phone(Phone::new(addr(ALICE), "alice", "a.example", addr(P1)));
+        sim.phone(Phone::new(addr(BOB), "bob", "b.example", addr(P2)));
+        sim.act(addr(BOB), |p, now, out| p.register(now, 3600, out));
+        sim.run_for(secs(1));
+        sim.link(addr(ALICE), addr(P1), LOSSY);
+        sim.act(addr(ALICE), |p, now, out| {
+            p.invite(now, "sip:bob@b.example", out)
+        });
+        sim.run_for(secs(40));
+        let alice = sim.ph(addr(ALICE));
+        assert_eq!(
+            alice.finals(Method::Invite),
+            [407, 200],
+            "seed {seed}: challenged once, then answered"
+        );
+        assert!(alice.dialog, "seed {seed}");
+        let bob = sim.ph(addr(BOB));
+        assert!(
+            bob.received.contains(&Method::Ack),
+            "seed {seed}: the 2xx after the challenge was acknowledged"
+        );
+        sim.act(addr(ALICE), |p, now, out| p.bye(now, out));
+        sim.run_for(secs(40));
+        assert!(
+            sim.ph(addr(BOB)).received.contains(&Method::Bye),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn a_replayed_authorization_is_refused() {
+    let mut sim = Sim::new(5);
+    let auth = authenticator("bob", "b.example");
     let registrar = Config {
         mode: Mode::Registrar,
         auth: true,

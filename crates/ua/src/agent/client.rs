@@ -264,10 +264,9 @@ impl Agent {
             self.send(o.dest, ack.to_bytes());
         }
         let invite = method == Method::Invite;
-        if invite && status.is_success() {
-            self.ack_2xx(i, m);
-        }
-        if !out.deliver {
+        // A 2xx again (its ACK was lost): acknowledged again, not news.
+        let again = invite && status.is_success() && self.ack_2xx(i, m);
+        if !out.deliver || again {
             return true;
         }
         if invite {
@@ -305,20 +304,21 @@ impl Agent {
     }
 
     /// Every 2xx to our INVITE is acknowledged end to end (RFC 3261
-    /// §13.2.2.4); the first confirms the call.
-    fn ack_2xx(&mut self, i: usize, ok: &Message<'_>) {
+    /// §13.2.2.4); the first confirms the call. `true`: this 2xx came
+    /// before (its ACK went again).
+    fn ack_2xx(&mut self, i: usize, ok: &Message<'_>) -> bool {
         let (tx, cseq) = (self.outgoing[i].tx, self.outgoing[i].req.cseq);
         let Some(d) = self
             .dialogs
             .iter()
             .position(|d| matches!(d.side, Side::Caller { invite, .. } if invite == tx))
         else {
-            return;
+            return false;
         };
         if let Side::Caller { ack: Some(t), .. } = &self.dialogs[d].side {
             let t = t.clone();
             self.send(t.to, t.bytes);
-            return;
+            return true;
         }
         dialog::confirm(&mut self.dialogs[d], ok);
         let (via, branch) = (self.via(), self.branch());
@@ -332,6 +332,7 @@ impl Agent {
             ack: Some(ack.clone()),
         };
         self.send(ack.to, ack.bytes);
+        false
     }
 
     /// Answers a 401/407 once, when we have a password and can answer

@@ -56,6 +56,15 @@ pub(super) struct Dialog {
 }
 
 impl Dialog {
+    /// The last response we sent for a call we answer.
+    #[cfg(test)]
+    pub(super) fn side_last(&self) -> Option<Vec<u8>> {
+        match &self.side {
+            Side::Callee(a) => Some(a.last.clone()),
+            Side::Caller { .. } => None,
+        }
+    }
+
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         match &self.side {
             Side::Caller { .. } => None,

@@ -121,6 +121,15 @@ fn a_call_rings_is_answered_acknowledged_and_hung_up() {
             ..
         }]
     ));
+    // A 2xx that comes again (its ACK lost) is acknowledged again, and
+    // is no news to the user.
+    let ok = bob.dialogs[0].side_last().expect("the 200");
+    alice.handle(&ok, bob_at, now);
+    assert_eq!(
+        sends(&mut alice).iter().map(first_line).collect::<Vec<_>>(),
+        ["ACK sip:bob@10.0.0.2:5060 SIP/2.0"]
+    );
+    assert!(events(&mut alice).is_empty());
     // The ACK stopped the 2xx retransmissions: nothing more is due but
     // the transaction's own end.
     bob.on_timer(now + T.t1 * 4);
