@@ -10,10 +10,11 @@ use crate::config::RedisSettings;
 use crate::io::journal::{Journal, SharedJournal};
 use crate::io::redis::{RedisState, RedisStore};
 use crate::proto::busy::Parking;
-use crate::proto::core::{Change, Core, Event, Reply, Transport};
+use crate::proto::core::{Core, Event, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
 use crate::proto::names::Key as NameKey;
 use crate::proto::parked::Parked;
+use crate::proto::persist::Batch;
 use crate::proto::shared::Now;
 
 /// Where binding changes are stored before the answers they guard go.
@@ -345,47 +346,29 @@ fn settle(
     reply
 }
 
-/// A change with its message and its answer.
-type Waiting = (Change, Vec<u8>, Vec<u8>);
-
 /// Changes of one batch of messages, waiting to be stored together; their
 /// answers go once they are (see [`handle_deferring`]). With a store that
 /// [overlaps](Store::overlaps), one batch can be with the store while the
-/// next is gathered ([`send`](Self::send)).
+/// next is gathered ([`send`](Self::send)). The bookkeeping is
+/// [`Batch`]'s; this moves its records to the store and back.
 #[derive(Debug, Default)]
-pub struct Deferred {
-    /// Changes not yet handed to the store.
-    waiting: Vec<Waiting>,
-    /// Changes sent to the store, whose outcome is not read yet.
-    sent: Vec<Waiting>,
-    /// What finishing them produced: replies and their bytes.
-    ready: Vec<(Reply, Vec<u8>)>,
-    /// Buffers kept for reuse.
-    spare: Vec<Vec<u8>>,
-}
+pub struct Deferred(Batch);
 
 impl Deferred {
     /// Whether no change waits, nor is with the store.
     pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty() && self.sent.is_empty()
+        self.0.is_empty()
     }
 
     /// How many changes wait (not counting those with the store).
     pub fn len(&self) -> usize {
-        self.waiting.len()
+        self.0.waiting()
     }
 
     /// Whether a batch is with the store: [`receive`](Self::receive)
     /// finishes it.
     pub fn sending(&self) -> bool {
-        !self.sent.is_empty()
-    }
-
-    fn buf(&mut self, from: &[u8]) -> Vec<u8> {
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(from);
-        b
+        self.0.sending()
     }
 
     /// Stores every change in one go (after the batch with the store, if
@@ -405,12 +388,11 @@ impl Deferred {
 
     fn hand_over(&mut self, core: &mut Core, store: &mut dyn Store, overlap: bool) {
         self.receive(core, store);
-        if self.waiting.is_empty() {
+        if self.0.waiting() == 0 {
             return;
         }
         let result = {
-            let records: Vec<&[Record]> =
-                self.waiting.iter().map(|(c, _, _)| c.records()).collect();
+            let records = self.0.records();
             if overlap {
                 store.send_all(&records)
             } else {
@@ -418,56 +400,32 @@ impl Deferred {
             }
         };
         if overlap && result.is_ok() {
-            // With the store until `receive` (`sent` is empty after it).
-            std::mem::swap(&mut self.waiting, &mut self.sent);
+            // With the store until `receive`.
+            self.0.sent();
             return;
         }
-        let mut batch = std::mem::take(&mut self.waiting);
-        self.settle(core, &mut batch, &result);
-        self.waiting = batch;
+        self.0.finish_waiting(core, &result);
+        if core.has_events() {
+            log_events(core);
+        }
     }
 
     /// Waits for the store's outcome of the batch sent, if any, and
     /// finishes its changes.
     pub fn receive(&mut self, core: &mut Core, store: &mut dyn Store) {
-        if self.sent.is_empty() {
+        if !self.0.sending() {
             return;
         }
         let result = store.receive();
-        let mut sent = std::mem::take(&mut self.sent);
-        self.settle(core, &mut sent, &result);
-        self.sent = sent;
-    }
-
-    /// Finishes every change of `changes` with `result` (emptying it).
-    fn settle(
-        &mut self,
-        core: &mut Core,
-        changes: &mut Vec<Waiting>,
-        result: &Result<(), StoreError>,
-    ) {
-        for (change, input, mut out) in changes.drain(..) {
-            let stored = match result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(e.again()),
-            };
-            let reply = core.finish(change, stored, &input, &mut out);
-            if core.has_events() {
-                log_events(core);
-            }
-            self.spare.push(input);
-            self.ready.push((reply, out));
+        self.0.finish_sent(core, &result);
+        if core.has_events() {
+            log_events(core);
         }
     }
 
     /// Hands each answer of the finished changes to `send`, in order.
-    pub fn send_ready(&mut self, mut send: impl FnMut(Reply, &[u8])) {
-        for (reply, out) in self.ready.drain(..) {
-            send(reply, &out);
-            if self.spare.len() < 1024 {
-                self.spare.push(out);
-            }
-        }
+    pub fn send_ready(&mut self, send: impl FnMut(Reply, &[u8])) {
+        self.0.send_ready(send);
     }
 }
 
@@ -499,9 +457,7 @@ pub fn handle_deferring(
     }
     if reply == Reply::Persist {
         if let Some(change) = core.take_change() {
-            let input = deferred.buf(input);
-            let answer = deferred.buf(out);
-            deferred.waiting.push((change, input, answer));
+            deferred.0.defer(change, input, out);
         }
         reply = Reply::Drop;
     }

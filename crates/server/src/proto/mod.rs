@@ -24,6 +24,7 @@ pub mod names;
 pub mod ng;
 pub mod originated;
 pub mod parked;
+pub mod persist;
 pub mod privacy;
 mod proxy;
 pub mod records;
