@@ -111,6 +111,8 @@ impl Reactor {
             }
             self.send_handoffs();
             self.commit();
+            // What an operator's removal released (see `proto/busy.rs`).
+            self.answer_woken();
             self.accept();
             let now = Instant::now();
             if now >= next_sweep {
