@@ -108,6 +108,23 @@ pub struct TlsSettings {
 }
 
 impl TlsSettings {
+    /// TLS on `addr` with this certificate chain and key, every other
+    /// setting its default (no client certificates, the default groups,
+    /// session tickets on).
+    pub fn with_files(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> Self {
+        Self {
+            addr,
+            cert,
+            key,
+            client_ca: None,
+            peer_ca: None,
+            allow_rsa_1024: false,
+            groups: Self::default_groups(),
+            require_pq: false,
+            session_tickets: true,
+        }
+    }
+
     /// The default groups (see [`sip_tls::DEFAULT_GROUPS`]).
     pub fn default_groups() -> Vec<String> {
         sip_tls::DEFAULT_GROUPS

@@ -275,11 +275,6 @@ fn a_message_dripped_byte_by_byte_is_cut_at_its_deadline() {
 
 #[test]
 fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
-    let d = dir("tls-drip");
-    std::fs::create_dir_all(&d).expect("dir");
-    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
-    let ck = rcgen_free_self_signed(&cert, &key);
-    assert!(ck, "test certificate");
     let s = server(
         Mode::Registrar,
         "tls-drip-srv",
@@ -287,17 +282,7 @@ fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
             handshake_timeout: Duration::from_millis(800),
             ..ConnectionLimits::default()
         },
-        Some(TlsSettings {
-            addr: "127.0.0.1:0".parse().expect("addr"),
-            cert,
-            key,
-            client_ca: None,
-            peer_ca: None,
-            allow_rsa_1024: false,
-            groups: sipsec_server::config::TlsSettings::default_groups(),
-            require_pq: false,
-            session_tickets: true,
-        }),
+        Some(tls_settings(&dir("tls-drip"))),
     );
     let tls = s.handle.tls_addr().expect("tls");
     let mut c = connect_from("127.0.0.1:0", tls);
@@ -760,17 +745,7 @@ fn tls_settings(d: &std::path::Path) -> TlsSettings {
     std::fs::create_dir_all(d).expect("dir");
     let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
     assert!(rcgen_free_self_signed(&cert, &key), "test certificate");
-    TlsSettings {
-        addr: "127.0.0.1:0".parse().expect("addr"),
-        cert,
-        key,
-        client_ca: None,
-        peer_ca: None,
-        allow_rsa_1024: false,
-        groups: sipsec_server::config::TlsSettings::default_groups(),
-        require_pq: false,
-        session_tickets: true,
-    }
+    TlsSettings::with_files("127.0.0.1:0".parse().expect("addr"), cert, key)
 }
 
 /// A trunk: one TLS connection carrying many calls' requests back to

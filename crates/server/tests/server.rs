@@ -1083,17 +1083,11 @@ fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
     let uac_sock = UdpSocket::bind("127.0.0.1:0").expect("ua socket");
     let port = uac_sock.local_addr().expect("bound").port();
     let s = start(Config {
-        tls: Some(sipsec_server::config::TlsSettings {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        tls: Some(sipsec_server::config::TlsSettings::with_files(
+            SocketAddr::from(([127, 0, 0, 1], port)),
             cert,
             key,
-            client_ca: None,
-            peer_ca: None,
-            allow_rsa_1024: false,
-            groups: sipsec_server::config::TlsSettings::default_groups(),
-            require_pq: false,
-            session_tickets: true,
-        }),
+        )),
         ..loopback_proxy(&dir)
     })
     .expect("server starts");

@@ -49,6 +49,34 @@ fn header<'a>(msg: &'a str, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// Sends `n` requests (`request(i)`, each its own Call-ID) from `peer`,
+/// paced by the answers (a window of 32, so no datagram is lost to a full
+/// buffer), and checks that each drew exactly one 200.
+fn each_answered_200_once(
+    peer: &UdpSocket,
+    srv: std::net::SocketAddr,
+    n: usize,
+    request: impl Fn(usize) -> String,
+) {
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let mut answered = || {
+        let ok = recv(peer);
+        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
+    };
+    for i in 0..n {
+        peer.send_to(request(i).as_bytes(), srv).expect("send");
+        if i >= 32 {
+            answered();
+        }
+    }
+    for _ in 0..n.min(32) {
+        answered();
+    }
+    assert_eq!(seen.len(), n, "every request answered");
+    assert!(seen.values().all(|&c| c == 1), "each once");
+}
+
 /// One peer (one address and port) registers 400 users; the two workers
 /// both serve it, and each REGISTER gets exactly one answer.
 fn one_flow_uses_both_workers(balance: UdpBalance) {
@@ -57,31 +85,14 @@ fn one_flow_uses_both_workers(balance: UdpBalance) {
     let peer = socket();
     let me = peer.local_addr().expect("addr");
     const N: usize = 400;
-    let mut seen: HashMap<String, u32> = HashMap::new();
-    let mut answered = |peer: &UdpSocket| {
-        let ok = recv(peer);
-        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
-        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
-    };
-    for i in 0..N {
-        let reg = format!(
+    each_answered_200_once(&peer, srv, N, |i| {
+        format!(
             "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-r{i}\r\n\
              Max-Forwards: 70\r\nFrom: <sip:u{i}@localhost>;tag=t{i}\r\nTo: <sip:u{i}@localhost>\r\n\
              Call-ID: reg-{i}\r\nCSeq: 1 REGISTER\r\nContact: <sip:u{i}@{me}>\r\n\
              Expires: 600\r\nContent-Length: 0\r\n\r\n"
-        );
-        peer.send_to(reg.as_bytes(), srv).expect("send");
-        // Paced by the answers (a bounded window), so no datagram is lost
-        // to a full buffer.
-        if i >= 32 {
-            answered(&peer);
-        }
-    }
-    for _ in 0..32 {
-        answered(&peer);
-    }
-    assert_eq!(seen.len(), N, "every REGISTER answered");
-    assert!(seen.values().all(|&n| n == 1), "each once");
+        )
+    });
     let m = &s.handle.shared().metrics;
     let (a, b) = (m.udp_worker_datagrams(0), m.udp_worker_datagrams(1));
     assert_eq!(a + b, N as u64);
@@ -177,30 +188,15 @@ fn registers_for_one_aor_on_both_workers_are_each_answered_once() {
     let peer = socket();
     let me = peer.local_addr().expect("addr");
     const N: usize = 600;
-    let mut seen: HashMap<String, u32> = HashMap::new();
-    let mut answered = |peer: &UdpSocket| {
-        let ok = recv(peer);
-        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
-        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
-    };
-    for i in 0..N {
+    each_answered_200_once(&peer, srv, N, |i| {
         let (user, contact) = (i % 2, i % 5);
-        let reg = format!(
+        format!(
             "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-one{i}\r\n\
              Max-Forwards: 70\r\nFrom: <sip:busy{user}@localhost>;tag=t{i}\r\n\
              To: <sip:busy{user}@localhost>\r\nCall-ID: one-aor-{i}\r\nCSeq: 1 REGISTER\r\n\
              Contact: <sip:c{contact}@{me}>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n"
-        );
-        peer.send_to(reg.as_bytes(), srv).expect("send");
-        if i >= 32 {
-            answered(&peer);
-        }
-    }
-    for _ in 0..32 {
-        answered(&peer);
-    }
-    assert_eq!(seen.len(), N, "every REGISTER answered");
-    assert!(seen.values().all(|&n| n == 1), "each once");
+        )
+    });
     let shared = s.handle.shared();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

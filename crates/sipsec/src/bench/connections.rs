@@ -282,17 +282,11 @@ pub(super) fn tls_bytes(
     offer: &[String],
     resumed: bool,
 ) -> Result<(usize, usize, String), String> {
-    let settings = sipsec_server::config::TlsSettings {
-        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        cert: cert.to_owned(),
-        key: key.to_owned(),
-        client_ca: None,
-        peer_ca: None,
-        allow_rsa_1024: false,
-        groups: sipsec_server::config::TlsSettings::default_groups(),
-        require_pq: false,
-        session_tickets: true,
-    };
+    let settings = sipsec_server::config::TlsSettings::with_files(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        cert.to_owned(),
+        key.to_owned(),
+    );
     let server = sipsec_server::io::tls::TlsContext::new(&settings)
         .map_err(|e| e.to_string())?
         .server;

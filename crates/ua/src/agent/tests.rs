@@ -63,24 +63,25 @@ fn codes(ev: &[Event]) -> Vec<(Method<'static>, u16)> {
         .collect()
 }
 
-#[test]
-fn a_call_rings_is_answered_acknowledged_and_hung_up() {
-    let now = Instant::now();
-    let (mut alice, mut bob) = (
+/// Alice and Bob, and Alice's INVITE to Bob (sent, not delivered).
+fn calling(ring: Option<Duration>, now: Instant) -> (Agent, Agent, (Tx, String)) {
+    let (mut alice, bob) = (
         agent("alice", "10.0.0.1:5060", 1),
         agent("bob", "10.0.0.2:5060", 2),
     );
+    let uri = "sip:bob@10.0.0.2:5060";
     let bob_at = bob.setup().local;
-    let (_, call) = alice
-        .invite(
-            bob_at,
-            &me("alice"),
-            "sip:bob@10.0.0.2:5060",
-            None,
-            None,
-            now,
-        )
+    let call = alice
+        .invite(bob_at, &me("alice"), uri, None, ring, now)
         .expect("invite");
+    (alice, bob, call)
+}
+
+#[test]
+fn a_call_rings_is_answered_acknowledged_and_hung_up() {
+    let now = Instant::now();
+    let (mut alice, mut bob, (_, call)) = calling(None, now);
+    let bob_at = bob.setup().local;
     assert_eq!(
         pass(&mut alice, &mut bob, now),
         ["INVITE sip:bob@10.0.0.2:5060 SIP/2.0"]
@@ -156,21 +157,7 @@ fn a_call_rings_is_answered_acknowledged_and_hung_up() {
 #[test]
 fn retransmissions_get_the_last_answer_and_unknown_calls_481() {
     let now = Instant::now();
-    let (mut alice, mut bob) = (
-        agent("alice", "10.0.0.1:5060", 1),
-        agent("bob", "10.0.0.2:5060", 2),
-    );
-    let bob_at = bob.setup().local;
-    alice
-        .invite(
-            bob_at,
-            &me("alice"),
-            "sip:bob@10.0.0.2:5060",
-            None,
-            None,
-            now,
-        )
-        .expect("invite");
+    let (mut alice, mut bob, (_, _)) = calling(None, now);
     let invite = sends(&mut alice).remove(0);
     bob.handle(&invite.bytes, alice.setup().local, now);
     let (_, call) = match events(&mut bob).remove(0) {
@@ -207,21 +194,7 @@ fn retransmissions_get_the_last_answer_and_unknown_calls_481() {
 #[test]
 fn cancel_waits_for_a_provisional_and_the_invite_ends_487() {
     let now = Instant::now();
-    let (mut alice, mut bob) = (
-        agent("alice", "10.0.0.1:5060", 1),
-        agent("bob", "10.0.0.2:5060", 2),
-    );
-    let bob_at = bob.setup().local;
-    let (_, call) = alice
-        .invite(
-            bob_at,
-            &me("alice"),
-            "sip:bob@10.0.0.2:5060",
-            None,
-            None,
-            now,
-        )
-        .expect("invite");
+    let (mut alice, mut bob, (_, call)) = calling(None, now);
     alice.cancel(&call, now).expect("cancel");
     assert_eq!(
         pass(&mut alice, &mut bob, now).len(),
@@ -267,22 +240,8 @@ fn cancel_waits_for_a_provisional_and_the_invite_ends_487() {
 #[test]
 fn an_invite_that_rings_too_long_is_cancelled() {
     let now = Instant::now();
-    let (mut alice, mut bob) = (
-        agent("alice", "10.0.0.1:5060", 1),
-        agent("bob", "10.0.0.2:5060", 2),
-    );
-    let bob_at = bob.setup().local;
     let ring = Duration::from_secs(5);
-    let (tx, call) = alice
-        .invite(
-            bob_at,
-            &me("alice"),
-            "sip:bob@10.0.0.2:5060",
-            None,
-            Some(ring),
-            now,
-        )
-        .expect("invite");
+    let (mut alice, mut bob, (tx, call)) = calling(Some(ring), now);
     pass(&mut alice, &mut bob, now);
     bob.ring(&call, now).expect("ring");
     pass(&mut bob, &mut alice, now);
@@ -379,21 +338,8 @@ fn a_flood_of_calls_and_requests_holds_bounded_state() {
 #[test]
 fn an_invite_challenged_by_a_proxy_is_acknowledged_once_answered() {
     let now = Instant::now();
-    let (mut alice, mut bob) = (
-        agent("alice", "10.0.0.1:5060", 1),
-        agent("bob", "10.0.0.2:5060", 2),
-    );
+    let (mut alice, mut bob, (_, call)) = calling(None, now);
     let (alice_at, bob_at) = (alice.setup().local, bob.setup().local);
-    let (_, call) = alice
-        .invite(
-            bob_at,
-            &me("alice"),
-            "sip:bob@10.0.0.2:5060",
-            None,
-            None,
-            now,
-        )
-        .expect("invite");
     let first = sends(&mut alice).remove(0);
     alice.handle(&challenge(&first.bytes, 407), bob_at, now);
     let out = sends(&mut alice);
