@@ -58,6 +58,15 @@ pub fn peak(
 ) -> Result<(Capacity, Vec<Step>, Vec<Report>), Error> {
     let mut steps = Vec::new();
     let mut reports = Vec::new();
+    let mut base = base.clone();
+    // Every step from the same local ports, as phones refresh from where
+    // they are: a new port per step (a new connection each, over TCP and
+    // TLS) would add a contact per AoR per step until the registrar's cap
+    // refused them (403 from the 11th step on).
+    if base.run.local_port == 0 && !base.run.connection_per_call {
+        let flows = base.run.threads.max(1) * base.run.flows.max(1);
+        base.run.local_port = crate::scale::local_port(flows)?;
+    }
     for rate in ramp.rates() {
         let mut opts = base.clone();
         opts.run.shape = Shape::Rate(rate);

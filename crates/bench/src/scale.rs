@@ -269,7 +269,7 @@ fn measure_cell(
 /// A few flows start at a port free now; many end just below the kernel's
 /// ephemeral range, where no server started here nor any socket bound to
 /// port 0 can sit among them.
-fn local_port(flows: usize) -> Result<u16, Error> {
+pub(crate) fn local_port(flows: usize) -> Result<u16, Error> {
     if flows <= 64 {
         let free = compare::free_port().map_err(Error::io("finding a free port"))?;
         return Ok(free.min(u16::MAX - 64));
