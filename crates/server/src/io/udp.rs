@@ -169,7 +169,8 @@ fn worker(
                 _ => {
                     deferred.receive(&mut core, &mut storage.hold());
                     answer_stored(&mut deferred, &core, &mut tx, sock, sender);
-                    answer_woken(&mut core, &mut storage, &mut scratch, sender);
+                    let mut ctx = (&mut tx, sock, &mut scratch);
+                    answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
                     continue;
                 }
             }
@@ -276,21 +277,35 @@ fn worker(
         deferred.send(&mut core, &mut held);
         drop(held);
         answer_stored(&mut deferred, &core, &mut tx, sock, sender);
-        answer_woken(&mut core, &mut storage, &mut scratch, sender);
+        let mut ctx = (&mut tx, sock, &mut scratch);
+        answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
     }
     // Stopping: what is with the store is still answered.
     if deferred.sending() {
         deferred.receive(&mut core, &mut storage.hold());
         answer_stored(&mut deferred, &core, &mut tx, sock, sender);
     }
-    answer_woken(&mut core, &mut storage, &mut scratch, sender);
+    let mut ctx = (&mut tx, sock, &mut scratch);
+    answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
 }
 
 /// Hands in again the messages that waited on an AoR whose change this
-/// worker finished (see `proto/busy.rs`), and sends what they draw.
-fn answer_woken(core: &mut Core, storage: &mut Storage, out: &mut Vec<u8>, sender: &Sender) {
+/// worker finished (see `proto/busy.rs`), and sends what they draw. A
+/// batch still with the store (Redis) is answered first: what waited is
+/// stored by itself, on a connection with nothing else in flight.
+fn answer_woken(
+    core: &mut Core,
+    storage: &mut Storage,
+    deferred: &mut Deferred,
+    (tx, sock, out): &mut (&mut SendBatch, &UdpSocket, &mut Vec<u8>),
+    sender: &Sender,
+) {
     if !core.has_woken() {
         return;
+    }
+    if deferred.sending() {
+        deferred.receive(core, &mut storage.hold());
+        answer_stored(deferred, core, tx, sock, sender);
     }
     let mut held = storage.hold();
     let now = crate::io::clock::now();
