@@ -216,6 +216,11 @@ impl Phone {
     ) -> Result<&'static str, PhoneError> {
         let mut idle_since: Option<Instant> = None;
         loop {
+            if let Some(i) = self.hung_up.iter().position(|c| c == call_id) {
+                self.hung_up.remove(i);
+                (self.log)("remote hung up");
+                return Ok("remote");
+            }
             if running.sender_done() {
                 if hang_up_after_send {
                     // Let the last packets land.

@@ -90,17 +90,31 @@ impl Phone {
     /// not waiting for one is refused busy (486); while it is, calls queue
     /// (a few: more are busy too).
     fn by_default(&mut self, e: Event) {
-        if let Event::Incoming {
-            call_id,
-            from,
-            message,
-        } = e
-        {
-            if self.accepting && self.invites.len() < 4 {
-                self.invites.push_back((call_id, from, message));
-            } else {
-                let _ = self.agent.reject(&call_id, 486, Instant::now());
+        match e {
+            Event::Incoming {
+                call_id,
+                from,
+                message,
+            } => {
+                if self.accepting && self.invites.len() < 4 {
+                    self.invites.push_back((call_id, from, message));
+                } else {
+                    let _ = self.agent.reject(&call_id, 486, Instant::now());
+                }
             }
+            // The peer hung up before the media began (while the phone
+            // waited for the ACK): the media step sees it at once.
+            Event::Request {
+                call_id,
+                method: Method::Bye,
+                answered: Some(200),
+            } => {
+                if self.hung_up.len() >= 4 {
+                    self.hung_up.pop_front();
+                }
+                self.hung_up.push_back(call_id);
+            }
+            _ => {}
         }
     }
 

@@ -201,6 +201,8 @@ pub struct Phone {
     accepting: bool,
     /// Our address seen by the server moved: register again.
     remapped: bool,
+    /// Calls the peer hung up (BYE answered) before a step waited for it.
+    hung_up: std::collections::VecDeque<String>,
     log: Box<dyn FnMut(&str) + Send>,
     /// How often a registration is kept alive while waiting (`None`: not).
     keepalive: Option<Duration>,
@@ -314,6 +316,7 @@ impl Phone {
             invites: std::collections::VecDeque::new(),
             accepting: false,
             remapped: false,
+            hung_up: std::collections::VecDeque::new(),
             log: Box::new(|_| {}),
             keepalive: None,
             tickets: std::collections::VecDeque::new(),
