@@ -146,25 +146,22 @@ impl Agent {
         }
         let req = self.new_invite(who, uri, body);
         let call_id = req.call_id.clone();
-        let d = Dialog {
+        let (local, remote) = (
+            (req.from.clone(), req.from_tag.clone()),
+            (req.to.clone(), None),
+        );
+        let tx = self.start(req, dest, who.shown.clone(), ring, now)?;
+        self.dialogs.push(Dialog {
             call_id: call_id.clone(),
-            local: (req.from.clone(), req.from_tag.clone()),
-            remote: (req.to.clone(), None),
+            local,
+            remote,
             target: uri.to_owned(),
             routes: Vec::new(),
             fallback: dest,
             side: Side::Caller {
-                invite: Tx(0),
-                ack: None,
-            },
-        };
-        let tx = self.start(req, dest, who.shown.clone(), ring, now)?;
-        self.dialogs.push(Dialog {
-            side: Side::Caller {
                 invite: tx,
                 ack: None,
             },
-            ..d
         });
         Ok((tx, call_id))
     }
