@@ -38,6 +38,26 @@ pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
 /// memory at the largest contacts allowed.
 pub const DEFAULT_MAX_BINDINGS: usize = 200_000;
 
+/// Default `batch_wait`: half a millisecond, so that with timer slack and
+/// scheduling the added delay stays under a millisecond.
+pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_micros(500);
+
+/// Largest `batch_wait` accepted: SIP's timers start at 500 ms, and a
+/// wait is paid by every message that meets it.
+pub const MAX_BATCH_WAIT: Duration = Duration::from_millis(10);
+
+/// `batch_wait` from microseconds, refused past [`MAX_BATCH_WAIT`].
+pub fn batch_wait(us: u64) -> Result<Duration, String> {
+    let wait = Duration::from_micros(us);
+    if wait > MAX_BATCH_WAIT {
+        return Err(format!(
+            "{us} µs: at most {} (0 never waits)",
+            MAX_BATCH_WAIT.as_micros()
+        ));
+    }
+    Ok(wait)
+}
+
 /// Which AES pseudonyms the proxy accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AesMode {
@@ -276,6 +296,10 @@ pub struct Config {
     pub workers: usize,
     /// How datagrams are spread over the workers.
     pub udp_balance: UdpBalance,
+    /// Longest a busy transport thread waits after a read before the
+    /// next, so that one read takes several messages (`io::pace`): the
+    /// most a message's answer is delayed by it. Zero: never wait.
+    pub batch_wait: Duration,
     /// Address put in Via and used to recognise requests for this server;
     /// defaults to the UDP address.
     pub advertise: SocketAddr,
@@ -652,6 +676,7 @@ impl Default for Config {
             http: Some(DEFAULT_HTTP),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             udp_balance: UdpBalance::Flow,
+            batch_wait: DEFAULT_BATCH_WAIT,
             advertise: udp,
             record_route: false,
             stateful: false,
@@ -952,6 +977,22 @@ mod tests {
     }
 
     #[test]
+    fn batch_wait_is_bounded() {
+        let mut c = Config::default();
+        c.apply_toml("batch_wait_us = 0\n", "t.toml")
+            .expect("0 is off");
+        assert!(c.batch_wait.is_zero());
+        c.apply_toml("batch_wait_us = 10000\n", "t.toml")
+            .expect("the most");
+        assert_eq!(c.batch_wait, MAX_BATCH_WAIT);
+        let err = c
+            .apply_toml("batch_wait_us = 10001\n", "t.toml")
+            .unwrap_err();
+        assert!(err.to_string().contains("batch_wait_us"), "{err}");
+        assert!(c.apply_toml("batch_wait_us = -1\n", "t.toml").is_err());
+    }
+
+    #[test]
     fn example_file_parses_to_the_defaults() {
         let text = include_str!("../../../sipsec.example.toml");
         let mut c = Config::default();
@@ -971,6 +1012,7 @@ mod tests {
             (60, 7200, 3600, d.path)
         );
         assert_eq!((c.stateful, c.record_route), (d.stateful, d.record_route));
+        assert_eq!(c.batch_wait, d.batch_wait);
         assert_eq!(c.dns, d.dns);
         assert_eq!(
             c.connections, d.connections,

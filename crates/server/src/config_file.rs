@@ -39,6 +39,8 @@ pub struct FileConfig {
     pub workers: Option<usize>,
     /// `spread`, `shared` or `flow`.
     pub udp_balance: Option<String>,
+    /// Microseconds a busy transport thread may wait between reads.
+    pub batch_wait_us: Option<u64>,
     /// Location store directory.
     pub data_dir: Option<PathBuf>,
     /// `true`: fsync every location change (as `--fsync`).
@@ -506,6 +508,9 @@ impl Config {
             self.udp_balance = UdpBalance::parse(&b).ok_or_else(|| {
                 value("udp_balance", format!("{b:?}: use spread, shared or flow"))
             })?;
+        }
+        if let Some(us) = f.batch_wait_us {
+            self.batch_wait = batch_wait(us).map_err(|e| value("batch_wait_us", e))?;
         }
         if let Some(k) = f.forking {
             self.forking = Forking::parse(&k)

@@ -211,3 +211,81 @@ fn registers_for_one_aor_on_both_workers_are_each_answered_once() {
     let m = &shared.metrics;
     assert!(m.udp_worker_datagrams(0) > 0 && m.udp_worker_datagrams(1) > 0);
 }
+
+/// A worker that waits between reads (`batch_wait`, here the largest)
+/// under a steady stream: it waits, answers every request exactly once,
+/// and, idle again, answers a lone request (a wait only ever follows a
+/// read; the bound on the added delay is checked on virtual time in
+/// `io::pace`).
+#[test]
+fn a_pacing_worker_answers_a_steady_stream_once_each_and_a_lone_request() {
+    let dir = std::env::temp_dir().join(format!("sipsec-udp-paced-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = start(Config {
+        mode: Mode::Registrar,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 1,
+        batch_wait: sipsec_server::config::MAX_BATCH_WAIT,
+        data_dir: dir,
+        ..Config::default()
+    })
+    .expect("server starts");
+    let srv = s.handle.local_addr();
+    let peer = socket();
+    let me = peer.local_addr().expect("addr");
+    let register = move |i: usize| {
+        format!(
+            "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-p{i}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:p{i}@localhost>;tag=t{i}\r\nTo: <sip:p{i}@localhost>\r\n\
+             Call-ID: paced-{i}\r\nCSeq: 1 REGISTER\r\nContact: <sip:p{i}@{me}>\r\n\
+             Expires: 600\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    // A steady stream, about ten requests a millisecond, at most 64
+    // unanswered (so no answer is lost to a full buffer of this socket).
+    const N: usize = 1500;
+    let sender = peer.try_clone().expect("clone");
+    let (credit, credits) = std::sync::mpsc::channel::<()>();
+    let stream = std::thread::spawn(move || {
+        for i in 0..N {
+            if i >= 64 {
+                credits.recv().expect("an answer came");
+            }
+            sender.send_to(register(i).as_bytes(), srv).expect("send");
+            if i % 10 == 9 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    for _ in 0..N {
+        let ok = recv(&peer);
+        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
+        let _ = credit.send(());
+    }
+    stream.join().expect("stream");
+    assert_eq!(seen.len(), N, "every request answered");
+    assert!(seen.values().all(|&c| c == 1), "each once");
+    let waits = s
+        .handle
+        .shared()
+        .metrics
+        .paced_waits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(waits > 0, "a steady stream is waited for");
+    let options = format!(
+        "OPTIONS sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-lone\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:x@localhost>;tag=x\r\nTo: <sip:localhost>\r\n\
+         Call-ID: lone\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+    );
+    peer.send_to(options.as_bytes(), srv).expect("send");
+    let ok = recv(&peer);
+    assert!(
+        ok.starts_with("SIP/2.0 200 ") && ok.contains("Call-ID: lone"),
+        "{ok}"
+    );
+}

@@ -171,6 +171,11 @@ struct ServeArgs {
     /// or shared (one socket all read) [default: flow].
     #[arg(long, value_parser = ["spread", "shared", "flow"])]
     udp_balance: Option<String>,
+    /// Longest a busy worker waits after a read before the next, so that
+    /// one read takes several messages (fewer wake-ups); the most it adds
+    /// to an answer's delay; 0 never waits [default: 500, at most 10000].
+    #[arg(long, value_name = "MICROSECONDS", value_parser = parse_batch_wait)]
+    batch_wait_us: Option<std::time::Duration>,
     /// Record-route forwarded INVITE/SUBSCRIBE/REFER so in-dialog requests traverse the proxy.
     #[arg(long)]
     record_route: bool,
@@ -294,6 +299,12 @@ fn main() -> ExitCode {
 }
 
 /// Defaults, then the file, then flags.
+/// `--batch-wait-us`: microseconds, bounded as in the configuration file.
+fn parse_batch_wait(s: &str) -> Result<std::time::Duration, String> {
+    let us: u64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    sipsec_server::config::batch_wait(us)
+}
+
 fn build_config(a: ServeArgs) -> Result<Config, String> {
     let mut config = Config::default();
     if let Some(path) = &a.config {
@@ -353,6 +364,9 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         .and_then(sipsec_server::config::UdpBalance::parse)
     {
         config.udp_balance = b;
+    }
+    if let Some(w) = a.batch_wait_us {
+        config.batch_wait = w;
     }
     if let Some(h) = a.hep {
         let mut t = config

@@ -17,6 +17,7 @@ pub mod manage;
 pub mod maplog;
 pub mod media;
 pub mod ng;
+pub mod pace;
 pub mod probe;
 pub mod process;
 pub mod records;

@@ -8,11 +8,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::UdpBalance;
 use crate::io::drive::{Deferred, Storage};
+use crate::io::pace::Pacer;
 use crate::io::send::{Connections, Sender};
 use crate::io::tcp::shared::TcpHub;
 use crate::io::wake::Wakers;
@@ -153,7 +155,9 @@ fn worker(
     let mut tx = SendBatch::default();
     let mut deferred = Deferred::default();
     let mut scratch = Vec::new();
+    let (mut pacer, mut wait_until) = (Pacer::new(core.shared().config.batch_wait), None);
     while !stop.load(Ordering::Relaxed) {
+        crate::io::pace::wait(wait_until.take(), core.shared());
         let mut n = if deferred.sending() {
             // A batch is with a shared store: handle what arrived meanwhile
             // while it works, or, if nothing did, answer that batch now.
@@ -180,6 +184,7 @@ fn worker(
             match rx.recv(sock) {
                 Ok(n) => {
                     core.shared().metrics.udp_worker_received(index, n);
+                    wait_until = pacer.read(Instant::now(), n, n == BATCH);
                     n
                 }
                 Err(_) => {

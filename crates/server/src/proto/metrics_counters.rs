@@ -132,7 +132,7 @@ impl Metrics {
     }
 
     /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 22] {
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 23] {
         [
             (
                 "sipsec_dns_queries_total",
@@ -153,6 +153,11 @@ impl Metrics {
                 "sipsec_register_busy_waits_total",
                 "REGISTERs that met another worker's change in flight on their address-of-record and waited, parked, for its commit.",
                 &self.busy_waits,
+            ),
+            (
+                "sipsec_batch_waits_total",
+                "Waits a busy transport thread took after a read so that its next read takes several messages (batch_wait_us); beside sipsec_udp_worker_datagrams_total and sipsec_reactor_messages_total, how often the threads waited.",
+                &self.paced_waits,
             ),
             (
                 "sipsec_next_hop_unresolved_total",
