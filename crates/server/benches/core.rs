@@ -76,6 +76,7 @@ impl Worker {
             .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()));
         sipsec_server::io::drive::handle(
             &mut self.core,
+            &sipsec_server::io::sinks::Sinks::default(),
             journal
                 .as_deref_mut()
                 .map(|j| j as &mut dyn sipsec_server::io::drive::Store),

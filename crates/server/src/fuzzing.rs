@@ -13,6 +13,7 @@ use sip_core::{Limits, Message};
 
 use crate::config::{Config, Mode};
 use crate::io::drive;
+use crate::io::sinks::Sinks;
 use crate::proto::auth::{Authenticator, NonceKey};
 use crate::proto::core::{Core, Reply, Transport};
 use crate::proto::location::MemoryLocation;
@@ -125,7 +126,16 @@ pub fn core(data: &[u8]) {
         };
         core.on_timer(now);
         check_sends(&core, "a timer");
-        let reply = drive::handle(&mut core, None, msg, src, transport, now, &mut out);
+        let reply = drive::handle(
+            &mut core,
+            &Sinks::default(),
+            None,
+            msg,
+            src,
+            transport,
+            now,
+            &mut out,
+        );
         let parsed = Message::parse(msg).is_ok();
         if let Reply::Send(..) = reply {
             relayed_only_ours(msg, &out, &mut forwarded);
@@ -194,7 +204,16 @@ pub fn response_path(data: &[u8]) {
         for (i, transport) in TRANSPORTS.iter().enumerate() {
             let src: SocketAddr = SOURCES[i % SOURCES.len()].parse().expect("literal");
             out.clear();
-            let reply = drive::handle(&mut core, None, data, src, *transport, now, &mut out);
+            let reply = drive::handle(
+                &mut core,
+                &Sinks::default(),
+                None,
+                data,
+                src,
+                *transport,
+                now,
+                &mut out,
+            );
             assert!(
                 matches!(reply, Reply::Drop) && core.extra().is_empty(),
                 "a response no request led to was relayed ({reply:?}):\n{}",

@@ -735,6 +735,7 @@ fn expired_nonces_are_stale() {
         assert_eq!(
             sipsec_server::io::drive::handle(
                 &mut core,
+                &sipsec_server::io::sinks::Sinks::default(),
                 None,
                 msg.as_bytes(),
                 src,

@@ -23,6 +23,7 @@ use sip_core::digest::Algorithm;
 use sip_core::transaction::TimerConfig;
 use sip_core::{Message, Method};
 use sipsec_server::io::drive::{self, Store};
+use sipsec_server::io::sinks::Sinks;
 use sipsec_server::proto::auth::{Authenticator, NonceKey};
 use sipsec_server::proto::location::{Binding, MemoryLocation, Record, StoreError};
 use sipsec_server::proto::users::{UserEntry, Users};
@@ -160,6 +161,7 @@ impl Server {
         let store: &mut dyn Store = &mut self.journal;
         let reply = drive::handle(
             &mut self.core,
+            &Sinks::default(),
             Some(store),
             bytes,
             from,
@@ -173,6 +175,7 @@ impl Server {
         // workers do after each batch.
         drive::woken(
             &mut self.core,
+            &Sinks::default(),
             &mut self.journal,
             now,
             &mut buf,
@@ -185,7 +188,7 @@ impl Server {
     }
 
     fn wake(&mut self, now: Now, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> bool {
-        drive::on_timer(&mut self.core, now);
+        drive::on_timer(&mut self.core, &Sinks::default(), now);
         carry(&self.core, Reply::Drop, &[], out);
         self.core.extra().wake().names
     }
@@ -200,6 +203,7 @@ impl Server {
             let mut buf = Vec::new();
             drive::resolved(
                 &mut self.core,
+                &Sinks::default(),
                 &key,
                 to,
                 300,
@@ -1040,6 +1044,7 @@ fn a_register_that_meets_a_change_in_flight_waits_for_its_commit_and_is_counted_
     );
     let reply = drive::handle(
         &mut second,
+        &Sinks::default(),
         Some(&mut disk),
         &b,
         src,
@@ -1058,9 +1063,17 @@ fn a_register_that_meets_a_change_in_flight_waits_for_its_commit_and_is_counted_
         Reply::Send(..)
     ));
     let mut answers = Vec::new();
-    drive::woken(&mut first, &mut disk, now, &mut out_b, |_, reply, bytes| {
-        answers.push((reply, String::from_utf8_lossy(bytes).into_owned()));
-    });
+    let sinks = Sinks::default();
+    drive::woken(
+        &mut first,
+        &sinks,
+        &mut disk,
+        now,
+        &mut out_b,
+        |_, reply, bytes| {
+            answers.push((reply, String::from_utf8_lossy(bytes).into_owned()));
+        },
+    );
     assert_eq!(answers.len(), 1, "the REGISTER that waited, once");
     assert!(matches!(answers[0].0, Reply::Send(..)));
     assert!(answers[0].1.starts_with("SIP/2.0 200"), "{}", answers[0].1);

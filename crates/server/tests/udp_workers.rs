@@ -236,7 +236,7 @@ fn a_pacing_worker_answers_a_steady_stream_once_each_and_a_lone_request() {
     let srv = s.handle.local_addr();
     let peer = socket();
     let me = peer.local_addr().expect("addr");
-    let register = move |i: usize| {
+    let register = |i: usize| {
         format!(
             "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-p{i}\r\n\
              Max-Forwards: 70\r\nFrom: <sip:p{i}@localhost>;tag=t{i}\r\nTo: <sip:p{i}@localhost>\r\n\
@@ -244,30 +244,22 @@ fn a_pacing_worker_answers_a_steady_stream_once_each_and_a_lone_request() {
              Expires: 600\r\nContent-Length: 0\r\n\r\n"
         )
     };
-    // A steady stream, about ten requests a millisecond, at most 64
-    // unanswered (so no answer is lost to a full buffer of this socket).
-    const N: usize = 1500;
-    let sender = peer.try_clone().expect("clone");
-    let (credit, credits) = std::sync::mpsc::channel::<()>();
-    let stream = std::thread::spawn(move || {
-        for i in 0..N {
-            if i >= 64 {
-                credits.recv().expect("an answer came");
-            }
-            sender.send_to(register(i).as_bytes(), srv).expect("send");
-            if i % 10 == 9 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
+    // A steady stream the worker keeps up with whatever the machine's
+    // load (a saturated worker reads full batches and never waits): five
+    // requests, their five answers, a millisecond's pause, and again.
+    const N: usize = 300;
     let mut seen: HashMap<String, u32> = HashMap::new();
-    for _ in 0..N {
-        let ok = recv(&peer);
-        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
-        *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
-        let _ = credit.send(());
+    for round in 0..N / 5 {
+        for i in round * 5..round * 5 + 5 {
+            peer.send_to(register(i).as_bytes(), srv).expect("send");
+        }
+        for _ in 0..5 {
+            let ok = recv(&peer);
+            assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+            *seen.entry(header(&ok, "Call-ID").to_owned()).or_default() += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
-    stream.join().expect("stream");
     assert_eq!(seen.len(), N, "every request answered");
     assert!(seen.values().all(|&c| c == 1), "each once");
     let waits = s

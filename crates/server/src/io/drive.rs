@@ -9,6 +9,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::config::RedisSettings;
 use crate::io::journal::{Journal, SharedJournal};
 use crate::io::redis::{RedisState, RedisStore};
+use crate::io::sinks::Sinks;
 use crate::proto::busy::Parking;
 use crate::proto::core::{Core, Event, Reply, Transport};
 use crate::proto::location::{Record, StoreError};
@@ -204,8 +205,10 @@ const PARK_TRIES: usize = 8;
 /// memory only). Returns what to do with `out` and leaves the core's
 /// extra messages in [`Core::extra`].
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub fn handle(
     core: &mut Core,
+    sinks: &Sinks,
     store: Option<&mut dyn Store>,
     input: &[u8],
     src: SocketAddr,
@@ -214,11 +217,9 @@ pub fn handle(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
-    if let Some(t) = core.shared().tap.as_ref() {
-        t.received(input, src, transport);
-    }
+    sinks.received(input, src, transport);
     let reply = core.handle(input, src, transport, now, out);
-    settle(core, store, input, src, transport, now, out, reply)
+    settle(core, sinks, store, input, src, transport, now, out, reply)
 }
 
 /// Hands in again a message that waited on an answer from outside (it
@@ -227,6 +228,7 @@ pub fn handle(
 /// change is not expected, and would be refused unstored.
 pub fn hand_in(
     core: &mut Core,
+    sinks: &Sinks,
     p: &Parked,
     relayed: Option<crate::proto::media::Outcome>,
     now: Now,
@@ -240,6 +242,7 @@ pub fn hand_in(
     };
     settle(
         core,
+        sinks,
         Some(&mut Refusing),
         input,
         src,
@@ -259,7 +262,14 @@ pub fn hand_in_and_send(
     relayed: Option<crate::proto::media::Outcome>,
     out: &mut Vec<u8>,
 ) {
-    let reply = hand_in(core, p, relayed, crate::io::clock::now(), out);
+    let reply = hand_in(
+        core,
+        sender.sinks(),
+        p,
+        relayed,
+        crate::io::clock::now(),
+        out,
+    );
     sender.send_all(core.extra());
     sender.reply(reply, out, core.sent_key());
     release_woken(core);
@@ -278,8 +288,10 @@ fn release_woken(core: &mut Core) {
 /// at `now`: where it leads is recorded for `ttl` seconds, and every
 /// request that waited on it is handed in again; `carry` carries out each
 /// one's output (the core's extras, then the reply for `out`).
+#[allow(clippy::too_many_arguments)]
 pub fn resolved(
     core: &mut Core,
+    sinks: &Sinks,
     key: &NameKey,
     to: Vec<SocketAddr>,
     ttl: u32,
@@ -289,7 +301,7 @@ pub fn resolved(
 ) {
     let parked = core.shared().names.finish(key, to, ttl, now.mono);
     for p in parked {
-        let reply = hand_in(core, &p, None, now, out);
+        let reply = hand_in(core, sinks, &p, None, now, out);
         carry(core, reply, out);
     }
     release_woken(core);
@@ -297,10 +309,10 @@ pub fn resolved(
 
 /// Runs the transactions' timers due at `now`; what to send is left in
 /// [`Core::extra`].
-pub fn on_timer(core: &mut Core, now: Now) {
+pub fn on_timer(core: &mut Core, sinks: &Sinks, now: Now) {
     core.on_timer(now);
     if core.has_events() {
-        log_events(core);
+        account(core, sinks);
     }
 }
 
@@ -322,6 +334,7 @@ impl Store for Refusing {
 #[allow(clippy::too_many_arguments)]
 fn settle(
     core: &mut Core,
+    sinks: &Sinks,
     store: Option<&mut dyn Store>,
     input: &[u8],
     src: SocketAddr,
@@ -341,7 +354,7 @@ fn settle(
         reply = core.persisted(stored, input, out);
     }
     if core.has_events() {
-        log_events(core);
+        account(core, sinks);
     }
     reply
 }
@@ -436,8 +449,10 @@ impl Deferred {
 /// message whose AoR is busy waits for that change's commit, even when
 /// the change is one of this batch's own ([`woken`]).
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub fn handle_deferring(
     core: &mut Core,
+    sinks: &Sinks,
     deferred: &mut Deferred,
     input: &[u8],
     src: SocketAddr,
@@ -446,9 +461,7 @@ pub fn handle_deferring(
     out: &mut Vec<u8>,
 ) -> Reply {
     out.clear();
-    if let Some(t) = core.shared().tap.as_ref() {
-        t.received(input, src, transport);
-    }
+    sinks.received(input, src, transport);
     let mut reply = core.handle(input, src, transport, now, out);
     // A change in flight on its AoR (this batch's own, or another
     // worker's): it waits for that commit.
@@ -462,7 +475,7 @@ pub fn handle_deferring(
         reply = Reply::Drop;
     }
     if core.has_events() {
-        log_events(core);
+        account(core, sinks);
     }
     reply
 }
@@ -570,6 +583,7 @@ fn retry(
 /// output (the core's extras, then the reply for `out`).
 pub fn woken(
     core: &mut Core,
+    sinks: &Sinks,
     store: &mut dyn Store,
     now: Now,
     out: &mut Vec<u8>,
@@ -579,20 +593,33 @@ pub fn woken(
         out.clear();
         let (input, src, transport) = (&p.message[..], p.src, p.arrived);
         let reply = core.handle_again(input, src, transport, now, out);
-        let reply = settle(core, Some(store), input, src, transport, now, out, reply);
+        let reply = settle(
+            core,
+            sinks,
+            Some(store),
+            input,
+            src,
+            transport,
+            now,
+            out,
+            reply,
+        );
         carry(core, reply, out);
     }
 }
 
-/// Logs what the core reported (rate limited).
+/// Writes the call records the core made (before what made them is
+/// sent) and logs what it reported.
+#[cold]
+pub fn account(core: &mut Core, sinks: &Sinks) {
+    sinks.write_records(core);
+    log_events(core);
+}
+
+/// Logs what the core reported (rate limited). Call records wait in the
+/// core for [`account`]: only the paths that can end a call make them.
 #[cold]
 pub fn log_events(core: &mut Core) {
-    let records: Vec<_> = core.take_records().collect();
-    if !records.is_empty() {
-        if let Some(log) = core.shared().call_log.clone() {
-            log.write(&records);
-        }
-    }
     for e in core.events() {
         match e {
             Event::AuthFailed { src, user } => crate::io::log::auth_failure(src, &user),

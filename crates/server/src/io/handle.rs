@@ -32,6 +32,8 @@ pub struct ServerHandle {
     pub(crate) redis_sync: Option<crate::io::redis::SyncWaker>,
     pub(crate) threads: Vec<JoinHandle<()>>,
     pub(crate) shared: Arc<Shared>,
+    /// The tracer (woken at the stop) and the call log.
+    pub(crate) sinks: crate::io::sinks::Sinks,
     pub(crate) connection_limit: Option<usize>,
     pub(crate) persistence: Option<Arc<Persistence>>,
 }
@@ -101,7 +103,7 @@ impl ServerHandle {
         if let Some(m) = &self.media {
             m.wake();
         }
-        if let Some(t) = self.shared.tap.as_ref() {
+        if let Some(t) = self.sinks.tap.as_ref() {
             t.wake();
         }
         if let Some(r) = &self.redis_sync {

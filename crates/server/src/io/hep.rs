@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sip_core::Transport;
 
 use crate::config::TraceSettings;
-use crate::proto::shared::Tap;
+use crate::io::sinks::Tap;
 
 /// Chunk types of the generic vendor (0) that sipsec writes.
 pub mod chunk {

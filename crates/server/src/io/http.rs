@@ -45,6 +45,8 @@ pub struct View {
     /// What carries the proxy's own requests out (the BYEs that end a
     /// dialog the operator ends).
     pub sender: Option<Arc<crate::io::send::Sender>>,
+    /// The tracer, whose counts `/metrics` shows.
+    pub sinks: crate::io::sinks::Sinks,
 }
 
 /// The samples kept, and the counters the next one is the rate of.
@@ -217,7 +219,7 @@ impl View {
             d.render(&mut text);
             self.shared.originated.render(&mut text);
         }
-        if let Some(t) = self.shared.tap.as_ref() {
+        if let Some(t) = self.sinks.tap.as_ref() {
             let (queued, dropped) = t.counts();
             text.push_str(&format!(
                 "# HELP sipsec_hep_packets_total SIP messages copied to the HEP collector.\n# TYPE sipsec_hep_packets_total counter\nsipsec_hep_packets_total {queued}\n# HELP sipsec_hep_dropped_total SIP messages not traced: the queue to the collector was full, or the message too large for HEP.\n# TYPE sipsec_hep_dropped_total counter\nsipsec_hep_dropped_total {dropped}\n"

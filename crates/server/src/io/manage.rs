@@ -29,7 +29,7 @@ pub fn end_dialog(shared: &Arc<Shared>, sender: Option<&Sender>, call_id: &str) 
             format!("{call_id}: no confirmed call has this Call-ID\n"),
         );
     };
-    crate::io::drive::log_events(&mut core);
+    crate::io::drive::account(&mut core, sender.sinks());
     sender.send_all(core.extra());
     crate::io::log::operator(&format!(
         "call {call_id} ({} to {}) ended by the operator: BYE sent to both parties",

@@ -25,6 +25,7 @@ pub mod redis;
 pub mod resolver;
 pub mod send;
 pub mod server;
+pub mod sinks;
 pub mod start_error;
 pub mod tcp;
 pub mod tls;

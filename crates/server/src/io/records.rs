@@ -7,7 +7,8 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::proto::dialogs::{CallLog, CallRecord};
+use crate::io::sinks::CallLog;
+use crate::proto::dialogs::CallRecord;
 
 /// The records file.
 #[derive(Debug)]

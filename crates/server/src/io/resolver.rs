@@ -775,6 +775,7 @@ impl Worker {
         let sender = &self.sender;
         crate::io::drive::resolved(
             &mut self.core,
+            sender.sinks(),
             key,
             to,
             ttl,

@@ -6,6 +6,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::io::sinks::Sinks;
 use crate::io::wake::Wakers;
 use crate::proto::branch::Key;
 use crate::proto::core::{Reply, Transport};
@@ -15,11 +16,15 @@ use crate::proto::shared::Shared;
 /// Every send path calls this once per message leaving: it counts the
 /// message and hands a copy to the tracer when one is on (the core never
 /// calls the tracer: the drivers do, here and on what they receive).
-pub fn leaving(shared: &Shared, bytes: &[u8], peer: SocketAddr, transport: Transport) {
+pub fn leaving(
+    shared: &Shared,
+    sinks: &Sinks,
+    bytes: &[u8],
+    peer: SocketAddr,
+    transport: Transport,
+) {
     shared.metrics.sent(bytes);
-    if let Some(t) = &shared.tap {
-        t.sent(bytes, peer, transport);
-    }
+    sinks.sent(bytes, peer, transport);
 }
 
 /// Most ICMP errors one look at a socket's queue reads: all it can hold.
@@ -43,6 +48,7 @@ pub trait Connections: std::fmt::Debug + Send + Sync {
 #[derive(Debug, Clone)]
 pub struct Sender {
     shared: Arc<Shared>,
+    sinks: Sinks,
     udp: Option<Arc<UdpSocket>>,
     hub: Option<Arc<dyn Connections>>,
     wakers: Arc<Wakers>,
@@ -50,19 +56,33 @@ pub struct Sender {
 
 impl Sender {
     /// Sends UDP from `udp` and the rest through `hub`, waking the
-    /// threads the cores ask for through `wakers`.
+    /// threads the cores ask for through `wakers`, tracing through
+    /// `sinks`.
     pub fn new(
         shared: Arc<Shared>,
+        sinks: Sinks,
         udp: Option<Arc<UdpSocket>>,
         hub: Option<Arc<dyn Connections>>,
         wakers: Arc<Wakers>,
     ) -> Self {
         Self {
             shared,
+            sinks,
             udp,
             hub,
             wakers,
         }
+    }
+
+    /// Counts and traces `bytes` leaving for `peer` by a path of the
+    /// driver's own (a batch of datagrams), as [`leaving`].
+    pub fn leaving(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
+        leaving(&self.shared, &self.sinks, bytes, peer, transport);
+    }
+
+    /// Where this driver traces messages and writes call records.
+    pub fn sinks(&self) -> &Sinks {
+        &self.sinks
     }
 
     /// Sends `bytes` to `dest` over `transport`; what cannot leave is
@@ -83,7 +103,7 @@ impl Sender {
     ) {
         match (transport, &self.udp, &self.hub) {
             (Transport::Udp, Some(udp), _) => {
-                leaving(&self.shared, bytes, dest, Transport::Udp);
+                leaving(&self.shared, &self.sinks, bytes, dest, Transport::Udp);
                 if sip_udp::send_to(udp, bytes, dest) {
                     self.udp_errors();
                 }
@@ -119,7 +139,7 @@ impl Sender {
         // recursion): errors it draws are read at the next failure.
         for (bytes, (dest, transport)) in sends.iter() {
             if transport == Transport::Udp {
-                leaving(shared, bytes, dest, Transport::Udp);
+                leaving(shared, &self.sinks, bytes, dest, Transport::Udp);
                 sip_udp::send_to(udp, bytes, dest);
             } else {
                 self.send(bytes, dest, transport);

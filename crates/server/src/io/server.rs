@@ -12,6 +12,7 @@ use crate::io::files::{load_users, watch_files};
 use crate::io::handle::{wake_sockets, ServerHandle};
 use crate::io::journal::{Persistence, Recovered};
 use crate::io::send::Sender;
+use crate::io::sinks::Sinks;
 use crate::io::start_error::StartError;
 use crate::io::tcp::shared::{Listeners, TcpHub};
 use crate::io::tls::TlsContext;
@@ -68,14 +69,8 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut threads = Vec::new();
     let mut unwind = Unwind::new(stop.clone());
-    let locals = crate::io::hep::Locals {
-        udp: udp.local_addr(),
-        tcp: tcp_addr,
-        tls: tls_addr,
-        ws: config.websocket.ws,
-        wss: config.websocket.wss,
-    };
-    let tap = start_tracer(&config, locals, &mut threads, &mut unwind)?;
+    let listening = (udp.local_addr(), tcp_addr, tls_addr);
+    let tap = start_tracer(&config, listening, &mut threads, &mut unwind)?;
     let mut shared = Shared::new(
         config,
         location,
@@ -83,8 +78,10 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         crate::io::clock::now(),
         std::hash::RandomState::new(),
     );
-    (shared.privacy, shared.tap, shared.stir) = (privacy, tap, stir);
-    let shared = equip(shared, hosts)?;
+    (shared.privacy, shared.stir) = (privacy, stir);
+    let call_log = call_log(&shared)?;
+    let shared = equip(shared, hosts);
+    let sinks = Sinks { tap, call_log };
     let wakers = Arc::new(crate::io::wake::Wakers::default());
     let (redis_state, redis_sync) = match redis {
         Some((r, state)) => {
@@ -104,6 +101,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     let hub = if streams {
         let hub = TcpHub::new(
             shared.clone(),
+            sinks.clone(),
             hub_store,
             udp.sender().ok().map(Arc::new),
             tls.clone(),
@@ -126,6 +124,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
     .map_err(bind)?;
     let resolver = start_timers_and_resolver(
         &shared,
+        &sinks,
         &udp,
         hub.as_ref(),
         &wakers,
@@ -144,13 +143,14 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
             persistence: persistence.clone(),
             store: Arc::new(std::sync::Mutex::new(admin_store)),
             history: Arc::default(),
-            sender: operator_sender(&shared, &udp, hub.as_ref(), &wakers),
+            sender: operator_sender(&shared, &sinks, &udp, hub.as_ref(), &wakers),
+            sinks: sinks.clone(),
         };
         start_http(l, view, &mut threads, &mut unwind).map_err(bind)?;
     }
     unwind.sockets.extend(udp.wakers().map_err(bind)?);
     udp.start(
-        &shared,
+        (&shared, &sinks),
         backings,
         hub.as_ref(),
         &wakers,
@@ -177,6 +177,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         redis_sync,
         threads,
         shared,
+        sinks,
         persistence,
     };
     Ok(Started { handle, recovered })
@@ -208,6 +209,7 @@ fn prepare_trunks(config: &mut Config) -> Result<(), StartError> {
 /// What carries the operator's requests (a dialog's BYEs) out.
 fn operator_sender(
     shared: &Arc<Shared>,
+    sinks: &Sinks,
     udp: &UdpServer,
     hub: Option<&Arc<TcpHub>>,
     wakers: &Arc<crate::io::wake::Wakers>,
@@ -215,28 +217,26 @@ fn operator_sender(
     let udp = udp.sender().ok()?;
     Some(Arc::new(Sender::new(
         shared.clone(),
+        sinks.clone(),
         Some(Arc::new(udp)),
         hub.map(|h| Arc::new(h.clone()) as Arc<dyn crate::io::send::Connections>),
         wakers.clone(),
     )))
 }
 
-/// The shared state with what the driver provides: the call records
-/// journal, the stage clock, the hosts file.
+/// The shared state with what the driver provides: the stage clock, the
+/// hosts file.
 fn equip(
     mut shared: Shared,
     hosts: std::collections::HashMap<String, std::net::IpAddr>,
-) -> Result<Arc<Shared>, StartError> {
-    shared.call_log = call_log(&shared)?;
+) -> Arc<Shared> {
     shared.stage_clock = Some(std::time::Instant::now);
     shared.names.set_hosts(hosts);
-    Ok(Arc::new(shared))
+    Arc::new(shared)
 }
 
 /// The call records journal, when the proxy keeps records.
-fn call_log(
-    shared: &Shared,
-) -> Result<Option<Arc<dyn crate::proto::dialogs::CallLog>>, StartError> {
+fn call_log(shared: &Shared) -> Result<Option<Arc<dyn crate::io::sinks::CallLog>>, StartError> {
     if shared.dialogs.is_none() || !shared.config.calls.records {
         return Ok(None);
     }
@@ -525,15 +525,23 @@ fn http_listener(config: &Config) -> Result<Option<std::net::TcpListener>, Start
     }
 }
 
-/// The HEP tracer, when configured: its thread runs from here on.
+/// The HEP tracer, when configured, naming the UDP, TCP and TLS
+/// addresses listened on: its thread runs from here on.
 fn start_tracer(
     config: &Config,
-    locals: crate::io::hep::Locals,
+    (udp, tcp, tls): (SocketAddr, Option<SocketAddr>, Option<SocketAddr>),
     threads: &mut Vec<JoinHandle<()>>,
     unwind: &mut Unwind,
-) -> Result<Option<Arc<dyn crate::proto::shared::Tap>>, StartError> {
+) -> Result<Option<Arc<dyn crate::io::sinks::Tap>>, StartError> {
     let Some(t) = &config.trace else {
         return Ok(None);
+    };
+    let locals = crate::io::hep::Locals {
+        udp,
+        tcp,
+        tls,
+        ws: config.websocket.ws,
+        wss: config.websocket.wss,
     };
     let (tracer, thread) = crate::io::hep::Tracer::start(t.clone(), locals, unwind.stop.clone())
         .map_err(|err| StartError::Trace {
@@ -541,7 +549,7 @@ fn start_tracer(
             err,
         })?;
     threads.push(thread);
-    let tap: Arc<dyn crate::proto::shared::Tap> = tracer;
+    let tap: Arc<dyn crate::io::sinks::Tap> = tracer;
     unwind.tap = Some(tap.clone());
     Ok(Some(tap))
 }
@@ -578,6 +586,7 @@ fn follow_shared_location(
 /// (the hosts file, then DNS).
 fn start_timers_and_resolver(
     shared: &Arc<Shared>,
+    sinks: &Sinks,
     udp: &UdpServer,
     hub: Option<&Arc<TcpHub>>,
     wakers: &Arc<crate::io::wake::Wakers>,
@@ -594,6 +603,7 @@ fn start_timers_and_resolver(
     let sender = || -> Result<Sender, StartError> {
         Ok(Sender::new(
             shared.clone(),
+            sinks.clone(),
             Some(Arc::new(udp.sender().map_err(bind)?)),
             hub.map(|h| Arc::new(h.clone()) as Arc<dyn crate::io::send::Connections>),
             wakers.clone(),
@@ -659,7 +669,7 @@ struct Unwind {
     hub: Option<Arc<TcpHub>>,
     resolver: Option<Arc<crate::io::resolver::Resolver>>,
     media: Option<Arc<crate::io::media::Pump>>,
-    tap: Option<Arc<dyn crate::proto::shared::Tap>>,
+    tap: Option<Arc<dyn crate::io::sinks::Tap>>,
     redis_sync: Option<crate::io::redis::SyncWaker>,
     /// Sockets threads block on, see [`wake_sockets`].
     sockets: Vec<socket2::Socket>,
@@ -752,7 +762,7 @@ fn transaction_timers(
                         .clamp(COALESCE, TICK),
                     ),
                 }
-                crate::io::drive::on_timer(&mut core, crate::io::clock::now());
+                crate::io::drive::on_timer(&mut core, sender.sinks(), crate::io::clock::now());
                 sender.send_all(core.extra());
             }
         })

@@ -13,13 +13,14 @@ use std::time::Instant;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::UdpBalance;
-use crate::io::drive::{Deferred, Storage};
+use crate::io::drive::{Deferred, Held, Storage};
 use crate::io::pace::Pacer;
 use crate::io::send::{Connections, Sender};
+use crate::io::sinks::Sinks;
 use crate::io::tcp::shared::TcpHub;
 use crate::io::wake::Wakers;
 use crate::proto::core::{Core, Reply, Transport};
-use crate::proto::shared::Shared;
+use crate::proto::shared::{Now, Shared};
 use sip_udp::{RecvBatch, SendBatch, BATCH};
 
 fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> {
@@ -107,10 +108,10 @@ impl UdpServer {
     }
 
     /// Starts the workers (journal `i` goes to worker `i`), adding their
-    /// threads to `threads`.
+    /// threads to `threads`; each traces through the `Sinks`.
     pub fn start(
         self,
-        shared: &Arc<Shared>,
+        (shared, sinks): (&Arc<Shared>, &Sinks),
         storages: Vec<Storage>,
         hub: Option<&Arc<TcpHub>>,
         wakers: &Arc<Wakers>,
@@ -123,6 +124,7 @@ impl UdpServer {
             let sock = self.sockets[i % self.sockets.len()].clone();
             let sender = Sender::new(
                 shared.clone(),
+                sinks.clone(),
                 Some(sock.clone()),
                 hub.map(|h| Arc::new(h.clone()) as Arc<dyn Connections>),
                 wakers.clone(),
@@ -172,7 +174,7 @@ fn worker(
                 }
                 _ => {
                     deferred.receive(&mut core, &mut storage.hold());
-                    answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+                    answer_stored(&mut deferred, &mut tx, sock, sender);
                     let mut ctx = (&mut tx, sock, &mut scratch);
                     answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
                     continue;
@@ -218,36 +220,23 @@ fn worker(
                     continue;
                 }
                 let out = tx.next_buf();
-                // Over a shared store, a batch's binding changes go in one
-                // round trip and their answers after it (below).
-                let reply = if held.batches() {
-                    crate::io::drive::handle_deferring(
-                        &mut core,
-                        &mut deferred,
-                        data,
-                        src,
-                        Transport::Udp,
-                        now,
-                        out,
-                    )
-                } else {
-                    crate::io::drive::handle(
-                        &mut core,
-                        Some(&mut held),
-                        data,
-                        src,
-                        Transport::Udp,
-                        now,
-                        out,
-                    )
-                };
+                let sinks = sender.sinks();
+                let reply = decide(
+                    &mut core,
+                    sinks,
+                    (&mut held, &mut deferred),
+                    data,
+                    src,
+                    now,
+                    out,
+                );
                 // What the core produced besides its reply goes first, so that a
                 // 100 Trying reaches the caller before the forwarded INVITE can
                 // draw an answer (stateful mode only; rare and small).
                 sender.send_all(core.extra());
                 match reply {
                     Reply::Send(dest, Transport::Udp) => {
-                        crate::io::send::leaving(core.shared(), out, dest, Transport::Udp);
+                        sender.leaving(out, dest, Transport::Udp);
                         tx.commit(dest);
                     }
                     other => sender.reply(other, out, core.sent_key()),
@@ -281,17 +270,38 @@ fn worker(
         // it here).
         deferred.send(&mut core, &mut held);
         drop(held);
-        answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+        answer_stored(&mut deferred, &mut tx, sock, sender);
         let mut ctx = (&mut tx, sock, &mut scratch);
         answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
     }
     // Stopping: what is with the store is still answered.
     if deferred.sending() {
         deferred.receive(&mut core, &mut storage.hold());
-        answer_stored(&mut deferred, &core, &mut tx, sock, sender);
+        answer_stored(&mut deferred, &mut tx, sock, sender);
     }
     let mut ctx = (&mut tx, sock, &mut scratch);
     answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
+}
+
+/// Decides one datagram. Over a shared store its binding change waits in
+/// `deferred` with its answer, for one round trip per batch; otherwise it
+/// is stored before the answer leaves.
+#[inline]
+fn decide(
+    core: &mut Core,
+    sinks: &Sinks,
+    (held, deferred): (&mut Held<'_>, &mut Deferred),
+    data: &[u8],
+    src: SocketAddr,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Reply {
+    let transport = Transport::Udp;
+    if held.batches() {
+        crate::io::drive::handle_deferring(core, sinks, deferred, data, src, transport, now, out)
+    } else {
+        crate::io::drive::handle(core, sinks, Some(held), data, src, transport, now, out)
+    }
 }
 
 /// Hands in again the messages that waited on an AoR whose change this
@@ -310,27 +320,28 @@ fn answer_woken(
     }
     if deferred.sending() {
         deferred.receive(core, &mut storage.hold());
-        answer_stored(deferred, core, tx, sock, sender);
+        answer_stored(deferred, tx, sock, sender);
     }
     let mut held = storage.hold();
     let now = crate::io::clock::now();
-    crate::io::drive::woken(core, &mut held, now, out, |core, reply, out| {
-        sender.send_all(core.extra());
-        sender.reply(reply, out, core.sent_key());
-    });
+    crate::io::drive::woken(
+        core,
+        sender.sinks(),
+        &mut held,
+        now,
+        out,
+        |core, reply, out| {
+            sender.send_all(core.extra());
+            sender.reply(reply, out, core.sent_key());
+        },
+    );
 }
 
 /// Sends the answers of the changes `deferred` finished.
-fn answer_stored(
-    deferred: &mut Deferred,
-    core: &Core,
-    tx: &mut SendBatch,
-    sock: &UdpSocket,
-    sender: &Sender,
-) {
+fn answer_stored(deferred: &mut Deferred, tx: &mut SendBatch, sock: &UdpSocket, sender: &Sender) {
     deferred.send_ready(|reply, out| match reply {
         Reply::Send(dest, Transport::Udp) => {
-            crate::io::send::leaving(core.shared(), out, dest, Transport::Udp);
+            sender.leaving(out, dest, Transport::Udp);
             tx.next_buf().extend_from_slice(out);
             tx.commit(dest);
         }

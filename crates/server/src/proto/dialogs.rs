@@ -71,14 +71,6 @@ pub struct CallRecord {
     pub stir: Option<String>,
 }
 
-/// Where the driver writes call records (a journal file): the drivers
-/// hand it what the core made before sending what ended the call; the
-/// core never calls it.
-pub trait CallLog: std::fmt::Debug + Send + Sync {
-    /// Writes `records` (at once: a kill -9 after this loses none).
-    fn write(&self, records: &[CallRecord]);
-}
-
 /// What the proxy needs to end a confirmed call itself (a BYE to each
 /// party): the INVITE's From and To (without tag), the caller's contact
 /// and where it was reached from, the hop the INVITE went to, its CSeq.

@@ -3,7 +3,6 @@
 //! the time a message is handled ([`Now`]).
 
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,9 +71,6 @@ pub struct Shared {
     /// Since when (Unix seconds) this node's copy of a shared location has
     /// not followed it (the store unreachable); 0 while it follows.
     pub location_stale_since: AtomicU64,
-    /// Where copies of the messages go (HEP tracing), when on: the
-    /// drivers hand it what they receive and send; the core never calls it.
-    pub tap: Option<Arc<dyn Tap>>,
     /// Where domain names lead: read by the core, filled by the driver's
     /// resolver, which the core's [`Sends::wake`] wakes.
     pub names: Arc<NameTable>,
@@ -98,8 +94,6 @@ pub struct Shared {
     pub originated: crate::proto::originated::Originated,
     /// Seals what topology hiding hides, when a trunk hides it.
     pub hider: Option<crate::proto::topology::Hider>,
-    /// Where the drivers write call records, when they are kept.
-    pub call_log: Option<Arc<dyn crate::proto::dialogs::CallLog>>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
     pub(super) flow_key: [u8; 32],
@@ -144,23 +138,6 @@ fn derive_key(salt: &RandomState, label: &[u8]) -> [u8; 32] {
         chunk.copy_from_slice(&h.finish().to_le_bytes());
     }
     key
-}
-
-/// A copy of every SIP message received and sent, for tracing (HEP).
-/// Implemented by the driver; called on the hot path, so it must not block.
-pub trait Tap: std::fmt::Debug + Send + Sync {
-    /// `bytes` arrived from `peer` over `transport`.
-    fn received(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
-    /// `bytes` are being sent to `peer` over `transport`.
-    fn sent(&self, bytes: &[u8], peer: SocketAddr, transport: Transport);
-    /// A record of `peer`'s connection over `transport` (the TLS session
-    /// it set up, as JSON): traced once per connection.
-    fn connection_event(&self, _peer: SocketAddr, _transport: Transport, _record: &str) {}
-    /// Messages handed to the collector, and those dropped (queue full).
-    fn counts(&self) -> (u64, u64);
-
-    /// Wakes the tracer's thread to see the stop.
-    fn wake(&self) {}
 }
 
 impl Shared {
@@ -252,7 +229,6 @@ impl Shared {
             stage_clock: None,
             draining: std::sync::atomic::AtomicBool::new(false),
             location_stale_since: AtomicU64::new(0),
-            tap: None,
             names,
             flows,
             media,
@@ -261,7 +237,6 @@ impl Shared {
             dialogs,
             hider,
             originated: crate::proto::originated::Originated::default(),
-            call_log: None,
             branch_salt: salt,
             flow_key,
             branch_key,

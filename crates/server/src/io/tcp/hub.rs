@@ -15,6 +15,7 @@ use rustls::pki_types::ServerName;
 
 use crate::io::drive::Storage;
 use crate::io::send::{Connections, Sender};
+use crate::io::sinks::Sinks;
 use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
 use crate::proto::branch::Key;
@@ -32,6 +33,7 @@ impl TcpHub {
     /// limit to size the connection limit.
     pub fn new(
         shared: Arc<Shared>,
+        sinks: Sinks,
         storage: Storage,
         udp: Option<Arc<UdpSocket>>,
         tls: Option<Arc<TlsContext>>,
@@ -42,6 +44,7 @@ impl TcpHub {
         let max = effective_limit(limits.max, sip_udp::raise_fd_limit());
         Arc::new(Self {
             shared,
+            sinks,
             storage: Mutex::new(storage),
             udp,
             tls,
@@ -230,7 +233,7 @@ impl TcpHub {
         };
         match queued {
             Ok(()) => {
-                crate::io::send::leaving(&self.shared, bytes, dest, conn.transport);
+                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
                 Ok(())
             }
             Err(e) => {
@@ -431,7 +434,7 @@ impl TcpHub {
         }
         self.open.fetch_add(1, Ordering::Relaxed);
         self.shared.metrics.connection_opened(conn.transport, false);
-        crate::io::send::leaving(&self.shared, bytes, dest, conn.transport);
+        crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
         self.order(reactor, Order::Adopt(conn));
         Ok(())
     }
@@ -445,6 +448,7 @@ impl TcpHub {
     pub(super) fn sender(self: &Arc<Self>) -> Sender {
         Sender::new(
             self.shared.clone(),
+            self.sinks.clone(),
             self.udp.clone(),
             Some(Arc::new(self.clone())),
             self.wakers.clone(),

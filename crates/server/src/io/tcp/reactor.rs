@@ -545,7 +545,7 @@ impl Reactor {
                 group: group.to_owned(),
                 resumed,
             };
-            if let Some(tap) = &self.hub.shared.tap {
+            if let Some(tap) = &self.hub.sinks.tap {
                 let record = serde_json::json!({ "tls_session": &session }).to_string();
                 tap.connection_event(l.conn.peer, l.conn.transport, &record);
             }
@@ -673,6 +673,7 @@ impl Reactor {
         let reply = if held.batches() {
             crate::io::drive::handle_deferring(
                 &mut self.core,
+                self.sender.sinks(),
                 &mut self.deferred,
                 bytes,
                 conn.peer,
@@ -683,6 +684,7 @@ impl Reactor {
         } else {
             crate::io::drive::handle(
                 &mut self.core,
+                self.sender.sinks(),
                 Some(&mut held),
                 bytes,
                 conn.peer,
@@ -720,6 +722,7 @@ impl Reactor {
         let now = crate::io::clock::now();
         crate::io::drive::woken(
             &mut self.core,
+            sender.sinks(),
             &mut held,
             now,
             &mut self.out,

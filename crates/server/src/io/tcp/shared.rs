@@ -300,6 +300,8 @@ pub(super) struct ReactorLink {
 #[derive(Debug)]
 pub struct TcpHub {
     pub(super) shared: Arc<Shared>,
+    /// Where messages are traced and call records written.
+    pub(super) sinks: crate::io::sinks::Sinks,
     /// What each reactor's storage is made from (another() of it).
     pub(super) storage: Mutex<Storage>,
     pub(super) udp: Option<Arc<UdpSocket>>,
