@@ -10,21 +10,26 @@ use sipsec_server::config::UdpBalance;
 use sipsec_server::{start, Config, Mode, Started};
 
 fn server(name: &str, balance: UdpBalance) -> Started {
+    server_with(name, |c| {
+        (c.mode, c.stateful) = (Mode::Proxy, true);
+        (c.workers, c.udp_balance) = (2, balance);
+    })
+}
+
+/// A server on loopback ports of its own, `tune` setting the rest.
+fn server_with(name: &str, tune: impl FnOnce(&mut Config)) -> Started {
     let dir = std::env::temp_dir().join(format!("sipsec-udp-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    start(Config {
-        mode: Mode::Proxy,
-        stateful: true,
+    let mut config = Config {
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: None,
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 2,
-        udp_balance: balance,
         data_dir: dir,
         ..Config::default()
-    })
-    .expect("server starts")
+    };
+    tune(&mut config);
+    start(config).expect("server starts")
 }
 
 fn socket() -> UdpSocket {
@@ -219,20 +224,10 @@ fn registers_for_one_aor_on_both_workers_are_each_answered_once() {
 /// `io::pace`).
 #[test]
 fn a_pacing_worker_answers_a_steady_stream_once_each_and_a_lone_request() {
-    let dir = std::env::temp_dir().join(format!("sipsec-udp-paced-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let s = start(Config {
-        mode: Mode::Registrar,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 1,
-        batch_wait: sipsec_server::config::MAX_BATCH_WAIT,
-        data_dir: dir,
-        ..Config::default()
-    })
-    .expect("server starts");
+    let s = server_with("paced", |c| {
+        (c.mode, c.workers) = (Mode::Registrar, 1);
+        c.batch_wait = sipsec_server::config::MAX_BATCH_WAIT;
+    });
     let srv = s.handle.local_addr();
     let peer = socket();
     let me = peer.local_addr().expect("addr");
