@@ -342,7 +342,7 @@ pub struct Metrics {
     /// REGISTERs that met a change in flight on their AoR and waited for
     /// its commit.
     pub busy_waits: AtomicU64,
-    /// Waits a transport thread took after a read so that the next read
+    /// Waits a UDP worker took after a read so that the next read
     /// takes several messages (`batch_wait_us`).
     pub paced_waits: AtomicU64,
     /// Requests answered 503 because their next hop's name did not

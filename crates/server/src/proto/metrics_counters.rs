@@ -156,7 +156,7 @@ impl Metrics {
             ),
             (
                 "sipsec_batch_waits_total",
-                "Waits a busy transport thread took after a read so that its next read takes several messages (batch_wait_us); beside sipsec_udp_worker_datagrams_total and sipsec_reactor_messages_total, how often the threads waited.",
+                "Waits a UDP worker took after a read so that its next read takes several datagrams (batch_wait_us); beside sipsec_udp_worker_datagrams_total, how often the workers waited.",
                 &self.paced_waits,
             ),
             (
