@@ -6,11 +6,13 @@
 
 use std::net::SocketAddr;
 
-use crate::proto::core::{bump, Core, Transport};
-use crate::proto::location::{Prepared, Wait};
+use crate::proto::core::Core;
+use crate::proto::location::Wait;
 use crate::proto::parked::Parked;
+use crate::proto::reply::bump;
+use sip_core::Transport;
 
-/// What became of a message that got [`crate::proto::core::Reply::Retry`].
+/// What became of a message that got [`crate::proto::reply::Reply::Retry`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parking {
     /// It waits on its AoR: send nothing now.
@@ -23,17 +25,10 @@ pub enum Parking {
 }
 
 impl Core {
-    /// Commits a prepared change; the messages that waited on its AoR
-    /// become this core's to hand in again.
-    pub(crate) fn commit_change(&mut self, prepared: Prepared, stored: bool) {
-        let woken = self.shared.location.commit(prepared, stored);
-        self.woken.extend(woken);
-    }
-
-    /// Parks the message that just got [`crate::proto::core::Reply::Retry`]
+    /// Parks the message that just got [`crate::proto::reply::Reply::Retry`]
     /// on its busy AoR.
     pub fn park_busy(&mut self, input: &[u8], src: SocketAddr, transport: Transport) -> Parking {
-        let Some(aor) = self.busy.take() else {
+        let Some(aor) = self.ctx.busy.take() else {
             return Parking::Again;
         };
         let p = Parked {
@@ -41,9 +36,9 @@ impl Core {
             src,
             arrived: transport,
         };
-        match self.shared.location.wait_for(&aor, p) {
+        match self.ctx.shared.location.wait_for(&aor, p) {
             Wait::Parked => {
-                bump(&self.shared.metrics.busy_waits);
+                bump(&self.ctx.shared.metrics.busy_waits);
                 Parking::Parked
             }
             Wait::NotBusy(_) => Parking::Again,
@@ -54,16 +49,16 @@ impl Core {
     /// Whether messages wait to be handed in again
     /// ([`Core::next_woken`]).
     pub fn has_woken(&self) -> bool {
-        !self.woken.is_empty() || self.shared.location.has_ready()
+        !self.ctx.woken.is_empty() || self.ctx.shared.location.has_ready()
     }
 
     /// The next message that waited on an AoR whose change this core
     /// finished (or that an operator's removal released): hand it in
     /// with [`Core::handle_again`].
     pub fn next_woken(&mut self) -> Option<Parked> {
-        if self.woken.is_empty() {
-            self.woken.extend(self.shared.location.take_ready());
+        if self.ctx.woken.is_empty() {
+            self.ctx.woken.extend(self.ctx.shared.location.take_ready());
         }
-        self.woken.pop_front()
+        self.ctx.woken.pop_front()
     }
 }

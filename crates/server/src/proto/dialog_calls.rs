@@ -5,11 +5,12 @@
 
 use sip_core::{Message, Method};
 
-use crate::proto::core::Core;
+use crate::proto::ctx::Ctx;
 use crate::proto::dialogs::{CallRecord, Legs, Start};
 use crate::proto::effects::Hop;
 use crate::proto::names::Route;
 use crate::proto::originated::BRANCH_PREFIX;
+use crate::proto::proxy::Proxy;
 use crate::proto::shared::Now;
 use crate::proto::stir::StirEdit;
 
@@ -25,18 +26,19 @@ struct Bye<'a> {
 /// How often dialogs are swept for timeouts, ms.
 const SWEEP_EVERY_MS: u64 = 1000;
 
-impl Core {
+impl Proxy {
     /// An initial INVITE was forwarded to `hop` (along `route`, a trunk's
     /// when it names one): its dialog is followed from now.
     pub(super) fn dialog_begin(
         &self,
+        ctx: &Ctx,
         msg: &Message<'_>,
         up: Hop,
         down: Hop,
         route: Option<&Route>,
     ) {
         let hop = down.0;
-        let Some(d) = self.shared.dialogs.as_ref() else {
+        let Some(d) = ctx.shared.dialogs.as_ref() else {
             return;
         };
         if msg.method() != Method::Invite || msg.to().tag().is_some() {
@@ -57,7 +59,7 @@ impl Core {
                 .unwrap_or("")
                 .to_owned(),
             trunk,
-            transport: self.transport.as_str(),
+            transport: ctx.transport.as_str(),
             stir,
             legs: Legs {
                 from: msg.from().as_str().to_owned(),
@@ -75,52 +77,53 @@ impl Core {
                 hidden: self.hide_out && self.seal_call_id,
             },
         };
-        d.begin(msg, start, self.now.unix_ms);
+        d.begin(msg, start, ctx.now.unix_ms);
     }
 
     /// A response went upstream: what it means for its dialog.
-    pub(super) fn dialog_response(&mut self, msg: &Message<'_>) {
-        let Some(d) = self.shared.dialogs.as_ref() else {
+    pub(super) fn dialog_response(&mut self, ctx: &mut Ctx, msg: &Message<'_>) {
+        let Some(d) = ctx.shared.dialogs.as_ref() else {
             return;
         };
-        if let Some(r) = d.response(msg, self.now.unix_ms) {
-            self.records.push(r);
+        if let Some(r) = d.response(msg, ctx.now.unix_ms) {
+            ctx.records.push(r);
         }
     }
 
     /// After the transactions' timers ran: the responses they made end
     /// their dialogs (a 408 after Timer C), and once a second dialogs past
     /// their time end.
-    pub(super) fn dialog_timers(&mut self, now: Now) {
-        let shared = self.shared.clone();
+    pub(super) fn dialog_timers(&mut self, ctx: &mut Ctx, now: Now) {
+        let shared = ctx.shared.clone();
         let Some(d) = shared.dialogs.as_ref() else {
             return;
         };
-        for (bytes, _) in self.sends.iter() {
+        for (bytes, _) in ctx.sends.iter() {
             if !bytes.starts_with(b"SIP/2.0 ") {
                 continue;
             }
             if let Ok(m) = Message::parse(bytes) {
                 if let Some(r) = d.response(&m, now.unix_ms) {
-                    self.records.push(r);
+                    ctx.records.push(r);
                 }
             }
         }
         if now.unix_ms.saturating_sub(self.swept_ms) >= SWEEP_EVERY_MS {
             self.swept_ms = now.unix_ms;
-            self.records.extend(d.sweep(now.unix_ms));
+            ctx.records.extend(d.sweep(now.unix_ms));
         }
     }
 
-    /// The operator ends the confirmed call `call_id`: a BYE to each
-    /// party (each as the other party would send it, with this proxy's
-    /// Via) is queued in [`Core::extra`] and kept for retransmission
-    /// until answered ([`crate::proto::originated`]), and the call's
-    /// record made. `None` when no confirmed call has that Call-ID.
-    pub fn end_dialog(&mut self, call_id: &str, now: Now) -> Option<CallRecord> {
-        self.sends.clear();
-        self.now = now;
-        let (legs, record) = self.shared.dialogs.as_ref()?.end(call_id, now.unix_ms)?;
+    /// Ends the confirmed call `call_id` (see `Core::end_dialog`).
+    pub(super) fn end_dialog(
+        &mut self,
+        ctx: &mut Ctx,
+        call_id: &str,
+        now: Now,
+    ) -> Option<CallRecord> {
+        ctx.sends.clear();
+        ctx.now = now;
+        let (legs, record) = ctx.shared.dialogs.as_ref()?.end(call_id, now.unix_ms)?;
         let callee_tag = legs.callee_tag.clone().unwrap_or_default();
         let to_callee = format!("{};tag={callee_tag}", legs.to);
         // Toward the callee: the caller's side of the dialog, a CSeq past
@@ -131,7 +134,7 @@ impl Core {
         if let (Some(contact), Some(down)) = (&legs.callee_contact, legs.down) {
             let hidden = legs
                 .hidden
-                .then(|| self.shared.hider.as_ref()?.hide_call_id(call_id))
+                .then(|| ctx.shared.hider.as_ref()?.hide_call_id(call_id))
                 .flatten();
             let bye = Bye {
                 target: contact,
@@ -140,7 +143,7 @@ impl Core {
                 call_id: hidden.as_deref().unwrap_or(call_id),
                 cseq: legs.cseq + 1,
             };
-            self.send_bye(&bye, down);
+            self.send_bye(ctx, &bye, down);
         }
         if let Some(up) = legs.up {
             let bye = Bye {
@@ -150,19 +153,19 @@ impl Core {
                 call_id,
                 cseq: 1_000_000,
             };
-            self.send_bye(&bye, up);
+            self.send_bye(ctx, &bye, up);
         }
-        self.records.push(record.clone());
+        ctx.records.push(record.clone());
         Some(record)
     }
 
     /// Sends `bye` to `hop`, kept until answered.
-    fn send_bye(&mut self, bye: &Bye<'_>, hop: Hop) {
-        let here = self.listen_addr(hop.1);
-        let mut h = std::hash::BuildHasher::build_hasher(&self.shared.branch_salt);
+    fn send_bye(&mut self, ctx: &mut Ctx, bye: &Bye<'_>, hop: Hop) {
+        let here = ctx.listen_addr(hop.1);
+        let mut h = std::hash::BuildHasher::build_hasher(&ctx.shared.branch_salt);
         std::hash::Hasher::write(&mut h, bye.call_id.as_bytes());
         std::hash::Hasher::write(&mut h, bye.target.as_bytes());
-        std::hash::Hasher::write_u64(&mut h, self.now.unix_ms);
+        std::hash::Hasher::write_u64(&mut h, ctx.now.unix_ms);
         let branch = format!("{BRANCH_PREFIX}{:016x}", std::hash::Hasher::finish(&h));
         let text = format!(
             "BYE {} SIP/2.0\r\nVia: SIP/2.0/{} {here};branch={branch}\r\n\
@@ -175,48 +178,48 @@ impl Core {
             bye.call_id,
             bye.cseq,
         );
-        self.sends.push(text.as_bytes(), hop);
-        self.shared
+        ctx.sends.push(text.as_bytes(), hop);
+        ctx.shared
             .originated
-            .start(&branch, text.as_bytes(), hop, self.now.mono);
-        self.sends.wake.timers = true;
+            .start(&branch, text.as_bytes(), hop, ctx.now.mono);
+        ctx.sends.wake.timers = true;
     }
 
     /// This proxy's own requests due again at `now` are sent again; those
     /// Timer F gives up are logged.
-    pub(super) fn originated_timers(&mut self, now: Now) {
-        for branch in self.shared.originated.tick(now.mono, &mut self.sends) {
-            self.events
-                .push(crate::proto::core::Event::Unanswered { branch });
+    pub(super) fn originated_timers(&mut self, ctx: &mut Ctx, now: Now) {
+        for branch in ctx.shared.originated.tick(now.mono, &mut ctx.sends) {
+            ctx.events
+                .push(crate::proto::reply::Event::Unanswered { branch });
         }
     }
 
     /// What the callee's side adds to the CSeq of the request `msg`
     /// answers or is (0: a callee's request, or no offset).
-    pub(super) fn caller_offset(&self, msg: &Message<'_>) -> u32 {
-        self.shared.dialogs.as_ref().map_or(0, |d| {
+    pub(super) fn caller_offset(&self, ctx: &Ctx, msg: &Message<'_>) -> u32 {
+        ctx.shared.dialogs.as_ref().map_or(0, |d| {
             d.offset(msg.call_id(), msg.from().tag().unwrap_or(""))
         })
     }
 
     /// The transactions sent requests again with a trunk's credentials:
     /// their dialogs' offsets grow.
-    pub(super) fn note_renumbered(&mut self) {
-        let Some(d) = self.shared.dialogs.as_ref() else {
+    pub(super) fn note_renumbered(&mut self, ctx: &mut Ctx) {
+        let Some(d) = ctx.shared.dialogs.as_ref() else {
             return;
         };
-        for (call_id, from_tag) in self.sends.renumbered.drain(..) {
+        for (call_id, from_tag) in ctx.sends.renumbered.drain(..) {
             d.renumbered(&call_id, &from_tag);
         }
     }
 
     /// A caller's in-dialog request `msg`, written into `out` as
     /// forwarded, gets the dialog's CSeq offset.
-    pub(super) fn shift_cseq(&self, msg: &Message<'_>, out: &mut Vec<u8>) {
+    pub(super) fn shift_cseq(&self, ctx: &Ctx, msg: &Message<'_>, out: &mut Vec<u8>) {
         if msg.to().tag().is_none() {
             return;
         }
-        let offset = self.caller_offset(msg);
+        let offset = self.caller_offset(ctx, msg);
         if offset == 0 {
             return;
         }

@@ -7,9 +7,10 @@ use sip_core::uri::Host;
 use sip_core::via::Via;
 use sip_core::Uri;
 
-use crate::proto::core::{Core, Transport};
+use crate::proto::ctx::Ctx;
+use sip_core::Transport;
 
-impl Core {
+impl Ctx {
     /// Whether `host:port` names this server. `tls`: reached over TLS,
     /// where the TLS port (default 5061) counts too; elsewhere only the
     /// UDP/TCP port does, so a peer whose own port happens to equal our

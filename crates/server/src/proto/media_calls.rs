@@ -14,15 +14,17 @@ use sip_core::{Message, Method, StatusCode, Transport};
 
 use crate::config_media::RelayFailure;
 use crate::proto::branch::Key;
-use crate::proto::core::{bump, Core, Event, Reply};
+use crate::proto::ctx::Ctx;
 use crate::proto::media::{self, Asked, Outcome};
 use crate::proto::ng::Command;
 use crate::proto::parked::Parked;
+use crate::proto::proxy::Proxy;
+use crate::proto::reply::{bump, Event, Reply};
 
 /// Seconds a caller refused for want of a relay waits (503 Retry-After).
 const RETRY_AFTER: &str = "5";
 
-impl Core {
+impl Proxy {
     /// The session description the relay gave the message being handed in
     /// again, which goes on in place of its own.
     pub(super) fn relayed_sdp(&self) -> Option<&str> {
@@ -35,7 +37,7 @@ impl Core {
     /// Writes the message `written` (as forwarded) again into `out` with
     /// the relay's session description, when there is one; `false` when
     /// it is left as it is.
-    pub(super) fn with_relayed_sdp(&self, written: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(super) fn with_relayed_sdp(&self, _ctx: &Ctx, written: &[u8], out: &mut Vec<u8>) -> bool {
         let Some(sdp) = self.relayed_sdp() else {
             return false;
         };
@@ -55,13 +57,14 @@ impl Core {
     /// goes to.
     pub(super) fn relay_offer(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         to: Transport,
         callee_nat: bool,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
-        let table = self.shared.media.as_ref()?;
+        let table = ctx.shared.media.as_ref()?;
         let method = msg.method();
         if !matches!(method, Method::Invite | Method::Update) {
             return None;
@@ -70,23 +73,23 @@ impl Core {
             Some(Outcome::Sdp(_)) => {
                 let from_tag = msg.from().tag().unwrap_or("");
                 let srtp = media::sdp_of(msg).is_some_and(|s| !media::offers_plain_rtp(s));
-                table.relaying(msg.call_id(), from_tag, srtp, self.now.mono);
+                table.relaying(msg.call_id(), from_tag, srtp, ctx.now.mono);
                 return None;
             }
             Some(Outcome::Failed(why)) => {
                 let why = why.clone();
-                return self.relay_failed(msg, src, &why, out);
+                return self.relay_failed(ctx, msg, src, &why, out);
             }
             Some(Outcome::Refused(why)) => {
                 let what = format!(
                     "{} refused (488): the media relay said {why:?}",
                     method.as_str()
                 );
-                self.events.push(Event::MediaFailed {
+                ctx.events.push(Event::MediaFailed {
                     call_id: msg.call_id().to_owned(),
                     what,
                 });
-                return Some(self.respond(
+                return Some(ctx.respond(
                     msg,
                     StatusCode::NOT_ACCEPTABLE_HERE,
                     &[(
@@ -100,22 +103,21 @@ impl Core {
             None => {}
         }
         let sdp = media::sdp_of(msg)?;
-        let settings = &self.shared.config.media;
+        let settings = &ctx.shared.config.media;
         // The sender behind NAT: its media goes where its messages come from.
         let nat = media::behind_nat(msg, src, sdp);
         let relay = if msg.to().tag().is_some() {
             // In a dialog: its media is relayed when its offer was.
             table.call(msg.call_id()).is_some()
         } else {
-            media::wanted(settings.mode, self.transport, to, nat || callee_nat)
+            media::wanted(settings.mode, ctx.transport, to, nat || callee_nat)
         };
         if !relay {
             return None;
         }
-        if settings.require_srtp && !media::browser(self.transport) && media::offers_plain_rtp(sdp)
-        {
+        if settings.require_srtp && !media::browser(ctx.transport) && media::offers_plain_rtp(sdp) {
             bump(&table.counts.refused_unencrypted);
-            return Some(self.respond(
+            return Some(ctx.respond(
                 msg,
                 StatusCode::NOT_ACCEPTABLE_HERE,
                 &[("Warning", "399 sipsec \"SRTP required: offer RTP/SAVP\"")],
@@ -126,10 +128,10 @@ impl Core {
         // A phone's leg keeps SRTP when a phone offered it (a browser's
         // DTLS-SRTP does not make a phone leg SRTP unless required).
         let srtp = settings.require_srtp
-            || (!media::browser(self.transport) && !media::offers_plain_rtp(sdp));
+            || (!media::browser(ctx.transport) && !media::offers_plain_rtp(sdp));
         let command = Command::Offer(media::media(msg, sdp, true, to, srtp, nat, src.ip()));
-        let question = self.question(b'o', self.branch(msg), 0, None);
-        self.ask_relay(msg, src, question, command, out)
+        let question = self.question(ctx, b'o', self.branch(ctx, msg), 0, None);
+        self.ask_relay(ctx, msg, src, question, command, out)
     }
 
     /// A response `msg` (from `src`) to this proxy's transaction `key`,
@@ -139,20 +141,21 @@ impl Core {
     /// the relay's SDP when it is handed in again).
     pub(super) fn relay_answer(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         key: Key,
     ) -> Option<Reply> {
-        let table = self.shared.media.as_ref()?;
+        let table = ctx.shared.media.as_ref()?;
         let status = msg.status()?;
         let method = msg.cseq().method;
         if method == Method::Bye && status.is_success() {
             // The peer confirmed the BYE of a dialog we forwarded it in:
             // the call ends at the relay (a BYE alone, which anyone who
             // saw the Call-ID could send, ends nothing here).
-            let ours = self.shared.transactions.as_ref()?.knows(key);
+            let ours = ctx.shared.transactions.as_ref()?.knows(key);
             if ours && table.end(msg.call_id()) {
-                self.sends.wake_media();
+                ctx.sends.wake_media();
             }
             return None;
         }
@@ -162,7 +165,7 @@ impl Core {
         let call = table.call(msg.call_id())?;
         if status.as_u16() >= 300 {
             if method == Method::Invite && !call.established && table.end(msg.call_id()) {
-                self.sends.wake_media();
+                ctx.sends.wake_media();
             }
             return None;
         }
@@ -176,7 +179,7 @@ impl Core {
             Some(Outcome::Failed(why) | Outcome::Refused(why)) => {
                 let what = format!("{status} passed on unrelayed: {why}");
                 bump(&table.counts.passed_unrelayed);
-                self.events.push(Event::MediaFailed {
+                ctx.events.push(Event::MediaFailed {
                     call_id: msg.call_id().to_owned(),
                     what,
                 });
@@ -187,17 +190,17 @@ impl Core {
         let sdp = media::sdp_of(msg)?;
         // Only a response to a transaction of ours is worth the relay's
         // question (and may change where the call's media goes).
-        if !self.shared.transactions.as_ref()?.knows(key) {
+        if !ctx.shared.transactions.as_ref()?.knows(key) {
             return None;
         }
         let to = msg.vias().nth(1).map_or(Transport::Udp, |v| v.transport());
         let nat = media::behind_nat(msg, src, sdp);
         // The caller's leg answers in the profile the caller offered.
-        let srtp = self.shared.config.media.require_srtp || call.caller_srtp;
+        let srtp = ctx.shared.config.media.require_srtp || call.caller_srtp;
         let command = Command::Answer(media::media(msg, sdp, false, to, srtp, nat, src.ip()));
-        let question = self.question(b'a', key.branch, status.as_u16(), msg.to().tag());
+        let question = self.question(ctx, b'a', key.branch, status.as_u16(), msg.to().tag());
         let mut none = Vec::new();
-        match self.ask_relay(msg, src, question, command, &mut none) {
+        match self.ask_relay(ctx, msg, src, question, command, &mut none) {
             Some(Reply::Drop) => Some(Reply::Drop),
             // No room: it goes on unrelayed.
             _ => None,
@@ -205,37 +208,40 @@ impl Core {
     }
 
     /// A CANCEL for `msg`'s INVITE was accepted: its call ends at the relay.
-    pub(super) fn media_cancelled(&mut self, msg: &Message<'_>) {
-        if let Some(table) = self.shared.media.as_ref() {
+    pub(super) fn media_cancelled(&mut self, ctx: &mut Ctx, msg: &Message<'_>) {
+        if let Some(table) = ctx.shared.media.as_ref() {
             if table.end(msg.call_id()) {
-                self.sends.wake_media();
+                ctx.sends.wake_media();
             }
         }
     }
 
     fn ask_relay(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         question: u64,
         command: Command,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
-        let table = self.shared.media.as_ref()?;
+        let table = ctx.shared.media.as_ref()?;
         let parked = Parked {
             message: msg.as_bytes().to_vec(),
             src,
-            arrived: self.transport,
+            arrived: ctx.transport,
         };
         match table.ask(question, command, parked) {
             Asked::Parked => {
-                self.sends.wake_media();
+                ctx.sends.wake_media();
                 Some(Reply::Drop)
             }
             // A retransmission of a message that waits: the relay's
             // answer will send that one on.
             Asked::Duplicate => Some(Reply::Drop),
-            Asked::Full => self.relay_failed(msg, src, "too many calls wait on media relays", out),
+            Asked::Full => {
+                self.relay_failed(ctx, msg, src, "too many calls wait on media relays", out)
+            }
         }
     }
 
@@ -243,27 +249,28 @@ impl Core {
     /// unrelayed, as configured.
     fn relay_failed(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         why: &str,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
-        let table = self.shared.media.as_ref()?;
-        let pass = self.shared.config.media.on_failure == RelayFailure::Pass;
+        let table = ctx.shared.media.as_ref()?;
+        let pass = ctx.shared.config.media.on_failure == RelayFailure::Pass;
         let (counter, what) = if pass {
             (&table.counts.passed_unrelayed, "passed on unrelayed")
         } else {
             (&table.counts.refused_no_relay, "refused (503)")
         };
         bump(counter);
-        self.events.push(Event::MediaFailed {
+        ctx.events.push(Event::MediaFailed {
             call_id: msg.call_id().to_owned(),
             what: format!("{} {what}: {why}", msg.method().as_str()),
         });
         if pass {
             return None;
         }
-        Some(self.respond(
+        Some(ctx.respond(
             msg,
             StatusCode::SERVICE_UNAVAILABLE,
             &[
@@ -277,10 +284,10 @@ impl Core {
 
     /// The question a message asks the relay: the same for its
     /// retransmissions, unguessable for anyone else (keyed).
-    fn question(&self, kind: u8, branch: u64, status: u16, to_tag: Option<&str>) -> u64 {
+    fn question(&self, ctx: &Ctx, kind: u8, branch: u64, status: u16, to_tag: Option<&str>) -> u64 {
         use std::hash::BuildHasher;
         // 0 is the question of commands nothing waits on.
-        self.shared
+        ctx.shared
             .branch_salt
             .hash_one((kind, branch, status, to_tag))
             .max(1)

@@ -6,8 +6,9 @@
 //! the driver only moves the records to the store and back
 //! (`io::drive::Deferred`).
 
-use crate::proto::core::{Change, Core, Reply};
+use crate::proto::core::{Change, Core};
 use crate::proto::location::{Record, StoreError};
+use crate::proto::reply::Reply;
 
 /// A change with its message and its answer.
 type Waiting = (Change, Vec<u8>, Vec<u8>);

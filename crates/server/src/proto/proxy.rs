@@ -13,15 +13,16 @@ use sip_core::{HeaderName, Limits, Message, Method, StatusCode, Uri};
 
 use crate::config::{Forking, Mode};
 use crate::proto::branch::{Key, BRANCH_PREFIX, FORK_SHIFT, ID_MASK, LOCAL_TAG_PREFIX};
-use crate::proto::core::{
-    bump, first_path_uri, resolve, reveal, Core, Event, Next, Reply, Transport,
-};
+use crate::proto::ctx::Ctx;
 use crate::proto::effects::Hop;
 use crate::proto::fork::{Fork, MAX_BRANCHES};
 use crate::proto::legs::Target;
 use crate::proto::names::{Found, Park, Route};
+use crate::proto::reply::{bump, Event, Next, Reply};
 use crate::proto::stateful::{NotStarted, Seen};
 use crate::proto::tokens;
+use crate::proto::uris::{first_path_uri, resolve, reveal};
+use sip_core::Transport;
 
 /// How one contact of a local user is reached.
 pub(super) struct Leg {
@@ -76,15 +77,62 @@ struct Forward {
     authenticated: bool,
 }
 
-impl Core {
+/// The proxy's own state (stateless and stateful: the transaction table
+/// is a shared one, in [`Ctx::shared`]): scratch for the request being
+/// routed and what it carries across a wait.
+#[derive(Debug)]
+pub(super) struct Proxy {
+    pub(super) via: String,
+    pub(super) ip: String,
+    pub(super) rr: String,
+    /// The route of the target chosen (its Path, or this node's flow).
+    pub(super) path: String,
+    /// The other targets of the request being forked.
+    pub(super) forks: Vec<Fork>,
+    /// The media relay's answer for the message handed in again after
+    /// waiting on it (`Core::handle_relayed`).
+    pub(super) media: Option<crate::proto::media::Outcome>,
+    /// What STIR/SHAKEN adds to the request being forwarded.
+    pub(super) stir_edit: Option<crate::proto::stir::StirEdit>,
+    /// When dialogs were last swept for timeouts (Unix ms).
+    pub(super) swept_ms: u64,
+    /// The request being routed goes to a trunk that hides the inside.
+    pub(super) hide_out: bool,
+    /// The request being routed came from such a trunk (revealed, or a
+    /// call the trunk begins).
+    pub(super) hidden_in: bool,
+    /// In that hidden dialog the Call-ID is the inside's, sealed toward
+    /// the trunk (not in a dialog the carrier began).
+    pub(super) seal_call_id: bool,
+}
+
+impl Proxy {
+    pub(super) fn new() -> Self {
+        Self {
+            via: String::with_capacity(128),
+            ip: String::with_capacity(48),
+            rr: String::with_capacity(64),
+            path: String::new(),
+            forks: Vec::new(),
+            media: None,
+            stir_edit: None,
+            swept_ms: 0,
+            hide_out: false,
+            hidden_in: false,
+            seal_call_id: true,
+        }
+    }
+}
+
+impl Proxy {
     /// Whether this node's copy of a shared location has not followed it
     /// for longer than `max_stale` at `now` (Unix seconds): then it is not
     /// trusted to route.
-    pub(super) fn location_too_stale(&self, now: u64) -> bool {
-        let Some(max) = self.shared.config.redis.as_ref().and_then(|r| r.max_stale) else {
+    pub(super) fn location_too_stale(&self, ctx: &Ctx, now: u64) -> bool {
+        let Some(max) = ctx.shared.config.redis.as_ref().and_then(|r| r.max_stale) else {
             return false;
         };
-        let since = self
+        let since = ctx
             .shared
             .location_stale_since
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -96,19 +144,20 @@ impl Core {
     /// store's Retry-After.
     pub(super) fn location_stale(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Reply {
-        bump(&self.shared.metrics.location_stale);
-        let retry = self
+        bump(&ctx.shared.metrics.location_stale);
+        let retry = ctx
             .shared
             .config
             .redis
             .as_ref()
             .map_or(5, |r| r.retry_after)
             .to_string();
-        self.respond(
+        ctx.respond(
             msg,
             StatusCode::SERVICE_UNAVAILABLE,
             &[
@@ -122,9 +171,15 @@ impl Core {
 
     /// 503 for a request whose next hop is a name the resolver cannot
     /// take on now: the caller tries again a little later.
-    fn resolver_busy(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
-        bump(&self.shared.metrics.hop_resolver_full);
-        self.respond(
+    fn resolver_busy(
+        &mut self,
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        bump(&ctx.shared.metrics.hop_resolver_full);
+        ctx.respond(
             msg,
             StatusCode::SERVICE_UNAVAILABLE,
             &[
@@ -137,9 +192,15 @@ impl Core {
     }
 
     /// 503 for a request whose next hop is nowhere to be found.
-    fn unresolvable(&mut self, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
-        bump(&self.shared.metrics.hop_unresolved);
-        self.respond(
+    fn unresolvable(
+        &mut self,
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        bump(&ctx.shared.metrics.hop_unresolved);
+        ctx.respond(
             msg,
             StatusCode::SERVICE_UNAVAILABLE,
             &[("Warning", "399 sipsec \"the next hop cannot be resolved\"")],
@@ -151,29 +212,29 @@ impl Core {
     /// Whether `b` was registered over a connection that only it can be
     /// reached on (WebSocket, or RFC 5626 outbound) and that is closed,
     /// on this node.
-    pub(super) fn flow_gone(&self, b: &crate::proto::location::Binding) -> bool {
+    pub(super) fn flow_gone(&self, ctx: &Ctx, b: &crate::proto::location::Binding) -> bool {
         let Some(f) = b.flow else {
             return false;
         };
         let here =
-            b.node.is_empty() || first_path_uri(&b.node).is_none_or(|u| self.is_local_uri(&u));
+            b.node.is_empty() || first_path_uri(&b.node).is_none_or(|u| ctx.is_local_uri(&u));
         here && b.path.is_empty()
             && (f.outbound || matches!(f.transport, Transport::Ws | Transport::Wss))
-            && !self.flow_open(b.source, f.transport)
+            && !self.flow_open(ctx, b.source, f.transport)
     }
 
     /// Whether the phone's connection (its registered flow) is still open.
-    pub(super) fn flow_open(&self, peer: SocketAddr, transport: Transport) -> bool {
-        self.shared.flows.open(peer, transport)
+    pub(super) fn flow_open(&self, ctx: &Ctx, peer: SocketAddr, transport: Transport) -> bool {
+        ctx.shared.flows.open(peer, transport)
     }
 
     /// A Record-Route value naming this server on `transport`, with a
     /// flow token when the hop on that side is a connection.
-    fn write_rr(&mut self, transport: Transport, flow: Option<SocketAddr>) {
-        let here = self.listen_addr(transport);
+    fn write_rr(&mut self, ctx: &mut Ctx, transport: Transport, flow: Option<SocketAddr>) {
+        let here = ctx.listen_addr(transport);
         self.rr.push_str("<sip:");
         if let Some(peer) = flow {
-            let token = tokens::flow_token(&self.shared.flow_key, peer, transport);
+            let token = tokens::flow_token(&ctx.shared.flow_key, peer, transport);
             self.rr.push_str(&token);
             self.rr.push('@');
         }
@@ -204,16 +265,16 @@ impl Core {
     }
 
     /// Whether `src` is another domain's proxy we peer with.
-    pub(super) fn is_peer(&self, src: SocketAddr) -> bool {
-        self.shared.config.peers.iter().any(|(_, a)| *a == src)
+    pub(super) fn is_peer(&self, ctx: &Ctx, src: SocketAddr) -> bool {
+        ctx.shared.config.peers.iter().any(|(_, a)| *a == src)
     }
 
     /// The peer proxy serving the Request-URI's domain.
-    pub(super) fn peer_for(&self, uri: &Uri<'_>) -> Option<SocketAddr> {
+    pub(super) fn peer_for(&self, ctx: &Ctx, uri: &Uri<'_>) -> Option<SocketAddr> {
         let Some(Host::Name(n)) = uri.host() else {
             return None;
         };
-        self.shared
+        ctx.shared
             .config
             .peers
             .iter()
@@ -227,41 +288,42 @@ impl Core {
     /// were authenticated in their domain.
     pub(super) fn authorize_caller(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         now: u64,
         out: &mut Vec<u8>,
     ) -> Result<bool, Reply> {
-        if self.shared.auth.is_none()
+        if ctx.shared.auth.is_none()
             || !matches!(
                 msg.method(),
                 Method::Invite | Method::Message | Method::Subscribe
             )
-            || self.is_peer(src)
+            || self.is_peer(ctx, src)
         {
             return Ok(false);
         }
-        let Some(user) = self.authenticate(msg, true, now, src, out)? else {
+        let Some(user) = ctx.authenticate(msg, true, now, src, out)? else {
             return Ok(false);
         };
         let from = msg.from().uri();
         let Some(from_user) = from.user() else {
             return Ok(true);
         };
-        if self.shared.privacy.is_none() || !self.is_local_uri(from) {
+        if ctx.shared.privacy.is_none() || !ctx.is_local_uri(from) {
             return Ok(true);
         }
-        let single_use = self
+        let single_use = ctx
             .shared
             .privacy
             .as_ref()
             .is_none_or(|p| p.ticket_call(from_user, msg.call_id(), now));
-        match reveal(self.shared.privacy.as_ref(), from_user, now) {
-            None => Err(self.refuse(msg, src, out)),
+        match reveal(ctx.shared.privacy.as_ref(), from_user, now) {
+            None => Err(ctx.refuse(msg, src, out)),
             // A PrivaSIP-3 ticket already used by another call: refused
             // as any pseudonym that does not open.
-            Some(_) if !single_use => Err(self.refuse(msg, src, out)),
-            Some(Cow::Owned(id)) if id != user => Err(self.respond(
+            Some(_) if !single_use => Err(ctx.refuse(msg, src, out)),
+            Some(Cow::Owned(id)) if id != user => Err(ctx.respond(
                 msg,
                 StatusCode::FORBIDDEN,
                 &[(
@@ -280,9 +342,9 @@ impl Core {
     /// failure and CANCEL all get the INVITE's branch (RFC 3261 §16.11).
     /// Its top four bits are zero: a stateful proxy numbers its tries of
     /// other addresses there ([`Key::of_message`]).
-    pub(super) fn branch(&self, msg: &Message<'_>) -> u64 {
+    pub(super) fn branch(&self, ctx: &Ctx, msg: &Message<'_>) -> u64 {
         let v = msg.top_via();
-        let mut h = self.shared.branch_salt.build_hasher();
+        let mut h = ctx.shared.branch_salt.build_hasher();
         h.write(v.branch().unwrap_or("").as_bytes());
         h.write(v.as_str().as_bytes());
         if !v.is_rfc3261_branch() {
@@ -297,10 +359,10 @@ impl Core {
     /// Where responses to `msg` go (RFC 3261 §18.2.2): back on the
     /// connection for TCP; for UDP the source address, and the Via's port
     /// unless rport asked for the source port.
-    fn upstream(&self, msg: &Message<'_>, src: SocketAddr) -> Hop {
+    fn upstream(&self, ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> Hop {
         let top = msg.top_via();
-        if self.transport.is_reliable() || top.rport().is_some() {
-            return (src, self.transport);
+        if ctx.transport.is_reliable() || top.rport().is_some() {
+            return (src, ctx.transport);
         }
         (
             SocketAddr::new(src.ip(), top.port().unwrap_or(5060)),
@@ -311,29 +373,30 @@ impl Core {
     /// Stateful proxy: requests that belong to a transaction end here.
     fn stateful_request(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
-        let tx = self.shared.transactions.as_ref()?;
+        let tx = ctx.shared.transactions.as_ref()?;
         let key = Key {
-            branch: self.branch(msg),
+            branch: self.branch(ctx, msg),
             cancel: false,
         };
-        let now = self.now.mono;
-        let metrics = &self.shared.metrics;
+        let now = ctx.now.mono;
+        let metrics = &ctx.shared.metrics;
         if msg.method() == Method::Cancel {
             // §16.10: answer the CANCEL here; the INVITE's 487 comes back
             // from downstream.
-            let status = if tx.on_cancel(key, now, &mut self.sends, metrics) {
-                self.media_cancelled(msg);
+            let status = if tx.on_cancel(key, now, &mut ctx.sends, metrics) {
+                self.media_cancelled(ctx, msg);
                 StatusCode::OK
             } else {
                 StatusCode::CALL_DOES_NOT_EXIST
             };
-            return Some(self.respond(msg, status, &[], src, out));
+            return Some(ctx.respond(msg, status, &[], src, out));
         }
-        match tx.on_request(key, msg.method(), now, &mut self.sends, metrics) {
+        match tx.on_request(key, msg.method(), now, &mut ctx.sends, metrics) {
             Seen::Absorbed => Some(Reply::Drop),
             Seen::New => None,
         }
@@ -341,66 +404,66 @@ impl Core {
 
     pub(super) fn route(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        now: u64,
         out: &mut Vec<u8>,
     ) -> Reply {
         self.hidden_in = false;
         self.hide_out = false;
         self.seal_call_id = true;
-        if let Some(bytes) = self.reveal_from_trunk(msg) {
+        if let Some(bytes) = self.reveal_from_trunk(ctx, msg) {
             // From a trunk that hides the inside: routed as revealed.
             let Ok(revealed) = Message::parse(&bytes) else {
                 return Reply::Drop;
             };
             self.hidden_in = true;
             self.seal_call_id = msg.call_id().starts_with(crate::proto::topology::SEALED);
-            return self.route_revealed(&revealed, src, now, out);
+            return self.route_revealed(ctx, &revealed, src, out);
         }
-        if let Some(seal) = self.in_hidden_dialog(msg) {
+        if let Some(seal) = self.in_hidden_dialog(ctx, msg) {
             self.hide_out = true;
             self.seal_call_id = seal;
-        } else if self.begun_by_hidden_side(msg, src) {
+        } else if self.begun_by_hidden_side(ctx, msg, src) {
             // A call the carrier (or peer) begins: its answers and the callee's
             // requests in its dialog are hidden, its Call-ID kept.
             self.hidden_in = true;
             self.seal_call_id = false;
         }
-        self.route_revealed(msg, src, now, out)
+        self.route_revealed(ctx, msg, src, out)
     }
 
     fn route_revealed(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        now: u64,
         out: &mut Vec<u8>,
     ) -> Reply {
-        if let Some(reply) = self.stateful_request(msg, src, out) {
+        if let Some(reply) = self.stateful_request(ctx, msg, src, out) {
             return reply;
         }
-        if let Some(reply) = self.refuse_to_route(msg, src, out) {
+        if let Some(reply) = self.refuse_to_route(ctx, msg, src, out) {
             return reply;
         }
-        let (pops, flow_hop) = self.loose_route(msg, src);
+        let (pops, flow_hop) = self.loose_route(ctx, msg, src);
         let next_route = msg.routes().nth(pops).is_some();
         let Some(ruri) = msg.request_uri() else {
             return Reply::Drop;
         };
-        if self.shared.config.mode != Mode::Proxy
-            && (next_route || flow_hop.is_some() || !self.is_local_uri(ruri))
+        if ctx.shared.config.mode != Mode::Proxy
+            && (next_route || flow_hop.is_some() || !ctx.is_local_uri(ruri))
         {
             // A registrar or redirect server answers; it forwards nothing.
-            return self.relay_denied(msg, src, ruri, out);
+            return self.relay_denied(ctx, msg, src, ruri, out);
         }
-        if next_route && msg.to().tag().is_none() && !self.is_peer(src) {
+        if next_route && msg.to().tag().is_none() && !self.is_peer(ctx, src) {
             // A preloaded Route on an initial request would send it, body
             // and all, to any address the sender names (Kamailio's default
             // configuration refuses them too). In-dialog requests follow
             // the route set the dialog recorded.
-            bump(&self.shared.metrics.preloaded_routes);
-            return self.respond(
+            bump(&ctx.shared.metrics.preloaded_routes);
+            return ctx.respond(
                 msg,
                 StatusCode::FORBIDDEN,
                 &[("Warning", "399 sipsec \"preloaded Route refused\"")],
@@ -408,11 +471,11 @@ impl Core {
                 out,
             );
         }
-        let target = match self.select_target(msg, src, now, pops, flow_hop, out) {
+        let target = match self.select_target(ctx, msg, src, pops, flow_hop, out) {
             Ok(t) => t,
             Err(reply) => return reply,
         };
-        let (hop, named) = match self.next_hop(target.next, msg, src, out) {
+        let (hop, named) = match self.next_hop(ctx, target.next, msg, src, out) {
             Ok(h) => h,
             Err(reply) => return reply,
         };
@@ -425,20 +488,21 @@ impl Core {
             authenticated: target.authenticated,
         };
         let callee_nat = crate::proto::media::contact_elsewhere(f.ruri.as_deref(), hop);
-        if let Some(reply) = self.stir_verify(msg, src, f.authenticated, out) {
+        if let Some(reply) = self.stir_verify(ctx, msg, src, f.authenticated, out) {
             return reply;
         }
-        if let Some(reply) = self.relay_offer(msg, src, f.transport, callee_nat, out) {
+        if let Some(reply) = self.relay_offer(ctx, msg, src, f.transport, callee_nat, out) {
             return reply;
         }
-        self.stir_sign(msg, src, f.authenticated);
-        self.forward_to(msg, src, &f, target.forking, hop, named, out)
+        self.stir_sign(ctx, msg, src, f.authenticated);
+        self.forward_to(ctx, msg, src, &f, target.forking, hop, named, out)
     }
 
     /// The answer to a request no proxy may forward (§16.3): an ACK for
     /// a response this server made, no hops left, or a loop.
     fn refuse_to_route(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
@@ -453,10 +517,10 @@ impl Core {
             return Some(Reply::Drop);
         }
         if msg.max_forwards() == Some(0) {
-            return Some(self.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out));
+            return Some(ctx.respond(msg, StatusCode::TOO_MANY_HOPS, &[], src, out));
         }
-        if msg.vias().skip(1).any(|v| self.is_our_via(&v)) || self.is_our_via(msg.top_via()) {
-            return Some(self.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out));
+        if msg.vias().skip(1).any(|v| ctx.is_our_via(&v)) || ctx.is_our_via(msg.top_via()) {
+            return Some(ctx.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out));
         }
         None
     }
@@ -465,18 +529,18 @@ impl Core {
     /// after double record-routing, RFC 5658); a flow token in one names
     /// the connection the request continues on when it did not come from
     /// there (RFC 5626 §5.3). Returns how many and that connection.
-    fn loose_route(&self, msg: &Message<'_>, src: SocketAddr) -> (usize, Option<Hop>) {
+    fn loose_route(&self, ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> (usize, Option<Hop>) {
         let mut pops = 0;
         let mut flow_hop = None;
         for r in msg.routes().take(2) {
-            if !self.is_local_uri(r.uri()) {
+            if !ctx.is_local_uri(r.uri()) {
                 break;
             }
             pops += 1;
             if let Some((peer, t)) = r
                 .uri()
                 .user()
-                .and_then(|u| tokens::read_flow_token(&self.shared.flow_key, u))
+                .and_then(|u| tokens::read_flow_token(&ctx.shared.flow_key, u))
             {
                 if peer != src {
                     flow_hop = Some((peer, t));
@@ -491,6 +555,7 @@ impl Core {
     /// unknown or unresolvable names are answered.
     fn next_hop(
         &mut self,
+        ctx: &mut Ctx,
         next: Next,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -499,14 +564,14 @@ impl Core {
         match next {
             Next::At(a) => Ok((a, None)),
             Next::Named(a, route) => Ok((a, Some(route))),
-            Next::Nowhere => Err(self.unresolvable(msg, src, out)),
+            Next::Nowhere => Err(self.unresolvable(ctx, msg, src, out)),
             Next::Resolving(name, port, transport) => {
-                bump(&self.shared.metrics.hop_waits);
-                let park = if self.again {
+                bump(&ctx.shared.metrics.hop_waits);
+                let park = if ctx.again {
                     Park::Full
                 } else {
-                    let (bytes, arrived, now) = (msg.as_bytes(), self.transport, self.now.mono);
-                    let names = &self.shared.names;
+                    let (bytes, arrived, now) = (msg.as_bytes(), ctx.transport, ctx.now.mono);
+                    let names = &ctx.shared.names;
                     names.park(&name, port, transport, bytes, src, arrived, now)
                 };
                 match park {
@@ -520,11 +585,11 @@ impl Core {
                             transport,
                         }),
                     )),
-                    Park::Known(Found::Nowhere) => Err(self.unresolvable(msg, src, out)),
-                    Park::Known(_) | Park::Full => Err(self.resolver_busy(msg, src, out)),
+                    Park::Known(Found::Nowhere) => Err(self.unresolvable(ctx, msg, src, out)),
+                    Park::Known(_) | Park::Full => Err(self.resolver_busy(ctx, msg, src, out)),
                 }
             }
-            Next::Busy => Err(self.resolver_busy(msg, src, out)),
+            Next::Busy => Err(self.resolver_busy(ctx, msg, src, out)),
         }
     }
 
@@ -533,6 +598,7 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn forward_to(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         f: &Forward,
@@ -541,11 +607,11 @@ impl Core {
         named: Option<Route>,
         out: &mut Vec<u8>,
     ) -> Reply {
-        match self.write_forward(msg, src, f, 0, out) {
+        match self.write_forward(ctx, msg, src, f, 0, out) {
             Ok(()) => {}
             Err(StatusCode::MESSAGE_TOO_LARGE_5XX) => {
                 out.clear();
-                return self.respond(
+                return ctx.respond(
                     msg,
                     StatusCode::MESSAGE_TOO_LARGE_5XX,
                     &[(
@@ -558,30 +624,30 @@ impl Core {
             }
             Err(status) => {
                 out.clear();
-                return self.respond(msg, status, &[], src, out);
+                return ctx.respond(msg, status, &[], src, out);
             }
         }
         self.forks.clear();
         if forking {
-            self.fork(msg, src, f);
+            self.fork(ctx, msg, src, f);
         }
-        self.forwarded(msg, src, hop, f.transport, named, out)
+        self.forwarded(ctx, msg, src, (hop, f.transport), named, out)
     }
 
     /// Forks `msg` to the local user's other contacts (RFC 3261 §16.6):
     /// a request for each into `self.forks`, in q groups. Contacts that
     /// cannot be reached at once (a closed flow, a name not resolved yet)
     /// are left out; at most [`MAX_BRANCHES`] in all.
-    fn fork(&mut self, msg: &Message<'_>, src: SocketAddr, first: &Forward) {
-        let by_q = self.shared.config.forking == Forking::ByQ;
-        let (mut group, mut q) = (0u8, self.bindings[0].q);
+    fn fork(&mut self, ctx: &mut Ctx, msg: &Message<'_>, src: SocketAddr, first: &Forward) {
+        let by_q = ctx.shared.config.forking == Forking::ByQ;
+        let (mut group, mut q) = (0u8, ctx.bindings[0].q);
         let mut bytes = Vec::new();
-        for i in 1..self.bindings.len().min(MAX_BRANCHES) {
-            if by_q && self.bindings[i].q != q {
-                q = self.bindings[i].q;
+        for i in 1..ctx.bindings.len().min(MAX_BRANCHES) {
+            if by_q && ctx.bindings[i].q != q {
+                q = ctx.bindings[i].q;
                 group += 1;
             }
-            let Some(leg) = self.leg(i) else {
+            let Some(leg) = self.leg(ctx, i) else {
                 continue;
             };
             let (at, route) = match leg.next {
@@ -596,7 +662,7 @@ impl Core {
                 ..*first
             };
             bytes.clear();
-            if self.write_forward(msg, src, &f, i, &mut bytes).is_ok() {
+            if self.write_forward(ctx, msg, src, &f, i, &mut bytes).is_ok() {
                 self.forks.push(Fork {
                     bytes: std::mem::take(&mut bytes),
                     hop: (at, leg.transport),
@@ -613,6 +679,7 @@ impl Core {
     /// The status to answer instead when it cannot be forwarded.
     fn write_forward(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         f: &Forward,
@@ -622,10 +689,10 @@ impl Core {
         let method = msg.method();
         let (out_transport, out_flow, pops) = (f.transport, f.flow, f.pops);
         let new_ruri = f.ruri.as_deref();
-        let branch = self.branch(msg) | (fork as u64) << FORK_SHIFT;
-        let tag = tokens::branch_tag(&self.shared.branch_key, branch, self.upstream(msg, src));
+        let branch = self.branch(ctx, msg) | (fork as u64) << FORK_SHIFT;
+        let tag = tokens::branch_tag(&ctx.shared.branch_key, branch, self.upstream(ctx, msg, src));
         // Over TLS or WebSocket this server is reached at that listener.
-        let here = self.listen_addr(out_transport);
+        let here = ctx.listen_addr(out_transport);
         self.via.clear();
         let _ = write!(
             self.via,
@@ -642,7 +709,7 @@ impl Core {
             }
         }
         let top = msg.top_via();
-        let reliable = self.transport.is_reliable();
+        let reliable = ctx.transport.is_reliable();
         let annotate = reliable
             || top.rport().is_some()
             || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
@@ -654,10 +721,10 @@ impl Core {
         // connection, which ends here: its dialogs always record-route
         // (as RFC 5626 §5.1 asks of an edge proxy), or the ACK and BYE
         // would be sent to a contact nobody listens on.
-        let in_flow = self.transport.is_reliable().then_some(src);
+        let in_flow = ctx.transport.is_reliable().then_some(src);
         let flow = in_flow.is_some() || out_flow.is_some();
         self.rr.clear();
-        if (self.shared.config.record_route || self.shared.transactions.is_some() || flow)
+        if (ctx.shared.config.record_route || ctx.shared.transactions.is_some() || flow)
             && (new_ruri.is_some() || f.to_peer)
             && matches!(method, Method::Invite | Method::Subscribe | Method::Refer)
         {
@@ -665,10 +732,10 @@ impl Core {
             // crossed transports or came on a connection) the side toward
             // the caller: double record-routing (RFC 5658 §3.2), each
             // entry with the flow token of its connection.
-            self.write_rr(out_transport, out_flow);
-            if self.transport != out_transport || in_flow.is_some() {
+            self.write_rr(ctx, out_transport, out_flow);
+            if ctx.transport != out_transport || in_flow.is_some() {
                 self.rr.push_str(", ");
-                self.write_rr(self.transport, in_flow);
+                self.write_rr(ctx, ctx.transport, in_flow);
             }
         }
         let edits = RequestEdits {
@@ -682,7 +749,7 @@ impl Core {
             force_rport: reliable,
             // The credentials we checked stop here (RFC 3261 §22.3).
             remove: if f.authenticated {
-                self.shared.auth.as_ref().and_then(|a| {
+                ctx.shared.auth.as_ref().and_then(|a| {
                     msg.headers_named(HeaderName::ProxyAuthorization)
                         .find(|h| {
                             sip_core::auth::Credentials::parse(h.value)
@@ -703,13 +770,13 @@ impl Core {
         let written = forward_request(msg, &edits, out);
         if written.is_ok() && self.relayed_sdp().is_some() {
             let first = std::mem::take(out);
-            if !self.with_relayed_sdp(&first, out) {
+            if !self.with_relayed_sdp(ctx, &first, out) {
                 *out = first;
             }
         }
         if written.is_ok() {
-            self.shift_cseq(msg, out);
-            self.hide_toward_trunk(out_transport, out);
+            self.shift_cseq(ctx, msg, out);
+            self.hide_toward_trunk(ctx, out_transport, out);
         }
         if written.is_ok() && self.stir_edit.is_some() {
             let first = std::mem::take(out);
@@ -735,10 +802,10 @@ impl Core {
     /// open one first (a response may come back before this returns).
     fn forwarded(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        target: SocketAddr,
-        transport: Transport,
+        (target, transport): (SocketAddr, Transport),
         named: Option<Route>,
         out: &mut Vec<u8>,
     ) -> Reply {
@@ -746,13 +813,13 @@ impl Core {
             .as_ref()
             .filter(|r| r.name.starts_with("trunk."))
             .cloned();
-        if let Some(tx) = &self.shared.transactions {
+        if let Some(tx) = &ctx.shared.transactions {
             if msg.method() != Method::Ack {
                 let key = Key {
-                    branch: self.branch(msg),
+                    branch: self.branch(ctx, msg),
                     cancel: false,
                 };
-                let up = self.upstream(msg, src);
+                let up = self.upstream(ctx, msg, src);
                 let first = Target {
                     forwarded: out,
                     hop: (target, transport),
@@ -770,18 +837,18 @@ impl Core {
                     msg,
                     up,
                     std::iter::once(first).chain(forks),
-                    self.now.mono,
-                    &mut self.sends,
-                    &self.shared.metrics,
+                    ctx.now.mono,
+                    &mut ctx.sends,
+                    &ctx.shared.metrics,
                 );
                 if started.is_ok() {
                     // The reply's request is the first branch's first try.
-                    self.sent = Some((key, 0));
-                    self.dialog_begin(msg, up, (target, transport), named_route.as_ref());
+                    ctx.sent = Some((key, 0));
+                    self.dialog_begin(ctx, msg, up, (target, transport), named_route.as_ref());
                 }
                 match started {
                     Ok(()) if !self.forks.is_empty() => {
-                        let m = &self.shared.metrics;
+                        let m = &ctx.shared.metrics;
                         bump(&m.forked);
                         let n = (self.forks.len() + 1).min(MAX_BRANCHES) as u64;
                         m.fork_branches
@@ -794,19 +861,13 @@ impl Core {
                         // retransmission and gets what that copy got.
                         out.clear();
                         self.forks.clear();
-                        let now = self.now.mono;
-                        tx.on_request(
-                            key,
-                            msg.method(),
-                            now,
-                            &mut self.sends,
-                            &self.shared.metrics,
-                        );
+                        let now = ctx.now.mono;
+                        tx.on_request(key, msg.method(), now, &mut ctx.sends, &ctx.shared.metrics);
                         return Reply::Drop;
                     }
                     Err(NotStarted::Full) => {
                         out.clear();
-                        return self.respond(
+                        return ctx.respond(
                             msg,
                             StatusCode::SERVICE_UNAVAILABLE,
                             &[("Retry-After", "5")],
@@ -817,23 +878,24 @@ impl Core {
                 }
             }
         }
-        bump(&self.shared.metrics.forwarded);
+        bump(&ctx.shared.metrics.forwarded);
         Reply::Send(target, transport)
     }
 
     /// 403 for a request this server will not forward.
     pub(super) fn relay_denied(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         ruri: &Uri<'_>,
         out: &mut Vec<u8>,
     ) -> Reply {
-        self.events.push(Event::RelayDenied {
+        ctx.events.push(Event::RelayDenied {
             src,
             target: ruri.to_string(),
         });
-        self.respond(
+        ctx.respond(
             msg,
             StatusCode::FORBIDDEN,
             &[("Warning", "399 sipsec \"relaying denied\"")],

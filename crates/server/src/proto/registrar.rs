@@ -8,11 +8,12 @@ use std::net::SocketAddr;
 use sip_core::{HeaderName, Message, StatusCode};
 
 use crate::config::PathMode;
-use crate::proto::core::{
-    aor_of, bump, first_path_uri, has_option_tag, reveal, Core, Reply, Transport, MAX_DATAGRAM,
-};
+use crate::proto::ctx::Ctx;
 use crate::proto::location::{ContactChange, Prepared, Registration, UpdateError, UpdatePolicy};
 use crate::proto::metrics::Stage;
+use crate::proto::reply::{bump, Reply, MAX_DATAGRAM};
+use crate::proto::uris::{aor_of, first_path_uri, has_option_tag, reveal};
+use sip_core::Transport;
 
 /// An unverified UDP source gets at most this many times the bytes it
 /// sent (RFC 9000 §8.1 sets 3 for QUIC before address validation).
@@ -24,6 +25,23 @@ const RESPONSE_OVERHEAD: usize = 256;
 pub const MAX_CALL_ID_LEN: usize = 256;
 /// Longest Path a binding stores.
 pub const MAX_PATH_LEN: usize = 1024;
+
+/// The registrar's own state: scratch for the REGISTER being handled
+/// and the change it prepared.
+#[derive(Debug, Default)]
+pub(super) struct Registrar {
+    /// The REGISTER's Path values, gathered (RFC 3327).
+    path: String,
+    /// The route to this node's end of a REGISTER's flow (shared
+    /// location only).
+    node_route: String,
+    /// Addresses-of-record registered over a WebSocket by the messages
+    /// handled since the driver last asked.
+    pub(super) websocket_aors: Vec<String>,
+    /// A binding change waiting for `Core::persisted`, and where its
+    /// answer goes.
+    pub(super) pending: Option<(Prepared, SocketAddr, Transport)>,
+}
 
 /// What the 200 to a REGISTER says besides the bindings.
 struct Answer<'a> {
@@ -63,21 +81,22 @@ fn instances(msg: &Message<'_>) -> Vec<String> {
         .collect()
 }
 
-impl Core {
+impl Registrar {
     pub(super) fn register(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         now: u64,
         out: &mut Vec<u8>,
     ) -> Reply {
-        let user = match self.authenticate(msg, false, now, src, out) {
+        let user = match ctx.authenticate(msg, false, now, src, out) {
             Ok(u) => u,
             Err(reply) => return reply,
         };
         let to = msg.to().uri();
         let (Some(to_user), Some(to_host)) = (to.user(), to.host()) else {
-            return self.respond(
+            return ctx.respond(
                 msg,
                 StatusCode::BAD_REQUEST,
                 &[(
@@ -88,18 +107,18 @@ impl Core {
                 out,
             );
         };
-        let Some(to_user) = reveal(self.shared.privacy.as_ref(), to_user, now) else {
-            return self.refuse(msg, src, out);
+        let Some(to_user) = reveal(ctx.shared.privacy.as_ref(), to_user, now) else {
+            return ctx.refuse(msg, src, out);
         };
         if let Some(user) = &user {
             if *to_user != **user {
-                return self.respond(msg, StatusCode::FORBIDDEN, &[], src, out);
+                return ctx.respond(msg, StatusCode::FORBIDDEN, &[], src, out);
             }
         }
         let aor = aor_of(&to_user, to_host);
         let star = msg.is_contact_star();
         if star && (msg.expires() != Some(0) || msg.contact_count() > 0) {
-            return self.respond(
+            return ctx.respond(
                 msg,
                 StatusCode::BAD_REQUEST,
                 &[(
@@ -110,28 +129,28 @@ impl Core {
                 out,
             );
         }
-        if let Some(reply) = self.refuse_oversize(msg, src, out) {
+        if let Some(reply) = self.refuse_oversize(ctx, msg, src, out) {
             return reply;
         }
         let instances = instances(msg);
-        let (changes, wants_outbound) = match self.contact_changes(msg, src, &instances, out) {
+        let (changes, wants_outbound) = match self.contact_changes(ctx, msg, src, &instances, out) {
             Ok(c) => c,
             Err(reply) => return reply,
         };
-        let t0 = self.clock();
-        let supports_path = match self.registration_route(msg, src, out) {
+        let t0 = ctx.clock();
+        let supports_path = match self.registration_route(ctx, msg, src, out) {
             Ok(supported) => supported,
             Err(reply) => return reply,
         };
-        if matches!(self.transport, Transport::Ws | Transport::Wss) && self.websocket_aors.len() < 8
+        if matches!(ctx.transport, Transport::Ws | Transport::Wss) && self.websocket_aors.len() < 8
         {
             self.websocket_aors.push(aor.clone());
         }
-        let prepared = match self.prepare_change(msg, src, aor, &changes, star, now, out) {
+        let prepared = match self.prepare_change(ctx, msg, src, aor, &changes, star, now, out) {
             Ok(p) => p,
             Err(reply) => return reply,
         };
-        self.stage(Stage::AddUser, t0);
+        ctx.stage(Stage::AddUser, t0);
         let answer = Answer {
             changes: &changes,
             credentials: user.is_some(),
@@ -139,17 +158,19 @@ impl Core {
             supports_path,
             wants_outbound,
         };
-        self.answer_registration(msg, src, now, prepared, &answer, out)
+        self.answer_registration(ctx, msg, src, prepared, &answer, out)
     }
 
     /// PrivaSIP-3 tickets for an authenticated REGISTER that enrolls
     /// (never for one without credentials: they would name whoever asked).
-    fn tickets_for(&self, msg: &Message<'_>, answer: &Answer<'_>, now: u64) -> Option<String> {
-        let p = self
-            .shared
-            .privacy
-            .as_ref()
-            .filter(|p| p.issues_tickets())?;
+    fn tickets_for(
+        &self,
+        ctx: &Ctx,
+        msg: &Message<'_>,
+        answer: &Answer<'_>,
+        now: u64,
+    ) -> Option<String> {
+        let p = ctx.shared.privacy.as_ref().filter(|p| p.issues_tickets())?;
         if !answer.credentials {
             return None;
         }
@@ -164,21 +185,22 @@ impl Core {
     /// for an interval below the minimum.
     fn contact_changes<'m>(
         &mut self,
+        ctx: &mut Ctx,
         msg: &'m Message<'_>,
         src: SocketAddr,
         instances: &'m [String],
         out: &mut Vec<u8>,
     ) -> Result<(Vec<ContactChange<'m>>, bool), Reply> {
-        let cfg = &self.shared.config;
+        let cfg = &ctx.shared.config;
         let (min, max, default) = (cfg.min_expires, cfg.max_expires, cfg.default_expires);
         let mut changes: Vec<ContactChange<'m>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
-        let direct_flow = self.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
+        let direct_flow = ctx.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
         for (c, instance) in msg.contacts().zip(instances) {
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
                 let min = min.to_string();
-                return Err(self.respond(
+                return Err(ctx.respond(
                     msg,
                     StatusCode::INTERVAL_TOO_BRIEF,
                     &[("Min-Expires", &min)],
@@ -210,14 +232,15 @@ impl Core {
     /// for a phone on a connection here; whether the phone supports Path.
     fn registration_route(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Result<bool, Reply> {
-        let supports_path = self.collect_path(msg, src, out)?;
+        let supports_path = self.collect_path(ctx, msg, src, out)?;
         if self.path.len() > MAX_PATH_LEN {
-            bump(&self.shared.metrics.contacts_refused);
-            return Err(self.respond(
+            bump(&ctx.shared.metrics.contacts_refused);
+            return Err(ctx.respond(
                 msg,
                 StatusCode::FORBIDDEN,
                 &[(
@@ -232,13 +255,12 @@ impl Core {
         // to this node is reached through this node: the binding names the
         // route here, with the flow's token (RFC 5626 §5.2).
         self.node_route.clear();
-        if self.shared.config.redis.is_some() && self.transport.is_reliable() {
-            let token =
-                crate::proto::tokens::flow_token(&self.shared.flow_key, src, self.transport);
+        if ctx.shared.config.redis.is_some() && ctx.transport.is_reliable() {
+            let token = crate::proto::tokens::flow_token(&ctx.shared.flow_key, src, ctx.transport);
             let _ = write!(
                 self.node_route,
                 "<sip:{token}@{};lr>",
-                self.shared.config.advertise
+                ctx.shared.config.advertise
             );
         }
         Ok(supports_path)
@@ -249,6 +271,7 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn prepare_change(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         aor: String,
@@ -262,15 +285,15 @@ impl Core {
             cseq: msg.cseq().seq,
             source: src,
             path: &self.path,
-            flow: self.transport.is_reliable().then_some(self.transport),
+            flow: ctx.transport.is_reliable().then_some(ctx.transport),
             node: &self.node_route,
             now,
         };
-        let cfg = &self.shared.config;
+        let cfg = &ctx.shared.config;
         // Over UDP the 200 must fit one datagram with the request's own
         // headers, which it echoes (RFC 3261 §18.2.2 leaves no other way
         // back for a response).
-        let max_listing = if self.transport == Transport::Udp {
+        let max_listing = if ctx.transport == Transport::Udp {
             MAX_DATAGRAM.saturating_sub(msg.len() + 256)
         } else {
             usize::MAX
@@ -281,7 +304,7 @@ impl Core {
             max_listing,
             max_bindings: cfg.max_bindings,
         };
-        let result = self
+        let result = ctx
             .shared
             .location
             .prepare(aor, changes, star, &reg, &policy);
@@ -289,10 +312,10 @@ impl Core {
             Ok(p) => return Ok(p),
             Err(UpdateError::Busy(aor)) => {
                 out.clear();
-                self.busy = Some(aor);
+                ctx.busy = Some(aor);
                 return Err(Reply::Retry);
             }
-            Err(UpdateError::OutOfOrder { .. }) => self.respond(
+            Err(UpdateError::OutOfOrder { .. }) => ctx.respond(
                 msg,
                 StatusCode::SERVER_INTERNAL_ERROR,
                 &[(
@@ -306,7 +329,7 @@ impl Core {
                 let warning = format!(
                     "399 sipsec \"too many contacts for this address-of-record (at most {max})\""
                 );
-                self.respond(
+                ctx.respond(
                     msg,
                     StatusCode::FORBIDDEN,
                     &[("Warning", &warning)],
@@ -315,10 +338,10 @@ impl Core {
                 )
             }
             Err(UpdateError::Full { max }) => {
-                bump(&self.shared.metrics.registrar_full);
+                bump(&ctx.shared.metrics.registrar_full);
                 let warning =
                     format!("399 sipsec \"this registrar holds its most bindings ({max})\"");
-                self.respond(
+                ctx.respond(
                     msg,
                     StatusCode::SERVICE_UNAVAILABLE,
                     &[("Retry-After", "60"), ("Warning", &warning)],
@@ -327,8 +350,8 @@ impl Core {
                 )
             }
             Err(UpdateError::ListingTooLarge { .. }) => {
-                bump(&self.shared.metrics.oversize);
-                self.respond(
+                bump(&ctx.shared.metrics.oversize);
+                ctx.respond(
                     msg,
                     StatusCode::MESSAGE_TOO_LARGE_5XX,
                     &[(
@@ -348,17 +371,18 @@ impl Core {
     /// source; it waits for the change to be stored ([`Reply::Persist`]).
     fn answer_registration(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        now: u64,
         prepared: Prepared,
         answer: &Answer<'_>,
         out: &mut Vec<u8>,
     ) -> Reply {
-        if !prepared.is_empty() && !self.journal_allows(prepared.records()) {
-            self.commit_change(prepared, false);
-            bump(&self.shared.metrics.journal_throttled);
-            return self.respond(
+        let now = ctx.now.secs();
+        if !prepared.is_empty() && !self.journal_allows(ctx, prepared.records()) {
+            ctx.commit_change(prepared, false);
+            bump(&ctx.shared.metrics.journal_throttled);
+            return ctx.respond(
                 msg,
                 StatusCode::SERVICE_UNAVAILABLE,
                 &[
@@ -376,12 +400,12 @@ impl Core {
         // carries at most AMPLIFICATION times the request's bytes, as a
         // QUIC server before address validation: the contacts the request
         // named first, then others while they fit.
-        let budget = if self.transport == Transport::Udp && !answer.credentials {
+        let budget = if ctx.transport == Transport::Udp && !answer.credentials {
             (AMPLIFICATION * msg.len()).saturating_sub(msg.len() + RESPONSE_OVERHEAD)
         } else {
             usize::MAX
         };
-        self.lines.clear();
+        ctx.lines.clear();
         let named = |b: &&crate::proto::location::Binding| {
             answer.changes.iter().any(|c| c.contact == b.contact)
         };
@@ -392,22 +416,22 @@ impl Core {
             .filter(named)
             .chain(prepared.bindings().iter().filter(|b| !named(b)));
         for b in ordered {
-            let start = self.lines.len();
+            let start = ctx.lines.len();
             let _ = write!(
-                self.lines,
+                ctx.lines,
                 "Contact: <{}>;expires={}\r\n",
                 b.contact,
                 b.expires_at.saturating_sub(now)
             );
-            if self.lines.len() > budget {
-                self.lines.truncate(start);
+            if ctx.lines.len() > budget {
+                ctx.lines.truncate(start);
                 unlisted += 1;
             }
         }
         let cut_warning;
         let mut extra: Vec<(&str, &str)> = Vec::with_capacity(2);
         if unlisted > 0 {
-            bump(&self.shared.metrics.listings_cut);
+            bump(&ctx.shared.metrics.listings_cut);
             cut_warning = format!(
                 "399 sipsec \"{unlisted} contact(s) not listed over UDP without credentials: ask over TCP\""
             );
@@ -415,21 +439,21 @@ impl Core {
         }
         if answer.supports_path && !self.path.is_empty() {
             // RFC 3327 §5.3: the stored Path goes back to the UA.
-            let _ = write!(self.lines, "Path: {}\r\n", self.path);
+            let _ = write!(ctx.lines, "Path: {}\r\n", self.path);
         }
         // RFC 5626 §6: a registrar that keeps the flow says so.
         if answer.wants_outbound {
             extra.push(("Require", "outbound"));
         }
-        let tickets = self.tickets_for(msg, answer, now);
+        let tickets = self.tickets_for(ctx, msg, answer, now);
         if let Some(t) = &tickets {
             extra.push((TICKETS, t));
         }
-        let reply = self.respond(msg, StatusCode::OK, &extra, src, out);
+        let reply = ctx.respond(msg, StatusCode::OK, &extra, src, out);
         if prepared.is_empty() {
             // Nothing to store (a query, or removing what was not there).
-            self.commit_change(prepared, true);
-            bump(&self.shared.metrics.registered);
+            ctx.commit_change(prepared, true);
+            bump(&ctx.shared.metrics.registered);
             return reply;
         }
         match reply {
@@ -438,7 +462,7 @@ impl Core {
                 Reply::Persist
             }
             other => {
-                self.commit_change(prepared, false);
+                ctx.commit_change(prepared, false);
                 other
             }
         }
@@ -449,11 +473,12 @@ impl Core {
     /// `max_contact_len`, a Call-ID over [`MAX_CALL_ID_LEN`].
     fn refuse_oversize(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
-        let max = self.shared.config.max_contact_len;
+        let max = ctx.shared.config.max_contact_len;
         let warning = if msg.contacts().any(|c| c.addr.uri().as_str().len() > max) {
             format!("399 sipsec \"contact URI longer than {max} bytes\"")
         } else if msg.to().uri().as_str().len() > max {
@@ -463,8 +488,8 @@ impl Core {
         } else {
             return None;
         };
-        bump(&self.shared.metrics.contacts_refused);
-        Some(self.respond(
+        bump(&ctx.shared.metrics.contacts_refused);
+        Some(ctx.respond(
             msg,
             StatusCode::FORBIDDEN,
             &[("Warning", &warning)],
@@ -476,12 +501,12 @@ impl Core {
     /// Whether the journal may take `records` now: a token bucket of
     /// `journal_rate` bytes per second (`journal_burst` at once), so a
     /// flood of registrations cannot fill the disk or Redis faster.
-    fn journal_allows(&self, records: &[crate::proto::location::Record]) -> bool {
+    fn journal_allows(&self, ctx: &Ctx, records: &[crate::proto::location::Record]) -> bool {
         let bytes: u64 = records.iter().map(|r| r.approximate_len() as u64).sum();
-        let cfg = &self.shared.config;
-        self.shared
+        let cfg = &ctx.shared.config;
+        ctx.shared
             .journal_budget
-            .take(bytes, cfg.journal_rate, cfg.journal_burst, self.now.mono)
+            .take(bytes, cfg.journal_rate, cfg.journal_burst, ctx.now.mono)
     }
 
     /// Gathers the REGISTER's Path values into `self.path` (RFC 3327)
@@ -490,12 +515,13 @@ impl Core {
     /// the refusal to send.
     fn collect_path(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Result<bool, Reply> {
         self.path.clear();
-        let mode = self.shared.config.path;
+        let mode = ctx.shared.config.path;
         if mode == PathMode::Off {
             return Ok(false);
         }
@@ -515,7 +541,7 @@ impl Core {
         }
         let supported = has_option_tag(msg, HeaderName::Supported, "path");
         if first_path_uri(&self.path).is_none() {
-            return Err(self.respond(
+            return Err(ctx.respond(
                 msg,
                 StatusCode::BAD_REQUEST,
                 &[("Warning", "399 sipsec \"Path must hold <sip:...> values\"")],
@@ -524,7 +550,7 @@ impl Core {
             ));
         }
         if mode == PathMode::Strict && !supported {
-            return Err(self.respond(
+            return Err(ctx.respond(
                 msg,
                 StatusCode::BAD_EXTENSION,
                 &[(

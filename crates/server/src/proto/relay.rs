@@ -11,27 +11,31 @@ use sip_core::Message;
 
 use crate::config::Mode;
 use crate::proto::branch::Key;
-use crate::proto::core::{bump, resolve, Core, Event, Reply, MAX_DATAGRAM};
+use crate::proto::ctx::Ctx;
+use crate::proto::proxy::Proxy;
+use crate::proto::reply::{bump, Event, Reply, MAX_DATAGRAM};
 use crate::proto::shared::Transport;
 use crate::proto::stateful::Upstream;
 use crate::proto::tokens;
+use crate::proto::uris::resolve;
 
-impl Core {
+impl Proxy {
     /// Relays the response `msg` (written into `out`) where it goes, if it
     /// can be proven ours to relay.
     pub(super) fn forward_response(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Reply {
-        if self.shared.config.mode != Mode::Proxy {
+        if ctx.shared.config.mode != Mode::Proxy {
             // A registrar or redirect server forwards no request, so no
             // response is ever for it to relay.
-            return self.unproven_response();
+            return self.unproven_response(ctx);
         }
-        if !self.is_our_via(msg.top_via()) {
-            return self.unproven_response();
+        if !ctx.is_our_via(msg.top_via()) {
+            return self.unproven_response(ctx);
         }
         if let Some(branch) = msg
             .top_via()
@@ -40,38 +44,34 @@ impl Core {
         {
             // An answer to a request of this proxy's own: it goes no further.
             let status = msg.status().map_or(0, |s| s.as_u16());
-            if self
-                .shared
-                .originated
-                .answered(branch, status, self.now.mono)
-            {
+            if ctx.shared.originated.answered(branch, status, ctx.now.mono) {
                 return Reply::Drop;
             }
-            return self.unproven_response();
+            return self.unproven_response(ctx);
         }
-        if let Some(bytes) = self.reveal_from_hidden_trunk(msg) {
+        if let Some(bytes) = self.reveal_from_hidden_trunk(ctx, msg) {
             // From a trunk that hides the inside: relayed as revealed.
             return match Message::parse(&bytes) {
-                Ok(revealed) => self.forward_response(&revealed, src, out),
-                Err(_) => self.unproven_response(),
+                Ok(revealed) => self.forward_response(ctx, &revealed, src, out),
+                Err(_) => self.unproven_response(ctx),
             };
         }
-        let hide_back = self.hide_back(msg);
+        let hide_back = self.hide_back(ctx, msg);
         // Stateless mode skips the branch decoding altogether.
-        let key = self
+        let key = ctx
             .shared
             .transactions
             .as_ref()
             .and_then(|_| Key::of_message(msg));
         if let Some(key) = key {
-            if let Some(reply) = self.relay_answer(msg, src, key) {
+            if let Some(reply) = self.relay_answer(ctx, msg, src, key) {
                 return reply;
             }
         }
-        let offset = self.caller_offset(msg);
-        let stateful = self.shared.transactions.as_ref().zip(key);
+        let offset = self.caller_offset(ctx, msg);
+        let stateful = ctx.shared.transactions.as_ref().zip(key);
         if let Some((tx, key)) = stateful {
-            let metrics = &self.shared.metrics;
+            let metrics = &ctx.shared.metrics;
             let relayed = self.relayed_sdp().map(str::to_owned);
             let strip = |m: &Message<'_>, o: &mut Vec<u8>| {
                 let written = match &relayed {
@@ -88,27 +88,20 @@ impl Core {
                     && unshift_cseq(offset, o)
                     && hide_back.as_ref().is_none_or(|h| sealed_back(h, o))
             };
-            let upstream = tx.on_response(
-                key,
-                msg,
-                self.now.mono,
-                out,
-                &mut self.sends,
-                metrics,
-                strip,
-            );
-            self.note_renumbered();
+            let upstream =
+                tx.on_response(key, msg, ctx.now.mono, out, &mut ctx.sends, metrics, strip);
+            self.note_renumbered(ctx);
             match upstream {
                 Upstream::Unknown => {}
                 Upstream::Absorbed => return Reply::Drop,
                 Upstream::Send((dest, transport)) => {
-                    self.dialog_response(msg);
+                    self.dialog_response(ctx, msg);
                     return Reply::Send(dest, transport);
                 }
             }
         }
         let Some(next) = msg.vias().nth(1) else {
-            return self.unproven_response();
+            return self.unproven_response(ctx);
         };
         let host = next
             .received()
@@ -123,7 +116,7 @@ impl Core {
             _ => next.port(),
         };
         let Some(dest) = resolve(host, port) else {
-            return self.unproven_response();
+            return self.unproven_response(ctx);
         };
         let transport = match next.transport() {
             t @ (Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss) => t,
@@ -131,15 +124,15 @@ impl Core {
         };
         // No transaction vouches for it: only the branch's tag can prove
         // that this proxy forwarded the request and that `dest` sent it.
-        if !tokens::proves_hop(&self.shared.branch_key, msg, (dest, transport)) {
-            return self.unproven_response();
+        if !tokens::proves_hop(&ctx.shared.branch_key, msg, (dest, transport)) {
+            return self.unproven_response(ctx);
         }
         let hidden = |o: &mut Vec<u8>| hide_back.as_ref().is_none_or(|h| sealed_back(h, o));
         match forward_response(msg, out).map(|()| unshift_cseq(offset, out) && hidden(out)) {
             Ok(_) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
-                bump(&self.shared.metrics.oversize);
-                bump(&self.shared.metrics.dropped);
-                self.events.push(Event::Oversize {
+                bump(&ctx.shared.metrics.oversize);
+                bump(&ctx.shared.metrics.dropped);
+                ctx.events.push(Event::Oversize {
                     what: "forwarded response",
                     dest,
                     len: out.len(),
@@ -148,7 +141,7 @@ impl Core {
             }
             Ok(_) => Reply::Send(dest, transport),
             Err(_) => {
-                bump(&self.shared.metrics.dropped);
+                bump(&ctx.shared.metrics.dropped);
                 Reply::Drop
             }
         }
@@ -156,9 +149,9 @@ impl Core {
 
     /// Drops a response this server cannot prove it should relay, and
     /// counts it.
-    fn unproven_response(&self) -> Reply {
-        bump(&self.shared.metrics.responses_unproven);
-        bump(&self.shared.metrics.dropped);
+    fn unproven_response(&self, ctx: &Ctx) -> Reply {
+        bump(&ctx.shared.metrics.responses_unproven);
+        bump(&ctx.shared.metrics.dropped);
         Reply::Drop
     }
 }
@@ -174,11 +167,11 @@ fn unshift_cseq(offset: u32, out: &mut Vec<u8>) -> bool {
     crate::proto::trunk_auth::rewrite_cseq(&written, -i64::from(offset), out)
 }
 
-impl Core {
+impl Proxy {
     /// A response from a trunk that hides the inside (our Via carries the
     /// sealed stack): its bytes revealed.
-    fn reveal_from_hidden_trunk(&self, msg: &Message<'_>) -> Option<Vec<u8>> {
-        let th = self.shared.hider.as_ref()?;
+    fn reveal_from_hidden_trunk(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<Vec<u8>> {
+        let th = ctx.shared.hider.as_ref()?;
         let mut out = Vec::new();
         crate::proto::topology::reveal_response(msg.as_bytes(), th, &mut out).then_some(out)
     }
@@ -186,12 +179,12 @@ impl Core {
     /// For a response to a request that came in from a trunk that hides
     /// the inside (our Via marked): what seals its Call-ID and Contact
     /// once written for the trunk (the shared state, this proxy's address).
-    fn hide_back(&self, msg: &Message<'_>) -> Option<HideBack> {
-        self.shared.hider.as_ref()?;
+    fn hide_back(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<HideBack> {
+        ctx.shared.hider.as_ref()?;
         let seal_call_id = crate::proto::topology::is_inbound(msg.top_via().as_str())?;
         Some((
-            self.shared.clone(),
-            self.listen_addr(Transport::Udp).to_string(),
+            ctx.shared.clone(),
+            ctx.listen_addr(Transport::Udp).to_string(),
             seal_call_id,
         ))
     }

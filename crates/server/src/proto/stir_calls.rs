@@ -17,8 +17,10 @@ use sip_core::{HeaderName, Message, Method};
 use stir::passport::{Dest, Orig};
 use stir::{Claims, IdentityHeader, Passport};
 
-use crate::proto::core::{Core, Event, Reply};
+use crate::proto::ctx::Ctx;
 use crate::proto::parked::Parked;
+use crate::proto::proxy::Proxy;
+use crate::proto::reply::{Event, Reply};
 use crate::proto::stir::{Cert, FetchFailure, Lookup, StirEdit, Verifying, Why};
 
 /// Identity headers looked at per request.
@@ -149,20 +151,21 @@ fn offset(whole: &[u8], part: &str) -> usize {
     part.as_ptr() as usize - whole.as_ptr() as usize
 }
 
-impl Core {
+impl Proxy {
     /// Verifies an initial INVITE that did not come from an authenticated
     /// user: `Some(reply)` when it is refused or parked on a certificate;
     /// `None` forwards it (with its `verstat`).
     pub(super) fn stir_verify(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         authenticated: bool,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
         self.stir_edit = None;
-        self.shared.stir.as_ref()?.verify.as_ref()?;
-        let shared = self.shared.clone();
+        ctx.shared.stir.as_ref()?.verify.as_ref()?;
+        let shared = ctx.shared.clone();
         let stir = shared.stir.as_ref()?;
         let v = stir.verify.as_ref()?;
         let trunk = stir
@@ -175,11 +178,11 @@ impl Core {
         let mut first = Why::NoIdentity;
         let headers = msg.headers_named(HeaderName::Identity).take(MAX_IDENTITY);
         for (i, h) in headers.enumerate() {
-            match self.check_identity(h.value, msg, src, v) {
+            match self.check_identity(ctx, h.value, msg, src, v) {
                 Step::Passed => {
                     bump_counter(&stir.counts.passed);
                     self.stir_edit = Some(StirEdit::Verstat("TN-Validation-Passed"));
-                    self.stir_event(msg, "TN-Validation-Passed".into());
+                    self.stir_event(ctx, msg, "TN-Validation-Passed".into());
                     return None;
                 }
                 Step::Parked => return Some(Reply::Drop),
@@ -188,7 +191,11 @@ impl Core {
             }
         }
         stir.counts.failed(first);
-        self.stir_event(msg, format!("{} ({})", first.verstat(), first.as_str()));
+        self.stir_event(
+            ctx,
+            msg,
+            format!("{} ({})", first.verstat(), first.as_str()),
+        );
         if !v.settings.require {
             self.stir_edit = Some(StirEdit::Verstat(first.verstat()));
             return None;
@@ -199,11 +206,11 @@ impl Core {
         if first == Why::Busy {
             extra.push(("Retry-After", "5"));
         }
-        Some(self.respond(msg, first.refusal(), &extra, src, out))
+        Some(ctx.respond(msg, first.refusal(), &extra, src, out))
     }
 
-    fn stir_event(&mut self, msg: &Message<'_>, what: String) {
-        self.events.push(Event::Stir {
+    fn stir_event(&mut self, ctx: &mut Ctx, msg: &Message<'_>, what: String) {
+        ctx.events.push(Event::Stir {
             call_id: msg.call_id().to_owned(),
             what,
         });
@@ -213,6 +220,7 @@ impl Core {
     /// then the signer's certificate and the signature.
     fn check_identity(
         &mut self,
+        ctx: &mut Ctx,
         value: &str,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -224,7 +232,7 @@ impl Core {
         let Ok(p) = Passport::decode(ih.token) else {
             return Why::Malformed.into();
         };
-        let age = self.now.secs() as i64 - p.claims.iat;
+        let age = ctx.now.secs() as i64 - p.claims.iat;
         if age.abs() > i64::from(v.settings.max_age) {
             return Why::Stale.into();
         }
@@ -234,17 +242,17 @@ impl Core {
         if !ih.info.starts_with("https://") {
             return Why::Fetch(FetchFailure::NotHttps).into();
         }
-        let cert = match v.certs.lookup(ih.info, self.now.mono) {
+        let cert = match v.certs.lookup(ih.info, ctx.now.mono) {
             Lookup::Known(c) => c,
             Lookup::Busy => return Why::Busy.into(),
             asked @ (Lookup::Asked | Lookup::Fetching) => {
                 if matches!(asked, Lookup::Asked) {
-                    self.sends.wake_certs();
+                    ctx.sends.wake_certs();
                 }
                 let parked = Parked {
                     message: msg.as_bytes().to_vec(),
                     src,
-                    arrived: self.transport,
+                    arrived: ctx.transport,
                 };
                 match v.certs.park(ih.info, parked) {
                     Ok(()) => return Step::Parked,
@@ -254,7 +262,7 @@ impl Core {
             }
         };
         let signer = match cert {
-            Cert::Valid(s) if s.not_after < self.now.secs() as i64 => return Why::Expired.into(),
+            Cert::Valid(s) if s.not_after < ctx.now.secs() as i64 => return Why::Expired.into(),
             Cert::Valid(s) => s,
             Cert::Invalid(e) => return Why::of_cert(&e).into(),
             Cert::Failed(f) => return Why::Fetch(f).into(),
@@ -276,11 +284,17 @@ impl Core {
     /// Signs an initial INVITE from an authenticated user or a configured
     /// trunk (authentication service, RFC 8224 §5): the forwarded request
     /// gets an `Identity` header.
-    pub(super) fn stir_sign(&mut self, msg: &Message<'_>, src: SocketAddr, authenticated: bool) {
-        if self.shared.stir.as_ref().is_none_or(|s| s.sign.is_none()) {
+    pub(super) fn stir_sign(
+        &mut self,
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        authenticated: bool,
+    ) {
+        if ctx.shared.stir.as_ref().is_none_or(|s| s.sign.is_none()) {
             return;
         }
-        let shared = self.shared.clone();
+        let shared = ctx.shared.clone();
         let Some(stir) = shared.stir.as_ref() else {
             return;
         };
@@ -295,14 +309,14 @@ impl Core {
         {
             return;
         }
-        let pseudonymous = self.pseudonymous_caller(msg);
+        let pseudonymous = self.pseudonymous_caller(ctx, msg);
         let (Some(orig), Some(dest)) =
             (self.orig_claim(msg, pseudonymous), dest_claim(msg, &shared))
         else {
             bump_counter(&stir.counts.unsigned_not_tn);
             return;
         };
-        let user = self.authenticated_user(msg).unwrap_or_default();
+        let user = self.authenticated_user(ctx, msg).unwrap_or_default();
         let mut attest = if trunk && !authenticated {
             s.settings.trunk_attest
         } else {
@@ -329,9 +343,9 @@ impl Core {
         let claims = Claims {
             attest: attest.to_string(),
             dest,
-            iat: self.now.secs() as i64,
+            iat: ctx.now.secs() as i64,
             orig,
-            origid: self.origid(origin),
+            origid: self.origid(ctx, origin),
         };
         match s.key.sign(&claims, &s.settings.x5u) {
             Ok(token) => {
@@ -339,19 +353,19 @@ impl Core {
                 let value = IdentityHeader::format(&token, &s.settings.x5u);
                 self.stir_edit = Some(StirEdit::Identity(value));
             }
-            Err(e) => self.stir_event(msg, format!("not signed: {e}")),
+            Err(e) => self.stir_event(ctx, msg, format!("not signed: {e}")),
         }
     }
 
     /// Whether the caller's From user is a PrivaSIP pseudonym that opened
     /// here (to the authenticated user, as `authorize_caller` checked).
-    fn pseudonymous_caller(&self, msg: &Message<'_>) -> bool {
-        let privacy = self.shared.privacy.as_ref();
+    fn pseudonymous_caller(&self, ctx: &Ctx, msg: &Message<'_>) -> bool {
+        let privacy = ctx.shared.privacy.as_ref();
         privacy.is_some()
-            && self.is_local_uri(msg.from().uri())
+            && ctx.is_local_uri(msg.from().uri())
             && msg.from().uri().user().is_some_and(|u| {
                 matches!(
-                    crate::proto::core::reveal(privacy, u, self.now.secs()),
+                    crate::proto::uris::reveal(privacy, u, ctx.now.secs()),
                     Some(std::borrow::Cow::Owned(_))
                 )
             })
@@ -370,8 +384,8 @@ impl Core {
     }
 
     /// The user whose credentials for our realm the request carried.
-    fn authenticated_user(&self, msg: &Message<'_>) -> Option<String> {
-        let realm = self.shared.auth.as_ref()?.realm.as_str();
+    fn authenticated_user(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<String> {
+        let realm = ctx.shared.auth.as_ref()?.realm.as_str();
         msg.headers_named(HeaderName::ProxyAuthorization)
             .filter_map(|h| sip_core::auth::Credentials::parse(h.value).ok())
             .find(|c| c.realm == Some(realm))
@@ -379,8 +393,8 @@ impl Core {
     }
 
     /// A stable UUID for the user's origination point (RFC 8588 §6).
-    fn origid(&self, user: &str) -> String {
-        let mut h = self.shared.branch_salt.build_hasher();
+    fn origid(&self, ctx: &Ctx, user: &str) -> String {
+        let mut h = ctx.shared.branch_salt.build_hasher();
         h.write(b"origid");
         h.write(user.as_bytes());
         let a = h.finish();

@@ -7,36 +7,39 @@ use std::net::SocketAddr;
 use sip_core::{Message, Method, StatusCode, Uri};
 
 use crate::config::{Forking, Mode, PathMode};
-use crate::proto::core::{
-    aor_of, bump, first_path_uri, reveal, Core, Event, Next, Reply, Transport, ALLOW,
-};
+use crate::proto::ctx::Ctx;
 use crate::proto::effects::Hop;
 use crate::proto::flows::same_flow_transport;
 use crate::proto::metrics::Stage;
+use crate::proto::proxy::Proxy;
 use crate::proto::proxy::{Leg, Selected};
+use crate::proto::reply::{bump, Event, Next, Reply, ALLOW};
+use crate::proto::uris::{aor_of, first_path_uri, reveal};
+use sip_core::Transport;
 
-impl Core {
+impl Proxy {
     /// Where the request goes (§16.5): down the connection a flow token
     /// names, to the next Route, to a local user's contact, along an
     /// in-dialog Request-URI, or to a peer domain's proxy; anything else
     /// is refused (no open relay).
     pub(super) fn select_target(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        now: u64,
         pops: usize,
         flow_hop: Option<Hop>,
         out: &mut Vec<u8>,
     ) -> Result<Selected, Reply> {
+        let now = ctx.now.secs();
         let next_route = msg.routes().nth(pops);
         let ruri = msg.request_uri().ok_or(Reply::Drop)?;
         let target = if let Some((peer, t)) = flow_hop.filter(|_| next_route.is_none()) {
             // A closed TCP/TLS flow is connected to again; a browser's is
             // gone for good.
-            if matches!(t, Transport::Ws | Transport::Wss) && !self.flow_open(peer, t) {
-                bump(&self.shared.metrics.flows_failed);
-                return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+            if matches!(t, Transport::Ws | Transport::Wss) && !self.flow_open(ctx, peer, t) {
+                bump(&ctx.shared.metrics.flows_failed);
+                return Err(ctx.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
             }
             Selected {
                 flow: Some(peer),
@@ -46,49 +49,49 @@ impl Core {
             let u = r.uri();
             let t = Transport::of_uri(u);
             Selected::at(
-                u.host().map_or(Next::Nowhere, |h| self.hop(h, u.port(), t)),
+                u.host().map_or(Next::Nowhere, |h| ctx.hop(h, u.port(), t)),
                 t,
             )
-        } else if self.is_local_uri(ruri) {
-            return self.local_user_target(msg, src, now, out);
+        } else if ctx.is_local_uri(ruri) {
+            return self.local_user_target(ctx, msg, src, now, out);
         } else if pops > 0 {
             // In-dialog request that record-routed through us (§16.12):
             // the Request-URI is the peer's contact.
             let t = Transport::of_uri(ruri);
             let next = ruri
                 .host()
-                .map_or(Next::Nowhere, |h| self.hop(h, ruri.port(), t));
+                .map_or(Next::Nowhere, |h| ctx.hop(h, ruri.port(), t));
             Selected::at(next, t)
         } else if let Some(peer) = self
-            .peer_for(ruri)
-            .filter(|_| self.shared.config.mode == Mode::Proxy)
+            .peer_for(ctx, ruri)
+            .filter(|_| ctx.shared.config.mode == Mode::Proxy)
         {
             // Another domain we peer with: our users' requests go to its
             // proxy, the Request-URI (perhaps a pseudonym for it) as is.
             self.hide_out = ruri.host().is_some_and(|h| {
                 let h = h.to_string();
-                self.shared
+                ctx.shared
                     .config
                     .hide_topology_peers
                     .iter()
                     .any(|d| d.eq_ignore_ascii_case(&h))
             });
             Selected {
-                authenticated: self.authorize_caller(msg, src, now, out)?,
+                authenticated: self.authorize_caller(ctx, msg, src, now, out)?,
                 to_peer: true,
                 ..Selected::at(Next::At(peer), Transport::Udp)
             }
         } else if let Some(i) = ruri
             .host()
-            .and_then(|h| self.shared.trunks.for_domain(&h.to_string()))
-            .filter(|_| self.shared.config.mode == Mode::Proxy)
+            .and_then(|h| ctx.shared.trunks.for_domain(&h.to_string()))
+            .filter(|_| ctx.shared.config.mode == Mode::Proxy)
         {
             // A trunk's domain (a carrier's): through its gateways.
-            let authenticated = self.authorize_caller(msg, src, now, out)?;
-            return self.trunk_target(i, msg, src, authenticated, out);
+            let authenticated = self.authorize_caller(ctx, msg, src, now, out)?;
+            return self.trunk_target(ctx, i, msg, src, authenticated, out);
         } else {
             // No open relay: only requests for this server's domains are proxied.
-            return Err(self.relay_denied(msg, src, ruri, out));
+            return Err(self.relay_denied(ctx, msg, src, ruri, out));
         };
         Ok(target)
     }
@@ -100,17 +103,19 @@ impl Core {
     /// where the source is proven: a configured peer proxy's address (the
     /// callers' home proxies) or a connection — never to a UDP source
     /// that could be a spoofed victim of a reflection.
-    fn domain_tickets(&self, msg: &Message<'_>, src: SocketAddr, now: u64) -> Option<String> {
-        let proven = self.transport != Transport::Udp
-            || self.shared.config.peers.iter().any(|(_, a)| *a == src);
+    fn domain_tickets(
+        &self,
+        ctx: &Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        now: u64,
+    ) -> Option<String> {
+        let proven = ctx.transport != Transport::Udp
+            || ctx.shared.config.peers.iter().any(|(_, a)| *a == src);
         if !proven {
             return None;
         }
-        let p = self
-            .shared
-            .privacy
-            .as_ref()
-            .filter(|p| p.issues_tickets())?;
+        let p = ctx.shared.privacy.as_ref().filter(|p| p.issues_tickets())?;
         let enroll = msg.headers_named(sip_core::HeaderName::Other).find(|h| {
             h.raw_name
                 .eq_ignore_ascii_case(crate::proto::registrar::ENROLL)
@@ -123,6 +128,7 @@ impl Core {
     /// the target (the others are forked to, when forking).
     fn local_user_target(
         &mut self,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
         now: u64,
@@ -132,14 +138,14 @@ impl Core {
         let key = match (ruri.user(), ruri.host()) {
             (Some(u), Some(h)) => {
                 // A PrivaSIP-3 callee pseudonym is single-use too.
-                let single_use = self
+                let single_use = ctx
                     .shared
                     .privacy
                     .as_ref()
                     .is_none_or(|p| p.ticket_call(u, msg.call_id(), now));
-                match reveal(self.shared.privacy.as_ref(), u, now) {
+                match reveal(ctx.shared.privacy.as_ref(), u, now) {
                     Some(u) if single_use => Some(aor_of(&u, h)),
-                    _ => return Err(self.refuse(msg, src, out)),
+                    _ => return Err(ctx.refuse(msg, src, out)),
                 }
             }
             _ => None,
@@ -147,19 +153,19 @@ impl Core {
         let Some(key) = key else {
             return Err(match msg.method() {
                 Method::Options => {
-                    let tickets = self.domain_tickets(msg, src, now);
+                    let tickets = self.domain_tickets(ctx, msg, src, now);
                     let mut extra = vec![("Allow", ALLOW), ("Accept", "application/sdp")];
                     if let Some(t) = &tickets {
                         extra.push((crate::proto::registrar::TICKETS, t.as_str()));
                     }
-                    self.respond(msg, StatusCode::OK, &extra, src, out)
+                    ctx.respond(msg, StatusCode::OK, &extra, src, out)
                 }
-                _ => self.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
+                _ => ctx.respond(msg, StatusCode::NOT_FOUND, &[], src, out),
             });
         };
-        let mode = self.shared.config.mode;
+        let mode = ctx.shared.config.mode;
         if mode == Mode::Registrar {
-            return Err(self.respond(
+            return Err(ctx.respond(
                 msg,
                 StatusCode::METHOD_NOT_ALLOWED,
                 &[("Allow", "REGISTER, OPTIONS")],
@@ -167,47 +173,47 @@ impl Core {
                 out,
             ));
         }
-        let authenticated = self.authorize_caller(msg, src, now, out)?;
-        if self.location_too_stale(now) {
-            return Err(self.location_stale(msg, src, out));
+        let authenticated = self.authorize_caller(ctx, msg, src, now, out)?;
+        if self.location_too_stale(ctx, now) {
+            return Err(self.location_stale(ctx, msg, src, out));
         }
-        let t0 = self.clock();
-        self.shared.location.lookup(&key, now, &mut self.bindings);
-        self.stage(Stage::FindUser, t0);
-        if self.bindings.is_empty() {
+        let t0 = ctx.clock();
+        ctx.shared.location.lookup(&key, now, &mut ctx.bindings);
+        ctx.stage(Stage::FindUser, t0);
+        if ctx.bindings.is_empty() {
             // A number no local user has: out through its trunk.
-            let trunk = ruri.user().and_then(|u| self.shared.trunks.for_number(u));
+            let trunk = ruri.user().and_then(|u| ctx.shared.trunks.for_number(u));
             if let Some(i) = trunk.filter(|_| mode == Mode::Proxy) {
-                return self.trunk_target(i, msg, src, authenticated, out);
+                return self.trunk_target(ctx, i, msg, src, authenticated, out);
             }
-            return Err(self.respond(msg, StatusCode::NOT_FOUND, &[], src, out));
+            return Err(ctx.respond(msg, StatusCode::NOT_FOUND, &[], src, out));
         }
         // A binding whose WebSocket or outbound flow is closed can
         // never be reached again (RFC 5626 §5.3): a phone that
         // reloaded or reconnected is reached on its newer binding.
-        let had = self.bindings.len();
-        let mut bindings = std::mem::take(&mut self.bindings);
-        bindings.retain(|b| !self.flow_gone(b));
-        self.bindings = bindings;
-        if self.bindings.is_empty() {
-            bump(&self.shared.metrics.flows_failed);
-            self.events.push(Event::FlowFailed {
+        let had = ctx.bindings.len();
+        let mut bindings = std::mem::take(&mut ctx.bindings);
+        bindings.retain(|b| !self.flow_gone(ctx, b));
+        ctx.bindings = bindings;
+        if ctx.bindings.is_empty() {
+            bump(&ctx.shared.metrics.flows_failed);
+            ctx.events.push(Event::FlowFailed {
                 aor: key,
                 bindings: had,
             });
-            return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+            return Err(ctx.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
         }
         if mode == Mode::Redirect {
-            return Err(self.redirect(msg, src, out));
+            return Err(crate::proto::redirect::answer(ctx, msg, src, out));
         }
-        let Some(leg) = self.leg(0) else {
+        let Some(leg) = self.leg(ctx, 0) else {
             // A browser is reached on its connection or not at all.
-            bump(&self.shared.metrics.flows_failed);
-            return Err(self.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
+            bump(&ctx.shared.metrics.flows_failed);
+            return Err(ctx.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
         };
-        let forking = self.shared.transactions.is_some()
-            && self.shared.config.forking != Forking::Off
-            && self.bindings.len() > 1
+        let forking = ctx.shared.transactions.is_some()
+            && ctx.shared.config.forking != Forking::Off
+            && ctx.bindings.len() > 1
             && msg.method() != Method::Ack;
         Ok(Selected {
             flow: leg.flow,
@@ -218,26 +224,26 @@ impl Core {
         })
     }
 
-    /// How the local user's contact `self.bindings[i]` is reached; its
+    /// How the local user's contact `ctx.bindings[i]` is reached; its
     /// Path (or the route to the node holding its flow) is left in
     /// `self.path`. `None` when the contact's browser or outbound flow is
     /// closed: it can never be reached again (RFC 5626 §5.3).
-    pub(super) fn leg(&mut self, i: usize) -> Option<Leg> {
-        let contact = self.bindings[i].contact.clone();
+    pub(super) fn leg(&mut self, ctx: &mut Ctx, i: usize) -> Option<Leg> {
+        let contact = ctx.bindings[i].contact.clone();
         // A stored Path (RFC 3327) is the route to the contact: the
         // request goes to its first hop with the Path as Route.
         self.path.clear();
         let remote_flow = {
-            let b = &self.bindings[i];
-            b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !self.is_local_uri(&u))
+            let b = &ctx.bindings[i];
+            b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !ctx.is_local_uri(&u))
         };
         if remote_flow {
             // The phone is connected to another node sharing the
             // location: the request goes there, which sends it down
             // the flow its token names.
-            self.path.push_str(&self.bindings[i].node);
-        } else if self.shared.config.path != PathMode::Off {
-            self.path.push_str(&self.bindings[i].path);
+            self.path.push_str(&ctx.bindings[i].node);
+        } else if ctx.shared.config.path != PathMode::Off {
+            self.path.push_str(&ctx.bindings[i].path);
         }
         let next = match first_path_uri(&self.path) {
             Some(hop) => Some(hop),
@@ -246,7 +252,7 @@ impl Core {
                 Uri::parse(&contact, sip_core::UriContext::Header).ok()
             }
         };
-        let binding = &self.bindings[i];
+        let binding = &ctx.bindings[i];
         // The flow serves a contact reached over its transport (a
         // phone that registers over TCP a contact for UDP is reached
         // over UDP), and every outbound contact.
@@ -263,7 +269,7 @@ impl Core {
             // The phone registered over a connection: the request goes
             // back down it (RFC 3261 §18, RFC 5626 §5.3), whatever
             // address its Contact names (often a private one).
-            Some(f) if self.flow_open(binding.source, f.transport) => {
+            Some(f) if self.flow_open(ctx, binding.source, f.transport) => {
                 (Next::At(binding.source), f.transport, Some(binding.source))
             }
             Some(f) if f.outbound || websocket(f.transport) => return None,
@@ -271,7 +277,7 @@ impl Core {
             _ => match next {
                 Some(u) => {
                     let t = Transport::of_uri(&u);
-                    let hop = u.host().map_or(Next::Nowhere, |h| self.hop(h, u.port(), t));
+                    let hop = u.host().map_or(Next::Nowhere, |h| ctx.hop(h, u.port(), t));
                     (hop, t, None)
                 }
                 None => (Next::Nowhere, Transport::Udp, None),

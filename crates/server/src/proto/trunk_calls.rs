@@ -7,17 +7,20 @@ use std::net::SocketAddr;
 
 use sip_core::{Message, Method, StatusCode};
 
-use crate::proto::core::{Core, Next, Reply};
+use crate::proto::ctx::Ctx;
+use crate::proto::proxy::Proxy;
 use crate::proto::proxy::Selected;
+use crate::proto::reply::{Next, Reply};
 use crate::proto::trunks::TrunkRef;
 
-impl Core {
+impl Proxy {
     /// Where `msg` goes through trunk `i`: its first gateway, failing over
     /// along the trunk's route. Only this domain's (authenticated) users
     /// reach a trunk when authentication is on: a trunk is not a relay
     /// for peers or strangers (toll fraud). No gateway up: 503.
     pub(super) fn trunk_target(
         &mut self,
+        ctx: &mut Ctx,
         trunk: TrunkRef,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -27,9 +30,9 @@ impl Core {
         if !matches!(
             msg.method(),
             Method::Invite | Method::Message | Method::Options
-        ) || (self.shared.auth.is_some() && !authenticated)
+        ) || (ctx.shared.auth.is_some() && !authenticated)
         {
-            return Err(self.respond(
+            return Err(ctx.respond(
                 msg,
                 StatusCode::FORBIDDEN,
                 &[(
@@ -40,11 +43,11 @@ impl Core {
                 out,
             ));
         }
-        let shared = self.shared.clone();
+        let shared = ctx.shared.clone();
         let sticky = shared.transactions.is_none();
-        let Some((gateway, route)) = trunk.pick(msg, &shared.names, self.now.mono, sticky) else {
+        let Some((gateway, route)) = trunk.pick(msg, &shared.names, ctx.now.mono, sticky) else {
             let warning = format!("399 sipsec \"no gateway of trunk {} is up\"", trunk.name());
-            return Err(self.respond(
+            return Err(ctx.respond(
                 msg,
                 StatusCode::SERVICE_UNAVAILABLE,
                 &[("Retry-After", "5"), ("Warning", &warning)],
@@ -63,8 +66,8 @@ impl Core {
 
     /// A request from a trunk that hides the inside (a sealed
     /// Request-URI or Call-ID of this proxy's): its bytes revealed.
-    pub(super) fn reveal_from_trunk(&self, msg: &Message<'_>) -> Option<Vec<u8>> {
-        let th = self.shared.hider.as_ref()?;
+    pub(super) fn reveal_from_trunk(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<Vec<u8>> {
+        let th = ctx.shared.hider.as_ref()?;
         let sealed = |s: &str| s.starts_with(crate::proto::topology::SEALED);
         let ruri_sealed = msg.request_uri().and_then(|u| u.user()).is_some_and(sealed);
         if !ruri_sealed && !sealed(msg.call_id()) {
@@ -78,11 +81,11 @@ impl Core {
     /// trunk that hides it (its first Route is ours, marked): `Some`
     /// with whether its Call-ID is sealed (not in a dialog the carrier
     /// began).
-    pub(super) fn in_hidden_dialog(&self, msg: &Message<'_>) -> Option<bool> {
-        self.shared.hider.as_ref()?;
+    pub(super) fn in_hidden_dialog(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<bool> {
+        ctx.shared.hider.as_ref()?;
         msg.to().tag()?;
         let r = msg.routes().next()?;
-        if !self.is_local_uri(r.uri()) {
+        if !ctx.is_local_uri(r.uri()) {
             return None;
         }
         let mark = r.uri().param(crate::proto::topology::RR_PARAM)?;
@@ -92,11 +95,16 @@ impl Core {
     /// Whether `msg` begins a call from the inside is hidden from: a
     /// gateway of a trunk that hides it, or the proxy of a peer domain in
     /// `hide_topology_peers` (its source address is one).
-    pub(super) fn begun_by_hidden_side(&self, msg: &Message<'_>, src: SocketAddr) -> bool {
-        if self.shared.hider.is_none() || msg.to().tag().is_some() {
+    pub(super) fn begun_by_hidden_side(
+        &self,
+        ctx: &Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+    ) -> bool {
+        if ctx.shared.hider.is_none() || msg.to().tag().is_some() {
             return false;
         }
-        let c = &self.shared.config;
+        let c = &ctx.shared.config;
         let from_peer = || {
             c.peers.iter().any(|(domain, a)| {
                 a.ip() == src.ip()
@@ -105,16 +113,21 @@ impl Core {
                         .any(|d| d.eq_ignore_ascii_case(domain))
             })
         };
-        self.shared.trunks.hides_source(src.ip()) || from_peer()
+        ctx.shared.trunks.hides_source(src.ip()) || from_peer()
     }
 
     /// The request written into `out` goes to a trunk that hides the
     /// inside: Vias, Call-ID and Contact sealed.
-    pub(super) fn hide_toward_trunk(&self, transport: sip_core::Transport, out: &mut Vec<u8>) {
-        let (true, Some(th)) = (self.hide_out, self.shared.hider.as_ref()) else {
+    pub(super) fn hide_toward_trunk(
+        &self,
+        ctx: &Ctx,
+        transport: sip_core::Transport,
+        out: &mut Vec<u8>,
+    ) {
+        let (true, Some(th)) = (self.hide_out, ctx.shared.hider.as_ref()) else {
             return;
         };
-        let here = self.listen_addr(transport).to_string();
+        let here = ctx.listen_addr(transport).to_string();
         let written = std::mem::take(out);
         if !crate::proto::topology::hide_request(&written, th, &here, self.seal_call_id, out) {
             *out = written;

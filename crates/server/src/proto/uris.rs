@@ -1,0 +1,87 @@
+//! The URI helpers the roles share: addresses-of-record, pseudonyms
+//! revealed, option tags, Path and literal-address hops.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use sip_core::uri::Host;
+use sip_core::{HeaderName, Message, Uri};
+
+use crate::proto::privacy::{Privacy, Reveal};
+
+/// The address-of-record of a URI: `sip:user@host`, host lowercased.
+#[inline]
+pub fn aor(uri: &Uri<'_>) -> Option<String> {
+    Some(aor_of(uri.user()?, uri.host()?))
+}
+
+/// `sip:user@host`, host lowercased.
+#[inline]
+pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
+    let mut s = String::with_capacity(8 + user.len() + 32);
+    s.push_str("sip:");
+    s.push_str(user);
+    s.push('@');
+    match host {
+        Host::Name(n) => {
+            for c in n.chars() {
+                s.push(c.to_ascii_lowercase());
+            }
+        }
+        other => {
+            let _ = write!(s, "{other}");
+        }
+    }
+    s
+}
+
+/// What a user part at this server stands for: itself, or the ID inside
+/// a pseudonym encrypted for us; `None` for a pseudonym that does not
+/// open.
+#[inline]
+pub(super) fn reveal<'a>(
+    privacy: Option<&Privacy>,
+    user: &'a str,
+    now: u64,
+) -> Option<Cow<'a, str>> {
+    let Some(p) = privacy else {
+        return Some(Cow::Borrowed(user));
+    };
+    match p.reveal(user, now) {
+        Reveal::Plain => Some(Cow::Borrowed(user)),
+        Reveal::Id(id) => Some(Cow::Owned(id)),
+        Reveal::Refused => None,
+    }
+}
+
+/// Whether a header such as Supported or Require lists `tag`.
+#[inline]
+pub(super) fn has_option_tag(msg: &Message<'_>, name: HeaderName, tag: &str) -> bool {
+    msg.headers_named(name)
+        .flat_map(|h| h.value.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(tag))
+}
+
+/// The first URI of a stored Path (`<sip:edge;lr>, <…>`).
+#[inline]
+pub(super) fn first_path_uri(path: &str) -> Option<Uri<'_>> {
+    let start = path.find('<')? + 1;
+    let end = start + path[start..].find('>')?;
+    Uri::parse(&path[start..end], sip_core::UriContext::Header)
+        .ok()
+        .filter(Uri::is_sip)
+}
+
+/// The transport address a URI or Via points at (IP literals and
+/// `localhost` only: the hot path does no DNS).
+#[inline]
+pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
+    let ip = match host {
+        Host::V4(a) => IpAddr::V4(a),
+        Host::V6(a) => IpAddr::V6(a),
+        Host::Name(n) if n.eq_ignore_ascii_case("localhost") => IpAddr::from([127, 0, 0, 1]),
+        Host::Name(_) => return None,
+    };
+    Some(SocketAddr::new(ip, port.unwrap_or(5060)))
+}
