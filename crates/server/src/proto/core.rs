@@ -153,7 +153,7 @@ impl Core {
         if let Some(tx) = &self.ctx.shared.transactions {
             tx.tick(now.mono, &mut self.ctx.sends, &self.ctx.shared.metrics);
         }
-        self.proxy.originated_timers(&mut self.ctx, now);
+        Proxy::originated_timers(&mut self.ctx, now);
         self.proxy.dialog_timers(&mut self.ctx, now);
     }
 

@@ -81,7 +81,7 @@ impl Proxy {
     }
 
     /// A response went upstream: what it means for its dialog.
-    pub(super) fn dialog_response(&mut self, ctx: &mut Ctx, msg: &Message<'_>) {
+    pub(super) fn dialog_response(ctx: &mut Ctx, msg: &Message<'_>) {
         let Some(d) = ctx.shared.dialogs.as_ref() else {
             return;
         };
@@ -143,7 +143,7 @@ impl Proxy {
                 call_id: hidden.as_deref().unwrap_or(call_id),
                 cseq: legs.cseq + 1,
             };
-            self.send_bye(ctx, &bye, down);
+            Self::send_bye(ctx, &bye, down);
         }
         if let Some(up) = legs.up {
             let bye = Bye {
@@ -153,14 +153,14 @@ impl Proxy {
                 call_id,
                 cseq: 1_000_000,
             };
-            self.send_bye(ctx, &bye, up);
+            Self::send_bye(ctx, &bye, up);
         }
         ctx.records.push(record.clone());
         Some(record)
     }
 
     /// Sends `bye` to `hop`, kept until answered.
-    fn send_bye(&mut self, ctx: &mut Ctx, bye: &Bye<'_>, hop: Hop) {
+    fn send_bye(ctx: &mut Ctx, bye: &Bye<'_>, hop: Hop) {
         let here = ctx.listen_addr(hop.1);
         let mut h = std::hash::BuildHasher::build_hasher(&ctx.shared.branch_salt);
         std::hash::Hasher::write(&mut h, bye.call_id.as_bytes());
@@ -187,7 +187,7 @@ impl Proxy {
 
     /// This proxy's own requests due again at `now` are sent again; those
     /// Timer F gives up are logged.
-    pub(super) fn originated_timers(&mut self, ctx: &mut Ctx, now: Now) {
+    pub(super) fn originated_timers(ctx: &mut Ctx, now: Now) {
         for branch in ctx.shared.originated.tick(now.mono, &mut ctx.sends) {
             ctx.events
                 .push(crate::proto::reply::Event::Unanswered { branch });
@@ -196,7 +196,7 @@ impl Proxy {
 
     /// What the callee's side adds to the CSeq of the request `msg`
     /// answers or is (0: a callee's request, or no offset).
-    pub(super) fn caller_offset(&self, ctx: &Ctx, msg: &Message<'_>) -> u32 {
+    pub(super) fn caller_offset(ctx: &Ctx, msg: &Message<'_>) -> u32 {
         ctx.shared.dialogs.as_ref().map_or(0, |d| {
             d.offset(msg.call_id(), msg.from().tag().unwrap_or(""))
         })
@@ -204,7 +204,7 @@ impl Proxy {
 
     /// The transactions sent requests again with a trunk's credentials:
     /// their dialogs' offsets grow.
-    pub(super) fn note_renumbered(&mut self, ctx: &mut Ctx) {
+    pub(super) fn note_renumbered(ctx: &mut Ctx) {
         let Some(d) = ctx.shared.dialogs.as_ref() else {
             return;
         };
@@ -219,7 +219,7 @@ impl Proxy {
         if msg.to().tag().is_none() {
             return;
         }
-        let offset = self.caller_offset(ctx, msg);
+        let offset = Self::caller_offset(ctx, msg);
         if offset == 0 {
             return;
         }

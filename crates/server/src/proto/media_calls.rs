@@ -78,7 +78,7 @@ impl Proxy {
             }
             Some(Outcome::Failed(why)) => {
                 let why = why.clone();
-                return self.relay_failed(ctx, msg, src, &why, out);
+                return Self::relay_failed(ctx, msg, src, &why, out);
             }
             Some(Outcome::Refused(why)) => {
                 let what = format!(
@@ -130,7 +130,7 @@ impl Proxy {
         let srtp = settings.require_srtp
             || (!media::browser(ctx.transport) && !media::offers_plain_rtp(sdp));
         let command = Command::Offer(media::media(msg, sdp, true, to, srtp, nat, src.ip()));
-        let question = self.question(ctx, b'o', self.branch(ctx, msg), 0, None);
+        let question = Self::question(ctx, b'o', Self::branch(ctx, msg), 0, None);
         self.ask_relay(ctx, msg, src, question, command, out)
     }
 
@@ -198,7 +198,7 @@ impl Proxy {
         // The caller's leg answers in the profile the caller offered.
         let srtp = ctx.shared.config.media.require_srtp || call.caller_srtp;
         let command = Command::Answer(media::media(msg, sdp, false, to, srtp, nat, src.ip()));
-        let question = self.question(ctx, b'a', key.branch, status.as_u16(), msg.to().tag());
+        let question = Self::question(ctx, b'a', key.branch, status.as_u16(), msg.to().tag());
         let mut none = Vec::new();
         match self.ask_relay(ctx, msg, src, question, command, &mut none) {
             Some(Reply::Drop) => Some(Reply::Drop),
@@ -208,7 +208,7 @@ impl Proxy {
     }
 
     /// A CANCEL for `msg`'s INVITE was accepted: its call ends at the relay.
-    pub(super) fn media_cancelled(&mut self, ctx: &mut Ctx, msg: &Message<'_>) {
+    pub(super) fn media_cancelled(ctx: &mut Ctx, msg: &Message<'_>) {
         if let Some(table) = ctx.shared.media.as_ref() {
             if table.end(msg.call_id()) {
                 ctx.sends.wake_media();
@@ -240,7 +240,7 @@ impl Proxy {
             // answer will send that one on.
             Asked::Duplicate => Some(Reply::Drop),
             Asked::Full => {
-                self.relay_failed(ctx, msg, src, "too many calls wait on media relays", out)
+                Self::relay_failed(ctx, msg, src, "too many calls wait on media relays", out)
             }
         }
     }
@@ -248,7 +248,6 @@ impl Proxy {
     /// No relay took the offer `msg`: 503 with Retry-After, or forwarded
     /// unrelayed, as configured.
     fn relay_failed(
-        &mut self,
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -284,7 +283,7 @@ impl Proxy {
 
     /// The question a message asks the relay: the same for its
     /// retransmissions, unguessable for anyone else (keyed).
-    fn question(&self, ctx: &Ctx, kind: u8, branch: u64, status: u16, to_tag: Option<&str>) -> u64 {
+    fn question(ctx: &Ctx, kind: u8, branch: u64, status: u16, to_tag: Option<&str>) -> u64 {
         use std::hash::BuildHasher;
         // 0 is the question of commands nothing waits on.
         ctx.shared

@@ -128,7 +128,7 @@ impl Proxy {
     /// Whether this node's copy of a shared location has not followed it
     /// for longer than `max_stale` at `now` (Unix seconds): then it is not
     /// trusted to route.
-    pub(super) fn location_too_stale(&self, ctx: &Ctx, now: u64) -> bool {
+    pub(super) fn location_too_stale(ctx: &Ctx, now: u64) -> bool {
         let Some(max) = ctx.shared.config.redis.as_ref().and_then(|r| r.max_stale) else {
             return false;
         };
@@ -143,7 +143,6 @@ impl Proxy {
     /// (see [`location_too_stale`](Self::location_too_stale)), with the
     /// store's Retry-After.
     pub(super) fn location_stale(
-        &mut self,
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -172,7 +171,6 @@ impl Proxy {
     /// 503 for a request whose next hop is a name the resolver cannot
     /// take on now: the caller tries again a little later.
     fn resolver_busy(
-        &mut self,
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -192,13 +190,7 @@ impl Proxy {
     }
 
     /// 503 for a request whose next hop is nowhere to be found.
-    fn unresolvable(
-        &mut self,
-        ctx: &mut Ctx,
-        msg: &Message<'_>,
-        src: SocketAddr,
-        out: &mut Vec<u8>,
-    ) -> Reply {
+    fn unresolvable(ctx: &mut Ctx, msg: &Message<'_>, src: SocketAddr, out: &mut Vec<u8>) -> Reply {
         bump(&ctx.shared.metrics.hop_unresolved);
         ctx.respond(
             msg,
@@ -220,11 +212,11 @@ impl Proxy {
             b.node.is_empty() || first_path_uri(&b.node).is_none_or(|u| ctx.is_local_uri(&u));
         here && b.path.is_empty()
             && (f.outbound || matches!(f.transport, Transport::Ws | Transport::Wss))
-            && !self.flow_open(ctx, b.source, f.transport)
+            && !Self::flow_open(ctx, b.source, f.transport)
     }
 
     /// Whether the phone's connection (its registered flow) is still open.
-    pub(super) fn flow_open(&self, ctx: &Ctx, peer: SocketAddr, transport: Transport) -> bool {
+    pub(super) fn flow_open(ctx: &Ctx, peer: SocketAddr, transport: Transport) -> bool {
         ctx.shared.flows.open(peer, transport)
     }
 
@@ -265,12 +257,12 @@ impl Proxy {
     }
 
     /// Whether `src` is another domain's proxy we peer with.
-    pub(super) fn is_peer(&self, ctx: &Ctx, src: SocketAddr) -> bool {
+    pub(super) fn is_peer(ctx: &Ctx, src: SocketAddr) -> bool {
         ctx.shared.config.peers.iter().any(|(_, a)| *a == src)
     }
 
     /// The peer proxy serving the Request-URI's domain.
-    pub(super) fn peer_for(&self, ctx: &Ctx, uri: &Uri<'_>) -> Option<SocketAddr> {
+    pub(super) fn peer_for(ctx: &Ctx, uri: &Uri<'_>) -> Option<SocketAddr> {
         let Some(Host::Name(n)) = uri.host() else {
             return None;
         };
@@ -299,7 +291,7 @@ impl Proxy {
                 msg.method(),
                 Method::Invite | Method::Message | Method::Subscribe
             )
-            || self.is_peer(ctx, src)
+            || Self::is_peer(ctx, src)
         {
             return Ok(false);
         }
@@ -342,7 +334,7 @@ impl Proxy {
     /// failure and CANCEL all get the INVITE's branch (RFC 3261 §16.11).
     /// Its top four bits are zero: a stateful proxy numbers its tries of
     /// other addresses there ([`Key::of_message`]).
-    pub(super) fn branch(&self, ctx: &Ctx, msg: &Message<'_>) -> u64 {
+    pub(super) fn branch(ctx: &Ctx, msg: &Message<'_>) -> u64 {
         let v = msg.top_via();
         let mut h = ctx.shared.branch_salt.build_hasher();
         h.write(v.branch().unwrap_or("").as_bytes());
@@ -359,7 +351,7 @@ impl Proxy {
     /// Where responses to `msg` go (RFC 3261 §18.2.2): back on the
     /// connection for TCP; for UDP the source address, and the Via's port
     /// unless rport asked for the source port.
-    fn upstream(&self, ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> Hop {
+    fn upstream(ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> Hop {
         let top = msg.top_via();
         if ctx.transport.is_reliable() || top.rport().is_some() {
             return (src, ctx.transport);
@@ -380,7 +372,7 @@ impl Proxy {
     ) -> Option<Reply> {
         let tx = ctx.shared.transactions.as_ref()?;
         let key = Key {
-            branch: self.branch(ctx, msg),
+            branch: Self::branch(ctx, msg),
             cancel: false,
         };
         let now = ctx.now.mono;
@@ -389,7 +381,7 @@ impl Proxy {
             // §16.10: answer the CANCEL here; the INVITE's 487 comes back
             // from downstream.
             let status = if tx.on_cancel(key, now, &mut ctx.sends, metrics) {
-                self.media_cancelled(ctx, msg);
+                Self::media_cancelled(ctx, msg);
                 StatusCode::OK
             } else {
                 StatusCode::CALL_DOES_NOT_EXIST
@@ -412,7 +404,7 @@ impl Proxy {
         self.hidden_in = false;
         self.hide_out = false;
         self.seal_call_id = true;
-        if let Some(bytes) = self.reveal_from_trunk(ctx, msg) {
+        if let Some(bytes) = Self::reveal_from_trunk(ctx, msg) {
             // From a trunk that hides the inside: routed as revealed.
             let Ok(revealed) = Message::parse(&bytes) else {
                 return Reply::Drop;
@@ -421,10 +413,10 @@ impl Proxy {
             self.seal_call_id = msg.call_id().starts_with(crate::proto::topology::SEALED);
             return self.route_revealed(ctx, &revealed, src, out);
         }
-        if let Some(seal) = self.in_hidden_dialog(ctx, msg) {
+        if let Some(seal) = Self::in_hidden_dialog(ctx, msg) {
             self.hide_out = true;
             self.seal_call_id = seal;
-        } else if self.begun_by_hidden_side(ctx, msg, src) {
+        } else if Self::begun_by_hidden_side(ctx, msg, src) {
             // A call the carrier (or peer) begins: its answers and the callee's
             // requests in its dialog are hidden, its Call-ID kept.
             self.hidden_in = true;
@@ -443,10 +435,10 @@ impl Proxy {
         if let Some(reply) = self.stateful_request(ctx, msg, src, out) {
             return reply;
         }
-        if let Some(reply) = self.refuse_to_route(ctx, msg, src, out) {
+        if let Some(reply) = Self::refuse_to_route(ctx, msg, src, out) {
             return reply;
         }
-        let (pops, flow_hop) = self.loose_route(ctx, msg, src);
+        let (pops, flow_hop) = Self::loose_route(ctx, msg, src);
         let next_route = msg.routes().nth(pops).is_some();
         let Some(ruri) = msg.request_uri() else {
             return Reply::Drop;
@@ -455,9 +447,9 @@ impl Proxy {
             && (next_route || flow_hop.is_some() || !ctx.is_local_uri(ruri))
         {
             // A registrar or redirect server answers; it forwards nothing.
-            return self.relay_denied(ctx, msg, src, ruri, out);
+            return Self::relay_denied(ctx, msg, src, ruri, out);
         }
-        if next_route && msg.to().tag().is_none() && !self.is_peer(ctx, src) {
+        if next_route && msg.to().tag().is_none() && !Self::is_peer(ctx, src) {
             // A preloaded Route on an initial request would send it, body
             // and all, to any address the sender names (Kamailio's default
             // configuration refuses them too). In-dialog requests follow
@@ -501,7 +493,6 @@ impl Proxy {
     /// The answer to a request no proxy may forward (§16.3): an ACK for
     /// a response this server made, no hops left, or a loop.
     fn refuse_to_route(
-        &mut self,
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -529,7 +520,7 @@ impl Proxy {
     /// after double record-routing, RFC 5658); a flow token in one names
     /// the connection the request continues on when it did not come from
     /// there (RFC 5626 §5.3). Returns how many and that connection.
-    fn loose_route(&self, ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> (usize, Option<Hop>) {
+    fn loose_route(ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> (usize, Option<Hop>) {
         let mut pops = 0;
         let mut flow_hop = None;
         for r in msg.routes().take(2) {
@@ -564,7 +555,7 @@ impl Proxy {
         match next {
             Next::At(a) => Ok((a, None)),
             Next::Named(a, route) => Ok((a, Some(route))),
-            Next::Nowhere => Err(self.unresolvable(ctx, msg, src, out)),
+            Next::Nowhere => Err(Self::unresolvable(ctx, msg, src, out)),
             Next::Resolving(name, port, transport) => {
                 bump(&ctx.shared.metrics.hop_waits);
                 let park = if ctx.again {
@@ -585,11 +576,11 @@ impl Proxy {
                             transport,
                         }),
                     )),
-                    Park::Known(Found::Nowhere) => Err(self.unresolvable(ctx, msg, src, out)),
-                    Park::Known(_) | Park::Full => Err(self.resolver_busy(ctx, msg, src, out)),
+                    Park::Known(Found::Nowhere) => Err(Self::unresolvable(ctx, msg, src, out)),
+                    Park::Known(_) | Park::Full => Err(Self::resolver_busy(ctx, msg, src, out)),
                 }
             }
-            Next::Busy => Err(self.resolver_busy(ctx, msg, src, out)),
+            Next::Busy => Err(Self::resolver_busy(ctx, msg, src, out)),
         }
     }
 
@@ -689,8 +680,12 @@ impl Proxy {
         let method = msg.method();
         let (out_transport, out_flow, pops) = (f.transport, f.flow, f.pops);
         let new_ruri = f.ruri.as_deref();
-        let branch = self.branch(ctx, msg) | (fork as u64) << FORK_SHIFT;
-        let tag = tokens::branch_tag(&ctx.shared.branch_key, branch, self.upstream(ctx, msg, src));
+        let branch = Self::branch(ctx, msg) | (fork as u64) << FORK_SHIFT;
+        let tag = tokens::branch_tag(
+            &ctx.shared.branch_key,
+            branch,
+            Self::upstream(ctx, msg, src),
+        );
         // Over TLS or WebSocket this server is reached at that listener.
         let here = ctx.listen_addr(out_transport);
         self.via.clear();
@@ -816,10 +811,10 @@ impl Proxy {
         if let Some(tx) = &ctx.shared.transactions {
             if msg.method() != Method::Ack {
                 let key = Key {
-                    branch: self.branch(ctx, msg),
+                    branch: Self::branch(ctx, msg),
                     cancel: false,
                 };
-                let up = self.upstream(ctx, msg, src);
+                let up = Self::upstream(ctx, msg, src);
                 let first = Target {
                     forwarded: out,
                     hop: (target, transport),
@@ -884,7 +879,6 @@ impl Proxy {
 
     /// 403 for a request this server will not forward.
     pub(super) fn relay_denied(
-        &mut self,
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,

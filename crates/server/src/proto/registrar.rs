@@ -129,11 +129,12 @@ impl Registrar {
                 out,
             );
         }
-        if let Some(reply) = self.refuse_oversize(ctx, msg, src, out) {
+        if let Some(reply) = Self::refuse_oversize(ctx, msg, src, out) {
             return reply;
         }
         let instances = instances(msg);
-        let (changes, wants_outbound) = match self.contact_changes(ctx, msg, src, &instances, out) {
+        let (changes, wants_outbound) = match Self::contact_changes(ctx, msg, src, &instances, out)
+        {
             Ok(c) => c,
             Err(reply) => return reply,
         };
@@ -163,13 +164,7 @@ impl Registrar {
 
     /// PrivaSIP-3 tickets for an authenticated REGISTER that enrolls
     /// (never for one without credentials: they would name whoever asked).
-    fn tickets_for(
-        &self,
-        ctx: &Ctx,
-        msg: &Message<'_>,
-        answer: &Answer<'_>,
-        now: u64,
-    ) -> Option<String> {
+    fn tickets_for(ctx: &Ctx, msg: &Message<'_>, answer: &Answer<'_>, now: u64) -> Option<String> {
         let p = ctx.shared.privacy.as_ref().filter(|p| p.issues_tickets())?;
         if !answer.credentials {
             return None;
@@ -184,7 +179,6 @@ impl Registrar {
     /// RFC 5626 §4.2), and whether any asks for an outbound flow; 423
     /// for an interval below the minimum.
     fn contact_changes<'m>(
-        &mut self,
         ctx: &mut Ctx,
         msg: &'m Message<'_>,
         src: SocketAddr,
@@ -379,7 +373,7 @@ impl Registrar {
         out: &mut Vec<u8>,
     ) -> Reply {
         let now = ctx.now.secs();
-        if !prepared.is_empty() && !self.journal_allows(ctx, prepared.records()) {
+        if !prepared.is_empty() && !Self::journal_allows(ctx, prepared.records()) {
             ctx.commit_change(prepared, false);
             bump(&ctx.shared.metrics.journal_throttled);
             return ctx.respond(
@@ -445,7 +439,7 @@ impl Registrar {
         if answer.wants_outbound {
             extra.push(("Require", "outbound"));
         }
-        let tickets = self.tickets_for(ctx, msg, answer, now);
+        let tickets = Self::tickets_for(ctx, msg, answer, now);
         if let Some(t) = &tickets {
             extra.push((TICKETS, t));
         }
@@ -472,7 +466,6 @@ impl Registrar {
     /// registrar keeps per binding: a contact or To URI over
     /// `max_contact_len`, a Call-ID over [`MAX_CALL_ID_LEN`].
     fn refuse_oversize(
-        &mut self,
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
@@ -501,7 +494,7 @@ impl Registrar {
     /// Whether the journal may take `records` now: a token bucket of
     /// `journal_rate` bytes per second (`journal_burst` at once), so a
     /// flood of registrations cannot fill the disk or Redis faster.
-    fn journal_allows(&self, ctx: &Ctx, records: &[crate::proto::location::Record]) -> bool {
+    fn journal_allows(ctx: &Ctx, records: &[crate::proto::location::Record]) -> bool {
         let bytes: u64 = records.iter().map(|r| r.approximate_len() as u64).sum();
         let cfg = &ctx.shared.config;
         ctx.shared

@@ -32,10 +32,10 @@ impl Proxy {
         if ctx.shared.config.mode != Mode::Proxy {
             // A registrar or redirect server forwards no request, so no
             // response is ever for it to relay.
-            return self.unproven_response(ctx);
+            return Self::unproven_response(ctx);
         }
         if !ctx.is_our_via(msg.top_via()) {
-            return self.unproven_response(ctx);
+            return Self::unproven_response(ctx);
         }
         if let Some(branch) = msg
             .top_via()
@@ -47,16 +47,16 @@ impl Proxy {
             if ctx.shared.originated.answered(branch, status, ctx.now.mono) {
                 return Reply::Drop;
             }
-            return self.unproven_response(ctx);
+            return Self::unproven_response(ctx);
         }
-        if let Some(bytes) = self.reveal_from_hidden_trunk(ctx, msg) {
+        if let Some(bytes) = Self::reveal_from_hidden_trunk(ctx, msg) {
             // From a trunk that hides the inside: relayed as revealed.
             return match Message::parse(&bytes) {
                 Ok(revealed) => self.forward_response(ctx, &revealed, src, out),
-                Err(_) => self.unproven_response(ctx),
+                Err(_) => Self::unproven_response(ctx),
             };
         }
-        let hide_back = self.hide_back(ctx, msg);
+        let hide_back = Self::hide_back(ctx, msg);
         // Stateless mode skips the branch decoding altogether.
         let key = ctx
             .shared
@@ -68,7 +68,7 @@ impl Proxy {
                 return reply;
             }
         }
-        let offset = self.caller_offset(ctx, msg);
+        let offset = Self::caller_offset(ctx, msg);
         let stateful = ctx.shared.transactions.as_ref().zip(key);
         if let Some((tx, key)) = stateful {
             let metrics = &ctx.shared.metrics;
@@ -90,18 +90,18 @@ impl Proxy {
             };
             let upstream =
                 tx.on_response(key, msg, ctx.now.mono, out, &mut ctx.sends, metrics, strip);
-            self.note_renumbered(ctx);
+            Self::note_renumbered(ctx);
             match upstream {
                 Upstream::Unknown => {}
                 Upstream::Absorbed => return Reply::Drop,
                 Upstream::Send((dest, transport)) => {
-                    self.dialog_response(ctx, msg);
+                    Self::dialog_response(ctx, msg);
                     return Reply::Send(dest, transport);
                 }
             }
         }
         let Some(next) = msg.vias().nth(1) else {
-            return self.unproven_response(ctx);
+            return Self::unproven_response(ctx);
         };
         let host = next
             .received()
@@ -116,7 +116,7 @@ impl Proxy {
             _ => next.port(),
         };
         let Some(dest) = resolve(host, port) else {
-            return self.unproven_response(ctx);
+            return Self::unproven_response(ctx);
         };
         let transport = match next.transport() {
             t @ (Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss) => t,
@@ -125,7 +125,7 @@ impl Proxy {
         // No transaction vouches for it: only the branch's tag can prove
         // that this proxy forwarded the request and that `dest` sent it.
         if !tokens::proves_hop(&ctx.shared.branch_key, msg, (dest, transport)) {
-            return self.unproven_response(ctx);
+            return Self::unproven_response(ctx);
         }
         let hidden = |o: &mut Vec<u8>| hide_back.as_ref().is_none_or(|h| sealed_back(h, o));
         match forward_response(msg, out).map(|()| unshift_cseq(offset, out) && hidden(out)) {
@@ -149,7 +149,7 @@ impl Proxy {
 
     /// Drops a response this server cannot prove it should relay, and
     /// counts it.
-    fn unproven_response(&self, ctx: &Ctx) -> Reply {
+    fn unproven_response(ctx: &Ctx) -> Reply {
         bump(&ctx.shared.metrics.responses_unproven);
         bump(&ctx.shared.metrics.dropped);
         Reply::Drop
@@ -170,7 +170,7 @@ fn unshift_cseq(offset: u32, out: &mut Vec<u8>) -> bool {
 impl Proxy {
     /// A response from a trunk that hides the inside (our Via carries the
     /// sealed stack): its bytes revealed.
-    fn reveal_from_hidden_trunk(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<Vec<u8>> {
+    fn reveal_from_hidden_trunk(ctx: &Ctx, msg: &Message<'_>) -> Option<Vec<u8>> {
         let th = ctx.shared.hider.as_ref()?;
         let mut out = Vec::new();
         crate::proto::topology::reveal_response(msg.as_bytes(), th, &mut out).then_some(out)
@@ -179,7 +179,7 @@ impl Proxy {
     /// For a response to a request that came in from a trunk that hides
     /// the inside (our Via marked): what seals its Call-ID and Contact
     /// once written for the trunk (the shared state, this proxy's address).
-    fn hide_back(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<HideBack> {
+    fn hide_back(ctx: &Ctx, msg: &Message<'_>) -> Option<HideBack> {
         ctx.shared.hider.as_ref()?;
         let seal_call_id = crate::proto::topology::is_inbound(msg.top_via().as_str())?;
         Some((

@@ -178,11 +178,11 @@ impl Proxy {
         let mut first = Why::NoIdentity;
         let headers = msg.headers_named(HeaderName::Identity).take(MAX_IDENTITY);
         for (i, h) in headers.enumerate() {
-            match self.check_identity(ctx, h.value, msg, src, v) {
+            match Self::check_identity(ctx, h.value, msg, src, v) {
                 Step::Passed => {
                     bump_counter(&stir.counts.passed);
                     self.stir_edit = Some(StirEdit::Verstat("TN-Validation-Passed"));
-                    self.stir_event(ctx, msg, "TN-Validation-Passed".into());
+                    Self::stir_event(ctx, msg, "TN-Validation-Passed".into());
                     return None;
                 }
                 Step::Parked => return Some(Reply::Drop),
@@ -191,7 +191,7 @@ impl Proxy {
             }
         }
         stir.counts.failed(first);
-        self.stir_event(
+        Self::stir_event(
             ctx,
             msg,
             format!("{} ({})", first.verstat(), first.as_str()),
@@ -209,7 +209,7 @@ impl Proxy {
         Some(ctx.respond(msg, first.refusal(), &extra, src, out))
     }
 
-    fn stir_event(&mut self, ctx: &mut Ctx, msg: &Message<'_>, what: String) {
+    fn stir_event(ctx: &mut Ctx, msg: &Message<'_>, what: String) {
         ctx.events.push(Event::Stir {
             call_id: msg.call_id().to_owned(),
             what,
@@ -219,7 +219,6 @@ impl Proxy {
     /// One Identity header: its form, its claims against the request,
     /// then the signer's certificate and the signature.
     fn check_identity(
-        &mut self,
         ctx: &mut Ctx,
         value: &str,
         msg: &Message<'_>,
@@ -309,14 +308,15 @@ impl Proxy {
         {
             return;
         }
-        let pseudonymous = self.pseudonymous_caller(ctx, msg);
-        let (Some(orig), Some(dest)) =
-            (self.orig_claim(msg, pseudonymous), dest_claim(msg, &shared))
-        else {
+        let pseudonymous = Self::pseudonymous_caller(ctx, msg);
+        let (Some(orig), Some(dest)) = (
+            Self::orig_claim(msg, pseudonymous),
+            dest_claim(msg, &shared),
+        ) else {
             bump_counter(&stir.counts.unsigned_not_tn);
             return;
         };
-        let user = self.authenticated_user(ctx, msg).unwrap_or_default();
+        let user = Self::authenticated_user(ctx, msg).unwrap_or_default();
         let mut attest = if trunk && !authenticated {
             s.settings.trunk_attest
         } else {
@@ -345,7 +345,7 @@ impl Proxy {
             dest,
             iat: ctx.now.secs() as i64,
             orig,
-            origid: self.origid(ctx, origin),
+            origid: Self::origid(ctx, origin),
         };
         match s.key.sign(&claims, &s.settings.x5u) {
             Ok(token) => {
@@ -353,13 +353,13 @@ impl Proxy {
                 let value = IdentityHeader::format(&token, &s.settings.x5u);
                 self.stir_edit = Some(StirEdit::Identity(value));
             }
-            Err(e) => self.stir_event(ctx, msg, format!("not signed: {e}")),
+            Err(e) => Self::stir_event(ctx, msg, format!("not signed: {e}")),
         }
     }
 
     /// Whether the caller's From user is a PrivaSIP pseudonym that opened
     /// here (to the authenticated user, as `authorize_caller` checked).
-    fn pseudonymous_caller(&self, ctx: &Ctx, msg: &Message<'_>) -> bool {
+    fn pseudonymous_caller(ctx: &Ctx, msg: &Message<'_>) -> bool {
         let privacy = ctx.shared.privacy.as_ref();
         privacy.is_some()
             && ctx.is_local_uri(msg.from().uri())
@@ -373,7 +373,7 @@ impl Proxy {
 
     /// The caller as the PASSporT names it: its number, or its pseudonym
     /// URI (the number stays hidden, RFC 8225 §5.2.1's `uri` form).
-    fn orig_claim(&self, msg: &Message<'_>, pseudonymous: bool) -> Option<Orig> {
+    fn orig_claim(msg: &Message<'_>, pseudonymous: bool) -> Option<Orig> {
         if pseudonymous {
             return Some(Orig {
                 tn: None,
@@ -384,7 +384,7 @@ impl Proxy {
     }
 
     /// The user whose credentials for our realm the request carried.
-    fn authenticated_user(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<String> {
+    fn authenticated_user(ctx: &Ctx, msg: &Message<'_>) -> Option<String> {
         let realm = ctx.shared.auth.as_ref()?.realm.as_str();
         msg.headers_named(HeaderName::ProxyAuthorization)
             .filter_map(|h| sip_core::auth::Credentials::parse(h.value).ok())
@@ -393,7 +393,7 @@ impl Proxy {
     }
 
     /// A stable UUID for the user's origination point (RFC 8588 §6).
-    fn origid(&self, ctx: &Ctx, user: &str) -> String {
+    fn origid(ctx: &Ctx, user: &str) -> String {
         let mut h = ctx.shared.branch_salt.build_hasher();
         h.write(b"origid");
         h.write(user.as_bytes());

@@ -37,7 +37,7 @@ impl Proxy {
         let target = if let Some((peer, t)) = flow_hop.filter(|_| next_route.is_none()) {
             // A closed TCP/TLS flow is connected to again; a browser's is
             // gone for good.
-            if matches!(t, Transport::Ws | Transport::Wss) && !self.flow_open(ctx, peer, t) {
+            if matches!(t, Transport::Ws | Transport::Wss) && !Self::flow_open(ctx, peer, t) {
                 bump(&ctx.shared.metrics.flows_failed);
                 return Err(ctx.respond(msg, StatusCode::FLOW_FAILED, &[], src, out));
             }
@@ -62,9 +62,8 @@ impl Proxy {
                 .host()
                 .map_or(Next::Nowhere, |h| ctx.hop(h, ruri.port(), t));
             Selected::at(next, t)
-        } else if let Some(peer) = self
-            .peer_for(ctx, ruri)
-            .filter(|_| ctx.shared.config.mode == Mode::Proxy)
+        } else if let Some(peer) =
+            Self::peer_for(ctx, ruri).filter(|_| ctx.shared.config.mode == Mode::Proxy)
         {
             // Another domain we peer with: our users' requests go to its
             // proxy, the Request-URI (perhaps a pseudonym for it) as is.
@@ -91,7 +90,7 @@ impl Proxy {
             return self.trunk_target(ctx, i, msg, src, authenticated, out);
         } else {
             // No open relay: only requests for this server's domains are proxied.
-            return Err(self.relay_denied(ctx, msg, src, ruri, out));
+            return Err(Self::relay_denied(ctx, msg, src, ruri, out));
         };
         Ok(target)
     }
@@ -103,13 +102,7 @@ impl Proxy {
     /// where the source is proven: a configured peer proxy's address (the
     /// callers' home proxies) or a connection — never to a UDP source
     /// that could be a spoofed victim of a reflection.
-    fn domain_tickets(
-        &self,
-        ctx: &Ctx,
-        msg: &Message<'_>,
-        src: SocketAddr,
-        now: u64,
-    ) -> Option<String> {
+    fn domain_tickets(ctx: &Ctx, msg: &Message<'_>, src: SocketAddr, now: u64) -> Option<String> {
         let proven = ctx.transport != Transport::Udp
             || ctx.shared.config.peers.iter().any(|(_, a)| *a == src);
         if !proven {
@@ -153,7 +146,7 @@ impl Proxy {
         let Some(key) = key else {
             return Err(match msg.method() {
                 Method::Options => {
-                    let tickets = self.domain_tickets(ctx, msg, src, now);
+                    let tickets = Self::domain_tickets(ctx, msg, src, now);
                     let mut extra = vec![("Allow", ALLOW), ("Accept", "application/sdp")];
                     if let Some(t) = &tickets {
                         extra.push((crate::proto::registrar::TICKETS, t.as_str()));
@@ -174,8 +167,8 @@ impl Proxy {
             ));
         }
         let authenticated = self.authorize_caller(ctx, msg, src, now, out)?;
-        if self.location_too_stale(ctx, now) {
-            return Err(self.location_stale(ctx, msg, src, out));
+        if Self::location_too_stale(ctx, now) {
+            return Err(Self::location_stale(ctx, msg, src, out));
         }
         let t0 = ctx.clock();
         ctx.shared.location.lookup(&key, now, &mut ctx.bindings);
@@ -269,7 +262,7 @@ impl Proxy {
             // The phone registered over a connection: the request goes
             // back down it (RFC 3261 §18, RFC 5626 §5.3), whatever
             // address its Contact names (often a private one).
-            Some(f) if self.flow_open(ctx, binding.source, f.transport) => {
+            Some(f) if Self::flow_open(ctx, binding.source, f.transport) => {
                 (Next::At(binding.source), f.transport, Some(binding.source))
             }
             Some(f) if f.outbound || websocket(f.transport) => return None,

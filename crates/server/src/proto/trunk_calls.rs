@@ -66,7 +66,7 @@ impl Proxy {
 
     /// A request from a trunk that hides the inside (a sealed
     /// Request-URI or Call-ID of this proxy's): its bytes revealed.
-    pub(super) fn reveal_from_trunk(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<Vec<u8>> {
+    pub(super) fn reveal_from_trunk(ctx: &Ctx, msg: &Message<'_>) -> Option<Vec<u8>> {
         let th = ctx.shared.hider.as_ref()?;
         let sealed = |s: &str| s.starts_with(crate::proto::topology::SEALED);
         let ruri_sealed = msg.request_uri().and_then(|u| u.user()).is_some_and(sealed);
@@ -81,7 +81,7 @@ impl Proxy {
     /// trunk that hides it (its first Route is ours, marked): `Some`
     /// with whether its Call-ID is sealed (not in a dialog the carrier
     /// began).
-    pub(super) fn in_hidden_dialog(&self, ctx: &Ctx, msg: &Message<'_>) -> Option<bool> {
+    pub(super) fn in_hidden_dialog(ctx: &Ctx, msg: &Message<'_>) -> Option<bool> {
         ctx.shared.hider.as_ref()?;
         msg.to().tag()?;
         let r = msg.routes().next()?;
@@ -95,12 +95,7 @@ impl Proxy {
     /// Whether `msg` begins a call from the inside is hidden from: a
     /// gateway of a trunk that hides it, or the proxy of a peer domain in
     /// `hide_topology_peers` (its source address is one).
-    pub(super) fn begun_by_hidden_side(
-        &self,
-        ctx: &Ctx,
-        msg: &Message<'_>,
-        src: SocketAddr,
-    ) -> bool {
+    pub(super) fn begun_by_hidden_side(ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> bool {
         if ctx.shared.hider.is_none() || msg.to().tag().is_some() {
             return false;
         }
