@@ -28,10 +28,16 @@ fn text(out: &std::process::Output) -> String {
 fn five_thousand_tls_phones_are_held_registered_and_refreshed() {
     let dir = tempdir("bench-connections");
     let (json, html) = (dir.join("c.json"), dir.join("c.html"));
+    // The server may be another build than the generator (here the same
+    // one, by another path).
+    let server = dir.join("sipsec-under-test");
+    std::os::unix::fs::symlink(BIN, &server).expect("link");
     let out = Command::new(BIN)
         .args(["bench", "connections", "--transport", "tls"])
         .args(["--connections", "5000", "--sources", "3"])
         .args(["--refresh-rate", "2500", "--hold", "1"])
+        .arg("--sipsec-exe")
+        .arg(&server)
         .arg("--json")
         .arg(&json)
         .arg("--html")
@@ -371,6 +377,10 @@ fn bad_arguments_are_refused_before_anything_starts() {
         (&["--server", "asterisk"][..], "unknown server \"asterisk\""),
         (&["--refresh-rate=-1"][..], "must be positive"),
         (&["--cert", "/nonexistent.pem"][..], "--key"),
+        (
+            &["--sipsec-exe", "/nonexistent/sipsec"][..],
+            "no such sipsec build",
+        ),
     ] {
         let out = Command::new(BIN)
             .args(["bench", "connections"])

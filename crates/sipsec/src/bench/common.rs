@@ -450,13 +450,21 @@ fn p99_text(us: u64) -> String {
     }
 }
 
-/// The servers named on the command line (`sipsec`, `kamailio`), in order.
+/// The servers named on the command line (`sipsec`, `kamailio`, `null`), in
+/// order; `sipsec` is `sipsec_exe` when given (another build, measured
+/// with this one's generator), else this executable.
 pub(super) fn targets(
     names: &[String],
     kamailio_cfg: &std::path::Path,
+    sipsec_exe: Option<&std::path::Path>,
 ) -> Result<Vec<sipsec_bench::compare::Target>, String> {
     use sipsec_bench::compare::Target;
-    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let own = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let exe = match sipsec_exe {
+        Some(p) if !p.is_file() => return Err(format!("{}: no such sipsec build", p.display())),
+        Some(p) => std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => own.clone(),
+    };
     let targets = names
         .iter()
         .map(|t| match t.as_str() {
@@ -472,7 +480,7 @@ pub(super) fn targets(
                     .map_err(|e| format!("{}: {e}", kamailio_cfg.display()))?;
                 Ok(Target::Kamailio { cfg })
             }
-            "null" => Ok(Target::Null { exe: exe.clone() }),
+            "null" => Ok(Target::Null { exe: own.clone() }),
             other => Err(format!(
                 "unknown server {other:?}: use sipsec, kamailio or null"
             )),

@@ -86,6 +86,10 @@ pub struct CompareArgs {
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
+    /// The sipsec build measured as the server [default: this
+    /// executable] (A/B of two builds with one generator).
+    #[arg(long, value_name = "PATH")]
+    pub(super) sipsec_exe: Option<PathBuf>,
     /// An rtpengine's NG address (`rtpengine --listen-ng=ADDR`, running):
     /// the proxies become stateful and relay every call's media through
     /// it with the same flags (RTP/AVP, ICE removed, origin and connection
@@ -111,7 +115,7 @@ pub(super) fn parse_digest(s: &str) -> Result<sip_core::digest::Algorithm, Strin
 pub(super) fn compare(a: CompareArgs) -> Result<ExitCode, String> {
     use sipsec_bench::compare::{self, Certificate, Plan};
     use sipsec_bench::link::Transport;
-    let targets = targets(&a.servers, &a.kamailio_cfg)?;
+    let targets = targets(&a.servers, &a.kamailio_cfg, a.sipsec_exe.as_deref())?;
     let scenarios = if a.scenarios.is_empty() {
         scenario::BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
     } else {

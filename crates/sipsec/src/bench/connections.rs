@@ -87,6 +87,10 @@ pub struct ConnectionsArgs {
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
+    /// The sipsec build measured as the server [default: this
+    /// executable] (A/B of two builds with one generator).
+    #[arg(long, value_name = "PATH")]
+    pub(super) sipsec_exe: Option<PathBuf>,
     /// Measure every server this many times, in turn (the order reversed
     /// every other round); the table gives each figure's median and range
     /// and each ratio as the median of the rounds' ratios, so that one
@@ -117,7 +121,7 @@ pub struct ConnectionsArgs {
 }
 
 pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
-    let targets = targets(&a.servers, &a.kamailio_cfg)?;
+    let targets = targets(&a.servers, &a.kamailio_cfg, a.sipsec_exe.as_deref())?;
     let threads = a.threads.unwrap_or(if a.pin {
         1
     } else {

@@ -62,6 +62,10 @@ pub struct ScaleArgs {
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     pub(super) kamailio_cfg: PathBuf,
+    /// The sipsec build measured as the server [default: this
+    /// executable] (A/B of two builds with one generator).
+    #[arg(long, value_name = "PATH")]
+    pub(super) sipsec_exe: Option<PathBuf>,
     #[command(flatten)]
     pub(super) out: TableOutputs,
 }
@@ -104,7 +108,7 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
         },
         |t| t as usize,
     );
-    let servers = targets(&a.servers, &a.kamailio_cfg)?;
+    let servers = targets(&a.servers, &a.kamailio_cfg, a.sipsec_exe.as_deref())?;
     let variants: Vec<Variant> = servers
         .iter()
         .flat_map(|t| match t {

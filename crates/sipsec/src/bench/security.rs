@@ -52,6 +52,10 @@ pub struct SecurityArgs {
     /// Kamailio configuration.
     #[arg(long, default_value = "interop/kamailio/kamailio.cfg")]
     kamailio_cfg: PathBuf,
+    /// The sipsec build measured as the server [default: this
+    /// executable] (A/B of two builds with one generator).
+    #[arg(long, value_name = "PATH")]
+    sipsec_exe: Option<PathBuf>,
     #[command(flatten)]
     out: TableOutputs,
 }
@@ -94,7 +98,7 @@ pub(super) fn security(a: SecurityArgs) -> Result<ExitCode, String> {
     } else {
         vec!["sipsec".into(), "kamailio".into()]
     };
-    let servers = targets(&names, &a.kamailio_cfg)?;
+    let servers = targets(&names, &a.kamailio_cfg, a.sipsec_exe.as_deref())?;
     let workdir = std::env::temp_dir().join(format!("sipsec-security-{}", std::process::id()));
     std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
     if a.pin {
