@@ -37,7 +37,7 @@ impl Proxy {
     /// Writes the message `written` (as forwarded) again into `out` with
     /// the relay's session description, when there is one; `false` when
     /// it is left as it is.
-    pub(super) fn with_relayed_sdp(&self, _ctx: &Ctx, written: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(super) fn with_relayed_sdp(&self, written: &[u8], out: &mut Vec<u8>) -> bool {
         let Some(sdp) = self.relayed_sdp() else {
             return false;
         };

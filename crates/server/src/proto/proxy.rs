@@ -765,7 +765,7 @@ impl Proxy {
         let written = forward_request(msg, &edits, out);
         if written.is_ok() && self.relayed_sdp().is_some() {
             let first = std::mem::take(out);
-            if !self.with_relayed_sdp(ctx, &first, out) {
+            if !self.with_relayed_sdp(&first, out) {
                 *out = first;
             }
         }
