@@ -6,11 +6,15 @@
 //! it ([`Pump::answer`]) hands the message that waited in again itself,
 //! and no other thread wakes. Commands sent from other threads (a TCP
 //! reactor's, the timers', retransmissions, pings) go from the media
-//! socket, whose answers the media thread reads and hands in. The NG
-//! client (`proto::ng::Client`: retransmissions, failover, pings) is
-//! shared; the media thread keeps its timers and sleeps until an answer
-//! arrives or the next deadline (a pump that starts a command due sooner
-//! wakes it).
+//! socket, whose answers the media thread reads and hands in. A command
+//! nothing waits on (a call's `delete`) goes from a quiet socket nobody
+//! is woken for: the media thread reads its answers every
+//! [`QUIET_READ`] while such commands are in flight (or at once after
+//! [`QUIET_BATCH`] of them), so ending a call wakes no thread at the
+//! relay's answer. The NG client (`proto::ng::Client`: retransmissions,
+//! failover, pings) is shared; the media thread keeps its timers and
+//! sleeps until an answer arrives or the next deadline (a pump that
+//! starts a command due sooner wakes it).
 //!
 //! [`MediaTable`]: crate::proto::media::MediaTable
 
@@ -37,6 +41,13 @@ const WAKER: Token = Token(0);
 const SOCKET: Token = Token(1);
 /// How often calls left behind are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// How often the quiet socket's answers are read while commands are in
+/// flight: far below a try's timeout (1 s by default), so an answered
+/// command is never retried for want of reading it.
+pub const QUIET_READ: Duration = Duration::from_millis(50);
+/// Quiet commands sent since the last read that wake the media thread
+/// at once, bounding the answers queued on the quiet socket.
+pub const QUIET_BATCH: u64 = 64;
 
 /// The NG client and what it waits for, shared by the pumps and the
 /// media thread.
@@ -56,6 +67,13 @@ pub struct Pump {
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
     sock: StdSocket,
+    /// Sends the commands nothing waits on; read on the media thread's
+    /// own schedule, never polled.
+    quiet: StdSocket,
+    /// Commands sent from `quiet`, and how many of them the media thread
+    /// had seen sent when it last read it.
+    quiet_sent: AtomicU64,
+    quiet_seen: AtomicU64,
     waker: Arc<Waker>,
     origin: Instant,
     /// When the media thread means to wake next (nanoseconds since
@@ -80,6 +98,12 @@ impl Pump {
 
     fn nanos(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.origin).as_nanos() as u64
+    }
+
+    /// Whether commands were sent from the quiet socket since the media
+    /// thread last read it.
+    fn quiet_unread(&self) -> bool {
+        self.quiet_sent.load(Ordering::Acquire) != self.quiet_seen.load(Ordering::Acquire)
     }
 
     /// Wakes the media thread (to see the stop).
@@ -171,7 +195,7 @@ impl Pumps for Pump {
                 match inner.client.start(&command, now) {
                     Ok((cookie, Event::Send { to, bytes })) => {
                         inner.cookies.insert(cookie, question);
-                        sends.push((to, bytes));
+                        sends.push((to, bytes, question == 0));
                     }
                     Ok(_) => {}
                     Err(why) => {
@@ -187,11 +211,16 @@ impl Pumps for Pump {
                 .map_or(u64::MAX, |d| self.nanos(d));
             wake |= due < self.planned.load(Ordering::Acquire);
         }
-        for (to, bytes) in sends {
+        for (to, bytes, quiet) in sends {
             // A relay that cannot be reached fails by its timer.
-            let from = via
-                .filter(|v| v.local_addr().is_ok_and(|a| a.is_ipv4() == to.is_ipv4()))
-                .unwrap_or(&self.sock);
+            let from = if quiet {
+                let sent = self.quiet_sent.fetch_add(1, Ordering::AcqRel) + 1;
+                wake |= sent.saturating_sub(self.quiet_seen.load(Ordering::Acquire)) >= QUIET_BATCH;
+                &self.quiet
+            } else {
+                via.filter(|v| v.local_addr().is_ok_and(|a| a.is_ipv4() == to.is_ipv4()))
+                    .unwrap_or(&self.sock)
+            };
             let _ = from.send_to(&bytes, to);
         }
         if wake {
@@ -229,6 +258,8 @@ pub fn start(
     };
     let std_sock = StdSocket::bind(bind)?;
     std_sock.set_nonblocking(true)?;
+    let quiet = StdSocket::bind(bind)?;
+    quiet.set_nonblocking(true)?;
     let mut sock = UdpSocket::from_std(std_sock.try_clone()?);
     let poll = Poll::new()?;
     poll.registry()
@@ -246,6 +277,9 @@ pub fn start(
             failed: Vec::new(),
         }),
         sock: std_sock,
+        quiet,
+        quiet_sent: AtomicU64::new(0),
+        quiet_seen: AtomicU64::new(0),
         waker,
         origin,
         planned: AtomicU64::new(0),
@@ -292,10 +326,13 @@ impl Worker {
             self.hand_in_all(released);
             let next = {
                 let inner = self.pump.lock();
-                let next = inner
+                let mut next = inner
                     .client
                     .next_deadline()
                     .map_or(next_sweep, |d| d.min(next_sweep));
+                if inner.client.pending() > 0 || self.pump.quiet_unread() {
+                    next = next.min(Instant::now() + QUIET_READ);
+                }
                 self.pump
                     .planned
                     .store(self.pump.nanos(next), Ordering::Release);
@@ -339,8 +376,11 @@ impl Worker {
         self.pump.table()
     }
 
-    /// Reads every answer that arrived.
+    /// Reads every answer that arrived, on both sockets.
     fn read(&mut self, buf: &mut [u8]) {
+        let sent = self.pump.quiet_sent.load(Ordering::Acquire);
+        self.pump.quiet_seen.store(sent, Ordering::Release);
+        Self::read_from(&self.pump.quiet, &self.pump, &mut self.events, buf);
         loop {
             match self.sock.recv_from(buf) {
                 Ok((n, from)) => {
@@ -350,6 +390,17 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 // An ICMP error for a relay nobody listens on: its
                 // command fails by its timer.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Reads every answer queued on the quiet socket.
+    fn read_from(sock: &StdSocket, pump: &Pump, events: &mut Vec<Event>, buf: &mut [u8]) {
+        loop {
+            match sock.recv_from(buf) {
+                Ok((n, from)) => pump.lock().client.on_datagram(from, &buf[..n], events),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(_) => {}
             }
         }
