@@ -52,6 +52,10 @@ pub const QUIET_READ: Duration = Duration::from_millis(250);
 /// with its statistics is a few kB of buffer: 32 stay well inside the
 /// default receive buffer).
 pub const QUIET_BATCH: u64 = 32;
+/// Datagrams read from one socket per wake: a flood at either socket's
+/// port (anyone can send to it) cannot hold the media thread from its
+/// timers and hand-ins; what is left is read on the next turn.
+pub const READ_BATCH: usize = 64;
 
 /// The NG client and what it waits for, shared by the pumps and the
 /// media thread.
@@ -242,6 +246,25 @@ impl Pumps for Pump {
     }
 }
 
+/// Reads at most [`READ_BATCH`] datagrams with `recv`, handing each to
+/// `each`; whether the batch filled (more may be queued).
+fn drain(
+    mut recv: impl FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)>,
+    buf: &mut [u8],
+    mut each: impl FnMut(&[u8], SocketAddr),
+) -> bool {
+    for _ in 0..READ_BATCH {
+        match recv(buf) {
+            Ok((n, from)) => each(&buf[..n], from),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            // An ICMP error for a relay nobody listens on: its command
+            // fails by its timer.
+            Err(_) => {}
+        }
+    }
+    true
+}
+
 fn count(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
@@ -320,6 +343,7 @@ impl Worker {
         let mut events = Events::with_capacity(16);
         let mut buf = vec![0u8; MAX_ANSWER + 1];
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
+        let mut more = false;
         self.pump.publish_relays();
         while !stop.load(Ordering::Relaxed) {
             // Commands asked before any pump ran (a wake asked before the
@@ -342,7 +366,13 @@ impl Worker {
                     .store(self.pump.nanos(next), Ordering::Release);
                 next
             };
-            let wait = next.saturating_duration_since(Instant::now());
+            // A socket left with answers queued is read again at once:
+            // its readiness was reported and will not be again.
+            let wait = if more {
+                Duration::ZERO
+            } else {
+                next.saturating_duration_since(Instant::now())
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     crate::io::log::connection_trouble(&format!("media relays: {e}"));
@@ -352,7 +382,7 @@ impl Worker {
             }
             // Awake: pumps must wake it again for anything due sooner.
             self.pump.planned.store(0, Ordering::Release);
-            self.read(&mut buf);
+            more = self.read(&mut buf);
             let now = Instant::now();
             {
                 let mut inner = self.pump.lock();
@@ -380,34 +410,16 @@ impl Worker {
         self.pump.table()
     }
 
-    /// Reads every answer that arrived, on both sockets.
-    fn read(&mut self, buf: &mut [u8]) {
+    /// Reads the answers that arrived, on both sockets, at most
+    /// [`READ_BATCH`] from each; whether one had more queued.
+    fn read(&mut self, buf: &mut [u8]) -> bool {
         let sent = self.pump.quiet_sent.load(Ordering::Acquire);
         self.pump.quiet_seen.store(sent, Ordering::Release);
-        Self::read_from(&self.pump.quiet, &self.pump, &mut self.events, buf);
-        loop {
-            match self.sock.recv_from(buf) {
-                Ok((n, from)) => {
-                    let mut inner = self.pump.lock();
-                    inner.client.on_datagram(from, &buf[..n], &mut self.events);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // An ICMP error for a relay nobody listens on: its
-                // command fails by its timer.
-                Err(_) => {}
-            }
-        }
-    }
-
-    /// Reads every answer queued on the quiet socket.
-    fn read_from(sock: &StdSocket, pump: &Pump, events: &mut Vec<Event>, buf: &mut [u8]) {
-        loop {
-            match sock.recv_from(buf) {
-                Ok((n, from)) => pump.lock().client.on_datagram(from, &buf[..n], events),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => {}
-            }
-        }
+        let (pump, events) = (&self.pump, &mut self.events);
+        let mut answer = |data: &[u8], from| pump.lock().client.on_datagram(from, data, events);
+        let quiet = drain(|b| pump.quiet.recv_from(b), buf, &mut answer);
+        let polled = drain(|b| self.sock.recv_from(b), buf, &mut answer);
+        quiet || polled
     }
 
     /// Does what the client asked: sends, answers, relay changes.
@@ -437,5 +449,44 @@ impl Drop for Worker {
             drop(self.table().close());
             tracing::error!(target: "sipsec::media", "the media thread stopped on a bug: calls are no longer relayed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flood queued at a socket is read [`READ_BATCH`] datagrams a turn,
+    /// each turn saying whether more waits, nothing lost between turns.
+    #[test]
+    fn a_flood_is_read_a_batch_per_turn() {
+        let sock = StdSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let to = sock.local_addr().unwrap();
+        let flood = StdSocket::bind("127.0.0.1:0").unwrap();
+        let total = READ_BATCH * 2 + 5;
+        for i in 0..total {
+            flood.send_to(&(i as u16).to_be_bytes(), to).unwrap();
+        }
+        let mut buf = [0u8; 16];
+        let mut seen = Vec::new();
+        let mut turns = Vec::new();
+        loop {
+            let before = seen.len();
+            let more = drain(
+                |b| sock.recv_from(b),
+                &mut buf,
+                |d, from| {
+                    assert_eq!(from, flood.local_addr().unwrap());
+                    seen.push(u16::from_be_bytes([d[0], d[1]]) as usize);
+                },
+            );
+            turns.push((seen.len() - before, more));
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(turns, [(READ_BATCH, true), (READ_BATCH, true), (5, false)]);
+        assert_eq!(seen, (0..total).collect::<Vec<_>>());
     }
 }

@@ -444,6 +444,11 @@ impl Client {
 
     /// A datagram arrived from `from`.
     pub fn on_datagram(&mut self, from: SocketAddr, datagram: &[u8], out: &mut Vec<Event>) {
+        // A stranger's datagram is refused before it is read.
+        if !self.relays.iter().any(|r| r.cfg.addr == from) {
+            self.counts.refused += 1;
+            return;
+        }
         let Ok((cookie, reply)) = decode(datagram) else {
             self.counts.refused += 1;
             return;
