@@ -119,6 +119,55 @@ pub fn parse(input: &[u8]) -> Result<Value<'_>, Error> {
     Ok(v)
 }
 
+/// The byte strings at `keys` in the dictionary filling `input` (the
+/// first of each; `None` where absent or not a string), or `None` when
+/// the value is not a dictionary. The input is checked whole, refused as
+/// [`parse`] refuses it, but nothing is built: an answer's statistics
+/// cost no allocation.
+pub fn dict_strings<'a, const N: usize>(
+    input: &'a [u8],
+    keys: [&str; N],
+) -> Result<Option<[Option<&'a [u8]>; N]>, Error> {
+    let mut p = Parser {
+        b: input,
+        i: 0,
+        values: 0,
+    };
+    let (mut found, mut seen) = ([None; N], [false; N]);
+    let dict = input.first() == Some(&b'd');
+    if dict {
+        p.i = 1;
+        p.values = 1;
+        while p.peek()? != b'e' {
+            let key = p.key()?;
+            let slot = keys.iter().position(|k| k.as_bytes() == key);
+            match slot.filter(|k| !seen[*k]) {
+                Some(k) if p.peek()?.is_ascii_digit() => {
+                    seen[k] = true;
+                    p.values += 1;
+                    if p.values > MAX_VALUES {
+                        return Err(Error::TooMany(p.i));
+                    }
+                    found[k] = Some(p.bytes()?);
+                }
+                first => {
+                    if let Some(k) = first {
+                        seen[k] = true;
+                    }
+                    p.read(1, false)?;
+                }
+            }
+        }
+        p.i += 1;
+    } else {
+        p.read(0, false)?;
+    }
+    if p.i != input.len() {
+        return Err(Error::Trailing(p.i));
+    }
+    Ok(dict.then_some(found))
+}
+
 struct Parser<'a> {
     b: &'a [u8],
     i: usize,
@@ -127,43 +176,56 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn value(&mut self, depth: usize) -> Result<Value<'a>, Error> {
+        Ok(self.read(depth, true)?.unwrap_or(Value::Int(0)))
+    }
+
+    /// Reads one value, building it when `build` (else only checking it
+    /// and stepping over it, allocating nothing).
+    fn read(&mut self, depth: usize, build: bool) -> Result<Option<Value<'a>>, Error> {
         self.values += 1;
         if self.values > MAX_VALUES {
             return Err(Error::TooMany(self.i));
         }
-        match self.b.get(self.i) {
-            None => Err(Error::Truncated),
+        let v = match self.b.get(self.i) {
+            None => return Err(Error::Truncated),
             Some(b'i') => {
                 self.i += 1;
-                let n = self.int(b'e')?;
-                Ok(Value::Int(n))
+                Value::Int(self.int(b'e')?)
             }
-            Some(b'l') | Some(b'd') if depth >= MAX_DEPTH => Err(Error::TooDeep(self.i)),
+            Some(b'l') | Some(b'd') if depth >= MAX_DEPTH => return Err(Error::TooDeep(self.i)),
             Some(b'l') => {
                 self.i += 1;
                 let mut items = Vec::new();
                 while self.peek()? != b'e' {
-                    items.push(self.value(depth + 1)?);
+                    items.extend(self.read(depth + 1, build)?);
                 }
                 self.i += 1;
-                Ok(Value::List(items))
+                Value::List(items)
             }
             Some(b'd') => {
                 self.i += 1;
                 let mut entries = Vec::new();
                 while self.peek()? != b'e' {
-                    if !self.peek()?.is_ascii_digit() {
-                        return Err(Error::KeyNotString(self.i));
+                    let key = self.key()?;
+                    if let Some(v) = self.read(depth + 1, build)? {
+                        entries.push((key, v));
                     }
-                    let key = self.bytes()?;
-                    entries.push((key, self.value(depth + 1)?));
                 }
                 self.i += 1;
-                Ok(Value::Dict(entries))
+                Value::Dict(entries)
             }
-            Some(c) if c.is_ascii_digit() => Ok(Value::Bytes(self.bytes()?)),
-            Some(_) => Err(Error::Unexpected(self.i)),
+            Some(c) if c.is_ascii_digit() => Value::Bytes(self.bytes()?),
+            Some(_) => return Err(Error::Unexpected(self.i)),
+        };
+        Ok(build.then_some(v))
+    }
+
+    /// A dictionary's key: a byte string.
+    fn key(&mut self) -> Result<&'a [u8], Error> {
+        if !self.peek()?.is_ascii_digit() {
+            return Err(Error::KeyNotString(self.i));
         }
+        self.bytes()
     }
 
     fn peek(&self) -> Result<u8, Error> {
@@ -218,9 +280,18 @@ impl Writer {
         Self::default()
     }
 
+    /// An NG datagram: `cookie`, a space, then the document, in a
+    /// buffer of `capacity` bytes (grown if the document needs more).
+    pub fn after_cookie(cookie: &str, capacity: usize) -> Self {
+        let mut out = Vec::with_capacity(capacity.max(cookie.len() + 1));
+        out.extend_from_slice(cookie.as_bytes());
+        out.push(b' ');
+        Self { out }
+    }
+
     /// A byte string.
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.out.extend_from_slice(b.len().to_string().as_bytes());
+        crate::writer::write_u64(&mut self.out, b.len() as u64);
         self.out.push(b':');
         self.out.extend_from_slice(b);
         self
@@ -234,7 +305,10 @@ impl Writer {
     /// An integer.
     pub fn int(&mut self, n: i64) -> &mut Self {
         self.out.push(b'i');
-        self.out.extend_from_slice(n.to_string().as_bytes());
+        if n < 0 {
+            self.out.push(b'-');
+        }
+        crate::writer::write_u64(&mut self.out, n.unsigned_abs());
         self.out.push(b'e');
         self
     }
@@ -299,6 +373,17 @@ mod tests {
         );
         let v = parse(&bytes).unwrap();
         assert_eq!(v.str_at("command"), Some("offer"));
+        let mut w = Writer::after_cookie("c1", 0);
+        w.dict().str("n").int(i64::MIN).str("m").int(0).end();
+        let datagram = w.into_bytes();
+        assert_eq!(datagram, b"c1 d1:ni-9223372036854775808e1:mi0ee".to_vec());
+        assert_eq!(
+            parse(&datagram[3..])
+                .unwrap()
+                .get("n")
+                .and_then(Value::as_int),
+            Some(i64::MIN)
+        );
         assert_eq!(v.get("n").and_then(Value::as_int), Some(-7));
     }
 
@@ -334,6 +419,59 @@ mod tests {
         assert!(matches!(parse(&many), Err(Error::TooMany(_))));
     }
 
+    /// [`dict_strings`] accepts and refuses what [`parse`] does, and finds
+    /// what the parsed dictionary holds.
+    fn agree(input: &[u8]) {
+        let keys = ["a", "result", "x"];
+        let strings = dict_strings(input, keys);
+        match parse(input) {
+            Err(e) => assert_eq!(strings, Err(e), "{:?}", String::from_utf8_lossy(input)),
+            Ok(v @ Value::Dict(_)) => {
+                let want = keys.map(|k| match v.get(k) {
+                    Some(Value::Bytes(b)) => Some(*b),
+                    _ => None,
+                });
+                assert_eq!(strings, Ok(Some(want)));
+            }
+            Ok(_) => assert_eq!(strings, Ok(None)),
+        }
+    }
+
+    #[test]
+    fn the_strings_of_an_answer_are_read_without_building_it() {
+        let answer = b"d6:result2:ok5:statsd1:xl1:ai1eee3:sdp3:v=01:xi3e6:result5:othere";
+        let [result, sdp, x] = dict_strings(answer, ["result", "sdp", "x"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (result, sdp, x),
+            (Some(&b"ok"[..]), Some(&b"v=0"[..]), None)
+        );
+        assert_eq!(dict_strings(b"l1:ae", ["a"]), Ok(None));
+        let twice = dict_strings(b"d6:resulti1e6:result2:oke", ["result"]);
+        assert_eq!(twice, Ok(Some([None])), "the first of a key counts");
+        for bad in [
+            &b"d6:result2:ok"[..],
+            b"d6:result2:oke1:a",
+            b"d6:resulti01ee",
+            b"di1e1:ae",
+        ] {
+            agree(bad);
+            assert!(dict_strings(bad, ["result"]).is_err());
+        }
+        let deep = [
+            b"d1:x".to_vec(),
+            b"l".repeat(MAX_DEPTH),
+            b"e".repeat(MAX_DEPTH + 1),
+        ]
+        .concat();
+        agree(&deep);
+        assert!(matches!(dict_strings(&deep, ["x"]), Err(Error::TooDeep(_))));
+        let many = [b"d1:al".to_vec(), b"i1e".repeat(MAX_VALUES), b"ee".to_vec()].concat();
+        agree(&many);
+        assert!(matches!(dict_strings(&many, ["a"]), Err(Error::TooMany(_))));
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic() {
         // A small deterministic generator over bencode's own alphabet.
@@ -347,7 +485,7 @@ mod tests {
                 x ^= x << 17;
                 input.push(alphabet[(x % alphabet.len() as u64) as usize]);
             }
-            let _ = parse(&input);
+            agree(&input);
             x = x.wrapping_add(1);
         }
     }

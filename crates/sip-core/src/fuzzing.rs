@@ -100,11 +100,16 @@ pub fn uri(data: &[u8]) {
 }
 
 /// Bencode (media relay answers): never panics; a parsed value written
-/// back reads the same.
+/// back reads the same; reading an answer's strings without building it
+/// accepts what parsing accepts.
 pub fn bencode(data: &[u8]) {
+    let strings = crate::bencode::dict_strings(data, ["result", "sdp"]);
     let Ok(v) = crate::bencode::parse(data) else {
+        assert!(strings.is_err());
         return;
     };
+    let dict = matches!(v, crate::bencode::Value::Dict(_));
+    assert_eq!(strings.map(|s| s.is_some()), Ok(dict));
     fn write(v: &crate::bencode::Value<'_>, w: &mut crate::bencode::Writer) {
         use crate::bencode::Value;
         match v {

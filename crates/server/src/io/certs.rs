@@ -47,7 +47,7 @@ impl Fetcher {
 }
 
 impl crate::io::wake::Pumps for Fetcher {
-    fn pump(&self, _via: Option<&std::net::UdpSocket>) {
+    fn pump(&self, _via: Option<crate::io::wake::Via<'_>>) {
         self.wake();
     }
 }

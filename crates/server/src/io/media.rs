@@ -30,7 +30,7 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::io::send::Sender;
-use crate::io::wake::Pumps;
+use crate::io::wake::{Pumps, Via};
 use crate::proto::core::Core;
 use crate::proto::media::{MediaTable, Outcome};
 use crate::proto::ng::{Client, Event, Reply, Settings, MAX_ANSWER};
@@ -189,7 +189,7 @@ impl Pumps for Pump {
     /// Starts every command the cores queued, sending each from the
     /// calling thread; wakes the media thread when one is due before it
     /// means to wake, or could not start.
-    fn pump(&self, via: Option<&std::net::UdpSocket>) {
+    fn pump(&self, via: Option<Via<'_>>) {
         let asked = self.table().take_asked();
         if asked.is_empty() {
             return;
@@ -226,8 +226,8 @@ impl Pumps for Pump {
                 wake |= sent.saturating_sub(self.quiet_seen.load(Ordering::Acquire)) >= QUIET_BATCH;
                 &self.quiet
             } else {
-                via.filter(|v| v.local_addr().is_ok_and(|a| a.is_ipv4() == to.is_ipv4()))
-                    .unwrap_or(&self.sock)
+                via.filter(|v| v.ipv4 == to.is_ipv4())
+                    .map_or(&self.sock, |v| v.sock)
             };
             let _ = from.send_to(&bytes, to);
         }

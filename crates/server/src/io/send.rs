@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::io::sinks::Sinks;
-use crate::io::wake::Wakers;
+use crate::io::wake::{Via, Wakers};
 use crate::proto::branch::Key;
 use crate::proto::core::{Reply, Transport};
 use crate::proto::effects::Sends;
@@ -50,6 +50,8 @@ pub struct Sender {
     shared: Arc<Shared>,
     sinks: Sinks,
     udp: Option<Arc<UdpSocket>>,
+    /// Whether `udp` sends to IPv4 addresses.
+    udp_ipv4: bool,
     hub: Option<Arc<dyn Connections>>,
     wakers: Arc<Wakers>,
 }
@@ -65,10 +67,15 @@ impl Sender {
         hub: Option<Arc<dyn Connections>>,
         wakers: Arc<Wakers>,
     ) -> Self {
+        let udp_ipv4 = udp
+            .as_ref()
+            .and_then(|u| u.local_addr().ok())
+            .is_some_and(|a| a.is_ipv4());
         Self {
             shared,
             sinks,
             udp,
+            udp_ipv4,
             hub,
             wakers,
         }
@@ -167,7 +174,11 @@ impl Sender {
         for (bytes, (dest, transport), key) in sends.keyed() {
             self.send_keyed(bytes, dest, transport, key);
         }
-        self.wakers.wake(sends.wake(), self.udp.as_deref());
+        let via = self.udp.as_deref().map(|sock| Via {
+            sock,
+            ipv4: self.udp_ipv4,
+        });
+        self.wakers.wake(sends.wake(), via);
         for ((to, transport), skip) in sends.failed_hops() {
             crate::io::log::hop_failed(*to, transport.as_str(), *skip);
         }

@@ -19,7 +19,7 @@ pub trait Pumps: std::fmt::Debug + Send + Sync {
     /// Starts on every request queued; `via`: the UDP socket of the
     /// thread that pumps (a worker's SIP socket), when it has one —
     /// what is sent from it is answered there, in a worker's own loop.
-    fn pump(&self, via: Option<&UdpSocket>);
+    fn pump(&self, via: Option<Via<'_>>);
 
     /// A datagram from `src` that arrived on a SIP socket: when it is an
     /// answer to a request this pumps, it is taken, and the messages that
@@ -28,6 +28,17 @@ pub trait Pumps: std::fmt::Debug + Send + Sync {
     fn answer(&self, _data: &[u8], _src: SocketAddr) -> Option<Vec<(Parked, Outcome)>> {
         None
     }
+}
+
+/// A worker's SIP socket, as the thread that pumps hands it over, with
+/// its address family (known when the socket was bound, so a pump asks
+/// the kernel nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Via<'a> {
+    /// The socket.
+    pub sock: &'a UdpSocket,
+    /// Whether it sends to IPv4 addresses.
+    pub ipv4: bool,
 }
 
 /// Where each sleeping thread is, once it runs.
@@ -72,7 +83,7 @@ impl Wakers {
     }
 
     /// Wakes what `wake` names; `via`: the calling thread's UDP socket.
-    pub fn wake(&self, wake: Wake, via: Option<&UdpSocket>) {
+    pub fn wake(&self, wake: Wake, via: Option<Via<'_>>) {
         if wake.timers {
             if let Some(t) = self.timers.get() {
                 t.unpark();

@@ -19,7 +19,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use sip_core::bencode::{self, Value, Writer};
+use sip_core::bencode::{self, Writer};
 
 /// Largest datagram read as an answer (an SDP of a few KiB fits).
 pub const MAX_ANSWER: usize = 65_507;
@@ -138,7 +138,11 @@ impl Command {
 
     /// The datagram: `COOKIE d…e`.
     pub fn encode(&self, cookie: &str) -> Vec<u8> {
-        let mut w = Writer::new();
+        let sdp = match self {
+            Command::Offer(m) | Command::Answer(m) => m.sdp.len(),
+            _ => 0,
+        };
+        let mut w = Writer::after_cookie(cookie, cookie.len() + sdp + 512);
         w.dict().str("command").str(self.name());
         match self {
             Command::Ping => {}
@@ -188,11 +192,7 @@ impl Command {
             }
         }
         w.end();
-        let mut out = Vec::with_capacity(cookie.len() + 1 + 256);
-        out.extend_from_slice(cookie.as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(&w.into_bytes());
-        out
+        w.into_bytes()
     }
 }
 
@@ -234,14 +234,20 @@ pub fn decode(datagram: &[u8]) -> Result<(&str, Reply), Malformed> {
     if cookie.is_empty() || cookie.len() > 64 {
         return Err(Malformed::NoCookie);
     }
-    let v = bencode::parse(&datagram[space + 1..]).map_err(Malformed::Bencode)?;
-    let reply = match v.str_at("result").ok_or(Malformed::NotAnAnswer)? {
+    // Only three strings are read; the statistics around them are
+    // checked, not built.
+    let [result, sdp, reason] =
+        bencode::dict_strings(&datagram[space + 1..], ["result", "sdp", "error-reason"])
+            .map_err(Malformed::Bencode)?
+            .ok_or(Malformed::NotAnAnswer)?
+            .map(|s| s.and_then(|b| std::str::from_utf8(b).ok()));
+    let reply = match result.ok_or(Malformed::NotAnAnswer)? {
         "pong" => Reply::Pong,
         "ok" => Reply::Ok {
-            sdp: v.str_at("sdp").map(str::to_owned),
+            sdp: sdp.map(str::to_owned),
         },
         "error" => Reply::Error(
-            v.str_at("error-reason")
+            reason
                 .unwrap_or("no reason given")
                 .chars()
                 .take(200)
@@ -249,11 +255,7 @@ pub fn decode(datagram: &[u8]) -> Result<(&str, Reply), Malformed> {
         ),
         _ => return Err(Malformed::NotAnAnswer),
     };
-    if matches!(v, Value::Dict(_)) {
-        Ok((cookie, reply))
-    } else {
-        Err(Malformed::NotAnAnswer)
-    }
+    Ok((cookie, reply))
 }
 
 /// Why a command got no answer.
