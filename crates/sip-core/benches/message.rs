@@ -1,4 +1,5 @@
-//! Message-layer benchmarks: parse, serialise, respond, proxy edits, digest.
+//! Message-layer benchmarks: parse, serialise, respond, proxy edits,
+//! digest, media relay answers.
 //! Besides criterion's timings, prints allocations per operation.
 #![allow(unsafe_code)] // the counting global allocator
 #![allow(missing_docs)]
@@ -8,6 +9,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sip_core::bencode;
 use sip_core::digest::{self, Algorithm, Qop, ResponseInput};
 use sip_core::proxy::{forward_request, forward_response, RequestEdits};
 use sip_core::writer::{write_message, write_response, ResponseOptions};
@@ -35,6 +37,8 @@ static GLOBAL: Counting = Counting;
 const REGISTER: &[u8] = include_bytes!("../testdata/bench/register.sip");
 const INVITE: &[u8] = include_bytes!("../testdata/bench/invite.sip");
 const OK200: &[u8] = include_bytes!("../testdata/bench/ok200.sip");
+/// rtpengine 10's answer to a `delete`, captured on loopback.
+const NG_DELETE: &[u8] = include_bytes!("../testdata/bench/ng-delete-answer.bencode");
 
 fn allocs_per_op(name: &str, mut f: impl FnMut()) {
     f();
@@ -148,6 +152,32 @@ fn benches(c: &mut Criterion) {
         });
     }
     g.finish();
+    relay_answers(c);
+}
+
+/// A media relay's answer (rtpengine's to a `delete`, with its call's
+/// statistics): built whole against read for the strings a proxy keeps.
+fn relay_answers(c: &mut Criterion) {
+    fn strings(a: &[u8]) -> Option<usize> {
+        let found = bencode::dict_strings(a, ["result", "sdp", "error-reason"]).ok()??;
+        found[0].map(<[u8]>::len)
+    }
+    fn built(a: &[u8]) -> Option<usize> {
+        bencode::parse(a).ok()?.str_at("result").map(str::len)
+    }
+    let mut g = c.benchmark_group("relay_answer");
+    g.throughput(Throughput::Bytes(NG_DELETE.len() as u64));
+    g.bench_function("parse_delete", |b| b.iter(|| built(black_box(NG_DELETE))));
+    g.bench_function("strings_delete", |b| {
+        b.iter(|| strings(black_box(NG_DELETE)))
+    });
+    g.finish();
+    allocs_per_op("relay_answer/parse_delete", || {
+        let _ = black_box(built(black_box(NG_DELETE)));
+    });
+    allocs_per_op("relay_answer/strings_delete", || {
+        let _ = black_box(strings(black_box(NG_DELETE)));
+    });
 }
 
 criterion_group!(name = message; config = Criterion::default(); targets = benches);

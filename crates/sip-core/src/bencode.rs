@@ -243,27 +243,39 @@ impl<'a> Parser<'a> {
         Ok(s)
     }
 
-    /// A decimal integer ended by `end`: no leading zeros, no `-0`.
+    /// A decimal integer ended by `end`: no leading zeros, no `-0`, no
+    /// sign before a string's length; read in one pass.
     fn int(&mut self, end: u8) -> Result<i64, Error> {
         let start = self.i;
-        let stop = self.b[start..]
-            .iter()
-            .position(|c| *c == end)
-            .map(|p| start + p)
-            .ok_or(Error::Truncated)?;
-        let text =
-            std::str::from_utf8(&self.b[start..stop]).map_err(|_| Error::BadNumber(start))?;
-        let digits = text.strip_prefix('-').unwrap_or(text);
-        let negative = text.starts_with('-');
+        let negative = self.b.get(start) == Some(&b'-');
+        let first = start + usize::from(negative);
+        let mut at = first;
+        let mut n: i64 = 0;
+        loop {
+            match self.b.get(at) {
+                None => return Err(Error::Truncated),
+                Some(&c) if c == end => break,
+                Some(&c) if c.is_ascii_digit() => {
+                    let d = i64::from(c - b'0');
+                    n = n
+                        .checked_mul(10)
+                        .and_then(|n| if negative { n.checked_sub(d) } else { n.checked_add(d) })
+                        .ok_or(Error::BadNumber(start))?;
+                    at += 1;
+                }
+                // Malformed, unless the input ends before any `end`.
+                Some(_) if !self.b[at..].contains(&end) => return Err(Error::Truncated),
+                Some(_) => return Err(Error::BadNumber(start)),
+            }
+        }
+        let digits = &self.b[first..at];
         let malformed = digits.is_empty()
-            || !digits.bytes().all(|c| c.is_ascii_digit())
-            || (digits.len() > 1 && digits.starts_with('0'))
-            || (negative && (digits == "0" || end == b':'));
+            || (digits.len() > 1 && digits[0] == b'0')
+            || (negative && (digits == b"0" || end == b':'));
         if malformed {
             return Err(Error::BadNumber(start));
         }
-        let n = text.parse::<i64>().map_err(|_| Error::BadNumber(start))?;
-        self.i = stop + 1;
+        self.i = at + 1;
         Ok(n)
     }
 }
@@ -392,6 +404,12 @@ mod tests {
         for (bad, err) in [
             (&b""[..], Error::Truncated),
             (b"i42", Error::Truncated),
+            (b"i4x", Error::Truncated),
+            (b"i4xe", Error::BadNumber(1)),
+            (b"i--1e", Error::BadNumber(1)),
+            (b"i-9223372036854775809e", Error::BadNumber(1)),
+            (b"-0:", Error::Unexpected(0)),
+            (b"l-1:ae", Error::Unexpected(1)),
             (b"i042e", Error::BadNumber(1)),
             (b"i-0e", Error::BadNumber(1)),
             (b"ie", Error::BadNumber(1)),
