@@ -523,6 +523,75 @@ fn a_silent_relay_refuses_or_passes_calls_as_configured() {
     );
 }
 
+/// Anyone can send to the media thread's socket. A flood of datagrams
+/// there, from two threads, must not hold that thread's timers: a relay
+/// that stays silent still fails the offer to 503 in time, and what the
+/// flood sent is counted as refused for the operator. (Whether a flood
+/// outruns the reader depends on the cores free; the per-turn read cap
+/// itself is tested in `io::media`.)
+#[test]
+fn a_flood_at_the_relay_socket_holds_no_timer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let relay = udp();
+    let to = relay.local_addr().unwrap();
+    let s = proxy("flood", media_settings(to, 200, RelayFailure::Refuse));
+    let srv = s.handle.local_addr();
+    // The media thread pings every relay at once, from its own socket.
+    let mut b = [0u8; 2048];
+    let media_socket = loop {
+        let (n, from) = relay.recv_from(&mut b).expect("a ping in time");
+        if String::from_utf8_lossy(&b[..n]).contains("4:ping") {
+            break from;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooders: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                // Batches of datagrams per system call (sendmmsg), so
+                // that the flood outruns a reader paying one per datagram.
+                let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let mut batch = sip_udp::SendBatch::default();
+                let until = Instant::now() + Duration::from_secs(30);
+                let mut sent = 0u64;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    for _ in 0..sip_udp::BATCH {
+                        batch.next_buf().extend_from_slice(b"c d6:result2:oke");
+                        batch.commit(media_socket);
+                    }
+                    batch.flush(&s);
+                    sent += sip_udp::BATCH as u64;
+                }
+                sent
+            })
+        })
+        .collect();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let asked = Instant::now();
+    let inv = invite(&alice, "flooded@sipsec.test", &sdp("127.0.0.1", 40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let answer = recv_sip(&alice);
+    let waited = asked.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let sent: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+    assert!(answer.starts_with("SIP/2.0 503 "), "{answer}");
+    assert!(waited < Duration::from_secs(10), "answered, not hung");
+    let http = s.handle.http_addr().expect("operator endpoint");
+    let metrics = http_get(http, "/metrics");
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("sipsec_media_answers_refused_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the refused count");
+    assert!(
+        refused > 0 && refused <= sent,
+        "{refused} of {sent} refused"
+    );
+}
+
 /// `mode = "nat"`: a caller whose SDP names an address it cannot be
 /// reached at (a private one, behind NAT) has its call relayed, and the
 /// relay sends the callee's media to where the caller's messages come

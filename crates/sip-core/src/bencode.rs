@@ -259,7 +259,13 @@ impl<'a> Parser<'a> {
                     let d = i64::from(c - b'0');
                     n = n
                         .checked_mul(10)
-                        .and_then(|n| if negative { n.checked_sub(d) } else { n.checked_add(d) })
+                        .and_then(|n| {
+                            if negative {
+                                n.checked_sub(d)
+                            } else {
+                                n.checked_add(d)
+                            }
+                        })
                         .ok_or(Error::BadNumber(start))?;
                     at += 1;
                 }

@@ -365,7 +365,8 @@ pub fn run(a: &StatusArgs) -> ExitCode {
     }
 }
 /// `/status`'s `media` in one line: the mode, each relay and its health,
-/// the calls relayed, what failed.
+/// the calls relayed, what failed, and the datagrams at its sockets that
+/// were no relay's answer (when any were).
 fn media_line(m: &serde_json::Value) -> String {
     let empty = Vec::new();
     let relays: Vec<String> = m["relays"]
@@ -381,8 +382,12 @@ fn media_line(m: &serde_json::Value) -> String {
             format!("{} {up}", r["addr"].as_str().unwrap_or("?"))
         })
         .collect();
+    let junk = match m["answers_refused_total"].as_u64() {
+        Some(n) if n > 0 => format!("   not answers {n}"),
+        _ => String::new(),
+    };
     format!(
-        "media {}   relays {}   calls {}   failed {}   refused {} (503) {} (488)   unrelayed {}\n",
+        "media {}   relays {}   calls {}   failed {}   refused {} (503) {} (488)   unrelayed {}{junk}\n",
         m["mode"].as_str().unwrap_or("?"),
         if relays.is_empty() {
             "-".to_owned()
@@ -406,9 +411,13 @@ mod tests {
             "refused_no_relay_total": 2, "refused_unencrypted_total": 0, "unrelayed_total": 0,
             "relays": [{"addr": "127.0.0.1:2223", "up": true}, {"addr": "10.0.0.5:2223", "up": false}],
         });
+        let line = "media webrtc   relays 127.0.0.1:2223 up, 10.0.0.5:2223 DOWN   calls 3   failed 1   refused 2 (503) 0 (488)   unrelayed 0";
+        assert_eq!(super::media_line(&m), format!("{line}\n"));
+        let mut flooded = m.clone();
+        flooded["answers_refused_total"] = 70_000.into();
         assert_eq!(
-            super::media_line(&m),
-            "media webrtc   relays 127.0.0.1:2223 up, 10.0.0.5:2223 DOWN   calls 3   failed 1   refused 2 (503) 0 (488)   unrelayed 0\n"
+            super::media_line(&flooded),
+            format!("{line}   not answers 70000\n")
         );
     }
 }

@@ -939,6 +939,7 @@ fn media_status(
         "refused_no_relay_total": load(&c.refused_no_relay),
         "refused_unencrypted_total": load(&c.refused_unencrypted),
         "unrelayed_total": load(&c.passed_unrelayed),
+        "answers_refused_total": load(&c.answers_refused),
     })
 }
 

@@ -114,6 +114,17 @@ impl Pump {
         self.quiet_sent.load(Ordering::Acquire) != self.quiet_seen.load(Ordering::Acquire)
     }
 
+    /// Hands the NG client a datagram from `from`, publishing what it
+    /// refused so far.
+    fn datagram(&self, inner: &mut Inner, from: SocketAddr, data: &[u8], events: &mut Vec<Event>) {
+        inner.client.on_datagram(from, data, events);
+        let refused = inner.client.counts().refused;
+        self.table()
+            .counts
+            .answers_refused
+            .store(refused, Ordering::Relaxed);
+    }
+
     /// Wakes the media thread (to see the stop).
     pub fn wake(&self) {
         let _ = self.waker.wake();
@@ -241,7 +252,7 @@ impl Pumps for Pump {
             return None;
         }
         let mut events = Vec::new();
-        self.lock().client.on_datagram(src, data, &mut events);
+        self.datagram(&mut self.lock(), src, data, &mut events);
         Some(self.released(self.settle(events)))
     }
 }
@@ -416,7 +427,7 @@ impl Worker {
         let sent = self.pump.quiet_sent.load(Ordering::Acquire);
         self.pump.quiet_seen.store(sent, Ordering::Release);
         let (pump, events) = (&self.pump, &mut self.events);
-        let mut answer = |data: &[u8], from| pump.lock().client.on_datagram(from, data, events);
+        let mut answer = |data: &[u8], from| pump.datagram(&mut pump.lock(), from, data, events);
         let quiet = drain(|b| pump.quiet.recv_from(b), buf, &mut answer);
         let polled = drain(|b| self.sock.recv_from(b), buf, &mut answer);
         quiet || polled

@@ -129,6 +129,9 @@ pub struct MediaCounts {
     pub passed_unrelayed: AtomicU64,
     /// Deletes dropped: the queue was full.
     pub deletes_dropped: AtomicU64,
+    /// Datagrams at the relay sockets refused: not from a relay, an
+    /// unknown cookie, not an answer (the NG client's count).
+    pub answers_refused: AtomicU64,
     /// Relays up now (kept by the media thread).
     pub relays_up: AtomicUsize,
 }
@@ -312,6 +315,9 @@ sipsec_media_calls_refused_total{{reason=\"unencrypted\"}} {}\n\
 # HELP sipsec_media_unrelayed_total Offers and answers passed on unrelayed after a relay failure.\n\
 # TYPE sipsec_media_unrelayed_total counter\n\
 sipsec_media_unrelayed_total {}\n\
+# HELP sipsec_media_answers_refused_total Datagrams at the media relay sockets refused: not from a relay, an unknown cookie, not an answer.\n\
+# TYPE sipsec_media_answers_refused_total counter\n\
+sipsec_media_answers_refused_total {}\n\
 # HELP sipsec_media_relays_up Media relays answering their pings.\n\
 # TYPE sipsec_media_relays_up gauge\n\
 sipsec_media_relays_up {}\n\
@@ -326,6 +332,7 @@ sipsec_media_calls {}",
             load(&c.refused_no_relay),
             load(&c.refused_unencrypted),
             load(&c.passed_unrelayed),
+            load(&c.answers_refused),
             c.relays_up.load(Ordering::Relaxed),
             self.sizes().0,
         );
