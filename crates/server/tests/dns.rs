@@ -575,11 +575,13 @@ struct Asked {
 /// `stop` is set. `edns: false` makes it one from before EDNS(0) (RFC
 /// 6891 §7): FORMERR to a query with an OPT record. `validated` sets the
 /// AD bit in its answers, as a validating resolver does for signed
-/// names. Records what each query asked.
+/// names. `strays` datagrams that answer no question (another ID) go
+/// before each answer. Records what each query asked.
 fn tiny_name_server(
     stop: Arc<AtomicBool>,
     edns: bool,
     validated: bool,
+    strays: usize,
 ) -> (SocketAddr, Arc<Mutex<Vec<Asked>>>) {
     let sock = socket();
     sock.set_read_timeout(Some(Duration::from_millis(50)))
@@ -611,6 +613,11 @@ fn tiny_name_server(
                 a.extend_from_slice(question);
                 a.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 1]);
             }
+            let mut stray = a.clone();
+            stray[0] ^= 0xff;
+            for _ in 0..strays {
+                let _ = sock.send_to(&stray, from);
+            }
             let _ = sock.send_to(&a, from);
         }
     });
@@ -621,7 +628,7 @@ fn tiny_name_server(
 fn a_name_server_without_edns_is_asked_again_without_it() {
     let dir = tempdir("dns-old");
     let stop = Arc::new(AtomicBool::new(false));
-    let (ns, seen) = tiny_name_server(Arc::clone(&stop), false, false);
+    let (ns, seen) = tiny_name_server(Arc::clone(&stop), false, false, 0);
     let server = proxy(
         &dir,
         DnsSettings {
@@ -659,6 +666,39 @@ fn a_name_server_without_edns_is_asked_again_without_it() {
     )
     .expect("forwarded");
     assert_eq!(opts(&seen), [true, false, false]);
+    server.handle.shutdown();
+    stop.store(true, Ordering::Relaxed);
+}
+
+/// Forged answers (another question's ID) queued ahead of the real one,
+/// more than the resolver reads from a socket per turn: it reads them
+/// over several turns and finds the answer behind them, with no second
+/// try.
+#[test]
+fn an_answer_behind_a_pile_of_forged_ones_is_found() {
+    let dir = tempdir("dns-strays");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ns, seen) = tiny_name_server(Arc::clone(&stop), true, false, 150);
+    let server = proxy(
+        &dir,
+        DnsSettings {
+            servers: vec![ns],
+            hosts: None,
+            timeout: Duration::from_secs(2),
+            attempts: 1,
+            ..DnsSettings::default()
+        },
+    );
+    let peer = socket();
+    route_through(
+        &socket(),
+        server.handle.local_addr(),
+        &format!("sip:strays.test:{};lr", port_of(&peer)),
+        &peer,
+        1,
+    )
+    .expect("forwarded to the address the answer gave");
+    assert_eq!(seen.lock().expect("log").len(), 1, "asked once");
     server.handle.shutdown();
     stop.store(true, Ordering::Relaxed);
 }
@@ -707,7 +747,7 @@ fn with_require_dnssec_only_validated_answers_are_taken() {
     let route = format!("sip:signed.test:{};lr", port_of(&peer));
     for validated in [true, false] {
         let stop = Arc::new(AtomicBool::new(false));
-        let (ns, seen) = tiny_name_server(Arc::clone(&stop), true, validated);
+        let (ns, seen) = tiny_name_server(Arc::clone(&stop), true, validated, 0);
         let server = proxy(
             &dir,
             DnsSettings {

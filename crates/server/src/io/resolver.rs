@@ -49,6 +49,9 @@ const UNANSWERED_TTL: u32 = 5;
 /// Name servers taken from `/etc/resolv.conf`, as the C library does.
 const MAX_SERVERS: usize = 3;
 const WAKER: Token = Token(0);
+/// Datagrams that are not a question's answer read from its socket per
+/// turn; see `Worker::readable`.
+const MAX_STRAYS: usize = 64;
 
 /// The resolver the workers share; see the module documentation.
 #[derive(Debug)]
@@ -295,6 +298,8 @@ impl Worker {
     fn run(mut self, stop: &AtomicBool) {
         let mut events = Events::with_capacity(64);
         let mut buf = vec![0u8; 4096];
+        // Questions whose sockets had more strays queued than one turn reads.
+        let mut again: Vec<usize> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             // The names asked since the last look, first: one asked before
             // the thread could be woken is not left waiting.
@@ -304,7 +309,11 @@ impl Worker {
             let now = Instant::now();
             let next = self.jobs.iter().flatten().map(|j| j.deadline).min();
             // Idle, the thread sleeps until a name or the stop wakes it.
-            let wait = next.map(|d| d.saturating_duration_since(now));
+            let wait = if again.is_empty() {
+                next.map(|d| d.saturating_duration_since(now))
+            } else {
+                Some(Duration::ZERO)
+            };
             if let Err(e) = self.poll.poll(&mut events, wait) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     crate::io::log::connection_trouble(&format!("resolver: {e}"));
@@ -312,9 +321,17 @@ impl Worker {
                 }
                 continue;
             }
-            for ev in events.iter() {
-                if ev.token() != WAKER {
-                    self.readable(ev.token().0 - 1, &mut buf);
+            let ready = events
+                .iter()
+                .filter(|ev| ev.token() != WAKER)
+                .map(|ev| ev.token().0 - 1);
+            let slots: Vec<usize> = std::mem::take(&mut again)
+                .into_iter()
+                .chain(ready)
+                .collect();
+            for slot in slots {
+                if self.readable(slot, &mut buf) && !again.contains(&slot) {
+                    again.push(slot);
                 }
             }
             let now = Instant::now();
@@ -471,7 +488,12 @@ impl Worker {
         }
     }
 
-    fn readable(&mut self, slot: usize, buf: &mut [u8]) {
+    /// Reads what arrived for the job in `slot`; `true` when it stopped
+    /// at [`MAX_STRAYS`] datagrams that were not its answer, with more
+    /// perhaps queued (read again next turn: a flood of forged answers
+    /// at one question's port cannot hold the thread every name waits
+    /// on).
+    fn readable(&mut self, slot: usize, buf: &mut [u8]) -> bool {
         if self
             .jobs
             .get(slot)
@@ -479,22 +501,25 @@ impl Worker {
             .is_some_and(|j| j.tcp.is_some())
         {
             let step = self.tcp_ready(slot, buf);
-            return self.advance(slot, step);
+            self.advance(slot, step);
+            return false;
         }
+        let mut strays = 0;
         loop {
             let Some(job) = self.jobs.get_mut(slot).and_then(Option::as_mut) else {
-                return;
+                return false;
             };
             let Some(sock) = &job.sock else {
-                return;
+                return false;
             };
             let n = match sock.recv(buf) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 // An ICMP error (nobody at that port): the next server.
                 Err(_) => {
                     let step = self.send(slot);
-                    return self.advance(slot, step);
+                    self.advance(slot, step);
+                    return false;
                 }
             };
             let step = match dns::parse(&buf[..n], job.id, &job.name, job.kind) {
@@ -507,7 +532,13 @@ impl Worker {
                 Ok(a) if a.truncated => self.over_tcp(slot, a),
                 Ok(a) => self.answered(slot, a),
                 // A stray or forged datagram: keep waiting for ours.
-                Err(dns::DnsError::NotOurs(_)) => continue,
+                Err(dns::DnsError::NotOurs(_)) => {
+                    strays += 1;
+                    if strays == MAX_STRAYS {
+                        return true;
+                    }
+                    continue;
+                }
                 // A server from before EDNS(0): the same question again,
                 // without it (once per server: it is remembered).
                 Err(e) if e.refuses_edns() && job.edns => {
@@ -518,7 +549,8 @@ impl Worker {
                 }
                 Err(_) => self.send(slot),
             };
-            return self.advance(slot, step);
+            self.advance(slot, step);
+            return false;
         }
     }
 
