@@ -1621,3 +1621,78 @@ fn a_peer_domain_the_topology_is_hidden_from_sees_nothing_of_the_inside() {
         }
     }
 }
+
+/// A 200 OK to the probe `options` (its Via, From, To, Call-ID, CSeq).
+fn ok_for_probe(options: &str) -> String {
+    let kept: String = options
+        .split("\r\n")
+        .filter(|l| {
+            let name = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+            matches!(name.as_str(), "via" | "from" | "to" | "call-id" | "cseq")
+        })
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    format!("SIP/2.0 200 OK\r\n{kept}Content-Length: 0\r\n\r\n")
+}
+
+/// The next OPTIONS probe at `gw`, and where it came from.
+fn next_probe(gw: &UdpSocket) -> (String, SocketAddr) {
+    let mut b = [0u8; 4096];
+    loop {
+        let (n, from) = gw.recv_from(&mut b).expect("a probe in time");
+        let m = String::from_utf8_lossy(&b[..n]).into_owned();
+        if m.starts_with("OPTIONS ") {
+            return (m, from);
+        }
+    }
+}
+
+/// A probe's answer counts only from the gateway asked and with the
+/// probe's random token: forged 200 OKs — the probe's own, copied by
+/// another host, and one from the gateway's address whose number is
+/// right but whose token is guessed — leave a silent gateway down; its
+/// own answer brings it up.
+#[test]
+fn a_forged_answer_to_a_probe_moves_no_gateway() {
+    let dir = tempdir("trunk-forged-probe");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("gateway socket");
+    gw.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let port = gw.local_addr().expect("addr").port();
+    let config = dir.join("sipsec.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode = \"proxy\"\nstateful = true\nudp = \"127.0.0.1:0\"\ntcp = \"off\"\nhttp = \"127.0.0.1:0\"\n\
+             data_dir = \"{}\"\n[[trunk]]\nname = \"carrier\"\nprefixes = [\"+1\"]\nprobe_every = 0.2\n\
+             down_after = 1\nup_after = 1\ngateways = [{{ addr = \"127.0.0.1:{port}\" }}]\n",
+            dir.join("data").display()
+        ),
+    )
+    .expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    wait_state(&proxy, 0, "down");
+    let elsewhere = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    for _ in 0..3 {
+        let (probe, from) = next_probe(&gw);
+        let ok = ok_for_probe(&probe);
+        elsewhere.send_to(ok.as_bytes(), from).expect("send");
+        let call_id = ok
+            .lines()
+            .find(|l| l.starts_with("Call-ID: probe-"))
+            .expect("the probe's Call-ID");
+        let (number, rest) = call_id["Call-ID: probe-".len()..]
+            .split_once('-')
+            .expect("number and token");
+        let host = rest.split_once('@').expect("host").1;
+        let guessed = ok.replace(call_id, &format!("Call-ID: probe-{number}-0@{host}"));
+        gw.send_to(guessed.as_bytes(), from).expect("send");
+    }
+    // The next probe leaves after those were read: still down.
+    next_probe(&gw);
+    assert_eq!(gateways(&proxy)[0]["state"], "down");
+    let (probe, from) = next_probe(&gw);
+    gw.send_to(ok_for_probe(&probe).as_bytes(), from)
+        .expect("send");
+    wait_state(&proxy, 0, "up");
+}

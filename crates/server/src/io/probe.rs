@@ -31,8 +31,30 @@ const TICK: Duration = Duration::from_millis(50);
 /// A gateway across generations of the trunks: trunk name, address.
 type Gw = (String, SocketAddr);
 
-/// A probe in flight: its gateway, when it is given up.
-type Pending = HashMap<u64, (Gw, Instant)>;
+/// A UDP probe in flight, by number.
+type Pending = HashMap<u64, Probe>;
+
+/// What a UDP probe's answer must match to count: it comes from the
+/// address asked and names the probe's random token (the number alone is
+/// a counter anyone could guess), before the deadline.
+#[derive(Debug)]
+struct Probe {
+    gw: Gw,
+    to: SocketAddr,
+    token: u64,
+    deadline: Instant,
+}
+
+/// A probe's unguessable token.
+fn token() -> u64 {
+    let mut b = [0u8; 8];
+    // Without the system's randomness the token is still unique to the
+    // process's probes; the source check stands either way.
+    if getrandom::fill(&mut b).is_err() {
+        return std::process::id().into();
+    }
+    u64::from_le_bytes(b)
+}
 
 /// The most of a TCP probe's answer read.
 const MAX_ANSWER: usize = 16 * 1024;
@@ -59,7 +81,7 @@ pub fn start(
     Ok(Some(thread))
 }
 
-fn options(me: SocketAddr, to: (SocketAddr, Transport), seq: u64) -> String {
+fn options(me: SocketAddr, to: (SocketAddr, Transport), seq: u64, token: u64) -> String {
     let (to, transport) = to;
     let uri_transport = if transport == Transport::Tcp {
         ";transport=tcp"
@@ -67,21 +89,23 @@ fn options(me: SocketAddr, to: (SocketAddr, Transport), seq: u64) -> String {
         ""
     };
     format!(
-        "OPTIONS sip:{to}{uri_transport} SIP/2.0\r\nVia: SIP/2.0/{} {me};branch=z9hG4bK-probe-{seq:x};rport\r\n\
+        "OPTIONS sip:{to}{uri_transport} SIP/2.0\r\nVia: SIP/2.0/{} {me};branch=z9hG4bK-probe-{seq:x}-{token:x};rport\r\n\
          Max-Forwards: 70\r\nFrom: <sip:probe@{me}>;tag=probe\r\nTo: <sip:{to}>\r\n\
-         Call-ID: probe-{seq:x}@{me}\r\nCSeq: {} OPTIONS\r\nUser-Agent: sipsec\r\nContent-Length: 0\r\n\r\n",
+         Call-ID: probe-{seq:x}-{token:016x}@{me}\r\nCSeq: {} OPTIONS\r\nUser-Agent: sipsec\r\nContent-Length: 0\r\n\r\n",
         transport.as_str(),
         seq % 1_000_000 + 1
     )
 }
 
-/// The probe number a response's Call-ID names, and whether it answers
-/// "alive" (below 500).
-fn answer(bytes: &[u8]) -> Option<(u64, bool)> {
+/// The probe number and token a response's Call-ID names, and whether it
+/// answers "alive" (below 500).
+fn answer(bytes: &[u8]) -> Option<(u64, u64, bool)> {
     let m = sip_core::Message::parse(bytes).ok()?;
     let status = m.status()?;
-    let seq = m.call_id().strip_prefix("probe-")?.split('@').next()?;
-    Some((u64::from_str_radix(seq, 16).ok()?, status.as_u16() < 500))
+    let id = m.call_id().strip_prefix("probe-")?.split('@').next()?;
+    let (seq, token) = id.split_once('-')?;
+    let parse = |s: &str| u64::from_str_radix(s, 16).ok();
+    Some((parse(seq)?, parse(token)?, status.as_u16() < 500))
 }
 
 fn run(shared: &Arc<Shared>, sock: &UdpSocket, stop: &AtomicBool) {
@@ -106,7 +130,7 @@ fn run(shared: &Arc<Shared>, sock: &UdpSocket, stop: &AtomicBool) {
         for p in probes {
             let gw = (p.trunk, p.gateway);
             let due = next_due.entry(gw.clone()).or_insert(now);
-            let busy = pending.values().any(|(g, _)| *g == gw)
+            let busy = pending.values().any(|p| p.gw == gw)
                 || streams.get(&gw).is_some_and(|h| !h.is_finished());
             if *due > now || busy {
                 continue;
@@ -115,36 +139,51 @@ fn run(shared: &Arc<Shared>, sock: &UdpSocket, stop: &AtomicBool) {
             seq += 1;
             let to = (p.gateway, p.transport);
             let deadline = DEADLINE.min(p.every);
+            let token = token();
             if to.1 != Transport::Udp {
-                if let Some(h) = probe_stream(shared, gw.clone(), to, seq, deadline) {
+                if let Some(h) = probe_stream(shared, gw.clone(), to, (seq, token), deadline) {
                     streams.insert(gw, h);
                 }
                 continue;
             }
-            if sock.send_to(options(me, to, seq).as_bytes(), to.0).is_ok() {
-                pending.insert(seq, (gw, now + deadline));
+            if sock
+                .send_to(options(me, to, seq, token).as_bytes(), to.0)
+                .is_ok()
+            {
+                let deadline = now + deadline;
+                let probe = Probe {
+                    gw,
+                    to: to.0,
+                    token,
+                    deadline,
+                };
+                pending.insert(seq, probe);
             } else {
                 report(shared, &gw, false);
             }
         }
         // An error (an ICMP error for a probe) is left to that probe's
         // deadline.
-        if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            if let Some((s, alive)) = answer(&buf[..n]) {
-                if let Some((gw, _)) = pending.remove(&s) {
-                    report(shared, &gw, alive);
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            if let Some((s, token, alive)) = answer(&buf[..n]) {
+                // Anything else leaves the probe waiting for its answer.
+                let ours = pending
+                    .get(&s)
+                    .is_some_and(|p| p.to == from && p.token == token);
+                if let Some(p) = ours.then(|| pending.remove(&s)).flatten() {
+                    report(shared, &p.gw, alive);
                 }
             }
         }
         let now = Instant::now();
         let late: Vec<u64> = pending
             .iter()
-            .filter(|(_, p)| p.1 <= now)
+            .filter(|(_, p)| p.deadline <= now)
             .map(|(s, _)| *s)
             .collect();
         for s in late {
-            if let Some((gw, _)) = pending.remove(&s) {
-                report(shared, &gw, false);
+            if let Some(p) = pending.remove(&s) {
+                report(shared, &p.gw, false);
             }
         }
     }
@@ -196,7 +235,7 @@ fn probe_stream(
     shared: &Arc<Shared>,
     gw: Gw,
     to: (SocketAddr, Transport),
-    seq: u64,
+    seq: (u64, u64),
     deadline: Duration,
 ) -> Option<JoinHandle<()>> {
     let mine = shared.clone();
@@ -218,7 +257,7 @@ fn probe_stream(
 
 /// One OPTIONS over a new connection to `to`, answered before `until`:
 /// whether the answer says alive (below 500). `None`: no answer.
-fn ask_over_stream(to: (SocketAddr, Transport), seq: u64, until: Instant) -> Option<bool> {
+fn ask_over_stream(to: (SocketAddr, Transport), seq: (u64, u64), until: Instant) -> Option<bool> {
     let left = || {
         until
             .checked_duration_since(Instant::now())
@@ -227,7 +266,7 @@ fn ask_over_stream(to: (SocketAddr, Transport), seq: u64, until: Instant) -> Opt
     let mut s = TcpStream::connect_timeout(&to.0, left()?).ok()?;
     let me = s.local_addr().ok()?;
     s.set_write_timeout(left()).ok()?;
-    s.write_all(options(me, to, seq).as_bytes()).ok()?;
+    s.write_all(options(me, to, seq.0, seq.1).as_bytes()).ok()?;
     let mut got = Vec::with_capacity(1024);
     let mut buf = [0u8; 4096];
     while !got.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -238,8 +277,8 @@ fn ask_over_stream(to: (SocketAddr, Transport), seq: u64, until: Instant) -> Opt
             return None;
         }
     }
-    let (s, alive) = answer(&got)?;
-    (s == seq).then_some(alive)
+    let (n, token, alive) = answer(&got)?;
+    ((n, token) == seq).then_some(alive)
 }
 
 fn report(shared: &Shared, gw: &Gw, alive: bool) {
