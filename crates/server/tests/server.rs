@@ -1081,17 +1081,32 @@ fn a_peer_on_the_tls_port_number_over_udp_is_not_a_loop() {
         .status()
         .expect("openssl CLI (setup.sh installs it)");
     assert!(ok.success());
-    let uac_sock = UdpSocket::bind("127.0.0.1:0").expect("ua socket");
-    let port = uac_sock.local_addr().expect("bound").port();
-    let s = start(Config {
-        tls: Some(sipsec_server::config::TlsSettings::with_files(
-            SocketAddr::from(([127, 0, 0, 1], port)),
-            cert,
-            key,
-        )),
-        ..loopback_proxy(&dir)
-    })
-    .expect("server starts");
+    // The UA's UDP port number for the server's TLS port: a TCP socket
+    // elsewhere on this host may hold that number (an outgoing
+    // connection's), so another is picked until one is free for both.
+    let (uac_sock, port, s) = (0..50)
+        .find_map(|_| {
+            let uac_sock = UdpSocket::bind("127.0.0.1:0").expect("ua socket");
+            let port = uac_sock.local_addr().expect("bound").port();
+            let started = start(Config {
+                tls: Some(sipsec_server::config::TlsSettings::with_files(
+                    SocketAddr::from(([127, 0, 0, 1], port)),
+                    cert.clone(),
+                    key.clone(),
+                )),
+                ..loopback_proxy(&dir)
+            });
+            match started {
+                Ok(s) => Some((uac_sock, port, s)),
+                Err(sipsec_server::StartError::Bind { err, .. })
+                    if err.kind() == std::io::ErrorKind::AddrInUse =>
+                {
+                    None
+                }
+                Err(e) => panic!("server starts: {e:?}"),
+            }
+        })
+        .expect("a port number free for UDP and TCP");
     let srv = s.handle.local_addr();
     assert_eq!(s.handle.tls_addr().map(|a| a.port()), Some(port));
     uac_sock
