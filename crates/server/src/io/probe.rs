@@ -45,6 +45,19 @@ struct Probe {
     deadline: Instant,
 }
 
+/// Whether `a` and `b` are one address: a dual-stack socket reports an
+/// IPv4 sender as IPv4-mapped IPv6.
+fn same_host_port(a: SocketAddr, b: SocketAddr) -> bool {
+    let plain = |x: SocketAddr| match x {
+        SocketAddr::V6(v6) => v6
+            .ip()
+            .to_ipv4_mapped()
+            .map_or(x, |v4| SocketAddr::new(v4.into(), v6.port())),
+        v4 => v4,
+    };
+    plain(a) == plain(b)
+}
+
 /// A probe's unguessable token.
 fn token() -> u64 {
     let mut b = [0u8; 8];
@@ -169,7 +182,7 @@ fn run(shared: &Arc<Shared>, sock: &UdpSocket, stop: &AtomicBool) {
                 // Anything else leaves the probe waiting for its answer.
                 let ours = pending
                     .get(&s)
-                    .is_some_and(|p| p.to == from && p.token == token);
+                    .is_some_and(|p| same_host_port(p.to, from) && p.token == token);
                 if let Some(p) = ours.then(|| pending.remove(&s)).flatten() {
                     report(shared, &p.gw, alive);
                 }
@@ -288,5 +301,33 @@ fn report(shared: &Shared, gw: &Gw, alive: bool) {
         } else {
             tracing::warn!(target: "sipsec::trunk", trunk = c.trunk, gateway = %c.gateway, "gateway down: its probes go unanswered");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_matched_by_number_token_and_address() {
+        let me: SocketAddr = "127.0.0.1:5060".parse().unwrap();
+        let gw: SocketAddr = "192.0.2.7:5070".parse().unwrap();
+        let probe = options(me, (gw, Transport::Udp), 41, 0xfeed);
+        let call_id = probe.lines().find(|l| l.starts_with("Call-ID:")).unwrap();
+        let ok = format!(
+            "SIP/2.0 503 Busy\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-probe-29-feed\r\n\
+             From: <sip:probe@{me}>;tag=probe\r\nTo: <sip:{gw}>;tag=g\r\n{call_id}\r\n\
+             CSeq: 42 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+        );
+        assert_eq!(answer(ok.as_bytes()), Some((41, 0xfeed, false)));
+        let unnumbered = ok.replace(call_id, "Call-ID: probe-29@127.0.0.1:5060");
+        assert_eq!(answer(unnumbered.as_bytes()), None);
+        let mapped: SocketAddr = "[::ffff:192.0.2.7]:5070".parse().unwrap();
+        assert!(same_host_port(gw, mapped) && same_host_port(mapped, gw));
+        assert!(!same_host_port(
+            gw,
+            "[::ffff:192.0.2.7]:5071".parse().unwrap()
+        ));
+        assert!(!same_host_port(gw, "192.0.2.8:5070".parse().unwrap()));
     }
 }
