@@ -22,6 +22,35 @@ pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&buf[i..]);
 }
 
+/// Appends the decimal form of `n` to text.
+pub fn push_u64(out: &mut String, n: u64) {
+    let (buf, start) = digits(n, 10, 0);
+    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+}
+
+/// Appends `n` in lower-case hexadecimal, zero-padded to `width` digits
+/// (at most 16).
+pub fn push_hex(out: &mut String, n: u64, width: usize) {
+    let (buf, start) = digits(n, 16, width);
+    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+}
+
+/// `n`'s digits in `radix` (10 or 16) at the end of a buffer, at least
+/// `width` of them, and where they start.
+fn digits(mut n: u64, radix: u64, width: usize) -> ([u8; 20], usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[(n % radix) as usize];
+        n /= radix;
+        if n == 0 {
+            break;
+        }
+    }
+    (buf, i.min(buf.len() - width.min(16)))
+}
+
 /// Builds a message field by field.
 #[derive(Debug)]
 pub struct MessageWriter<'o> {
@@ -297,6 +326,20 @@ mod tests {
             &mut out
         ));
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn numbers_as_text() {
+        for n in [0u64, 9, 10, 255, 65_535, 4_294_967_295, u64::MAX] {
+            let mut s = String::from("x");
+            push_u64(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
+            for width in [0, 1, 12, 16] {
+                let mut s = String::new();
+                push_hex(&mut s, n, width);
+                assert_eq!(s, format!("{n:0width$x}"));
+            }
+        }
     }
 
     #[test]

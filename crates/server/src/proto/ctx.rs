@@ -205,11 +205,8 @@ impl Ctx {
         h.write(msg.from().tag().unwrap_or("").as_bytes());
         h.write(msg.top_via().branch().unwrap_or("").as_bytes());
         self.tag.clear();
-        let _ = write!(
-            self.tag,
-            "{LOCAL_TAG_PREFIX}{:012x}",
-            h.finish() & 0xffff_ffff_ffff
-        );
+        self.tag.push_str(LOCAL_TAG_PREFIX);
+        sip_core::writer::push_hex(&mut self.tag, h.finish() & 0xffff_ffff_ffff, 12);
         let t0 = self.clock();
         write_response(
             out,

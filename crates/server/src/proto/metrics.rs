@@ -776,19 +776,32 @@ fn method_index(method: &str) -> usize {
 }
 
 /// The method named in a message's CSeq header, when it has one on a
-/// line of its own before the body.
+/// line of its own before the body. Every message sent passes here, so
+/// lines are found with `memchr` and only a line starting with `c` is
+/// looked at.
 fn cseq_method(msg: &[u8]) -> Option<&str> {
-    msg.split(|b| *b == b'\n')
-        .take_while(|line| !line.is_empty() && *line != b"\r")
-        .find_map(|line| {
-            let name = line.get(..4)?;
-            if !name.eq_ignore_ascii_case(b"CSeq") {
-                return None;
-            }
-            let rest = std::str::from_utf8(&line[4..]).ok()?.trim_start();
-            let value = rest.strip_prefix(':')?;
-            value.split_ascii_whitespace().nth(1)
-        })
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', msg).chain([msg.len()]) {
+        let line = &msg[start..end];
+        start = end + 1;
+        if line.is_empty() || line == b"\r" {
+            return None;
+        }
+        if !line[0].eq_ignore_ascii_case(&b'c')
+            || !line
+                .get(..4)
+                .is_some_and(|n| n.eq_ignore_ascii_case(b"CSeq"))
+        {
+            continue;
+        }
+        let Some(rest) = std::str::from_utf8(&line[4..]).ok() else {
+            continue;
+        };
+        if let Some(value) = rest.trim_start().strip_prefix(':') {
+            return value.split_ascii_whitespace().nth(1);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -844,5 +857,10 @@ mod tests {
             cseq_method(b"SIP/2.0 200 OK\nCSeq: 3 ACK\n\nCSeq: 1 INFO\n"),
             Some("ACK")
         );
+        assert_eq!(
+            cseq_method(b"SIP/2.0 200 OK\r\nCall-ID: x\r\ncseq :9 REGISTER"),
+            Some("REGISTER")
+        );
+        assert_eq!(cseq_method(b"SIP/2.0 200 OK\r\nCSeqX 1 BYE\r\n"), None);
     }
 }

@@ -411,12 +411,11 @@ impl Registrar {
             .chain(prepared.bindings().iter().filter(|b| !named(b)));
         for b in ordered {
             let start = ctx.lines.len();
-            let _ = write!(
-                ctx.lines,
-                "Contact: <{}>;expires={}\r\n",
-                b.contact,
-                b.expires_at.saturating_sub(now)
-            );
+            ctx.lines.push_str("Contact: <");
+            ctx.lines.push_str(&b.contact);
+            ctx.lines.push_str(">;expires=");
+            sip_core::writer::push_u64(&mut ctx.lines, b.expires_at.saturating_sub(now));
+            ctx.lines.push_str("\r\n");
             if ctx.lines.len() > budget {
                 ctx.lines.truncate(start);
                 unlisted += 1;
