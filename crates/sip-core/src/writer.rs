@@ -35,6 +35,41 @@ pub fn push_hex(out: &mut String, n: u64, width: usize) {
     out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
+/// Appends an IP address as `Display` writes it, IPv4 by hand (the
+/// common case on every forwarded request).
+pub fn push_ip(out: &mut String, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u64(out, u64::from(o));
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// Appends a socket address as `Display` writes it (`a.b.c.d:port`,
+/// `[v6]:port`).
+pub fn push_socket_addr(out: &mut String, addr: std::net::SocketAddr) {
+    match addr {
+        std::net::SocketAddr::V4(v4) => {
+            push_ip(out, std::net::IpAddr::V4(*v4.ip()));
+            out.push(':');
+            push_u64(out, u64::from(v4.port()));
+        }
+        std::net::SocketAddr::V6(_) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{addr}");
+        }
+    }
+}
+
 /// `n`'s digits in `radix` (10 or 16) at the end of a buffer, at least
 /// `width` of them, and where they start.
 fn digits(mut n: u64, radix: u64, width: usize) -> ([u8; 20], usize) {
@@ -339,6 +374,26 @@ mod tests {
                 push_hex(&mut s, n, width);
                 assert_eq!(s, format!("{n:0width$x}"));
             }
+        }
+    }
+
+    #[test]
+    fn addresses_as_text() {
+        for a in [
+            "0.0.0.0:0",
+            "127.0.0.1:5060",
+            "255.255.255.255:65535",
+            "[::1]:5061",
+            "[2001:db8::7]:1",
+            "[fe80::1%2]:5060",
+        ] {
+            let addr: std::net::SocketAddr = a.parse().expect("literal");
+            let mut s = String::from("x");
+            push_socket_addr(&mut s, addr);
+            assert_eq!(s, format!("x{addr}"));
+            let mut s = String::new();
+            push_ip(&mut s, addr.ip());
+            assert_eq!(s, addr.ip().to_string());
         }
     }
 

@@ -3,7 +3,6 @@
 //! back along the Via.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 
@@ -230,7 +229,7 @@ impl Proxy {
             self.rr.push_str(&token);
             self.rr.push('@');
         }
-        let _ = write!(self.rr, "{here}");
+        sip_core::writer::push_socket_addr(&mut self.rr, here);
         let param = match transport {
             Transport::Udp => None,
             // RFC 7118 §5.2: WSS too is `transport=ws` in a URI.
@@ -689,11 +688,14 @@ impl Proxy {
         // Over TLS or WebSocket this server is reached at that listener.
         let here = ctx.listen_addr(out_transport);
         self.via.clear();
-        let _ = write!(
-            self.via,
-            "SIP/2.0/{} {here};branch={BRANCH_PREFIX}{branch:016x}{tag:016x}",
-            out_transport.as_str(),
-        );
+        self.via.push_str("SIP/2.0/");
+        self.via.push_str(out_transport.as_str());
+        self.via.push(' ');
+        sip_core::writer::push_socket_addr(&mut self.via, here);
+        self.via.push_str(";branch=");
+        self.via.push_str(BRANCH_PREFIX);
+        sip_core::writer::push_hex(&mut self.via, branch, 16);
+        sip_core::writer::push_hex(&mut self.via, tag, 16);
         if self.hidden_in {
             // Its answer is hidden again on its way out to the trunk.
             self.via.push(';');
@@ -709,7 +711,7 @@ impl Proxy {
             || top.rport().is_some()
             || resolve(top.host(), None).map(|a| a.ip()) != Some(src.ip());
         self.ip.clear();
-        let _ = write!(self.ip, "{}", src.ip());
+        sip_core::writer::push_ip(&mut self.ip, src.ip());
         // Dialog-creating requests for local users record-route when asked,
         // so the dialog's later requests come back through this proxy. A
         // phone on a TCP/TLS connection can only be reached over that
