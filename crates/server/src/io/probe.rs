@@ -48,14 +48,7 @@ struct Probe {
 /// Whether `a` and `b` are one address: a dual-stack socket reports an
 /// IPv4 sender as IPv4-mapped IPv6.
 fn same_host_port(a: SocketAddr, b: SocketAddr) -> bool {
-    let plain = |x: SocketAddr| match x {
-        SocketAddr::V6(v6) => v6
-            .ip()
-            .to_ipv4_mapped()
-            .map_or(x, |v4| SocketAddr::new(v4.into(), v6.port())),
-        v4 => v4,
-    };
-    plain(a) == plain(b)
+    a.port() == b.port() && a.ip().to_canonical() == b.ip().to_canonical()
 }
 
 /// A probe's unguessable token.
