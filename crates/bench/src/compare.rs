@@ -535,6 +535,7 @@ fn run_target(
                         connection_per_call: false,
                         flows: plan.flows,
                         busy_poll: plan.pin,
+                        share_flows: false,
                         ids: None,
                     },
                     callee: callee.clone(),

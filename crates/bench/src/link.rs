@@ -203,6 +203,20 @@ fn deframe(rbuf: &mut Vec<u8>, closed: &mut bool, max: usize, on: &mut impl FnMu
 }
 
 impl Link {
+    /// Another handle on this UDP link's socket, for another generator
+    /// thread (with counts of its own): one peer's load sent from several
+    /// threads. `None` for a connection, whose bytes one thread frames.
+    pub fn share(&self) -> io::Result<Option<Link>> {
+        match self {
+            Link::Udp(d) => Ok(Some(Link::Udp(Box::new(Datagrams {
+                socket: d.socket.try_clone()?,
+                more: false,
+                wire: Wire::default(),
+            })))),
+            Link::Stream(_) => Ok(None),
+        }
+    }
+
     /// Opens the link from `local` (port 0: any) to `target`; TLS and WSS
     /// need a client configuration (the target's certificate must name its
     /// IP address). WS and WSS send their upgrade request at once and hold

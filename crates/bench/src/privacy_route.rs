@@ -728,6 +728,7 @@ fn measure_setup(
                     connection_per_call: false,
                     flows: 1,
                     busy_poll: false,
+                    share_flows: false,
                     ids: Some(Arc::new(ids)),
                 },
                 callee: callee.clone(),

@@ -16,33 +16,49 @@ use crate::stats::{self, Step};
 use crate::{scenario, Options};
 
 /// How the load arrives: `flows` sockets in all over `threads` generator
-/// threads (a caller keeps to one socket).
+/// threads (a caller keeps to one socket). Fewer flows than threads are
+/// shared by all of them: one busy peer's load is not held to what one
+/// generator thread makes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Load {
     /// Generator threads.
     pub threads: usize,
-    /// Sockets per thread.
+    /// Sockets per thread (with `shared`, the same ones in every thread).
     pub per_thread: usize,
+    /// Every thread sends and reads on the same sockets.
+    pub shared: bool,
 }
 
 impl Load {
     /// `flows` sockets over at most `threads` threads (as many as divide
-    /// them evenly; one flow is one thread).
+    /// them evenly), or shared by all `threads` when they are fewer.
     pub fn new(flows: usize, threads: usize) -> Self {
-        let flows = flows.max(1);
-        let threads = (1..=threads.clamp(1, flows))
+        let (flows, threads) = (flows.max(1), threads.max(1));
+        if flows < threads {
+            return Load {
+                threads,
+                per_thread: flows,
+                shared: true,
+            };
+        }
+        let threads = (1..=threads)
             .rev()
             .find(|t| flows.is_multiple_of(*t))
             .unwrap_or(1);
         Load {
             threads,
             per_thread: flows / threads,
+            shared: false,
         }
     }
 
     /// Sockets in all.
     pub fn flows(&self) -> usize {
-        self.threads * self.per_thread
+        if self.shared {
+            self.per_thread
+        } else {
+            self.threads * self.per_thread
+        }
     }
 
     /// Its name in tables: `1 flow`, `8 flows`, `10000 flows`.
@@ -238,6 +254,7 @@ fn measure_cell(
             connection_per_call: false,
             flows: load.per_thread,
             busy_poll: plan.pin,
+            share_flows: load.shared,
             ids: None,
         },
         callee,
@@ -574,26 +591,40 @@ mod tests {
 
     #[test]
     fn loads_divide_evenly_over_threads() {
+        assert_eq!(
+            Load::new(1, 8),
+            Load {
+                threads: 8,
+                per_thread: 1,
+                shared: true
+            },
+            "one flow, every thread"
+        );
         assert_eq!(Load::new(1, 8).flows(), 1);
+        assert_eq!(Load::new(1, 1).flows(), 1);
+        assert!(!Load::new(1, 1).shared);
         assert_eq!(
             Load::new(8, 2),
             Load {
                 threads: 2,
-                per_thread: 4
+                per_thread: 4,
+                shared: false
             }
         );
         assert_eq!(
             Load::new(10_000, 8),
             Load {
                 threads: 8,
-                per_thread: 1250
+                per_thread: 1250,
+                shared: false
             }
         );
         assert_eq!(
             Load::new(7, 2),
             Load {
                 threads: 1,
-                per_thread: 7
+                per_thread: 7,
+                shared: false
             }
         );
         assert_eq!(Load::new(8, 2).name(), "8 flows");

@@ -315,6 +315,63 @@ fn flows_spread_callers_over_connections_and_survive_a_closed_one() {
     );
 }
 
+/// `--share-flows`: four generator threads send from one socket (one
+/// busy peer, beyond what one thread makes), each thread's responses
+/// reaching it whichever thread reads them; over a connection it is a
+/// clear error.
+#[test]
+fn shared_flows_send_every_threads_calls_from_one_port() {
+    let dir = tempdir("bench-shared-flows");
+    let csv = users(&dir);
+    let server = common::serve_in(&dir.join("data"), &[]);
+    let http = common::banner_http_addr(&server.banner).expect("http address");
+    let json = dir.join("shared.json");
+    let target = server.addr.to_string();
+    let out = bench(&[
+        "--target",
+        &target,
+        "--threads",
+        "4",
+        "--share-flows",
+        "--rate",
+        "400",
+        "--calls",
+        "800",
+        "--users",
+        csv.to_str().expect("utf-8"),
+        "--json",
+        json.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let r = report(&json);
+    // Without the hand-over, three responses in four would reach a thread
+    // that did not make the call, and those calls would time out.
+    assert_eq!(
+        (r["ok"].as_u64(), r["failed"].as_u64()),
+        (Some(800), Some(0)),
+        "{r}"
+    );
+    // Every caller called from all four threads, all from one address and
+    // port: one binding each (four each without sharing).
+    assert_eq!(metric(http, "sipsec_bindings"), 51);
+    let out = bench(&[
+        "--target",
+        &target,
+        "--transport",
+        "tcp",
+        "--threads",
+        "2",
+        "--share-flows",
+        "--calls",
+        "10",
+    ]);
+    assert!(
+        !out.status.success() && text(&out).contains("shared flows are UDP only"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// `sipsec bench compare` starts sipsec and Kamailio (shipped config, the
 /// shipped 10,000 users), runs all six scenarios with and without digest
 /// against each, and prints the ratio table.

@@ -107,6 +107,11 @@ pub struct Run {
     /// a sleeping generator on every response (an inter-processor wake-up,
     /// costly in a VM), so the server's CPU is the server's work.
     pub busy_poll: bool,
+    /// UDP: every worker sends and reads on worker 0's sockets, so one
+    /// flow (one local port) carries what several threads generate — the
+    /// load of one busy peer beyond what one thread makes. A worker that
+    /// reads another's response hands it over.
+    pub share_flows: bool,
     /// Per call number, the IDs it shows (none: the plain names). A run
     /// with more calls than entries reuses them in turn.
     pub ids: Option<std::sync::Arc<Vec<CallIds>>>,
@@ -272,6 +277,62 @@ struct Worker<'a> {
     ends: Vec<usize>,
     /// The link has carried a call (connection-per-call mode).
     used: bool,
+    /// With shared flows, every worker's responses read by another.
+    handoffs: &'a [Handoff],
+}
+
+/// Longest idle sleep of a worker on shared flows: another worker may
+/// have read its response and handed it over meanwhile.
+const HANDOFF_WAIT: Duration = Duration::from_millis(1);
+
+/// Responses another worker read for this one (shared flows).
+#[derive(Debug, Default)]
+struct Handoff {
+    waiting: AtomicBool,
+    messages: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Handoff {
+    fn put(&self, bytes: &[u8]) {
+        let mut m = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        m.push(bytes.to_vec());
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    fn take(&self) -> Vec<Vec<u8>> {
+        if !self.waiting.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.messages.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Worker 0's links for every worker: its own, and another handle on
+/// each socket for each other worker (UDP only).
+fn shared_links(first: Vec<Link>, threads: usize) -> io::Result<Vec<Vec<Link>>> {
+    let mut all = Vec::with_capacity(threads);
+    for _ in 1..threads {
+        let copies = first
+            .iter()
+            .map(|l| {
+                l.share()?.ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "shared flows are UDP only: one thread frames a connection's bytes",
+                    )
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        all.push(copies);
+    }
+    all.insert(0, first);
+    Ok(all)
+}
+
+/// The worker a call belongs to, from its Call-ID
+/// (`NUMBER.SLOT.WORKER.RUN` in hex).
+fn owner_of(call_id: &str) -> Option<usize> {
+    usize::from_str_radix(call_id.split('.').nth(2)?, 16).ok()
 }
 
 /// Runs `run`, updating `live` as it goes; stops early when `stop` is set.
@@ -301,35 +362,48 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     } else {
         std::net::IpAddr::from([127, 0, 0, 1])
     };
-    let sockets = (0..threads)
-        .map(|i| {
-            let links = (0..per)
-                .map(|j| {
-                    let port = if run.local_port == 0 {
-                        0
+    let open_links = |i: usize| -> io::Result<Vec<Link>> {
+        (0..per)
+            .map(|j| {
+                let port = if run.local_port == 0 {
+                    0
+                } else {
+                    u16::try_from(usize::from(run.local_port) + i * per + j).map_err(|_| {
+                        io::Error::other("--local-port: the flows' ports run past 65535")
+                    })?
+                };
+                Link::open(
+                    run.transport,
+                    SocketAddr::new(ip, port),
+                    run.target_for(i),
+                    run.tls.as_ref(),
+                )
+                .map_err(|e| {
+                    if per > 1 {
+                        io::Error::new(e.kind(), format!("flow {j} of thread {i}: {e}"))
                     } else {
-                        u16::try_from(usize::from(run.local_port) + i * per + j).map_err(|_| {
-                            io::Error::other("--local-port: the flows' ports run past 65535")
-                        })?
-                    };
-                    Link::open(
-                        run.transport,
-                        SocketAddr::new(ip, port),
-                        run.target_for(i),
-                        run.tls.as_ref(),
-                    )
-                    .map_err(|e| {
-                        if per > 1 {
-                            io::Error::new(e.kind(), format!("flow {j} of thread {i}: {e}"))
-                        } else {
-                            e
-                        }
-                    })
+                        e
+                    }
                 })
-                .collect::<io::Result<Vec<_>>>()?;
-            Flows::new(links)
-        })
+            })
+            .collect()
+    };
+    let sockets = if run.share_flows {
+        shared_links(open_links(0)?, threads)?
+    } else {
+        (0..threads)
+            .map(open_links)
+            .collect::<io::Result<Vec<_>>>()?
+    };
+    let sockets = sockets
+        .into_iter()
+        .map(Flows::new)
         .collect::<io::Result<Vec<_>>>()?;
+    let handoffs: Vec<Handoff> = (0..threads)
+        .filter(|_| run.share_flows)
+        .map(|_| Handoff::default())
+        .collect();
+    let handoffs = &handoffs[..];
     let start = Instant::now();
     let outcomes = std::thread::scope(|scope| {
         let handles: Vec<_> = sockets
@@ -357,6 +431,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         inbox: Vec::new(),
                         ends: Vec::new(),
                         used: false,
+                        handoffs,
                     };
                     w.go(threads, stop);
                     w.outcome
@@ -443,6 +518,8 @@ impl Worker<'_> {
                 at = end;
             }
             self.inbox = inbox;
+            let handed = self.take_handoffs();
+            let received = received + handed;
             let mut why = String::new();
             for &flow in &closed {
                 why = self
@@ -477,6 +554,9 @@ impl Worker<'_> {
                 }
                 if let Some((t, _)) = self.timers.peek() {
                     next = next.min(t);
+                }
+                if !self.handoffs.is_empty() {
+                    next = next.min(now + HANDOFF_WAIT);
                 }
                 let now = Instant::now();
                 if next > now {
@@ -702,6 +782,15 @@ impl Worker<'_> {
             self.outcome.unexpected += 1;
             return;
         };
+        if !self.handoffs.is_empty() {
+            if let Some(h) = owner_of(msg.call_id())
+                .filter(|w| *w != self.id)
+                .and_then(|w| self.handoffs.get(w))
+            {
+                h.put(bytes);
+                return;
+            }
+        }
         let Some(slot) = self.slot_of(msg.call_id()) else {
             self.outcome.unexpected += 1;
             return;
@@ -771,6 +860,19 @@ impl Worker<'_> {
             }
         }
         self.advance(slot, now);
+    }
+
+    /// Handles the responses other workers read for this one; returns
+    /// how many.
+    fn take_handoffs(&mut self) -> usize {
+        let Some(h) = self.handoffs.get(self.id) else {
+            return 0;
+        };
+        let messages = h.take();
+        for m in &messages {
+            self.on_message(m);
+        }
+        messages.len()
     }
 
     fn slot_of(&self, call_id: &str) -> Option<usize> {
@@ -952,6 +1054,7 @@ mod tests {
             tls: None,
             connection_per_call: false,
             busy_poll: false,
+            share_flows: false,
             ids: None,
         }
     }

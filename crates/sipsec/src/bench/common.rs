@@ -63,6 +63,13 @@ pub struct CommonArgs {
     /// e.g. with taskset): the server is then not charged for waking it.
     #[arg(long)]
     pub(super) busy_poll: bool,
+    /// UDP: every generator thread sends and reads on the first thread's
+    /// sockets (--flows of them), so one flow carries the load of all the
+    /// threads — one busy peer (a trunk, an SBC) beyond what one thread
+    /// makes. A thread that reads another's response hands it over; an
+    /// idle thread sleeps at most 1 ms.
+    #[arg(long)]
+    pub(super) share_flows: bool,
     /// First local port (thread i binds PORT+i); fixed ports make register,
     /// register-update and register-logout runs touch the same bindings.
     #[arg(long, default_value_t = 0)]
@@ -326,6 +333,7 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             local_port: a.local_port,
             users,
             busy_poll: a.busy_poll,
+            share_flows: a.share_flows,
             ids: None,
             transport,
             tls: match &a.tls_ca {

@@ -23,11 +23,13 @@ pub struct ScaleArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
     pub(super) workers: Vec<u32>,
     /// Loads, comma-separated, as sockets the calls come from: 1 (a trunk,
-    /// an SBC, a peer proxy), a few, thousands of phones.
+    /// an SBC, a peer proxy), a few, thousands of phones. Fewer sockets
+    /// than generator threads are shared by all the threads, so one peer's
+    /// load is not held to what one thread makes.
     #[arg(long, default_value = "1,8,10000", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=15_000))]
     pub(super) flows: Vec<u32>,
-    /// Generator threads for loads of several flows [default: 2; with
-    /// --pin the CPUs left to it, at most 8].
+    /// Generator threads [default: 2; with --pin the CPUs left to it, at
+    /// most 8].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(super) threads: Option<u32>,
     /// Scenarios, comma-separated: register, invite.
