@@ -2,8 +2,11 @@
 //! as a UDP worker drives it (`io::drive::handle`: handle, store what it
 //! asks, release the answer) on the requests `sipsec bench compare` sends
 //! (REGISTER new/refresh/logout, INVITE to an unknown user, INVITE
-//! redirected), with and without the journal. What is left of a call's
-//! CPU cost in `bench compare` is the kernel's.
+//! redirected), with and without the journal, and a whole call relayed
+//! through a media relay (`call/relayed`: the stateful proxy's INVITE,
+//! 180, 200, ACK, BYE and 200, the offer and the answers parked and
+//! handed in again as the relay's answer would). What is left of a
+//! call's CPU cost in `bench compare` is the kernel's.
 #![allow(missing_docs)]
 
 use std::hint::black_box;
@@ -11,8 +14,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use sipsec_server::config_media::MediaMode;
 use sipsec_server::io::journal::{Durability, Persistence, SharedJournal};
 use sipsec_server::proto::location::MemoryLocation;
+use sipsec_server::proto::media::Outcome;
 use sipsec_server::{Config, Core, Mode, Now, Reply, Shared, Transport};
 
 const USERS: usize = 10_000;
@@ -157,5 +162,176 @@ fn benches(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(core_benches, benches);
+/// A stateful proxy relaying every call's media; `u0` registered at
+/// `CALLEE`.
+fn relaying_proxy() -> (Core, Arc<Shared>) {
+    let mut config = Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        advertise: "127.0.0.1:5060".parse().expect("literal"),
+        ..Config::default()
+    };
+    config.media.mode = MediaMode::Always;
+    config.media.relays =
+        sipsec_server::proto::ng::Settings::one("127.0.0.1:22222".parse().expect("literal"));
+    let shared = Arc::new(Shared::new(
+        config,
+        Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
+        None,
+        now(),
+        std::hash::RandomState::new(),
+    ));
+    let mut core = Core::new(shared.clone());
+    let mut out = Vec::new();
+    let reg = register(0, 3600);
+    let reg = String::from_utf8(reg).expect("ascii");
+    let reg = reg.replace("127.0.0.1:5099;transport", &format!("{CALLEE};transport"));
+    let r = sipsec_server::io::drive::handle(
+        &mut core,
+        &sipsec_server::io::sinks::Sinks::default(),
+        None,
+        reg.as_bytes(),
+        CALLEE.parse().expect("literal"),
+        Transport::Udp,
+        now(),
+        &mut out,
+    );
+    assert!(matches!(r, Reply::Send(..)), "{r:?}");
+    (core, shared)
+}
+
+const CALLER: &str = "127.0.0.1:5099";
+const CALLEE: &str = "127.0.0.1:5098";
+const RELAYED: &str = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 30000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\na=rtcp:30001\r\n";
+
+/// The callee's (or caller's) response to the forwarded `request`.
+fn response(request: &[u8], status: &str, sdp: bool) -> Vec<u8> {
+    let text = std::str::from_utf8(request).expect("ascii");
+    let mut r = format!("SIP/2.0 {status}\r\n");
+    for line in text.split("\r\n").take_while(|l| !l.is_empty()) {
+        let name = line.split(':').next().unwrap_or("");
+        match name {
+            "Via" | "Record-Route" | "From" | "Call-ID" | "CSeq" => {
+                r.push_str(line);
+                r.push_str("\r\n");
+            }
+            "To" => {
+                r.push_str(line);
+                r.push_str(";tag=callee\r\n");
+            }
+            _ => {}
+        }
+    }
+    r.push_str(&format!("Contact: <sip:u0@{CALLEE}>\r\n"));
+    let body = if sdp { RELAYED } else { "" };
+    if sdp {
+        r.push_str("Content-Type: application/sdp\r\n");
+    }
+    r.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    r.into_bytes()
+}
+
+/// Hands `msg` in; when it was parked on the relay, hands it in again
+/// with the relay's session description. What was forwarded is in `out`.
+fn relayed(core: &mut Core, shared: &Shared, msg: &[u8], src: SocketAddr, out: &mut Vec<u8>) {
+    out.clear();
+    let r = core.handle(msg, src, Transport::Udp, now(), out);
+    if matches!(r, Reply::Send(..)) {
+        return;
+    }
+    let table = shared.media.as_ref().expect("relaying");
+    let asked = table.take_asked();
+    assert!(
+        asked.iter().any(|(q, _)| *q != 0),
+        "neither forwarded nor parked: {r:?}"
+    );
+    for (question, _) in asked {
+        for p in table.answered(question) {
+            out.clear();
+            let o = Outcome::Sdp(RELAYED.to_owned());
+            let r = core.handle_relayed(&p.message, p.src, p.arrived, o, now(), out);
+            assert!(matches!(r, Reply::Send(..)), "{r:?}");
+        }
+    }
+}
+
+/// A request of the caller's dialog after the 200 (`method`, CSeq `n`).
+fn in_dialog(call: usize, method: &str, n: u32) -> Vec<u8> {
+    format!(
+        "{method} sip:u0@{CALLEE} SIP/2.0\r\n\
+Via: SIP/2.0/UDP {CALLER};branch=z9hG4bK-{method}-{call};rport\r\n\
+Max-Forwards: 70\r\n\
+Route: <sip:127.0.0.1:5060;lr>\r\n\
+From: <sip:caller@127.0.0.1>;tag=c{call}\r\n\
+To: <sip:u0@127.0.0.1>;tag=callee\r\n\
+Call-ID: relayed-{call}@127.0.0.1\r\n\
+CSeq: {n} {method}\r\n\
+Content-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+fn relayed_call(c: &mut Criterion) {
+    let (mut core, shared) = relaying_proxy();
+    let caller: SocketAddr = CALLER.parse().expect("literal");
+    let callee: SocketAddr = CALLEE.parse().expect("literal");
+    let mut out = Vec::with_capacity(4096);
+    let mut call = 0;
+    c.bench_function("call/relayed", |b| {
+        b.iter(|| {
+            call += 1;
+            let inv = String::from_utf8(invite(0))
+                .expect("ascii")
+                .replace("inv-0@", &format!("relayed-{call}@"))
+                .replace(
+                    "branch=z9hG4bK-inv-0",
+                    &format!("branch=z9hG4bK-inv-{call}"),
+                )
+                .replace("tag=c0", &format!("tag=c{call}"));
+            relayed(&mut core, &shared, inv.as_bytes(), caller, &mut out);
+            let forwarded = out.clone();
+            relayed(
+                &mut core,
+                &shared,
+                &response(&forwarded, "180 Ringing", true),
+                callee,
+                &mut out,
+            );
+            relayed(
+                &mut core,
+                &shared,
+                &response(&forwarded, "200 OK", true),
+                callee,
+                &mut out,
+            );
+            relayed(
+                &mut core,
+                &shared,
+                &in_dialog(call, "ACK", 1),
+                caller,
+                &mut out,
+            );
+            relayed(
+                &mut core,
+                &shared,
+                &in_dialog(call, "BYE", 2),
+                caller,
+                &mut out,
+            );
+            let bye = out.clone();
+            relayed(
+                &mut core,
+                &shared,
+                &response(&bye, "200 OK", false),
+                callee,
+                &mut out,
+            );
+            black_box(&out);
+        })
+    });
+    let table = shared.media.as_ref().expect("relaying");
+    assert_eq!(table.sizes().0, 0, "calls left at the relay");
+}
+
+criterion_group!(core_benches, benches, relayed_call);
 criterion_main!(core_benches);

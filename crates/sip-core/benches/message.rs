@@ -102,6 +102,7 @@ fn benches(c: &mut Criterion) {
         max_forwards: true,
         force_rport: false,
         remove: None,
+        body: None,
     };
     g.bench_function("proxy_forward_invite", |b| {
         b.iter(|| {

@@ -50,6 +50,9 @@ pub struct RequestEdits<'e> {
     /// (connection-oriented transports, where responses must find the
     /// connection the request came on).
     pub force_rport: bool,
+    /// A body in place of the request's own (a session description a
+    /// media relay rewrote, RFC 3264); Content-Length says its length.
+    pub body: Option<&'e [u8]>,
 }
 
 const SPLICE_PARTS: usize = 10;
@@ -225,8 +228,36 @@ pub fn forward_request(
         splices[n] = splice(s, e, &[]);
         n += 1;
     }
-    apply(head, msg.body(), &mut splices[..n], out);
+    if let Some(body) = edits.body {
+        splices[n] = content_length(msg, body);
+        n += 1;
+    }
+    apply(
+        head,
+        edits.body.unwrap_or(msg.body()),
+        &mut splices[..n],
+        out,
+    );
     Ok(())
+}
+
+/// The splice that makes `msg`'s Content-Length say `body`'s length:
+/// its value replaced, or a line added at the end of the head.
+fn content_length<'e>(msg: &Message<'_>, body: &[u8]) -> Splice<'e> {
+    let head = msg.head();
+    let (start, end, text) = match msg.header(crate::header::HeaderName::ContentLength) {
+        Some(v) => {
+            let s = offset_in(head, v);
+            (s, s + v.len(), rport_text(""))
+        }
+        None => (head.len(), head.len(), rport_text("\r\nContent-Length: ")),
+    };
+    Splice {
+        start,
+        end,
+        text,
+        number: Some(body.len() as u64),
+    }
 }
 
 /// Adds to `splices` (from `n`) what removes the first `count` Route
@@ -286,37 +317,31 @@ fn pop_routes<'e>(
 
 /// Writes a response with its top Via value removed (RFC 3261 §16.7 step 3).
 pub fn forward_response(msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EditError> {
+    forward_response_with(msg, None, out)
+}
+
+/// [`forward_response`], with `body` (when given) in place of the
+/// response's own and Content-Length saying its length.
+pub fn forward_response_with(
+    msg: &Message<'_>,
+    body: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) -> Result<(), EditError> {
     if msg.via_count() < 2 {
         return Err(EditError::LastVia);
     }
     let head = msg.head();
     let (s, e) = remove_first_value(head, msg.top_via_line(), msg.top_via().as_str());
-    apply(head, msg.body(), &mut [splice(s, e, &[])], out);
+    let mut splices = [splice(s, e, &[]), splice(usize::MAX, usize::MAX, &[])];
+    let n = match body {
+        Some(b) => {
+            splices[1] = content_length(msg, b);
+            2
+        }
+        None => 1,
+    };
+    apply(head, body.unwrap_or(msg.body()), &mut splices[..n], out);
     Ok(())
-}
-
-/// Writes `msg` with its body replaced by `body` into `out`: every
-/// Content-Length line says the new length (one is added when the message
-/// had none), the rest of the head is copied as it is. For a proxy that
-/// passes on a session description a media relay rewrote (RFC 3264).
-pub fn replace_body(msg: &Message<'_>, body: &[u8], out: &mut Vec<u8>) {
-    let head = msg.head();
-    let mut at = 0;
-    let mut found = false;
-    for h in msg.headers_named(crate::header::HeaderName::ContentLength) {
-        let s = offset_in(head, h.value);
-        out.extend_from_slice(&head.as_bytes()[at..s]);
-        write_u64(out, body.len() as u64);
-        at = s + h.value.len();
-        found = true;
-    }
-    out.extend_from_slice(&head.as_bytes()[at..]);
-    if !found {
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        write_u64(out, body.len() as u64);
-    }
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(body);
 }
 
 #[cfg(test)]
@@ -351,6 +376,7 @@ Content-Length: 4\r\n\r\nv=0\n";
                 max_forwards: true,
                 force_rport: false,
                 remove: None,
+                body: None,
             },
             &mut out,
         )
@@ -544,23 +570,63 @@ Content-Length: 4\r\n\r\nv=0\n";
     }
 
     #[test]
-    fn replace_body_rewrites_content_length_and_keeps_the_rest() {
+    fn a_relayed_body_replaces_the_request_body_and_its_length() {
         let m = Message::parse(INVITE).unwrap();
         let mut out = Vec::new();
-        replace_body(&m, b"v=0\r\nc=IN IP4 192.0.2.99\r\n", &mut out);
+        let sdp = b"v=0\r\nc=IN IP4 192.0.2.99\r\n";
+        let edits = RequestEdits {
+            via: Some("SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKp1"),
+            pop_routes: 2,
+            max_forwards: true,
+            body: Some(sdp),
+            ..RequestEdits::default()
+        };
+        forward_request(&m, &edits, &mut out).unwrap();
         let r = Message::parse(&out).unwrap();
-        assert_eq!(r.body(), b"v=0\r\nc=IN IP4 192.0.2.99\r\n");
-        assert_eq!(r.content_length(), Some(r.body().len()));
+        assert_eq!(r.body(), sdp);
+        assert_eq!(r.content_length(), Some(sdp.len()));
         assert_eq!(r.call_id(), "c1");
-        assert_eq!(r.header_count(), m.header_count());
+        assert_eq!(r.header(HeaderName::ContentType), Some("application/sdp"));
+        assert_eq!(r.route_count(), 0);
+        // The same edits without the body: the same head but its length.
+        let mut plain = Vec::new();
+        let edits = RequestEdits {
+            body: None,
+            ..edits
+        };
+        forward_request(&m, &edits, &mut plain).unwrap();
+        let p = Message::parse(&plain).unwrap();
+        assert_eq!((p.body(), p.header_count()), (m.body(), r.header_count()));
+    }
+
+    #[test]
+    fn a_relayed_body_replaces_the_response_body_and_adds_a_length() {
+        let ok = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP p;branch=z9hG4bKp, SIP/2.0/UDP a;branch=z9hG4bKx\r\n\
+From: <sip:a@b>;tag=1\r\nTo: <sip:b@b>;tag=2\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\n\
+Content-Length: 3\r\n\r\nabc";
+        let m = Message::parse(ok).unwrap();
+        let mut out = Vec::new();
+        forward_response_with(&m, Some(b"v=0\r\ns=-\r\n"), &mut out).unwrap();
+        let r = Message::parse(&out).unwrap();
+        assert_eq!(
+            (r.body(), r.content_length()),
+            (&b"v=0\r\ns=-\r\n"[..], Some(10))
+        );
+        assert_eq!((r.via_count(), r.top_via().branch()), (1, Some("z9hG4bKx")));
+        // None: the response's own body.
+        out.clear();
+        forward_response_with(&m, None, &mut out).unwrap();
+        assert_eq!(Message::parse(&out).unwrap().body(), b"abc");
+        // Without a Content-Length (allowed over UDP) one is added.
         let bare = Message::parse(
-            b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP a;branch=z9hG4bKx\r\n\
+            b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP p;branch=z9hG4bKp\r\nVia: SIP/2.0/UDP a;branch=z9hG4bKx\r\n\
 From: <sip:a@b>;tag=1\r\nTo: <sip:b@b>;tag=2\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\n\r\n",
         )
         .unwrap();
         out.clear();
-        replace_body(&bare, b"v=0\r\n", &mut out);
+        forward_response_with(&bare, Some(b"v=0\r\n"), &mut out).unwrap();
         let r = Message::parse(&out).unwrap();
         assert_eq!((r.body(), r.content_length()), (&b"v=0\r\n"[..], Some(5)));
+        assert_eq!(r.header_count(), bare.header_count());
     }
 }

@@ -80,6 +80,7 @@ fn parse_and_forward_allocate_nothing() {
                         received: Some(("192.0.2.99", 5062)),
                         request_uri: Some("sip:bob@192.0.2.4"),
                         pop_routes: 0,
+                        body: Some(b"v=0\r\ns=relayed\r\n"),
                     },
                     &mut out,
                 )

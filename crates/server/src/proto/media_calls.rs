@@ -9,7 +9,6 @@
 
 use std::net::SocketAddr;
 
-use sip_core::proxy::replace_body;
 use sip_core::{Message, Method, StatusCode, Transport};
 
 use crate::config_media::RelayFailure;
@@ -32,21 +31,6 @@ impl Proxy {
             Some(Outcome::Sdp(sdp)) => Some(sdp),
             _ => None,
         }
-    }
-
-    /// Writes the message `written` (as forwarded) again into `out` with
-    /// the relay's session description, when there is one; `false` when
-    /// it is left as it is.
-    pub(super) fn with_relayed_sdp(&self, written: &[u8], out: &mut Vec<u8>) -> bool {
-        let Some(sdp) = self.relayed_sdp() else {
-            return false;
-        };
-        let Ok(m) = Message::parse(written) else {
-            return false;
-        };
-        out.clear();
-        replace_body(&m, sdp.as_bytes(), out);
-        true
     }
 
     /// Before `msg` (from `src`) is forwarded to a `to` leg: an offer the

@@ -742,6 +742,8 @@ impl Proxy {
             route: (new_ruri.is_some() && !self.path.is_empty()).then_some(self.path.as_str()),
             pop_routes: pops,
             received: annotate.then_some((self.ip.as_str(), src.port())),
+            // The relay's session description in place of the caller's.
+            body: self.relayed_sdp().map(str::as_bytes),
             max_forwards: true,
             force_rport: reliable,
             // The credentials we checked stop here (RFC 3261 §22.3).
@@ -765,12 +767,6 @@ impl Proxy {
         let removed = usize::from(pops > 0 && msg.route_count() == pops)
             + usize::from(edits.remove.is_some());
         let written = forward_request(msg, &edits, out);
-        if written.is_ok() && self.relayed_sdp().is_some() {
-            let first = std::mem::take(out);
-            if !self.with_relayed_sdp(&first, out) {
-                *out = first;
-            }
-        }
         if written.is_ok() {
             self.shift_cseq(ctx, msg, out);
             self.hide_toward_trunk(ctx, out_transport, out);

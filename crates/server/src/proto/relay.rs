@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use sip_core::proxy::{forward_response, replace_body};
+use sip_core::proxy::{forward_response, forward_response_with};
 use sip_core::uri::Host;
 use sip_core::Message;
 
@@ -74,17 +74,8 @@ impl Proxy {
             let metrics = &ctx.shared.metrics;
             let relayed = self.relayed_sdp().map(str::to_owned);
             let strip = |m: &Message<'_>, o: &mut Vec<u8>| {
-                let written = match &relayed {
-                    None => forward_response(m, o).is_ok(),
-                    Some(sdp) => {
-                        let mut stripped = Vec::new();
-                        forward_response(m, &mut stripped).is_ok()
-                            && Message::parse(&stripped)
-                                .map(|s| replace_body(&s, sdp.as_bytes(), o))
-                                .is_ok()
-                    }
-                };
-                written
+                let body = relayed.as_deref().map(str::as_bytes);
+                forward_response_with(m, body, o).is_ok()
                     && unshift_cseq(offset, o)
                     && hide_back.as_ref().is_none_or(|h| sealed_back(h, o))
             };
