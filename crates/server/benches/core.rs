@@ -2,10 +2,11 @@
 //! as a UDP worker drives it (`io::drive::handle`: handle, store what it
 //! asks, release the answer) on the requests `sipsec bench compare` sends
 //! (REGISTER new/refresh/logout, INVITE to an unknown user, INVITE
-//! redirected), with and without the journal, and a whole call relayed
-//! through a media relay (`call/relayed`: the stateful proxy's INVITE,
-//! 180, 200, ACK, BYE and 200, the offer and the answers parked and
-//! handed in again as the relay's answer would). What is left of a
+//! redirected), with and without the journal, and a whole call through
+//! the stateful proxy (INVITE, 180 and 200 with SDP, ACK, BYE, 200):
+//! `call/stateful` without a media relay, `call/relayed` with every call
+//! relayed (the offer and the answers parked and handed in again as the
+//! relay's answer would). What is left of a
 //! call's CPU cost in `bench compare` is the kernel's.
 #![allow(missing_docs)]
 
@@ -162,18 +163,20 @@ fn benches(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A stateful proxy relaying every call's media; `u0` registered at
-/// `CALLEE`.
-fn relaying_proxy() -> (Core, Arc<Shared>) {
+/// A stateful proxy, relaying every call's media when `relay`; `u0`
+/// registered at `CALLEE`.
+fn stateful_proxy(relay: bool) -> (Core, Arc<Shared>) {
     let mut config = Config {
         mode: Mode::Proxy,
         stateful: true,
         advertise: "127.0.0.1:5060".parse().expect("literal"),
         ..Config::default()
     };
-    config.media.mode = MediaMode::Always;
-    config.media.relays =
-        sipsec_server::proto::ng::Settings::one("127.0.0.1:22222".parse().expect("literal"));
+    if relay {
+        config.media.mode = MediaMode::Always;
+        config.media.relays =
+            sipsec_server::proto::ng::Settings::one("127.0.0.1:22222".parse().expect("literal"));
+    }
     let shared = Arc::new(Shared::new(
         config,
         Arc::new(MemoryLocation::new(std::hash::RandomState::new())),
@@ -233,13 +236,23 @@ fn response(request: &[u8], status: &str, sdp: bool) -> Vec<u8> {
 
 /// Hands `msg` in; when it was parked on the relay, hands it in again
 /// with the relay's session description. What was forwarded is in `out`.
-fn relayed(core: &mut Core, shared: &Shared, msg: &[u8], src: SocketAddr, out: &mut Vec<u8>) {
+fn relayed(
+    core: &mut Core,
+    shared: &Shared,
+    at: Now,
+    msg: &[u8],
+    src: SocketAddr,
+    out: &mut Vec<u8>,
+) {
     out.clear();
-    let r = core.handle(msg, src, Transport::Udp, now(), out);
+    let r = core.handle(msg, src, Transport::Udp, at, out);
     if matches!(r, Reply::Send(..)) {
         return;
     }
-    let table = shared.media.as_ref().expect("relaying");
+    let table = shared
+        .media
+        .as_ref()
+        .unwrap_or_else(|| panic!("{r:?}: {}", String::from_utf8_lossy(msg)));
     let asked = table.take_asked();
     assert!(
         asked.iter().any(|(q, _)| *q != 0),
@@ -249,7 +262,7 @@ fn relayed(core: &mut Core, shared: &Shared, msg: &[u8], src: SocketAddr, out: &
         for p in table.answered(question) {
             out.clear();
             let o = Outcome::Sdp(RELAYED.to_owned());
-            let r = core.handle_relayed(&p.message, p.src, p.arrived, o, now(), out);
+            let r = core.handle_relayed(&p.message, p.src, p.arrived, o, at, out);
             assert!(matches!(r, Reply::Send(..)), "{r:?}");
         }
     }
@@ -271,15 +284,30 @@ Content-Length: 0\r\n\r\n"
     .into_bytes()
 }
 
-fn relayed_call(c: &mut Criterion) {
-    let (mut core, shared) = relaying_proxy();
+/// A whole call through the stateful proxy, its media relayed or not.
+fn call(c: &mut Criterion, name: &str, relay: bool) {
+    let (mut core, shared) = stateful_proxy(relay);
     let caller: SocketAddr = CALLER.parse().expect("literal");
     let callee: SocketAddr = CALLEE.parse().expect("literal");
     let mut out = Vec::with_capacity(4096);
     let mut call = 0;
-    c.bench_function("call/relayed", |b| {
+    let start = now();
+    let mut sends = sipsec_server::proto::effects::Sends::default();
+    c.bench_function(name, |b| {
         b.iter(|| {
             call += 1;
+            // Calls 10 ms apart (virtual time): the transactions' timers
+            // run every 100 calls, so what they hold stays bounded.
+            let at = Now {
+                unix_ms: start.unix_ms + call as u64 * 10,
+                mono: start.mono + std::time::Duration::from_millis(call as u64 * 10),
+            };
+            if call % 100 == 0 {
+                if let Some(tx) = &shared.transactions {
+                    tx.tick(at.mono, &mut sends, &shared.metrics);
+                    sends.clear();
+                }
+            }
             let inv = String::from_utf8(invite(0))
                 .expect("ascii")
                 .replace("inv-0@", &format!("relayed-{call}@"))
@@ -288,11 +316,12 @@ fn relayed_call(c: &mut Criterion) {
                     &format!("branch=z9hG4bK-inv-{call}"),
                 )
                 .replace("tag=c0", &format!("tag=c{call}"));
-            relayed(&mut core, &shared, inv.as_bytes(), caller, &mut out);
+            relayed(&mut core, &shared, at, inv.as_bytes(), caller, &mut out);
             let forwarded = out.clone();
             relayed(
                 &mut core,
                 &shared,
+                at,
                 &response(&forwarded, "180 Ringing", true),
                 callee,
                 &mut out,
@@ -300,6 +329,7 @@ fn relayed_call(c: &mut Criterion) {
             relayed(
                 &mut core,
                 &shared,
+                at,
                 &response(&forwarded, "200 OK", true),
                 callee,
                 &mut out,
@@ -307,6 +337,7 @@ fn relayed_call(c: &mut Criterion) {
             relayed(
                 &mut core,
                 &shared,
+                at,
                 &in_dialog(call, "ACK", 1),
                 caller,
                 &mut out,
@@ -314,6 +345,7 @@ fn relayed_call(c: &mut Criterion) {
             relayed(
                 &mut core,
                 &shared,
+                at,
                 &in_dialog(call, "BYE", 2),
                 caller,
                 &mut out,
@@ -322,6 +354,7 @@ fn relayed_call(c: &mut Criterion) {
             relayed(
                 &mut core,
                 &shared,
+                at,
                 &response(&bye, "200 OK", false),
                 callee,
                 &mut out,
@@ -329,9 +362,15 @@ fn relayed_call(c: &mut Criterion) {
             black_box(&out);
         })
     });
-    let table = shared.media.as_ref().expect("relaying");
-    assert_eq!(table.sizes().0, 0, "calls left at the relay");
+    if let Some(table) = shared.media.as_ref() {
+        assert_eq!(table.sizes().0, 0, "calls left at the relay");
+    }
 }
 
-criterion_group!(core_benches, benches, relayed_call);
+fn calls(c: &mut Criterion) {
+    call(c, "call/stateful", false);
+    call(c, "call/relayed", true);
+}
+
+criterion_group!(core_benches, benches, calls);
 criterion_main!(core_benches);
