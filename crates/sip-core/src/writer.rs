@@ -22,51 +22,92 @@ pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&buf[i..]);
 }
 
+/// A buffer the text writers append to: bytes or a `String` (what they
+/// write is text).
+pub trait Text {
+    /// Appends `s`.
+    fn put(&mut self, s: &str);
+}
+
+impl Text for Vec<u8> {
+    fn put(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+}
+
+impl Text for String {
+    fn put(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
 /// Appends the decimal form of `n` to text.
-pub fn push_u64(out: &mut String, n: u64) {
+pub fn push_u64(out: &mut impl Text, n: u64) {
     let (buf, start) = digits(n, 10, 0);
-    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+    out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 /// Appends `n` in lower-case hexadecimal, zero-padded to `width` digits
 /// (at most 16).
-pub fn push_hex(out: &mut String, n: u64, width: usize) {
+pub fn push_hex(out: &mut impl Text, n: u64, width: usize) {
     let (buf, start) = digits(n, 16, width);
-    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+    out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 /// Appends an IP address as `Display` writes it, IPv4 by hand (the
 /// common case on every forwarded request).
-pub fn push_ip(out: &mut String, ip: std::net::IpAddr) {
+pub fn push_ip(out: &mut impl Text, ip: std::net::IpAddr) {
     match ip {
         std::net::IpAddr::V4(v4) => {
             for (i, o) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push('.');
+                    out.put(".");
                 }
                 push_u64(out, u64::from(o));
             }
         }
-        std::net::IpAddr::V6(v6) => {
-            use std::fmt::Write as _;
-            let _ = write!(out, "{v6}");
-        }
+        std::net::IpAddr::V6(v6) => push_display(out, v6),
     }
 }
 
 /// Appends a socket address as `Display` writes it (`a.b.c.d:port`,
 /// `[v6]:port`).
-pub fn push_socket_addr(out: &mut String, addr: std::net::SocketAddr) {
+pub fn push_socket_addr(out: &mut impl Text, addr: std::net::SocketAddr) {
     match addr {
         std::net::SocketAddr::V4(v4) => {
             push_ip(out, std::net::IpAddr::V4(*v4.ip()));
-            out.push(':');
+            out.put(":");
             push_u64(out, u64::from(v4.port()));
         }
-        std::net::SocketAddr::V6(_) => {
-            use std::fmt::Write as _;
-            let _ = write!(out, "{addr}");
+        std::net::SocketAddr::V6(v6) => push_display(out, v6),
+    }
+}
+
+/// Appends what `Display` writes of an IPv6 address or socket address
+/// (at most 58 characters: `[` 39 `%` 10 `]:` 5), through a buffer on
+/// the stack.
+fn push_display(out: &mut impl Text, v: impl std::fmt::Display) {
+    struct Stack {
+        buf: [u8; 64],
+        len: usize,
+    }
+    impl std::fmt::Write for Stack {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let end = self.len + s.len();
+            self.buf
+                .get_mut(self.len..end)
+                .ok_or(std::fmt::Error)?
+                .copy_from_slice(s.as_bytes());
+            self.len = end;
+            Ok(())
         }
+    }
+    let mut s = Stack {
+        buf: [0; 64],
+        len: 0,
+    };
+    if std::fmt::Write::write_fmt(&mut s, format_args!("{v}")).is_ok() {
+        out.put(std::str::from_utf8(&s.buf[..s.len]).unwrap_or_default());
     }
 }
 
@@ -386,11 +427,17 @@ mod tests {
             "[::1]:5061",
             "[2001:db8::7]:1",
             "[fe80::1%2]:5060",
+            "[1111:2222:3333:4444:5555:6666:7777:8888%4294967295]:65535",
+            "[::ffff:192.0.2.1]:5060",
         ] {
             let addr: std::net::SocketAddr = a.parse().expect("literal");
             let mut s = String::from("x");
             push_socket_addr(&mut s, addr);
             assert_eq!(s, format!("x{addr}"));
+            // The same into bytes.
+            let mut v = b"x".to_vec();
+            push_socket_addr(&mut v, addr);
+            assert_eq!(v, format!("x{addr}").into_bytes());
             let mut s = String::new();
             push_ip(&mut s, addr.ip());
             assert_eq!(s, addr.ip().to_string());

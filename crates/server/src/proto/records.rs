@@ -2,9 +2,6 @@
 //! the embedded journal stores and a shared location's store and change
 //! feed carry. A line that does not read back is refused whole.
 
-use std::io::Write as _;
-use std::net::SocketAddr;
-
 use sip_core::writer::write_u64;
 
 use crate::proto::location::{Binding, Flow, Record};
@@ -28,7 +25,7 @@ pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     out.push(b'\t');
     write_u64(out, u64::from(b.cseq));
     out.push(b'\t');
-    write_source(out, b.source);
+    sip_core::writer::push_socket_addr(out, b.source);
     // Path, the flow, its node and the phone's instance are trailing
     // fields, absent from records written before them (and when empty
     // at the end); a flow is "-" when there is none but an instance.
@@ -49,26 +46,6 @@ pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
         out.extend_from_slice(f.as_bytes());
     }
     out.push(b'\n');
-}
-
-/// `a.b.c.d:port` by hand (the common case), anything else as `Display`
-/// writes it (`[v6]:port`).
-fn write_source(out: &mut Vec<u8>, source: SocketAddr) {
-    match source {
-        SocketAddr::V4(v4) => {
-            for (i, o) in v4.ip().octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                write_u64(out, u64::from(o));
-            }
-            out.push(b':');
-            write_u64(out, u64::from(v4.port()));
-        }
-        SocketAddr::V6(_) => {
-            let _ = write!(out, "{source}");
-        }
-    }
 }
 
 /// Writes `r` as one journal line (also the form bindings take in a
