@@ -560,11 +560,43 @@ fn run_target(
     Ok(())
 }
 
+/// One round's CPU ratio of two servers, and whether both kept up (failed
+/// no call) in it.
+struct RoundPair {
+    ratio: f64,
+    kept_up: bool,
+}
+
+/// The ratio column's cell: the median (range) of the rounds in which both
+/// servers kept up, with how many of the rounds that was when not all. A
+/// server that fails calls pays for retransmissions and timeouts and
+/// divides its CPU by fewer calls, so such a round is no comparison; when
+/// every round had failures, all of them, said so.
+fn ratio_cell(pairs: &[RoundPair]) -> String {
+    let kept: Vec<f64> = pairs
+        .iter()
+        .filter(|p| p.kept_up)
+        .map(|p| p.ratio)
+        .collect();
+    let all: Vec<f64> = pairs.iter().map(|p| p.ratio).collect();
+    let median = |v: &[f64]| crate::stats::median_range(v, 2);
+    match kept.len() {
+        0 if all.is_empty() => "-".into(),
+        0 => format!("{} (calls failed in every round)", median(&all)),
+        n if n == all.len() => median(&kept),
+        n => format!(
+            "{} in the {n} of {} rounds without failed calls",
+            median(&kept),
+            all.len()
+        ),
+    }
+}
+
 /// The ratio table: per scenario and auth, calls/s and CPU µs per call of
 /// each target, and the first target's CPU relative to each other one.
 /// Over several rounds a figure is the median of the rounds with their
-/// range in brackets, a ratio the median of the rounds' own ratios, and
-/// failures the total.
+/// range in brackets, a ratio the median of the own ratios of the rounds
+/// in which both servers kept up ([`ratio_cell`]), and failures the total.
 pub fn table(cells: &[Cell], targets: &[Target]) -> String {
     let mut s = String::new();
     let names: Vec<&str> = targets.iter().map(Target::name).collect();
@@ -616,14 +648,17 @@ pub fn table(cells: &[Cell], targets: &[Target]) -> String {
         }
         for n in names.iter().skip(1) {
             // Each round's own ratio: its servers ran back to back.
-            let ratios: Vec<f64> = (1..=rounds)
+            let pairs: Vec<RoundPair> = (1..=rounds)
                 .filter_map(|r| {
-                    let a = of(names[0]).into_iter().find(|c| round(c) == r).map(cpu)?;
-                    let b = of(n).into_iter().find(|c| round(c) == r).map(cpu)?;
-                    (b > 0.0).then(|| a / b)
+                    let a = of(names[0]).into_iter().find(|c| round(c) == r)?;
+                    let b = of(n).into_iter().find(|c| round(c) == r)?;
+                    Some(RoundPair {
+                        ratio: (cpu(b) > 0.0).then(|| cpu(a) / cpu(b))?,
+                        kept_up: a.report.failed == 0 && b.report.failed == 0,
+                    })
                 })
                 .collect();
-            let _ = write!(s, " {} |", crate::stats::median_range(&ratios, 2));
+            let _ = write!(s, " {} |", ratio_cell(&pairs));
         }
         s.push('\n');
     }
@@ -691,4 +726,32 @@ pub fn html(cells: &[Cell], targets: &[Target]) -> String {
         ),
         &sections,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ratio_cell, RoundPair};
+
+    fn pairs(r: &[(f64, bool)]) -> Vec<RoundPair> {
+        r.iter()
+            .map(|&(ratio, kept_up)| RoundPair { ratio, kept_up })
+            .collect()
+    }
+
+    #[test]
+    fn a_round_with_failed_calls_is_left_out_of_the_ratio() {
+        let all_kept = pairs(&[(0.35, true), (0.31, true), (0.36, true)]);
+        assert_eq!(ratio_cell(&all_kept), "0.35 (0.31–0.36)");
+        let some_failed = pairs(&[(0.35, true), (0.20, false), (0.33, true), (0.25, false)]);
+        assert_eq!(
+            ratio_cell(&some_failed),
+            "0.34 (0.33–0.35) in the 2 of 4 rounds without failed calls"
+        );
+        let every_round_failed = pairs(&[(0.22, false), (0.24, false)]);
+        assert_eq!(
+            ratio_cell(&every_round_failed),
+            "0.23 (0.22–0.24) (calls failed in every round)"
+        );
+        assert_eq!(ratio_cell(&[]), "-");
+    }
 }
