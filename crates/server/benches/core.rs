@@ -316,49 +316,17 @@ fn call(c: &mut Criterion, name: &str, relay: bool) {
                     &format!("branch=z9hG4bK-inv-{call}"),
                 )
                 .replace("tag=c0", &format!("tag=c{call}"));
-            relayed(&mut core, &shared, at, inv.as_bytes(), caller, &mut out);
+            let mut hand = |msg: &[u8], src: SocketAddr, out: &mut Vec<u8>| {
+                relayed(&mut core, &shared, at, msg, src, out);
+            };
+            hand(inv.as_bytes(), caller, &mut out);
             let forwarded = out.clone();
-            relayed(
-                &mut core,
-                &shared,
-                at,
-                &response(&forwarded, "180 Ringing", true),
-                callee,
-                &mut out,
-            );
-            relayed(
-                &mut core,
-                &shared,
-                at,
-                &response(&forwarded, "200 OK", true),
-                callee,
-                &mut out,
-            );
-            relayed(
-                &mut core,
-                &shared,
-                at,
-                &in_dialog(call, "ACK", 1),
-                caller,
-                &mut out,
-            );
-            relayed(
-                &mut core,
-                &shared,
-                at,
-                &in_dialog(call, "BYE", 2),
-                caller,
-                &mut out,
-            );
+            hand(&response(&forwarded, "180 Ringing", true), callee, &mut out);
+            hand(&response(&forwarded, "200 OK", true), callee, &mut out);
+            hand(&in_dialog(call, "ACK", 1), caller, &mut out);
+            hand(&in_dialog(call, "BYE", 2), caller, &mut out);
             let bye = out.clone();
-            relayed(
-                &mut core,
-                &shared,
-                at,
-                &response(&bye, "200 OK", false),
-                callee,
-                &mut out,
-            );
+            hand(&response(&bye, "200 OK", false), callee, &mut out);
             black_box(&out);
         })
     });
