@@ -72,9 +72,9 @@ impl Proxy {
         let stateful = ctx.shared.transactions.as_ref().zip(key);
         if let Some((tx, key)) = stateful {
             let metrics = &ctx.shared.metrics;
-            let relayed = self.relayed_sdp().map(str::to_owned);
+            let relayed = self.relayed_sdp();
             let strip = |m: &Message<'_>, o: &mut Vec<u8>| {
-                let body = relayed.as_deref().map(str::as_bytes);
+                let body = relayed.map(str::as_bytes);
                 forward_response_with(m, body, o).is_ok()
                     && unshift_cseq(offset, o)
                     && hide_back.as_ref().is_none_or(|h| sealed_back(h, o))
