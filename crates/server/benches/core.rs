@@ -8,10 +8,13 @@
 //! relayed (the offer and the answers parked and handed in again as the
 //! relay's answer would). What is left of a
 //! call's CPU cost in `bench compare` is the kernel's.
+#![allow(unsafe_code)] // the counting global allocator
 #![allow(missing_docs)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -20,6 +23,32 @@ use sipsec_server::io::journal::{Durability, Persistence, SharedJournal};
 use sipsec_server::proto::location::MemoryLocation;
 use sipsec_server::proto::media::Outcome;
 use sipsec_server::{Config, Core, Mode, Now, Reply, Shared, Transport};
+
+/// Counts allocations, so that a whole call's are reported beside its time.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the system allocator; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const USERS: usize = 10_000;
 const NOW_S: u64 = 1_000_000;
@@ -293,6 +322,8 @@ fn call(c: &mut Criterion, name: &str, relay: bool) {
     let mut call = 0;
     let start = now();
     let mut sends = sipsec_server::proto::effects::Sends::default();
+    // Allocations and calls handed in, the messages' own making left out.
+    let (mut allocs, mut calls) = (0, 0);
     c.bench_function(name, |b| {
         b.iter(|| {
             call += 1;
@@ -317,7 +348,9 @@ fn call(c: &mut Criterion, name: &str, relay: bool) {
                 )
                 .replace("tag=c0", &format!("tag=c{call}"));
             let mut hand = |msg: &[u8], src: SocketAddr, out: &mut Vec<u8>| {
+                let before = ALLOCS.load(Ordering::Relaxed);
                 relayed(&mut core, &shared, at, msg, src, out);
+                allocs += ALLOCS.load(Ordering::Relaxed) - before;
             };
             hand(inv.as_bytes(), caller, &mut out);
             let forwarded = out.clone();
@@ -328,8 +361,13 @@ fn call(c: &mut Criterion, name: &str, relay: bool) {
             let bye = out.clone();
             hand(&response(&bye, "200 OK", false), callee, &mut out);
             black_box(&out);
+            calls += 1;
         })
     });
+    println!(
+        "{name}: {:.1} allocations per call",
+        allocs as f64 / calls.max(1) as f64
+    );
     if let Some(table) = shared.media.as_ref() {
         assert_eq!(table.sizes().0, 0, "calls left at the relay");
     }

@@ -24,9 +24,9 @@ fn media(call_id: &str, to_tag: Option<&str>, body: String) -> Media {
         from_tag: "caller-tag".into(),
         to_tag: to_tag.map(str::to_owned),
         sdp: body,
-        flags: vec!["trust-address".into()],
-        replace: vec!["origin".into(), "session-connection".into()],
-        options: vec![("ICE".into(), "remove".into())],
+        flags: &["trust-address"],
+        replace: &["origin", "session-connection"],
+        options: &[("ICE", "remove")],
         ..Media::default()
     }
 }

@@ -38,13 +38,29 @@ pub const UNANSWERED_FOR: Duration = Duration::from_secs(200);
 /// A relayed call whose BYE never came is deleted after this long.
 pub const LONGEST_CALL: Duration = Duration::from_secs(6 * 3600);
 
-/// SDES suites never offered to a phone: no encryption (NULL) or a mode
-/// few stacks implement (F8).
-const WEAK_SUITES: [&str; 4] = [
-    "NULL_HMAC_SHA1_80",
-    "NULL_HMAC_SHA1_32",
-    "F8_128_HMAC_SHA1_80",
-    "F8_128_HMAC_SHA1_32",
+/// SDES suites never offered to a phone, as the relay is told so: no
+/// encryption (NULL) or a mode few stacks implement (F8).
+const NO_WEAK_SUITES: &[&str] = &[
+    "no-NULL_HMAC_SHA1_80",
+    "no-NULL_HMAC_SHA1_32",
+    "no-F8_128_HMAC_SHA1_80",
+    "no-F8_128_HMAC_SHA1_32",
+];
+/// What a browser's leg gets: ICE and DTLS-SRTP.
+const TO_BROWSER: &[(&str, &str)] = &[
+    ("transport-protocol", "UDP/TLS/RTP/SAVPF"),
+    ("ICE", "force"),
+];
+/// What a SIP phone's leg gets: plain RTP, or SDES-SRTP; no ICE, no DTLS.
+const TO_PHONE_RTP: &[(&str, &str)] = &[
+    ("transport-protocol", "RTP/AVP"),
+    ("ICE", "remove"),
+    ("DTLS", "off"),
+];
+const TO_PHONE_SRTP: &[(&str, &str)] = &[
+    ("transport-protocol", "RTP/SAVP"),
+    ("ICE", "remove"),
+    ("DTLS", "off"),
 ];
 
 /// How the relay answered the question a message waited on.
@@ -95,6 +111,15 @@ pub struct Call {
     pub caller_srtp: bool,
     /// When its offer was relayed.
     pub since: Instant,
+}
+
+/// Where a relayed call stands, as the proxy asks of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallState {
+    /// A 2xx answered its INVITE.
+    pub established: bool,
+    /// The caller offered SRTP (its answer keeps it).
+    pub caller_srtp: bool,
 }
 
 #[derive(Debug)]
@@ -197,10 +222,10 @@ impl MediaTable {
     /// not relayed (nothing to wake).
     pub fn end(&self, call_id: &str) -> bool {
         let mut s = self.state.lock(0);
-        let Some(call) = s.calls.remove(call_id) else {
+        let Some((call_id, call)) = s.calls.remove_entry(call_id) else {
             return false;
         };
-        Self::tell_delete(&mut s, &self.counts, call_id.to_owned(), call.from_tag)
+        Self::tell_delete(&mut s, &self.counts, call_id, call.from_tag)
     }
 
     fn tell_delete(s: &mut State, counts: &MediaCounts, call_id: String, from_tag: String) -> bool {
@@ -236,21 +261,28 @@ impl MediaTable {
         s.waiting.drain()
     }
 
-    /// The relayed call `call_id`, if it is one.
-    pub fn call(&self, call_id: &str) -> Option<Call> {
-        self.state.lock(0).calls.get(call_id).cloned()
+    /// Where the relayed call `call_id` stands, if it is one.
+    pub fn call(&self, call_id: &str) -> Option<CallState> {
+        self.state.lock(0).calls.get(call_id).map(|c| CallState {
+            established: c.established,
+            caller_srtp: c.caller_srtp,
+        })
     }
 
     /// The offer of `call_id` (From tag `from_tag`; `srtp`: it offered
     /// SRTP) was relayed at `now`.
     pub fn relaying(&self, call_id: &str, from_tag: &str, srtp: bool, now: Instant) {
         let mut s = self.state.lock(0);
-        s.calls.entry(call_id.to_owned()).or_insert_with(|| Call {
+        if s.calls.contains_key(call_id) {
+            return;
+        }
+        let call = Call {
             from_tag: from_tag.to_owned(),
             established: false,
             caller_srtp: srtp,
             since: now,
-        });
+        };
+        s.calls.insert(call_id.to_owned(), call);
     }
 
     /// A 2xx answered `call_id`'s INVITE.
@@ -369,7 +401,11 @@ pub fn offers_plain_rtp(sdp: &str) -> bool {
         let mut f = m.split_ascii_whitespace();
         let port = f.nth(1).unwrap_or("0");
         let proto = f.next().unwrap_or("");
-        port != "0" && !proto.to_ascii_uppercase().contains("SAVP")
+        port != "0"
+            && !proto
+                .as_bytes()
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"SAVP"))
     })
 }
 
@@ -433,37 +469,22 @@ pub fn media(
     nat: bool,
     received_from: IpAddr,
 ) -> Media {
-    let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
-    let mut options = Vec::new();
-    let mut sdes = Vec::new();
-    let rtcp_mux = if browser(to) {
-        sdes.push("off".to_owned());
-        options.push(pair("transport-protocol", "UDP/TLS/RTP/SAVPF"));
-        options.push(pair("ICE", "force"));
-        vec![if offer { "offer" } else { "require" }.to_owned()]
-    } else {
-        let profile = if srtp { "RTP/SAVP" } else { "RTP/AVP" };
-        options.push(pair("transport-protocol", profile));
-        options.push(pair("ICE", "remove"));
-        options.push(pair("DTLS", "off"));
-        if srtp {
-            // Suites that encrypt, and that SRTP stacks commonly have.
-            sdes.extend(WEAK_SUITES.iter().map(|s| format!("no-{s}")));
-        }
-        vec!["demux".to_owned()]
-    };
-    let flags = if nat {
-        vec!["SIP-source-address".to_owned()]
-    } else {
-        Vec::new()
+    let (options, rtcp_mux, sdes): (_, &[&str], &[&str]) = match (browser(to), srtp) {
+        (true, _) => (
+            TO_BROWSER,
+            if offer { &["offer"] } else { &["require"] },
+            &["off"],
+        ),
+        (false, true) => (TO_PHONE_SRTP, &["demux"], NO_WEAK_SUITES),
+        (false, false) => (TO_PHONE_RTP, &["demux"], &[]),
     };
     Media {
         call_id: msg.call_id().to_owned(),
         from_tag: msg.from().tag().unwrap_or("").to_owned(),
         to_tag: msg.to().tag().map(str::to_owned),
         sdp: sdp.to_owned(),
-        flags,
-        replace: vec!["origin".to_owned(), "session-connection".to_owned()],
+        flags: if nat { &["SIP-source-address"] } else { &[] },
+        replace: &["origin", "session-connection"],
         options,
         rtcp_mux,
         sdes,
@@ -525,14 +546,14 @@ CSeq: 1 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{bo
         let to_browser = media(&m, OFFER, true, Transport::Wss, false, false, ip);
         assert!(to_browser
             .options
-            .contains(&("transport-protocol".into(), "UDP/TLS/RTP/SAVPF".into())));
+            .contains(&("transport-protocol", "UDP/TLS/RTP/SAVPF")));
         assert_eq!(to_browser.rtcp_mux, ["offer"]);
         let to_phone = media(&m, OFFER, true, Transport::Udp, true, true, ip);
         assert!(to_phone
             .options
-            .contains(&("transport-protocol".into(), "RTP/SAVP".into())));
+            .contains(&("transport-protocol", "RTP/SAVP")));
         assert_eq!(to_phone.flags, ["SIP-source-address"]);
-        assert!(to_phone.sdes.contains(&"no-NULL_HMAC_SHA1_80".to_owned()));
+        assert!(to_phone.sdes.contains(&"no-NULL_HMAC_SHA1_80"));
         assert_eq!(to_browser.sdes, ["off"]);
         assert_eq!((to_phone.from_tag.as_str(), to_phone.to_tag), ("ft", None));
     }

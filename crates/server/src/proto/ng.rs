@@ -77,16 +77,16 @@ pub struct Media {
     /// The SDP to rewrite.
     pub sdp: String,
     /// Flags (`trust-address`, `symmetric`, `asymmetric`, `strict-source`…).
-    pub flags: Vec<String>,
+    pub flags: &'static [&'static str],
     /// What to replace in the SDP (`origin`, `session-connection`…).
-    pub replace: Vec<String>,
+    pub replace: &'static [&'static str],
     /// Other options as key and value (`ICE` = `remove`,
     /// `transport-protocol` = `RTP/SAVP`, `DTLS` = `off`…).
-    pub options: Vec<(String, String)>,
+    pub options: &'static [(&'static str, &'static str)],
     /// RTCP multiplexing (`offer`, `demux`, `accept`, `require`).
-    pub rtcp_mux: Vec<String>,
+    pub rtcp_mux: &'static [&'static str],
     /// SDES-SRTP behaviour (`off`, `no-SUITE`…).
-    pub sdes: Vec<String>,
+    pub sdes: &'static [&'static str],
     /// Where the SIP message came from (`received-from`): the address
     /// the relay takes for the endpoint with `SIP-source-address`.
     pub received_from: Option<std::net::IpAddr>,
@@ -154,10 +154,10 @@ impl Command {
                 }
                 w.str("sdp").str(&m.sdp);
                 let lists = [
-                    ("flags", &m.flags),
-                    ("replace", &m.replace),
-                    ("rtcp-mux", &m.rtcp_mux),
-                    ("SDES", &m.sdes),
+                    ("flags", m.flags),
+                    ("replace", m.replace),
+                    ("rtcp-mux", m.rtcp_mux),
+                    ("SDES", m.sdes),
                 ];
                 for (key, items) in lists {
                     if !items.is_empty() {
@@ -168,7 +168,7 @@ impl Command {
                         w.end();
                     }
                 }
-                for (k, v) in &m.options {
+                for (k, v) in m.options {
                     w.str(k).str(v);
                 }
                 if let Some(ip) = m.received_from {

@@ -29,9 +29,9 @@ fn offer(call_id: &str) -> Command {
         call_id: call_id.into(),
         from_tag: "ft".into(),
         sdp: "v=0\r\n".into(),
-        flags: vec!["trust-address".into()],
-        replace: vec!["origin".into()],
-        options: vec![("ICE".into(), "remove".into())],
+        flags: &["trust-address"],
+        replace: &["origin"],
+        options: &[("ICE", "remove")],
         ..Media::default()
     })
 }
