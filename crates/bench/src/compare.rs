@@ -592,23 +592,27 @@ fn ratio_cell(pairs: &[RoundPair]) -> String {
     }
 }
 
-/// The ratio table: per scenario and auth, calls/s and CPU µs per call of
-/// each target, and the first target's CPU relative to each other one.
-/// Over several rounds a figure is the median of the rounds with their
-/// range in brackets, a ratio the median of the own ratios of the rounds
+/// The ratio table: per scenario and auth, calls/s, CPU µs per call and
+/// the calls' latency (p50 / p99) of each target, and the first target's
+/// CPU relative to each other one. Over several rounds a figure is the
+/// median of the rounds with their range in brackets (the latencies the
+/// medians of the rounds' percentiles), a ratio the median of the own ratios of the rounds
 /// in which both servers kept up ([`ratio_cell`]), and failures the total.
 pub fn table(cells: &[Cell], targets: &[Target]) -> String {
     let mut s = String::new();
     let names: Vec<&str> = targets.iter().map(Target::name).collect();
     let _ = write!(s, "| scenario | auth |");
     for n in &names {
-        let _ = write!(s, " {n} calls/s | {n} CPU µs/call | {n} failed |");
+        let _ = write!(
+            s,
+            " {n} calls/s | {n} CPU µs/call | {n} failed | {n} p50 / p99 ms |"
+        );
     }
     for n in names.iter().skip(1) {
         let _ = write!(s, " CPU {}/{n} |", names[0]);
     }
     s.push('\n');
-    let cols = 2 + 3 * names.len() + names.len().saturating_sub(1);
+    let cols = 2 + 4 * names.len() + names.len().saturating_sub(1);
     s.push_str(&"|---".repeat(cols));
     s.push_str("|\n");
     let mut rows: Vec<(&str, bool)> = cells
@@ -633,17 +637,23 @@ pub fn table(cells: &[Cell], targets: &[Target]) -> String {
         for n in &names {
             let mine = of(n);
             if mine.is_empty() {
-                s.push_str(" - | - | - |");
+                s.push_str(" - | - | - | - |");
                 continue;
             }
             let cps: Vec<f64> = mine.iter().map(|c| c.report.achieved_cps).collect();
             let us: Vec<f64> = mine.iter().map(|c| cpu(c)).collect();
             let failed: u64 = mine.iter().map(|c| c.report.failed).sum();
+            let latency = |f: fn(&crate::report::LatencyMs) -> f64| {
+                let v: Vec<f64> = mine.iter().map(|c| f(&c.report.latency_ms)).collect();
+                crate::stats::median(&v)
+            };
             let _ = write!(
                 s,
-                " {} | {} | {failed} |",
+                " {} | {} | {failed} | {:.2} / {:.2} |",
                 crate::stats::median_range(&cps, 0),
-                crate::stats::median_range(&us, 1)
+                crate::stats::median_range(&us, 1),
+                latency(|l| l.p50),
+                latency(|l| l.p99)
             );
         }
         for n in names.iter().skip(1) {

@@ -173,8 +173,10 @@ impl Command {
                 }
                 if let Some(ip) = m.received_from {
                     let family = if ip.is_ipv4() { "IP4" } else { "IP6" };
+                    let mut addr = String::with_capacity(39);
+                    sip_core::writer::push_ip(&mut addr, ip);
                     w.str("received-from").list().str(family);
-                    w.str(&ip.to_string()).end();
+                    w.str(&addr).end();
                 }
             }
             Command::Delete {
@@ -393,7 +395,11 @@ impl Client {
         self.next += 1;
         let mut h = DefaultHasher::new();
         (self.salt, self.next).hash(&mut h);
-        format!("{:x}_{:016x}", self.next, h.finish())
+        let mut cookie = String::with_capacity(34);
+        sip_core::writer::push_hex(&mut cookie, self.next, 0);
+        cookie.push('_');
+        sip_core::writer::push_hex(&mut cookie, h.finish(), 16);
+        cookie
     }
 
     /// The relay for `call_id`, skipping `except`: the highest weighted
@@ -420,8 +426,8 @@ impl Client {
         if self.pending.len() >= MAX_PENDING {
             return Err(Failure::Busy);
         }
-        let call_id = command.call_id().unwrap_or("").to_owned();
-        let relay = self.pick(&call_id, &[]).ok_or(Failure::NoRelay)?;
+        let call_id = command.call_id().unwrap_or("");
+        let relay = self.pick(call_id, &[]).ok_or(Failure::NoRelay)?;
         let cookie = self.cookie();
         let bytes = command.encode(&cookie);
         let send = Event::Send {
