@@ -44,6 +44,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # redis-server for the shared location of several nodes (the
     # scale-out tests start their own on a free port); dnsmasq-base, the
     # name server the DNS tests start on a free port (no service);
+    # iproute2 (`ip netns`, `ip link`) for the veth pair and namespace
+    # `sipsec bench xdp` and the AF_XDP tests make;
     # python3-prometheus-client, the reference parser the /metrics test
     # reads the exposition with; systemd for `systemd-analyze verify` of
     # the packaged unit (packaging/sipsec.service), man-db for the manual
@@ -60,7 +62,7 @@ if command -v apt-get >/dev/null 2>&1; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
             kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
             redis-server dnsmasq-base python3-prometheus-client systemd man-db
-            rtpengine-daemon secsipidx kamailio-secsipid-modules"
+            rtpengine-daemon secsipidx kamailio-secsipid-modules iproute2"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null

@@ -32,6 +32,7 @@ pub mod srtp;
 pub mod stats;
 pub mod timers;
 pub mod variants;
+pub mod xdp;
 
 use crate::error::Error;
 use std::sync::atomic::AtomicBool;

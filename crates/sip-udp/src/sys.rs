@@ -161,6 +161,21 @@ pub fn recv_batch(
     Ok(got)
 }
 
+/// Moves the calling thread into the network namespace at `path` (such as
+/// `/run/netns/NAME`, made by `ip netns add`): sockets it opens afterwards,
+/// and threads it spawns, live there.
+pub fn enter_network_namespace(path: &std::path::Path) -> std::io::Result<()> {
+    let ns = std::fs::File::open(path)?;
+    // SAFETY: setns(2) on a descriptor open for the call; it changes only
+    // the calling thread's namespace.
+    let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ mod security;
 mod srtp;
 mod stir;
 mod trunk;
+mod xdp;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,7 @@ use security::{security, SecurityArgs};
 use srtp::{srtp_bench, SrtpArgs};
 use stir::{stir_bench, StirArgs};
 use trunk::{trunk_bench, TrunkArgs};
+use xdp::{xdp_bench, XdpArgs};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -96,6 +98,11 @@ pub enum BenchCommand {
     /// TCP and TLS (framed by Content-Length, no other state): the
     /// generator's own ceiling, and the floor a server is measured against.
     Null(Box<NullArgs>),
+    /// A UDP path past the kernel's stack: the null responder over AF_XDP
+    /// against the same responder over recvmmsg/sendmmsg, on a veth pair
+    /// in a network namespace made for the run (root); CPU per answer on
+    /// each path at each offered rate.
+    Xdp(Box<XdpArgs>),
 }
 
 pub fn run(cmd: BenchCommand) -> ExitCode {
@@ -115,6 +122,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Peak(a) => peak(*a),
         BenchCommand::Scale(a) => scale_bench(*a),
         BenchCommand::Null(a) => null(*a),
+        BenchCommand::Xdp(a) => xdp_bench(*a),
     };
     match result {
         Ok(code) => code,

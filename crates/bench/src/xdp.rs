@@ -1,0 +1,589 @@
+//! UDP past the kernel's stack, measured: the same null responder (a 200
+//! to every request, as `bench null` answers) over two receive paths —
+//! `recvmmsg`/`sendmmsg` batches on a UDP socket, and an AF_XDP socket
+//! (`sip_udp::xdp`) — on one end of a veth pair whose other end the load
+//! generator sends from. The pair and the network namespace holding the
+//! responder's end are made for the run and removed after it (`ip
+//! netns`, `ip link`), so the load never leaves this machine.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sip_core::writer::{write_response, ResponseOptions};
+use sip_core::{Message, Method, StatusCode};
+use sip_udp::xdp::{frame, XdpSocket};
+
+use crate::error::Error;
+
+/// How the responder receives and sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// A UDP socket: `recvmmsg` and `sendmmsg`, up to 64 a call.
+    Socket,
+    /// An AF_XDP socket on the veth's receive queue.
+    Xdp,
+}
+
+impl Path {
+    /// Its name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Path::Socket => "recvmmsg/sendmmsg",
+            Path::Xdp => "AF_XDP",
+        }
+    }
+}
+
+/// A veth pair: one end here, the other in a network namespace of its
+/// own, with a /30 between them. Dropping it deletes both.
+#[derive(Debug)]
+pub struct Veth {
+    ns: String,
+    /// The end in this namespace (the generator's side).
+    pub outer: String,
+    /// The end in the namespace (the responder's side).
+    pub inner: String,
+    /// The responder's address.
+    pub inner_ip: Ipv4Addr,
+}
+
+fn ip(args: &[&str]) -> Result<(), Error> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Error::Input(format!("ip {}: {e} (iproute2 is needed)", args.join(" "))))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Input(format!(
+            "ip {}: {} (making namespaces needs root or CAP_NET_ADMIN)",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+impl Veth {
+    /// Makes the namespace, the pair and their addresses.
+    pub fn create() -> Result<Self, Error> {
+        // Unique per pair in this process (tests make several at once) and,
+        // by the process id, across processes.
+        static PAIRS: AtomicU64 = AtomicU64::new(0);
+        let id = u64::from(std::process::id()) * 16 + PAIRS.fetch_add(1, Ordering::Relaxed) % 16;
+        let ns = format!("sipsec-xdp-{id}");
+        let (outer, inner) = (
+            format!("sxo{}", id % 1_000_000_000),
+            format!("sxi{}", id % 1_000_000_000),
+        );
+        let net = [10, 201, (id / 64 % 256) as u8, (id % 64 * 4) as u8];
+        let outer_ip = Ipv4Addr::new(net[0], net[1], net[2], net[3] + 1);
+        let inner_ip = Ipv4Addr::new(net[0], net[1], net[2], net[3] + 2);
+        ip(&["netns", "add", &ns])?;
+        let veth = Self {
+            ns,
+            outer,
+            inner,
+            inner_ip,
+        };
+        let ns = veth.ns.as_str();
+        let (o, i) = (veth.outer.as_str(), veth.inner.as_str());
+        ip(&[
+            "link", "add", o, "type", "veth", "peer", "name", i, "netns", ns,
+        ])?;
+        ip(&["addr", "add", &format!("{outer_ip}/30"), "dev", o])?;
+        ip(&["link", "set", o, "up"])?;
+        let inner_addr = format!("{inner_ip}/30");
+        ip(&["-n", ns, "addr", "add", &inner_addr, "dev", i])?;
+        ip(&["-n", ns, "link", "set", i, "up"])?;
+        ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        Ok(veth)
+    }
+
+    /// The namespace's path, for `setns(2)`.
+    pub fn namespace(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.ns)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end, and with it the pair.
+        let _ = ip(&["netns", "del", &self.ns]);
+    }
+}
+
+/// The answer of a null responder to `req` in `out`: 200 to every request
+/// but ACK (none); false when there is none to send.
+pub fn null_answer(req: &[u8], tag: &str, out: &mut Vec<u8>) -> bool {
+    let Ok(req) = Message::parse(req) else {
+        return false;
+    };
+    if !req.is_request() || req.method() == Method::Ack {
+        return false;
+    }
+    out.clear();
+    let options = ResponseOptions {
+        to_tag: Some(tag),
+        ..Default::default()
+    };
+    write_response(out, &req, StatusCode::OK, &options);
+    true
+}
+
+/// A null responder on the veth's inner end, one thread.
+#[derive(Debug)]
+pub struct NullServer {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    thread: Option<JoinHandle<u64>>,
+    tid: u32,
+    /// Where it answers.
+    pub addr: SocketAddr,
+}
+
+const THREAD: &str = "null-path";
+
+impl NullServer {
+    /// Starts it on `port` of `veth`'s inner end, on `core` when given,
+    /// and returns once it answers an OPTIONS sent from here.
+    pub fn start(veth: &Veth, path: Path, port: u16, core: Option<usize>) -> Result<Self, Error> {
+        let addr = SocketAddr::V4(SocketAddrV4::new(veth.inner_ip, port));
+        let (ns, inner) = (veth.namespace(), veth.inner.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let (ready, started) = mpsc::channel();
+        let (stop2, answered2) = (stop.clone(), answered.clone());
+        let thread = std::thread::Builder::new()
+            .name(THREAD.into())
+            .spawn(move || {
+                let setup = || -> std::io::Result<Serving> {
+                    sip_udp::enter_network_namespace(&ns)?;
+                    if let Some(c) = core {
+                        sip_udp::pin_to_core(c)?;
+                    }
+                    Ok(match path {
+                        Path::Socket => Serving::Socket(UdpSocket::bind(addr)?),
+                        Path::Xdp => Serving::Xdp(Box::new(XdpSocket::open(&inner, 0, port)?)),
+                    })
+                };
+                match setup() {
+                    Ok(s) => {
+                        let _ = ready.send(Ok(()));
+                        s.run(&stop2, &answered2)
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        0
+                    }
+                }
+            })
+            .map_err(Error::io("starting the responder"))?;
+        let opened = started
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| Error::Input(format!("{}: the responder did not start", path.as_str())))?;
+        opened.map_err(|e| Error::Input(format!("{} on {addr}: {e}", path.as_str())))?;
+        let tid = crate::cpu::threads(&[std::process::id()])
+            .into_iter()
+            .find(|t| t.name == THREAD)
+            .map_or(0, |t| t.tid);
+        let server = Self {
+            stop,
+            answered,
+            thread: Some(thread),
+            tid,
+            addr,
+        };
+        server.await_answer()?;
+        Ok(server)
+    }
+
+    /// Sends OPTIONS every 100 ms (the first also resolves the neighbour)
+    /// until one is answered, for at most 5 s.
+    fn await_answer(&self) -> Result<(), Error> {
+        let sock = UdpSocket::bind("0.0.0.0:0").map_err(Error::io("probe socket"))?;
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(Error::io("probe socket"))?;
+        let local = sock.local_addr().map_err(Error::io("probe socket"))?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut buf = [0u8; 2048];
+        for n in 0u32.. {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let probe = format!(
+                "OPTIONS sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-probe{n}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p\r\nTo: <sip:{a}>\r\nCall-ID: probe-{n}\r\nCSeq: {n} OPTIONS\r\nContent-Length: 0\r\n\r\n",
+                a = self.addr
+            );
+            let _ = sock.send_to(probe.as_bytes(), self.addr);
+            if let Ok(len) = sock.recv(&mut buf) {
+                if Message::parse(&buf[..len]).is_ok_and(|m| m.status() == Some(StatusCode::OK)) {
+                    return Ok(());
+                }
+            }
+        }
+        Err(Error::peer(self.addr, "no answer to OPTIONS within 5 s"))
+    }
+
+    /// Requests answered so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Its thread's CPU so far, seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        crate::cpu::threads(&[std::process::id()])
+            .into_iter()
+            .find(|t| t.tid == self.tid)
+            .map_or(0.0, |t| t.seconds)
+    }
+
+    /// Stops it: the requests it answered, and the frames the kernel
+    /// dropped on the way to it (AF_XDP only).
+    pub fn stop(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let dropped = self.thread.take().map_or(0, |t| t.join().unwrap_or(0));
+        (self.answered(), dropped)
+    }
+}
+
+impl Drop for NullServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Serving {
+    Socket(UdpSocket),
+    Xdp(Box<XdpSocket>),
+}
+
+const TAG: &str = "null";
+
+impl Serving {
+    /// Answers until `stop`; returns the frames dropped before reaching it.
+    fn run(self, stop: &AtomicBool, answered: &AtomicU64) -> u64 {
+        let wait = Duration::from_millis(50);
+        match self {
+            Serving::Socket(sock) => {
+                let _ = sock.set_read_timeout(Some(wait));
+                let mut batch = sip_udp::RecvBatch::new();
+                let mut send = sip_udp::SendBatch::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(n) = batch.recv(&sock) else { continue };
+                    for i in 0..n {
+                        let Some((req, src)) = batch.get(i) else {
+                            break;
+                        };
+                        if null_answer(req, TAG, send.next_buf()) {
+                            send.commit(src);
+                        }
+                    }
+                    answered.fetch_add(send.len() as u64, Ordering::Relaxed);
+                    send.flush(&sock);
+                }
+                0
+            }
+            Serving::Xdp(mut xsk) => {
+                let mut out = Vec::with_capacity(2048);
+                let mut id = 0u16;
+                while !stop.load(Ordering::Relaxed) {
+                    if !xsk.wait(wait) {
+                        continue;
+                    }
+                    let mut n = 0;
+                    xsk.answer(64, |rx, tx| {
+                        let Some((ends, payload)) = frame::parse(rx) else {
+                            return 0;
+                        };
+                        let fits = null_answer(payload, TAG, &mut out)
+                            && out.len() <= tx.len() - frame::HEADERS
+                            && frame::write_headers(tx, &ends.reversed(), out.len(), id);
+                        if !fits {
+                            return 0;
+                        }
+                        id = id.wrapping_add(1);
+                        tx[frame::HEADERS..frame::HEADERS + out.len()].copy_from_slice(&out);
+                        n += 1;
+                        frame::HEADERS + out.len()
+                    });
+                    answered.fetch_add(n, Ordering::Relaxed);
+                }
+                xsk.drops().map_or(0, |d| d.rx)
+            }
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Offered REGISTERs per second, each measured on both paths.
+    pub rates: Vec<f64>,
+    /// How long each rate is offered.
+    pub duration: Duration,
+    /// Rounds; the paths' order alternates from one to the next.
+    pub rounds: usize,
+    /// Responder on core 0, generator on core 1.
+    pub pin: bool,
+    /// Generator sockets (local ports).
+    pub flows: usize,
+}
+
+/// One path at one rate in one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    /// The round, from 1.
+    pub round: usize,
+    /// The path.
+    pub path: Path,
+    /// Offered REGISTERs per second.
+    pub rate: f64,
+    /// REGISTERs answered with 200 per second, as the generator saw them.
+    pub ok_per_s: f64,
+    /// REGISTERs that failed (no answer in time).
+    pub failed: u64,
+    /// Requests the responder answered (retransmissions included).
+    pub answered: u64,
+    /// The responder thread's CPU per answer, µs.
+    pub thread_us: f64,
+    /// Its core's busy time per answer, µs (softirq work included; with
+    /// `pin` only).
+    pub core_us: Option<f64>,
+    /// Frames the kernel dropped before the AF_XDP socket.
+    pub dropped: u64,
+}
+
+/// Busy ticks (user, nice, system, irq, softirq) of CPU `core` so far,
+/// from `/proc/stat`, in seconds.
+fn core_busy(core: usize) -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&format!("cpu{core}")))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let busy = [0, 1, 2, 5, 6]
+        .iter()
+        .filter_map(|i| v.get(*i))
+        .sum::<u64>();
+    Some(busy as f64 / 100.0)
+}
+
+fn run_for(plan: &Plan, target: SocketAddr, rate: f64) -> Result<crate::engine::Run, Error> {
+    Ok(crate::engine::Run {
+        target,
+        also: Vec::new(),
+        scenario: crate::scenario::built_in("register", false)?,
+        shape: crate::engine::Shape::Rate(rate),
+        calls: (rate * plan.duration.as_secs_f64()).ceil() as u64,
+        duration: plan.duration,
+        drain: Duration::from_secs(2),
+        threads: 1,
+        flows: plan.flows.max(1),
+        local_port: 0,
+        users: crate::generated_users(1000),
+        transport: crate::link::Transport::Udp,
+        tls: None,
+        connection_per_call: false,
+        busy_poll: false,
+        share_flows: false,
+        ids: None,
+    })
+}
+
+/// One path at one rate: a fresh responder, the load, its CPU.
+fn cell(plan: &Plan, veth: &Veth, path: Path, rate: f64, round: usize) -> Result<Cell, Error> {
+    let server = NullServer::start(veth, path, 5060, plan.pin.then_some(0))?;
+    let run = run_for(plan, server.addr, rate)?;
+    let (cpu0, core0, answered0) = (server.cpu_seconds(), core_busy(0), server.answered());
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| {
+            if plan.pin {
+                sip_udp::pin_to_core(1)?;
+            }
+            crate::engine::execute(
+                &run,
+                &crate::engine::Live::default(),
+                &AtomicBool::new(false),
+            )
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the generator panicked")))
+    })
+    .map_err(Error::io("generating the load"))?;
+    let (cpu1, core1) = (server.cpu_seconds(), core_busy(0));
+    let (answered1, dropped) = server.stop();
+    let answered = answered1.saturating_sub(answered0);
+    let per = |s: f64| s * 1e6 / answered.max(1) as f64;
+    Ok(Cell {
+        round,
+        path,
+        rate,
+        ok_per_s: outcome.ok as f64 / outcome.elapsed.as_secs_f64().max(1e-9),
+        failed: outcome.failed(),
+        answered,
+        thread_us: per(cpu1 - cpu0),
+        core_us: match (plan.pin, core0, core1) {
+            (true, Some(a), Some(b)) => Some(per(b - a)),
+            _ => None,
+        },
+        dropped,
+    })
+}
+
+/// Runs the plan on a veth pair made for it, handing each cell to `each`
+/// as it is measured.
+pub fn measure(plan: &Plan, mut each: impl FnMut(&Cell)) -> Result<Vec<Cell>, Error> {
+    let veth = Veth::create()?;
+    let mut cells = Vec::new();
+    for round in 1..=plan.rounds.max(1) {
+        for &rate in &plan.rates {
+            let order = if round % 2 == 1 {
+                [Path::Socket, Path::Xdp]
+            } else {
+                [Path::Xdp, Path::Socket]
+            };
+            for path in order {
+                let c = cell(plan, &veth, path, rate, round)?;
+                each(&c);
+                cells.push(c);
+            }
+        }
+    }
+    Ok(cells)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The summary: per rate and path the medians (and ranges) of the rounds,
+/// and the socket path's cost over AF_XDP's.
+pub fn table(cells: &[Cell]) -> String {
+    let mut rates: Vec<f64> = cells.iter().map(|c| c.rate).collect();
+    rates.dedup();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    let mut out = String::from(
+        "| offered/s | path | answered/s | failed | µs per answer, its thread | µs per answer, its core |\n|---|---|---|---|---|---|\n",
+    );
+    let range = |v: &[f64]| -> String {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        match median(v.to_vec()) {
+            Some(m) if v.len() > 1 => format!("{m:.2} ({lo:.2}–{hi:.2})"),
+            Some(m) => format!("{m:.2}"),
+            None => "–".into(),
+        }
+    };
+    let mut ratios = String::new();
+    for rate in rates {
+        let mut core = [None, None];
+        let mut thread = [None, None];
+        for (i, path) in [Path::Socket, Path::Xdp].into_iter().enumerate() {
+            let of: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.rate == rate && c.path == path)
+                .collect();
+            if of.is_empty() {
+                continue;
+            }
+            let t: Vec<f64> = of.iter().map(|c| c.thread_us).collect();
+            let k: Vec<f64> = of.iter().filter_map(|c| c.core_us).collect();
+            let ok = median(of.iter().map(|c| c.ok_per_s).collect()).unwrap_or(0.0);
+            let failed: u64 = of.iter().map(|c| c.failed).sum();
+            out.push_str(&format!(
+                "| {rate:.0} | {} | {ok:.0} | {failed} | {} | {} |\n",
+                path.as_str(),
+                range(&t),
+                range(&k)
+            ));
+            thread[i] = median(t);
+            core[i] = median(k);
+        }
+        let ratio = |p: [Option<f64>; 2]| match p {
+            [Some(s), Some(x)] if x > 0.0 => format!("{:.2}×", s / x),
+            _ => "–".into(),
+        };
+        ratios.push_str(&format!(
+            "at {rate:.0}/s the socket path costs {} AF_XDP's per answer on its thread, {} on its core\n",
+            ratio(thread),
+            ratio(core)
+        ));
+    }
+    out + "\n" + &ratios
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(path: Path, round: usize, thread_us: f64) -> Cell {
+        Cell {
+            round,
+            path,
+            rate: 1000.0,
+            ok_per_s: 1000.0,
+            failed: 0,
+            answered: 1000,
+            thread_us,
+            core_us: Some(thread_us * 1.5),
+            dropped: 0,
+        }
+    }
+
+    #[test]
+    fn the_table_gives_medians_and_the_ratio() {
+        let cells = [
+            c(Path::Socket, 1, 4.0),
+            c(Path::Xdp, 1, 2.0),
+            c(Path::Socket, 2, 6.0),
+            c(Path::Xdp, 2, 3.0),
+            c(Path::Socket, 3, 5.0),
+            c(Path::Xdp, 3, 2.5),
+        ];
+        let t = table(&cells);
+        assert!(
+            t.contains(
+                "| 1000 | recvmmsg/sendmmsg | 1000 | 0 | 5.00 (4.00–6.00) | 7.50 (6.00–9.00) |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| 1000 | AF_XDP | 1000 | 0 | 2.50 (2.00–3.00) |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("costs 2.00× AF_XDP's per answer on its thread, 2.00× on its core"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn null_answers_requests_but_not_acks_or_responses() {
+        let mut out = Vec::new();
+        let req = b"OPTIONS sip:a SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK1\r\nFrom: <sip:b@c>;tag=1\r\nTo: <sip:a>\r\nCall-ID: x\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
+        assert!(null_answer(req, "t", &mut out));
+        assert!(out.starts_with(b"SIP/2.0 200 OK\r\n"));
+        let ack = String::from_utf8_lossy(req).replace("OPTIONS", "ACK");
+        assert!(!null_answer(ack.as_bytes(), "t", &mut out));
+        assert!(!null_answer(&out.clone(), "t", &mut out), "a response");
+        assert!(!null_answer(b"\x00garbage", "t", &mut out));
+    }
+}

@@ -1,0 +1,251 @@
+//! The eBPF side of AF_XDP, through `bpf(2)` alone (no libbpf, no
+//! compiler): an XSKMAP of sockets by receive queue, and an XDP program,
+//! assembled here, that steers IPv4 UDP datagrams for one port to the
+//! queue's socket and passes everything else (ARP, ICMP, other ports,
+//! fragments) to the kernel's stack. It is attached with a BPF link, so it
+//! leaves the interface when the link's descriptor closes — with the
+//! process, however it ends.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const BPF_MAP_CREATE: i64 = 0;
+const BPF_MAP_UPDATE_ELEM: i64 = 2;
+const BPF_PROG_LOAD: i64 = 5;
+const BPF_LINK_CREATE: i64 = 28;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const XDP_PASS: i32 = 2;
+
+/// `union bpf_attr`, as bytes: each command fills the fields it reads at
+/// their offsets in `include/uapi/linux/bpf.h`; the rest stays zero, as
+/// the kernel requires.
+#[repr(C, align(8))]
+struct Attr([u8; 128]);
+
+impl Attr {
+    fn new() -> Self {
+        Self([0; 128])
+    }
+    fn u32(mut self, at: usize, v: u32) -> Self {
+        self.0[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u64(mut self, at: usize, v: u64) -> Self {
+        self.0[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn call(mut self, cmd: i64) -> io::Result<i64> {
+        // SAFETY: `self.0` is a valid, writable `bpf_attr` of the length
+        // passed; every pointer stored in it (set by the callers below)
+        // points to memory that outlives this call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd,
+                self.0.as_mut_ptr(),
+                self.0.len() as libc::c_ulong,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+    fn call_fd(self, cmd: i64) -> io::Result<OwnedFd> {
+        let fd = self.call(cmd)? as RawFd;
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
+
+/// An XSKMAP with `entries` slots (receive queues).
+pub(super) fn xsk_map(entries: u32) -> io::Result<OwnedFd> {
+    Attr::new()
+        .u32(0, BPF_MAP_TYPE_XSKMAP)
+        .u32(4, 4)
+        .u32(8, 4)
+        .u32(12, entries)
+        .call_fd(BPF_MAP_CREATE)
+}
+
+/// Puts socket `xsk` in slot `queue` of `map`.
+pub(super) fn set_socket(map: &OwnedFd, queue: u32, xsk: RawFd) -> io::Result<()> {
+    let key = queue;
+    let value = xsk as u32;
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, &value as *const u32 as u64)
+        .call(BPF_MAP_UPDATE_ELEM)
+        .map(drop)
+}
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Insn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+impl Insn {
+    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Self {
+        Self {
+            code,
+            regs: dst | (src << 4),
+            off,
+            imm,
+        }
+    }
+    fn bytes(self) -> [u8; 8] {
+        let mut b = [0; 8];
+        b[0] = self.code;
+        b[1] = self.regs;
+        b[2..4].copy_from_slice(&self.off.to_le_bytes());
+        b[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        b
+    }
+}
+
+const LDX_W: u8 = 0x61;
+const LDX_H: u8 = 0x69;
+const LDX_B: u8 = 0x71;
+const MOV_X: u8 = 0xbf;
+const MOV_K: u8 = 0xb7;
+const ADD_K: u8 = 0x07;
+const AND_K: u8 = 0x57;
+const JGT_X: u8 = 0x2d;
+const JNE_K: u8 = 0x55;
+const LD_DW: u8 = 0x18;
+const CALL: u8 = 0x85;
+const EXIT: u8 = 0x95;
+const PSEUDO_MAP_FD: u8 = 1;
+
+/// A 16-bit field in network order as a little-endian load reads it.
+const fn wire16(v: u16) -> i32 {
+    v.swap_bytes() as i32
+}
+
+/// The program: for an Ethernet frame carrying an unfragmented IPv4 UDP
+/// datagram (20-byte header) to `port`, `bpf_redirect_map(map,
+/// rx_queue_index, XDP_PASS)`; for any other frame, `XDP_PASS`.
+fn program(map: RawFd, port: u16) -> Vec<Insn> {
+    let pass = |at: usize, end: usize| (end - at - 1) as i16;
+    let mut p = vec![
+        Insn::new(LDX_W, 2, 1, 0, 0), // r2 = ctx->data
+        Insn::new(LDX_W, 3, 1, 4, 0), // r3 = ctx->data_end
+        Insn::new(MOV_X, 4, 2, 0, 0),
+        Insn::new(ADD_K, 4, 0, 0, 42), // r4 = data + headers
+        Insn::new(JGT_X, 4, 3, 0, 0),  // short frame → pass
+        Insn::new(LDX_H, 5, 2, 12, 0), // ethertype
+        Insn::new(JNE_K, 5, 0, 0, wire16(0x0800)),
+        Insn::new(LDX_B, 5, 2, 14, 0), // version and IHL
+        Insn::new(JNE_K, 5, 0, 0, 0x45),
+        Insn::new(LDX_B, 5, 2, 23, 0), // protocol
+        Insn::new(JNE_K, 5, 0, 0, 17),
+        Insn::new(LDX_H, 5, 2, 20, 0), // flags and fragment offset
+        Insn::new(AND_K, 5, 0, 0, wire16(0x3fff)),
+        Insn::new(JNE_K, 5, 0, 0, 0),
+        Insn::new(LDX_H, 5, 2, 36, 0), // UDP destination port
+        Insn::new(JNE_K, 5, 0, 0, wire16(port)),
+        Insn::new(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
+        Insn::new(LD_DW, 1, PSEUDO_MAP_FD, 0, map),
+        Insn::new(0, 0, 0, 0, 0),
+        Insn::new(MOV_K, 3, 0, 0, XDP_PASS), // no socket in the slot → pass
+        Insn::new(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
+        Insn::new(EXIT, 0, 0, 0, 0),
+    ];
+    let end = p.len();
+    for (at, insn) in p.iter_mut().enumerate() {
+        if matches!(insn.code, JGT_X | JNE_K) {
+            insn.off = pass(at, end);
+        }
+    }
+    p.push(Insn::new(MOV_K, 0, 0, 0, XDP_PASS));
+    p.push(Insn::new(EXIT, 0, 0, 0, 0));
+    p
+}
+
+/// Loads the program for `map` and `port`; a refusal carries the
+/// verifier's log.
+pub(super) fn load(map: &OwnedFd, port: u16) -> io::Result<OwnedFd> {
+    let code: Vec<u8> = program(map.as_raw_fd(), port)
+        .into_iter()
+        .flat_map(Insn::bytes)
+        .collect();
+    let license = c"GPL";
+    let mut log = vec![0u8; 16 * 1024];
+    let r = Attr::new()
+        .u32(0, BPF_PROG_TYPE_XDP)
+        .u32(4, (code.len() / 8) as u32)
+        .u64(8, code.as_ptr() as u64)
+        .u64(16, license.as_ptr() as u64)
+        .u32(24, 1)
+        .u32(28, log.len() as u32)
+        .u64(32, log.as_mut_ptr() as u64)
+        .u32(68, BPF_XDP)
+        .call_fd(BPF_PROG_LOAD);
+    r.map_err(|e| {
+        let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
+        let text = String::from_utf8_lossy(&log[..end]);
+        io::Error::new(
+            e.kind(),
+            format!("loading the XDP program: {e}: {}", text.trim()),
+        )
+    })
+}
+
+/// Attaches `prog` to interface `ifindex` (the driver's XDP hook where it
+/// has one, the generic one otherwise) until the returned link closes.
+pub(super) fn attach(prog: &OwnedFd, ifindex: u32) -> io::Result<OwnedFd> {
+    Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(4, ifindex)
+        .u32(8, BPF_XDP)
+        .call_fd(BPF_LINK_CREATE)
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("attaching XDP to interface {ifindex}: {e}"),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_test_jumps_to_the_pass_exit() {
+        let p = program(7, 5060);
+        let pass = p.len() - 2;
+        assert_eq!(p[pass], Insn::new(MOV_K, 0, 0, 0, XDP_PASS));
+        let jumps: Vec<_> = p
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| matches!(i.code, JGT_X | JNE_K))
+            .map(|(at, i)| at as i64 + 1 + i64::from(i.off))
+            .collect();
+        assert_eq!(jumps.len(), 6);
+        assert!(jumps.iter().all(|t| *t == pass as i64));
+    }
+
+    #[test]
+    fn instructions_encode_as_the_kernel_reads_them() {
+        // r1 = *(u32 *)(r2 + 16): code 0x61, dst 1, src 2, off 16.
+        assert_eq!(
+            Insn::new(LDX_W, 1, 2, 16, 0).bytes(),
+            [0x61, 0x21, 16, 0, 0, 0, 0, 0]
+        );
+        let p = program(9, 5060);
+        let map = p.iter().position(|i| i.code == LD_DW).unwrap();
+        assert_eq!(p[map].bytes(), [0x18, 0x11, 0, 0, 9, 0, 0, 0]);
+        // Port 5060 (0x13c4) in network order, loaded little-endian: 0xc413.
+        assert!(p.iter().any(|i| i.code == JNE_K && i.imm == 0xc413));
+    }
+}

@@ -1,0 +1,361 @@
+//! UDP past the kernel's stack: an AF_XDP socket (Linux ≥ 5.9) on one
+//! receive queue of an interface, with an XDP program that steers one UDP
+//! port's datagrams to it (`bpf.rs`). Frames arrive in a memory area
+//! shared with the kernel (the UMEM) and answers leave from it: no socket
+//! buffers, no routing or neighbour lookups, one system call per batch
+//! sent. Half of the UMEM's frames are lent to the kernel for receiving
+//! (the fill ring), the other half carry answers (the transmit ring) and
+//! come back through the completion ring.
+//!
+//! Needs `CAP_NET_ADMIN` and `CAP_BPF` (or root); where the kernel or the
+//! privileges lack it, `XdpSocket::open` says why and the caller keeps
+//! to its sockets.
+
+mod bpf;
+pub mod frame;
+mod ring;
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use ring::Ring;
+
+/// Bytes per UMEM frame (a page holds two; a datagram of up to ~2 KB).
+pub const FRAME: usize = 2048;
+/// Frames in the UMEM: half receive, half transmit.
+const FRAMES: u32 = 4096;
+const HALF: u32 = FRAMES / 2;
+
+/// Frames the kernel could not hand over, from `XDP_STATISTICS`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drops {
+    /// Dropped for lack of a fill frame or room in the receive ring.
+    pub rx: u64,
+    /// Transmit descriptors the kernel refused.
+    pub tx_invalid: u64,
+}
+
+/// An AF_XDP socket answering UDP datagrams for one port on one queue.
+pub struct XdpSocket {
+    // Fields drop in order: the program leaves the interface first, the
+    // rings are unmapped before the socket closes, the UMEM goes last.
+    _link: OwnedFd,
+    _prog: OwnedFd,
+    _map: OwnedFd,
+    rx: Ring,
+    tx: Ring,
+    fill: Ring,
+    completion: Ring,
+    fd: OwnedFd,
+    umem: Umem,
+    free_tx: Vec<u64>,
+}
+
+struct Umem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Umem {
+    fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: an anonymous private mapping, unmapped once in `drop`.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once, after the
+        // socket that registered it closed.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn setsockopt<T>(fd: &OwnedFd, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` is a valid `T` of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads option `name` into a `T`, one of libc's plain-data XDP structs
+/// (all zero is a valid value of each).
+fn getsockopt<T: Copy>(fd: &OwnedFd, name: libc::c_int) -> io::Result<T> {
+    // SAFETY: `T` is plain data (the callers pass libc's C structs).
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is a writable `T` of the size passed in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            name,
+            (&mut v as *mut T).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Binds the socket to its queue. A socket just closed on the same queue
+/// is torn down after its close returns: the queue stays busy (EBUSY)
+/// for a moment, so the bind is tried again for up to two seconds.
+fn bind(fd: libc::c_int, addr: &libc::sockaddr_xdp) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_xdp of the size passed.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (addr as *const libc::sockaddr_xdp).cast(),
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) || std::time::Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The index of interface `name` in this thread's network namespace.
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: `c` is a NUL-terminated string alive for the call.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface {name:?}"),
+        )),
+        i => Ok(i),
+    }
+}
+
+impl XdpSocket {
+    /// Opens a socket on queue `queue` of interface `ifname` for UDP
+    /// datagrams to `port`, and attaches the program that steers them.
+    pub fn open(ifname: &str, queue: u32, port: u16) -> io::Result<Self> {
+        let ifindex = interface_index(ifname)?;
+        let umem = Umem::new(FRAMES as usize * FRAME)?;
+        // SAFETY: plain socket(2); the descriptor is owned at once.
+        let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let reg = libc::xdp_umem_reg {
+            addr: umem.ptr as u64,
+            len: umem.len as u64,
+            chunk_size: FRAME as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(&fd, libc::XDP_UMEM_REG, &reg)?;
+        for ring in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
+            setsockopt(&fd, ring, &HALF)?;
+        }
+        let off: libc::xdp_mmap_offsets = getsockopt(&fd, libc::XDP_MMAP_OFFSETS)?;
+        let raw = fd.as_raw_fd();
+        let desc = std::mem::size_of::<libc::xdp_desc>();
+        let rx = Ring::map(
+            raw,
+            &off.rx,
+            HALF,
+            desc,
+            libc::XDP_PGOFF_RX_RING as u64,
+            false,
+        )?;
+        let tx = Ring::map(
+            raw,
+            &off.tx,
+            HALF,
+            desc,
+            libc::XDP_PGOFF_TX_RING as u64,
+            true,
+        )?;
+        let fill = Ring::map(raw, &off.fr, HALF, 8, libc::XDP_UMEM_PGOFF_FILL_RING, true)?;
+        let completion = Ring::map(
+            raw,
+            &off.cr,
+            HALF,
+            8,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            false,
+        )?;
+        let mut fill = fill;
+        for i in 0..HALF {
+            fill.write(i, u64::from(i) * FRAME as u64);
+        }
+        fill.submit(HALF);
+        let addr = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: 0,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        bind(raw, &addr).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("binding AF_XDP to {ifname} queue {queue}: {e}"),
+            )
+        })?;
+        let map = bpf::xsk_map(queue + 1)?;
+        bpf::set_socket(&map, queue, raw)?;
+        let prog = bpf::load(&map, port)?;
+        let link = bpf::attach(&prog, ifindex)?;
+        Ok(Self {
+            _link: link,
+            _prog: prog,
+            _map: map,
+            rx,
+            tx,
+            fill,
+            completion,
+            fd,
+            umem,
+            free_tx: (HALF..FRAMES)
+                .map(|i| u64::from(i) * FRAME as u64)
+                .collect(),
+        })
+    }
+
+    /// Waits up to `timeout` for a frame to arrive; true when one has.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        self.rx.ready() > 0 || crate::wait(self.fd.as_raw_fd(), false, timeout)
+    }
+
+    /// Takes up to `max` received frames and, for each, lets `answer`
+    /// write a frame to send into a transmit buffer of `FRAME` bytes
+    /// (returning its length, 0 for none); sends the answers in one
+    /// system call. Returns the frames received.
+    pub fn answer(&mut self, max: u32, mut answer: impl FnMut(&[u8], &mut [u8]) -> usize) -> u32 {
+        self.reclaim();
+        let ready = self.rx.ready().min(max).min(self.fill.free());
+        let mut sent = 0;
+        for i in 0..ready {
+            let d: libc::xdp_desc = self.rx.read(i);
+            let base = d.addr & !(FRAME as u64 - 1);
+            let end = d.addr.saturating_add(u64::from(d.len));
+            // Received frames lie in the first half, lent through the fill
+            // ring; anything else is not a frame of ours to read.
+            let ours = base < u64::from(HALF) * FRAME as u64 && end <= base + FRAME as u64;
+            if let (true, Some(&out_at)) = (ours, self.free_tx.last()) {
+                // SAFETY: the receive frame [d.addr, end) lies in the first
+                // half of the live UMEM (checked above) and the kernel
+                // wrote it before publishing it; the transmit frame lies in
+                // the second half, owned by this side until submitted —
+                // the two never overlap.
+                let (frame, out) = unsafe {
+                    (
+                        std::slice::from_raw_parts(
+                            self.umem.ptr.add(d.addr as usize),
+                            d.len as usize,
+                        ),
+                        std::slice::from_raw_parts_mut(self.umem.ptr.add(out_at as usize), FRAME),
+                    )
+                };
+                let n = answer(frame, out).min(FRAME);
+                if n > 0 {
+                    self.free_tx.pop();
+                    let desc = libc::xdp_desc {
+                        addr: out_at,
+                        len: n as u32,
+                        options: 0,
+                    };
+                    self.tx.write(sent, desc);
+                    sent += 1;
+                }
+            }
+            self.fill.write(i, base);
+        }
+        self.rx.release(ready);
+        self.fill.submit(ready);
+        if sent > 0 {
+            self.tx.submit(sent);
+            self.kick();
+        }
+        ready
+    }
+
+    fn kick(&self) {
+        // SAFETY: a zero-length sendto(2) with no address asks the kernel
+        // to send what the transmit ring holds; no memory is passed.
+        unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+    }
+
+    /// Takes sent frames back from the completion ring.
+    fn reclaim(&mut self) {
+        let done = self.completion.ready();
+        for i in 0..done {
+            self.free_tx.push(self.completion.read::<u64>(i));
+        }
+        self.completion.release(done);
+        // Answers the kernel has not taken (a send that found it busy) go
+        // now rather than with the next batch.
+        if self.tx.free() < HALF {
+            self.kick();
+        }
+    }
+
+    /// The kernel's counts of frames it could not hand over.
+    pub fn drops(&self) -> io::Result<Drops> {
+        let s: libc::xdp_statistics = getsockopt(&self.fd, libc::XDP_STATISTICS)?;
+        Ok(Drops {
+            rx: s.rx_dropped + s.rx_ring_full + s.rx_fill_ring_empty_descs,
+            tx_invalid: s.tx_invalid_descs,
+        })
+    }
+}

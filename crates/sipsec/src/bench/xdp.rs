@@ -1,0 +1,60 @@
+//! `sipsec bench xdp`: the null responder over AF_XDP against the same
+//! responder over recvmmsg/sendmmsg, on a veth pair made for the run.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use sipsec_bench::xdp::{measure, table, Plan};
+
+use super::common::positive;
+
+#[derive(Args)]
+pub struct XdpArgs {
+    /// Offered REGISTERs per second; each is measured on both paths.
+    #[arg(long, value_delimiter = ',', default_value = "30000,150000")]
+    rates: Vec<f64>,
+    /// Seconds each rate is offered.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Rounds (the paths' order alternates).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Responder on core 0, generator on core 1; also gives each path's
+    /// whole-core cost (softirq work included).
+    #[arg(long)]
+    pin: bool,
+    /// Generator sockets (local ports).
+    #[arg(long, default_value_t = 8)]
+    flows: usize,
+}
+
+pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
+    if !positive(a.duration) || a.rates.is_empty() || !a.rates.iter().all(|r| positive(*r)) {
+        return Err("--rates and --duration must be positive".into());
+    }
+    let plan = Plan {
+        rates: a.rates,
+        duration: Duration::from_secs_f64(a.duration),
+        rounds: a.rounds.max(1),
+        pin: a.pin,
+        flows: a.flows.max(1),
+    };
+    let cells = measure(&plan, |c| {
+        let core = c.core_us.map_or(String::new(), |u| format!(", {u:.2} µs its core"));
+        println!(
+            "round {} {:>17} at {:>7.0}/s: {:>7.0} answered/s, {} failed, {:.2} µs per answer its thread{core}{}",
+            c.round,
+            c.path.as_str(),
+            c.rate,
+            c.ok_per_s,
+            c.failed,
+            c.thread_us,
+            if c.dropped > 0 { format!(", {} frames dropped", c.dropped) } else { String::new() },
+        );
+    })
+    .map_err(|e| e.to_string())?;
+    println!();
+    print!("{}", table(&cells));
+    Ok(ExitCode::SUCCESS)
+}
