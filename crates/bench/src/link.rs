@@ -745,6 +745,25 @@ where
     Ok(wire.len())
 }
 
+/// The address to send to `target` from: loopback's for a loopback
+/// target, otherwise the one the kernel's routes pick (a target on a veth
+/// pair of `bench xdp`'s).
+pub(crate) fn source_for(target: SocketAddr) -> io::Result<std::net::IpAddr> {
+    match target.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_loopback() => return Ok([127, 0, 0, 1].into()),
+        std::net::IpAddr::V6(ip) if ip.is_loopback() => return Ok(ip.into()),
+        _ => {}
+    }
+    let any: SocketAddr = if target.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = std::net::UdpSocket::bind(any)?;
+    probe.connect(target)?;
+    Ok(probe.local_addr()?.ip())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{Message, Method, StatusCode};
-use sip_udp::xdp::{frame, XdpSocket};
+use sip_udp::xdp::{frame, Steering, XdpSocket};
 
 use crate::error::Error;
 
@@ -104,6 +104,14 @@ impl Veth {
         Ok(veth)
     }
 
+    /// Whether an XDP program is attached to the inner end.
+    pub fn has_xdp(&self) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.ns, "link", "show", "dev", &self.inner])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
+    }
+
     /// The namespace's path, for `setns(2)`.
     pub fn namespace(&self) -> PathBuf {
         PathBuf::from("/run/netns").join(&self.ns)
@@ -168,7 +176,11 @@ impl NullServer {
                     }
                     Ok(match path {
                         Path::Socket => Serving::Socket(UdpSocket::bind(addr)?),
-                        Path::Xdp => Serving::Xdp(Box::new(XdpSocket::open(&inner, 0, port)?)),
+                        Path::Xdp => {
+                            let steering = Steering::attach(&inner, port, None)?;
+                            let xsk = XdpSocket::open(&steering, 0)?;
+                            Serving::Xdp(Box::new((steering, xsk)))
+                        }
                     })
                 };
                 match setup() {
@@ -198,35 +210,8 @@ impl NullServer {
             tid,
             addr,
         };
-        server.await_answer()?;
+        await_answer(server.addr)?;
         Ok(server)
-    }
-
-    /// Sends OPTIONS every 100 ms (the first also resolves the neighbour)
-    /// until one is answered, for at most 5 s.
-    fn await_answer(&self) -> Result<(), Error> {
-        let sock = UdpSocket::bind("0.0.0.0:0").map_err(Error::io("probe socket"))?;
-        sock.set_read_timeout(Some(Duration::from_millis(100)))
-            .map_err(Error::io("probe socket"))?;
-        let local = sock.local_addr().map_err(Error::io("probe socket"))?;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut buf = [0u8; 2048];
-        for n in 0u32.. {
-            if Instant::now() >= deadline {
-                break;
-            }
-            let probe = format!(
-                "OPTIONS sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-probe{n}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p\r\nTo: <sip:{a}>\r\nCall-ID: probe-{n}\r\nCSeq: {n} OPTIONS\r\nContent-Length: 0\r\n\r\n",
-                a = self.addr
-            );
-            let _ = sock.send_to(probe.as_bytes(), self.addr);
-            if let Ok(len) = sock.recv(&mut buf) {
-                if Message::parse(&buf[..len]).is_ok_and(|m| m.status() == Some(StatusCode::OK)) {
-                    return Ok(());
-                }
-            }
-        }
-        Err(Error::peer(self.addr, "no answer to OPTIONS within 5 s"))
     }
 
     /// Requests answered so far.
@@ -260,9 +245,36 @@ impl Drop for NullServer {
     }
 }
 
+/// Sends OPTIONS every 100 ms (the first also resolves the neighbour)
+/// until one is answered, for at most 5 s.
+fn await_answer(addr: SocketAddr) -> Result<(), Error> {
+    let sock = UdpSocket::bind("0.0.0.0:0").map_err(Error::io("probe socket"))?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(Error::io("probe socket"))?;
+    let local = sock.local_addr().map_err(Error::io("probe socket"))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 2048];
+    for n in 0u32.. {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let probe = format!(
+            "OPTIONS sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-probe{n}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p\r\nTo: <sip:{a}>\r\nCall-ID: probe-{n}\r\nCSeq: {n} OPTIONS\r\nContent-Length: 0\r\n\r\n",
+            a = addr
+        );
+        let _ = sock.send_to(probe.as_bytes(), addr);
+        if let Ok(len) = sock.recv(&mut buf) {
+            if Message::parse(&buf[..len]).is_ok_and(|m| m.status() == Some(StatusCode::OK)) {
+                return Ok(());
+            }
+        }
+    }
+    Err(Error::peer(addr, "no answer to OPTIONS within 5 s"))
+}
+
 enum Serving {
     Socket(UdpSocket),
-    Xdp(Box<XdpSocket>),
+    Xdp(Box<(Steering, XdpSocket)>),
 }
 
 const TAG: &str = "null";
@@ -291,30 +303,43 @@ impl Serving {
                 }
                 0
             }
-            Serving::Xdp(mut xsk) => {
-                let mut out = Vec::with_capacity(2048);
+            Serving::Xdp(both) => {
+                let (_steering, mut xsk) = *both;
+                // This turn's answers: their endpoints and where their
+                // bytes lie in `bytes`.
+                let mut answers: Vec<(frame::Endpoints, std::ops::Range<usize>)> = Vec::new();
+                let (mut bytes, mut out) = (Vec::new(), Vec::new());
                 let mut id = 0u16;
                 while !stop.load(Ordering::Relaxed) {
                     if !xsk.wait(wait) {
                         continue;
                     }
-                    let mut n = 0;
-                    xsk.answer(64, |rx, tx| {
-                        let Some((ends, payload)) = frame::parse(rx) else {
-                            return 0;
-                        };
-                        let fits = null_answer(payload, TAG, &mut out)
-                            && out.len() <= tx.len() - frame::HEADERS
-                            && frame::write_headers(tx, &ends.reversed(), out.len(), id);
-                        if !fits {
-                            return 0;
+                    answers.clear();
+                    bytes.clear();
+                    xsk.receive(64, |rx| {
+                        if let Some((ends, payload)) = frame::parse(rx) {
+                            if null_answer(payload, TAG, &mut out) {
+                                answers
+                                    .push((ends.reversed(), bytes.len()..bytes.len() + out.len()));
+                                bytes.extend_from_slice(&out);
+                            }
                         }
-                        id = id.wrapping_add(1);
-                        tx[frame::HEADERS..frame::HEADERS + out.len()].copy_from_slice(&out);
-                        n += 1;
-                        frame::HEADERS + out.len()
                     });
-                    answered.fetch_add(n, Ordering::Relaxed);
+                    for (ends, at) in &answers {
+                        let body = &bytes[at.clone()];
+                        id = id.wrapping_add(1);
+                        xsk.transmit(|tx| {
+                            let fits = body.len() <= tx.len() - frame::HEADERS
+                                && frame::write_headers(tx, ends, body.len(), id);
+                            if !fits {
+                                return 0;
+                            }
+                            tx[frame::HEADERS..frame::HEADERS + body.len()].copy_from_slice(body);
+                            frame::HEADERS + body.len()
+                        });
+                    }
+                    xsk.flush();
+                    answered.fetch_add(answers.len() as u64, Ordering::Relaxed);
                 }
                 xsk.drops().map_or(0, |d| d.rx)
             }
@@ -335,6 +360,18 @@ pub struct Plan {
     pub pin: bool,
     /// Generator sockets (local ports).
     pub flows: usize,
+    /// What answers.
+    pub target: Target,
+}
+
+/// What answers the load on each path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The null responder, in this process.
+    Null,
+    /// `sipsec serve --mode registrar --workers 1` from this executable,
+    /// in the namespace, with `--udp-xdp` on the AF_XDP path.
+    Sipsec(PathBuf),
 }
 
 /// One path at one rate in one round.
@@ -350,15 +387,18 @@ pub struct Cell {
     pub ok_per_s: f64,
     /// REGISTERs that failed (no answer in time).
     pub failed: u64,
-    /// Requests the responder answered (retransmissions included).
+    /// REGISTERs answered with 200.
     pub answered: u64,
-    /// The responder thread's CPU per answer, µs.
+    /// The responder's CPU (its thread's; the server process's) per
+    /// REGISTER answered, µs.
     pub thread_us: f64,
-    /// Its core's busy time per answer, µs (softirq work included; with
-    /// `pin` only).
+    /// Its core's busy time per REGISTER answered, µs (softirq work
+    /// included; with `pin` only).
     pub core_us: Option<f64>,
     /// Frames the kernel dropped before the AF_XDP socket.
     pub dropped: u64,
+    /// The commonest reason calls failed, with its count.
+    pub why: Option<(String, u64)>,
 }
 
 /// Busy ticks (user, nice, system, irq, softirq) of CPU `core` so far,
@@ -402,11 +442,110 @@ fn run_for(plan: &Plan, target: SocketAddr, rate: f64) -> Result<crate::engine::
     })
 }
 
+/// A `sipsec serve` in the namespace.
+struct Served {
+    child: std::process::Child,
+    data: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Served {
+    fn start(
+        veth: &Veth,
+        exe: &std::path::Path,
+        path: Path,
+        core: Option<usize>,
+    ) -> Result<Self, Error> {
+        let addr = SocketAddr::V4(SocketAddrV4::new(veth.inner_ip, 5060));
+        let data = std::env::temp_dir().join(format!("{}-serve-{}", veth.ns, path.as_str().len()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).map_err(Error::io(data.display()))?;
+        // One generator address sends it all: no per-source rate limit.
+        let config = data.join("bench.toml");
+        std::fs::write(&config, "[guard]\nrate = 0\n").map_err(Error::io(config.display()))?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &veth.ns]);
+        if let Some(c) = core {
+            cmd.args(["taskset", "-c", &c.to_string()]);
+        }
+        cmd.arg(exe)
+            .args([
+                "serve",
+                "--mode",
+                "registrar",
+                "--no-tcp",
+                "--no-http",
+                "--workers",
+                "1",
+            ])
+            .args(["--insecure-no-auth", "--udp", &addr.to_string()])
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--config")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if path == Path::Xdp {
+            cmd.args(["--udp-xdp", &veth.inner]);
+        }
+        let child = cmd.spawn().map_err(Error::io("starting sipsec serve"))?;
+        let served = Self { child, data, addr };
+        await_answer(addr)?;
+        if path == Path::Xdp && !veth.has_xdp() {
+            return Err(Error::Input(format!(
+                "sipsec serve --udp-xdp {}: no XDP program on the interface (see the server's log)",
+                veth.inner
+            )));
+        }
+        Ok(served)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+/// The responder of one cell.
+enum Answering {
+    Null(NullServer),
+    Sipsec(Served),
+}
+
+impl Answering {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Answering::Null(n) => n.addr,
+            Answering::Sipsec(s) => s.addr,
+        }
+    }
+    fn cpu_seconds(&self) -> f64 {
+        match self {
+            Answering::Null(n) => n.cpu_seconds(),
+            Answering::Sipsec(s) => crate::cpu::cpu_seconds(&[s.child.id()]),
+        }
+    }
+    /// Stops it: the frames the kernel dropped on the way (null, AF_XDP).
+    fn stop(self) -> u64 {
+        match self {
+            Answering::Null(n) => n.stop().1,
+            Answering::Sipsec(_) => 0,
+        }
+    }
+}
+
 /// One path at one rate: a fresh responder, the load, its CPU.
 fn cell(plan: &Plan, veth: &Veth, path: Path, rate: f64, round: usize) -> Result<Cell, Error> {
-    let server = NullServer::start(veth, path, 5060, plan.pin.then_some(0))?;
-    let run = run_for(plan, server.addr, rate)?;
-    let (cpu0, core0, answered0) = (server.cpu_seconds(), core_busy(0), server.answered());
+    let core = plan.pin.then_some(0);
+    let server = match &plan.target {
+        Target::Null => Answering::Null(NullServer::start(veth, path, 5060, core)?),
+        Target::Sipsec(exe) => Answering::Sipsec(Served::start(veth, exe, path, core)?),
+    };
+    let run = run_for(plan, server.addr(), rate)?;
+    let (cpu0, core0) = (server.cpu_seconds(), core_busy(0));
     let outcome = std::thread::scope(|s| {
         s.spawn(|| {
             if plan.pin {
@@ -423,22 +562,26 @@ fn cell(plan: &Plan, veth: &Veth, path: Path, rate: f64, round: usize) -> Result
     })
     .map_err(Error::io("generating the load"))?;
     let (cpu1, core1) = (server.cpu_seconds(), core_busy(0));
-    let (answered1, dropped) = server.stop();
-    let answered = answered1.saturating_sub(answered0);
-    let per = |s: f64| s * 1e6 / answered.max(1) as f64;
+    let dropped = server.stop();
+    let per = |s: f64| s * 1e6 / outcome.ok.max(1) as f64;
     Ok(Cell {
         round,
         path,
         rate,
         ok_per_s: outcome.ok as f64 / outcome.elapsed.as_secs_f64().max(1e-9),
         failed: outcome.failed(),
-        answered,
+        answered: outcome.ok,
         thread_us: per(cpu1 - cpu0),
         core_us: match (plan.pin, core0, core1) {
             (true, Some(a), Some(b)) => Some(per(b - a)),
             _ => None,
         },
         dropped,
+        why: outcome
+            .failures
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(k, n)| (k.clone(), *n)),
     })
 }
 
@@ -481,7 +624,7 @@ pub fn table(cells: &[Cell]) -> String {
     rates.sort_by(f64::total_cmp);
     rates.dedup();
     let mut out = String::from(
-        "| offered/s | path | answered/s | failed | µs per answer, its thread | µs per answer, its core |\n|---|---|---|---|---|---|\n",
+        "| offered/s | path | answered/s | failed | µs per REGISTER, the responder | µs per REGISTER, its core |\n|---|---|---|---|---|---|\n",
     );
     let range = |v: &[f64]| -> String {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -522,7 +665,7 @@ pub fn table(cells: &[Cell]) -> String {
             _ => "–".into(),
         };
         ratios.push_str(&format!(
-            "at {rate:.0}/s the socket path costs {} AF_XDP's per answer on its thread, {} on its core\n",
+            "at {rate:.0}/s the socket path costs {} AF_XDP's per REGISTER in the responder, {} on its core\n",
             ratio(thread),
             ratio(core)
         ));
@@ -545,6 +688,7 @@ mod tests {
             thread_us,
             core_us: Some(thread_us * 1.5),
             dropped: 0,
+            why: None,
         }
     }
 
@@ -570,7 +714,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("costs 2.00× AF_XDP's per answer on its thread, 2.00× on its core"),
+            t.contains("costs 2.00× AF_XDP's per REGISTER in the responder, 2.00× on its core"),
             "{t}"
         );
     }

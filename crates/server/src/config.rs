@@ -226,6 +226,22 @@ impl PathMode {
     }
 }
 
+/// Checks an interface name for `udp_xdp` (IFNAMSIZ: at most 15 bytes,
+/// no '/', no whitespace).
+pub fn interface_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 15
+        && !s.contains('/')
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not an interface name (1 to 15 bytes, no '/' or spaces)"
+        ))
+    }
+}
+
 /// How datagrams are spread over the UDP workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpBalance {
@@ -296,6 +312,12 @@ pub struct Config {
     pub workers: usize,
     /// How datagrams are spread over the workers.
     pub udp_balance: UdpBalance,
+    /// Interface whose IPv4 UDP datagrams for the UDP port come to the
+    /// workers past the kernel's stack (AF_XDP; worker `i` on receive
+    /// queue `i`), the sockets serving everything else; `None`: sockets
+    /// only. Where the kernel or the privileges lack it the server says
+    /// why and stays on its sockets.
+    pub udp_xdp: Option<String>,
     /// Longest a busy transport thread waits after a read before the
     /// next, so that one read takes several messages (`io::pace`): the
     /// most a message's answer is delayed by it. Zero: never wait.
@@ -676,6 +698,7 @@ impl Default for Config {
             http: Some(DEFAULT_HTTP),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             udp_balance: UdpBalance::Flow,
+            udp_xdp: None,
             batch_wait: DEFAULT_BATCH_WAIT,
             advertise: udp,
             record_route: false,
@@ -974,6 +997,21 @@ mod tests {
         assert!(Config::default()
             .apply_toml("[dns]\nserver = []\n", "t.toml")
             .is_err());
+    }
+
+    #[test]
+    fn udp_xdp_names_an_interface() {
+        let mut c = Config::default();
+        assert_eq!(c.udp_xdp, None);
+        c.apply_toml("udp_xdp = \"eth1\"\n", "t.toml")
+            .expect("valid");
+        assert_eq!(c.udp_xdp.as_deref(), Some("eth1"));
+        for bad in ["", "a-name-of-16-byte", "../eth0", "eth 0"] {
+            let err = Config::default()
+                .apply_toml(&format!("udp_xdp = {bad:?}\n"), "t.toml")
+                .unwrap_err();
+            assert!(err.to_string().contains("udp_xdp"), "{err}");
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub struct FileConfig {
     pub workers: Option<usize>,
     /// `spread`, `shared` or `flow`.
     pub udp_balance: Option<String>,
+    pub udp_xdp: Option<String>,
     /// Microseconds a busy transport thread may wait between reads.
     pub batch_wait_us: Option<u64>,
     /// Location store directory.
@@ -508,6 +509,9 @@ impl Config {
             self.udp_balance = UdpBalance::parse(&b).ok_or_else(|| {
                 value("udp_balance", format!("{b:?}: use spread, shared or flow"))
             })?;
+        }
+        if let Some(i) = f.udp_xdp {
+            self.udp_xdp = Some(interface_name(&i).map_err(|e| value("udp_xdp", e))?);
         }
         if let Some(us) = f.batch_wait_us {
             self.batch_wait = batch_wait(us).map_err(|e| value("batch_wait_us", e))?;

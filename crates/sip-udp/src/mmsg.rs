@@ -316,6 +316,20 @@ impl SendBatch {
         self.used += 1;
     }
 
+    /// Keeps the queued datagrams for which `keep` is true, in order; the
+    /// others (sent some other way) leave the batch.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], SocketAddr) -> bool) {
+        let mut kept = 0;
+        for i in 0..self.used {
+            if keep(&self.bufs[i], self.dests[i]) {
+                self.bufs.swap(kept, i);
+                self.dests.swap(kept, i);
+                kept += 1;
+            }
+        }
+        self.used = kept;
+    }
+
     /// Datagrams queued.
     pub fn len(&self) -> usize {
         self.used
@@ -421,6 +435,23 @@ pub fn raise_fd_limit() -> usize {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn retain_keeps_the_chosen_in_order() {
+        let mut out = SendBatch::default();
+        for i in 0..5u8 {
+            out.next_buf().push(i);
+            out.commit(SocketAddr::from(([127, 0, 0, 1], 5000 + u16::from(i))));
+        }
+        out.retain(|b, _| b[0] % 2 == 0);
+        assert_eq!(out.len(), 3);
+        let kept: Vec<(u8, u16)> = (0..3)
+            .map(|i| (out.bufs[i][0], out.dests[i].port()))
+            .collect();
+        assert_eq!(kept, [(0, 5000), (2, 5002), (4, 5004)]);
+        // The buffers sent elsewhere are reused, not lost.
+        assert_eq!(out.bufs.len(), 5);
+    }
 
     #[test]
     fn batches_round_trip_over_loopback() {

@@ -28,6 +28,34 @@ pub fn wait(fd: RawFd, write: bool, timeout: Duration) -> bool {
     n > 0 && pfd.revents & events != 0
 }
 
+/// Waits until one of `fds` is readable or `timeout` passes; true when
+/// one is.
+pub fn wait_any(fds: &[RawFd], timeout: Duration) -> bool {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: *fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `pfds` holds `pfds.len()` valid entries and `ts` is valid for
+    // the call; a null signal mask leaves the mask unchanged.
+    let n = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    n > 0
+}
+
 /// Restricts the calling thread (and threads it spawns later) to CPU `core`.
 pub fn pin_to_core(core: usize) -> std::io::Result<()> {
     pin_to_cores(&[core])

@@ -171,6 +171,11 @@ struct ServeArgs {
     /// or shared (one socket all read) [default: flow].
     #[arg(long, value_parser = ["spread", "shared", "flow"])]
     udp_balance: Option<String>,
+    /// Take the UDP port's IPv4 datagrams on this interface past the
+    /// kernel's stack (AF_XDP, root; worker i on receive queue i); other
+    /// traffic stays on the sockets [default: sockets only].
+    #[arg(long, value_name = "INTERFACE", value_parser = sipsec_server::config::interface_name)]
+    udp_xdp: Option<String>,
     /// Longest a busy worker waits after a read before the next, so that
     /// one read takes several messages (fewer wake-ups); the most it adds
     /// to an answer's delay; 0 never waits [default: 500, at most 10000].
@@ -364,6 +369,9 @@ fn build_config(a: ServeArgs) -> Result<Config, String> {
         .and_then(sipsec_server::config::UdpBalance::parse)
     {
         config.udp_balance = b;
+    }
+    if let Some(i) = a.udp_xdp {
+        config.udp_xdp = Some(i);
     }
     if let Some(w) = a.batch_wait_us {
         config.batch_wait = w;

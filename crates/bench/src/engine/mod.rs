@@ -33,25 +33,6 @@ pub const TIMEOUT: Duration = Duration::from_millis(64 * T1.as_millis() as u64);
 
 /// Calls started per loop turn at most.
 const START_BURST: usize = 16;
-/// The address to send to `target` from: loopback's for a loopback
-/// target, otherwise the one the kernel's routes pick (a target on a veth
-/// pair of `bench xdp`'s).
-fn source_for(target: SocketAddr) -> io::Result<std::net::IpAddr> {
-    match target.ip() {
-        std::net::IpAddr::V4(ip) if ip.is_loopback() => return Ok([127, 0, 0, 1].into()),
-        std::net::IpAddr::V6(ip) if ip.is_loopback() => return Ok(ip.into()),
-        _ => {}
-    }
-    let any: SocketAddr = if target.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    let probe = std::net::UdpSocket::bind(any)?;
-    probe.connect(target)?;
-    Ok(probe.local_addr()?.ip())
-}
-
 /// Datagrams read per loop turn at most.
 const RECV_BURST: usize = 64;
 
@@ -376,7 +357,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             )));
         }
     }
-    let ip = source_for(run.target)?;
+    let ip = crate::link::source_for(run.target)?;
     let open_links = |i: usize| -> io::Result<Vec<Link>> {
         (0..per)
             .map(|j| {

@@ -151,6 +151,17 @@ pub fn udp_spread_unavailable(err: &std::io::Error) {
     warn!(target: "sipsec::server", error = %err, "udp_balance = \"spread\" needs SO_ATTACH_REUSEPORT_CBPF (Linux 4.5); each sender stays on one worker (use \"shared\" to spread one peer)");
 }
 
+/// `udp_xdp` could not be used on `iface` (or on one of its queues):
+/// the UDP sockets serve what it would have carried.
+pub fn udp_xdp_unavailable(iface: &str, why: &str) {
+    warn!(target: "sipsec::server", interface = iface, error = why, "udp_xdp: AF_XDP unavailable; the UDP sockets serve this traffic");
+}
+
+/// A UDP worker takes `iface`'s receive queue `queue` past the kernel.
+pub fn udp_xdp_on(iface: &str, queue: u32) {
+    info!(target: "sipsec::server", interface = iface, queue, "udp_xdp: UDP on AF_XDP");
+}
+
 /// The connection layer could not do something it should (accept, poll).
 pub fn connection_trouble(msg: &str) {
     if let Some(suppressed) = CONNECTIONS.admit() {

@@ -31,5 +31,6 @@ pub mod tcp;
 pub mod tls;
 pub mod trunk_files;
 pub mod udp;
+pub mod udp_xdp;
 pub mod users_file;
 pub mod wake;

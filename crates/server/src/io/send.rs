@@ -92,6 +92,11 @@ impl Sender {
         &self.sinks
     }
 
+    /// The metrics its sends count in.
+    pub fn metrics(&self) -> &crate::proto::metrics::Metrics {
+        &self.shared.metrics
+    }
+
     /// Sends `bytes` to `dest` over `transport`; what cannot leave is
     /// counted as dropped (and, for a forwarded request, answered 503 by
     /// its transaction).

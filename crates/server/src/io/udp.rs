@@ -18,9 +18,11 @@ use crate::io::pace::Pacer;
 use crate::io::send::{Connections, Sender};
 use crate::io::sinks::Sinks;
 use crate::io::tcp::shared::TcpHub;
+use crate::io::udp_xdp::XdpPort;
 use crate::io::wake::Wakers;
 use crate::proto::core::{Core, Reply, Transport};
 use crate::proto::shared::{Now, Shared};
+use sip_udp::xdp::Steering;
 use sip_udp::{RecvBatch, SendBatch, BATCH};
 
 fn bind_reuseport(addr: SocketAddr, icmp_errors: bool) -> io::Result<UdpSocket> {
@@ -119,6 +121,11 @@ impl UdpServer {
         threads: &mut Vec<JoinHandle<()>>,
     ) -> io::Result<()> {
         let mut storages = storages.into_iter();
+        let steering = shared
+            .config
+            .udp_xdp
+            .as_deref()
+            .and_then(|iface| steer(iface, self.addr));
         for i in 0..self.workers {
             let stop = stop.clone();
             let sock = self.sockets[i % self.sockets.len()].clone();
@@ -131,10 +138,17 @@ impl UdpServer {
             );
             let storage = storages.next().unwrap_or(Storage::Memory);
             let core = Core::new(shared.clone());
+            let xdp = steering.as_ref().and_then(|s| open_port(s, i));
+            let inbox = Inbox {
+                socket: RecvBatch::new(),
+                xdp: xdp.map(|port| (port, steering.clone())),
+                from_xdp: false,
+                xdp_taken: 0,
+            };
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("udp-{i}"))
-                    .spawn(move || worker(i, &sock, core, storage, &stop, &sender))?,
+                    .spawn(move || worker(i, &sock, inbox, core, storage, &stop, &sender))?,
             );
         }
         Ok(())
@@ -148,12 +162,12 @@ const MAX_DEFERRED: usize = 8 * BATCH;
 fn worker(
     index: usize,
     sock: &UdpSocket,
+    mut rx: Inbox,
     mut core: Core,
     mut storage: Storage,
     stop: &AtomicBool,
     sender: &Sender,
 ) {
-    let mut rx = RecvBatch::new();
     let mut tx = SendBatch::default();
     let mut deferred = Deferred::default();
     let mut scratch = Vec::new();
@@ -174,8 +188,8 @@ fn worker(
                 }
                 _ => {
                     deferred.receive(&mut core, &mut storage.hold());
-                    answer_stored(&mut deferred, &mut tx, sock, sender);
-                    let mut ctx = (&mut tx, sock, &mut scratch);
+                    answer_stored(&mut deferred, (&mut rx, &mut tx), sock, sender);
+                    let mut ctx = (&mut rx, &mut tx, sock, &mut scratch);
                     answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
                     continue;
                 }
@@ -250,7 +264,7 @@ fn worker(
                 break;
             }
             rounds += 1;
-            if tx.flush(sock) {
+            if rx.flush(&mut tx, sock, sender) {
                 sender.udp_errors();
             }
             match rx.recv_queued(sock) {
@@ -270,16 +284,16 @@ fn worker(
         // it here).
         deferred.send(&mut core, &mut held);
         drop(held);
-        answer_stored(&mut deferred, &mut tx, sock, sender);
-        let mut ctx = (&mut tx, sock, &mut scratch);
+        answer_stored(&mut deferred, (&mut rx, &mut tx), sock, sender);
+        let mut ctx = (&mut rx, &mut tx, sock, &mut scratch);
         answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
     }
     // Stopping: what is with the store is still answered.
     if deferred.sending() {
         deferred.receive(&mut core, &mut storage.hold());
-        answer_stored(&mut deferred, &mut tx, sock, sender);
+        answer_stored(&mut deferred, (&mut rx, &mut tx), sock, sender);
     }
-    let mut ctx = (&mut tx, sock, &mut scratch);
+    let mut ctx = (&mut rx, &mut tx, sock, &mut scratch);
     answer_woken(&mut core, &mut storage, &mut deferred, &mut ctx, sender);
 }
 
@@ -312,7 +326,7 @@ fn answer_woken(
     core: &mut Core,
     storage: &mut Storage,
     deferred: &mut Deferred,
-    (tx, sock, out): &mut (&mut SendBatch, &UdpSocket, &mut Vec<u8>),
+    (rx, tx, sock, out): &mut (&mut Inbox, &mut SendBatch, &UdpSocket, &mut Vec<u8>),
     sender: &Sender,
 ) {
     if !core.has_woken() {
@@ -320,7 +334,7 @@ fn answer_woken(
     }
     if deferred.sending() {
         deferred.receive(core, &mut storage.hold());
-        answer_stored(deferred, tx, sock, sender);
+        answer_stored(deferred, (rx, tx), sock, sender);
     }
     let mut held = storage.hold();
     let now = crate::io::clock::now();
@@ -338,7 +352,12 @@ fn answer_woken(
 }
 
 /// Sends the answers of the changes `deferred` finished.
-fn answer_stored(deferred: &mut Deferred, tx: &mut SendBatch, sock: &UdpSocket, sender: &Sender) {
+fn answer_stored(
+    deferred: &mut Deferred,
+    (rx, tx): (&mut Inbox, &mut SendBatch),
+    sock: &UdpSocket,
+    sender: &Sender,
+) {
     deferred.send_ready(|reply, out| match reply {
         Reply::Send(dest, Transport::Udp) => {
             sender.leaving(out, dest, Transport::Udp);
@@ -347,7 +366,129 @@ fn answer_stored(deferred: &mut Deferred, tx: &mut SendBatch, sock: &UdpSocket, 
         }
         other => sender.reply(other, out, None),
     });
-    if tx.flush(sock) {
+    if rx.flush(tx, sock, sender) {
         sender.udp_errors();
+    }
+}
+
+/// Attaches the program steering the UDP port's datagrams on `iface`
+/// to AF_XDP sockets; `None` (said in the log) where it cannot.
+fn steer(iface: &str, addr: SocketAddr) -> Option<Arc<Steering>> {
+    let ip = match addr {
+        SocketAddr::V4(a) if !a.ip().is_unspecified() => Some(*a.ip()),
+        SocketAddr::V4(_) => None,
+        SocketAddr::V6(_) => {
+            crate::io::log::udp_xdp_unavailable(
+                iface,
+                "the UDP address is IPv6; AF_XDP here carries IPv4",
+            );
+            return None;
+        }
+    };
+    match Steering::attach(iface, addr.port(), ip) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            crate::io::log::udp_xdp_unavailable(iface, &e.to_string());
+            None
+        }
+    }
+}
+
+/// Worker `i`'s AF_XDP socket, on receive queue `i`; the interface's
+/// other queues, and workers past them, stay on their sockets.
+fn open_port(steering: &Steering, i: usize) -> Option<XdpPort> {
+    let queue = u32::try_from(i).ok().filter(|q| *q < steering.queues())?;
+    match XdpPort::open(steering, queue) {
+        Ok(p) => {
+            crate::io::log::udp_xdp_on(steering.interface(), queue);
+            Some(p)
+        }
+        Err(e) => {
+            crate::io::log::udp_xdp_unavailable(steering.interface(), &e.to_string());
+            None
+        }
+    }
+}
+
+/// Where a worker reads: its socket and, with `udp_xdp`, the AF_XDP
+/// socket beside it, the two taken in turn while both have datagrams.
+struct Inbox {
+    socket: RecvBatch,
+    /// The port, and the steering kept attached while a worker uses it.
+    xdp: Option<(XdpPort, Option<Arc<Steering>>)>,
+    /// Whether the last batch came from the AF_XDP socket.
+    from_xdp: bool,
+    /// Datagrams it took since the metrics last counted them.
+    xdp_taken: u64,
+}
+
+impl Inbox {
+    /// Waits for datagrams (until the socket is shut down, at stop) and
+    /// takes a batch.
+    fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        let Some((port, _)) = &mut self.xdp else {
+            return self.socket.recv(sock);
+        };
+        if !port.ready() {
+            let n = self.socket.recv_queued(sock)?;
+            if n > 0 {
+                self.from_xdp = false;
+                return Ok(n);
+            }
+        }
+        if !port.ready() {
+            // Either may bring the next datagram; a shut-down socket
+            // reads as ready, and the caller then sees the stop.
+            let fds = [port.fd(), std::os::fd::AsRawFd::as_raw_fd(sock)];
+            sip_udp::wait_any(&fds, std::time::Duration::from_secs(1));
+        }
+        self.recv_queued(sock)
+    }
+
+    /// Takes the datagrams already waiting, the AF_XDP socket's and the
+    /// UDP socket's in turn: after a batch from one, the other goes first.
+    fn recv_queued(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        let Some((port, _)) = &mut self.xdp else {
+            return self.socket.recv_queued(sock);
+        };
+        if self.from_xdp {
+            let n = self.socket.recv_queued(sock)?;
+            if n > 0 {
+                self.from_xdp = false;
+                return Ok(n);
+            }
+        }
+        let n = port.take();
+        self.xdp_taken += n as u64;
+        self.from_xdp = n > 0;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.socket.recv_queued(sock)
+    }
+
+    /// Datagram `i` of the last batch and its source.
+    fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+        match &self.xdp {
+            Some((port, _)) if self.from_xdp => port.get(i),
+            _ => self.socket.get(i),
+        }
+    }
+
+    /// Sends what `tx` holds: answers to peers seen on the AF_XDP socket
+    /// that way, the rest on the UDP socket. True when a socket send
+    /// failed (errors may be queued on it).
+    fn flush(&mut self, tx: &mut SendBatch, sock: &UdpSocket, sender: &Sender) -> bool {
+        if let Some((port, _)) = &mut self.xdp {
+            // Counted before they leave: whoever reads an answer reads
+            // counts that include it.
+            let sent = port.queue_from(tx);
+            let metrics = sender.metrics();
+            let taken = std::mem::take(&mut self.xdp_taken);
+            metrics.xdp_received.fetch_add(taken, Ordering::Relaxed);
+            metrics.xdp_sent.fetch_add(sent, Ordering::Relaxed);
+            port.send();
+        }
+        tx.flush(sock)
     }
 }

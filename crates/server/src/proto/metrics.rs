@@ -345,6 +345,11 @@ pub struct Metrics {
     /// Waits a UDP worker took after a read so that the next read
     /// takes several messages (`batch_wait_us`).
     pub paced_waits: AtomicU64,
+    /// Datagrams the UDP workers received past the kernel's stack
+    /// (AF_XDP, `udp_xdp`).
+    pub xdp_received: AtomicU64,
+    /// Datagrams they sent that way.
+    pub xdp_sent: AtomicU64,
     /// Requests answered 503 because their next hop's name did not
     /// resolve.
     pub hop_unresolved: AtomicU64,

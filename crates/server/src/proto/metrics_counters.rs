@@ -132,7 +132,7 @@ impl Metrics {
     }
 
     /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 23] {
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 25] {
         [
             (
                 "sipsec_dns_queries_total",
@@ -158,6 +158,16 @@ impl Metrics {
                 "sipsec_batch_waits_total",
                 "Waits a UDP worker took after a read so that its next read takes several datagrams (batch_wait_us); beside sipsec_udp_worker_datagrams_total, how often the workers waited.",
                 &self.paced_waits,
+            ),
+            (
+                "sipsec_udp_xdp_received_total",
+                "Datagrams the UDP workers received past the kernel's stack, on AF_XDP sockets (udp_xdp).",
+                &self.xdp_received,
+            ),
+            (
+                "sipsec_udp_xdp_sent_total",
+                "Datagrams the UDP workers sent on AF_XDP sockets (answers to the senders of datagrams received that way).",
+                &self.xdp_sent,
             ),
             (
                 "sipsec_next_hop_unresolved_total",

@@ -7,6 +7,7 @@
 //! process, however it ends.
 
 use std::io;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 const BPF_MAP_CREATE: i64 = 0;
@@ -132,9 +133,10 @@ const fn wire16(v: u16) -> i32 {
 }
 
 /// The program: for an Ethernet frame carrying an unfragmented IPv4 UDP
-/// datagram (20-byte header) to `port`, `bpf_redirect_map(map,
-/// rx_queue_index, XDP_PASS)`; for any other frame, `XDP_PASS`.
-fn program(map: RawFd, port: u16) -> Vec<Insn> {
+/// datagram (20-byte header) to `port` (and to address `ip`, when given),
+/// `bpf_redirect_map(map, rx_queue_index, XDP_PASS)`; for any other frame,
+/// `XDP_PASS`.
+fn program(map: RawFd, port: u16, ip: Option<Ipv4Addr>) -> Vec<Insn> {
     let pass = |at: usize, end: usize| (end - at - 1) as i16;
     let mut p = vec![
         Insn::new(LDX_W, 2, 1, 0, 0), // r2 = ctx->data
@@ -153,13 +155,21 @@ fn program(map: RawFd, port: u16) -> Vec<Insn> {
         Insn::new(JNE_K, 5, 0, 0, 0),
         Insn::new(LDX_H, 5, 2, 36, 0), // UDP destination port
         Insn::new(JNE_K, 5, 0, 0, wire16(port)),
+    ];
+    if let Some(ip) = ip {
+        // The destination address, loaded little-endian as it lies.
+        let want = u32::from_le_bytes(ip.octets()) as i32;
+        p.push(Insn::new(LDX_W, 5, 2, 30, 0));
+        p.push(Insn::new(JNE_K, 5, 0, 0, want));
+    }
+    p.extend([
         Insn::new(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
         Insn::new(LD_DW, 1, PSEUDO_MAP_FD, 0, map),
         Insn::new(0, 0, 0, 0, 0),
         Insn::new(MOV_K, 3, 0, 0, XDP_PASS), // no socket in the slot → pass
         Insn::new(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
         Insn::new(EXIT, 0, 0, 0, 0),
-    ];
+    ]);
     let end = p.len();
     for (at, insn) in p.iter_mut().enumerate() {
         if matches!(insn.code, JGT_X | JNE_K) {
@@ -173,8 +183,8 @@ fn program(map: RawFd, port: u16) -> Vec<Insn> {
 
 /// Loads the program for `map` and `port`; a refusal carries the
 /// verifier's log.
-pub(super) fn load(map: &OwnedFd, port: u16) -> io::Result<OwnedFd> {
-    let code: Vec<u8> = program(map.as_raw_fd(), port)
+pub(super) fn load(map: &OwnedFd, port: u16, ip: Option<Ipv4Addr>) -> io::Result<OwnedFd> {
+    let code: Vec<u8> = program(map.as_raw_fd(), port, ip)
         .into_iter()
         .flat_map(Insn::bytes)
         .collect();
@@ -222,7 +232,7 @@ mod tests {
 
     #[test]
     fn every_test_jumps_to_the_pass_exit() {
-        let p = program(7, 5060);
+        let p = program(7, 5060, None);
         let pass = p.len() - 2;
         assert_eq!(p[pass], Insn::new(MOV_K, 0, 0, 0, XDP_PASS));
         let jumps: Vec<_> = p
@@ -242,10 +252,23 @@ mod tests {
             Insn::new(LDX_W, 1, 2, 16, 0).bytes(),
             [0x61, 0x21, 16, 0, 0, 0, 0, 0]
         );
-        let p = program(9, 5060);
+        let p = program(9, 5060, None);
         let map = p.iter().position(|i| i.code == LD_DW).unwrap();
         assert_eq!(p[map].bytes(), [0x18, 0x11, 0, 0, 9, 0, 0, 0]);
         // Port 5060 (0x13c4) in network order, loaded little-endian: 0xc413.
         assert!(p.iter().any(|i| i.code == JNE_K && i.imm == 0xc413));
+    }
+
+    #[test]
+    fn an_address_adds_one_test() {
+        let any = program(9, 5060, None);
+        let one = program(9, 5060, Some(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!(one.len(), any.len() + 2);
+        // 10.0.0.2 as its bytes lie, read little-endian: 0x0200000a.
+        assert!(one.iter().any(|i| i.code == JNE_K && i.imm == 0x0200_000a));
+        let pass = one.len() - 2;
+        for (at, i) in one.iter().enumerate().filter(|(_, i)| i.code == JNE_K) {
+            assert_eq!(at as i64 + 1 + i64::from(i.off), pass as i64);
+        }
     }
 }

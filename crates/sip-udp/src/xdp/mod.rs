@@ -36,13 +36,64 @@ pub struct Drops {
     pub tx_invalid: u64,
 }
 
-/// An AF_XDP socket answering UDP datagrams for one port on one queue.
-pub struct XdpSocket {
-    // Fields drop in order: the program leaves the interface first, the
-    // rings are unmapped before the socket closes, the UMEM goes last.
+/// The XDP program on an interface that steers one UDP port's IPv4
+/// datagrams to the AF_XDP sockets of its receive queues (each opened
+/// with [`XdpSocket::open`]); frames for a queue without one go to the
+/// kernel's stack as before. Dropping it takes the program off.
+pub struct Steering {
+    // The link first: the program leaves the interface before it closes.
     _link: OwnedFd,
     _prog: OwnedFd,
-    _map: OwnedFd,
+    map: OwnedFd,
+    ifindex: u32,
+    name: String,
+    queues: u32,
+}
+
+/// Most receive queues steered (the XSKMAP's size).
+const MAX_QUEUES: u32 = 256;
+
+impl Steering {
+    /// Attaches the program to interface `ifname` for UDP to `port` (and
+    /// to `ip` when given: a server bound to one address).
+    pub fn attach(ifname: &str, port: u16, ip: Option<std::net::Ipv4Addr>) -> io::Result<Self> {
+        let ifindex = interface_index(ifname)?;
+        let map = bpf::xsk_map(MAX_QUEUES)?;
+        let prog = bpf::load(&map, port, ip)?;
+        let link = bpf::attach(&prog, ifindex)?;
+        let queues = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                    .count() as u32
+            })
+            .unwrap_or(1)
+            .clamp(1, MAX_QUEUES);
+        Ok(Self {
+            _link: link,
+            _prog: prog,
+            map,
+            ifindex,
+            name: ifname.to_owned(),
+            queues,
+        })
+    }
+
+    /// The interface's receive queues (at most 256 are steered).
+    pub fn queues(&self) -> u32 {
+        self.queues
+    }
+
+    /// The interface's name.
+    pub fn interface(&self) -> &str {
+        &self.name
+    }
+}
+
+/// An AF_XDP socket on one receive queue of an interface.
+pub struct XdpSocket {
+    // Fields drop in order: the rings are unmapped before the socket
+    // closes, the UMEM goes last.
     rx: Ring,
     tx: Ring,
     fill: Ring,
@@ -50,6 +101,8 @@ pub struct XdpSocket {
     fd: OwnedFd,
     umem: Umem,
     free_tx: Vec<u64>,
+    /// Transmit descriptors written and not yet published.
+    queued: u32,
 }
 
 struct Umem {
@@ -79,6 +132,11 @@ impl Umem {
         })
     }
 }
+
+// SAFETY: the UMEM mapping belongs to the one socket that registered it;
+// frames are read and written only through `&mut XdpSocket` methods, so
+// moving it to another thread moves sole ownership (it is not `Sync`).
+unsafe impl Send for Umem {}
 
 impl Drop for Umem {
     fn drop(&mut self) {
@@ -168,10 +226,16 @@ pub fn interface_index(name: &str) -> io::Result<u32> {
 }
 
 impl XdpSocket {
-    /// Opens a socket on queue `queue` of interface `ifname` for UDP
-    /// datagrams to `port`, and attaches the program that steers them.
-    pub fn open(ifname: &str, queue: u32, port: u16) -> io::Result<Self> {
-        let ifindex = interface_index(ifname)?;
+    /// Opens a socket on receive queue `queue` of the steered interface
+    /// and puts it in the steering's map.
+    pub fn open(steering: &Steering, queue: u32) -> io::Result<Self> {
+        if queue >= steering.queues {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} has no receive queue {queue}", steering.name),
+            ));
+        }
+        let (ifname, ifindex) = (steering.name.as_str(), steering.ifindex);
         let umem = Umem::new(FRAMES as usize * FRAME)?;
         // SAFETY: plain socket(2); the descriptor is owned at once.
         let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -243,14 +307,8 @@ impl XdpSocket {
                 format!("binding AF_XDP to {ifname} queue {queue}: {e}"),
             )
         })?;
-        let map = bpf::xsk_map(queue + 1)?;
-        bpf::set_socket(&map, queue, raw)?;
-        let prog = bpf::load(&map, port)?;
-        let link = bpf::attach(&prog, ifindex)?;
+        bpf::set_socket(&steering.map, queue, raw)?;
         Ok(Self {
-            _link: link,
-            _prog: prog,
-            _map: map,
             rx,
             tx,
             fill,
@@ -260,7 +318,13 @@ impl XdpSocket {
             free_tx: (HALF..FRAMES)
                 .map(|i| u64::from(i) * FRAME as u64)
                 .collect(),
+            queued: 0,
         })
+    }
+
+    /// Whether received frames wait (no system call).
+    pub fn pending(&self) -> bool {
+        self.rx.ready() > 0
     }
 
     /// Waits up to `timeout` for a frame to arrive; true when one has.
@@ -268,57 +332,72 @@ impl XdpSocket {
         self.rx.ready() > 0 || crate::wait(self.fd.as_raw_fd(), false, timeout)
     }
 
-    /// Takes up to `max` received frames and, for each, lets `answer`
-    /// write a frame to send into a transmit buffer of `FRAME` bytes
-    /// (returning its length, 0 for none); sends the answers in one
-    /// system call. Returns the frames received.
-    pub fn answer(&mut self, max: u32, mut answer: impl FnMut(&[u8], &mut [u8]) -> usize) -> u32 {
-        self.reclaim();
+    /// Hands each of up to `max` received frames to `each`, then lends
+    /// their buffers back to the kernel. Returns the frames received.
+    pub fn receive(&mut self, max: u32, mut each: impl FnMut(&[u8])) -> u32 {
         let ready = self.rx.ready().min(max).min(self.fill.free());
-        let mut sent = 0;
         for i in 0..ready {
             let d: libc::xdp_desc = self.rx.read(i);
             let base = d.addr & !(FRAME as u64 - 1);
             let end = d.addr.saturating_add(u64::from(d.len));
-            // Received frames lie in the first half, lent through the fill
-            // ring; anything else is not a frame of ours to read.
-            let ours = base < u64::from(HALF) * FRAME as u64 && end <= base + FRAME as u64;
-            if let (true, Some(&out_at)) = (ours, self.free_tx.last()) {
-                // SAFETY: the receive frame [d.addr, end) lies in the first
-                // half of the live UMEM (checked above) and the kernel
-                // wrote it before publishing it; the transmit frame lies in
-                // the second half, owned by this side until submitted —
-                // the two never overlap.
-                let (frame, out) = unsafe {
-                    (
-                        std::slice::from_raw_parts(
-                            self.umem.ptr.add(d.addr as usize),
-                            d.len as usize,
-                        ),
-                        std::slice::from_raw_parts_mut(self.umem.ptr.add(out_at as usize), FRAME),
-                    )
-                };
-                let n = answer(frame, out).min(FRAME);
-                if n > 0 {
-                    self.free_tx.pop();
-                    let desc = libc::xdp_desc {
-                        addr: out_at,
-                        len: n as u32,
-                        options: 0,
-                    };
-                    self.tx.write(sent, desc);
-                    sent += 1;
-                }
+            if base < u64::from(HALF) * FRAME as u64 && end <= base + FRAME as u64 {
+                // SAFETY: the frame [d.addr, end) lies in the first half of
+                // the live UMEM (checked above), written by the kernel
+                // before it published the descriptor, and not lent again
+                // until the fill ring takes it back below.
+                each(unsafe {
+                    std::slice::from_raw_parts(self.umem.ptr.add(d.addr as usize), d.len as usize)
+                });
             }
             self.fill.write(i, base);
         }
         self.rx.release(ready);
         self.fill.submit(ready);
-        if sent > 0 {
-            self.tx.submit(sent);
+        ready
+    }
+
+    /// Queues one frame that `write` puts into a transmit buffer of
+    /// `FRAME` bytes (returning its length; 0 sends nothing). False when
+    /// nothing was queued: no buffer was free, or `write` wrote nothing
+    /// (the frame should go another way).
+    pub fn transmit(&mut self, write: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        if self.free_tx.is_empty() {
+            self.reclaim();
+        }
+        let Some(&at) = self.free_tx.last() else {
+            return false;
+        };
+        // SAFETY: the transmit frame lies in the second half of the live
+        // UMEM and is owned by this side until its descriptor is published.
+        let buf = unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(at as usize), FRAME) };
+        let n = write(buf).min(FRAME);
+        if n == 0 {
+            return false;
+        }
+        self.free_tx.pop();
+        let desc = libc::xdp_desc {
+            addr: at,
+            len: n as u32,
+            options: 0,
+        };
+        self.tx.write(self.queued, desc);
+        self.queued += 1;
+        true
+    }
+
+    /// Sends the frames `transmit` queued, in one system call.
+    pub fn flush(&mut self) {
+        if self.queued > 0 {
+            self.tx.submit(self.queued);
+            self.queued = 0;
             self.kick();
         }
-        ready
+        self.reclaim();
+    }
+
+    /// The socket's descriptor, to wait on beside others.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 
     fn kick(&self) {

@@ -131,6 +131,11 @@ impl Ring {
     }
 }
 
+// SAFETY: a ring's mapping belongs to the one `Ring` that made it; the
+// only other party is the kernel, which it meets through atomics. Moving
+// it to another thread moves that sole ownership (it is not `Sync`).
+unsafe impl Send for Ring {}
+
 impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map`, unmapped once.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use sipsec_bench::xdp::{measure, table, Plan};
+use sipsec_bench::xdp::{measure, table, Plan, Target};
 
 use super::common::positive;
 
@@ -27,6 +27,11 @@ pub struct XdpArgs {
     /// Generator sockets (local ports).
     #[arg(long, default_value_t = 8)]
     flows: usize,
+    /// What answers: the null responder, or `sipsec serve --mode
+    /// registrar --workers 1` (this executable) with and without
+    /// `--udp-xdp`.
+    #[arg(long, default_value = "null", value_parser = ["null", "sipsec"])]
+    server: String,
 }
 
 pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
@@ -39,11 +44,15 @@ pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
         rounds: a.rounds.max(1),
         pin: a.pin,
         flows: a.flows.max(1),
+        target: match a.server.as_str() {
+            "sipsec" => Target::Sipsec(std::env::current_exe().map_err(|e| e.to_string())?),
+            _ => Target::Null,
+        },
     };
     let cells = measure(&plan, |c| {
-        let core = c.core_us.map_or(String::new(), |u| format!(", {u:.2} µs its core"));
+        let core = c.core_us.map_or(String::new(), |u| format!(", {u:.2} on its core"));
         println!(
-            "round {} {:>17} at {:>7.0}/s: {:>7.0} answered/s, {} failed, {:.2} µs per answer its thread{core}{}",
+            "round {} {:>17} at {:>7.0}/s: {:>7.0} answered/s, {} failed, {:.2} µs per REGISTER in the responder{core}{}",
             c.round,
             c.path.as_str(),
             c.rate,
@@ -52,6 +61,9 @@ pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
             c.thread_us,
             if c.dropped > 0 { format!(", {} frames dropped", c.dropped) } else { String::new() },
         );
+        if let Some((why, n)) = &c.why {
+            println!("  most failures ({n}): {why}");
+        }
     })
     .map_err(|e| e.to_string())?;
     println!();

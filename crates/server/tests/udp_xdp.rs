@@ -1,0 +1,204 @@
+//! UDP past the kernel's stack (`udp_xdp`): a registrar in a network
+//! namespace of the test's own, on one end of a veth pair, takes the
+//! REGISTERs sent through the pair on its AF_XDP socket and answers them
+//! that way; what reaches it otherwise (from inside the namespace) is
+//! served by its UDP socket; an interface it cannot use leaves it on its
+//! sockets. Run as root, as CI runs (`./setup.sh` installs iproute2).
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sipsec_server::{start, Config, Mode, Started};
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip runs (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A veth pair, one end in a namespace; deleted with it.
+struct Veth {
+    ns: String,
+    inner: String,
+    inner_ip: Ipv4Addr,
+}
+
+impl Veth {
+    fn new(tag: u32) -> Self {
+        let id = std::process::id() % 100_000;
+        let (ns, outer, inner) = (
+            format!("sipsec-t{tag}-{id}"),
+            format!("sto{tag}{id}"),
+            format!("sti{tag}{id}"),
+        );
+        let net = (id % 200) as u8;
+        let veth = Self {
+            ns: ns.clone(),
+            inner: inner.clone(),
+            inner_ip: Ipv4Addr::new(10, 202 + tag as u8, net, 2),
+        };
+        ip(&["netns", "add", &ns]);
+        ip(&[
+            "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &ns,
+        ]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.{}.{net}.1/30", 202 + tag),
+            "dev",
+            &outer,
+        ]);
+        ip(&["link", "set", &outer, "up"]);
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{}/30", veth.inner_ip),
+            "dev",
+            &inner,
+        ]);
+        ip(&["-n", &ns, "link", "set", &inner, "up"]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        veth
+    }
+
+    fn namespace(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.ns)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// A registrar started from a thread inside the namespace (its threads
+/// live there), on the inner end's address, port 5060.
+fn registrar_in(veth: &Veth, udp_xdp: Option<String>) -> Started {
+    let (ns, addr) = (veth.namespace(), SocketAddr::from((veth.inner_ip, 5060)));
+    let dir = std::env::temp_dir().join(format!("sipsec-xdp-{}-{}", veth.ns, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::thread::spawn(move || {
+        sip_udp::enter_network_namespace(&ns).expect("setns");
+        start(Config {
+            mode: Mode::Registrar,
+            udp: addr,
+            tcp: None,
+            http: None,
+            advertise: addr,
+            workers: 1,
+            udp_xdp,
+            // A namespace of the test's own: nobody else reaches it.
+            insecure_no_auth: true,
+            data_dir: dir,
+            ..Config::default()
+        })
+        .expect("server starts")
+    })
+    .join()
+    .expect("the starting thread")
+}
+
+fn register(n: u32, local: SocketAddr, to: SocketAddr) -> String {
+    format!(
+        "REGISTER sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-x{n}\r\nMax-Forwards: 70\r\nFrom: <sip:u{n}@{to}>;tag=f{n}\r\nTo: <sip:u{n}@{to}>\r\nCall-ID: xdp-{n}\r\nCSeq: 1 REGISTER\r\nContact: <sip:u{n}@{local}>\r\nExpires: 60\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// Sends REGISTERs `ids` from `sock` in one burst and checks each drew
+/// exactly one 200 (a retransmission of the first included: answered
+/// again, as RFC 3261 §17.2.1 wants of a retransmitted request).
+fn each_answered(sock: &UdpSocket, to: SocketAddr, ids: std::ops::Range<u32>) {
+    let local = sock.local_addr().expect("local");
+    let local = SocketAddr::from((
+        match local.ip() {
+            std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
+            _ => Ipv4Addr::new(10, 0, 0, 1),
+        },
+        local.port(),
+    ));
+    for n in ids.clone() {
+        sock.send_to(register(n, local, to).as_bytes(), to)
+            .expect("send");
+    }
+    sock.send_to(register(ids.start, local, to).as_bytes(), to)
+        .expect("send");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    for _ in 0..ids.len() + 1 {
+        let len = sock.recv(&mut buf).expect("an answer");
+        let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+        assert!(text.starts_with("SIP/2.0 200 "), "{text}");
+        let call_id = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Call-ID: "))
+            .expect("Call-ID")
+            .to_owned();
+        seen.push(call_id);
+    }
+    seen.sort();
+    let mut want: Vec<String> = ids.clone().map(|n| format!("xdp-{n}")).collect();
+    want.push(format!("xdp-{}", ids.start));
+    want.sort();
+    assert_eq!(seen, want);
+}
+
+fn client() -> UdpSocket {
+    let s = UdpSocket::bind("0.0.0.0:0").expect("udp");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+#[test]
+fn registers_through_the_veth_come_and_go_past_the_kernel() {
+    let veth = Veth::new(0);
+    let server = registrar_in(&veth, Some(veth.inner.clone()));
+    let to = server.handle.local_addr();
+    let from_outside = client();
+    each_answered(&from_outside, to, 0..100);
+    let metrics = &server.handle.shared().metrics;
+    let (received, sent) = (
+        metrics.xdp_received.load(Ordering::Relaxed),
+        metrics.xdp_sent.load(Ordering::Relaxed),
+    );
+    // The first datagram may have come before the neighbour was known
+    // (ARP, answered by the kernel), but every REGISTER came this way.
+    assert!(received >= 101, "{received} received on AF_XDP");
+    assert!(sent >= 101, "{sent} sent on AF_XDP");
+
+    // From inside the namespace the datagrams cross loopback, not the
+    // veth: the socket serves them.
+    let ns = veth.namespace();
+    std::thread::spawn(move || {
+        sip_udp::enter_network_namespace(&ns).expect("setns");
+        each_answered(&client(), to, 1000..1020);
+    })
+    .join()
+    .expect("the inside client");
+    assert_eq!(metrics.xdp_received.load(Ordering::Relaxed), received);
+    server.handle.shutdown();
+}
+
+#[test]
+fn an_interface_it_cannot_use_leaves_the_sockets_serving() {
+    let veth = Veth::new(1);
+    let server = registrar_in(&veth, Some("nosuchif0".into()));
+    let to = server.handle.local_addr();
+    each_answered(&client(), to, 0..20);
+    let metrics = &server.handle.shared().metrics;
+    assert_eq!(metrics.xdp_received.load(Ordering::Relaxed), 0);
+    server.handle.shutdown();
+}
