@@ -161,7 +161,7 @@ impl NullServer {
     /// and returns once it answers an OPTIONS sent from here.
     pub fn start(veth: &Veth, path: Path, port: u16, core: Option<usize>) -> Result<Self, Error> {
         let addr = SocketAddr::V4(SocketAddrV4::new(veth.inner_ip, port));
-        let (ns, inner) = (veth.namespace(), veth.inner.clone());
+        let (ns, inner, inner_ip) = (veth.namespace(), veth.inner.clone(), veth.inner_ip);
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
         let (ready, started) = mpsc::channel();
@@ -177,7 +177,7 @@ impl NullServer {
                     Ok(match path {
                         Path::Socket => Serving::Socket(UdpSocket::bind(addr)?),
                         Path::Xdp => {
-                            let steering = Steering::attach(&inner, port, None)?;
+                            let steering = Steering::attach(&inner, port, &[inner_ip])?;
                             let xsk = XdpSocket::open(&steering, 0)?;
                             Serving::Xdp(Box::new((steering, xsk)))
                         }

@@ -85,9 +85,16 @@ impl Drop for Veth {
 }
 
 /// A registrar started from a thread inside the namespace (its threads
-/// live there), on the inner end's address, port 5060.
-fn registrar_in(veth: &Veth, udp_xdp: Option<String>) -> Started {
-    let (ns, addr) = (veth.namespace(), SocketAddr::from((veth.inner_ip, 5060)));
+/// live there), on port 5060 of the inner end's address (of every
+/// address with `any`).
+fn registrar_in(veth: &Veth, udp_xdp: Option<String>, any: bool) -> Started {
+    let ns = veth.namespace();
+    let advertise = SocketAddr::from((veth.inner_ip, 5060));
+    let addr = if any {
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 5060))
+    } else {
+        advertise
+    };
     let dir = std::env::temp_dir().join(format!("sipsec-xdp-{}-{}", veth.ns, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::thread::spawn(move || {
@@ -97,7 +104,7 @@ fn registrar_in(veth: &Veth, udp_xdp: Option<String>) -> Started {
             udp: addr,
             tcp: None,
             http: None,
-            advertise: addr,
+            advertise,
             workers: 1,
             udp_xdp,
             // A namespace of the test's own: nobody else reaches it.
@@ -165,7 +172,7 @@ fn client() -> UdpSocket {
 #[test]
 fn registers_through_the_veth_come_and_go_past_the_kernel() {
     let veth = Veth::new(0);
-    let server = registrar_in(&veth, Some(veth.inner.clone()));
+    let server = registrar_in(&veth, Some(veth.inner.clone()), false);
     let to = server.handle.local_addr();
     let from_outside = client();
     each_answered(&from_outside, to, 0..100);
@@ -195,10 +202,22 @@ fn registers_through_the_veth_come_and_go_past_the_kernel() {
 #[test]
 fn an_interface_it_cannot_use_leaves_the_sockets_serving() {
     let veth = Veth::new(1);
-    let server = registrar_in(&veth, Some("nosuchif0".into()));
+    let server = registrar_in(&veth, Some("nosuchif0".into()), false);
     let to = server.handle.local_addr();
     each_answered(&client(), to, 0..20);
     let metrics = &server.handle.shared().metrics;
     assert_eq!(metrics.xdp_received.load(Ordering::Relaxed), 0);
+    server.handle.shutdown();
+}
+
+#[test]
+fn bound_to_every_address_it_steers_the_interfaces_own() {
+    let veth = Veth::new(2);
+    let server = registrar_in(&veth, Some(veth.inner.clone()), true);
+    let to = SocketAddr::from((veth.inner_ip, 5060));
+    each_answered(&client(), to, 0..30);
+    let metrics = &server.handle.shared().metrics;
+    let received = metrics.xdp_received.load(Ordering::Relaxed);
+    assert!(received >= 31, "{received} received on AF_XDP");
     server.handle.shutdown();
 }

@@ -374,23 +374,26 @@ fn answer_stored(
 /// Attaches the program steering the UDP port's datagrams on `iface`
 /// to AF_XDP sockets; `None` (said in the log) where it cannot.
 fn steer(iface: &str, addr: SocketAddr) -> Option<Arc<Steering>> {
-    let ip = match addr {
-        SocketAddr::V4(a) if !a.ip().is_unspecified() => Some(*a.ip()),
-        SocketAddr::V4(_) => None,
+    let unavailable = |why: &str| {
+        crate::io::log::udp_xdp_unavailable(iface, why);
+        None
+    };
+    // Only datagrams for this host's own addresses: a host that forwards
+    // traffic must not take what passes through to others.
+    let addrs = match addr {
+        SocketAddr::V4(a) if !a.ip().is_unspecified() => vec![*a.ip()],
+        SocketAddr::V4(_) => match sip_udp::xdp::interface_ipv4(iface) {
+            Ok(a) if a.is_empty() => return unavailable("the interface has no IPv4 address"),
+            Ok(a) => a.into_iter().take(16).collect(),
+            Err(e) => return unavailable(&e.to_string()),
+        },
         SocketAddr::V6(_) => {
-            crate::io::log::udp_xdp_unavailable(
-                iface,
-                "the UDP address is IPv6; AF_XDP here carries IPv4",
-            );
-            return None;
+            return unavailable("the UDP address is IPv6; AF_XDP here carries IPv4")
         }
     };
-    match Steering::attach(iface, addr.port(), ip) {
+    match Steering::attach(iface, addr.port(), &addrs) {
         Ok(s) => Some(Arc::new(s)),
-        Err(e) => {
-            crate::io::log::udp_xdp_unavailable(iface, &e.to_string());
-            None
-        }
+        Err(e) => unavailable(&e.to_string()),
     }
 }
 

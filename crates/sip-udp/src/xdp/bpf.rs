@@ -122,6 +122,8 @@ const ADD_K: u8 = 0x07;
 const AND_K: u8 = 0x57;
 const JGT_X: u8 = 0x2d;
 const JNE_K: u8 = 0x55;
+const JEQ_K: u8 = 0x15;
+const JA: u8 = 0x05;
 const LD_DW: u8 = 0x18;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
@@ -133,10 +135,10 @@ const fn wire16(v: u16) -> i32 {
 }
 
 /// The program: for an Ethernet frame carrying an unfragmented IPv4 UDP
-/// datagram (20-byte header) to `port` (and to address `ip`, when given),
-/// `bpf_redirect_map(map, rx_queue_index, XDP_PASS)`; for any other frame,
-/// `XDP_PASS`.
-fn program(map: RawFd, port: u16, ip: Option<Ipv4Addr>) -> Vec<Insn> {
+/// datagram (20-byte header) to `port` and to one of `addrs` (any
+/// address when empty), `bpf_redirect_map(map, rx_queue_index,
+/// XDP_PASS)`; for any other frame, `XDP_PASS`.
+fn program(map: RawFd, port: u16, addrs: &[Ipv4Addr]) -> Vec<Insn> {
     let pass = |at: usize, end: usize| (end - at - 1) as i16;
     let mut p = vec![
         Insn::new(LDX_W, 2, 1, 0, 0), // r2 = ctx->data
@@ -156,11 +158,15 @@ fn program(map: RawFd, port: u16, ip: Option<Ipv4Addr>) -> Vec<Insn> {
         Insn::new(LDX_H, 5, 2, 36, 0), // UDP destination port
         Insn::new(JNE_K, 5, 0, 0, wire16(port)),
     ];
-    if let Some(ip) = ip {
-        // The destination address, loaded little-endian as it lies.
-        let want = u32::from_le_bytes(ip.octets()) as i32;
+    if !addrs.is_empty() {
+        // The destination address, loaded little-endian as it lies: on a
+        // match, past the remaining tests and the jump to pass.
         p.push(Insn::new(LDX_W, 5, 2, 30, 0));
-        p.push(Insn::new(JNE_K, 5, 0, 0, want));
+        for (k, ip) in addrs.iter().enumerate() {
+            let want = u32::from_le_bytes(ip.octets()) as i32;
+            p.push(Insn::new(JEQ_K, 5, 0, (addrs.len() - k) as i16, want));
+        }
+        p.push(Insn::new(JA, 0, 0, 0, 0));
     }
     p.extend([
         Insn::new(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
@@ -172,7 +178,7 @@ fn program(map: RawFd, port: u16, ip: Option<Ipv4Addr>) -> Vec<Insn> {
     ]);
     let end = p.len();
     for (at, insn) in p.iter_mut().enumerate() {
-        if matches!(insn.code, JGT_X | JNE_K) {
+        if matches!(insn.code, JGT_X | JNE_K | JA) {
             insn.off = pass(at, end);
         }
     }
@@ -183,8 +189,8 @@ fn program(map: RawFd, port: u16, ip: Option<Ipv4Addr>) -> Vec<Insn> {
 
 /// Loads the program for `map` and `port`; a refusal carries the
 /// verifier's log.
-pub(super) fn load(map: &OwnedFd, port: u16, ip: Option<Ipv4Addr>) -> io::Result<OwnedFd> {
-    let code: Vec<u8> = program(map.as_raw_fd(), port, ip)
+pub(super) fn load(map: &OwnedFd, port: u16, addrs: &[Ipv4Addr]) -> io::Result<OwnedFd> {
+    let code: Vec<u8> = program(map.as_raw_fd(), port, addrs)
         .into_iter()
         .flat_map(Insn::bytes)
         .collect();
@@ -232,7 +238,7 @@ mod tests {
 
     #[test]
     fn every_test_jumps_to_the_pass_exit() {
-        let p = program(7, 5060, None);
+        let p = program(7, 5060, &[]);
         let pass = p.len() - 2;
         assert_eq!(p[pass], Insn::new(MOV_K, 0, 0, 0, XDP_PASS));
         let jumps: Vec<_> = p
@@ -252,7 +258,7 @@ mod tests {
             Insn::new(LDX_W, 1, 2, 16, 0).bytes(),
             [0x61, 0x21, 16, 0, 0, 0, 0, 0]
         );
-        let p = program(9, 5060, None);
+        let p = program(9, 5060, &[]);
         let map = p.iter().position(|i| i.code == LD_DW).unwrap();
         assert_eq!(p[map].bytes(), [0x18, 0x11, 0, 0, 9, 0, 0, 0]);
         // Port 5060 (0x13c4) in network order, loaded little-endian: 0xc413.
@@ -260,15 +266,26 @@ mod tests {
     }
 
     #[test]
-    fn an_address_adds_one_test() {
-        let any = program(9, 5060, None);
-        let one = program(9, 5060, Some(Ipv4Addr::new(10, 0, 0, 2)));
-        assert_eq!(one.len(), any.len() + 2);
-        // 10.0.0.2 as its bytes lie, read little-endian: 0x0200000a.
-        assert!(one.iter().any(|i| i.code == JNE_K && i.imm == 0x0200_000a));
-        let pass = one.len() - 2;
-        for (at, i) in one.iter().enumerate().filter(|(_, i)| i.code == JNE_K) {
-            assert_eq!(at as i64 + 1 + i64::from(i.off), pass as i64);
+    fn addresses_are_tested_after_the_port() {
+        let any = program(9, 5060, &[]);
+        let addrs = [Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(192, 0, 2, 7)];
+        let some = program(9, 5060, &addrs);
+        // One load, one test per address, one jump to pass.
+        assert_eq!(some.len(), any.len() + 4);
+        let accept = some
+            .iter()
+            .position(|i| i.code == LDX_W && i.off == 16)
+            .unwrap();
+        let pass = some.len() - 2;
+        for (at, i) in some.iter().enumerate() {
+            let to = at as i64 + 1 + i64::from(i.off);
+            match i.code {
+                JEQ_K => assert_eq!(to, accept as i64),
+                JGT_X | JNE_K | JA => assert_eq!(to, pass as i64),
+                _ => {}
+            }
         }
+        // 10.0.0.2 as its bytes lie, read little-endian: 0x0200000a.
+        assert!(some.iter().any(|i| i.code == JEQ_K && i.imm == 0x0200_000a));
     }
 }

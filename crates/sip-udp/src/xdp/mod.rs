@@ -16,6 +16,7 @@ pub mod frame;
 mod ring;
 
 use std::io;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
@@ -54,12 +55,20 @@ pub struct Steering {
 const MAX_QUEUES: u32 = 256;
 
 impl Steering {
-    /// Attaches the program to interface `ifname` for UDP to `port` (and
-    /// to `ip` when given: a server bound to one address).
-    pub fn attach(ifname: &str, port: u16, ip: Option<std::net::Ipv4Addr>) -> io::Result<Self> {
+    /// Attaches the program to interface `ifname` for UDP to `port` and
+    /// to one of `addrs` (at most 16; none: any address — only for a
+    /// host that forwards nobody's traffic, since datagrams passing
+    /// through to other hosts would be taken too).
+    pub fn attach(ifname: &str, port: u16, addrs: &[Ipv4Addr]) -> io::Result<Self> {
+        if addrs.len() > 16 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "at most 16 addresses are steered",
+            ));
+        }
         let ifindex = interface_index(ifname)?;
         let map = bpf::xsk_map(MAX_QUEUES)?;
-        let prog = bpf::load(&map, port, ip)?;
+        let prog = bpf::load(&map, port, addrs)?;
         let link = bpf::attach(&prog, ifindex)?;
         let queues = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))
             .map(|d| {
@@ -210,6 +219,38 @@ fn bind(fd: libc::c_int, addr: &libc::sockaddr_xdp) -> io::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The IPv4 addresses of interface `name` (in this thread's network
+/// namespace).
+pub fn interface_ipv4(name: &str) -> io::Result<Vec<Ipv4Addr>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a list freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, alive
+        // until freeifaddrs; its name is a NUL-terminated string and its
+        // address, when set and of family AF_INET, a sockaddr_in.
+        unsafe {
+            let ifa = &*at;
+            let ours = std::ffi::CStr::from_ptr(ifa.ifa_name).to_bytes() == name.as_bytes();
+            if ours
+                && !ifa.ifa_addr.is_null()
+                && i32::from((*ifa.ifa_addr).sa_family) == libc::AF_INET
+            {
+                let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+            at = ifa.ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(out)
 }
 
 /// The index of interface `name` in this thread's network namespace.
