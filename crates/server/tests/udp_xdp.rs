@@ -35,6 +35,11 @@ struct Veth {
 
 impl Veth {
     fn new(tag: u32) -> Self {
+        Self::with_queues(tag, 1)
+    }
+
+    /// A pair whose ends have `queues` receive and transmit queues each.
+    fn with_queues(tag: u32, queues: u32) -> Self {
         let id = std::process::id() % 100_000;
         let (ns, outer, inner) = (
             format!("sipsec-t{tag}-{id}"),
@@ -48,9 +53,21 @@ impl Veth {
             inner_ip: Ipv4Addr::new(10, 202 + tag as u8, net, 2),
         };
         ip(&["netns", "add", &ns]);
-        ip(&[
-            "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &ns,
+        let q = queues.to_string();
+        let per_end = ["numrxqueues", q.as_str(), "numtxqueues", q.as_str()];
+        let mut add = vec!["link", "add", outer.as_str()];
+        add.extend(per_end);
+        add.extend([
+            "type",
+            "veth",
+            "peer",
+            "name",
+            inner.as_str(),
+            "netns",
+            ns.as_str(),
         ]);
+        add.extend(per_end);
+        ip(&add);
         ip(&[
             "addr",
             "add",
@@ -88,6 +105,10 @@ impl Drop for Veth {
 /// live there), on port 5060 of the inner end's address (of every
 /// address with `any`).
 fn registrar_in(veth: &Veth, udp_xdp: Option<String>, any: bool) -> Started {
+    registrar_with(veth, udp_xdp, any, 1)
+}
+
+fn registrar_with(veth: &Veth, udp_xdp: Option<String>, any: bool, workers: usize) -> Started {
     let ns = veth.namespace();
     let advertise = SocketAddr::from((veth.inner_ip, 5060));
     let addr = if any {
@@ -105,7 +126,7 @@ fn registrar_in(veth: &Veth, udp_xdp: Option<String>, any: bool) -> Started {
             tcp: None,
             http: None,
             advertise,
-            workers: 1,
+            workers,
             udp_xdp,
             // A namespace of the test's own: nobody else reaches it.
             insecure_no_auth: true,
@@ -219,5 +240,27 @@ fn bound_to_every_address_it_steers_the_interfaces_own() {
     let metrics = &server.handle.shared().metrics;
     let received = metrics.xdp_received.load(Ordering::Relaxed);
     assert!(received >= 31, "{received} received on AF_XDP");
+    server.handle.shutdown();
+}
+
+/// More workers than the interface has queues: each worker with a queue
+/// opens its AF_XDP socket, the one past them keeps to its socket, and
+/// every REGISTER from 32 senders is answered past the kernel. (A veth
+/// delivers on one real receive queue unless `ethtool -L` gives it more,
+/// so which worker takes them is the kernel's; spreading over queues is
+/// the NIC's hash.)
+#[test]
+fn workers_past_the_queues_keep_to_their_sockets() {
+    let veth = Veth::with_queues(3, 2);
+    let server = registrar_with(&veth, Some(veth.inner.clone()), false, 3);
+    let to = server.handle.local_addr();
+    let senders: Vec<UdpSocket> = (0..32).map(|_| client()).collect();
+    for (k, s) in senders.iter().enumerate() {
+        let first = 100 * k as u32;
+        each_answered(s, to, first..first + 5);
+    }
+    let m = &server.handle.shared().metrics;
+    let received = m.xdp_received.load(Ordering::Relaxed);
+    assert!(received >= 32 * 6, "{received} received on AF_XDP");
     server.handle.shutdown();
 }

@@ -397,15 +397,17 @@ fn steer(iface: &str, addr: SocketAddr) -> Option<Arc<Steering>> {
     }
 }
 
-/// Worker `i`'s AF_XDP socket, on receive queue `i`; the interface's
-/// other queues, and workers past them, stay on their sockets.
+/// Worker `i`'s AF_XDP socket, on receive queue `i`; workers past the
+/// interface's queues stay on their sockets.
 fn open_port(steering: &Steering, i: usize) -> Option<XdpPort> {
-    let queue = u32::try_from(i).ok().filter(|q| *q < steering.queues())?;
+    let queue = u32::try_from(i).ok()?;
     match XdpPort::open(steering, queue) {
         Ok(p) => {
             crate::io::log::udp_xdp_on(steering.interface(), queue);
             Some(p)
         }
+        // No such queue: the interface has fewer than the workers.
+        Err(e) if i > 0 && e.kind() == io::ErrorKind::InvalidInput => None,
         Err(e) => {
             crate::io::log::udp_xdp_unavailable(steering.interface(), &e.to_string());
             None

@@ -48,7 +48,6 @@ pub struct Steering {
     map: OwnedFd,
     ifindex: u32,
     name: String,
-    queues: u32,
 }
 
 /// Most receive queues steered (the XSKMAP's size).
@@ -70,27 +69,13 @@ impl Steering {
         let map = bpf::xsk_map(MAX_QUEUES)?;
         let prog = bpf::load(&map, port, addrs)?;
         let link = bpf::attach(&prog, ifindex)?;
-        let queues = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                    .count() as u32
-            })
-            .unwrap_or(1)
-            .clamp(1, MAX_QUEUES);
         Ok(Self {
             _link: link,
             _prog: prog,
             map,
             ifindex,
             name: ifname.to_owned(),
-            queues,
         })
-    }
-
-    /// The interface's receive queues (at most 256 are steered).
-    pub fn queues(&self) -> u32 {
-        self.queues
     }
 
     /// The interface's name.
@@ -268,12 +253,14 @@ pub fn interface_index(name: &str) -> io::Result<u32> {
 
 impl XdpSocket {
     /// Opens a socket on receive queue `queue` of the steered interface
-    /// and puts it in the steering's map.
+    /// and puts it in the steering's map. A queue the interface does not
+    /// have is refused with `ErrorKind::InvalidInput` (the kernel's
+    /// EINVAL); so is one past the 256 steered.
     pub fn open(steering: &Steering, queue: u32) -> io::Result<Self> {
-        if queue >= steering.queues {
+        if queue >= MAX_QUEUES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} has no receive queue {queue}", steering.name),
+                format!("receive queue {queue}: at most {MAX_QUEUES} are steered"),
             ));
         }
         let (ifname, ifindex) = (steering.name.as_str(), steering.ifindex);
