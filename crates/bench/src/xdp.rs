@@ -19,6 +19,7 @@ use sip_core::{Message, Method, StatusCode};
 use sip_udp::xdp::{frame, Steering, XdpSocket};
 
 use crate::error::Error;
+use crate::stats::{median, median_range, round_order};
 
 /// How the responder receives and sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -592,12 +593,7 @@ pub fn measure(plan: &Plan, mut each: impl FnMut(&Cell)) -> Result<Vec<Cell>, Er
     let mut cells = Vec::new();
     for round in 1..=plan.rounds.max(1) {
         for &rate in &plan.rates {
-            let order = if round % 2 == 1 {
-                [Path::Socket, Path::Xdp]
-            } else {
-                [Path::Xdp, Path::Socket]
-            };
-            for path in order {
+            for &path in round_order(&[Path::Socket, Path::Xdp], round) {
                 let c = cell(plan, &veth, path, rate, round)?;
                 each(&c);
                 cells.push(c);
@@ -605,15 +601,6 @@ pub fn measure(plan: &Plan, mut each: impl FnMut(&Cell)) -> Result<Vec<Cell>, Er
         }
     }
     Ok(cells)
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[n / 2]),
-        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
 }
 
 /// The summary: per rate and path the medians (and ranges) of the rounds,
@@ -626,15 +613,7 @@ pub fn table(cells: &[Cell]) -> String {
     let mut out = String::from(
         "| offered/s | path | answered/s | failed | µs per REGISTER, the responder | µs per REGISTER, its core |\n|---|---|---|---|---|---|\n",
     );
-    let range = |v: &[f64]| -> String {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        match median(v.to_vec()) {
-            Some(m) if v.len() > 1 => format!("{m:.2} ({lo:.2}–{hi:.2})"),
-            Some(m) => format!("{m:.2}"),
-            None => "–".into(),
-        }
-    };
+    let range = |v: &[f64]| median_range(v, 2);
     let mut ratios = String::new();
     for rate in rates {
         let mut core = [None, None];
@@ -649,7 +628,7 @@ pub fn table(cells: &[Cell]) -> String {
             }
             let t: Vec<f64> = of.iter().map(|c| c.thread_us).collect();
             let k: Vec<f64> = of.iter().filter_map(|c| c.core_us).collect();
-            let ok = median(of.iter().map(|c| c.ok_per_s).collect()).unwrap_or(0.0);
+            let ok = median(&of.iter().map(|c| c.ok_per_s).collect::<Vec<_>>());
             let failed: u64 = of.iter().map(|c| c.failed).sum();
             out.push_str(&format!(
                 "| {rate:.0} | {} | {ok:.0} | {failed} | {} | {} |\n",
@@ -657,8 +636,8 @@ pub fn table(cells: &[Cell]) -> String {
                 range(&t),
                 range(&k)
             ));
-            thread[i] = median(t);
-            core[i] = median(k);
+            thread[i] = Some(median(&t)).filter(|m| !m.is_nan());
+            core[i] = Some(median(&k)).filter(|m| !m.is_nan());
         }
         let ratio = |p: [Option<f64>; 2]| match p {
             [Some(s), Some(x)] if x > 0.0 => format!("{:.2}×", s / x),
