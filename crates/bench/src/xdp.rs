@@ -24,7 +24,7 @@ use crate::stats::{median, median_range, round_order};
 /// How the responder receives and sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
-    /// A UDP socket: `recvmmsg` and `sendmmsg`, up to 64 a call.
+    /// A UDP socket: `recvmmsg` and `sendmmsg`, up to 32 a call.
     Socket,
     /// An AF_XDP socket on the veth's receive queue.
     Xdp,
