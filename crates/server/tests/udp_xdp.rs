@@ -50,7 +50,9 @@ impl Veth {
         let veth = Self {
             ns: ns.clone(),
             inner: inner.clone(),
-            inner_ip: Ipv4Addr::new(10, 202 + tag as u8, net, 2),
+            // A last octet past 127: the top bit of the address's little-endian
+            // word, which the XDP program must compare in 32 bits.
+            inner_ip: Ipv4Addr::new(10, 202 + tag as u8, net, 202),
         };
         ip(&["netns", "add", &ns]);
         let q = queues.to_string();
@@ -71,7 +73,7 @@ impl Veth {
         ip(&[
             "addr",
             "add",
-            &format!("10.{}.{net}.1/30", 202 + tag),
+            &format!("10.{}.{net}.201/30", 202 + tag),
             "dev",
             &outer,
         ]);

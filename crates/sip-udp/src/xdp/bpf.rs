@@ -122,7 +122,10 @@ const ADD_K: u8 = 0x07;
 const AND_K: u8 = 0x57;
 const JGT_X: u8 = 0x2d;
 const JNE_K: u8 = 0x55;
-const JEQ_K: u8 = 0x15;
+/// `BPF_JMP32 | BPF_JEQ | BPF_K`: compares the low 32 bits. A 64-bit
+/// jump would sign-extend the immediate, so an address whose last octet
+/// is 128 or more (the top bit of its little-endian word) never matched.
+const JEQ32_K: u8 = 0x16;
 const JA: u8 = 0x05;
 const LD_DW: u8 = 0x18;
 const CALL: u8 = 0x85;
@@ -164,7 +167,7 @@ fn program(map: RawFd, port: u16, addrs: &[Ipv4Addr]) -> Vec<Insn> {
         p.push(Insn::new(LDX_W, 5, 2, 30, 0));
         for (k, ip) in addrs.iter().enumerate() {
             let want = u32::from_le_bytes(ip.octets()) as i32;
-            p.push(Insn::new(JEQ_K, 5, 0, (addrs.len() - k) as i16, want));
+            p.push(Insn::new(JEQ32_K, 5, 0, (addrs.len() - k) as i16, want));
         }
         p.push(Insn::new(JA, 0, 0, 0, 0));
     }
@@ -280,12 +283,23 @@ mod tests {
         for (at, i) in some.iter().enumerate() {
             let to = at as i64 + 1 + i64::from(i.off);
             match i.code {
-                JEQ_K => assert_eq!(to, accept as i64),
+                JEQ32_K => assert_eq!(to, accept as i64),
                 JGT_X | JNE_K | JA => assert_eq!(to, pass as i64),
                 _ => {}
             }
         }
         // 10.0.0.2 as its bytes lie, read little-endian: 0x0200000a.
-        assert!(some.iter().any(|i| i.code == JEQ_K && i.imm == 0x0200_000a));
+        assert!(some
+            .iter()
+            .any(|i| i.code == JEQ32_K && i.imm == 0x0200_000a));
+    }
+
+    #[test]
+    fn an_address_with_a_high_last_octet_is_compared_in_32_bits() {
+        // 10.0.0.200 read little-endian is 0xc800000a: negative as an
+        // i32 immediate, so only a 32-bit comparison matches it.
+        let p = program(9, 5060, &[Ipv4Addr::new(10, 0, 0, 200)]);
+        let test = p.iter().find(|i| i.imm == 0xc800_000a_u32 as i32).unwrap();
+        assert_eq!(test.code, JEQ32_K);
     }
 }
