@@ -235,14 +235,26 @@ pub(crate) fn free_port() -> std::io::Result<u16> {
 
 /// Waits until something answers an OPTIONS on `addr`.
 pub(crate) fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), Error> {
-    let sock = UdpSocket::bind("127.0.0.1:0").map_err(Error::io("socket"))?;
+    wait_answering(addr, Some(child), Duration::from_secs(15))
+}
+
+/// Sends OPTIONS to `addr` every 100 ms (from the address routes pick;
+/// the first also resolves the neighbour) until something answers, for
+/// at most `within`; fails at once if `child`, the server, exits.
+pub(crate) fn wait_answering(
+    addr: SocketAddr,
+    mut child: Option<&mut Child>,
+    within: Duration,
+) -> Result<(), Error> {
+    let source = crate::link::source_for(addr).map_err(Error::io("socket"))?;
+    let sock = UdpSocket::bind(SocketAddr::new(source, 0)).map_err(Error::io("socket"))?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(Error::io("socket"))?;
     let local = sock.local_addr().map_err(Error::io("socket"))?;
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + within;
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
             return Err(Error::peer(
                 addr,
                 format!("the server exited at start ({status})"),
@@ -254,7 +266,10 @@ pub(crate) fn wait_ready(addr: SocketAddr, child: &mut Child) -> Result<(), Erro
             return Ok(());
         }
     }
-    Err(Error::Timeout(format!("no answer from {addr} within 15 s")))
+    Err(Error::Timeout(format!(
+        "no answer from {addr} within {} s",
+        within.as_secs()
+    )))
 }
 
 /// A started server, killed when dropped.

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{Message, Method, StatusCode};
@@ -211,7 +211,7 @@ impl NullServer {
             tid,
             addr,
         };
-        await_answer(server.addr)?;
+        crate::compare::wait_answering(server.addr, None, Duration::from_secs(5))?;
         Ok(server)
     }
 
@@ -244,33 +244,6 @@ impl Drop for NullServer {
             let _ = t.join();
         }
     }
-}
-
-/// Sends OPTIONS every 100 ms (the first also resolves the neighbour)
-/// until one is answered, for at most 5 s.
-fn await_answer(addr: SocketAddr) -> Result<(), Error> {
-    let sock = UdpSocket::bind("0.0.0.0:0").map_err(Error::io("probe socket"))?;
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(Error::io("probe socket"))?;
-    let local = sock.local_addr().map_err(Error::io("probe socket"))?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut buf = [0u8; 2048];
-    for n in 0u32.. {
-        if Instant::now() >= deadline {
-            break;
-        }
-        let probe = format!(
-            "OPTIONS sip:{a} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-probe{n}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p\r\nTo: <sip:{a}>\r\nCall-ID: probe-{n}\r\nCSeq: {n} OPTIONS\r\nContent-Length: 0\r\n\r\n",
-            a = addr
-        );
-        let _ = sock.send_to(probe.as_bytes(), addr);
-        if let Ok(len) = sock.recv(&mut buf) {
-            if Message::parse(&buf[..len]).is_ok_and(|m| m.status() == Some(StatusCode::OK)) {
-                return Ok(());
-            }
-        }
-    }
-    Err(Error::peer(addr, "no answer to OPTIONS within 5 s"))
 }
 
 enum Serving {
@@ -490,8 +463,9 @@ impl Served {
             cmd.args(["--udp-xdp", &veth.inner]);
         }
         let child = cmd.spawn().map_err(Error::io("starting sipsec serve"))?;
-        let served = Self { child, data, addr };
-        await_answer(addr)?;
+        let mut served = Self { child, data, addr };
+        let within = Duration::from_secs(15);
+        crate::compare::wait_answering(addr, Some(&mut served.child), within)?;
         if path == Path::Xdp && !veth.has_xdp() {
             return Err(Error::Input(format!(
                 "sipsec serve --udp-xdp {}: no XDP program on the interface (see the server's log)",
