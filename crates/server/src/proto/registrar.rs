@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use sip_core::contact::Contact;
 use sip_core::{HeaderName, Message, StatusCode};
 
 use crate::config::PathMode;
@@ -64,8 +65,9 @@ pub const TICKETS: &str = "Privasip-Tickets";
 /// `reg-id`, kept as INSTANCE#REG-ID so its next registration on another
 /// flow replaces this one); empty where none, or where the values are
 /// longer than a binding keeps or hold what a journal line cannot.
-fn instances(msg: &Message<'_>) -> Vec<String> {
-    msg.contacts()
+fn instances(contacts: &[Contact<'_>]) -> Vec<String> {
+    contacts
+        .iter()
         .map(|c| {
             let p = c.addr.params();
             match (p.get("+sip.instance").flatten(), p.get("reg-id").flatten()) {
@@ -129,15 +131,17 @@ impl Registrar {
                 out,
             );
         }
-        if let Some(reply) = Self::refuse_oversize(ctx, msg, src, out) {
+        // Parsed once here, then read by every check below.
+        let contacts: Vec<Contact<'_>> = msg.contacts().collect();
+        if let Some(reply) = Self::refuse_oversize(ctx, msg, &contacts, src, out) {
             return reply;
         }
-        let instances = instances(msg);
-        let (changes, wants_outbound) = match Self::contact_changes(ctx, msg, src, &instances, out)
-        {
-            Ok(c) => c,
-            Err(reply) => return reply,
-        };
+        let instances = instances(&contacts);
+        let (changes, wants_outbound) =
+            match Self::contact_changes(ctx, msg, &contacts, src, &instances, out) {
+                Ok(c) => c,
+                Err(reply) => return reply,
+            };
         let t0 = ctx.clock();
         let supports_path = match self.registration_route(ctx, msg, src, out) {
             Ok(supported) => supported,
@@ -180,7 +184,8 @@ impl Registrar {
     /// for an interval below the minimum.
     fn contact_changes<'m>(
         ctx: &mut Ctx,
-        msg: &'m Message<'_>,
+        msg: &Message<'_>,
+        contacts: &[Contact<'m>],
         src: SocketAddr,
         instances: &'m [String],
         out: &mut Vec<u8>,
@@ -190,7 +195,7 @@ impl Registrar {
         let mut changes: Vec<ContactChange<'m>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
         let direct_flow = ctx.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
-        for (c, instance) in msg.contacts().zip(instances) {
+        for (c, instance) in contacts.iter().zip(instances) {
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
                 let min = min.to_string();
@@ -467,11 +472,12 @@ impl Registrar {
     fn refuse_oversize(
         ctx: &mut Ctx,
         msg: &Message<'_>,
+        contacts: &[Contact<'_>],
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Option<Reply> {
         let max = ctx.shared.config.max_contact_len;
-        let warning = if msg.contacts().any(|c| c.addr.uri().as_str().len() > max) {
+        let warning = if contacts.iter().any(|c| c.addr.uri().as_str().len() > max) {
             format!("399 sipsec \"contact URI longer than {max} bytes\"")
         } else if msg.to().uri().as_str().len() > max {
             format!("399 sipsec \"To URI longer than {max} bytes\"")

@@ -29,6 +29,16 @@ pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
                 s.push(c.to_ascii_lowercase());
             }
         }
+        // Dotted decimal without the formatting machinery: this runs for
+        // every REGISTER.
+        Host::V4(a) => {
+            for (i, o) in a.octets().into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                sip_core::writer::push_u64(&mut s, u64::from(o));
+            }
+        }
         other => {
             let _ = write!(s, "{other}");
         }
@@ -84,4 +94,24 @@ pub(super) fn resolve(host: Host<'_>, port: Option<u16>) -> Option<SocketAddr> {
         Host::Name(_) => return None,
     };
     Some(SocketAddr::new(ip, port.unwrap_or(5060)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_aor_names_its_host_in_lower_case_and_its_address_in_full() {
+        let v4 = |a: [u8; 4]| aor_of("alice", Host::V4(a.into()));
+        assert_eq!(v4([192, 0, 2, 4]), "sip:alice@192.0.2.4");
+        assert_eq!(v4([0, 10, 100, 255]), "sip:alice@0.10.100.255");
+        assert_eq!(
+            aor_of("bob", Host::Name("Biloxi.Example.COM")),
+            "sip:bob@biloxi.example.com"
+        );
+        assert_eq!(
+            aor_of("carol", Host::V6("2001:db8::1".parse().expect("literal"))),
+            "sip:carol@[2001:db8::1]"
+        );
+    }
 }

@@ -141,6 +141,26 @@ impl<'a> Iterator for Headers<'_, 'a> {
     }
 }
 
+/// The header fields of one name in a parsed [`Message`], in order: the
+/// remembered fields are matched by name before any is sliced out.
+#[derive(Debug, Clone)]
+pub struct Named<'m, 'a> {
+    headers: Headers<'m, 'a>,
+    name: HeaderName,
+}
+
+impl<'a> Iterator for Named<'_, 'a> {
+    type Item = Header<'a>;
+
+    fn next(&mut self) -> Option<Header<'a>> {
+        let name = self.name;
+        if let Some(f) = self.headers.indexed.by_ref().find(|f| f.name == name) {
+            return Some(f.header(self.headers.head));
+        }
+        self.headers.rest.as_mut()?.find(|h| h.name == name)
+    }
+}
+
 /// The header fields found by the parse.
 struct Indexed {
     count: usize,
@@ -608,16 +628,16 @@ impl<'a> Message<'a> {
     }
 
     /// Header fields with the given name, in order.
-    pub fn headers_named(
-        &self,
-        name: HeaderName,
-    ) -> std::iter::Filter<Headers<'_, 'a>, impl FnMut(&Header<'a>) -> bool> {
-        self.headers().filter(move |h| h.name == name)
+    pub fn headers_named(&self, name: HeaderName) -> Named<'_, 'a> {
+        Named {
+            headers: self.headers(),
+            name,
+        }
     }
 
     /// The first value of a header, by classified name.
     pub fn header(&self, name: HeaderName) -> Option<&'a str> {
-        self.headers().find(|h| h.name == name).map(|h| h.value)
+        self.headers_named(name).next().map(|h| h.value)
     }
 
     /// The first value of a header, by case-insensitive raw name.
@@ -961,6 +981,15 @@ Content-Length: 0\r\n\r\n";
                 .collect();
             assert_eq!(indexed, scanned, "{extra} extra headers");
             assert_eq!(indexed.len(), m.header_count());
+            for &(name, ..) in &indexed {
+                let named: Vec<_> = m.headers_named(name).map(|h| h.line).collect();
+                let filtered: Vec<_> = m
+                    .headers()
+                    .filter(|h| h.name == name)
+                    .map(|h| h.line)
+                    .collect();
+                assert_eq!(named, filtered, "{name:?} with {extra} extra headers");
+            }
             assert_eq!(m.header(HeaderName::ContentLength), Some("0"));
             if extra > 0 {
                 let last = format!("X-H{}", extra - 1);
