@@ -115,10 +115,25 @@ pub(super) fn parse_start_line<'a>(
 }
 
 pub(super) fn check_call_id(v: &str, offset: usize) -> Result<(), ParseError> {
-    let ok = match v.split_once('@') {
-        Some((a, b)) => !a.is_empty() && !b.is_empty() && !b.contains('@'),
-        None => !v.is_empty(),
-    } && v.bytes().all(|c| is_word(c) || c == b'@');
+    // One pass: every byte a word character or '@', at most one '@',
+    // with a word on each side of it.
+    let b = v.as_bytes();
+    let (mut ats, mut at, mut words) = (0, 0, true);
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'@' {
+            ats += 1;
+            at = i;
+        } else {
+            words &= is_word(c);
+        }
+    }
+    let ok = words
+        && !b.is_empty()
+        && match ats {
+            0 => true,
+            1 => at > 0 && at + 1 < b.len(),
+            _ => false,
+        };
     if ok {
         Ok(())
     } else {
@@ -231,5 +246,36 @@ pub(super) fn check_content_type(
         Ok(())
     } else {
         Err(bad(&c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_id_is_a_word_with_at_most_one_at_between_words() {
+        for ok in [
+            "a",
+            "843817637684230@998sdasdh09",
+            "a@b.c",
+            "x-(y)<z>!%*_+`'~",
+        ] {
+            assert!(check_call_id(ok, 0).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "@",
+            "@b",
+            "a@",
+            "a@b@c",
+            "a@@b",
+            "a b",
+            "a\tb",
+            "a;b=\"c\"",
+            "é",
+        ] {
+            assert!(check_call_id(bad, 0).is_err(), "{bad}");
+        }
     }
 }
