@@ -29,16 +29,8 @@ pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
                 s.push(c.to_ascii_lowercase());
             }
         }
-        // Dotted decimal without the formatting machinery: this runs for
-        // every REGISTER.
-        Host::V4(a) => {
-            for (i, o) in a.octets().into_iter().enumerate() {
-                if i > 0 {
-                    s.push('.');
-                }
-                sip_core::writer::push_u64(&mut s, u64::from(o));
-            }
-        }
+        // Without the formatting machinery: this runs for every REGISTER.
+        Host::V4(a) => sip_core::writer::push_ip(&mut s, a.into()),
         other => {
             let _ = write!(s, "{other}");
         }
