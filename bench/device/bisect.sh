@@ -44,7 +44,7 @@ for pair in ${RATES:-1:60000 1:90000 8:400000}; do
 done
 # One flow from every generator thread (--share-flows): W = 1 and 8 at
 # fixed rates, for the one-flow W = 8 >= 6.4 x W = 1 goal.
-for pair in ${SHARED:-1:90000 8:450000 8:600000}; do
+for pair in ${SHARED-1:90000 8:450000 8:600000}; do
   w=${pair%%:*}; r=${pair##*:}
   echo "== one shared flow, W=$w, $r REGISTER/s, $GT threads"
   serve "$w" --no-tcp

@@ -446,6 +446,32 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     Ok(total)
 }
 
+/// Who makes call `number` and from which of its thread's `flows`
+/// sockets: (user index, flow index). A thread starts the numbers
+/// `id, id + threads, …` and calls its own users (those `id` modulo
+/// `threads`) in turn, dealing them over all its flows, so that each user
+/// is always called from the same socket. A phone registers from one
+/// address: a user whose calls came from every thread (10,001 users over
+/// 8 threads did) would hold a binding per thread at the registrar, and a
+/// thread whose users all landed on one of its flows (user mod flows with
+/// 8 threads and 4 flows did) would leave the others idle. With fewer
+/// users than threads they are shared by all threads.
+fn caller(number: u64, threads: usize, users: usize, flows: usize) -> (usize, usize) {
+    let (threads, users, flows) = (
+        threads.max(1) as u64,
+        users.max(1) as u64,
+        flows.max(1) as u64,
+    );
+    if users < threads {
+        let user = number % users;
+        return (user as usize, (user % flows) as usize);
+    }
+    let (id, turn) = (number % threads, number / threads);
+    let mine = (users - id).div_ceil(threads);
+    let k = turn % mine;
+    ((id + threads * k) as usize, (k % flows) as usize)
+}
+
 impl Worker<'_> {
     fn second(&mut self, now: Instant) -> &mut Second {
         let i = now.duration_since(self.start).as_secs() as usize;
@@ -637,9 +663,10 @@ impl Worker<'_> {
     }
 
     fn start_call(&mut self, number: u64, now: Instant) {
-        let user = (number % self.run.users.len() as u64) as usize;
+        let threads = self.run.threads.max(1);
+        let (user, flow) = caller(number, threads, self.run.users.len(), self.flows.len());
         // A caller keeps to its flow while it is open.
-        let Some(flow) = self.flows.pick(user % self.flows.len()) else {
+        let Some(flow) = self.flows.pick(flow) else {
             return self.fail_unstarted("no open connection", 1, now);
         };
         let slot = self.free.pop().unwrap_or_else(|| {
@@ -1053,6 +1080,95 @@ mod tests {
             share_flows: false,
             ids: None,
         }
+    }
+
+    #[test]
+    fn each_user_keeps_one_thread_and_every_flow_is_used() {
+        for threads in 1..=8usize {
+            for flows in 1..=5usize {
+                for users in [threads, 10, 97, 10_001] {
+                    if users < threads {
+                        continue;
+                    }
+                    let mut place = std::collections::HashMap::new();
+                    let mut used = HashSet::new();
+                    for number in 0..(3 * users as u64) {
+                        let id = (number % threads as u64) as usize;
+                        let (user, flow) = caller(number, threads, users, flows);
+                        assert!(user < users && flow < flows);
+                        let was = *place.entry(user).or_insert((id, flow));
+                        assert_eq!(
+                            was,
+                            (id, flow),
+                            "user {user}: {threads} threads, {flows} flows, {users} users"
+                        );
+                        used.insert((id, flow));
+                    }
+                    assert_eq!(place.len(), users, "every user calls");
+                    let sockets: usize = (0..threads)
+                        .map(|id| flows.min((users - id).div_ceil(threads)))
+                        .sum();
+                    assert_eq!(used.len(), sockets, "{threads} x {flows}, {users} users");
+                }
+            }
+        }
+        // Fewer users than threads: shared, each on one flow.
+        assert_eq!(caller(5, 8, 3, 2), (2, 0));
+    }
+
+    /// A responder that answers every request with a 200 and remembers
+    /// from which source port each AoR (the To user) registered.
+    fn recording_responder(
+        stop: Arc<AtomicBool>,
+    ) -> (
+        SocketAddr,
+        std::thread::JoinHandle<std::collections::HashMap<String, HashSet<u16>>>,
+    ) {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("socket");
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        let addr = sock.local_addr().expect("addr");
+        let t = std::thread::spawn(move || {
+            let mut seen: std::collections::HashMap<String, HashSet<u16>> = Default::default();
+            let mut buf = [0u8; 4096];
+            let mut out = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((n, src)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let m = Message::parse(&buf[..n]).expect("generator sends valid SIP");
+                let user = m.to().uri().user().unwrap_or("").to_owned();
+                seen.entry(user).or_default().insert(src.port());
+                out.clear();
+                let tag = ResponseOptions {
+                    to_tag: Some("t"),
+                    ..Default::default()
+                };
+                write_response(&mut out, &m, StatusCode::OK, &tag);
+                let _ = sock.send_to(&out, src);
+            }
+            seen
+        });
+        (addr, t)
+    }
+
+    #[test]
+    fn a_phone_registers_from_one_socket_and_every_socket_carries_phones() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, t) = recording_responder(stop.clone());
+        let mut r = run(addr, 200);
+        r.shape = Shape::Rate(2000.0);
+        // 10 users over 3 threads (not a multiple) with 2 sockets each.
+        (r.threads, r.flows) = (3, 2);
+        let o = execute(&r, &Live::default(), &AtomicBool::new(false)).expect("runs");
+        stop.store(true, Ordering::Relaxed);
+        let seen = t.join().expect("responder");
+        assert_eq!(o.ok, 200, "{:?}", o.failures);
+        for (user, ports) in &seen {
+            assert_eq!(ports.len(), 1, "{user} registered from {ports:?}");
+        }
+        let sockets: HashSet<u16> = seen.values().flatten().copied().collect();
+        assert_eq!(sockets.len(), 6, "every thread's every socket: {sockets:?}");
     }
 
     #[test]
