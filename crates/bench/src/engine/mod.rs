@@ -1024,15 +1024,18 @@ mod tests {
     use sip_core::writer::{write_response, ResponseOptions};
     use sip_core::StatusCode;
 
-    /// A responder that ignores the first copy of every request and
-    /// answers its retransmission: RFC 3261 timer A/E at work.
-    fn lossy_responder(stop: Arc<AtomicBool>) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    /// A UDP responder that answers a 200 to each request `answer` lets
+    /// through, keeping `state` for it; the state comes back at the end.
+    fn responder<S: std::marker::Send + 'static>(
+        stop: Arc<AtomicBool>,
+        mut state: S,
+        mut answer: impl FnMut(&mut S, &Message, SocketAddr) -> bool + std::marker::Send + 'static,
+    ) -> (SocketAddr, std::thread::JoinHandle<S>) {
         let sock = UdpSocket::bind("127.0.0.1:0").expect("socket");
         sock.set_read_timeout(Some(Duration::from_millis(20)))
             .expect("timeout");
         let addr = sock.local_addr().expect("addr");
         let t = std::thread::spawn(move || {
-            let mut seen = HashSet::new();
             let mut buf = [0u8; 4096];
             let mut out = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -1040,24 +1043,31 @@ mod tests {
                     continue;
                 };
                 let m = Message::parse(&buf[..n]).expect("generator sends valid SIP");
-                let branch = m.top_via().branch().unwrap_or("").to_owned();
-                if seen.insert(branch) {
-                    continue; // "lost"
+                if !answer(&mut state, &m, src) {
+                    continue;
                 }
                 out.clear();
-                write_response(
-                    &mut out,
-                    &m,
-                    StatusCode::OK,
-                    &ResponseOptions {
-                        to_tag: Some("t"),
-                        ..Default::default()
-                    },
-                );
+                let tag = ResponseOptions {
+                    to_tag: Some("t"),
+                    ..Default::default()
+                };
+                write_response(&mut out, &m, StatusCode::OK, &tag);
                 let _ = sock.send_to(&out, src);
             }
+            state
         });
         (addr, t)
+    }
+
+    /// A responder that ignores the first copy of every request and
+    /// answers its retransmission: RFC 3261 timer A/E at work.
+    fn lossy_responder(
+        stop: Arc<AtomicBool>,
+    ) -> (SocketAddr, std::thread::JoinHandle<HashSet<String>>) {
+        responder(stop, HashSet::new(), |seen, m, _| {
+            // The first copy is "lost".
+            !seen.insert(m.top_via().branch().unwrap_or("").to_owned())
+        })
     }
 
     fn run(target: SocketAddr, calls: u64) -> Run {
@@ -1116,40 +1126,15 @@ mod tests {
         assert_eq!(caller(5, 8, 3, 2), (2, 0));
     }
 
-    /// A responder that answers every request with a 200 and remembers
-    /// from which source port each AoR (the To user) registered.
-    fn recording_responder(
-        stop: Arc<AtomicBool>,
-    ) -> (
-        SocketAddr,
-        std::thread::JoinHandle<std::collections::HashMap<String, HashSet<u16>>>,
-    ) {
-        let sock = UdpSocket::bind("127.0.0.1:0").expect("socket");
-        sock.set_read_timeout(Some(Duration::from_millis(20)))
-            .expect("timeout");
-        let addr = sock.local_addr().expect("addr");
-        let t = std::thread::spawn(move || {
-            let mut seen: std::collections::HashMap<String, HashSet<u16>> = Default::default();
-            let mut buf = [0u8; 4096];
-            let mut out = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let Ok((n, src)) = sock.recv_from(&mut buf) else {
-                    continue;
-                };
-                let m = Message::parse(&buf[..n]).expect("generator sends valid SIP");
-                let user = m.to().uri().user().unwrap_or("").to_owned();
-                seen.entry(user).or_default().insert(src.port());
-                out.clear();
-                let tag = ResponseOptions {
-                    to_tag: Some("t"),
-                    ..Default::default()
-                };
-                write_response(&mut out, &m, StatusCode::OK, &tag);
-                let _ = sock.send_to(&out, src);
-            }
-            seen
-        });
-        (addr, t)
+    /// Which source ports each AoR (the To user) registered from.
+    type Seen = std::collections::HashMap<String, HashSet<u16>>;
+
+    fn recording_responder(stop: Arc<AtomicBool>) -> (SocketAddr, std::thread::JoinHandle<Seen>) {
+        responder(stop, Seen::default(), |seen, m, src| {
+            let user = m.to().uri().user().unwrap_or("").to_owned();
+            seen.entry(user).or_default().insert(src.port());
+            true
+        })
     }
 
     #[test]
