@@ -2,7 +2,7 @@
 # `sipsec bench scale` on a 16-core machine: sipsec (spread) and Kamailio
 # at 1, 2, 4, 8 workers on cores 0..W-1 for 1, 8 and 10,000 flows, the
 # generator on the cores above; then sipsec with the kernel's hash (flow)
-# for 1 and 8 flows. WS, FLOWS, DUR, START, T1, T2 change the defaults.
+# for 1 and 8 flows. WS, FLOWS, DUR, START, REFINE, T1, T2 change the defaults.
 set -u
 D=$(cd "$(dirname "$0")" && pwd); S=$D/sipsec
 export PATH=$D:$PATH LD_LIBRARY_PATH=$D/klib
@@ -13,7 +13,7 @@ ulimit -Sn $(ulimit -Hn); echo "fd $(ulimit -n)"
 ldd $S | grep "not found"; ldd $D/kamailio | grep "not found"; which taskset
 sysctl -qw net.core.rmem_max=33554432 net.core.wmem_max=33554432 net.core.rmem_default=8388608 2>/dev/null
 sed -e "s|@MPATH@|$D/klib/modules/|" $D/kam.cfg.in > $D/kam.cfg
-C="--pin --duration ${DUR:-1} --start ${START:-40000} --kamailio-cfg $D/kam.cfg"
+C="--pin --duration ${DUR:-1} --start ${START:-40000} --refine ${REFINE:-2} --kamailio-cfg $D/kam.cfg"
 echo "== scale: sipsec spread and kamailio"
 timeout ${T1:-360} $S bench scale $C --servers sipsec,kamailio --balance spread --workers ${WS:-1,2,4,8} --flows ${FLOWS:-1,8,10000} --json $O/scale.json --markdown $O/scale.md --html $O/scale.html
 echo "== scale: sipsec flow"

@@ -26,6 +26,10 @@ pub struct Ramp {
     pub max_p99_us: u64,
     /// Achieved within this share of offered counts as fully processed.
     pub tolerance: f64,
+    /// Steps added once the ramp ends, each halfway (geometrically)
+    /// between the highest rate fully processed and the lowest above it
+    /// that was not, so the limit is known closer than one `factor`.
+    pub refine: u32,
 }
 
 impl Ramp {
@@ -39,6 +43,19 @@ impl Ramp {
         }
         v
     }
+}
+
+/// The next refinement step: halfway (geometrically) between the highest
+/// rate fully processed and the lowest above it that was not; none while
+/// either is missing or they are within 2 % of each other.
+pub fn probe(steps: &[Step], ramp: &Ramp) -> Option<f64> {
+    let lo = capacity(steps, ramp.tolerance, ramp.max_p99_us).sustainable;
+    let hi = steps
+        .iter()
+        .map(|s| s.offered)
+        .filter(|o| *o > lo)
+        .fold(f64::INFINITY, f64::min);
+    (lo > 0.0 && hi.is_finite() && hi > lo * 1.02).then(|| (lo * hi).sqrt().round())
 }
 
 /// Whether a step shows the server past its knee: the ramp stops there.
@@ -67,7 +84,7 @@ pub fn peak(
         let flows = base.run.threads.max(1) * base.run.flows.max(1);
         base.run.local_port = crate::scale::local_port(flows)?;
     }
-    for rate in ramp.rates() {
+    let mut step = |rate: f64| -> Result<Step, Error> {
         let mut opts = base.clone();
         opts.run.shape = Shape::Rate(rate);
         opts.run.calls = (rate * ramp.seconds).ceil() as u64;
@@ -84,11 +101,21 @@ pub fn peak(
             p99_us: (report.latency_ms.p99 * 1000.0) as u64,
         };
         on_step(&step, &report);
-        steps.push(step);
         reports.push(report);
-        if overloaded(&step, ramp) {
+        Ok(step)
+    };
+    for rate in ramp.rates() {
+        let s = step(rate)?;
+        steps.push(s);
+        if overloaded(&s, ramp) {
             break;
         }
+    }
+    for _ in 0..ramp.refine {
+        let Some(rate) = probe(&steps, ramp) else {
+            break;
+        };
+        steps.push(step(rate)?);
     }
     Ok((
         capacity(&steps, ramp.tolerance, ramp.max_p99_us),
@@ -182,6 +209,7 @@ mod tests {
             seconds: 5.0,
             max_p99_us: 150_000,
             tolerance: 0.05,
+            refine: 0,
         }
     }
 
@@ -209,5 +237,27 @@ mod tests {
         assert!(overloaded(&step(3000.0, 0, 5), &r), "falls behind");
         assert!(overloaded(&step(3990.0, 100, 5), &r), "fails calls");
         assert!(overloaded(&step(3990.0, 0, 2000), &r), "latency blow-up");
+    }
+
+    #[test]
+    fn refinement_probes_between_the_limit_and_the_first_rate_past_it() {
+        let r = ramp();
+        let step = |offered: f64, achieved: f64| Step {
+            offered,
+            achieved,
+            failed: 0,
+            p99_us: 1000,
+        };
+        let held = [step(1000.0, 1000.0), step(2000.0, 1999.0)];
+        assert_eq!(probe(&held, &r), None, "nothing failed yet");
+        let mut steps = vec![held[0], held[1], step(4000.0, 2500.0)];
+        assert_eq!(probe(&steps, &r), Some(2828.0));
+        steps.push(step(2828.0, 2827.0));
+        assert_eq!(probe(&steps, &r), Some(3363.0), "up from the new limit");
+        steps.push(step(3363.0, 3000.0));
+        assert_eq!(probe(&steps, &r), Some(3084.0), "down from the new failure");
+        assert_eq!(probe(&[step(4000.0, 100.0)], &r), None, "nothing held");
+        let close = [step(1000.0, 1000.0), step(1015.0, 900.0)];
+        assert_eq!(probe(&close, &r), None, "within 2 %");
     }
 }

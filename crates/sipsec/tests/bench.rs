@@ -487,6 +487,53 @@ fn compare_over_secure_websocket_against_kamailio() {
     }
 }
 
+/// `--refine`: after the ramp, steps halfway between the highest rate
+/// held and the first one past it. The server's per-source limit (300
+/// requests/s, loopback not exempt; a request over it is dropped and the
+/// generator's retransmission comes 500 ms later) sets a knee the ramp's
+/// factor of 4 jumps over: 200 held, 800 not; then 400 (not held: an
+/// eighth of its calls wait 500 ms) and 283 (held).
+#[test]
+fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
+    let dir = tempdir("bench-peak-refine");
+    let cfg = dir.join("guard.toml");
+    std::fs::write(
+        &cfg,
+        "[guard]\nrate = 300\nburst = 50\nexempt_loopback = false\n",
+    )
+    .expect("config");
+    let server = common::serve(&[
+        "--udp",
+        "127.0.0.1:0",
+        "--no-tcp",
+        "--no-http",
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--data-dir",
+        dir.join("data").to_str().expect("utf-8"),
+    ]);
+    let json = dir.join("peak.json");
+    let out = Command::new(BIN)
+        .args(["bench", "peak", "--target", &server.addr.to_string()])
+        .args(["--start", "200", "--factor", "4", "--max", "3200"])
+        .args(["--seconds", "1", "--refine", "2"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench peak runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let r = report(&json);
+    let offered: Vec<f64> = r["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s["offered"].as_f64().expect("offered"))
+        .collect();
+    assert_eq!(offered, [200.0, 800.0, 400.0, 283.0], "{r}");
+    assert_eq!(r["sustainable_cps"], 283.0, "{r}");
+    assert_eq!(r["stopped_at_max"], false, "{r}");
+}
+
 #[test]
 fn peak_ramps_and_reports_peak_and_sustainable() {
     let dir = tempdir("bench-peak");

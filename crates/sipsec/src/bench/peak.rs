@@ -25,6 +25,11 @@ pub struct PeakArgs {
     /// p99 latency above this (ms) means the server is not keeping up.
     #[arg(long, default_value_t = 150.0)]
     pub(super) max_p99_ms: f64,
+    /// Steps added after the ramp, each halfway between the highest rate
+    /// fully processed and the lowest above it that was not (a limit
+    /// known closer than one --factor).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub(super) refine: u32,
 }
 
 pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
@@ -44,6 +49,7 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
         seconds: a.duration,
         max_p99_us: (a.max_p99_ms * 1000.0) as u64,
         tolerance: 0.05,
+        refine: a.refine,
     };
     println!("offered/s  achieved/s  failed  p99 ms  server µs/call");
     let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {
@@ -57,9 +63,9 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
                 .map_or("-".to_owned(), |v| format!("{v:.1}"))
         );
     })?;
-    // A ramp whose last step was still fully processed stopped because
+    // A ramp with no step above what was fully processed stopped because
     // the next would pass --max, not at the server's limit.
-    let capped = steps.last().is_some_and(|st| cap.sustainable >= st.offered);
+    let capped = !steps.is_empty() && steps.iter().all(|st| st.offered <= cap.sustainable);
     println!(
         "{}: peak {}{:.0} calls/s, sustainable {}{:.0} calls/s{}",
         base.run.scenario.name,

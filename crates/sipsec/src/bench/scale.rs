@@ -50,6 +50,11 @@ pub struct ScaleArgs {
     /// p99 latency above this (ms) means the server is not keeping up.
     #[arg(long, default_value_t = 150.0)]
     pub(super) max_p99_ms: f64,
+    /// Steps added after the ramp, each halfway between the highest rate
+    /// fully processed and the lowest above it that was not (a limit
+    /// known closer than one --factor).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub(super) refine: u32,
     /// W workers on CPUs 0…W−1, the generator busy-polling on the CPUs
     /// above the largest W.
     #[arg(long)]
@@ -167,6 +172,7 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
             seconds: a.duration,
             max_p99_us: (a.max_p99_ms * 1000.0) as u64,
             tolerance: 0.05,
+            refine: a.refine,
         },
         pin: a.pin,
         rounds: a.rounds as usize,
