@@ -127,6 +127,12 @@ pub fn peak(
 /// The ramp as an HTML page: achieved vs offered, p99 and server CPU.
 pub fn html(name: &str, cap: &Capacity, steps: &[Step], reports: &[Report]) -> String {
     use crate::plot;
+    // Refinement steps come after the ramp, below its last rate: the
+    // plots take every step in the order of its rate.
+    let mut order: Vec<usize> = (0..steps.len().min(reports.len())).collect();
+    order.sort_by(|a, b| steps[*a].offered.total_cmp(&steps[*b].offered));
+    let steps: Vec<Step> = order.iter().map(|i| steps[*i]).collect();
+    let reports: Vec<&Report> = order.iter().map(|i| &reports[*i]).collect();
     let offered: Vec<(f64, f64)> = steps.iter().map(|s| (s.offered, s.offered)).collect();
     let achieved: Vec<(f64, f64)> = steps.iter().map(|s| (s.offered, s.achieved)).collect();
     let p99: Vec<(f64, f64)> = steps
@@ -135,12 +141,12 @@ pub fn html(name: &str, cap: &Capacity, steps: &[Step], reports: &[Report]) -> S
         .collect();
     let cpu: Vec<(f64, f64)> = steps
         .iter()
-        .zip(reports)
+        .zip(&reports)
         .filter_map(|(s, r)| Some((s.offered, r.server_cpu_us_per_call?)))
         .collect();
     let rows: Vec<Vec<String>> = steps
         .iter()
-        .zip(reports)
+        .zip(&reports)
         .map(|(s, r)| {
             vec![
                 format!("{:.0}", s.offered),

@@ -519,6 +519,8 @@ fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
         .args(["--seconds", "1", "--refine", "2"])
         .arg("--json")
         .arg(&json)
+        .arg("--html")
+        .arg(dir.join("peak.html"))
         .output()
         .expect("sipsec bench peak runs");
     assert!(out.status.success(), "{}", text(&out));
@@ -532,6 +534,10 @@ fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
     assert_eq!(offered, [200.0, 800.0, 400.0, 283.0], "{r}");
     assert_eq!(r["sustainable_cps"], 283.0, "{r}");
     assert_eq!(r["stopped_at_max"], false, "{r}");
+    // The page shows the steps by rate, not in the order they ran.
+    let page = std::fs::read_to_string(dir.join("peak.html")).expect("html written");
+    let at = |rate: &str| page.find(&format!("<td>{rate}</td>")).expect(rate);
+    assert!(at("200") < at("283") && at("283") < at("400") && at("400") < at("800"));
 }
 
 #[test]
