@@ -153,13 +153,21 @@ fn run(c: &mut Criterion, name: &str, core: &mut Worker, msgs: &[Vec<u8>]) {
     let mut out = Vec::with_capacity(4096);
     let mut i = 0;
     let at = now();
+    let (mut allocs, mut handled) = (0u64, 0u64);
     c.bench_function(name, |b| {
         b.iter(|| {
+            let before = ALLOCS.load(Ordering::Relaxed);
             let r = core.handle(black_box(&msgs[i]), src, at, &mut out);
+            allocs += ALLOCS.load(Ordering::Relaxed) - before;
+            handled += 1;
             i = (i + 1) % msgs.len();
             assert!(matches!(r, Reply::Send(..)));
         })
     });
+    println!(
+        "{name}: {:.1} allocations per request",
+        allocs as f64 / handled.max(1) as f64
+    );
 }
 
 fn benches(c: &mut Criterion) {

@@ -282,8 +282,33 @@ pub struct Prepared {
     token: u64,
     records: Vec<Record>,
     /// The AoR's bindings as they will be after the change, highest q
-    /// first.
-    bindings: Vec<Binding>,
+    /// first: stored ones it keeps (copied into `kept`) and ones its
+    /// records make, which are not copied again.
+    order: Vec<Slot>,
+    kept: Vec<Binding>,
+}
+
+/// A binding of a prepared list: the `Kept` one at an index of the AoR's
+/// bindings (the stored list while preparing, [`Prepared`]'s copies
+/// after), or the one the `Record::Bind` at an index of the change's
+/// records `Made`.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Kept(usize),
+    Made(usize),
+}
+
+impl Slot {
+    fn get<'a>(self, kept: &'a [Binding], records: &'a [Record]) -> &'a Binding {
+        match self {
+            Slot::Kept(i) => &kept[i],
+            Slot::Made(i) => match &records[i] {
+                Record::Bind { binding, .. } => binding,
+                // `apply` makes a `Made` slot only of the Bind it pushed.
+                Record::Remove { .. } => unreachable!("a made slot names a Bind record"),
+            },
+        }
+    }
 }
 
 impl Prepared {
@@ -299,8 +324,8 @@ impl Prepared {
 
     /// The AoR's live bindings as they will be once the change is
     /// committed, highest q first (what the 200 OK lists).
-    pub fn bindings(&self) -> &[Binding] {
-        &self.bindings
+    pub fn bindings(&self) -> impl Iterator<Item = &Binding> + '_ {
+        self.order.iter().map(|s| s.get(&self.kept, &self.records))
     }
 
     /// Whether nothing needs persisting (a query, or a no-op removal).
@@ -523,37 +548,35 @@ impl MemoryLocation {
         if stored.as_ref().is_some_and(|a| a.pending.is_some()) {
             return Err(UpdateError::Busy(key));
         }
-        // Work on a copy: the stored list changes only once persisted.
-        let mut list: Vec<Binding> = stored
-            .as_ref()
-            .map(|a| {
-                a.list
-                    .iter()
-                    .filter(|b| b.expires_at > now)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        for b in list.iter().filter(|b| b.call_id == call_id) {
+        let had: &[Binding] = stored.as_deref().map_or(&[], |a| &a.list);
+        // The stored list changes only once persisted: the change works on
+        // indexes into it, and copies only the bindings it keeps.
+        let mut order: Vec<Slot> = (0..had.len())
+            .filter(|&i| had[i].expires_at > now)
+            .map(Slot::Kept)
+            .collect();
+        for s in &order {
+            let b = s.get(had, &[]);
             let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
-            if touched && cseq < b.cseq {
+            if b.call_id == call_id && touched && cseq < b.cseq {
                 return Err(UpdateError::OutOfOrder {
                     got: cseq,
                     stored: b.cseq,
                 });
             }
         }
-        let mut records = apply(&mut list, aor, changes, remove_all, reg);
-        make_room(&mut list, &mut records, aor, changes, policy)?;
-        let had = stored.as_ref().map_or(0, |a| a.list.len());
-        if list.len() > had && self.held().saturating_add(list.len() - had) > policy.max_bindings {
+        let mut records = apply(&mut order, had, aor, changes, remove_all, reg);
+        make_room(&mut order, had, &mut records, aor, changes, policy)?;
+        if order.len() > had.len()
+            && self.held().saturating_add(order.len() - had.len()) > policy.max_bindings
+        {
             return Err(UpdateError::Full {
                 max: policy.max_bindings,
             });
         }
-        let listing: usize = list
+        let listing: usize = order
             .iter()
-            .map(|b| b.contact.len() + LISTING_OVERHEAD)
+            .map(|s| s.get(had, &records).contact.len() + LISTING_OVERHEAD)
             .sum();
         if listing > policy.max_listing {
             return Err(UpdateError::ListingTooLarge {
@@ -570,7 +593,14 @@ impl MemoryLocation {
                 }
             }
         }
-        list.sort_by_key(|b| std::cmp::Reverse(b.q));
+        order.sort_by_key(|s| std::cmp::Reverse(s.get(had, &records).q));
+        let mut kept = Vec::new();
+        for s in &mut order {
+            if let Slot::Kept(i) = *s {
+                kept.push(had[i].clone());
+                *s = Slot::Kept(kept.len() - 1);
+            }
+        }
         let token = if records.is_empty() {
             0
         } else {
@@ -596,7 +626,8 @@ impl MemoryLocation {
             hash,
             token,
             records,
-            bindings: list,
+            order,
+            kept,
         })
     }
 
@@ -743,36 +774,31 @@ impl MemoryLocation {
     }
 }
 
+/// A record that removes `contact` from `aor`.
+fn removal(aor: &str, contact: String) -> Record {
+    Record::Remove {
+        seq: 0,
+        aor: aor.to_owned(),
+        contact,
+    }
+}
+
 /// Applies a REGISTER's `changes` (all removed first when `remove_all`)
-/// to `list`, the AoR's live bindings, and returns the records that store
-/// them (sequence numbers not yet taken).
+/// to `list`, the AoR's live bindings (kept from `had`), and returns the
+/// records that store them (sequence numbers not yet taken).
 fn apply(
-    list: &mut Vec<Binding>,
+    list: &mut Vec<Slot>,
+    had: &[Binding],
     aor: &str,
     changes: &[ContactChange<'_>],
     remove_all: bool,
     reg: &Registration<'_>,
 ) -> Vec<Record> {
-    let Registration {
-        call_id,
-        cseq,
-        source,
-        path,
-        flow,
-        node,
-        now,
-    } = *reg;
     let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
-    let remove = |records: &mut Vec<Record>, contact: String| {
-        records.push(Record::Remove {
-            seq: 0,
-            aor: aor.to_owned(),
-            contact,
-        });
-    };
     if remove_all {
-        for b in std::mem::take(list) {
-            remove(&mut records, b.contact);
+        for s in std::mem::take(list) {
+            let gone = s.get(had, &records).contact.clone();
+            records.push(removal(aor, gone));
         }
     }
     for c in changes {
@@ -780,66 +806,67 @@ fn apply(
             // RFC 5626 §6: the same instance and reg-id is the same
             // phone on a new flow (a reload, a new connection): its
             // older binding goes, whatever contact it had.
-            while let Some(p) = list
-                .iter()
-                .position(|b| b.instance == c.instance && b.contact != c.contact)
-            {
-                let gone = list.remove(p);
-                remove(&mut records, gone.contact);
+            while let Some(p) = list.iter().position(|s| {
+                let b = s.get(had, &records);
+                b.instance == c.instance && b.contact != c.contact
+            }) {
+                let gone = list.remove(p).get(had, &records).contact.clone();
+                records.push(removal(aor, gone));
             }
         }
-        let pos = list.iter().position(|b| b.contact == c.contact);
+        let pos = list
+            .iter()
+            .position(|s| s.get(had, &records).contact == c.contact);
         if c.expires == 0 {
             if let Some(p) = pos {
                 list.remove(p);
-                remove(&mut records, c.contact.to_owned());
+                records.push(removal(aor, c.contact.to_owned()));
             }
             continue;
-        }
-        let binding = Binding {
-            contact: c.contact.to_owned(),
-            expires_at: now + u64::from(c.expires),
-            q: c.q,
-            call_id: call_id.to_owned(),
-            cseq,
-            source,
-            path: path.to_owned(),
-            flow: flow.map(|transport| Flow {
-                transport,
-                outbound: c.outbound,
-            }),
-            node: node.to_owned(),
-            instance: c.instance.to_owned(),
-        };
-        match pos {
-            Some(p) => list[p] = binding.clone(),
-            None => list.push(binding.clone()),
         }
         records.push(Record::Bind {
             seq: 0,
             aor: aor.to_owned(),
-            binding,
+            binding: made(c, reg),
         });
+        let slot = Slot::Made(records.len() - 1);
+        match pos {
+            Some(p) => list[p] = slot,
+            None => list.push(slot),
+        }
     }
     records
+}
+
+/// The binding a change makes.
+fn made(c: &ContactChange<'_>, reg: &Registration<'_>) -> Binding {
+    Binding {
+        contact: c.contact.to_owned(),
+        expires_at: reg.now + u64::from(c.expires),
+        q: c.q,
+        call_id: reg.call_id.to_owned(),
+        cseq: reg.cseq,
+        source: reg.source,
+        path: reg.path.to_owned(),
+        flow: reg.flow.map(|transport| Flow {
+            transport,
+            outbound: c.outbound,
+        }),
+        node: reg.node.to_owned(),
+        instance: c.instance.to_owned(),
+    }
 }
 
 /// Keeps at most `max_contacts` bindings: refused under `Reject`, else
 /// what this request did not name goes, nearest expiry first.
 fn make_room(
-    list: &mut Vec<Binding>,
+    list: &mut Vec<Slot>,
+    had: &[Binding],
     records: &mut Vec<Record>,
     aor: &str,
     changes: &[ContactChange<'_>],
     policy: &UpdatePolicy,
 ) -> Result<(), UpdateError> {
-    let remove = |records: &mut Vec<Record>, contact: String| {
-        records.push(Record::Remove {
-            seq: 0,
-            aor: aor.to_owned(),
-            contact,
-        });
-    };
     if list.len() > policy.max_contacts {
         if policy.overflow == Overflow::Reject {
             return Err(UpdateError::TooManyContacts {
@@ -853,6 +880,7 @@ fn make_room(
             let Some(p) = list
                 .iter()
                 .enumerate()
+                .map(|(i, s)| (i, s.get(had, records)))
                 .filter(|(_, b)| !named(b))
                 .min_by_key(|(_, b)| b.expires_at)
                 .map(|(i, _)| i)
@@ -861,8 +889,8 @@ fn make_room(
                     max: policy.max_contacts,
                 });
             };
-            let gone = list.remove(p);
-            remove(records, gone.contact);
+            let gone = list.remove(p).get(had, records).contact.clone();
+            records.push(removal(aor, gone));
         }
     }
     Ok(())
@@ -889,7 +917,7 @@ pub(crate) mod tests {
             .prepare(aor.to_owned(), changes, remove_all, reg, policy)
             .map_err(Failure::Refused)?;
         current.clear();
-        current.extend_from_slice(prepared.bindings());
+        current.extend(prepared.bindings().cloned());
         if prepared.is_empty() {
             let _ = loc.commit(prepared, true);
             return Ok(());
@@ -984,6 +1012,75 @@ pub(crate) mod tests {
         };
         let policy = UpdatePolicy::default();
         update(loc, aor, changes, remove_all, r, &policy, &mut persist, cur)
+    }
+
+    /// A prepared change lists the AoR as its commit leaves it: bindings
+    /// it keeps (copied), refreshes, adds and removes, highest q first.
+    #[test]
+    fn a_prepared_listing_is_what_the_commit_leaves() {
+        let loc = MemoryLocation::new(RandomState::new());
+        let policy = UpdatePolicy::default();
+        let q = |contact, expires, q| ContactChange {
+            q,
+            ..change(contact, expires)
+        };
+        let (mut cur, mut rec) = (Vec::new(), Vec::new());
+        let first = [q("sip:a@1.1.1.1", 60, 300), q("sip:a@2.2.2.2", 60, 600)];
+        upd(
+            &loc,
+            "sip:a@x",
+            &first,
+            false,
+            &reg("c1", 1, 100),
+            &mut cur,
+            &mut rec,
+        )
+        .expect("bind two");
+        let changes = [
+            q("sip:a@2.2.2.2", 0, 1000),
+            q("sip:a@3.3.3.3", 60, 200),
+            q("sip:a@1.1.1.1", 90, 900),
+        ];
+        let prepared = loc
+            .prepare(
+                "sip:a@x".into(),
+                &changes,
+                false,
+                &reg("c1", 2, 101),
+                &policy,
+            )
+            .expect("prepare");
+        let listed: Vec<(String, u16, u64)> = prepared
+            .bindings()
+            .map(|b| (b.contact.clone(), b.q, b.expires_at))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("sip:a@1.1.1.1".to_owned(), 900, 191),
+                ("sip:a@3.3.3.3".to_owned(), 200, 161)
+            ]
+        );
+        let _ = loc.commit(prepared, true);
+        loc.lookup("sip:a@x", 101, &mut cur);
+        let stored: Vec<(String, u16, u64)> = cur
+            .iter()
+            .map(|b| (b.contact.clone(), b.q, b.expires_at))
+            .collect();
+        assert_eq!(stored, listed);
+        // A binding the change does not name is kept, and listed by its q.
+        let prepared = loc
+            .prepare(
+                "sip:a@x".into(),
+                &[q("sip:a@4.4.4.4", 60, 500)],
+                false,
+                &reg("c4", 1, 102),
+                &policy,
+            )
+            .expect("prepare");
+        let order: Vec<&str> = prepared.bindings().map(|b| b.contact.as_str()).collect();
+        assert_eq!(order, ["sip:a@1.1.1.1", "sip:a@4.4.4.4", "sip:a@3.3.3.3"]);
+        let _ = loc.commit(prepared, true);
     }
 
     #[test]
@@ -1291,7 +1388,7 @@ pub(crate) mod tests {
             .expect("prepare");
         assert_eq!(first.records().len(), 1);
         assert_eq!(
-            first.bindings().len(),
+            first.bindings().count(),
             1,
             "the listing is the state after the change"
         );

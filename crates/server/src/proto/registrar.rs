@@ -64,23 +64,23 @@ pub const TICKETS: &str = "Privasip-Tickets";
 /// Each contact's RFC 5626 instance and flow (`+sip.instance` with
 /// `reg-id`, kept as INSTANCE#REG-ID so its next registration on another
 /// flow replaces this one); empty where none, or where the values are
-/// longer than a binding keeps or hold what a journal line cannot.
+/// longer than a binding keeps or hold what a journal line cannot. The
+/// list stops at the last contact that has one (no allocation for the
+/// usual REGISTER, which names none).
 fn instances(contacts: &[Contact<'_>]) -> Vec<String> {
-    contacts
-        .iter()
-        .map(|c| {
-            let p = c.addr.params();
-            match (p.get("+sip.instance").flatten(), p.get("reg-id").flatten()) {
-                (Some(i), Some(r))
-                    if i.len() + r.len() < MAX_CALL_ID_LEN
-                        && !i.chars().chain(r.chars()).any(char::is_control) =>
-                {
-                    format!("{i}#{r}")
-                }
-                _ => String::new(),
+    let mut found = Vec::new();
+    for (k, c) in contacts.iter().enumerate() {
+        let p = c.addr.params();
+        if let (Some(i), Some(r)) = (p.get("+sip.instance").flatten(), p.get("reg-id").flatten()) {
+            if i.len() + r.len() < MAX_CALL_ID_LEN
+                && !i.chars().chain(r.chars()).any(char::is_control)
+            {
+                found.resize(k, String::new());
+                found.push(format!("{i}#{r}"));
             }
-        })
-        .collect()
+        }
+    }
+    found
 }
 
 impl Registrar {
@@ -195,7 +195,8 @@ impl Registrar {
         let mut changes: Vec<ContactChange<'m>> = Vec::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
         let direct_flow = ctx.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
-        for (c, instance) in contacts.iter().zip(instances) {
+        for (k, c) in contacts.iter().enumerate() {
+            let instance = instances.get(k).map_or("", String::as_str);
             let wanted = c.expires.or(msg.expires()).unwrap_or(default);
             if wanted != 0 && wanted < min {
                 let min = min.to_string();
@@ -411,9 +412,8 @@ impl Registrar {
         let mut unlisted = 0;
         let ordered = prepared
             .bindings()
-            .iter()
             .filter(named)
-            .chain(prepared.bindings().iter().filter(|b| !named(b)));
+            .chain(prepared.bindings().filter(|b| !named(b)));
         for b in ordered {
             let start = ctx.lines.len();
             ctx.lines.push_str("Contact: <");
