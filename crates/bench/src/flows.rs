@@ -34,6 +34,8 @@ pub struct Flows {
     is_unsent: Vec<bool>,
     /// What links replaced so far moved.
     retired: Wire,
+    /// Datagrams ICMP errors quoted, read with the links' messages.
+    quoted: Vec<Vec<u8>>,
 }
 
 impl Flows {
@@ -72,6 +74,7 @@ impl Flows {
             unsent: Vec::new(),
             is_unsent: vec![false; n],
             retired: Wire::default(),
+            quoted: Vec::new(),
         })
     }
 
@@ -148,6 +151,7 @@ impl Flows {
         if self.poll.is_none() {
             let link = &mut self.links[0];
             let n = link.receive(buf, max, &mut on);
+            link.take_unreachable(&mut self.quoted);
             let _ = link.flush();
             if self.open[0] && link.closed() {
                 self.open[0] = false;
@@ -167,6 +171,7 @@ impl Flows {
             }
             let link = &mut self.links[i];
             n += link.receive(buf, max - n, &mut on);
+            link.take_unreachable(&mut self.quoted);
             let _ = link.flush();
             if self.open[i] && link.closed() {
                 self.open[i] = false;
@@ -193,6 +198,12 @@ impl Flows {
             }
         }
         n
+    }
+
+    /// The starts of the datagrams that ICMP errors quoted, read since the
+    /// last call (each names the call that could not be delivered).
+    pub fn take_unreachable(&mut self, out: &mut Vec<Vec<u8>>) {
+        out.append(&mut self.quoted);
     }
 
     /// Waits until a link has something to read (or room to write what it

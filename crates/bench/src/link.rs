@@ -72,6 +72,44 @@ pub struct Datagrams {
     /// The last turn stopped at its limit: more may be queued.
     more: bool,
     wire: Wire,
+    /// A send or read failed: the socket's error queue may hold ICMP
+    /// errors to read.
+    errors: bool,
+    /// The starts of datagrams an ICMP "unreachable" quoted, not yet
+    /// taken (at most [`MAX_UNREACHABLE`]).
+    unreachable: Vec<Vec<u8>>,
+}
+
+/// Quoted datagrams a UDP link keeps until the worker takes them; more
+/// are read and dropped (their calls time out instead).
+const MAX_UNREACHABLE: usize = 256;
+
+impl Datagrams {
+    fn new(socket: UdpSocket) -> Self {
+        // ICMP errors are then queued with the datagram they quote, so a
+        // call to a port where nothing listens fails at once (RFC 3261
+        // §18.4) instead of after its retransmissions.
+        let v6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        let _ = sip_udp::report_errors(&socket, v6);
+        Datagrams {
+            socket,
+            more: false,
+            wire: Wire::default(),
+            errors: false,
+            unreachable: Vec::new(),
+        }
+    }
+
+    /// Reads the ICMP errors queued on the socket.
+    fn read_errors(&mut self) {
+        self.errors = false;
+        let kept = &mut self.unreachable;
+        sip_udp::unreachable(&self.socket, MAX_UNREACHABLE, |_, quoted| {
+            if kept.len() < MAX_UNREACHABLE {
+                kept.push(quoted.to_vec());
+            }
+        });
+    }
 }
 
 impl Datagrams {
@@ -84,11 +122,16 @@ impl Datagrams {
         let mut lens = [0usize; sip_udp::SLOTS];
         while n < max {
             let want = (max - n).min(slots);
-            // An error (EAGAIN: nothing queued) ends the turn.
-            let Ok(got) = sip_udp::recv_batch(self.socket.as_raw_fd(), rx, slot, &mut lens[..want])
-            else {
-                break;
-            };
+            // An error ends the turn: EAGAIN (nothing queued), or one an
+            // ICMP message left, whose details are in the error queue.
+            let got =
+                match sip_udp::recv_batch(self.socket.as_raw_fd(), rx, slot, &mut lens[..want]) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        self.errors |= e.kind() != io::ErrorKind::WouldBlock;
+                        break;
+                    }
+                };
             for (i, len) in lens.iter().take(got).enumerate() {
                 self.wire.received += *len as u64;
                 on(&rx[i * slot..][..*len]);
@@ -99,6 +142,9 @@ impl Datagrams {
             }
         }
         self.more = n >= max;
+        if self.errors {
+            self.read_errors();
+        }
         n
     }
 }
@@ -208,11 +254,9 @@ impl Link {
     /// threads. `None` for a connection, whose bytes one thread frames.
     pub fn share(&self) -> io::Result<Option<Link>> {
         match self {
-            Link::Udp(d) => Ok(Some(Link::Udp(Box::new(Datagrams {
-                socket: d.socket.try_clone()?,
-                more: false,
-                wire: Wire::default(),
-            })))),
+            Link::Udp(d) => Ok(Some(Link::Udp(Box::new(Datagrams::new(
+                d.socket.try_clone()?,
+            ))))),
             Link::Stream(_) => Ok(None),
         }
     }
@@ -240,11 +284,7 @@ impl Link {
                 let _ = s.set_send_buffer_size(4 << 20);
                 s.bind(&local.into())?;
                 s.set_nonblocking(true)?;
-                return Ok(Link::Udp(Box::new(Datagrams {
-                    socket: s.into(),
-                    more: false,
-                    wire: Wire::default(),
-                })));
+                return Ok(Link::Udp(Box::new(Datagrams::new(s.into()))));
             }
             Transport::Tcp | Transport::Ws => false,
             Transport::Tls | Transport::Wss => true,
@@ -356,7 +396,13 @@ impl Link {
     pub fn send(&mut self, bytes: &[u8], target: SocketAddr) -> io::Result<()> {
         match self {
             Link::Udp(d) => {
-                let n = d.socket.send_to(bytes, target)?;
+                // A failure may be an earlier datagram's ICMP error, which
+                // fails one call only: the datagram goes again, and the
+                // next read takes the error from the queue.
+                let n = d.socket.send_to(bytes, target).or_else(|_| {
+                    d.errors = true;
+                    d.socket.send_to(bytes, target)
+                })?;
                 d.wire.sent += n as u64;
                 Ok(())
             }
@@ -404,6 +450,14 @@ impl Link {
                 s.more = filled || n >= cap;
                 n
             }
+        }
+    }
+
+    /// The starts of the datagrams ICMP errors quoted since the last call
+    /// (a UDP link's; a connection reports its end instead).
+    pub fn take_unreachable(&mut self, out: &mut Vec<Vec<u8>>) {
+        if let Link::Udp(d) = self {
+            out.append(&mut d.unreachable);
         }
     }
 

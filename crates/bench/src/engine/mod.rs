@@ -23,6 +23,7 @@ use crate::timers::Timers;
 
 mod caller;
 use caller::caller;
+mod unreachable;
 mod write;
 use write::Ctx;
 
@@ -516,6 +517,7 @@ impl Worker<'_> {
                 at = end;
             }
             self.inbox = inbox;
+            self.fail_unreachable();
             let handed = self.take_handoffs();
             let received = received + handed;
             let mut why = String::new();
@@ -1124,5 +1126,24 @@ mod tests {
         assert_eq!(o.failures.get("unfinished at the end of the run"), Some(&4));
         // T1 then 2·T1 passed within the drain: two retransmissions each.
         assert!(o.retransmissions >= 4, "{}", o.retransmissions);
+    }
+
+    #[test]
+    fn a_request_to_a_closed_port_fails_its_call_at_once() {
+        // A port nothing listens on: each REGISTER draws an ICMP port
+        // unreachable quoting it, which fails that call (RFC 3261 §18.4),
+        // one worker's or the other's, with no retransmission.
+        let closed = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port");
+        let o = execute(&run(closed, 6), &Live::default(), &AtomicBool::new(false)).expect("runs");
+        assert_eq!(o.ok, 0);
+        assert_eq!(
+            o.failures.get(unreachable::CAUSE),
+            Some(&6),
+            "{:?}",
+            o.failures
+        );
+        assert_eq!(o.retransmissions, 0);
     }
 }
