@@ -871,7 +871,10 @@ impl Worker<'_> {
         };
         let messages = h.take();
         for m in &messages {
-            self.on_message(m);
+            match unreachable::as_quoted(m) {
+                Some(q) => self.fail_quoted(q),
+                None => self.on_message(m),
+            }
         }
         messages.len()
     }
@@ -1144,6 +1147,14 @@ mod tests {
             "{:?}",
             o.failures
         );
+        assert_eq!(o.retransmissions, 0);
+        // Three threads on one shared socket: whichever reads an error
+        // hands it to the thread whose call it names.
+        let mut r = run(closed, 30);
+        (r.threads, r.share_flows) = (3, true);
+        let o = execute(&r, &Live::default(), &AtomicBool::new(false)).expect("runs");
+        let failed = o.failures.get(unreachable::CAUSE);
+        assert_eq!(failed, Some(&30), "{:?}", o.failures);
         assert_eq!(o.retransmissions, 0);
     }
 }

@@ -1,10 +1,12 @@
 //! Calls whose request an ICMP error quoted: nothing listens where it
 //! went (or no route leads there), a transport error that fails the call
-//! at once (RFC 3261 §18.4, §8.1.3.1) rather than after Timer F.
+//! at once (RFC 3261 §18.4, §8.1.3.1) rather than after Timer F. On
+//! shared flows the worker that reads the error hands it to the call's.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::Worker;
+use super::{owner_of, Handoff, Worker};
 
 /// Why such a call failed.
 pub(super) const CAUSE: &str = "unreachable (ICMP error)";
@@ -35,17 +37,47 @@ pub(super) fn quoted_call_id(quoted: &[u8]) -> Option<&str> {
     None
 }
 
+/// Marks a handed-over quote (a SIP message never starts with NUL).
+const QUOTE: u8 = 0;
+
+impl Handoff {
+    /// Hands over the start of a request an ICMP error quoted.
+    pub(super) fn put_quoted(&self, quoted: &[u8]) {
+        let mut m = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        m.push([&[QUOTE], quoted].concat());
+        self.waiting.store(true, Ordering::Release);
+    }
+}
+
+/// A handed-over quote, without its mark; `None` for a message.
+pub(super) fn as_quoted(handed: &[u8]) -> Option<&[u8]> {
+    handed.strip_prefix(&[QUOTE])
+}
+
 impl Worker<'_> {
     /// Fails the calls whose requests ICMP errors quoted since the last
-    /// turn (those of other workers' calls on shared flows time out).
+    /// turn; a quote of another worker's call (shared flows) goes to it.
     pub(super) fn fail_unreachable(&mut self) {
         let mut quoted = Vec::new();
         self.flows.take_unreachable(&mut quoted);
         for q in &quoted {
-            let slot = quoted_call_id(q).and_then(|id| self.slot_of(id));
-            if let Some(slot) = slot {
-                self.fail(slot, CAUSE, Instant::now());
-            }
+            self.fail_quoted(q);
+        }
+    }
+
+    /// Fails the call whose request `quoted` starts, if it is live.
+    pub(super) fn fail_quoted(&mut self, quoted: &[u8]) {
+        let Some(id) = quoted_call_id(quoted) else {
+            return;
+        };
+        if let Some(h) = owner_of(id)
+            .filter(|w| *w != self.id)
+            .and_then(|w| self.handoffs.get(w))
+        {
+            return h.put_quoted(quoted);
+        }
+        if let Some(slot) = self.slot_of(id) {
+            self.fail(slot, CAUSE, Instant::now());
         }
     }
 }
