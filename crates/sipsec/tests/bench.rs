@@ -540,6 +540,27 @@ fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
     assert!(at("200") < at("283") && at("283") < at("400") && at("400") < at("800"));
 }
 
+/// A ramp that cannot climb (a factor of 1 or not a number, a start of
+/// 0) is refused with the rule before any server or load starts.
+#[test]
+fn a_ramp_that_cannot_climb_is_refused_at_once() {
+    for bench in ["peak", "scale"] {
+        for bad in [["--factor", "NaN"], ["--factor", "1"], ["--start", "0"]] {
+            let out = Command::new(BIN)
+                .args(["bench", bench])
+                .args(bad)
+                .output()
+                .expect("runs");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "bench {bench} {bad:?}: {err}");
+            assert!(
+                err.contains("must be positive and --factor above 1"),
+                "bench {bench} {bad:?}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn peak_ramps_and_reports_peak_and_sustainable() {
     let dir = tempdir("bench-peak");

@@ -390,6 +390,39 @@ pub(super) fn positive(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
 
+/// The ramp `bench peak` and `bench scale` climb, from their flags:
+/// `--start`, `--factor`, `--max`, `--duration`, `--max-p99-ms`,
+/// `--refine`.
+pub(super) fn ramp(
+    start: f64,
+    factor: f64,
+    max: f64,
+    duration: f64,
+    max_p99_ms: f64,
+    refine: u32,
+) -> Result<sipsec_bench::peak::Ramp, String> {
+    let valid = positive(start)
+        && positive(max)
+        && positive(duration)
+        && positive(max_p99_ms)
+        && factor.is_finite()
+        && factor > 1.0;
+    if !valid {
+        return Err(
+            "--start, --max, --duration, --max-p99-ms must be positive and --factor above 1".into(),
+        );
+    }
+    Ok(sipsec_bench::peak::Ramp {
+        start,
+        factor,
+        max,
+        seconds: duration,
+        max_p99_us: (max_p99_ms * 1000.0) as u64,
+        tolerance: 0.05,
+        refine,
+    })
+}
+
 /// Progress of a run on standard error: calls done of the total, the
 /// success rate of the last interval, failures, p99 so far. A live bar on
 /// a terminal; a line every 5 s otherwise (a log file, a pipe).

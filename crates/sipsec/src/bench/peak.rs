@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{options, outputs, positive, CommonArgs};
+use super::common::{options, outputs, ramp, CommonArgs};
 
 #[derive(Args)]
 pub struct PeakArgs {
@@ -33,24 +33,9 @@ pub struct PeakArgs {
 }
 
 pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
-    use sipsec_bench::peak::{self, Ramp};
-    let valid =
-        positive(a.start) && positive(a.max) && positive(a.duration) && positive(a.max_p99_ms);
-    if !valid || a.factor <= 1.0 {
-        return Err(
-            "--start, --max, --duration, --max-p99-ms must be positive and --factor above 1".into(),
-        );
-    }
+    use sipsec_bench::peak;
+    let ramp = ramp(a.start, a.factor, a.max, a.duration, a.max_p99_ms, a.refine)?;
     let base = options(&a.common)?;
-    let ramp = Ramp {
-        start: a.start,
-        factor: a.factor,
-        max: a.max,
-        seconds: a.duration,
-        max_p99_us: (a.max_p99_ms * 1000.0) as u64,
-        tolerance: 0.05,
-        refine: a.refine,
-    };
     println!("offered/s  achieved/s  failed  p99 ms  server µs/call");
     let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {
         println!(

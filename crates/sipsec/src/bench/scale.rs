@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use sipsec_bench::scale::{self, Load, Plan, Variant};
 
-use super::common::{positive, targets, TableOutputs};
+use super::common::{ramp, targets, TableOutputs};
 
 #[derive(Args)]
 pub struct ScaleArgs {
@@ -84,12 +84,7 @@ fn cpus() -> usize {
 
 pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
     use sipsec_bench::compare::{Plan as Base, Target};
-    let valid = positive(a.start) && positive(a.max) && positive(a.duration);
-    if !valid || a.factor <= 1.0 || !positive(a.max_p99_ms) {
-        return Err(
-            "--start, --max, --duration, --max-p99-ms must be positive and --factor above 1".into(),
-        );
-    }
+    let ramp = ramp(a.start, a.factor, a.max, a.duration, a.max_p99_ms, a.refine)?;
     let n = cpus();
     let room = if a.pin { n / 2 } else { n };
     let mut workers: Vec<usize> = if a.workers.is_empty() {
@@ -165,15 +160,7 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
             .map(|f| Load::new(*f as usize, threads))
             .collect(),
         scenarios: a.scenarios.clone(),
-        ramp: sipsec_bench::peak::Ramp {
-            start: a.start,
-            factor: a.factor,
-            max: a.max,
-            seconds: a.duration,
-            max_p99_us: (a.max_p99_ms * 1000.0) as u64,
-            tolerance: 0.05,
-            refine: a.refine,
-        },
+        ramp,
         pin: a.pin,
         rounds: a.rounds as usize,
     };
