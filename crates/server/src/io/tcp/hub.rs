@@ -215,11 +215,24 @@ impl TcpHub {
             }
             return self.connect_then_send(dest, transport, bytes, key);
         };
-        if websocket {
+        self.send_over(&conn, dest, bytes, key)
+    }
+
+    /// Sends `bytes` for `dest` on `conn`: the connection found for it,
+    /// or the one the request being answered came over (RFC 3261
+    /// §18.2.2), which its reactor holds and need not look up.
+    pub(super) fn send_over(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        dest: SocketAddr,
+        bytes: &[u8],
+        key: Option<(Key, u8)>,
+    ) -> io::Result<()> {
+        if matches!(conn.transport, Transport::Ws | Transport::Wss) {
             // Watched before it can reach the browser: a browser that
             // closes as soon as it has the request must find it among
             // the connection's requests when the reactor closes it.
-            self.watch(&conn, key);
+            self.watch(conn, key);
         }
         let queued = {
             let mut tx = lock(&conn.tx);
@@ -242,7 +255,7 @@ impl TcpHub {
                 } else {
                     CloseReason::Error
                 };
-                self.close_later(&conn, reason);
+                self.close_later(conn, reason);
                 self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
                 self.undeliverable(key);
                 Err(io::Error::other(match e {

@@ -12,7 +12,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::io::drive::Deferred;
-use crate::proto::core::{Core, Transport};
+use crate::proto::core::{Core, Reply, Transport};
 use crate::proto::metrics::CloseReason;
 use sip_core::websocket::server::{self as websocket};
 
@@ -703,7 +703,16 @@ impl Reactor {
         // Extras first: a 100 Trying must not trail the answers the
         // forwarded INVITE draws.
         self.sender.send_all(self.core.extra());
-        self.sender.reply(reply, &self.out, self.core.sent_key());
+        match reply {
+            // The answer to a request goes back on its connection, held
+            // here: no lookup by address under the hub's lock.
+            Reply::Send(dest, transport) if dest == conn.peer && transport == conn.transport => {
+                let _ = self
+                    .hub
+                    .send_over(conn, dest, &self.out, self.core.sent_key());
+            }
+            other => self.sender.reply(other, &self.out, self.core.sent_key()),
+        }
         if self.deferred.len() >= MAX_DEFERRED {
             self.commit();
         }
