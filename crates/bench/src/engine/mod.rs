@@ -296,9 +296,9 @@ struct Handoff {
 }
 
 impl Handoff {
-    fn put(&self, bytes: &[u8]) {
+    fn push(&self, handed: Vec<u8>) {
         let mut m = self.messages.lock().unwrap_or_else(|e| e.into_inner());
-        m.push(bytes.to_vec());
+        m.push(handed);
         self.waiting.store(true, Ordering::Release);
     }
 
@@ -788,7 +788,7 @@ impl Worker<'_> {
                 .filter(|w| *w != self.id)
                 .and_then(|w| self.handoffs.get(w))
             {
-                h.put(bytes);
+                h.push(bytes.to_vec());
                 return;
             }
         }

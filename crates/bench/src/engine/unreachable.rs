@@ -3,7 +3,6 @@
 //! at once (RFC 3261 §18.4, §8.1.3.1) rather than after Timer F. On
 //! shared flows the worker that reads the error hands it to the call's.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{owner_of, Handoff, Worker};
@@ -43,9 +42,7 @@ const QUOTE: u8 = 0;
 impl Handoff {
     /// Hands over the start of a request an ICMP error quoted.
     pub(super) fn put_quoted(&self, quoted: &[u8]) {
-        let mut m = self.messages.lock().unwrap_or_else(|e| e.into_inner());
-        m.push([&[QUOTE], quoted].concat());
-        self.waiting.store(true, Ordering::Release);
+        self.push([&[QUOTE], quoted].concat());
     }
 }
 
