@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use crate::config::{Durability, Overflow};
+use crate::proto::aor_key::AorKey;
 use crate::proto::parked::Parked;
 use crate::shards::{ReadShards, Shards};
 
@@ -365,20 +366,20 @@ struct Aor {
 /// computes once per operation (it also picks the shard).
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashTable<(String, Aor)>,
+    map: HashTable<(AorKey, Aor)>,
 }
 
 impl Shard {
     fn get(&self, hash: u64, aor: &str) -> Option<&Aor> {
-        self.map.find(hash, |(k, _)| k == aor).map(|(_, a)| a)
+        self.map.find(hash, |(k, _)| k.is(aor)).map(|(_, a)| a)
     }
 
     fn get_mut(&mut self, hash: u64, aor: &str) -> Option<&mut Aor> {
-        self.map.find_mut(hash, |(k, _)| k == aor).map(|(_, a)| a)
+        self.map.find_mut(hash, |(k, _)| k.is(aor)).map(|(_, a)| a)
     }
 
     fn remove(&mut self, hash: u64, aor: &str) {
-        if let Ok(e) = self.map.find_entry(hash, |(k, _)| k == aor) {
+        if let Ok(e) = self.map.find_entry(hash, |(k, _)| k.is(aor)) {
             e.remove();
         }
     }
@@ -387,7 +388,9 @@ impl Shard {
     fn entry(&mut self, hash: u64, aor: &str, rehash: impl Fn(&str) -> u64) -> &mut Aor {
         if self.get(hash, aor).is_none() {
             self.map
-                .insert_unique(hash, (aor.to_owned(), Aor::default()), |(k, _)| rehash(k));
+                .insert_unique(hash, (AorKey::new(aor), Aor::default()), |(k, _)| {
+                    rehash(k.as_str())
+                });
         }
         self.get_mut(hash, aor).expect("just inserted")
     }
@@ -452,7 +455,7 @@ impl MemoryLocation {
         for s in self.shards.reads() {
             for (aor, a) in s.map.iter() {
                 for b in a.list.iter().filter(|b| b.expires_at > now) {
-                    f(aor, b);
+                    f(aor.as_str(), b);
                 }
             }
         }
@@ -616,7 +619,9 @@ impl MemoryLocation {
                     };
                     shard
                         .map
-                        .insert_unique(hash, (aor.to_owned(), entry), |(k, _)| self.hash(k));
+                        .insert_unique(hash, (AorKey::new(aor), entry), |(k, _)| {
+                            self.hash(k.as_str())
+                        });
                 }
             }
             token
@@ -747,7 +752,7 @@ impl MemoryLocation {
                     a.list
                         .iter()
                         .filter(|b| b.expires_at > now)
-                        .map(|b| (aor.clone(), b.clone())),
+                        .map(|b| (aor.as_str().to_owned(), b.clone())),
                 );
             }
         }
