@@ -8,6 +8,8 @@
 //! relayed (the offer and the answers parked and handed in again as the
 //! relay's answer would). What is left of a
 //! call's CPU cost in `bench compare` is the kernel's.
+//! With `SIPSEC_CORE_WORKERS=1,2,4,8` it instead prints what sharing one
+//! location store costs each of that many workers refreshing at once.
 #![allow(unsafe_code)] // the counting global allocator
 #![allow(missing_docs)]
 
@@ -171,6 +173,10 @@ fn run(c: &mut Criterion, name: &str, core: &mut Worker, msgs: &[Vec<u8>]) {
 }
 
 fn benches(c: &mut Criterion) {
+    if let Ok(list) = std::env::var("SIPSEC_CORE_WORKERS") {
+        workers_table(&list);
+        std::process::exit(0);
+    }
     let dir = std::env::temp_dir().join(format!("sipsec-core-bench-{}", std::process::id()));
     let regs: Vec<_> = (0..USERS).map(|u| register(u, 3600)).collect();
     let logouts: Vec<_> = (0..USERS).map(|u| register(u, 0)).collect();
@@ -388,3 +394,95 @@ fn calls(c: &mut Criterion) {
 
 criterion_group!(core_benches, benches, calls);
 criterion_main!(core_benches);
+
+/// This thread's CPU time, from the scheduler's own account.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Requests each worker handles per run of [`workers`].
+const PER_WORKER: usize = 400_000;
+
+/// Refreshes on `w` workers at once, each a core of its own on its own
+/// 10,000 users (so each has one worker's cache footprint), with one
+/// store and its shards, counters and locks shared by all (`one`), or a
+/// store each. Returns each worker's CPU per refresh, µs.
+fn workers(w: usize, one: bool) -> Vec<f64> {
+    let regs: Vec<Vec<_>> = (0..w)
+        .map(|i| (0..USERS).map(|u| register(i * USERS + u, 3600)).collect())
+        .collect();
+    let store = core(Mode::Registrar, None).core.shared().clone();
+    let ns: Vec<u64> = std::thread::scope(|s| {
+        let hs: Vec<_> = regs
+            .iter()
+            .map(|regs| {
+                let shared = if one {
+                    store.clone()
+                } else {
+                    core(Mode::Registrar, None).core.shared().clone()
+                };
+                s.spawn(move || {
+                    let mut c = Core::new(shared);
+                    let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
+                    let (mut out, at) = (Vec::with_capacity(4096), now());
+                    let t0 = thread_cpu_ns();
+                    for k in 0..PER_WORKER {
+                        let r = sipsec_server::io::drive::handle(
+                            &mut c,
+                            &sipsec_server::io::sinks::Sinks::default(),
+                            None,
+                            &regs[k % regs.len()],
+                            src,
+                            Transport::Udp,
+                            at,
+                            &mut out,
+                        );
+                        assert!(matches!(r, Reply::Send(..)), "{r:?}");
+                    }
+                    thread_cpu_ns() - t0
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("worker")).collect()
+    });
+    ns.iter()
+        .map(|n| *n as f64 / PER_WORKER as f64 / 1000.0)
+        .collect()
+}
+
+/// `SIPSEC_CORE_WORKERS=1,2,4,8`: what sharing one store costs each
+/// worker, apart from the kernel. For each count, runs with one store
+/// and with a store per worker, alternated three times (the order
+/// swapped every other round).
+fn workers_table(list: &str) {
+    let counts: Vec<usize> = list
+        .split(',')
+        .filter_map(|w| w.trim().parse().ok())
+        .collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    println!("| workers | one store, µs/refresh (each worker) | a store each | one / each |");
+    println!("|---|---|---|---|");
+    for &w in counts.iter().filter(|w| **w > 0) {
+        for round in 0..3 {
+            let (one, each) = if round % 2 == 0 {
+                (workers(w, true), workers(w, false))
+            } else {
+                let each = workers(w, false);
+                (workers(w, true), each)
+            };
+            let show = |v: &[f64]| {
+                let each: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+                format!("{:.2} ({})", mean(v), each.join(" / "))
+            };
+            println!(
+                "| {w} | {} | {} | {:.2} |",
+                show(&one),
+                show(&each),
+                mean(&one) / mean(&each)
+            );
+        }
+    }
+}
