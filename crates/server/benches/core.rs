@@ -403,8 +403,14 @@ fn thread_cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Requests each worker handles per run of [`workers`].
-const PER_WORKER: usize = 400_000;
+/// Requests each worker handles per run of [`workers`]
+/// (`SIPSEC_CORE_REQUESTS` changes it, e.g. under valgrind).
+fn per_worker() -> usize {
+    std::env::var("SIPSEC_CORE_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400_000)
+}
 
 /// Refreshes on `w` workers at once, each a core of its own on its own
 /// 10,000 users (so each has one worker's cache footprint), with one
@@ -415,6 +421,7 @@ fn workers(w: usize, one: bool) -> Vec<f64> {
         .map(|i| (0..USERS).map(|u| register(i * USERS + u, 3600)).collect())
         .collect();
     let store = core(Mode::Registrar, None).core.shared().clone();
+    let per = per_worker();
     let ns: Vec<u64> = std::thread::scope(|s| {
         let hs: Vec<_> = regs
             .iter()
@@ -429,7 +436,7 @@ fn workers(w: usize, one: bool) -> Vec<f64> {
                     let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
                     let (mut out, at) = (Vec::with_capacity(4096), now());
                     let t0 = thread_cpu_ns();
-                    for k in 0..PER_WORKER {
+                    for k in 0..per {
                         let r = sipsec_server::io::drive::handle(
                             &mut c,
                             &sipsec_server::io::sinks::Sinks::default(),
@@ -448,9 +455,7 @@ fn workers(w: usize, one: bool) -> Vec<f64> {
             .collect();
         hs.into_iter().map(|h| h.join().expect("worker")).collect()
     });
-    ns.iter()
-        .map(|n| *n as f64 / PER_WORKER as f64 / 1000.0)
-        .collect()
+    ns.iter().map(|n| *n as f64 / per as f64 / 1000.0).collect()
 }
 
 /// `SIPSEC_CORE_WORKERS=1,2,4,8`: what sharing one store costs each

@@ -81,6 +81,8 @@ pub struct Message<'a> {
     expires: Option<u32>,
     contact_star: bool,
     contact_count: usize,
+    /// The first Contact value, as the parse checked it.
+    first_contact: Option<Contact<'a>>,
     first_route: Option<(&'a str, NameAddr<'a>)>,
     route_count: usize,
 }
@@ -577,15 +579,20 @@ impl<'a> Message<'a> {
     }
 
     /// Contact values in order (none for `*`).
+    /// The usual single contact is the one the parse kept; more are
+    /// parsed again here.
     pub fn contacts(&self) -> impl Iterator<Item = Contact<'a>> + '_ {
-        let star = self.contact_star;
-        self.headers_named(HeaderName::Contact)
-            .filter(move |_| !star)
-            .flat_map(|h| CommaValues {
-                cursor: Cursor::new(h.value, 0),
-                done: false,
-                parse: |c: &mut Cursor<'a>| parse_contact(c, usize::MAX).ok(),
-            })
+        let (star, single) = (self.contact_star, self.contact_count == 1);
+        let kept = if single { self.first_contact } else { None };
+        kept.into_iter().chain(
+            self.headers_named(HeaderName::Contact)
+                .filter(move |_| !star && !single)
+                .flat_map(|h| CommaValues {
+                    cursor: Cursor::new(h.value, 0),
+                    done: false,
+                    parse: |c: &mut Cursor<'a>| parse_contact(c, usize::MAX).ok(),
+                }),
+        )
     }
 
     /// Route values in order.
@@ -733,6 +740,8 @@ struct Builder<'a> {
     expires: Option<u32>,
     contact_star: bool,
     contact_count: usize,
+    /// The first Contact value, as the parse checked it.
+    first_contact: Option<Contact<'a>>,
     first_route: Option<(&'a str, NameAddr<'a>)>,
     route_count: usize,
 }
@@ -819,8 +828,13 @@ impl<'a> Builder<'a> {
                 );
             }
             HeaderName::Contact => {
-                let mut n = 0;
-                let star = parse_contacts(value, at, limits.max_values, |_| n += 1)?;
+                let (mut n, first) = (0, &mut self.first_contact);
+                let star = parse_contacts(value, at, limits.max_values, |c| {
+                    if first.is_none() {
+                        *first = Some(c);
+                    }
+                    n += 1;
+                })?;
                 if (star && (self.contact_count > 0 || self.contact_star))
                     || (self.contact_star && n > 0)
                 {
@@ -914,6 +928,7 @@ impl<'a> Builder<'a> {
             expires: self.expires,
             contact_star: self.contact_star,
             contact_count: self.contact_count,
+            first_contact: self.first_contact,
             first_route: self.first_route,
             route_count: self.route_count,
         })
@@ -959,6 +974,43 @@ Content-Length: 0\r\n\r\n";
         assert_eq!(m.header_count(), 9);
         assert_eq!(m.len(), REGISTER.len());
         assert!(m.body().is_empty());
+    }
+
+    #[test]
+    fn the_single_contact_is_the_one_parsed_and_more_come_in_order() {
+        let text = String::from_utf8(REGISTER.to_vec()).expect("utf-8");
+        let with = |contacts: &str| {
+            text.replace(
+                "Contact: <sip:bob@192.0.2.4>\r\n",
+                &format!("Contact: {contacts}\r\n"),
+            )
+        };
+        let one = with("\"Bob\" <sip:bob@192.0.2.4;transport=tcp>;q=0.7;expires=60");
+        let m = Message::parse(one.as_bytes()).unwrap();
+        let c: Vec<_> = m.contacts().collect();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].addr.uri().as_str(), "sip:bob@192.0.2.4;transport=tcp");
+        assert_eq!(c[0].addr.display_name(), Some("Bob"));
+        assert_eq!((c[0].q, c[0].expires), (Some(700), Some(60)));
+        let (head, _) = one.split_once("Contact: ").unwrap();
+        let value = one[head.len() + 9..].split("\r\n").next().unwrap();
+        let mut again = Vec::new();
+        crate::contact::parse_contacts(value, 0, usize::MAX, |c| again.push(c)).unwrap();
+        assert_eq!(c, again, "kept from the parse, the same as parsed anew");
+
+        let two = with("<sip:a@192.0.2.1>, <sip:b@192.0.2.2>\r\nContact: <sip:c@192.0.2.3>");
+        let m = Message::parse(two.as_bytes()).unwrap();
+        let uris: Vec<_> = m.contacts().map(|c| c.addr.uri().as_str()).collect();
+        assert_eq!(
+            uris,
+            ["sip:a@192.0.2.1", "sip:b@192.0.2.2", "sip:c@192.0.2.3"]
+        );
+        assert_eq!(m.contact_count(), 3);
+
+        let star = with("*").replace("Expires: 7200", "Expires: 0");
+        let m = Message::parse(star.as_bytes()).unwrap();
+        assert!(m.is_contact_star());
+        assert_eq!(m.contacts().count(), 0);
     }
 
     #[test]
