@@ -427,7 +427,8 @@ impl Registrar {
             }
         }
         let cut_warning;
-        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(2);
+        // Most answers carry none of these: no allocation until one does.
+        let mut extra: Vec<(&str, &str)> = Vec::new();
         if unlisted > 0 {
             bump(&ctx.shared.metrics.listings_cut);
             cut_warning = format!(
