@@ -521,7 +521,56 @@ pub fn table(cells: &[Cell]) -> String {
             );
         }
     }
+    s.push_str(&against_null(cells));
     s
+}
+
+/// With the null responder among the servers, each other server against
+/// it in the same round, load and worker count: the rate ratio (its
+/// sustained calls/s over the null responder's) and the efficiency (the
+/// null responder's CPU per call over its own), medians and ranges of
+/// the rounds. Empty without null cells.
+fn against_null(cells: &[Cell]) -> String {
+    use std::fmt::Write as _;
+    let (rows, workers) = axes(cells);
+    let mut s = String::new();
+    for row in rows.iter().filter(|r| r.0 != "null") {
+        let null = (String::from("null"), row.1.clone(), row.2.clone());
+        for &w in &workers {
+            let (mut rate, mut efficiency) = (Vec::new(), Vec::new());
+            for c in of(cells, row, w) {
+                let Some(n) = of(cells, &null, w).into_iter().find(|n| n.round == c.round) else {
+                    continue;
+                };
+                if n.sustained > 0.0 {
+                    rate.push(c.sustained / n.sustained);
+                }
+                if let (Some(mine), Some(theirs)) = (c.cpu_us_per_call, n.cpu_us_per_call) {
+                    if mine > 0.0 {
+                        efficiency.push(theirs / mine);
+                    }
+                }
+            }
+            if rate.is_empty() && efficiency.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {w} | {} | {} |",
+                row.1,
+                row.2,
+                row.0,
+                stats::median_range(&rate, 2),
+                stats::median_range(&efficiency, 2)
+            );
+        }
+    }
+    if s.is_empty() {
+        return s;
+    }
+    format!(
+        "\n| scenario | load | server | W | calls/s / null's | efficiency (null's CPU per call / its own) |\n|---|---|---|---|---|---|\n{s}"
+    )
 }
 
 /// Named series as the plots take them.
@@ -675,6 +724,30 @@ mod tests {
         assert!(t.find("| 8 flows |") < t.find("| 10000 flows |"), "{t}");
         let page = html(&cells);
         assert_eq!(crate::plot::svgs(&page).len(), 2, "two plots");
+    }
+
+    #[test]
+    fn each_server_is_set_against_the_null_responder_round_by_round() {
+        let mut cells = Vec::new();
+        // Round 1: sipsec at 90 % of the rate and 8/10 of the efficiency;
+        // round 2: 100 % and 10/10. The null responder runs 100 and 80.
+        for (round, sipsec, null) in [(1, 90_000.0, 100_000.0), (2, 80_000.0, 80_000.0)] {
+            let mut mine = cell("sipsec spread", 1, round, sipsec, &[95.0]);
+            mine.cpu_us_per_call = Some(if round == 1 { 10.0 } else { 8.0 });
+            let mut theirs = cell("null", 1, round, null, &[90.0]);
+            theirs.cpu_us_per_call = Some(8.0);
+            cells.extend([mine, theirs]);
+        }
+        let t = table(&cells);
+        assert!(
+            t.contains(
+                "| register | 1 flow | sipsec spread | 1 | 0.95 (0.90–1.00) | 0.90 (0.80–1.00) |"
+            ),
+            "{t}"
+        );
+        assert!(!t.contains("| null | 1 | 1.00"), "not against itself: {t}");
+        let alone: Vec<Cell> = cells.into_iter().filter(|c| c.server != "null").collect();
+        assert!(!table(&alone).contains("null's"), "no null, no table");
     }
 
     #[test]
