@@ -190,32 +190,29 @@ pub(crate) fn find_head(buf: &[u8]) -> Result<HeadSpan, ParseError> {
     if lead == buf.len() {
         return Err(ParseError::new(ErrorKind::Empty, lead));
     }
-    let mut pos = lead;
-    loop {
-        let Some(nl) = memchr(b'\n', &buf[pos..]) else {
-            return Err(ParseError::new(ErrorKind::Incomplete, buf.len()));
-        };
-        let next = pos + nl + 1;
-        match buf.get(next) {
-            Some(b'\n') => {
-                return Ok(HeadSpan {
-                    lead,
-                    head_end: line_content_end(buf, pos + nl),
-                    body_start: next + 1,
-                })
-            }
-            Some(b'\r') if buf.get(next + 1) == Some(&b'\n') => {
-                return Ok(HeadSpan {
-                    lead,
-                    head_end: line_content_end(buf, pos + nl),
-                    body_start: next + 2,
-                })
-            }
-            Some(_) => pos = next,
-            None => return Err(ParseError::new(ErrorKind::Incomplete, buf.len())),
-        }
-    }
+    // The blank line ends the head: the first LF followed by CRLF or by
+    // LF. One vector search for each ending (the second only up to where
+    // the first was found), instead of a search per line.
+    let rest = &buf[lead..];
+    let crlf = BLANK_CRLF.find(rest);
+    let lf = BLANK_LF.find(&rest[..crlf.map_or(rest.len(), |at| at + 2)]);
+    let (nl, body_start) = match (crlf, lf) {
+        (_, Some(at)) => (lead + at, lead + at + 2),
+        (Some(at), None) => (lead + at, lead + at + 3),
+        (None, None) => return Err(ParseError::new(ErrorKind::Incomplete, buf.len())),
+    };
+    Ok(HeadSpan {
+        lead,
+        head_end: line_content_end(buf, nl),
+        body_start,
+    })
 }
+
+/// An empty line after a CRLF- or LF-ended one, from the first LF.
+static BLANK_CRLF: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\n\r\n"));
+static BLANK_LF: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\n\n"));
 
 fn line_content_end(buf: &[u8], nl: usize) -> usize {
     if nl > 0 && buf[nl - 1] == b'\r' {
@@ -974,6 +971,57 @@ Content-Length: 0\r\n\r\n";
         assert_eq!(m.header_count(), 9);
         assert_eq!(m.len(), REGISTER.len());
         assert!(m.body().is_empty());
+    }
+
+    /// The head's end as found line by line: the first LF followed by LF
+    /// or CRLF.
+    fn head_line_by_line(buf: &[u8]) -> Option<(usize, usize, usize)> {
+        let lead = buf
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        for nl in (lead..buf.len()).filter(|&i| buf[i] == b'\n') {
+            let ends = |n| (lead, line_content_end(buf, nl), nl + n);
+            match (buf.get(nl + 1), buf.get(nl + 2)) {
+                (Some(b'\n'), _) => return Some(ends(2)),
+                (Some(b'\r'), Some(b'\n')) => return Some(ends(3)),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_head_ends_where_a_line_by_line_scan_ends_it() {
+        // Every string of up to 9 bytes over 'a', CR and LF, each also
+        // after a start line and followed by a body.
+        let alphabet = [b'a', b'\r', b'\n'];
+        let mut checked = 0;
+        for len in 0..=9u32 {
+            for mut code in 0..3usize.pow(len) {
+                let mut tail = Vec::new();
+                for _ in 0..len {
+                    tail.push(alphabet[code % 3]);
+                    code /= 3;
+                }
+                for prefix in [&b""[..], b"X\r\n", b"\r\nA: b\n"] {
+                    for suffix in [&b""[..], b"body\n\n"] {
+                        let mut buf = prefix.to_vec();
+                        buf.extend_from_slice(&tail);
+                        buf.extend_from_slice(suffix);
+                        let found = find_head(&buf);
+                        if buf.iter().all(|b| matches!(b, b'\r' | b'\n')) {
+                            assert!(found.is_err(), "{buf:?}");
+                        } else {
+                            let found = found.ok().map(|h| (h.lead, h.head_end, h.body_start));
+                            assert_eq!(found, head_line_by_line(&buf), "{buf:?}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 160_000);
     }
 
     #[test]
