@@ -201,6 +201,52 @@ fn authorization(
     )
 }
 
+/// One REGISTER may bind several contacts, over one Contact field or
+/// several (RFC 3261 §10.2.1); each gets its own expiry and they are
+/// listed by q. A later REGISTER naming one of them keeps the others.
+#[test]
+fn one_register_binds_several_contacts() {
+    let dir = tempdir("reg-many");
+    let s = server(Mode::Registrar, false, &dir);
+    let ua = Ua::new(s.handle.local_addr());
+    let r = ua.register(
+        "carol",
+        "m1",
+        1,
+        "<sip:carol@192.0.2.1>;q=0.2, <sip:carol@192.0.2.2>;expires=120\r\n\
+         Contact: <sip:carol@192.0.2.3>;q=0.5",
+        "Expires: 600\r\n",
+    );
+    assert_eq!(status(&r), 200, "{r}");
+    let listed = |r: &str| -> Vec<(String, Option<u32>)> {
+        let m = Message::parse(r.as_bytes()).expect("parses");
+        m.contacts()
+            .map(|c| (c.addr.uri().as_str().to_owned(), c.expires))
+            .collect()
+    };
+    let bound = listed(&r);
+    let uri =
+        |b: &[(String, Option<u32>)]| -> Vec<String> { b.iter().map(|c| c.0.clone()).collect() };
+    assert_eq!(
+        uri(&bound),
+        [
+            "sip:carol@192.0.2.2",
+            "sip:carol@192.0.2.3",
+            "sip:carol@192.0.2.1"
+        ],
+        "{r}"
+    );
+    assert_eq!(bound[0].1, Some(120));
+    assert_eq!(bound[1].1, Some(600));
+    let r = ua.register("carol", "m1", 2, "<sip:carol@192.0.2.3>;expires=0", "");
+    assert_eq!(status(&r), 200, "{r}");
+    assert_eq!(
+        uri(&listed(&r)),
+        ["sip:carol@192.0.2.2", "sip:carol@192.0.2.1"],
+        "{r}"
+    );
+}
+
 #[test]
 fn digest_registration() {
     let dir = tempdir("auth");

@@ -131,14 +131,20 @@ impl Registrar {
                 out,
             );
         }
-        // Parsed once here, then read by every check below.
-        let contacts: Vec<Contact<'_>> = msg.contacts().collect();
-        if let Some(reply) = Self::refuse_oversize(ctx, msg, &contacts, src, out) {
+        // Parsed once here, then read by every check below; the usual
+        // single contact without a list to hold it.
+        let (one, many): (Option<Contact<'_>>, Vec<Contact<'_>>) = if msg.contact_count() == 1 {
+            (msg.contacts().next(), Vec::new())
+        } else {
+            (None, msg.contacts().collect())
+        };
+        let contacts = one.as_ref().map_or(&many[..], std::slice::from_ref);
+        if let Some(reply) = Self::refuse_oversize(ctx, msg, contacts, src, out) {
             return reply;
         }
-        let instances = instances(&contacts);
+        let instances = instances(contacts);
         let (changes, wants_outbound) =
-            match Self::contact_changes(ctx, msg, &contacts, src, &instances, out) {
+            match Self::contact_changes(ctx, msg, contacts, src, &instances, out) {
                 Ok(c) => c,
                 Err(reply) => return reply,
             };
