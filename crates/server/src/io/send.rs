@@ -13,9 +13,11 @@ use crate::proto::core::{Reply, Transport};
 use crate::proto::effects::Sends;
 use crate::proto::shared::Shared;
 
-/// Every send path calls this once per message leaving: it counts the
-/// message and hands a copy to the tracer when one is on (the core never
-/// calls the tracer: the drivers do, here and on what they receive).
+/// Every send path calls this once per message leaving, before its bytes
+/// are written (so that a peer holding an answer finds it counted): it
+/// counts the message and hands a copy to the tracer when one is on (the
+/// core never calls the tracer: the drivers do, here and on what they
+/// receive).
 pub fn leaving(
     shared: &Shared,
     sinks: &Sinks,

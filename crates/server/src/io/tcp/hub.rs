@@ -237,18 +237,20 @@ impl TcpHub {
         let queued = {
             let mut tx = lock(&conn.tx);
             let connecting = matches!(tx.phase, Phase::Connecting(_));
-            let queued = tx.queue(bytes, self.limits.queue_bytes);
-            if let (Ok(()), true, Some(k)) = (&queued, connecting, key) {
+            let staged = tx.stage(bytes, self.limits.queue_bytes);
+            if let (Ok(()), true, Some(k)) = (&staged, connecting, key) {
                 // Failed with the connect, if it fails.
                 lock(&conn.waiting).push(k);
             }
-            queued
+            if staged.is_ok() {
+                // Counted before it is written: a peer that has the answer
+                // finds it in the metrics.
+                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
+            }
+            staged.and_then(|()| tx.flush().map_err(|_| QueueError::Closed))
         };
         match queued {
-            Ok(()) => {
-                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 let reason = if e == QueueError::Full {
                     CloseReason::SlowReader

@@ -165,21 +165,33 @@ impl Tx {
     }
 
     /// Queues the SIP message `bytes` for the peer (at most `limit` bytes
-    /// waiting), in a frame of its own over WebSocket, and writes what the
-    /// socket takes.
-    pub(super) fn queue(&mut self, bytes: &[u8], limit: usize) -> Result<(), QueueError> {
+    /// waiting), in a frame of its own over WebSocket, without writing
+    /// it yet: [`flush`](Self::flush) does.
+    pub(super) fn stage(&mut self, bytes: &[u8], limit: usize) -> Result<(), QueueError> {
         match self.wire {
-            Wire::Stream => self.queue_raw(&[bytes], limit),
+            Wire::Stream => self.stage_raw(&[bytes], limit),
             Wire::Upgrading => Err(QueueError::Closed),
             Wire::Frames => {
                 let (h, n) = websocket::data_header(bytes);
-                self.queue_raw(&[&h[..n], bytes], limit)
+                self.stage_raw(&[&h[..n], bytes], limit)
             }
         }
     }
 
-    /// Queues `parts` as they are (an HTTP response, a whole frame).
+    /// [`stage`](Self::stage), then writes what the socket takes.
+    pub(super) fn queue(&mut self, bytes: &[u8], limit: usize) -> Result<(), QueueError> {
+        self.stage(bytes, limit)?;
+        self.flush().map_err(|_| QueueError::Closed)
+    }
+
+    /// Queues `parts` as they are (an HTTP response, a whole frame) and
+    /// writes what the socket takes.
     pub(super) fn queue_raw(&mut self, parts: &[&[u8]], limit: usize) -> Result<(), QueueError> {
+        self.stage_raw(parts, limit)?;
+        self.flush().map_err(|_| QueueError::Closed)
+    }
+
+    fn stage_raw(&mut self, parts: &[&[u8]], limit: usize) -> Result<(), QueueError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         match &mut self.phase {
             Phase::Closed => return Err(QueueError::Closed),
@@ -211,7 +223,7 @@ impl Tx {
                 }
             }
         }
-        self.flush().map_err(|_| QueueError::Closed)
+        Ok(())
     }
 }
 
