@@ -428,6 +428,11 @@ fn axes(cells: &[Cell]) -> (Vec<(String, String, String)>, Vec<usize>) {
     (rows, workers)
 }
 
+/// A row's first three cells: scenario, load, server.
+fn lead(row: &(String, String, String)) -> String {
+    format!("| {} | {} | {} |", row.1, row.2, row.0)
+}
+
 /// The round whose sustained rate is the median of a cell's rounds.
 fn median_cell<'a>(mine: &[&'a Cell]) -> Option<&'a Cell> {
     let mut v = mine.to_vec();
@@ -464,7 +469,7 @@ pub fn table(cells: &[Cell]) -> String {
     s.push_str(&"|---".repeat(4 + workers.len()));
     s.push_str("|\n");
     for row in &rows {
-        let _ = write!(s, "| {} | {} | {} |", row.1, row.2, row.0);
+        s.push_str(&lead(row));
         for &w in &workers {
             let v: Vec<f64> = of(cells, row, w).iter().map(|c| c.sustained).collect();
             let _ = write!(s, " {} |", stats::median_range(&v, 0));
@@ -506,10 +511,8 @@ pub fn table(cells: &[Cell]) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {w} | {} | {} | {} | {spread} | {:.0} |",
-                row.1,
-                row.2,
-                row.0,
+                "{} {w} | {} | {} | {} | {spread} | {:.0} |",
+                lead(row),
                 stats::median_range(&mine, 1),
                 if base > 0.0 {
                     format!("{:.2}", stats::median(&mine) / base)
@@ -556,10 +559,8 @@ fn against_null(cells: &[Cell]) -> String {
             }
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {w} | {} | {} |",
-                row.1,
-                row.2,
-                row.0,
+                "{} {w} | {} | {} |",
+                lead(row),
                 stats::median_range(&rate, 2),
                 stats::median_range(&efficiency, 2)
             );
