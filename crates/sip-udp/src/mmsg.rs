@@ -4,7 +4,7 @@
 //! descriptor limit).
 
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
@@ -38,17 +38,47 @@ fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-fn to_storage(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    let sa = socket2::SockAddr::from(addr);
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
-    let len = sa.len() as usize;
-    // SAFETY: `sa` holds `len` bytes of a socket address, and `len` never
-    // exceeds sockaddr_storage's size; the regions do not overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(sa.as_ptr() as *const u8, &mut ss as *mut _ as *mut u8, len);
+/// A socket address as the kernel reads it from a send: IPv4 or IPv6, and
+/// no larger (a `sockaddr_storage` would be 128 bytes to fill per datagram).
+#[repr(C)]
+#[derive(Clone, Copy)]
+union RawAddr {
+    v4: libc::sockaddr_in,
+    v6: libc::sockaddr_in6,
+}
+
+fn to_raw(addr: SocketAddr) -> (RawAddr, libc::socklen_t) {
+    match addr {
+        SocketAddr::V4(a) => (
+            RawAddr {
+                v4: libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(*a.ip()).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                },
+            },
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ),
+        // The flow label as the standard library keeps it (see
+        // `to_socket_addr`).
+        SocketAddr::V6(a) => (
+            RawAddr {
+                v6: libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                },
+            },
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+        ),
     }
-    (ss, sa.len())
 }
 
 /// Receive buffers for one worker, reused for every batch.
@@ -352,25 +382,39 @@ impl SendBatch {
         let mut failed = false;
         while start < self.used {
             let n = (self.used - start).min(BATCH);
-            // SAFETY (three lines): iovec, mmsghdr and sockaddr_storage are
-            // plain data for which all-zero is valid.
-            let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
-            let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-            let mut names: [(libc::sockaddr_storage, libc::socklen_t); BATCH] = unsafe { zeroed() };
+            // Only the `n` entries the kernel reads are written: filling
+            // all BATCH of them for one datagram cost more than the rest of
+            // the send's user-space work.
+            let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); BATCH];
+            let mut names = [MaybeUninit::<RawAddr>::uninit(); BATCH];
+            let mut hdrs = [MaybeUninit::<libc::mmsghdr>::uninit(); BATCH];
             for k in 0..n {
                 let buf = &self.bufs[start + k];
-                names[k] = to_storage(self.dests[start + k]);
-                iovs[k].iov_base = buf.as_ptr() as *mut libc::c_void;
-                iovs[k].iov_len = buf.len();
-                hdrs[k].msg_hdr.msg_name = &mut names[k].0 as *mut _ as *mut libc::c_void;
-                hdrs[k].msg_hdr.msg_namelen = names[k].1;
-                hdrs[k].msg_hdr.msg_iov = &mut iovs[k];
-                hdrs[k].msg_hdr.msg_iovlen = 1;
+                let (name, namelen) = to_raw(self.dests[start + k]);
+                let name: *mut RawAddr = names[k].write(name);
+                let iov: *mut libc::iovec = iovs[k].write(libc::iovec {
+                    iov_base: buf.as_ptr() as *mut libc::c_void,
+                    iov_len: buf.len(),
+                });
+                // SAFETY: mmsghdr is plain data; all-zero is valid (no
+                // control data, no flags).
+                let mut h: libc::mmsghdr = unsafe { zeroed() };
+                h.msg_hdr.msg_name = name.cast();
+                h.msg_hdr.msg_namelen = namelen;
+                h.msg_hdr.msg_iov = iov;
+                h.msg_hdr.msg_iovlen = 1;
+                hdrs[k].write(h);
             }
-            // SAFETY: the headers point at `n` live buffers and addresses
-            // that outlive the call; the kernel only reads them.
+            // SAFETY: the first `n` headers are written and point at live
+            // buffers and addresses that outlive the call; the kernel reads
+            // them and writes only their msg_len.
             let sent = unsafe {
-                libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0)
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                    n as libc::c_uint,
+                    0,
+                )
             };
             if sent as usize == n {
                 start += n;
@@ -455,8 +499,16 @@ mod tests {
 
     #[test]
     fn batches_round_trip_over_loopback() {
-        let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for host in ["127.0.0.1:0", "[::1]:0"] {
+            round_trip(host);
+        }
+    }
+
+    /// Forty datagrams sent in two `sendmmsg` calls arrive in order, from
+    /// the sender's address.
+    fn round_trip(host: &str) {
+        let a = UdpSocket::bind(host).expect("bind");
+        let b = UdpSocket::bind(host).expect("bind");
         b.set_read_timeout(Some(Duration::from_secs(2)))
             .expect("timeout");
         let mut out = SendBatch::default();
@@ -577,10 +629,21 @@ mod tests {
     #[test]
     fn ipv6_addresses_convert() {
         let v6: SocketAddr = "[2001:db8::7]:5060".parse().expect("addr");
-        let (ss, _) = to_storage(v6);
-        assert_eq!(to_socket_addr(&ss), Some(v6));
         let v4: SocketAddr = "192.0.2.1:5070".parse().expect("addr");
-        let (ss, _) = to_storage(v4);
-        assert_eq!(to_socket_addr(&ss), Some(v4));
+        for (addr, len) in [(v6, 28), (v4, 16)] {
+            let (raw, namelen) = to_raw(addr);
+            assert_eq!(namelen, len);
+            // SAFETY: all-zero is a valid sockaddr_storage, and the raw
+            // address is no larger than one.
+            let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    &raw as *const RawAddr as *const u8,
+                    &mut ss as *mut _ as *mut u8,
+                    len as usize,
+                );
+            }
+            assert_eq!(to_socket_addr(&ss), Some(addr));
+        }
     }
 }
