@@ -7,7 +7,10 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
 use std::time::Duration;
+
+use memchr::memmem;
 
 use sip_tls::COUNTED_GROUPS as TLS_GROUPS;
 
@@ -528,13 +531,13 @@ impl Metrics {
     /// calls this once per message, so every response that leaves (made
     /// here, forwarded, or resent by a transaction timer) is counted once.
     pub fn sent(&self, bytes: &[u8]) {
-        if let Some(code) = bytes
-            .strip_prefix(b"SIP/2.0 ")
-            .and_then(|r| r.get(..3))
-            .and_then(|c| std::str::from_utf8(c).ok())
-            .and_then(|c| c.parse::<u16>().ok())
-        {
-            self.response(code, cseq_method(bytes));
+        if let Some(&[a, b, c]) = bytes.strip_prefix(b"SIP/2.0 ").and_then(|r| r.get(..3)) {
+            if [a, b, c].iter().all(u8::is_ascii_digit) {
+                let code = [a, b, c]
+                    .iter()
+                    .fold(0, |n, d| n * 10 + u16::from(d - b'0'));
+                self.response(code, cseq_method(bytes));
+            }
         }
     }
 
@@ -781,10 +784,37 @@ fn method_index(method: &str) -> usize {
 }
 
 /// The method named in a message's CSeq header, when it has one on a
-/// line of its own before the body. Every message sent passes here, so
-/// lines are found with `memchr` and only a line starting with `c` is
-/// looked at.
+/// line of its own before the body. Every message sent passes here: one
+/// vector search finds the line as nearly every message (and this
+/// server's writer) spells it, `CSeq` after a line feed, and two more
+/// check that no blank line comes before it. A message that spells it
+/// otherwise, or names it first past its head, is read line by line.
+/// (A head with two CSeq lines, which the parser refuses, may count the
+/// one spelled `CSeq`.)
 fn cseq_method(msg: &[u8]) -> Option<&str> {
+    static CSEQ: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\nCSeq"));
+    static BLANK_CRLF: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\n\r\n"));
+    static BLANK_LF: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\n\n"));
+    if let Some(at) = CSEQ.find(msg) {
+        let before = &msg[..=at];
+        let blank = before.starts_with(b"\n")
+            || before.starts_with(b"\r\n")
+            || BLANK_CRLF.find(before).is_some()
+            || BLANK_LF.find(before).is_some();
+        let line = &msg[at + 1..];
+        let line = &line[..memchr::memchr(b'\n', line).unwrap_or(line.len())];
+        if let (false, Some(method)) = (blank, cseq_line(line)) {
+            return method;
+        }
+    }
+    cseq_method_by_line(msg)
+}
+
+/// [`cseq_method`], one line at a time.
+fn cseq_method_by_line(msg: &[u8]) -> Option<&str> {
     let mut start = 0;
     for end in memchr::memchr_iter(b'\n', msg).chain([msg.len()]) {
         let line = &msg[start..end];
@@ -792,18 +822,48 @@ fn cseq_method(msg: &[u8]) -> Option<&str> {
         if line.is_empty() || line == b"\r" {
             return None;
         }
-        if !line[0].eq_ignore_ascii_case(&b'c')
-            || !line
-                .get(..4)
-                .is_some_and(|n| n.eq_ignore_ascii_case(b"CSeq"))
-        {
-            continue;
+        if let Some(method) = cseq_line(line) {
+            return method;
         }
-        let Some(rest) = std::str::from_utf8(&line[4..]).ok() else {
-            continue;
-        };
-        if let Some(value) = rest.trim_start().strip_prefix(':') {
-            return value.split_ascii_whitespace().nth(1);
+    }
+    None
+}
+
+/// What a header line says when it is a CSeq (RFC 3261 §20.16): the
+/// method, if its value has one; `None` when it is another header.
+fn cseq_line(line: &[u8]) -> Option<Option<&str>> {
+    if !line
+        .get(..4)
+        .is_some_and(|n| n.eq_ignore_ascii_case(b"CSeq"))
+    {
+        return None;
+    }
+    let value = std::str::from_utf8(&line[4..])
+        .ok()?
+        .trim_start()
+        .strip_prefix(':')?;
+    Some(second_word(value))
+}
+
+/// `s.split_ascii_whitespace().nth(1)`, without the iterator adapters
+/// that cost more than the rest of the CSeq's reading.
+fn second_word(s: &str) -> Option<&str> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    for word in 0..2 {
+        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        let start = i;
+        while b.get(i).is_some_and(|c| !c.is_ascii_whitespace()) {
+            i += 1;
+        }
+        if start == i {
+            return None;
+        }
+        if word == 1 {
+            // Both ends are at ASCII bytes: character boundaries.
+            return s.get(start..i);
         }
     }
     None
@@ -867,5 +927,57 @@ mod tests {
             Some("REGISTER")
         );
         assert_eq!(cseq_method(b"SIP/2.0 200 OK\r\nCSeqX 1 BYE\r\n"), None);
+    }
+
+    #[test]
+    fn the_searched_cseq_is_the_one_a_line_by_line_read_finds() {
+        let cases: [&[u8]; 16] = [
+            b"SIP/2.0 200 OK\r\nVia: x\r\nCSeq: 7 REGISTER\r\nContent-Length: 0\r\n\r\n",
+            b"SIP/2.0 200 OK\r\ncseq: 7 OPTIONS\r\n\r\nCSeq: 1 INFO\r\n",
+            b"SIP/2.0 200 OK\r\nCSEQ: 7 BYE\r\nX: y\r\n\r\n",
+            b"SIP/2.0 200 OK\r\nX: y\r\n\r\nCSeq: 1 INFO\r\n",
+            b"SIP/2.0 200 OK\nX: y\n\nCSeq: 1 INFO\n",
+            b"\r\nSIP/2.0 200 OK\r\nCSeq: 1 INFO\r\n",
+            b"\nSIP/2.0 200 OK\nCSeq: 1 INFO\n",
+            b"CSeq: 4 ACK\r\n",
+            b"SIP/2.0 200 OK\r\nCSeqX 1 BYE\r\nCSeq: 2 BYE\r\n",
+            b"SIP/2.0 200 OK\r\nCSeq: 2\r\n",
+            b"SIP/2.0 200 OK\r\nCSeq \t: 2 PRACK",
+            b"SIP/2.0 200 OK\r\nCSeq: 2 \xff\r\nCSeq: 3 BYE\r\n",
+            b"SIP/2.0 200 OK\r\nCSeq",
+            b"SIP/2.0 200 OK\r\n",
+            b"",
+            b"SIP/2.0 200 OK\r\nVia: a\r\n\r\n",
+        ];
+        for msg in cases {
+            assert_eq!(
+                cseq_method(msg),
+                cseq_method_by_line(msg),
+                "{}",
+                String::from_utf8_lossy(msg)
+            );
+        }
+        assert_eq!(cseq_method(cases[0]), Some("REGISTER"));
+        assert_eq!(cseq_method(cases[1]), Some("OPTIONS"));
+        assert_eq!(cseq_method(cases[8]), Some("BYE"));
+        assert_eq!(cseq_method(cases[11]), Some("BYE"), "not UTF-8: read on");
+    }
+
+    #[test]
+    fn the_second_word_is_the_one_split_ascii_whitespace_gives() {
+        for s in [
+            "",
+            " ",
+            "1",
+            " 1 ",
+            "1 INVITE",
+            " \t1\r\n INVITE \r",
+            "1 INVITE x",
+            "1  ÄÖ\u{a0}x y",
+            "\u{c}7\u{c}BYE\u{c}",
+            "1\u{a0}BYE",
+        ] {
+            assert_eq!(second_word(s), s.split_ascii_whitespace().nth(1), "{s:?}");
+        }
     }
 }
