@@ -7,17 +7,26 @@ use crate::header::HeaderName;
 use crate::message::{Message, StartLine};
 use crate::status::StatusCode;
 
-/// Appends the decimal form of `n`.
+/// Appends the decimal form of `n`, two digits a division (every
+/// response's CSeq and Content-Length, every journal record's four
+/// numbers).
 pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n > 0 || i == buf.len() {
         i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[i] = b'0' + n as u8;
     }
     out.extend_from_slice(&buf[i..]);
 }
@@ -446,7 +455,12 @@ mod tests {
 
     #[test]
     fn numbers() {
-        for n in [0u64, 7, 10, 4_294_967_295, u64::MAX] {
+        let mut cases = vec![0u64, 7, 4_294_967_295, u64::MAX, u64::MAX - 1];
+        for k in 1..20 {
+            let p = 10u64.pow(k);
+            cases.extend([p - 1, p, p + 1, p + 9, p.saturating_mul(5)]);
+        }
+        for n in cases {
             let mut v = Vec::new();
             write_u64(&mut v, n);
             assert_eq!(v, n.to_string().as_bytes());
