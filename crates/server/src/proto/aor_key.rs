@@ -8,6 +8,8 @@
 /// Keys up to this many bytes are kept in the entry; the size makes
 /// [`AorKey`] six words, the same as a `String` and a spare `Vec` header.
 pub const INLINE: usize = 46;
+// An inline key's length is a byte.
+const _: () = assert!(INLINE <= u8::MAX as usize);
 
 /// An AoR, inline when short.
 #[derive(Clone)]
@@ -21,13 +23,14 @@ pub enum AorKey {
 impl AorKey {
     /// The key for `aor`.
     pub fn new(aor: &str) -> Self {
-        match u8::try_from(aor.len()) {
-            Ok(len) if aor.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
-                bytes[..aor.len()].copy_from_slice(aor.as_bytes());
-                AorKey::Inline { len, bytes }
-            }
-            _ => AorKey::Heap(aor.into()),
+        if aor.len() > INLINE {
+            return AorKey::Heap(aor.into());
+        }
+        let mut bytes = [0; INLINE];
+        bytes[..aor.len()].copy_from_slice(aor.as_bytes());
+        AorKey::Inline {
+            len: aor.len() as u8,
+            bytes,
         }
     }
 
