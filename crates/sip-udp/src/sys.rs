@@ -154,29 +154,33 @@ pub fn recv_batch(
     lens: &mut [usize],
 ) -> std::io::Result<usize> {
     let want = lens.len().min(SLOTS).min(rx.len() / slot.max(1));
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; SLOTS];
-    // SAFETY: an all-zero mmsghdr is valid (null name, control and iovec
-    // pointers, zero lengths).
-    let mut hdrs: [libc::mmsghdr; SLOTS] = unsafe { std::mem::zeroed() };
-    for (v, (h, room)) in iov
+    // Only the `want` entries the kernel reads are written: zeroing all
+    // SLOTS headers cost more than the rest of a read of a few datagrams.
+    let mut iov = [std::mem::MaybeUninit::<libc::iovec>::uninit(); SLOTS];
+    let mut hdrs = [std::mem::MaybeUninit::<libc::mmsghdr>::uninit(); SLOTS];
+    for ((v, h), room) in iov
         .iter_mut()
-        .zip(hdrs.iter_mut().zip(rx.chunks_exact_mut(slot)))
+        .zip(hdrs.iter_mut())
+        .zip(rx.chunks_exact_mut(slot))
         .take(want)
     {
-        v.iov_base = room.as_mut_ptr().cast();
-        v.iov_len = room.len();
-        h.msg_hdr.msg_iov = v;
-        h.msg_hdr.msg_iovlen = 1;
+        let v: *mut libc::iovec = v.write(libc::iovec {
+            iov_base: room.as_mut_ptr().cast(),
+            iov_len: room.len(),
+        });
+        // SAFETY: an all-zero mmsghdr is valid (null name and control,
+        // zero lengths and flags).
+        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+        h.write(m);
     }
     // SAFETY: `want` headers, each pointing at one iovec over its own
     // slot of `rx`, all alive for the call; no timeout.
     let got = unsafe {
         libc::recvmmsg(
             fd,
-            hdrs.as_mut_ptr(),
+            hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
             want as libc::c_uint,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
@@ -184,7 +188,9 @@ pub fn recv_batch(
     };
     let got = usize::try_from(got).map_err(|_| std::io::Error::last_os_error())?;
     for (len, h) in lens.iter_mut().zip(&hdrs).take(got) {
-        *len = h.msg_len as usize;
+        // SAFETY: the first `want` headers were written, and the kernel
+        // filled at most that many.
+        *len = unsafe { h.assume_init_ref() }.msg_len as usize;
     }
     Ok(got)
 }
