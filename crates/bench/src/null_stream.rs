@@ -146,6 +146,9 @@ fn serve(
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut next = 0usize;
     let mut out = Vec::with_capacity(2048);
+    // One read buffer for every connection, zeroed once (a fresh one per
+    // readiness event cost the floor more than the framing did).
+    let mut scratch = vec![0u8; 16 * 1024];
     while !stop.load(Ordering::Relaxed) {
         match poll.poll(&mut events, Some(Duration::from_millis(100))) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -181,7 +184,7 @@ fn serve(
             let Some(conn) = conns.get_mut(&id) else {
                 continue;
             };
-            let open = conn.pump(&mut out, answered).unwrap_or(false);
+            let open = conn.pump(&mut out, &mut scratch, answered).unwrap_or(false);
             let registry = poll.registry();
             if !open {
                 let _ = registry.deregister(&mut conn.stream);
@@ -205,10 +208,14 @@ fn serve(
 impl Conn {
     /// Reads what there is, answers every whole request, writes what it
     /// can. False once the connection is over (closed, or broken input).
-    fn pump(&mut self, out: &mut Vec<u8>, answered: &AtomicU64) -> io::Result<bool> {
-        let mut buf = [0u8; 16 * 1024];
+    fn pump(
+        &mut self,
+        out: &mut Vec<u8>,
+        buf: &mut [u8],
+        answered: &AtomicU64,
+    ) -> io::Result<bool> {
         let mut open = true;
-        while let Some(n) = self.read_some(&mut buf)? {
+        while let Some(n) = self.read_some(buf)? {
             if n == 0 {
                 open = false;
                 break;
