@@ -55,10 +55,21 @@ pub fn frame(buf: &[u8], limits: &Limits) -> Result<Frame, ParseError> {
     let mut length = None;
     while let Some((s, e)) = next_field(head, &mut pos) {
         let field = &head[s..e];
+        // Only `Content-Length` or its compact `l` can name it (14 bytes
+        // or 1, after any white space): other fields are passed over by
+        // their first byte and length, without a search or a lookup.
+        if !matches!(
+            field.as_bytes().first(),
+            Some(b'c' | b'C' | b'l' | b'L' | b' ' | b'\t')
+        ) {
+            continue;
+        }
         let Some(colon) = field.find(':') else {
             continue;
         };
-        if HeaderName::from_name(trim_lws(&field[..colon])) != HeaderName::ContentLength {
+        let name = trim_lws(&field[..colon]);
+        if !matches!(name.len(), 1 | 14) || HeaderName::from_name(name) != HeaderName::ContentLength
+        {
             continue;
         }
         let v = trim_lws(&field[colon + 1..]);
@@ -145,5 +156,27 @@ mod tests {
         assert!(matches!(e.kind, ErrorKind::InvalidHeader { .. }));
         let huge = b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length: 99999999999999999999999\r\n\r\n";
         assert!(frame(huge, &Limits::DEFAULT).is_err());
+    }
+
+    #[test]
+    fn the_length_is_found_however_it_is_spelled_and_only_under_its_names() {
+        let l = Limits::DEFAULT;
+        for (head, body) in [
+            ("content-LENGTH : 2", 2),
+            ("L:3", 3),
+            ("Content-Length\t:\t1", 1),
+            ("Content-Lengthx: 9\r\nl: 0", 0),
+            ("X-Content-Length: 9\r\nContent-Length: 4", 4),
+        ] {
+            let msg = format!("OPTIONS sip:a@b SIP/2.0\r\n{head}\r\n\r\nbodybodybody");
+            let end = msg.find("\r\n\r\n").expect("head") + 4;
+            assert_eq!(
+                frame(msg.as_bytes(), &l),
+                Ok(Frame::Message(end + body)),
+                "{head}"
+            );
+        }
+        let e = frame(b"OPTIONS sip:a@b SIP/2.0\r\nlength: 4\r\n\r\n", &l).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::MissingHeader(HeaderName::ContentLength));
     }
 }
