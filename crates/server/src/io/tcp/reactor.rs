@@ -40,7 +40,7 @@ impl Reactor {
             index,
             poll,
             listeners,
-            locals: HashMap::new(),
+            locals: TokenMap::default(),
             core,
             storage,
             sender,
