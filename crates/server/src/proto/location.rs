@@ -64,13 +64,16 @@ pub struct Flow {
 }
 
 impl Flow {
-    /// As stored: `TCP`, or `TCP+ob` for an outbound flow.
-    pub fn encode(self) -> String {
-        let ob = if self.outbound { "+ob" } else { "" };
-        format!("{}{ob}", self.transport.as_str())
+    /// As stored, in two pieces to write one after the other: `TCP` and
+    /// "", or `TCP` and `+ob` for an outbound flow.
+    pub fn parts(self) -> [&'static str; 2] {
+        [
+            self.transport.as_str(),
+            if self.outbound { "+ob" } else { "" },
+        ]
     }
 
-    /// Reads what `encode` wrote.
+    /// Reads what [`parts`](Self::parts) wrote.
     pub fn decode(s: &str) -> Option<Self> {
         let (t, outbound) = match s.strip_suffix("+ob") {
             Some(t) => (t, true),

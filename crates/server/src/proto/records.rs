@@ -29,21 +29,21 @@ pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     // Path, the flow, its node and the phone's instance are trailing
     // fields, absent from records written before them (and when empty
     // at the end); a flow is "-" when there is none but an instance.
-    let flow = b.flow.map(Flow::encode);
-    let tail: [&str; 4] = [
-        &b.path,
-        flow.as_deref()
-            .unwrap_or(if b.instance.is_empty() { "" } else { "-" }),
-        &b.node,
-        &b.instance,
-    ];
+    let flow = match b.flow {
+        Some(f) => f.parts(),
+        None if b.instance.is_empty() => ["", ""],
+        None => ["-", ""],
+    };
+    let tail: [[&str; 2]; 4] = [[&b.path, ""], flow, [&b.node, ""], [&b.instance, ""]];
     let used = tail
         .iter()
-        .rposition(|f| !f.is_empty())
+        .rposition(|f| !f[0].is_empty())
         .map_or(0, |i| i + 1);
     for f in &tail[..used] {
         out.push(b'\t');
-        out.extend_from_slice(f.as_bytes());
+        for piece in f {
+            out.extend_from_slice(piece.as_bytes());
+        }
     }
     out.push(b'\n');
 }
@@ -161,5 +161,43 @@ mod tests {
         encode(&gone, &mut out);
         assert_eq!(out, b"7\tD\tbob@h\tsip:bob@h\n");
         assert_eq!(decode("7\tD\tbob@h\tsip:bob@h"), Some(gone));
+    }
+
+    #[test]
+    fn a_flow_is_written_as_its_transport_and_outbound_mark() {
+        use crate::proto::location::Flow;
+        use sip_core::Transport;
+        for (flow, node, tail) in [
+            (
+                Flow {
+                    transport: Transport::Tls,
+                    outbound: true,
+                },
+                "",
+                "\t\tTLS+ob\n",
+            ),
+            (
+                Flow {
+                    transport: Transport::Tcp,
+                    outbound: false,
+                },
+                "<sip:t@n;lr>",
+                "\t\tTCP\t<sip:t@n;lr>\n",
+            ),
+        ] {
+            let mut b = binding("10.0.0.1:5060");
+            b.flow = Some(flow);
+            b.node = node.into();
+            let r = Record::Bind {
+                seq: 1,
+                aor: "a@h".into(),
+                binding: b,
+            };
+            let mut out = Vec::new();
+            encode(&r, &mut out);
+            assert!(out.ends_with(tail.as_bytes()), "{out:?}");
+            let line = std::str::from_utf8(&out).expect("text");
+            assert_eq!(decode(line.trim_end()), Some(r));
+        }
     }
 }
