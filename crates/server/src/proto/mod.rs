@@ -6,6 +6,7 @@
 mod aor_key;
 pub mod auth;
 pub mod branch;
+mod budget;
 pub mod busy;
 pub mod core;
 mod ctx;

@@ -18,7 +18,6 @@ use crate::proto::metrics::Metrics;
 use crate::proto::names::NameTable;
 use crate::proto::privacy::Privacy;
 use crate::proto::stateful::Transactions;
-use crate::shards::Shards;
 pub use sip_core::Transport;
 
 /// When a message is handled, read once by the driver that received it:
@@ -101,31 +100,7 @@ pub struct Shared {
     /// answers a request it forwarded (RFC 3261 §16.11).
     pub(super) branch_key: [u8; 32],
     /// Journal bytes the registrar may still write now.
-    pub(super) journal_budget: ByteBudget,
-}
-
-/// A token bucket of bytes, refilled by the `now` handed in.
-#[derive(Debug, Default)]
-pub struct ByteBudget {
-    state: Shards<Option<(f64, Instant)>>,
-}
-
-impl ByteBudget {
-    /// Takes `bytes` when the bucket (`rate` bytes per second, at most
-    /// `burst`, full at first) holds them at `now`.
-    pub fn take(&self, bytes: u64, rate: u64, burst: u64, now: Instant) -> bool {
-        let mut s = self.state.lock(0);
-        let (tokens, last) = s.get_or_insert((burst as f64, now));
-        let elapsed = now.saturating_duration_since(*last).as_secs_f64();
-        *tokens = (*tokens + elapsed * rate as f64).min(burst as f64);
-        *last = (*last).max(now);
-        if *tokens >= bytes as f64 {
-            *tokens -= bytes as f64;
-            true
-        } else {
-            false
-        }
-    }
+    pub(super) journal_budget: crate::proto::budget::ByteBudget,
 }
 
 /// 256 bits for `label`, drawn from the salt's random keys.
@@ -240,7 +215,7 @@ impl Shared {
             branch_salt: salt,
             flow_key,
             branch_key,
-            journal_budget: ByteBudget::default(),
+            journal_budget: crate::proto::budget::ByteBudget::new(now.mono),
         }
     }
 }
