@@ -52,14 +52,14 @@ impl Text for String {
 
 /// Appends the decimal form of `n` to text.
 pub fn push_u64(out: &mut impl Text, n: u64) {
-    let (buf, start) = digits(n, 10, 0);
+    let (buf, start) = digits::<10>(n, 0);
     out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 /// Appends `n` in lower-case hexadecimal, zero-padded to `width` digits
 /// (at most 16).
 pub fn push_hex(out: &mut impl Text, n: u64, width: usize) {
-    let (buf, start) = digits(n, 16, width);
+    let (buf, start) = digits::<16>(n, width);
     out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
@@ -120,15 +120,17 @@ fn push_display(out: &mut impl Text, v: impl std::fmt::Display) {
     }
 }
 
-/// `n`'s digits in `radix` (10 or 16) at the end of a buffer, at least
-/// `width` of them, and where they start.
-fn digits(mut n: u64, radix: u64, width: usize) -> ([u8; 20], usize) {
+/// `n`'s digits in `RADIX` (10 or 16) at the end of a buffer, at least
+/// `width` of them, and where they start. The radix is a constant, so
+/// that dividing by it is a shift or a multiplication, not a division
+/// (every answer's To tag, every Via's received address).
+fn digits<const RADIX: u64>(mut n: u64, width: usize) -> ([u8; 20], usize) {
     let mut buf = [b'0'; 20];
     let mut i = buf.len();
     loop {
         i -= 1;
-        buf[i] = b"0123456789abcdef"[(n % radix) as usize];
-        n /= radix;
+        buf[i] = b"0123456789abcdef"[(n % RADIX) as usize];
+        n /= RADIX;
         if n == 0 {
             break;
         }
