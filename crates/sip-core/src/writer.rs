@@ -68,12 +68,28 @@ pub fn push_hex(out: &mut impl Text, n: u64, width: usize) {
 pub fn push_ip(out: &mut impl Text, ip: std::net::IpAddr) {
     match ip {
         std::net::IpAddr::V4(v4) => {
+            // At most 15 bytes, written into a buffer and put at once.
+            let mut buf = [0u8; 15];
+            let mut len = 0;
             for (i, o) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.put(".");
+                    buf[len] = b'.';
+                    len += 1;
                 }
-                push_u64(out, u64::from(o));
+                let digits = [o / 100, o / 10 % 10, o % 10];
+                let skip = if o >= 100 {
+                    0
+                } else if o >= 10 {
+                    1
+                } else {
+                    2
+                };
+                for d in &digits[skip..] {
+                    buf[len] = b'0' + d;
+                    len += 1;
+                }
             }
+            out.put(std::str::from_utf8(&buf[..len]).unwrap_or_default());
         }
         std::net::IpAddr::V6(v6) => push_display(out, v6),
     }
@@ -425,6 +441,18 @@ mod tests {
                 let mut s = String::new();
                 push_hex(&mut s, n, width);
                 assert_eq!(s, format!("{n:0width$x}"));
+            }
+        }
+    }
+
+    #[test]
+    fn every_octet_is_written_as_display_writes_it() {
+        for o in 0..=255u8 {
+            for ip in [[o, 0, 9, 10], [99, o, 100, 1], [255, 7, o, o], [1, 2, 3, o]] {
+                let ip = std::net::IpAddr::from(ip);
+                let mut s = String::new();
+                push_ip(&mut s, ip);
+                assert_eq!(s, ip.to_string());
             }
         }
     }
