@@ -7,10 +7,16 @@ use crate::header::HeaderName;
 use crate::message::{Message, StartLine};
 use crate::status::StatusCode;
 
-/// Appends the decimal form of `n`, two digits a division (every
-/// response's CSeq and Content-Length, every journal record's four
-/// numbers).
-pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+/// Appends the decimal form of `n` (every response's CSeq and
+/// Content-Length, every journal record's four numbers).
+pub fn write_u64(out: &mut Vec<u8>, n: u64) {
+    let (buf, start) = decimal(n);
+    out.extend_from_slice(&buf[start..]);
+}
+
+/// `n`'s decimal digits at the end of a buffer, two a division, and
+/// where they start.
+fn decimal(mut n: u64) -> ([u8; 20], usize) {
     const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
         2021222324252627282930313233343536373839\
         4041424344454647484950515253545556575859\
@@ -28,7 +34,7 @@ pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
         i -= 1;
         buf[i] = b'0' + n as u8;
     }
-    out.extend_from_slice(&buf[i..]);
+    (buf, i)
 }
 
 /// A buffer the text writers append to: bytes or a `String` (what they
@@ -52,14 +58,14 @@ impl Text for String {
 
 /// Appends the decimal form of `n` to text.
 pub fn push_u64(out: &mut impl Text, n: u64) {
-    let (buf, start) = digits::<10>(n, 0);
+    let (buf, start) = decimal(n);
     out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 /// Appends `n` in lower-case hexadecimal, zero-padded to `width` digits
 /// (at most 16).
 pub fn push_hex(out: &mut impl Text, n: u64, width: usize) {
-    let (buf, start) = digits::<16>(n, width);
+    let (buf, start) = hex_digits(n, width);
     out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
@@ -136,17 +142,15 @@ fn push_display(out: &mut impl Text, v: impl std::fmt::Display) {
     }
 }
 
-/// `n`'s digits in `RADIX` (10 or 16) at the end of a buffer, at least
-/// `width` of them, and where they start. The radix is a constant, so
-/// that dividing by it is a shift or a multiplication, not a division
-/// (every answer's To tag, every Via's received address).
-fn digits<const RADIX: u64>(mut n: u64, width: usize) -> ([u8; 20], usize) {
+/// `n`'s hexadecimal digits at the end of a buffer, at least `width` of
+/// them, and where they start (a shift a digit: every answer's To tag).
+fn hex_digits(mut n: u64, width: usize) -> ([u8; 20], usize) {
     let mut buf = [b'0'; 20];
     let mut i = buf.len();
     loop {
         i -= 1;
-        buf[i] = b"0123456789abcdef"[(n % RADIX) as usize];
-        n /= RADIX;
+        buf[i] = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
         if n == 0 {
             break;
         }

@@ -22,16 +22,9 @@ pub(super) struct Ctx<'a> {
 }
 
 /// Appends `n` in lower-case hexadecimal without leading zeros, as
-/// `{n:x}` writes it (eight times a call: the formatting machinery cost
-/// more than the rest of the request).
+/// `{n:x}` writes it.
 fn hex(out: &mut Vec<u8>, n: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
-    let mut buf = [0u8; 16];
-    for (i, d) in buf[..digits].iter_mut().rev().enumerate() {
-        *d = DIGITS[(n >> (i * 4)) as usize & 0xf];
-    }
-    out.extend_from_slice(&buf[..digits]);
+    sip_core::writer::push_hex(out, n, 0);
 }
 
 impl Ctx<'_> {
