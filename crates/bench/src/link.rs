@@ -27,8 +27,9 @@ pub use sip_core::Transport;
 const MAX_WS_MESSAGE: usize = 1 << 16;
 
 /// Room for each datagram a batch reads: the largest UDP payload, so
-/// none is cut.
-const RX_SLOT: usize = 1 << 16;
+/// none is cut, and a few cache lines more, so that the slots' first
+/// lines do not share cache sets (see [`sip_udp::RECV_STRIDE`]).
+const RX_SLOT: usize = sip_udp::RECV_STRIDE;
 /// The receive buffer a worker hands to [`Link::receive`]: a batch of
 /// datagrams (`recvmmsg`), one slot each; a connection reads into its
 /// first 64 KiB. Its pages are zero until written.
@@ -114,7 +115,7 @@ impl Datagrams {
 
 impl Datagrams {
     /// Hands up to `max` queued datagrams to `on`, read into `rx` (slots
-    /// of 64 KiB, or one slot when it is smaller); returns how many.
+    /// of `RX_SLOT` bytes, or one slot when it is smaller); returns how many.
     fn receive(&mut self, rx: &mut [u8], max: usize, on: &mut impl FnMut(&[u8])) -> usize {
         let slot = RX_SLOT.min(rx.len()).max(1);
         let slots = (rx.len() / slot).clamp(1, sip_udp::SLOTS);

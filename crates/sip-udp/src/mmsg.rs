@@ -13,6 +13,17 @@ pub const BATCH: usize = 32;
 /// Largest datagram (RFC 3261 §18.1.1).
 pub const MAX_DATAGRAM: usize = 65_535;
 
+/// Where one receive buffer of a batch starts after the last: room for
+/// the largest datagram, 64 KiB, and nine cache lines. Buffers exactly
+/// 64 KiB apart start in the same set of every cache indexed by the low
+/// 16 bits of the address (a 32 KiB 8-way L1, a 512 KiB or 1 MiB 8-way
+/// L2): a batch of short datagrams, each in the first lines of its
+/// buffer, then evicts itself while the kernel writes it, and is read
+/// back from the next level. Nine lines further on, the first 576 bytes
+/// (a SIP request's head) of each of 64 buffers lie in distinct sets of
+/// such an L2, and those of a batch spread evenly over the L1's.
+pub const RECV_STRIDE: usize = (1 << 16) + 9 * 64;
+
 fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match i32::from(ss.ss_family) {
         libc::AF_INET => {
@@ -99,7 +110,7 @@ impl RecvBatch {
     /// Allocates the batch's buffers once.
     pub fn new() -> Self {
         Self {
-            bufs: vec![0; BATCH * MAX_DATAGRAM],
+            bufs: vec![0; (BATCH - 1) * RECV_STRIDE + MAX_DATAGRAM],
             // SAFETY: all-zero sockaddr_storage values are valid.
             names: vec![unsafe { zeroed() }; BATCH],
             lens: [0; BATCH],
@@ -127,7 +138,7 @@ impl RecvBatch {
         let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         for i in 0..BATCH {
-            iovs[i].iov_base = self.bufs[i * MAX_DATAGRAM..].as_mut_ptr() as *mut libc::c_void;
+            iovs[i].iov_base = self.bufs[i * RECV_STRIDE..].as_mut_ptr() as *mut libc::c_void;
             iovs[i].iov_len = MAX_DATAGRAM;
             hdrs[i].msg_hdr.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
             hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -162,7 +173,8 @@ impl RecvBatch {
         if i >= self.count {
             return None;
         }
-        let data = &self.bufs[i * MAX_DATAGRAM..i * MAX_DATAGRAM + self.lens[i].min(MAX_DATAGRAM)];
+        let at = i * RECV_STRIDE;
+        let data = &self.bufs[at..at + self.lens[i].min(MAX_DATAGRAM)];
         Some((data, to_socket_addr(&self.names[i])?))
     }
 }
@@ -495,6 +507,63 @@ mod tests {
         assert_eq!(kept, [(0, 5000), (2, 5002), (4, 5004)]);
         // The buffers sent elsewhere are reused, not lost.
         assert_eq!(out.bufs.len(), 5);
+    }
+
+    /// The sets a buffer's first `lines` cache lines fall in, for a cache
+    /// of `sets` sets of 64-byte lines.
+    fn sets(buffers: usize, lines: usize, sets: usize) -> Vec<usize> {
+        (0..buffers)
+            .flat_map(|i| (0..lines).map(move |k| (i * RECV_STRIDE / 64 + k) % sets))
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_of_short_datagrams_does_not_crowd_a_cache_set() {
+        // A 512 KiB or 1 MiB 8-way L2: every head in sets of its own.
+        for l2 in [1024, 2048] {
+            let mut s = sets(64, 9, l2);
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), 64 * 9, "{l2} sets");
+        }
+        // A 32 KiB 8-way L1: a batch's heads within its ways.
+        let s = sets(BATCH, 9, 64);
+        let most = (0..64)
+            .map(|set| s.iter().filter(|&&x| x == set).count())
+            .max();
+        assert!(most <= Some(8), "{most:?}");
+        // Buffers exactly 64 KiB apart put every head in the same nine.
+        let aliased: std::collections::BTreeSet<usize> = (0..BATCH)
+            .flat_map(|i| (0..9).map(move |k| (i * (1 << 16) / 64 + k) % 64))
+            .collect();
+        assert_eq!(aliased.len(), 9);
+    }
+
+    #[test]
+    fn the_first_and_the_last_buffer_hold_the_largest_datagram() {
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let to = rx.local_addr().expect("addr");
+        // The largest UDP payload over IPv4 first and last, one byte
+        // between (two large ones fit any receive buffer's default).
+        let largest = MAX_DATAGRAM - 28;
+        let size = |i: usize| if i == 0 || i == BATCH - 1 { largest } else { 1 };
+        for i in 0..BATCH {
+            tx.send_to(&vec![i as u8; size(i)], to).expect("send");
+        }
+        rx.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut batch = RecvBatch::new();
+        let mut got = 0;
+        while got < BATCH {
+            let n = batch.recv(&rx).expect("recv");
+            for i in 0..n {
+                let (data, _) = batch.get(i).expect("datagram");
+                assert_eq!(data.len(), size(got), "datagram {got}");
+                assert!(data.iter().all(|&b| b == got as u8), "datagram {got}");
+                got += 1;
+            }
+        }
     }
 
     #[test]
