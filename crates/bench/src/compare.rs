@@ -21,10 +21,13 @@ use crate::{cpu, scenario, Options};
 /// A server to measure.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// `sipsec serve`, from this executable.
+    /// `sipsec serve`, from this executable or another build.
     Sipsec {
         /// The `sipsec` binary.
         exe: PathBuf,
+        /// Its name in tables: `sipsec`, or `sipsec@NAME` for a second
+        /// build measured beside the first (an A/B in the same rounds).
+        label: String,
     },
     /// Kamailio with the shipped configuration.
     Kamailio {
@@ -40,10 +43,18 @@ pub enum Target {
 }
 
 impl Target {
+    /// `sipsec serve` from `exe`, named `sipsec` in tables.
+    pub fn sipsec(exe: PathBuf) -> Self {
+        Target::Sipsec {
+            exe,
+            label: "sipsec".into(),
+        }
+    }
+
     /// Its name in tables.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
-            Target::Sipsec { .. } => "sipsec",
+            Target::Sipsec { label, .. } => label,
             Target::Kamailio { .. } => "kamailio",
             Target::Null { .. } => "null",
         }
@@ -345,7 +356,7 @@ pub(crate) fn write_users(plan: &Plan) -> Result<(), Error> {
         "table_name(string) table_version(int)\nsubscriber:7\n",
     )?;
     for t in &plan.targets {
-        if let Target::Sipsec { exe } = t {
+        if let Target::Sipsec { exe, .. } = t {
             let out = Command::new(exe)
                 .args(["users", "import"])
                 .arg(dir.join("users.csv"))
@@ -387,8 +398,8 @@ pub(crate) fn start(
     let workers = plan.workers.max(1).to_string();
     let cpus = plan.server_cpus.as_deref().or(plan.pin.then_some("0"));
     let mut c = match target {
-        Target::Sipsec { exe } => {
-            let data = dir.join(format!("data-{mode}-{auth}"));
+        Target::Sipsec { exe, label } => {
+            let data = dir.join(format!("data-{label}-{mode}-{auth}"));
             let _ = std::fs::remove_dir_all(&data);
             let mut c = command_on(cpus, exe);
             c.args(["serve", "--mode", mode, "--udp", &addr.to_string()])
@@ -583,7 +594,9 @@ struct RoundPair {
 }
 
 /// The ratio column's cell: the median (range) of the rounds in which both
-/// servers kept up, with how many of the rounds that was when not all. A
+/// servers kept up, from nine rounds on with the median's 95 % confidence
+/// interval (an A/B whose interval excludes 1 differs beyond the rounds'
+/// noise), and with how many of the rounds that was when not all. A
 /// server that fails calls pays for retransmissions and timeouts and
 /// divides its CPU by fewer calls, so such a round is no comparison; when
 /// every round had failures, all of them, said so.
@@ -594,7 +607,13 @@ fn ratio_cell(pairs: &[RoundPair]) -> String {
         .map(|p| p.ratio)
         .collect();
     let all: Vec<f64> = pairs.iter().map(|p| p.ratio).collect();
-    let median = |v: &[f64]| crate::stats::median_range(v, 2);
+    let median = |v: &[f64]| match crate::stats::median_ci(v) {
+        Some((lo, hi)) => format!(
+            "{}, 95 % CI {lo:.2}–{hi:.2}",
+            crate::stats::median_range(v, 2)
+        ),
+        None => crate::stats::median_range(v, 2),
+    };
     match kept.len() {
         0 if all.is_empty() => "-".into(),
         0 => format!("{} (calls failed in every round)", median(&all)),
@@ -778,5 +797,19 @@ mod tests {
             "0.23 (0.22–0.24) (calls failed in every round)"
         );
         assert_eq!(ratio_cell(&[]), "-");
+    }
+
+    #[test]
+    fn nine_rounds_give_the_median_ratio_a_confidence_interval() {
+        let r = [0.91, 0.95, 0.87, 1.02, 0.93, 0.96, 0.90, 0.94, 0.99];
+        let nine = pairs(&r.map(|x| (x, true)));
+        // Sorted: 0.87 0.90 0.91 0.93 0.94 0.95 0.96 0.99 1.02.
+        assert_eq!(ratio_cell(&nine), "0.94 (0.87–1.02), 95 % CI 0.90–0.99");
+        // Eight: the range alone.
+        let eight = [0.90, 0.92, 0.94, 0.96, 0.98, 1.00, 0.86, 1.04];
+        assert_eq!(
+            ratio_cell(&pairs(&eight.map(|x| (x, true)))),
+            "0.95 (0.86–1.04)"
+        );
     }
 }

@@ -759,7 +759,7 @@ mod tests {
             balance: None,
         };
         let sipsec = Variant {
-            target: Target::Sipsec { exe: "s".into() },
+            target: Target::sipsec("s".into()),
             balance: Some("spread".into()),
         };
         let load = Load::new(1, 1);

@@ -28,6 +28,34 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// A 95 % confidence interval for the median of `v`, free of any
+/// assumption about its distribution: the k-th smallest and k-th largest
+/// value, with k the largest for which a binomial(n, ½) count falls below
+/// k with probability at most 2.5 % (the sign test's interval). `None`
+/// below nine values, where that interval is the whole range or less
+/// sure than 95 %, and above 1,000.
+pub fn median_ci(v: &[f64]) -> Option<(f64, f64)> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    let n = s.len();
+    if !(9..=1000).contains(&n) {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    // P(X <= i) for X ~ binomial(n, 1/2), summed term by term in logs.
+    let ln_half_n = n as f64 * 0.5f64.ln();
+    let (mut ln_choose, mut below) = (0.0f64, 0.0f64);
+    let mut k = 0;
+    for i in 0..n {
+        below += (ln_choose + ln_half_n).exp();
+        if below > 0.025 {
+            break;
+        }
+        k = i + 1;
+        ln_choose += ((n - i) as f64 / (i + 1) as f64).ln();
+    }
+    (k >= 2).then(|| (s[k - 1], s[n - k]))
+}
+
 /// `items` in the order round `round` (from 1) runs them: as given in
 /// odd rounds, reversed in even ones (A B, B A, A B, …), so that a
 /// machine that slows down or speeds up during a comparison weighs on
@@ -253,6 +281,22 @@ pub fn capacity(steps: &[Step], tolerance: f64, max_p99_us: u64) -> Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_interval_is_the_sign_tests() {
+        let v = |n: usize| (1..=n).map(|x| x as f64).rev().collect::<Vec<_>>();
+        // Nine values: P(X <= 1) = 10/512 <= 2.5 % < P(X <= 2).
+        assert_eq!(median_ci(&v(9)), Some((2.0, 8.0)));
+        // The textbook table: 20 values, the 6th to the 15th; 100, the
+        // 40th to the 61st.
+        assert_eq!(median_ci(&v(20)), Some((6.0, 15.0)));
+        assert_eq!(median_ci(&v(100)), Some((40.0, 61.0)));
+        // Fewer than nine: the range, already shown.
+        assert_eq!(median_ci(&v(8)), None);
+        let mut nan = v(9);
+        nan.push(f64::NAN);
+        assert_eq!(median_ci(&nan), Some((2.0, 8.0)));
+    }
 
     #[test]
     fn median_and_range_of_rounds() {

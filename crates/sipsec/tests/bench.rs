@@ -419,6 +419,71 @@ fn compare_runs_every_scenario_against_sipsec_and_kamailio() {
     }
 }
 
+/// `bench compare --servers sipsec,sipsec@PATH,null`: a second sipsec
+/// build is a server of its own, named by its file, measured in the same
+/// rounds as the first and the null responder, with the ratio of the two
+/// builds in the table; a build that is not there, or one named twice,
+/// is refused before anything starts.
+#[test]
+fn compare_sets_two_sipsec_builds_side_by_side() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempdir("bench-compare-ab");
+    let other = dir.join("other-build");
+    std::os::unix::fs::symlink(std::fs::canonicalize(BIN).expect("binary"), &other).expect("link");
+    let json = dir.join("ab.json");
+    let servers = format!("sipsec,sipsec@{},null", other.display());
+    let out = Command::new(BIN)
+        .current_dir(&root)
+        .args(["bench", "compare", "--servers", &servers])
+        .args(["--scenarios", "register", "--auth-modes", "none"])
+        .args(["--rate", "300", "--calls", "200", "--rounds", "2", "--json"])
+        .arg(&json)
+        .output()
+        .expect("sipsec bench compare runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("CPU sipsec/sipsec@other-build"), "{table}");
+    let cells = report(&json);
+    let mut seen: Vec<(String, u64)> = cells
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|c| {
+            assert_eq!(c["report"]["failed"].as_u64(), Some(0), "{c}");
+            let target = c["target"].as_str().expect("target").to_owned();
+            (target, c["round"].as_u64().expect("round"))
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<(String, u64)> = ["null", "sipsec", "sipsec@other-build"]
+        .iter()
+        .flat_map(|t| [(t.to_string(), 1), (t.to_string(), 2)])
+        .collect();
+    assert_eq!(seen, want);
+
+    for (servers, says) in [
+        (
+            "sipsec,sipsec@/no/such/build".to_owned(),
+            "no such sipsec build",
+        ),
+        (
+            format!("sipsec@{0},sipsec@{0}", other.display()),
+            "named twice",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .current_dir(&root)
+            .args(["bench", "compare", "--servers", &servers])
+            .output()
+            .expect("sipsec bench compare runs");
+        assert!(
+            !out.status.success() && text(&out).contains(says),
+            "{}",
+            text(&out)
+        );
+    }
+}
+
 /// `bench compare --transport wss`: both servers take the generator's
 /// phones over secure WebSocket on one certificate (Kamailio with
 /// kamailio-tls-modules and kamailio-websocket-modules), calls go to a UDP

@@ -206,8 +206,8 @@ pub(super) fn start_node_once(
     let workers = plan.workers.max(1).to_string();
     let max = plan.connections.div_ceil(plan.nodes.max(1)) + 1024;
     let mut cmd = match target {
-        Target::Sipsec { exe } => {
-            let data = dir.join(format!("sipsec-data-{i}"));
+        Target::Sipsec { exe, label } => {
+            let data = dir.join(format!("{label}-data-{i}"));
             let _ = std::fs::remove_dir_all(&data);
             // Every phone comes from loopback: the per-source limit is
             // lifted as a carrier-NAT allow-list would; the accept rate is

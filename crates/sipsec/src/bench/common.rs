@@ -509,7 +509,8 @@ pub(super) fn targets(
     let targets = names
         .iter()
         .map(|t| match t.as_str() {
-            "sipsec" => Ok(Target::Sipsec { exe: exe.clone() }),
+            "sipsec" => Ok(Target::sipsec(exe.clone())),
+            other if other.starts_with("sipsec@") => another_build(&other["sipsec@".len()..]),
             "kamailio" => {
                 if !kamailio_cfg.is_file() {
                     return Err(format!(
@@ -523,12 +524,44 @@ pub(super) fn targets(
             }
             "null" => Ok(Target::Null { exe: own.clone() }),
             other => Err(format!(
-                "unknown server {other:?}: use sipsec, kamailio or null"
+                "unknown server {other:?}: use sipsec, sipsec@PATH (another build), kamailio or null"
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
     if targets.is_empty() {
         return Err("name at least one server".into());
     }
+    for (i, t) in targets.iter().enumerate() {
+        if targets[..i].iter().any(|u| u.name() == t.name()) {
+            return Err(format!(
+                "{} is named twice: each server once (a second build as sipsec@PATH, its file named apart)",
+                t.name()
+            ));
+        }
+    }
     Ok(targets)
+}
+
+/// `sipsec@PATH`: another sipsec build, measured as a server of its own
+/// and named in tables by its file name (`sipsec@NAME`).
+fn another_build(path: &str) -> Result<sipsec_bench::compare::Target, String> {
+    let p = std::path::Path::new(path);
+    if !p.is_file() {
+        return Err(format!("sipsec@{path}: no such sipsec build"));
+    }
+    let exe = std::fs::canonicalize(p).map_err(|e| format!("sipsec@{path}: {e}"))?;
+    let name = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| {
+            n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+        .ok_or_else(|| {
+            format!("sipsec@{path}: name the build's file with letters, digits, '-', '_' or '.'")
+        })?;
+    Ok(sipsec_bench::compare::Target::Sipsec {
+        exe,
+        label: format!("sipsec@{name}"),
+    })
 }

@@ -11,7 +11,8 @@ use super::common::{make_certificate, targets, TableOutputs, TransportArg};
 #[derive(Args)]
 pub struct CompareArgs {
     /// Servers, comma-separated: sipsec, kamailio, null (`bench null`, no
-    /// auth) started here. Ratios are the first's CPU over each other's.
+    /// auth), sipsec@PATH (another sipsec build, for an A/B in the same
+    /// rounds) started here. Ratios are the first's CPU over each other's.
     #[arg(
         long,
         alias = "targets",
@@ -47,7 +48,8 @@ pub struct CompareArgs {
     /// Run every server this many times, in turn (the order reversed every
     /// other round); the table gives each figure's median and range and
     /// each ratio as the median of the rounds' ratios, so that one noisy
-    /// moment on a shared machine does not make the comparison.
+    /// moment on a shared machine does not make the comparison; from nine
+    /// rounds on, with that median's 95 % confidence interval.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(super) rounds: u32,
     /// Server workers / Kamailio children [default: 1 pinned, else 2].

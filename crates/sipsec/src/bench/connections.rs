@@ -21,7 +21,8 @@ pub(super) enum StreamArg {
 #[derive(Args)]
 pub struct ConnectionsArgs {
     /// Servers, comma-separated: sipsec, kamailio, null (`bench null`: a
-    /// 200 to every request, the floor of the transport's cost), started
+    /// 200 to every request, the floor of the transport's cost),
+    /// sipsec@PATH (another sipsec build, for an A/B in the same rounds), started
     /// here one after the other on the same certificate. Ratios are the
     /// first's over each other's.
     #[arg(

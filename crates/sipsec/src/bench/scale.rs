@@ -10,7 +10,8 @@ use super::common::{ramp, targets, TableOutputs};
 
 #[derive(Args)]
 pub struct ScaleArgs {
-    /// Servers, comma-separated: sipsec, kamailio, null (started here).
+    /// Servers, comma-separated: sipsec, kamailio, null, sipsec@PATH
+    /// (another sipsec build, for an A/B in the same rounds), started here.
     #[arg(long, default_value = "sipsec,kamailio", value_delimiter = ',')]
     pub(super) servers: Vec<String>,
     /// How sipsec's UDP workers share datagrams, comma-separated (a row
