@@ -607,13 +607,7 @@ fn ratio_cell(pairs: &[RoundPair]) -> String {
         .map(|p| p.ratio)
         .collect();
     let all: Vec<f64> = pairs.iter().map(|p| p.ratio).collect();
-    let median = |v: &[f64]| match crate::stats::median_ci(v) {
-        Some((lo, hi)) => format!(
-            "{}, 95 % CI {lo:.2}–{hi:.2}",
-            crate::stats::median_range(v, 2)
-        ),
-        None => crate::stats::median_range(v, 2),
-    };
+    let median = |v: &[f64]| crate::stats::ratio_summary(v, 2);
     match kept.len() {
         0 if all.is_empty() => "-".into(),
         0 => format!("{} (calls failed in every round)", median(&all)),

@@ -477,7 +477,7 @@ pub fn table(cells: &[Cell]) -> String {
         let _ = writeln!(
             s,
             " {}× |",
-            stats::median_range(&ratios(cells, row, wn, w0), 2)
+            stats::ratio_summary(&ratios(cells, row, wn, w0), 2)
         );
     }
     s.push_str("\n| scenario | load | server | W | CPU µs/call | vs W=");
@@ -561,8 +561,8 @@ fn against_null(cells: &[Cell]) -> String {
                 s,
                 "{} {w} | {} | {} |",
                 lead(row),
-                stats::median_range(&rate, 2),
-                stats::median_range(&efficiency, 2)
+                stats::ratio_summary(&rate, 2),
+                stats::ratio_summary(&efficiency, 2)
             );
         }
     }

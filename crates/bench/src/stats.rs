@@ -28,6 +28,19 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// A ratio over rounds as tables give it: the median (range) and, from
+/// nine rounds on, the median's 95 % confidence interval ([`median_ci`]),
+/// so that a comparison says whether it moved beyond the rounds' noise.
+pub fn ratio_summary(v: &[f64], digits: usize) -> String {
+    match median_ci(v) {
+        Some((lo, hi)) => format!(
+            "{}, 95 % CI {lo:.digits$}–{hi:.digits$}",
+            median_range(v, digits)
+        ),
+        None => median_range(v, digits),
+    }
+}
+
 /// A 95 % confidence interval for the median of `v`, free of any
 /// assumption about its distribution: the k-th smallest and k-th largest
 /// value, with k the largest for which a binomial(n, ½) count falls below
@@ -296,6 +309,8 @@ mod tests {
         let mut nan = v(9);
         nan.push(f64::NAN);
         assert_eq!(median_ci(&nan), Some((2.0, 8.0)));
+        assert_eq!(ratio_summary(&v(9), 1), "5.0 (1.0–9.0), 95 % CI 2.0–8.0");
+        assert_eq!(ratio_summary(&v(3), 1), "2.0 (1.0–3.0)");
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
                     (b != 0.0).then(|| a / b)
                 })
                 .collect();
-            let _ = write!(s, " {} |", crate::stats::median_range(&ratios, 2));
+            let _ = write!(s, " {} |", crate::stats::ratio_summary(&ratios, 2));
         }
         s.push('\n');
     }

@@ -95,7 +95,8 @@ pub struct ConnectionsArgs {
     /// Measure every server this many times, in turn (the order reversed
     /// every other round); the table gives each figure's median and range
     /// and each ratio as the median of the rounds' ratios, so that one
-    /// noisy moment on a shared machine does not make the comparison.
+    /// noisy moment on a shared machine does not make the comparison;
+    /// from nine rounds on, with that median's 95 % confidence interval.
     #[arg(long, default_value_t = 1)]
     pub(super) rounds: usize,
     /// TLS key exchange the phones offer, each offer measured in turn

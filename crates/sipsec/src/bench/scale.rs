@@ -61,7 +61,8 @@ pub struct ScaleArgs {
     #[arg(long)]
     pub(super) pin: bool,
     /// Run every cell this many times (the servers' order reversed every
-    /// other round); tables give medians and ranges.
+    /// other round); tables give medians and ranges, and from nine rounds
+    /// on each ratio's median with its 95 % confidence interval.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(super) rounds: u32,
     /// Users (CSV with a `username,password` header; a `callee` for invite).
