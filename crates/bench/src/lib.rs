@@ -12,6 +12,7 @@ pub mod compare;
 pub mod connections;
 pub mod cpu;
 pub mod crossbench;
+pub mod drops;
 pub mod engine;
 pub mod error;
 pub mod flows;
@@ -179,6 +180,10 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
     } else {
         None
     };
+    // Over UDP, what the server's own receive queue drops while it runs.
+    let drops = (run.transport == link::Transport::Udp).then(|| {
+        drops::DropCount::start(std::iter::once(run.target).chain(run.also.iter().copied()))
+    });
     let done = AtomicBool::new(false);
     let (outcome, cpu) = std::thread::scope(|s| {
         let sampler = s.spawn(|| {
@@ -212,7 +217,9 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
         r.stop();
     }
     let outcome = outcome.map_err(Error::io("running the load"))?;
-    Ok(Report::new(opts, &outcome, &cpu))
+    let mut report = Report::new(opts, &outcome, &cpu);
+    report.server_socket_drops = drops.and_then(|d| d.since());
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -155,6 +155,7 @@ pub fn html(name: &str, cap: &Capacity, steps: &[Step], reports: &[Report]) -> S
                 format!("{:.2}", s.p99_us as f64 / 1000.0),
                 r.server_cpu_us_per_call
                     .map_or("-".into(), |v| format!("{v:.1}")),
+                r.server_socket_drops.map_or("-".into(), |d| d.to_string()),
             ]
         })
         .collect();
@@ -171,6 +172,7 @@ pub fn html(name: &str, cap: &Capacity, steps: &[Step], reports: &[Report]) -> S
                     "failed",
                     "p99 ms",
                     "server µs/call",
+                    "socket drops",
                 ],
                 &rows,
             ),

@@ -94,6 +94,11 @@ pub struct Report {
     /// connection set-up spread over the calls).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wire_bytes_per_call: Option<f64>,
+    /// Over UDP, datagrams the server's receive queue dropped during the
+    /// run (the kernel's per-socket count at the target's port): the
+    /// server fell behind what arrived.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_socket_drops: Option<u64>,
     /// Per second.
     pub seconds: Vec<SecondRow>,
     /// Latency CDF points (ms, share).
@@ -176,6 +181,7 @@ impl Report {
             server_cpu_us_per_call: cpu_used.filter(|_| o.ok > 0).map(|c| c * 1e6 / o.ok as f64),
             wire_bytes_per_call: (o.ok > 0)
                 .then(|| (o.wire.sent + o.wire.received) as f64 / o.ok as f64),
+            server_socket_drops: None,
             seconds,
             cdf: l.cdf().into_iter().map(|(us, p)| (ms(us), p)).collect(),
         }
@@ -256,6 +262,12 @@ impl Report {
         }
         if let (Some(c), Some(per)) = (self.server_cpu_s, self.server_cpu_us_per_call) {
             let _ = writeln!(s, "  server CPU {c:.2} s = {per:.1} µs per successful call");
+        }
+        if let Some(d) = self.server_socket_drops.filter(|d| *d > 0) {
+            let _ = writeln!(
+                s,
+                "  the server's receive queue dropped {d} datagrams (it fell behind)"
+            );
         }
         s
     }

@@ -670,6 +670,9 @@ fn peak_ramps_and_reports_peak_and_sustainable() {
     assert!((1..=2).contains(&steps.len()), "{r}");
     assert_eq!(steps[0]["offered"], 300.0);
     assert_eq!(steps[0]["report"]["started"], 300, "{r}");
+    // The server's own receive queue is counted at its port.
+    assert!(steps[0]["report"]["server_socket_drops"].is_u64(), "{r}");
+    assert!(text(&out).contains("socket drops"), "{}", text(&out));
     let sustainable = r["sustainable_cps"].as_f64().expect("sustainable");
     assert!([0.0, 300.0, 600.0].contains(&sustainable), "{r}");
     assert!(r["peak_cps"].as_f64().is_some(), "{r}");

@@ -36,16 +36,18 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
     use sipsec_bench::peak;
     let ramp = ramp(a.start, a.factor, a.max, a.duration, a.max_p99_ms, a.refine)?;
     let base = options(&a.common)?;
-    println!("offered/s  achieved/s  failed  p99 ms  server µs/call");
+    println!("offered/s  achieved/s  failed  p99 ms  server µs/call  socket drops");
     let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {
         println!(
-            "{:9.0}  {:10.1}  {:6}  {:6.2}  {:>8}",
+            "{:9.0}  {:10.1}  {:6}  {:6.2}  {:>14}  {:>12}",
             st.offered,
             st.achieved,
             st.failed,
             st.p99_us as f64 / 1000.0,
             r.server_cpu_us_per_call
-                .map_or("-".to_owned(), |v| format!("{v:.1}"))
+                .map_or("-".to_owned(), |v| format!("{v:.1}")),
+            r.server_socket_drops
+                .map_or("-".to_owned(), |d| d.to_string())
         );
     })?;
     // A ramp with no step above what was fully processed stopped because
