@@ -32,7 +32,8 @@ pub fn median(v: &[f64]) -> f64 {
 /// nine rounds on, the median's 95 % confidence interval ([`median_ci`]),
 /// so that a comparison says whether it moved beyond the rounds' noise.
 pub fn ratio_summary(v: &[f64], digits: usize) -> String {
-    match median_ci(v) {
+    let shown = |x: f64| format!("{x:.digits$}");
+    match median_ci(v).filter(|(lo, hi)| shown(*lo) != shown(*hi)) {
         Some((lo, hi)) => format!(
             "{}, 95 % CI {lo:.digits$}–{hi:.digits$}",
             median_range(v, digits)
@@ -311,6 +312,7 @@ mod tests {
         assert_eq!(median_ci(&nan), Some((2.0, 8.0)));
         assert_eq!(ratio_summary(&v(9), 1), "5.0 (1.0–9.0), 95 % CI 2.0–8.0");
         assert_eq!(ratio_summary(&v(3), 1), "2.0 (1.0–3.0)");
+        assert_eq!(ratio_summary(&[1.0; 9], 2), "1.00");
     }
 
     #[test]
