@@ -8,6 +8,10 @@
 //! relayed (the offer and the answers parked and handed in again as the
 //! relay's answer would). What is left of a
 //! call's CPU cost in `bench compare` is the kernel's.
+//! `cold/…` times one request after 8 MiB were written, as a worker that
+//! slept between two requests meets its caches: a registrar's refresh
+//! beside the floor's work on the same request (what `bench null` does:
+//! frame, parse, write a 200), and prints their ratio.
 //! With `SIPSEC_CORE_WORKERS=1,2,4,8` it instead prints what sharing one
 //! location store costs each of that many workers refreshing at once.
 #![allow(unsafe_code)] // the counting global allocator
@@ -392,7 +396,86 @@ fn calls(c: &mut Criterion) {
     call(c, "call/relayed", true);
 }
 
-criterion_group!(core_benches, benches, calls);
+/// Bytes written between two cold requests: past any core's L2, so the
+/// next request's code and data come from the shared cache or memory, as
+/// they do for a worker that slept between two requests.
+const EVICT: usize = 8 << 20;
+
+/// Times `each(i)` alone, with the caches evicted before every call;
+/// returns the mean over every call criterion made, warm-up included.
+fn cold(c: &mut Criterion, name: &str, mut each: impl FnMut(usize)) -> f64 {
+    let mut junk = vec![0u8; EVICT];
+    let mut i = 0;
+    let mut total = std::time::Duration::ZERO;
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut spent = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                for line in junk.chunks_mut(64) {
+                    line[0] = line[0].wrapping_add(1);
+                }
+                black_box(&junk);
+                let t = std::time::Instant::now();
+                each(i);
+                spent += t.elapsed();
+                i += 1;
+            }
+            total += spent;
+            spent
+        })
+    });
+    total.as_secs_f64() / i.max(1) as f64
+}
+
+/// A request after the caches were emptied, as one that wakes an idle
+/// worker meets them: the registrar's refresh beside the floor's work on
+/// the same request (frame, parse, a 200 written as `bench null` writes
+/// it), so that the code and data the registrar adds show as time.
+fn cold_requests(c: &mut Criterion) {
+    use sip_core::framing::{frame, Frame};
+    use sip_core::writer::{write_response, ResponseOptions};
+    use sip_core::{HeaderName, Limits, Message, StatusCode};
+    let regs: Vec<_> = (0..USERS).map(|u| register(u, 3600)).collect();
+    let src: SocketAddr = "127.0.0.1:5099".parse().expect("literal");
+    let mut out = Vec::with_capacity(4096);
+    let mut registrar = core(Mode::Registrar, None);
+    for r in &regs {
+        registrar.handle(r, src, now(), &mut out);
+    }
+    let at = now();
+    let registrar_s = cold(c, "cold/register_refresh", |i| {
+        let r = registrar.handle(black_box(&regs[i % USERS]), src, at, &mut out);
+        assert!(matches!(r, Reply::Send(..)));
+    });
+    let limits = Limits::default();
+    let floor_s = cold(c, "cold/floor_parse_and_answer", |i| {
+        let msg = black_box(&regs[i % USERS][..]);
+        let Ok(Frame::Message(n)) = frame(msg, &limits) else {
+            panic!("a whole request");
+        };
+        let req = Message::parse(&msg[..n]).expect("a request");
+        let contact = req.header(HeaderName::Contact).unwrap_or("");
+        let extra = [("Contact", contact)];
+        let opts = ResponseOptions {
+            to_tag: Some("null"),
+            extra: &extra,
+            ..Default::default()
+        };
+        out.clear();
+        write_response(&mut out, &req, StatusCode::OK, &opts);
+        black_box(&out);
+    });
+    if floor_s > 0.0 {
+        println!(
+            "cold: the registrar's refresh costs {:.2}× the floor's work on it ({:.2} against {:.2} µs)",
+            registrar_s / floor_s,
+            registrar_s * 1e6,
+            floor_s * 1e6
+        );
+    }
+}
+
+criterion_group!(core_benches, benches, calls, cold_requests);
 criterion_main!(core_benches);
 
 /// This thread's CPU time, from the scheduler's own account.
