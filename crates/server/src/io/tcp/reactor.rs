@@ -463,6 +463,12 @@ impl Reactor {
                     if short_read_drains && drained {
                         return;
                     }
+                    if self.locals.get(&t).is_some_and(|l| l.busy.spread) && self.handed_too_many()
+                    {
+                        // This read filled a reactor: the rest waits.
+                        self.again.push(t);
+                        return;
+                    }
                 }
                 Got::Nothing => {
                     self.after_tls_read(t);

@@ -92,15 +92,24 @@ impl Reactor {
     }
 
     /// Whether a busy connection must wait before it is read again: a
-    /// reactor holds [`MAX_HANDED`] messages handed to it.
+    /// reactor holds [`MAX_HANDED`] messages handed to it, those this
+    /// turn gathered for it and has not sent yet included — else a turn
+    /// that reads many busy connections would hand a reactor far more
+    /// than the bound before its count moved.
     pub(super) fn handed_too_many(&self) -> bool {
-        self.hub
-            .reactors
-            .get()
-            .into_iter()
-            .flatten()
-            .any(|l| l.handed.load(Ordering::Relaxed) >= MAX_HANDED)
+        let handed = self.hub.reactors.get().into_iter().flatten();
+        over_bound(handed.map(|l| l.handed.load(Ordering::Relaxed)), |to| {
+            self.handoffs.get(to).map_or(0, Vec::len)
+        })
     }
+}
+
+/// Whether a reactor, with `handed` messages waiting for it (in reactor
+/// order) and `gathered(i)` more on their way to it, holds the bound.
+fn over_bound(handed: impl Iterator<Item = usize>, gathered: impl Fn(usize) -> usize) -> bool {
+    handed
+        .enumerate()
+        .any(|(to, n)| n.saturating_add(gathered(to)) >= MAX_HANDED)
 }
 
 /// The Call-ID of a framed SIP message (`Call-ID:` or the compact `i:`),
@@ -146,5 +155,18 @@ mod tests {
         let body = b"MESSAGE sip:b@x SIP/2.0\r\nCSeq: 1 MESSAGE\r\n\r\nCall-ID: not-a-header\r\n";
         assert_eq!(call_id(body), None);
         assert_ne!(fnv1a(b"a"), fnv1a(b"b"));
+    }
+
+    #[test]
+    fn the_bound_counts_what_this_turn_gathered_and_has_not_sent() {
+        let none = |_| 0;
+        assert!(!over_bound([0, MAX_HANDED - 1].into_iter(), none));
+        assert!(over_bound([0, MAX_HANDED].into_iter(), none));
+        // Sent counts nothing yet: what this turn gathered reaches it.
+        let gathered = |to| if to == 1 { 100 } else { 0 };
+        assert!(over_bound([0, MAX_HANDED - 100].into_iter(), gathered));
+        assert!(!over_bound([0, MAX_HANDED - 101].into_iter(), gathered));
+        assert!(!over_bound([MAX_HANDED - 101, 0].into_iter(), gathered));
+        assert!(over_bound([usize::MAX, 0].into_iter(), gathered));
     }
 }
