@@ -47,6 +47,7 @@ impl Reactor {
             out: Vec::with_capacity(8192),
             scratch: vec![0; SCRATCH],
             again: Vec::new(),
+            held: Vec::new(),
             bucket,
             sources: HashMap::new(),
             deferred: Deferred::default(),
@@ -69,14 +70,15 @@ impl Reactor {
             let now = Instant::now();
             let spent = self.bucket.as_ref().and_then(|b| b.waiting(now));
             let accepting = spent.is_none() && self.listeners.iter().any(|l| l.2);
-            let wait = if accepting || !self.again.is_empty() {
-                Duration::ZERO
-            } else {
-                // Nothing else is due before the sweep: other threads'
-                // orders, the stop and the drain wake the reactor.
-                let until = spent.map_or(next_sweep, |s| s.min(next_sweep));
-                until.saturating_duration_since(now)
-            };
+            // Nothing else is due before the sweep: other threads' orders,
+            // the stop and the drain wake the reactor.
+            let until = spent.map_or(next_sweep, |s| s.min(next_sweep));
+            let ready = accepting || !self.again.is_empty();
+            let wait = super::spread::turn_wait(
+                ready,
+                !self.held.is_empty(),
+                until.saturating_duration_since(now),
+            );
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     crate::io::log::connection_trouble(&format!("connection reactor: {e}"));
@@ -107,6 +109,9 @@ impl Reactor {
                 }
             }
             for t in std::mem::take(&mut self.again) {
+                self.readable(t, false);
+            }
+            for t in std::mem::take(&mut self.held) {
                 self.readable(t, false);
             }
             self.send_handoffs();
@@ -436,8 +441,8 @@ impl Reactor {
         };
         let conn = l.conn.clone();
         if l.busy.spread && self.handed_too_many() {
-            // Read again next turn, once the others have caught up.
-            self.again.push(t);
+            // Read again once the others have caught up.
+            self.held.push(t);
             return;
         }
         let mut budget = READ_BUDGET;
@@ -466,7 +471,7 @@ impl Reactor {
                     if self.locals.get(&t).is_some_and(|l| l.busy.spread) && self.handed_too_many()
                     {
                         // This read filled a reactor: the rest waits.
-                        self.again.push(t);
+                        self.held.push(t);
                         return;
                     }
                 }

@@ -53,6 +53,9 @@ pub const MAX_PENDING_CONNECTS: usize = 64;
 pub(super) const FD_RESERVE: usize = 256;
 /// How long a reactor waits before polling again after `poll` failed.
 pub(super) const TURN: Duration = Duration::from_millis(100);
+/// How long a busy connection held back by the hand-off bound waits
+/// before it is tried again (TCP's window holds its peer meanwhile).
+pub(super) const HELD: Duration = Duration::from_millis(1);
 /// How often a reactor walks its connections for deadlines: a deadline is
 /// met at most this late, and a walk over 50,000 idle connections costs
 /// a fraction of a millisecond per second instead of per turn.
@@ -505,6 +508,10 @@ pub(super) struct Reactor {
     pub(super) scratch: Vec<u8>,
     /// Connections with more to read after their budget ran out.
     pub(super) again: Vec<Token>,
+    /// Busy connections not read while another reactor holds the bound
+    /// of messages handed to it: tried again after [`HELD`], not in a
+    /// spin that would take the core from the reactor catching up.
+    pub(super) held: Vec<Token>,
     /// This reactor's share of the accept rate.
     pub(super) bucket: Option<Bucket>,
     /// Each source's accept rate (`accept_rate_per_ip`).

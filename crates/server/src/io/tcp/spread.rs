@@ -104,6 +104,20 @@ impl Reactor {
     }
 }
 
+/// How long a reactor's poll may wait: not at all when something is
+/// `ready` to go on with (more to read, a connection to accept), at most
+/// [`HELD`] while busy connections are `held` by the hand-off bound,
+/// else until the next timed work (`idle`).
+pub(super) fn turn_wait(ready: bool, held: bool, idle: Duration) -> Duration {
+    if ready {
+        Duration::ZERO
+    } else if held {
+        idle.min(HELD)
+    } else {
+        idle
+    }
+}
+
 /// Whether a reactor, with `handed` messages waiting for it (in reactor
 /// order) and `gathered(i)` more on their way to it, holds the bound.
 fn over_bound(handed: impl Iterator<Item = usize>, gathered: impl Fn(usize) -> usize) -> bool {
@@ -155,6 +169,16 @@ mod tests {
         let body = b"MESSAGE sip:b@x SIP/2.0\r\nCSeq: 1 MESSAGE\r\n\r\nCall-ID: not-a-header\r\n";
         assert_eq!(call_id(body), None);
         assert_ne!(fnv1a(b"a"), fnv1a(b"b"));
+    }
+
+    #[test]
+    fn a_held_connection_waits_briefly_and_ready_work_not_at_all() {
+        let idle = Duration::from_secs(1);
+        assert_eq!(turn_wait(true, true, idle), Duration::ZERO);
+        assert_eq!(turn_wait(false, true, idle), HELD);
+        assert!(HELD > Duration::ZERO, "held connections must not spin");
+        assert_eq!(turn_wait(false, true, Duration::ZERO), Duration::ZERO);
+        assert_eq!(turn_wait(false, false, idle), idle);
     }
 
     #[test]
