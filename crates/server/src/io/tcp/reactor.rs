@@ -108,10 +108,12 @@ impl Reactor {
                     }
                 }
             }
-            for t in std::mem::take(&mut self.again) {
+            // A connection read this turn may be listed again by its own
+            // event too: each is read once a turn, however often listed.
+            for t in once_each(std::mem::take(&mut self.again)) {
                 self.readable(t, false);
             }
-            for t in std::mem::take(&mut self.held) {
+            for t in once_each(std::mem::take(&mut self.held)) {
                 self.readable(t, false);
             }
             self.send_handoffs();

@@ -53,6 +53,13 @@ pub const MAX_PENDING_CONNECTS: usize = 64;
 pub(super) const FD_RESERVE: usize = 256;
 /// How long a reactor waits before polling again after `poll` failed.
 pub(super) const TURN: Duration = Duration::from_millis(100);
+/// `tokens` with each listed once (in token order).
+pub(super) fn once_each(mut tokens: Vec<Token>) -> Vec<Token> {
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens
+}
+
 /// How long a busy connection held back by the hand-off bound waits
 /// before it is tried again (TCP's window holds its peer meanwhile).
 pub(super) const HELD: Duration = Duration::from_millis(1);
@@ -576,6 +583,13 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_listed_twice_is_read_once() {
+        let listed = vec![Token(7), Token(3), Token(7), Token(3), Token(9)];
+        assert_eq!(once_each(listed), vec![Token(3), Token(7), Token(9)]);
+        assert!(once_each(Vec::new()).is_empty());
+    }
 
     #[test]
     fn the_limit_comes_from_the_descriptors_unless_set_lower() {
