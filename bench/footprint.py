@@ -77,9 +77,12 @@ def costs(path):
 
 
 def footprint(runs, owner, n):
-    """(lines per message, instructions per message, function -> lines)."""
+    """(lines per message, instructions per message, function -> lines,
+    function -> instructions per message)."""
     hottest = {}
+    per_fn_ir = collections.Counter()
     for addr, k in runs.items():
+        per_fn_ir[owner[addr]] += k / n
         line = addr >> 6
         if k > hottest.get(line, (0, ""))[0]:
             hottest[line] = (k, owner[addr])
@@ -89,7 +92,7 @@ def footprint(runs, owner, n):
         share = min(1.0, k / n)
         total += share
         per_fn[who] += share
-    return total, sum(runs.values()) / n, per_fn
+    return total, sum(runs.values()) / n, per_fn, per_fn_ir
 
 
 def group(name):
@@ -106,18 +109,21 @@ def main():
     if a.messages <= 0:
         sys.exit("messages must be above 0")
     runs, owner = costs(a.profile)
-    lines, instructions, per_fn = footprint(runs, owner, a.messages)
+    lines, instructions, per_fn, per_fn_ir = footprint(runs, owner, a.messages)
     print(f"{lines:.0f} lines of code per message ({lines * 64 / 1024:.1f} KiB), "
           f"{instructions:.0f} instructions")
+    print("   lines  instructions")
     if a.groups:
-        by = collections.Counter()
+        by, by_ir = collections.Counter(), collections.Counter()
         for who, share in per_fn.items():
             by[group(who)] += share
+        for who, ir in per_fn_ir.items():
+            by_ir[group(who)] += ir
         for g, share in by.most_common():
-            print(f"{share:8.1f}  {g}")
+            print(f"{share:8.1f}  {by_ir[g]:12.0f}  {g}")
     else:
         for who, share in per_fn.most_common(a.top):
-            print(f"{share:8.1f}  {who[:140]}")
+            print(f"{share:8.1f}  {per_fn_ir[who]:12.0f}  {who[:120]}")
 
 
 if __name__ == "__main__":
