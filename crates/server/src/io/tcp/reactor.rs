@@ -108,14 +108,7 @@ impl Reactor {
                     }
                 }
             }
-            // A connection read this turn may be listed again by its own
-            // event too: each is read once a turn, however often listed.
-            for t in once_each(std::mem::take(&mut self.again)) {
-                self.readable(t, false);
-            }
-            for t in once_each(std::mem::take(&mut self.held)) {
-                self.readable(t, false);
-            }
+            self.read_listed();
             self.send_handoffs();
             self.commit();
             // What an operator's removal released (see `proto/busy.rs`).
@@ -470,7 +463,9 @@ impl Reactor {
                     if short_read_drains && drained {
                         return;
                     }
-                    if self.locals.get(&t).is_some_and(|l| l.busy.spread) && self.handed_too_many()
+                    if self.gathered_any()
+                        && self.locals.get(&t).is_some_and(|l| l.busy.spread)
+                        && self.handed_too_many()
                     {
                         // This read filled a reactor: the rest waits.
                         self.held.push(t);

@@ -91,6 +91,26 @@ impl Reactor {
         }
     }
 
+    /// Reads the connections listed for another read: those whose budget
+    /// ran out and those the hand-off bound held. A connection read this
+    /// turn may be listed again by its own event too: each is read once
+    /// a turn, however often listed.
+    pub(super) fn read_listed(&mut self) {
+        for t in once_each(std::mem::take(&mut self.again)) {
+            self.readable(t, false);
+        }
+        for t in once_each(std::mem::take(&mut self.held)) {
+            self.readable(t, false);
+        }
+    }
+
+    /// Whether this turn has gathered messages for other reactors: only
+    /// then can a read have brought one to the bound since the turn
+    /// began (a check without a lookup on every read).
+    pub(super) fn gathered_any(&self) -> bool {
+        self.handoffs.iter().any(|h| !h.is_empty())
+    }
+
     /// Whether a busy connection must wait before it is read again: a
     /// reactor holds [`MAX_HANDED`] messages handed to it, those this
     /// turn gathered for it and has not sent yet included — else a turn
