@@ -30,7 +30,10 @@ one() { # name workers cores rate [perf]
     | grep -E "calls/s|failed|latency|server CPU" &
   BP=$!; sleep 1.5
   if [ -n "${5:-}" ]; then
-    $PERF record -e $EV -g -p $SP -o $O/$1.data -- sleep 3 2>&1 | tail -1
+    # A prime rate: samples at a round one keep a fixed phase to a paced
+    # load and can miss its bursts (docs/bench.md, a request that finds
+    # the caches cold).
+    $PERF record -e $EV -F 3989 -g -p $SP -o $O/$1.data -- sleep 3 2>&1 | tail -1
     $PERF stat -e task-clock,context-switches,cpu-migrations,$EV -p $SP -- sleep 1 2>&1 | grep -vE "^$|#.*$^"
   fi
   if [ -n "${6:-}" ]; then
