@@ -38,6 +38,12 @@ pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
 /// memory at the largest contacts allowed.
 pub const DEFAULT_MAX_BINDINGS: usize = 200_000;
 
+/// Default `[connections] spread_queue`: a few turns of a busy trunk.
+pub const DEFAULT_SPREAD_QUEUE: usize = 4096;
+/// Largest `[connections] spread_queue` accepted: each waiting message is
+/// held in memory (up to 64 KiB each).
+pub const MAX_SPREAD_QUEUE: usize = 65_536;
+
 /// Default `batch_wait`: half a millisecond, so that with timer slack and
 /// scheduling the added delay stays under a millisecond.
 pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_micros(500);
@@ -56,6 +62,15 @@ pub fn batch_wait(us: u64) -> Result<Duration, String> {
         ));
     }
     Ok(wait)
+}
+
+/// `[connections] spread_queue`, refused outside 1 to [`MAX_SPREAD_QUEUE`].
+pub fn spread_queue(q: usize) -> Result<usize, String> {
+    if (1..=MAX_SPREAD_QUEUE).contains(&q) {
+        Ok(q)
+    } else {
+        Err(format!("{q}: from 1 to {MAX_SPREAD_QUEUE}"))
+    }
 }
 
 /// Which AES pseudonyms the proxy accepts.
@@ -644,6 +659,10 @@ pub struct ConnectionLimits {
     /// decided by every reactor, spread by Call-ID (a busy trunk); 0:
     /// never. Messages of one call stay on one reactor, in order.
     pub spread_above: u32,
+    /// Messages of busy connections handed to one reactor and not yet
+    /// decided, at most: past it the busy connections are not read until
+    /// that reactor catches up (TCP's window holds their peers).
+    pub spread_queue: usize,
     /// Connections each reactor accepts per turn of its loop before it
     /// serves established connections again.
     pub accept_burst: usize,
@@ -679,6 +698,7 @@ impl Default for ConnectionLimits {
             connect_timeout: Duration::from_secs(2),
             reactors: 0,
             spread_above: 2000,
+            spread_queue: DEFAULT_SPREAD_QUEUE,
             accept_burst: 64,
             accept_rate: 2000,
             accept_rate_per_ip: 100,
@@ -1179,11 +1199,16 @@ mod tests {
     fn connection_settings_are_checked() {
         let mut c = Config::default();
         c.apply_toml(
-            "[connections]\nper_ip = 8\nper_ip_exempt = [\"10.0.0.1\"]\nmessage_timeout = 2.5\n",
+            "[connections]\nper_ip = 8\nper_ip_exempt = [\"10.0.0.1\"]\nmessage_timeout = 2.5\nspread_queue = 16\n",
             "t",
         )
         .expect("valid");
         assert_eq!(c.connections.per_ip, 8);
+        assert_eq!(c.connections.spread_queue, 16);
+        assert_eq!(
+            Config::default().connections.spread_queue,
+            DEFAULT_SPREAD_QUEUE
+        );
         assert_eq!(c.connections.message_timeout, Duration::from_millis(2500));
         assert_eq!(
             c.connections.per_ip_exempt,
@@ -1193,6 +1218,8 @@ mod tests {
             "[connections]\nqueue_bytes = 10\n",
             "[connections]\nidle_timeout = 0\n",
             "[connections]\naccept_burst = 0\n",
+            "[connections]\nspread_queue = 0\n",
+            "[connections]\nspread_queue = 65537\n",
             "[connections]\nper_ip_exempt = [\"nope\"]\n",
         ] {
             let e = Config::default()

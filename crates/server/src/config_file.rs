@@ -168,6 +168,8 @@ pub struct ConnectionsSection {
     /// Messages a second on one connection past which every reactor
     /// decides its messages (0: never).
     pub spread_above: Option<u32>,
+    /// Messages handed to one reactor and not yet decided, at most.
+    pub spread_queue: Option<usize>,
     /// Accepts per reactor turn.
     pub accept_burst: Option<usize>,
     /// New connections per second (0: no limit).
@@ -890,6 +892,9 @@ impl Config {
             .unwrap_or(std::mem::take(&mut l.per_ip_exempt));
         l.reactors = c.reactors.unwrap_or(l.reactors);
         l.spread_above = c.spread_above.unwrap_or(l.spread_above);
+        if let Some(q) = c.spread_queue {
+            l.spread_queue = spread_queue(q).map_err(|e| value("connections.spread_queue", e))?;
+        }
         if let Some(q) = c.queue_bytes {
             if q < 4096 {
                 return Err(value(

@@ -376,6 +376,9 @@ pub struct Metrics {
     pub spread_handoffs: AtomicU64,
     /// Connections that became busy enough to be decided by every reactor.
     pub spread_connections: AtomicU64,
+    /// Times a busy connection was not read because a reactor held
+    /// `spread_queue` messages handed to it.
+    pub spread_held: AtomicU64,
     /// Bindings dropped because the WebSocket connection they were
     /// registered over closed.
     pub flow_bindings_dropped: AtomicU64,
@@ -711,9 +714,10 @@ impl Metrics {
         }
         let _ = writeln!(
             o,
-            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, and the messages handed to another reactor.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}",
+            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, the messages handed to another reactor, and the times a busy connection waited for a reactor holding spread_queue of them.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}\nsipsec_connection_spread_total{{what=\"held\"}} {}",
             self.spread_connections.load(Ordering::Relaxed),
-            self.spread_handoffs.load(Ordering::Relaxed)
+            self.spread_handoffs.load(Ordering::Relaxed),
+            self.spread_held.load(Ordering::Relaxed)
         );
         o.push_str("# HELP sipsec_connections_closed_total Connections closed, by reason.\n# TYPE sipsec_connections_closed_total counter\n");
         for r in CloseReason::ALL {

@@ -437,7 +437,7 @@ impl Reactor {
         let conn = l.conn.clone();
         if l.busy.spread && self.handed_too_many() {
             // Read again once the others have caught up.
-            self.held.push(t);
+            self.hold(t);
             return;
         }
         let mut budget = READ_BUDGET;
@@ -468,7 +468,7 @@ impl Reactor {
                         && self.handed_too_many()
                     {
                         // This read filled a reactor: the rest waits.
-                        self.held.push(t);
+                        self.hold(t);
                         return;
                     }
                 }

@@ -5,19 +5,15 @@
 //! core. One call's messages always go to one reactor, in the order they
 //! came, so the order SIP needs (a transaction's responses, a dialog's
 //! requests) holds; calls are independent of each other. The messages
-//! handed to a reactor and not yet decided are bounded: past the bound
-//! the busy connection is not read until they are, and TCP's window
-//! holds the peer back.
+//! handed to a reactor and not yet decided are bounded (`spread_queue`):
+//! past the bound the busy connection is not read until they are, and
+//! TCP's window holds the peer back.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::shared::*;
-
-/// Messages handed to one reactor and not yet decided, at most: past it
-/// busy connections wait.
-pub(super) const MAX_HANDED: usize = 4096;
 
 /// How busy a connection is.
 #[derive(Debug, Default)]
@@ -112,15 +108,24 @@ impl Reactor {
     }
 
     /// Whether a busy connection must wait before it is read again: a
-    /// reactor holds [`MAX_HANDED`] messages handed to it, those this
+    /// reactor holds `spread_queue` messages handed to it, those this
     /// turn gathered for it and has not sent yet included — else a turn
     /// that reads many busy connections would hand a reactor far more
     /// than the bound before its count moved.
     pub(super) fn handed_too_many(&self) -> bool {
         let handed = self.hub.reactors.get().into_iter().flatten();
-        over_bound(handed.map(|l| l.handed.load(Ordering::Relaxed)), |to| {
-            self.handoffs.get(to).map_or(0, Vec::len)
-        })
+        over_bound(
+            handed.map(|l| l.handed.load(Ordering::Relaxed)),
+            |to| self.handoffs.get(to).map_or(0, Vec::len),
+            self.hub.limits.spread_queue,
+        )
+    }
+
+    /// Holds busy connection `t` back until a reactor catches up.
+    pub(super) fn hold(&mut self, t: mio::Token) {
+        self.held.push(t);
+        let metrics = &self.hub.shared.metrics;
+        metrics.spread_held.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -139,11 +144,15 @@ pub(super) fn turn_wait(ready: bool, held: bool, idle: Duration) -> Duration {
 }
 
 /// Whether a reactor, with `handed` messages waiting for it (in reactor
-/// order) and `gathered(i)` more on their way to it, holds the bound.
-fn over_bound(handed: impl Iterator<Item = usize>, gathered: impl Fn(usize) -> usize) -> bool {
+/// order) and `gathered(i)` more on their way to it, holds `bound`.
+fn over_bound(
+    handed: impl Iterator<Item = usize>,
+    gathered: impl Fn(usize) -> usize,
+    bound: usize,
+) -> bool {
     handed
         .enumerate()
-        .any(|(to, n)| n.saturating_add(gathered(to)) >= MAX_HANDED)
+        .any(|(to, n)| n.saturating_add(gathered(to)) >= bound)
 }
 
 /// The Call-ID of a framed SIP message (`Call-ID:` or the compact `i:`),
@@ -203,14 +212,16 @@ mod tests {
 
     #[test]
     fn the_bound_counts_what_this_turn_gathered_and_has_not_sent() {
+        const MAX: usize = 4096;
         let none = |_| 0;
-        assert!(!over_bound([0, MAX_HANDED - 1].into_iter(), none));
-        assert!(over_bound([0, MAX_HANDED].into_iter(), none));
+        assert!(!over_bound([0, MAX - 1].into_iter(), none, MAX));
+        assert!(over_bound([0, MAX].into_iter(), none, MAX));
         // Sent counts nothing yet: what this turn gathered reaches it.
         let gathered = |to| if to == 1 { 100 } else { 0 };
-        assert!(over_bound([0, MAX_HANDED - 100].into_iter(), gathered));
-        assert!(!over_bound([0, MAX_HANDED - 101].into_iter(), gathered));
-        assert!(!over_bound([MAX_HANDED - 101, 0].into_iter(), gathered));
-        assert!(over_bound([usize::MAX, 0].into_iter(), gathered));
+        assert!(over_bound([0, MAX - 100].into_iter(), gathered, MAX));
+        assert!(!over_bound([0, MAX - 101].into_iter(), gathered, MAX));
+        assert!(!over_bound([MAX - 101, 0].into_iter(), gathered, MAX));
+        assert!(over_bound([usize::MAX, 0].into_iter(), gathered, MAX));
+        assert!(over_bound([0, 0].into_iter(), |_| 1, 1));
     }
 }
