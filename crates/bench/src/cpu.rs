@@ -78,11 +78,36 @@ fn settled_tree_after(pid: u32, quiet: Duration, limit: Duration) -> Vec<u32> {
 
 /// utime + stime of one `/proc/.../stat` line, in ticks.
 fn stat_ticks(stat: &str) -> Option<u64> {
+    let (user, system) = user_system(stat)?;
+    Some(user + system)
+}
+
+/// utime and stime of one `/proc/.../stat` line, in ticks.
+fn user_system(stat: &str) -> Option<(u64, u64)> {
     // Fields after the parenthesised command name: state is 3rd, utime
     // 14th and stime 15th of the whole line.
     let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    let mut f = rest.split_whitespace().skip(11);
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+/// User and system ticks of `pids` so far (`/proc/PID/stat`: every
+/// thread, ended ones included). The kernel charges each timer tick to
+/// the side a thread was on, so over a run of many ticks their split
+/// estimates how its CPU divides between its own code and the kernel
+/// (interrupts taken while it ran count as the kernel's).
+pub fn user_system_ticks(pids: &[u32]) -> (u64, u64) {
+    pids.iter()
+        .filter_map(|pid| user_system(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?))
+        .fold((0, 0), |(u, s), (du, ds)| (u + du, s + ds))
+}
+
+/// Of the ticks gained from `before` to `after` ([`user_system_ticks`]),
+/// the share in user space; `None` below `min` ticks, too few to say.
+pub fn user_share(before: (u64, u64), after: (u64, u64), min: u64) -> Option<f64> {
+    let user = after.0.saturating_sub(before.0);
+    let all = user + after.1.saturating_sub(before.1);
+    (all >= min.max(1)).then(|| user as f64 / all as f64)
 }
 
 /// CPU seconds used so far by one process: its live threads' run time
@@ -195,6 +220,38 @@ pub fn percent(before: f64, after: f64, dt: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spinning_thread_is_counted_in_user_space() {
+        let line = "42 (a b) c) S 1 2 3 4 5 6 7 8 9 10 110 220 0 0";
+        assert_eq!(user_system(line), Some((110, 220)));
+        assert_eq!(stat_ticks(line), Some(330));
+        assert_eq!(user_system("42 (x) S 1"), None);
+        assert_eq!(user_share((10, 10), (13, 11), 4), Some(0.75));
+        assert_eq!(user_share((10, 10), (11, 11), 4), None, "too few ticks");
+        assert_eq!(user_share((5, 5), (5, 5), 0), None);
+        // This thread alone: spin in user space until 25 ticks accrued
+        // (bounded: at most a few seconds of CPU).
+        let own = || {
+            let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
+            user_system(&stat).expect("parsed")
+        };
+        let before = own();
+        let mut x = 0u64;
+        for round in 0..400 {
+            for i in 0..2_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            let now = own();
+            if now.0 + now.1 >= before.0 + before.1 + 25 {
+                break;
+            }
+            assert!(round < 399, "25 ticks of CPU in 400 rounds");
+        }
+        assert_ne!(x, 1);
+        let share = user_share(before, own(), 25).expect("25 ticks spent");
+        assert!(share > 0.8, "a loop without system calls: {share}");
+    }
 
     #[test]
     fn reads_this_process() {

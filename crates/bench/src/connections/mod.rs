@@ -198,6 +198,10 @@ pub struct Outcome {
     pub refresh_seconds: f64,
     /// Server CPU µs per refresh.
     pub server_cpu_us_per_refresh: Option<f64>,
+    /// Of it, in the server's own code (user space), by the share of
+    /// timer ticks the kernel charged to user time; `None` when too few
+    /// ticks fell in the phase to say.
+    pub server_user_us_per_refresh: Option<f64>,
     /// With `nodes` > 1, Redis' part of the server figures: memory held
     /// (PSS, bytes) and CPU µs per open and per refresh.
     pub redis_memory_held: Option<u64>,
@@ -220,6 +224,13 @@ pub fn source(i: usize) -> IpAddr {
         u32::from(Ipv4Addr::new(127, 0, 1, 1)) + i as u32,
     ))
 }
+
+/// Ticks (10 ms) of server CPU a phase must span before its user/kernel
+/// split is given. The kernel samples the side at each of its own timer
+/// ticks (250 a second here), so 10 ticks are some 25 samples: the split
+/// to within about ±15 %, a tenth of a second of CPU (5,000 refreshes at
+/// 20 µs each).
+const MIN_TICKS: u64 = 10;
 
 /// Connections one process may hold, with a reserve for everything else.
 const FD_RESERVE: u64 = 512;
@@ -463,17 +474,21 @@ fn one(
     ));
     // Refresh: every open phone once, paced at the refresh rate.
     let cpu0 = cpu::cpu_seconds(&pids);
+    let ticks0 = cpu::user_system_ticks(&pids);
     let store0 = redis_cpu();
     let t0 = Instant::now();
     let refreshed = phones.refresh(plan.refresh_rate)?;
     out.refresh_seconds = t0.elapsed().as_secs_f64();
     alive(plan, target, deployment)?;
     let cpu1 = cpu::cpu_seconds(&pids);
+    let user = cpu::user_share(ticks0, cpu::user_system_ticks(&pids), MIN_TICKS);
     out.redis_cpu_us_per_refresh = per(store0, redis_cpu(), refreshed.ok);
     out.refreshed = refreshed.ok;
     out.refresh_failures = refreshed.failures;
     if out.refreshed > 0 {
         out.server_cpu_us_per_refresh = Some((cpu1 - cpu0) * 1e6 / out.refreshed as f64);
+        out.server_user_us_per_refresh =
+            user.zip(out.server_cpu_us_per_refresh).map(|(u, c)| u * c);
     }
     progress(&format!(
         "{}: {} refreshed in {:.1} s{}{}",

@@ -36,7 +36,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
     s.push_str("|\n");
     let opt = |v: Option<f64>| v.map_or(f64::NAN, |v| v);
     type Row<'a> = (&'a str, &'a dyn Fn(&Outcome) -> f64, usize);
-    let rows: [Row; 13] = [
+    let rows: [Row; 14] = [
         ("connections registered", &|o| o.registered as f64, 0),
         ("failures", &|o| o.failed() as f64, 0),
         ("opened/s (TLS: full handshakes/s)", &|o| o.opened_per_s, 0),
@@ -56,6 +56,11 @@ pub fn table(outcomes: &[Outcome]) -> String {
         (
             "server CPU µs per refresh",
             &|o| opt(o.server_cpu_us_per_refresh),
+            1,
+        ),
+        (
+            "of it in user space (by timer ticks)",
+            &|o| opt(o.server_user_us_per_refresh),
             1,
         ),
         ("refresh seconds", &|o| o.refresh_seconds, 1),
