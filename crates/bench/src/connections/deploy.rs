@@ -67,6 +67,7 @@ pub(super) fn log_name(plan: &Plan, target: &Target, i: usize) -> String {
 pub(super) fn start(plan: &Plan, target: &Target) -> Result<Deployment, Error> {
     let dir = &plan.workdir;
     std::fs::create_dir_all(dir).map_err(Error::io(dir.display()))?;
+    let target = &private_copy(dir, target)?;
     let redis = if plan.nodes > 1 {
         Some(start_redis(plan)?)
     } else {
@@ -84,6 +85,29 @@ pub(super) fn start(plan: &Plan, target: &Target) -> Result<Deployment, Error> {
         servers,
         redis,
         listens,
+    })
+}
+
+/// `target` run from its own copy of its executable in `dir`: a server
+/// started from the executable the bench itself runs would share its
+/// code pages with the generator, and PSS would count them half (2 MB
+/// less "memory held" than the same build from another file).
+pub(super) fn private_copy(dir: &std::path::Path, target: &Target) -> Result<Target, Error> {
+    let (exe, name) = match target {
+        Target::Sipsec { exe, label } => (exe, label.as_str()),
+        Target::Null { exe } => (exe, "null"),
+        Target::Kamailio { .. } => return Ok(target.clone()),
+    };
+    let copy = dir.join(format!("{name}.exe"));
+    // A new file, not one a server of an earlier round may still run.
+    let _ = std::fs::remove_file(&copy);
+    std::fs::copy(exe, &copy).map_err(Error::io(exe.display()))?;
+    Ok(match target {
+        Target::Sipsec { label, .. } => Target::Sipsec {
+            exe: copy,
+            label: label.clone(),
+        },
+        _ => Target::Null { exe: copy },
     })
 }
 

@@ -834,6 +834,47 @@ fn tail(log: &str, n: usize) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn each_server_runs_from_its_own_copy_of_its_executable() {
+        let dir = std::env::temp_dir().join(format!("sipsec-private-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let exe = dir.join("built");
+        std::fs::write(&exe, b"#!/bin/sh\n").expect("exe");
+        for _ in 0..2 {
+            let copy = deploy::private_copy(&dir, &Target::Null { exe: exe.clone() });
+            let Ok(Target::Null { exe: copy }) = copy else {
+                panic!("a null responder: {copy:?}");
+            };
+            assert_eq!(copy, dir.join("null.exe"));
+            assert_eq!(std::fs::read(&copy).expect("copied"), b"#!/bin/sh\n");
+        }
+        let b = Target::Sipsec {
+            exe: exe.clone(),
+            label: "sipsec@old".into(),
+        };
+        match deploy::private_copy(&dir, &b).expect("copied") {
+            Target::Sipsec { exe: copy, label } => {
+                assert_eq!(
+                    (copy, label.as_str()),
+                    (dir.join("sipsec@old.exe"), "sipsec@old")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let k = Target::Kamailio {
+            cfg: "k.cfg".into(),
+        };
+        assert!(matches!(
+            deploy::private_copy(&dir, &k),
+            Ok(Target::Kamailio { cfg }) if cfg == std::path::Path::new("k.cfg")
+        ));
+        let gone = Target::Null {
+            exe: dir.join("missing"),
+        };
+        assert!(deploy::private_copy(&dir, &gone).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn outcome(target: &str, round: usize, refresh_us: f64, failed: u64) -> Outcome {
         let mut o = Outcome {
             target: target.into(),
