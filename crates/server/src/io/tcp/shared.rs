@@ -53,13 +53,6 @@ pub const MAX_PENDING_CONNECTS: usize = 64;
 pub(super) const FD_RESERVE: usize = 256;
 /// How long a reactor waits before polling again after `poll` failed.
 pub(super) const TURN: Duration = Duration::from_millis(100);
-/// `tokens` with each listed once (in token order).
-pub(super) fn once_each(mut tokens: Vec<Token>) -> Vec<Token> {
-    tokens.sort_unstable();
-    tokens.dedup();
-    tokens
-}
-
 /// How long a busy connection held back by the hand-off bound waits
 /// before it is tried again (TCP's window holds its peer meanwhile).
 pub(super) const HELD: Duration = Duration::from_millis(1);
@@ -578,6 +571,13 @@ impl Bucket {
     pub(super) fn waiting(&self, now: Instant) -> Option<Instant> {
         self.until.filter(|u| *u > now)
     }
+}
+
+/// `tokens` with each listed once (in token order).
+pub(super) fn once_each(mut tokens: Vec<Token>) -> Vec<Token> {
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens
 }
 
 #[cfg(test)]
