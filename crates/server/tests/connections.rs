@@ -2,42 +2,52 @@
 //! that never reads, a dripped TLS handshake, a dripped message, and the
 //! per-IP limit. Each test bounds its own time; none asserts a duration.
 
+#[path = "support/scratch.rs"]
+mod scratch;
+#[path = "support/served.rs"]
+mod served;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use scratch::Scratch;
+use served::Served;
 use sip_core::framing::{frame, Frame};
 use sip_core::Limits;
 use sipsec_server::config::{ConnectionLimits, Durability, TlsSettings};
 use sipsec_server::proto::metrics::CloseReason;
-use sipsec_server::{start, Config, Mode, Started};
+use sipsec_server::{start, Config, Mode, StartError, Started};
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-conn-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Served {
+    serve(name, config(mode, limits, tls))
 }
 
-fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Started {
-    serve(&config(mode, name, limits, tls))
+/// `config` started in a new scratch directory `conn-{name}`.
+fn serve(name: &str, config: Config) -> Served {
+    retried(|| Served::start(&format!("conn-{name}"), config.clone()))
 }
 
-fn serve(config: &Config) -> Started {
-    // TCP listens on the port UDP drew; another test's client socket may
-    // hold that port: draw again (a few times).
+/// `config` started on the data directory it names.
+fn serve_on(config: &Config) -> Started {
+    retried(|| start(config.clone()))
+}
+
+/// TCP listens on the port UDP drew; another test's client socket may
+/// hold that port: draw again (a few times).
+fn retried<T>(start: impl Fn() -> Result<T, StartError>) -> T {
     for _ in 0..5 {
-        match start(config.clone()) {
-            Err(sipsec_server::StartError::Bind { err, .. })
-                if err.kind() == std::io::ErrorKind::AddrInUse => {}
+        match start() {
+            Err(StartError::Bind { err, .. }) if err.kind() == std::io::ErrorKind::AddrInUse => {}
             r => return r.expect("server starts"),
         }
     }
-    start(config.clone()).expect("server starts")
+    start().expect("server starts")
 }
 
-/// One worker and one reactor on loopback, in a new data directory.
-fn config(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Config {
+/// One worker and one reactor on loopback (the data directory is
+/// [`serve`]'s).
+fn config(mode: Mode, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Config {
     Config {
         mode,
         udp: "127.0.0.1:0".parse().expect("addr"),
@@ -45,7 +55,6 @@ fn config(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSetti
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 1,
-        data_dir: dir(name),
         connections: ConnectionLimits {
             reactors: 1,
             ..limits
@@ -120,7 +129,7 @@ fn closed_within(s: &mut TcpStream, bound: Duration) -> bool {
     false
 }
 
-fn closed(s: &Started, reason: CloseReason) -> u64 {
+fn closed(s: &Served, reason: CloseReason) -> u64 {
     s.handle.shared().metrics.closed_for(reason)
 }
 
@@ -138,7 +147,7 @@ fn eventually(what: &str, bound: Duration, mut f: impl FnMut() -> bool) {
 
 /// Writes `bytes` one every 50 ms (bounded at 20 s) until the server
 /// closes the connection for `reason`; `true` when it did.
-fn drip(c: &mut TcpStream, bytes: &[u8], s: &Started, reason: CloseReason) -> bool {
+fn drip(c: &mut TcpStream, bytes: &[u8], s: &Served, reason: CloseReason) -> bool {
     let until = Instant::now() + Duration::from_secs(20);
     for b in bytes {
         if c.write_all(std::slice::from_ref(b)).is_err() || closed(s, reason) >= 1 {
@@ -275,6 +284,7 @@ fn a_message_dripped_byte_by_byte_is_cut_at_its_deadline() {
 
 #[test]
 fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
+    let certs = Scratch::new("conn-tls-drip");
     let s = server(
         Mode::Registrar,
         "tls-drip-srv",
@@ -282,7 +292,7 @@ fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
             handshake_timeout: Duration::from_millis(800),
             ..ConnectionLimits::default()
         },
-        Some(tls_settings(&dir("tls-drip"))),
+        Some(tls_settings(&certs)),
     );
     let tls = s.handle.tls_addr().expect("tls");
     let mut c = connect_from("127.0.0.1:0", tls);
@@ -522,11 +532,13 @@ fn an_fsync_journal_stores_what_a_round_gathered_with_one_wait() {
     // each answer still goes only after its change is stored.
     const CONNS: usize = 20;
     const EACH: usize = 10;
+    let dir = Scratch::unmade("conn-group");
     let cfg = Config {
         durability: Durability::Fsync,
-        ..config(Mode::Registrar, "group", ConnectionLimits::default(), None)
+        data_dir: dir.path_buf(),
+        ..config(Mode::Registrar, ConnectionLimits::default(), None)
     };
-    let s = serve(&cfg);
+    let s = serve_on(&cfg);
     let tcp = s.handle.tcp_addr().expect("tcp");
     let mut conns: Vec<TcpStream> = (0..CONNS)
         .map(|_| connect_from("127.0.0.1:0", tcp))
@@ -575,7 +587,7 @@ fn an_fsync_journal_stores_what_a_round_gathered_with_one_wait() {
     drop(conns);
     s.handle.shutdown();
     // Every binding answered 200 is in the journal.
-    let again = serve(&cfg);
+    let again = serve_on(&cfg);
     assert_eq!(again.recovered.bindings, registers);
     again.handle.shutdown();
 }
@@ -755,10 +767,9 @@ fn tls_settings(d: &std::path::Path) -> TlsSettings {
 /// refuses a CSeq that goes back (RFC 3261 §10.3) — and answered in order.
 #[test]
 fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
-    let d = dir("trunk-tls");
+    let d = Scratch::new("conn-trunk-tls");
     let mut c = config(
         Mode::Registrar,
-        "trunk-tls-srv",
         ConnectionLimits {
             spread_above: 20,
             ..ConnectionLimits::default()
@@ -766,7 +777,7 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
         Some(tls_settings(&d)),
     );
     c.connections.reactors = 2;
-    let s = serve(&c);
+    let s = serve("trunk-tls-srv", c);
     let tls = s.handle.tls_addr().expect("tls");
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
@@ -869,7 +880,6 @@ fn answered_in_order(trunk: &mut impl Read, calls: u32, each: u32) {
 fn a_busy_trunk_held_by_a_full_queue_is_read_again_and_answered_in_order() {
     let mut c = config(
         Mode::Registrar,
-        "trunk-held",
         ConnectionLimits {
             spread_above: 20,
             spread_queue: 1,
@@ -878,7 +888,7 @@ fn a_busy_trunk_held_by_a_full_queue_is_read_again_and_answered_in_order() {
         None,
     );
     c.connections.reactors = 2;
-    let s = serve(&c);
+    let s = serve("trunk-held", c);
     let tcp = s.handle.tcp_addr().expect("tcp");
     let mut trunk = connect_from("127.0.0.1:0", tcp);
     const CALLS: u32 = 400;

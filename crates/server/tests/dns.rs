@@ -1,9 +1,12 @@
 //! Next hops named by domain names (RFC 3263 without NAPTR), against a
 //! real name server: dnsmasq, started on a free loopback port.
 
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,11 +17,8 @@ use sip_core::{Message, Method};
 use sipsec_server::config::DnsSettings;
 use sipsec_server::{start, Config, Mode};
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("test-{name}"))
 }
 
 fn socket() -> UdpSocket {

@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 use sipsec_server::io::ng::Relays;
 use sipsec_server::proto::ng::{Command, Event, Failure, Media, Reply, Settings};
 
+#[path = "support/scratch.rs"]
+mod scratch;
+#[path = "support/served.rs"]
+mod served;
 #[path = "support/rtpengine.rs"]
 mod support;
 use support::{free_udp_port, settings, Rtpengine};
@@ -152,13 +156,12 @@ fn an_offer_fails_over_from_a_silent_relay_to_a_live_one() {
 
 // --- Calls through the stateful proxy with `[media]` on ---------------
 
+use served::Served;
 use sipsec_server::config_media::{MediaMode, MediaSettings, RelayFailure};
-use sipsec_server::{start, Config, Mode, Started};
+use sipsec_server::{Config, Mode};
 
-fn proxy(name: &str, media: MediaSettings) -> Started {
-    let dir = std::env::temp_dir().join(format!("sipsec-media-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    start(Config {
+fn proxy(name: &str, media: MediaSettings) -> Served {
+    let config = Config {
         mode: Mode::Proxy,
         stateful: true,
         udp: "127.0.0.1:0".parse().expect("addr"),
@@ -166,11 +169,10 @@ fn proxy(name: &str, media: MediaSettings) -> Started {
         http: Some("127.0.0.1:0".parse().expect("addr")),
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
-        data_dir: dir,
         media,
         ..Config::default()
-    })
-    .expect("server starts")
+    };
+    Served::start(&format!("media-{name}"), config).expect("server starts")
 }
 
 fn media_settings(relay: SocketAddr, timeout_ms: u64, on_failure: RelayFailure) -> MediaSettings {

@@ -1,7 +1,11 @@
 //! The server over real loopback UDP sockets.
 
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use sip_core::auth::Challenge;
@@ -10,11 +14,8 @@ use sip_core::{HeaderName, Message, Method, StatusCode};
 use sipsec_server::proto::users::{UserEntry, Users};
 use sipsec_server::{start, Config, Mode, Started};
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("test-{name}"))
 }
 
 /// A proxy on ephemeral loopback ports (UDP only, no HTTP) storing in `dir`.

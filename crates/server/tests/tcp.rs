@@ -1,29 +1,30 @@
 //! The server over real loopback TCP connections.
 
+#[path = "support/scratch.rs"]
+mod scratch;
+#[path = "support/served.rs"]
+mod served;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
 use std::time::Duration;
 
+use served::Served;
 use sip_core::framing::{frame, Frame};
 use sip_core::{Limits, Message};
-use sipsec_server::{start, Config, Mode, Started};
+use sipsec_server::{Config, Mode};
 
-fn server(mode: Mode, name: &str) -> Started {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("sipsec-tcp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    start(Config {
+fn server(mode: Mode, name: &str) -> Served {
+    let config = Config {
         mode,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 2,
-        data_dir: dir,
         ..Config::default()
-    })
-    .expect("server starts")
+    };
+    Served::start(&format!("tcp-{name}"), config).expect("server starts")
 }
 
 /// Reads one framed message from a stream.
@@ -193,25 +194,22 @@ fn proxy_between_tcp_and_udp() {
 /// routed to the registered user, not refused as a relay (it was: 403).
 #[test]
 fn a_request_uri_naming_a_tcp_port_of_its_own_is_local() {
-    let dir = std::env::temp_dir().join(format!("sipsec-tcp-ownport-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
     // A port free now (another program could take it before the server
     // does; then `start` fails and says so).
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let s = start(Config {
+    let config = Config {
         mode: Mode::Proxy,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some(SocketAddr::from(([127, 0, 0, 1], port))),
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 1,
-        data_dir: dir,
         ..Config::default()
-    })
-    .expect("server starts");
+    };
+    let s = Served::start("tcp-ownport", config).expect("server starts");
     let tcp = s.handle.tcp_addr().expect("tcp on");
     let udp = s.handle.local_addr();
     assert_ne!(tcp.port(), udp.port(), "the TCP listener has its own port");

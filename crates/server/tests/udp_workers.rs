@@ -2,14 +2,20 @@
 //! both, every transaction is answered once, and retransmissions that land
 //! on the other worker still meet their transaction.
 
+#[path = "support/scratch.rs"]
+mod scratch;
+#[path = "support/served.rs"]
+mod served;
+
 use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::time::Duration;
 
+use served::Served;
 use sipsec_server::config::UdpBalance;
-use sipsec_server::{start, Config, Mode, Started};
+use sipsec_server::{Config, Mode};
 
-fn server(name: &str, balance: UdpBalance) -> Started {
+fn server(name: &str, balance: UdpBalance) -> Served {
     server_with(name, |c| {
         (c.mode, c.stateful) = (Mode::Proxy, true);
         (c.workers, c.udp_balance) = (2, balance);
@@ -17,19 +23,16 @@ fn server(name: &str, balance: UdpBalance) -> Started {
 }
 
 /// A server on loopback ports of its own, `tune` setting the rest.
-fn server_with(name: &str, tune: impl FnOnce(&mut Config)) -> Started {
-    let dir = std::env::temp_dir().join(format!("sipsec-udp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn server_with(name: &str, tune: impl FnOnce(&mut Config)) -> Served {
     let mut config = Config {
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: None,
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: dir,
         ..Config::default()
     };
     tune(&mut config);
-    start(config).expect("server starts")
+    Served::start(&format!("udp-{name}"), config).expect("server starts")
 }
 
 fn socket() -> UdpSocket {

@@ -5,13 +5,19 @@
 //! served by its UDP socket; an interface it cannot use leaves it on its
 //! sockets. Run as root, as CI runs (`./setup.sh` installs iproute2).
 
+#[path = "support/scratch.rs"]
+mod scratch;
+#[path = "support/served.rs"]
+mod served;
+
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sipsec_server::{start, Config, Mode, Started};
+use served::Served;
+use sipsec_server::{Config, Mode};
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip")
@@ -106,11 +112,11 @@ impl Drop for Veth {
 /// A registrar started from a thread inside the namespace (its threads
 /// live there), on port 5060 of the inner end's address (of every
 /// address with `any`).
-fn registrar_in(veth: &Veth, udp_xdp: Option<String>, any: bool) -> Started {
+fn registrar_in(veth: &Veth, udp_xdp: Option<String>, any: bool) -> Served {
     registrar_with(veth, udp_xdp, any, 1)
 }
 
-fn registrar_with(veth: &Veth, udp_xdp: Option<String>, any: bool, workers: usize) -> Started {
+fn registrar_with(veth: &Veth, udp_xdp: Option<String>, any: bool, workers: usize) -> Served {
     let ns = veth.namespace();
     let advertise = SocketAddr::from((veth.inner_ip, 5060));
     let addr = if any {
@@ -118,11 +124,10 @@ fn registrar_with(veth: &Veth, udp_xdp: Option<String>, any: bool, workers: usiz
     } else {
         advertise
     };
-    let dir = std::env::temp_dir().join(format!("sipsec-xdp-{}-{}", veth.ns, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let name = format!("xdp-{}", veth.ns);
     std::thread::spawn(move || {
         sip_udp::enter_network_namespace(&ns).expect("setns");
-        start(Config {
+        let config = Config {
             mode: Mode::Registrar,
             udp: addr,
             tcp: None,
@@ -132,10 +137,9 @@ fn registrar_with(veth: &Veth, udp_xdp: Option<String>, any: bool, workers: usiz
             udp_xdp,
             // A namespace of the test's own: nobody else reaches it.
             insecure_no_auth: true,
-            data_dir: dir,
             ..Config::default()
-        })
-        .expect("server starts")
+        };
+        Served::start(&name, config).expect("server starts")
     })
     .join()
     .expect("the starting thread")

@@ -4,23 +4,22 @@
 //! (double record-routing, RFC 5658); RFC 6455 edge cases get the close
 //! codes and HTTP statuses the RFCs give.
 
+#[path = "support/scratch.rs"]
+mod scratch;
+#[path = "support/served.rs"]
+mod served;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use served::Served;
 use sipsec_server::config::WebSocketSettings;
 use sipsec_server::proto::metrics::CloseReason;
-use sipsec_server::{start, Config, Mode, Started};
+use sipsec_server::{Config, Mode};
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-ws-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn server(name: &str, origins: &[&str]) -> Started {
-    start(Config {
+fn server(name: &str, origins: &[&str]) -> Served {
+    let config = Config {
         mode: Mode::Proxy,
         stateful: true,
         udp: "127.0.0.1:0".parse().expect("addr"),
@@ -28,18 +27,17 @@ fn server(name: &str, origins: &[&str]) -> Started {
         http: None,
         advertise: "127.0.0.1:0".parse().expect("addr"),
         workers: 1,
-        data_dir: dir(name),
         websocket: WebSocketSettings {
             ws: Some("127.0.0.1:0".parse().expect("addr")),
             origins: origins.iter().map(|o| o.to_string()).collect(),
             ..WebSocketSettings::default()
         },
         ..Config::default()
-    })
-    .expect("server starts")
+    };
+    Served::start(&format!("ws-{name}"), config).expect("server starts")
 }
 
-fn ws_addr(s: &Started) -> SocketAddr {
+fn ws_addr(s: &Served) -> SocketAddr {
     s.handle.shared().config.websocket.ws.expect("ws listener")
 }
 

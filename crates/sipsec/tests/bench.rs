@@ -146,7 +146,8 @@ fn null_responder_answers_the_generator() {
     )
     .expect("banner");
     assert!(line.contains("answering"), "{line}");
-    let csv = tempdir("bench-null").join("series.csv");
+    let dir = tempdir("bench-null");
+    let csv = dir.join("series.csv");
     let out = bench(&[
         "--target",
         &addr,

@@ -142,6 +142,8 @@ impl Browser {
     /// [`Browser::open`] with more Chromium flags.
     fn open_with(url: &str, profile: &Path, log: &Path, extra: &[String]) -> Self {
         let log = std::fs::File::create(log).expect("browser log");
+        // Its own temporary files go with the test's directory.
+        std::fs::create_dir_all(profile).expect("profile directory");
         let child = Command::new("chromium")
             .args([
                 "--headless",
@@ -163,6 +165,7 @@ impl Browser {
             .arg(format!("--user-data-dir={}", profile.display()))
             .args(extra)
             .arg(url)
+            .env("TMPDIR", profile)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -213,11 +216,12 @@ fn wss_server(dir: &Path, extra: &[&str]) -> (Running, SocketAddr) {
 }
 
 struct Setup {
-    dir: PathBuf,
     server: Running,
     wss: SocketAddr,
     web: SocketAddr,
     reports: Arc<Reports>,
+    /// Last, so it is removed after the server stopped.
+    dir: common::Scratch,
 }
 
 fn setup(name: &str) -> Setup {
@@ -263,11 +267,11 @@ fn setup_with(name: &str, config: Option<&str>) -> Setup {
     let reports = Arc::new(Reports::default());
     let web = web_server(root, reports.clone());
     Setup {
-        dir,
         server,
         wss,
         web,
         reports,
+        dir,
     }
 }
 

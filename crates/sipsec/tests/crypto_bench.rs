@@ -300,6 +300,7 @@ fn bad_arguments_are_named() {
             "not the crossbench folder",
         ),
     ] {
+        let dir = common::tempdir("crypto-bench-args");
         let mut cmd = sipsec();
         cmd.arg("crypto-bench").args(&args);
         if !args.contains(&"--crossbench") {
@@ -307,7 +308,7 @@ fn bad_arguments_are_named() {
         }
         let out = cmd
             .arg("--build-dir")
-            .arg(common::tempdir("crypto-bench-args").join("b"))
+            .arg(dir.join("b"))
             .output()
             .expect("runs");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -913,6 +913,8 @@ fn the_web_view_shows_registrations_and_bans_in_chromium() {
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
             .args(extra)
             .arg(&url)
+            // Its own temporary files go with the test's directory.
+            .env("TMPDIR", &*dir)
             .output()
             .expect("chromium (./setup.sh installs it)")
     };

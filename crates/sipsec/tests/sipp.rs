@@ -208,7 +208,7 @@ impl Drop for Uas {
 
 /// Arguments common to the call scenarios of one test.
 struct Calls {
-    dir: PathBuf,
+    dir: common::Scratch,
     inf: String,
     auth: bool,
     proto: Proto,

@@ -193,6 +193,11 @@ mod tests {
         dir.join("log")
     }
 
+    /// Removes a passed test's directory (a failed one's stays to read).
+    fn passed(log: &std::path::Path) {
+        let _ = std::fs::remove_dir_all(log.parent().expect("its directory"));
+    }
+
     #[test]
     fn appends_are_in_the_file_while_open_and_trimmed_on_drop() {
         let path = temp("basic");
@@ -211,6 +216,7 @@ mod tests {
         log.append(b"three\n", false).expect("append");
         drop(log);
         assert_eq!(std::fs::read(&path).expect("read"), b"one\ntwo\nthree\n");
+        passed(&path);
     }
 
     #[test]
@@ -233,6 +239,7 @@ mod tests {
         want.extend_from_slice(b"end\n");
         drop(log);
         assert_eq!(std::fs::read(&path).expect("read"), want);
+        passed(&path);
     }
 
     #[test]
@@ -246,5 +253,7 @@ mod tests {
         assert!(raw.len() > 5 && raw.starts_with(b"kept\n"));
         let log = MappedLog::open(&path).expect("reopen");
         assert_eq!(log.len(), 5);
+        drop(log);
+        passed(&path);
     }
 }

@@ -3,19 +3,19 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread::JoinHandle;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sipsec");
 
-/// A fresh directory for one test.
-pub fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sipsec-it-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+#[path = "../../../server/tests/support/scratch.rs"]
+mod scratch;
+pub use scratch::Scratch;
+
+/// A fresh directory for one test, removed when the test passes.
+pub fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("it-{name}"))
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped.
