@@ -40,7 +40,9 @@ pub struct Client {
     settings: FetchSettings,
 }
 
-/// Whether `ip` is an address on the public Internet.
+/// Whether `ip` is an address on the public Internet (RFC 6890's special
+/// purpose registries; an IPv6 address that carries an IPv4 one — mapped,
+/// NAT64 or 6to4 — is judged by the IPv4 address it reaches).
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => {
@@ -53,22 +55,56 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || a.is_multicast()
                 || a.is_documentation()
                 || o[0] == 0
+                // Shared address space (RFC 6598).
                 || (o[0] == 100 && (64..128).contains(&o[1]))
+                // IETF protocol assignments (RFC 6890).
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                // Benchmarking (RFC 2544).
+                || (o[0] == 198 && (o[1] & 0xfe) == 18)
                 || o[0] >= 240)
         }
         IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
+            if let Some(v4) = carried_v4(a) {
                 return is_public(IpAddr::V4(v4));
             }
             let s = a.segments();
             !(a.is_loopback()
                 || a.is_unspecified()
                 || a.is_multicast()
+                // IPv4-compatible (deprecated, RFC 4291 §2.5.5.1).
+                || s[..6] == [0; 6]
+                // Discard-only (RFC 6666); NAT64 for local use (RFC 8215),
+                // whose embedding the network chooses.
+                || s[..4] == [0x100, 0, 0, 0]
+                || s[..3] == [0x64, 0xff9b, 1]
                 || (s[0] & 0xfe00) == 0xfc00
+                // Link-local, and site-local (deprecated, RFC 3879).
                 || (s[0] & 0xffc0) == 0xfe80
-                || s[0] == 0x2001 && s[1] == 0x0db8)
+                || (s[0] & 0xffc0) == 0xfec0
+                // Teredo (RFC 4380) and documentation.
+                || (s[0] == 0x2001 && s[1] == 0)
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
         }
     }
+}
+
+/// The IPv4 address an IPv6 one reaches: IPv4-mapped (RFC 4291), NAT64's
+/// well-known prefix (RFC 6052's 64:ff9b::/96) and 6to4 (RFC 3056's
+/// 2002::/16).
+fn carried_v4(a: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    if let Some(v4) = a.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    let s = a.segments();
+    let v4 = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        std::net::Ipv4Addr::new(a, b, c, d)
+    };
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(v4(s[6], s[7]));
+    }
+    (s[0] == 0x2002).then(|| v4(s[1], s[2]))
 }
 
 /// `https://host[:port]/path` split: host, port, path.
@@ -342,10 +378,34 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "224.0.0.1",
+            "192.0.0.8",
+            "198.18.0.1",
+            "198.19.255.254",
+            // An inside address reached through NAT64 or 6to4.
+            "64:ff9b::10.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b:1::192.168.0.1",
+            "64:ff9b:1:2::8.8.8.8",
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            // IPv4-compatible, Teredo, discard-only, site-local.
+            "::127.0.0.1",
+            "::8.8.8.8",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "100::1",
+            "fec0::1",
         ] {
             assert!(!is_public(a.parse().unwrap()), "{a}");
         }
-        for a in ["8.8.8.8", "2606:4700::1111", "::ffff:1.1.1.1"] {
+        for a in [
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+            "64:ff9b::8.8.8.8",
+            "2002:808:808::1",
+            "198.20.0.1",
+            "192.0.1.1",
+        ] {
             assert!(is_public(a.parse().unwrap()), "{a}");
         }
     }
