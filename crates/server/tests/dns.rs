@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use sip_core::dns::{self, Kind};
 use sip_core::{Message, Method};
 use sipsec_server::config::DnsSettings;
-use sipsec_server::{start, Config, Mode};
+use sipsec_server::proto::tokens;
+use sipsec_server::{start, Config, Mode, Started};
 
 fn tempdir(name: &str) -> Scratch {
     Scratch::new(&format!("test-{name}"))
@@ -197,11 +198,17 @@ fn stateful_proxy(
 
 /// An in-dialog MESSAGE (its To has a tag: the proxy follows the route
 /// set a dialog recorded, and refuses a preloaded Route on an initial
-/// request) routed through `route`.
-fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
+/// request) routed through `proxy`, then `route`: the route set of a
+/// dialog whose INVITE the proxy record-routed between two parties on
+/// 127.0.0.1 (its entry proves that address).
+fn message(ua: &UdpSocket, proxy: &Started, route: &str, n: u32) -> String {
+    let here: std::net::IpAddr = [127, 0, 0, 1].into();
+    let proof = tokens::hops_proof(&proxy.handle.shared().route_key, here, here);
     format!(
-        "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>;tag=b{n}\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
-        p = port_of(ua)
+        "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <sip:{at};{hops}={proof};lr>, <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>;tag=b{n}\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
+        p = port_of(ua),
+        at = proxy.handle.local_addr(),
+        hops = tokens::HOPS_PARAM,
     )
 }
 
@@ -209,13 +216,16 @@ fn message(ua: &UdpSocket, route: &str, n: u32) -> String {
 /// receives (answered 200), or the response the caller got instead.
 fn route_through(
     ua: &UdpSocket,
-    proxy: SocketAddr,
+    proxy: &Started,
     route: &str,
     peer: &UdpSocket,
     n: u32,
 ) -> Result<(), String> {
-    ua.send_to(message(ua, route, n).as_bytes(), proxy)
-        .expect("send");
+    ua.send_to(
+        message(ua, proxy, route, n).as_bytes(),
+        proxy.handle.local_addr(),
+    )
+    .expect("send");
     peer.set_read_timeout(Some(Duration::from_secs(3)))
         .expect("timeout");
     let mut buf = vec![0u8; 65_535];
@@ -267,7 +277,7 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
             ..DnsSettings::default()
         },
     );
-    let proxy = server.handle.local_addr();
+    let proxy = &server;
     let ua = socket();
 
     // The hosts file, as the C library reads it (any case).
@@ -293,7 +303,7 @@ fn next_hops_named_by_domains_are_resolved_by_hosts_file_a_and_srv_records() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
     let route = format!("sip:tcp.test:{};lr", port_of(&a_peer));
-    let over_tcp = message(&ua, &route, 7).replace("SIP/2.0/UDP", "SIP/2.0/TCP");
+    let over_tcp = message(&ua, proxy, &route, 7).replace("SIP/2.0/UDP", "SIP/2.0/TCP");
     phone.write_all(over_tcp.as_bytes()).expect("send");
     let mut buf = vec![0u8; 65_535];
     let (len, from) = a_peer.recv_from(&mut buf).expect("forwarded");
@@ -329,8 +339,7 @@ fn a_name_server_that_does_not_answer_gets_503_not_a_hang() {
     let ua = socket();
     let peer = socket();
     let route = format!("sip:unanswered.test:{};lr", port_of(&peer));
-    let refused = route_through(&ua, server.handle.local_addr(), &route, &peer, 1)
-        .expect_err("nothing to forward to");
+    let refused = route_through(&ua, &server, &route, &peer, 1).expect_err("nothing to forward to");
     assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
     // The queries reached the (silent) server: the resolver did ask.
     silent
@@ -381,7 +390,7 @@ fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
     let ua = socket();
     let route = "sip:waiting.test:5999;lr";
     ua.send_to(
-        message(&ua, route, 1).as_bytes(),
+        message(&ua, &server, route, 1).as_bytes(),
         server.handle.local_addr(),
     )
     .expect("send");
@@ -429,13 +438,16 @@ fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
         srv("tcp", live_tcp_port, 10),
     ]);
     let server = stateful_proxy(&dir, ns.addr, Some(Duration::from_millis(300)));
-    let proxy = server.handle.local_addr();
+    let proxy = &server;
     let ua = socket();
 
     // The first address is silent: after 300 ms the request goes to the
     // second, as a new transaction (another branch), and is answered.
-    ua.send_to(message(&ua, "sip:pool.test;lr", 1).as_bytes(), proxy)
-        .expect("send");
+    ua.send_to(
+        message(&ua, proxy, "sip:pool.test;lr", 1).as_bytes(),
+        proxy.handle.local_addr(),
+    )
+    .expect("send");
     let first = recv(&silent);
     let first = Message::parse(first.as_bytes()).expect("parses");
     assert_eq!(first.call_id(), "dns-1");
@@ -467,8 +479,8 @@ fn a_stateful_proxy_tries_the_next_address_when_one_fails() {
     // Over TCP the first address refuses the connection: the second
     // gets the request at once, and its answer reaches the caller.
     ua.send_to(
-        message(&ua, "sip:pool.test;transport=tcp;lr", 3).as_bytes(),
-        proxy,
+        message(&ua, proxy, "sip:pool.test;transport=tcp;lr", 3).as_bytes(),
+        proxy.handle.local_addr(),
     )
     .expect("send");
     live_tcp.set_nonblocking(true).expect("nonblocking");
@@ -551,14 +563,8 @@ fn a_truncated_answer_is_asked_again_over_tcp() {
             ..DnsSettings::default()
         },
     );
-    route_through(
-        &socket(),
-        server.handle.local_addr(),
-        "sip:big.test;lr",
-        &peer,
-        1,
-    )
-    .expect("forwarded to the target only TCP told of");
+    route_through(&socket(), &server, "sip:big.test;lr", &peer, 1)
+        .expect("forwarded to the target only TCP told of");
     server.handle.shutdown();
 }
 
@@ -643,7 +649,7 @@ fn a_name_server_without_edns_is_asked_again_without_it() {
     );
     let peer = socket();
     let ua = socket();
-    let to = server.handle.local_addr();
+    let to = &server;
     route_through(
         &ua,
         to,
@@ -692,7 +698,7 @@ fn an_answer_behind_a_pile_of_forged_ones_is_found() {
     let peer = socket();
     route_through(
         &socket(),
-        server.handle.local_addr(),
+        &server,
         &format!("sip:strays.test:{};lr", port_of(&peer)),
         &peer,
         1,
@@ -723,14 +729,8 @@ fn an_unreachable_address_gives_way_at_once() {
     // Only a failure moves the request on: no timer for silence (and
     // timer F would take 32 s).
     let server = stateful_proxy(&dir, ns.addr, None);
-    route_through(
-        &socket(),
-        server.handle.local_addr(),
-        "sip:pool.test;lr",
-        &live,
-        1,
-    )
-    .expect("forwarded to the second address");
+    route_through(&socket(), &server, "sip:pool.test;lr", &live, 1)
+        .expect("forwarded to the second address");
     let m = &server.handle.shared().metrics;
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(count(&m.udp_unreachable), 1);
@@ -758,7 +758,7 @@ fn with_require_dnssec_only_validated_answers_are_taken() {
                 ..DnsSettings::default()
             },
         );
-        let routed = route_through(&socket(), server.handle.local_addr(), &route, &peer, 1);
+        let routed = route_through(&socket(), &server, &route, &peer, 1);
         if validated {
             routed.expect("forwarded to the validated address");
         } else {

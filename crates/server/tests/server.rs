@@ -700,17 +700,40 @@ fn record_route_brings_in_dialog_requests_back() {
     );
     let (fwd, _) = uas.recv();
     let f = Message::parse(fwd.as_bytes()).expect("parses");
-    let rr = format!("<sip:{srv};lr>");
-    assert_eq!(f.header(HeaderName::RecordRoute), Some(rr.as_str()));
+    // Our entry proves where the dialog's requests may go.
+    let rr = f.header(HeaderName::RecordRoute).expect("record-routed");
+    assert!(
+        rr.starts_with(&format!("<sip:{srv};hops=")) && rr.ends_with(";lr>"),
+        "{rr}"
+    );
+    let bye_to = |target: &str, route: &str, branch: &str| {
+        invite(uac.port(), srv, "bob", branch, 70, "BYE")
+            .replacen(&format!("BYE sip:bob@{srv}"), &format!("BYE {target}"), 1)
+            .replacen(
+                "Content-Length: 0\r\n",
+                &format!("Route: {route}\r\nContent-Length: 0\r\n"),
+                1,
+            )
+    };
+    // A peer that writes a Route naming this proxy cannot have the
+    // request sent to an address of its choosing: not with our entry of
+    // another dialog, nor with one it wrote.
+    for (route, branch) in [
+        (rr, "z9hG4bKrr4"),
+        (&format!("<sip:{srv};lr>"), "z9hG4bKrr5"),
+    ] {
+        let forged = bye_to("sip:victim@192.0.2.50", route, branch);
+        assert_eq!(status(&uac.ask(&forged)), 403, "{route}");
+    }
+    let forged = bye_to(&contact, &format!("<sip:{srv};lr>"), "z9hG4bKrr6");
+    assert_eq!(status(&uac.ask(&forged)), 403, "an entry without our proof");
+    let m = &s.handle.shared().metrics;
+    assert_eq!(
+        m.unproven_routes.load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
     // The BYE goes to the callee's contact with the recorded route.
-    let bye = invite(uac.port(), srv, "bob", "z9hG4bKrr2", 70, "BYE")
-        .replacen(&format!("BYE sip:bob@{srv}"), &format!("BYE {contact}"), 1)
-        .replacen(
-            "Content-Length: 0\r\n",
-            &format!("Route: {rr}\r\nContent-Length: 0\r\n"),
-            1,
-        );
-    uac.send(&bye, srv);
+    uac.send(&bye_to(&contact, rr, "z9hG4bKrr2"), srv);
     let (fwd, _) = uas.recv();
     let f = Message::parse(fwd.as_bytes()).expect("parses");
     assert_eq!(f.method(), Method::Bye);
@@ -723,6 +746,18 @@ fn record_route_brings_in_dialog_requests_back() {
         1,
     );
     assert_eq!(status(&uac.ask(&relay)), 403);
+    s.handle.shutdown();
+    // The proof's key is kept in the data directory: a call under way
+    // can still be ended through the proxy after a restart.
+    let s = start(Config {
+        record_route: true,
+        udp: srv,
+        ..loopback_proxy(&dir)
+    })
+    .expect("server again, on its port");
+    uac.send(&bye_to(&contact, rr, "z9hG4bKrr7"), srv);
+    let (fwd, _) = uas.recv();
+    assert!(fwd.starts_with(&format!("BYE {contact} ")), "{fwd}");
     s.handle.shutdown();
 }
 

@@ -263,6 +263,53 @@ fn a_preloaded_route_is_refused_in_every_mode() {
     }
 }
 
+/// A proxy forwarded a request with a Route naming it to whatever its
+/// Request-URI (or a second Route) named, as RFC 3261 §16.12 says for a
+/// dialog's requests: any peer, `--auth` or not, could have an INVITE or
+/// a BYE sent to an address of its choosing. Now the next hop must be one
+/// the proxy's own Record-Route proves (the addresses the dialog's
+/// INVITE came from and went to), else 403.
+#[test]
+fn a_forged_in_dialog_request_is_relayed_nowhere() {
+    let dir = tempdir("probe-in-dialog");
+    let users = dir.join("users.tsv");
+    common::import_users("alice,secret\n", &dir, &users);
+    let users = users.to_str().expect("utf-8");
+    for (i, extra) in [&[][..], &["--stateful"][..]].iter().enumerate() {
+        let args = [&["--mode", "proxy", "--auth", "--users", users][..], extra].concat();
+        let srv = start(&dir.join(format!("data-{i}")), &args);
+        let traps = Traps::new();
+        let p = Peer::new();
+        let s = srv.addr;
+        let udp_trap = format!("sip:victim@127.0.0.1:{}", traps.udp_port());
+        let tcp_trap = format!("<sip:127.0.0.1:{};transport=tcp;lr>", traps.tcp_port());
+        let ours = format!("<sip:{s};lr>");
+        let forged_proof = format!("<sip:{s};hops={};lr>", "0".repeat(32));
+        let cases = [
+            ("INVITE", udp_trap.as_str(), ours.as_str(), ";tag=b"),
+            ("BYE", udp_trap.as_str(), ours.as_str(), ""),
+            ("BYE", udp_trap.as_str(), forged_proof.as_str(), ";tag=b"),
+            ("MESSAGE", "sip:x@example.com", tcp_trap.as_str(), ";tag=b"),
+        ];
+        for (n, (method, target, route, to_tag)) in cases.iter().enumerate() {
+            p.send(
+                s,
+                &format!(
+                    "{method} {target} SIP/2.0\r\nVia: SIP/2.0/UDP {me};rport;branch=z9hG4bKd{n}\r\nRoute: {route}\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=a\r\nTo: <sip:x@example.com>{to_tag}\r\nCall-ID: dialog-{n}\r\nCSeq: 2 {method}\r\nContact: <sip:a@{me}>\r\nContent-Length: 0\r\n\r\n",
+                    me = p.addr()
+                ),
+            );
+            let r = p.next().expect("answer");
+            assert!(
+                r.starts_with("SIP/2.0 403"),
+                "{extra:?} {method} {route}: {r}"
+            );
+        }
+        traps.assert_untouched("in-dialog");
+        assert_eq!(metric(&srv, "sipsec_in_dialog_routes_unproven_total"), 4);
+    }
+}
+
 /// A REGISTER from `ua` for `user` with `contacts` (whole header lines).
 fn register_text(
     ua: &Peer,

@@ -134,6 +134,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// location.snapshot          "#sipsec-location-snapshot gen=G", then records
 /// location-gG-wN.log         worker N's journal of generation G
 /// nonce.key                  the digest nonce secret (see auth)
+/// route.key                  a proxy's Record-Route proof key (see tokens)
 /// ```
 ///
 /// Recovery loads the snapshot and replays, sorted by sequence number,

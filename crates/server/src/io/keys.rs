@@ -45,6 +45,21 @@ fn with_epoch(key: NonceKey) -> io::Result<NonceKey> {
 /// restarting: nonces under the old secret are then answered
 /// `stale=true`, so phones re-authenticate without a failure.
 pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
+    with_epoch(NonceKey::from_secret(kept_secret(path)?, ttl))
+}
+
+/// The proxy's route key (`Shared::route_key`) kept in `path` as the
+/// nonce key is: the proofs in its Record-Routes then hold across a
+/// restart, so calls under way can still be ended through it. Deleting
+/// the file makes a new one at the next start, and the requests of the
+/// dialogs recorded before are refused.
+pub fn route_key(path: &Path) -> io::Result<[u8; 32]> {
+    kept_secret(path)
+}
+
+/// 256 bits kept in `path` (hex, mode 0600; refused when others may read
+/// it), created from the OS random generator the first time.
+fn kept_secret(path: &Path) -> io::Result<[u8; 32]> {
     let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     match std::fs::read_to_string(path) {
         Ok(text) => {
@@ -55,18 +70,17 @@ pub fn nonce_key(path: &Path, ttl: u64) -> io::Result<NonceKey> {
                     format!("readable by others (mode {:o}): chmod 600 it", mode & 0o777),
                 )));
             }
-            let secret = parse_secret(text.trim()).ok_or_else(|| {
+            parse_secret(text.trim()).ok_or_else(|| {
                 named(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "not 64 hex digits: delete it to make a new secret",
                 ))
-            })?;
-            with_epoch(NonceKey::from_secret(secret, ttl))
+            })
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let secret = random_secret()?;
             write_secret(path, &format!("{}\n", hex(&secret)))?;
-            with_epoch(NonceKey::from_secret(secret, ttl))
+            Ok(secret)
         }
         Err(e) => Err(named(e)),
     }

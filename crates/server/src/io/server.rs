@@ -78,7 +78,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         crate::io::clock::now(),
         std::hash::RandomState::new(),
     );
-    (shared.privacy, shared.stir) = (privacy, stir);
+    with_keys(&mut shared, privacy, stir)?;
     let call_log = call_log(&shared)?;
     let shared = equip(shared, hosts);
     let sinks = Sinks { tap, call_log };
@@ -260,6 +260,24 @@ fn call_log(shared: &Shared) -> Result<Option<Arc<dyn crate::io::sinks::CallLog>
 }
 
 /// PrivaSIP's keys, when configured.
+/// The privacy and STIR/SHAKEN services into `shared`, and a proxy's
+/// route key kept in its data directory (`io::keys::route_key`), so the
+/// proofs in its Record-Routes hold across a restart.
+fn with_keys(
+    shared: &mut Shared,
+    privacy: Option<crate::proto::privacy::Privacy>,
+    stir: Option<crate::proto::stir::Stir>,
+) -> Result<(), StartError> {
+    (shared.privacy, shared.stir) = (privacy, stir);
+    if shared.config.mode == Mode::Proxy {
+        // A Redis-located node may have made no data directory yet.
+        let _ = std::fs::create_dir_all(&shared.config.data_dir);
+        let path = shared.config.data_dir.join("route.key");
+        shared.route_key = crate::io::keys::route_key(&path).map_err(StartError::Random)?;
+    }
+    Ok(())
+}
+
 fn privacy(
     config: &Config,
     auth: Option<&Authenticator>,

@@ -40,8 +40,9 @@ pub enum StartError {
         /// Cause.
         err: std::io::Error,
     },
-    /// The OS random generator failed.
-    #[error("nonce secret: {0}")]
+    /// A secret kept in the data directory (nonce.key, route.key) could
+    /// not be read or made.
+    #[error("secret: {0}")]
     Random(std::io::Error),
     /// The privacy keys could not be used.
     #[error("privacy: {0}")]

@@ -305,6 +305,9 @@ pub struct Metrics {
     pub listings_cut: AtomicU64,
     /// Initial requests refused for a Route naming another element.
     pub preloaded_routes: AtomicU64,
+    /// In-dialog requests refused for a next hop this proxy's
+    /// Record-Route does not prove.
+    pub unproven_routes: AtomicU64,
     /// Responses dropped because nothing proves they answer a request
     /// this server forwarded (forged, or from before a restart).
     pub responses_unproven: AtomicU64,

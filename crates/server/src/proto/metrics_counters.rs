@@ -16,7 +16,7 @@ impl Metrics {
     }
 
     /// The counters of what requests and responses met.
-    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 22] {
+    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 23] {
         [
             (
                 "sipsec_bans_total",
@@ -57,6 +57,11 @@ impl Metrics {
                 "sipsec_preloaded_routes_refused_total",
                 "Initial requests refused for a Route naming another element.",
                 &self.preloaded_routes,
+            ),
+            (
+                "sipsec_in_dialog_routes_unproven_total",
+                "In-dialog requests refused for a next hop this proxy's Record-Route does not prove.",
+                &self.unproven_routes,
             ),
             (
                 "sipsec_responses_unproven_total",

@@ -40,7 +40,7 @@ pub mod stateful;
 pub mod stir;
 mod stir_calls;
 mod targets;
-mod tokens;
+pub mod tokens;
 pub mod topology;
 mod trunk_auth;
 mod trunk_calls;

@@ -46,6 +46,10 @@ pub(super) struct Selected {
     pub(super) authenticated: bool,
     /// Every contact of the user gets a branch.
     pub(super) forking: bool,
+    /// The next hop is the one the request's Route or Request-URI names
+    /// (a dialog's, RFC 3261 §16.12): forwarded only where this proxy's
+    /// Record-Route proves it.
+    pub(super) named_hop: bool,
 }
 
 impl Selected {
@@ -58,6 +62,7 @@ impl Selected {
             to_peer: false,
             authenticated: false,
             forking: false,
+            named_hop: false,
         }
     }
 }
@@ -74,6 +79,8 @@ struct Forward {
     to_peer: bool,
     /// The caller's credentials were checked here (and are removed).
     authenticated: bool,
+    /// Where it is sent (its dialog's later requests may go back there).
+    hop: SocketAddr,
 }
 
 /// The proxy's own state (stateless and stateful: the transaction table
@@ -220,8 +227,15 @@ impl Proxy {
     }
 
     /// A Record-Route value naming this server on `transport`, with a
-    /// flow token when the hop on that side is a connection.
-    fn write_rr(&mut self, ctx: &mut Ctx, transport: Transport, flow: Option<SocketAddr>) {
+    /// flow token when the hop on that side is a connection, and `proof`
+    /// of where the dialog's requests may go ([`tokens::hops_proof`]).
+    fn write_rr(
+        &mut self,
+        ctx: &mut Ctx,
+        transport: Transport,
+        flow: Option<SocketAddr>,
+        proof: &str,
+    ) {
         let here = ctx.listen_addr(transport);
         self.rr.push_str("<sip:");
         if let Some(peer) = flow {
@@ -252,6 +266,10 @@ impl Proxy {
                 self.rr.push_str(crate::proto::topology::KEEP);
             }
         }
+        self.rr.push(';');
+        self.rr.push_str(tokens::HOPS_PARAM);
+        self.rr.push('=');
+        self.rr.push_str(proof);
         self.rr.push_str(";lr>");
     }
 
@@ -470,6 +488,25 @@ impl Proxy {
             Ok(h) => h,
             Err(reply) => return reply,
         };
+        if target.named_hop
+            && !self.hidden_in
+            && !Self::is_peer(ctx, src)
+            && !Self::hop_proven(ctx, msg, pops, hop)
+        {
+            // Its Request-URI or Route names the address: only one its
+            // dialog's INVITE came from or went to is proven (RFC 3261
+            // §16.12 would send it anywhere a peer writes). A peer proxy
+            // is trusted as for a preloaded Route; a hidden trunk's route
+            // set was sealed here.
+            bump(&ctx.shared.metrics.unproven_routes);
+            return ctx.respond(
+                msg,
+                StatusCode::FORBIDDEN,
+                &[("Warning", "399 sipsec \"in-dialog route not proven\"")],
+                src,
+                out,
+            );
+        }
         let f = Forward {
             ruri: target.ruri,
             transport: target.transport,
@@ -477,6 +514,7 @@ impl Proxy {
             pops,
             to_peer: target.to_peer,
             authenticated: target.authenticated,
+            hop,
         };
         let callee_nat = crate::proto::media::contact_elsewhere(f.ruri.as_deref(), hop);
         if let Some(reply) = self.stir_verify(ctx, msg, src, f.authenticated, out) {
@@ -513,6 +551,17 @@ impl Proxy {
             return Some(ctx.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out));
         }
         None
+    }
+
+    /// Whether one of the `pops` Routes naming this proxy proves `hop`:
+    /// its Record-Route's [`tokens::HOPS_PARAM`] names the address.
+    fn hop_proven(ctx: &Ctx, msg: &Message<'_>, pops: usize, hop: SocketAddr) -> bool {
+        msg.routes().take(pops).any(|r| {
+            r.uri()
+                .param(tokens::HOPS_PARAM)
+                .flatten()
+                .is_some_and(|p| tokens::proves_ip(&ctx.shared.route_key, p, hop.ip()))
+        })
     }
 
     /// Loose routing (§16.4): the first Routes naming us are removed (two
@@ -649,6 +698,7 @@ impl Proxy {
                 ruri: Some(leg.contact),
                 transport: leg.transport,
                 flow: leg.flow,
+                hop: at,
                 ..*first
             };
             bytes.clear();
@@ -729,10 +779,11 @@ impl Proxy {
             // crossed transports or came on a connection) the side toward
             // the caller: double record-routing (RFC 5658 §3.2), each
             // entry with the flow token of its connection.
-            self.write_rr(ctx, out_transport, out_flow);
+            let proof = tokens::hops_proof(&ctx.shared.route_key, src.ip(), f.hop.ip());
+            self.write_rr(ctx, out_transport, out_flow, &proof);
             if ctx.transport != out_transport || in_flow.is_some() {
                 self.rr.push_str(", ");
-                self.write_rr(ctx, ctx.transport, in_flow);
+                self.write_rr(ctx, ctx.transport, in_flow, &proof);
             }
         }
         let edits = RequestEdits {

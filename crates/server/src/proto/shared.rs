@@ -99,6 +99,11 @@ pub struct Shared {
     /// Keys the tags in this proxy's branches that prove a response
     /// answers a request it forwarded (RFC 3261 §16.11).
     pub(super) branch_key: [u8; 32],
+    /// Keys the proof in this proxy's Record-Route of where a dialog's
+    /// requests may go (`tokens::hops_proof`). Drawn at start; the server
+    /// sets the one kept in its data directory, so dialogs outlive a
+    /// restart.
+    pub route_key: [u8; 32],
     /// Journal bytes the registrar may still write now.
     pub(super) journal_budget: crate::proto::budget::ByteBudget,
 }
@@ -150,6 +155,7 @@ impl Shared {
         let guard = Guard::new(config.guard.clone(), salt.clone());
         let flow_key = derive_key(&salt, b"sipsec flow token key");
         let branch_key = derive_key(&salt, b"sipsec branch tag key");
+        let route_key = derive_key(&salt, b"sipsec dialog route key");
         let names = Arc::new(NameTable::new(&config.dns));
         let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
         let hides =
@@ -215,6 +221,7 @@ impl Shared {
             branch_salt: salt,
             flow_key,
             branch_key,
+            route_key,
             journal_budget: crate::proto::budget::ByteBudget::new(now.mono),
         }
     }

@@ -48,10 +48,13 @@ impl Proxy {
         } else if let Some(r) = next_route {
             let u = r.uri();
             let t = Transport::of_uri(u);
-            Selected::at(
-                u.host().map_or(Next::Nowhere, |h| ctx.hop(h, u.port(), t)),
-                t,
-            )
+            Selected {
+                named_hop: true,
+                ..Selected::at(
+                    u.host().map_or(Next::Nowhere, |h| ctx.hop(h, u.port(), t)),
+                    t,
+                )
+            }
         } else if ctx.is_local_uri(ruri) {
             return self.local_user_target(ctx, msg, src, now, out);
         } else if pops > 0 {
@@ -61,7 +64,10 @@ impl Proxy {
             let next = ruri
                 .host()
                 .map_or(Next::Nowhere, |h| ctx.hop(h, ruri.port(), t));
-            Selected::at(next, t)
+            Selected {
+                named_hop: true,
+                ..Selected::at(next, t)
+            }
         } else if let Some(peer) =
             Self::peer_for(ctx, ruri).filter(|_| ctx.shared.config.mode == Mode::Proxy)
         {

@@ -1,8 +1,9 @@
 //! The tokens this server writes into messages and checks when they come
-//! back, under keys only this process holds (drawn at start, see
-//! `Shared::new`): flow tokens in Record-Route (RFC 5626 §5.2) and the tag
-//! in this proxy's branches that proves where a response may go (RFC 3261
-//! §16.11). Pure functions of key and input; the comparisons are constant
+//! back, under keys only this server holds (drawn at start, see
+//! `Shared::new`; the route key kept in the data directory): flow tokens
+//! in Record-Route (RFC 5626 §5.2), the tag in this proxy's branches that
+//! proves where a response may go (RFC 3261 §16.11), and the proof in its
+//! Record-Route of where a dialog's requests may go. Pure functions of key and input; the comparisons are constant
 //! time.
 
 use std::fmt::Write as _;
@@ -130,9 +131,86 @@ pub fn proves_hop(key: &[u8; 32], msg: &Message<'_>, hop: Hop) -> bool {
     ))
 }
 
+/// The parameter of this proxy's Record-Route naming, under its route
+/// key, the addresses the dialog's requests may go to (see
+/// [`hops_proof`]).
+pub const HOPS_PARAM: &str = "hops";
+
+fn ip_tag(key: &[u8; 32], ip: IpAddr) -> [u8; 8] {
+    let mut mac = hmac(key);
+    mac.update(b"sipsec dialog hop");
+    match ip.to_canonical() {
+        IpAddr::V4(a) => mac.update(&a.octets()),
+        IpAddr::V6(a) => mac.update(&a.octets()),
+    }
+    let out = mac.finalize().into_bytes();
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&out[..8]);
+    tag
+}
+
+/// The proof, for this proxy's Record-Route ([`HOPS_PARAM`]), of the two
+/// addresses a dialog's initial request came from and went to: 64 bits of
+/// HMAC-SHA256 under `key` for each one's IP address, in hex. Its later
+/// requests are forwarded only to those (see [`proves_ip`]): a peer that
+/// writes a Route naming this proxy cannot have a request sent to an
+/// address of its choosing (the proxy forwards to the Request-URI or the
+/// next Route, RFC 3261 §16.12, which the peer writes too).
+pub fn hops_proof(key: &[u8; 32], from: IpAddr, to: IpAddr) -> String {
+    let mut p = String::with_capacity(32);
+    for b in ip_tag(key, from).iter().chain(ip_tag(key, to).iter()) {
+        let _ = write!(p, "{b:02x}");
+    }
+    p
+}
+
+/// Whether a [`hops_proof`] under `key` names `ip`; constant time in the
+/// tags.
+pub fn proves_ip(key: &[u8; 32], proof: &str, ip: IpAddr) -> bool {
+    if proof.len() != 32 || !proof.is_ascii() {
+        return false;
+    }
+    let Some(raw) = (0..16)
+        .map(|i| u8::from_str_radix(&proof[2 * i..2 * i + 2], 16).ok())
+        .collect::<Option<Vec<u8>>>()
+    else {
+        return false;
+    };
+    let want = ip_tag(key, ip);
+    let first = subtle::ConstantTimeEq::ct_eq(&want[..], &raw[..8]);
+    let second = subtle::ConstantTimeEq::ct_eq(&want[..], &raw[8..]);
+    bool::from(first | second)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hops_proof_names_its_two_addresses_only_under_its_key() {
+        let (key, other) = ([7u8; 32], [8u8; 32]);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "2001:db8::5".parse().unwrap();
+        let proof = hops_proof(&key, a, b);
+        assert_eq!(proof.len(), 32);
+        assert!(proves_ip(&key, &proof, a));
+        assert!(proves_ip(&key, &proof, b));
+        // The same IPv4 address as a dual-stack socket reports it.
+        assert!(proves_ip(&key, &proof, "::ffff:192.0.2.1".parse().unwrap()));
+        for ip in ["192.0.2.2", "10.0.0.1", "2001:db8::6"] {
+            assert!(!proves_ip(&key, &proof, ip.parse().unwrap()), "{ip}");
+        }
+        assert!(!proves_ip(&other, &proof, a));
+        for bad in [
+            "",
+            "zz",
+            &proof[..31],
+            &format!("{proof}0"),
+            &"g".repeat(32),
+        ] {
+            assert!(!proves_ip(&key, bad, a), "{bad}");
+        }
+    }
 
     #[test]
     fn a_flow_token_names_its_connection_only_under_its_key() {
