@@ -383,6 +383,28 @@ fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
     assert!(!dir.join("data").exists());
 }
 
+/// A dialog's request whose Route names this proxy without its proof,
+/// then a name: refused at once (with the name server silent, a request
+/// that waited for the name would get no answer for 30 s), so a peer
+/// cannot make the proxy look up names of its choosing either.
+#[test]
+fn an_unproven_route_is_refused_before_its_name_is_looked_up() {
+    let dir = tempdir("dns-unproven");
+    let (_silent, server) = silent_proxy(&dir, Duration::from_secs(30), 1);
+    let ua = socket();
+    let forged = message(&ua, &server, "sip:anything.test:5999;lr", 1).replacen(
+        &format!(";{}=", tokens::HOPS_PARAM),
+        ";x=",
+        1,
+    );
+    ua.send_to(forged.as_bytes(), server.handle.local_addr())
+        .expect("send");
+    let r = recv(&ua);
+    assert!(r.starts_with("SIP/2.0 403"), "{r}");
+    let m = &server.handle.shared().metrics;
+    assert_eq!(m.unproven_routes.load(Ordering::Relaxed), 1);
+}
+
 #[test]
 fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
     let dir = tempdir("dns-stop");

@@ -484,28 +484,22 @@ impl Proxy {
             Ok(t) => t,
             Err(reply) => return reply,
         };
+        // A next hop the request's Request-URI or Route names is one its
+        // dialog's INVITE came from or went to, as this proxy's
+        // Record-Route proves (RFC 3261 §16.12 would send it anywhere a
+        // peer writes); without a proof it is not even resolved. A peer
+        // proxy is trusted as for a preloaded Route; a hidden trunk's
+        // route set was sealed here.
+        let proof = target.named_hop && !self.hidden_in && !Self::is_peer(ctx, src);
+        if proof && !Self::hop_proven(ctx, msg, pops, None) {
+            return Self::unproven_route(ctx, msg, src, out);
+        }
         let (hop, named) = match self.next_hop(ctx, target.next, msg, src, out) {
             Ok(h) => h,
             Err(reply) => return reply,
         };
-        if target.named_hop
-            && !self.hidden_in
-            && !Self::is_peer(ctx, src)
-            && !Self::hop_proven(ctx, msg, pops, hop)
-        {
-            // Its Request-URI or Route names the address: only one its
-            // dialog's INVITE came from or went to is proven (RFC 3261
-            // §16.12 would send it anywhere a peer writes). A peer proxy
-            // is trusted as for a preloaded Route; a hidden trunk's route
-            // set was sealed here.
-            bump(&ctx.shared.metrics.unproven_routes);
-            return ctx.respond(
-                msg,
-                StatusCode::FORBIDDEN,
-                &[("Warning", "399 sipsec \"in-dialog route not proven\"")],
-                src,
-                out,
-            );
+        if proof && !Self::hop_proven(ctx, msg, pops, Some(hop)) {
+            return Self::unproven_route(ctx, msg, src, out);
         }
         let f = Forward {
             ruri: target.ruri,
@@ -553,15 +547,36 @@ impl Proxy {
         None
     }
 
-    /// Whether one of the `pops` Routes naming this proxy proves `hop`:
-    /// its Record-Route's [`tokens::HOPS_PARAM`] names the address.
-    fn hop_proven(ctx: &Ctx, msg: &Message<'_>, pops: usize, hop: SocketAddr) -> bool {
+    /// Whether one of the `pops` Routes naming this proxy proves `hop`
+    /// (its Record-Route's [`tokens::HOPS_PARAM`] names the address), or,
+    /// before the hop is known, carries a proof at all.
+    fn hop_proven(ctx: &Ctx, msg: &Message<'_>, pops: usize, hop: Option<SocketAddr>) -> bool {
         msg.routes().take(pops).any(|r| {
             r.uri()
                 .param(tokens::HOPS_PARAM)
                 .flatten()
-                .is_some_and(|p| tokens::proves_ip(&ctx.shared.route_key, p, hop.ip()))
+                .is_some_and(|p| match hop {
+                    Some(h) => tokens::proves_ip(&ctx.shared.route_key, p, h.ip()),
+                    None => tokens::is_proof(p),
+                })
         })
+    }
+
+    /// The answer to a request whose next hop is not proven.
+    fn unproven_route(
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        bump(&ctx.shared.metrics.unproven_routes);
+        ctx.respond(
+            msg,
+            StatusCode::FORBIDDEN,
+            &[("Warning", "399 sipsec \"in-dialog route not proven\"")],
+            src,
+            out,
+        )
     }
 
     /// Loose routing (§16.4): the first Routes naming us are removed (two

@@ -164,10 +164,16 @@ pub fn hops_proof(key: &[u8; 32], from: IpAddr, to: IpAddr) -> String {
     p
 }
 
+/// Whether `proof` is shaped as a [`hops_proof`] (32 hex digits), before
+/// anything is worth resolving to check it.
+pub fn is_proof(proof: &str) -> bool {
+    proof.len() == 32 && proof.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Whether a [`hops_proof`] under `key` names `ip`; constant time in the
 /// tags.
 pub fn proves_ip(key: &[u8; 32], proof: &str, ip: IpAddr) -> bool {
-    if proof.len() != 32 || !proof.is_ascii() {
+    if !is_proof(proof) {
         return false;
     }
     let Some(raw) = (0..16)
