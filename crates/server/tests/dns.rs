@@ -203,7 +203,7 @@ fn stateful_proxy(
 /// 127.0.0.1 (its entry proves that address).
 fn message(ua: &UdpSocket, proxy: &Started, route: &str, n: u32) -> String {
     let here: std::net::IpAddr = [127, 0, 0, 1].into();
-    let proof = tokens::hops_proof(&proxy.handle.shared().route_key, here, here);
+    let proof = tokens::hops_proof(&proxy.handle.shared().route_key.0, here, here);
     format!(
         "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <sip:{at};{hops}={proof};lr>, <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>;tag=b{n}\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
         p = port_of(ua),

@@ -761,6 +761,82 @@ fn record_route_brings_in_dialog_requests_back() {
     s.handle.shutdown();
 }
 
+/// A callee may answer with a Contact at another address than the one it
+/// was reached at (a carrier's answering SBC): the proxy's entry in the
+/// answer's Record-Route then proves that Contact, so the caller's BYE
+/// reaches it, while the caller's own side is no longer proven there.
+#[test]
+fn a_callee_answering_from_another_address_is_reached_in_its_dialog() {
+    let dir = tempdir("rr-elsewhere");
+    let s = start(Config {
+        record_route: true,
+        ..loopback_proxy(&dir)
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    let (uac, uas) = (Ua::new(srv), Ua::new(srv));
+    let elsewhere = UdpSocket::bind("127.0.0.2:0").expect("a second loopback address");
+    elsewhere
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let there = elsewhere.local_addr().expect("bound");
+    let contact = format!("sip:bob@127.0.0.1:{}", uas.port());
+    assert_eq!(
+        status(&uas.register("bob", "e1", 1, &format!("<{contact}>"), "")),
+        200
+    );
+    uac.send(
+        &invite(uac.port(), srv, "bob", "z9hG4bKel1", 70, "INVITE"),
+        srv,
+    );
+    let (fwd, _) = uas.recv();
+    let inv = Message::parse(fwd.as_bytes()).expect("parses");
+    let mut ok = Vec::new();
+    sip_core::writer::write_response(
+        &mut ok,
+        &inv,
+        StatusCode::OK,
+        &sip_core::writer::ResponseOptions {
+            to_tag: Some("b1"),
+            copy_record_route: true,
+            extra: &[("Contact", &format!("<sip:bob@{there}>"))],
+            ..Default::default()
+        },
+    );
+    uas.send(std::str::from_utf8(&ok).expect("utf-8"), srv);
+    let (answer, _) = uac.recv();
+    let answer = Message::parse(answer.as_bytes()).expect("parses");
+    assert_eq!(answer.status(), Some(StatusCode::OK));
+    let (sent, got) = (
+        inv.header(HeaderName::RecordRoute).expect("record-routed"),
+        answer.header(HeaderName::RecordRoute).expect("copied"),
+    );
+    assert_ne!(sent, got, "the caller's copy proves other addresses");
+    let bye = |route: &str, branch: &str| {
+        invite(uac.port(), srv, "bob", branch, 70, "BYE")
+            .replacen(
+                &format!("BYE sip:bob@{srv}"),
+                &format!("BYE sip:bob@{there}"),
+                1,
+            )
+            .replacen(
+                "Content-Length: 0\r\n",
+                &format!("Route: {route}\r\nContent-Length: 0\r\n"),
+                1,
+            )
+    };
+    // The callee's copy (the INVITE's) does not prove the new address.
+    assert_eq!(status(&uac.ask(&bye(sent, "z9hG4bKel2"))), 403);
+    uac.send(&bye(got, "z9hG4bKel3"), srv);
+    let mut buf = [0u8; 4096];
+    let (n, _) = elsewhere
+        .recv_from(&mut buf)
+        .expect("the BYE reaches the answer's contact");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with(&format!("BYE sip:bob@{there} ")), "{text}");
+    s.handle.shutdown();
+}
+
 /// Drives the core directly with chosen times: an expired nonce gets a new
 /// challenge with stale=true, a fresh one is accepted.
 #[test]

@@ -20,7 +20,7 @@ use crate::io::udp::UdpServer;
 use crate::proto::auth::Authenticator;
 use crate::proto::core::Core;
 use crate::proto::location::MemoryLocation;
-use crate::proto::shared::Shared;
+use crate::proto::shared::{Secret, Shared};
 
 /// A started server and what recovery found.
 #[derive(Debug)]
@@ -273,7 +273,7 @@ fn with_keys(
         // A Redis-located node may have made no data directory yet.
         let _ = std::fs::create_dir_all(&shared.config.data_dir);
         let path = shared.config.data_dir.join("route.key");
-        shared.route_key = crate::io::keys::route_key(&path).map_err(StartError::Random)?;
+        shared.route_key = Secret(crate::io::keys::route_key(&path).map_err(StartError::Random)?);
     }
     Ok(())
 }

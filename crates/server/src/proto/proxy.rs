@@ -239,7 +239,7 @@ impl Proxy {
         let here = ctx.listen_addr(transport);
         self.rr.push_str("<sip:");
         if let Some(peer) = flow {
-            let token = tokens::flow_token(&ctx.shared.flow_key, peer, transport);
+            let token = tokens::flow_token(&ctx.shared.flow_key.0, peer, transport);
             self.rr.push_str(&token);
             self.rr.push('@');
         }
@@ -556,7 +556,7 @@ impl Proxy {
                 .param(tokens::HOPS_PARAM)
                 .flatten()
                 .is_some_and(|p| match hop {
-                    Some(h) => tokens::proves_ip(&ctx.shared.route_key, p, h.ip()),
+                    Some(h) => tokens::proves_ip(&ctx.shared.route_key.0, p, h.ip()),
                     None => tokens::is_proof(p),
                 })
         })
@@ -594,7 +594,7 @@ impl Proxy {
             if let Some((peer, t)) = r
                 .uri()
                 .user()
-                .and_then(|u| tokens::read_flow_token(&ctx.shared.flow_key, u))
+                .and_then(|u| tokens::read_flow_token(&ctx.shared.flow_key.0, u))
             {
                 if peer != src {
                     flow_hop = Some((peer, t));
@@ -746,7 +746,7 @@ impl Proxy {
         let new_ruri = f.ruri.as_deref();
         let branch = Self::branch(ctx, msg) | (fork as u64) << FORK_SHIFT;
         let tag = tokens::branch_tag(
-            &ctx.shared.branch_key,
+            &ctx.shared.branch_key.0,
             branch,
             Self::upstream(ctx, msg, src),
         );
@@ -794,7 +794,7 @@ impl Proxy {
             // crossed transports or came on a connection) the side toward
             // the caller: double record-routing (RFC 5658 §3.2), each
             // entry with the flow token of its connection.
-            let proof = tokens::hops_proof(&ctx.shared.route_key, src.ip(), f.hop.ip());
+            let proof = tokens::hops_proof(&ctx.shared.route_key.0, src.ip(), f.hop.ip());
             self.write_rr(ctx, out_transport, out_flow, &proof);
             if ctx.transport != out_transport || in_flow.is_some() {
                 self.rr.push_str(", ");

@@ -262,7 +262,8 @@ impl Registrar {
         // route here, with the flow's token (RFC 5626 §5.2).
         self.node_route.clear();
         if ctx.shared.config.redis.is_some() && ctx.transport.is_reliable() {
-            let token = crate::proto::tokens::flow_token(&ctx.shared.flow_key, src, ctx.transport);
+            let token =
+                crate::proto::tokens::flow_token(&ctx.shared.flow_key.0, src, ctx.transport);
             let _ = write!(
                 self.node_route,
                 "<sip:{token}@{};lr>",

@@ -57,6 +57,13 @@ impl Proxy {
             };
         }
         let hide_back = Self::hide_back(ctx, msg);
+        let reproof = reproof(ctx, msg, src);
+        let reprove = |o: &mut Vec<u8>| {
+            if let Some((key, from, contact)) = &reproof {
+                tokens::reprove_response(key, *from, *contact, o);
+            }
+            true
+        };
         // Stateless mode skips the branch decoding altogether.
         let key = ctx
             .shared
@@ -76,6 +83,7 @@ impl Proxy {
             let strip = |m: &Message<'_>, o: &mut Vec<u8>| {
                 let body = relayed.map(str::as_bytes);
                 forward_response_with(m, body, o).is_ok()
+                    && reprove(o)
                     && unshift_cseq(offset, o)
                     && hide_back.as_ref().is_none_or(|h| sealed_back(h, o))
             };
@@ -115,11 +123,12 @@ impl Proxy {
         };
         // No transaction vouches for it: only the branch's tag can prove
         // that this proxy forwarded the request and that `dest` sent it.
-        if !tokens::proves_hop(&ctx.shared.branch_key, msg, (dest, transport)) {
+        if !tokens::proves_hop(&ctx.shared.branch_key.0, msg, (dest, transport)) {
             return Self::unproven_response(ctx);
         }
         let hidden = |o: &mut Vec<u8>| hide_back.as_ref().is_none_or(|h| sealed_back(h, o));
-        match forward_response(msg, out).map(|()| unshift_cseq(offset, out) && hidden(out)) {
+        let written = forward_response(msg, out);
+        match written.map(|()| reprove(out) && unshift_cseq(offset, out) && hidden(out)) {
             Ok(_) if transport == Transport::Udp && out.len() > MAX_DATAGRAM => {
                 bump(&ctx.shared.metrics.oversize);
                 bump(&ctx.shared.metrics.dropped);
@@ -145,6 +154,34 @@ impl Proxy {
         bump(&ctx.shared.metrics.dropped);
         Reply::Drop
     }
+}
+
+/// What [`tokens::reprove_response`] needs for `msg` from `src`: the
+/// route key, the answering hop and its Contact's IP address, for a
+/// provisional (not 100) or 2xx answer that carries a Record-Route.
+fn reproof(
+    ctx: &Ctx,
+    msg: &Message<'_>,
+    src: SocketAddr,
+) -> Option<([u8; 32], IpAddr, Option<IpAddr>)> {
+    let code = msg.status()?.as_u16();
+    if !(101..300).contains(&code)
+        || msg
+            .headers_named(sip_core::HeaderName::RecordRoute)
+            .next()
+            .is_none()
+    {
+        return None;
+    }
+    let contact = msg
+        .contacts()
+        .next()
+        .and_then(|c| match c.addr.uri().host()? {
+            Host::V4(a) => Some(IpAddr::V4(a)),
+            Host::V6(a) => Some(IpAddr::V6(a)),
+            Host::Name(_) => None,
+        });
+    Some((ctx.shared.route_key.0, src.ip(), contact))
 }
 
 /// Takes a dialog's CSeq `offset` off the response in `out` (a response to

@@ -95,17 +95,27 @@ pub struct Shared {
     pub hider: Option<crate::proto::topology::Hider>,
     pub(super) branch_salt: RandomState,
     /// Keys the flow tokens this proxy writes into Record-Route.
-    pub(super) flow_key: [u8; 32],
+    pub(super) flow_key: Secret,
     /// Keys the tags in this proxy's branches that prove a response
     /// answers a request it forwarded (RFC 3261 §16.11).
-    pub(super) branch_key: [u8; 32],
+    pub(super) branch_key: Secret,
     /// Keys the proof in this proxy's Record-Route of where a dialog's
     /// requests may go (`tokens::hops_proof`). Drawn at start; the server
     /// sets the one kept in its data directory, so dialogs outlive a
     /// restart.
-    pub route_key: [u8; 32],
+    pub route_key: Secret,
     /// Journal bytes the registrar may still write now.
     pub(super) journal_budget: crate::proto::budget::ByteBudget,
+}
+
+/// 256 secret bits, which `Debug` does not show (`Shared` is `Debug`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Secret(pub [u8; 32]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
 }
 
 /// 256 bits for `label`, drawn from the salt's random keys.
@@ -153,9 +163,9 @@ impl Shared {
         salt: RandomState,
     ) -> Self {
         let guard = Guard::new(config.guard.clone(), salt.clone());
-        let flow_key = derive_key(&salt, b"sipsec flow token key");
-        let branch_key = derive_key(&salt, b"sipsec branch tag key");
-        let route_key = derive_key(&salt, b"sipsec dialog route key");
+        let flow_key = Secret(derive_key(&salt, b"sipsec flow token key"));
+        let branch_key = Secret(derive_key(&salt, b"sipsec branch tag key"));
+        let route_key = Secret(derive_key(&salt, b"sipsec dialog route key"));
         let names = Arc::new(NameTable::new(&config.dns));
         let trunks = crate::proto::trunks::Trunks::new(&config.trunks, &names);
         let hides =

@@ -188,9 +188,70 @@ pub fn proves_ip(key: &[u8; 32], proof: &str, ip: IpAddr) -> bool {
     bool::from(first | second)
 }
 
+/// Rewrites, in a response written for relaying upstream (`out`), this
+/// proxy's Record-Route proofs of the dialog it answers: each
+/// [`HOPS_PARAM`] in the head that proves `from` (the hop the request
+/// went to, which answers) is replaced by the proof of `from` and
+/// `contact` (the IP address of the answer's Contact, when it names one).
+/// The caller's copy of the route set then proves where its requests go
+/// (the callee, or the next proxy toward it), not the caller's own side;
+/// the callee keeps the request's copy. Same length, in place.
+pub fn reprove_response(key: &[u8; 32], from: IpAddr, contact: Option<IpAddr>, out: &mut [u8]) {
+    let head = memchr::memmem::find(out, b"\r\n\r\n").unwrap_or(out.len());
+    let needle = format!(";{HOPS_PARAM}=");
+    let mut at = 0;
+    while let Some(i) = memchr::memmem::find(&out[at..head], needle.as_bytes()) {
+        let start = at + i + needle.len();
+        let end = start + 32;
+        at = start;
+        let Some(Ok(proof)) = out.get(start..end).map(std::str::from_utf8) else {
+            break;
+        };
+        if proves_ip(key, proof, from) {
+            let new = hops_proof(key, from, contact.unwrap_or(from));
+            out[start..end].copy_from_slice(new.as_bytes());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_reproves_only_this_proxys_entries_for_its_sender() {
+        let key = [7u8; 32];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let (caller, callee, contact) = (ip("192.0.2.1"), ip("192.0.2.5"), ip("198.51.100.9"));
+        let ours = hops_proof(&key, caller, callee);
+        let theirs = hops_proof(&[9u8; 32], caller, callee);
+        let text = format!(
+            "SIP/2.0 200 OK\r\nRecord-Route: <sip:gw;hops={theirs};lr>, <sip:p;hops={ours};lr>\r\n\
+             Content-Length: 43\r\n\r\nv=0;hops={ours}"
+        );
+        let mut out = text.clone().into_bytes();
+        reprove_response(&key, callee, Some(contact), &mut out);
+        let after = String::from_utf8(out).unwrap();
+        let new = hops_proof(&key, callee, contact);
+        assert_eq!(after.len(), text.len());
+        assert!(after.contains(&format!("<sip:p;hops={new};lr>")), "{after}");
+        assert!(
+            after.contains(&format!("<sip:gw;hops={theirs};lr>")),
+            "{after}"
+        );
+        assert!(
+            after.ends_with(&format!(";hops={ours}")),
+            "the body is not touched"
+        );
+        // From another sender: nothing proves it, nothing changes.
+        let mut out = text.clone().into_bytes();
+        reprove_response(&key, ip("10.0.0.1"), Some(contact), &mut out);
+        assert_eq!(out, text.as_bytes());
+        // A truncated proof at the end of the head is left alone.
+        let mut short = b"SIP/2.0 180 Ringing\r\nRecord-Route: <sip:p;hops=12".to_vec();
+        reprove_response(&key, callee, None, &mut short);
+        assert!(short.ends_with(b"hops=12"));
+    }
 
     #[test]
     fn a_hops_proof_names_its_two_addresses_only_under_its_key() {
