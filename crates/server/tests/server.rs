@@ -679,12 +679,21 @@ fn ipv6_registration() {
     s.handle.shutdown();
 }
 
-#[test]
-fn record_route_brings_in_dialog_requests_back() {
-    let dir = tempdir("rr");
+/// A record-routing proxy, a caller and bob registered at his own
+/// socket, and the INVITE (branch `branch`) as the proxy forwarded it.
+struct RoutedCall {
+    s: Started,
+    srv: SocketAddr,
+    uac: Ua,
+    uas: Ua,
+    contact: String,
+    invite: String,
+}
+
+fn routed_call(dir: &Path, branch: &str) -> RoutedCall {
     let s = start(Config {
         record_route: true,
-        ..loopback_proxy(&dir)
+        ..loopback_proxy(dir)
     })
     .expect("server");
     let srv = s.handle.local_addr();
@@ -694,11 +703,40 @@ fn record_route_brings_in_dialog_requests_back() {
         status(&uas.register("bob", "b1", 1, &format!("<{contact}>"), "")),
         200
     );
-    uac.send(
-        &invite(uac.port(), srv, "bob", "z9hG4bKrr1", 70, "INVITE"),
+    uac.send(&invite(uac.port(), srv, "bob", branch, 70, "INVITE"), srv);
+    let (invite, _) = uas.recv();
+    RoutedCall {
+        s,
         srv,
-    );
-    let (fwd, _) = uas.recv();
+        uac,
+        uas,
+        contact,
+        invite,
+    }
+}
+
+/// The caller's BYE through `srv` to `target` along `route`.
+fn bye_along(uac: &Ua, srv: SocketAddr, target: &str, route: &str, branch: &str) -> String {
+    invite(uac.port(), srv, "bob", branch, 70, "BYE")
+        .replacen(&format!("BYE sip:bob@{srv}"), &format!("BYE {target}"), 1)
+        .replacen(
+            "Content-Length: 0\r\n",
+            &format!("Route: {route}\r\nContent-Length: 0\r\n"),
+            1,
+        )
+}
+
+#[test]
+fn record_route_brings_in_dialog_requests_back() {
+    let dir = tempdir("rr");
+    let RoutedCall {
+        s,
+        srv,
+        uac,
+        uas,
+        contact,
+        invite: fwd,
+    } = routed_call(&dir, "z9hG4bKrr1");
     let f = Message::parse(fwd.as_bytes()).expect("parses");
     // Our entry proves where the dialog's requests may go.
     let rr = f.header(HeaderName::RecordRoute).expect("record-routed");
@@ -706,15 +744,8 @@ fn record_route_brings_in_dialog_requests_back() {
         rr.starts_with(&format!("<sip:{srv};hops=")) && rr.ends_with(";lr>"),
         "{rr}"
     );
-    let bye_to = |target: &str, route: &str, branch: &str| {
-        invite(uac.port(), srv, "bob", branch, 70, "BYE")
-            .replacen(&format!("BYE sip:bob@{srv}"), &format!("BYE {target}"), 1)
-            .replacen(
-                "Content-Length: 0\r\n",
-                &format!("Route: {route}\r\nContent-Length: 0\r\n"),
-                1,
-            )
-    };
+    let bye_to =
+        |target: &str, route: &str, branch: &str| bye_along(&uac, srv, target, route, branch);
     // A peer that writes a Route naming this proxy cannot have the
     // request sent to an address of its choosing: not with our entry of
     // another dialog, nor with one it wrote.
@@ -768,28 +799,19 @@ fn record_route_brings_in_dialog_requests_back() {
 #[test]
 fn a_callee_answering_from_another_address_is_reached_in_its_dialog() {
     let dir = tempdir("rr-elsewhere");
-    let s = start(Config {
-        record_route: true,
-        ..loopback_proxy(&dir)
-    })
-    .expect("server");
-    let srv = s.handle.local_addr();
-    let (uac, uas) = (Ua::new(srv), Ua::new(srv));
+    let RoutedCall {
+        s,
+        srv,
+        uac,
+        uas,
+        invite: fwd,
+        ..
+    } = routed_call(&dir, "z9hG4bKel1");
     let elsewhere = UdpSocket::bind("127.0.0.2:0").expect("a second loopback address");
     elsewhere
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
     let there = elsewhere.local_addr().expect("bound");
-    let contact = format!("sip:bob@127.0.0.1:{}", uas.port());
-    assert_eq!(
-        status(&uas.register("bob", "e1", 1, &format!("<{contact}>"), "")),
-        200
-    );
-    uac.send(
-        &invite(uac.port(), srv, "bob", "z9hG4bKel1", 70, "INVITE"),
-        srv,
-    );
-    let (fwd, _) = uas.recv();
     let inv = Message::parse(fwd.as_bytes()).expect("parses");
     let mut ok = Vec::new();
     sip_core::writer::write_response(
@@ -812,19 +834,8 @@ fn a_callee_answering_from_another_address_is_reached_in_its_dialog() {
         answer.header(HeaderName::RecordRoute).expect("copied"),
     );
     assert_ne!(sent, got, "the caller's copy proves other addresses");
-    let bye = |route: &str, branch: &str| {
-        invite(uac.port(), srv, "bob", branch, 70, "BYE")
-            .replacen(
-                &format!("BYE sip:bob@{srv}"),
-                &format!("BYE sip:bob@{there}"),
-                1,
-            )
-            .replacen(
-                "Content-Length: 0\r\n",
-                &format!("Route: {route}\r\nContent-Length: 0\r\n"),
-                1,
-            )
-    };
+    let target = format!("sip:bob@{there}");
+    let bye = |route: &str, branch: &str| bye_along(&uac, srv, &target, route, branch);
     // The callee's copy (the INVITE's) does not prove the new address.
     assert_eq!(status(&uac.ask(&bye(sent, "z9hG4bKel2"))), 403);
     uac.send(&bye(got, "z9hG4bKel3"), srv);
