@@ -3,8 +3,8 @@
 //! `Shared::new`; the route key kept in the data directory): flow tokens
 //! in Record-Route (RFC 5626 §5.2), the tag in this proxy's branches that
 //! proves where a response may go (RFC 3261 §16.11), and the proof in its
-//! Record-Route of where a dialog's requests may go. Pure functions of key and input; the comparisons are constant
-//! time.
+//! Record-Route of where a dialog's requests may go. Pure functions of
+//! key and input; the comparisons are constant time.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
