@@ -259,7 +259,6 @@ fn call_log(shared: &Shared) -> Result<Option<Arc<dyn crate::io::sinks::CallLog>
     Ok(Some(Arc::new(both)))
 }
 
-/// PrivaSIP's keys, when configured.
 /// The privacy and STIR/SHAKEN services into `shared`, and a proxy's
 /// route key kept in its data directory (`io::keys::route_key`), so the
 /// proofs in its Record-Routes hold across a restart.
@@ -278,6 +277,7 @@ fn with_keys(
     Ok(())
 }
 
+/// PrivaSIP's keys, when configured.
 fn privacy(
     config: &Config,
     auth: Option<&Authenticator>,
