@@ -29,7 +29,7 @@ pub mod shards;
 
 pub use crate::config::{Config, Mode};
 pub use crate::io::handle::{Drained, ServerHandle};
-pub use crate::io::process::COMMIT;
+pub use crate::io::process::{COMMIT, VERSION};
 pub use crate::io::server::{check, start, Checked, Started};
 pub use crate::io::start_error::StartError;
 pub use crate::io::udp::UdpServer;

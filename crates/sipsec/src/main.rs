@@ -23,7 +23,7 @@ use sipsec_server::{Config, Mode};
 
 /// sipsec: a secure, fast SIP server, softphone and benchmark harness.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = sipsec_server::VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -644,7 +644,7 @@ fn serve(a: ServeArgs) -> ExitCode {
             }
             tracing::info!(
                 target: "sipsec::server",
-                version = env!("CARGO_PKG_VERSION"),
+                version = sipsec_server::VERSION,
                 commit = sipsec_server::COMMIT,
                 udp = %h.local_addr(),
                 "started"

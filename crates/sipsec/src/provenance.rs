@@ -52,7 +52,7 @@ fn settings(mut cmd: &Command, mut m: &ArgMatches) -> BTreeMap<String, String> {
 pub fn record(cmd: &Command, matches: &ArgMatches) {
     let args: Vec<String> = std::env::args().collect();
     let _ = PROVENANCE.set(Provenance::now(
-        env!("CARGO_PKG_VERSION"),
+        sipsec_server::VERSION,
         sipsec_server::COMMIT,
         &args,
         settings(cmd, matches),
@@ -64,7 +64,7 @@ pub fn get() -> &'static Provenance {
     PROVENANCE.get_or_init(|| {
         let args: Vec<String> = std::env::args().collect();
         Provenance::now(
-            env!("CARGO_PKG_VERSION"),
+            sipsec_server::VERSION,
             sipsec_server::COMMIT,
             &args,
             BTreeMap::new(),

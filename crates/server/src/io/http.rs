@@ -198,7 +198,7 @@ impl View {
         let mut text = self.shared.metrics.render(&gauges);
         text.push_str(&format!(
             "# HELP sipsec_build_info The version and git commit of this build (always 1).\n# TYPE sipsec_build_info gauge\nsipsec_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
-            env!("CARGO_PKG_VERSION"),
+            crate::io::process::VERSION,
             crate::io::process::COMMIT
         ));
         text.push_str(&crate::io::process::render(&crate::io::process::usage()));
@@ -324,7 +324,7 @@ impl View {
         let open = |t| m.open_connections(t);
         use sip_core::Transport as T;
         json!({
-            "version": env!("CARGO_PKG_VERSION"),
+            "version": crate::io::process::VERSION,
             "commit": crate::io::process::COMMIT,
             "mode": c.mode.as_str(),
             "auth": c.auth,

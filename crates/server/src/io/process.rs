@@ -5,6 +5,10 @@
 /// The git commit this build came from ("unknown" when built outside git).
 pub const COMMIT: &str = env!("SIPSEC_COMMIT");
 
+/// The crate's version, with `+pgo` for a profile-guided build and
+/// `+instrumented` for one that collects a profile (semver build metadata).
+pub const VERSION: &str = env!("SIPSEC_VERSION");
+
 /// One reading; fields the system did not give are absent.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Usage {
@@ -133,6 +137,27 @@ pub fn render(u: &Usage) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    include!("../../build_metadata.rs");
+
+    #[test]
+    fn a_profile_guided_or_instrumented_build_is_named_in_the_version() {
+        let flags = |f: &[&str]| f.join("\x1f");
+        assert_eq!(build_metadata(""), "");
+        assert_eq!(build_metadata(&flags(&["-Ctarget-cpu=native"])), "");
+        assert_eq!(
+            build_metadata(&flags(&["-Cprofile-use=/p/s.profdata"])),
+            "+pgo"
+        );
+        assert_eq!(build_metadata(&flags(&["-C", "profile-use=/p"])), "+pgo");
+        assert_eq!(
+            build_metadata(&flags(&["-Copt-level=3", "-Cprofile-generate=/raw"])),
+            "+instrumented"
+        );
+        // A path that merely mentions a profile is not one.
+        assert_eq!(build_metadata(&flags(&["-Clink-arg=/profile-use"])), "");
+        assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")), "{VERSION}");
+    }
 
     #[test]
     fn this_process_is_measured() {
