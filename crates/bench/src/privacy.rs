@@ -148,6 +148,7 @@ pub(crate) fn phone_config(
         password: Some(password.into()),
         domain: domain.into(),
         server: Some(server),
+        callers: ua::phone::Callers::default(),
         bind: SocketAddr::from(([127, 0, 0, 1], 0)),
         public_ip: None,
         rtp_port: 0,

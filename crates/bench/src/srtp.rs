@@ -505,6 +505,7 @@ pub fn calls(
         password: Some(format!("pw-{user}")),
         domain: "127.0.0.1".into(),
         server: Some(server.addr),
+        callers: ua::phone::Callers::default(),
         bind: ([127, 0, 0, 1], 0).into(),
         public_ip: None,
         rtp_port: 0,

@@ -82,6 +82,17 @@ pub struct Who {
     /// Registrar and outbound proxy (UDP), e.g. 127.0.0.1:5060.
     #[arg(long)]
     server: Option<String>,
+    /// With --server over UDP, also let calls from this address ring
+    /// (repeated or comma-separated: the other nodes of the server's
+    /// cluster). Calls from any other address than the server's are
+    /// refused with 403: a call straight to the phone would bypass the
+    /// server's authentication and policy.
+    #[arg(long, value_delimiter = ',', conflicts_with = "insecure_any_caller")]
+    trust: Vec<IpAddr>,
+    /// With --server, let a call from any address ring, also one sent
+    /// straight to the phone by whoever finds its port (scanners do).
+    #[arg(long)]
+    insecure_any_caller: bool,
     /// Our domain (default: the server's host, else our address).
     #[arg(long)]
     domain: Option<String>,
@@ -361,6 +372,11 @@ fn config(who: &Who, media: Option<&MediaArgs>, ring_timeout: u64) -> Result<Con
         privacy,
         domain,
         server,
+        callers: if who.insecure_any_caller {
+            ua::phone::Callers::Anyone
+        } else {
+            ua::phone::Callers::Server(who.trust.clone())
+        },
         bind: who.bind,
         public_ip,
         rtp_port,

@@ -211,6 +211,89 @@ fn direct_call_without_a_server_and_stun_for_the_address() {
     );
 }
 
+/// A call to `at` from a phone of its own on 127.0.0.2, not through any
+/// server: what `sipsec phone call` printed and whether it succeeded.
+fn direct_call_from_elsewhere(at: &str) -> (bool, String) {
+    let target = format!("sip:bob@{at}");
+    let out = phone(
+        "",
+        &[
+            "call",
+            &target,
+            "--user",
+            "mallory",
+            "--bind",
+            "127.0.0.2:0",
+            "--packets",
+            "20",
+        ],
+    )
+    .output()
+    .expect("mallory runs");
+    (out.status.success(), text(&out))
+}
+
+#[test]
+fn a_phone_with_a_server_rings_only_for_calls_through_it() {
+    let dir = tempdir("phone-callers");
+    let srv = server(&dir);
+    let s = srv.addr.to_string();
+    let bob_args = |extra: &'static [&'static str]| {
+        let mut a = vec![
+            "answer",
+            "--user",
+            "bob",
+            "--server",
+            &s,
+            "--register",
+            "--bind",
+            "127.0.0.1:0",
+            "--packets",
+            "20",
+        ];
+        a.extend(extra);
+        a
+    };
+    // A call sent straight to the phone from another address is refused;
+    // the one through the server still rings.
+    let (bob, at, bob_err) = answering("pw-bob", &bob_args(&[]));
+    let (ok, said) = direct_call_from_elsewhere(&at);
+    assert!(!ok && said.contains("403"), "{said}");
+    let alice = phone(
+        "pw-alice",
+        &[
+            "call",
+            &format!("sip:bob@{s}"),
+            "--user",
+            "alice",
+            "--server",
+            &s,
+            "--bind",
+            "127.0.0.1:0",
+            "--packets",
+            "20",
+        ],
+    )
+    .output()
+    .expect("alice runs");
+    let bob = bob.wait_with_output().expect("bob runs");
+    let b = format!("{}{}", text(&bob), bob_err.join().expect("stderr"));
+    assert!(alice.status.success(), "{}\n{b}", text(&alice));
+    assert!(
+        b.contains("refused a call from 127.0.0.2:") && b.contains("--trust 127.0.0.2"),
+        "{b}"
+    );
+    // Trusted (another node of the server's cluster), it rings.
+    let (bob, at, _) = answering("pw-bob", &bob_args(&["--trust", "127.0.0.2"]));
+    let (ok, said) = direct_call_from_elsewhere(&at);
+    let bob = bob.wait_with_output().expect("bob runs");
+    assert!(
+        ok && said.contains("call established"),
+        "{said}\n{}",
+        text(&bob)
+    );
+}
+
 /// A UAS that answers every INVITE with `final_code` (after a 180), or
 /// with only a 180 when it is 0 (and 487 after a CANCEL).
 fn fake_uas(final_code: u16) -> SocketAddr {

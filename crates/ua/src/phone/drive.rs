@@ -86,7 +86,13 @@ impl Phone {
         }
     }
 
-    /// Events no step waits for: a call that comes while the phone is
+    /// Whether a call from `from` may ring (see [`Callers`]).
+    pub(super) fn may_ring(&self, from: SocketAddr) -> bool {
+        self.cfg.callers.ring(self.cfg.server, from)
+    }
+
+    /// Events no step waits for: a call from an address that may not
+    /// ring the phone is refused (403); one that comes while the phone is
     /// not waiting for one is refused busy (486); while it is, calls queue
     /// (a few: more are busy too).
     fn by_default(&mut self, e: Event) {
@@ -96,7 +102,13 @@ impl Phone {
                 from,
                 message,
             } => {
-                if self.accepting && self.invites.len() < 4 {
+                if !self.may_ring(from) {
+                    (self.log)(&format!(
+                        "refused a call from {from}: not through the server (--trust {} lets it ring)",
+                        from.ip()
+                    ));
+                    let _ = self.agent.reject(&call_id, 403, Instant::now());
+                } else if self.accepting && self.invites.len() < 4 {
                     self.invites.push_back((call_id, from, message));
                 } else {
                     let _ = self.agent.reject(&call_id, 486, Instant::now());

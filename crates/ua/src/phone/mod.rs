@@ -85,6 +85,8 @@ pub struct Config {
     pub domain: String,
     /// Outbound proxy and registrar; `None` for peer-to-peer calls.
     pub server: Option<SocketAddr>,
+    /// Whose calls ring, with a server: [`Callers`].
+    pub callers: Callers,
     /// Local SIP address (UDP).
     pub bind: SocketAddr,
     /// The address to put in Contact and SDP (from STUN); default: the
@@ -106,6 +108,37 @@ pub struct Config {
     pub tls: Option<TlsSetup>,
     /// Identity privacy (PrivaSIP), off when `None`.
     pub privacy: Option<PrivacySetup>,
+}
+
+/// Whose calls a phone with a server lets ring. A phone on UDP can be
+/// reached by anyone who finds its port (scanners ring every address
+/// they find, and a call straight to the phone bypasses the server's
+/// authentication, its records and its policy), so by default only a call
+/// from the server's address rings; any other gets 403. Without a server
+/// every call rings: there is no one else to come through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Callers {
+    /// The server's address, and these (the other nodes of a cluster that
+    /// reaches phones on UDP from any node: `--trust`).
+    Server(Vec<IpAddr>),
+    /// Anyone (a loudly named opt-in: `--insecure-any-caller`).
+    Anyone,
+}
+
+impl Default for Callers {
+    fn default() -> Self {
+        Self::Server(Vec::new())
+    }
+}
+
+impl Callers {
+    /// Whether a call from `from` rings a phone whose server is `server`.
+    pub fn ring(&self, server: Option<SocketAddr>, from: SocketAddr) -> bool {
+        match (self, server) {
+            (_, None) | (Self::Anyone, _) => true,
+            (Self::Server(also), Some(s)) => from.ip() == s.ip() || also.contains(&from.ip()),
+        }
+    }
 }
 
 /// A shareable encrypter of user IDs.
@@ -429,4 +462,26 @@ fn contexts(mine: &Crypto, theirs: &Crypto) -> Result<session::Crypto, PhoneErro
         rx: theirs.context(opts).map_err(bad)?,
         suite: mine.suite.name().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_server_and_whom_it_trusts_ring_a_phone_with_a_server() {
+        let at = |s: &str| s.parse::<SocketAddr>().expect("address");
+        let server = Some(at("192.0.2.1:5060"));
+        let server_only = Callers::default();
+        assert!(server_only.ring(server, at("192.0.2.1:5060")));
+        // Another port of the server's host (another worker's socket).
+        assert!(server_only.ring(server, at("192.0.2.1:40000")));
+        assert!(!server_only.ring(server, at("198.51.100.7:5060")));
+        let node = Callers::Server(vec!["198.51.100.7".parse().expect("ip")]);
+        assert!(node.ring(server, at("198.51.100.7:5060")));
+        assert!(!node.ring(server, at("198.51.100.8:5060")));
+        assert!(Callers::Anyone.ring(server, at("203.0.113.9:5060")));
+        // Without a server anyone may call.
+        assert!(server_only.ring(None, at("203.0.113.9:5060")));
+    }
 }
