@@ -282,7 +282,7 @@ impl Phone {
         proxy: SocketAddr,
         host: &str,
     ) -> Self {
-        let agent = Agent::new(Setup {
+        let mut agent = Agent::new(Setup {
             user: user.into(),
             domain: domain.into(),
             password: Some(PASSWORD.into()),
@@ -293,6 +293,8 @@ impl Phone {
             timers: T,
             seed: Some(seed_of(addr)),
         });
+        // Calls come through the home proxy, as a phone with a server takes them.
+        agent.ring_only_from(Some(vec![proxy.ip()]));
         Self {
             addr,
             agent,
@@ -402,6 +404,7 @@ impl Phone {
                     }
                 }
                 UaEvent::Request { method, .. } => self.received.push(method),
+                UaEvent::Stranger { from, .. } => panic!("a call from {from}, not the proxy"),
                 UaEvent::Cancelling { .. } | UaEvent::AckTimeout { .. } => {}
             }
         }

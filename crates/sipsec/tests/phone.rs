@@ -280,7 +280,8 @@ fn a_phone_with_a_server_rings_only_for_calls_through_it() {
     let b = format!("{}{}", text(&bob), bob_err.join().expect("stderr"));
     assert!(alice.status.success(), "{}\n{b}", text(&alice));
     assert!(
-        b.contains("refused a call from 127.0.0.2:") && b.contains("--trust 127.0.0.2"),
+        b.contains("refused a call from 127.0.0.2:")
+            && b.contains("--trust 127.0.0.2 lets it ring); 1 refused so far"),
         "{b}"
     );
     // Trusted (another node of the server's cluster), it rings.

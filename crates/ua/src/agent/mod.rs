@@ -20,7 +20,7 @@ mod server;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use sip_core::transaction::TimerConfig;
@@ -131,6 +131,14 @@ pub enum Event {
         /// The status the agent answered (none for ACK).
         answered: Option<u16>,
     },
+    /// A new call from an address that may not ring us
+    /// ([`Agent::ring_only_from`]), refused 403 and not kept.
+    Stranger {
+        /// Its Call-ID.
+        call_id: String,
+        /// Where it came from.
+        from: SocketAddr,
+    },
     /// Our 2xx to an INVITE was never acknowledged (64·T1).
     AckTimeout {
         /// The call.
@@ -170,6 +178,8 @@ pub struct Agent {
     answers: Answers,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
+    /// The addresses whose new calls ring (`None`: anyone's).
+    callers: Option<Vec<IpAddr>>,
 }
 
 impl Agent {
@@ -188,7 +198,15 @@ impl Agent {
             answers: Answers::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            callers: None,
         }
+    }
+
+    /// Lets only new calls from these addresses ring (`None`: anyone's);
+    /// a call from any other is refused 403 without being kept, so
+    /// strangers cannot fill the [`MAX_CALLS`] table.
+    pub fn ring_only_from(&mut self, callers: Option<Vec<IpAddr>>) {
+        self.callers = callers;
     }
 
     /// Who the agent is.

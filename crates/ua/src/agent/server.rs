@@ -197,9 +197,7 @@ impl Agent {
     /// An INVITE refused without keeping a transaction: its
     /// retransmissions are refused again.
     fn refuse(&mut self, m: &Message<'_>, code: u16, from: SocketAddr) {
-        let reason = StatusCode::new(code).map_or("", |s| s.reason());
-        let tag = self.tokens.hex(4);
-        self.send(from, sip::response(m, code, reason, Some(&tag), None, None));
+        self.answer_statelessly(m, code, from);
         self.events.push_back(Event::Request {
             call_id: m.call_id().to_owned(),
             method: Method::Invite,
@@ -207,7 +205,25 @@ impl Agent {
         });
     }
 
+    fn answer_statelessly(&mut self, m: &Message<'_>, code: u16, from: SocketAddr) {
+        let reason = StatusCode::new(code).map_or("", |s| s.reason());
+        let tag = self.tokens.hex(4);
+        self.send(from, sip::response(m, code, reason, Some(&tag), None, None));
+    }
+
     fn new_call(&mut self, m: &Message<'_>, from: SocketAddr, now: Instant) {
+        if self
+            .callers
+            .as_ref()
+            .is_some_and(|ips| !ips.contains(&from.ip()))
+        {
+            self.answer_statelessly(m, 403, from);
+            self.events.push_back(Event::Stranger {
+                call_id: m.call_id().to_owned(),
+                from,
+            });
+            return;
+        }
         let merged = self
             .dialogs
             .iter()

@@ -308,6 +308,43 @@ fn a_challenge_is_answered_once_and_a_second_stands() {
 }
 
 #[test]
+fn calls_from_strangers_are_refused_without_taking_room() {
+    let now = Instant::now();
+    let mut bob = agent("bob", "10.0.0.2:5060", 2);
+    let server: SocketAddr = "10.0.0.1:5060".parse().expect("addr");
+    bob.ring_only_from(Some(vec![server.ip()]));
+    let invite = |i: usize| {
+        format!(
+            "INVITE sip:bob@10.0.0.2 SIP/2.0\r\nVia: SIP/2.0/UDP 10.6.6.6;branch=z9hG4bKs{i}\r\nFrom: <sip:m@x>;tag={i}\r\nTo: <sip:bob@x>\r\nCall-ID: stranger{i}\r\nCSeq: 1 INVITE\r\nContact: <sip:m@10.6.6.6>\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    // Twice the table's room from a scanner: each refused, none kept.
+    let scanner: SocketAddr = "10.6.6.6:5060".parse().expect("addr");
+    for i in 0..MAX_CALLS * 2 {
+        bob.handle(invite(i).as_bytes(), scanner, now);
+    }
+    let sent = sends(&mut bob);
+    assert_eq!(sent.len(), MAX_CALLS * 2);
+    assert!(sent
+        .iter()
+        .all(|t| first_line(t) == "SIP/2.0 403 Forbidden" && t.to == scanner));
+    assert!(bob.dialogs.is_empty());
+    let ev = events(&mut bob);
+    assert_eq!(ev.len(), MAX_CALLS * 2);
+    assert!(matches!(&ev[0], Event::Stranger { from, .. } if *from == scanner));
+    // The server's call (another port of its host too) still rings.
+    bob.handle(
+        invite(1000).as_bytes(),
+        "10.0.0.1:40000".parse().expect("a"),
+        now,
+    );
+    assert!(
+        matches!(&events(&mut bob)[..], [Event::Incoming { call_id, .. }] if call_id == "stranger1000")
+    );
+    assert_eq!(first_line(&sends(&mut bob)[0]), "SIP/2.0 100 Trying");
+}
+
+#[test]
 fn a_flood_of_calls_and_requests_holds_bounded_state() {
     let now = Instant::now();
     let mut bob = agent("bob", "10.0.0.2:5060", 2);

@@ -86,29 +86,30 @@ impl Phone {
         }
     }
 
-    /// Whether a call from `from` may ring (see [`Callers`]).
-    pub(super) fn may_ring(&self, from: SocketAddr) -> bool {
-        self.cfg.callers.ring(self.cfg.server, from)
-    }
-
-    /// Events no step waits for: a call from an address that may not
-    /// ring the phone is refused (403); one that comes while the phone is
+    /// Events no step waits for: a call that comes while the phone is
     /// not waiting for one is refused busy (486); while it is, calls queue
-    /// (a few: more are busy too).
+    /// (a few: more are busy too). Calls the agent refused because they
+    /// came from an address that may not ring the phone ([`Callers`])
+    /// are said at the 1st, 2nd, 4th, 8th… (a scanner's flood stays a
+    /// few lines).
     fn by_default(&mut self, e: Event) {
         match e {
+            Event::Stranger { from, .. } => {
+                self.strangers += 1;
+                if self.strangers.is_power_of_two() {
+                    (self.log)(&format!(
+                        "refused a call from {from}: not through the server (--trust {} lets it ring); {} refused so far",
+                        from.ip(),
+                        self.strangers
+                    ));
+                }
+            }
             Event::Incoming {
                 call_id,
                 from,
                 message,
             } => {
-                if !self.may_ring(from) {
-                    (self.log)(&format!(
-                        "refused a call from {from}: not through the server (--trust {} lets it ring)",
-                        from.ip()
-                    ));
-                    let _ = self.agent.reject(&call_id, 403, Instant::now());
-                } else if self.accepting && self.invites.len() < 4 {
+                if self.accepting && self.invites.len() < 4 {
                     self.invites.push_back((call_id, from, message));
                 } else {
                     let _ = self.agent.reject(&call_id, 486, Instant::now());

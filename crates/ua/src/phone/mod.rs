@@ -132,11 +132,16 @@ impl Default for Callers {
 }
 
 impl Callers {
-    /// Whether a call from `from` rings a phone whose server is `server`.
-    pub fn ring(&self, server: Option<SocketAddr>, from: SocketAddr) -> bool {
+    /// The addresses whose calls ring a phone whose server is `server`
+    /// (`None`: anyone's), for [`Agent::ring_only_from`].
+    pub fn admitted(&self, server: Option<SocketAddr>) -> Option<Vec<IpAddr>> {
         match (self, server) {
-            (_, None) | (Self::Anyone, _) => true,
-            (Self::Server(also), Some(s)) => from.ip() == s.ip() || also.contains(&from.ip()),
+            (_, None) | (Self::Anyone, _) => None,
+            (Self::Server(also), Some(s)) => Some(
+                std::iter::once(s.ip())
+                    .chain(also.iter().copied())
+                    .collect(),
+            ),
         }
     }
 }
@@ -234,6 +239,8 @@ pub struct Phone {
     accepting: bool,
     /// Our address seen by the server moved: register again.
     remapped: bool,
+    /// Calls refused as not through the server.
+    strangers: u64,
     /// Calls the peer hung up (BYE answered) before a step waited for it.
     hung_up: std::collections::VecDeque<String>,
     log: Box<dyn FnMut(&str) + Send>,
@@ -330,7 +337,7 @@ impl Phone {
         if let Some(ip) = cfg.public_ip {
             local.set_ip(ip);
         }
-        let agent = Agent::new(Setup {
+        let mut agent = Agent::new(Setup {
             user: cfg.user.clone(),
             domain: cfg.domain.clone(),
             password: cfg.password.clone(),
@@ -341,6 +348,7 @@ impl Phone {
             timers: TIMERS,
             seed: None,
         });
+        agent.ring_only_from(cfg.callers.admitted(cfg.server));
         Ok(Self {
             cfg,
             sig,
@@ -349,6 +357,7 @@ impl Phone {
             invites: std::collections::VecDeque::new(),
             accepting: false,
             remapped: false,
+            strangers: 0,
             hung_up: std::collections::VecDeque::new(),
             log: Box::new(|_| {}),
             keepalive: None,
@@ -470,18 +479,19 @@ mod tests {
 
     #[test]
     fn only_the_server_and_whom_it_trusts_ring_a_phone_with_a_server() {
-        let at = |s: &str| s.parse::<SocketAddr>().expect("address");
-        let server = Some(at("192.0.2.1:5060"));
-        let server_only = Callers::default();
-        assert!(server_only.ring(server, at("192.0.2.1:5060")));
-        // Another port of the server's host (another worker's socket).
-        assert!(server_only.ring(server, at("192.0.2.1:40000")));
-        assert!(!server_only.ring(server, at("198.51.100.7:5060")));
-        let node = Callers::Server(vec!["198.51.100.7".parse().expect("ip")]);
-        assert!(node.ring(server, at("198.51.100.7:5060")));
-        assert!(!node.ring(server, at("198.51.100.8:5060")));
-        assert!(Callers::Anyone.ring(server, at("203.0.113.9:5060")));
+        let ip = |s: &str| s.parse::<IpAddr>().expect("address");
+        let server = Some(SocketAddr::new(ip("192.0.2.1"), 5060));
+        assert_eq!(
+            Callers::default().admitted(server),
+            Some(vec![ip("192.0.2.1")])
+        );
+        let node = Callers::Server(vec![ip("198.51.100.7")]);
+        assert_eq!(
+            node.admitted(server),
+            Some(vec![ip("192.0.2.1"), ip("198.51.100.7")])
+        );
+        assert_eq!(Callers::Anyone.admitted(server), None);
         // Without a server anyone may call.
-        assert!(server_only.ring(None, at("203.0.113.9:5060")));
+        assert_eq!(Callers::default().admitted(None), None);
     }
 }
