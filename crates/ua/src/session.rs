@@ -83,7 +83,9 @@ pub struct MediaReport {
     pub sent: u64,
     /// Receive statistics.
     pub received: Summary,
-    /// Packets refused by SRTP (forged, replayed, wrong key) or not RTP.
+    /// Packets refused by SRTP (forged, replayed, wrong key), not RTP, or
+    /// from another address than the call's media source (the first
+    /// heard).
     pub rejected: u64,
     /// RTCP packets received and understood.
     pub rtcp_received: u64,
@@ -286,63 +288,137 @@ struct Receiving {
     reports: Arc<Mutex<(u32, u32)>>,
 }
 
+/// Where a call's media comes from: the first address whose packet is
+/// RTP of the call (authenticated, under SRTP). After it is heard,
+/// packets from any other address are refused: whoever finds the port
+/// cannot speak into the call (RTP injection), as a strict RTP endpoint
+/// latches. Its RTCP is taken from the same host, at any port.
+#[derive(Debug, Default)]
+struct Latch(Option<SocketAddr>);
+
+impl Latch {
+    fn admits_rtp(&self, from: SocketAddr) -> bool {
+        self.0.is_none_or(|s| s == from)
+    }
+
+    fn admits_rtcp(&self, from: SocketAddr) -> bool {
+        self.0.is_none_or(|s| s.ip() == from.ip())
+    }
+
+    fn heard(&mut self, from: SocketAddr) {
+        self.0.get_or_insert(from);
+    }
+}
+
+/// Packets read after the stop, at most: what had arrived is heard,
+/// and a flood cannot hold the call open.
+const DRAIN: usize = 256;
+
 impl Receiving {
-    /// Receives until the stop: statistics, packets rejected, RTCP
-    /// packets read, and the decoded audio (placed by timestamp).
+    /// Receives until the stop, then what has arrived (up to [`DRAIN`]
+    /// packets): statistics, packets rejected, RTCP packets read, and
+    /// the decoded audio (placed by timestamp).
     fn run(mut self) -> (ReceiveStats, u64, u64, Vec<i16>) {
-        let origin = Instant::now();
-        let mut stats = ReceiveStats::new(media::RATE);
-        let (mut rejected, mut rtcp_received) = (0u64, 0u64);
-        let mut recording: Vec<i16> = Vec::new();
-        let mut first_ts: Option<u32> = None;
+        let mut r = Received {
+            origin: Instant::now(),
+            stats: ReceiveStats::new(media::RATE),
+            rejected: 0,
+            rtcp_received: 0,
+            recording: Vec::new(),
+            first_ts: None,
+            latch: Latch::default(),
+            decoded: Vec::with_capacity(media::SAMPLES_PER_PACKET),
+        };
         let mut buf = vec![0u8; 2048];
-        let mut decoded = Vec::with_capacity(media::SAMPLES_PER_PACKET);
-        while !self.stop.load(Ordering::Relaxed) {
-            if let Ok(n) = self.rtp.recv(&mut buf) {
-                if rtp::is_rtcp(&buf[..n]) {
-                    // RTCP multiplexed on the RTP port (RFC 5761).
-                    match read_rtcp(&buf[..n], self.ctx.as_mut()) {
-                        true => rtcp_received += 1,
-                        false => rejected += 1,
-                    }
-                    continue;
-                }
-                let arrival = origin.elapsed().as_secs_f64();
-                let mut packet = buf[..n].to_vec();
-                let wire = packet.len();
-                if let Some(c) = self.ctx.as_mut() {
-                    if c.unprotect(&mut packet).is_err() {
-                        rejected += 1;
-                        continue;
-                    }
-                }
-                let Some((h, payload)) = Header::parse(&packet) else {
-                    rejected += 1;
-                    continue;
-                };
-                let Some(plaw) = Law::from_payload_type(h.payload_type) else {
-                    continue; // telephone events, comfort noise
-                };
-                stats.on_packet(arrival, h.seq, h.timestamp, payload.len(), wire);
-                *self.reports.lock().unwrap_or_else(|e| e.into_inner()) =
-                    (stats.highest_seq(), stats.jitter_units());
-                decoded.clear();
-                plaw.decode(&packet[payload], &mut decoded);
-                let base = *first_ts.get_or_insert(h.timestamp);
-                record(
-                    &mut recording,
-                    h.timestamp.wrapping_sub(base) as usize,
-                    &decoded,
-                );
+        let mut drained = 0;
+        loop {
+            let stopping = self.stop.load(Ordering::Relaxed);
+            if stopping && drained == 0 {
+                let _ = self.rtp.set_nonblocking(true);
             }
-            while let Ok(n) = self.rtcp.recv(&mut buf) {
-                match read_rtcp(&buf[..n], self.ctx.as_mut()) {
-                    true => rtcp_received += 1,
-                    false => rejected += 1,
+            match self.rtp.recv_from(&mut buf) {
+                Ok((n, from)) => r.rtp(&buf[..n], from, self.ctx.as_mut(), &self.reports),
+                Err(_) if stopping => break,
+                Err(_) => {}
+            }
+            while let Ok((n, from)) = self.rtcp.recv_from(&mut buf) {
+                r.rtcp(&buf[..n], from, self.ctx.as_mut());
+            }
+            if stopping {
+                drained += 1;
+                if drained >= DRAIN {
+                    break;
                 }
             }
         }
-        (stats, rejected, rtcp_received, recording)
+        (r.stats, r.rejected, r.rtcp_received, r.recording)
+    }
+}
+
+/// What the receiving half has heard so far.
+struct Received {
+    origin: Instant,
+    stats: ReceiveStats,
+    rejected: u64,
+    rtcp_received: u64,
+    recording: Vec<i16>,
+    first_ts: Option<u32>,
+    latch: Latch,
+    decoded: Vec<i16>,
+}
+
+impl Received {
+    /// A packet on the RTP port: RTP, or RTCP multiplexed (RFC 5761).
+    fn rtp(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        ctx: Option<&mut srtp::Context>,
+        reports: &Mutex<(u32, u32)>,
+    ) {
+        if rtp::is_rtcp(data) {
+            return self.rtcp(data, from, ctx);
+        }
+        if !self.latch.admits_rtp(from) {
+            self.rejected += 1;
+            return;
+        }
+        let arrival = self.origin.elapsed().as_secs_f64();
+        let mut packet = data.to_vec();
+        let wire = packet.len();
+        if let Some(c) = ctx {
+            if c.unprotect(&mut packet).is_err() {
+                self.rejected += 1;
+                return;
+            }
+        }
+        let Some((h, payload)) = Header::parse(&packet) else {
+            self.rejected += 1;
+            return;
+        };
+        self.latch.heard(from);
+        let Some(plaw) = Law::from_payload_type(h.payload_type) else {
+            return; // telephone events, comfort noise
+        };
+        self.stats
+            .on_packet(arrival, h.seq, h.timestamp, payload.len(), wire);
+        *reports.lock().unwrap_or_else(|e| e.into_inner()) =
+            (self.stats.highest_seq(), self.stats.jitter_units());
+        self.decoded.clear();
+        plaw.decode(&packet[payload], &mut self.decoded);
+        let base = *self.first_ts.get_or_insert(h.timestamp);
+        record(
+            &mut self.recording,
+            h.timestamp.wrapping_sub(base) as usize,
+            &self.decoded,
+        );
+    }
+
+    fn rtcp(&mut self, data: &[u8], from: SocketAddr, ctx: Option<&mut srtp::Context>) {
+        match self.latch.admits_rtcp(from) && read_rtcp(data, ctx) {
+            true => self.rtcp_received += 1,
+            false => self.rejected += 1,
+        }
     }
 }
 
@@ -396,5 +472,81 @@ impl Running {
             law: self.law,
             recording,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PCMU packet of 20 ms of `sample` (an encoded byte).
+    fn packet(seq: u16, sample: u8) -> Vec<u8> {
+        let mut b = Vec::new();
+        Header {
+            payload_type: 0,
+            marker: false,
+            seq,
+            timestamp: u32::from(seq) * 160,
+            ssrc: 7,
+        }
+        .write(&mut b);
+        b.extend(std::iter::repeat_n(sample, media::SAMPLES_PER_PACKET));
+        b
+    }
+
+    #[test]
+    fn media_from_another_address_than_the_first_heard_is_refused() {
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let ours = Sockets::bind(ip, 0).expect("sockets");
+        let to = SocketAddr::new(ip, ours.port());
+        let peer = UdpSocket::bind((ip, 0)).expect("peer");
+        let intruder = UdpSocket::bind((ip, 0)).expect("intruder");
+        let peer_at = peer.local_addr().expect("bound");
+        let running = start(
+            ours,
+            peer_at,
+            Law::Pcmu,
+            Source::Tone(440.0),
+            0,
+            None,
+            "t".into(),
+        )
+        .expect("started");
+        // The peer speaks first; the intruder continues its sequence and
+        // SSRC (what an injector forges), then the peer again. Loopback
+        // delivers each before send_to returns, and the stop drains them.
+        let (loud, silent) = (0x80u8, 0xffu8); // PCMU: near full scale, zero
+        for seq in 0..10 {
+            peer.send_to(&packet(seq, silent), to).expect("sent");
+        }
+        for seq in 10..30 {
+            intruder.send_to(&packet(seq, loud), to).expect("sent");
+        }
+        for seq in 30..40 {
+            peer.send_to(&packet(seq, silent), to).expect("sent");
+        }
+        let report = running.finish();
+        assert_eq!(report.rejected, 20);
+        assert_eq!(report.received.packets, 20);
+        assert!(
+            report.recording.iter().all(|&s| s.abs() < 100),
+            "only silence heard"
+        );
+    }
+
+    #[test]
+    fn the_first_valid_packet_chooses_the_source() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "192.0.2.1:4000".parse().expect("a"),
+            "192.0.2.1:4002".parse().expect("b"),
+        );
+        let mut l = Latch::default();
+        assert!(l.admits_rtp(a) && l.admits_rtp(b) && l.admits_rtcp(b));
+        l.heard(a);
+        l.heard(b);
+        assert!(l.admits_rtp(a) && !l.admits_rtp(b));
+        // RTCP from the source's host, at any port (RFC 3605 aside).
+        assert!(l.admits_rtcp(b));
+        assert!(!l.admits_rtcp("198.51.100.1:4001".parse().expect("c")));
     }
 }
