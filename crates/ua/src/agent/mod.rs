@@ -205,8 +205,10 @@ impl Agent {
     /// Lets only new calls from these addresses ring (`None`: anyone's);
     /// a call from any other is refused 403 without being kept, so
     /// strangers cannot fill the [`MAX_CALLS`] table.
+    /// IPv4 addresses are matched as such also where a dual-stack socket
+    /// reports them IPv4-mapped.
     pub fn ring_only_from(&mut self, callers: Option<Vec<IpAddr>>) {
-        self.callers = callers;
+        self.callers = callers.map(|ips| ips.into_iter().map(|ip| ip.to_canonical()).collect());
     }
 
     /// Who the agent is.

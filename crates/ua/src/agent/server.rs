@@ -215,7 +215,7 @@ impl Agent {
         if self
             .callers
             .as_ref()
-            .is_some_and(|ips| !ips.contains(&from.ip()))
+            .is_some_and(|ips| !ips.contains(&from.ip().to_canonical()))
         {
             self.answer_statelessly(m, 403, from);
             self.events.push_back(Event::Stranger {
