@@ -7,7 +7,11 @@
 #    and bounded in calls: REGISTER and INVITE over UDP (one worker and
 #    two) and TCP, with and without digest; phones held on TCP, TLS, WS
 #    and WSS connections; STIR/SHAKEN signing and verifying; and, where
-#    rtpengine is installed, calls whose media crosses it. The null
+#    their peers are installed, calls through a trunk with their dialogs
+#    and records (Kamailio is the other server of that bench), two nodes
+#    sharing a location in Redis, and calls whose media crosses rtpengine.
+#    Code no load runs (PrivaSIP, forking, DNS, AF_XDP) is compiled as
+#    cold: measure a path before relying on this build for it. The null
 #    responder (`bench null`) is trained too, so that the floor the
 #    server is measured against is built the same way.
 # 3. Merges the counts with llvm-profdata (rustup's llvm-tools, whose LLVM
@@ -66,6 +70,17 @@ for t in ws wss; do
         --refresh-rate 1000 --hold 1
 done
 train bench stir --no-kamailio --calls 2000 --rounds 1
+if command -v kamailio >/dev/null 2>&1; then
+    train bench trunk --calls 500 --rounds 1
+else
+    echo "pgo-build.sh: Kamailio not installed: the trunk's dialogs and records are not trained"
+fi
+if command -v redis-server >/dev/null 2>&1; then
+    train bench connections --servers sipsec --nodes 2 --transport tcp --connections 1000 \
+        --refresh-rate 1000 --hold 1
+else
+    echo "pgo-build.sh: redis-server not installed: the shared location is not trained"
+fi
 if command -v rtpengine >/dev/null 2>&1; then
     train bench relay --calls 20 --seconds 3
 else
