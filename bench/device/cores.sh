@@ -12,8 +12,9 @@
 #     against Kamailio at the same rate;
 #  3. TLS refreshes with 1 and 8 reactors (`bench connections`);
 #  4. one busy TLS connection, 8 reactors: every message on its reactor
-#     (spread_above = 0) against spread over all (`bench peak`).
-# WS, FLOWS, T1, RATE, CONNS, GEN change the defaults.
+#     (spread_above = 0) against spread over all (`bench peak`), loaded
+#     by GT4 generator threads sharing the connection (--share-flows).
+# WS, FLOWS, T1, RATE, CONNS, GEN, GT4 change the defaults.
 set -u
 D=$(cd "$(dirname "$0")" && pwd); S=$D/sipsec
 export PATH=$D:$PATH LD_LIBRARY_PATH=$D/klib
@@ -60,7 +61,7 @@ for above in 0 2000; do
   thr $SP > /tmp/t0
   echo "-- spread_above $above"
   timeout 45 taskset -c $GEN $S bench peak --target 127.0.0.1:5061 --transport tls --tls-ca $D/tls.pem \
-    --threads 1 --flows 1 --scenario register --start 30000 --factor 1.3 --duration 1 --server-pid $SP 2>&1 | grep -iE "peak|sustain"
+    --threads ${GT4:-4} --share-flows --flows 1 --scenario register --start 30000 --factor 1.3 --duration 1 --server-pid $SP 2>&1 | grep -iE "peak|sustain"
   thr $SP > /tmp/t1
   echo "threads' CPU ticks (top 9):"; join /tmp/t0 /tmp/t1 | awk '{print $1, $3-$2}' | sort -k2 -n -r | head -9 | tr '\n' ' '; echo
   kill $SP; wait $SP 2>/dev/null

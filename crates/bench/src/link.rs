@@ -9,7 +9,7 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
@@ -19,8 +19,9 @@ use sip_core::websocket as ws;
 use sip_core::{ErrorKind, Limits};
 
 /// Which transport a run uses: UDP (with retransmissions), or TCP, TLS,
-/// WS or WSS with one connection per worker (the workspace's one transport
-/// type; SCTP is refused by [`Link::open`]).
+/// WS or WSS with one connection per worker, or one all of them share
+/// (the workspace's one transport type; SCTP is refused by
+/// [`Link::open`]).
 pub use sip_core::Transport;
 
 /// Largest WebSocket message accepted from the target.
@@ -61,6 +62,9 @@ pub enum Link {
     Udp(Box<Datagrams>),
     /// A non-blocking connection: TCP, TLS, WS or WSS.
     Stream(Box<Stream>),
+    /// A connection every generator thread sends and reads on, one at a
+    /// time (see [`Link::into_shared`]).
+    Shared(Box<Handle>),
 }
 
 /// A UDP socket, read a batch of datagrams per system call (`recvmmsg`):
@@ -250,15 +254,55 @@ fn deframe(rbuf: &mut Vec<u8>, closed: &mut bool, max: usize, on: &mut impl FnMu
 }
 
 impl Link {
-    /// Another handle on this UDP link's socket, for another generator
-    /// thread (with counts of its own): one peer's load sent from several
-    /// threads. `None` for a connection, whose bytes one thread frames.
+    /// This link made ready to be shared by generator threads: a
+    /// connection goes behind a lock, so that one thread at a time frames
+    /// its bytes (a UDP socket needs nothing).
+    pub fn into_shared(self) -> Link {
+        match self {
+            Link::Stream(s) => Link::Shared(Box::new(Handle {
+                fd: s.socket.as_raw_fd(),
+                conn: Arc::new(Mutex::new(*s)),
+                reports: true,
+            })),
+            other => other,
+        }
+    }
+
+    /// Another handle on this link, for another generator thread: one
+    /// peer's load sent from several threads. A UDP socket is shared with
+    /// counts of its own; a connection made shared by
+    /// [`into_shared`](Self::into_shared) is the same connection, and its
+    /// bytes are reported by the first handle only. `None` for a
+    /// connection one thread owns.
     pub fn share(&self) -> io::Result<Option<Link>> {
         match self {
             Link::Udp(d) => Ok(Some(Link::Udp(Box::new(Datagrams::new(
                 d.socket.try_clone()?,
             ))))),
+            Link::Shared(h) => Ok(Some(Link::Shared(Box::new(Handle {
+                fd: h.fd,
+                conn: h.conn.clone(),
+                reports: false,
+            })))),
             Link::Stream(_) => Ok(None),
+        }
+    }
+
+    /// Runs `f` on the connection (locked when shared); `None` for UDP.
+    fn stream<R>(&mut self, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
+        match self {
+            Link::Udp(_) => None,
+            Link::Stream(s) => Some(f(s)),
+            Link::Shared(h) => Some(f(&mut h.lock())),
+        }
+    }
+
+    /// [`stream`](Self::stream) for a look that changes nothing.
+    fn peek<R>(&self, f: impl FnOnce(&Stream) -> R) -> Option<R> {
+        match self {
+            Link::Udp(_) => None,
+            Link::Stream(s) => Some(f(s)),
+            Link::Shared(h) => Some(f(&h.lock())),
         }
     }
 
@@ -340,37 +384,28 @@ impl Link {
     }
 
     /// Ends a connection politely (WebSocket: a close frame; TLS:
-    /// close_notify).
+    /// close_notify); a shared one only by its last handle.
     pub fn close(&mut self) {
-        let Link::Stream(s) = self else {
-            return;
-        };
-        if let Some(w) = &mut s.ws {
-            if w.upgraded && !s.closed {
-                let frame = ws::client_frame(ws::CLOSE, &1000u16.to_be_bytes(), w.next_mask());
-                let _ = s.write(&frame);
+        if let Link::Shared(h) = self {
+            if Arc::strong_count(&h.conn) > 1 {
+                return;
             }
         }
-        if let Some(tls) = &mut s.tls {
-            tls.send_close_notify();
-        }
-        let _ = s.flush();
-        let _ = s.socket.shutdown(std::net::Shutdown::Both);
+        self.stream(Stream::close);
     }
 
     /// Why the connection ended, when more is known than "closed".
-    pub fn error(&self) -> Option<&str> {
-        match self {
-            Link::Stream(s) => s.error.as_deref(),
-            Link::Udp(_) => None,
-        }
+    pub fn error(&self) -> Option<String> {
+        self.peek(|s| s.error.clone()).flatten()
     }
 
-    /// The bytes it moved so far.
+    /// The bytes it moved so far (a shared connection's: by its first
+    /// handle, none by the others).
     pub fn wire(&self) -> Wire {
         match self {
             Link::Udp(d) => d.wire,
-            Link::Stream(s) => s.wire,
+            Link::Shared(h) if !h.reports => Wire::default(),
+            _ => self.peek(|s| s.wire).unwrap_or_default(),
         }
     }
 
@@ -378,7 +413,9 @@ impl Link {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             Link::Udp(d) => d.socket.local_addr(),
-            Link::Stream(s) => s.socket.local_addr(),
+            _ => self
+                .peek(|s| s.socket.local_addr())
+                .unwrap_or_else(|| Err(io::ErrorKind::NotConnected.into())),
         }
     }
 
@@ -389,7 +426,7 @@ impl Link {
 
     /// Whether the connection is gone.
     pub fn closed(&self) -> bool {
-        matches!(self, Link::Stream(s) if s.closed)
+        self.peek(|s| s.closed).unwrap_or(false)
     }
 
     /// Sends one message (queued if the socket is full, or until the
@@ -407,30 +444,13 @@ impl Link {
                 d.wire.sent += n as u64;
                 Ok(())
             }
-            Link::Stream(s) if s.closed => Err(io::Error::other("connection closed")),
-            Link::Stream(s) => {
-                match &mut s.ws {
-                    Some(w) if !w.upgraded => {
-                        let mask = w.next_mask();
-                        ws::push_client_frame(&mut w.held, ws::TEXT, bytes, mask);
-                    }
-                    Some(w) => {
-                        let frame = ws::client_frame(ws::TEXT, bytes, w.next_mask());
-                        s.write(&frame)?;
-                    }
-                    None => s.write(bytes)?,
-                }
-                s.flush()
-            }
+            _ => self.stream(|s| s.send(bytes)).unwrap_or(Ok(())),
         }
     }
 
     /// Writes what is queued, as far as the socket takes it.
     pub fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Link::Stream(s) => s.flush(),
-            Link::Udp(_) => Ok(()),
-        }
+        self.stream(Stream::flush).unwrap_or(Ok(()))
     }
 
     /// Hands up to `max` received messages to `on`, read into `buf`
@@ -439,18 +459,7 @@ impl Link {
     pub fn receive(&mut self, buf: &mut [u8], max: usize, mut on: impl FnMut(&[u8])) -> usize {
         match self {
             Link::Udp(d) => d.receive(buf, max, &mut on),
-            Link::Stream(s) => {
-                let read = buf.len().min(STREAM_READ);
-                let filled = s.read(&mut buf[..read]);
-                let cap = max.max(1) * 4;
-                let n = if s.ws.is_some() {
-                    s.websocket_messages(cap, &mut on)
-                } else {
-                    deframe(&mut s.rbuf, &mut s.closed, cap, &mut on)
-                };
-                s.more = filled || n >= cap;
-                n
-            }
+            _ => self.stream(|s| s.receive(buf, max, &mut on)).unwrap_or(0),
         }
     }
 
@@ -469,18 +478,14 @@ impl Link {
     pub fn more(&self) -> bool {
         match self {
             Link::Udp(d) => d.more,
-            Link::Stream(s) => s.more && !s.closed,
+            _ => self.peek(|s| s.more && !s.closed).unwrap_or(false),
         }
     }
 
     /// Whether bytes are queued that the socket did not take yet.
     pub fn wants_write(&self) -> bool {
-        match self {
-            Link::Udp(_) => false,
-            Link::Stream(s) => {
-                !s.wbuf.is_empty() || s.tls.as_ref().is_some_and(|t| t.wants_write())
-            }
-        }
+        self.peek(|s| !s.wbuf.is_empty() || s.tls.as_ref().is_some_and(|t| t.wants_write()))
+            .unwrap_or(false)
     }
 
     /// The socket's descriptor (to watch it with others).
@@ -488,6 +493,7 @@ impl Link {
         match self {
             Link::Udp(d) => d.socket.as_raw_fd(),
             Link::Stream(s) => s.socket.as_raw_fd(),
+            Link::Shared(h) => h.fd,
         }
     }
 
@@ -498,7 +504,73 @@ impl Link {
     }
 }
 
+/// One generator thread's handle on a connection all of them share.
+#[derive(Debug)]
+pub struct Handle {
+    conn: Arc<Mutex<Stream>>,
+    /// The connection's descriptor, to wait on without the lock.
+    fd: RawFd,
+    /// This handle reports the connection's bytes (the first one does).
+    reports: bool,
+}
+
+impl Handle {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Stream> {
+        // A thread that panicked holding it left whole messages or none.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl Stream {
+    /// Sends one message: framed for a WebSocket, held until the upgrade
+    /// is answered.
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.closed {
+            return Err(io::Error::other("connection closed"));
+        }
+        match &mut self.ws {
+            Some(w) if !w.upgraded => {
+                let mask = w.next_mask();
+                ws::push_client_frame(&mut w.held, ws::TEXT, bytes, mask);
+            }
+            Some(w) => {
+                let frame = ws::client_frame(ws::TEXT, bytes, w.next_mask());
+                self.write(&frame)?;
+            }
+            None => self.write(bytes)?,
+        }
+        self.flush()
+    }
+
+    /// Reads what the socket has, then hands up to four times `max`
+    /// whole messages to `on`.
+    fn receive(&mut self, buf: &mut [u8], max: usize, on: &mut impl FnMut(&[u8])) -> usize {
+        let read = buf.len().min(STREAM_READ);
+        let filled = self.read(&mut buf[..read]);
+        let cap = max.max(1) * 4;
+        let n = if self.ws.is_some() {
+            self.websocket_messages(cap, on)
+        } else {
+            deframe(&mut self.rbuf, &mut self.closed, cap, on)
+        };
+        self.more = filled || n >= cap;
+        n
+    }
+
+    /// Ends the connection politely.
+    fn close(&mut self) {
+        if let Some(w) = &mut self.ws {
+            if w.upgraded && !self.closed {
+                let frame = ws::client_frame(ws::CLOSE, &1000u16.to_be_bytes(), w.next_mask());
+                let _ = self.write(&frame);
+            }
+        }
+        if let Some(tls) = &mut self.tls {
+            tls.send_close_notify();
+        }
+        let _ = self.flush();
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
     /// Queues bytes for the peer (through TLS when there is a session).
     fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         match &mut self.tls {

@@ -319,8 +319,7 @@ fn flows_spread_callers_over_connections_and_survive_a_closed_one() {
 
 /// `--share-flows`: four generator threads send from one socket (one
 /// busy peer, beyond what one thread makes), each thread's responses
-/// reaching it whichever thread reads them; over a connection it is a
-/// clear error.
+/// reaching it whichever thread reads them.
 #[test]
 fn shared_flows_send_every_threads_calls_from_one_port() {
     let dir = tempdir("bench-shared-flows");
@@ -364,14 +363,114 @@ fn shared_flows_send_every_threads_calls_from_one_port() {
         "--threads",
         "2",
         "--share-flows",
+        "--connection-per-call",
         "--calls",
         "10",
     ]);
     assert!(
-        !out.status.success() && text(&out).contains("shared flows are UDP only"),
+        !out.status.success() && text(&out).contains("drop --share-flows"),
         "{}",
         text(&out)
     );
+}
+
+/// `--share-flows` over TLS and TCP: four generator threads load one
+/// connection (a trunk), framed by one thread at a time, while the
+/// server spreads that connection's messages over its two reactors;
+/// every call is answered once, to the thread that made it.
+#[test]
+fn shared_flows_load_one_connection_from_every_thread() {
+    let dir = tempdir("bench-shared-conn");
+    common::tls_files(&dir);
+    let csv = users(&dir);
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let cfg = dir.join("spread.toml");
+    std::fs::write(&cfg, "[connections]\nreactors = 2\nspread_above = 1\n").expect("config");
+    let server = common::serve_in(
+        &dir.join("data"),
+        &[
+            "--config",
+            &f("spread.toml"),
+            "--cert",
+            &f("srv.pem"),
+            "--key",
+            &f("srv.key"),
+            "--tls",
+            "127.0.0.1:0",
+        ],
+    );
+    let http = common::banner_http_addr(&server.banner).expect("http address");
+    let tls = common::banner_tls_addr(&server.banner).expect("tls address");
+    for (transport, target, calls) in [
+        ("tls", tls.to_string(), 1200),
+        ("tcp", server.addr.to_string(), 600),
+    ] {
+        let run = |threads: &str, shared: bool| {
+            let json = dir.join(format!("{transport}-{threads}.json"));
+            let calls = calls.to_string();
+            let mut args = vec![
+                "--target",
+                &target,
+                "--transport",
+                transport,
+                "--tls-ca",
+                &f("ca.pem"),
+                "--threads",
+                threads,
+                "--rate",
+                "600",
+                "--calls",
+                &calls,
+                "--users",
+                csv.to_str().expect("utf-8"),
+                "--json",
+                json.to_str().expect("utf-8"),
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+            if shared {
+                args.push("--share-flows".into());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = bench(&args);
+            assert!(out.status.success(), "{transport}: {}", text(&out));
+            report(&json)
+        };
+        let r = run("4", true);
+        // A response handed to the wrong thread, or a message framed from
+        // two threads' reads at once, would time its call out.
+        assert_eq!(
+            (
+                r["ok"].as_u64(),
+                r["failed"].as_u64(),
+                r["unexpected"].as_u64()
+            ),
+            (Some(calls), Some(0), Some(0)),
+            "{transport}: {r}"
+        );
+        let accepted =
+            format!("sipsec_connections_accepted_by_transport_total{{transport=\"{transport}\"}}");
+        assert_eq!(metric(http, &accepted), 1, "{transport}: one connection");
+        // The connection's bytes are counted once, not once per thread:
+        // as many per call as one thread on a connection of its own.
+        let alone = run("1", false);
+        let per_call = |r: &serde_json::Value| r["wire_bytes_per_call"].as_f64().expect("wire");
+        let ratio = per_call(&r) / per_call(&alone);
+        assert!(
+            (0.8..1.25).contains(&ratio),
+            "{transport}: {} bytes a call shared, {} alone",
+            per_call(&r),
+            per_call(&alone)
+        );
+    }
+    // Both reactors decided messages of the one connection.
+    let page = common::http_get(&http.to_string(), "/metrics");
+    let reactors = page
+        .lines()
+        .filter(|l| l.starts_with("sipsec_reactor_messages_total{"))
+        .count();
+    assert_eq!(reactors, 2, "{page}");
 }
 
 /// `sipsec bench compare` starts sipsec and Kamailio (shipped config, the

@@ -311,19 +311,17 @@ impl Handoff {
 }
 
 /// Worker 0's links for every worker: its own, and another handle on
-/// each socket for each other worker (UDP only).
+/// each for each other worker (a UDP socket, or a connection that one
+/// thread at a time frames).
 fn shared_links(first: Vec<Link>, threads: usize) -> io::Result<Vec<Vec<Link>>> {
+    let first: Vec<Link> = first.into_iter().map(Link::into_shared).collect();
     let mut all = Vec::with_capacity(threads);
     for _ in 1..threads {
         let copies = first
             .iter()
             .map(|l| {
-                l.share()?.ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "shared flows are UDP only: one thread frames a connection's bytes",
-                    )
-                })
+                l.share()?
+                    .ok_or_else(|| io::Error::other("a link that cannot be shared"))
             })
             .collect::<io::Result<Vec<_>>>()?;
         all.push(copies);
@@ -526,8 +524,7 @@ impl Worker<'_> {
                     .flows
                     .link(flow)
                     .error()
-                    .unwrap_or("connection closed by the server")
-                    .to_owned();
+                    .unwrap_or_else(|| "connection closed by the server".to_owned());
                 self.abandon(flow, Instant::now(), &why);
             }
             if self.flows.pick(0).is_none() {

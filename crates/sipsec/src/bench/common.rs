@@ -63,10 +63,11 @@ pub struct CommonArgs {
     /// e.g. with taskset): the server is then not charged for waking it.
     #[arg(long)]
     pub(super) busy_poll: bool,
-    /// UDP: every generator thread sends and reads on the first thread's
-    /// sockets (--flows of them), so one flow carries the load of all the
-    /// threads — one busy peer (a trunk, an SBC) beyond what one thread
-    /// makes. A thread that reads another's response hands it over; an
+    /// Every generator thread sends and reads on the first thread's
+    /// sockets or connections (--flows of them), so one flow carries the
+    /// load of all the threads — one busy peer (a trunk, an SBC) beyond
+    /// what one thread makes. A connection is framed by one thread at a
+    /// time. A thread that reads another's response hands it over; an
     /// idle thread sleeps at most 1 ms.
     #[arg(long)]
     pub(super) share_flows: bool,
@@ -276,6 +277,12 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
     }
     if a.connection_per_call && transport == Transport::Udp {
         return Err("--connection-per-call needs --transport tcp, tls, ws or wss".into());
+    }
+    if a.connection_per_call && a.share_flows {
+        return Err(
+            "--connection-per-call gives each thread connections of its own: drop --share-flows"
+                .into(),
+        );
     }
     if a.connection_per_call && a.flows > 1 {
         return Err("--connection-per-call opens one connection at a time: drop --flows".into());
