@@ -8,12 +8,14 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::link::{Link, Wire};
+pub use sip_udp::Bell;
 
 /// Longest idle wait while a link has bytes the socket did not take.
 const WRITE_RETRY: Duration = Duration::from_millis(1);
@@ -36,7 +38,12 @@ pub struct Flows {
     retired: Wire,
     /// Datagrams ICMP errors quoted, read with the links' messages.
     quoted: Vec<Vec<u8>>,
+    /// A bell that ends a wait early, rung by another thread.
+    bell: Option<RawFd>,
 }
+
+/// Token of the bell among several links' readiness.
+const BELL: Token = Token(usize::MAX);
 
 impl Flows {
     /// Watches `links` (at least one).
@@ -75,7 +82,19 @@ impl Flows {
             is_unsent: vec![false; n],
             retired: Wire::default(),
             quoted: Vec::new(),
+            bell: None,
         })
+    }
+
+    /// Lets `bell` end this worker's waits.
+    pub fn listen(&mut self, bell: &Bell) -> io::Result<()> {
+        let fd = bell.raw_fd();
+        if let Some((poll, _)) = &self.poll {
+            poll.registry()
+                .register(&mut SourceFd(&fd), BELL, Interest::READABLE)?;
+        }
+        self.bell = Some(fd);
+        Ok(())
     }
 
     /// How many links.
@@ -208,19 +227,27 @@ impl Flows {
 
     /// Waits until a link has something to read (or room to write what it
     /// queued) or `timeout` passes.
+    /// A bell [`listen`](Self::listen)ed to ends it too.
     pub fn wait(&mut self, timeout: Duration) {
-        if self.poll.is_none() {
-            return self.links[0].wait(timeout);
+        match (self.poll.is_none(), self.bell) {
+            (true, None) => return self.links[0].wait(timeout),
+            (true, Some(bell)) => {
+                let link = &self.links[0];
+                sip_udp::wait_or(link.raw_fd(), link.wants_write(), bell, timeout);
+            }
+            (false, _) if !self.hot.is_empty() => return,
+            (false, _) => {
+                let timeout = if self.unsent.is_empty() {
+                    timeout
+                } else {
+                    timeout.min(WRITE_RETRY)
+                };
+                self.ready(timeout);
+            }
         }
-        if !self.hot.is_empty() {
-            return;
+        if let Some(bell) = self.bell {
+            sip_udp::silence(bell);
         }
-        let timeout = if self.unsent.is_empty() {
-            timeout
-        } else {
-            timeout.min(WRITE_RETRY)
-        };
-        self.ready(timeout);
     }
 
     /// Marks the links with a readiness edge as hot.
@@ -302,6 +329,35 @@ mod tests {
         }
         assert!(closed.is_empty(), "{closed:?}");
         (got, turns)
+    }
+
+    /// A bell rung by another thread ends a wait at once, one link or
+    /// several; once heard it is silent, so the next wait lasts.
+    #[test]
+    fn a_rung_bell_ends_a_wait_at_once_and_is_then_silent() {
+        for n in [1, 3] {
+            let mut flows = udp_flows(n);
+            let bell = Bell::new().expect("eventfd");
+            flows.listen(&bell).expect("listen");
+            // The first turn reads every link (they start hot).
+            let (mut buf, mut closed) = (vec![0u8; crate::link::RECEIVE_BUFFER], Vec::new());
+            flows.receive(&mut buf, 8, |_| {}, &mut closed);
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                s.spawn(|| bell.ring());
+                flows.wait(Duration::from_secs(60));
+            });
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{n} links: not woken"
+            );
+            let t = Instant::now();
+            flows.wait(Duration::from_millis(30));
+            assert!(
+                t.elapsed() >= Duration::from_millis(30),
+                "{n} links: still rung"
+            );
+        }
     }
 
     #[test]

@@ -14,5 +14,5 @@ pub mod xdp;
 pub use mmsg::*;
 pub use sys::{
     bind_address_no_port, enter_network_namespace, pin_to_core, pin_to_cores, raise_fd_limit_to,
-    recv_batch, wait, wait_any, SLOTS,
+    recv_batch, silence, wait, wait_any, wait_or, Bell, SLOTS,
 };

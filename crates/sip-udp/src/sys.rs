@@ -3,10 +3,11 @@
 //! socket read timeouts are rounded to scheduler ticks, 4 ms at HZ=250,
 //! far too coarse to pace thousands of calls per second), pinning the
 //! generator to a CPU (`sched_setaffinity(2)`), raising the descriptor
-//! limit (`setrlimit(2)`), `IP_BIND_ADDRESS_NO_PORT` and reading a batch
-//! of datagrams in one call (`recvmmsg(2)`).
+//! limit (`setrlimit(2)`), `IP_BIND_ADDRESS_NO_PORT`, reading a batch
+//! of datagrams in one call (`recvmmsg(2)`) and a bell one thread rings
+//! to end another's wait (`eventfd(2)`).
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Waits until `fd` is readable (or writable too, with `write`) or
@@ -26,6 +27,74 @@ pub fn wait(fd: RawFd, write: bool, timeout: Duration) -> bool {
     // passed; a null signal mask leaves the mask unchanged.
     let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     n > 0 && pfd.revents & events != 0
+}
+
+/// A way for another thread to end a thread's wait at once (an
+/// `eventfd`): a generator thread woken for a response another read.
+#[derive(Debug)]
+pub struct Bell {
+    fd: OwnedFd,
+}
+
+impl Bell {
+    /// A bell not yet rung.
+    pub fn new() -> std::io::Result<Self> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a
+        // new descriptor this process owns.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        Ok(Bell {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Ends the wait of the thread listening (or its next one).
+    pub fn ring(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to an eventfd; a full
+        // counter (EAGAIN) already means "rung".
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// Its descriptor, readable while rung (for [`wait_or`]).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// Silences the bell whose descriptor is `fd` (reads its counter to zero).
+pub fn silence(fd: RawFd) {
+    let mut count = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a live buffer; a bell not rung
+    // answers EAGAIN (it is non-blocking).
+    let _ = unsafe { libc::read(fd, count.as_mut_ptr().cast(), 8) };
+}
+
+/// [`wait`] that a rung [`Bell`] (its descriptor `bell`) also ends.
+pub fn wait_or(fd: RawFd, write: bool, bell: RawFd, timeout: Duration) {
+    let events = libc::POLLIN | if write { libc::POLLOUT } else { 0 };
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: bell,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `fds` holds two valid entries and `ts` is valid for the
+    // call; a null signal mask leaves the mask unchanged.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
 /// Waits until one of `fds` is readable or `timeout` passes; true when

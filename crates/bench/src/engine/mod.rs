@@ -15,7 +15,7 @@ use sip_core::transaction::{Client, TimerConfig};
 use sip_core::writer::write_u64;
 use sip_core::{HeaderName, Message, StatusCode};
 
-use crate::flows::Flows;
+use crate::flows::{Bell, Flows};
 use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step};
 use crate::stats::Latency;
@@ -284,29 +284,54 @@ struct Worker<'a> {
     handoffs: &'a [Handoff],
 }
 
-/// Longest idle sleep of a worker on shared flows: another worker may
-/// have read its response and handed it over meanwhile.
-const HANDOFF_WAIT: Duration = Duration::from_millis(1);
-
 /// Responses another worker read for this one (shared flows).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Handoff {
     waiting: AtomicBool,
     messages: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// The worker is in (or about to enter) its idle wait.
+    sleeping: AtomicBool,
+    /// Ends that wait.
+    bell: Bell,
 }
 
 impl Handoff {
+    fn new() -> io::Result<Self> {
+        Ok(Handoff {
+            waiting: AtomicBool::new(false),
+            messages: std::sync::Mutex::new(Vec::new()),
+            sleeping: AtomicBool::new(false),
+            bell: Bell::new()?,
+        })
+    }
+
     fn push(&self, handed: Vec<u8>) {
         let mut m = self.messages.lock().unwrap_or_else(|e| e.into_inner());
         m.push(handed);
-        self.waiting.store(true, Ordering::Release);
+        drop(m);
+        // With `idle`'s order (sleeping, then waiting), either the owner
+        // sees this message before it waits or this sees it asleep.
+        self.waiting.store(true, Ordering::SeqCst);
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.bell.ring();
+        }
     }
 
     fn take(&self) -> Vec<Vec<u8>> {
-        if !self.waiting.swap(false, Ordering::Acquire) {
+        if !self.waiting.swap(false, Ordering::SeqCst) {
             return Vec::new();
         }
         std::mem::take(&mut *self.messages.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Waits in `flows` for up to `timeout` unless a message is already
+    /// handed over; one handed over meanwhile ends the wait at once.
+    fn idle(&self, flows: &mut Flows, timeout: Duration) {
+        self.sleeping.store(true, Ordering::SeqCst);
+        if !self.waiting.load(Ordering::SeqCst) {
+            flows.wait(timeout);
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
     }
 }
 
@@ -392,14 +417,21 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             .map(open_links)
             .collect::<io::Result<Vec<_>>>()?
     };
-    let sockets = sockets
-        .into_iter()
-        .map(Flows::new)
-        .collect::<io::Result<Vec<_>>>()?;
     let handoffs: Vec<Handoff> = (0..threads)
         .filter(|_| run.share_flows)
-        .map(|_| Handoff::default())
-        .collect();
+        .map(|_| Handoff::new())
+        .collect::<io::Result<_>>()?;
+    let sockets = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(i, links)| {
+            let mut flows = Flows::new(links)?;
+            if let Some(h) = handoffs.get(i) {
+                flows.listen(&h.bell)?;
+            }
+            Ok(flows)
+        })
+        .collect::<io::Result<Vec<_>>>()?;
     let handoffs = &handoffs[..];
     let start = Instant::now();
     let outcomes = std::thread::scope(|scope| {
@@ -552,12 +584,12 @@ impl Worker<'_> {
                 if let Some((t, _)) = self.timers.peek() {
                     next = next.min(t);
                 }
-                if !self.handoffs.is_empty() {
-                    next = next.min(now + HANDOFF_WAIT);
-                }
                 let now = Instant::now();
                 if next > now {
-                    self.flows.wait(next - now);
+                    match self.handoffs.get(self.id) {
+                        Some(h) => h.idle(&mut self.flows, next - now),
+                        None => self.flows.wait(next - now),
+                    }
                 }
             }
             if started >= quota || !may_start {

@@ -67,8 +67,8 @@ pub struct CommonArgs {
     /// sockets or connections (--flows of them), so one flow carries the
     /// load of all the threads — one busy peer (a trunk, an SBC) beyond
     /// what one thread makes. A connection is framed by one thread at a
-    /// time. A thread that reads another's response hands it over; an
-    /// idle thread sleeps at most 1 ms.
+    /// time. A thread that reads another's response hands it over and
+    /// wakes it.
     #[arg(long)]
     pub(super) share_flows: bool,
     /// First local port (thread i binds PORT+i); fixed ports make register,
