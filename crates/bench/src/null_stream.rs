@@ -22,6 +22,9 @@ const LISTENER: Token = Token(usize::MAX);
 /// Most bytes a connection may hold unanswered (a message and a half).
 const MAX_BUFFERED: usize = 96 * 1024;
 
+/// Answers written out at least this often while a backlog is read.
+const FLUSH_EVERY: usize = 256;
+
 /// The responder's threads, stopped when dropped.
 pub struct StreamNull {
     addr: SocketAddr,
@@ -215,22 +218,29 @@ impl Conn {
         answered: &AtomicU64,
     ) -> io::Result<bool> {
         let mut open = true;
+        let mut unflushed = 0;
         while let Some(n) = self.read_some(buf)? {
             if n == 0 {
                 open = false;
-                break;
             }
+            // Each read is answered before the next: a pipelining peer's
+            // backlog is not held whole.
+            let Some(k) = self.answer(out, answered) else {
+                return Ok(false);
+            };
             if self.input.len() > MAX_BUFFERED {
                 return Ok(false);
             }
+            unflushed += k;
+            if unflushed >= FLUSH_EVERY {
+                self.flush()?;
+                unflushed = 0;
+            }
             // A short read over TCP drained the socket: what comes later
             // raises a new edge, so no read is spent to see EAGAIN.
-            if self.tls.is_none() && n < buf.len() {
+            if n == 0 || (self.tls.is_none() && n < buf.len()) {
                 break;
             }
-        }
-        if !self.answer(out, answered) {
-            return Ok(false);
         }
         self.flush()?;
         Ok(open)
@@ -274,11 +284,12 @@ impl Conn {
     }
 
     /// Answers each whole request in the input with 200 OK (a CRLFCRLF
-    /// ping with a CRLF pong, RFC 5626 §4.4.1). False on input that is
-    /// not SIP.
-    fn answer(&mut self, out: &mut Vec<u8>, answered: &AtomicU64) -> bool {
+    /// ping with a CRLF pong, RFC 5626 §4.4.1): how many. `None` on input
+    /// that is not SIP.
+    fn answer(&mut self, out: &mut Vec<u8>, answered: &AtomicU64) -> Option<usize> {
         let limits = Limits::default();
         let mut at = 0;
+        let mut count = 0;
         loop {
             match frame(&self.input[at..], &limits) {
                 Ok(Frame::KeepAlive(n)) => {
@@ -289,7 +300,7 @@ impl Conn {
                 }
                 Ok(Frame::Message(n)) => {
                     let Ok(req) = Message::parse(&self.input[at..at + n]) else {
-                        return false;
+                        return None;
                     };
                     if req.is_request() && req.method() != Method::Ack {
                         out.clear();
@@ -305,15 +316,16 @@ impl Conn {
                         self.send(&reply);
                         *out = reply;
                         answered.fetch_add(1, Ordering::Relaxed);
+                        count += 1;
                     }
                     at += n;
                 }
                 Err(e) if e.kind == ErrorKind::Incomplete => break,
-                Err(_) => return false,
+                Err(_) => return None,
             }
         }
         self.input.drain(..at);
-        true
+        Some(count)
     }
 
     fn send(&mut self, bytes: &[u8]) {

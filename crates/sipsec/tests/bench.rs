@@ -1122,6 +1122,22 @@ fn the_null_responder_frames_and_answers_over_tcp_and_tls() {
         got.contains("Contact: <sip:a@127.0.0.1:5;transport=tcp>"),
         "{got}"
     );
+    // A pipelining peer's backlog (3,000 requests, 1 MB, written at
+    // once) is answered as it is read, not held whole and refused.
+    let mut w = c.try_clone().expect("clone");
+    let backlog: String = (10..3010).map(request).collect();
+    let writer = std::thread::spawn(move || w.write_all(backlog.as_bytes()));
+    let (mut all, mut big) = (Vec::new(), vec![0u8; 1 << 16]);
+    let mut answers = 0;
+    while answers < 3000 {
+        let n = c.read(&mut big).expect("answers");
+        assert!(n > 0, "closed after {answers} answers to the backlog");
+        all.extend_from_slice(&big[..n]);
+        answers = String::from_utf8_lossy(&all)
+            .matches("SIP/2.0 200 OK")
+            .count();
+    }
+    writer.join().expect("writer").expect("backlog written");
     let mut bad = std::net::TcpStream::connect(tcp).expect("connect");
     bad.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .expect("timeout");
