@@ -165,9 +165,15 @@ fn serve(
                     poll.registry()
                         .register(&mut stream, Token(next), Interest::READABLE)?;
                     let tls = match &tls {
-                        Some(c) => Some(
-                            rustls::ServerConnection::new(c.clone()).map_err(io::Error::other)?,
-                        ),
+                        Some(c) => {
+                            let mut session = rustls::ServerConnection::new(c.clone())
+                                .map_err(io::Error::other)?;
+                            // Answers wait in the session until the socket
+                            // takes them (a limit would drop them), bounded
+                            // by `pump`, which stops reading while they do.
+                            session.set_buffer_limit(None);
+                            Some(session)
+                        }
                         None => None,
                     };
                     conns.insert(
@@ -235,6 +241,11 @@ impl Conn {
             if unflushed >= FLUSH_EVERY {
                 self.flush()?;
                 unflushed = 0;
+                if self.wants_write() {
+                    // The peer is not reading: read on when the socket
+                    // takes the answers (a writable edge pumps again).
+                    break;
+                }
             }
             // A short read over TCP drained the socket: what comes later
             // raises a new edge, so no read is spent to see EAGAIN.
