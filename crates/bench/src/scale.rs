@@ -4,6 +4,8 @@
 //! (a ramp, as `bench peak`), the CPU per call there, and each worker's
 //! share of it, so that a load held to one core shows.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::compare::{self, Target};
@@ -93,12 +95,13 @@ impl Variant {
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Servers, users, work directory and weights (its workers, threads
-    /// and flows are set per cell; UDP only).
+    /// Servers, users, work directory, weights and transport (its
+    /// workers, threads and flows are set per cell).
     pub base: compare::Plan,
     /// The servers as measured.
     pub variants: Vec<Variant>,
-    /// Worker counts (sipsec's UDP workers, Kamailio's children).
+    /// Worker counts (sipsec's UDP workers, or its connection reactors
+    /// over TCP, TLS, WS or WSS; Kamailio's children).
     pub workers: Vec<usize>,
     /// Loads.
     pub loads: Vec<Load>,
@@ -160,11 +163,69 @@ pub struct StepRow {
     pub p99_ms: f64,
 }
 
+/// Most connections a cell over TCP, TLS, WS or WSS may open: every
+/// ramp step opens its own, and their handshakes would count as the
+/// step's CPU (thousands of held connections are `bench connections`'
+/// to measure).
+pub const MAX_CONNECTIONS: usize = 1000;
+
+/// What a plan over connections cannot do, said before anything starts.
+fn check_connections(plan: &Plan) -> Result<(), Error> {
+    let transport = plan.base.transport;
+    if transport == Transport::Udp {
+        return Ok(());
+    }
+    if plan
+        .variants
+        .iter()
+        .any(|v| v.balance.as_deref() == Some("shared"))
+    {
+        return Err(Error::Input(format!(
+            "--balance shared is one UDP socket; over {} the balances are flow (each connection decided by its reactor) and spread (a busy connection by every reactor)",
+            transport.as_str()
+        )));
+    }
+    let kamailio = plan
+        .variants
+        .iter()
+        .any(|v| matches!(v.target, Target::Kamailio { .. }));
+    let secure = matches!(transport, Transport::Tls | Transport::Wss);
+    if kamailio && secure && plan.workers.iter().any(|w| *w > 1) {
+        // As in `compare::compare`: Debian's Kamailio 5.6 crashes.
+        return Err(Error::Input(
+            "Kamailio 5.6 with OpenSSL 3 crashes with more than one TLS worker: use --workers 1 or leave kamailio out"
+                .into(),
+        ));
+    }
+    if let Some(l) = plan.loads.iter().find(|l| l.flows() > MAX_CONNECTIONS) {
+        return Err(Error::Input(format!(
+            "{} connections: each ramp step would open them anew and count their handshakes; at most {MAX_CONNECTIONS} here (`bench connections` measures thousands held open)",
+            l.flows()
+        )));
+    }
+    Ok(())
+}
+
+/// The generator's TLS configuration for a plan over TLS or WSS.
+fn client_tls(plan: &Plan) -> Result<Option<Arc<rustls::ClientConfig>>, Error> {
+    if !matches!(plan.base.transport, Transport::Tls | Transport::Wss) {
+        return Ok(None);
+    }
+    let cert = plan.base.certificate.as_ref().ok_or_else(|| {
+        Error::Input(format!(
+            "{} needs a certificate",
+            plan.base.transport.as_str()
+        ))
+    })?;
+    crate::link::client_config(&cert.ca, false)
+        .map(Some)
+        .map_err(Error::io(cert.ca.display()))
+}
+
 /// Runs the plan; `progress` hears of each cell as it ends.
 pub fn scale(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>, Error> {
-    if plan.base.transport != Transport::Udp {
-        return Err(Error::Input("bench scale measures UDP".into()));
-    }
+    check_connections(plan)?;
+    let tls = client_tls(plan)?;
     compare::write_users(&plan.base)?;
     let callee = plan.base.users.iter().find(|u| u.name == "callee").cloned();
     let mut cells: Vec<Cell> = Vec::new();
@@ -174,7 +235,8 @@ pub fn scale(plan: &Plan, mut progress: impl FnMut(&Cell)) -> Result<Vec<Cell>, 
                 for load in &plan.loads {
                     for &w in &plan.workers {
                         let start = start_rate(plan.ramp.start, &cells, variant, scenario, load, w);
-                        let cell = measure_cell(plan, variant, scenario, *load, w, start, &callee)?;
+                        let cell =
+                            measure_cell(plan, variant, scenario, *load, w, start, &callee, &tls)?;
                         let cell = Cell { round, ..cell };
                         progress(&cell);
                         cells.push(cell);
@@ -209,9 +271,40 @@ fn start_rate(
     }
 }
 
+/// sipsec's arguments for a cell: over UDP its `--udp-balance`; over a
+/// connection a configuration of `workers` reactors, each connection
+/// decided by its reactor (`flow`) or a busy one by all (`spread`), and
+/// the generator's address free of the per-address limits.
+fn sipsec_args(plan: &Plan, variant: &Variant, workers: usize) -> Result<Vec<String>, Error> {
+    let Some(balance) = &variant.balance else {
+        return Ok(Vec::new());
+    };
+    if plan.base.transport == Transport::Udp {
+        return Ok(vec!["--udp-balance".into(), balance.clone()]);
+    }
+    let spread = if balance == "flow" {
+        "spread_above = 0\n"
+    } else {
+        ""
+    };
+    let path = plan
+        .base
+        .workdir
+        .join(format!("connections-{workers}-{balance}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "[connections]\nreactors = {workers}\n{spread}accept_rate = 0\nper_ip_exempt = [\"127.0.0.1\", \"::1\"]\n"
+        ),
+    )
+    .map_err(Error::io(path.display()))?;
+    Ok(vec!["--config".into(), path.display().to_string()])
+}
+
 /// One cell: the server started with `workers`, the ramp from `start`
 /// (again from a quarter of it, up to three times, while no step was
 /// fully processed).
+#[allow(clippy::too_many_arguments)]
 fn measure_cell(
     plan: &Plan,
     variant: &Variant,
@@ -220,6 +313,7 @@ fn measure_cell(
     workers: usize,
     start: f64,
     callee: &Option<User>,
+    tls: &Option<Arc<rustls::ClientConfig>>,
 ) -> Result<Cell, Error> {
     let mut base = plan.base.clone();
     base.workers = workers;
@@ -227,10 +321,7 @@ fn measure_cell(
         1 => "0".to_owned(),
         w => format!("0-{}", w - 1),
     });
-    base.sipsec_args = match &variant.balance {
-        Some(b) => vec!["--udp-balance".into(), b.clone()],
-        None => Vec::new(),
-    };
+    base.sipsec_args = sipsec_args(plan, variant, workers)?;
     let mode = compare::mode_of(scenario);
     let (server, listen) = compare::start(&base, &variant.target, mode, false)?;
     let callee = match (scenario::built_in(scenario, false)?.needs_callee, callee) {
@@ -249,8 +340,8 @@ fn measure_cell(
             threads: load.threads,
             local_port: local_port(load.flows())?,
             users: base.users.clone(),
-            transport: Transport::Udp,
-            tls: None,
+            transport: base.transport,
+            tls: tls.clone(),
             connection_per_call: false,
             flows: load.per_thread,
             busy_poll: plan.pin,
@@ -258,7 +349,8 @@ fn measure_cell(
             ids: None,
         },
         callee,
-        callee_registrar: None,
+        // Over a connection the built-in callee registers over UDP.
+        callee_registrar: (listen != server.addr).then_some(server.addr),
         callee_domain: None,
         server_pids: server.pids.clone(),
         weights: base.weights,

@@ -1059,6 +1059,82 @@ fn the_scale_bench_shows_each_workers_share() {
     }
 }
 
+/// `bench scale --transport tcp`: W is sipsec's connection reactors; one
+/// connection kept on its reactor (`flow`) leaves the other idle, spread
+/// over both (`spread`) both work, shared by both generator threads. What
+/// a plan over connections cannot do is refused before it starts.
+#[test]
+fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempdir("bench-scale-tcp");
+    let csv = users(&dir);
+    let json = dir.join("scale.json");
+    let o = Command::new(BIN)
+        .current_dir(&root)
+        .args([
+            "bench",
+            "scale",
+            "--transport",
+            "tcp",
+            "--servers",
+            "sipsec,null",
+        ])
+        .args(["--balance", "flow,spread", "--workers", "2", "--flows", "1"])
+        .args(["--start", "4000", "--factor", "2", "--max", "8000"])
+        .args(["--duration", "1", "--credentials"])
+        .arg(&csv)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("sipsec bench scale runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let cells = report(&json);
+    let cells = cells.as_array().expect("cells");
+    assert_eq!(cells.len(), 3, "sipsec flow, sipsec spread, null: {t}");
+    let split = |server: &str| -> Vec<f64> {
+        let c = cells
+            .iter()
+            .find(|c| c["server"] == server)
+            .unwrap_or_else(|| panic!("{server}: {t}"));
+        assert!(c["sustained"].as_f64() >= Some(4000.0), "{c}");
+        assert_eq!(c["failures"], serde_json::json!({}), "{c}");
+        c["workers_cpu"]
+            .as_array()
+            .expect("split")
+            .iter()
+            .map(|v| v.as_f64().expect("%"))
+            .collect()
+    };
+    let flow = split("sipsec flow");
+    assert!(
+        flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
+        "{flow:?}"
+    );
+    let spread = split("sipsec spread");
+    assert!(spread.len() == 2 && spread[1] > 1.0, "{spread:?}");
+    for (args, needle) in [
+        (
+            &["tcp", "--balance", "shared"][..],
+            "--balance shared is one UDP socket",
+        ),
+        (&["tcp", "--flows", "1001"][..], "at most 1000 here"),
+        (
+            &["tls", "--servers", "kamailio", "--workers", "1,2"][..],
+            "more than one TLS worker",
+        ),
+    ] {
+        let o = Command::new(BIN)
+            .current_dir(&root)
+            .args(["bench", "scale", "--transport"])
+            .args(args)
+            .output()
+            .expect("sipsec bench scale runs");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(needle), "{args:?}: {}", text(&o));
+    }
+}
+
 /// Over TLS too a backlog (1,000 requests written as fast as the socket
 /// takes them, 300 kB) is answered whole: none held past a buffer limit
 /// and dropped.

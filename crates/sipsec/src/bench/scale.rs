@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use sipsec_bench::link::Transport;
 use sipsec_bench::scale::{self, Load, Plan, Variant};
 
-use super::common::{ramp, targets, TableOutputs};
+use super::common::{make_certificate, ramp, targets, TableOutputs, TransportArg};
 
 #[derive(Args)]
 pub struct ScaleArgs {
@@ -23,12 +24,20 @@ pub struct ScaleArgs {
     /// the servers may use: all of them, half with --pin].
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
     pub(super) workers: Vec<u32>,
-    /// Loads, comma-separated, as sockets the calls come from: 1 (a trunk,
-    /// an SBC, a peer proxy), a few, thousands of phones. Fewer sockets
-    /// than generator threads are shared by all the threads, so one peer's
-    /// load is not held to what one thread makes.
-    #[arg(long, default_value = "1,8,10000", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=15_000))]
+    /// Loads, comma-separated, as sockets or connections the calls come
+    /// from: 1 (a trunk, an SBC, a peer proxy), a few, thousands of
+    /// phones. Fewer than generator threads are shared by all the
+    /// threads, so one peer's load is not held to what one thread makes
+    /// [default: 1,8,10000 over UDP; 1,8 over a connection, at most 1000].
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=15_000))]
     pub(super) flows: Vec<u32>,
+    /// The generator's transport: udp, or tcp, tls, ws, wss, where W is
+    /// sipsec's connection reactors (and --balance flow keeps each
+    /// connection on its reactor, spread lets every reactor decide a busy
+    /// one) and Kamailio's children; the built-in callee registers over
+    /// UDP. TLS and WSS use an RSA-2048 certificate made here.
+    #[arg(long, value_enum, default_value = "udp")]
+    pub(super) transport: TransportArg,
     /// Generator threads [default: 2; with --pin the CPUs left to it, at
     /// most 8].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -132,6 +141,18 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
         .collect();
     let workdir = std::env::temp_dir().join(format!("sipsec-scale-{}", std::process::id()));
     std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+    let transport: Transport = a.transport.into();
+    let certificate = if matches!(transport, Transport::Tls | Transport::Wss) {
+        let (chain, key, ca) = make_certificate(&workdir)?;
+        Some(sipsec_bench::compare::Certificate { chain, key, ca })
+    } else {
+        None
+    };
+    let flows = match (a.flows.is_empty(), transport) {
+        (false, _) => a.flows.clone(),
+        (true, Transport::Udp) => vec![1, 8, 10_000],
+        (true, _) => vec![1, 8],
+    };
     let plan = Plan {
         base: Base {
             targets: servers,
@@ -149,15 +170,14 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
             flows: 1,
             workdir: workdir.clone(),
             weights: sipsec_bench::stats::DEFAULT_WEIGHTS,
-            transport: sipsec_bench::link::Transport::Udp,
-            certificate: None,
+            transport,
+            certificate,
             rounds: a.rounds as usize,
             media_relay: None,
         },
         variants,
         workers,
-        loads: a
-            .flows
+        loads: flows
             .iter()
             .map(|f| Load::new(*f as usize, threads))
             .collect(),
@@ -171,6 +191,7 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
         sipsec_bench::pin_to_cores(&generator)
             .map_err(|e| format!("pinning the generator to CPUs {most}–{}: {e}", n - 1))?;
     }
+    eprintln!("over {}", transport.as_str());
     eprintln!(
         "server          scenario  load          W  sustained/s  peak/s   µs/call  workers' CPU %"
     );
