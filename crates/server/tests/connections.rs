@@ -811,6 +811,37 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
     s.handle.shutdown();
 }
 
+/// Connections that arrive together are shared by the reactors in turn,
+/// not all kept by the one that woke first to accept them: four trunks
+/// (never spread) on two reactors, two each. A connection handed to
+/// another reactor is served there as any other.
+#[test]
+fn connections_that_come_together_are_shared_by_the_reactors() {
+    let mut c = config(
+        Mode::Registrar,
+        ConnectionLimits {
+            spread_above: 0,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    c.connections.reactors = 2;
+    let s = serve("reactors-turns", c);
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut trunks: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.1:0", tcp)).collect();
+    for (i, t) in trunks.iter_mut().enumerate() {
+        let burst = trunk_burst(tcp, "TCP", 1, 3).replace("t0x", &format!("r{i}x"));
+        t.write_all(burst.as_bytes()).expect("write");
+    }
+    for t in &mut trunks {
+        answered_in_order(t, 1, 3);
+    }
+    let m = &s.handle.shared().metrics;
+    let (a, b) = (m.reactor_messages(0), m.reactor_messages(1));
+    assert_eq!((a, b), (6, 6), "two trunks of three messages each");
+    s.handle.shutdown();
+}
+
 /// A trunk's pipelined burst: `calls` AoRs' REGISTERs, `each` of them
 /// with rising CSeq under one Call-ID, the calls interleaved.
 fn trunk_burst(server: SocketAddr, proto: &str, calls: u32, each: u32) -> String {

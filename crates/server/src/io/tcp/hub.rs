@@ -450,7 +450,13 @@ impl TcpHub {
         self.open.fetch_add(1, Ordering::Relaxed);
         self.shared.metrics.connection_opened(conn.transport, false);
         crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
-        self.order(reactor, Order::Adopt(conn));
+        self.order(
+            reactor,
+            Order::Adopt {
+                conn,
+                accepted: false,
+            },
+        );
         Ok(())
     }
 

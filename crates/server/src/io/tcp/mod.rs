@@ -24,6 +24,7 @@
 //! connection holds bytes only while a message is incomplete or output
 //! is queued.
 
+mod accept;
 mod hub;
 mod reactor;
 pub mod shared;

@@ -294,8 +294,10 @@ pub(super) const MAX_AORS_REGISTERED: usize = 8;
 /// What reactors receive from other threads.
 #[derive(Debug)]
 pub(super) enum Order {
-    /// Serve this (outbound) connection.
-    Adopt(Arc<Conn>),
+    /// Serve this connection: one we opened, or (`accepted`) one another
+    /// reactor accepted, handed over so that connections spread evenly
+    /// whichever reactor woke first to accept them.
+    Adopt { conn: Arc<Conn>, accepted: bool },
     /// Close this connection.
     Close(Token),
     /// Decide this message of a busy connection (see `spread`).
