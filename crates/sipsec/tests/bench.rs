@@ -969,6 +969,30 @@ fn the_security_bench_measures_every_layer_in_one_run() {
     assert_eq!(page.matches("<svg").count(), 5, "a chart per section");
 }
 
+/// A finished `bench scale`'s cells (from `json`) and its output.
+fn scale_cells(o: &std::process::Output, json: &Path) -> (Vec<serde_json::Value>, String) {
+    let t = text(o);
+    assert!(o.status.success(), "{t}");
+    let cells = report(json).as_array().expect("cells").clone();
+    (cells, t)
+}
+
+/// Each worker's share of a core in `server`'s cell with `w` workers,
+/// which sustained at least `least` calls/s.
+fn split_of(cells: &[serde_json::Value], server: &str, w: u64, least: f64, t: &str) -> Vec<f64> {
+    let c = cells
+        .iter()
+        .find(|c| c["server"] == server && c["workers"] == w)
+        .unwrap_or_else(|| panic!("{server} W={w}: {t}"));
+    assert!(c["sustained"].as_f64() >= Some(least), "{c}");
+    c["workers_cpu"]
+        .as_array()
+        .expect("split")
+        .iter()
+        .map(|v| v.as_f64().expect("%"))
+        .collect()
+}
+
 /// `bench scale` against both servers: one flow held to one worker by the
 /// kernel's hash shows an idle worker; spread over both, both work.
 #[test]
@@ -1004,27 +1028,9 @@ fn the_scale_bench_shows_each_workers_share() {
         .arg(&html)
         .output()
         .expect("sipsec bench scale runs");
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    let cells = report(&json);
-    let cells = cells.as_array().expect("cells");
+    let (cells, t) = scale_cells(&o, &json);
     assert_eq!(cells.len(), 6, "3 servers × 2 worker counts: {t}");
-    let cell = |server: &str, w: u64| {
-        cells
-            .iter()
-            .find(|c| c["server"] == server && c["workers"] == w)
-            .unwrap_or_else(|| panic!("{server} W={w}: {t}"))
-    };
-    let split = |server: &str, w: u64| -> Vec<f64> {
-        let c = cell(server, w);
-        assert!(c["sustained"].as_f64() >= Some(500.0), "{c}");
-        c["workers_cpu"]
-            .as_array()
-            .expect("split")
-            .iter()
-            .map(|v| v.as_f64().expect("%"))
-            .collect()
-    };
+    let split = |server: &str, w: u64| split_of(&cells, server, w, 500.0, &t);
     let flow = split("sipsec flow", 2);
     assert!(
         flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
@@ -1087,25 +1093,12 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
         .arg(&json)
         .output()
         .expect("sipsec bench scale runs");
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    let cells = report(&json);
-    let cells = cells.as_array().expect("cells");
+    let (cells, t) = scale_cells(&o, &json);
     assert_eq!(cells.len(), 3, "sipsec flow, sipsec spread, null: {t}");
-    let split = |server: &str| -> Vec<f64> {
-        let c = cells
-            .iter()
-            .find(|c| c["server"] == server)
-            .unwrap_or_else(|| panic!("{server}: {t}"));
-        assert!(c["sustained"].as_f64() >= Some(4000.0), "{c}");
+    for c in &cells {
         assert_eq!(c["failures"], serde_json::json!({}), "{c}");
-        c["workers_cpu"]
-            .as_array()
-            .expect("split")
-            .iter()
-            .map(|v| v.as_f64().expect("%"))
-            .collect()
-    };
+    }
+    let split = |server: &str| split_of(&cells, server, 2, 4000.0, &t);
     let flow = split("sipsec flow");
     assert!(
         flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
@@ -1135,28 +1128,59 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
     }
 }
 
-/// Over TLS too a backlog (1,000 requests written as fast as the socket
-/// takes them, 300 kB) is answered whole: none held past a buffer limit
-/// and dropped.
-fn tls_backlog_is_answered(request: &dyn Fn(u32) -> String) {
-    use std::io::{BufRead, ErrorKind, Read, Write};
-    let dir = tempdir("bench-null-tls");
-    common::tls_files(&dir);
-    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+/// `bench null` with `args` for a minute, and the address its banner
+/// gives for `proto` (tcp, tls).
+fn null_responder(args: &[&str], proto: &str) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::BufRead;
     let mut null = Command::new(BIN)
         .args(["bench", "null", "--udp", "127.0.0.1:0"])
-        .args(["--tls", "127.0.0.1:0", "--cert", &f("srv.pem"), "--key"])
-        .arg(f("srv.key"))
+        .args(args)
         .args(["--seconds", "60"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("null responder");
-    let mut lines = std::io::BufReader::new(null.stdout.take().expect("piped")).lines();
-    let addr: std::net::SocketAddr = lines
-        .by_ref()
+    let banner = format!("answering on {proto} ");
+    let addr = std::io::BufReader::new(null.stdout.take().expect("piped"))
+        .lines()
         .map_while(Result::ok)
-        .find_map(|l| l.split_once("answering on tls ")?.1.parse().ok())
-        .expect("a tls banner");
+        .find_map(|l| l.split_once(banner.as_str())?.1.parse().ok())
+        .unwrap_or_else(|| panic!("a {proto} banner"));
+    (null, addr)
+}
+
+/// Reads from `r` until `want` status lines arrived, panicking if it
+/// closes first.
+fn answers_on(r: &mut impl std::io::Read, want: usize) {
+    let (mut all, mut big) = (Vec::new(), vec![0u8; 1 << 16]);
+    let mut answers = 0;
+    while answers < want {
+        let n = r.read(&mut big).expect("answers");
+        assert!(n > 0, "closed after {answers} of {want} answers");
+        all.extend_from_slice(&big[..n]);
+        answers = String::from_utf8_lossy(&all)
+            .matches("SIP/2.0 200 OK")
+            .count();
+    }
+}
+
+/// Over TLS too a backlog (1,000 requests written as fast as the socket
+/// takes them, 300 kB) is answered whole: none held past a buffer limit
+/// and dropped.
+fn tls_backlog_is_answered(request: &dyn Fn(u32) -> String) {
+    use std::io::{ErrorKind, Read, Write};
+    let dir = tempdir("bench-null-tls");
+    common::tls_files(&dir);
+    let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
+    let key = f("srv.key");
+    let args = [
+        "--tls",
+        "127.0.0.1:0",
+        "--cert",
+        &f("srv.pem"),
+        "--key",
+        &key,
+    ];
+    let (mut null, addr) = null_responder(&args, "tls");
     let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).expect("tls");
     b.set_ca_file(f("ca.pem")).expect("ca");
     let tcp = std::net::TcpStream::connect(addr).expect("connect");
@@ -1199,26 +1223,8 @@ fn tls_backlog_is_answered(request: &dyn Fn(u32) -> String) {
 /// phones of `bench connections` open, register and refresh through it.
 #[test]
 fn the_null_responder_frames_and_answers_over_tcp_and_tls() {
-    use std::io::{BufRead, Read, Write};
-    let mut null = Command::new(BIN)
-        .args([
-            "bench",
-            "null",
-            "--udp",
-            "127.0.0.1:0",
-            "--tcp",
-            "127.0.0.1:0",
-        ])
-        .args(["--seconds", "60"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("null responder");
-    let mut lines = std::io::BufReader::new(null.stdout.take().expect("piped")).lines();
-    let tcp: std::net::SocketAddr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("answering on tcp ")?.1.parse().ok())
-        .expect("a tcp banner");
+    use std::io::{Read, Write};
+    let (mut null, tcp) = null_responder(&["--tcp", "127.0.0.1:0"], "tcp");
     let request = |cseq: u32| {
         format!(
             "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:5;branch=z9hG4bK{cseq}\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:a@example.com>\r\nCall-ID: null-{cseq}\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:a@127.0.0.1:5;transport=tcp>\r\nContent-Length: 0\r\n\r\n"
@@ -1261,16 +1267,7 @@ fn the_null_responder_frames_and_answers_over_tcp_and_tls() {
     let mut w = c.try_clone().expect("clone");
     let backlog: String = (10..3010).map(request).collect();
     let writer = std::thread::spawn(move || w.write_all(backlog.as_bytes()));
-    let (mut all, mut big) = (Vec::new(), vec![0u8; 1 << 16]);
-    let mut answers = 0;
-    while answers < 3000 {
-        let n = c.read(&mut big).expect("answers");
-        assert!(n > 0, "closed after {answers} answers to the backlog");
-        all.extend_from_slice(&big[..n]);
-        answers = String::from_utf8_lossy(&all)
-            .matches("SIP/2.0 200 OK")
-            .count();
-    }
+    answers_on(&mut c, 3000);
     writer.join().expect("writer").expect("backlog written");
     let mut bad = std::net::TcpStream::connect(tcp).expect("connect");
     bad.set_read_timeout(Some(std::time::Duration::from_secs(10)))
