@@ -262,7 +262,6 @@ impl Link {
             Link::Stream(s) => Link::Shared(Box::new(Handle {
                 fd: s.socket.as_raw_fd(),
                 conn: Arc::new(Mutex::new(*s)),
-                reports: true,
             })),
             other => other,
         }
@@ -271,9 +270,9 @@ impl Link {
     /// Another handle on this link, for another generator thread: one
     /// peer's load sent from several threads. A UDP socket is shared with
     /// counts of its own; a connection made shared by
-    /// [`into_shared`](Self::into_shared) is the same connection, and its
-    /// bytes are reported by the first handle only. `None` for a
-    /// connection one thread owns.
+    /// [`into_shared`](Self::into_shared) is the same connection, whose
+    /// bytes no handle reports ([`shared_wire`](Self::shared_wire) does).
+    /// `None` for a connection one thread owns.
     pub fn share(&self) -> io::Result<Option<Link>> {
         match self {
             Link::Udp(d) => Ok(Some(Link::Udp(Box::new(Datagrams::new(
@@ -282,7 +281,6 @@ impl Link {
             Link::Shared(h) => Ok(Some(Link::Shared(Box::new(Handle {
                 fd: h.fd,
                 conn: h.conn.clone(),
-                reports: false,
             })))),
             Link::Stream(_) => Ok(None),
         }
@@ -399,13 +397,22 @@ impl Link {
         self.peek(|s| s.error.clone()).flatten()
     }
 
-    /// The bytes it moved so far (a shared connection's: by its first
-    /// handle, none by the others).
+    /// The bytes it moved so far (none for a shared connection: every
+    /// thread's handle would count them again).
     pub fn wire(&self) -> Wire {
         match self {
             Link::Udp(d) => d.wire,
-            Link::Shared(h) if !h.reports => Wire::default(),
-            _ => self.peek(|s| s.wire).unwrap_or_default(),
+            Link::Stream(s) => s.wire,
+            Link::Shared(_) => Wire::default(),
+        }
+    }
+
+    /// The bytes a shared connection moved, all threads' together; `None`
+    /// for any other link.
+    pub fn shared_wire(&self) -> Option<Wire> {
+        match self {
+            Link::Shared(h) => Some(h.lock().wire),
+            _ => None,
         }
     }
 
@@ -510,8 +517,6 @@ pub struct Handle {
     conn: Arc<Mutex<Stream>>,
     /// The connection's descriptor, to wait on without the lock.
     fd: RawFd,
-    /// This handle reports the connection's bytes (the first one does).
-    reports: bool,
 }
 
 impl Handle {

@@ -335,8 +335,15 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
             })
             .collect()
     };
+    // Handles on the shared connections kept here, to count their bytes
+    // once every thread is done with them.
+    let mut watched = Vec::new();
     let sockets = if run.share_flows {
-        shared_links(open_links(0)?, threads)?
+        let links = shared_links(open_links(0)?, threads)?;
+        for l in &links[0] {
+            watched.extend(l.share()?.filter(|l| l.shared_wire().is_some()));
+        }
+        links
     } else {
         (0..threads)
             .map(open_links)
@@ -400,6 +407,9 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     let mut total = Outcome::default();
     for o in outcomes {
         total.merge(o);
+    }
+    for l in &watched {
+        total.wire += l.shared_wire().unwrap_or_default();
     }
     Ok(total)
 }
