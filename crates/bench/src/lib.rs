@@ -31,6 +31,7 @@ pub mod scenario;
 pub mod security;
 pub mod srtp;
 pub mod stats;
+pub mod steer;
 pub mod timers;
 pub mod variants;
 pub mod xdp;

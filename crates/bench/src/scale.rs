@@ -78,7 +78,8 @@ impl Load {
 pub struct Variant {
     /// The server.
     pub target: Target,
-    /// sipsec's `--udp-balance` (flow, spread, shared); none for Kamailio.
+    /// sipsec's `--udp-balance` (flow, call, spread, shared); none for
+    /// Kamailio.
     pub balance: Option<String>,
 }
 
@@ -175,13 +176,14 @@ fn check_connections(plan: &Plan) -> Result<(), Error> {
     if transport == Transport::Udp {
         return Ok(());
     }
-    if plan
+    if let Some(b) = plan
         .variants
         .iter()
-        .any(|v| v.balance.as_deref() == Some("shared"))
+        .filter_map(|v| v.balance.as_deref())
+        .find(|b| matches!(*b, "shared" | "call"))
     {
         return Err(Error::Input(format!(
-            "--balance shared is one UDP socket; over {} the balances are flow (each connection decided by its reactor) and spread (a busy connection by every reactor)",
+            "--balance {b} is for UDP sockets; over {} the balances are flow (each connection decided by its reactor) and spread (a busy connection by every reactor)",
             transport.as_str()
         )));
     }

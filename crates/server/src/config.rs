@@ -260,6 +260,12 @@ pub fn interface_name(s: &str) -> Result<String, String> {
 /// How datagrams are spread over the UDP workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpBalance {
+    /// By a hash of each datagram's Call-ID (an eBPF program on the
+    /// SO_REUSEPORT group, Linux 6.9 and `CAP_BPF`): one busy peer uses
+    /// every worker, and one call's messages all reach one worker, in
+    /// the order they came. Where the program cannot be loaded, `Flow`.
+    #[default]
+    Call,
     /// Each datagram to a worker picked at random (a BPF program on the
     /// SO_REUSEPORT group): one busy peer uses every worker, but two
     /// messages it sends back to back (a 180 and its 200) may leave in
@@ -270,14 +276,17 @@ pub enum UdpBalance {
     Shared,
     /// By a hash of the sender's address and port (SO_REUSEPORT's own):
     /// one peer's datagrams all go to one worker, in order.
-    #[default]
     Flow,
 }
 
 impl UdpBalance {
-    /// Parses `spread`, `shared` or `flow`.
+    /// The names [`UdpBalance::parse`] takes, for messages.
+    pub const CHOICES: &str = "call, flow, spread or shared";
+
+    /// Parses `call`, `spread`, `shared` or `flow`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
+            "call" => Some(Self::Call),
             "spread" => Some(Self::Spread),
             "shared" => Some(Self::Shared),
             "flow" => Some(Self::Flow),
@@ -717,7 +726,7 @@ impl Default for Config {
             tcp: Some(udp),
             http: Some(DEFAULT_HTTP),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            udp_balance: UdpBalance::Flow,
+            udp_balance: UdpBalance::Call,
             udp_xdp: None,
             batch_wait: DEFAULT_BATCH_WAIT,
             advertise: udp,

@@ -508,9 +508,8 @@ impl Config {
             self.stateful = st;
         }
         if let Some(b) = f.udp_balance {
-            self.udp_balance = UdpBalance::parse(&b).ok_or_else(|| {
-                value("udp_balance", format!("{b:?}: use spread, shared or flow"))
-            })?;
+            let hint = || value("udp_balance", format!("{b:?}: use {}", UdpBalance::CHOICES));
+            self.udp_balance = UdpBalance::parse(&b).ok_or_else(hint)?;
         }
         if let Some(i) = f.udp_xdp {
             self.udp_xdp = Some(interface_name(&i).map_err(|e| value("udp_xdp", e))?);

@@ -15,7 +15,11 @@ use sip_core::{Limits, Message};
 use sipsec_server::{Config, Mode};
 
 fn server(mode: Mode, name: &str) -> Served {
-    let config = Config {
+    server_with(mode, name, |_| {})
+}
+
+fn server_with(mode: Mode, name: &str, tune: impl FnOnce(&mut Config)) -> Served {
+    let mut config = Config {
         mode,
         udp: "127.0.0.1:0".parse().expect("addr"),
         tcp: Some("127.0.0.1:0".parse().expect("addr")),
@@ -24,6 +28,7 @@ fn server(mode: Mode, name: &str) -> Served {
         workers: 2,
         ..Config::default()
     };
+    tune(&mut config);
     Served::start(&format!("tcp-{name}"), config).expect("server starts")
 }
 
@@ -252,7 +257,11 @@ fn a_request_uri_naming_a_tcp_port_of_its_own_is_local() {
 /// is full makes Linux drop further SYNs, so connects to it hang.
 #[test]
 fn unreachable_tcp_target_does_not_stall_workers() {
-    let s = server(Mode::Proxy, "blackhole");
+    // One peer's datagrams on one worker (by its address, not by each
+    // call's Call-ID), so that the REGISTER queues behind the INVITEs.
+    let s = server_with(Mode::Proxy, "blackhole", |c| {
+        c.udp_balance = sipsec_server::config::UdpBalance::Flow;
+    });
     let udp = s.handle.local_addr();
     let c = UdpSocket::bind("127.0.0.1:0").expect("udp");
     c.set_read_timeout(Some(Duration::from_secs(5)))

@@ -113,6 +113,56 @@ fn one_flow_is_spread_over_every_worker() {
 }
 
 #[test]
+fn one_flow_is_spread_by_call_id_over_every_worker() {
+    one_flow_uses_both_workers(UdpBalance::Call);
+}
+
+/// Steered by Call-ID, one call's messages all reach the worker its
+/// Call-ID hashes to, in the order they came: 100 REGISTER refreshes of
+/// one AoR under one Call-ID, sent back to back without waiting, are
+/// answered in CSeq order, all by that worker; another call goes to the
+/// other worker.
+#[test]
+fn one_calls_messages_reach_one_worker_in_order() {
+    let s = server("by-call", UdpBalance::Call);
+    let srv = s.handle.local_addr();
+    let peer = socket();
+    let me = peer.local_addr().expect("addr");
+    let m = &s.handle.shared().metrics;
+    let counts = || [m.udp_worker_datagrams(0), m.udp_worker_datagrams(1)];
+    // One Call-ID for each worker, as the kernel's program hashes them.
+    let call_for = |w: u32| {
+        (0..)
+            .map(|i| format!("refresh-{i}@{me}"))
+            .find(|c| sip_udp::CallSteering::index_of(c.as_bytes(), 2) == w)
+            .expect("a Call-ID")
+    };
+    const N: u32 = 100;
+    for w in [0, 1] {
+        let call_id = call_for(w);
+        let before = counts();
+        for cseq in 1..=N {
+            let r = format!(
+                "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-{w}-{cseq}\r\n\
+                 Max-Forwards: 70\r\nFrom: <sip:refresh{w}@localhost>;tag=t\r\n\
+                 To: <sip:refresh{w}@localhost>\r\nCall-ID: {call_id}\r\nCSeq: {cseq} REGISTER\r\n\
+                 Contact: <sip:r@{me}>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n"
+            );
+            peer.send_to(r.as_bytes(), srv).expect("send");
+        }
+        for cseq in 1..=N {
+            let ok = recv(&peer);
+            assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+            assert_eq!(header(&ok, "CSeq"), format!("{cseq} REGISTER"), "in order");
+        }
+        let after = counts();
+        let w = w as usize;
+        assert_eq!(after[w] - before[w], u64::from(N), "all on worker {w}");
+        assert_eq!(after[1 - w], before[1 - w], "none on the other");
+    }
+}
+
+#[test]
 fn one_flow_is_shared_by_every_worker_reading_one_socket() {
     one_flow_uses_both_workers(UdpBalance::Shared);
 }

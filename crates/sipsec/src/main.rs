@@ -165,11 +165,13 @@ struct ServeArgs {
     /// Worker threads, one UDP socket each [default: one per core].
     #[arg(long)]
     workers: Option<usize>,
-    /// How datagrams are spread over the workers: flow (each sender to one
-    /// worker, in order), spread (each datagram to a worker at random, so
-    /// one busy peer uses them all; back-to-back messages may be reordered)
-    /// or shared (one socket all read) [default: flow].
-    #[arg(long, value_parser = ["spread", "shared", "flow"])]
+    /// How datagrams are spread over the workers: call (by Call-ID, so
+    /// one busy peer uses them all and each call stays in order; needs
+    /// Linux 6.9 and CAP_BPF, else flow), flow (each sender to one worker,
+    /// in order), spread (each datagram to a worker at random;
+    /// back-to-back messages may be reordered) or shared (one socket all
+    /// read) [default: call].
+    #[arg(long, value_parser = ["call", "spread", "shared", "flow"])]
     udp_balance: Option<String>,
     /// Take the UDP port's IPv4 datagrams on this interface past the
     /// kernel's stack (AF_XDP, root; worker i on receive queue i); other

@@ -994,7 +994,7 @@ fn split_of(cells: &[serde_json::Value], server: &str, w: u64, least: f64, t: &s
 }
 
 /// `bench scale` against both servers: one flow held to one worker by the
-/// kernel's hash shows an idle worker; spread over both, both work.
+/// kernel's hash shows an idle worker; steered by Call-ID, both work.
 #[test]
 fn the_scale_bench_shows_each_workers_share() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -1011,7 +1011,7 @@ fn the_scale_bench_shows_each_workers_share() {
             "bench",
             "scale",
             "--balance",
-            "flow,spread",
+            "flow,call",
             "--workers",
             "1,2",
         ])
@@ -1036,8 +1036,8 @@ fn the_scale_bench_shows_each_workers_share() {
         flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
         "{flow:?}"
     );
-    let spread = split("sipsec spread", 2);
-    assert!(spread.len() == 2 && spread[1] > 0.0, "{spread:?}");
+    let call = split("sipsec call", 2);
+    assert!(call.len() == 2 && call[1] > 0.0, "{call:?}");
     assert_eq!(split("kamailio", 2).len(), 2);
     let table = std::fs::read_to_string(&md).expect("markdown");
     assert!(
@@ -1109,7 +1109,11 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
     for (args, needle) in [
         (
             &["tcp", "--balance", "shared"][..],
-            "--balance shared is one UDP socket",
+            "--balance shared is for UDP sockets",
+        ),
+        (
+            &["wss", "--balance", "flow,call"][..],
+            "--balance call is for UDP sockets",
         ),
         (&["tcp", "--flows", "1001"][..], "at most 1000 here"),
         (

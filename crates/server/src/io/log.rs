@@ -151,6 +151,12 @@ pub fn udp_spread_unavailable(err: &std::io::Error) {
     warn!(target: "sipsec::server", error = %err, "udp_balance = \"spread\" needs SO_ATTACH_REUSEPORT_CBPF (Linux 4.5); each sender stays on one worker (use \"shared\" to spread one peer)");
 }
 
+/// `udp_balance = "call"` could not load or attach its program: each
+/// sender stays on one worker.
+pub fn udp_call_unavailable(err: &std::io::Error) {
+    warn!(target: "sipsec::server", error = %err, "udp_balance = \"call\" needs Linux 6.9 and CAP_BPF to steer datagrams by Call-ID; each sender stays on one worker");
+}
+
 /// `udp_xdp` could not be used on `iface` (or on one of its queues):
 /// the UDP sockets serve what it would have carried.
 pub fn udp_xdp_unavailable(iface: &str, why: &str) {

@@ -1,6 +1,6 @@
 //! UDP transport: one socket per worker thread, bound with SO_REUSEPORT,
-//! datagrams spread over them at random (or by sender, or one socket all
-//! workers read: [`UdpBalance`]); each worker moves datagrams in batches
+//! datagrams spread over them by sender (or by Call-ID, or at random, or
+//! one socket all workers read: [`UdpBalance`]); each worker moves datagrams in batches
 //! (recvmmsg/sendmmsg) through reused buffers.
 
 use std::io;
@@ -81,6 +81,14 @@ impl UdpServer {
         if balance == UdpBalance::Spread && workers > 1 {
             if let Err(e) = sip_udp::steer_at_random(&sockets[0], workers as u32) {
                 crate::io::log::udp_spread_unavailable(&e);
+            }
+        }
+        if balance == UdpBalance::Call && workers > 1 {
+            // The group holds the program once attached.
+            let attached = sip_udp::CallSteering::load(workers as u32)
+                .and_then(|program| program.attach(&sockets[0]));
+            if let Err(e) = attached {
+                crate::io::log::udp_call_unavailable(&e);
             }
         }
         Ok(Self {

@@ -8,60 +8,18 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use crate::ebpf::*;
 
 const BPF_MAP_CREATE: i64 = 0;
 const BPF_MAP_UPDATE_ELEM: i64 = 2;
-const BPF_PROG_LOAD: i64 = 5;
 const BPF_LINK_CREATE: i64 = 28;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const XDP_PASS: i32 = 2;
-
-/// `union bpf_attr`, as bytes: each command fills the fields it reads at
-/// their offsets in `include/uapi/linux/bpf.h`; the rest stays zero, as
-/// the kernel requires.
-#[repr(C, align(8))]
-struct Attr([u8; 128]);
-
-impl Attr {
-    fn new() -> Self {
-        Self([0; 128])
-    }
-    fn u32(mut self, at: usize, v: u32) -> Self {
-        self.0[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(mut self, at: usize, v: u64) -> Self {
-        self.0[at..at + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn call(mut self, cmd: i64) -> io::Result<i64> {
-        // SAFETY: `self.0` is a valid, writable `bpf_attr` of the length
-        // passed; every pointer stored in it (set by the callers below)
-        // points to memory that outlives this call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd,
-                self.0.as_mut_ptr(),
-                self.0.len() as libc::c_ulong,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r)
-        }
-    }
-    fn call_fd(self, cmd: i64) -> io::Result<OwnedFd> {
-        let fd = self.call(cmd)? as RawFd;
-        // SAFETY: the kernel returned a new descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-}
 
 /// An XSKMAP with `entries` slots (receive queues).
 pub(super) fn xsk_map(entries: u32) -> io::Result<OwnedFd> {
@@ -84,53 +42,6 @@ pub(super) fn set_socket(map: &OwnedFd, queue: u32, xsk: RawFd) -> io::Result<()
         .call(BPF_MAP_UPDATE_ELEM)
         .map(drop)
 }
-
-/// One eBPF instruction (`struct bpf_insn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-impl Insn {
-    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Self {
-        Self {
-            code,
-            regs: dst | (src << 4),
-            off,
-            imm,
-        }
-    }
-    fn bytes(self) -> [u8; 8] {
-        let mut b = [0; 8];
-        b[0] = self.code;
-        b[1] = self.regs;
-        b[2..4].copy_from_slice(&self.off.to_le_bytes());
-        b[4..8].copy_from_slice(&self.imm.to_le_bytes());
-        b
-    }
-}
-
-const LDX_W: u8 = 0x61;
-const LDX_H: u8 = 0x69;
-const LDX_B: u8 = 0x71;
-const MOV_X: u8 = 0xbf;
-const MOV_K: u8 = 0xb7;
-const ADD_K: u8 = 0x07;
-const AND_K: u8 = 0x57;
-const JGT_X: u8 = 0x2d;
-const JNE_K: u8 = 0x55;
-/// `BPF_JMP32 | BPF_JEQ | BPF_K`: compares the low 32 bits. A 64-bit
-/// jump would sign-extend the immediate, so an address whose last octet
-/// is 128 or more (the top bit of its little-endian word) never matched.
-const JEQ32_K: u8 = 0x16;
-const JA: u8 = 0x05;
-const LD_DW: u8 = 0x18;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
-const PSEUDO_MAP_FD: u8 = 1;
 
 /// A 16-bit field in network order as a little-endian load reads it.
 const fn wire16(v: u16) -> i32 {
@@ -193,30 +104,8 @@ fn program(map: RawFd, port: u16, addrs: &[Ipv4Addr]) -> Vec<Insn> {
 /// Loads the program for `map` and `port`; a refusal carries the
 /// verifier's log.
 pub(super) fn load(map: &OwnedFd, port: u16, addrs: &[Ipv4Addr]) -> io::Result<OwnedFd> {
-    let code: Vec<u8> = program(map.as_raw_fd(), port, addrs)
-        .into_iter()
-        .flat_map(Insn::bytes)
-        .collect();
-    let license = c"GPL";
-    let mut log = vec![0u8; 16 * 1024];
-    let r = Attr::new()
-        .u32(0, BPF_PROG_TYPE_XDP)
-        .u32(4, (code.len() / 8) as u32)
-        .u64(8, code.as_ptr() as u64)
-        .u64(16, license.as_ptr() as u64)
-        .u32(24, 1)
-        .u32(28, log.len() as u32)
-        .u64(32, log.as_mut_ptr() as u64)
-        .u32(68, BPF_XDP)
-        .call_fd(BPF_PROG_LOAD);
-    r.map_err(|e| {
-        let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
-        let text = String::from_utf8_lossy(&log[..end]);
-        io::Error::new(
-            e.kind(),
-            format!("loading the XDP program: {e}: {}", text.trim()),
-        )
-    })
+    let program = program(map.as_raw_fd(), port, addrs);
+    crate::ebpf::load(BPF_PROG_TYPE_XDP, BPF_XDP, &program, "XDP")
 }
 
 /// Attaches `prog` to interface `ifindex` (the driver's XDP hook where it

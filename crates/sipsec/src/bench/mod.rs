@@ -12,6 +12,7 @@ mod run;
 mod scale;
 mod security;
 mod srtp;
+mod steer;
 mod stir;
 mod trunk;
 mod xdp;
@@ -30,6 +31,7 @@ use run::{null, run_scenario, NullArgs, RunArgs};
 use scale::{scale_bench, ScaleArgs};
 use security::{security, SecurityArgs};
 use srtp::{srtp_bench, SrtpArgs};
+use steer::{steer_bench, SteerArgs};
 use stir::{stir_bench, StirArgs};
 use trunk::{trunk_bench, TrunkArgs};
 use xdp::{xdp_bench, XdpArgs};
@@ -103,6 +105,10 @@ pub enum BenchCommand {
     /// in a network namespace made for the run (root); CPU per answer on
     /// each path at each offered rate.
     Xdp(Box<XdpArgs>),
+    /// What steering UDP datagrams by Call-ID (`udp_balance = "call"`)
+    /// costs the kernel: the SO_REUSEPORT program on typical datagrams
+    /// (BPF_PROG_TEST_RUN; root or CAP_BPF), ns a datagram.
+    Steer(Box<SteerArgs>),
 }
 
 pub fn run(cmd: BenchCommand) -> ExitCode {
@@ -123,6 +129,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Scale(a) => scale_bench(*a),
         BenchCommand::Null(a) => null(*a),
         BenchCommand::Xdp(a) => xdp_bench(*a),
+        BenchCommand::Steer(a) => steer_bench(*a),
     };
     match result {
         Ok(code) => code,

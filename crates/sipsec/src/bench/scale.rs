@@ -16,9 +16,9 @@ pub struct ScaleArgs {
     #[arg(long, default_value = "sipsec,kamailio", value_delimiter = ',')]
     pub(super) servers: Vec<String>,
     /// How sipsec's UDP workers share datagrams, comma-separated (a row
-    /// each): flow (the kernel's hash of the sender), spread (any worker
-    /// per datagram), shared (one socket).
-    #[arg(long, default_value = "spread", value_delimiter = ',', value_parser = ["flow", "spread", "shared"])]
+    /// each): flow (the kernel's hash of the sender), call (by Call-ID),
+    /// spread (any worker per datagram), shared (one socket).
+    #[arg(long, default_value = "spread", value_delimiter = ',', value_parser = ["flow", "call", "spread", "shared"])]
     pub(super) balance: Vec<String>,
     /// Worker counts, comma-separated [default: 1, 2, 4, … up to the CPUs
     /// the servers may use: all of them, half with --pin].
