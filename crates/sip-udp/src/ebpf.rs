@@ -114,6 +114,11 @@ pub(crate) const JEQ_K: u8 = 0x15;
 pub(crate) const JGE_X: u8 = 0x3d;
 pub(crate) const JLE_K: u8 = 0xb5;
 pub(crate) const SUB_X: u8 = 0x1f;
+pub(crate) const LDX_DW: u8 = 0x79;
+pub(crate) const XOR_X: u8 = 0xaf;
+pub(crate) const XOR_K: u8 = 0xa7;
+pub(crate) const AND_X: u8 = 0x5f;
+pub(crate) const JGT_K: u8 = 0x25;
 pub(crate) const ADD_X: u8 = 0x0f;
 pub(crate) const JGE_K: u8 = 0x35;
 pub(crate) const JLT_K: u8 = 0xa5;
@@ -156,14 +161,15 @@ pub(crate) fn load(
         .call_fd(BPF_PROG_LOAD);
     let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
     let text = String::from_utf8_lossy(&log[..end]);
-    // The verifier's verdict is at the end of its log.
-    let text = text.trim();
-    let from = (0..=text.len().saturating_sub(2000))
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
+    // The verifier's verdict is at the end of its log: its last lines,
+    // each cut short (a line may list the whole stack).
+    let lines: Vec<&str> = text.trim().lines().collect();
+    let tail: Vec<String> = lines[lines.len().saturating_sub(4)..]
+        .iter()
+        .map(|l| l.chars().take(240).collect())
+        .collect();
     Err(io::Error::new(
         e.kind(),
-        format!("loading the {what} program: {e}: {}", &text[from..]),
+        format!("loading the {what} program: {e}: {}", tail.join(" / ")),
     ))
 }
