@@ -104,6 +104,10 @@ fn one_flow_uses_both_workers(balance: UdpBalance) {
     let m = &s.handle.shared().metrics;
     let (a, b) = (m.udp_worker_datagrams(0), m.udp_worker_datagrams(1));
     assert_eq!(a + b, N as u64);
+    let steered = m
+        .udp_steered_by_call
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(steered == 1, balance == UdpBalance::Call);
     assert!(a > 0 && b > 0, "one flow on both workers: {a} and {b}");
 }
 
@@ -129,6 +133,10 @@ fn one_calls_messages_reach_one_worker_in_order() {
     let peer = socket();
     let me = peer.local_addr().expect("addr");
     let m = &s.handle.shared().metrics;
+    let steered = m
+        .udp_steered_by_call
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(steered, 1, "the program is attached");
     let counts = || [m.udp_worker_datagrams(0), m.udp_worker_datagrams(1)];
     // One Call-ID for each worker, as the kernel's program hashes them.
     let call_for = |w: u32| {

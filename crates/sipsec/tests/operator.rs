@@ -345,6 +345,10 @@ fn metrics_parse_with_the_reference_parser() {
         Some(1.0)
     );
     assert_eq!(value("sipsec_bans_total", &[]), Some(0.0));
+    // A worker a CPU by default, steered by Call-ID where there are two.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let steered = if cpus > 1 { 1.0 } else { 0.0 };
+    assert_eq!(value("sipsec_udp_steered_by_call", &[]), Some(steered));
     assert!(value("process_resident_memory_bytes", &[]).is_some_and(|v| v > 1e6));
     assert!(value("process_open_fds", &[]).is_some_and(|v| v >= 5.0));
     assert!(value("process_cpu_seconds_total", &[]).is_some());

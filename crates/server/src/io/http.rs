@@ -173,6 +173,7 @@ impl View {
     /// The Prometheus exposition.
     pub fn metrics(&self) -> String {
         let now = unix_now();
+        let metrics = &self.shared.metrics;
         let gauges = [
             (
                 "sipsec_bindings",
@@ -193,6 +194,11 @@ impl View {
                 "sipsec_uptime_seconds",
                 "Seconds since start.",
                 now.saturating_sub(self.shared.started),
+            ),
+            (
+                "sipsec_udp_steered_by_call",
+                "1 when the UDP workers are steered by Call-ID (udp_balance = \"call\" in effect), 0 when not.",
+                metrics.udp_steered_by_call.load(Ordering::Relaxed),
             ),
         ];
         let mut text = self.shared.metrics.render(&gauges);

@@ -50,6 +50,9 @@ pub struct UdpServer {
     addr: SocketAddr,
     sockets: Vec<Arc<UdpSocket>>,
     workers: usize,
+    /// Whether the group is steered by Call-ID (`UdpBalance::Call` in
+    /// effect).
+    by_call: bool,
 }
 
 impl UdpServer {
@@ -83,18 +86,21 @@ impl UdpServer {
                 crate::io::log::udp_spread_unavailable(&e);
             }
         }
+        let mut by_call = false;
         if balance == UdpBalance::Call && workers > 1 {
             // The group holds the program once attached.
             let attached = sip_udp::CallSteering::load(workers as u32)
                 .and_then(|program| program.attach(&sockets[0]));
-            if let Err(e) = attached {
-                crate::io::log::udp_call_unavailable(&e);
+            match attached {
+                Ok(()) => by_call = true,
+                Err(e) => crate::io::log::udp_call_unavailable(&e),
             }
         }
         Ok(Self {
             addr,
             sockets: sockets.into_iter().map(Arc::new).collect(),
             workers,
+            by_call,
         })
     }
 
@@ -129,6 +135,11 @@ impl UdpServer {
         threads: &mut Vec<JoinHandle<()>>,
     ) -> io::Result<()> {
         let mut storages = storages.into_iter();
+        let by_call = u64::from(self.by_call);
+        shared
+            .metrics
+            .udp_steered_by_call
+            .store(by_call, Ordering::Relaxed);
         let steering = shared
             .config
             .udp_xdp

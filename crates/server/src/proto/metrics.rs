@@ -351,6 +351,9 @@ pub struct Metrics {
     /// Waits a UDP worker took after a read so that the next read
     /// takes several messages (`batch_wait_us`).
     pub paced_waits: AtomicU64,
+    /// 1 while the UDP workers are steered by Call-ID (`udp_balance =
+    /// "call"` loaded and attached), else 0.
+    pub udp_steered_by_call: AtomicU64,
     /// Datagrams the UDP workers received past the kernel's stack
     /// (AF_XDP, `udp_xdp`).
     pub xdp_received: AtomicU64,
