@@ -627,15 +627,21 @@ fn serve(a: ServeArgs) -> ExitCode {
         ),
         None => format!("data in {}", config.data_dir.display()),
     };
-    let summary = format!(
-        "mode {}, auth {}, {} worker(s), {store}",
-        config.mode.as_str(),
-        if config.auth { "on" } else { "off" },
-        config.workers,
-    );
     let initial = config.clone();
     match sipsec_server::start(config) {
         Ok(started) => {
+            let metrics = &started.handle.shared().metrics;
+            let steered = metrics
+                .udp_steered_by_call
+                .load(std::sync::atomic::Ordering::Relaxed)
+                == 1;
+            let summary = format!(
+                "mode {}, auth {}, {} worker(s){}, {store}",
+                initial.mode.as_str(),
+                if initial.auth { "on" } else { "off" },
+                initial.workers,
+                if steered { " steered by Call-ID" } else { "" },
+            );
             println!("{}", listening(&started, &summary));
             let h = started.handle;
             if started.recovered.skipped_lines > 0 {

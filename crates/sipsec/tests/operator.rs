@@ -349,6 +349,8 @@ fn metrics_parse_with_the_reference_parser() {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let steered = if cpus > 1 { 1.0 } else { 0.0 };
     assert_eq!(value("sipsec_udp_steered_by_call", &[]), Some(steered));
+    let said = s.banner.contains("worker(s) steered by Call-ID");
+    assert_eq!(said, cpus > 1, "{}", s.banner);
     assert!(value("process_resident_memory_bytes", &[]).is_some_and(|v| v > 1e6));
     assert!(value("process_open_fds", &[]).is_some_and(|v| v >= 5.0));
     assert!(value("process_cpu_seconds_total", &[]).is_some());
