@@ -17,8 +17,9 @@ pub struct ScaleArgs {
     pub(super) servers: Vec<String>,
     /// How sipsec's UDP workers share datagrams, comma-separated (a row
     /// each): flow (the kernel's hash of the sender), call (by Call-ID),
-    /// spread (any worker per datagram), shared (one socket).
-    #[arg(long, default_value = "spread", value_delimiter = ',', value_parser = ["flow", "call", "spread", "shared"])]
+    /// spread (any worker per datagram), shared (one socket)
+    /// [default: call, the server's; spread over a connection].
+    #[arg(long, value_delimiter = ',', value_parser = ["flow", "call", "spread", "shared"])]
     pub(super) balance: Vec<String>,
     /// Worker counts, comma-separated [default: 1, 2, 4, … up to the CPUs
     /// the servers may use: all of them, half with --pin].
@@ -122,11 +123,15 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
         |t| t as usize,
     );
     let servers = targets(&a.servers, &a.kamailio_cfg, a.sipsec_exe.as_deref())?;
+    let balance = match (a.balance.is_empty(), a.transport) {
+        (false, _) => a.balance.clone(),
+        (true, TransportArg::Udp) => vec!["call".to_owned()],
+        (true, _) => vec!["spread".to_owned()],
+    };
     let variants: Vec<Variant> = servers
         .iter()
         .flat_map(|t| match t {
-            Target::Sipsec { .. } => a
-                .balance
+            Target::Sipsec { .. } => balance
                 .iter()
                 .map(|b| Variant {
                     target: t.clone(),
