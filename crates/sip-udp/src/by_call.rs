@@ -67,21 +67,12 @@ impl CallSteering {
     /// socket of the group first: the index counts the group's sockets
     /// in the order they joined).
     pub fn attach(&self, sock: &UdpSocket) -> io::Result<()> {
-        let fd: libc::c_int = self.prog.as_raw_fd();
-        // SAFETY: the option value is a live c_int of the size passed.
-        let r = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_REUSEPORT_EBPF,
-                &fd as *const libc::c_int as *const libc::c_void,
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        crate::sys::set_int_option(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_EBPF,
+            self.prog.as_raw_fd(),
+        )
     }
 
     /// The socket the kernel's program picks for `datagram` (its UDP

@@ -200,21 +200,7 @@ pub fn report_errors(sock: &UdpSocket, v6: bool) -> io::Result<()> {
     } else {
         (libc::SOL_IP, libc::IP_RECVERR)
     };
-    let on: libc::c_int = 1;
-    // SAFETY: the option value is a live c_int of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            &on as *const libc::c_int as *const libc::c_void,
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::set_int_option(sock.as_raw_fd(), level, name, 1)
 }
 
 /// Spreads the datagrams of `sock`'s SO_REUSEPORT group over its `n`

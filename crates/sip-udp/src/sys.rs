@@ -190,14 +190,30 @@ pub fn raise_fd_limit_to(needed: u64) -> u64 {
 /// Defers the choice of the local port of a socket bound to port 0 to
 /// `connect`, where the kernel can share ports among destinations.
 pub fn bind_address_no_port(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: a valid descriptor and a pointer to a c_int of the size given.
+    set_int_option(
+        sock.as_raw_fd(),
+        libc::IPPROTO_IP,
+        libc::IP_BIND_ADDRESS_NO_PORT,
+        1,
+    )
+}
+
+/// Sets the socket option `name` at `level` on `fd`, one that reads a C
+/// `int`, to `value`.
+pub(crate) fn set_int_option(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    // SAFETY: a pointer to a live c_int of the size given; the kernel
+    // copies it and checks the descriptor.
     let r = unsafe {
         libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            std::ptr::from_ref(&one).cast(),
+            fd,
+            level,
+            name,
+            std::ptr::from_ref(&value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
