@@ -180,7 +180,27 @@ fn one_flow_is_shared_by_every_worker_reading_one_socket() {
 /// INVITE once, the caller a 100 Trying for each copy and one 200.
 #[test]
 fn retransmissions_meet_their_transaction_on_any_worker() {
-    let s = server("retransmissions", UdpBalance::Spread);
+    let m = retransmissions_are_absorbed(UdpBalance::Spread);
+    assert!(m[0].1 > 0 && m[1].1 > 0, "copies on both workers: {m:?}");
+}
+
+/// Steered by Call-ID, every copy of the INVITE meets its transaction on
+/// the one worker its Call-ID names.
+#[test]
+fn retransmissions_steered_by_call_id_meet_their_transaction_on_one_worker() {
+    let m = retransmissions_are_absorbed(UdpBalance::Call);
+    let w = sip_udp::CallSteering::index_of(b"spread-inv", 2) as usize;
+    assert!(
+        m[w].1 >= 40 && m[1 - w].1 < 40,
+        "copies on worker {w}: {m:?}"
+    );
+}
+
+/// Sends 40 copies of one INVITE and has the callee answer it once;
+/// returns, for each worker, its datagrams before the copies and those
+/// it received from then on (the copies and the callee's 200).
+fn retransmissions_are_absorbed(balance: UdpBalance) -> [(u64, u64); 2] {
+    let s = server(&format!("retransmissions-{balance:?}"), balance);
     let srv = s.handle.local_addr();
     let callee = socket();
     let at = callee.local_addr().expect("addr");
@@ -194,6 +214,8 @@ fn retransmissions_meet_their_transaction_on_any_worker() {
     assert!(recv(&callee).starts_with("SIP/2.0 200 "));
     let caller = socket();
     let me = caller.local_addr().expect("addr");
+    let m = &s.handle.shared().metrics;
+    let before = [m.udp_worker_datagrams(0), m.udp_worker_datagrams(1)];
     let invite = format!(
         "INVITE sip:bob@localhost SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-inv;rport\r\n\
          Max-Forwards: 70\r\nFrom: <sip:alice@localhost>;tag=a\r\nTo: <sip:bob@localhost>\r\n\
@@ -233,13 +255,13 @@ fn retransmissions_meet_their_transaction_on_any_worker() {
     callee.set_nonblocking(true).expect("nonblocking");
     let mut b = [0u8; 8192];
     assert!(callee.recv(&mut b).is_err(), "the INVITE went down once");
-    let m = &s.handle.shared().metrics;
-    assert!(m.udp_worker_datagrams(0) > 0 && m.udp_worker_datagrams(1) > 0);
     assert_eq!(
         m.retransmissions_absorbed
             .load(std::sync::atomic::Ordering::Relaxed),
         COPIES as u64 - 1
     );
+    let copies = |w: usize| m.udp_worker_datagrams(w) - before[w];
+    [(before[0], copies(0)), (before[1], copies(1))]
 }
 
 /// One peer's REGISTERs for two AoRs, spread over two workers that share
