@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+pub use sip_udp::Bound;
 use sip_udp::CallSteering;
 
 /// A datagram to steer.
@@ -18,6 +19,16 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// The socket of `workers` its Call-ID hashes to.
+    pub fn index(&self, workers: u32) -> u32 {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let call_id = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Call-ID: "))
+            .unwrap_or_default();
+        CallSteering::index_of(call_id.as_bytes(), workers)
+    }
+
     /// Bytes the program reads: through the byte that ends the
     /// Call-ID's value.
     pub fn scanned(&self) -> usize {
@@ -93,15 +104,25 @@ pub struct Cost {
     pub rounds: Vec<Duration>,
 }
 
-/// Loads the program for `workers` sockets and times it on each sample;
-/// an error (no `CAP_BPF`, a kernel before 6.9) says why.
-pub fn measure(workers: u32, runs: u32, rounds: usize) -> std::io::Result<Vec<Cost>> {
-    let program = CallSteering::load(workers)?;
+/// Loads the program for `workers` sockets, its loops bounded as
+/// `bound` says (`None`: as the server would, the first the kernel
+/// accepts), and times it on each sample; an error (no `CAP_BPF` and `CAP_PERFMON`, a
+/// kernel without the bound) says why.
+pub fn measure(
+    workers: u32,
+    runs: u32,
+    rounds: usize,
+    bound: Option<Bound>,
+) -> std::io::Result<(Bound, Vec<Cost>)> {
+    let program = match bound {
+        Some(b) => CallSteering::load_bounded(workers, b)?,
+        None => CallSteering::load(workers)?,
+    };
     let mut costs = Vec::new();
     for sample in samples() {
-        if program.pick(&sample.bytes)?.is_none() {
+        if program.pick(&sample.bytes)? != Some(sample.index(workers)) {
             return Err(std::io::Error::other(format!(
-                "the program found no Call-ID in the {} sample",
+                "the program did not steer the {} sample by its Call-ID",
                 sample.name
             )));
         }
@@ -110,33 +131,25 @@ pub fn measure(workers: u32, runs: u32, rounds: usize) -> std::io::Result<Vec<Co
             .collect::<std::io::Result<_>>()?;
         costs.push(Cost { sample, rounds });
     }
-    Ok(costs)
+    Ok((program.bound(), costs))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// `measure` checks each sample's pick against its Call-ID's hash,
+    /// with each bound here (root in CI).
     #[test]
     fn every_sample_is_steered_by_its_call_id() {
-        let costs = measure(4, 10, 1).expect("the program loads (needs CAP_BPF)");
-        assert_eq!(costs.len(), 4);
-        for c in &costs {
-            let text = String::from_utf8_lossy(&c.sample.bytes);
-            let call_id = text
-                .lines()
-                .find_map(|l| l.strip_prefix("Call-ID: "))
-                .expect("a Call-ID");
-            let program = CallSteering::load(4).expect("loads");
-            assert_eq!(
-                program.pick(&c.sample.bytes).expect("runs"),
-                Some(CallSteering::index_of(call_id.as_bytes(), 4)),
-                "{}",
-                c.sample.name
-            );
-            assert!(c.sample.scanned() <= c.sample.bytes.len());
+        for bound in [None, Some(Bound::Helper)] {
+            let (_, costs) = measure(4, 10, 1, bound).expect("the program loads (needs CAP_BPF)");
+            assert_eq!(costs.len(), 4);
+            for c in &costs {
+                assert!(c.sample.scanned() <= c.sample.bytes.len());
+            }
+            let last = &costs[3].sample;
+            assert_eq!(last.scanned(), last.bytes.len() - 3, "read to its end");
         }
-        let last = &costs[3].sample;
-        assert_eq!(last.scanned(), last.bytes.len() - 3, "read to its end");
     }
 }

@@ -261,7 +261,7 @@ pub fn interface_name(s: &str) -> Result<String, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpBalance {
     /// By a hash of each datagram's Call-ID (an eBPF program on the
-    /// SO_REUSEPORT group, Linux 6.9 and `CAP_BPF`): one busy peer uses
+    /// SO_REUSEPORT group; Linux 5.17, `CAP_BPF` and `CAP_PERFMON`): one busy peer uses
     /// every worker, and one call's messages all reach one worker, in
     /// the order they came. Where the program cannot be loaded, `Flow`.
     #[default]

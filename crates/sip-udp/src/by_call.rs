@@ -16,9 +16,12 @@
 //! the blank line that ends the header section, so a body that mentions
 //! a Call-ID is not read.
 //!
-//! Loading needs Linux 6.9 (`may_goto`) and `CAP_BPF` (or root) where
-//! unprivileged eBPF is off, as on Debian; the caller falls back when
-//! [`CallSteering::load`] fails.
+//! The scan is a loop the verifier must see end. Linux 6.9 bounds it in
+//! line (`may_goto`); older kernels from 5.17 (Debian 12's 6.1 among
+//! them) take it as a function `bpf_loop` calls once a turn, in line
+//! since 6.0 ([`Bound`]). [`CallSteering::load`] tries the first, then
+//! the second. Either needs `CAP_BPF` and `CAP_PERFMON` (for reads at
+//! a variable place on the stack), or root; the caller falls back when both fail.
 
 use std::io;
 use std::net::UdpSocket;
@@ -43,24 +46,70 @@ const NOT_FOUND: i32 = -1;
 const FNV_BASIS: u32 = 0x811c_9dc5;
 const FNV_PRIME: u32 = 0x0100_0193;
 
+/// How the program bounds its loops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// In line, a turn at a time bounded by `may_goto` (Linux 6.9).
+    MayGoto,
+    /// Each turn a call of a function the `bpf_loop` helper makes
+    /// (Linux 5.17).
+    Helper,
+}
+
+impl Bound {
+    /// Every bound, the one preferred first.
+    pub const ALL: [Bound; 2] = [Bound::MayGoto, Bound::Helper];
+
+    /// How logs and reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::MayGoto => "may_goto",
+            Bound::Helper => "bpf_loop",
+        }
+    }
+}
+
 /// The steering program, loaded for a group of `sockets`.
 #[derive(Debug)]
 pub struct CallSteering {
     prog: OwnedFd,
     sockets: u32,
+    bound: Bound,
 }
 
 impl CallSteering {
-    /// Loads the program for a group of `sockets` (at least 1).
+    /// Loads the program for a group of `sockets` (at least 1), bounded
+    /// as the running kernel allows: the first of [`Bound::ALL`] its
+    /// verifier accepts. A refusal of each says why each was refused.
     pub fn load(sockets: u32) -> io::Result<Self> {
+        let mut refusals = Vec::new();
+        for bound in Bound::ALL {
+            match Self::load_bounded(sockets, bound) {
+                Ok(s) => return Ok(s),
+                Err(e) => refusals.push(e),
+            }
+        }
+        let kind = refusals[0].kind();
+        let why: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+        Err(io::Error::new(kind, why.join("; ")))
+    }
+
+    /// Loads the program with its loops bounded as `bound` says.
+    pub fn load_bounded(sockets: u32, bound: Bound) -> io::Result<Self> {
         let sockets = sockets.max(1);
-        let prog = load(
-            BPF_PROG_TYPE_SOCKET_FILTER,
-            0,
-            &program(sockets),
-            "Call-ID steering",
-        )?;
-        Ok(Self { prog, sockets })
+        let what = format!("Call-ID steering ({})", bound.name());
+        let (code, funcs) = program(sockets, bound);
+        let prog = load(BPF_PROG_TYPE_SOCKET_FILTER, 0, &code, &funcs, &what)?;
+        Ok(Self {
+            prog,
+            sockets,
+            bound,
+        })
+    }
+
+    /// How the loaded program bounds its loops.
+    pub fn bound(&self) -> Bound {
+        self.bound
     }
 
     /// Attaches the program to `sock`'s SO_REUSEPORT group (bind every
@@ -122,13 +171,15 @@ impl CallSteering {
 #[derive(Clone, Copy)]
 struct Label(usize);
 
-/// Instructions with forward and backward jumps to labels, resolved at
-/// the end.
+/// Instructions with jumps to labels, and functions' addresses
+/// (`ld_imm64` of a `BPF_PSEUDO_FUNC`), resolved at the end.
 #[derive(Default)]
 struct Asm {
     code: Vec<Insn>,
     labels: Vec<Option<usize>>,
-    jumps: Vec<(usize, Label)>,
+    /// An instruction, its target, and whether the target goes in its
+    /// immediate (a function's address) rather than its offset.
+    fixes: Vec<(usize, Label, bool)>,
 }
 
 impl Asm {
@@ -144,7 +195,7 @@ impl Asm {
     }
     /// `if dst <code> imm (or src) goto to`; `JA` jumps always.
     fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: Label) {
-        self.jumps.push((self.code.len(), to));
+        self.fixes.push((self.code.len(), to, false));
         self.op(code, dst, src, 0, imm);
     }
     /// `dst = v` (64 bits: two instructions).
@@ -152,23 +203,41 @@ impl Asm {
         self.op(LD_DW, dst, 0, 0, v as i32);
         self.op(0, 0, 0, 0, (v >> 32) as i32);
     }
+    /// `dst = &f`, the function at `f` (a callback).
+    fn ld_func(&mut self, dst: u8, f: Label) {
+        self.fixes.push((self.code.len(), f, true));
+        self.op(LD_DW, dst, PSEUDO_FUNC, 0, 0);
+        self.op(0, 0, 0, 0, 0);
+    }
     /// `state = s; goto to`.
     fn set_and_go(&mut self, s: i32, to: Label) {
         self.op(MOV_K, STATE, 0, 0, s);
         self.jump(JA, 0, 0, 0, to);
     }
+    fn ret(&mut self, v: i32) {
+        self.op(MOV_K, 0, 0, 0, v);
+        self.op(EXIT, 0, 0, 0, 0);
+    }
     fn finish(mut self) -> Vec<Insn> {
-        for (at, to) in self.jumps {
+        for (at, to, imm) in self.fixes {
             let target = self.labels[to.0].expect("every label bound");
-            self.code[at].off = (target as i64 - at as i64 - 1) as i16;
+            let rel = target as i64 - at as i64 - 1;
+            if imm {
+                self.code[at].imm = rel as i32;
+            } else {
+                self.code[at].off = rel as i16;
+            }
         }
         self.code
     }
 }
 
-// Registers: r0 the byte read, r1 and r2 scratch, r6 the context, r7
-// the position in the chunk, r8 the state, r9 the chunk's length. On the
-// stack: the hash, the chunk's offset in the datagram, the chunk.
+// Registers: r0 the byte read, r1 and r2 scratch, r6 the context (in
+// the loop's function, the frame), r7 the position in the chunk, r8 the
+// state, r9 the chunk's length. On the stack (the frame): the hash, the
+// chunk's offset in the datagram, the registers a turn of `bpf_loop`
+// keeps (the position and length in whole words, so that the verifier
+// keeps their ranges), what it found, the chunk.
 const BYTE: u8 = 0;
 const TMP: u8 = 1;
 const TMP2: u8 = 2;
@@ -179,10 +248,21 @@ const LEN: u8 = 9;
 const FP: u8 = 10;
 const HASH_AT: i16 = -4;
 const BASE_AT: i16 = -8;
-/// Bytes copied out of the datagram at a time (all the stack has left).
-const CHUNK: i32 = 496;
-const CHUNK_AT: i16 = BASE_AT - CHUNK as i16;
+const POS_AT: i16 = -16;
+/// The state is kept in half a word the verifier does not follow, so
+/// that a turn may start in any state. Before Linux 6.7 it checks the
+/// loop's function once, from the state of the first turn, and would
+/// take the code of every other state for dead and drop it.
+const STATE_AT: i16 = -20;
+const LEN_AT: i16 = -32;
+const OUTCOME_AT: i16 = -40;
+/// Bytes copied out of the datagram at a time: what the stack has left.
+/// A program's frames share 512 bytes, each counted in steps of 32; the
+/// loop's function takes one step (Linux 6.1), so the frame keeps 480.
+const CHUNK: i32 = 440;
+const CHUNK_AT: i16 = OUTCOME_AT - CHUNK as i16;
 const BPF_FUNC_SKB_LOAD_BYTES: i32 = 26;
+const BPF_FUNC_LOOP: i32 = 181;
 
 // States: in a line; at a line's first byte; `NAME + k`: k bytes of
 // "call-id" matched; after the name; before the value; in the value.
@@ -194,13 +274,19 @@ const BEFORE_VALUE: i32 = 21;
 const VALUE: i32 = 22;
 const LONG_NAME: &[u8] = b"call-id";
 
+// What a chunk's loop found: nothing yet, the value's end, the header
+// section's end.
+const GOING: i32 = 0;
+const FOUND: i32 = 1;
+const NONE: i32 = 2;
+
 /// In a line's middle (`SCAN`), at a multiple of eight with eight bytes
 /// of the chunk left: when none of them is a line
 /// feed, skips them and goes on at `top`; else, and in other states, on
 /// at `byte`. A word has a zero byte where it matched `'\n'` in every
 /// byte, which `(v - 0x01…01) & !v & 0x80…80` tells, exactly, without
 /// a branch per byte.
-fn skip_word(a: &mut Asm, byte: Label, top: Label) {
+fn skip_word(a: &mut Asm, frame: u8, byte: Label, top: Label) {
     const WORD: i32 = 8;
     a.jump(JNE_K, STATE, 0, SCAN, byte);
     // The constant bound is the verifier's (the read stays in the
@@ -217,7 +303,7 @@ fn skip_word(a: &mut Asm, byte: Label, top: Label) {
     a.jump(JNE_K, 2, 0, 0, byte);
     a.op(MOV_X, 2, POS, 0, 0);
     a.op(AND_K, 2, 0, 0, -WORD);
-    a.op(MOV_X, 3, FP, 0, 0);
+    a.op(MOV_X, 3, frame, 0, 0);
     a.op(ADD_X, 3, 2, 0, 0);
     a.op(LDX_DW, 3, 3, CHUNK_AT, 0);
     a.ld_dw(4, 0x0a0a_0a0a_0a0a_0a0a);
@@ -234,28 +320,100 @@ fn skip_word(a: &mut Asm, byte: Label, top: Label) {
     a.jump(JA, 0, 0, 0, top);
 }
 
-/// The program for a group of `sockets`: the datagram copied to the
-/// stack a chunk at a time (`bpf_skb_load_bytes`, one call a chunk) and
-/// read there a byte at a time. The loops' turns are bounded by
-/// `may_goto` (Linux 6.9), with the position kept a range, not a number,
-/// so that the verifier's states converge at a loop's head instead of
-/// one walk per byte.
-fn program(sockets: u32) -> Vec<Insn> {
-    let mut a = Asm::default();
-    let (chunk, top, line, first, scan) = (a.label(), a.label(), a.label(), a.label(), a.label());
-    let (value, mix, next_chunk, end, found) =
-        (a.label(), a.label(), a.label(), a.label(), a.label());
-    let (none, before_value) = (a.label(), a.label());
+/// Where a turn of the scan goes next: another turn, the next chunk,
+/// the value's end (the hash is the answer), the header section's end
+/// (there is none).
+struct Exits {
+    top: Label,
+    next_chunk: Label,
+    found: Label,
+    none: Label,
+}
 
-    a.op(MOV_X, CTX, 1, 0, 0);
-    a.op(MOV_K, STATE, 0, 0, SCAN);
-    a.op(ST_W, FP, 0, HASH_AT, FNV_BASIS as i32);
-    a.op(ST_W, FP, 0, BASE_AT, 0);
+/// One turn of the scan over the chunk at `frame` + [`CHUNK_AT`]: a
+/// byte, or eight in a line's middle without its end.
+fn turn(a: &mut Asm, frame: u8, x: &Exits) {
+    let (line, first, scan, value) = (a.label(), a.label(), a.label(), a.label());
+    let (mix, before_value, byte) = (a.label(), a.label(), a.label());
+    a.jump(JGE_X, POS, LEN, 0, x.next_chunk);
+    // The same end as a constant, for the verifier: before Linux 6.8 it
+    // learns no bound from comparing two registers.
+    a.jump(JGE_K, POS, 0, CHUNK, x.next_chunk);
+    a.op(MOV_X, TMP, frame, 0, 0);
+    a.op(ADD_X, TMP, POS, 0, 0);
+    skip_word(a, frame, byte, x.top);
+    a.bind(byte);
+    a.op(LDX_B, BYTE, TMP, CHUNK_AT, 0);
+    a.op(ADD_K, POS, 0, 0, 1);
+    a.jump(JEQ_K, STATE, 0, VALUE, value);
+    a.jump(JEQ_K, BYTE, 0, i32::from(b'\n'), line);
+    a.jump(JEQ_K, STATE, 0, SCAN, x.top);
+    a.jump(JEQ_K, STATE, 0, LINE, first);
+    a.op(MOV_X, TMP, BYTE, 0, 0);
+    a.op(OR_K, TMP, 0, 0, 0x20);
+    for (k, &want) in LONG_NAME.iter().enumerate().skip(1) {
+        let next = a.label();
+        a.jump(JNE_K, STATE, 0, NAME + k as i32, next);
+        a.jump(JNE_K, TMP, 0, i32::from(want), scan);
+        let after = if k + 1 == LONG_NAME.len() {
+            AFTER_NAME
+        } else {
+            NAME + k as i32 + 1
+        };
+        a.set_and_go(after, x.top);
+        a.bind(next);
+    }
+    a.jump(JEQ_K, STATE, 0, BEFORE_VALUE, before_value);
+    // After the name: blanks, then the colon.
+    a.jump(JEQ_K, BYTE, 0, i32::from(b' '), x.top);
+    a.jump(JEQ_K, BYTE, 0, i32::from(b'\t'), x.top);
+    a.jump(JNE_K, BYTE, 0, i32::from(b':'), scan);
+    a.set_and_go(BEFORE_VALUE, x.top);
 
-    // A chunk: LEN = min(len - base, CHUNK) bytes from base.
-    a.bind(chunk);
-    a.jump(MAY_GOTO, 0, 0, 0, end);
-    a.op(LDX_W, TMP2, FP, BASE_AT, 0);
+    a.bind(before_value);
+    a.jump(JEQ_K, BYTE, 0, i32::from(b' '), x.top);
+    a.jump(JEQ_K, BYTE, 0, i32::from(b'\t'), x.top);
+    a.jump(JEQ_K, BYTE, 0, i32::from(b'\r'), scan);
+    a.op(MOV_K, STATE, 0, 0, VALUE);
+    a.jump(JA, 0, 0, 0, mix);
+
+    // A line's first byte: the blank line ends the header section.
+    a.bind(first);
+    a.jump(JEQ_K, BYTE, 0, i32::from(b'\r'), x.none);
+    a.op(MOV_X, TMP, BYTE, 0, 0);
+    a.op(OR_K, TMP, 0, 0, 0x20);
+    let long = a.label();
+    a.jump(JEQ_K, TMP, 0, i32::from(b'c'), long);
+    a.jump(JNE_K, TMP, 0, i32::from(b'i'), scan);
+    a.set_and_go(AFTER_NAME, x.top);
+    a.bind(long);
+    a.set_and_go(NAME + 1, x.top);
+
+    a.bind(line);
+    a.set_and_go(LINE, x.top);
+    a.bind(scan);
+    a.set_and_go(SCAN, x.top);
+
+    // The value, up to a blank or the line's end.
+    a.bind(value);
+    for stop in [b'\r', b'\n', b' ', b'\t'] {
+        a.jump(JEQ_K, BYTE, 0, i32::from(stop), x.found);
+    }
+    a.bind(mix);
+    a.op(LDX_W, TMP, frame, HASH_AT, 0);
+    a.op(XOR32_X, TMP, BYTE, 0, 0);
+    a.op(MUL32_K, TMP, 0, 0, FNV_PRIME as i32);
+    a.op(STX_W, frame, TMP, HASH_AT, 0);
+    a.jump(JA, 0, 0, 0, x.top);
+}
+
+/// Copies the chunk at the offset in r2 to the stack: LEN = min(len -
+/// offset, CHUNK) bytes (`bpf_skb_load_bytes`), POS = 0; on to `end`
+/// when no byte is left or the copy fails. The position is written as
+/// the datagram's length less itself (two loads the verifier cannot
+/// tell equal): a range, not a number, so that the verifier's states
+/// converge at a loop's head instead of one walk per byte.
+fn copy_chunk(a: &mut Asm, end: Label) {
     a.jump(JGE_K, TMP2, 0, SCANNED, end);
     a.op(LDX_W, LEN, CTX, 0, 0); // skb->len: the UDP payload's
     a.jump(JLE_X, LEN, TMP2, 0, end);
@@ -271,101 +429,138 @@ fn program(sockets: u32) -> Vec<Insn> {
     a.op(MOV_X, 4, LEN, 0, 0);
     a.op(CALL, 0, 0, 0, BPF_FUNC_SKB_LOAD_BYTES);
     a.jump(JNE_K, 0, 0, 0, end);
-    // The position starts at 0, written as the datagram's length less
-    // itself (two loads the verifier cannot tell equal).
     a.op(LDX_W, POS, CTX, 0, 0);
     a.op(LDX_W, TMP, CTX, 0, 0);
     a.op(SUB_X, POS, TMP, 0, 0);
+}
 
-    // One byte a turn, or eight in a line's middle without its end.
+/// The answer: at `none`, the sender's hash; at `found`, the socket the
+/// hash picks.
+fn answer(a: &mut Asm, none: Label, found: Label, sockets: u32) {
+    a.bind(none);
+    a.ret(NOT_FOUND);
+    a.bind(found);
+    a.op(LDX_W, 0, FP, HASH_AT, 0);
+    a.op(MOD32_K, 0, 0, 0, sockets as i32);
+    a.op(EXIT, 0, 0, 0, 0);
+}
+
+fn prologue(a: &mut Asm) {
+    a.op(MOV_X, CTX, 1, 0, 0);
+    a.op(MOV_K, STATE, 0, 0, SCAN);
+    a.op(ST_W, FP, 0, HASH_AT, FNV_BASIS as i32);
+    a.op(ST_W, FP, 0, BASE_AT, 0);
+}
+
+/// The program for a group of `sockets`, its loops bounded as `bound`
+/// says, and its functions: the datagram copied to the stack a chunk at
+/// a time and read there a turn at a time.
+fn program(sockets: u32, bound: Bound) -> (Vec<Insn>, Vec<Func>) {
+    match bound {
+        Bound::MayGoto => (in_line(sockets), Vec::new()),
+        Bound::Helper => by_helper(sockets),
+    }
+}
+
+/// Both loops in line, their turns bounded by `may_goto`.
+fn in_line(sockets: u32) -> Vec<Insn> {
+    let mut a = Asm::default();
+    let (chunk, top, next_chunk) = (a.label(), a.label(), a.label());
+    let (end, found, none) = (a.label(), a.label(), a.label());
+    prologue(&mut a);
+    a.bind(chunk);
+    a.jump(MAY_GOTO, 0, 0, 0, end);
+    a.op(LDX_W, TMP2, FP, BASE_AT, 0);
+    copy_chunk(&mut a, end);
     a.bind(top);
     a.jump(MAY_GOTO, 0, 0, 0, end);
-    a.jump(JGE_X, POS, LEN, 0, next_chunk);
-    a.op(MOV_X, TMP, FP, 0, 0);
-    a.op(ADD_X, TMP, POS, 0, 0);
-    let byte = a.label();
-    skip_word(&mut a, byte, top);
-    a.bind(byte);
-    a.op(LDX_B, BYTE, TMP, CHUNK_AT, 0);
-    a.op(ADD_K, POS, 0, 0, 1);
-    a.jump(JEQ_K, STATE, 0, VALUE, value);
-    a.jump(JEQ_K, BYTE, 0, i32::from(b'\n'), line);
-    a.jump(JEQ_K, STATE, 0, SCAN, top);
-    a.jump(JEQ_K, STATE, 0, LINE, first);
-    a.op(MOV_X, TMP, BYTE, 0, 0);
-    a.op(OR_K, TMP, 0, 0, 0x20);
-    for (k, &want) in LONG_NAME.iter().enumerate().skip(1) {
-        let next = a.label();
-        a.jump(JNE_K, STATE, 0, NAME + k as i32, next);
-        a.jump(JNE_K, TMP, 0, i32::from(want), scan);
-        let after = if k + 1 == LONG_NAME.len() {
-            AFTER_NAME
-        } else {
-            NAME + k as i32 + 1
-        };
-        a.set_and_go(after, top);
-        a.bind(next);
-    }
-    a.jump(JEQ_K, STATE, 0, BEFORE_VALUE, before_value);
-    // After the name: blanks, then the colon.
-    a.jump(JEQ_K, BYTE, 0, i32::from(b' '), top);
-    a.jump(JEQ_K, BYTE, 0, i32::from(b'\t'), top);
-    a.jump(JNE_K, BYTE, 0, i32::from(b':'), scan);
-    a.set_and_go(BEFORE_VALUE, top);
-
-    a.bind(before_value);
-    a.jump(JEQ_K, BYTE, 0, i32::from(b' '), top);
-    a.jump(JEQ_K, BYTE, 0, i32::from(b'\t'), top);
-    a.jump(JEQ_K, BYTE, 0, i32::from(b'\r'), scan);
-    a.op(MOV_K, STATE, 0, 0, VALUE);
-    a.jump(JA, 0, 0, 0, mix);
-
-    // A line's first byte: the blank line ends the header section.
-    a.bind(first);
-    a.jump(JEQ_K, BYTE, 0, i32::from(b'\r'), none);
-    a.op(MOV_X, TMP, BYTE, 0, 0);
-    a.op(OR_K, TMP, 0, 0, 0x20);
-    let long = a.label();
-    a.jump(JEQ_K, TMP, 0, i32::from(b'c'), long);
-    a.jump(JNE_K, TMP, 0, i32::from(b'i'), scan);
-    a.set_and_go(AFTER_NAME, top);
-    a.bind(long);
-    a.set_and_go(NAME + 1, top);
-
-    a.bind(line);
-    a.set_and_go(LINE, top);
-    a.bind(scan);
-    a.set_and_go(SCAN, top);
-
-    // The value, up to a blank or the line's end.
-    a.bind(value);
-    for stop in [b'\r', b'\n', b' ', b'\t'] {
-        a.jump(JEQ_K, BYTE, 0, i32::from(stop), found);
-    }
-    a.bind(mix);
-    a.op(LDX_W, TMP, FP, HASH_AT, 0);
-    a.op(XOR32_X, TMP, BYTE, 0, 0);
-    a.op(MUL32_K, TMP, 0, 0, FNV_PRIME as i32);
-    a.op(STX_W, FP, TMP, HASH_AT, 0);
-    a.jump(JA, 0, 0, 0, top);
-
+    let exits = Exits {
+        top,
+        next_chunk,
+        found,
+        none,
+    };
+    turn(&mut a, FP, &exits);
     a.bind(next_chunk);
     a.op(LDX_W, TMP, FP, BASE_AT, 0);
     a.op(ADD_K, TMP, 0, 0, CHUNK);
     a.op(STX_W, FP, TMP, BASE_AT, 0);
     a.jump(JA, 0, 0, 0, chunk);
-
     // The datagram (or the bytes scanned) ended.
     a.bind(end);
     a.jump(JEQ_K, STATE, 0, VALUE, found);
-    a.bind(none);
-    a.op(MOV_K, 0, 0, 0, NOT_FOUND);
-    a.op(EXIT, 0, 0, 0, 0);
-    a.bind(found);
-    a.op(LDX_W, 0, FP, HASH_AT, 0);
-    a.op(MOD32_K, 0, 0, 0, sockets as i32);
-    a.op(EXIT, 0, 0, 0, 0);
+    answer(&mut a, none, found, sockets);
     a.finish()
+}
+
+/// The chunks one after another in line; each chunk's turns are calls
+/// of a function `bpf_loop` makes, which keeps the registers in the
+/// frame between turns.
+fn by_helper(sockets: u32) -> (Vec<Insn>, Vec<Func>) {
+    let mut a = Asm::default();
+    let (end, found, none, each) = (a.label(), a.label(), a.label(), a.label());
+    prologue(&mut a);
+    a.op(STX_W, FP, STATE, STATE_AT, 0);
+    for k in 0..SCANNED / CHUNK {
+        a.op(MOV_K, TMP2, 0, 0, k * CHUNK);
+        copy_chunk(&mut a, end);
+        a.op(STX_DW, FP, POS, POS_AT, 0);
+        a.op(STX_DW, FP, LEN, LEN_AT, 0);
+        a.op(ST_DW, FP, 0, OUTCOME_AT, GOING);
+        // A turn a byte, and one more that sees the chunk's end.
+        a.op(MOV_K, 1, 0, 0, CHUNK + 1);
+        a.ld_func(2, each);
+        a.op(MOV_X, 3, FP, 0, 0);
+        a.op(MOV_K, 4, 0, 0, 0);
+        a.op(CALL, 0, 0, 0, BPF_FUNC_LOOP);
+        a.op(LDX_DW, TMP, FP, OUTCOME_AT, 0);
+        a.jump(JEQ_K, TMP, 0, FOUND, found);
+        a.jump(JEQ_K, TMP, 0, NONE, none);
+    }
+    a.bind(end);
+    a.op(LDX_W, STATE, FP, STATE_AT, 0);
+    a.jump(JEQ_K, STATE, 0, VALUE, found);
+    answer(&mut a, none, found, sockets);
+
+    // A turn: `(index, frame)`; returns 0 for another, 1 to stop.
+    let (top, next_chunk, hit, miss) = (a.label(), a.label(), a.label(), a.label());
+    a.bind(each);
+    let funcs = vec![
+        Func {
+            at: 0,
+            name: "steer",
+            params: &["skb*"],
+        },
+        Func {
+            at: a.code.len(),
+            name: "turn",
+            params: &["index", "frame*"],
+        },
+    ];
+    a.op(MOV_X, CTX, 2, 0, 0);
+    a.op(LDX_DW, POS, CTX, POS_AT, 0);
+    a.op(LDX_W, STATE, CTX, STATE_AT, 0);
+    a.op(LDX_DW, LEN, CTX, LEN_AT, 0);
+    let exits = Exits {
+        top,
+        next_chunk,
+        found: hit,
+        none: miss,
+    };
+    turn(&mut a, CTX, &exits);
+    a.bind(top);
+    a.op(STX_DW, CTX, POS, POS_AT, 0);
+    a.op(STX_W, CTX, STATE, STATE_AT, 0);
+    a.ret(0);
+    a.bind(next_chunk);
+    a.op(STX_W, CTX, STATE, STATE_AT, 0);
+    a.ret(1);
+    for (at, outcome) in [(hit, FOUND), (miss, NONE)] {
+        a.bind(at);
+        a.op(ST_DW, CTX, 0, OUTCOME_AT, outcome);
+        a.ret(1);
+    }
+    (a.finish(), funcs)
 }
 
 #[cfg(test)]
@@ -381,74 +576,99 @@ mod tests {
         .into_bytes()
     }
 
-    /// The kernel's verifier and the program itself: these need CAP_BPF
-    /// (root here and in CI); elsewhere they say so and pass nothing.
-    fn loaded(sockets: u32) -> CallSteering {
-        CallSteering::load(sockets).expect("the verifier accepts the program (needs CAP_BPF)")
+    /// The program with each bound this kernel must accept: `bpf_loop`
+    /// always, `may_goto` from Linux 6.9. They need CAP_BPF (root here
+    /// and in CI); elsewhere they say so and pass nothing.
+    fn loaded(sockets: u32) -> Vec<CallSteering> {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut version = release
+            .split(['.', '-'])
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (version.next().unwrap(), version.next().unwrap());
+        Bound::ALL
+            .into_iter()
+            .filter(|&b| b == Bound::Helper || (major, minor) >= (6, 9))
+            .map(|b| {
+                CallSteering::load_bounded(sockets, b).unwrap_or_else(|e| {
+                    panic!("the verifier accepts the program (needs CAP_BPF): {e}")
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_kernel_takes_the_first_bound_it_can() {
+        let s = CallSteering::load(2).expect("loads (needs CAP_BPF)");
+        assert_eq!(s.bound(), loaded(2)[0].bound());
     }
 
     #[test]
     fn the_kernel_picks_the_socket_the_call_id_hashes_to() {
-        let s = loaded(4);
-        for (line, value) in [
-            ("Call-ID: abc@192.0.2.1", "abc@192.0.2.1"),
-            ("call-id:abc@192.0.2.1", "abc@192.0.2.1"),
-            ("CALL-ID :  x-1 ", "x-1"),
-            ("i: compact-form", "compact-form"),
-            ("I:compact-form", "compact-form"),
-        ] {
-            let want = CallSteering::index_of(value.as_bytes(), 4);
-            assert_eq!(s.pick(&register(line)).unwrap(), Some(want), "{line}");
+        for s in loaded(4) {
+            for (line, value) in [
+                ("Call-ID: abc@192.0.2.1", "abc@192.0.2.1"),
+                ("call-id:abc@192.0.2.1", "abc@192.0.2.1"),
+                ("CALL-ID :  x-1 ", "x-1"),
+                ("i: compact-form", "compact-form"),
+                ("I:compact-form", "compact-form"),
+            ] {
+                let want = CallSteering::index_of(value.as_bytes(), 4);
+                assert_eq!(s.pick(&register(line)).unwrap(), Some(want), "{line}");
+            }
+            // Different Call-IDs land on different sockets (not all on one).
+            let picks: std::collections::HashSet<_> = (0..64)
+                .map(|i| s.pick(&register(&format!("Call-ID: c{i}"))).unwrap())
+                .collect();
+            assert_eq!(picks.len(), 4, "{picks:?}");
         }
-        // Different Call-IDs land on different sockets (not all on one).
-        let picks: std::collections::HashSet<_> = (0..64)
-            .map(|i| s.pick(&register(&format!("Call-ID: c{i}"))).unwrap())
-            .collect();
-        assert_eq!(picks.len(), 4, "{picks:?}");
     }
 
     #[test]
     fn other_fields_and_the_body_are_not_taken_for_the_call_id() {
-        let s = loaded(4);
-        for line in [
-            "Call-Info: <http://x>",
-            "Identity: abc",
-            "X-Call-ID: abc",
-            "Call-ID:",
-        ] {
-            assert_eq!(s.pick(&register(line)).unwrap(), None, "{line}");
+        for s in loaded(4) {
+            for line in [
+                "Call-Info: <http://x>",
+                "Identity: abc",
+                "X-Call-ID: abc",
+                "Call-ID:",
+            ] {
+                assert_eq!(s.pick(&register(line)).unwrap(), None, "{line}");
+            }
+            let body =
+                b"MESSAGE sip:b@x SIP/2.0\r\nCSeq: 1 MESSAGE\r\n\r\nCall-ID: in-the-body\r\n";
+            assert_eq!(s.pick(body).unwrap(), None);
+            assert_eq!(s.pick(b"x").unwrap(), None);
+            assert_eq!(s.pick(b"\n\n\ni:").unwrap(), None);
+            // A value that runs to the datagram's end still counts.
+            let want = CallSteering::index_of(b"the-datagram-ends", 4);
+            assert_eq!(s.pick(b"X\ni:the-datagram-ends").unwrap(), Some(want));
         }
-        let body = b"MESSAGE sip:b@x SIP/2.0\r\nCSeq: 1 MESSAGE\r\n\r\nCall-ID: in-the-body\r\n";
-        assert_eq!(s.pick(body).unwrap(), None);
-        assert_eq!(s.pick(b"x").unwrap(), None);
-        assert_eq!(s.pick(b"\n\n\ni:").unwrap(), None);
-        // A value that runs to the datagram's end still counts.
-        let want = CallSteering::index_of(b"the-datagram-ends", 4);
-        assert_eq!(s.pick(b"X\ni:the-datagram-ends").unwrap(), Some(want));
     }
 
     #[test]
     fn a_call_id_across_the_chunks_is_read_whole() {
-        let s = loaded(8);
-        // The Call-ID line starts 151 + pad bytes in and is 31 long: its
-        // name, its value and its line end fall on the first chunk's
-        // last byte in turn.
-        for pad in CHUNK as usize - 185..CHUNK as usize - 145 {
-            let line = format!("X-Pad: {}", "p".repeat(pad));
-            let m = register(&format!("{line}\r\nCall-ID: across-{pad}@192.0.2.1"));
-            assert_eq!(m.windows(7).position(|w| w == b"Call-ID"), Some(151 + pad));
-            let want = CallSteering::index_of(format!("across-{pad}@192.0.2.1").as_bytes(), 8);
-            assert_eq!(s.pick(&m).unwrap(), Some(want), "pad {pad}");
+        for s in loaded(8) {
+            // The Call-ID line starts 151 + pad bytes in and is 31 long: its
+            // name, its value and its line end fall on the first chunk's
+            // last byte in turn.
+            for pad in CHUNK as usize - 185..CHUNK as usize - 145 {
+                let line = format!("X-Pad: {}", "p".repeat(pad));
+                let m = register(&format!("{line}\r\nCall-ID: across-{pad}@192.0.2.1"));
+                assert_eq!(m.windows(7).position(|w| w == b"Call-ID"), Some(151 + pad));
+                let want = CallSteering::index_of(format!("across-{pad}@192.0.2.1").as_bytes(), 8);
+                assert_eq!(s.pick(&m).unwrap(), Some(want), "pad {pad}");
+            }
         }
     }
 
     #[test]
     fn a_call_id_past_the_scanned_bytes_goes_by_the_senders_hash() {
-        let s = loaded(2);
-        let pad = format!("X-Pad: {}", "p".repeat(SCANNED as usize));
-        let late = register(&format!("{pad}\r\nCall-ID: late"));
-        assert_eq!(s.pick(&late).unwrap(), None);
-        assert!(s.time(&register("Call-ID: a"), 1000).unwrap() > Duration::ZERO);
+        for s in loaded(2) {
+            let pad = format!("X-Pad: {}", "p".repeat(SCANNED as usize));
+            let late = register(&format!("{pad}\r\nCall-ID: late"));
+            assert_eq!(s.pick(&late).unwrap(), None);
+            assert!(s.time(&register("Call-ID: a"), 1000).unwrap() > Duration::ZERO);
+        }
     }
 
     /// What the program is meant to do, written plainly: the first
@@ -490,58 +710,59 @@ mod tests {
 
     #[test]
     fn the_program_agrees_with_a_plain_reading_on_generated_messages() {
-        let s = loaded(5);
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
-        let names = [
-            "Via",
-            "From",
-            "To",
-            "CSeq",
-            "Contact",
-            "Call-Info",
-            "X-Call-ID",
-            "Identity",
-            "i",
-            "I",
-            "call-id",
-            "CALL-ID",
-            "Call-Id",
-            "c",
-            "Ca",
-            "Call-IDs",
-            "Content-Length",
-        ];
-        let blanks = ["", "", " ", "\t", "  "];
-        let chars = b"abcXYZ0123456789@.-_";
-        let (mut found, mut missed) = (0, 0);
-        for _ in 0..600 {
-            let mut m = String::from("OPTIONS sip:x SIP/2.0\r\n");
-            for _ in 0..next(24) {
-                let name = names[next(names.len())];
-                let value: String = (0..next(70))
-                    .map(|_| chars[next(chars.len())] as char)
-                    .collect();
-                let (b1, b2) = (blanks[next(blanks.len())], blanks[next(blanks.len())]);
-                m.push_str(&format!("{name}{b1}:{b2}{value}\r\n"));
+        for s in loaded(5) {
+            let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+            let mut next = |n: usize| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed % n as u64) as usize
+            };
+            let names = [
+                "Via",
+                "From",
+                "To",
+                "CSeq",
+                "Contact",
+                "Call-Info",
+                "X-Call-ID",
+                "Identity",
+                "i",
+                "I",
+                "call-id",
+                "CALL-ID",
+                "Call-Id",
+                "c",
+                "Ca",
+                "Call-IDs",
+                "Content-Length",
+            ];
+            let blanks = ["", "", " ", "\t", "  "];
+            let chars = b"abcXYZ0123456789@.-_";
+            let (mut found, mut missed) = (0, 0);
+            for _ in 0..600 {
+                let mut m = String::from("OPTIONS sip:x SIP/2.0\r\n");
+                for _ in 0..next(24) {
+                    let name = names[next(names.len())];
+                    let value: String = (0..next(70))
+                        .map(|_| chars[next(chars.len())] as char)
+                        .collect();
+                    let (b1, b2) = (blanks[next(blanks.len())], blanks[next(blanks.len())]);
+                    m.push_str(&format!("{name}{b1}:{b2}{value}\r\n"));
+                }
+                m.push_str("\r\nCall-ID: in-the-body\r\n");
+                let want = reference(m.as_bytes(), 5);
+                assert_eq!(s.pick(m.as_bytes()).unwrap(), want, "{m}");
+                if want.is_some() {
+                    found += 1;
+                } else {
+                    missed += 1;
+                }
             }
-            m.push_str("\r\nCall-ID: in-the-body\r\n");
-            let want = reference(m.as_bytes(), 5);
-            assert_eq!(s.pick(m.as_bytes()).unwrap(), want, "{m}");
-            if want.is_some() {
-                found += 1;
-            } else {
-                missed += 1;
-            }
+            assert!(
+                found > 50 && missed > 50,
+                "{found} with a Call-ID, {missed} without"
+            );
         }
-        assert!(
-            found > 50 && missed > 50,
-            "{found} with a Call-ID, {missed} without"
-        );
     }
 }

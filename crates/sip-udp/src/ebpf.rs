@@ -4,7 +4,7 @@
 //! SO_REUSEPORT steering by Call-ID (`by_call.rs`) assemble theirs here.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub(crate) const BPF_PROG_LOAD: i64 = 5;
 
@@ -104,6 +104,11 @@ pub(crate) const LD_DW: u8 = 0x18;
 pub(crate) const CALL: u8 = 0x85;
 pub(crate) const EXIT: u8 = 0x95;
 pub(crate) const PSEUDO_MAP_FD: u8 = 1;
+/// `ld_imm64`'s source for a function of the program: its immediate is
+/// the function's first instruction, counted from the next one.
+pub(crate) const PSEUDO_FUNC: u8 = 4;
+pub(crate) const ST_DW: u8 = 0x7a;
+pub(crate) const STX_DW: u8 = 0x7b;
 pub(crate) const ST_W: u8 = 0x62;
 pub(crate) const STX_W: u8 = 0x63;
 pub(crate) const OR_K: u8 = 0x47;
@@ -128,26 +133,107 @@ pub(crate) const JLE_X: u8 = 0xbd;
 /// loop's body until its states converge, not once per turn.
 pub(crate) const MAY_GOTO: u8 = 0xe5;
 
+const BPF_BTF_LOAD: i64 = 18;
+
+/// A function of a program, as BTF describes it to the verifier (which
+/// wants every function of a program with more than one described):
+/// its first instruction, its name and its parameters' names; a
+/// parameter is a pointer when its name ends in `*`, else a `long`.
+pub(crate) struct Func {
+    pub(crate) at: usize,
+    pub(crate) name: &'static str,
+    pub(crate) params: &'static [&'static str],
+}
+
+/// The BTF of `funcs`: type 1 `long`, type 2 `void *`, then each
+/// function's prototype and the function (`struct btf_type` records as
+/// in `include/uapi/linux/btf.h`), and the names they use.
+fn btf(funcs: &[Func]) -> Vec<u8> {
+    const KIND_INT: u32 = 1;
+    const KIND_PTR: u32 = 2;
+    const KIND_FUNC: u32 = 12;
+    const KIND_FUNC_PROTO: u32 = 13;
+    const SIGNED: u32 = 1 << 24;
+    let mut strings = b"\0long\0".to_vec();
+    let mut name = |s: &str| {
+        let at = strings.len() as u32;
+        strings.extend_from_slice(s.trim_end_matches('*').as_bytes());
+        strings.push(0);
+        at
+    };
+    let mut types: Vec<u32> = vec![1, KIND_INT << 24, 8, SIGNED | 64, 0, KIND_PTR << 24, 0];
+    for (i, f) in funcs.iter().enumerate() {
+        let proto = 3 + 2 * i as u32;
+        types.extend([0, KIND_FUNC_PROTO << 24 | f.params.len() as u32, 1]);
+        for p in f.params {
+            types.extend([name(p), if p.ends_with('*') { 2 } else { 1 }]);
+        }
+        types.extend([name(f.name), KIND_FUNC << 24, proto]);
+    }
+    let types: Vec<u8> = types.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut b = Vec::new();
+    b.extend(0xeb9f_u16.to_ne_bytes());
+    b.extend([1, 0]); // version, flags
+    for w in [
+        24,
+        0,
+        types.len() as u32,
+        types.len() as u32,
+        strings.len() as u32,
+    ] {
+        b.extend(w.to_ne_bytes());
+    }
+    b.extend(types);
+    b.extend(strings);
+    b
+}
+
 /// Loads `program` as a program of type `prog_type` (attach type
-/// `attach`, 0 where the type needs none); a refusal carries the end of
-/// the verifier's log, named by `what`. The log is asked for only after
-/// a refusal: a long one would fill its buffer and fail a load the
-/// verifier accepted.
+/// `attach`, 0 where the type needs none), its functions described by
+/// `funcs` (none for a program of one function); a refusal carries the
+/// end of the verifier's log, named by `what`. The log is asked for
+/// only after a refusal: a long one would fill its buffer and fail a
+/// load the verifier accepted.
 pub(crate) fn load(
     prog_type: u32,
     attach: u32,
     program: &[Insn],
+    funcs: &[Func],
     what: &str,
 ) -> io::Result<OwnedFd> {
     let code: Vec<u8> = program.iter().copied().flat_map(Insn::bytes).collect();
     let license = c"GPL";
+    let types = (!funcs.is_empty())
+        .then(|| {
+            let b = btf(funcs);
+            Attr::new()
+                .u64(0, b.as_ptr() as u64)
+                .u32(16, b.len() as u32)
+                .call_fd(BPF_BTF_LOAD)
+        })
+        .transpose()
+        .map_err(|e| io::Error::new(e.kind(), format!("loading the {what} program's BTF: {e}")))?;
+    let info: Vec<u8> = funcs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, f)| [f.at as u32, 4 + 2 * i as u32])
+        .flat_map(u32::to_ne_bytes)
+        .collect();
     let attr = || {
-        Attr::new()
+        let a = Attr::new()
             .u32(0, prog_type)
             .u32(4, (code.len() / 8) as u32)
             .u64(8, code.as_ptr() as u64)
             .u64(16, license.as_ptr() as u64)
-            .u32(68, attach)
+            .u32(68, attach);
+        match &types {
+            Some(fd) => a
+                .u32(72, fd.as_raw_fd() as u32)
+                .u32(76, 8)
+                .u64(80, info.as_ptr() as u64)
+                .u32(88, funcs.len() as u32),
+            None => a,
+        }
     };
     let e = match attr().call_fd(BPF_PROG_LOAD) {
         Ok(fd) => return Ok(fd),

@@ -13,7 +13,7 @@ mod mmsg;
 mod sys;
 pub mod xdp;
 
-pub use by_call::CallSteering;
+pub use by_call::{Bound, CallSteering};
 pub use mmsg::*;
 pub use sys::{
     bind_address_no_port, enter_network_namespace, pin_to_core, pin_to_cores, raise_fd_limit_to,

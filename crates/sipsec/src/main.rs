@@ -167,7 +167,7 @@ struct ServeArgs {
     workers: Option<usize>,
     /// How datagrams are spread over the workers: call (by Call-ID, so
     /// one busy peer uses them all and each call stays in order; needs
-    /// Linux 6.9 and CAP_BPF, else flow), flow (each sender to one worker,
+    /// Linux 5.17, CAP_BPF and CAP_PERFMON, else flow), flow (each sender to one worker,
     /// in order), spread (each datagram to a worker at random;
     /// back-to-back messages may be reordered) or shared (one socket all
     /// read) [default: call].

@@ -1,7 +1,8 @@
 //! `sipsec bench xdp --server sipsec` end to end: a veth pair and a
 //! namespace made by the command, `sipsec serve` in it with and without
 //! `--udp-xdp`, a few thousand REGISTERs on each path, every one
-//! answered, the namespace gone afterwards (run as root, as CI runs).
+//! answered, the namespace gone afterwards; and `sipsec bench steer`
+//! (run as root, as CI runs).
 
 mod common;
 
@@ -49,5 +50,44 @@ fn both_paths_answer_every_register_and_the_namespace_goes() {
             .lines()
             .any(|l| l.split_whitespace().next() == Some(&ns)),
         "{ns} was left behind"
+    );
+}
+
+/// `sipsec bench steer` times the Call-ID steering program on its four
+/// datagrams, bounded as the server would load it or by `bpf_loop`, and
+/// names the bound; a bound it does not know is refused with the ones
+/// it does (root, as CI runs).
+#[test]
+fn the_steering_bench_times_the_program_with_each_bound() {
+    let steer = |bound: &str| {
+        Command::new(BIN)
+            .args(["bench", "steer", "--runs", "1000", "--rounds", "1"])
+            .args(["--bound", bound])
+            .output()
+            .expect("sipsec bench steer runs")
+    };
+    for bound in ["auto", "bpf_loop"] {
+        let out = steer(bound);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{bound}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let named = ["may_goto", "bpf_loop"]
+            .into_iter()
+            .find(|b| text.contains(&format!("bounded by {b}")))
+            .unwrap_or_else(|| panic!("no bound named in\n{text}"));
+        assert!(bound == "auto" || named == bound, "{text}");
+        let rows = text
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| datagram"));
+        assert_eq!(rows.count(), 4, "{text}");
+    }
+    let out = steer("loop");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("may_goto") && err.contains("bpf_loop"),
+        "{err}"
     );
 }

@@ -97,19 +97,32 @@ fn man_pages_and_the_systemd_unit_verify() {
     }
     // Verified as installed, with the binary under test in place.
     let local = dir.join("sipsec.service");
-    std::fs::write(&local, unit.replace("/usr/local/bin/sipsec", BIN)).expect("unit copy");
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&local)
-        .env("MANPATH", dir.join("man"))
-        .output()
-        .expect("systemd-analyze (setup.sh installs systemd)");
-    assert!(out.status.success(), "{}", common::text(&out));
-    assert!(
-        common::text(&out).trim().is_empty(),
-        "warnings: {}",
-        common::text(&out)
-    );
+    let mut granted = unit.clone();
+    for line in [
+        "CapabilityBoundingSet=CAP_BPF CAP_PERFMON",
+        "AmbientCapabilities=CAP_BPF CAP_PERFMON",
+        "SystemCallFilter=bpf",
+    ] {
+        let commented = format!("\n#{line}\n");
+        assert!(unit.contains(&commented), "the unit offers {line}");
+        granted = granted.replace(&commented, &format!("\n{line}\n"));
+    }
+    // As shipped, and with Call-ID steering's capabilities granted.
+    for unit in [unit, granted] {
+        std::fs::write(&local, unit.replace("/usr/local/bin/sipsec", BIN)).expect("unit copy");
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&local)
+            .env("MANPATH", dir.join("man"))
+            .output()
+            .expect("systemd-analyze (setup.sh installs systemd)");
+        assert!(out.status.success(), "{}", common::text(&out));
+        assert!(
+            common::text(&out).trim().is_empty(),
+            "warnings: {}",
+            common::text(&out)
+        );
+    }
 }
 
 #[test]

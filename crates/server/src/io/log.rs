@@ -154,7 +154,14 @@ pub fn udp_spread_unavailable(err: &std::io::Error) {
 /// `udp_balance = "call"` could not load or attach its program: each
 /// sender stays on one worker.
 pub fn udp_call_unavailable(err: &std::io::Error) {
-    warn!(target: "sipsec::server", error = %err, "udp_balance = \"call\" needs Linux 6.9 and CAP_BPF to steer datagrams by Call-ID; each sender stays on one worker");
+    warn!(target: "sipsec::server", error = %err, "udp_balance = \"call\" needs Linux 5.17, CAP_BPF and CAP_PERFMON to steer datagrams by Call-ID; each sender stays on one worker");
+}
+
+/// `udp_balance = "call"` steers by Call-ID with its loops bounded as
+/// `bound` names (`bpf_loop` before Linux 6.9 costs the kernel about
+/// four times as much a datagram as `may_goto`).
+pub fn udp_call_on(bound: &str) {
+    info!(target: "sipsec::server", bound, "udp_balance = \"call\": datagrams steered by Call-ID");
 }
 
 /// `udp_xdp` could not be used on `iface` (or on one of its queues):

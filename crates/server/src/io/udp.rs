@@ -89,10 +89,15 @@ impl UdpServer {
         let mut by_call = false;
         if balance == UdpBalance::Call && workers > 1 {
             // The group holds the program once attached.
-            let attached = sip_udp::CallSteering::load(workers as u32)
-                .and_then(|program| program.attach(&sockets[0]));
+            let attached = sip_udp::CallSteering::load(workers as u32).and_then(|program| {
+                program.attach(&sockets[0])?;
+                Ok(program.bound())
+            });
             match attached {
-                Ok(()) => by_call = true,
+                Ok(bound) => {
+                    crate::io::log::udp_call_on(bound.name());
+                    by_call = true;
+                }
                 Err(e) => crate::io::log::udp_call_unavailable(&e),
             }
         }

@@ -105,7 +105,7 @@ fn program(map: RawFd, port: u16, addrs: &[Ipv4Addr]) -> Vec<Insn> {
 /// verifier's log.
 pub(super) fn load(map: &OwnedFd, port: u16, addrs: &[Ipv4Addr]) -> io::Result<OwnedFd> {
     let program = program(map.as_raw_fd(), port, addrs);
-    crate::ebpf::load(BPF_PROG_TYPE_XDP, BPF_XDP, &program, "XDP")
+    crate::ebpf::load(BPF_PROG_TYPE_XDP, BPF_XDP, &program, &[], "XDP")
 }
 
 /// Attaches `prog` to interface `ifindex` (the driver's XDP hook where it

@@ -107,7 +107,7 @@ pub enum BenchCommand {
     Xdp(Box<XdpArgs>),
     /// What steering UDP datagrams by Call-ID (`udp_balance = "call"`)
     /// costs the kernel: the SO_REUSEPORT program on typical datagrams
-    /// (BPF_PROG_TEST_RUN; root or CAP_BPF), ns a datagram.
+    /// (BPF_PROG_TEST_RUN; root, or CAP_BPF and CAP_PERFMON), ns a datagram.
     Steer(Box<SteerArgs>),
 }
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use sipsec_bench::stats::{median, median_range};
-use sipsec_bench::steer::measure;
+use sipsec_bench::steer::{measure, Bound};
 
 #[derive(Args)]
 pub struct SteerArgs {
@@ -18,15 +18,23 @@ pub struct SteerArgs {
     /// Sockets in the group the program is loaded for (the modulo).
     #[arg(long, default_value_t = 8)]
     workers: u32,
+    /// How the program bounds its loops: `auto` as the server does (the
+    /// first the kernel accepts), `may_goto` (Linux 6.9) or `bpf_loop`
+    /// (Linux 5.17).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "may_goto", "bpf_loop"])]
+    bound: String,
 }
 
 pub(super) fn steer_bench(a: SteerArgs) -> Result<ExitCode, String> {
     if a.runs == 0 || a.workers == 0 {
         return Err("--runs and --workers must be positive".into());
     }
-    let costs = measure(a.workers, a.runs, a.rounds).map_err(|e| e.to_string())?;
+    let bound = Bound::ALL.into_iter().find(|b| b.name() == a.bound);
+    let (bound, costs) = measure(a.workers, a.runs, a.rounds, bound).map_err(|e| e.to_string())?;
     println!(
-        "steering by Call-ID (SO_REUSEPORT eBPF program, BPF_PROG_TEST_RUN, {} runs × {} rounds)",
+        "steering by Call-ID (SO_REUSEPORT eBPF program bounded by {}, BPF_PROG_TEST_RUN, \
+         {} runs × {} rounds)",
+        bound.name(),
         a.runs,
         a.rounds.max(1)
     );
