@@ -765,4 +765,67 @@ mod tests {
             );
         }
     }
+
+    /// A socket of a SO_REUSEPORT group on `port` of 127.0.0.1 (0: a
+    /// port of the kernel's choice).
+    fn group_member(port: u16) -> UdpSocket {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket calls on a descriptor made here; the
+        // address is a valid `sockaddr_in` of the length passed.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            assert!(fd >= 0, "socket");
+            crate::sys::set_int_option(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1).unwrap();
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_port = port.to_be();
+            addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let r = libc::bind(fd, (&raw const addr).cast(), len);
+            assert_eq!(r, 0, "bind: {}", io::Error::last_os_error());
+            UdpSocket::from_raw_fd(fd)
+        }
+    }
+
+    /// Attached to a real group, the program delivers each call's
+    /// datagrams to the socket its Call-ID hashes to, and one without a
+    /// Call-ID to some socket of the group.
+    #[test]
+    fn the_group_delivers_each_call_to_the_socket_it_hashes_to() {
+        for s in loaded(3) {
+            let first = group_member(0);
+            let port = first.local_addr().unwrap().port();
+            let group = [first, group_member(port), group_member(port)];
+            s.attach(&group[0]).unwrap();
+            for g in &group {
+                g.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            }
+            let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut buf = [0u8; 2048];
+            for i in 0..24 {
+                let call_id = format!("call-{i}@192.0.2.1");
+                let m = register(&format!("Call-ID: {call_id}"));
+                peer.send_to(&m, ("127.0.0.1", port)).unwrap();
+                let want = CallSteering::index_of(call_id.as_bytes(), 3) as usize;
+                let n = group[want].recv(&mut buf).unwrap_or_else(|e| {
+                    panic!("{:?}: {call_id} not on socket {want}: {e}", s.bound())
+                });
+                assert_eq!(&buf[..n], &m[..]);
+            }
+            peer.send_to(b"OPTIONS sip:x SIP/2.0\r\n\r\n", ("127.0.0.1", port))
+                .unwrap();
+            let mut fds: Vec<libc::pollfd> = group
+                .iter()
+                .map(|g| libc::pollfd {
+                    fd: g.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `fds` is a valid array of its length.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 5000) };
+            let landed = fds.iter().filter(|p| p.revents & libc::POLLIN != 0);
+            assert_eq!((ready, landed.count()), (1, 1), "{:?}", s.bound());
+        }
+    }
 }
