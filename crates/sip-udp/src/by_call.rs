@@ -300,7 +300,7 @@ const NONE: i32 = 2;
 /// bytes above it, never below).
 fn skip_word(a: &mut Asm, frame: u8, byte: Label, top: Label) {
     const WORD: i32 = 8;
-    let (feed, half, quarter, eighth) = (a.label(), a.label(), a.label(), a.label());
+    let feed = a.label();
     a.jump(JNE_K, STATE, 0, SCAN, byte);
     // The constant bound is the verifier's (the read stays in the
     // chunk); the length's is the datagram's.
@@ -339,24 +339,23 @@ fn skip_word(a: &mut Asm, frame: u8, byte: Label, top: Label) {
     a.op(AND_K, POS, 0, 0, -WORD);
     a.op(ADD_K, POS, 0, 0, WORD);
     a.jump(JA, 0, 0, 0, top);
-    // A line feed k bytes on: the lowest flag's byte, found by halves.
+    // A line feed k bytes on: the lowest flag's byte, found by halves
+    // (k in r2).
     a.bind(feed);
     a.op(MOV_K, 2, 0, 0, 0);
-    a.op(MOV32_X, 4, 3, 0, 0);
-    a.jump(JNE_K, 4, 0, 0, half);
-    a.op(ADD_K, 2, 0, 0, 4);
-    a.op(RSH_K, 3, 0, 0, 32);
-    a.bind(half);
-    a.op(MOV_X, 4, 3, 0, 0);
-    a.op(AND_K, 4, 0, 0, 0xffff);
-    a.jump(JNE_K, 4, 0, 0, quarter);
-    a.op(ADD_K, 2, 0, 0, 2);
-    a.op(RSH_K, 3, 0, 0, 16);
-    a.bind(quarter);
-    a.op(AND_K, 3, 0, 0, 0xff);
-    a.jump(JNE_K, 3, 0, 0, eighth);
-    a.op(ADD_K, 2, 0, 0, 1);
-    a.bind(eighth);
+    for bytes in [4, 2, 1] {
+        let within = a.label();
+        if bytes == 4 {
+            a.op(MOV32_X, 4, 3, 0, 0);
+        } else {
+            a.op(MOV_X, 4, 3, 0, 0);
+            a.op(AND_K, 4, 0, 0, (1 << (8 * bytes)) - 1);
+        }
+        a.jump(JNE_K, 4, 0, 0, within);
+        a.op(ADD_K, 2, 0, 0, bytes);
+        a.op(RSH_K, 3, 0, 0, 8 * bytes);
+        a.bind(within);
+    }
     // At the feed itself: read it as a byte.
     a.jump(JEQ_K, 2, 0, 0, byte);
     a.op(ADD_X, POS, 2, 0, 0);
