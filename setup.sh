@@ -50,6 +50,8 @@ if command -v apt-get >/dev/null 2>&1; then
     # reads the exposition with; systemd for `systemd-analyze verify` of
     # the packaged unit (packaging/sipsec.service), man-db for the manual
     # page it names;
+    # qemu-system-x86 and busybox-static for packaging/kernel-check.sh,
+    # which runs the eBPF programs' tests under Debian 12's own kernel;
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
@@ -62,7 +64,8 @@ if command -v apt-get >/dev/null 2>&1; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
             kamailio kamailio-tls-modules kamailio-websocket-modules libsrtp2-dev tcpdump chromium
             redis-server dnsmasq-base python3-prometheus-client systemd man-db
-            rtpengine-daemon secsipidx kamailio-secsipid-modules iproute2"
+            rtpengine-daemon secsipidx kamailio-secsipid-modules iproute2
+            qemu-system-x86 busybox-static"
     fi
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null

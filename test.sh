@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: formatting, lints, all tests, and a build of
-# the fuzz targets (their properties also run inside the test suite).
+# Runs every check CI runs: formatting, lints, all tests, a build of the
+# fuzz targets (their properties also run inside the test suite), and
+# sip-udp's tests again under Debian 12's kernel (packaging/kernel-check.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -18,3 +19,5 @@ echo "== fuzz targets compile"
 (cd fuzz && cargo check --locked --quiet)
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== sip-udp's tests (the eBPF programs) under Debian 12's 6.1 kernel, in QEMU"
+packaging/kernel-check.sh "" tests

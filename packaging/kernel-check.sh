@@ -28,7 +28,7 @@ vmlinuz=$(ls "$work"/kernel/boot/vmlinuz-*)
 
 # The tests, linked statically: the guest has nothing else.
 bin=$(RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=target/kernel-check \
-    cargo test -p sip-udp --lib --target x86_64-unknown-linux-gnu --no-run \
+    cargo test -p sip-udp --lib --locked --target x86_64-unknown-linux-gnu --no-run \
     --message-format=json 2>/dev/null |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 
@@ -49,7 +49,7 @@ EOF
 chmod +x "$root/init"
 (cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$work/initrd.gz"
 
-timeout 240 qemu-system-x86_64 -accel tcg -cpu max -m 1024 -nographic -no-reboot \
+timeout 240 qemu-system-x86_64 -accel tcg -cpu max -m 1024 -nographic -nic none -no-reboot \
     -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1" | tee "$work/console.log" | grep -v '^\s*$' || true
 grep -q "tests exited 0" "$work/console.log"
