@@ -7,7 +7,8 @@
 //! (the fill ring), the other half carry answers (the transmit ring) and
 //! come back through the completion ring.
 //!
-//! Needs `CAP_NET_ADMIN` and `CAP_BPF` (or root); where the kernel or the
+//! Needs `CAP_NET_ADMIN`, `CAP_BPF` and `CAP_NET_RAW` (the AF_XDP socket
+//! itself), or root; where the kernel or the
 //! privileges lack it, `XdpSocket::open` says why and the caller keeps
 //! to its sockets.
 
