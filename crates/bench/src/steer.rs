@@ -106,8 +106,8 @@ pub struct Cost {
 
 /// Loads the program for `workers` sockets, its loops bounded as
 /// `bound` says (`None`: as the server would, the first the kernel
-/// accepts), and times it on each sample; an error (no `CAP_BPF` and `CAP_PERFMON`, a
-/// kernel without the bound) says why.
+/// accepts), and times it on each sample; an error (no `CAP_BPF` and
+/// `CAP_PERFMON`, a kernel without the bound) says why.
 pub fn measure(
     workers: u32,
     runs: u32,
@@ -143,7 +143,8 @@ mod tests {
     #[test]
     fn every_sample_is_steered_by_its_call_id() {
         for bound in [None, Some(Bound::Helper)] {
-            let (_, costs) = measure(4, 10, 1, bound).expect("the program loads (needs CAP_BPF)");
+            let (_, costs) = measure(4, 10, 1, bound)
+                .expect("the program loads (needs CAP_BPF and CAP_PERFMON)");
             assert_eq!(costs.len(), 4);
             for c in &costs {
                 assert!(c.sample.scanned() <= c.sample.bytes.len());

@@ -622,7 +622,7 @@ mod tests {
     }
 
     /// The program with each bound this kernel must accept: `bpf_loop`
-    /// always, `may_goto` from Linux 6.9. They need CAP_BPF (root here
+    /// always, `may_goto` from Linux 6.9. They need CAP_BPF and CAP_PERFMON (root here
     /// and in CI); elsewhere they say so and pass nothing.
     fn loaded(sockets: u32) -> Vec<CallSteering> {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
@@ -635,7 +635,7 @@ mod tests {
             .filter(|&b| b == Bound::Helper || (major, minor) >= (6, 9))
             .map(|b| {
                 CallSteering::load_bounded(sockets, b).unwrap_or_else(|e| {
-                    panic!("the verifier accepts the program (needs CAP_BPF): {e}")
+                    panic!("the verifier accepts the program (needs CAP_BPF and CAP_PERFMON): {e}")
                 })
             })
             .collect()
@@ -643,7 +643,7 @@ mod tests {
 
     #[test]
     fn the_kernel_takes_the_first_bound_it_can() {
-        let s = CallSteering::load(2).expect("loads (needs CAP_BPF)");
+        let s = CallSteering::load(2).expect("loads (needs CAP_BPF and CAP_PERFMON)");
         assert_eq!(s.bound(), loaded(2)[0].bound());
     }
 
