@@ -51,7 +51,7 @@ if command -v apt-get >/dev/null 2>&1; then
     # the packaged unit (packaging/sipsec.service), man-db for the manual
     # page it names;
     # qemu-system-x86 and busybox-static for packaging/kernel-check.sh,
-    # which runs the eBPF programs' tests under Debian 12's own kernel;
+    # which runs the eBPF programs' tests under Debian's own kernels;
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, lints, all tests, a build of the
 # fuzz targets (their properties also run inside the test suite), and
-# sip-udp's tests again under Debian 12's kernel (packaging/kernel-check.sh).
+# sip-udp's tests again under Debian 11's, 12's and 13's kernels
+# (packaging/kernel-check.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -19,5 +20,5 @@ echo "== fuzz targets compile"
 (cd fuzz && cargo check --locked --quiet)
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== sip-udp's tests (the eBPF programs) under Debian 12's 6.1 kernel, in QEMU"
-packaging/kernel-check.sh "" tests
+echo "== sip-udp's tests (the eBPF programs) under Debian's kernels 5.10, 6.1 and 6.12, in QEMU"
+packaging/kernel-check.sh bullseye,bookworm,bookworm-security:6.1,trixie tests

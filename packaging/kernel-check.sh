@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Runs sip-udp's unit tests (the eBPF programs among them: Call-ID
-# steering, the AF_XDP redirect) under another Linux kernel, by default
-# Debian 12's 6.1, in a QEMU guest (emulated: no KVM needed; the boot
-# takes seconds): the verifier that decides whether a program loads is
-# the guest kernel's, not this machine's.
+# steering, the AF_XDP redirect) under other Linux kernels, each in a
+# QEMU guest (emulated: no KVM needed; a boot takes seconds): the
+# verifier that decides whether a program loads is the guest kernel's,
+# not this machine's.
 #
-#   packaging/kernel-check.sh [KERNEL-PACKAGE] [TEST-FILTER]
+#   packaging/kernel-check.sh [SUITES] [TEST-FILTER]
 #
-# KERNEL-PACKAGE is a Debian kernel image package (default: the newest
-# linux-image-6.1.*-cloud-amd64-unsigned the archive lists); TEST-FILTER
-# narrows the tests as `cargo test` does (default: by_call). Needs root,
-# qemu-system-x86 and busybox-static (installed here when missing).
-# Exits with the tests' status.
+# SUITES is a comma-separated list of Debian suites (default: bookworm);
+# each gives the newest cloud kernel its archive lists — bullseye 5.10
+# (no bound the steering program needs: both refused, the server runs
+# as `flow`), bookworm 6.1 (`bpf_loop`), trixie 6.12 (`may_goto`). The
+# package lists are fetched into a directory of their own and checked
+# by apt against the Debian archive keyring, as the system's are; the
+# system's sources are not touched. TEST-FILTER narrows the tests as
+# `cargo test` does (default: by_call). Needs root, qemu-system-x86 and
+# busybox-static (installed here when missing). Exits non-zero when any
+# kernel's tests fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+suites=${1:-bookworm}
 filter=${2:-by_call}
 work=$(mktemp -d /tmp/sipsec-kernel-XXXX)
 trap 'rm -rf "$work"' EXIT
@@ -21,10 +27,6 @@ trap 'rm -rf "$work"' EXIT
 for pkg in qemu-system-x86 busybox-static; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt-get install -y -q "$pkg" >/dev/null
 done
-pkg=${1:-$(apt-cache search --names-only '^linux-image-6\.1\.[0-9.-]+-cloud-amd64-unsigned$' |
-    awk '{print $1}' | sort -V | tail -1)}
-(cd "$work" && apt-get download -qq "$pkg" >/dev/null 2>&1 && dpkg-deb -x ./*.deb kernel)
-vmlinuz=$(ls "$work"/kernel/boot/vmlinuz-*)
 
 # The tests, linked statically: the guest has nothing else.
 bin=$(RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=target/kernel-check \
@@ -49,7 +51,42 @@ EOF
 chmod +x "$root/init"
 (cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$work/initrd.gz"
 
-timeout 240 qemu-system-x86_64 -accel tcg -cpu max -m 1024 -nographic -nic none -no-reboot \
-    -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
-    -append "console=ttyS0 quiet panic=-1" | tee "$work/console.log" | grep -v '^\s*$' || true
-grep -q "tests exited 0" "$work/console.log"
+# Downloads the newest cloud kernel of suite $1 (of series $2, e.g. 6.1,
+# when given) and prints its vmlinuz.
+kernel() {
+    local dir=$work/$1
+    mkdir -p "$dir"/lists/partial "$dir"/cache "$dir"/deb
+    local archive=debian
+    [[ $1 == *-security ]] && archive=debian-security
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+        "http://deb.debian.org/$archive $1 main" >"$dir/sources.list"
+    local apt=(-q -o Dir::Etc::SourceList="$dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+        -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" -o APT::Sandbox::User=root)
+    apt-get "${apt[@]}" update >/dev/null
+    local pkg
+    local version=${2//./\\.}
+    pkg=$(apt-cache "${apt[@]}" search --names-only "^linux-image-${version:-[0-9]+}\\.[0-9.]+[-+][a-z0-9.+-]*-cloud-amd64-unsigned\$" |
+        awk '{print $1}' | sort -V | tail -1)
+    [ -n "$pkg" ] || { echo "no ${2:+$2 }cloud kernel in $1" >&2; return 1; }
+    (cd "$dir/deb" && apt-get "${apt[@]}" download "$pkg" >/dev/null 2>&1 && dpkg-deb -x ./*.deb .)
+    echo "$pkg" >&2
+    ls "$dir"/deb/boot/vmlinuz-*
+}
+
+failed=()
+for item in ${suites//,/ }; do
+    suite=${item%%:*}
+    series=
+    [[ $item == *:* ]] && series=${item#*:}
+    echo "== $item"
+    vmlinuz=$(kernel "$suite" "$series")
+    timeout 240 qemu-system-x86_64 -accel tcg -cpu max -m 1024 -nographic -nic none -no-reboot \
+        -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
+        -append "console=ttyS0 quiet panic=-1" | tee "$work/console-$item.log" |
+        grep -v '^\s*$' || true
+    grep -q "tests exited 0" "$work/console-$item.log" || failed+=("$item")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "kernel-check: the tests failed under ${failed[*]}" >&2
+    exit 1
+fi

@@ -138,6 +138,70 @@ pub(crate) const JLE_X: u8 = 0xbd;
 /// loop's body until its states converge, not once per turn.
 pub(crate) const MAY_GOTO: u8 = 0xe5;
 
+/// A jump target in [`Asm`].
+#[derive(Clone, Copy)]
+pub(crate) struct Label(usize);
+
+/// Instructions with jumps to labels, and functions' addresses
+/// (`ld_imm64` of a `BPF_PSEUDO_FUNC`), resolved at the end.
+#[derive(Default)]
+pub(crate) struct Asm {
+    code: Vec<Insn>,
+    labels: Vec<Option<usize>>,
+    /// An instruction, its target, and whether the target goes in its
+    /// immediate (a function's address) rather than its offset.
+    fixes: Vec<(usize, Label, bool)>,
+}
+
+impl Asm {
+    pub(crate) fn label(&mut self) -> Label {
+        self.labels.push(None);
+        Label(self.labels.len() - 1)
+    }
+    pub(crate) fn bind(&mut self, l: Label) {
+        self.labels[l.0] = Some(self.code.len());
+    }
+    /// The next instruction's index (where a function starts).
+    pub(crate) fn here(&self) -> usize {
+        self.code.len()
+    }
+    pub(crate) fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+        self.code.push(Insn::new(code, dst, src, off, imm));
+    }
+    /// `if dst <code> imm (or src) goto to`; `JA` jumps always.
+    pub(crate) fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: Label) {
+        self.fixes.push((self.code.len(), to, false));
+        self.op(code, dst, src, 0, imm);
+    }
+    /// `dst = v` (64 bits: two instructions).
+    pub(crate) fn ld_dw(&mut self, dst: u8, v: i64) {
+        self.op(LD_DW, dst, 0, 0, v as i32);
+        self.op(0, 0, 0, 0, (v >> 32) as i32);
+    }
+    /// `dst = &f`, the function at `f` (a callback).
+    pub(crate) fn ld_func(&mut self, dst: u8, f: Label) {
+        self.fixes.push((self.code.len(), f, true));
+        self.op(LD_DW, dst, PSEUDO_FUNC, 0, 0);
+        self.op(0, 0, 0, 0, 0);
+    }
+    pub(crate) fn ret(&mut self, v: i32) {
+        self.op(MOV_K, 0, 0, 0, v);
+        self.op(EXIT, 0, 0, 0, 0);
+    }
+    pub(crate) fn finish(mut self) -> Vec<Insn> {
+        for (at, to, imm) in self.fixes {
+            let target = self.labels[to.0].expect("every label bound");
+            let rel = target as i64 - at as i64 - 1;
+            if imm {
+                self.code[at].imm = rel as i32;
+            } else {
+                self.code[at].off = rel as i16;
+            }
+        }
+        self.code
+    }
+}
+
 const BPF_BTF_LOAD: i64 = 18;
 
 /// A function of a program, as BTF describes it to the verifier (which

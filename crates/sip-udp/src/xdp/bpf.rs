@@ -53,52 +53,43 @@ const fn wire16(v: u16) -> i32 {
 /// address when empty), `bpf_redirect_map(map, rx_queue_index,
 /// XDP_PASS)`; for any other frame, `XDP_PASS`.
 fn program(map: RawFd, port: u16, addrs: &[Ipv4Addr]) -> Vec<Insn> {
-    let pass = |at: usize, end: usize| (end - at - 1) as i16;
-    let mut p = vec![
-        Insn::new(LDX_W, 2, 1, 0, 0), // r2 = ctx->data
-        Insn::new(LDX_W, 3, 1, 4, 0), // r3 = ctx->data_end
-        Insn::new(MOV_X, 4, 2, 0, 0),
-        Insn::new(ADD_K, 4, 0, 0, 42), // r4 = data + headers
-        Insn::new(JGT_X, 4, 3, 0, 0),  // short frame → pass
-        Insn::new(LDX_H, 5, 2, 12, 0), // ethertype
-        Insn::new(JNE_K, 5, 0, 0, wire16(0x0800)),
-        Insn::new(LDX_B, 5, 2, 14, 0), // version and IHL
-        Insn::new(JNE_K, 5, 0, 0, 0x45),
-        Insn::new(LDX_B, 5, 2, 23, 0), // protocol
-        Insn::new(JNE_K, 5, 0, 0, 17),
-        Insn::new(LDX_H, 5, 2, 20, 0), // flags and fragment offset
-        Insn::new(AND_K, 5, 0, 0, wire16(0x3fff)),
-        Insn::new(JNE_K, 5, 0, 0, 0),
-        Insn::new(LDX_H, 5, 2, 36, 0), // UDP destination port
-        Insn::new(JNE_K, 5, 0, 0, wire16(port)),
-    ];
+    let mut a = Asm::default();
+    let (pass, accept) = (a.label(), a.label());
+    a.op(LDX_W, 2, 1, 0, 0); // r2 = ctx->data
+    a.op(LDX_W, 3, 1, 4, 0); // r3 = ctx->data_end
+    a.op(MOV_X, 4, 2, 0, 0);
+    a.op(ADD_K, 4, 0, 0, 42); // r4 = data + headers
+    a.jump(JGT_X, 4, 3, 0, pass); // short frame
+    a.op(LDX_H, 5, 2, 12, 0); // ethertype
+    a.jump(JNE_K, 5, 0, wire16(0x0800), pass);
+    a.op(LDX_B, 5, 2, 14, 0); // version and IHL
+    a.jump(JNE_K, 5, 0, 0x45, pass);
+    a.op(LDX_B, 5, 2, 23, 0); // protocol
+    a.jump(JNE_K, 5, 0, 17, pass);
+    a.op(LDX_H, 5, 2, 20, 0); // flags and fragment offset
+    a.op(AND_K, 5, 0, 0, wire16(0x3fff));
+    a.jump(JNE_K, 5, 0, 0, pass);
+    a.op(LDX_H, 5, 2, 36, 0); // UDP destination port
+    a.jump(JNE_K, 5, 0, wire16(port), pass);
     if !addrs.is_empty() {
-        // The destination address, loaded little-endian as it lies: on a
-        // match, past the remaining tests and the jump to pass.
-        p.push(Insn::new(LDX_W, 5, 2, 30, 0));
-        for (k, ip) in addrs.iter().enumerate() {
+        // The destination address, loaded little-endian as it lies.
+        a.op(LDX_W, 5, 2, 30, 0);
+        for ip in addrs {
             let want = u32::from_le_bytes(ip.octets()) as i32;
-            p.push(Insn::new(JEQ32_K, 5, 0, (addrs.len() - k) as i16, want));
+            a.jump(JEQ32_K, 5, 0, want, accept);
         }
-        p.push(Insn::new(JA, 0, 0, 0, 0));
+        a.jump(JA, 0, 0, 0, pass);
     }
-    p.extend([
-        Insn::new(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
-        Insn::new(LD_DW, 1, PSEUDO_MAP_FD, 0, map),
-        Insn::new(0, 0, 0, 0, 0),
-        Insn::new(MOV_K, 3, 0, 0, XDP_PASS), // no socket in the slot → pass
-        Insn::new(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
-        Insn::new(EXIT, 0, 0, 0, 0),
-    ]);
-    let end = p.len();
-    for (at, insn) in p.iter_mut().enumerate() {
-        if matches!(insn.code, JGT_X | JNE_K | JA) {
-            insn.off = pass(at, end);
-        }
-    }
-    p.push(Insn::new(MOV_K, 0, 0, 0, XDP_PASS));
-    p.push(Insn::new(EXIT, 0, 0, 0, 0));
-    p
+    a.bind(accept);
+    a.op(LDX_W, 2, 1, 16, 0); // r2 = ctx->rx_queue_index
+    a.op(LD_DW, 1, PSEUDO_MAP_FD, 0, map);
+    a.op(0, 0, 0, 0, 0);
+    a.op(MOV_K, 3, 0, 0, XDP_PASS); // no socket in the slot → pass
+    a.op(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP);
+    a.op(EXIT, 0, 0, 0, 0);
+    a.bind(pass);
+    a.ret(XDP_PASS);
+    a.finish()
 }
 
 /// Loads the program for `map` and `port`; a refusal carries the

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use clap::builder::PossibleValuesParser;
 use clap::Args;
 use sipsec_bench::stats::{median, median_range};
 use sipsec_bench::steer::{measure, Bound};
@@ -21,8 +22,13 @@ pub struct SteerArgs {
     /// How the program bounds its loops: `auto` as the server does (the
     /// first the kernel accepts), `may_goto` (Linux 6.9) or `bpf_loop`
     /// (Linux 5.17).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "may_goto", "bpf_loop"])]
+    #[arg(long, default_value = "auto", value_parser = bound_names())]
     bound: String,
+}
+
+/// `auto`, then each bound by its name.
+fn bound_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(std::iter::once("auto").chain(Bound::ALL.map(Bound::name)))
 }
 
 pub(super) fn steer_bench(a: SteerArgs) -> Result<ExitCode, String> {
