@@ -31,7 +31,6 @@ use std::time::Duration;
 use crate::ebpf::*;
 
 const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
-const BPF_PROG_TEST_RUN: i64 = 10;
 
 /// Bytes of a datagram the program reads for its Call-ID: three chunks,
 /// past the 1,300 bytes above which RFC 3261 §18.1.1 sends a request
@@ -157,13 +156,7 @@ impl CallSteering {
         let mut frame = vec![0u8; 14];
         frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
         frame.extend_from_slice(datagram);
-        let mut attr = Attr::new()
-            .u32(0, self.prog.as_raw_fd() as u32)
-            .u32(8, frame.len() as u32)
-            .u64(16, frame.as_ptr() as u64)
-            .u32(32, repeat);
-        attr.call(BPF_PROG_TEST_RUN)?;
-        Ok((attr.read_u32(4), attr.read_u32(36)))
+        test_run(&self.prog, &frame, repeat)
     }
 }
 

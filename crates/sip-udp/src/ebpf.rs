@@ -202,6 +202,20 @@ impl Asm {
     }
 }
 
+const BPF_PROG_TEST_RUN: i64 = 10;
+
+/// Runs `prog` `repeat` times on `frame` (an Ethernet frame) through
+/// `BPF_PROG_TEST_RUN`: its return value and the mean nanoseconds a run.
+pub(crate) fn test_run(prog: &OwnedFd, frame: &[u8], repeat: u32) -> io::Result<(u32, u32)> {
+    let mut attr = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(8, frame.len() as u32)
+        .u64(16, frame.as_ptr() as u64)
+        .u32(32, repeat);
+    attr.call(BPF_PROG_TEST_RUN)?;
+    Ok((attr.read_u32(4), attr.read_u32(36)))
+}
+
 const BPF_BTF_LOAD: i64 = 18;
 
 /// A function of a program, as BTF describes it to the verifier (which

@@ -134,6 +134,34 @@ mod tests {
         assert!(jumps.iter().all(|t| *t == pass as i64));
     }
 
+    /// The program as the kernel runs it (`BPF_PROG_TEST_RUN`, receive
+    /// queue 0, whose slot holds no socket): each frame passes to the
+    /// stack, the one for the port too — never dropped (`XDP_ABORTED`),
+    /// as `bpf_redirect_map` does with flags before Linux 5.13.
+    #[test]
+    fn a_queue_without_a_socket_passes_its_frames() {
+        use crate::xdp::frame::{write_headers, Endpoints, HEADERS};
+        let map = xsk_map(4).expect("an XSKMAP (needs CAP_BPF)");
+        let prog = load(&map, 5060, &[Ipv4Addr::new(10, 0, 0, 2)]).expect("the XDP program loads");
+        let frame = |dst: &str| {
+            let ends = Endpoints {
+                src_mac: [2, 0, 0, 0, 0, 1],
+                dst_mac: [2, 0, 0, 0, 0, 2],
+                src: "10.0.0.1:40000".parse().unwrap(),
+                dst: dst.parse().unwrap(),
+            };
+            let payload = b"OPTIONS sip:x SIP/2.0\r\n\r\n";
+            let mut f = vec![0; HEADERS + payload.len()];
+            assert!(write_headers(&mut f, &ends, payload.len(), 1));
+            f[HEADERS..].copy_from_slice(payload);
+            f
+        };
+        for dst in ["10.0.0.2:5060", "10.0.0.2:5061", "10.0.0.3:5060"] {
+            let (ret, _) = test_run(&prog, &frame(dst), 1).unwrap();
+            assert_eq!(ret, XDP_PASS as u32, "a frame to {dst}");
+        }
+    }
+
     #[test]
     fn instructions_encode_as_the_kernel_reads_them() {
         // r1 = *(u32 *)(r2 + 16): code 0x61, dst 1, src 2, off 16.
