@@ -3,14 +3,15 @@
 //! REGISTERs sent through the pair on its AF_XDP socket and answers them
 //! that way; what reaches it otherwise (from inside the namespace) is
 //! served by its UDP socket; an interface it cannot use leaves it on its
-//! sockets. Run as root, as CI runs (`./setup.sh` installs iproute2).
+//! sockets; frames the kernel's stack would discard (a checksum that
+//! fails, a source that cannot send) are discarded. Run as root, as CI runs (`./setup.sh` installs iproute2).
 
 #[path = "support/scratch.rs"]
 mod scratch;
 #[path = "support/served.rs"]
 mod served;
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -35,7 +36,9 @@ fn ip(args: &[&str]) {
 /// A veth pair, one end in a namespace; deleted with it.
 struct Veth {
     ns: String,
+    outer: String,
     inner: String,
+    outer_ip: Ipv4Addr,
     inner_ip: Ipv4Addr,
 }
 
@@ -55,7 +58,9 @@ impl Veth {
         let net = (id % 200) as u8;
         let veth = Self {
             ns: ns.clone(),
+            outer: outer.clone(),
             inner: inner.clone(),
+            outer_ip: Ipv4Addr::new(10, 202 + tag as u8, net, 201),
             // A last octet past 127: the top bit of the address's little-endian
             // word, which the XDP program must compare in 32 bits.
             inner_ip: Ipv4Addr::new(10, 202 + tag as u8, net, 202),
@@ -79,7 +84,7 @@ impl Veth {
         ip(&[
             "addr",
             "add",
-            &format!("10.{}.{net}.201/30", 202 + tag),
+            &format!("{}/30", veth.outer_ip),
             "dev",
             &outer,
         ]);
@@ -268,5 +273,98 @@ fn workers_past_the_queues_keep_to_their_sockets() {
     let m = &server.handle.shared().metrics;
     let received = m.xdp_received.load(Ordering::Relaxed);
     assert!(received >= 32 * 6, "{received} received on AF_XDP");
+    server.handle.shutdown();
+}
+
+/// An interface's MAC address, as `ip -o link` shows it (in namespace
+/// `ns` when given).
+fn mac(ns: Option<&str>, iface: &str) -> [u8; 6] {
+    let mut cmd = Command::new("ip");
+    if let Some(ns) = ns {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd
+        .args(["-o", "link", "show", iface])
+        .output()
+        .expect("ip");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = text
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC for {iface}: {text}"));
+    let mut m = [0u8; 6];
+    for (b, h) in m.iter_mut().zip(hex.split(':')) {
+        *b = u8::from_str_radix(h, 16).expect("hex");
+    }
+    m
+}
+
+/// A hostile host on the link sends frames the kernel's stack would never
+/// hand a socket: a REGISTER whose UDP checksum fails (changed on the
+/// way), one from a multicast source (its answer would go to a group),
+/// one from the server's own address. Each is discarded and counted, not
+/// decided; the REGISTERs around them, sent the same raw way with their
+/// checksums right, are answered in order.
+#[test]
+fn frames_the_kernel_would_discard_are_discarded() {
+    use sip_udp::xdp::frame::{fill_udp_checksum, write_headers, Endpoints, HEADERS};
+    let veth = Veth::new(4);
+    let server = registrar_in(&veth, Some(veth.inner.clone()), false);
+    let to = server.handle.local_addr();
+    let SocketAddr::V4(to4) = to else {
+        unreachable!("an IPv4 server")
+    };
+    let sock = UdpSocket::bind((veth.outer_ip, 0)).expect("udp");
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let SocketAddr::V4(local) = sock.local_addr().expect("local") else {
+        unreachable!("bound to IPv4")
+    };
+    let wire = sip_udp::xdp::RawLink::open(&veth.outer).expect("AF_PACKET (root)");
+    let ends = Endpoints {
+        src_mac: mac(None, &veth.outer),
+        dst_mac: mac(Some(&veth.ns), &veth.inner),
+        src: local,
+        dst: to4,
+    };
+    let frame = |n: u32, ends: &Endpoints| {
+        let body = register(n, SocketAddr::V4(ends.src), to);
+        let mut f = vec![0u8; HEADERS + body.len()];
+        assert!(write_headers(&mut f, ends, body.len(), n as u16));
+        f[HEADERS..].copy_from_slice(body.as_bytes());
+        assert!(fill_udp_checksum(&mut f));
+        f
+    };
+    let answered = |n: u32| {
+        let mut buf = [0u8; 4096];
+        let len = sock.recv(&mut buf).expect("an answer");
+        let text = String::from_utf8_lossy(&buf[..len]);
+        assert!(text.starts_with("SIP/2.0 200 "), "{text}");
+        assert!(text.contains(&format!("Call-ID: xdp-{n}\r\n")), "{text}");
+    };
+    let metrics = &server.handle.shared().metrics;
+
+    wire.send(&frame(1, &ends)).expect("sent");
+    answered(1);
+    let mut bent = frame(2, &ends);
+    bent[HEADERS + 3] ^= 0x01; // a payload bit flipped after summing
+    wire.send(&bent).expect("sent");
+    let group = Endpoints {
+        src: "224.0.0.251:5060".parse().unwrap(),
+        ..ends
+    };
+    wire.send(&frame(3, &group)).expect("sent");
+    let itself = Endpoints {
+        src: SocketAddrV4::new(*to4.ip(), 5061),
+        ..ends
+    };
+    wire.send(&frame(4, &itself)).expect("sent");
+    wire.send(&frame(5, &ends)).expect("sent");
+    // Frames are taken in order: the answer to 5 comes after whatever 2
+    // would have drawn, with the discards before it counted.
+    answered(5);
+    assert_eq!(metrics.xdp_discarded.load(Ordering::Relaxed), 3);
+    assert!(metrics.xdp_received.load(Ordering::Relaxed) >= 2);
     server.handle.shutdown();
 }

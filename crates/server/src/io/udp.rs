@@ -516,6 +516,12 @@ impl Inbox {
             let taken = std::mem::take(&mut self.xdp_taken);
             metrics.xdp_received.fetch_add(taken, Ordering::Relaxed);
             metrics.xdp_sent.fetch_add(sent, Ordering::Relaxed);
+            let discarded = port.take_discarded();
+            if discarded > 0 {
+                metrics
+                    .xdp_discarded
+                    .fetch_add(discarded, Ordering::Relaxed);
+            }
             port.send();
         }
         tx.flush(sock)

@@ -34,6 +34,9 @@ pub struct XdpPort {
     items: Vec<(Range<usize>, SocketAddr)>,
     peers: HashMap<SocketAddrV4, Endpoints>,
     id: u16,
+    /// Frames taken and discarded (see [`frame::parse`]) since the
+    /// metrics last counted them.
+    discarded: u64,
 }
 
 fn unicast_mac(m: &[u8; 6]) -> bool {
@@ -49,6 +52,7 @@ impl XdpPort {
             items: Vec::with_capacity(BATCH),
             peers: HashMap::new(),
             id: 0,
+            discarded: 0,
         })
     }
 
@@ -67,8 +71,12 @@ impl XdpPort {
         self.bytes.clear();
         self.items.clear();
         let (bytes, items, peers) = (&mut self.bytes, &mut self.items, &mut self.peers);
+        let discarded = &mut self.discarded;
         self.xsk.receive(BATCH as u32, |f| {
+            // What the kernel's stack would have discarded is discarded
+            // here: the frame is this path's alone.
             let Some((ends, payload)) = frame::parse(f) else {
+                *discarded += 1;
                 return;
             };
             let reachable = unicast_mac(&ends.src_mac)
@@ -88,6 +96,11 @@ impl XdpPort {
             bytes.extend_from_slice(payload);
         });
         self.items.len()
+    }
+
+    /// The frames discarded since the last call.
+    pub fn take_discarded(&mut self) -> u64 {
+        std::mem::take(&mut self.discarded)
     }
 
     /// Datagram `i` of the last batch and its sender.

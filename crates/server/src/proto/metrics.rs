@@ -359,6 +359,9 @@ pub struct Metrics {
     pub xdp_received: AtomicU64,
     /// Datagrams they sent that way.
     pub xdp_sent: AtomicU64,
+    /// Frames taken on AF_XDP sockets and discarded as the kernel's stack
+    /// would have (checksums that fail, sources that cannot send).
+    pub xdp_discarded: AtomicU64,
     /// Requests answered 503 because their next hop's name did not
     /// resolve.
     pub hop_unresolved: AtomicU64,

@@ -137,7 +137,7 @@ impl Metrics {
     }
 
     /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 25] {
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 26] {
         [
             (
                 "sipsec_dns_queries_total",
@@ -173,6 +173,11 @@ impl Metrics {
                 "sipsec_udp_xdp_sent_total",
                 "Datagrams the UDP workers sent on AF_XDP sockets (answers to the senders of datagrams received that way).",
                 &self.xdp_sent,
+            ),
+            (
+                "sipsec_udp_xdp_discarded_total",
+                "Frames taken on AF_XDP sockets and discarded, as the kernel's stack discards them (RFC 1122): an IP or UDP checksum that fails, or a source that cannot have sent them (this network, loopback, multicast, broadcast or reserved, the server's own address, port 0).",
+                &self.xdp_discarded,
             ),
             (
                 "sipsec_next_hop_unresolved_total",

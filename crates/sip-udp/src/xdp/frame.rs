@@ -43,7 +43,11 @@ impl Endpoints {
 
 /// The endpoints and UDP payload of an Ethernet frame carrying an
 /// unfragmented IPv4 UDP datagram with a 20-byte header; `None` for any
-/// other frame, or one whose lengths disagree with its size.
+/// other frame, one whose lengths disagree with its size, and what the
+/// kernel's stack would discard before a socket saw it (RFC 1122): a
+/// header checksum that fails (§3.2.1.2), a UDP checksum that fails
+/// (§4.1.3.4), or a source that cannot have sent it (§3.2.1.3, see
+/// [`may_send`]).
 pub fn parse(frame: &[u8]) -> Option<(Endpoints, &[u8])> {
     if frame.len() < HEADERS || frame[12..14] != ETHERTYPE_IPV4 {
         return None;
@@ -57,6 +61,9 @@ pub fn parse(frame: &[u8]) -> Option<(Endpoints, &[u8])> {
     let udp = &ip[20..];
     let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
     if total > ip.len() || udp_len < 8 || 20 + udp_len > total {
+        return None;
+    }
+    if checksum(&ip[..20]) != 0 || !udp_checksum_holds(ip, &udp[..udp_len]) {
         return None;
     }
     let mac = |at: usize| -> [u8; 6] {
@@ -76,7 +83,35 @@ pub fn parse(frame: &[u8]) -> Option<(Endpoints, &[u8])> {
         src: addr(12, 0),
         dst: addr(16, 2),
     };
-    Some((ends, &udp[8..udp_len]))
+    may_send(ends.src, ends.dst).then_some((ends, &udp[8..udp_len]))
+}
+
+/// Whether `src` can have sent a datagram to `dst` (RFC 1122 §3.2.1.3,
+/// the checks the kernel's routing makes of a source): not "this
+/// network" (0/8), loopback (127/8, which never arrives on an
+/// interface), multicast (224/4) or reserved and broadcast (240/4), not
+/// the destination itself, and from a port an answer can go to. An
+/// answer to such a source would go to many hosts, or to this one.
+pub fn may_send(src: SocketAddrV4, dst: SocketAddrV4) -> bool {
+    let ip = src.ip();
+    let [first, ..] = ip.octets();
+    first != 0 && !ip.is_loopback() && first < 224 && ip != dst.ip() && src.port() != 0
+}
+
+/// Whether the checksum of a UDP datagram from the IPv4 header `ip`
+/// holds (RFC 768): right over the pseudo-header and the datagram, or
+/// none (zero: the sender computed none, which IPv4 allows). A field
+/// holding only the pseudo-header's sum is a checksum left for a device
+/// to complete (checksum offload): frames from this host's own stack
+/// cross a veth pair so, never having left memory, and the kernel takes
+/// them unchecked; it is taken like zero, which any sender may send.
+fn udp_checksum_holds(ip: &[u8], udp: &[u8]) -> bool {
+    let field = u16::from_be_bytes([udp[6], udp[7]]);
+    if field == 0 {
+        return true;
+    }
+    let pseudo = sum(&ip[12..20], u64::from(UDP) + udp.len() as u64);
+    field == fold(pseudo) || fold(sum(udp, pseudo)) == 0xffff
 }
 
 /// Writes the headers of a frame from `ends` carrying `payload_len` bytes
@@ -115,16 +150,51 @@ pub fn write_headers(out: &mut [u8], ends: &Endpoints, payload_len: usize, id: u
     true
 }
 
-/// The Internet checksum (RFC 1071) of `bytes`, an even number of them.
-fn checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
+/// Writes the UDP checksum (RFC 768) of the IPv4 datagram in `frame`,
+/// whose headers [`write_headers`] wrote, over its pseudo-header and the
+/// whole datagram (a computed zero is sent as all ones); false for a
+/// frame shorter than its headers.
+pub fn fill_udp_checksum(frame: &mut [u8]) -> bool {
+    if frame.len() < HEADERS {
+        return false;
     }
-    !(sum as u16)
+    frame[40..42].copy_from_slice(&[0, 0]);
+    let pseudo = sum(&frame[26..34], u64::from(UDP) + (frame.len() - 34) as u64);
+    let c = match !fold(sum(&frame[34..], pseudo)) {
+        0 => 0xffff,
+        c => c,
+    };
+    frame[40..42].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+/// The Internet checksum (RFC 1071) of `bytes`.
+fn checksum(bytes: &[u8]) -> u16 {
+    !fold(sum(bytes, 0))
+}
+
+/// `acc` plus `bytes` as 16-bit words in network order, an odd last byte
+/// padded with zero, carries not yet folded. The sum is the same whatever
+/// the word size (RFC 1071 §2), so four bytes are added at a time.
+fn sum(bytes: &[u8], mut acc: u64) -> u64 {
+    let mut words = bytes.chunks_exact(4);
+    for w in &mut words {
+        acc += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    match *words.remainder() {
+        [a, b, c] => acc + u64::from(u16::from_be_bytes([a, b])) + (u64::from(c) << 8),
+        [a, b] => acc + u64::from(u16::from_be_bytes([a, b])),
+        [a] => acc + (u64::from(a) << 8),
+        _ => acc,
+    }
+}
+
+/// A sum's carries folded into 16 bits (ones' complement addition).
+fn fold(mut acc: u64) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
 }
 
 #[cfg(test)]
@@ -168,6 +238,106 @@ mod tests {
             checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
             !0xddf2
         );
+    }
+
+    fn checksummed(mut f: Vec<u8>) -> Vec<u8> {
+        assert!(fill_udp_checksum(&mut f));
+        f
+    }
+
+    /// RFC 1071's sum one 16-bit word at a time, to check the faster one.
+    fn plain_sum(bytes: &[u8]) -> u16 {
+        let mut acc = 0u64;
+        for (i, b) in bytes.iter().enumerate() {
+            acc += u64::from(*b) << if i % 2 == 0 { 8 } else { 0 };
+        }
+        fold(acc)
+    }
+
+    #[test]
+    fn the_sum_is_rfc_1071s_at_every_length() {
+        let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8 | 0x80).collect();
+        for len in 0..bytes.len() {
+            assert_eq!(
+                fold(sum(&bytes[..len], 0)),
+                plain_sum(&bytes[..len]),
+                "{len} bytes"
+            );
+        }
+        // All ones summed with carries: 0xffff, never folded to zero.
+        assert_eq!(fold(sum(&[0xff; 10], 0)), 0xffff);
+    }
+
+    #[test]
+    fn a_udp_checksum_sent_is_checked() {
+        for payload in [&b"REGISTER sip:x SIP/2.0\r\n\r\n"[..], b"odd"] {
+            let good = checksummed(frame(payload));
+            assert_ne!(&good[40..42], &[0, 0]);
+            assert_eq!(parse(&good).unwrap().1, payload);
+            let mut bent = good.clone();
+            bent[HEADERS] ^= 0x20;
+            assert!(parse(&bent).is_none(), "a payload changed on the way");
+            let mut bent = good;
+            bent[26] ^= 1;
+            bent[24..26].copy_from_slice(&[0, 0]);
+            let ip_sum = checksum(&bent[14..34]);
+            bent[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+            assert!(parse(&bent).is_none(), "another source than summed");
+        }
+        // None sent: taken as it is (RFC 768), however it arrived.
+        let mut none = frame(b"REGISTER");
+        none[HEADERS] = b'X';
+        assert_eq!(parse(&none).unwrap().1, b"XEGISTER");
+    }
+
+    #[test]
+    fn a_checksum_left_for_the_device_is_taken_like_none() {
+        // What a sender with checksum offload leaves: the pseudo-header's
+        // sum (source, destination, protocol, UDP length), not inverted.
+        let mut partial = frame(b"OPTIONS");
+        let pseudo = fold(sum(&partial[26..34], 17 + 8 + 7));
+        partial[40..42].copy_from_slice(&pseudo.to_be_bytes());
+        assert!(parse(&partial).is_some());
+        let mut other = partial;
+        other[40..42].copy_from_slice(&pseudo.wrapping_add(1).to_be_bytes());
+        assert!(parse(&other).is_none(), "neither partial nor right");
+    }
+
+    #[test]
+    fn a_header_checksum_that_fails_is_refused() {
+        let mut f = frame(b"OPTIONS");
+        f[22] -= 1; // the TTL, the checksum left as it was
+        assert!(parse(&f).is_none());
+    }
+
+    #[test]
+    fn sources_that_cannot_send_are_refused() {
+        let from = |src: &str| {
+            let ends = Endpoints {
+                src: src.parse().unwrap(),
+                ..ends()
+            };
+            let mut f = vec![0; HEADERS + 2];
+            assert!(write_headers(&mut f, &ends, 2, 1));
+            parse(&f).map(|(e, _)| e.src.to_string())
+        };
+        for bad in [
+            "0.0.0.0:5060",
+            "0.1.2.3:5060",
+            "127.0.0.1:5060",
+            "224.0.0.251:5353",
+            "239.255.255.250:1900",
+            "240.0.0.1:5060",
+            "255.255.255.255:5060",
+            "10.201.0.2:5060",
+            "10.201.0.2:5061",
+            "10.201.0.1:0",
+        ] {
+            assert_eq!(from(bad), None, "{bad}");
+        }
+        for good in ["10.201.0.1:40000", "10.201.0.3:5060", "223.255.255.254:1"] {
+            assert_eq!(from(good).as_deref(), Some(good));
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 mod bpf;
 pub mod frame;
+mod link;
 mod ring;
 
 use std::io;
@@ -21,6 +22,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+pub use link::RawLink;
 use ring::Ring;
 
 /// Bytes per UMEM frame (a page holds two; a datagram of up to ~2 KB).
