@@ -174,8 +174,9 @@ struct ServeArgs {
     #[arg(long, value_parser = ["call", "spread", "shared", "flow"])]
     udp_balance: Option<String>,
     /// Take the UDP port's IPv4 datagrams on this interface past the
-    /// kernel's stack (AF_XDP, root; worker i on receive queue i); other
-    /// traffic stays on the sockets [default: sockets only].
+    /// kernel's stack (AF_XDP, root; worker i on receive queue i): they
+    /// skip the host's firewall (nftables, iptables); other traffic stays
+    /// on the sockets [default: sockets only].
     #[arg(long, value_name = "INTERFACE", value_parser = sipsec_server::config::interface_name)]
     udp_xdp: Option<String>,
     /// Longest a busy worker waits after a read before the next, so that

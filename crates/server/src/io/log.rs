@@ -170,6 +170,12 @@ pub fn udp_xdp_unavailable(iface: &str, why: &str) {
     warn!(target: "sipsec::server", interface = iface, error = why, "udp_xdp: AF_XDP unavailable; the UDP sockets serve this traffic");
 }
 
+/// The XDP program took `iface`'s datagrams for `port`: they reach the
+/// workers before the host's packet filter sees them.
+pub fn udp_xdp_past_the_firewall(iface: &str, port: u16) {
+    warn!(target: "sipsec::server", interface = iface, port, "udp_xdp: datagrams for this port on this interface skip netfilter (nftables, iptables), rp_filter and tc; the host's firewall rules do not apply to them");
+}
+
 /// A UDP worker takes `iface`'s receive queue `queue` past the kernel.
 pub fn udp_xdp_on(iface: &str, queue: u32) {
     info!(target: "sipsec::server", interface = iface, queue, "udp_xdp: UDP on AF_XDP");

@@ -416,7 +416,10 @@ fn steer(iface: &str, addr: SocketAddr) -> Option<Arc<Steering>> {
         }
     };
     match Steering::attach(iface, addr.port(), &addrs) {
-        Ok(s) => Some(Arc::new(s)),
+        Ok(s) => {
+            crate::io::log::udp_xdp_past_the_firewall(iface, addr.port());
+            Some(Arc::new(s))
+        }
         Err(e) => unavailable(&e.to_string()),
     }
 }
