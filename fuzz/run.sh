@@ -3,7 +3,7 @@
 # Needs a nightly toolchain and cargo-fuzz (cargo install cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")"
-target=${1:?target: message | uri | digest_header | framing | srtp_unprotect | server_core | websocket_frames | dns_answer}
+target=${1:?target: one of $(ls fuzz_targets | sed 's/\.rs$//' | tr '\n' ' ')}
 secs=${2:-600}
 mkdir -p "corpus/$target"
 # Seeds (the corpus directory itself is not committed).
@@ -41,6 +41,31 @@ seeds = {"a": b"\0\x09" + answer(1, [(1, bytes([192, 0, 2, 1]))]),
          "cname": b"\0\x09" + answer(1, [(5, b"\x05other\xc0\x16")])}
 for name, data in seeds.items():
     open(f"{sys.argv[1]}/seed-{name}", "wb").write(data)
+PY
+        ;;
+    xdp_frame)
+        # A REGISTER in an Ethernet frame as the AF_XDP path takes it: IPv4
+        # (header checksum right), UDP without a checksum, and with one.
+        python3 - "corpus/$target" ../crates/sip-core/testdata/bench/register.sip <<'PY'
+import struct, sys
+payload = open(sys.argv[2], "rb").read()
+def fold(s):
+    while s > 0xffff:
+        s = (s & 0xffff) + (s >> 16)
+    return s
+def total(b):
+    b = b + b"\0" * (len(b) % 2)
+    return sum(struct.unpack(f">{len(b) // 2}H", b))
+src, dst = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 28 + len(payload), 7, 0x4000, 64, 17, 0, src, dst)
+ip = ip[:10] + struct.pack(">H", ~fold(total(ip)) & 0xffff) + ip[12:]
+eth = bytes([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0])
+udp = struct.pack(">HHHH", 40000, 5060, 8 + len(payload), 0) + payload
+open(f"{sys.argv[1]}/seed-unsummed", "wb").write(eth + ip + udp)
+pseudo = src + dst + struct.pack(">BBH", 0, 17, len(udp))
+c = ~fold(total(pseudo + udp)) & 0xffff or 0xffff
+udp = udp[:6] + struct.pack(">H", c) + udp[8:]
+open(f"{sys.argv[1]}/seed-summed", "wb").write(eth + ip + udp)
 PY
         ;;
 esac

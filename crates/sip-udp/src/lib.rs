@@ -9,6 +9,7 @@
 
 mod by_call;
 mod ebpf;
+pub mod fuzzing;
 mod mmsg;
 mod sys;
 pub mod xdp;
