@@ -201,6 +201,49 @@ impl WebSocket {
     }
 }
 
+/// A non-blocking UDP socket bound to `local`, in a SO_REUSEPORT group
+/// when `group`.
+fn udp(local: SocketAddr, group: bool) -> io::Result<UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(local),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    // Large buffers absorb the bursts of a thousand calls in flight
+    // (capped by net.core.rmem_max / wmem_max).
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    if group {
+        s.set_reuse_port(true)?;
+    }
+    s.bind(&local.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// `members` UDP links on one local address and port (`local`'s; port 0:
+/// one the first is given), a SO_REUSEPORT group steered by Call-ID
+/// (`sip_udp::CallSteering`): one flow on the wire, each member reading
+/// the responses to the calls whose Call-IDs hash to its index (see
+/// [`sip_udp::CallSteering::index_of`]). Fails where the kernel refuses
+/// the program (before Linux 5.17).
+pub fn udp_group(local: SocketAddr, members: usize) -> io::Result<Vec<Link>> {
+    let steering = sip_udp::CallSteering::load(u32::try_from(members).map_err(io::Error::other)?)?;
+    let first = udp(local, true)?;
+    let at = first.local_addr()?;
+    // The kernel numbers a group's sockets in the order they bind; the
+    // program goes on once all have.
+    let mut group = vec![first];
+    for _ in 1..members {
+        group.push(udp(at, true)?);
+    }
+    steering.attach(&group[0])?;
+    Ok(group
+        .into_iter()
+        .map(|s| Link::Udp(Box::new(Datagrams::new(s))))
+        .collect())
+}
+
 /// Connects a TCP stream from `local` (port 0: any) and makes it
 /// non-blocking.
 fn connect(local: SocketAddr, target: SocketAddr) -> io::Result<TcpStream> {
@@ -315,20 +358,7 @@ impl Link {
         tls: Option<&Arc<rustls::ClientConfig>>,
     ) -> io::Result<Self> {
         let secure = match transport {
-            Transport::Udp => {
-                let s = socket2::Socket::new(
-                    socket2::Domain::for_address(local),
-                    socket2::Type::DGRAM,
-                    Some(socket2::Protocol::UDP),
-                )?;
-                // Large buffers absorb the bursts of a thousand calls in
-                // flight (capped by net.core.rmem_max / wmem_max).
-                let _ = s.set_recv_buffer_size(4 << 20);
-                let _ = s.set_send_buffer_size(4 << 20);
-                s.bind(&local.into())?;
-                s.set_nonblocking(true)?;
-                return Ok(Link::Udp(Box::new(Datagrams::new(s.into()))));
-            }
+            Transport::Udp => return Ok(Link::Udp(Box::new(Datagrams::new(udp(local, false)?)))),
             Transport::Tcp | Transport::Ws => false,
             Transport::Tls | Transport::Wss => true,
             other => {

@@ -72,6 +72,10 @@ pub struct Report {
     pub retransmissions: u64,
     /// Responses that matched no call step.
     pub unexpected: u64,
+    /// With shared flows (`--share-flows`), how the threads shared them
+    /// and how many responses one thread read for another's call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_flows: Option<String>,
     /// Wall time, seconds.
     pub elapsed_s: f64,
     /// Successful calls per second over the run.
@@ -159,6 +163,14 @@ impl Report {
             failures: o.failures.clone(),
             retransmissions: o.retransmissions,
             unexpected: o.unexpected,
+            shared_flows: opts.run.share_flows.then(|| {
+                let how = if o.steered {
+                    "a socket per thread on each flow's port, responses steered by Call-ID"
+                } else {
+                    "one socket or connection per flow, read by every thread"
+                };
+                format!("{how}; {} responses handed over", o.handed_over)
+            }),
             elapsed_s: elapsed,
             achieved_cps: if elapsed > 0.0 {
                 o.ok as f64 / elapsed
@@ -257,6 +269,9 @@ impl Report {
             "  retransmissions {}, unexpected responses {}",
             self.retransmissions, self.unexpected
         );
+        if let Some(shared) = &self.shared_flows {
+            let _ = writeln!(s, "  shared flows: {shared}");
+        }
         if let Some(b) = self.wire_bytes_per_call {
             let _ = writeln!(s, "  on the wire {b:.0} bytes per successful call");
         }

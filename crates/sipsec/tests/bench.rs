@@ -317,9 +317,11 @@ fn flows_spread_callers_over_connections_and_survive_a_closed_one() {
     );
 }
 
-/// `--share-flows`: four generator threads send from one socket (one
-/// busy peer, beyond what one thread makes), each thread's responses
-/// reaching it whichever thread reads them.
+/// `--share-flows`: four generator threads send from one port (one busy
+/// peer, beyond what one thread makes), each thread's responses reaching
+/// it: steered to its own socket on that port by Call-ID where the kernel
+/// can (none handed over), else handed over by whichever thread reads
+/// them.
 #[test]
 fn shared_flows_send_every_threads_calls_from_one_port() {
     let dir = tempdir("bench-shared-flows");
@@ -345,13 +347,21 @@ fn shared_flows_send_every_threads_calls_from_one_port() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let r = report(&json);
-    // Without the hand-over, three responses in four would reach a thread
-    // that did not make the call, and those calls would time out.
+    // Without the steering or the hand-over, three responses in four
+    // would reach a thread that did not make the call, and those calls
+    // would time out.
     assert_eq!(
         (r["ok"].as_u64(), r["failed"].as_u64()),
         (Some(800), Some(0)),
         "{r}"
     );
+    if sip_udp::CallSteering::load(4).is_ok() {
+        let shared = r["shared_flows"].as_str().unwrap_or("");
+        assert!(
+            shared.contains("steered by Call-ID; 0 responses handed over"),
+            "{r}"
+        );
+    }
     // Every caller from one address and port, whichever thread sends its
     // calls: one binding each.
     assert_eq!(metric(http, "sipsec_bindings"), 51);

@@ -166,6 +166,12 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Bytes the generator's links moved (both directions counted apart).
     pub wire: crate::link::Wire,
+    /// Shared flows: responses one thread read for another's call and
+    /// handed over.
+    pub handed_over: u64,
+    /// Shared UDP flows: each thread had a socket on the flow's port,
+    /// the kernel steering responses by Call-ID.
+    pub steered: bool,
 }
 
 impl Outcome {
@@ -194,6 +200,8 @@ impl Outcome {
         }
         self.elapsed = self.elapsed.max(o.elapsed);
         self.wire += o.wire;
+        self.handed_over += o.handed_over;
+        self.steered |= o.steered;
     }
 }
 
@@ -241,6 +249,9 @@ struct Call {
     generation: u32,
     last: Vec<u8>,
     peer_tag: String,
+    /// With a steered shared flow, what ends the Call-ID so that it
+    /// hashes to this worker's socket.
+    nonce: Option<u32>,
     challenge: Option<Captured>,
     /// The dialog's route set (a `Route:` line) and remote target, from
     /// the 2xx to the INVITE (RFC 3261 §12.1.2).
@@ -284,6 +295,9 @@ struct Worker<'a> {
     used: bool,
     /// With shared flows, every worker's responses read by another.
     handoffs: &'a [Handoff],
+    /// With a shared flow steered by Call-ID, the sockets in its group
+    /// (each worker's Call-IDs hash to its own); 0 otherwise.
+    steered: u32,
 }
 
 /// Runs `run`, updating `live` as it goes; stops early when `stop` is set.
@@ -309,19 +323,21 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
         }
     }
     let ip = crate::link::source_for(run.target)?;
+    let local = |i: usize, j: usize| -> io::Result<SocketAddr> {
+        let port = if run.local_port == 0 {
+            0
+        } else {
+            u16::try_from(usize::from(run.local_port) + i * per + j)
+                .map_err(|_| io::Error::other("--local-port: the flows' ports run past 65535"))?
+        };
+        Ok(SocketAddr::new(ip, port))
+    };
     let open_links = |i: usize| -> io::Result<Vec<Link>> {
         (0..per)
             .map(|j| {
-                let port = if run.local_port == 0 {
-                    0
-                } else {
-                    u16::try_from(usize::from(run.local_port) + i * per + j).map_err(|_| {
-                        io::Error::other("--local-port: the flows' ports run past 65535")
-                    })?
-                };
                 Link::open(
                     run.transport,
-                    SocketAddr::new(ip, port),
+                    local(i, j)?,
                     run.target_for(i),
                     run.tls.as_ref(),
                 )
@@ -338,7 +354,28 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     // Handles on the shared connections kept here, to count their bytes
     // once every thread is done with them.
     let mut watched = Vec::new();
-    let sockets = if run.share_flows {
+    // One flow shared over UDP: a socket a thread on the flow's port,
+    // each reading its own calls' responses, where the kernel steers by
+    // Call-ID; else one socket all read, handing over what is another's.
+    let steered = run.share_flows && run.transport == Transport::Udp && threads > 1;
+    let groups = if steered {
+        (0..per)
+            .map(|j| crate::link::udp_group(local(0, j)?, threads))
+            .collect::<io::Result<Vec<_>>>()
+            .ok()
+    } else {
+        None
+    };
+    let steered = groups.is_some();
+    let sockets = if let Some(groups) = groups {
+        let mut links: Vec<Vec<Link>> = (0..threads).map(|_| Vec::with_capacity(per)).collect();
+        for group in groups {
+            for (thread, link) in group.into_iter().enumerate() {
+                links[thread].push(link);
+            }
+        }
+        links
+    } else if run.share_flows {
         let links = shared_links(open_links(0)?, threads)?;
         for l in &links[0] {
             watched.extend(l.share()?.filter(|l| l.shared_wire().is_some()));
@@ -393,6 +430,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         ends: Vec::new(),
                         used: false,
                         handoffs,
+                        steered: if steered { threads as u32 } else { 0 },
                     };
                     w.go(threads, stop);
                     w.outcome
@@ -540,6 +578,7 @@ impl Worker<'_> {
             }
         }
         self.outcome.started = started;
+        self.outcome.steered = self.steered > 0;
         self.outcome.elapsed = Instant::now().duration_since(self.start);
         self.outcome.wire = self.flows.wire();
     }
@@ -631,10 +670,17 @@ impl Worker<'_> {
             generation: 0,
             last: Vec::new(),
             peer_tag: String::new(),
+            nonce: None,
             challenge: None,
             route: String::new(),
             target: String::new(),
         });
+        if self.steered > 0 {
+            let nonce = write::steering_nonce(number, slot, self.id, self.run_id, self.steered);
+            if let Some(c) = self.slots[slot].as_mut() {
+                c.nonce = Some(nonce);
+            }
+        }
         self.active += 1;
         self.second(now).started += 1;
         self.live.started.fetch_add(1, Ordering::Relaxed);
@@ -753,6 +799,7 @@ impl Worker<'_> {
                 .and_then(|w| self.handoffs.get(w))
             {
                 h.push(bytes.to_vec());
+                self.outcome.handed_over += 1;
                 return;
             }
         }
@@ -1093,6 +1140,31 @@ mod tests {
         assert_eq!(o.failures.get("unfinished at the end of the run"), Some(&4));
         // T1 then 2·T1 passed within the drain: two retransmissions each.
         assert!(o.retransmissions >= 4, "{}", o.retransmissions);
+    }
+
+    /// One flow shared by three threads: every REGISTER leaves from one
+    /// port, and where the kernel steers the group by Call-ID (Linux 5.17
+    /// on) each response reaches the socket of the thread whose call it
+    /// answers: none is handed over.
+    #[test]
+    fn a_shared_flow_is_one_port_and_each_thread_reads_its_own() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, t) = responder(stop.clone(), HashSet::new(), |ports, _, src| {
+            ports.insert(src.port());
+            true
+        });
+        let mut r = run(addr, 120);
+        (r.threads, r.share_flows, r.shape) = (3, true, Shape::Rate(2000.0));
+        let o = execute(&r, &Live::default(), &AtomicBool::new(false)).expect("runs");
+        stop.store(true, Ordering::Relaxed);
+        let ports = t.join().expect("responder");
+        assert_eq!(o.ok, 120, "{:?}", o.failures);
+        assert_eq!(ports.len(), 1, "one flow: {ports:?}");
+        let steerable = sip_udp::CallSteering::load(3).is_ok();
+        assert_eq!(o.steered, steerable);
+        if steerable {
+            assert_eq!(o.handed_over, 0);
+        }
     }
 
     #[test]

@@ -27,20 +27,46 @@ fn hex(out: &mut Vec<u8>, n: u64) {
     sip_core::writer::push_hex(out, n, 0);
 }
 
+/// NUMBER.SLOT.WORKER.RUN[.NONCE], in hex: the response finds its call.
+fn call_id(o: &mut Vec<u8>, number: u64, slot: usize, worker: usize, run: u32, nonce: Option<u32>) {
+    hex(o, number);
+    o.push(b'.');
+    hex(o, slot as u64);
+    o.push(b'.');
+    hex(o, worker as u64);
+    o.push(b'.');
+    hex(o, u64::from(run));
+    if let Some(n) = nonce {
+        o.push(b'.');
+        hex(o, u64::from(n));
+    }
+}
+
+/// The first nonce that makes the call's Call-ID hash to `worker`'s
+/// socket in a group of `sockets` steered by Call-ID (about `sockets`
+/// tries).
+pub(super) fn steering_nonce(
+    number: u64,
+    slot: usize,
+    worker: usize,
+    run: u32,
+    sockets: u32,
+) -> u32 {
+    let mut id = Vec::with_capacity(48);
+    (0..)
+        .find(|&n| {
+            id.clear();
+            call_id(&mut id, number, slot, worker, run, Some(n));
+            sip_udp::CallSteering::index_of(&id, sockets) as usize == worker
+        })
+        .unwrap_or(0)
+}
+
 impl Ctx<'_> {
     pub(super) fn value(&self, v: Var, o: &mut Vec<u8>) {
         let c = self.call;
         match v {
-            Var::CallId => {
-                // NUMBER.SLOT.WORKER.RUN: the response finds its call.
-                hex(o, c.number);
-                o.push(b'.');
-                hex(o, c.slot as u64);
-                o.push(b'.');
-                hex(o, self.worker as u64);
-                o.push(b'.');
-                hex(o, u64::from(self.run_id));
-            }
+            Var::CallId => call_id(o, c.number, c.slot, self.worker, self.run_id, c.nonce),
             Var::Branch => {
                 o.extend_from_slice(b"z9hG4bK-sb");
                 hex(o, c.number);
@@ -152,6 +178,22 @@ mod tests {
             let mut out = b"x".to_vec();
             super::hex(&mut out, n);
             assert_eq!(out, format!("x{n:x}").into_bytes());
+        }
+    }
+
+    #[test]
+    fn a_nonce_makes_the_call_id_hash_to_its_worker() {
+        for sockets in [2u32, 3, 8] {
+            for worker in 0..sockets as usize {
+                for number in [0u64, 7, 123_456] {
+                    let n = super::steering_nonce(number, 3, worker, 0xabcd, sockets);
+                    let mut id = Vec::new();
+                    super::call_id(&mut id, number, 3, worker, 0xabcd, Some(n));
+                    let at = sip_udp::CallSteering::index_of(&id, sockets);
+                    assert_eq!(at as usize, worker, "{}", String::from_utf8_lossy(&id));
+                    assert!(id.ends_with(format!(".{n:x}").as_bytes()));
+                }
+            }
         }
     }
 }

@@ -64,11 +64,13 @@ pub struct CommonArgs {
     #[arg(long)]
     pub(super) busy_poll: bool,
     /// Every generator thread sends and reads on the first thread's
-    /// sockets or connections (--flows of them), so one flow carries the
-    /// load of all the threads — one busy peer (a trunk, an SBC) beyond
-    /// what one thread makes. A connection is framed by one thread at a
-    /// time. A thread that reads another's response hands it over and
-    /// wakes it.
+    /// flows (--flows of them), so one flow carries the load of all the
+    /// threads — one busy peer (a trunk, an SBC) beyond what one thread
+    /// makes. Over UDP each thread has a socket on each flow's port, and
+    /// the kernel steers each response to the socket of the thread whose
+    /// call it answers (by Call-ID; Linux 5.17 on, else one socket all
+    /// read). A connection is framed by one thread at a time. A thread
+    /// that reads another's response hands it over and wakes it.
     #[arg(long)]
     pub(super) share_flows: bool,
     /// First local port (thread i binds PORT+i); fixed ports make register,
