@@ -562,6 +562,7 @@ fn run_target(
                         flows: plan.flows,
                         busy_poll: plan.pin,
                         share_flows: false,
+                        one_shared_socket: false,
                         ids: None,
                     },
                     callee: callee.clone(),

@@ -729,6 +729,7 @@ fn measure_setup(
                     flows: 1,
                     busy_poll: false,
                     share_flows: false,
+                    one_shared_socket: false,
                     ids: Some(Arc::new(ids)),
                 },
                 callee: callee.clone(),

@@ -348,6 +348,7 @@ fn measure_cell(
             flows: load.per_thread,
             busy_poll: plan.pin,
             share_flows: load.shared,
+            one_shared_socket: false,
             ids: None,
         },
         callee,

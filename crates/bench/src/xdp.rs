@@ -412,6 +412,7 @@ fn run_for(plan: &Plan, target: SocketAddr, rate: f64) -> Result<crate::engine::
         connection_per_call: false,
         busy_poll: false,
         share_flows: false,
+        one_shared_socket: false,
         ids: None,
     })
 }

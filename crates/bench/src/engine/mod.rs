@@ -115,8 +115,14 @@ pub struct Run {
     /// UDP: every worker sends and reads on worker 0's sockets, so one
     /// flow (one local port) carries what several threads generate — the
     /// load of one busy peer beyond what one thread makes. A worker that
-    /// reads another's response hands it over.
+    /// reads another's response hands it over. Over UDP each worker has
+    /// a socket on each such port, steered by Call-ID where the kernel
+    /// can (see [`crate::link::udp_group`]).
     pub share_flows: bool,
+    /// With `share_flows` over UDP: one socket every worker reads (the
+    /// reader hands over what is another's) even where the kernel could
+    /// steer, to compare the two.
+    pub one_shared_socket: bool,
     /// Per call number, the IDs it shows (none: the plain names). A run
     /// with more calls than entries reuses them in turn.
     pub ids: Option<std::sync::Arc<Vec<CallIds>>>,
@@ -357,7 +363,8 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     // One flow shared over UDP: a socket a thread on the flow's port,
     // each reading its own calls' responses, where the kernel steers by
     // Call-ID; else one socket all read, handing over what is another's.
-    let steered = run.share_flows && run.transport == Transport::Udp && threads > 1;
+    let steered =
+        run.share_flows && !run.one_shared_socket && run.transport == Transport::Udp && threads > 1;
     let groups = if steered {
         (0..per)
             .map(|j| crate::link::udp_group(local(0, j)?, threads))
@@ -1080,6 +1087,7 @@ mod tests {
             connection_per_call: false,
             busy_poll: false,
             share_flows: false,
+            one_shared_socket: false,
             ids: None,
         }
     }
@@ -1165,6 +1173,18 @@ mod tests {
         if steerable {
             assert_eq!(o.handed_over, 0);
         }
+        // Asked for one socket: all three read it, handing over.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, t) = responder(stop.clone(), HashSet::new(), |ports, _, src| {
+            ports.insert(src.port());
+            true
+        });
+        r.target = addr;
+        r.one_shared_socket = true;
+        let o = execute(&r, &Live::default(), &AtomicBool::new(false)).expect("runs");
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(t.join().expect("responder").len(), 1);
+        assert_eq!((o.ok, o.steered), (120, false), "{:?}", o.failures);
     }
 
     #[test]

@@ -53,10 +53,13 @@ pub(super) fn steering_nonce(
     sockets: u32,
 ) -> u32 {
     let mut id = Vec::with_capacity(48);
+    call_id(&mut id, number, slot, worker, run, None);
+    let stem = id.len();
     (0..)
         .find(|&n| {
-            id.clear();
-            call_id(&mut id, number, slot, worker, run, Some(n));
+            id.truncate(stem);
+            id.push(b'.');
+            hex(&mut id, u64::from(n));
             sip_udp::CallSteering::index_of(&id, sockets) as usize == worker
         })
         .unwrap_or(0)

@@ -73,6 +73,11 @@ pub struct CommonArgs {
     /// that reads another's response hands it over and wakes it.
     #[arg(long)]
     pub(super) share_flows: bool,
+    /// With --share-flows over UDP: one socket every thread reads, a
+    /// thread handing over the responses to others' calls, even where
+    /// the kernel could steer them (to compare the two ways).
+    #[arg(long, requires = "share_flows")]
+    pub(super) one_shared_socket: bool,
     /// First local port (thread i binds PORT+i); fixed ports make register,
     /// register-update and register-logout runs touch the same bindings.
     #[arg(long, default_value_t = 0)]
@@ -343,6 +348,7 @@ pub(super) fn options(a: &CommonArgs) -> Result<sipsec_bench::Options, String> {
             users,
             busy_poll: a.busy_poll,
             share_flows: a.share_flows,
+            one_shared_socket: a.one_shared_socket,
             ids: None,
             transport,
             tls: match &a.tls_ca {
