@@ -304,6 +304,8 @@ struct Worker<'a> {
     /// With a shared flow steered by Call-ID, the sockets in its group
     /// (each worker's Call-IDs hash to its own); 0 otherwise.
     steered: u32,
+    /// Workers of a steered group done with their calls.
+    group_done: &'a std::sync::atomic::AtomicUsize,
 }
 
 /// Runs `run`, updating `live` as it goes; stops early when `stop` is set.
@@ -409,6 +411,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
         })
         .collect::<io::Result<Vec<_>>>()?;
     let handoffs = &handoffs[..];
+    let group_done = &std::sync::atomic::AtomicUsize::new(0);
     let start = Instant::now();
     let outcomes = std::thread::scope(|scope| {
         let handles: Vec<_> = sockets
@@ -438,6 +441,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
                         used: false,
                         handoffs,
                         steered: if steered { threads as u32 } else { 0 },
+                        group_done,
                     };
                     w.go(threads, stop);
                     w.outcome
@@ -505,29 +509,7 @@ impl Worker<'_> {
                 started += 1;
                 burst += 1;
             }
-            // Everything queued, up to a batch.
-            let (inbox, ends) = (&mut self.inbox, &mut self.ends);
-            inbox.clear();
-            ends.clear();
-            closed.clear();
-            let received = self.flows.receive(
-                &mut buf,
-                RECV_BURST,
-                |m| {
-                    inbox.extend_from_slice(m);
-                    ends.push(inbox.len());
-                },
-                &mut closed,
-            );
-            let inbox = std::mem::take(&mut self.inbox);
-            let mut at = 0;
-            for i in 0..self.ends.len() {
-                let end = self.ends[i];
-                self.on_message(&inbox[at..end]);
-                at = end;
-            }
-            self.inbox = inbox;
-            self.fail_unreachable();
+            let received = self.read(&mut buf, &mut closed);
             let handed = self.take_handoffs();
             let received = received + handed;
             let mut why = String::new();
@@ -584,10 +566,59 @@ impl Worker<'_> {
                 }
             }
         }
+        if self.steered > 0 {
+            self.serve_the_group(&mut buf, &mut closed, stop);
+        }
         self.outcome.started = started;
         self.outcome.steered = self.steered > 0;
         self.outcome.elapsed = Instant::now().duration_since(self.start);
         self.outcome.wire = self.flows.wire();
+    }
+
+    /// Reads everything queued on the links, up to a batch, and handles
+    /// it; returns how many messages came.
+    fn read(&mut self, buf: &mut [u8], closed: &mut Vec<usize>) -> usize {
+        let (inbox, ends) = (&mut self.inbox, &mut self.ends);
+        inbox.clear();
+        ends.clear();
+        closed.clear();
+        let received = self.flows.receive(
+            buf,
+            RECV_BURST,
+            |m| {
+                inbox.extend_from_slice(m);
+                ends.push(inbox.len());
+            },
+            closed,
+        );
+        let inbox = std::mem::take(&mut self.inbox);
+        let mut at = 0;
+        for i in 0..self.ends.len() {
+            let end = self.ends[i];
+            self.on_message(&inbox[at..end]);
+            at = end;
+        }
+        self.inbox = inbox;
+        self.fail_unreachable();
+        received
+    }
+
+    /// A worker of a steered group whose calls are done keeps reading its
+    /// sockets until every worker's are: a socket leaving the group would
+    /// renumber the others, and an ICMP error goes to the socket the
+    /// flow's addresses hash to, not by Call-ID, so it may reach this one
+    /// for another worker's call (handed over as it is read). No longer
+    /// than any worker's calls may run: the starts' end and the drain.
+    fn serve_the_group(&mut self, buf: &mut [u8], closed: &mut Vec<usize>, stop: &AtomicBool) {
+        self.group_done.fetch_add(1, Ordering::SeqCst);
+        let end = self.start + self.run.duration + self.run.drain + Duration::from_secs(1);
+        while self.group_done.load(Ordering::SeqCst) < self.run.threads.max(1)
+            && !stop.load(Ordering::Relaxed)
+            && Instant::now() < end
+        {
+            self.read(buf, closed);
+            self.flows.wait(Duration::from_millis(10));
+        }
     }
 
     fn abandon_all(&mut self, now: Instant, cause: &str) {
