@@ -164,10 +164,17 @@ impl Report {
             retransmissions: o.retransmissions,
             unexpected: o.unexpected,
             shared_flows: opts.run.share_flows.then(|| {
-                let how = if o.steered {
-                    "a socket per thread on each flow's port, responses steered by Call-ID"
-                } else {
-                    "one socket or connection per flow, read by every thread"
+                let how = match (&o.steered, &o.unsteered) {
+                    (true, _) => {
+                        "a socket per thread on each flow's port, responses steered by Call-ID"
+                            .to_owned()
+                    }
+                    (false, Some(why)) => format!(
+                        "one socket per flow, read by every thread (not steered by Call-ID: {why})"
+                    ),
+                    (false, None) => {
+                        "one socket or connection per flow, read by every thread".to_owned()
+                    }
                 };
                 format!("{how}; {} responses handed over", o.handed_over)
             }),

@@ -178,6 +178,9 @@ pub struct Outcome {
     /// Shared UDP flows: each thread had a socket on the flow's port,
     /// the kernel steering responses by Call-ID.
     pub steered: bool,
+    /// Shared UDP flows that could not be steered: why (the kernel
+    /// refused the program, say), the threads then sharing one socket.
+    pub unsteered: Option<String>,
 }
 
 impl Outcome {
@@ -367,13 +370,16 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     // Call-ID; else one socket all read, handing over what is another's.
     let steered =
         run.share_flows && !run.one_shared_socket && run.transport == Transport::Udp && threads > 1;
-    let groups = if steered {
-        (0..per)
+    let (groups, unsteered) = if steered {
+        let groups = (0..per)
             .map(|j| crate::link::udp_group(local(0, j)?, threads))
-            .collect::<io::Result<Vec<_>>>()
-            .ok()
+            .collect::<io::Result<Vec<_>>>();
+        match groups {
+            Ok(g) => (Some(g), None),
+            Err(e) => (None, Some(e.to_string())),
+        }
     } else {
-        None
+        (None, None)
     };
     let steered = groups.is_some();
     let sockets = if let Some(groups) = groups {
@@ -460,6 +466,7 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     for l in &watched {
         total.wire += l.shared_wire().unwrap_or_default();
     }
+    total.unsteered = unsteered;
     Ok(total)
 }
 
