@@ -3,9 +3,11 @@
 //! handed over, the owner woken if it sleeps.
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::Worker;
 use crate::flows::{Bell, Flows};
 use crate::link::Link;
 
@@ -84,4 +86,48 @@ pub(super) fn shared_links(first: Vec<Link>, threads: usize) -> io::Result<Vec<V
 /// (`NUMBER.SLOT.WORKER.RUN` in hex).
 pub(super) fn owner_of(call_id: &str) -> Option<usize> {
     usize::from_str_radix(call_id.split('.').nth(2)?, 16).ok()
+}
+
+/// Each worker's links on the ports `locals` gives, one SO_REUSEPORT group
+/// of `threads` sockets a port, steered by Call-ID; why not where the
+/// kernel (or the ports) would not have it.
+pub(super) fn steered_links(
+    locals: impl Iterator<Item = io::Result<SocketAddr>>,
+    threads: usize,
+) -> Result<Vec<Vec<Link>>, String> {
+    let mut links: Vec<Vec<Link>> = (0..threads).map(|_| Vec::new()).collect();
+    for local in locals {
+        let group = local
+            .and_then(|l| crate::link::udp_group(l, threads))
+            .map_err(|e| e.to_string())?;
+        for (thread, link) in group.into_iter().enumerate() {
+            links[thread].push(link);
+        }
+    }
+    Ok(links)
+}
+
+impl Worker<'_> {
+    /// A worker of a steered group whose calls are done keeps reading its
+    /// sockets until every worker's are: a socket leaving the group would
+    /// renumber the others, and an ICMP error goes to the socket the
+    /// flow's addresses hash to, not by Call-ID, so it may reach this one
+    /// for another worker's call (handed over as it is read). No longer
+    /// than any worker's calls may run: the starts' end and the drain.
+    pub(super) fn serve_the_group(
+        &mut self,
+        buf: &mut [u8],
+        closed: &mut Vec<usize>,
+        stop: &AtomicBool,
+    ) {
+        self.group_done.fetch_add(1, Ordering::SeqCst);
+        let end = self.start + self.run.duration + self.run.drain + Duration::from_secs(1);
+        while self.group_done.load(Ordering::SeqCst) < self.run.threads.max(1)
+            && !stop.load(Ordering::Relaxed)
+            && Instant::now() < end
+        {
+            self.read(buf, closed);
+            self.flows.wait(Duration::from_millis(10));
+        }
+    }
 }

@@ -9,11 +9,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sip_core::auth::Challenge;
-use sip_core::digest::Algorithm;
 use sip_core::transaction::{Client, TimerConfig};
 use sip_core::writer::write_u64;
-use sip_core::{HeaderName, Message, StatusCode};
+use sip_core::{Message, StatusCode};
 
 use crate::flows::Flows;
 use crate::link::{Link, Transport};
@@ -23,8 +21,10 @@ use crate::timers::Timers;
 
 mod caller;
 use caller::caller;
+mod dialog;
+use dialog::{capture, dialog, Captured};
 mod handoff;
-use handoff::{owner_of, shared_links, Handoff};
+use handoff::{owner_of, shared_links, steered_links, Handoff};
 mod unreachable;
 mod write;
 use write::Ctx;
@@ -227,17 +227,6 @@ pub struct Live {
     pub p99_us: AtomicU64,
 }
 
-/// A digest challenge kept to answer.
-#[derive(Debug, Clone)]
-struct Captured {
-    proxy: bool,
-    algorithm: Algorithm,
-    realm: String,
-    nonce: String,
-    opaque: Option<String>,
-    qop: bool,
-}
-
 #[derive(Debug)]
 struct Call {
     number: u64,
@@ -368,27 +357,18 @@ pub fn execute(run: &Run, live: &Live, stop: &AtomicBool) -> io::Result<Outcome>
     // One flow shared over UDP: a socket a thread on the flow's port,
     // each reading its own calls' responses, where the kernel steers by
     // Call-ID; else one socket all read, handing over what is another's.
-    let steered =
+    let steer =
         run.share_flows && !run.one_shared_socket && run.transport == Transport::Udp && threads > 1;
-    let (groups, unsteered) = if steered {
-        let groups = (0..per)
-            .map(|j| crate::link::udp_group(local(0, j)?, threads))
-            .collect::<io::Result<Vec<_>>>();
-        match groups {
-            Ok(g) => (Some(g), None),
-            Err(e) => (None, Some(e.to_string())),
+    let (groups, unsteered) = if steer {
+        match steered_links((0..per).map(|j| local(0, j)), threads) {
+            Ok(links) => (Some(links), None),
+            Err(why) => (None, Some(why)),
         }
     } else {
         (None, None)
     };
     let steered = groups.is_some();
-    let sockets = if let Some(groups) = groups {
-        let mut links: Vec<Vec<Link>> = (0..threads).map(|_| Vec::with_capacity(per)).collect();
-        for group in groups {
-            for (thread, link) in group.into_iter().enumerate() {
-                links[thread].push(link);
-            }
-        }
+    let sockets = if let Some(links) = groups {
         links
     } else if run.share_flows {
         let links = shared_links(open_links(0)?, threads)?;
@@ -608,24 +588,6 @@ impl Worker<'_> {
         self.inbox = inbox;
         self.fail_unreachable();
         received
-    }
-
-    /// A worker of a steered group whose calls are done keeps reading its
-    /// sockets until every worker's are: a socket leaving the group would
-    /// renumber the others, and an ICMP error goes to the socket the
-    /// flow's addresses hash to, not by Call-ID, so it may reach this one
-    /// for another worker's call (handed over as it is read). No longer
-    /// than any worker's calls may run: the starts' end and the drain.
-    fn serve_the_group(&mut self, buf: &mut [u8], closed: &mut Vec<usize>, stop: &AtomicBool) {
-        self.group_done.fetch_add(1, Ordering::SeqCst);
-        let end = self.start + self.run.duration + self.run.drain + Duration::from_secs(1);
-        while self.group_done.load(Ordering::SeqCst) < self.run.threads.max(1)
-            && !stop.load(Ordering::Relaxed)
-            && Instant::now() < end
-        {
-            self.read(buf, closed);
-            self.flows.wait(Duration::from_millis(10));
-        }
     }
 
     fn abandon_all(&mut self, now: Instant, cause: &str) {
@@ -1010,45 +972,6 @@ impl Worker<'_> {
             self.live.failed.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// Keeps the route set (Record-Route reversed) and remote target (the
-/// Contact) of a 2xx to an INVITE, for the in-dialog ACK and BYE.
-fn dialog(msg: &Message<'_>, call: &mut Call) {
-    call.route.clear();
-    let set = ua::sip::record_routes(msg);
-    if !set.is_empty() {
-        call.route.push_str("Route: ");
-        call.route
-            .push_str(&set.into_iter().rev().collect::<Vec<_>>().join(", "));
-        call.route.push_str("\r\n");
-    }
-    call.target.clear();
-    if let Some(c) = msg.contacts().next() {
-        call.target.push_str(c.addr.uri().as_str());
-    }
-}
-
-fn capture(msg: &Message<'_>) -> Option<Captured> {
-    let proxy = msg.status().map(|s| s.as_u16()) == Some(407);
-    let name = if proxy {
-        HeaderName::ProxyAuthenticate
-    } else {
-        HeaderName::WwwAuthenticate
-    };
-    // The first offer with an algorithm we can answer (RFC 8760 §2.4).
-    msg.headers_named(name).find_map(|h| {
-        let c = Challenge::parse(h.value).ok()?;
-        let algorithm = Algorithm::from_token(c.algorithm.unwrap_or("MD5"))?;
-        Some(Captured {
-            proxy,
-            algorithm,
-            realm: c.realm?.to_owned(),
-            nonce: c.nonce?.to_owned(),
-            opaque: c.opaque.map(str::to_owned),
-            qop: c.offers_qop("auth"),
-        })
-    })
 }
 
 #[cfg(test)]
