@@ -169,11 +169,16 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
         responder::register_in(registrar, &domain, &opts.callee, &contact, 3600)?;
         // Registered at another node sharing the location: the callers'
         // nodes learn of it a moment later. Calls start once each of them
-        // routes to the callee (an OPTIONS answered by it), not before.
-        if run.transport == link::Transport::Udp {
+        // routes to the callee (an OPTIONS answered by it), not before. A
+        // callee in another domain is reached through the target's route
+        // to that domain's proxy, its registrar: nothing to learn, and an
+        // OPTIONS for the callee in the target's own domain never finds it.
+        if run.transport == link::Transport::Udp && opts.callee_domain.is_none() {
             for via in std::iter::once(run.target).chain(run.also.iter().copied()) {
                 if via != registrar {
-                    responder::await_reachable(via, &opts.callee.name);
+                    if let Err(why) = responder::await_reachable(via, &opts.callee.name) {
+                        eprintln!("bench: the callee is not reachable yet ({why}); calling anyway");
+                    }
                 }
             }
         }

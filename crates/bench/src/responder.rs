@@ -319,32 +319,27 @@ fn register_contact(
 /// Waits (at most 5 s) until `via` routes a request for `user` at its own
 /// address to a callee that answers it: an OPTIONS, sent again every
 /// 100 ms while the answer is not 200 (say 404 while `via` has not yet
-/// learnt of a registration made at another node). Gives up quietly: the
-/// calls that follow then report what went wrong.
-pub fn await_reachable(via: SocketAddr, user: &str) {
-    let Ok(sock) = UdpSocket::bind(SocketAddr::new(via.ip(), 0)) else {
-        return;
-    };
-    let (Ok(local), Ok(())) = (
-        sock.local_addr(),
-        sock.set_read_timeout(Some(Duration::from_millis(100))),
-    ) else {
-        return;
-    };
+/// learnt of a registration made at another node). Gives up with what it
+/// last heard; the calls that follow then report what went wrong.
+pub fn await_reachable(via: SocketAddr, user: &str) -> Result<(), String> {
+    let sock = UdpSocket::bind(SocketAddr::new(via.ip(), 0)).map_err(|e| e.to_string())?;
+    let local = sock.local_addr().map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 65_535];
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = None;
     for n in 0u32.. {
         if Instant::now() >= deadline {
-            return;
+            break;
         }
         let msg = format!(
             "OPTIONS sip:{user}@{via} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-probe{n}-{}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@{local}>;tag=p{n}\r\nTo: <sip:{user}@{via}>\r\nCall-ID: probe-{}@{local}\r\nCSeq: {n} OPTIONS\r\nContent-Length: 0\r\n\r\n",
             local.port(),
             local.port(),
         );
-        if sock.send_to(msg.as_bytes(), via).is_err() {
-            return;
-        }
+        sock.send_to(msg.as_bytes(), via)
+            .map_err(|e| format!("sending to {via}: {e}"))?;
         let until = Instant::now() + Duration::from_millis(100);
         while Instant::now() < until {
             let Ok(got) = sock.recv(&mut buf) else {
@@ -352,9 +347,10 @@ pub fn await_reachable(via: SocketAddr, user: &str) {
             };
             let status = Message::parse(&buf[..got]).ok().and_then(|m| m.status());
             match status.map(StatusCode::as_u16) {
-                Some(200) => return,
+                Some(200) => return Ok(()),
                 Some(s) if s >= 200 => {
                     // Not routed yet: wait out the rest of the 100 ms.
+                    last = Some(s);
                     std::thread::sleep(until.saturating_duration_since(Instant::now()));
                     break;
                 }
@@ -362,6 +358,10 @@ pub fn await_reachable(via: SocketAddr, user: &str) {
             }
         }
     }
+    Err(match last {
+        Some(s) => format!("{via} still answers {s} to an OPTIONS for {user} after 5 s"),
+        None => format!("{via} did not answer an OPTIONS for {user} in 5 s"),
+    })
 }
 
 fn ask(sock: &UdpSocket, msg: &[u8], server: SocketAddr) -> Result<Vec<u8>, Error> {

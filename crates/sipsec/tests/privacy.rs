@@ -699,6 +699,9 @@ fn the_server_experiment_routes_calls_through_both_proxies_and_counts_decryption
         .output()
         .expect("sipsec bench runs");
     assert!(out.status.success(), "{}", text(&out));
+    // The callee is at the other domain's proxy, its registrar: each call
+    // reaches it through the home proxy's route, with no wait for it first.
+    assert!(!text(&out).contains("not reachable"), "{}", text(&out));
     let rows: serde_json::Value = common::report_json(&json);
     let rows = rows.as_array().expect("rows");
     // 6 configurations × 2 numbers of calls in flight.
