@@ -902,7 +902,10 @@ fn the_security_bench_measures_every_layer_in_one_run() {
         .expect("sipsec bench security runs");
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    assert!(!t.contains("not reachable"), "every callee reached at once: {t}");
+    assert!(
+        !t.contains("not reachable"),
+        "every callee reached at once: {t}"
+    );
     let rows = report(&json);
     let rows = rows.as_array().expect("rows");
     let row = |layer: &str| {
