@@ -459,6 +459,9 @@ pub struct Config {
     pub hide_topology_peers: Vec<String>,
     /// Dialogs and call records (`[calls]`).
     pub calls: crate::config_calls::CallsSettings,
+    /// T1, T2 and T4 of every transaction (`[timers]`; RFC 3261's 500 ms,
+    /// 4 s and 5 s by default).
+    pub timers: sip_core::transaction::TimerConfig,
 }
 
 /// Resolving next hops named by domain names (`[dns]`, RFC 3263 without
@@ -774,6 +777,7 @@ impl Default for Config {
             config_file: None,
             hide_topology_peers: Vec::new(),
             calls: Default::default(),
+            timers: Default::default(),
         }
     }
 }

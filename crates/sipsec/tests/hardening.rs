@@ -696,7 +696,14 @@ fn users_outside_the_realm_refuse_to_start_and_the_file_reloads_on_sighup() {
 #[test]
 fn responses_the_server_makes_itself_are_counted_and_bans_are_counted() {
     let dir = tempdir("hard-count");
-    let srv = start(&dir.join("data"), &["--mode", "proxy", "--stateful"]);
+    // T1 = 100 ms (RFC 3261 §17.1.1.1 allows a smaller T1 on a known
+    // short path): Timer B is 6.4 s instead of 32 s.
+    let cfg = dir.join("timers.toml");
+    std::fs::write(&cfg, "[timers]\nt1_ms = 100\n").expect("config");
+    let srv = start(
+        &dir.join("data"),
+        &["--mode", "proxy", "--stateful", "--config", s(&cfg)],
+    );
     // A callee that never answers.
     let silent = UdpSocket::bind("127.0.0.1:0").expect("callee");
     let ua = Ua::new(srv.addr);
@@ -718,15 +725,21 @@ fn responses_the_server_makes_itself_are_counted_and_bans_are_counted() {
         srv = srv.addr,
         p = ua.port()
     );
+    let sent = std::time::Instant::now();
     ua.send(&invite);
     let trying = ua.recv().expect("100 Trying");
     assert!(trying.starts_with("SIP/2.0 100"), "{trying}");
-    // Timer B: 64·T1 = 32 s without an answer, then 408.
+    // Timer B: 64·T1 without an answer, then 408.
     let sock = &ua.sock;
     sock.set_read_timeout(Some(Duration::from_secs(40)))
         .expect("timeout");
     let timeout = ua.recv().expect("408 after timer B");
     assert!(timeout.starts_with("SIP/2.0 408"), "{timeout}");
+    let waited = sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(6400) && waited < Duration::from_secs(32),
+        "Timer B is 64·T1 = 6.4 s with t1_ms = 100: 408 after {waited:?}"
+    );
     assert_eq!(
         metric(&srv, "sipsec_responses_sent_total{class=\"1xx\"}"),
         1

@@ -739,15 +739,15 @@ impl Drop for Unwind {
 /// How often the stateful proxy's timers are checked while transactions
 /// are under way: a transaction that starts may be due sooner than the
 /// earliest known, but never sooner than 100 ms after it starts (the
-/// shortest `dns.failover_after`; T1 is 500 ms), so looking every 50 ms
-/// sees it in time without a wake-up per start.
+/// shortest `dns.failover_after` and the shortest `[timers] t1_ms`), so
+/// looking every 50 ms sees it in time without a wake-up per start.
 const TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Timers due within this of each other fire together: under load one
 /// is due every few milliseconds (each call leaves clean-up timers
 /// behind), and waking for each cost more than the timers themselves.
-/// SIP's shortest timer is T1 (500 ms), so a retransmission 20 ms late
-/// changes nothing a peer can tell.
+/// SIP's shortest timer is T1 (500 ms, at least 100 ms), so a
+/// retransmission 20 ms late changes nothing a peer can tell.
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Runs the stateful proxy's timers (retransmissions, 408s, clean-up):

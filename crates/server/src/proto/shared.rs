@@ -193,17 +193,15 @@ impl Shared {
             || config.websocket.ws.is_some()
             || config.websocket.wss.is_some();
         let flows = OpenFlows::new(streams, salt.clone());
+        let timers = config.timers;
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
-            Transactions::new(
-                sip_core::transaction::TimerConfig::RFC3261,
-                config.max_transaction_bytes,
-            )
-            .with_failover_after(config.dns.failover_after)
-            .with_names(names.clone())
-            .with_credentials(crate::proto::trunk_auth::Credentials::of(
-                &config.trunks,
-                salt.clone(),
-            ))
+            Transactions::new(config.timers, config.max_transaction_bytes)
+                .with_failover_after(config.dns.failover_after)
+                .with_names(names.clone())
+                .with_credentials(crate::proto::trunk_auth::Credentials::of(
+                    &config.trunks,
+                    salt.clone(),
+                ))
         });
         let media = (transactions.is_some() && config.media.on())
             .then(|| crate::proto::media::MediaTable::new(&config.media));
@@ -227,7 +225,7 @@ impl Shared {
             trunks,
             dialogs,
             hider,
-            originated: crate::proto::originated::Originated::default(),
+            originated: crate::proto::originated::Originated::new(timers),
             branch_salt: salt,
             flow_key,
             branch_key,
