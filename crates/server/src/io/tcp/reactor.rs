@@ -284,6 +284,10 @@ impl Reactor {
                 Got::Closed(plain) => {
                     if plain > 0 {
                         self.received(t, plain);
+                    } else {
+                        // A handshake that finished in the read that
+                        // closed is still a session: counted and traced.
+                        self.after_tls_read(t);
                     }
                     self.close(t, CloseReason::Peer);
                     return;
