@@ -1035,6 +1035,8 @@ fn the_redis_password_comes_from_the_environment() {
             Err(e) => e,
         };
         assert!(err.contains(needle), "{err}");
+        // A refusal ends the start at once: waiting cures nothing.
+        assert!(err.contains("refused, so not tried again"), "{err}");
         assert!(
             !err.contains("guess") && !err.contains("env-s3cret"),
             "{err}"

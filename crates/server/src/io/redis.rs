@@ -45,14 +45,25 @@ pub struct RedisState {
     pub nodes: AtomicU64,
     /// Why the last attempt to follow the shared location failed.
     pub last_error: std::sync::Mutex<Option<String>>,
+    /// The last attempt was refused (the login, a permission, the
+    /// client's settings): trying again cures nothing until the
+    /// credentials or the ACL change.
+    pub refused: AtomicBool,
 }
 
 impl RedisState {
-    /// Waits until the first full read is done, or `timeout` passed;
-    /// `Err` says why it is not.
+    /// Waits until the first full read is done, or `timeout` passed, or
+    /// Redis refused the node; `Err` says why it is not.
     pub fn wait_synced(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         while !self.synced.load(Ordering::Relaxed) {
+            if self.refused.load(Ordering::Acquire) {
+                let e = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+                return Err(format!(
+                    "{}; refused, so not tried again at start (check the user, its password and its ACL)",
+                    e.as_deref().unwrap_or("refused")
+                ));
+            }
             if Instant::now() >= deadline {
                 let e = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
                 return Err(e.clone().unwrap_or_else(|| "no answer".into()));
@@ -507,6 +518,7 @@ pub fn spawn_sync(
                     );
                     *state.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some(format!("{}: {e}", redact(&settings.url)));
+                    state.refused.store(refused(&e), Ordering::Release);
                     if was_up {
                         tracing::warn!(target: "sipsec::store", url = %redact(&settings.url), error = %e, "location store unreachable; REGISTER is answered 503 until it is back");
                         was_up = false;
@@ -519,6 +531,18 @@ pub fn spawn_sync(
             }
         })?;
     Ok((thread, waker))
+}
+
+/// Whether `e` is Redis refusing this node rather than failing to
+/// answer it: a login refused, a command its ACL forbids, settings the
+/// client cannot use.
+fn refused(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::AuthenticationFailed
+            | redis::ErrorKind::InvalidClientConfig
+            | redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+    )
 }
 
 /// How often a node says it is alive, and reads which others are.
