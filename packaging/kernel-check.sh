@@ -118,17 +118,37 @@ kernel() {
     ls "$dir"/deb/boot/vmlinuz-*
 }
 
-failed=()
-for item in ${suites//,/ }; do
-    suite=${item%%:*}
-    series=
+# One kernel: fetched, booted with the tests, its console kept in
+# $work/console-ITEM.log.
+guest() {
+    local item=$1 suite=${1%%:*} series=
     [[ $item == *:* ]] && series=${item#*:}
-    echo "== $item"
+    local vmlinuz
     vmlinuz=$(kernel "$suite" "$series")
     timeout 240 qemu-system-x86_64 -accel tcg -cpu max -m 2048 -nographic -nic none -no-reboot \
         -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
-        -append "console=ttyS0 quiet panic=-1" | tee "$work/console-$item.log" |
-        grep -v '^\s*$' || true
+        -append "console=ttyS0 quiet panic=-1" >"$work/console-$item.log" 2>&1 || true
+}
+
+# The guests run side by side, one per core (an emulated CPU is one
+# thread); each one's output is shown in order once it has ended.
+items=(${suites//,/ })
+slots=$(nproc)
+pids=()
+for i in "${!items[@]}"; do
+    if [ "$i" -ge "$slots" ]; then
+        wait "${pids[$((i - slots))]}" || true
+    fi
+    guest "${items[$i]}" >"$work/fetch-${items[$i]}.log" 2>&1 &
+    pids+=($!)
+done
+failed=()
+for i in "${!items[@]}"; do
+    item=${items[$i]}
+    wait "${pids[$i]}" || true
+    echo "== $item"
+    cat "$work/fetch-$item.log"
+    grep -v '^\s*$' "$work/console-$item.log" || true
     grep -q "tests exited 0" "$work/console-$item.log" &&
         grep -q "server exited 0" "$work/console-$item.log" || failed+=("$item")
 done

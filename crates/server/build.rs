@@ -28,7 +28,13 @@ fn main() {
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");
         println!("cargo:rerun-if-changed={dir}/refs/heads");
-        println!("cargo:rerun-if-changed={dir}/packed-refs");
+        // Only when it exists: cargo takes a missing file as changed, so
+        // every build would compile the server again. Refs packed later
+        // leave refs/heads, which is watched.
+        let packed = format!("{dir}/packed-refs");
+        if std::path::Path::new(&packed).exists() {
+            println!("cargo:rerun-if-changed={packed}");
+        }
     }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=build_metadata.rs");
