@@ -195,7 +195,7 @@ impl Shared {
         let flows = OpenFlows::new(streams, salt.clone());
         let timers = config.timers;
         let transactions = (config.stateful && config.mode == Mode::Proxy).then(|| {
-            Transactions::new(config.timers, config.max_transaction_bytes)
+            Transactions::new(timers, config.max_transaction_bytes)
                 .with_failover_after(config.dns.failover_after)
                 .with_names(names.clone())
                 .with_credentials(crate::proto::trunk_auth::Credentials::of(
