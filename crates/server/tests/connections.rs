@@ -311,6 +311,63 @@ fn a_dripped_tls_handshake_is_cut_at_its_deadline() {
     s.handle.shutdown();
 }
 
+/// A TLS 1.3 client session that trusts [`tls_settings`]' certificate.
+fn tls_client(d: &std::path::Path) -> rustls::ClientConnection {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let cert = rustls::pki_types::CertificateDer::from_pem_file(d.join("cert.pem")).expect("pem");
+    roots.add(cert).expect("root");
+    let client = rustls::ClientConfig::builder_with_provider(sip_tls::default_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    rustls::ClientConnection::new(std::sync::Arc::new(client), name).expect("client")
+}
+
+/// A client whose last handshake flight and a forged record leave in one
+/// write, so the server meets both in one read: the handshake finished
+/// and is counted as one, not as a failed handshake, and the forgery
+/// closes the connection as a TLS error.
+#[test]
+fn a_finished_handshake_then_a_bad_record_in_one_read_counts_the_session() {
+    let certs = Scratch::new("conn-tls-bad-record");
+    let s = server(
+        Mode::Registrar,
+        "tls-bad-record-srv",
+        ConnectionLimits::default(),
+        Some(tls_settings(&certs)),
+    );
+    let mut client = tls_client(&certs);
+    let mut sock = connect_from("127.0.0.1:0", s.handle.tls_addr().expect("tls"));
+    while client.is_handshaking() {
+        while client.wants_write() {
+            client.write_tls(&mut sock).expect("write");
+        }
+        client.read_tls(&mut sock).expect("read");
+        client.process_new_packets().expect("handshake");
+    }
+    // The client's Finished, then application data the server cannot
+    // decrypt (a record no key made).
+    let mut flight = Vec::new();
+    while client.wants_write() {
+        client.write_tls(&mut flight).expect("flight");
+    }
+    flight.extend_from_slice(&[0x17, 0x03, 0x03, 0x00, 0x20]);
+    flight.extend_from_slice(&[0x5a; 0x20]);
+    sock.write_all(&flight).expect("write");
+    assert!(closed_within(&mut sock, Duration::from_secs(5)));
+    let m = &s.handle.shared().metrics;
+    eventually("the TLS close", Duration::from_secs(5), || {
+        closed(&s, CloseReason::Tls) == 1
+    });
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(m.tls_handshakes.load(Relaxed), 1, "the session counted");
+    assert_eq!(m.tls_handshake_failures.load(Relaxed), 0);
+    s.handle.shutdown();
+}
+
 /// A self-signed certificate for 127.0.0.1 made with the openssl command
 /// line (as the project's TLS tests do).
 fn rcgen_free_self_signed(cert: &std::path::Path, key: &std::path::Path) -> bool {
@@ -779,18 +836,7 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
     c.connections.reactors = 2;
     let s = serve("trunk-tls-srv", c);
     let tls = s.handle.tls_addr().expect("tls");
-    let mut roots = rustls::RootCertStore::empty();
-    use rustls::pki_types::pem::PemObject;
-    let cert = rustls::pki_types::CertificateDer::from_pem_file(d.join("cert.pem")).expect("pem");
-    roots.add(cert).expect("root");
-    let client = rustls::ClientConfig::builder_with_provider(sip_tls::default_provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(client), name).expect("client");
-    let mut trunk = rustls::StreamOwned::new(conn, connect_from("127.0.0.1:0", tls));
+    let mut trunk = rustls::StreamOwned::new(tls_client(&d), connect_from("127.0.0.1:0", tls));
     const CALLS: u32 = 40;
     const EACH: u32 = 5;
     let burst = trunk_burst(tls, "TLS", CALLS, EACH);

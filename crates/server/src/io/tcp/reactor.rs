@@ -297,6 +297,9 @@ impl Reactor {
                     return;
                 }
                 Got::Failed(reason) => {
+                    // A handshake that finished before a bad record in
+                    // the same read is a session, not a failed handshake.
+                    self.note_handshake(t);
                     if reason == CloseReason::Tls
                         && self.locals.get(&t).is_some_and(|l| l.handshaking)
                     {
@@ -337,10 +340,25 @@ impl Reactor {
 
     /// Notes a finished handshake and sends what the session must answer.
     pub(super) fn after_tls_read(&mut self, t: Token) {
-        let Some(l) = self.locals.get_mut(&t) else {
+        self.note_handshake(t);
+        let Some(l) = self.locals.get(&t) else {
             return;
         };
         let mut tx = lock(&l.conn.tx);
+        let broken = tx.tls.is_some() && tx.flush().is_err();
+        drop(tx);
+        if broken {
+            self.close(t, CloseReason::Error);
+        }
+    }
+
+    /// A handshake that has just finished: counted, traced and kept
+    /// among the recent sessions, once.
+    fn note_handshake(&mut self, t: Token) {
+        let Some(l) = self.locals.get_mut(&t) else {
+            return;
+        };
+        let tx = lock(&l.conn.tx);
         let Some(tls) = &tx.tls else {
             return;
         };
@@ -371,11 +389,6 @@ impl Reactor {
                 recent.pop_front();
             }
             recent.push_back(session);
-        }
-        let broken = tx.flush().is_err();
-        drop(tx);
-        if broken {
-            self.close(t, CloseReason::Error);
         }
     }
 
