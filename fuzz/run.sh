@@ -68,6 +68,24 @@ udp = udp[:6] + struct.pack(">H", c) + udp[8:]
 open(f"{sys.argv[1]}/seed-summed", "wb").write(eth + ip + udp)
 PY
         ;;
+    sdp)
+        printf 'v=0\r\no=- 1 2 IN IP4 10.0.0.1\r\ns=-\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\nm=audio 5004 RTP/SAVP 8 101\r\na=rtpmap:101 telephone-event/8000\r\na=crypto:2 AES_CM_128_HMAC_SHA1_80 inline:PS1uQCVeeCFCanVmcjkpPywjNWhcYD0mXXtxaVBR|2^20|1:4 KDR=1 WSH=64\r\nm=video 5006 RTP/AVP 96\r\n' > corpus/sdp/seed-savp
+        printf 'v=0\nc=IN IP6 2001:db8::1\nm=audio 7078/2 RTP/AVP 0 8\n' > corpus/sdp/seed-avp ;;
+    media_packets)
+        # An RTP packet with a CSRC, an extension and padding; an SR with
+        # a report block, SDES CNAME and BYE.
+        python3 - "corpus/$target" <<'PY'
+import struct, sys
+rtp = bytes([0xb1, 0x80]) + struct.pack(">HII", 9, 160, 3) + struct.pack(">I", 4)
+rtp += struct.pack(">HH", 0xbede, 1) + b"\x10\xff\0\0" + b"\xd5" * 160 + b"\0\0\0\4"
+sr = struct.pack(">BBHI", 0x81, 200, 12, 1) + struct.pack(">QIII", 1 << 40, 160, 50, 8000)
+sr += struct.pack(">IIIIII", 7, (3 << 24) | 5, 70000, 12, 0xdeadbeef, 655)
+sdes = struct.pack(">BBHI", 0x81, 202, 3, 1) + b"\x01\x03a@b\0\0\0"
+bye = struct.pack(">BBHI", 0x81, 203, 1, 1)
+open(f"{sys.argv[1]}/seed-rtp", "wb").write(rtp)
+open(f"{sys.argv[1]}/seed-rtcp", "wb").write(sr + sdes + bye)
+PY
+        ;;
 esac
 cp ../crates/sip-core/testdata/fuzz-regressions/* "corpus/$target/"
 exec cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$secs" -max_len=4096

@@ -4,6 +4,7 @@
 //! and receiver reports ([`rtcp`]), and receive-side call-quality
 //! statistics with an E-model MOS estimate ([`stats`]).
 
+pub mod fuzzing;
 pub mod g711;
 pub mod rtcp;
 pub mod rtp;

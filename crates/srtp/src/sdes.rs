@@ -100,9 +100,9 @@ pub struct Crypto {
     pub kdr: Option<u8>,
     /// WSH=n: the replay window the sender asks for.
     pub window: Option<usize>,
-    /// UNENCRYPTED_SRTP, UNENCRYPTED_SRTCP or UNAUTHENTICATED_SRTP given:
-    /// we refuse such offers.
-    pub weakened: bool,
+    /// UNENCRYPTED_SRTP, UNENCRYPTED_SRTCP and UNAUTHENTICATED_SRTP as
+    /// given (RFC 4568 §6.3.2): we refuse such offers, and write them back.
+    pub weakened: Vec<String>,
     /// Session parameters we do not interpret (FEC_ORDER, FEC_KEY, …).
     pub other: Vec<String>,
 }
@@ -123,7 +123,7 @@ impl Crypto {
             }],
             kdr: None,
             window: None,
-            weakened: false,
+            weakened: Vec::new(),
             other: Vec::new(),
         })
     }
@@ -160,7 +160,7 @@ impl Crypto {
             keys,
             kdr: None,
             window: None,
-            weakened: false,
+            weakened: Vec::new(),
             other: Vec::new(),
         };
         for param in fields {
@@ -182,7 +182,7 @@ impl Crypto {
                 param,
                 "UNENCRYPTED_SRTP" | "UNENCRYPTED_SRTCP" | "UNAUTHENTICATED_SRTP"
             ) {
-                c.weakened = true;
+                c.weakened.push(param.to_string());
             } else {
                 c.other.push(param.to_string());
             }
@@ -250,7 +250,7 @@ impl std::fmt::Display for Crypto {
         if let Some(w) = self.window {
             write!(f, " WSH={w}")?;
         }
-        for p in &self.other {
+        for p in self.weakened.iter().chain(&self.other) {
             write!(f, " {p}")?;
         }
         Ok(())
@@ -322,7 +322,7 @@ fn parse_inline(suite: Profile, info: &str) -> Result<InlineKey, SdesError> {
 pub fn choose<'a>(offers: &'a [Crypto], supported: &[Profile]) -> Option<&'a Crypto> {
     offers
         .iter()
-        .find(|c| !c.weakened && supported.contains(&c.suite))
+        .find(|c| c.weakened.is_empty() && supported.contains(&c.suite))
 }
 
 /// Parses every `a=crypto:` line of a media section, skipping (not
@@ -344,6 +344,18 @@ pub fn parse_all<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_parameters_are_written_back_as_given() {
+        let k30 = STANDARD.encode([7u8; 30]);
+        let a = format!(
+            "5 AES_CM_128_HMAC_SHA1_80 inline:{k30}|2^20 KDR=3 UNENCRYPTED_SRTCP FEC_ORDER=SRTP_FEC"
+        );
+        let c = Crypto::parse(&a).unwrap();
+        assert_eq!(c.weakened, ["UNENCRYPTED_SRTCP"]);
+        assert_eq!(c.to_string(), a);
+        assert_eq!(Crypto::parse(&c.to_string()).unwrap(), c);
+    }
 
     #[test]
     fn a_key_without_base64_padding_as_rtpengine_writes_it_is_read() {

@@ -5,6 +5,7 @@
 //! and the phone that drives it over a socket ([`phone`]).
 
 pub mod agent;
+pub mod fuzzing;
 pub mod phone;
 pub mod resolve;
 pub mod sdp;
