@@ -71,6 +71,10 @@ PY
     sdp)
         printf 'v=0\r\no=- 1 2 IN IP4 10.0.0.1\r\ns=-\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\nm=audio 5004 RTP/SAVP 8 101\r\na=rtpmap:101 telephone-event/8000\r\na=crypto:2 AES_CM_128_HMAC_SHA1_80 inline:PS1uQCVeeCFCanVmcjkpPywjNWhcYD0mXXtxaVBR|2^20|1:4 KDR=1 WSH=64\r\nm=video 5006 RTP/AVP 96\r\n' > corpus/sdp/seed-savp
         printf 'v=0\nc=IN IP6 2001:db8::1\nm=audio 7078/2 RTP/AVP 0 8\n' > corpus/sdp/seed-avp ;;
+    ua_agent)
+        # Dialogues with the phone's core; %B, %c, %t… quote its own
+        # branches, Call-IDs and tags (see ua::fuzzing::agent).
+        cp ../crates/ua/testdata/fuzz-agent/*.bin "corpus/$target/" ;;
     media_packets)
         # An RTP packet with a CSRC, an extension and padding; an SR with
         # a report block, SDES CNAME and BYE.
