@@ -431,7 +431,7 @@ fn http_get(at: SocketAddr, path: &str) -> String {
     let mut c = std::net::TcpStream::connect(at).expect("connect");
     write!(
         c,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     .expect("write");
     let mut text = String::new();

@@ -103,7 +103,7 @@ fn text(out: &Output) -> String {
 
 fn metrics(http: SocketAddr) -> String {
     let mut s = TcpStream::connect(http).expect("http");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .expect("request");
     let mut body = String::new();
     s.read_to_string(&mut body).expect("response");

@@ -187,7 +187,7 @@ fn get_within(addr: &str, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("request");
     let mut text = String::new();
     s.read_to_string(&mut text)
         .unwrap_or_else(|e| panic!("{path} unanswered: {e}"));
@@ -973,6 +973,103 @@ fn the_web_view_shows_registrations_and_bans_in_chromium() {
         "{} bytes",
         png.len()
     );
+}
+
+/// A web page on another site cannot drive the endpoint through the
+/// operator's browser: a real Chromium, on a page served from another
+/// origin, POSTs `/reload` (browsers send such a request without asking
+/// first), and opens `/status` under a name made to resolve to 127.0.0.1
+/// (DNS rebinding). Both reach the server and are refused 403; nothing
+/// is reloaded and no binding is shown.
+#[test]
+fn another_sites_page_cannot_drive_the_endpoint_through_a_browser() {
+    let dir = tempdir("op-csrf");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--udp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--workers", "1"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env_remove("SIPSEC_HTTP_TOKEN");
+    let mut s = common::serve_command(cmd);
+    let http = common::banner_http_addr(&s.banner)
+        .expect("http")
+        .to_string();
+    let out = common::phone(
+        "",
+        &[
+            "register",
+            "--user",
+            "alice",
+            "--server",
+            &s.addr.to_string(),
+        ],
+    )
+    .output()
+    .expect("phone");
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert!(http_get(&http, "/status?aor=alice").contains("sip:alice@"));
+    // The other site: one page whose script POSTs to the endpoint.
+    let site = std::net::TcpListener::bind("127.0.0.1:0").expect("site");
+    let page = format!(
+        "<html><body>waiting<script>fetch('http://{http}/reload', \
+         {{method: 'POST', mode: 'no-cors'}}).then(() => document.body.textContent = 'posted', \
+         e => document.body.textContent = 'failed ' + e)</script></body></html>"
+    );
+    let origin = site.local_addr().expect("site address");
+    std::thread::spawn(move || {
+        for mut c in site.incoming().flatten().take(8) {
+            let mut head = [0u8; 2048];
+            let _ = c.read(&mut head);
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    let chromium = |url: &str, extra: &[&str]| {
+        let out = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+            ])
+            .args(["--virtual-time-budget=5000", "--dump-dom"])
+            .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .args(extra)
+            .arg(url)
+            .env("TMPDIR", &*dir)
+            .output()
+            .expect("chromium (./setup.sh installs it)");
+        assert!(out.status.success(), "{}", common::text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dom = chromium(&format!("http://{origin}/"), &[]);
+    assert!(dom.contains("posted"), "the page's POST went: {dom}");
+    let port = http.rsplit(':').next().expect("port");
+    let rules = "--host-resolver-rules=MAP rebind.test 127.0.0.1";
+    let dom = chromium(&format!("http://rebind.test:{port}/status"), &[rules]);
+    assert!(dom.contains("DNS-rebinding"), "refused: {dom}");
+    assert!(!dom.contains("sip:alice@"), "no binding shown: {dom}");
+    // Both, and whatever else the browser asked of the rebound name (a
+    // favicon).
+    let metrics = http_get(&http, "/metrics");
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("sipsec_http_refused_total "))
+        .and_then(|v| v.parse().ok())
+        .expect("the counter");
+    assert!(refused >= 2, "both refused: {refused}");
+    let _ = s.child.kill();
+    let mut log = String::new();
+    let _ = s
+        .child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut log);
+    assert!(!log.contains("reload asked by the operator"), "{log}");
 }
 
 /// `sipsec` with `args`, to its end: (success, stdout, stderr).

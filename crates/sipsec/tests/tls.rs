@@ -796,7 +796,7 @@ fn requests_come_back_on_the_aliased_connection(name: &str, sans: &[&str], own: 
 fn handshakes(server: &common::Running) -> u64 {
     let http = common::banner_http_addr(&server.banner).expect("http address in the banner");
     let mut s = std::net::TcpStream::connect(http).expect("http");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .expect("request");
     let mut body = String::new();
     s.read_to_string(&mut body).expect("response");

@@ -820,7 +820,11 @@ fn http_get_method(addr: &str, method: &str, path: &str, token: Option<&str>) ->
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n").expect("request");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n"
+    )
+    .expect("request");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("response");
     text

@@ -654,8 +654,16 @@ fn answer(view: &View, buf: &[u8]) -> Answer {
         return text("405 Method Not Allowed", "only GET, POST and DELETE\n");
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    if let Some(token) = &view.shared.config.http_token {
-        let head = String::from_utf8_lossy(buf);
+    let head = String::from_utf8_lossy(buf);
+    let token = view.shared.config.http_token.as_ref();
+    if let Some(why) = super::http_guard::refusal(&head, token.is_some()) {
+        view.shared
+            .metrics
+            .http_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return text("403 Forbidden", &why);
+    }
+    if let Some(token) = token {
         if !authorized(token, &head, query) {
             return text(
                 "401 Unauthorized",

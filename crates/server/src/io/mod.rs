@@ -10,6 +10,7 @@ pub mod files;
 pub mod handle;
 pub mod hep;
 pub mod http;
+mod http_guard;
 pub mod journal;
 pub mod keys;
 pub mod log;

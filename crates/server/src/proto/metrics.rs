@@ -428,6 +428,9 @@ pub struct Metrics {
     pub ws_upgrades: AtomicU64,
     /// WebSocket upgrades refused (bad request, origin, subprotocol).
     pub ws_upgrades_refused: AtomicU64,
+    /// Operator-endpoint requests refused as a browser's cross-site or
+    /// DNS-rebinding request.
+    pub http_refused: AtomicU64,
     /// Certificate/key reloads that took effect.
     pub tls_reloads: AtomicU64,
     /// Reloads refused (the old certificate stayed in use).

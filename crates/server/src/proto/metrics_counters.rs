@@ -137,7 +137,7 @@ impl Metrics {
     }
 
     /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 26] {
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 27] {
         [
             (
                 "sipsec_dns_queries_total",
@@ -253,6 +253,11 @@ impl Metrics {
                 "sipsec_websocket_upgrades_total",
                 "WebSocket upgrades accepted (SIP over WebSocket, RFC 7118).",
                 &self.ws_upgrades,
+            ),
+            (
+                "sipsec_http_refused_total",
+                "Operator-endpoint requests refused: a page of another origin (Origin), or a name that is not this host's without http_token (DNS rebinding).",
+                &self.http_refused,
             ),
             (
                 "sipsec_websocket_upgrades_refused_total",

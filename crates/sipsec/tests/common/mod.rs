@@ -272,7 +272,7 @@ pub fn answering(password: &str, args: &[&str]) -> (Child, String, JoinHandle<St
 pub fn http_get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).expect("http endpoint");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("request");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("response");
     text
