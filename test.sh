@@ -19,7 +19,7 @@ echo "== crypto-bench's Rust adapters (crossbench/rust, its own workspace) (at $
 (cd crossbench/rust && cargo fmt --check && \
     cargo clippy --release --locked --all-targets --quiet --target-dir ../../target/tmp/crossbench/rust -- -D warnings)
 echo "== fuzz targets compile (at ${SECONDS} s)"
-(cd fuzz && cargo check --locked --quiet)
+(cd fuzz && cargo check --locked --quiet --no-default-features)
 echo "== cargo test (at ${SECONDS} s)"
 cargo test --workspace --locked
 echo "== sip-udp's tests (the eBPF programs) under Debian's kernels 5.10, 6.1 and 6.12, in QEMU (at ${SECONDS} s)"
