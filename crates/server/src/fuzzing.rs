@@ -21,8 +21,7 @@ use crate::proto::shared::{Now, Shared};
 use crate::proto::users::{UserEntry, Users};
 use sip_core::websocket::server as websocket;
 
-/// What separates the messages of one input.
-pub const SEPARATOR: &[u8] = b"\0\0";
+pub use sip_core::fuzzing::{split, SEPARATOR};
 
 /// The servers the first byte picks from (its low two bits).
 const SERVERS: [(Mode, bool); 4] = [
@@ -221,24 +220,6 @@ pub fn response_path(data: &[u8]) {
             );
         }
     }
-}
-
-/// The messages of an input.
-pub fn split(data: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = Some(data);
-    std::iter::from_fn(move || {
-        let r = rest?;
-        match r.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) {
-            Some(at) => {
-                rest = Some(&r[at + SEPARATOR.len()..]);
-                Some(&r[..at])
-            }
-            None => {
-                rest = None;
-                Some(r)
-            }
-        }
-    })
 }
 
 /// An ICMP error for the datagram `sent`, quoting as much of its start

@@ -287,6 +287,28 @@ pub fn dns_answer(data: &[u8]) {
     }
 }
 
+/// What separates the messages of one input to a property that takes a
+/// dialogue (the server's core, the phone's).
+pub const SEPARATOR: &[u8] = b"\0\0";
+
+/// The messages of a dialogue: `data` cut at each [`SEPARATOR`].
+pub fn split(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(data);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) {
+            Some(at) => {
+                rest = Some(&r[at + SEPARATOR.len()..]);
+                Some(&r[..at])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
 /// Deterministic mutations of seed inputs, for running fuzz properties in
 /// the ordinary test suite: the same seed gives the same inputs, so a
 /// failure reproduces.

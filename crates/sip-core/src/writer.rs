@@ -309,7 +309,7 @@ pub fn write_response(
     w.finish(opts.body);
 }
 
-/// Writes a 400 (or 505/413 as [`ParseError::status`] says) for a request
+/// Writes a 400 (or 505/413 as [`ParseError::status`](crate::ParseError::status) says) for a request
 /// that failed to parse, copying Via, From, To, Call-ID and CSeq as found
 /// (RFC 3261 §8.2.6.2) and naming the error in a Warning (§20.43).
 /// Returns `false`, writing nothing, when the input is not a request or

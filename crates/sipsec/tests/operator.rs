@@ -863,6 +863,15 @@ fn hep_tracing_records_each_tls_session() {
     );
 }
 
+/// `alice` registers at `server` with the phone.
+fn register_alice(server: SocketAddr, password: &str) {
+    let at = server.to_string();
+    let out = common::phone(password, &["register", "--user", "alice", "--server", &at])
+        .output()
+        .expect("phone");
+    assert!(out.status.success(), "{}", common::text(&out));
+}
+
 /// The web view in a real browser: a registration and a ban appear, the
 /// page needs the token, and the screenshot is written for a look.
 #[test]
@@ -887,19 +896,7 @@ fn the_web_view_shows_registrations_and_bans_in_chromium() {
     let http = common::banner_http_addr(&s.banner)
         .expect("http")
         .to_string();
-    let out = common::phone(
-        "secret",
-        &[
-            "register",
-            "--user",
-            "alice",
-            "--server",
-            &s.addr.to_string(),
-        ],
-    )
-    .output()
-    .expect("phone");
-    assert!(out.status.success(), "{}", common::text(&out));
+    register_alice(s.addr, "secret");
     // One wrong answer to a challenge bans the source (max_auth_failures = 1).
     let _ = wrong_answer(&udp(), s.addr, "alice", "web-bad");
     // Without the token: refused.
@@ -994,19 +991,7 @@ fn another_sites_page_cannot_drive_the_endpoint_through_a_browser() {
     let http = common::banner_http_addr(&s.banner)
         .expect("http")
         .to_string();
-    let out = common::phone(
-        "",
-        &[
-            "register",
-            "--user",
-            "alice",
-            "--server",
-            &s.addr.to_string(),
-        ],
-    )
-    .output()
-    .expect("phone");
-    assert!(out.status.success(), "{}", common::text(&out));
+    register_alice(s.addr, "");
     assert!(http_get(&http, "/status?aor=alice").contains("sip:alice@"));
     // The other site: one page whose script POSTs to the endpoint.
     let site = std::net::TcpListener::bind("127.0.0.1:0").expect("site");

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use sip_core::fuzzing::split;
 use sip_core::transaction::TimerConfig;
 use sip_core::{Message, Method};
 
@@ -22,9 +23,6 @@ pub fn sdp(data: &[u8]) {
     let written = sdp::write(1, 1, &audio);
     assert_eq!(sdp::parse(&written).as_ref(), Ok(&audio), "{written}");
 }
-
-/// What separates the messages of one input to [`agent`].
-pub const SEPARATOR: &[u8] = b"\0\0";
 
 /// Where messages come from: the proxy, a peer, a v6 peer, a port-0 one.
 const SOURCES: [&str; 4] = [
@@ -98,8 +96,11 @@ impl Quoted {
 /// calls ring (bit 1) and, message by message, the source and what the
 /// user does with a new call (ring, accept, refuse, nothing). The agent
 /// has registered and called someone through the proxy; the rest of the
-/// input is messages separated by [`SEPARATOR`], with the placeholders
-/// of [`Quoted`], a second apart, the timers run between them.
+/// input is messages separated by [`sip_core::fuzzing::SEPARATOR`], a
+/// second apart, the timers run between them. A message may quote the
+/// core's own values: `%B` `%C` `%F` `%N` stand for the last REGISTER's
+/// branch, Call-ID, From tag and CSeq number, `%b` `%c` `%f` `%n` for the
+/// last INVITE's, `%t` for the To tag of its last response.
 ///
 /// Never panics; everything it sends parses; a response goes only to an
 /// address a message came from, never to one a message names; and each
@@ -204,24 +205,6 @@ fn sent(a: &mut Agent, heard: &[SocketAddr], quoted: &mut Quoted, max: usize, af
         }
     }
     assert!(n <= max, "{n} sends after {after}");
-}
-
-/// `data` cut at each [`SEPARATOR`].
-pub fn split(data: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = Some(data);
-    std::iter::from_fn(move || {
-        let r = rest?;
-        match r.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) {
-            Some(at) => {
-                rest = Some(&r[at + SEPARATOR.len()..]);
-                Some(&r[..at])
-            }
-            None => {
-                rest = None;
-                Some(r)
-            }
-        }
-    })
 }
 
 #[cfg(test)]

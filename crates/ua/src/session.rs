@@ -118,7 +118,7 @@ fn random_u32() -> u32 {
 }
 
 /// Starts sending `packets` packets to `remote` (RTP; RTCP on the next
-/// port) and receiving on `sockets` until [`Running::stop`].
+/// port) and receiving on `sockets` until [`Running::finish`].
 pub fn start(
     sockets: Sockets,
     remote: SocketAddr,
