@@ -299,7 +299,7 @@ impl Reactor {
                 Got::Failed(reason) => {
                     // A handshake that finished before a bad record in
                     // the same read is a session, not a failed handshake.
-                    self.note_handshake(t);
+                    self.note_handshake(t, false);
                     if reason == CloseReason::Tls
                         && self.locals.get(&t).is_some_and(|l| l.handshaking)
                     {
@@ -340,27 +340,22 @@ impl Reactor {
 
     /// Notes a finished handshake and sends what the session must answer.
     pub(super) fn after_tls_read(&mut self, t: Token) {
-        self.note_handshake(t);
-        let Some(l) = self.locals.get(&t) else {
-            return;
-        };
-        let mut tx = lock(&l.conn.tx);
-        let broken = tx.tls.is_some() && tx.flush().is_err();
-        drop(tx);
-        if broken {
+        if self.note_handshake(t, true) {
             self.close(t, CloseReason::Error);
         }
     }
 
-    /// A handshake that has just finished: counted, traced and kept
-    /// among the recent sessions, once.
-    fn note_handshake(&mut self, t: Token) {
+    /// Notes a handshake that has just finished (counted, traced and kept
+    /// among the recent sessions, once) and, with `flush`, sends what the
+    /// session must answer, under one lock of the connection's sending
+    /// side. `true`: the connection broke as it sent.
+    fn note_handshake(&mut self, t: Token, flush: bool) -> bool {
         let Some(l) = self.locals.get_mut(&t) else {
-            return;
+            return false;
         };
-        let tx = lock(&l.conn.tx);
+        let mut tx = lock(&l.conn.tx);
         let Some(tls) = &tx.tls else {
-            return;
+            return false;
         };
         if l.handshaking && !tls.is_handshaking() {
             l.handshaking = false;
@@ -390,6 +385,7 @@ impl Reactor {
             }
             recent.push_back(session);
         }
+        flush && tx.flush().is_err()
     }
 
     /// `n` bytes of SIP (plaintext) arrived in the scratch buffer: frame
