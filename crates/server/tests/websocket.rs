@@ -19,7 +19,11 @@ use sipsec_server::proto::metrics::CloseReason;
 use sipsec_server::{Config, Mode};
 
 fn server(name: &str, origins: &[&str]) -> Served {
-    let config = Config {
+    Served::start(&format!("ws-{name}"), server_config(origins)).expect("server starts")
+}
+
+fn server_config(origins: &[&str]) -> Config {
+    Config {
         mode: Mode::Proxy,
         stateful: true,
         udp: "127.0.0.1:0".parse().expect("addr"),
@@ -33,8 +37,7 @@ fn server(name: &str, origins: &[&str]) -> Served {
             ..WebSocketSettings::default()
         },
         ..Config::default()
-    };
-    Served::start(&format!("ws-{name}"), config).expect("server starts")
+    }
 }
 
 fn ws_addr(s: &Served) -> SocketAddr {
@@ -851,4 +854,155 @@ fn a_call_forks_to_two_udp_phones_and_a_browser() {
             "a cancelled branch's 487: {m}"
         );
     }
+}
+
+/// A REGISTER for alice over `transport` (Via sent-by `via`), CSeq `cseq`.
+fn register_alice(transport: &str, via: &str, cseq: u32, auth: &str) -> String {
+    format!(
+        "REGISTER sip:localhost SIP/2.0\r\nVia: SIP/2.0/{transport} {via};branch=z9hG4bK-ban{transport}{cseq}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@localhost>;tag=ban\r\nTo: <sip:alice@localhost>\r\n\
+         Call-ID: ban-{transport}\r\nCSeq: {cseq} REGISTER\r\nContact: <sip:alice@{via}>\r\n\
+         {auth}Content-Length: 0\r\n\r\n"
+    )
+}
+
+/// A wrong answer to the challenge in `challenge` (a 401).
+fn wrong_credentials(challenge: &str) -> String {
+    assert!(challenge.starts_with("SIP/2.0 401 "), "{challenge}");
+    let nonce = challenge
+        .split("nonce=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a nonce");
+    format!(
+        "Authorization: Digest username=\"alice\", realm=\"sipsec\", nonce=\"{nonce}\", \
+         uri=\"sip:localhost\", response=\"{}\", algorithm=MD5, qop=auth, nc=00000001, cnonce=\"c\"\r\n",
+        "0".repeat(32)
+    )
+}
+
+/// Waits (bounded) until the server has dropped `n` requests from banned
+/// sources in all: the sign that a request sent was refused, not lost.
+fn await_banned_drops(s: &Served, n: u64) {
+    let banned = &s.handle.shared().metrics.banned;
+    let until = Instant::now() + Duration::from_secs(10);
+    while banned.load(std::sync::atomic::Ordering::Relaxed) < n {
+        assert!(Instant::now() < until, "no request was refused as banned");
+        std::thread::yield_now();
+    }
+}
+
+/// Any page a visitor opens can connect a WebSocket from the visitor's
+/// browser and answer nonces wrong: that bans WebSocket from the
+/// visitor's address, not the SIP phones behind the same NAT. Failures
+/// over UDP still ban the address on every transport.
+#[test]
+fn wrong_answers_over_websocket_ban_websocket_not_the_address() {
+    use sipsec_server::proto::guard::Scope;
+    use sipsec_server::proto::users::{UserEntry, Users};
+
+    let users_dir = scratch::Scratch::new("ws-ban-users");
+    let users = users_dir.join("users.tsv");
+    let mut u = Users::default();
+    let entry = UserEntry::from_password("alice", "sipsec", "wonderland");
+    u.insert("alice", "sipsec", entry).expect("user");
+    sipsec_server::io::users_file::save(&u, &users).expect("save users");
+    let mut config = server_config(&[]);
+    config.auth = true;
+    config.users = users;
+    config.guard.max_auth_failures = 3;
+    let s = Served::start("ws-ban", config).expect("server starts");
+    let (mut page, head) = Ws::open(
+        ws_addr(&s),
+        "Sec-WebSocket-Protocol: sip\r\nOrigin: https://evil.example\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    for i in 0..3 {
+        page.send(&register_alice("WS", "abc.invalid", 2 * i + 1, ""));
+        let creds = wrong_credentials(&page.final_message());
+        page.send(&register_alice("WS", "abc.invalid", 2 * i + 2, &creds));
+        let refused = page.final_message();
+        assert!(refused.starts_with("SIP/2.0 401 "), "{refused}");
+    }
+    let udp_srv = s.handle.local_addr();
+    let bans = s.handle.shared().guard.banned(unix_secs());
+    assert_eq!(bans.len(), 1, "{bans:?}");
+    assert_eq!(
+        (bans[0].ip, bans[0].scope),
+        (udp_srv.ip(), Scope::WebSocket)
+    );
+    // The page's connection and a new WebSocket are shut out…
+    page.send(&register_alice("WS", "abc.invalid", 7, ""));
+    await_banned_drops(&s, 1);
+    let mut other = Ws::sip(ws_addr(&s));
+    other.send(&register_alice("WS", "def.invalid", 1, ""));
+    await_banned_drops(&s, 2);
+    // …a SIP phone at the same address is not.
+    let phone = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("local").to_string();
+    let ask = |cseq: u32, auth: &str| {
+        let req = register_alice("UDP", &me, cseq, auth);
+        phone.send_to(req.as_bytes(), udp_srv).expect("send");
+        udp_final(&phone)
+    };
+    // Three wrong answers over UDP ban the address everywhere.
+    for i in 0..3 {
+        let creds = wrong_credentials(&ask(2 * i + 1, ""));
+        let refused = ask(2 * i + 2, &creds);
+        assert!(refused.starts_with("SIP/2.0 401 "), "{refused}");
+    }
+    let scopes: Vec<Scope> = s
+        .handle
+        .shared()
+        .guard
+        .banned(unix_secs())
+        .iter()
+        .map(|b| b.scope)
+        .collect();
+    assert_eq!(scopes, [Scope::All, Scope::WebSocket]);
+    let req = register_alice("UDP", &me, 9, "");
+    phone.send_to(req.as_bytes(), udp_srv).expect("send");
+    await_banned_drops(&s, 3);
+}
+
+/// A page's flood over WebSocket spends the WebSocket tokens of the
+/// visitor's address, not those of the SIP phones behind it.
+#[test]
+fn a_flood_over_websocket_does_not_rate_limit_the_address() {
+    let mut config = server_config(&[]);
+    config.guard.exempt_loopback = false;
+    config.guard.rate = 1;
+    config.guard.burst = 3;
+    let s = Served::start("ws-flood", config).expect("server starts");
+    let mut page = Ws::sip(ws_addr(&s));
+    for i in 0..20 {
+        page.send(&register_alice("WS", "abc.invalid", i + 1, ""));
+    }
+    let limited = &s.handle.shared().metrics.rate_limited;
+    let until = Instant::now() + Duration::from_secs(10);
+    while limited.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < until, "the flood was not limited");
+        std::thread::yield_now();
+    }
+    let phone = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    phone
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = phone.local_addr().expect("local").to_string();
+    let req = register_alice("UDP", &me, 1, "");
+    phone
+        .send_to(req.as_bytes(), s.handle.local_addr())
+        .expect("send");
+    let ok = udp_final(&phone);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
 }

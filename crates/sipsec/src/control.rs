@@ -75,19 +75,34 @@ pub fn ban(cmd: BanCommand) -> ExitCode {
                 .iter()
                 .map(|b| {
                     format!(
-                        "{}\t{} s left\n",
+                        "{}\t{}\t{} s left\n",
                         b["address"].as_str().unwrap_or("?"),
+                        scope_words(b["scope"].as_str()),
                         b["seconds_left"]
                     )
                 })
                 .collect();
-            out.push_str(&format!("{} source(s) banned\n", banned.len()));
+            let mut sources: Vec<&str> = banned
+                .iter()
+                .filter_map(|b| b["address"].as_str())
+                .collect();
+            sources.sort_unstable();
+            sources.dedup();
+            out.push_str(&format!("{} source(s) banned\n", sources.len()));
             out
         }),
         BanCommand::Remove { ip, endpoint } => {
             endpoint.request("DELETE", &format!("/bans/{}", encode(&ip.to_string())))
         }
     })
+}
+
+/// What a ban's scope shuts out, in words.
+fn scope_words(scope: Option<&str>) -> &'static str {
+    match scope {
+        Some("websocket") => "websocket only",
+        _ => "all transports",
+    }
 }
 
 /// Runs `sipsec bindings …`.

@@ -219,8 +219,12 @@ pub fn render_summary(v: &Value) -> String {
     let banned = v["banned"].as_array().unwrap_or(&empty);
     out += &format!("banned {}", banned.len());
     for b in banned.iter().take(10) {
+        let only = match b["scope"].as_str() {
+            Some("websocket") => ", websocket only",
+            _ => "",
+        };
         out += &format!(
-            "   {} ({}s left)",
+            "   {} ({}s left{only})",
             b["address"].as_str().unwrap_or("?"),
             b["seconds_left"]
         );

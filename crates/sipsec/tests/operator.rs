@@ -429,6 +429,7 @@ fn logs_name_attackers_bans_and_relays_as_json() {
     )
     .expect("a ban line");
     assert_eq!(ban["ip"], "127.0.0.1");
+    assert_eq!(ban["scope"], "all", "failures over UDP shut out everything");
     assert_eq!(ban["seconds"], 600);
     let relay = find(&lines, "relaying denied (403)").expect("a relay line");
     assert_eq!(relay["ruri"], "sip:bob@elsewhere.example");
@@ -937,7 +938,7 @@ fn the_web_view_shows_registrations_and_bans_in_chromium() {
         .and_then(|t| t.split("</table>").next())
         .expect("the bans table");
     assert!(
-        bans.contains("<td>127.0.0.1</td>"),
+        bans.contains("<td>127.0.0.1</td><td>all transports</td>"),
         "the ban is listed: {bans}"
     );
     assert!(dom.contains("<polyline"), "the charts have data: {dom}");
@@ -1171,7 +1172,8 @@ fn bans_bindings_and_users_are_controlled_at_runtime() {
         &[],
     );
     assert!(
-        ok && listed.contains("127.0.0.1") && listed.contains("1 source(s) banned"),
+        ok && listed.contains("127.0.0.1\tall transports\t")
+            && listed.contains("1 source(s) banned"),
         "{listed}{err}"
     );
     let (ok, said, err) = cli(

@@ -625,7 +625,11 @@ pub fn log_events(core: &mut Core) {
             Event::AuthFailed { src, user } => crate::io::log::auth_failure(src, &user),
             Event::Oversize { what, dest, len } => crate::io::log::oversize(what, dest, len),
             Event::JournalFailed { aor, error } => crate::io::log::journal_error(&aor, &error),
-            Event::Banned { src, seconds } => crate::io::log::banned(src, seconds),
+            Event::Banned {
+                src,
+                scope,
+                seconds,
+            } => crate::io::log::banned(src, scope, seconds),
             Event::RelayDenied { src, target } => crate::io::log::relay_denied(src, &target),
             Event::RateLimited { src } => crate::io::log::rate_limited(src),
             Event::FlowFailed { aor, bindings } => crate::io::log::flow_failed(&aor, bindings),

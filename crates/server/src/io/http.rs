@@ -392,7 +392,7 @@ impl View {
                 "list": d.list(100, crate::io::clock::now().unix_ms),
             })),
             "privacy": self.shared.privacy.as_ref().map(|p| p.status()),
-            "banned": self.shared.guard.banned(now).into_iter().map(|(ip, left)| json!({"address": ip.to_string(), "seconds_left": left})).collect::<Vec<_>>(),
+            "banned": self.shared.guard.banned(now).into_iter().map(|b| json!({"address": b.ip.to_string(), "scope": b.scope.as_str(), "seconds_left": b.seconds_left})).collect::<Vec<_>>(),
             "summary": {
                 "aors": aors,
                 "bindings": total,

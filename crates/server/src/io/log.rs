@@ -14,6 +14,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::{error, info, warn};
 
+use crate::proto::guard::Scope;
+
 /// One kind of event's rate limit.
 #[derive(Debug)]
 pub struct Limiter {
@@ -77,21 +79,29 @@ pub fn auth_failure(src: SocketAddr, user: &str) {
     }
 }
 
-/// A source was banned after repeated authentication failures.
-pub fn banned(src: SocketAddr, seconds: u64) {
+/// A source was banned after repeated authentication failures, from
+/// what `scope` names.
+pub fn banned(src: SocketAddr, scope: Scope, seconds: u64) {
     if let Some(suppressed) = BANS.admit() {
-        warn!(target: "sipsec::guard", ip = %src.ip(), seconds, suppressed, "source banned after repeated authentication failures");
+        warn!(target: "sipsec::guard", ip = %src.ip(), scope = scope.as_str(), seconds, suppressed, "source banned after repeated authentication failures");
     }
 }
 
-/// Bans that ran out.
-pub fn unbanned(ips: &[IpAddr]) {
-    if ips.is_empty() {
+/// Bans that ran out (source and scope).
+pub fn unbanned(lifted: &[(IpAddr, Scope)]) {
+    if lifted.is_empty() {
         return;
     }
     if let Some(suppressed) = UNBANS.admit() {
-        let shown: Vec<String> = ips.iter().take(10).map(ToString::to_string).collect();
-        info!(target: "sipsec::guard", count = ips.len(), ips = %shown.join(","), suppressed, "ban lifted");
+        let shown: Vec<String> = lifted
+            .iter()
+            .take(10)
+            .map(|(ip, scope)| match scope {
+                Scope::All => ip.to_string(),
+                Scope::WebSocket => format!("{ip} (websocket)"),
+            })
+            .collect();
+        info!(target: "sipsec::guard", count = lifted.len(), ips = %shown.join(","), suppressed, "ban lifted");
     }
 }
 

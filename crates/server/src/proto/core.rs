@@ -16,7 +16,7 @@ use sip_core::{Message, Method, StatusCode};
 use crate::proto::branch::Key;
 use crate::proto::ctx::Ctx;
 use crate::proto::effects::Sends;
-use crate::proto::guard::Verdict;
+use crate::proto::guard::{Scope, Verdict};
 use crate::proto::location::{Prepared, Record, StoreError};
 use crate::proto::metrics::Stage;
 use crate::proto::proxy::Proxy;
@@ -335,11 +335,15 @@ impl Core {
         reply
     }
 
-    fn admit(&self, src: SocketAddr) -> Verdict {
+    fn admit(&self, src: SocketAddr, transport: Transport) -> Verdict {
         if self.ctx.again {
             Verdict::Admit
         } else {
-            self.ctx.shared.guard.admit(src.ip(), self.ctx.now.unix_ms)
+            let scope = Scope::of(transport);
+            self.ctx
+                .shared
+                .guard
+                .admit(src.ip(), scope, self.ctx.now.unix_ms)
         }
     }
 
@@ -376,7 +380,7 @@ impl Core {
             // happened (and its AoR is free again).
             self.ctx.commit_change(prepared, false);
         }
-        match self.admit(src) {
+        match self.admit(src, transport) {
             Verdict::Admit => {}
             Verdict::Limited => {
                 bump(&self.ctx.shared.metrics.rate_limited);

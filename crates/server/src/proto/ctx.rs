@@ -20,6 +20,7 @@ use crate::proto::branch::Key;
 use crate::proto::branch::LOCAL_TAG_PREFIX;
 use crate::proto::dialogs::CallRecord;
 use crate::proto::effects::Sends;
+use crate::proto::guard::Scope;
 use crate::proto::location::{Binding, Prepared};
 use crate::proto::metrics::{Stage, Stopwatch};
 use crate::proto::names::{Found, Route};
@@ -339,10 +340,16 @@ impl Ctx {
     /// Counts a failed authentication against `src`, reporting the ban it
     /// may earn.
     fn count_failure(&mut self, src: SocketAddr) {
-        if self.shared.guard.auth_failed(src.ip(), self.now.unix_ms) {
+        let scope = Scope::of(self.transport);
+        if self
+            .shared
+            .guard
+            .auth_failed(src.ip(), scope, self.now.unix_ms)
+        {
             bump(&self.shared.metrics.bans);
             self.events.push(Event::Banned {
                 src,
+                scope,
                 seconds: self.shared.guard.config().ban_seconds,
             });
         }

@@ -4,6 +4,18 @@
 //!
 //! State is sharded by IP and bounded: a flood of spoofed sources evicts
 //! idle entries instead of growing memory.
+//!
+//! The limit and the ban cover what the offending party controls. Any
+//! web page a visitor opens can connect a WebSocket from the visitor's
+//! browser, send at will and answer nonces wrong (a browser is not a
+//! blind spoofer: it reads the nonce). It must not thereby shut out every
+//! SIP phone behind the visitor's NAT. So requests and failures over
+//! WebSocket are counted apart ([`Scope::WebSocket`]): they spend their
+//! own tokens and earn a ban from WebSocket only. Failures over a SIP
+//! transport (UDP, TCP, TLS) ban the address on every transport. A client
+//! that uses both gets twice the rate and the failures before it is shut
+//! out everywhere; `[websocket] origins` keeps other sites' pages out
+//! altogether.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -46,6 +58,46 @@ impl Default for GuardConfig {
     }
 }
 
+/// What a ban shuts out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// Every request from the address.
+    All,
+    /// Requests over WebSocket from the address (failures over
+    /// WebSocket; see the module documentation).
+    WebSocket,
+}
+
+impl Scope {
+    /// The scope failures over `transport` count toward.
+    pub fn of(transport: sip_core::Transport) -> Self {
+        use sip_core::Transport;
+        match transport {
+            Transport::Ws | Transport::Wss => Scope::WebSocket,
+            _ => Scope::All,
+        }
+    }
+
+    /// Its name in the operator's views and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::WebSocket => "websocket",
+        }
+    }
+}
+
+/// One ban in force, for the operator's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ban {
+    /// The source address.
+    pub ip: IpAddr,
+    /// What it shuts out.
+    pub scope: Scope,
+    /// Seconds until it is lifted.
+    pub seconds_left: u64,
+}
+
 /// The decision for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -57,13 +109,57 @@ pub enum Verdict {
     Banned,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Source {
-    tokens: f64,
-    last_ms: u64,
+/// Failures counted toward one scope's ban, and the ban.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
     failures: u32,
     window_start: u64,
+    /// Unix seconds; 0 (or past) when not banned.
     banned_until: u64,
+}
+
+impl Tally {
+    fn banned_at(&self, now_s: u64) -> bool {
+        self.banned_until > now_s
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    /// Requests over SIP transports: the token bucket.
+    tokens: f64,
+    /// Requests over WebSocket: their own bucket.
+    web_tokens: f64,
+    /// When each bucket was last refilled (SIP, WebSocket; Unix
+    /// milliseconds).
+    refilled_ms: [u64; 2],
+    /// Failures over SIP transports: bans everything.
+    all: Tally,
+    /// Failures over WebSocket: bans WebSocket.
+    web: Tally,
+}
+
+impl Source {
+    fn tally(&mut self, scope: Scope) -> &mut Tally {
+        match scope {
+            Scope::All => &mut self.all,
+            Scope::WebSocket => &mut self.web,
+        }
+    }
+
+    fn banned_at(&self, now_s: u64) -> bool {
+        self.all.banned_at(now_s) || self.web.banned_at(now_s)
+    }
+
+    /// The last request's time, either scope (Unix milliseconds).
+    fn last_ms(&self) -> u64 {
+        self.refilled_ms[0].max(self.refilled_ms[1])
+    }
+
+    /// Whether a request over a transport of `scope` is refused.
+    fn shuts_out(&self, scope: Scope, now_s: u64) -> bool {
+        self.all.banned_at(now_s) || scope == Scope::WebSocket && self.web.banned_at(now_s)
+    }
 }
 
 const SHARDS: usize = 16;
@@ -134,22 +230,27 @@ impl Guard {
         if !map.contains_key(&ip) && map.len() >= self.cfg.max_sources / SHARDS {
             // Evict sources that are neither banned nor recently active.
             let now_s = now_ms / 1000;
-            map.retain(|_, s| s.banned_until > now_s || now_ms.saturating_sub(s.last_ms) < 10_000);
+            map.retain(|_, s| s.banned_at(now_s) || now_ms.saturating_sub(s.last_ms()) < 10_000);
             if map.len() >= self.cfg.max_sources / SHARDS {
-                map.retain(|_, s| s.banned_until > now_s);
+                map.retain(|_, s| s.banned_at(now_s));
             }
         }
+        let fresh = Tally {
+            window_start: now_ms / 1000,
+            ..Tally::default()
+        };
         map.entry(ip).or_insert(Source {
             tokens: f64::from(self.cfg.burst),
-            last_ms: now_ms,
-            failures: 0,
-            window_start: now_ms / 1000,
-            banned_until: 0,
+            web_tokens: f64::from(self.cfg.burst),
+            refilled_ms: [now_ms; 2],
+            all: fresh,
+            web: fresh,
         })
     }
 
-    /// Decides whether to process a request from `ip` at `now_ms` (Unix milliseconds).
-    pub fn admit(&self, ip: IpAddr, now_ms: u64) -> Verdict {
+    /// Decides whether to process a request from `ip` over a transport of
+    /// `scope` at `now_ms` (Unix milliseconds).
+    pub fn admit(&self, ip: IpAddr, scope: Scope, now_ms: u64) -> Verdict {
         let limit = self.cfg.rate > 0
             && !(self.cfg.exempt_loopback && ip.is_loopback())
             && !self.is_trusted(ip);
@@ -164,54 +265,62 @@ impl Guard {
             return Verdict::Admit;
         }
         let s = self.entry(&mut map, ip, now_ms);
-        if s.banned_until > now_ms / 1000 {
+        if s.shuts_out(scope, now_ms / 1000) {
             return Verdict::Banned;
         }
         if !limit {
             return Verdict::Admit;
         }
-        let elapsed = now_ms.saturating_sub(s.last_ms) as f64 / 1000.0;
-        s.last_ms = now_ms;
-        s.tokens = (s.tokens + elapsed * f64::from(self.cfg.rate)).min(f64::from(self.cfg.burst));
-        if s.tokens >= 1.0 {
-            s.tokens -= 1.0;
+        let (tokens, refilled) = match scope {
+            Scope::All => (&mut s.tokens, &mut s.refilled_ms[0]),
+            Scope::WebSocket => (&mut s.web_tokens, &mut s.refilled_ms[1]),
+        };
+        let elapsed = now_ms.saturating_sub(*refilled) as f64 / 1000.0;
+        *refilled = now_ms;
+        *tokens = (*tokens + elapsed * f64::from(self.cfg.rate)).min(f64::from(self.cfg.burst));
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
             Verdict::Admit
         } else {
             Verdict::Limited
         }
     }
 
-    /// Records a failed authentication; returns true if the source is now banned.
-    pub fn auth_failed(&self, ip: IpAddr, now_ms: u64) -> bool {
+    /// Records a failed authentication over a transport of `scope`;
+    /// returns true if the source is now banned in that scope.
+    pub fn auth_failed(&self, ip: IpAddr, scope: Scope, now_ms: u64) -> bool {
         if self.cfg.max_auth_failures == 0 {
             return false;
         }
         let now_s = now_ms / 1000;
         let mut map = self.shard(&ip);
-        let s = self.entry(&mut map, ip, now_ms);
-        if now_s >= s.window_start + self.cfg.failure_window {
-            s.window_start = now_s;
-            s.failures = 0;
+        let t = self.entry(&mut map, ip, now_ms).tally(scope);
+        if now_s >= t.window_start + self.cfg.failure_window {
+            t.window_start = now_s;
+            t.failures = 0;
         }
-        s.failures += 1;
-        if s.failures >= self.cfg.max_auth_failures {
-            s.banned_until = now_s + self.cfg.ban_seconds;
-            s.failures = 0;
-            self.bans_until.fetch_max(s.banned_until, Ordering::Relaxed);
+        t.failures += 1;
+        if t.failures >= self.cfg.max_auth_failures {
+            t.banned_until = now_s + self.cfg.ban_seconds;
+            t.failures = 0;
+            self.bans_until.fetch_max(t.banned_until, Ordering::Relaxed);
             return true;
         }
         false
     }
 
-    /// Ends the bans that ran out by `now_s` and returns their sources, so
-    /// the driver can count and log each lifting once.
-    pub fn lift_expired(&self, now_s: u64) -> Vec<IpAddr> {
+    /// Ends the bans that ran out by `now_s` and returns them (source and
+    /// scope), so the driver can count and log each lifting once.
+    pub fn lift_expired(&self, now_s: u64) -> Vec<(IpAddr, Scope)> {
         let mut lifted = Vec::new();
         for mut s in self.shards.each() {
             for (ip, e) in s.iter_mut() {
-                if e.banned_until != 0 && e.banned_until <= now_s {
-                    e.banned_until = 0;
-                    lifted.push(*ip);
+                for scope in [Scope::All, Scope::WebSocket] {
+                    let t = e.tally(scope);
+                    if t.banned_until != 0 && t.banned_until <= now_s {
+                        t.banned_until = 0;
+                        lifted.push((*ip, scope));
+                    }
                 }
             }
         }
@@ -219,29 +328,37 @@ impl Guard {
         lifted
     }
 
-    /// Lifts `ip`'s ban at once (the operator's unban), forgetting its
+    /// Lifts `ip`'s bans at once (the operator's unban), forgetting its
     /// failures too; `false` when it was not banned at `now_s`.
     pub fn unban(&self, ip: IpAddr, now_s: u64) -> bool {
         let mut map = self.shard(&ip);
         match map.get_mut(&ip) {
-            Some(e) if e.banned_until > now_s => {
-                e.banned_until = 0;
-                e.failures = 0;
+            Some(e) if e.banned_at(now_s) => {
+                e.all = Tally::default();
+                e.web = Tally::default();
                 true
             }
             _ => false,
         }
     }
 
-    /// Sources banned at `now_s` (for the operator view).
-    pub fn banned(&self, now_s: u64) -> Vec<(IpAddr, u64)> {
+    /// The bans in force at `now_s` (for the operator view): one per
+    /// source and scope.
+    pub fn banned(&self, now_s: u64) -> Vec<Ban> {
         let mut v = Vec::new();
-        for s in self.shards.each() {
-            v.extend(
-                s.iter()
-                    .filter(|(_, e)| e.banned_until > now_s)
-                    .map(|(ip, e)| (*ip, e.banned_until - now_s)),
-            );
+        for mut s in self.shards.each() {
+            for (ip, e) in s.iter_mut() {
+                for scope in [Scope::All, Scope::WebSocket] {
+                    let t = e.tally(scope);
+                    if t.banned_at(now_s) {
+                        v.push(Ban {
+                            ip: *ip,
+                            scope,
+                            seconds_left: t.banned_until - now_s,
+                        });
+                    }
+                }
+            }
         }
         v.sort();
         v
@@ -271,28 +388,36 @@ mod tests {
         });
         let a = ip("192.0.2.1");
         let admitted = (0..20)
-            .filter(|_| g.admit(a, 1_000) == Verdict::Admit)
+            .filter(|_| g.admit(a, Scope::All, 1_000) == Verdict::Admit)
             .count();
         assert_eq!(admitted, 5, "burst");
-        assert_eq!(g.admit(a, 1_000), Verdict::Limited);
-        assert_eq!(g.admit(a, 1_100), Verdict::Admit, "one token per 100 ms");
+        assert_eq!(g.admit(a, Scope::All, 1_000), Verdict::Limited);
         assert_eq!(
-            g.admit(ip("192.0.2.2"), 1_100),
+            g.admit(a, Scope::All, 1_100),
+            Verdict::Admit,
+            "one token per 100 ms"
+        );
+        assert_eq!(
+            g.admit(ip("192.0.2.2"), Scope::All, 1_100),
             Verdict::Admit,
             "per source"
         );
         let lo = ip("127.0.0.1");
         assert!(
-            (0..1000).all(|_| g.admit(lo, 1_000) == Verdict::Admit),
+            (0..1000).all(|_| g.admit(lo, Scope::All, 1_000) == Verdict::Admit),
             "loopback exempt from the rate"
         );
         // Another node of the deployment forwards for many phones.
         let node = ip("192.0.2.9");
         g.set_trusted(vec![node]);
-        assert!((0..1000).all(|_| g.admit(node, 1_000) == Verdict::Admit));
-        assert_eq!(g.admit(a, 1_000), Verdict::Limited, "others still limited");
+        assert!((0..1000).all(|_| g.admit(node, Scope::All, 1_000) == Verdict::Admit));
+        assert_eq!(
+            g.admit(a, Scope::All, 1_000),
+            Verdict::Limited,
+            "others still limited"
+        );
         g.set_trusted(Vec::new());
-        let limited = (0..1000).filter(|_| g.admit(node, 1_000) != Verdict::Admit);
+        let limited = (0..1000).filter(|_| g.admit(node, Scope::All, 1_000) != Verdict::Admit);
         assert!(limited.count() > 900, "no longer trusted");
     }
 
@@ -305,29 +430,108 @@ mod tests {
             ..GuardConfig::default()
         });
         let a = ip("127.0.0.1");
-        assert!(!g.auth_failed(a, 10_000));
-        assert!(!g.auth_failed(a, 11_000));
-        assert!(g.auth_failed(a, 12_000));
+        assert!(!g.auth_failed(a, Scope::All, 10_000));
+        assert!(!g.auth_failed(a, Scope::All, 11_000));
+        assert!(g.auth_failed(a, Scope::All, 12_000));
         assert_eq!(
-            g.admit(a, 12_000),
+            g.admit(a, Scope::All, 12_000),
             Verdict::Banned,
             "bans apply to loopback too"
         );
-        assert_eq!(g.banned(12), vec![(a, 100)]);
-        assert_eq!(g.admit(a, 112_000), Verdict::Admit, "ban expires");
+        assert_eq!(
+            g.banned(12),
+            vec![Ban {
+                ip: a,
+                scope: Scope::All,
+                seconds_left: 100
+            }]
+        );
+        assert_eq!(
+            g.admit(a, Scope::All, 112_000),
+            Verdict::Admit,
+            "ban expires"
+        );
         assert!(g.lift_expired(111).is_empty(), "not yet");
         assert_eq!(
             g.lift_expired(112),
-            vec![a],
+            vec![(a, Scope::All)],
             "each lifting is reported once"
         );
         assert!(g.lift_expired(113).is_empty());
         // Failures outside the window do not accumulate.
         let b = ip("192.0.2.9");
-        assert!(!g.auth_failed(b, 0));
-        assert!(!g.auth_failed(b, 30_000));
-        assert!(!g.auth_failed(b, 70_000));
-        assert_eq!(g.admit(b, 70_000), Verdict::Admit);
+        assert!(!g.auth_failed(b, Scope::All, 0));
+        assert!(!g.auth_failed(b, Scope::All, 30_000));
+        assert!(!g.auth_failed(b, Scope::All, 70_000));
+        assert_eq!(g.admit(b, Scope::All, 70_000), Verdict::Admit);
+    }
+
+    #[test]
+    fn failures_over_websocket_ban_websocket_only() {
+        let g = Guard::new_for_test(GuardConfig {
+            max_auth_failures: 2,
+            ban_seconds: 100,
+            ..GuardConfig::default()
+        });
+        // A page in a visitor's browser answers nonces wrong.
+        let nat = ip("192.0.2.7");
+        assert!(!g.auth_failed(nat, Scope::WebSocket, 1_000));
+        assert!(g.auth_failed(nat, Scope::WebSocket, 2_000));
+        assert_eq!(g.admit(nat, Scope::WebSocket, 2_000), Verdict::Banned);
+        assert_eq!(
+            g.admit(nat, Scope::All, 2_000),
+            Verdict::Admit,
+            "the phones behind the same address are not shut out"
+        );
+        let web = Ban {
+            ip: nat,
+            scope: Scope::WebSocket,
+            seconds_left: 100,
+        };
+        assert_eq!(g.banned(2), vec![web]);
+        // Its requests spend their own tokens: a flood over WebSocket
+        // does not limit the phones.
+        let limited = Guard::new_for_test(GuardConfig {
+            rate: 10,
+            burst: 5,
+            ..GuardConfig::default()
+        });
+        let flood =
+            (0..100).filter(|_| limited.admit(nat, Scope::WebSocket, 1_000) == Verdict::Admit);
+        assert_eq!(flood.count(), 5);
+        assert_eq!(limited.admit(nat, Scope::All, 1_000), Verdict::Admit);
+        assert_eq!(
+            limited.admit(nat, Scope::WebSocket, 1_000),
+            Verdict::Limited
+        );
+        assert_eq!(
+            limited.admit(nat, Scope::WebSocket, 1_100),
+            Verdict::Admit,
+            "refilled"
+        );
+        // Failures over SIP transports count apart, and ban everything.
+        assert!(!g.auth_failed(nat, Scope::All, 3_000));
+        assert!(g.auth_failed(nat, Scope::All, 4_000));
+        assert_eq!(g.admit(nat, Scope::All, 4_000), Verdict::Banned);
+        assert_eq!(g.admit(nat, Scope::WebSocket, 4_000), Verdict::Banned);
+        assert_eq!(g.banned(4).len(), 2, "{:?}", g.banned(4));
+        // Each ban runs out on its own; the operator's unban lifts both.
+        assert_eq!(g.lift_expired(102), vec![(nat, Scope::WebSocket)]);
+        assert_eq!(g.admit(nat, Scope::WebSocket, 102_000), Verdict::Banned);
+        assert!(g.unban(nat, 102));
+        assert_eq!(g.admit(nat, Scope::All, 102_000), Verdict::Admit);
+        assert!(g.banned(102).is_empty());
+        // A source banned from WebSocket only is kept through eviction.
+        let small = Guard::new_for_test(GuardConfig {
+            max_auth_failures: 1,
+            max_sources: SHARDS,
+            ..GuardConfig::default()
+        });
+        assert!(small.auth_failed(nat, Scope::WebSocket, 0));
+        for i in 0..1000u32 {
+            let _ = small.admit(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), Scope::All, 0);
+        }
+        assert_eq!(small.admit(nat, Scope::WebSocket, 0), Verdict::Banned);
     }
 
     #[test]
@@ -339,7 +543,11 @@ mod tests {
             ..GuardConfig::default()
         });
         for i in 0..10_000u32 {
-            let _ = g.admit(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), 1_000);
+            let _ = g.admit(
+                IpAddr::from((0x0a00_0000 + i).to_be_bytes()),
+                Scope::All,
+                1_000,
+            );
         }
         let total: usize = g.shards.each().map(|s| s.len()).sum();
         assert!(total <= 64 + SHARDS, "{total}");

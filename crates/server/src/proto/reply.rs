@@ -53,6 +53,8 @@ pub enum Event {
     Banned {
         /// The source banned (all its ports).
         src: SocketAddr,
+        /// What the ban shuts out.
+        scope: crate::proto::guard::Scope,
         /// For how long, seconds.
         seconds: u64,
     },

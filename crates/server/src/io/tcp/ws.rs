@@ -198,12 +198,11 @@ impl Reactor {
             allowed -= 1;
             l.pings.tokens -= 1.0;
             // The source's request rate pays for them too (the guard).
-            if self
-                .hub
-                .shared
-                .guard
-                .admit(conn.peer.ip(), crate::io::clock::now().unix_ms)
-                != crate::proto::guard::Verdict::Admit
+            if self.hub.shared.guard.admit(
+                conn.peer.ip(),
+                crate::proto::guard::Scope::of(conn.transport),
+                crate::io::clock::now().unix_ms,
+            ) != crate::proto::guard::Verdict::Admit
             {
                 m.rate_limited.fetch_add(1, Ordering::Relaxed);
                 return false;
