@@ -385,6 +385,9 @@ fn logs_name_attackers_bans_and_relays_as_json() {
             "--auth",
             "--log-format",
             "json",
+            // Beyond loopback with no origin list: warned at start.
+            "--ws",
+            "0.0.0.0:0",
         ])
         .arg("--config")
         .arg(&cfg)
@@ -417,6 +420,16 @@ fn logs_name_attackers_bans_and_relays_as_json() {
     assert!(started["timestamp"]
         .as_str()
         .is_some_and(|t| t.ends_with('Z')));
+    let any_origin = lines
+        .iter()
+        .find(|l| {
+            l["message"].as_str().is_some_and(|m| {
+                m.starts_with("SIP over WebSocket takes pages from any web origin")
+            })
+        })
+        .expect("a warning that any page may connect");
+    assert_eq!(any_origin["level"], "WARN");
+    assert_eq!(any_origin["proto"], "ws");
     let failed = find(&lines, "authentication failed").expect("an auth failure line");
     assert_eq!(failed["level"], "WARN");
     assert_eq!(failed["user"], "alice");

@@ -174,6 +174,12 @@ pub fn udp_call_on(bound: &str) {
     info!(target: "sipsec::server", bound, "udp_balance = \"call\": datagrams steered by Call-ID");
 }
 
+/// A WebSocket listener beyond loopback takes pages from any origin
+/// (no `[websocket] origins` list), once at start.
+pub fn ws_any_origin(proto: &str, addr: SocketAddr) {
+    warn!(target: "sipsec::server", proto, %addr, "SIP over WebSocket takes pages from any web origin: any site a visitor opens can use the visitor's browser as a SIP client here (its failures ban only WebSocket from the visitor's address); name your web phone's origins in [websocket] origins (--ws-origins)");
+}
+
 /// `udp_xdp` could not be used on `iface` (or on one of its queues):
 /// the UDP sockets serve what it would have carried.
 pub fn udp_xdp_unavailable(iface: &str, why: &str) {

@@ -512,6 +512,9 @@ fn bind_streams(
             err,
         })?;
         *slot = l.local_addr().ok();
+        if !a.ip().is_loopback() && config.websocket.origins.is_empty() {
+            crate::io::log::ws_any_origin(proto, a);
+        }
         Ok::<_, StartError>(Some(l))
     };
     let ws = ws_listener(&mut config.websocket.ws, "ws")?;
