@@ -10,8 +10,13 @@ pub struct CallsSettings {
     pub records: bool,
     /// Where (JSON lines; default `DATA_DIR/calls.jsonl`).
     pub file: Option<PathBuf>,
-    /// Dialogs followed at once; past it calls go unrecorded (counted).
+    /// Dialogs followed at once; past it new calls are refused (503).
     pub max_dialogs: usize,
+    /// Dialogs one caller holds at once (an authenticated user, or an
+    /// address the guard limits); past it its new calls are refused
+    /// (403), so one account cannot fill the table. `None`: 1/64 of
+    /// `max_dialogs`.
+    pub max_dialogs_per_caller: Option<usize>,
     /// Seconds a confirmed call may last before it is ended by timeout.
     pub max_duration: u64,
 }
@@ -22,6 +27,7 @@ impl Default for CallsSettings {
             records: false,
             file: None,
             max_dialogs: 100_000,
+            max_dialogs_per_caller: None,
             max_duration: 4 * 3600,
         }
     }
@@ -37,6 +43,8 @@ pub struct CallsSection {
     pub file: Option<PathBuf>,
     /// Dialogs at once.
     pub max_dialogs: Option<usize>,
+    /// Dialogs one caller holds at once.
+    pub max_dialogs_per_caller: Option<usize>,
     /// Longest call, seconds.
     pub max_duration: Option<u64>,
 }
@@ -58,6 +66,15 @@ pub fn calls_settings(
         }
         s.max_dialogs = n;
     }
+    if let Some(n) = sec.max_dialogs_per_caller {
+        if !(1..=10_000_000).contains(&n) {
+            return Err((
+                "calls.max_dialogs_per_caller",
+                format!("{n}: 1 to 10000000"),
+            ));
+        }
+        s.max_dialogs_per_caller = Some(n);
+    }
     if let Some(d) = sec.max_duration {
         if !(10..=7 * 86_400).contains(&d) {
             return Err((
@@ -68,4 +85,14 @@ pub fn calls_settings(
         s.max_duration = d;
     }
     Ok(())
+}
+
+impl CallsSettings {
+    /// Dialogs one caller holds at once: as set, or 1/64 of the table
+    /// (at least one).
+    pub fn per_caller(&self) -> usize {
+        self.max_dialogs_per_caller
+            .unwrap_or(self.max_dialogs / 64)
+            .max(1)
+    }
 }

@@ -562,6 +562,73 @@ fn answered_call(s: &UdpSocket, proxy: SocketAddr, call: &str) {
     s.send_to(ack.as_bytes(), proxy).expect("ack");
 }
 
+/// An INVITE for the trunk from `s` as call `call`: its final answer.
+fn invite_final(s: &UdpSocket, proxy: SocketAddr, call: &str) -> String {
+    let me = s.local_addr().expect("addr");
+    let invite = format!(
+        "INVITE sip:+12155550100@{proxy} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK{call}\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:alice@{me}>;tag=a1\r\nTo: <sip:+12155550100@127.0.0.1>\r\n\
+         Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.send_to(invite.as_bytes(), proxy).expect("send");
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let n = s.recv(&mut buf).expect("a response");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if !m.starts_with("SIP/2.0 1") {
+            return m;
+        }
+    }
+}
+
+/// No call leaves unrecorded, and one caller cannot fill the dialog
+/// table: a caller past its share is refused 403 while others still
+/// call; past the table's size every new call is refused 503.
+#[test]
+fn one_caller_cannot_fill_the_dialog_table_and_no_call_goes_unrecorded() {
+    let dir = tempdir("dialog-shares");
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    socket_gateway(gw, None);
+    let config = trunk_config(&dir, &[(gw_port, 1)]);
+    let text = std::fs::read_to_string(&config).expect("config");
+    // Loopback held to the guard's limits, so each address is a caller.
+    let text = text.replace(
+        "records = true\n",
+        "records = true\nmax_dialogs = 3\nmax_dialogs_per_caller = 2\n",
+    ) + "[guard]\nexempt_loopback = false\n";
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    // (The gateway's own address, 127.0.0.1, carries a carrier's calls:
+    // held to no share.)
+    let (mallory, _) = socket_at("127.0.0.3");
+    answered_call(&mallory, proxy.addr, "m1");
+    answered_call(&mallory, proxy.addr, "m2");
+    let refused = invite_final(&mallory, proxy.addr, "m3");
+    assert!(
+        refused.starts_with("SIP/2.0 403 ")
+            && refused.contains("too many calls in progress for this caller"),
+        "{refused}"
+    );
+    // Another caller still gets through, until the table is full.
+    let (other, _) = socket_at("127.0.0.2");
+    answered_call(&other, proxy.addr, "o1");
+    let full = invite_final(&other, proxy.addr, "o2");
+    assert!(
+        full.starts_with("SIP/2.0 503 ") && full.contains("Retry-After: 5"),
+        "{full}"
+    );
+    let refused_total = |reason: &str| {
+        metric(
+            &proxy,
+            &format!("sipsec_dialogs_refused_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(refused_total("caller_share"), 1.0);
+    assert_eq!(refused_total("full"), 1.0);
+    assert_eq!(status(&proxy)["dialogs"]["active"], 3);
+}
+
 /// `sipsec ctl ARGS` against the proxy's endpoint with `token`.
 fn ctl(proxy: &Running, token: &str, args: &[&str]) -> std::process::Output {
     let http = common::banner_http_addr(&proxy.banner).expect("http");

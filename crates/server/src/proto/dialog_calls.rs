@@ -3,14 +3,17 @@
 //! the responses going upstream (relayed, or made by the transactions'
 //! timers) confirm or end it, and the timers end those past their time.
 
-use sip_core::{Message, Method};
+use std::net::SocketAddr;
+
+use sip_core::{Message, Method, StatusCode};
 
 use crate::proto::ctx::Ctx;
-use crate::proto::dialogs::{CallRecord, Legs, Start};
+use crate::proto::dialogs::{CallRecord, Caller, Follow, Legs, Start};
 use crate::proto::effects::Hop;
 use crate::proto::names::Route;
 use crate::proto::originated::BRANCH_PREFIX;
 use crate::proto::proxy::Proxy;
+use crate::proto::reply::Reply;
 use crate::proto::shared::Now;
 use crate::proto::stir::StirEdit;
 
@@ -27,22 +30,27 @@ struct Bye<'a> {
 const SWEEP_EVERY_MS: u64 = 1000;
 
 impl Proxy {
-    /// An initial INVITE was forwarded to `hop` (along `route`, a trunk's
-    /// when it names one): its dialog is followed from now.
-    pub(super) fn dialog_begin(
+    /// An initial INVITE from `src` is about to be forwarded from `up` to
+    /// `down` (along `route`, a trunk's when it names one): its dialog is
+    /// followed from now (`Ok(true)`; `Ok(false)`: nothing new to
+    /// follow), or the call is refused, answered into `out`: 503 when the
+    /// table is full, 403 when its caller holds its whole share.
+    pub(super) fn follow(
         &self,
-        ctx: &Ctx,
+        ctx: &mut Ctx,
         msg: &Message<'_>,
-        up: Hop,
-        down: Hop,
+        src: SocketAddr,
+        (up, down): (Hop, Hop),
         route: Option<&Route>,
-    ) {
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Reply> {
         let hop = down.0;
-        let Some(d) = ctx.shared.dialogs.as_ref() else {
-            return;
+        let shared = ctx.shared.clone();
+        let Some(d) = shared.dialogs.as_ref() else {
+            return Ok(false);
         };
         if msg.method() != Method::Invite || msg.to().tag().is_some() {
-            return;
+            return Ok(false);
         }
         let trunk = route
             .and_then(|r| r.name.strip_prefix("trunk."))
@@ -77,7 +85,50 @@ impl Proxy {
                 hidden: self.hide_out && self.seal_call_id,
             },
         };
-        d.begin(msg, start, ctx.now.unix_ms);
+        let follow = d.begin(msg, start, self.share_of(ctx, src), ctx.now.unix_ms);
+        if matches!(follow, Follow::Full | Follow::OverShare) {
+            // The request written for the callee goes nowhere.
+            out.clear();
+        }
+        match follow {
+            Follow::Started => Ok(true),
+            Follow::Already => Ok(false),
+            Follow::Full => Err(ctx.respond(
+                msg,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &[
+                    ("Retry-After", "5"),
+                    ("Warning", "399 sipsec \"too many calls in progress\""),
+                ],
+                src,
+                out,
+            )),
+            Follow::OverShare => Err(ctx.respond(
+                msg,
+                StatusCode::FORBIDDEN,
+                &[(
+                    "Warning",
+                    "399 sipsec \"too many calls in progress for this caller\"",
+                )],
+                src,
+                out,
+            )),
+        }
+    }
+
+    /// Whose share of the dialog table a call from `src` counts against:
+    /// the user whose credentials were checked; else the address, unless
+    /// it is one that carries many callers' calls (loopback while the
+    /// guard exempts it, a trusted node, a peer proxy, a trunk's gateway).
+    fn share_of<'a>(&'a self, ctx: &Ctx, src: SocketAddr) -> Option<Caller<'a>> {
+        if let Some(user) = &self.caller {
+            return Some(Caller::User(user));
+        }
+        let ip = src.ip();
+        let carrier = !ctx.shared.guard.limits_source(ip)
+            || Self::is_peer(ctx, src)
+            || ctx.shared.trunks.is_gateway(ip);
+        (!carrier).then_some(Caller::Source(ip))
     }
 
     /// A response went upstream: what it means for its dialog.

@@ -9,11 +9,19 @@
 //! by timeout: a dialog never answered after [`EARLY_TIMEOUT`], or
 //! confirmed longer than the configured maximum. Records wait in the
 //! core until its driver writes them, before the message that ended the
-//! call is sent. The table is bounded: past `max` dialogs new calls are
-//! still forwarded but not followed (counted).
+//! call is sent.
+//!
+//! The table is bounded, and no call goes through unfollowed (a call
+//! without its record would be a free one): past `max` dialogs a new
+//! call is refused 503, and one caller — an authenticated user, or an
+//! address the guard limits — holds at most its share, past which its
+//! own new calls are refused 403. So one account cannot fill the table,
+//! neither to shut out everyone else's calls nor to place calls no
+//! record follows.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::hash::{BuildHasher, RandomState};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sip_core::Message;
@@ -114,8 +122,34 @@ pub struct Start {
     pub legs: Legs,
 }
 
+/// Who a call's share of the table is counted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller<'a> {
+    /// The user whose credentials this proxy checked.
+    User(&'a str),
+    /// The address it came from, unauthenticated (one the guard limits:
+    /// not loopback while exempt, nor a trusted node or peer proxy).
+    Source(IpAddr),
+}
+
+/// Whether an initial INVITE's dialog is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    /// From now (and [`Dialogs::abandon`] undoes it if the call does not
+    /// go out after all).
+    Started,
+    /// Already: a copy of the INVITE began it.
+    Already,
+    /// The table is full: refuse the call.
+    Full,
+    /// Its caller holds its whole share: refuse the call.
+    OverShare,
+}
+
 #[derive(Debug, Clone)]
 struct Dialog {
+    /// Whose share it counts against (a keyed hash of the caller).
+    owner: Option<u64>,
     start: Start,
     started_ms: u64,
     answered_ms: Option<u64>,
@@ -141,8 +175,10 @@ pub struct DialogCounts {
     pub timeout: AtomicU64,
     /// Ended by the operator.
     pub ended: AtomicU64,
-    /// Calls not followed: the table was full.
-    pub untracked: AtomicU64,
+    /// Calls refused: the table was full.
+    pub refused_full: AtomicU64,
+    /// Calls refused: their caller held its whole share.
+    pub refused_share: AtomicU64,
 }
 
 type DialogKey = (String, String);
@@ -157,6 +193,10 @@ pub struct Dialogs {
     /// Dialogs followed now (read per INVITE without locking the shards).
     count: std::sync::atomic::AtomicUsize,
     max: usize,
+    /// Dialogs each caller holds now, by keyed hash of the caller.
+    owners: Shards<HashMap<u64, usize>>,
+    per_owner: usize,
+    hasher: RandomState,
     max_duration_ms: u64,
     /// What happened, counted.
     pub counts: DialogCounts,
@@ -178,13 +218,18 @@ fn tags<'a>(msg: &'a Message<'_>) -> (&'a str, &'a str, Option<&'a str>) {
 }
 
 impl Dialogs {
-    /// At most `max` dialogs; a confirmed one ends after `max_duration_s`.
-    pub fn new(max: usize, max_duration_s: u64) -> Self {
+    /// At most `max` dialogs, `per_caller` of them one caller's; a
+    /// confirmed one ends after `max_duration_s`. `hasher` keys the
+    /// callers' hashes.
+    pub fn new(max: usize, per_caller: usize, max_duration_s: u64, hasher: RandomState) -> Self {
         Self {
             shards: Shards::new(SHARDS, HashMap::new),
             offsets: std::sync::atomic::AtomicBool::new(false),
             count: std::sync::atomic::AtomicUsize::new(0),
             max,
+            owners: Shards::new(SHARDS, HashMap::new),
+            per_owner: per_caller,
+            hasher,
             max_duration_ms: max_duration_s * 1000,
             counts: DialogCounts::default(),
         }
@@ -200,22 +245,49 @@ impl Dialogs {
         self.len() == 0
     }
 
-    /// An initial INVITE was forwarded at `now_ms`.
-    pub fn begin(&self, msg: &Message<'_>, start: Start, now_ms: u64) {
+    fn owner_of(&self, caller: Caller<'_>) -> u64 {
+        match caller {
+            Caller::User(u) => self.hasher.hash_one(("user", u)),
+            Caller::Source(ip) => self.hasher.hash_one(("source", ip)),
+        }
+    }
+
+    /// An initial INVITE from `caller` (`None`: a caller held to no
+    /// share) is about to be forwarded at `now_ms`: follow its dialog, or
+    /// say why the call is refused.
+    pub fn begin(
+        &self,
+        msg: &Message<'_>,
+        start: Start,
+        caller: Option<Caller<'_>>,
+        now_ms: u64,
+    ) -> Follow {
         let (call_id, from_tag, _) = tags(msg);
         let key = (call_id.to_owned(), from_tag.to_owned());
-        if self.len() >= self.max {
-            self.counts.untracked.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         let mut s = self.shards.lock(shard_of(call_id));
         if s.contains_key(&key) {
-            return;
+            return Follow::Already;
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
+        if self.count.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.counts.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Follow::Full;
+        }
+        let owner = caller.map(|c| self.owner_of(c));
+        if let Some(o) = owner {
+            let mut held = self.owners.lock(o as usize);
+            let n = held.entry(o).or_default();
+            if *n >= self.per_owner {
+                self.count.fetch_sub(1, Ordering::Relaxed);
+                self.counts.refused_share.fetch_add(1, Ordering::Relaxed);
+                return Follow::OverShare;
+            }
+            *n += 1;
+        }
         s.insert(
             key,
             Dialog {
+                owner,
                 start,
                 started_ms: now_ms,
                 answered_ms: None,
@@ -225,6 +297,18 @@ impl Dialogs {
             },
         );
         self.counts.started.fetch_add(1, Ordering::Relaxed);
+        Follow::Started
+    }
+
+    /// The INVITE whose dialog [`Dialogs::begin`] started did not go out
+    /// (the transaction table was full): forgotten, without a record.
+    pub fn abandon(&self, msg: &Message<'_>) {
+        let (call_id, from_tag, _) = tags(msg);
+        let key = (call_id.to_owned(), from_tag.to_owned());
+        let mut s = self.shards.lock(shard_of(call_id));
+        if self.take(&mut s, &key).is_some() {
+            self.counts.started.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// A response `msg` went upstream at `now_ms`: an INVITE's 2xx
@@ -322,6 +406,15 @@ impl Dialogs {
     fn take(&self, s: &mut HashMap<DialogKey, Dialog>, key: &DialogKey) -> Option<Dialog> {
         let d = s.remove(key)?;
         self.count.fetch_sub(1, Ordering::Relaxed);
+        if let Some(o) = d.owner {
+            let mut held = self.owners.lock(o as usize);
+            if let std::collections::hash_map::Entry::Occupied(mut e) = held.entry(o) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
         Some(d)
     }
 
@@ -421,15 +514,17 @@ impl Dialogs {
 sipsec_call_records_total{{disposition=\"answered\"}} {}\nsipsec_call_records_total{{disposition=\"failed\"}} {}\n\
 sipsec_call_records_total{{disposition=\"cancelled\"}} {}\nsipsec_call_records_total{{disposition=\"timeout\"}} {}\n\
 sipsec_call_records_total{{disposition=\"ended\"}} {}\n\
-# HELP sipsec_dialogs_untracked_total Calls forwarded without a record: the dialog table was full.\n\
-# TYPE sipsec_dialogs_untracked_total counter\nsipsec_dialogs_untracked_total {}",
+# HELP sipsec_dialogs_refused_total New calls refused because they could not be followed: the table was full (503), or their caller held its whole share (403).\n\
+# TYPE sipsec_dialogs_refused_total counter\nsipsec_dialogs_refused_total{{reason=\"full\"}} {}\n\
+sipsec_dialogs_refused_total{{reason=\"caller_share\"}} {}",
             self.len(),
             load(&c.answered),
             load(&c.failed),
             load(&c.cancelled),
             load(&c.timeout),
             load(&c.ended),
-            load(&c.untracked),
+            load(&c.refused_full),
+            load(&c.refused_share),
         );
     }
 }
@@ -465,9 +560,9 @@ mod tests {
 
     #[test]
     fn an_answered_call_ends_on_the_bye_2xx_from_either_side() {
-        let d = Dialogs::new(10, 3600);
+        let d = Dialogs::new(10, 10, 3600, RandomState::new());
         let inv = msg(INVITE);
-        d.begin(&Message::parse(&inv).unwrap(), start(), 1_000);
+        d.begin(&Message::parse(&inv).unwrap(), start(), None, 1_000);
         let ok = response("200 OK", "INVITE", ";tag=t2");
         assert_eq!(d.response(&Message::parse(&ok).unwrap(), 3_000), None);
         // The callee hangs up: From is its tag, To the caller's.
@@ -494,24 +589,61 @@ mod tests {
 
     #[test]
     fn failures_cancels_and_timeouts_make_records_and_the_table_is_bounded() {
-        let d = Dialogs::new(1, 10);
+        let d = Dialogs::new(1, 1, 10, RandomState::new());
         let inv = msg(INVITE);
-        d.begin(&Message::parse(&inv).unwrap(), start(), 0);
+        let follow = |m: &[u8]| d.begin(&Message::parse(m).unwrap(), start(), None, 0);
+        assert_eq!(follow(&inv), Follow::Started);
+        assert_eq!(follow(&inv), Follow::Already, "a copy of the INVITE");
         let other = msg(&INVITE.replace("c1", "c2"));
-        d.begin(&Message::parse(&other).unwrap(), start(), 0);
-        assert_eq!(d.counts.untracked.load(Ordering::Relaxed), 1);
+        assert_eq!(follow(&other), Follow::Full);
+        assert_eq!(d.counts.refused_full.load(Ordering::Relaxed), 1);
         let busy = response("487 Request Terminated", "INVITE", ";tag=t2");
         let r = d.response(&Message::parse(&busy).unwrap(), 500).unwrap();
         assert_eq!(
             (r.disposition, r.status, r.duration_s),
             (Disposition::Cancelled, 487, 0.0)
         );
-        d.begin(&Message::parse(&inv).unwrap(), start(), 0);
+        d.begin(&Message::parse(&inv).unwrap(), start(), None, 0);
         let ok = response("200 OK", "INVITE", ";tag=t2");
         d.response(&Message::parse(&ok).unwrap(), 1_000);
         assert!(d.sweep(5_000).is_empty());
         let late = d.sweep(11_001);
         assert_eq!(late.len(), 1);
         assert_eq!(late[0].disposition, Disposition::Timeout);
+    }
+
+    #[test]
+    fn one_caller_holds_at_most_its_share_and_gets_it_back_as_calls_end() {
+        let d = Dialogs::new(100, 2, 3600, RandomState::new());
+        let call = |i: u32| msg(&INVITE.replace("c1", &format!("call{i}")));
+        let mallory = Some(Caller::User("mallory"));
+        let follow = |i: u32, who: Option<Caller<'_>>| {
+            d.begin(&Message::parse(&call(i)).unwrap(), start(), who, 0)
+        };
+        assert_eq!(follow(1, mallory), Follow::Started);
+        assert_eq!(follow(2, mallory), Follow::Started);
+        assert_eq!(follow(3, mallory), Follow::OverShare);
+        assert_eq!(d.counts.refused_share.load(Ordering::Relaxed), 1);
+        // Everyone else still calls: another user, an address, a caller
+        // held to no share.
+        assert_eq!(follow(4, Some(Caller::User("alice"))), Follow::Started);
+        let ip = "192.0.2.7".parse().unwrap();
+        assert_eq!(follow(5, Some(Caller::Source(ip))), Follow::Started);
+        assert_eq!(follow(6, Some(Caller::Source(ip))), Follow::Started);
+        assert_eq!(follow(7, Some(Caller::Source(ip))), Follow::OverShare);
+        assert_eq!(follow(8, None), Follow::Started);
+        // A call that ends, or one that did not go out, gives its place
+        // back.
+        let failed = String::from_utf8(response("486 Busy Here", "INVITE", ";tag=t2"))
+            .unwrap()
+            .replace("Call-ID: c1", "Call-ID: call1");
+        assert!(d
+            .response(&Message::parse(failed.as_bytes()).unwrap(), 10)
+            .is_some());
+        assert_eq!(follow(9, mallory), Follow::Started);
+        d.abandon(&Message::parse(&call(9)).unwrap());
+        assert_eq!(follow(10, mallory), Follow::Started);
+        assert_eq!(follow(11, mallory), Follow::OverShare);
+        assert_eq!(d.len(), 6);
     }
 }

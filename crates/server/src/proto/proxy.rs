@@ -110,6 +110,8 @@ pub(super) struct Proxy {
     /// In that hidden dialog the Call-ID is the inside's, sealed toward
     /// the trunk (not in a dialog the carrier began).
     pub(super) seal_call_id: bool,
+    /// The user whose credentials the request being routed proved here.
+    pub(super) caller: Option<String>,
 }
 
 impl Proxy {
@@ -126,6 +128,7 @@ impl Proxy {
             hide_out: false,
             hidden_in: false,
             seal_call_id: true,
+            caller: None,
         }
     }
 }
@@ -315,6 +318,7 @@ impl Proxy {
         let Some(user) = ctx.authenticate(msg, true, now, src, out)? else {
             return Ok(false);
         };
+        self.caller = Some(user.clone());
         let from = msg.from().uri();
         let Some(from_user) = from.user() else {
             return Ok(true);
@@ -421,6 +425,7 @@ impl Proxy {
         self.hidden_in = false;
         self.hide_out = false;
         self.seal_call_id = true;
+        self.caller = None;
         if let Some(bytes) = Self::reveal_from_trunk(ctx, msg) {
             // From a trunk that hides the inside: routed as revealed.
             let Ok(revealed) = Message::parse(&bytes) else {
@@ -872,13 +877,22 @@ impl Proxy {
             .as_ref()
             .filter(|r| r.name.starts_with("trunk."))
             .cloned();
-        if let Some(tx) = &ctx.shared.transactions {
+        let shared = ctx.shared.clone();
+        if let Some(tx) = &shared.transactions {
             if msg.method() != Method::Ack {
                 let key = Key {
                     branch: Self::branch(ctx, msg),
                     cancel: false,
                 };
                 let up = Self::upstream(ctx, msg, src);
+                let hops = (up, (target, transport));
+                let followed = match self.follow(ctx, msg, src, hops, named_route.as_ref(), out) {
+                    Ok(f) => f,
+                    Err(refused) => {
+                        self.forks.clear();
+                        return refused;
+                    }
+                };
                 let first = Target {
                     forwarded: out,
                     hop: (target, transport),
@@ -903,7 +917,6 @@ impl Proxy {
                 if started.is_ok() {
                     // The reply's request is the first branch's first try.
                     ctx.sent = Some((key, 0));
-                    self.dialog_begin(ctx, msg, up, (target, transport), named_route.as_ref());
                 }
                 match started {
                     Ok(()) if !self.forks.is_empty() => {
@@ -926,6 +939,9 @@ impl Proxy {
                     }
                     Err(NotStarted::Full) => {
                         out.clear();
+                        if let (true, Some(d)) = (followed, &ctx.shared.dialogs) {
+                            d.abandon(msg);
+                        }
                         return ctx.respond(
                             msg,
                             StatusCode::SERVICE_UNAVAILABLE,

@@ -185,7 +185,9 @@ impl Shared {
             .then(|| {
                 crate::proto::dialogs::Dialogs::new(
                     config.calls.max_dialogs,
+                    config.calls.per_caller(),
                     config.calls.max_duration,
+                    salt.clone(),
                 )
             });
         let streams = config.tcp.is_some()

@@ -191,6 +191,11 @@ impl Trunks {
         self.current().hides_source(ip)
     }
 
+    /// Whether `ip` is a gateway of any trunk (a carrier's calls in).
+    pub fn is_gateway(&self, ip: IpAddr) -> bool {
+        self.current().is_gateway(ip)
+    }
+
     /// The configuration in force (gateways at their current addresses).
     pub fn configs(&self) -> Vec<TrunkConfig> {
         self.current()
@@ -393,6 +398,13 @@ impl TrunkSet {
     /// Whether trunk `i` hides the inside network.
     pub fn hides(&self, i: usize) -> bool {
         self.trunks[i].config.hide_topology
+    }
+
+    /// Whether `ip` is a gateway of any trunk.
+    pub fn is_gateway(&self, ip: IpAddr) -> bool {
+        self.trunks
+            .iter()
+            .any(|t| t.gateways.iter().any(|g| g.addr.ip() == ip))
     }
 
     /// Whether `ip` is a gateway of a trunk that hides the inside (a call
