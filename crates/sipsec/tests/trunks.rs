@@ -629,6 +629,123 @@ fn one_caller_cannot_fill_the_dialog_table_and_no_call_goes_unrecorded() {
     assert_eq!(status(&proxy)["dialogs"]["active"], 3);
 }
 
+/// Call `call` from `s` as alice with her password: the INVITE is
+/// challenged (407, acknowledged), sent again with credentials, and its
+/// final answer returned; a 200 is acknowledged.
+fn alice_calls(s: &UdpSocket, proxy: SocketAddr, call: &str) -> String {
+    let me = s.local_addr().expect("addr");
+    let ruri = format!("sip:+12155550100@{proxy}");
+    let request = |method: &str, branch: &str, cseq: u32, to: &str, extra: &str| {
+        format!(
+            "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK{branch}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:alice@{proxy}>;tag=a1\r\n{to}\r\n\
+             Call-ID: {call}\r\nCSeq: {cseq} {method}\r\nContact: <sip:alice@{me}>\r\n\
+             {extra}Content-Length: 0\r\n\r\n"
+        )
+    };
+    let to = "To: <sip:+12155550100@127.0.0.1>";
+    let first = format!("{call}-1");
+    s.send_to(request("INVITE", &first, 1, to, "").as_bytes(), proxy)
+        .expect("send");
+    let challenge = final_from(s);
+    assert!(challenge.starts_with("SIP/2.0 407 "), "{challenge}");
+    let to_tagged = header(&challenge, "To")[0].to_owned();
+    s.send_to(request("ACK", &first, 1, &to_tagged, "").as_bytes(), proxy)
+        .expect("ack");
+    let ch = header(&challenge, "Proxy-Authenticate")[0]
+        .split_once(':')
+        .expect("value")
+        .1
+        .trim();
+    let c = sip_core::auth::Challenge::parse(ch).expect("challenge parses");
+    let nonce = c.nonce.expect("nonce");
+    let response = sip_core::digest::response(&sip_core::digest::ResponseInput {
+        algorithm: sip_core::digest::Algorithm::Md5,
+        ha1: &sip_core::digest::ha1(
+            sip_core::digest::Algorithm::Md5,
+            "alice",
+            "sipsec",
+            "secret-alice",
+        ),
+        nonce,
+        cnonce: "c",
+        nc: "00000001",
+        qop: Some(sip_core::digest::Qop::Auth),
+        method: "INVITE",
+        uri: &ruri,
+        body: b"",
+    });
+    let creds = format!(
+        "Proxy-Authorization: Digest username=\"alice\", realm=\"sipsec\", nonce=\"{nonce}\", \
+         uri=\"{ruri}\", response=\"{response}\", algorithm=MD5, qop=auth, nc=00000001, cnonce=\"c\"\r\n"
+    );
+    let second = format!("{call}-2");
+    s.send_to(request("INVITE", &second, 2, to, &creds).as_bytes(), proxy)
+        .expect("send");
+    let answer = final_from(s);
+    if answer.starts_with("SIP/2.0 200 ") {
+        let (target, routes, to) = route_of(&answer);
+        let ack = format!(
+            "ACK {target} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bKack{call}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:alice@{proxy}>;tag=a1\r\n{to}\r\nCall-ID: {call}\r\n\
+             CSeq: 2 ACK\r\nContent-Length: 0\r\n\r\n"
+        );
+        s.send_to(ack.as_bytes(), proxy).expect("ack");
+    }
+    answer
+}
+
+/// The next final response on `s`.
+fn final_from(s: &UdpSocket) -> String {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let n = s.recv(&mut buf).expect("a response");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if !m.starts_with("SIP/2.0 1") {
+            return m;
+        }
+    }
+}
+
+/// An authenticated caller's share is the user's: calling from another
+/// address does not get round it.
+#[test]
+fn an_authenticated_callers_share_is_the_users_from_any_address() {
+    let dir = tempdir("dialog-user-share");
+    let users = dir.join("users.tsv");
+    common::import_users("alice,secret-alice\n", &dir, &users);
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    socket_gateway(gw, None);
+    let config = trunk_config(&dir, &[(gw_port, 1)]);
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text.replace(
+        "records = true\n",
+        "records = true\nmax_dialogs_per_caller = 2\n",
+    );
+    std::fs::write(&config, text).expect("config");
+    let proxy = common::serve(&[
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--auth",
+        "--users",
+        users.to_str().expect("utf-8"),
+    ]);
+    let (home, _) = socket_at("127.0.0.1");
+    let (away, _) = socket_at("127.0.0.5");
+    for (s, call) in [(&home, "u1"), (&away, "u2")] {
+        let ok = alice_calls(s, proxy.addr, call);
+        assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    }
+    let refused = alice_calls(&away, proxy.addr, "u3");
+    assert!(
+        refused.starts_with("SIP/2.0 403 ")
+            && refused.contains("too many calls in progress for this caller"),
+        "{refused}"
+    );
+    assert_eq!(status(&proxy)["dialogs"]["active"], 2);
+}
+
 /// `sipsec ctl ARGS` against the proxy's endpoint with `token`.
 fn ctl(proxy: &Running, token: &str, args: &[&str]) -> std::process::Output {
     let http = common::banner_http_addr(&proxy.banner).expect("http");
