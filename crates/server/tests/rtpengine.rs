@@ -727,6 +727,58 @@ fn a_refused_call_leaves_nothing_in_the_relay() {
     assert!(gone_from(&engine, call));
 }
 
+/// A call refused because its caller holds its whole share of the calls
+/// (here one) leaves nothing in the relay, and the caller's call under
+/// way keeps its session.
+#[test]
+fn a_call_over_its_callers_share_leaves_nothing_in_the_relay() {
+    let engine = Rtpengine::start();
+    let mut config = Config {
+        mode: Mode::Proxy,
+        stateful: true,
+        udp: "127.0.0.1:0".parse().expect("addr"),
+        tcp: None,
+        http: None,
+        advertise: "127.0.0.1:0".parse().expect("addr"),
+        workers: 2,
+        media: media_settings(engine.ng, 1000, RelayFailure::Refuse),
+        ..Config::default()
+    };
+    // Loopback held to the guard's limits: the caller's address is its
+    // share's.
+    config.guard.exempt_loopback = false;
+    config.calls.max_dialogs_per_caller = Some(1);
+    let s = Served::start("media-share", config).expect("server starts");
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    register(srv, &bob, "bob");
+    let first = "share-first@sipsec.test";
+    let inv = invite(&alice, first, &sdp("127.0.0.1", 40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob = recv_sip(&bob);
+    let ringing = answer(&to_bob, "180 Ringing", "", bob.local_addr().unwrap());
+    bob.send_to(ringing.as_bytes(), srv).unwrap();
+    assert!(recv_sip(&alice).starts_with("SIP/2.0 180 "));
+    let second = "share-second@sipsec.test";
+    let inv = invite(&alice, second, &sdp("127.0.0.1", 40002)).replace("alice-tag", "alice-2");
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let refused = recv_sip(&alice);
+    assert!(
+        refused.starts_with("SIP/2.0 403 ") && refused.contains("for this caller"),
+        "{refused}"
+    );
+    assert!(gone_from(&engine, second));
+    let mut relays = Relays::open(
+        settings(&[(engine.ng, 1)], 500),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap();
+    let q = relays.call(&Command::Query {
+        call_id: first.into(),
+    });
+    assert!(matches!(q, Ok(Reply::Ok { .. })), "{q:?}");
+}
+
 /// A re-INVITE in a relayed call (here from the callee) is relayed too:
 /// the caller is offered the relay's port, not the callee's new one.
 #[test]

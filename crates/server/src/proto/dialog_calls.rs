@@ -87,8 +87,15 @@ impl Proxy {
         };
         let follow = d.begin(msg, start, self.share_of(ctx, src), ctx.now.unix_ms);
         if matches!(follow, Follow::Full | Follow::OverShare) {
-            // The request written for the callee goes nowhere.
+            // The request written for the callee goes nowhere, and the
+            // media relay's session for it ends.
             out.clear();
+            let from_tag = msg.from().tag().unwrap_or("");
+            if let Some(m) = &shared.media {
+                if m.abandon(msg.call_id(), from_tag) {
+                    ctx.sends.wake_media();
+                }
+            }
         }
         match follow {
             Follow::Started => Ok(true),

@@ -228,6 +228,22 @@ impl MediaTable {
         Self::tell_delete(&mut s, &self.counts, call_id, call.from_tag)
     }
 
+    /// The INVITE that began the relayed call `call_id` (its caller's
+    /// From tag `from_tag`) was refused before it went out: the call ends
+    /// at the relay, unless it is another caller's or already answered.
+    /// `false` when nothing was ended (nothing to wake).
+    pub fn abandon(&self, call_id: &str, from_tag: &str) -> bool {
+        let mut s = self.state.lock(0);
+        match s.calls.get(call_id) {
+            Some(c) if c.from_tag == from_tag && !c.established => {}
+            _ => return false,
+        }
+        let Some((call_id, call)) = s.calls.remove_entry(call_id) else {
+            return false;
+        };
+        Self::tell_delete(&mut s, &self.counts, call_id, call.from_tag)
+    }
+
     fn tell_delete(s: &mut State, counts: &MediaCounts, call_id: String, from_tag: String) -> bool {
         if s.asked.len() >= MAX_TOLD {
             counts.deletes_dropped.fetch_add(1, Ordering::Relaxed);
@@ -599,5 +615,23 @@ CSeq: 1 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{bo
             Some((0, Command::Delete { .. }))
         ));
         assert!(!t.end("a"), "ended once");
+    }
+
+    #[test]
+    fn a_refused_invite_abandons_only_its_own_unanswered_call() {
+        let t = MediaTable::new(&MediaSettings::default());
+        let now = Instant::now();
+        t.relaying("a", "caller", false, now);
+        t.relaying("b", "caller", false, now);
+        t.established("b");
+        assert!(!t.abandon("a", "someone-else"), "another caller's");
+        assert!(!t.abandon("b", "caller"), "answered already");
+        assert!(!t.abandon("c", "caller"), "not relayed");
+        assert!(t.abandon("a", "caller"));
+        assert!(t.call("a").is_none() && t.call("b").is_some());
+        assert!(matches!(
+            t.take_asked().as_slice(),
+            [(0, Command::Delete { call_id, .. })] if call_id == "a"
+        ));
     }
 }

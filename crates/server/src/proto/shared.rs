@@ -177,11 +177,14 @@ impl Shared {
             )
         });
         let dialogs =
-            // Followed for their records, or for the CSeq offsets of
-            // trunks that challenge.
+            // Followed for their records, for the CSeq offsets of trunks
+            // that challenge, or to hold each caller to its share of
+            // the calls the media relays carry.
             (config.stateful
                 && config.mode == Mode::Proxy
-                && (config.calls.records || config.trunks.iter().any(|t| t.auth.is_some())))
+                && (config.calls.records
+                    || config.media.on()
+                    || config.trunks.iter().any(|t| t.auth.is_some())))
             .then(|| {
                 crate::proto::dialogs::Dialogs::new(
                     config.calls.max_dialogs,
