@@ -45,11 +45,10 @@ impl Proxy {
         out: &mut Vec<u8>,
     ) -> Result<bool, Reply> {
         let hop = down.0;
-        let shared = ctx.shared.clone();
-        let Some(d) = shared.dialogs.as_ref() else {
-            return Ok(false);
-        };
-        if msg.method() != Method::Invite || msg.to().tag().is_some() {
+        if ctx.shared.dialogs.is_none()
+            || msg.method() != Method::Invite
+            || msg.to().tag().is_some()
+        {
             return Ok(false);
         }
         let trunk = route
@@ -85,13 +84,16 @@ impl Proxy {
                 hidden: self.hide_out && self.seal_call_id,
             },
         };
-        let follow = d.begin(msg, start, self.share_of(ctx, src), ctx.now.unix_ms);
+        let follow = match &ctx.shared.dialogs {
+            Some(d) => d.begin(msg, start, self.share_of(ctx, src), ctx.now.unix_ms),
+            None => return Ok(false),
+        };
         if matches!(follow, Follow::Full | Follow::OverShare) {
             // The request written for the callee goes nowhere, and the
             // media relay's session for it ends.
             out.clear();
             let from_tag = msg.from().tag().unwrap_or("");
-            if let Some(m) = &shared.media {
+            if let Some(m) = &ctx.shared.media {
                 if m.abandon(msg.call_id(), from_tag) {
                     ctx.sends.wake_media();
                 }

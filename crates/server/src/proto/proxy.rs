@@ -869,92 +869,103 @@ impl Proxy {
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        (target, transport): (SocketAddr, Transport),
+        hop: (SocketAddr, Transport),
         named: Option<Route>,
         out: &mut Vec<u8>,
     ) -> Reply {
-        let named_route = named
-            .as_ref()
-            .filter(|r| r.name.starts_with("trunk."))
-            .cloned();
-        let shared = ctx.shared.clone();
-        if let Some(tx) = &shared.transactions {
-            if msg.method() != Method::Ack {
-                let key = Key {
-                    branch: Self::branch(ctx, msg),
-                    cancel: false,
-                };
-                let up = Self::upstream(ctx, msg, src);
-                let hops = (up, (target, transport));
-                let followed = match self.follow(ctx, msg, src, hops, named_route.as_ref(), out) {
-                    Ok(f) => f,
-                    Err(refused) => {
-                        self.forks.clear();
-                        return refused;
-                    }
-                };
-                let first = Target {
-                    forwarded: out,
-                    hop: (target, transport),
-                    route: named,
-                    group: 0,
-                };
-                let forks = self.forks.iter_mut().map(|f| Target {
-                    forwarded: &f.bytes,
-                    hop: f.hop,
-                    route: f.route.take(),
-                    group: f.group,
-                });
-                let started = tx.start(
-                    key,
-                    msg,
-                    up,
-                    std::iter::once(first).chain(forks),
-                    ctx.now.mono,
-                    &mut ctx.sends,
-                    &ctx.shared.metrics,
-                );
-                if started.is_ok() {
-                    // The reply's request is the first branch's first try.
-                    ctx.sent = Some((key, 0));
-                }
-                match started {
-                    Ok(()) if !self.forks.is_empty() => {
-                        let m = &ctx.shared.metrics;
-                        bump(&m.forked);
-                        let n = (self.forks.len() + 1).min(MAX_BRANCHES) as u64;
-                        m.fork_branches
-                            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    Ok(()) => {}
-                    Err(NotStarted::Exists) => {
-                        // A copy of the request started the transaction
-                        // meanwhile (on another worker): this one is a
-                        // retransmission and gets what that copy got.
-                        out.clear();
-                        self.forks.clear();
-                        let now = ctx.now.mono;
-                        tx.on_request(key, msg.method(), now, &mut ctx.sends, &ctx.shared.metrics);
-                        return Reply::Drop;
-                    }
-                    Err(NotStarted::Full) => {
-                        out.clear();
-                        if let (true, Some(d)) = (followed, &ctx.shared.dialogs) {
-                            d.abandon(msg);
-                        }
-                        return ctx.respond(
-                            msg,
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            &[("Retry-After", "5")],
-                            src,
-                            out,
-                        );
-                    }
-                }
+        if msg.method() != Method::Ack && ctx.shared.transactions.is_some() {
+            if let Some(instead) = self.start_transaction(ctx, msg, src, hop, named, out) {
+                return instead;
             }
         }
         bump(&ctx.shared.metrics.forwarded);
-        Reply::Send(target, transport)
+        Reply::Send(hop.0, hop.1)
+    }
+
+    /// Follows an initial INVITE's dialog and opens the transaction of
+    /// the request written into `out` for `hop`. `Some`: what is answered
+    /// instead of sending it (refused, a retransmission, no room).
+    fn start_transaction(
+        &mut self,
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        hop: (SocketAddr, Transport),
+        named: Option<Route>,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let key = Key {
+            branch: Self::branch(ctx, msg),
+            cancel: false,
+        };
+        let up = Self::upstream(ctx, msg, src);
+        let trunk = named.as_ref().filter(|r| r.name.starts_with("trunk."));
+        let followed = match self.follow(ctx, msg, src, (up, hop), trunk, out) {
+            Ok(f) => f,
+            Err(refused) => {
+                self.forks.clear();
+                return Some(refused);
+            }
+        };
+        let tx = ctx.shared.transactions.as_ref()?;
+        let first = Target {
+            forwarded: out,
+            hop,
+            route: named,
+            group: 0,
+        };
+        let forks = self.forks.iter_mut().map(|f| Target {
+            forwarded: &f.bytes,
+            hop: f.hop,
+            route: f.route.take(),
+            group: f.group,
+        });
+        let started = tx.start(
+            key,
+            msg,
+            up,
+            std::iter::once(first).chain(forks),
+            ctx.now.mono,
+            &mut ctx.sends,
+            &ctx.shared.metrics,
+        );
+        match started {
+            Ok(()) => {
+                // The reply's request is the first branch's first try.
+                ctx.sent = Some((key, 0));
+                if !self.forks.is_empty() {
+                    let m = &ctx.shared.metrics;
+                    bump(&m.forked);
+                    let n = (self.forks.len() + 1).min(MAX_BRANCHES) as u64;
+                    m.fork_branches
+                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
+                None
+            }
+            Err(NotStarted::Exists) => {
+                // A copy of the request started the transaction
+                // meanwhile (on another worker): this one is a
+                // retransmission and gets what that copy got.
+                out.clear();
+                self.forks.clear();
+                let now = ctx.now.mono;
+                tx.on_request(key, msg.method(), now, &mut ctx.sends, &ctx.shared.metrics);
+                Some(Reply::Drop)
+            }
+            Err(NotStarted::Full) => {
+                out.clear();
+                if let (true, Some(d)) = (followed, &ctx.shared.dialogs) {
+                    d.abandon(msg);
+                }
+                Some(ctx.respond(
+                    msg,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &[("Retry-After", "5")],
+                    src,
+                    out,
+                ))
+            }
+        }
     }
 
     /// 403 for a request this server will not forward.
