@@ -50,8 +50,9 @@ const SOURCES: [&str; 5] = [
 ];
 
 /// A fresh core: a registrar with digest (user `alice`, password `pw`,
-/// realm `example.com`), a transaction-stateful record-routing proxy, a
-/// stateless proxy, or a redirect server; each also a registrar.
+/// realm `example.com`), a transaction-stateful record-routing proxy
+/// following dialogs (at most four, two per caller), a stateless proxy,
+/// or a redirect server; each also a registrar.
 pub fn server(pick: u8) -> Core {
     let (mode, stateful) = SERVERS[usize::from(pick & 3)];
     let auth = mode == Mode::Registrar;
@@ -63,6 +64,14 @@ pub fn server(pick: u8) -> Core {
         realm: "example.com".into(),
         domains: vec!["example.com".into()],
         advertise: "127.0.0.1:5060".parse().expect("literal"),
+        // The stateful proxy follows dialogs in a table small enough for
+        // a dialogue to fill it and a caller's share.
+        calls: crate::config_calls::CallsSettings {
+            records: stateful,
+            max_dialogs: 4,
+            max_dialogs_per_caller: Some(2),
+            ..Default::default()
+        },
         ..Config::default()
     };
     let now = Now {
