@@ -161,7 +161,11 @@ use sipsec_server::config_media::{MediaMode, MediaSettings, RelayFailure};
 use sipsec_server::{Config, Mode};
 
 fn proxy(name: &str, media: MediaSettings) -> Served {
-    let config = Config {
+    Served::start(&format!("media-{name}"), proxy_config(media)).expect("server starts")
+}
+
+fn proxy_config(media: MediaSettings) -> Config {
+    Config {
         mode: Mode::Proxy,
         stateful: true,
         udp: "127.0.0.1:0".parse().expect("addr"),
@@ -171,8 +175,7 @@ fn proxy(name: &str, media: MediaSettings) -> Served {
         workers: 2,
         media,
         ..Config::default()
-    };
-    Served::start(&format!("media-{name}"), config).expect("server starts")
+    }
 }
 
 fn media_settings(relay: SocketAddr, timeout_ms: u64, on_failure: RelayFailure) -> MediaSettings {
@@ -439,6 +442,18 @@ fn http_get(at: SocketAddr, path: &str) -> String {
     text
 }
 
+/// Alice calls bob (`call`, offering RTP at port 40000), and bob rings:
+/// alice's INVITE.
+fn ringing(srv: SocketAddr, alice: &UdpSocket, bob: &UdpSocket, call: &str) -> String {
+    let inv = invite(alice, call, &sdp("127.0.0.1", 40000));
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob = recv_sip(bob);
+    let ringing = answer(&to_bob, "180 Ringing", "", bob.local_addr().unwrap());
+    bob.send_to(ringing.as_bytes(), srv).unwrap();
+    assert!(recv_sip(alice).starts_with("SIP/2.0 180 "));
+    inv
+}
+
 /// A CANCEL ends a relayed call that was never answered: nothing is left
 /// in the relay.
 #[test]
@@ -452,12 +467,7 @@ fn a_cancelled_call_leaves_nothing_in_the_relay() {
     let (alice, bob) = (udp(), udp());
     register(srv, &bob, "bob");
     let call = "cancelled-call@sipsec.test";
-    let inv = invite(&alice, call, &sdp("127.0.0.1", 40000));
-    alice.send_to(inv.as_bytes(), srv).unwrap();
-    let to_bob = recv_sip(&bob);
-    let ringing = answer(&to_bob, "180 Ringing", "", bob.local_addr().unwrap());
-    bob.send_to(ringing.as_bytes(), srv).unwrap();
-    assert!(recv_sip(&alice).starts_with("SIP/2.0 180 "));
+    let inv = ringing(srv, &alice, &bob, call);
     let cancel = inv
         .replacen("INVITE sip:", "CANCEL sip:", 1)
         .replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL");
@@ -733,17 +743,7 @@ fn a_refused_call_leaves_nothing_in_the_relay() {
 #[test]
 fn a_call_over_its_callers_share_leaves_nothing_in_the_relay() {
     let engine = Rtpengine::start();
-    let mut config = Config {
-        mode: Mode::Proxy,
-        stateful: true,
-        udp: "127.0.0.1:0".parse().expect("addr"),
-        tcp: None,
-        http: None,
-        advertise: "127.0.0.1:0".parse().expect("addr"),
-        workers: 2,
-        media: media_settings(engine.ng, 1000, RelayFailure::Refuse),
-        ..Config::default()
-    };
+    let mut config = proxy_config(media_settings(engine.ng, 1000, RelayFailure::Refuse));
     // Loopback held to the guard's limits: the caller's address is its
     // share's.
     config.guard.exempt_loopback = false;
@@ -753,12 +753,7 @@ fn a_call_over_its_callers_share_leaves_nothing_in_the_relay() {
     let (alice, bob) = (udp(), udp());
     register(srv, &bob, "bob");
     let first = "share-first@sipsec.test";
-    let inv = invite(&alice, first, &sdp("127.0.0.1", 40000));
-    alice.send_to(inv.as_bytes(), srv).unwrap();
-    let to_bob = recv_sip(&bob);
-    let ringing = answer(&to_bob, "180 Ringing", "", bob.local_addr().unwrap());
-    bob.send_to(ringing.as_bytes(), srv).unwrap();
-    assert!(recv_sip(&alice).starts_with("SIP/2.0 180 "));
+    ringing(srv, &alice, &bob, first);
     let second = "share-second@sipsec.test";
     let inv = invite(&alice, second, &sdp("127.0.0.1", 40002)).replace("alice-tag", "alice-2");
     alice.send_to(inv.as_bytes(), srv).unwrap();

@@ -538,21 +538,8 @@ fn a_kill_9_loses_no_record_of_a_call_that_had_ended() {
 /// Call-ID.
 fn answered_call(s: &UdpSocket, proxy: SocketAddr, call: &str) {
     let me = s.local_addr().expect("addr");
-    let invite = format!(
-        "INVITE sip:+12155550100@{proxy} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK{call}\r\n\
-         Max-Forwards: 70\r\nFrom: <sip:alice@{me}>;tag=a1\r\nTo: <sip:+12155550100@127.0.0.1>\r\n\
-         Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
-    );
-    s.send_to(invite.as_bytes(), proxy).expect("send");
-    let mut buf = vec![0u8; 65_536];
-    let ok = loop {
-        let n = s.recv(&mut buf).expect("a response");
-        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if m.starts_with("SIP/2.0 200") {
-            break m;
-        }
-        assert!(!m.starts_with("SIP/2.0 5"), "{m}");
-    };
+    let ok = invite_final(s, proxy, call);
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
     let (target, routes, to) = route_of(&ok);
     let ack = format!(
         "ACK {target} SIP/2.0\r\n{routes}Via: SIP/2.0/UDP {me};branch=z9hG4bKack{call}\r\n\
@@ -571,14 +558,23 @@ fn invite_final(s: &UdpSocket, proxy: SocketAddr, call: &str) -> String {
          Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nContent-Length: 0\r\n\r\n"
     );
     s.send_to(invite.as_bytes(), proxy).expect("send");
-    let mut buf = vec![0u8; 65_536];
-    loop {
-        let n = s.recv(&mut buf).expect("a response");
-        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if !m.starts_with("SIP/2.0 1") {
-            return m;
-        }
-    }
+    final_from(s)
+}
+
+/// A proxy whose calls leave through a trunk to a gateway that answers
+/// every call, keeping records: `calls` added to its `[calls]`, `more`
+/// at the end of its configuration, `args` on its command line.
+fn recording_proxy(dir: &Path, calls: &str, more: &str, args: &[&str]) -> Running {
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gw_port = gw.local_addr().expect("addr").port();
+    socket_gateway(gw, None);
+    let config = trunk_config(dir, &[(gw_port, 1)]);
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text.replace("records = true\n", &format!("records = true\n{calls}")) + more;
+    std::fs::write(&config, text).expect("config");
+    let mut all = vec!["--config", config.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    common::serve(&all)
 }
 
 /// No call leaves unrecorded, and one caller cannot fill the dialog
@@ -587,18 +583,13 @@ fn invite_final(s: &UdpSocket, proxy: SocketAddr, call: &str) -> String {
 #[test]
 fn one_caller_cannot_fill_the_dialog_table_and_no_call_goes_unrecorded() {
     let dir = tempdir("dialog-shares");
-    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let gw_port = gw.local_addr().expect("addr").port();
-    socket_gateway(gw, None);
-    let config = trunk_config(&dir, &[(gw_port, 1)]);
-    let text = std::fs::read_to_string(&config).expect("config");
     // Loopback held to the guard's limits, so each address is a caller.
-    let text = text.replace(
-        "records = true\n",
-        "records = true\nmax_dialogs = 3\nmax_dialogs_per_caller = 2\n",
-    ) + "[guard]\nexempt_loopback = false\n";
-    std::fs::write(&config, text).expect("config");
-    let proxy = common::serve(&["--config", config.to_str().expect("utf-8")]);
+    let proxy = recording_proxy(
+        &dir,
+        "max_dialogs = 3\nmax_dialogs_per_caller = 2\n",
+        "[guard]\nexempt_loopback = false\n",
+        &[],
+    );
     // (The gateway's own address, 127.0.0.1, carries a carrier's calls:
     // held to no share.)
     let (mallory, _) = socket_at("127.0.0.3");
@@ -714,23 +705,13 @@ fn an_authenticated_callers_share_is_the_users_from_any_address() {
     let dir = tempdir("dialog-user-share");
     let users = dir.join("users.tsv");
     common::import_users("alice,secret-alice\n", &dir, &users);
-    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let gw_port = gw.local_addr().expect("addr").port();
-    socket_gateway(gw, None);
-    let config = trunk_config(&dir, &[(gw_port, 1)]);
-    let text = std::fs::read_to_string(&config).expect("config");
-    let text = text.replace(
-        "records = true\n",
-        "records = true\nmax_dialogs_per_caller = 2\n",
+    let users = users.to_str().expect("utf-8");
+    let proxy = recording_proxy(
+        &dir,
+        "max_dialogs_per_caller = 2\n",
+        "",
+        &["--auth", "--users", users],
     );
-    std::fs::write(&config, text).expect("config");
-    let proxy = common::serve(&[
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--auth",
-        "--users",
-        users.to_str().expect("utf-8"),
-    ]);
     let (home, _) = socket_at("127.0.0.1");
     let (away, _) = socket_at("127.0.0.5");
     for (s, call) in [(&home, "u1"), (&away, "u2")] {
