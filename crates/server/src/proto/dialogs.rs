@@ -268,22 +268,29 @@ impl Dialogs {
         if s.contains_key(&key) {
             return Follow::Already;
         }
-        if self.count.fetch_add(1, Ordering::Relaxed) >= self.max {
-            self.count.fetch_sub(1, Ordering::Relaxed);
-            self.counts.refused_full.fetch_add(1, Ordering::Relaxed);
-            return Follow::Full;
-        }
         let owner = caller.map(|c| self.owner_of(c));
-        if let Some(o) = owner {
-            let mut held = self.owners.lock(o as usize);
-            let n = held.entry(o).or_default();
-            if *n >= self.per_owner {
-                self.count.fetch_sub(1, Ordering::Relaxed);
+        let mut held = owner.map(|o| self.owners.lock(o as usize));
+        if let (Some(o), Some(held)) = (owner, &held) {
+            if held.get(&o).is_some_and(|n| *n >= self.per_owner) {
                 self.counts.refused_share.fetch_add(1, Ordering::Relaxed);
                 return Follow::OverShare;
             }
-            *n += 1;
         }
+        // A place is taken only while one is free: the count never
+        // passes `max`, not even for a moment.
+        let reserved = self
+            .count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        if reserved.is_err() {
+            self.counts.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Follow::Full;
+        }
+        if let (Some(o), Some(held)) = (owner, held.as_mut()) {
+            *held.entry(o).or_default() += 1;
+        }
+        drop(held);
         s.insert(
             key,
             Dialog {
@@ -645,5 +652,61 @@ mod tests {
         assert_eq!(follow(10, mallory), Follow::Started);
         assert_eq!(follow(11, mallory), Follow::OverShare);
         assert_eq!(d.len(), 6);
+    }
+
+    /// Workers begin and end calls at once: the table never holds more
+    /// than its size nor a caller more than its share, and every place
+    /// comes back.
+    #[test]
+    fn shares_and_the_size_hold_under_concurrent_workers() {
+        let d = Dialogs::new(20, 8, 3600, RandomState::new());
+        let most = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for w in 0..4u32 {
+                let (d, most) = (&d, &most);
+                scope.spawn(move || {
+                    for i in 0..500u32 {
+                        let call = msg(&INVITE.replace("c1", &format!("w{w}-{i}")));
+                        let user = format!("u{}", i % 3);
+                        let m = Message::parse(&call).unwrap();
+                        let started = d.begin(&m, start(), Some(Caller::User(&user)), 0);
+                        most.fetch_max(d.len(), Ordering::Relaxed);
+                        if started == Follow::Started && i % 2 == 0 {
+                            d.abandon(&m);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(most.load(Ordering::Relaxed) <= 20);
+        for i in 0..3 {
+            let held = d
+                .owners
+                .each()
+                .map(|s| {
+                    s.get(&d.owner_of(Caller::User(&format!("u{i}"))))
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .sum::<usize>();
+            assert!(held <= 8, "u{i} holds {held}");
+        }
+        let held: usize = d.owners.each().map(|s| s.values().sum::<usize>()).sum();
+        assert_eq!(
+            held,
+            d.len(),
+            "every dialog counted against its caller once"
+        );
+        for w in 0..4u32 {
+            for i in 0..500u32 {
+                let call = msg(&INVITE.replace("c1", &format!("w{w}-{i}")));
+                d.abandon(&Message::parse(&call).unwrap());
+            }
+        }
+        assert_eq!(d.len(), 0);
+        assert!(
+            d.owners.each().all(|s| s.is_empty()),
+            "every place given back"
+        );
     }
 }
