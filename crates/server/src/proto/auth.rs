@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::proto::guard::Scope;
 use crate::shards::{Current, Shards};
 
 use hmac::{Hmac, Mac};
@@ -206,8 +207,11 @@ pub struct Owner {
     /// Keyed hash of the username.
     pub user: u64,
     /// Where the request came from, when it is held to a share (not
-    /// loopback or a trusted node: see `Guard::limits_source`).
-    pub source: Option<std::net::IpAddr>,
+    /// loopback or a trusted node: see `Guard::limits_source`), and over
+    /// what kind of transport: WebSocket has a share of its own, so a web
+    /// page in a visitor's browser cannot use up that of the SIP phones
+    /// behind the visitor's address (see `proto::guard`).
+    pub source: Option<(std::net::IpAddr, Scope)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -227,7 +231,7 @@ struct NcShard {
 #[derive(Debug, Default)]
 struct Shares {
     users: HashMap<u64, usize>,
-    sources: HashMap<Option<std::net::IpAddr>, usize>,
+    sources: HashMap<Option<(std::net::IpAddr, Scope)>, usize>,
 }
 
 impl Shares {
@@ -499,7 +503,8 @@ impl Authenticator {
     }
 
     /// Checks the request's credentials (Authorization, or
-    /// Proxy-Authorization when `proxy`), holding `src` to its share.
+    /// Proxy-Authorization when `proxy`), holding `src` to its share (of
+    /// SIP transports).
     pub fn check<'m>(
         &self,
         msg: &Message<'m>,
@@ -507,7 +512,7 @@ impl Authenticator {
         proxy: bool,
         now: u64,
     ) -> AuthResult<'m> {
-        self.check_as(msg, (src, true), proxy, now, |u| {
+        self.check_as(msg, (src, Some(Scope::All)), proxy, now, |u| {
             Some(std::borrow::Cow::Borrowed(u))
         })
     }
@@ -515,12 +520,13 @@ impl Authenticator {
     /// [`check`](Self::check) with the username passed through `reveal`
     /// first (PrivaSIP: the username may be a pseudonym); `None` from it
     /// is [`AuthFailure::Undecryptable`]. Called only once the cheap
-    /// checks (syntax, nonce, qop) have passed. `src` is the source and
-    /// whether it is held to its share of the replay tracker.
+    /// checks (syntax, nonce, qop) have passed. `src` is the source, and
+    /// the share of the replay tracker it is held to (its address's, for
+    /// the scope its transport counts in; `None`: none).
     pub fn check_as<'m>(
         &self,
         msg: &Message<'m>,
-        (src, shared): (SocketAddr, bool),
+        (src, share): (SocketAddr, Option<Scope>),
         proxy: bool,
         now: u64,
         reveal: impl FnOnce(&'m str) -> Option<std::borrow::Cow<'m, str>>,
@@ -610,7 +616,7 @@ impl Authenticator {
                 use std::hash::BuildHasher;
                 self.request_ids.hash_one(username.as_ref())
             },
-            source: shared.then_some(src.ip()),
+            source: share.map(|scope| (src.ip(), scope)),
         };
         match self.nc.accept(id, n, request, owner, now) {
             NcVerdict::Accepted => AuthResult::Ok(username),
@@ -677,7 +683,10 @@ mod tests {
 
     const ME: Owner = Owner {
         user: 1,
-        source: Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1))),
+        source: Some((
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            Scope::All,
+        )),
     };
 
     /// Limits where one owner may take the whole tracker.
@@ -704,9 +713,8 @@ mod tests {
         };
         let t = NcTracker::new(limits, 300);
         let source = |i: u8| {
-            Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(
-                198, 51, 100, i,
-            )))
+            let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, i));
+            Some((ip, Scope::All))
         };
         let flooder = |i: u64| Owner {
             user: 66,
@@ -742,6 +750,14 @@ mod tests {
             }
         }
         assert_eq!(from_one, 300, "the source's share");
+        // The same address over WebSocket has a share of its own, so the
+        // two kinds of client cannot use up each other's.
+        let over_web = Owner {
+            user: 9000,
+            source: source(50).map(|(ip, _)| (ip, Scope::WebSocket)),
+        };
+        let n = id(&k, &k.issue(1000, "r"));
+        assert_eq!(t.accept(n, 1, 1, over_web, 1000), NcVerdict::Accepted);
         // A source not held to a share (loopback, a trusted node): only
         // each user's share applies.
         let mut exempt = 0;

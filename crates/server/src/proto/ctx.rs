@@ -288,10 +288,12 @@ impl Ctx {
         };
         let t0 = self.clock();
         let privacy = self.shared.privacy.as_ref();
-        let shared_source = self.shared.guard.limits_source(src.ip());
-        let result = auth.check_as(msg, (src, shared_source), proxy, now, |u| {
-            reveal(privacy, u, now)
-        });
+        let share = self
+            .shared
+            .guard
+            .limits_source(src.ip())
+            .then(|| Scope::of(self.transport));
+        let result = auth.check_as(msg, (src, share), proxy, now, |u| reveal(privacy, u, now));
         self.stage(Stage::Authenticate, t0);
         match result {
             AuthResult::Ok(user) => Ok(Some(user.into_owned())),

@@ -59,7 +59,7 @@ impl Default for GuardConfig {
 }
 
 /// What a ban shuts out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Scope {
     /// Every request from the address.
     All,
