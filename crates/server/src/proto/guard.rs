@@ -109,9 +109,13 @@ pub enum Verdict {
     Banned,
 }
 
-/// Failures counted toward one scope's ban, and the ban.
-#[derive(Debug, Clone, Copy, Default)]
+/// One scope's requests and failures from a source: its token bucket,
+/// the failures counted toward its ban, and the ban.
+#[derive(Debug, Clone, Copy)]
 struct Tally {
+    tokens: f64,
+    /// When the bucket was last refilled (Unix milliseconds).
+    refilled_ms: u64,
     failures: u32,
     window_start: u64,
     /// Unix seconds; 0 (or past) when not banned.
@@ -122,20 +126,19 @@ impl Tally {
     fn banned_at(&self, now_s: u64) -> bool {
         self.banned_until > now_s
     }
+
+    /// Lifts the ban and forgets the failures (the bucket stays).
+    fn forgive(&mut self) {
+        self.failures = 0;
+        self.banned_until = 0;
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Source {
-    /// Requests over SIP transports: the token bucket.
-    tokens: f64,
-    /// Requests over WebSocket: their own bucket.
-    web_tokens: f64,
-    /// When each bucket was last refilled (SIP, WebSocket; Unix
-    /// milliseconds).
-    refilled_ms: [u64; 2],
-    /// Failures over SIP transports: bans everything.
+    /// Over SIP transports; its ban shuts out everything.
     all: Tally,
-    /// Failures over WebSocket: bans WebSocket.
+    /// Over WebSocket; its ban shuts out WebSocket.
     web: Tally,
 }
 
@@ -153,7 +156,7 @@ impl Source {
 
     /// The last request's time, either scope (Unix milliseconds).
     fn last_ms(&self) -> u64 {
-        self.refilled_ms[0].max(self.refilled_ms[1])
+        self.all.refilled_ms.max(self.web.refilled_ms)
     }
 
     /// Whether a request over a transport of `scope` is refused.
@@ -236,13 +239,13 @@ impl Guard {
             }
         }
         let fresh = Tally {
+            tokens: f64::from(self.cfg.burst),
+            refilled_ms: now_ms,
+            failures: 0,
             window_start: now_ms / 1000,
-            ..Tally::default()
+            banned_until: 0,
         };
         map.entry(ip).or_insert(Source {
-            tokens: f64::from(self.cfg.burst),
-            web_tokens: f64::from(self.cfg.burst),
-            refilled_ms: [now_ms; 2],
             all: fresh,
             web: fresh,
         })
@@ -271,15 +274,12 @@ impl Guard {
         if !limit {
             return Verdict::Admit;
         }
-        let (tokens, refilled) = match scope {
-            Scope::All => (&mut s.tokens, &mut s.refilled_ms[0]),
-            Scope::WebSocket => (&mut s.web_tokens, &mut s.refilled_ms[1]),
-        };
-        let elapsed = now_ms.saturating_sub(*refilled) as f64 / 1000.0;
-        *refilled = now_ms;
-        *tokens = (*tokens + elapsed * f64::from(self.cfg.rate)).min(f64::from(self.cfg.burst));
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
+        let t = s.tally(scope);
+        let elapsed = now_ms.saturating_sub(t.refilled_ms) as f64 / 1000.0;
+        t.refilled_ms = now_ms;
+        t.tokens = (t.tokens + elapsed * f64::from(self.cfg.rate)).min(f64::from(self.cfg.burst));
+        if t.tokens >= 1.0 {
+            t.tokens -= 1.0;
             Verdict::Admit
         } else {
             Verdict::Limited
@@ -334,8 +334,8 @@ impl Guard {
         let mut map = self.shard(&ip);
         match map.get_mut(&ip) {
             Some(e) if e.banned_at(now_s) => {
-                e.all = Tally::default();
-                e.web = Tally::default();
+                e.all.forgive();
+                e.web.forgive();
                 true
             }
             _ => false,

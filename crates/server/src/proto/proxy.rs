@@ -318,7 +318,10 @@ impl Proxy {
         let Some(user) = ctx.authenticate(msg, true, now, src, out)? else {
             return Ok(false);
         };
-        self.caller = Some(user.clone());
+        if ctx.shared.dialogs.is_some() {
+            // Whose share of the dialog table its call counts against.
+            self.caller = Some(user.clone());
+        }
         let from = msg.from().uri();
         let Some(from_user) = from.user() else {
             return Ok(true);
