@@ -88,21 +88,52 @@ impl Proxy {
             Some(d) => d.begin(msg, start, self.share_of(ctx, src), ctx.now.unix_ms),
             None => return Ok(false),
         };
-        if matches!(follow, Follow::Full | Follow::OverShare) {
-            // The request written for the callee goes nowhere, and the
-            // media relay's session for it ends.
-            out.clear();
-            let from_tag = msg.from().tag().unwrap_or("");
-            if let Some(m) = &ctx.shared.media {
-                if m.abandon(msg.call_id(), from_tag) {
-                    ctx.sends.wake_media();
-                }
-            }
-        }
         match follow {
             Follow::Started => Ok(true),
             Follow::Already => Ok(false),
-            Follow::Full => Err(ctx.respond(
+            Follow::Full | Follow::OverShare => Err(Self::refuse_call(ctx, msg, src, follow, out)),
+        }
+    }
+
+    /// Before work is spent on an initial INVITE from `src` (its media
+    /// offer, its caller's certificate): `Some` refuses it now when its
+    /// dialog could not be followed ([`Proxy::follow`] decides for good).
+    pub(super) fn admit(
+        &self,
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Option<Reply> {
+        let d = ctx.shared.dialogs.as_ref()?;
+        if msg.method() != Method::Invite || msg.to().tag().is_some() {
+            return None;
+        }
+        let follow = d.admits(msg, self.share_of(ctx, src));
+        matches!(follow, Follow::Full | Follow::OverShare)
+            .then(|| Self::refuse_call(ctx, msg, src, follow, out))
+    }
+
+    /// A call whose dialog cannot be followed (`Full` or `OverShare`):
+    /// the request written for the callee goes nowhere, the media
+    /// relay's session for it (if any) ends, and the caller is answered
+    /// 503 when the table is full, 403 when it holds its whole share.
+    fn refuse_call(
+        ctx: &mut Ctx,
+        msg: &Message<'_>,
+        src: SocketAddr,
+        follow: Follow,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        out.clear();
+        let from_tag = msg.from().tag().unwrap_or("");
+        if let Some(m) = &ctx.shared.media {
+            if m.abandon(msg.call_id(), from_tag) {
+                ctx.sends.wake_media();
+            }
+        }
+        if follow == Follow::Full {
+            return ctx.respond(
                 msg,
                 StatusCode::SERVICE_UNAVAILABLE,
                 &[
@@ -111,18 +142,18 @@ impl Proxy {
                 ],
                 src,
                 out,
-            )),
-            Follow::OverShare => Err(ctx.respond(
-                msg,
-                StatusCode::FORBIDDEN,
-                &[(
-                    "Warning",
-                    "399 sipsec \"too many calls in progress for this caller\"",
-                )],
-                src,
-                out,
-            )),
+            );
         }
+        ctx.respond(
+            msg,
+            StatusCode::FORBIDDEN,
+            &[(
+                "Warning",
+                "399 sipsec \"too many calls in progress for this caller\"",
+            )],
+            src,
+            out,
+        )
     }
 
     /// Whose share of the dialog table a call from `src` counts against:

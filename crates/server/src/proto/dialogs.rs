@@ -252,6 +252,30 @@ impl Dialogs {
         }
     }
 
+    /// Whether an initial INVITE from `caller` would be followed now,
+    /// asked before work is spent on it (its media offer): `Full` or
+    /// `OverShare` refuses it here, counted; `Started` or `Already`: go
+    /// on to [`Dialogs::begin`], which decides for good.
+    pub fn admits(&self, msg: &Message<'_>, caller: Option<Caller<'_>>) -> Follow {
+        let (call_id, from_tag, _) = tags(msg);
+        let key = (call_id.to_owned(), from_tag.to_owned());
+        if self.shards.lock(shard_of(call_id)).contains_key(&key) {
+            return Follow::Already;
+        }
+        if let Some(o) = caller.map(|c| self.owner_of(c)) {
+            let held = self.owners.lock(o as usize);
+            if held.get(&o).is_some_and(|n| *n >= self.per_owner) {
+                self.counts.refused_share.fetch_add(1, Ordering::Relaxed);
+                return Follow::OverShare;
+            }
+        }
+        if self.len() >= self.max {
+            self.counts.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Follow::Full;
+        }
+        Follow::Started
+    }
+
     /// An initial INVITE from `caller` (`None`: a caller held to no
     /// share) is about to be forwarded at `now_ms`: follow its dialog, or
     /// say why the call is refused.
@@ -617,6 +641,31 @@ mod tests {
         let late = d.sweep(11_001);
         assert_eq!(late.len(), 1);
         assert_eq!(late[0].disposition, Disposition::Timeout);
+    }
+
+    #[test]
+    fn asking_first_says_what_beginning_would_and_takes_no_place() {
+        let d = Dialogs::new(2, 1, 3600, RandomState::new());
+        let call = |i: u32| msg(&INVITE.replace("c1", &format!("call{i}")));
+        let ask = |i: u32, who| d.admits(&Message::parse(&call(i)).unwrap(), who);
+        let mallory = Some(Caller::User("mallory"));
+        assert_eq!(ask(1, mallory), Follow::Started);
+        assert_eq!(ask(1, mallory), Follow::Started, "asking takes nothing");
+        assert!(d.is_empty());
+        d.begin(&Message::parse(&call(1)).unwrap(), start(), mallory, 0);
+        assert_eq!(ask(1, mallory), Follow::Already);
+        assert_eq!(ask(2, mallory), Follow::OverShare);
+        assert_eq!(ask(2, None), Follow::Started);
+        d.begin(&Message::parse(&call(2)).unwrap(), start(), None, 0);
+        assert_eq!(ask(3, Some(Caller::User("alice"))), Follow::Full);
+        let counted = (&d.counts.refused_share, &d.counts.refused_full);
+        assert_eq!(
+            (
+                counted.0.load(Ordering::Relaxed),
+                counted.1.load(Ordering::Relaxed)
+            ),
+            (1, 1)
+        );
     }
 
     #[test]

@@ -519,6 +519,9 @@ impl Proxy {
             hop,
         };
         let callee_nat = crate::proto::media::contact_elsewhere(f.ruri.as_deref(), hop);
+        if let Some(reply) = self.admit(ctx, msg, src, out) {
+            return reply;
+        }
         if let Some(reply) = self.stir_verify(ctx, msg, src, f.authenticated, out) {
             return reply;
         }
