@@ -1329,6 +1329,8 @@ mod tests {
             ("[auth]\ndigest = [\"sha-1\"]", "auth.digest"),
             ("[registrar]\nmin_expires = 9000", "min_expires"),
             ("[registrar]\npath = \"maybe\"", "registrar.path"),
+            ("[guard]\nipv6_prefix = 16", "guard.ipv6_prefix"),
+            ("[guard]\nipv6_prefix = 129", "32 to 128"),
             ("workers = \"two\"", "invalid type"),
             ("[tls]\ncert = \"c.pem\"", "tls: give both cert and key"),
             ("[tls]\ncertificate = \"c.pem\"", "unknown field"),

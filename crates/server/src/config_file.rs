@@ -225,6 +225,8 @@ pub struct GuardSection {
     pub ban_seconds: Option<u64>,
     /// Exempt loopback sources from the rate limit (bans still apply).
     pub exempt_loopback: Option<bool>,
+    /// Leading bits of an IPv6 address that name one source.
+    pub ipv6_prefix: Option<u8>,
 }
 
 /// `[auth]`.
@@ -743,6 +745,16 @@ impl Config {
         c.failure_window = g.failure_window.unwrap_or(c.failure_window);
         c.ban_seconds = g.ban_seconds.unwrap_or(c.ban_seconds);
         c.exempt_loopback = g.exempt_loopback.unwrap_or(c.exempt_loopback);
+        c.ipv6_prefix = g.ipv6_prefix.unwrap_or(c.ipv6_prefix);
+        if !(32..=128).contains(&c.ipv6_prefix) {
+            return Err(value(
+                "guard.ipv6_prefix",
+                format!(
+                    "{}: 32 to 128 (64, one end site's subnet, by default; 128 counts each address alone)",
+                    c.ipv6_prefix
+                ),
+            ));
+        }
         if c.rate > 0 && c.burst == 0 {
             return Err(value(
                 "guard.burst",

@@ -928,7 +928,7 @@ fn wrong_answers_over_websocket_ban_websocket_not_the_address() {
     let bans = s.handle.shared().guard.banned(unix_secs());
     assert_eq!(bans.len(), 1, "{bans:?}");
     assert_eq!(
-        (bans[0].ip, bans[0].scope),
+        (bans[0].source.ip, bans[0].scope),
         (udp_srv.ip(), Scope::WebSocket)
     );
     // The page's connection and a new WebSocket are shut out…

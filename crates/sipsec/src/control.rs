@@ -10,7 +10,8 @@ use crate::status::{document, encode, Endpoint};
 /// `sipsec ban`.
 #[derive(Subcommand)]
 pub enum BanCommand {
-    /// List the banned source addresses and how long each ban has left.
+    /// List the banned sources (IPv4 addresses, IPv6 prefixes) and how
+    /// long each ban has left.
     List {
         /// Where the server is.
         #[command(flatten)]
@@ -18,7 +19,9 @@ pub enum BanCommand {
     },
     /// Lift a ban at once (its failures are forgotten too).
     Remove {
-        /// The banned address.
+        /// The banned source, as listed (`2001:db8::/64`), or any address
+        /// in it.
+        #[arg(value_parser = sipsec_server::proto::guard::parse_source)]
         ip: std::net::IpAddr,
         /// Where the server is.
         #[command(flatten)]

@@ -626,10 +626,10 @@ pub fn log_events(core: &mut Core) {
             Event::Oversize { what, dest, len } => crate::io::log::oversize(what, dest, len),
             Event::JournalFailed { aor, error } => crate::io::log::journal_error(&aor, &error),
             Event::Banned {
-                src,
+                source,
                 scope,
                 seconds,
-            } => crate::io::log::banned(src, scope, seconds),
+            } => crate::io::log::banned(source, scope, seconds),
             Event::RelayDenied { src, target } => crate::io::log::relay_denied(src, &target),
             Event::RateLimited { src } => crate::io::log::rate_limited(src),
             Event::FlowFailed { aor, bindings } => crate::io::log::flow_failed(&aor, bindings),

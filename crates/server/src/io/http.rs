@@ -392,7 +392,7 @@ impl View {
                 "list": d.list(100, crate::io::clock::now().unix_ms),
             })),
             "privacy": self.shared.privacy.as_ref().map(|p| p.status()),
-            "banned": self.shared.guard.banned(now).into_iter().map(|b| json!({"address": b.ip.to_string(), "scope": b.scope.as_str(), "seconds_left": b.seconds_left})).collect::<Vec<_>>(),
+            "banned": self.shared.guard.banned(now).into_iter().map(|b| json!({"address": b.source.to_string(), "scope": b.scope.as_str(), "seconds_left": b.seconds_left})).collect::<Vec<_>>(),
             "summary": {
                 "aors": aors,
                 "bindings": total,
@@ -743,17 +743,17 @@ fn control(view: &View, path: &str, query: &str) -> Answer {
         return text(code, &body);
     }
     if let Some(ip) = path.strip_prefix("/bans/") {
-        let Ok(ip) = percent_decode(ip)
-            .unwrap_or_default()
-            .parse::<std::net::IpAddr>()
-        else {
-            return text("400 Bad Request", &format!("{path}: not an IP address\n"));
+        let typed = percent_decode(ip).unwrap_or_default();
+        let ip = match crate::proto::guard::parse_source(&typed) {
+            Ok(ip) => ip,
+            Err(e) => return text("400 Bad Request", &format!("{e}\n")),
         };
+        let source = view.shared.guard.source_of(ip);
         return if view.shared.guard.unban(ip, unix_now()) {
-            crate::io::log::operator(&format!("ban of {ip} lifted by the operator"));
-            text("200 OK", &format!("{ip} unbanned\n"))
+            crate::io::log::operator(&format!("ban of {source} lifted by the operator"));
+            text("200 OK", &format!("{source} unbanned\n"))
         } else {
-            text("404 Not Found", &format!("{ip} is not banned\n"))
+            text("404 Not Found", &format!("{source} is not banned\n"))
         };
     }
     if path != "/bindings" {

@@ -8,13 +8,13 @@
 //! one line a second, the next one saying how many were suppressed — so
 //! an attack cannot flood the log.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::{error, info, warn};
 
-use crate::proto::guard::Scope;
+use crate::proto::guard::{Scope, SourceKey};
 
 /// One kind of event's rate limit.
 #[derive(Debug)]
@@ -81,14 +81,14 @@ pub fn auth_failure(src: SocketAddr, user: &str) {
 
 /// A source was banned after repeated authentication failures, from
 /// what `scope` names.
-pub fn banned(src: SocketAddr, scope: Scope, seconds: u64) {
+pub fn banned(source: SourceKey, scope: Scope, seconds: u64) {
     if let Some(suppressed) = BANS.admit() {
-        warn!(target: "sipsec::guard", ip = %src.ip(), scope = scope.as_str(), seconds, suppressed, "source banned after repeated authentication failures");
+        warn!(target: "sipsec::guard", ip = %source, scope = scope.as_str(), seconds, suppressed, "source banned after repeated authentication failures");
     }
 }
 
 /// Bans that ran out (source and scope).
-pub fn unbanned(lifted: &[(IpAddr, Scope)]) {
+pub fn unbanned(lifted: &[(SourceKey, Scope)]) {
     if lifted.is_empty() {
         return;
     }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::proto::guard::Scope;
+use crate::proto::guard::{GuardConfig, Scope, SourceKey};
 use crate::shards::{Current, Shards};
 
 use hmac::{Hmac, Mac};
@@ -211,7 +211,7 @@ pub struct Owner {
     /// what kind of transport: WebSocket has a share of its own, so a web
     /// page in a visitor's browser cannot use up that of the SIP phones
     /// behind the visitor's address (see `proto::guard`).
-    pub source: Option<(std::net::IpAddr, Scope)>,
+    pub source: Option<(SourceKey, Scope)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -231,7 +231,7 @@ struct NcShard {
 #[derive(Debug, Default)]
 struct Shares {
     users: HashMap<u64, usize>,
-    sources: HashMap<Option<(std::net::IpAddr, Scope)>, usize>,
+    sources: HashMap<Option<(SourceKey, Scope)>, usize>,
 }
 
 impl Shares {
@@ -512,7 +512,8 @@ impl Authenticator {
         proxy: bool,
         now: u64,
     ) -> AuthResult<'m> {
-        self.check_as(msg, (src, Some(Scope::All)), proxy, now, |u| {
+        let source = SourceKey::of(src.ip(), GuardConfig::default().ipv6_prefix);
+        self.check_as(msg, (src, Some((source, Scope::All))), proxy, now, |u| {
             Some(std::borrow::Cow::Borrowed(u))
         })
     }
@@ -520,13 +521,13 @@ impl Authenticator {
     /// [`check`](Self::check) with the username passed through `reveal`
     /// first (PrivaSIP: the username may be a pseudonym); `None` from it
     /// is [`AuthFailure::Undecryptable`]. Called only once the cheap
-    /// checks (syntax, nonce, qop) have passed. `src` is the source, and
-    /// the share of the replay tracker it is held to (its address's, for
-    /// the scope its transport counts in; `None`: none).
+    /// checks (syntax, nonce, qop) have passed. `src` is the sender, and
+    /// `share` the share of the replay tracker it is held to (its
+    /// source's, for the scope its transport counts in; `None`: none).
     pub fn check_as<'m>(
         &self,
         msg: &Message<'m>,
-        (src, share): (SocketAddr, Option<Scope>),
+        (src, share): (SocketAddr, Option<(SourceKey, Scope)>),
         proxy: bool,
         now: u64,
         reveal: impl FnOnce(&'m str) -> Option<std::borrow::Cow<'m, str>>,
@@ -616,7 +617,7 @@ impl Authenticator {
                 use std::hash::BuildHasher;
                 self.request_ids.hash_one(username.as_ref())
             },
-            source: share.map(|scope| (src.ip(), scope)),
+            source: share,
         };
         match self.nc.accept(id, n, request, owner, now) {
             NcVerdict::Accepted => AuthResult::Ok(username),
@@ -684,7 +685,10 @@ mod tests {
     const ME: Owner = Owner {
         user: 1,
         source: Some((
-            std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            SourceKey {
+                ip: std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+                bits: 32,
+            },
             Scope::All,
         )),
     };
@@ -714,7 +718,7 @@ mod tests {
         let t = NcTracker::new(limits, 300);
         let source = |i: u8| {
             let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, i));
-            Some((ip, Scope::All))
+            Some((SourceKey::of(ip, 64), Scope::All))
         };
         let flooder = |i: u64| Owner {
             user: 66,

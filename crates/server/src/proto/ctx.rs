@@ -288,11 +288,10 @@ impl Ctx {
         };
         let t0 = self.clock();
         let privacy = self.shared.privacy.as_ref();
-        let share = self
-            .shared
-            .guard
+        let guard = &self.shared.guard;
+        let share = guard
             .limits_source(src.ip())
-            .then(|| Scope::of(self.transport));
+            .then(|| (guard.source_of(src.ip()), Scope::of(self.transport)));
         let result = auth.check_as(msg, (src, share), proxy, now, |u| reveal(privacy, u, now));
         self.stage(Stage::Authenticate, t0);
         match result {
@@ -350,7 +349,7 @@ impl Ctx {
         {
             bump(&self.shared.metrics.bans);
             self.events.push(Event::Banned {
-                src,
+                source: self.shared.guard.source_of(src.ip()),
                 scope,
                 seconds: self.shared.guard.config().ban_seconds,
             });

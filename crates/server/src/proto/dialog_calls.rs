@@ -168,7 +168,7 @@ impl Proxy {
         let carrier = !ctx.shared.guard.limits_source(ip)
             || Self::is_peer(ctx, src)
             || ctx.shared.trunks.is_gateway(ip);
-        (!carrier).then_some(Caller::Source(ip))
+        (!carrier).then(|| Caller::Source(ctx.shared.guard.source_of(ip)))
     }
 
     /// A response went upstream: what it means for its dialog.

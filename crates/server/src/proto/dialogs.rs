@@ -21,11 +21,12 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sip_core::Message;
 
+use crate::proto::guard::SourceKey;
 use crate::shards::Shards;
 
 /// Seconds an unanswered dialog is kept (beyond Timer C's 3 minutes).
@@ -127,9 +128,10 @@ pub struct Start {
 pub enum Caller<'a> {
     /// The user whose credentials this proxy checked.
     User(&'a str),
-    /// The address it came from, unauthenticated (one the guard limits:
-    /// not loopback while exempt, nor a trusted node or peer proxy).
-    Source(IpAddr),
+    /// The source it came from, unauthenticated (one the guard limits:
+    /// not loopback while exempt, nor a trusted node or peer proxy; an
+    /// IPv6 prefix, as the guard counts it).
+    Source(SourceKey),
 }
 
 /// Whether an initial INVITE's dialog is followed.
@@ -684,6 +686,7 @@ mod tests {
         // held to no share.
         assert_eq!(follow(4, Some(Caller::User("alice"))), Follow::Started);
         let ip = "192.0.2.7".parse().unwrap();
+        let ip = SourceKey::of(ip, 64);
         assert_eq!(follow(5, Some(Caller::Source(ip))), Follow::Started);
         assert_eq!(follow(6, Some(Caller::Source(ip))), Follow::Started);
         assert_eq!(follow(7, Some(Caller::Source(ip))), Follow::OverShare);

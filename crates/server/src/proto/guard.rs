@@ -16,6 +16,13 @@
 //! that uses both gets twice the rate and the failures before it is shut
 //! out everywhere; `[websocket] origins` keeps other sites' pages out
 //! altogether.
+//!
+//! A source is what one party controls. An IPv4 address is one; over
+//! IPv6 one end site is given a /48 to /64 (RFC 6177), and a host picks
+//! any address in its /64 at will (RFC 8981's temporary addresses), so a
+//! party held per address would rotate past every limit and ban. IPv6
+//! sources are therefore counted by prefix ([`SourceKey`]; `[guard]
+//! ipv6_prefix`, default 64), as the phones behind one IPv4 NAT are.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -42,6 +49,8 @@ pub struct GuardConfig {
     pub exempt_loopback: bool,
     /// Most sources tracked at once.
     pub max_sources: usize,
+    /// Leading bits of an IPv6 address that name its source (48 to 128).
+    pub ipv6_prefix: u8,
 }
 
 impl Default for GuardConfig {
@@ -54,6 +63,7 @@ impl Default for GuardConfig {
             ban_seconds: 600,
             exempt_loopback: true,
             max_sources: 100_000,
+            ipv6_prefix: 64,
         }
     }
 }
@@ -87,11 +97,78 @@ impl Scope {
     }
 }
 
+/// The addresses counted as one source: an IPv4 address, or an IPv6
+/// address's leading `bits` (its other bits zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourceKey {
+    /// The address, cut to its prefix.
+    pub ip: IpAddr,
+    /// The prefix's length (32 for IPv4).
+    pub bits: u8,
+}
+
+impl SourceKey {
+    /// The source `ip` belongs to when IPv6 sources are `v6_bits` long;
+    /// an IPv4 address an IPv6 socket carries (`::ffff:a.b.c.d`) is the
+    /// IPv4 one.
+    pub fn of(ip: IpAddr, v6_bits: u8) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => Self {
+                ip: IpAddr::V4(a),
+                bits: 32,
+            },
+            IpAddr::V6(a) => {
+                let bits = v6_bits.min(128);
+                let mask = u128::MAX.checked_shl(u32::from(128 - bits)).unwrap_or(0);
+                Self {
+                    ip: IpAddr::V6((u128::from(a) & mask).into()),
+                    bits,
+                }
+            }
+        }
+    }
+
+    /// Whether `ip` is in this source (with the same prefix length).
+    pub fn holds(&self, ip: IpAddr) -> bool {
+        Self::of(ip, self.bits) == *self
+    }
+}
+
+impl std::fmt::Display for SourceKey {
+    /// The address, and `/bits` when it is an IPv6 prefix.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.ip {
+            IpAddr::V6(_) if self.bits < 128 => write!(f, "{}/{}", self.ip, self.bits),
+            _ => write!(f, "{}", self.ip),
+        }
+    }
+}
+
+/// An address or an IPv6 prefix an operator typed (`2001:db8::7`,
+/// `2001:db8::/64`): the address it names.
+pub fn parse_source(text: &str) -> Result<IpAddr, String> {
+    let (addr, bits) = match text.split_once('/') {
+        Some((a, b)) => (a, Some(b)),
+        None => (text, None),
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{text:?}: not an IP address or IPv6 prefix"))?;
+    match (ip, bits.map(str::parse::<u8>)) {
+        (_, None) => Ok(ip),
+        (IpAddr::V6(_), Some(Ok(b))) if b <= 128 => Ok(ip),
+        (IpAddr::V4(_), Some(Ok(32))) => Ok(ip),
+        _ => Err(format!(
+            "{text:?}: a prefix length is 0 to 128 after an IPv6 address (32 after IPv4)"
+        )),
+    }
+}
+
 /// One ban in force, for the operator's view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Ban {
-    /// The source address.
-    pub ip: IpAddr,
+    /// The source.
+    pub source: SourceKey,
     /// What it shuts out.
     pub scope: Scope,
     /// Seconds until it is lifted.
@@ -171,7 +248,7 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 pub struct Guard {
     cfg: GuardConfig,
-    shards: Shards<HashMap<IpAddr, Source>>,
+    shards: Shards<HashMap<SourceKey, Source>>,
     hasher: RandomState,
     /// The latest expiry (Unix seconds) of any ban: while it has passed, a
     /// source exempt from the rate limit is admitted without a lookup.
@@ -220,14 +297,23 @@ impl Guard {
         &self.cfg
     }
 
-    fn shard(&self, ip: &IpAddr) -> impl std::ops::DerefMut<Target = HashMap<IpAddr, Source>> + '_ {
-        self.shards.lock(self.hasher.hash_one(ip) as usize)
+    /// The source `ip` is counted as, here and by every per-source share
+    /// (the replay tracker's nonces, a caller's dialogs).
+    pub fn source_of(&self, ip: IpAddr) -> SourceKey {
+        SourceKey::of(ip, self.cfg.ipv6_prefix)
+    }
+
+    fn shard(
+        &self,
+        key: &SourceKey,
+    ) -> impl std::ops::DerefMut<Target = HashMap<SourceKey, Source>> + '_ {
+        self.shards.lock(self.hasher.hash_one(key) as usize)
     }
 
     fn entry<'m>(
         &self,
-        map: &'m mut HashMap<IpAddr, Source>,
-        ip: IpAddr,
+        map: &'m mut HashMap<SourceKey, Source>,
+        ip: SourceKey,
         now_ms: u64,
     ) -> &'m mut Source {
         if !map.contains_key(&ip) && map.len() >= self.cfg.max_sources / SHARDS {
@@ -263,11 +349,12 @@ impl Guard {
         if !limit && now_ms / 1000 >= self.bans_until.load(Ordering::Relaxed) {
             return Verdict::Admit;
         }
-        let mut map = self.shard(&ip);
-        if !limit && !map.contains_key(&ip) {
+        let key = self.source_of(ip);
+        let mut map = self.shard(&key);
+        if !limit && !map.contains_key(&key) {
             return Verdict::Admit;
         }
-        let s = self.entry(&mut map, ip, now_ms);
+        let s = self.entry(&mut map, key, now_ms);
         if s.shuts_out(scope, now_ms / 1000) {
             return Verdict::Banned;
         }
@@ -293,8 +380,9 @@ impl Guard {
             return false;
         }
         let now_s = now_ms / 1000;
-        let mut map = self.shard(&ip);
-        let t = self.entry(&mut map, ip, now_ms).tally(scope);
+        let key = self.source_of(ip);
+        let mut map = self.shard(&key);
+        let t = self.entry(&mut map, key, now_ms).tally(scope);
         if now_s >= t.window_start + self.cfg.failure_window {
             t.window_start = now_s;
             t.failures = 0;
@@ -311,7 +399,7 @@ impl Guard {
 
     /// Ends the bans that ran out by `now_s` and returns them (source and
     /// scope), so the driver can count and log each lifting once.
-    pub fn lift_expired(&self, now_s: u64) -> Vec<(IpAddr, Scope)> {
+    pub fn lift_expired(&self, now_s: u64) -> Vec<(SourceKey, Scope)> {
         let mut lifted = Vec::new();
         for mut s in self.shards.each() {
             for (ip, e) in s.iter_mut() {
@@ -328,11 +416,13 @@ impl Guard {
         lifted
     }
 
-    /// Lifts `ip`'s bans at once (the operator's unban), forgetting its
-    /// failures too; `false` when it was not banned at `now_s`.
+    /// Lifts the bans of `ip`'s source at once (the operator's unban),
+    /// forgetting its failures too; `false` when it was not banned at
+    /// `now_s`.
     pub fn unban(&self, ip: IpAddr, now_s: u64) -> bool {
-        let mut map = self.shard(&ip);
-        match map.get_mut(&ip) {
+        let key = self.source_of(ip);
+        let mut map = self.shard(&key);
+        match map.get_mut(&key) {
             Some(e) if e.banned_at(now_s) => {
                 e.all.forgive();
                 e.web.forgive();
@@ -352,7 +442,7 @@ impl Guard {
                     let t = e.tally(scope);
                     if t.banned_at(now_s) {
                         v.push(Ban {
-                            ip: *ip,
+                            source: *ip,
                             scope,
                             seconds_left: t.banned_until - now_s,
                         });
@@ -441,7 +531,7 @@ mod tests {
         assert_eq!(
             g.banned(12),
             vec![Ban {
-                ip: a,
+                source: SourceKey::of(a, 64),
                 scope: Scope::All,
                 seconds_left: 100
             }]
@@ -454,7 +544,7 @@ mod tests {
         assert!(g.lift_expired(111).is_empty(), "not yet");
         assert_eq!(
             g.lift_expired(112),
-            vec![(a, Scope::All)],
+            vec![(SourceKey::of(a, 64), Scope::All)],
             "each lifting is reported once"
         );
         assert!(g.lift_expired(113).is_empty());
@@ -484,7 +574,7 @@ mod tests {
             "the phones behind the same address are not shut out"
         );
         let web = Ban {
-            ip: nat,
+            source: SourceKey::of(nat, 64),
             scope: Scope::WebSocket,
             seconds_left: 100,
         };
@@ -516,7 +606,10 @@ mod tests {
         assert_eq!(g.admit(nat, Scope::WebSocket, 4_000), Verdict::Banned);
         assert_eq!(g.banned(4).len(), 2, "{:?}", g.banned(4));
         // Each ban runs out on its own; the operator's unban lifts both.
-        assert_eq!(g.lift_expired(102), vec![(nat, Scope::WebSocket)]);
+        assert_eq!(
+            g.lift_expired(102),
+            vec![(SourceKey::of(nat, 64), Scope::WebSocket)]
+        );
         assert_eq!(g.admit(nat, Scope::WebSocket, 102_000), Verdict::Banned);
         assert!(g.unban(nat, 102));
         assert_eq!(g.admit(nat, Scope::All, 102_000), Verdict::Admit);
@@ -532,6 +625,83 @@ mod tests {
             let _ = small.admit(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), Scope::All, 0);
         }
         assert_eq!(small.admit(nat, Scope::WebSocket, 0), Verdict::Banned);
+    }
+
+    /// A host picks any address in its /64 at will: rotating through
+    /// them neither escapes the rate nor the ban, while another /64 is
+    /// another source; with 128 each address counts alone.
+    #[test]
+    fn an_ipv6_source_is_its_prefix_so_rotating_addresses_escapes_nothing() {
+        let g = Guard::new_for_test(GuardConfig {
+            rate: 10,
+            burst: 5,
+            max_auth_failures: 3,
+            ban_seconds: 100,
+            exempt_loopback: false,
+            ..GuardConfig::default()
+        });
+        let rotated = |i: u16| ip(&format!("2001:db8:7:1:{i:x}::{i:x}"));
+        let admitted = (1..=20)
+            .filter(|&i| g.admit(rotated(i), Scope::All, 1_000) == Verdict::Admit)
+            .count();
+        assert_eq!(admitted, 5, "one bucket for the /64");
+        assert_eq!(
+            g.admit(ip("2001:db8:7:2::1"), Scope::All, 1_000),
+            Verdict::Admit
+        );
+        assert!(!g.auth_failed(rotated(30), Scope::All, 2_000));
+        assert!(!g.auth_failed(rotated(31), Scope::All, 2_000));
+        assert!(g.auth_failed(rotated(32), Scope::All, 2_000));
+        assert_eq!(g.admit(rotated(33), Scope::All, 60_000), Verdict::Banned);
+        let prefix = SourceKey::of(rotated(1), 64);
+        assert_eq!(prefix.to_string(), "2001:db8:7:1::/64");
+        assert!(prefix.holds(rotated(99)) && !prefix.holds(ip("2001:db8:7:2::1")));
+        assert_eq!(
+            g.banned(60).iter().map(|b| b.source).collect::<Vec<_>>(),
+            vec![prefix]
+        );
+        assert_eq!(
+            g.admit(ip("2001:db8:7:2::1"), Scope::All, 60_000),
+            Verdict::Admit
+        );
+        assert!(
+            g.unban(rotated(77), 60),
+            "any address of the source lifts it"
+        );
+        // Each address alone, when the operator says so.
+        let each = Guard::new_for_test(GuardConfig {
+            rate: 10,
+            burst: 5,
+            exempt_loopback: false,
+            ipv6_prefix: 128,
+            ..GuardConfig::default()
+        });
+        assert!((1..=20).all(|i| each.admit(rotated(i), Scope::All, 1_000) == Verdict::Admit));
+        assert_eq!(
+            SourceKey::of(rotated(1), 128).to_string(),
+            "2001:db8:7:1:1::1"
+        );
+    }
+
+    #[test]
+    fn an_ipv4_address_over_ipv6_is_the_ipv4_source_and_typed_sources_parse() {
+        let v4 = SourceKey::of(ip("::ffff:192.0.2.7"), 64);
+        assert_eq!(v4, SourceKey::of(ip("192.0.2.7"), 64));
+        assert_eq!((v4.to_string(), v4.bits), ("192.0.2.7".to_owned(), 32));
+        assert_ne!(v4, SourceKey::of(ip("::ffff:192.0.2.8"), 64), "not one /64");
+        assert_eq!(parse_source("2001:db8::/64"), Ok(ip("2001:db8::")));
+        assert_eq!(parse_source("192.0.2.7"), Ok(ip("192.0.2.7")));
+        assert_eq!(parse_source("192.0.2.7/32"), Ok(ip("192.0.2.7")));
+        for bad in [
+            "192.0.2.7/24",
+            "2001:db8::/129",
+            "2001:db8::/x",
+            "alice",
+            "",
+        ] {
+            let e = parse_source(bad).expect_err(bad);
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
     }
 
     #[test]

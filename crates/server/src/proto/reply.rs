@@ -51,8 +51,8 @@ pub enum Event {
     },
     /// A source was banned after repeated authentication failures.
     Banned {
-        /// The source banned (all its ports).
-        src: SocketAddr,
+        /// The source banned (all its ports; an IPv6 prefix).
+        source: crate::proto::guard::SourceKey,
         /// What the ban shuts out.
         scope: crate::proto::guard::Scope,
         /// For how long, seconds.

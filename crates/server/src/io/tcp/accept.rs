@@ -101,7 +101,7 @@ impl Reactor {
         }
         let pace = self
             .sources
-            .entry(ip)
+            .entry(self.hub.shared.guard.source_of(ip))
             .or_insert_with(|| Pace::full(rate, now));
         if pace.take(now, rate, rate) {
             return true;

@@ -482,8 +482,9 @@ impl TcpHub {
         if l.per_ip == 0 || l.per_ip_exempt.contains(&ip) {
             return true;
         }
+        let source = self.shared.guard.source_of(ip);
         let mut per_ip = lock(&self.per_ip);
-        let n = per_ip.entry(ip).or_insert(0);
+        let n = per_ip.entry(source).or_insert(0);
         if *n >= l.per_ip {
             return false;
         }
@@ -496,11 +497,12 @@ impl TcpHub {
         if l.per_ip == 0 || l.per_ip_exempt.contains(&ip) {
             return;
         }
+        let source = self.shared.guard.source_of(ip);
         let mut per_ip = lock(&self.per_ip);
-        if let Some(n) = per_ip.get_mut(&ip) {
+        if let Some(n) = per_ip.get_mut(&source) {
             *n -= 1;
             if *n == 0 {
-                per_ip.remove(&ip);
+                per_ip.remove(&source);
             }
         }
     }

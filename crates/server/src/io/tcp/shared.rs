@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use crate::io::tls::TlsContext;
 use crate::io::wake::Wakers;
 use crate::proto::branch::Key;
 use crate::proto::core::{Core, Transport};
+use crate::proto::guard::SourceKey;
 use crate::proto::metrics::CloseReason;
 use crate::proto::shared::Shared;
 use sip_core::websocket::server::{self as websocket};
@@ -331,7 +332,7 @@ pub struct TcpHub {
     pub(super) conns: Mutex<HashMap<SocketAddr, Arc<Conn>>>,
     /// TLS connections that stand for a domain name and port (RFC 5923).
     pub(super) names: Mutex<HashMap<NameKey, Arc<Conn>>>,
-    pub(super) per_ip: Mutex<HashMap<IpAddr, usize>>,
+    pub(super) per_ip: Mutex<HashMap<SourceKey, usize>>,
     pub(super) open: AtomicUsize,
     pub(super) next_token: AtomicUsize,
     pub(super) next_reactor: AtomicUsize,
@@ -517,7 +518,7 @@ pub(super) struct Reactor {
     /// This reactor's share of the accept rate.
     pub(super) bucket: Option<Bucket>,
     /// Each source's accept rate (`accept_rate_per_ip`).
-    pub(super) sources: HashMap<IpAddr, Pace>,
+    pub(super) sources: HashMap<SourceKey, Pace>,
     /// Binding changes waiting for the end of the round, with their
     /// answers.
     pub(super) deferred: Deferred,
