@@ -385,12 +385,13 @@ fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
 
 /// A dialog's request whose Route names this proxy without its proof,
 /// then a name: refused at once (with the name server silent, a request
-/// that waited for the name would get no answer for 30 s), so a peer
-/// cannot make the proxy look up names of its choosing either.
+/// that waited for the name would get no answer for 30 s), and its name
+/// is not asked of the name server, so a peer cannot make the proxy look
+/// up names of its choosing, nor fill the resolver's questions.
 #[test]
 fn an_unproven_route_is_refused_before_its_name_is_looked_up() {
     let dir = tempdir("dns-unproven");
-    let (_silent, server) = silent_proxy(&dir, Duration::from_secs(30), 1);
+    let (silent, server) = silent_proxy(&dir, Duration::from_secs(30), 1);
     let ua = socket();
     let forged = message(&ua, &server, "sip:anything.test:5999;lr", 1).replacen(
         &format!(";{}=", tokens::HOPS_PARAM),
@@ -403,6 +404,19 @@ fn an_unproven_route_is_refused_before_its_name_is_looked_up() {
     assert!(r.starts_with("SIP/2.0 403"), "{r}");
     let m = &server.handle.shared().metrics;
     assert_eq!(m.unproven_routes.load(Ordering::Relaxed), 1);
+    // The first question the name server gets is the next, proven
+    // request's: the refused one asked none.
+    let proven = message(&ua, &server, "sip:second.test:5999;lr", 2);
+    ua.send_to(proven.as_bytes(), server.handle.local_addr())
+        .expect("send");
+    let mut q = [0u8; 512];
+    let n = silent.recv(&mut q).expect("a question");
+    let names = |label: &[u8]| q[..n].windows(label.len()).any(|w| w == label);
+    assert!(
+        names(b"\x06second\x04test") && !names(b"anything"),
+        "{:?}",
+        String::from_utf8_lossy(&q[..n])
+    );
 }
 
 #[test]

@@ -19,6 +19,7 @@ pub mod guard;
 mod here;
 mod legs;
 pub mod location;
+mod loose_route;
 pub mod media;
 mod media_calls;
 pub mod metrics;

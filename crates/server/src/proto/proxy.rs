@@ -495,13 +495,10 @@ impl Proxy {
         // A next hop the request's Request-URI or Route names is one its
         // dialog's INVITE came from or went to, as this proxy's
         // Record-Route proves (RFC 3261 §16.12 would send it anywhere a
-        // peer writes); without a proof it is not even resolved. A peer
-        // proxy is trusted as for a preloaded Route; a hidden trunk's
-        // route set was sealed here.
+        // peer writes); without a proof it was not even looked up
+        // (`may_look_up`). A peer proxy is trusted as for a preloaded
+        // Route; a hidden trunk's route set was sealed here.
         let proof = target.named_hop && !self.hidden_in && !Self::is_peer(ctx, src);
-        if proof && !Self::hop_proven(ctx, msg, pops, None) {
-            return Self::unproven_route(ctx, msg, src, out);
-        }
         let (hop, named) = match self.next_hop(ctx, target.next, msg, src, out) {
             Ok(h) => h,
             Err(reply) => return reply,
@@ -556,63 +553,6 @@ impl Proxy {
             return Some(ctx.respond(msg, StatusCode::LOOP_DETECTED, &[], src, out));
         }
         None
-    }
-
-    /// Whether one of the `pops` Routes naming this proxy proves `hop`
-    /// (its Record-Route's [`tokens::HOPS_PARAM`] names the address), or,
-    /// before the hop is known, carries a proof at all.
-    fn hop_proven(ctx: &Ctx, msg: &Message<'_>, pops: usize, hop: Option<SocketAddr>) -> bool {
-        msg.routes().take(pops).any(|r| {
-            r.uri()
-                .param(tokens::HOPS_PARAM)
-                .flatten()
-                .is_some_and(|p| match hop {
-                    Some(h) => tokens::proves_ip(&ctx.shared.route_key.0, p, h.ip()),
-                    None => tokens::is_proof(p),
-                })
-        })
-    }
-
-    /// The answer to a request whose next hop is not proven.
-    fn unproven_route(
-        ctx: &mut Ctx,
-        msg: &Message<'_>,
-        src: SocketAddr,
-        out: &mut Vec<u8>,
-    ) -> Reply {
-        bump(&ctx.shared.metrics.unproven_routes);
-        ctx.respond(
-            msg,
-            StatusCode::FORBIDDEN,
-            &[("Warning", "399 sipsec \"in-dialog route not proven\"")],
-            src,
-            out,
-        )
-    }
-
-    /// Loose routing (§16.4): the first Routes naming us are removed (two
-    /// after double record-routing, RFC 5658); a flow token in one names
-    /// the connection the request continues on when it did not come from
-    /// there (RFC 5626 §5.3). Returns how many and that connection.
-    fn loose_route(ctx: &Ctx, msg: &Message<'_>, src: SocketAddr) -> (usize, Option<Hop>) {
-        let mut pops = 0;
-        let mut flow_hop = None;
-        for r in msg.routes().take(2) {
-            if !ctx.is_local_uri(r.uri()) {
-                break;
-            }
-            pops += 1;
-            if let Some((peer, t)) = r
-                .uri()
-                .user()
-                .and_then(|u| tokens::read_flow_token(&ctx.shared.flow_key.0, u))
-            {
-                if peer != src {
-                    flow_hop = Some((peer, t));
-                }
-            }
-        }
-        (pops, flow_hop)
     }
 
     /// The address a target leads to now. A name being resolved parks the
