@@ -419,6 +419,66 @@ fn an_unproven_route_is_refused_before_its_name_is_looked_up() {
     );
 }
 
+/// The names a request asks the resolver about, from its question's
+/// bytes (`\x05flood\x01`…): the labels, dot-joined.
+fn asked_name(q: &[u8]) -> String {
+    let mut at = 12;
+    let mut labels = Vec::new();
+    while at < q.len() && q[at] != 0 {
+        let len = usize::from(q[at]);
+        labels.push(String::from_utf8_lossy(&q[at + 1..at + 1 + len]).into_owned());
+        at += 1 + len;
+    }
+    labels.join(".")
+}
+
+/// One source (here held to the guard's limits: loopback not exempt)
+/// has at most its share of the resolver's questions under way at once
+/// (8 of 128): its next new name gets 503 at once, while another
+/// source's name is still asked. Otherwise one party holding a dialog's
+/// proof could ask names until no one else's call could be resolved.
+#[test]
+fn one_source_has_at_most_its_share_of_the_resolvers_questions() {
+    let dir = tempdir("dns-share");
+    let silent = socket();
+    let dns = DnsSettings {
+        servers: vec![silent.local_addr().expect("bound")],
+        hosts: None,
+        timeout: Duration::from_secs(30),
+        attempts: 1,
+        ..DnsSettings::default()
+    };
+    let mut config = proxy_config(&dir, dns);
+    config.guard.exempt_loopback = false;
+    let server = start(config).expect("server starts");
+    let at = server.handle.local_addr();
+    let ua = socket();
+    let share = sipsec_server::proto::names::MAX_JOBS_PER_SOURCE as u32;
+    let mut asked = Vec::new();
+    let mut q = [0u8; 512];
+    for i in 0..share {
+        let route = format!("sip:flood{i}.test:5999;lr");
+        ua.send_to(message(&ua, &server, &route, 100 + i).as_bytes(), at)
+            .expect("send");
+        let n = silent.recv(&mut q).expect("a question");
+        asked.push(asked_name(&q[..n]));
+    }
+    asked.sort();
+    let mut want: Vec<String> = (0..share).map(|i| format!("flood{i}.test")).collect();
+    want.sort();
+    assert_eq!(asked, want);
+    let over = message(&ua, &server, "sip:flood-more.test:5999;lr", 200);
+    ua.send_to(over.as_bytes(), at).expect("send");
+    let refused = recv(&ua);
+    assert!(refused.starts_with("SIP/2.0 503"), "{refused}");
+    // Another source still has its names asked.
+    let other = UdpSocket::bind("127.0.0.2:0").expect("socket");
+    let m = message(&other, &server, "sip:other.test:5999;lr", 300);
+    other.send_to(m.as_bytes(), at).expect("send");
+    let n = silent.recv(&mut q).expect("the other source's question");
+    assert_eq!(asked_name(&q[..n]), "other.test");
+}
+
 #[test]
 fn requests_waiting_for_a_name_are_answered_when_the_server_stops() {
     let dir = tempdir("dns-stop");

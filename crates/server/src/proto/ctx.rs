@@ -20,7 +20,7 @@ use crate::proto::branch::Key;
 use crate::proto::branch::LOCAL_TAG_PREFIX;
 use crate::proto::dialogs::CallRecord;
 use crate::proto::effects::Sends;
-use crate::proto::guard::Scope;
+use crate::proto::guard::{Scope, SourceKey};
 use crate::proto::location::{Binding, Prepared};
 use crate::proto::metrics::{Stage, Stopwatch};
 use crate::proto::names::{Found, Route};
@@ -64,6 +64,9 @@ pub(super) struct Ctx {
     pub(super) again: bool,
     /// A name was asked of the resolver while handling this message.
     pub(super) asked: std::cell::Cell<bool>,
+    /// Whose share of the resolver's questions this message's names
+    /// count against (set by the proxy; `None`: no share).
+    pub(super) asker: Option<SourceKey>,
     /// The transaction and try of the request the last reply sends, when
     /// the stateful proxy forwarded one.
     pub(super) sent: Option<(Key, u8)>,
@@ -94,6 +97,7 @@ impl Ctx {
             timed: false,
             again: false,
             asked: std::cell::Cell::new(false),
+            asker: None,
             sent: None,
             busy: None,
             woken: VecDeque::new(),
@@ -108,6 +112,7 @@ impl Ctx {
         self.sends.clear();
         self.events.clear();
         self.sent = None;
+        self.asker = None;
         if self.again {
             self.timed = false;
         } else {
@@ -143,7 +148,11 @@ impl Ctx {
                 return Next::At(a);
             }
         }
-        match self.shared.names.find(name, port, transport, self.now.mono) {
+        match self
+            .shared
+            .names
+            .find(name, port, transport, self.now.mono, self.asker)
+        {
             // Only a transaction can try another address: a stateless
             // proxy needs no copy of the name.
             Found::At(a) if self.shared.transactions.is_none() => Next::At(a),

@@ -10,6 +10,7 @@ use sip_core::{Message, Method, StatusCode};
 use crate::proto::ctx::Ctx;
 use crate::proto::dialogs::{CallRecord, Caller, Follow, Legs, Start};
 use crate::proto::effects::Hop;
+use crate::proto::guard::SourceKey;
 use crate::proto::names::Route;
 use crate::proto::originated::BRANCH_PREFIX;
 use crate::proto::proxy::Proxy;
@@ -157,18 +158,24 @@ impl Proxy {
     }
 
     /// Whose share of the dialog table a call from `src` counts against:
-    /// the user whose credentials were checked; else the address, unless
-    /// it is one that carries many callers' calls (loopback while the
-    /// guard exempts it, a trusted node, a peer proxy, a trunk's gateway).
+    /// the user whose credentials were checked; else its source's.
     fn share_of<'a>(&'a self, ctx: &Ctx, src: SocketAddr) -> Option<Caller<'a>> {
         if let Some(user) = &self.caller {
             return Some(Caller::User(user));
         }
+        Self::source_share(ctx, src).map(Caller::Source)
+    }
+
+    /// The source a request from `src` is held to a share as (of the
+    /// dialog table, of the resolver's questions), unless it is one that
+    /// carries many parties' requests: loopback while the guard exempts
+    /// it, a trusted node, a peer proxy, a trunk's gateway.
+    pub(super) fn source_share(ctx: &Ctx, src: SocketAddr) -> Option<SourceKey> {
         let ip = src.ip();
         let carrier = !ctx.shared.guard.limits_source(ip)
             || Self::is_peer(ctx, src)
             || ctx.shared.trunks.is_gateway(ip);
-        (!carrier).then(|| Caller::Source(ctx.shared.guard.source_of(ip)))
+        (!carrier).then(|| ctx.shared.guard.source_of(ip))
     }
 
     /// A response went upstream: what it means for its dialog.

@@ -17,11 +17,15 @@ use std::time::{Duration, Instant};
 use sip_core::Transport;
 
 use crate::config::DnsSettings;
+use crate::proto::guard::SourceKey;
 use crate::proto::parked::{make_room, Bounds, Parked, Refused, Waiting};
 use crate::shards::{Current, Shards};
 
 /// Names being resolved at once; past it requests for new names get 503.
 pub const MAX_JOBS: usize = 128;
+/// Names one source may have being resolved at once (its share of
+/// `MAX_JOBS`); past it its requests for new names get 503.
+pub const MAX_JOBS_PER_SOURCE: usize = MAX_JOBS / 16;
 /// Requests waiting on one name.
 pub const MAX_PARKED_PER_NAME: usize = 32;
 /// Requests waiting on all names, and their bytes.
@@ -129,6 +133,10 @@ struct State {
     /// Addresses held down until released (a trunk's gateway whose
     /// probes go unanswered).
     held: std::collections::HashSet<(SocketAddr, Transport)>,
+    /// The source whose request started each resolution under way, and
+    /// how many each source has under way.
+    askers: HashMap<Key, SourceKey>,
+    asked_by: HashMap<SourceKey, usize>,
 }
 
 impl Default for State {
@@ -141,6 +149,8 @@ impl Default for State {
             closed: false,
             statics: HashMap::new(),
             held: std::collections::HashSet::new(),
+            askers: HashMap::new(),
+            asked_by: HashMap::new(),
         }
     }
 }
@@ -179,8 +189,17 @@ impl NameTable {
 
     /// Where a request for `name` (at `port`, if the URI gives one) over
     /// `transport` goes at `now`; a name not known yet is queued for the
-    /// resolver ([`Found::Asked`]).
-    pub fn find(&self, name: &str, port: Option<u16>, transport: Transport, now: Instant) -> Found {
+    /// resolver ([`Found::Asked`]), within the share of `asker` (the
+    /// request's source; `None`: one that carries many parties' requests,
+    /// held to no share).
+    pub fn find(
+        &self,
+        name: &str,
+        port: Option<u16>,
+        transport: Transport,
+        now: Instant,
+        asker: Option<SourceKey>,
+    ) -> Found {
         let key = key_of(name, port, transport);
         if let Some(ip) = self.host(&key.0) {
             return Found::At(SocketAddr::new(ip, port.unwrap_or(default_port(transport))));
@@ -199,8 +218,16 @@ impl NameTable {
         if st.pending.asked(&key) {
             return Found::Resolving;
         }
+        let held = asker.and_then(|a| st.asked_by.get(&a).copied());
+        if held.unwrap_or(0) >= MAX_JOBS_PER_SOURCE {
+            return Found::Busy;
+        }
         if st.closed || !st.pending.ask(key.clone()) {
             return Found::Busy;
+        }
+        if let Some(a) = asker {
+            st.askers.insert(key.clone(), a);
+            *st.asked_by.entry(a).or_default() += 1;
         }
         st.fresh.push(key);
         Found::Asked
@@ -322,6 +349,7 @@ impl NameTable {
         make_room(&mut st.cache, MAX_CACHE, now);
         st.cache
             .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
+        st.release(key);
         st.pending.answered(key)
     }
 
@@ -331,6 +359,8 @@ impl NameTable {
         let mut st = self.state.lock(0);
         st.closed = true;
         st.fresh.clear();
+        st.askers.clear();
+        st.asked_by.clear();
         st.pending.drain()
     }
 
@@ -341,6 +371,19 @@ impl NameTable {
 }
 
 impl State {
+    /// The resolution of `key` is over: its asker's share is given back.
+    fn release(&mut self, key: &Key) {
+        let Some(a) = self.askers.remove(key) else {
+            return;
+        };
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.asked_by.entry(a) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
     /// Skips `hop` until `until`; returns until when it was skipped
     /// before. The table keeps at most `MAX_DOWN` addresses: when full,
     /// the lapsed ones go, and a new address finding it still full is
@@ -401,9 +444,12 @@ mod tests {
         let t = table();
         let now = Instant::now();
         let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
-        assert_eq!(t.find("Gw.Test.", None, Transport::Udp, now), Found::Asked);
         assert_eq!(
-            t.find("gw.test", None, Transport::Udp, now),
+            t.find("Gw.Test.", None, Transport::Udp, now, None),
+            Found::Asked
+        );
+        assert_eq!(
+            t.find("gw.test", None, Transport::Udp, now, None),
             Found::Resolving
         );
         let park = t.park(
@@ -426,15 +472,24 @@ mod tests {
         assert_eq!(back[0].message, b"INVITE");
         assert_eq!(back[0].arrived, Transport::Tcp);
         assert_eq!(t.parked(), (0, 0));
-        assert_eq!(t.find("gw.test", None, Transport::Udp, now), Found::At(a));
+        assert_eq!(
+            t.find("gw.test", None, Transport::Udp, now, None),
+            Found::At(a)
+        );
         // A failed address is skipped while another is known.
         assert_eq!(t.failed(a, Transport::Udp, None, now), Some(30));
         assert_eq!(t.failed(a, Transport::Udp, None, now), None);
         assert_eq!(t.alternative("gw.test", None, Transport::Udp, now), Some(b));
-        assert_eq!(t.find("gw.test", None, Transport::Udp, now), Found::At(b));
+        assert_eq!(
+            t.find("gw.test", None, Transport::Udp, now, None),
+            Found::At(b)
+        );
         // The answer's TTL is over: asked again.
         let later = now + Duration::from_secs(61);
-        assert_eq!(t.find("gw.test", None, Transport::Udp, later), Found::Asked);
+        assert_eq!(
+            t.find("gw.test", None, Transport::Udp, later, None),
+            Found::Asked
+        );
     }
 
     #[test]
@@ -442,7 +497,10 @@ mod tests {
         let t = table();
         let now = Instant::now();
         let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
-        assert_eq!(t.find("a.test", None, Transport::Udp, now), Found::Asked);
+        assert_eq!(
+            t.find("a.test", None, Transport::Udp, now, None),
+            Found::Asked
+        );
         let park = || {
             t.park(
                 "a.test",
@@ -459,7 +517,10 @@ mod tests {
         }
         assert_eq!(park(), Park::Full);
         let big = vec![b'x'; MAX_PARKED_BYTES];
-        assert_eq!(t.find("b.test", None, Transport::Udp, now), Found::Asked);
+        assert_eq!(
+            t.find("b.test", None, Transport::Udp, now, None),
+            Found::Asked
+        );
         let p = t.park(
             "b.test",
             None,
@@ -472,12 +533,39 @@ mod tests {
         assert_eq!(p, Park::Full);
         for i in 0..MAX_JOBS - 2 {
             let name = format!("n{i}.test");
-            assert_eq!(t.find(&name, None, Transport::Udp, now), Found::Asked);
+            assert_eq!(t.find(&name, None, Transport::Udp, now, None), Found::Asked);
         }
-        assert_eq!(t.find("more.test", None, Transport::Udp, now), Found::Busy);
+        assert_eq!(
+            t.find("more.test", None, Transport::Udp, now, None),
+            Found::Busy
+        );
         assert_eq!(t.close().len(), MAX_PARKED_PER_NAME);
-        assert_eq!(t.find("c.test", None, Transport::Udp, now), Found::Busy);
+        assert_eq!(
+            t.find("c.test", None, Transport::Udp, now, None),
+            Found::Busy
+        );
         assert!(t.take_asked().is_empty());
+    }
+
+    #[test]
+    fn a_source_holds_its_share_of_the_questions_until_they_are_answered() {
+        let t = NameTable::new(&DnsSettings::default());
+        let now = Instant::now();
+        let ask = |name: &str, who| t.find(name, None, Transport::Udp, now, who);
+        let one = Some(SourceKey::of([192, 0, 2, 7].into(), 64));
+        for i in 0..MAX_JOBS_PER_SOURCE {
+            assert_eq!(ask(&format!("n{i}.test"), one), Found::Asked);
+        }
+        assert_eq!(ask("n0.test", one), Found::Resolving, "a name under way");
+        assert_eq!(ask("more.test", one), Found::Busy, "past its share");
+        let other = Some(SourceKey::of([192, 0, 2, 8].into(), 64));
+        assert_eq!(ask("more.test", other), Found::Asked);
+        assert_eq!(ask("carried.test", None), Found::Asked, "no share");
+        // An answer gives its asker's place back.
+        let key = key_of("n0.test", None, Transport::Udp);
+        t.finish(&key, Vec::new(), 60, now);
+        assert_eq!(ask("again.test", one), Found::Asked);
+        assert_eq!(ask("again2.test", one), Found::Busy);
     }
 
     #[test]
@@ -492,11 +580,11 @@ mod tests {
         )]));
         let now = Instant::now();
         assert_eq!(
-            t.find("GW.test", None, Transport::Tls, now),
+            t.find("GW.test", None, Transport::Tls, now, None),
             Found::At("192.0.2.7:5061".parse().unwrap())
         );
         assert_eq!(
-            t.find("other.test", None, Transport::Udp, now),
+            t.find("other.test", None, Transport::Udp, now, None),
             Found::Nowhere
         );
     }

@@ -429,6 +429,7 @@ impl Proxy {
         self.hide_out = false;
         self.seal_call_id = true;
         self.caller = None;
+        ctx.asker = Self::source_share(ctx, src);
         if let Some(bytes) = Self::reveal_from_trunk(ctx, msg) {
             // From a trunk that hides the inside: routed as revealed.
             let Ok(revealed) = Message::parse(&bytes) else {

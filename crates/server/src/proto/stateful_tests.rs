@@ -278,7 +278,10 @@ use crate::proto::names::{key_of, Found};
 fn pooled(t0: Instant, ports: &[u16]) -> (Transactions, Metrics, Sends) {
     let names = Arc::new(NameTable::new(&crate::config::DnsSettings::default()));
     let udp = Transport::Udp;
-    assert_eq!(names.find("pool.example", None, udp, t0), Found::Asked);
+    assert_eq!(
+        names.find("pool.example", None, udp, t0, None),
+        Found::Asked
+    );
     let addrs = ports.iter().map(|p| hop(*p, udp).0).collect();
     names.finish(&key_of("pool.example", None, udp), addrs, 3600, t0);
     let tx = Transactions::new(TimerConfig::RFC3261, DEFAULT_MAX_BYTES)
