@@ -30,6 +30,8 @@ pub const MAX_JOBS_PER_SOURCE: usize = MAX_JOBS / 16;
 pub const MAX_PARKED_PER_NAME: usize = 32;
 /// Requests waiting on all names, and their bytes.
 pub const MAX_PARKED: usize = 1024;
+/// Requests of one source waiting on names (its share of `MAX_PARKED`).
+pub const MAX_PARKED_PER_SOURCE: usize = MAX_PARKED / 16;
 /// Bytes of the requests waiting on all names.
 pub const MAX_PARKED_BYTES: usize = 4 << 20;
 /// Answers kept.
@@ -137,6 +139,10 @@ struct State {
     /// how many each source has under way.
     askers: HashMap<Key, SourceKey>,
     asked_by: HashMap<SourceKey, usize>,
+    /// The sources of the requests waiting on each name, and how many
+    /// each source has waiting.
+    parkers: HashMap<Key, Vec<SourceKey>>,
+    parked_by: HashMap<SourceKey, usize>,
 }
 
 impl Default for State {
@@ -151,6 +157,8 @@ impl Default for State {
             held: std::collections::HashSet::new(),
             askers: HashMap::new(),
             asked_by: HashMap::new(),
+            parkers: HashMap::new(),
+            parked_by: HashMap::new(),
         }
     }
 }
@@ -233,31 +241,30 @@ impl NameTable {
         Found::Asked
     }
 
-    /// Holds the request `message` (from `src` over `arrived`) until the
-    /// resolution of `name` that [`find`](Self::find) started is over.
-    #[allow(clippy::too_many_arguments)]
+    /// Holds `request` until the resolution of `name` that
+    /// [`find`](Self::find) started is over, within the share of `asker`
+    /// (its source; `None`: held to no share).
     pub fn park(
         &self,
-        name: &str,
-        port: Option<u16>,
-        transport: Transport,
-        message: &[u8],
-        src: SocketAddr,
-        arrived: Transport,
+        (name, port, transport): (&str, Option<u16>, Transport),
+        request: Parked,
+        asker: Option<SourceKey>,
         now: Instant,
     ) -> Park {
         let key = key_of(name, port, transport);
         let mut st = self.state.lock(0);
-        if st.closed {
+        let held = asker.and_then(|a| st.parked_by.get(&a).copied());
+        if st.closed || held.unwrap_or(0) >= MAX_PARKED_PER_SOURCE {
             return Park::Full;
         }
-        let request = Parked {
-            message: message.to_vec(),
-            src,
-            arrived,
-        };
         match st.pending.park(&key, request) {
-            Ok(()) => Park::Parked,
+            Ok(()) => {
+                if let Some(a) = asker {
+                    st.parkers.entry(key).or_default().push(a);
+                    *st.parked_by.entry(a).or_default() += 1;
+                }
+                Park::Parked
+            }
             Err(Refused::Full) => Park::Full,
             // Resolved (or given up) since `find`: its outcome.
             Err(Refused::NotAsked) => match st.cache.get(&key) {
@@ -361,6 +368,8 @@ impl NameTable {
         st.fresh.clear();
         st.askers.clear();
         st.asked_by.clear();
+        st.parkers.clear();
+        st.parked_by.clear();
         st.pending.drain()
     }
 
@@ -370,17 +379,25 @@ impl NameTable {
     }
 }
 
+/// One of `source`'s places in `shares` is free again.
+fn give_back(shares: &mut HashMap<SourceKey, usize>, source: SourceKey) {
+    if let std::collections::hash_map::Entry::Occupied(mut e) = shares.entry(source) {
+        *e.get_mut() -= 1;
+        if *e.get() == 0 {
+            e.remove();
+        }
+    }
+}
+
 impl State {
-    /// The resolution of `key` is over: its asker's share is given back.
+    /// The resolution of `key` is over: its asker's share, and those of
+    /// the requests that waited on it, are given back.
     fn release(&mut self, key: &Key) {
-        let Some(a) = self.askers.remove(key) else {
-            return;
-        };
-        if let std::collections::hash_map::Entry::Occupied(mut e) = self.asked_by.entry(a) {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
-            }
+        if let Some(a) = self.askers.remove(key) {
+            give_back(&mut self.asked_by, a);
+        }
+        for a in self.parkers.remove(key).unwrap_or_default() {
+            give_back(&mut self.parked_by, a);
         }
     }
 
@@ -452,15 +469,12 @@ mod tests {
             t.find("gw.test", None, Transport::Udp, now, None),
             Found::Resolving
         );
-        let park = t.park(
-            "gw.test",
-            None,
-            Transport::Udp,
-            b"INVITE",
+        let invite = Parked {
+            message: b"INVITE".to_vec(),
             src,
-            Transport::Tcp,
-            now,
-        );
+            arrived: Transport::Tcp,
+        };
+        let park = t.park(("gw.test", None, Transport::Udp), invite, None, now);
         assert_eq!(park, Park::Parked);
         assert_eq!(t.parked(), (1, 6));
         let asked = t.take_asked();
@@ -501,17 +515,12 @@ mod tests {
             t.find("a.test", None, Transport::Udp, now, None),
             Found::Asked
         );
-        let park = || {
-            t.park(
-                "a.test",
-                None,
-                Transport::Udp,
-                b"x",
-                src,
-                Transport::Udp,
-                now,
-            )
+        let request = |bytes: &[u8]| Parked {
+            message: bytes.to_vec(),
+            src,
+            arrived: Transport::Udp,
         };
+        let park = || t.park(("a.test", None, Transport::Udp), request(b"x"), None, now);
         for _ in 0..MAX_PARKED_PER_NAME {
             assert_eq!(park(), Park::Parked);
         }
@@ -521,15 +530,7 @@ mod tests {
             t.find("b.test", None, Transport::Udp, now, None),
             Found::Asked
         );
-        let p = t.park(
-            "b.test",
-            None,
-            Transport::Udp,
-            &big,
-            src,
-            Transport::Udp,
-            now,
-        );
+        let p = t.park(("b.test", None, Transport::Udp), request(&big), None, now);
         assert_eq!(p, Park::Full);
         for i in 0..MAX_JOBS - 2 {
             let name = format!("n{i}.test");
@@ -561,11 +562,34 @@ mod tests {
         let other = Some(SourceKey::of([192, 0, 2, 8].into(), 64));
         assert_eq!(ask("more.test", other), Found::Asked);
         assert_eq!(ask("carried.test", None), Found::Asked, "no share");
-        // An answer gives its asker's place back.
+        // Its requests wait within its share of the waiting room.
+        let src: SocketAddr = "192.0.2.7:5060".parse().unwrap();
+        let park = |name: &str, who| {
+            let request = Parked {
+                message: b"x".to_vec(),
+                src,
+                arrived: Transport::Udp,
+            };
+            t.park((name, None, Transport::Udp), request, who, now)
+        };
+        let mut parked = 0;
+        for i in 0..MAX_JOBS_PER_SOURCE {
+            while park(&format!("n{i}.test"), one) == Park::Parked {
+                parked += 1;
+            }
+        }
+        assert_eq!(parked, MAX_PARKED_PER_SOURCE);
+        assert_eq!(park("more.test", other), Park::Parked);
+        assert_eq!(park("carried.test", None), Park::Parked, "no share");
+        // An answer gives its asker's place back, and its requests'.
         let key = key_of("n0.test", None, Transport::Udp);
-        t.finish(&key, Vec::new(), 60, now);
+        let back = t.finish(&key, Vec::new(), 60, now);
         assert_eq!(ask("again.test", one), Found::Asked);
         assert_eq!(ask("again2.test", one), Found::Busy);
+        for _ in 0..back.len() {
+            assert_eq!(park("again.test", one), Park::Parked);
+        }
+        assert_eq!(park("again.test", one), Park::Full);
     }
 
     #[test]

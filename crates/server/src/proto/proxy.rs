@@ -17,6 +17,7 @@ use crate::proto::effects::Hop;
 use crate::proto::fork::{Fork, MAX_BRANCHES};
 use crate::proto::legs::Target;
 use crate::proto::names::{Found, Park, Route};
+use crate::proto::parked::Parked;
 use crate::proto::reply::{bump, Event, Next, Reply};
 use crate::proto::stateful::{NotStarted, Seen};
 use crate::proto::tokens;
@@ -576,9 +577,14 @@ impl Proxy {
                 let park = if ctx.again {
                     Park::Full
                 } else {
-                    let (bytes, arrived, now) = (msg.as_bytes(), ctx.transport, ctx.now.mono);
+                    let request = Parked {
+                        message: msg.as_bytes().to_vec(),
+                        src,
+                        arrived: ctx.transport,
+                    };
+                    let question = (name.as_str(), port, transport);
                     let names = &ctx.shared.names;
-                    names.park(&name, port, transport, bytes, src, arrived, now)
+                    names.park(question, request, ctx.asker, ctx.now.mono)
                 };
                 match park {
                     // Handed in again once the name is resolved.
