@@ -64,9 +64,10 @@ pub(super) struct Ctx {
     pub(super) again: bool,
     /// A name was asked of the resolver while handling this message.
     pub(super) asked: std::cell::Cell<bool>,
-    /// Whose share of the resolver's questions this message's names
-    /// count against (set by the proxy; `None`: no share).
-    pub(super) asker: Option<SourceKey>,
+    /// The source of the request the proxy is routing, whose share of
+    /// the resolver's questions its names count against (`None`: no
+    /// share).
+    pub(super) routing: Option<SocketAddr>,
     /// The transaction and try of the request the last reply sends, when
     /// the stateful proxy forwarded one.
     pub(super) sent: Option<(Key, u8)>,
@@ -97,7 +98,7 @@ impl Ctx {
             timed: false,
             again: false,
             asked: std::cell::Cell::new(false),
-            asker: None,
+            routing: None,
             sent: None,
             busy: None,
             woken: VecDeque::new(),
@@ -112,7 +113,7 @@ impl Ctx {
         self.sends.clear();
         self.events.clear();
         self.sent = None;
-        self.asker = None;
+        self.routing = None;
         if self.again {
             self.timed = false;
         } else {
@@ -148,10 +149,11 @@ impl Ctx {
                 return Next::At(a);
             }
         }
+        let asker = || self.routing.and_then(|src| self.source_share(src));
         match self
             .shared
             .names
-            .find(name, port, transport, self.now.mono, self.asker)
+            .find(name, port, transport, self.now.mono, asker)
         {
             // Only a transaction can try another address: a stateless
             // proxy needs no copy of the name.
@@ -172,6 +174,23 @@ impl Ctx {
             Found::Busy => Next::Busy,
             Found::Nowhere => Next::Nowhere,
         }
+    }
+
+    /// Whether `src` is a configured peer proxy.
+    pub(super) fn is_peer(&self, src: SocketAddr) -> bool {
+        self.shared.config.peers.iter().any(|(_, a)| *a == src)
+    }
+
+    /// The source a request from `src` is held to a share as (of the
+    /// dialog table, of the resolver's questions), unless it is one that
+    /// carries many parties' requests: loopback while the guard exempts
+    /// it, a trusted node, a peer proxy, a trunk's gateway.
+    pub(super) fn source_share(&self, src: SocketAddr) -> Option<SourceKey> {
+        let ip = src.ip();
+        let guard = &self.shared.guard;
+        let carrier =
+            !guard.limits_source(ip) || self.is_peer(src) || self.shared.trunks.is_gateway(ip);
+        (!carrier).then(|| guard.source_of(ip))
     }
 
     /// The start of a stage, when this request is timed (the metrics'

@@ -10,7 +10,6 @@ use sip_core::{Message, Method, StatusCode};
 use crate::proto::ctx::Ctx;
 use crate::proto::dialogs::{CallRecord, Caller, Follow, Legs, Start};
 use crate::proto::effects::Hop;
-use crate::proto::guard::SourceKey;
 use crate::proto::names::Route;
 use crate::proto::originated::BRANCH_PREFIX;
 use crate::proto::proxy::Proxy;
@@ -163,19 +162,7 @@ impl Proxy {
         if let Some(user) = &self.caller {
             return Some(Caller::User(user));
         }
-        Self::source_share(ctx, src).map(Caller::Source)
-    }
-
-    /// The source a request from `src` is held to a share as (of the
-    /// dialog table, of the resolver's questions), unless it is one that
-    /// carries many parties' requests: loopback while the guard exempts
-    /// it, a trusted node, a peer proxy, a trunk's gateway.
-    pub(super) fn source_share(ctx: &Ctx, src: SocketAddr) -> Option<SourceKey> {
-        let ip = src.ip();
-        let carrier = !ctx.shared.guard.limits_source(ip)
-            || Self::is_peer(ctx, src)
-            || ctx.shared.trunks.is_gateway(ip);
-        (!carrier).then(|| ctx.shared.guard.source_of(ip))
+        ctx.source_share(src).map(Caller::Source)
     }
 
     /// A response went upstream: what it means for its dialog.

@@ -9,6 +9,11 @@
 //! name, it takes the parked requests and hands them in again; they then
 //! find the answer here. Addresses that failed are skipped for a while
 //! (RFC 3263 §4.3), so a stateful proxy tries the next one.
+//!
+//! One source (as the guard counts it: an IPv4 address, an IPv6 /64) may
+//! have at most a sixteenth of the names being resolved and of the
+//! requests waiting, so one party cannot fill the resolver and leave
+//! every other call to a name not yet known a 503.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -197,16 +202,16 @@ impl NameTable {
 
     /// Where a request for `name` (at `port`, if the URI gives one) over
     /// `transport` goes at `now`; a name not known yet is queued for the
-    /// resolver ([`Found::Asked`]), within the share of `asker` (the
-    /// request's source; `None`: one that carries many parties' requests,
-    /// held to no share).
+    /// resolver ([`Found::Asked`]), within the share of the source
+    /// `asker` names (asked only then; `None`: one that carries many
+    /// parties' requests, held to no share).
     pub fn find(
         &self,
         name: &str,
         port: Option<u16>,
         transport: Transport,
         now: Instant,
-        asker: Option<SourceKey>,
+        asker: impl FnOnce() -> Option<SourceKey>,
     ) -> Found {
         let key = key_of(name, port, transport);
         if let Some(ip) = self.host(&key.0) {
@@ -226,6 +231,7 @@ impl NameTable {
         if st.pending.asked(&key) {
             return Found::Resolving;
         }
+        let asker = asker();
         let held = asker.and_then(|a| st.asked_by.get(&a).copied());
         if held.unwrap_or(0) >= MAX_JOBS_PER_SOURCE {
             return Found::Busy;
@@ -462,11 +468,11 @@ mod tests {
         let now = Instant::now();
         let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
         assert_eq!(
-            t.find("Gw.Test.", None, Transport::Udp, now, None),
+            t.find("Gw.Test.", None, Transport::Udp, now, || None),
             Found::Asked
         );
         assert_eq!(
-            t.find("gw.test", None, Transport::Udp, now, None),
+            t.find("gw.test", None, Transport::Udp, now, || None),
             Found::Resolving
         );
         let invite = Parked {
@@ -487,7 +493,7 @@ mod tests {
         assert_eq!(back[0].arrived, Transport::Tcp);
         assert_eq!(t.parked(), (0, 0));
         assert_eq!(
-            t.find("gw.test", None, Transport::Udp, now, None),
+            t.find("gw.test", None, Transport::Udp, now, || None),
             Found::At(a)
         );
         // A failed address is skipped while another is known.
@@ -495,13 +501,13 @@ mod tests {
         assert_eq!(t.failed(a, Transport::Udp, None, now), None);
         assert_eq!(t.alternative("gw.test", None, Transport::Udp, now), Some(b));
         assert_eq!(
-            t.find("gw.test", None, Transport::Udp, now, None),
+            t.find("gw.test", None, Transport::Udp, now, || None),
             Found::At(b)
         );
         // The answer's TTL is over: asked again.
         let later = now + Duration::from_secs(61);
         assert_eq!(
-            t.find("gw.test", None, Transport::Udp, later, None),
+            t.find("gw.test", None, Transport::Udp, later, || None),
             Found::Asked
         );
     }
@@ -512,7 +518,7 @@ mod tests {
         let now = Instant::now();
         let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
         assert_eq!(
-            t.find("a.test", None, Transport::Udp, now, None),
+            t.find("a.test", None, Transport::Udp, now, || None),
             Found::Asked
         );
         let request = |bytes: &[u8]| Parked {
@@ -527,22 +533,25 @@ mod tests {
         assert_eq!(park(), Park::Full);
         let big = vec![b'x'; MAX_PARKED_BYTES];
         assert_eq!(
-            t.find("b.test", None, Transport::Udp, now, None),
+            t.find("b.test", None, Transport::Udp, now, || None),
             Found::Asked
         );
         let p = t.park(("b.test", None, Transport::Udp), request(&big), None, now);
         assert_eq!(p, Park::Full);
         for i in 0..MAX_JOBS - 2 {
             let name = format!("n{i}.test");
-            assert_eq!(t.find(&name, None, Transport::Udp, now, None), Found::Asked);
+            assert_eq!(
+                t.find(&name, None, Transport::Udp, now, || None),
+                Found::Asked
+            );
         }
         assert_eq!(
-            t.find("more.test", None, Transport::Udp, now, None),
+            t.find("more.test", None, Transport::Udp, now, || None),
             Found::Busy
         );
         assert_eq!(t.close().len(), MAX_PARKED_PER_NAME);
         assert_eq!(
-            t.find("c.test", None, Transport::Udp, now, None),
+            t.find("c.test", None, Transport::Udp, now, || None),
             Found::Busy
         );
         assert!(t.take_asked().is_empty());
@@ -552,7 +561,7 @@ mod tests {
     fn a_source_holds_its_share_of_the_questions_until_they_are_answered() {
         let t = NameTable::new(&DnsSettings::default());
         let now = Instant::now();
-        let ask = |name: &str, who| t.find(name, None, Transport::Udp, now, who);
+        let ask = |name: &str, who| t.find(name, None, Transport::Udp, now, || who);
         let one = Some(SourceKey::of([192, 0, 2, 7].into(), 64));
         for i in 0..MAX_JOBS_PER_SOURCE {
             assert_eq!(ask(&format!("n{i}.test"), one), Found::Asked);
@@ -604,11 +613,11 @@ mod tests {
         )]));
         let now = Instant::now();
         assert_eq!(
-            t.find("GW.test", None, Transport::Tls, now, None),
+            t.find("GW.test", None, Transport::Tls, now, || None),
             Found::At("192.0.2.7:5061".parse().unwrap())
         );
         assert_eq!(
-            t.find("other.test", None, Transport::Udp, now, None),
+            t.find("other.test", None, Transport::Udp, now, || None),
             Found::Nowhere
         );
     }

@@ -279,7 +279,7 @@ impl Proxy {
 
     /// Whether `src` is another domain's proxy we peer with.
     pub(super) fn is_peer(ctx: &Ctx, src: SocketAddr) -> bool {
-        ctx.shared.config.peers.iter().any(|(_, a)| *a == src)
+        ctx.is_peer(src)
     }
 
     /// The peer proxy serving the Request-URI's domain.
@@ -430,7 +430,7 @@ impl Proxy {
         self.hide_out = false;
         self.seal_call_id = true;
         self.caller = None;
-        ctx.asker = Self::source_share(ctx, src);
+        ctx.routing = Some(src);
         if let Some(bytes) = Self::reveal_from_trunk(ctx, msg) {
             // From a trunk that hides the inside: routed as revealed.
             let Ok(revealed) = Message::parse(&bytes) else {
@@ -584,7 +584,7 @@ impl Proxy {
                     };
                     let question = (name.as_str(), port, transport);
                     let names = &ctx.shared.names;
-                    names.park(question, request, ctx.asker, ctx.now.mono)
+                    names.park(question, request, ctx.source_share(src), ctx.now.mono)
                 };
                 match park {
                     // Handed in again once the name is resolved.

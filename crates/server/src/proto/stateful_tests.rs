@@ -279,7 +279,7 @@ fn pooled(t0: Instant, ports: &[u16]) -> (Transactions, Metrics, Sends) {
     let names = Arc::new(NameTable::new(&crate::config::DnsSettings::default()));
     let udp = Transport::Udp;
     assert_eq!(
-        names.find("pool.example", None, udp, t0, None),
+        names.find("pool.example", None, udp, t0, || None),
         Found::Asked
     );
     let addrs = ports.iter().map(|p| hop(*p, udp).0).collect();
