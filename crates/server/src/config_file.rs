@@ -227,6 +227,8 @@ pub struct GuardSection {
     pub exempt_loopback: Option<bool>,
     /// Leading bits of an IPv6 address that name one source.
     pub ipv6_prefix: Option<u8>,
+    /// Private-key decryptions a second per source (0: no limit).
+    pub decryption_rate: Option<u32>,
 }
 
 /// `[auth]`.
@@ -746,6 +748,7 @@ impl Config {
         c.ban_seconds = g.ban_seconds.unwrap_or(c.ban_seconds);
         c.exempt_loopback = g.exempt_loopback.unwrap_or(c.exempt_loopback);
         c.ipv6_prefix = g.ipv6_prefix.unwrap_or(c.ipv6_prefix);
+        c.decryption_rate = g.decryption_rate.unwrap_or(c.decryption_rate);
         if !(32..=128).contains(&c.ipv6_prefix) {
             return Err(value(
                 "guard.ipv6_prefix",

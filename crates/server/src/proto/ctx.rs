@@ -68,6 +68,9 @@ pub(super) struct Ctx {
     /// the resolver's questions its names count against (`None`: no
     /// share).
     pub(super) routing: Option<SocketAddr>,
+    /// A pseudonym of this message was left unopened: its source had
+    /// spent its decryptions ([`Ctx::may_decrypt`]).
+    pub(super) out_of_decryptions: std::cell::Cell<bool>,
     /// The transaction and try of the request the last reply sends, when
     /// the stateful proxy forwarded one.
     pub(super) sent: Option<(Key, u8)>,
@@ -99,6 +102,7 @@ impl Ctx {
             again: false,
             asked: std::cell::Cell::new(false),
             routing: None,
+            out_of_decryptions: std::cell::Cell::new(false),
             sent: None,
             busy: None,
             woken: VecDeque::new(),
@@ -114,6 +118,7 @@ impl Ctx {
         self.events.clear();
         self.sent = None;
         self.routing = None;
+        self.out_of_decryptions.set(false);
         if self.again {
             self.timed = false;
         } else {
@@ -320,7 +325,9 @@ impl Ctx {
         let share = guard
             .limits_source(src.ip())
             .then(|| (guard.source_of(src.ip()), Scope::of(self.transport)));
-        let result = auth.check_as(msg, (src, share), proxy, now, |u| reveal(privacy, u, now));
+        let result = auth.check_as(msg, (src, share), proxy, now, |u| {
+            reveal(privacy, u, now, || self.may_decrypt(src))
+        });
         self.stage(Stage::Authenticate, t0);
         match result {
             AuthResult::Ok(user) => Ok(Some(user.into_owned())),
@@ -355,15 +362,45 @@ impl Ctx {
 
     /// The one answer to a pseudonym that does not open, wherever it was:
     /// 403 and nothing more, counted against the source like a failed
-    /// authentication (so guessing is rate-limited and banned).
+    /// authentication (so guessing is rate-limited and banned). One left
+    /// unopened because its source had spent its decryptions gets 503
+    /// with Retry-After instead, and counts as no failure.
     pub(super) fn refuse(
         &mut self,
         msg: &Message<'_>,
         src: SocketAddr,
         out: &mut Vec<u8>,
     ) -> Reply {
+        if self.out_of_decryptions.get() {
+            return self.respond(
+                msg,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &[
+                    ("Retry-After", "1"),
+                    (
+                        "Warning",
+                        "399 sipsec \"too many pseudonyms to open from this source\"",
+                    ),
+                ],
+                src,
+                out,
+            );
+        }
         self.count_failure(src);
         self.respond(msg, StatusCode::FORBIDDEN, &[], src, out)
+    }
+
+    /// Whether the request from `src` may cost a private-key decryption
+    /// now (`[guard] decryption_rate`); one that carries many parties'
+    /// requests (a peer proxy, a trunk's gateway, exempt loopback) always
+    /// may. A refusal is remembered for [`Ctx::refuse`].
+    pub(super) fn may_decrypt(&self, src: SocketAddr) -> bool {
+        let may = self.source_share(src).is_none()
+            || self.shared.guard.may_decrypt(src.ip(), self.now.unix_ms);
+        if !may {
+            self.out_of_decryptions.set(true);
+        }
+        may
     }
 
     /// Counts a failed authentication against `src`, reporting the ban it

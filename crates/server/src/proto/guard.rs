@@ -49,8 +49,12 @@ pub struct GuardConfig {
     pub exempt_loopback: bool,
     /// Most sources tracked at once.
     pub max_sources: usize,
-    /// Leading bits of an IPv6 address that name its source (48 to 128).
+    /// Leading bits of an IPv6 address that name its source (32 to 128).
     pub ipv6_prefix: u8,
+    /// Private-key decryptions a second one source may cause (PrivaSIP
+    /// pseudonyms anyone can mint, anonymous enrollments), with a burst
+    /// of twice that; 0 turns the limit off.
+    pub decryption_rate: u32,
 }
 
 impl Default for GuardConfig {
@@ -64,6 +68,7 @@ impl Default for GuardConfig {
             exempt_loopback: true,
             max_sources: 100_000,
             ipv6_prefix: 64,
+            decryption_rate: 50,
         }
     }
 }
@@ -204,6 +209,19 @@ impl Tally {
         self.banned_until > now_s
     }
 
+    /// Refills the bucket at `rate` a second up to `burst` by `now_ms`
+    /// and takes a token from it; `false` when none is left.
+    fn take(&mut self, now_ms: u64, rate: u32, burst: u32) -> bool {
+        let elapsed = now_ms.saturating_sub(self.refilled_ms) as f64 / 1000.0;
+        self.refilled_ms = now_ms;
+        self.tokens = (self.tokens + elapsed * f64::from(rate)).min(f64::from(burst));
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+
     /// Lifts the ban and forgets the failures (the bucket stays).
     fn forgive(&mut self) {
         self.failures = 0;
@@ -217,6 +235,8 @@ struct Source {
     all: Tally,
     /// Over WebSocket; its ban shuts out WebSocket.
     web: Tally,
+    /// Private-key decryptions (its bucket only).
+    decrypt: Tally,
 }
 
 impl Source {
@@ -233,7 +253,10 @@ impl Source {
 
     /// The last request's time, either scope (Unix milliseconds).
     fn last_ms(&self) -> u64 {
-        self.all.refilled_ms.max(self.web.refilled_ms)
+        self.all
+            .refilled_ms
+            .max(self.web.refilled_ms)
+            .max(self.decrypt.refilled_ms)
     }
 
     /// Whether a request over a transport of `scope` is refused.
@@ -334,6 +357,10 @@ impl Guard {
         map.entry(ip).or_insert(Source {
             all: fresh,
             web: fresh,
+            decrypt: Tally {
+                tokens: f64::from(self.decryption_burst()),
+                ..fresh
+            },
         })
     }
 
@@ -361,16 +388,29 @@ impl Guard {
         if !limit {
             return Verdict::Admit;
         }
-        let t = s.tally(scope);
-        let elapsed = now_ms.saturating_sub(t.refilled_ms) as f64 / 1000.0;
-        t.refilled_ms = now_ms;
-        t.tokens = (t.tokens + elapsed * f64::from(self.cfg.rate)).min(f64::from(self.cfg.burst));
-        if t.tokens >= 1.0 {
-            t.tokens -= 1.0;
+        if s.tally(scope).take(now_ms, self.cfg.rate, self.cfg.burst) {
             Verdict::Admit
         } else {
             Verdict::Limited
         }
+    }
+
+    fn decryption_burst(&self) -> u32 {
+        self.cfg.decryption_rate.saturating_mul(2)
+    }
+
+    /// Whether a request from `ip` may cost a private-key decryption at
+    /// `now_ms` (`decryption_rate`); a source exempt from the limits
+    /// always may. Each one allowed is spent.
+    pub fn may_decrypt(&self, ip: IpAddr, now_ms: u64) -> bool {
+        if self.cfg.decryption_rate == 0 || !self.limits_source(ip) {
+            return true;
+        }
+        let key = self.source_of(ip);
+        let mut map = self.shard(&key);
+        let burst = self.decryption_burst();
+        let source = self.entry(&mut map, key, now_ms);
+        source.decrypt.take(now_ms, self.cfg.decryption_rate, burst)
     }
 
     /// Records a failed authentication over a transport of `scope`;
@@ -702,6 +742,40 @@ mod tests {
             let e = parse_source(bad).expect_err(bad);
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_source_spends_its_decryptions_at_their_rate_and_the_exempt_none() {
+        let g = Guard::new_for_test(GuardConfig {
+            decryption_rate: 5,
+            ..GuardConfig::default()
+        });
+        let a = ip("192.0.2.1");
+        let allowed = (0..100).filter(|_| g.may_decrypt(a, 1_000)).count();
+        assert_eq!(allowed, 10, "a burst of twice the rate");
+        assert!(g.may_decrypt(a, 1_200), "one per 200 ms");
+        assert!(!g.may_decrypt(a, 1_200));
+        assert!(g.may_decrypt(ip("192.0.2.2"), 1_200), "per source");
+        assert_eq!(
+            g.admit(a, Scope::All, 1_200),
+            Verdict::Admit,
+            "requests apart"
+        );
+        // One IPv6 /64 is one source.
+        let spent = (1..=20u16)
+            .filter(|i| g.may_decrypt(ip(&format!("2001:db8:9:1::{i:x}")), 1_000))
+            .count();
+        assert_eq!(spent, 10);
+        let lo = ip("127.0.0.1");
+        assert!(
+            (0..100).all(|_| g.may_decrypt(lo, 1_000)),
+            "exempt loopback"
+        );
+        let off = Guard::new_for_test(GuardConfig {
+            decryption_rate: 0,
+            ..GuardConfig::default()
+        });
+        assert!((0..100).all(|_| off.may_decrypt(a, 1_000)));
     }
 
     #[test]

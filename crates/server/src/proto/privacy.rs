@@ -75,6 +75,9 @@ pub enum Reveal {
     Id(String),
     /// Shaped like a pseudonym, but not one we can open.
     Refused,
+    /// Not opened: its source has spent its private-key decryptions for
+    /// now (`[guard] decryption_rate`).
+    Limited,
 }
 
 /// Counters for `/metrics`.
@@ -86,6 +89,9 @@ pub struct PrivacyCounters {
     pub cache_hits: AtomicU64,
     /// Pseudonyms refused.
     pub refused: AtomicU64,
+    /// Pseudonyms and enrollments left unopened: their source had spent
+    /// its private-key decryptions.
+    pub limited: AtomicU64,
     /// PrivaSIP-3 enrollments answered with tickets.
     pub enrollments: AtomicU64,
     /// Enrollments refused (not ours, or broken).
@@ -221,8 +227,13 @@ impl Privacy {
         self.capacity > 0
     }
 
-    /// What `user` is, at `now` (Unix seconds).
-    pub fn reveal(&self, user: &str, now: u64) -> Reveal {
+    /// What `user` is, at `now` (Unix seconds). A pseudonym not in the
+    /// cache that takes a private-key decryption (any scheme but the
+    /// PrivaSIP-3 tickets, which open with one symmetric operation) is
+    /// opened only when `may_decrypt` says its source may spend one: any
+    /// party can mint pseudonyms for our public key, each a decryption
+    /// here.
+    pub fn reveal(&self, user: &str, now: u64, may_decrypt: impl FnOnce() -> bool) -> Reveal {
         let Some(raw) = privacy::pseudonym_bytes(user) else {
             return Reveal::Plain;
         };
@@ -234,6 +245,14 @@ impl Privacy {
                     return Reveal::Id(id.clone());
                 }
             }
+        }
+        let ticket = matches!(
+            privacy::split(&raw),
+            Ok((Scheme::Ticket | Scheme::CalleeTicket, _, _))
+        );
+        if !ticket && !may_decrypt() {
+            self.counters.limited.fetch_add(1, Ordering::Relaxed);
+            return Reveal::Limited;
         }
         self.counters.decryptions.fetch_add(1, Ordering::Relaxed);
         match self.decrypt(&raw, now) {
@@ -354,6 +373,11 @@ impl Privacy {
                 &c.refused,
             ),
             (
+                "sipsec_privacy_decryptions_limited_total",
+                "Pseudonyms and anonymous enrollments left unopened: their source had spent its decryptions ([guard] decryption_rate).",
+                &c.limited,
+            ),
+            (
                 "sipsec_privacy_enrollments_total",
                 "PrivaSIP-3 enrollments answered with tickets.",
                 &c.enrollments,
@@ -420,6 +444,7 @@ impl Privacy {
             "decryptions_total": n(&c.decryptions),
             "cache_hits_total": n(&c.cache_hits),
             "refused_total": n(&c.refused),
+            "limited_total": n(&c.limited),
             "tickets": self.issues_tickets(),
             "enrollments_total": n(&c.enrollments),
             "enrollments_refused_total": n(&c.enrollments_refused),
@@ -471,8 +496,19 @@ impl Privacy {
     /// carrying `enroll`), at `now`: domain tickets, each with the key
     /// the caller seals a callee's ID under, sealed under the enrollment's
     /// key. `None` when tickets are off or the enrollment is not for us.
-    pub fn enroll_domain(&self, enroll: &str, now: u64) -> Option<String> {
+    /// Its decryption is made only when `may_decrypt` says the source
+    /// may spend one (anyone may enroll anonymously).
+    pub fn enroll_domain(
+        &self,
+        enroll: &str,
+        now: u64,
+        may_decrypt: impl FnOnce() -> bool,
+    ) -> Option<String> {
         let (keys, batch, ttl) = self.tickets.as_ref()?;
+        if !may_decrypt() {
+            self.counters.limited.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let k = self.enrollment_key(enroll, privacy::tickets::DOMAIN)?;
         let batch = privacy::tickets::batch_fits(*batch, privacy::tickets::DOMAIN_TICKET_LEN + 32);
         let entries: Vec<Vec<u8>> = (0..batch)
@@ -565,25 +601,53 @@ mod tests {
         )
     }
 
+    /// Only a decryption asks the source's budget: not a plain name, not
+    /// a cached pseudonym; a pseudonym left unopened is counted apart.
+    #[test]
+    fn a_pseudonym_is_opened_only_while_its_source_may_spend_a_decryption() {
+        let (p, enc) = setup(16);
+        let asked = std::cell::Cell::new(0);
+        let spend = |may: bool| {
+            let asked = &asked;
+            move || {
+                asked.set(asked.get() + 1);
+                may
+            }
+        };
+        assert_eq!(p.reveal("alice", 0, spend(false)), Reveal::Plain);
+        let text = enc.pseudonym("alice", Encoding::Hex, 1000).unwrap();
+        assert_eq!(p.reveal(&text, 0, spend(false)), Reveal::Limited);
+        assert_eq!(p.reveal(&text, 0, spend(true)), Reveal::Id("alice".into()));
+        assert_eq!(
+            p.reveal(&text, 0, spend(false)),
+            Reveal::Id("alice".into()),
+            "cached"
+        );
+        assert_eq!(asked.get(), 2);
+        let c = &p.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!((n(&c.limited), n(&c.decryptions), n(&c.refused)), (1, 1, 0));
+    }
+
     #[test]
     fn plain_names_pass_pseudonyms_open_and_bad_ones_are_refused() {
         let (p, enc) = setup(0);
-        assert_eq!(p.reveal("alice", 0), Reveal::Plain);
-        assert_eq!(p.reveal("1000", 0), Reveal::Plain);
+        assert_eq!(p.reveal("alice", 0, || true), Reveal::Plain);
+        assert_eq!(p.reveal("1000", 0, || true), Reveal::Plain);
         let text = enc.pseudonym("alice", Encoding::Hex, 1000).unwrap();
-        assert_eq!(p.reveal(&text, 0), Reveal::Id("alice".into()));
+        assert_eq!(p.reveal(&text, 0, || true), Reveal::Id("alice".into()));
         let b32 = enc.pseudonym("alice", Encoding::Base32, 1000).unwrap();
-        assert_eq!(p.reveal(&b32, 0), Reveal::Id("alice".into()));
+        assert_eq!(p.reveal(&b32, 0, || true), Reveal::Id("alice".into()));
         // Tampered, and for a key id we do not hold: the same refusal.
         let mut bad = text.clone().into_bytes();
         let last = bad.len() - 1;
         bad[last] = if bad[last] == b'0' { b'1' } else { b'0' };
         assert_eq!(
-            p.reveal(std::str::from_utf8(&bad).unwrap(), 0),
+            p.reveal(std::str::from_utf8(&bad).unwrap(), 0, || true),
             Reveal::Refused
         );
         let other_id = format!("{}04{}", &text[..4], &text[6..]);
-        assert_eq!(p.reveal(&other_id, 0), Reveal::Refused);
+        assert_eq!(p.reveal(&other_id, 0, || true), Reveal::Refused);
         assert_eq!(p.counters.decryptions.load(Ordering::Relaxed), 4);
         assert_eq!(p.counters.refused.load(Ordering::Relaxed), 2);
     }
@@ -593,18 +657,18 @@ mod tests {
         let (p, enc) = setup(16);
         let text = enc.pseudonym("bob", Encoding::Hex, 1000).unwrap();
         for _ in 0..3 {
-            assert_eq!(p.reveal(&text, 100), Reveal::Id("bob".into()));
+            assert_eq!(p.reveal(&text, 100, || true), Reveal::Id("bob".into()));
         }
         assert_eq!(p.counters.decryptions.load(Ordering::Relaxed), 1);
         assert_eq!(p.counters.cache_hits.load(Ordering::Relaxed), 2);
         // After the TTL it is decrypted again.
-        assert_eq!(p.reveal(&text, 161), Reveal::Id("bob".into()));
+        assert_eq!(p.reveal(&text, 161, || true), Reveal::Id("bob".into()));
         assert_eq!(p.counters.decryptions.load(Ordering::Relaxed), 2);
         for i in 0..100 {
             let t = enc
                 .pseudonym(&format!("u{i}"), Encoding::Hex, 1000)
                 .unwrap();
-            assert_eq!(p.reveal(&t, 200), Reveal::Id(format!("u{i}")));
+            assert_eq!(p.reveal(&t, 200, || true), Reveal::Id(format!("u{i}")));
             assert!(p.cache.lock(0).map.len() <= 16);
         }
     }
@@ -633,10 +697,10 @@ mod tests {
             let p = Privacy::new(&settings, &[], Some(&users), "example.org", None).unwrap();
             let bob = AesId::new(ha1("bob").as_str(), "example.org", 1, cbc).unwrap();
             let t = bob.pseudonym("bob", Encoding::Hex, 1000).unwrap();
-            assert_eq!(p.reveal(&t, 0), Reveal::Id("bob".into()));
+            assert_eq!(p.reveal(&t, 0, || true), Reveal::Id("bob".into()));
             // Bob's key cannot claim to be alice.
             let lie = bob.pseudonym("alice", Encoding::Hex, 1000).unwrap();
-            assert_eq!(p.reveal(&lie, 0), Reveal::Refused);
+            assert_eq!(p.reveal(&lie, 0, || true), Reveal::Refused);
         }
         let err = Privacy::new(&PrivacySettings::default(), &[], None, "r", None).unwrap_err();
         assert!(err.to_string().contains("at least one key"), "{err}");
@@ -663,10 +727,17 @@ mod tests {
         let tickets = enrollment.tickets("alice", &batch).unwrap();
         assert_eq!(tickets.len(), 4);
         let texts: Vec<String> = tickets.iter().map(|t| Encoding::Base32.encode(t)).collect();
+        // A ticket opens with one symmetric operation: no decryption
+        // budget is asked.
+        let budget = || unreachable!("a ticket spends no decryption");
         for t in &texts {
-            assert_eq!(p.reveal(t, 1_050), Reveal::Id("alice".into()));
+            assert_eq!(p.reveal(t, 1_050, budget), Reveal::Id("alice".into()));
         }
-        assert_eq!(p.reveal(&texts[0], 1_101), Reveal::Refused, "expired");
+        assert_eq!(
+            p.reveal(&texts[0], 1_101, || true),
+            Reveal::Refused,
+            "expired"
+        );
         // Single-use: bound to the first call's Call-ID.
         assert!(p.ticket_call(&texts[1], "call-1", 1_050));
         assert!(p.ticket_call(&texts[1], "call-1", 1_051), "the same call");

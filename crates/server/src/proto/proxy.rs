@@ -335,7 +335,9 @@ impl Proxy {
             .privacy
             .as_ref()
             .is_none_or(|p| p.ticket_call(from_user, msg.call_id(), now));
-        match reveal(ctx.shared.privacy.as_ref(), from_user, now) {
+        match reveal(ctx.shared.privacy.as_ref(), from_user, now, || {
+            ctx.may_decrypt(src)
+        }) {
             None => Err(ctx.refuse(msg, src, out)),
             // A PrivaSIP-3 ticket already used by another call: refused
             // as any pseudonym that does not open.

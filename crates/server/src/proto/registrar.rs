@@ -109,7 +109,9 @@ impl Registrar {
                 out,
             );
         };
-        let Some(to_user) = reveal(ctx.shared.privacy.as_ref(), to_user, now) else {
+        let Some(to_user) = reveal(ctx.shared.privacy.as_ref(), to_user, now, || {
+            ctx.may_decrypt(src)
+        }) else {
             return ctx.refuse(msg, src, out);
         };
         if let Some(user) = &user {

@@ -365,7 +365,8 @@ impl Proxy {
             && ctx.is_local_uri(msg.from().uri())
             && msg.from().uri().user().is_some_and(|u| {
                 matches!(
-                    crate::proto::uris::reveal(privacy, u, ctx.now.secs()),
+                    // Opened (and cached) when the caller was authorized.
+                    crate::proto::uris::reveal(privacy, u, ctx.now.secs(), || true),
                     Some(std::borrow::Cow::Owned(_))
                 )
             })

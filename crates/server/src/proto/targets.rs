@@ -121,7 +121,7 @@ impl Proxy {
             h.raw_name
                 .eq_ignore_ascii_case(crate::proto::registrar::ENROLL)
         })?;
-        p.enroll_domain(enroll.value, now)
+        p.enroll_domain(enroll.value, now, || ctx.may_decrypt(src))
     }
 
     /// A request for a user of this domain: the caller is authorized, the
@@ -144,7 +144,7 @@ impl Proxy {
                     .privacy
                     .as_ref()
                     .is_none_or(|p| p.ticket_call(u, msg.call_id(), now));
-                match reveal(ctx.shared.privacy.as_ref(), u, now) {
+                match reveal(ctx.shared.privacy.as_ref(), u, now, || ctx.may_decrypt(src)) {
                     Some(u) if single_use => Some(aor_of(&u, h)),
                     _ => return Err(ctx.refuse(msg, src, out)),
                 }

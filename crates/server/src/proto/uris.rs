@@ -40,20 +40,22 @@ pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
 
 /// What a user part at this server stands for: itself, or the ID inside
 /// a pseudonym encrypted for us; `None` for a pseudonym that does not
-/// open.
+/// open, or was not opened because `may_decrypt` said its source had
+/// spent its decryptions (see [`Privacy::reveal`]).
 #[inline]
 pub(super) fn reveal<'a>(
     privacy: Option<&Privacy>,
     user: &'a str,
     now: u64,
+    may_decrypt: impl FnOnce() -> bool,
 ) -> Option<Cow<'a, str>> {
     let Some(p) = privacy else {
         return Some(Cow::Borrowed(user));
     };
-    match p.reveal(user, now) {
+    match p.reveal(user, now, may_decrypt) {
         Reveal::Plain => Some(Cow::Borrowed(user)),
         Reveal::Id(id) => Some(Cow::Owned(id)),
-        Reveal::Refused => None,
+        Reveal::Refused | Reveal::Limited => None,
     }
 }
 
