@@ -126,12 +126,7 @@ impl Proxy {
         out: &mut Vec<u8>,
     ) -> Reply {
         out.clear();
-        let from_tag = msg.from().tag().unwrap_or("");
-        if let Some(m) = &ctx.shared.media {
-            if m.abandon(msg.call_id(), from_tag) {
-                ctx.sends.wake_media();
-            }
-        }
+        Self::abandon_media(ctx, msg);
         if follow == Follow::Full {
             return ctx.respond(
                 msg,
@@ -154,6 +149,17 @@ impl Proxy {
             src,
             out,
         )
+    }
+
+    /// A call that will not go out after all: the media relay's session
+    /// its offer opened (if any, and still unanswered) ends now.
+    pub(super) fn abandon_media(ctx: &mut Ctx, msg: &Message<'_>) {
+        let from_tag = msg.from().tag().unwrap_or("");
+        if let Some(m) = &ctx.shared.media {
+            if m.abandon(msg.call_id(), from_tag) {
+                ctx.sends.wake_media();
+            }
+        }
     }
 
     /// Whose share of the dialog table a call from `src` counts against:

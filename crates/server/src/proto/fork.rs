@@ -294,7 +294,7 @@ mod table {
             branch: ID,
             cancel: false,
         };
-        tx.start(key, &req, hop(5080), targets, t0, &mut sends, &m)
+        tx.start(key, &req, (hop(5080), None), targets, t0, &mut sends, &m)
             .unwrap();
         Fixture { tx, m, sends, t0 }
     }

@@ -276,6 +276,9 @@ pub(super) struct Entry {
     pub(super) scheduled: Option<Instant>,
     /// The bytes this entry adds to `Metrics::transaction_bytes`.
     pub(super) counted: usize,
+    /// Whose share of the table those bytes count against (`None`: no
+    /// share).
+    pub(super) source: Option<crate::proto::guard::SourceKey>,
 }
 
 impl Entry {

@@ -407,6 +407,9 @@ pub struct Metrics {
     pub active_transactions: AtomicU64,
     /// Memory the transaction table holds, bytes (a gauge; stateful mode).
     pub transaction_bytes: AtomicU64,
+    /// Requests refused (503): their source's transactions held its whole
+    /// share of the table's memory.
+    pub transactions_over_share: AtomicU64,
     /// Request retransmissions absorbed by a transaction (stateful mode).
     pub retransmissions_absorbed: AtomicU64,
     /// Client transactions that timed out, answered upstream with 408.

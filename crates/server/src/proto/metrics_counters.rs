@@ -16,7 +16,7 @@ impl Metrics {
     }
 
     /// The counters of what requests and responses met.
-    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 23] {
+    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 24] {
         [
             (
                 "sipsec_bans_total",
@@ -112,6 +112,11 @@ impl Metrics {
                 "sipsec_rate_limited_total",
                 "Requests dropped by the per-source rate limit.",
                 &self.rate_limited,
+            ),
+            (
+                "sipsec_transactions_over_share_total",
+                "Requests refused (503): their source's transactions held its share of the table's memory.",
+                &self.transactions_over_share,
             ),
             (
                 "sipsec_requests_banned_total",

@@ -37,6 +37,7 @@ mod registrar;
 mod relay;
 pub mod reply;
 pub mod shared;
+pub mod shares;
 pub mod stateful;
 pub mod stir;
 mod stir_calls;

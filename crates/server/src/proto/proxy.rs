@@ -878,7 +878,7 @@ impl Proxy {
         let started = tx.start(
             key,
             msg,
-            up,
+            (up, ctx.source_share(src)),
             std::iter::once(first).chain(forks),
             ctx.now.mono,
             &mut ctx.sends,
@@ -907,15 +907,26 @@ impl Proxy {
                 tx.on_request(key, msg.method(), now, &mut ctx.sends, &ctx.shared.metrics);
                 Some(Reply::Drop)
             }
-            Err(NotStarted::Full) => {
+            Err(refused) => {
+                // No room in the table, or none left in the source's
+                // share of it: nothing of the request stays.
                 out.clear();
+                self.forks.clear();
                 if let (true, Some(d)) = (followed, &ctx.shared.dialogs) {
                     d.abandon(msg);
                 }
+                Self::abandon_media(ctx, msg);
+                let why = match refused {
+                    NotStarted::OverShare => {
+                        bump(&ctx.shared.metrics.transactions_over_share);
+                        "399 sipsec \"too many transactions from this source\""
+                    }
+                    _ => "399 sipsec \"too many transactions in progress\"",
+                };
                 Some(ctx.respond(
                     msg,
                     StatusCode::SERVICE_UNAVAILABLE,
-                    &[("Retry-After", "5")],
+                    &[("Retry-After", "5"), ("Warning", why)],
                     src,
                     out,
                 ))

@@ -32,9 +32,11 @@ use crate::proto::branch::{
 };
 use crate::proto::effects::{Hop, Sends};
 use crate::proto::fork::{Best, MAX_BRANCHES};
+use crate::proto::guard::SourceKey;
 use crate::proto::legs::{Branch, Cancel, Client, Entry, Server, Target, TIMER_C};
 use crate::proto::metrics::Metrics;
 use crate::proto::names::NameTable;
+use crate::proto::shares::SourceShares;
 use crate::shards::Shards;
 pub use sip_core::Transport;
 
@@ -51,12 +53,15 @@ struct Shard {
 impl Shard {
     /// Puts `key` on the heap for its entry's next deadline, or removes a
     /// finished entry; keeps the memory gauge in step with the entry.
-    fn reschedule(&mut self, key: Key, metrics: &Metrics) {
+    fn reschedule(&mut self, key: Key, metrics: &Metrics, shares: &SourceShares) {
         let Some(e) = self.map.get_mut(&key) else {
             return;
         };
         if e.done() {
             let gone = e.counted;
+            if let Some(s) = e.source {
+                shares.change(s, 0, gone as u64);
+            }
             self.map.remove(&key);
             metrics.active_transactions.fetch_sub(1, Ordering::Relaxed);
             metrics
@@ -71,6 +76,9 @@ impl Shard {
                 bytes.fetch_add((now - e.counted) as u64, Ordering::Relaxed);
             } else {
                 bytes.fetch_sub((e.counted - now) as u64, Ordering::Relaxed);
+            }
+            if let Some(s) = e.source {
+                shares.change(s, now as u64, e.counted as u64);
             }
             e.counted = now;
         }
@@ -92,7 +100,7 @@ impl Shard {
         now: Instant,
         timers: TimerConfig,
         sends: &mut Sends,
-        metrics: &Metrics,
+        (metrics, shares): (&Metrics, &SourceShares),
     ) {
         for &i in branches {
             let Some(b) = self.map.get_mut(&key).and_then(|e| e.branches.get_mut(i)) else {
@@ -138,6 +146,7 @@ impl Shard {
                 cancelled: false,
                 scheduled: None,
                 counted: 0,
+                source: None,
             };
             match self.map.insert(ckey, c) {
                 None => {
@@ -149,7 +158,7 @@ impl Shard {
                         .fetch_sub(old.counted as u64, Ordering::Relaxed);
                 }
             }
-            self.reschedule(ckey, metrics);
+            self.reschedule(ckey, metrics, shares);
         }
     }
 }
@@ -183,6 +192,8 @@ pub enum NotStarted {
     Exists,
     /// [`MAX_TRANSACTIONS`] or the memory bound reached.
     Full,
+    /// The source's transactions hold their whole share of the memory.
+    OverShare,
 }
 
 /// The proxy's transactions.
@@ -201,6 +212,9 @@ pub struct Transactions {
     /// The driver's timer thread sleeps with the table empty: the next
     /// [`start`](Self::start) asks for it to be woken ([`Wake::timers`]).
     idle: std::sync::atomic::AtomicBool,
+    /// The bytes each source's transactions hold (a sixteenth of
+    /// `max_bytes` each).
+    shares: SourceShares,
 }
 
 impl Entry {
@@ -290,6 +304,7 @@ impl Transactions {
             credentials: None,
             names: None,
             idle: std::sync::atomic::AtomicBool::new(false),
+            shares: SourceShares::new(max_bytes / 16),
         }
     }
 
@@ -507,7 +522,7 @@ impl Transactions {
                 return Seen::New;
             }
             t.on_ack(now);
-            shard.reschedule(key, metrics);
+            shard.reschedule(key, metrics, &self.shares);
             return Seen::Absorbed;
         }
         metrics
@@ -521,7 +536,8 @@ impl Transactions {
 
     /// Starts the transaction for `request` (as received from `upstream`)
     /// with a branch per target (at most [`MAX_BRANCHES`], sorted by
-    /// group; the rest are left out). The first target's request is the
+    /// group; the rest are left out), its memory counted against
+    /// `source`'s share (`None`: one that carries many parties' requests). The first target's request is the
     /// caller's to send; the others of its group go into `sends`, later
     /// groups when the earlier ones failed. An INVITE gets 100 Trying into
     /// `sends` at once (§16.2, §17.2.1).
@@ -530,7 +546,7 @@ impl Transactions {
         &self,
         key: Key,
         request: &Message<'_>,
-        upstream: Hop,
+        (upstream, source): (Hop, Option<SourceKey>),
         targets: impl IntoIterator<Item = Target<'a>>,
         now: Instant,
         sends: &mut Sends,
@@ -541,6 +557,9 @@ impl Transactions {
             || metrics.transaction_bytes.load(Ordering::Relaxed) >= self.max_bytes
         {
             return Err(NotStarted::Full);
+        }
+        if source.is_some_and(|s| !self.shares.has_room(s)) {
+            return Err(NotStarted::OverShare);
         }
         let mut shard = self.shard(key);
         if shard.map.contains_key(&key) {
@@ -594,6 +613,7 @@ impl Transactions {
             cancelled: false,
             scheduled: None,
             counted: 0,
+            source,
         };
         if invite {
             write_response(
@@ -607,7 +627,7 @@ impl Transactions {
         }
         shard.map.insert(key, e);
         active.fetch_add(1, Ordering::Relaxed);
-        shard.reschedule(key, metrics);
+        shard.reschedule(key, metrics, &self.shares);
         drop(shard);
         if self.idle.load(Ordering::Relaxed) && self.idle.swap(false, Ordering::SeqCst) {
             sends.wake.timers = true;
@@ -637,8 +657,15 @@ impl Transactions {
         metrics.cancels.fetch_add(1, Ordering::Relaxed);
         e.cancelled = true;
         let ringing = e.cancel_others(None);
-        shard.cancel(invite, &ringing, now, self.timers, sends, metrics);
-        shard.reschedule(invite, metrics);
+        shard.cancel(
+            invite,
+            &ringing,
+            now,
+            self.timers,
+            sends,
+            (metrics, &self.shares),
+        );
+        shard.reschedule(invite, metrics, &self.shares);
         true
     }
 
@@ -703,7 +730,7 @@ impl Transactions {
             && matches!(status.as_u16(), 401 | 407)
             && self.answer_challenge(b, msg, now, sends)
         {
-            shard.reschedule(ekey, metrics);
+            shard.reschedule(ekey, metrics, &self.shares);
             return Upstream::Absorbed;
         }
         // A trunk's gateway that answers 408 (its own side timed out) is
@@ -717,7 +744,7 @@ impl Transactions {
                 || trunk && status == StatusCode::REQUEST_TIMEOUT)
             && self.fail_over(b, settled, retry_after(msg), now, sends, metrics)
         {
-            shard.reschedule(ekey, metrics);
+            shard.reschedule(ekey, metrics, &self.shares);
             return Upstream::Absorbed;
         }
         if !b.pending() {
@@ -769,8 +796,15 @@ impl Transactions {
                 }
             }
         }
-        shard.cancel(ekey, &ringing, now, self.timers, sends, metrics);
-        shard.reschedule(ekey, metrics);
+        shard.cancel(
+            ekey,
+            &ringing,
+            now,
+            self.timers,
+            sends,
+            (metrics, &self.shares),
+        );
+        shard.reschedule(ekey, metrics, &self.shares);
         verdict
     }
 
@@ -805,7 +839,7 @@ impl Transactions {
             return;
         }
         if self.fail_over(b, settled, None, now, sends, metrics) {
-            shard.reschedule(ekey, metrics);
+            shard.reschedule(ekey, metrics, &self.shares);
             return;
         }
         b.abandon();
@@ -815,7 +849,7 @@ impl Transactions {
         if let Upstream::Send(hop) = upstream {
             sends.push(&out, hop);
         }
-        shard.reschedule(ekey, metrics);
+        shard.reschedule(ekey, metrics, &self.shares);
     }
 
     /// The earliest time a timer may be due (a superseded one can make it
@@ -844,7 +878,7 @@ impl Transactions {
                 if let Some(e) = shard.map.get_mut(&key) {
                     e.scheduled = None;
                 }
-                shard.reschedule(key, metrics);
+                shard.reschedule(key, metrics, &self.shares);
             }
             // After a storm, hand the emptied slots back: a table sized for
             // the peak would otherwise keep its memory for good.
@@ -924,7 +958,14 @@ impl Transactions {
                 sends.push(&out, hop);
             }
         }
-        shard.cancel(key, &ringing, now, self.timers, sends, metrics);
+        shard.cancel(
+            key,
+            &ringing,
+            now,
+            self.timers,
+            sends,
+            (metrics, &self.shares),
+        );
     }
 }
 

@@ -43,7 +43,7 @@ fn started(t0: Instant, down: Transport) -> (Transactions, Metrics, Sends) {
     tx.start(
         KEY,
         &req,
-        hop(5080, Transport::Udp),
+        (hop(5080, Transport::Udp), None),
         one(FORWARDED, hop(5070, down), None),
         t0,
         &mut sends,
@@ -77,7 +77,7 @@ fn the_table_is_bounded_by_memory_and_shrinks_after_a_storm() {
         match tx.start(
             key,
             &req,
-            hop(5080, Transport::Udp),
+            (hop(5080, Transport::Udp), None),
             one(FORWARDED, hop(5070, Transport::Udp), None),
             t0,
             &mut sends,
@@ -86,6 +86,7 @@ fn the_table_is_bounded_by_memory_and_shrinks_after_a_storm() {
             Ok(()) => started += 1,
             Err(NotStarted::Full) => full += 1,
             Err(NotStarted::Exists) => unreachable!("distinct keys"),
+            Err(NotStarted::OverShare) => unreachable!("no share"),
         }
         sends.clear();
     }
@@ -111,6 +112,62 @@ fn the_table_is_bounded_by_memory_and_shrinks_after_a_storm() {
     );
 }
 
+/// One source storming the table holds at most a sixteenth of its
+/// memory: past that its requests are refused while another source's
+/// still start, and its share is back to nothing once its transactions
+/// end.
+#[test]
+fn one_source_holds_at_most_a_sixteenth_of_the_tables_memory() {
+    let t0 = Instant::now();
+    let bound = 8 << 20;
+    let tx = Transactions::new(TimerConfig::RFC3261, bound);
+    let m = Metrics::default();
+    let req = Message::parse(INVITE).unwrap();
+    let source = |ip: [u8; 4]| Some(crate::proto::guard::SourceKey::of(ip.into(), 64));
+    let start = |branch: u64, from| {
+        let key = Key {
+            branch,
+            cancel: false,
+        };
+        let to = one(FORWARDED, hop(5070, Transport::Udp), None);
+        let up = (hop(5080, Transport::Udp), from);
+        tx.start(key, &req, up, to, t0, &mut Sends::default(), &m)
+    };
+    let (mut started, mut refused) = (0, 0);
+    for branch in 0..10_000u64 {
+        match start(branch, source([192, 0, 2, 1])) {
+            Ok(()) => started += 1,
+            Err(NotStarted::OverShare) => refused += 1,
+            Err(e) => unreachable!("{e:?}"),
+        }
+    }
+    let held = m.transaction_bytes.load(Ordering::Relaxed);
+    assert!(
+        started > 10 && refused > 0,
+        "{started} started, {refused} refused"
+    );
+    assert!(
+        held >= bound / 16 && held < bound / 16 + 4096,
+        "{held} bytes held"
+    );
+    assert_eq!(
+        start(20_000, source([192, 0, 2, 2])),
+        Ok(()),
+        "another source"
+    );
+    assert_eq!(start(20_001, None), Ok(()), "a carrier");
+    for s in 1..=200 {
+        tx.tick(t0 + Duration::from_secs(s), &mut Sends::default(), &m);
+    }
+    assert!(tx.is_empty());
+    assert_eq!(
+        tx.shares.held(source([192, 0, 2, 1]).unwrap()),
+        0,
+        "its share back"
+    );
+    assert_eq!(start(30_000, source([192, 0, 2, 1])), Ok(()));
+}
+
 #[test]
 fn invite_gets_100_trying_and_retransmissions_are_absorbed() {
     let t0 = Instant::now();
@@ -122,7 +179,7 @@ fn invite_gets_100_trying_and_retransmissions_are_absorbed() {
         tx.start(
             KEY,
             &req,
-            hop(5080, Transport::Udp),
+            (hop(5080, Transport::Udp), None),
             one(FORWARDED, hop(5070, Transport::Udp), None),
             t0,
             &mut sends,
@@ -298,7 +355,7 @@ fn pooled(t0: Instant, ports: &[u16]) -> (Transactions, Metrics, Sends) {
     tx.start(
         KEY,
         &req,
-        hop(5080, Transport::Udp),
+        (hop(5080, Transport::Udp), None),
         one(FORWARDED, hop(5070, Transport::Udp), Some(route)),
         t0,
         &mut sends,
