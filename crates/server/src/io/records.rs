@@ -1,10 +1,16 @@
 //! The call records journal: one JSON object per line, appended with one
 //! `write` per batch before the message that ended the calls is sent, so
 //! a kill -9 loses no record of a call that ended before it.
+//!
+//! Rotation needs no signal: before each batch the file at the path is
+//! compared with the one open (device and inode), so once logrotate (or
+//! an operator) moved it away, the batch goes to a new file at the path,
+//! and the old one holds every record written before (a copy-and-truncate
+//! rotation works too: the file is appended to).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::io::sinks::CallLog;
@@ -13,23 +19,40 @@ use crate::proto::dialogs::CallRecord;
 /// The records file.
 #[derive(Debug)]
 pub struct CallFile {
+    path: PathBuf,
     file: Mutex<File>,
+}
+
+/// `path` opened for appending (created, mode 0640).
+fn append_to(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(path)
+}
+
+/// Whether `file` is no longer the file at `path` (moved away, or
+/// replaced).
+fn moved(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(at), Ok(open)) => (at.dev(), at.ino()) != (open.dev(), open.ino()),
+        (Err(_), _) => true,
+        (Ok(_), Err(_)) => false,
+    }
 }
 
 impl CallFile {
     /// Opens `path` for appending (created, mode 0640).
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o640)
-            .open(path)?;
         Ok(Self {
-            file: Mutex::new(file),
+            path: path.to_owned(),
+            file: Mutex::new(append_to(path)?),
         })
     }
 }
@@ -43,6 +66,17 @@ impl CallLog for CallFile {
             }
         }
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if moved(&self.path, &f) {
+            match append_to(&self.path) {
+                Ok(new) => {
+                    *f = new;
+                    tracing::info!(target: "sipsec::calls", path = %self.path.display(), "call records file rotated: writing a new one");
+                }
+                Err(e) => {
+                    tracing::error!(target: "sipsec::calls", path = %self.path.display(), "call records file moved and not reopened, writing on to the moved one: {e}");
+                }
+            }
+        }
         if let Err(e) = f.write_all(&text) {
             tracing::error!(target: "sipsec::calls", "call records not written: {e}");
         }
@@ -157,5 +191,60 @@ fn stream(
             pending = Some(record);
             std::thread::sleep(timeout);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::dialogs::Disposition;
+
+    fn record(call_id: &str) -> CallRecord {
+        CallRecord {
+            call_id: call_id.into(),
+            caller: "alice".into(),
+            callee: "bob".into(),
+            start_ms: 1,
+            answer_ms: None,
+            end_ms: 2,
+            duration_s: 0.0,
+            status: 486,
+            disposition: Disposition::Failed,
+            trunk: None,
+            gateway: None,
+            transport: "udp",
+            stir: None,
+        }
+    }
+
+    fn lines(path: &Path) -> Vec<String> {
+        let text = std::fs::read_to_string(path).expect("readable");
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object a line");
+                v["call_id"].as_str().expect("call_id").to_owned()
+            })
+            .collect()
+    }
+
+    /// logrotate moves the file away (and may compress it later): the
+    /// next batch goes to a new file at the path, and nothing is lost;
+    /// a file removed outright is made again.
+    #[test]
+    fn a_file_moved_away_is_followed_by_a_new_one_and_no_record_is_lost() {
+        let dir = std::env::temp_dir().join(format!("sipsec-records-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("calls.jsonl");
+        let log = CallFile::open(&path).expect("opened");
+        log.write(&[record("c1"), record("c2")]);
+        let rotated = dir.join("calls.jsonl.1");
+        std::fs::rename(&path, &rotated).expect("rotate");
+        log.write(&[record("c3")]);
+        assert_eq!(lines(&rotated), ["c1", "c2"]);
+        assert_eq!(lines(&path), ["c3"]);
+        std::fs::remove_file(&path).expect("remove");
+        log.write(&[record("c4")]);
+        assert_eq!(lines(&path), ["c4"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
