@@ -746,6 +746,20 @@ mod tests {
         assert!(p.ticket_call("alice", "call-3", 1_052), "not a ticket");
         assert_eq!(p.counters.tickets_replayed.load(Ordering::Relaxed), 1);
         assert_eq!(p.counters.tickets_expired.load(Ordering::Relaxed), 1);
+        // A forged copy of an unused ticket (its nonce, a broken tag) sent
+        // first does not open, and does not take the ticket from the call
+        // that uses it after.
+        let reveal_for = |t: &str, call: &str| {
+            crate::proto::uris::reveal_for_call(Some(&p), t, (call, 1_060), || true)
+                .map(|id| id.into_owned())
+        };
+        let mut forged = Encoding::decode_any(&texts[3]).unwrap();
+        let last = forged.len() - 1;
+        forged[last] ^= 1;
+        let forged = Encoding::Base32.encode(&forged);
+        assert_eq!(reveal_for(&forged, "forged-call"), None);
+        assert_eq!(reveal_for(&texts[3], "call-4").as_deref(), Some("alice"));
+        assert_eq!(reveal_for(&texts[3], "call-5"), None, "then single-use");
         // An enrollment for another proxy, or junk: no tickets.
         assert_eq!(p.enroll("alice", "not-an-enrollment", 1_000), None);
         let other = openssl::pkey::PKey::generate_x25519().unwrap();

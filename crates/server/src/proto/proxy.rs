@@ -21,7 +21,7 @@ use crate::proto::parked::Parked;
 use crate::proto::reply::{bump, Event, Next, Reply};
 use crate::proto::stateful::{NotStarted, Seen};
 use crate::proto::tokens;
-use crate::proto::uris::{first_path_uri, resolve, reveal};
+use crate::proto::uris::{first_path_uri, resolve, reveal_for_call};
 use sip_core::Transport;
 
 /// How one contact of a local user is reached.
@@ -330,18 +330,12 @@ impl Proxy {
         if ctx.shared.privacy.is_none() || !ctx.is_local_uri(from) {
             return Ok(true);
         }
-        let single_use = ctx
-            .shared
-            .privacy
-            .as_ref()
-            .is_none_or(|p| p.ticket_call(from_user, msg.call_id(), now));
-        match reveal(ctx.shared.privacy.as_ref(), from_user, now, || {
-            ctx.may_decrypt(src)
-        }) {
+        let privacy = ctx.shared.privacy.as_ref();
+        let call = (msg.call_id(), now);
+        match reveal_for_call(privacy, from_user, call, || ctx.may_decrypt(src)) {
+            // Not ours, or a PrivaSIP-3 ticket already used by another
+            // call: refused alike.
             None => Err(ctx.refuse(msg, src, out)),
-            // A PrivaSIP-3 ticket already used by another call: refused
-            // as any pseudonym that does not open.
-            Some(_) if !single_use => Err(ctx.refuse(msg, src, out)),
             Some(Cow::Owned(id)) if id != user => Err(ctx.respond(
                 msg,
                 StatusCode::FORBIDDEN,

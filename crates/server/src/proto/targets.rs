@@ -14,7 +14,7 @@ use crate::proto::metrics::Stage;
 use crate::proto::proxy::Proxy;
 use crate::proto::proxy::{Leg, Selected};
 use crate::proto::reply::{bump, Event, Next, Reply, ALLOW};
-use crate::proto::uris::{aor_of, first_path_uri, reveal};
+use crate::proto::uris::{aor_of, first_path_uri, reveal_for_call};
 use sip_core::Transport;
 
 impl Proxy {
@@ -139,14 +139,11 @@ impl Proxy {
         let key = match (ruri.user(), ruri.host()) {
             (Some(u), Some(h)) => {
                 // A PrivaSIP-3 callee pseudonym is single-use too.
-                let single_use = ctx
-                    .shared
-                    .privacy
-                    .as_ref()
-                    .is_none_or(|p| p.ticket_call(u, msg.call_id(), now));
-                match reveal(ctx.shared.privacy.as_ref(), u, now, || ctx.may_decrypt(src)) {
-                    Some(u) if single_use => Some(aor_of(&u, h)),
-                    _ => return Err(ctx.refuse(msg, src, out)),
+                let privacy = ctx.shared.privacy.as_ref();
+                let call = (msg.call_id(), now);
+                match reveal_for_call(privacy, u, call, || ctx.may_decrypt(src)) {
+                    Some(id) => Some(aor_of(&id, h)),
+                    None => return Err(ctx.refuse(msg, src, out)),
                 }
             }
             _ => None,

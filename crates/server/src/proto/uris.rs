@@ -59,6 +59,22 @@ pub(super) fn reveal<'a>(
     }
 }
 
+/// [`reveal`] for a request of the call `call_id`: a PrivaSIP-3 ticket
+/// that opened is bound to that call and refused (`None`) with any other
+/// ([`Privacy::ticket_call`]). Only a ticket that opened is recorded, so
+/// ticket-shaped garbage fills nothing of the single-use table.
+pub(super) fn reveal_for_call<'a>(
+    privacy: Option<&Privacy>,
+    user: &'a str,
+    (call_id, now): (&str, u64),
+    may_decrypt: impl FnOnce() -> bool,
+) -> Option<Cow<'a, str>> {
+    let id = reveal(privacy, user, now, may_decrypt)?;
+    let single_use =
+        matches!(id, Cow::Borrowed(_)) || privacy.is_none_or(|p| p.ticket_call(user, call_id, now));
+    single_use.then_some(id)
+}
+
 /// Whether a header such as Supported or Require lists `tag`.
 #[inline]
 pub(super) fn has_option_tag(msg: &Message<'_>, name: HeaderName, tag: &str) -> bool {
