@@ -5,6 +5,8 @@
 //! own, whose loopback carries addresses of two /64s. Run as root, as CI
 //! runs (`./setup.sh` installs iproute2).
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/scratch.rs"]
 mod scratch;
 #[path = "support/served.rs"]
@@ -17,6 +19,7 @@ use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use peers::{ip, udp_at};
 use served::Served;
 use sipsec_server::proto::users::{UserEntry, Users};
 use sipsec_server::{Config, Mode};
@@ -25,19 +28,6 @@ use sipsec_server::{Config, Mode};
 const SERVER: &str = "2001:db8:5:1::1";
 const ROTATING: &str = "2001:db8:5:1";
 const OTHER: &str = "2001:db8:5:2::1";
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip runs (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A network namespace whose loopback holds the server's address, ten of
 /// the rotating party's and the other party's; deleted with it.
@@ -89,13 +79,6 @@ fn rotated(i: u16) -> IpAddr {
     format!("{ROTATING}::{i:x}:{i:x}").parse().expect("address")
 }
 
-fn udp_from(addr: IpAddr) -> UdpSocket {
-    let s = UdpSocket::bind(SocketAddr::new(addr, 0)).expect("bind");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    s
-}
-
 fn register(from: &UdpSocket, cseq: u32, auth: &str) -> String {
     let me = from.local_addr().expect("local");
     format!(
@@ -111,21 +94,6 @@ fn ask(from: &UdpSocket, srv: SocketAddr, req: &str) -> String {
     let mut b = [0u8; 8192];
     let n = from.recv(&mut b).expect("an answer");
     String::from_utf8_lossy(&b[..n]).into_owned()
-}
-
-/// A wrong answer to the challenge in `challenge` (a 401).
-fn wrong_credentials(challenge: &str) -> String {
-    assert!(challenge.starts_with("SIP/2.0 401 "), "{challenge}");
-    let nonce = challenge
-        .split("nonce=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("a nonce");
-    format!(
-        "Authorization: Digest username=\"alice\", realm=\"sipsec\", nonce=\"{nonce}\", \
-         uri=\"sip:[{SERVER}]\", response=\"{}\", algorithm=MD5, qop=auth, nc=00000001, cnonce=\"c\"\r\n",
-        "0".repeat(32)
-    )
 }
 
 /// Waits (bounded) until `counter` reaches `n`.
@@ -169,12 +137,16 @@ fn wrong_answers_from_rotating_addresses_ban_their_whole_prefix() {
     let (s, _users) = server(&ns, "v6-bans");
     let srv = s.handle.local_addr();
     let (party, other) = ns.inside(|| {
-        let party: Vec<UdpSocket> = (1..=4).map(|i| udp_from(rotated(i))).collect();
-        (party, udp_from(OTHER.parse().expect("address")))
+        let party: Vec<UdpSocket> = (1..=4).map(|i| udp_at((rotated(i), 0))).collect();
+        (
+            party,
+            udp_at((OTHER.parse::<IpAddr>().expect("address"), 0)),
+        )
     });
     for (i, sock) in party.iter().take(3).enumerate() {
         let cseq = 2 * i as u32 + 1;
-        let creds = wrong_credentials(&ask(sock, srv, &register(sock, cseq, "")));
+        let challenge = ask(sock, srv, &register(sock, cseq, ""));
+        let creds = peers::wrong_credentials(&challenge, &format!("sip:[{SERVER}]"));
         let refused = ask(sock, srv, &register(sock, cseq + 1, &creds));
         assert!(refused.starts_with("SIP/2.0 401 "), "{refused}");
     }

@@ -6,6 +6,8 @@
 //! source's pseudonyms still open. Real sockets on loopback (held to the
 //! guard's limits here).
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/scratch.rs"]
 mod scratch;
 #[path = "support/served.rs"]
@@ -13,19 +15,12 @@ mod served;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
+use peers::udp_at;
 use privacy::Encoding;
 use served::Served;
 use sipsec_server::config::PrivacySettings;
 use sipsec_server::{Config, Mode};
-
-fn socket(at: &str) -> UdpSocket {
-    let s = UdpSocket::bind(at).expect("bind");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    s
-}
 
 /// An OPTIONS from `from` to the callee pseudonym `user`.
 fn options(from: &UdpSocket, user: &str, n: u32) -> String {
@@ -80,7 +75,7 @@ fn one_source_opens_pseudonyms_at_its_decryption_rate_and_others_still_do() {
             .pseudonym("bob", Encoding::Hex, 1000)
             .expect("pseudonym")
     };
-    let minter = socket("127.0.0.1:0");
+    let minter = udp_at("127.0.0.1:0");
     // The burst (twice the rate): each opens, to a callee not registered.
     for n in 0..4 {
         let answer = ask(&minter, srv, &options(&minter, &fresh(), n));
@@ -94,7 +89,7 @@ fn one_source_opens_pseudonyms_at_its_decryption_rate_and_others_still_do() {
         "{limited}"
     );
     // Another source's still open; the first was not failed or banned.
-    let other = socket("127.0.0.2:0");
+    let other = udp_at("127.0.0.2:0");
     let answer = ask(&other, srv, &options(&other, &fresh(), 5));
     assert!(answer.starts_with("SIP/2.0 404 "), "{answer}");
     let shared = s.handle.shared();

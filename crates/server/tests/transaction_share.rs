@@ -6,6 +6,8 @@
 //! requests are still forwarded. Real sockets on loopback (held to the
 //! guard's limits here).
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/scratch.rs"]
 mod scratch;
 #[path = "support/served.rs"]
@@ -13,17 +15,10 @@ mod served;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
+use peers::udp_at;
 use served::Served;
 use sipsec_server::{Config, Mode};
-
-fn socket(at: &str) -> UdpSocket {
-    let s = UdpSocket::bind(at).expect("bind");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    s
-}
 
 fn recv(s: &UdpSocket) -> String {
     let mut b = vec![0u8; 65_535];
@@ -61,7 +56,7 @@ fn one_source_holds_at_most_its_share_of_the_transaction_table() {
     let s = Served::start("transaction-share", config).expect("server starts");
     let srv: SocketAddr = s.handle.local_addr();
     // Bob's phone is registered and never answers.
-    let bob = socket("127.0.0.1:0");
+    let bob = udp_at("127.0.0.1:0");
     let at = bob.local_addr().expect("local");
     let register = format!(
         "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/UDP {at};branch=z9hG4bK-reg\r\n\
@@ -75,8 +70,8 @@ fn one_source_holds_at_most_its_share_of_the_transaction_table() {
     // the share (256 KiB) holds four. After each, a small MESSAGE from
     // another source: with one worker taking datagrams in turn, bob gets
     // the big one first when it was forwarded, else only the small one.
-    let sender = socket("127.0.0.1:0");
-    let prober = socket("127.0.0.2:0");
+    let sender = udp_at("127.0.0.1:0");
+    let prober = udp_at("127.0.0.2:0");
     let mut forwarded = 0;
     for n in 0..16 {
         sender

@@ -6,6 +6,8 @@
 //! sockets; frames the kernel's stack would discard (a checksum that
 //! fails, a source that cannot send) are discarded. Run as root, as CI runs (`./setup.sh` installs iproute2).
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/scratch.rs"]
 mod scratch;
 #[path = "support/served.rs"]
@@ -17,21 +19,9 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use peers::ip;
 use served::Served;
 use sipsec_server::{Config, Mode};
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip runs (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A veth pair, one end in a namespace; deleted with it.
 struct Veth {

@@ -4,6 +4,8 @@
 //! (double record-routing, RFC 5658); RFC 6455 edge cases get the close
 //! codes and HTTP statuses the RFCs give.
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/scratch.rs"]
 mod scratch;
 #[path = "support/served.rs"]
@@ -866,21 +868,6 @@ fn register_alice(transport: &str, via: &str, cseq: u32, auth: &str) -> String {
     )
 }
 
-/// A wrong answer to the challenge in `challenge` (a 401).
-fn wrong_credentials(challenge: &str) -> String {
-    assert!(challenge.starts_with("SIP/2.0 401 "), "{challenge}");
-    let nonce = challenge
-        .split("nonce=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("a nonce");
-    format!(
-        "Authorization: Digest username=\"alice\", realm=\"sipsec\", nonce=\"{nonce}\", \
-         uri=\"sip:localhost\", response=\"{}\", algorithm=MD5, qop=auth, nc=00000001, cnonce=\"c\"\r\n",
-        "0".repeat(32)
-    )
-}
-
 /// Waits (bounded) until the server has dropped `n` requests from banned
 /// sources in all: the sign that a request sent was refused, not lost.
 fn await_banned_drops(s: &Served, n: u64) {
@@ -919,7 +906,7 @@ fn wrong_answers_over_websocket_ban_websocket_not_the_address() {
     assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
     for i in 0..3 {
         page.send(&register_alice("WS", "abc.invalid", 2 * i + 1, ""));
-        let creds = wrong_credentials(&page.final_message());
+        let creds = peers::wrong_credentials(&page.final_message(), "sip:localhost");
         page.send(&register_alice("WS", "abc.invalid", 2 * i + 2, &creds));
         let refused = page.final_message();
         assert!(refused.starts_with("SIP/2.0 401 "), "{refused}");
@@ -950,7 +937,7 @@ fn wrong_answers_over_websocket_ban_websocket_not_the_address() {
     };
     // Three wrong answers over UDP ban the address everywhere.
     for i in 0..3 {
-        let creds = wrong_credentials(&ask(2 * i + 1, ""));
+        let creds = peers::wrong_credentials(&ask(2 * i + 1, ""), "sip:localhost");
         let refused = ask(2 * i + 2, &creds);
         assert!(refused.starts_with("SIP/2.0 401 "), "{refused}");
     }
