@@ -246,6 +246,14 @@ impl Source {
         self.all.banned_at(now_s) || self.web.banned_at(now_s)
     }
 
+    /// Whether failures are counted toward a ban in either scope at
+    /// `now_s` (within the window of `window` seconds).
+    fn failing(&self, now_s: u64, window: u64) -> bool {
+        [&self.all, &self.web]
+            .iter()
+            .any(|t| t.failures > 0 && now_s < t.window_start + window)
+    }
+
     /// The last request's time, either scope (Unix milliseconds).
     fn last_ms(&self) -> u64 {
         self.all
@@ -334,11 +342,20 @@ impl Guard {
         ip: SourceKey,
         now_ms: u64,
     ) -> &'m mut Source {
-        if !map.contains_key(&ip) && map.len() >= self.cfg.max_sources / SHARDS {
-            // Evict sources that are neither banned nor recently active.
+        let max = self.cfg.max_sources / SHARDS;
+        if !map.contains_key(&ip) && map.len() >= max {
+            // Evict sources that are neither banned, failing nor recently
+            // active; then those only active. Failures take a nonce this
+            // server issued, so a flood of spoofed sources is never
+            // failing: it cannot wipe a guesser's count before its ban.
             let now_s = now_ms / 1000;
-            map.retain(|_, s| s.banned_at(now_s) || now_ms.saturating_sub(s.last_ms()) < 10_000);
-            if map.len() >= self.cfg.max_sources / SHARDS {
+            let window = self.cfg.failure_window;
+            let kept = |s: &Source| s.banned_at(now_s) || s.failing(now_s, window);
+            map.retain(|_, s| kept(s) || now_ms.saturating_sub(s.last_ms()) < 10_000);
+            if map.len() >= max {
+                map.retain(|_, s| kept(s));
+            }
+            if map.len() >= max {
                 map.retain(|_, s| s.banned_at(now_s));
             }
         }
@@ -772,6 +789,30 @@ mod tests {
             ..GuardConfig::default()
         });
         assert!((0..100).all(|_| off.may_decrypt(a, 1_000)));
+    }
+
+    /// A guesser's failures outlive a flood of fresh (spoofed) sources
+    /// that fills the table: they cannot be evicted to reset its count.
+    #[test]
+    fn a_flood_of_fresh_sources_does_not_wipe_a_guessers_failures() {
+        let g = Guard::new_for_test(GuardConfig {
+            max_auth_failures: 3,
+            max_sources: 64,
+            ..GuardConfig::default()
+        });
+        let guesser = ip("192.0.2.66");
+        assert!(!g.auth_failed(guesser, Scope::All, 1_000));
+        assert!(!g.auth_failed(guesser, Scope::All, 2_000));
+        for i in 0..10_000u32 {
+            let spoofed = IpAddr::from((0x0a00_0000 + i).to_be_bytes());
+            let _ = g.admit(spoofed, Scope::All, 3_000);
+        }
+        assert!(
+            g.auth_failed(guesser, Scope::All, 4_000),
+            "the third failure bans"
+        );
+        let total: usize = g.shards.each().map(|s| s.len()).sum();
+        assert!(total <= 64 + SHARDS, "{total}");
     }
 
     #[test]
