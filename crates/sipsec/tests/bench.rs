@@ -1112,7 +1112,10 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
     for c in &cells {
         assert_eq!(c["failures"], serde_json::json!({}), "{c}");
     }
-    let split = |server: &str| split_of(&cells, server, 2, 4000.0, &t);
+    // What is checked is where the work went, not how fast: a cell that
+    // carried its first thousand calls a second will do (a CI machine
+    // busy with other jobs sustained 2,000 here, not 4,000).
+    let split = |server: &str| split_of(&cells, server, 2, 1000.0, &t);
     let flow = split("sipsec flow");
     assert!(
         flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
