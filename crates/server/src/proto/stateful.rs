@@ -558,12 +558,14 @@ impl Transactions {
         {
             return Err(NotStarted::Full);
         }
-        if source.is_some_and(|s| !self.shares.has_room(s)) {
-            return Err(NotStarted::OverShare);
-        }
         let mut shard = self.shard(key);
         if shard.map.contains_key(&key) {
             return Err(NotStarted::Exists);
+        }
+        // A copy racing in is a retransmission first: it is absorbed,
+        // not refused, whatever its source holds.
+        if source.is_some_and(|s| !self.shares.has_room(s)) {
+            return Err(NotStarted::OverShare);
         }
         let invite = request.method() == Method::Invite;
         let mut branches: Vec<Branch> = targets

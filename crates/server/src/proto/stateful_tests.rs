@@ -151,6 +151,11 @@ fn one_source_holds_at_most_a_sixteenth_of_the_tables_memory() {
         "{held} bytes held"
     );
     assert_eq!(
+        start(0, source([192, 0, 2, 1])),
+        Err(NotStarted::Exists),
+        "a copy of one of its transactions is a retransmission, not refused"
+    );
+    assert_eq!(
         start(20_000, source([192, 0, 2, 2])),
         Ok(()),
         "another source"
