@@ -526,6 +526,73 @@ fn every_failure_has_its_own_status_and_counter_and_others_go_on() {
     );
 }
 
+/// Any caller may name any repository, so one that names repositories
+/// that hang holds at most half the fetchers (two of the default four)
+/// and its share of the waiting calls: its further URLs are answered
+/// `busy` at once, and another caller's certificate is fetched and its
+/// call verified meanwhile (before the share, the hanging URLs held every
+/// fetcher and the other call waited behind them).
+#[test]
+fn one_caller_naming_repositories_that_hang_holds_only_its_share_of_the_fetchers() {
+    let dir = tempdir("stir-share");
+    certificates(&dir);
+    let repo = repository(&dir);
+    let config = verifier(&dir, "allow_private_x5u = true\n");
+    let b = proxy(
+        &dir,
+        "b",
+        "b.example",
+        &format!("{config}[guard]\nexempt_loopback = false\n"),
+    );
+    let bob = socket();
+    register(&bob, BOB, "b.example", b.addr);
+    let hostile = socket();
+    for i in 0..8 {
+        let hang = token(
+            &dir,
+            "sp.key",
+            BOB,
+            now(),
+            &repo.url(&format!("slow-{i}.pem")),
+        );
+        let call = format!("hang{i}");
+        hostile
+            .send_to(invite(&hostile, &call, Some(&hang)).as_bytes(), b.addr)
+            .expect("send");
+    }
+    for _ in 0..6 {
+        let r = final_or_request(&hostile);
+        assert!(
+            r.starts_with("SIP/2.0 503") && r.contains("STIR/SHAKEN: busy"),
+            "past its share, at once: {r}"
+        );
+    }
+    let caller = UdpSocket::bind("127.0.0.2:0").expect("another source");
+    caller
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let good = token(&dir, "sp.key", BOB, now(), &repo.url("sp.pem"));
+    let seen = reaches_bob(&caller, &bob, b.addr, &invite(&caller, "good", Some(&good)));
+    assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
+    hostile.set_nonblocking(true).expect("nonblocking");
+    let mut buf = [0u8; 2048];
+    assert!(
+        hostile.recv(&mut buf).is_err(),
+        "the two calls within the share still wait on their repositories"
+    );
+    hostile.set_nonblocking(false).expect("blocking");
+    for _ in 0..2 {
+        let r = final_or_request(&hostile);
+        assert!(
+            r.starts_with("SIP/2.0 436") && r.contains("x5u_timeout"),
+            "{r}"
+        );
+    }
+    let slow: usize = (0..8).map(|i| repo.hits(&format!("slow-{i}.pem"))).sum();
+    assert_eq!(slow, 2, "the calls past the share fetched nothing");
+    assert_eq!(stir_status(&b)["failed"]["busy"], 6);
+}
+
 /// Kamailio with secsipid, stopped (SIGTERM, so its workers go too) when
 /// dropped.
 struct Kamailio(std::process::Child);

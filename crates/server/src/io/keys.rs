@@ -219,7 +219,7 @@ pub fn stir(
             Some(Verifying {
                 trust,
                 settings: c.clone(),
-                certs: CertTable::default(),
+                certs: CertTable::new(c.fetch.fetchers),
             })
         }
         None => None,

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use sip_core::{Message, Transport};
 
 use crate::config_media::{MediaMode, MediaSettings};
+use crate::proto::guard::SourceKey;
 use crate::proto::ng::{Command, Failure, Media};
 use crate::proto::parked::{Bounds, Parked, Waiting};
 use crate::shards::Shards;
@@ -27,6 +28,8 @@ const PARKED: Bounds = Bounds {
     per_question: 1,
     requests: 2048,
     bytes: 8 << 20,
+    questions_per_source: 2048 / 16,
+    requests_per_source: 2048 / 16,
 };
 /// Commands queued for the media thread that nothing waits on (deletes);
 /// past it they are dropped and counted (the relay's own timeout ends
@@ -188,8 +191,15 @@ impl MediaTable {
     }
 
     /// Asks `command` for `parked`, known by `question` (a retransmission
-    /// of it has the same question).
-    pub fn ask(&self, question: u64, command: Command, parked: Parked) -> Asked {
+    /// of it has the same question), within the share of its `source`
+    /// (`None`: one that carries many parties' requests).
+    pub fn ask(
+        &self,
+        question: u64,
+        command: Command,
+        parked: Parked,
+        source: Option<SourceKey>,
+    ) -> Asked {
         let mut s = self.state.lock(0);
         if s.closed {
             return Asked::Full;
@@ -201,10 +211,10 @@ impl MediaTable {
             Command::Offer(m) => !s.calls.contains_key(&m.call_id),
             _ => false,
         };
-        if (new_call && s.calls.len() >= self.max_calls) || !s.waiting.ask(question) {
+        if (new_call && s.calls.len() >= self.max_calls) || !s.waiting.ask(question, source) {
             return Asked::Full;
         }
-        if s.waiting.park(&question, parked).is_err() {
+        if s.waiting.park(&question, parked, source).is_err() {
             drop(s.waiting.answered(&question));
             return Asked::Full;
         }
@@ -595,18 +605,22 @@ CSeq: 1 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{bo
                 ..Media::default()
             })
         };
-        assert_eq!(t.ask(7, offer("a"), parked()), Asked::Parked);
-        assert_eq!(t.ask(7, offer("a"), parked()), Asked::Duplicate);
+        assert_eq!(t.ask(7, offer("a"), parked(), None), Asked::Parked);
+        assert_eq!(t.ask(7, offer("a"), parked(), None), Asked::Duplicate);
         assert_eq!(t.take_asked().len(), 1);
         assert_eq!(t.answered(7).len(), 1);
         let now = Instant::now();
         t.relaying("a", "ft", false, now);
         assert_eq!(
-            t.ask(8, offer("b"), parked()),
+            t.ask(8, offer("b"), parked(), None),
             Asked::Full,
             "one call at most"
         );
-        assert_eq!(t.ask(9, offer("a"), parked()), Asked::Parked, "a re-offer");
+        assert_eq!(
+            t.ask(9, offer("a"), parked(), None),
+            Asked::Parked,
+            "a re-offer"
+        );
         assert_eq!(t.sweep(now + UNANSWERED_FOR / 2), 0);
         assert_eq!(t.sweep(now + UNANSWERED_FOR * 2), 1);
         assert!(t.call("a").is_none());

@@ -215,7 +215,7 @@ impl Proxy {
             src,
             arrived: ctx.transport,
         };
-        match table.ask(question, command, parked) {
+        match table.ask(question, command, parked, ctx.source_share(src)) {
             Asked::Parked => {
                 ctx.sends.wake_media();
                 Some(Reply::Drop)

@@ -120,6 +120,8 @@ const BOUNDS: Bounds = Bounds {
     per_question: MAX_PARKED_PER_NAME,
     requests: MAX_PARKED,
     bytes: MAX_PARKED_BYTES,
+    questions_per_source: MAX_JOBS_PER_SOURCE,
+    requests_per_source: MAX_PARKED_PER_SOURCE,
 };
 
 #[derive(Debug)]
@@ -129,7 +131,8 @@ struct State {
     cache: HashMap<Key, (Vec<SocketAddr>, Instant)>,
     /// Addresses that failed lately, and until when they are skipped.
     down: HashMap<(SocketAddr, Transport), Instant>,
-    /// Destinations being resolved, with the requests waiting on them.
+    /// Destinations being resolved, with the requests waiting on them
+    /// (and the shares of the sources that asked and wait).
     pending: Waiting<Key>,
     /// Destinations the resolver has not started on.
     fresh: Vec<Key>,
@@ -140,14 +143,6 @@ struct State {
     /// Addresses held down until released (a trunk's gateway whose
     /// probes go unanswered).
     held: std::collections::HashSet<(SocketAddr, Transport)>,
-    /// The source whose request started each resolution under way, and
-    /// how many each source has under way.
-    askers: HashMap<Key, SourceKey>,
-    asked_by: HashMap<SourceKey, usize>,
-    /// The sources of the requests waiting on each name, and how many
-    /// each source has waiting.
-    parkers: HashMap<Key, Vec<SourceKey>>,
-    parked_by: HashMap<SourceKey, usize>,
 }
 
 impl Default for State {
@@ -160,10 +155,6 @@ impl Default for State {
             closed: false,
             statics: HashMap::new(),
             held: std::collections::HashSet::new(),
-            askers: HashMap::new(),
-            asked_by: HashMap::new(),
-            parkers: HashMap::new(),
-            parked_by: HashMap::new(),
         }
     }
 }
@@ -231,17 +222,8 @@ impl NameTable {
         if st.pending.asked(&key) {
             return Found::Resolving;
         }
-        let asker = asker();
-        let held = asker.and_then(|a| st.asked_by.get(&a).copied());
-        if held.unwrap_or(0) >= MAX_JOBS_PER_SOURCE {
+        if st.closed || !st.pending.ask(key.clone(), asker()) {
             return Found::Busy;
-        }
-        if st.closed || !st.pending.ask(key.clone()) {
-            return Found::Busy;
-        }
-        if let Some(a) = asker {
-            st.askers.insert(key.clone(), a);
-            *st.asked_by.entry(a).or_default() += 1;
         }
         st.fresh.push(key);
         Found::Asked
@@ -259,18 +241,11 @@ impl NameTable {
     ) -> Park {
         let key = key_of(name, port, transport);
         let mut st = self.state.lock(0);
-        let held = asker.and_then(|a| st.parked_by.get(&a).copied());
-        if st.closed || held.unwrap_or(0) >= MAX_PARKED_PER_SOURCE {
+        if st.closed {
             return Park::Full;
         }
-        match st.pending.park(&key, request) {
-            Ok(()) => {
-                if let Some(a) = asker {
-                    st.parkers.entry(key).or_default().push(a);
-                    *st.parked_by.entry(a).or_default() += 1;
-                }
-                Park::Parked
-            }
+        match st.pending.park(&key, request, asker) {
+            Ok(()) => Park::Parked,
             Err(Refused::Full) => Park::Full,
             // Resolved (or given up) since `find`: its outcome.
             Err(Refused::NotAsked) => match st.cache.get(&key) {
@@ -362,7 +337,6 @@ impl NameTable {
         make_room(&mut st.cache, MAX_CACHE, now);
         st.cache
             .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
-        st.release(key);
         st.pending.answered(key)
     }
 
@@ -372,10 +346,6 @@ impl NameTable {
         let mut st = self.state.lock(0);
         st.closed = true;
         st.fresh.clear();
-        st.askers.clear();
-        st.asked_by.clear();
-        st.parkers.clear();
-        st.parked_by.clear();
         st.pending.drain()
     }
 
@@ -385,28 +355,7 @@ impl NameTable {
     }
 }
 
-/// One of `source`'s places in `shares` is free again.
-fn give_back(shares: &mut HashMap<SourceKey, usize>, source: SourceKey) {
-    if let std::collections::hash_map::Entry::Occupied(mut e) = shares.entry(source) {
-        *e.get_mut() -= 1;
-        if *e.get() == 0 {
-            e.remove();
-        }
-    }
-}
-
 impl State {
-    /// The resolution of `key` is over: its asker's share, and those of
-    /// the requests that waited on it, are given back.
-    fn release(&mut self, key: &Key) {
-        if let Some(a) = self.askers.remove(key) {
-            give_back(&mut self.asked_by, a);
-        }
-        for a in self.parkers.remove(key).unwrap_or_default() {
-            give_back(&mut self.parked_by, a);
-        }
-    }
-
     /// Skips `hop` until `until`; returns until when it was skipped
     /// before. The table keeps at most `MAX_DOWN` addresses: when full,
     /// the lapsed ones go, and a new address finding it still full is

@@ -11,6 +11,12 @@
 //! here. Certificates are kept as long as the repository's Cache-Control
 //! says (bounded), failures for a few seconds, so a broken repository
 //! cannot draw a fetch per call.
+//!
+//! Any caller can name any `https://` URL, so one source (as the guard
+//! counts it) may have at most [`MAX_FETCHES_PER_SOURCE`] URLs being
+//! fetched, and never more than half the fetcher threads, and a
+//! sixteenth of the requests waiting: one party naming repositories
+//! that hang cannot leave every other caller's certificate unfetched.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,17 +27,23 @@ use sip_core::StatusCode;
 use stir::{CertError, Signer, SigningKey, Trust};
 
 use crate::config_stir::{SignSettings, VerifySettings};
+use crate::proto::guard::SourceKey;
 use crate::proto::parked::{make_room, Bounds, Parked, Refused, Waiting};
 use crate::shards::Shards;
 
 /// Certificates kept.
 pub const MAX_CACHE: usize = 1024;
+/// URLs one source may have being fetched at once (fewer with fewer than
+/// eight fetcher threads: at most half of them).
+pub const MAX_FETCHES_PER_SOURCE: usize = 4;
 /// How many requests may wait for certificates.
 const BOUNDS: Bounds = Bounds {
     questions: 64,
     per_question: 64,
     requests: 1024,
     bytes: 4 << 20,
+    questions_per_source: MAX_FETCHES_PER_SOURCE,
+    requests_per_source: 1024 / 16,
 };
 
 /// What the forwarded request gets.
@@ -112,22 +124,32 @@ pub struct CertTable {
     state: Shards<State>,
 }
 
-impl Default for CertTable {
-    fn default() -> Self {
+impl CertTable {
+    /// An empty table for `fetchers` fetcher threads.
+    pub fn new(fetchers: usize) -> Self {
+        let bounds = Bounds {
+            questions_per_source: (fetchers / 2).clamp(1, MAX_FETCHES_PER_SOURCE),
+            ..BOUNDS
+        };
         Self {
             state: Shards::new(1, || State {
                 cache: HashMap::new(),
-                pending: Waiting::new(BOUNDS),
+                pending: Waiting::new(bounds),
                 fresh: Vec::new(),
                 closed: false,
             }),
         }
     }
-}
 
-impl CertTable {
-    /// What is known of `url` at `now`; an unknown one is queued.
-    pub fn lookup(&self, url: &str, now: Instant) -> Lookup {
+    /// What is known of `url` at `now`; an unknown one is queued, within
+    /// the share of the source `asker` names (asked only then; `None`:
+    /// one that carries many parties' requests, held to no share).
+    pub fn lookup(
+        &self,
+        url: &str,
+        now: Instant,
+        asker: impl FnOnce() -> Option<SourceKey>,
+    ) -> Lookup {
         let mut st = self.state.lock(0);
         if let Some((cert, until)) = st.cache.get(url) {
             if *until > now {
@@ -137,18 +159,24 @@ impl CertTable {
         if st.pending.asked(&url.to_string()) {
             return Lookup::Fetching;
         }
-        if st.closed || !st.pending.ask(url.to_string()) {
+        if st.closed || !st.pending.ask(url.to_string(), asker()) {
             return Lookup::Busy;
         }
         st.fresh.push(url.to_string());
         Lookup::Asked
     }
 
-    /// Parks `request` until `url` is fetched; `Err` with what is known
-    /// when the fetch ended meanwhile, or `None` when there is no room.
-    pub fn park(&self, url: &str, request: Parked) -> Result<(), Option<Cert>> {
+    /// Parks `request` of `parker` (its source, or `None`) until `url` is
+    /// fetched; `Err` with what is known when the fetch ended meanwhile,
+    /// or `None` when there is no room.
+    pub fn park(
+        &self,
+        url: &str,
+        request: Parked,
+        parker: Option<SourceKey>,
+    ) -> Result<(), Option<Cert>> {
         let mut st = self.state.lock(0);
-        match st.pending.park(&url.to_string(), request) {
+        match st.pending.park(&url.to_string(), request, parker) {
             Ok(()) => Ok(()),
             Err(Refused::Full) => Err(None),
             Err(Refused::NotAsked) => Err(st.cache.get(url).map(|(c, _)| c.clone())),
@@ -431,5 +459,67 @@ sipsec_stir_parked {parked}",
             "fetched": load(&c.fetched),
             "fetch_failed": load(&c.fetch_failed),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sip_core::Transport;
+
+    fn parked() -> Parked {
+        Parked {
+            message: b"INVITE".to_vec(),
+            src: "192.0.2.1:5060".parse().unwrap(),
+            arrived: Transport::Udp,
+        }
+    }
+
+    /// Asks `n` fresh URLs for `source`: how many were queued.
+    fn asked(t: &CertTable, source: Option<SourceKey>, prefix: &str, n: usize) -> usize {
+        let now = Instant::now();
+        (0..n)
+            .filter(|i| {
+                let url = format!("https://{prefix}.example/{i}.pem");
+                matches!(t.lookup(&url, now, || source), Lookup::Asked)
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_source_has_at_most_half_the_fetchers_busy_and_a_sixteenth_of_the_waiting() {
+        let key = |ip: &str| Some(SourceKey::of(ip.parse().unwrap(), 64));
+        let (a, b) = (key("192.0.2.1"), key("192.0.2.2"));
+        for (fetchers, share) in [(1, 1), (4, 2), (8, 4), (64, 4)] {
+            let t = CertTable::new(fetchers);
+            assert_eq!(asked(&t, a, "a", 10), share, "{fetchers} fetchers");
+            assert_eq!(asked(&t, b, "b", 1), 1, "another source");
+            assert_eq!(asked(&t, None, "n", 10), 10, "a carrier has no share");
+        }
+        let t = CertTable::new(4);
+        let now = Instant::now();
+        let urls = ["https://b.example/0.pem", "https://b.example/1.pem"];
+        for url in urls {
+            assert!(matches!(t.lookup(url, now, || b), Lookup::Asked));
+        }
+        // A URL under way is not asked again, whoever names it.
+        assert!(matches!(t.lookup(urls[0], now, || a), Lookup::Fetching));
+        for i in 0..BOUNDS.requests_per_source {
+            assert!(t.park(urls[i % 2], parked(), a).is_ok());
+        }
+        assert!(
+            matches!(t.park(urls[0], parked(), a), Err(None)),
+            "a's share"
+        );
+        assert!(t.park(urls[0], parked(), b).is_ok());
+        let fetched = Cert::Failed(FetchFailure::Timeout);
+        let back = t.finish(urls[0], fetched, Duration::from_secs(1), now);
+        assert_eq!(back.len(), BOUNDS.requests_per_source / 2 + 1);
+        assert!(
+            t.park(urls[1], parked(), a).is_ok(),
+            "a's share is free again"
+        );
+        let url = urls[0];
+        assert!(t.park(url, parked(), a).is_err(), "answered meanwhile");
     }
 }

@@ -241,7 +241,10 @@ impl Proxy {
         if !ih.info.starts_with("https://") {
             return Why::Fetch(FetchFailure::NotHttps).into();
         }
-        let cert = match v.certs.lookup(ih.info, ctx.now.mono) {
+        let cert = match v
+            .certs
+            .lookup(ih.info, ctx.now.mono, || ctx.source_share(src))
+        {
             Lookup::Known(c) => c,
             Lookup::Busy => return Why::Busy.into(),
             asked @ (Lookup::Asked | Lookup::Fetching) => {
@@ -253,7 +256,7 @@ impl Proxy {
                     src,
                     arrived: ctx.transport,
                 };
-                match v.certs.park(ih.info, parked) {
+                match v.certs.park(ih.info, parked, ctx.source_share(src)) {
                     Ok(()) => return Step::Parked,
                     Err(Some(c)) => c,
                     Err(None) => return Why::Busy.into(),

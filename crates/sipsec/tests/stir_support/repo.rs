@@ -1,7 +1,7 @@
 //! A certificate repository for the STIR tests: an HTTPS server (OpenSSL)
 //! on loopback serving the STI certificates, plus the hostile ones a
-//! verifier must survive: one that never answers, one too large, a
-//! redirect loop. It counts the requests for each path.
+//! verifier must survive: ones that never answer (any path starting
+//! `/slow`), one too large, a redirect loop. It counts the requests for each path.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -49,7 +49,7 @@ impl Repo {
                     let path = text.split(' ').nth(1).unwrap_or("/").to_string();
                     *h.lock().expect("hits").entry(path.clone()).or_default() += 1;
                     let reply: Vec<u8> = match path.as_str() {
-                        "/slow.pem" => {
+                        p if p.starts_with("/slow") => {
                             std::thread::sleep(Duration::from_secs(20));
                             return;
                         }
