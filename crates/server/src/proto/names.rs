@@ -334,7 +334,7 @@ impl NameTable {
     pub fn finish(&self, key: &Key, to: Vec<SocketAddr>, ttl: u32, now: Instant) -> Vec<Parked> {
         let ttl = ttl.min(self.max_ttl).max(1);
         let mut st = self.state.lock(0);
-        make_room(&mut st.cache, MAX_CACHE, now);
+        make_room(&mut st.cache, MAX_CACHE, now, Vec::is_empty);
         st.cache
             .insert(key.clone(), (to, now + Duration::from_secs(u64::from(ttl))));
         st.pending.answered(key)

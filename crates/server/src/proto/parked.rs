@@ -200,18 +200,27 @@ fn give_back(shares: &mut HashMap<SourceKey, usize>, source: SourceKey) {
 
 /// Makes room in a cache of answers kept until an instant, bounded at
 /// `max` entries, for one more at `now`: the lapsed ones go, and if it
-/// is still full, one entry (any).
+/// is still full, one entry: an `expendable` one (a failure, which costs
+/// little to learn again and which anyone can have cached by asking)
+/// before any other, so answers others depend on are not pushed out by
+/// a flood of questions that fail.
 pub fn make_room<K: Eq + Hash + Clone, V>(
     cache: &mut HashMap<K, (V, std::time::Instant)>,
     max: usize,
     now: std::time::Instant,
+    expendable: impl Fn(&V) -> bool,
 ) {
     if cache.len() < max {
         return;
     }
     cache.retain(|_, (_, until)| *until > now);
     if cache.len() >= max {
-        if let Some(k) = cache.keys().next().cloned() {
+        let victim = cache
+            .iter()
+            .find(|(_, (v, _))| expendable(v))
+            .or_else(|| cache.iter().next())
+            .map(|(k, _)| k.clone());
+        if let Some(k) = victim {
             cache.remove(&k);
         }
     }
@@ -306,5 +315,32 @@ mod tests {
             w.ask("a4", a) && w.ask("a5", a),
             "nothing held after a drain"
         );
+    }
+
+    #[test]
+    fn a_full_cache_gives_up_a_lapsed_answer_then_an_expendable_one() {
+        let now = std::time::Instant::now();
+        let later = now + std::time::Duration::from_secs(10);
+        let mut cache: HashMap<u32, (bool, std::time::Instant)> = HashMap::new();
+        for k in 0..4 {
+            cache.insert(k, (k != 2, later));
+        }
+        make_room(&mut cache, 4, now, |ok| !ok);
+        assert_eq!(cache.len(), 3);
+        assert!(!cache.contains_key(&2), "the failure went");
+        cache.insert(2, (true, now));
+        make_room(
+            &mut cache,
+            4,
+            now + std::time::Duration::from_secs(1),
+            |ok| !ok,
+        );
+        assert_eq!(cache.len(), 3, "the lapsed one went");
+        assert!(!cache.contains_key(&2));
+        cache.insert(2, (true, later));
+        make_room(&mut cache, 4, now, |ok| !ok);
+        assert_eq!(cache.len(), 3, "none expendable: any one goes");
+        make_room(&mut cache, 4, now, |ok| !ok);
+        assert_eq!(cache.len(), 3, "room already");
     }
 }

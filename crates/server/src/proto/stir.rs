@@ -192,7 +192,9 @@ impl CertTable {
     /// waiting on it.
     pub fn finish(&self, url: &str, cert: Cert, ttl: Duration, now: Instant) -> Vec<Parked> {
         let mut st = self.state.lock(0);
-        make_room(&mut st.cache, MAX_CACHE, now);
+        make_room(&mut st.cache, MAX_CACHE, now, |c| {
+            !matches!(c, Cert::Valid(_))
+        });
         st.cache.insert(url.to_string(), (cert, now + ttl));
         st.pending.answered(&url.to_string())
     }
