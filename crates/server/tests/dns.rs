@@ -200,16 +200,23 @@ fn stateful_proxy(
 /// set a dialog recorded, and refuses a preloaded Route on an initial
 /// request) routed through `proxy`, then `route`: the route set of a
 /// dialog whose INVITE the proxy record-routed between two parties on
-/// 127.0.0.1 (its entry proves that address).
+/// 127.0.0.1 (its entry proves that address, and the name `route` names).
 fn message(ua: &UdpSocket, proxy: &Started, route: &str, n: u32) -> String {
     let here: std::net::IpAddr = [127, 0, 0, 1].into();
-    let proof = tokens::hops_proof(&proxy.handle.shared().route_key.0, here, here);
+    let key = &proxy.handle.shared().route_key.0;
+    let proof = tokens::hops_proof(key, here, here, Some(host_of(route)));
     format!(
         "MESSAGE sip:bob@elsewhere.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{p};rport;branch=z9hG4bKdns{n}\r\nMax-Forwards: 70\r\nRoute: <sip:{at};{hops}={proof};lr>, <{route}>\r\nFrom: <sip:alice@example.com>;tag=a{n}\r\nTo: <sip:bob@elsewhere.test>;tag=b{n}\r\nCall-ID: dns-{n}\r\nCSeq: 1 MESSAGE\r\nContent-Length: 0\r\n\r\n",
         p = port_of(ua),
         at = proxy.handle.local_addr(),
         hops = tokens::HOPS_PARAM,
     )
+}
+
+/// The host `route` (a SIP URI) names.
+fn host_of(route: &str) -> &str {
+    let rest = route.trim_start_matches('<').trim_start_matches("sip:");
+    rest.split([':', ';', '>']).next().unwrap_or(rest)
 }
 
 /// Sends a MESSAGE routed through `route`; what the callee at `peer`
@@ -383,8 +390,9 @@ fn an_unreadable_hosts_file_is_a_clear_error_before_anything_starts() {
     assert!(!dir.join("data").exists());
 }
 
-/// A dialog's request whose Route names this proxy without its proof,
-/// then a name: refused at once (with the name server silent, a request
+/// A dialog's request whose Route names this proxy without its proof (or
+/// with its proof of another dialog's next hop), then a name: refused at
+/// once (with the name server silent, a request
 /// that waited for the name would get no answer for 30 s), and its name
 /// is not asked of the name server, so a peer cannot make the proxy look
 /// up names of its choosing, nor fill the resolver's questions.
@@ -402,8 +410,20 @@ fn an_unproven_route_is_refused_before_its_name_is_looked_up() {
         .expect("send");
     let r = recv(&ua);
     assert!(r.starts_with("SIP/2.0 403"), "{r}");
+    // This proxy's proof of a dialog with another next hop: it names
+    // other.test, so anything.test is not looked up either (the answer
+    // would tell the peer whether the name exists).
+    let elsewhere = message(&ua, &server, "sip:other.test:5999;lr", 3).replacen(
+        "other.test",
+        "anything.test",
+        1,
+    );
+    ua.send_to(elsewhere.as_bytes(), server.handle.local_addr())
+        .expect("send");
+    let r = recv(&ua);
+    assert!(r.starts_with("SIP/2.0 403"), "{r}");
     let m = &server.handle.shared().metrics;
-    assert_eq!(m.unproven_routes.load(Ordering::Relaxed), 1);
+    assert_eq!(m.unproven_routes.load(Ordering::Relaxed), 2);
     // The first question the name server gets is the next, proven
     // request's: the refused one asked none.
     let proven = message(&ua, &server, "sip:second.test:5999;lr", 2);

@@ -848,6 +848,92 @@ fn a_callee_answering_from_another_address_is_reached_in_its_dialog() {
     s.handle.shutdown();
 }
 
+/// A dialog whose parties name their hosts by domain (Contacts
+/// `caller.test` and `callee.test`, from a hosts file): each side's
+/// requests reach the other by that name, as this proxy's entry in its
+/// route set proves the name; a name the dialog did not record is
+/// refused before it is looked up, though it leads to the same address
+/// (before, any proof-shaped entry had the name resolved, and here
+/// forwarded), so a peer learns nothing of which names exist.
+#[test]
+fn a_dialogs_next_hops_named_by_domain_are_proven_by_name() {
+    let dir = tempdir("rr-names");
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 caller.test callee.test other.test\n").expect("hosts");
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("a name server that never answers");
+    let s = start(Config {
+        record_route: true,
+        dns: sipsec_server::config::DnsSettings {
+            servers: vec![silent.local_addr().expect("bound")],
+            hosts: Some(hosts),
+            ..Default::default()
+        },
+        ..loopback_proxy(&dir)
+    })
+    .expect("server");
+    let srv = s.handle.local_addr();
+    let (uac, uas) = (Ua::new(srv), Ua::new(srv));
+    let bob_at = format!("<sip:bob@127.0.0.1:{}>", uas.port());
+    assert_eq!(status(&uas.register("bob", "b1", 1, &bob_at, "")), 200);
+    let inv = invite(uac.port(), srv, "bob", "z9hG4bKnm1", 70, "INVITE").replacen(
+        "Contact: <sip:alice@127.0.0.1:",
+        "Contact: <sip:alice@caller.test:",
+        1,
+    );
+    uac.send(&inv, srv);
+    let (fwd, _) = uas.recv();
+    let fwd = Message::parse(fwd.as_bytes()).expect("parses");
+    let mut ok = Vec::new();
+    let callee = format!("sip:bob@callee.test:{}", uas.port());
+    sip_core::writer::write_response(
+        &mut ok,
+        &fwd,
+        StatusCode::OK,
+        &sip_core::writer::ResponseOptions {
+            to_tag: Some("b1"),
+            copy_record_route: true,
+            extra: &[("Contact", &format!("<{callee}>"))],
+            ..Default::default()
+        },
+    );
+    uas.send(std::str::from_utf8(&ok).expect("utf-8"), srv);
+    let (answer, _) = uac.recv();
+    let answer = Message::parse(answer.as_bytes()).expect("parses");
+    assert_eq!(answer.status(), Some(StatusCode::OK));
+    let (callees, callers) = (
+        fwd.header(HeaderName::RecordRoute).expect("record-routed"),
+        answer.header(HeaderName::RecordRoute).expect("copied"),
+    );
+    // The caller's requests reach callee.test along its copy.
+    uac.send(&bye_along(&uac, srv, &callee, callers, "z9hG4bKnm2"), srv);
+    let (bye, _) = uas.recv();
+    assert!(bye.starts_with(&format!("BYE {callee} ")), "{bye}");
+    // The callee's reach caller.test along its own.
+    let caller = format!("sip:alice@caller.test:{}", uac.port());
+    let back = invite(uas.port(), srv, "alice", "z9hG4bKnm3", 70, "BYE")
+        .replacen(&format!("BYE sip:alice@{srv}"), &format!("BYE {caller}"), 1)
+        .replacen(
+            "Content-Length: 0\r\n",
+            &format!("Route: {callees}\r\nContent-Length: 0\r\n"),
+            1,
+        );
+    uas.send(&back, srv);
+    let (bye, _) = uac.recv();
+    assert!(bye.starts_with(&format!("BYE {caller} ")), "{bye}");
+    // Names the dialog did not record: refused, not looked up.
+    let other = format!("sip:bob@other.test:{}", uas.port());
+    for (route, branch) in [(callers, "z9hG4bKnm4"), (callees, "z9hG4bKnm5")] {
+        let forged = bye_along(&uac, srv, &other, route, branch);
+        assert_eq!(status(&uac.ask(&forged)), 403, "{route}");
+    }
+    let m = &s.handle.shared().metrics;
+    assert_eq!(
+        m.unproven_routes.load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    s.handle.shutdown();
+}
+
 /// Drives the core directly with chosen times: an expired nonce gets a new
 /// challenge with stale=true, a fresh one is accepted.
 #[test]

@@ -1,13 +1,15 @@
 //! Which URIs, hosts and Vias name this server: its advertised address
-//! and ports (UDP/TCP, TLS, WebSocket) and its domains.
+//! and ports (UDP/TCP, TLS, WebSocket) and its domains; and which names
+//! a dialog's requests will name as the next hop after it.
 
 use std::net::{IpAddr, SocketAddr};
 
 use sip_core::uri::Host;
 use sip_core::via::Via;
-use sip_core::Uri;
+use sip_core::{Message, Uri};
 
 use crate::proto::ctx::Ctx;
+use crate::proto::tokens;
 use sip_core::Transport;
 
 impl Ctx {
@@ -81,4 +83,43 @@ impl Ctx {
         let tls = via.transport() == sip_core::via::Transport::Tls;
         self.is_local_host(via.host(), via.port(), tls)
     }
+}
+
+/// The domain name `uri` names as its host, if it names one.
+fn host_name<'a>(uri: &Uri<'a>) -> Option<&'a str> {
+    match uri.host()? {
+        Host::Name(n) => Some(n),
+        Host::V4(_) | Host::V6(_) => None,
+    }
+}
+
+/// The domain name a dialog's callee will name as the next hop after this
+/// proxy, from the initial request as it arrived: the host of the
+/// Record-Route of the proxy before this one, else of the caller's
+/// Contact (`None` when that is an address).
+pub(super) fn upstream_name<'a>(msg: &Message<'a>) -> Option<&'a str> {
+    match msg.record_routes().next() {
+        Some(r) => host_name(r.uri()),
+        None => msg.contacts().next().and_then(|c| host_name(c.addr.uri())),
+    }
+}
+
+/// The domain name a dialog's caller will name as the next hop after this
+/// proxy, from a response that creates the dialog: the host of the
+/// Record-Route of the proxy after this one (the entry above this
+/// proxy's first), else of the callee's Contact (`None` when that is an
+/// address, or when no entry is this proxy's).
+pub(super) fn downstream_name<'a>(ctx: &Ctx, msg: &Message<'a>) -> Option<&'a str> {
+    let mut above = None;
+    for r in msg.record_routes() {
+        let ours = ctx.is_local_uri(r.uri()) && r.uri().param(tokens::HOPS_PARAM).is_some();
+        if ours {
+            return match above {
+                Some(name) => name,
+                None => msg.contacts().next().and_then(|c| host_name(c.addr.uri())),
+            };
+        }
+        above = Some(host_name(r.uri()));
+    }
+    None
 }

@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use sip_core::{Message, StatusCode};
+use sip_core::{Host, Message, StatusCode};
 
 use crate::proto::ctx::Ctx;
 use crate::proto::effects::Hop;
@@ -17,41 +17,43 @@ use crate::proto::tokens;
 
 impl Proxy {
     /// Whether one of the `pops` Routes naming this proxy proves `hop`
-    /// (its Record-Route's [`tokens::HOPS_PARAM`] names the address), or,
-    /// before the hop is known, carries a proof at all.
-    pub(super) fn hop_proven(
-        ctx: &Ctx,
-        msg: &Message<'_>,
-        pops: usize,
-        hop: Option<SocketAddr>,
-    ) -> bool {
-        msg.routes().take(pops).any(|r| {
-            r.uri()
-                .param(tokens::HOPS_PARAM)
-                .flatten()
-                .is_some_and(|p| match hop {
-                    Some(h) => tokens::proves_ip(&ctx.shared.route_key.0, p, h.ip()),
-                    None => tokens::is_proof(p),
-                })
-        })
+    /// (its Record-Route's [`tokens::HOPS_PARAM`] names the address).
+    pub(super) fn hop_proven(ctx: &Ctx, msg: &Message<'_>, pops: usize, hop: SocketAddr) -> bool {
+        Self::proofs(msg, pops).any(|p| tokens::proves_ip(&ctx.shared.route_key.0, p, hop.ip()))
     }
 
-    /// Before a next hop the request names (its next Route, or its
-    /// Request-URI after this proxy's Routes) is looked up: refused
-    /// (403) unless a popped Route carries this proxy's proof (checked
-    /// against the hop's address once it is known), the request comes
-    /// from a peer proxy, or from a trunk whose route set was sealed here.
-    /// Otherwise anyone could have the resolver ask names of their
-    /// choosing and fill its questions.
+    /// The proofs in the `pops` Routes naming this proxy.
+    fn proofs<'m>(msg: &'m Message<'_>, pops: usize) -> impl Iterator<Item = &'m str> + 'm {
+        msg.routes()
+            .take(pops)
+            .filter_map(|r| r.uri().param(tokens::HOPS_PARAM).flatten())
+    }
+
+    /// Before a next hop the request names (`host`: its next Route's, or
+    /// its Request-URI's after this proxy's Routes) is looked up: refused
+    /// (403) unless a popped Route carries this proxy's proof, and for a
+    /// domain name, one that names it (its address is checked against the
+    /// proof once known); or the request comes from a peer proxy, or from
+    /// a trunk whose route set was sealed here. Otherwise anyone could
+    /// have the resolver ask names of their choosing, fill its questions
+    /// and learn from the answer which names exist.
     pub(super) fn may_look_up(
         &self,
         ctx: &mut Ctx,
-        msg: &Message<'_>,
-        src: SocketAddr,
+        (msg, src): (&Message<'_>, SocketAddr),
         pops: usize,
+        host: Option<Host<'_>>,
         out: &mut Vec<u8>,
     ) -> Result<(), Reply> {
-        if self.hidden_in || Self::is_peer(ctx, src) || Self::hop_proven(ctx, msg, pops, None) {
+        if self.hidden_in || Self::is_peer(ctx, src) {
+            return Ok(());
+        }
+        let key = &ctx.shared.route_key.0;
+        let proven = Self::proofs(msg, pops).any(|p| match host {
+            Some(Host::Name(n)) => tokens::proves_name(key, p, n),
+            _ => tokens::is_proof(p),
+        });
+        if proven {
             return Ok(());
         }
         Err(Self::unproven_route(ctx, msg, src, out))

@@ -501,7 +501,7 @@ impl Proxy {
             Ok(h) => h,
             Err(reply) => return reply,
         };
-        if proof && !Self::hop_proven(ctx, msg, pops, Some(hop)) {
+        if proof && !Self::hop_proven(ctx, msg, pops, hop) {
             return Self::unproven_route(ctx, msg, src, out);
         }
         let f = Forward {
@@ -748,7 +748,8 @@ impl Proxy {
             // crossed transports or came on a connection) the side toward
             // the caller: double record-routing (RFC 5658 §3.2), each
             // entry with the flow token of its connection.
-            let proof = tokens::hops_proof(&ctx.shared.route_key.0, src.ip(), f.hop.ip());
+            let upstream = crate::proto::here::upstream_name(msg);
+            let proof = tokens::hops_proof(&ctx.shared.route_key.0, src.ip(), f.hop.ip(), upstream);
             self.write_rr(ctx, out_transport, out_flow, &proof);
             if ctx.transport != out_transport || in_flow.is_some() {
                 self.rr.push_str(", ");

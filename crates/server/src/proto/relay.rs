@@ -59,8 +59,8 @@ impl Proxy {
         let hide_back = Self::hide_back(ctx, msg);
         let reproof = reproof(ctx, msg, src);
         let reprove = |o: &mut Vec<u8>| {
-            if let Some((key, from, contact)) = &reproof {
-                tokens::reprove_response(key, *from, *contact, o);
+            if let Some((key, from, contact, name)) = &reproof {
+                tokens::reprove_response(key, *from, *contact, *name, o);
             }
             true
         };
@@ -156,14 +156,14 @@ impl Proxy {
     }
 }
 
-/// What [`tokens::reprove_response`] needs for `msg` from `src`: the
-/// route key, the answering hop and its Contact's IP address, for a
-/// provisional (not 100) or 2xx answer that carries a Record-Route.
-fn reproof(
-    ctx: &Ctx,
-    msg: &Message<'_>,
-    src: SocketAddr,
-) -> Option<([u8; 32], IpAddr, Option<IpAddr>)> {
+/// What [`tokens::reprove_response`] needs: the route key, the answering
+/// hop, its Contact's IP address and the name the caller's requests will
+/// name after this proxy.
+type Reproof<'a> = ([u8; 32], IpAddr, Option<IpAddr>, Option<&'a str>);
+
+/// The [`Reproof`] for `msg` from `src`, for a provisional (not 100) or
+/// 2xx answer that carries a Record-Route.
+fn reproof<'a>(ctx: &Ctx, msg: &Message<'a>, src: SocketAddr) -> Option<Reproof<'a>> {
     let code = msg.status()?.as_u16();
     if !(101..300).contains(&code)
         || msg
@@ -181,7 +181,8 @@ fn reproof(
             Host::V6(a) => Some(IpAddr::V6(a)),
             Host::Name(_) => None,
         });
-    Some((ctx.shared.route_key.0, src.ip(), contact))
+    let name = crate::proto::here::downstream_name(ctx, msg);
+    Some((ctx.shared.route_key.0, src.ip(), contact, name))
 }
 
 /// Takes a dialog's CSeq `offset` off the response in `out` (a response to

@@ -46,8 +46,8 @@ impl Proxy {
                 ..Selected::at(Next::At(peer), t)
             }
         } else if let Some(r) = next_route {
-            self.may_look_up(ctx, msg, src, pops, out)?;
             let u = r.uri();
+            self.may_look_up(ctx, (msg, src), pops, u.host(), out)?;
             let t = Transport::of_uri(u);
             Selected {
                 named_hop: true,
@@ -61,7 +61,7 @@ impl Proxy {
         } else if pops > 0 {
             // In-dialog request that record-routed through us (§16.12):
             // the Request-URI is the peer's contact.
-            self.may_look_up(ctx, msg, src, pops, out)?;
+            self.may_look_up(ctx, (msg, src), pops, ruri.host(), out)?;
             let t = Transport::of_uri(ruri);
             let next = ruri
                 .host()

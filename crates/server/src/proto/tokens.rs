@@ -149,67 +149,118 @@ fn ip_tag(key: &[u8; 32], ip: IpAddr) -> [u8; 8] {
     tag
 }
 
-/// The proof, for this proxy's Record-Route ([`HOPS_PARAM`]), of the two
-/// addresses a dialog's initial request came from and went to: 64 bits of
-/// HMAC-SHA256 under `key` for each one's IP address, in hex. Its later
-/// requests are forwarded only to those (see [`proves_ip`]): a peer that
+fn name_tag(key: &[u8; 32], name: Option<&str>) -> [u8; 8] {
+    let mut mac = hmac(key);
+    mac.update(b"sipsec dialog hop name");
+    if let Some(n) = name {
+        mac.update(b":");
+        mac.update(n.to_ascii_lowercase().as_bytes());
+    }
+    let out = mac.finalize().into_bytes();
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&out[..8]);
+    tag
+}
+
+/// The length of a [`hops_proof`]: three 64-bit tags in hex.
+pub const PROOF_LEN: usize = 48;
+/// The length of a proof written before names were bound (two tags):
+/// still read, so dialogs set up before an upgrade go on, but it proves
+/// no name.
+const OLD_PROOF_LEN: usize = 32;
+
+/// The proof, for this proxy's Record-Route ([`HOPS_PARAM`]), of where a
+/// dialog's later requests may go: 64 bits of HMAC-SHA256 under `key`
+/// for each of the two IP addresses its initial request came from and
+/// went to, and for the domain name (`None`: none) its requests will name
+/// as their next hop after this proxy, in hex. Those requests are
+/// forwarded only to those addresses (see [`proves_ip`]), and a name is
+/// looked up only when the proof names it ([`proves_name`]): a peer that
 /// writes a Route naming this proxy cannot have a request sent to an
 /// address of its choosing (the proxy forwards to the Request-URI or the
-/// next Route, RFC 3261 §16.12, which the peer writes too).
-pub fn hops_proof(key: &[u8; 32], from: IpAddr, to: IpAddr) -> String {
-    let mut p = String::with_capacity(32);
-    for b in ip_tag(key, from).iter().chain(ip_tag(key, to).iter()) {
+/// next Route, RFC 3261 §16.12, which the peer writes too), nor have its
+/// resolver ask a name of its choosing.
+pub fn hops_proof(key: &[u8; 32], from: IpAddr, to: IpAddr, name: Option<&str>) -> String {
+    let mut p = String::with_capacity(PROOF_LEN);
+    let tags = [ip_tag(key, from), ip_tag(key, to), name_tag(key, name)];
+    for b in tags.iter().flatten() {
         let _ = write!(p, "{b:02x}");
     }
     p
 }
 
-/// Whether `proof` is shaped as a [`hops_proof`] (32 hex digits), before
-/// anything is worth resolving to check it.
+/// Whether `proof` is shaped as a [`hops_proof`] (or one written before
+/// names were bound).
 pub fn is_proof(proof: &str) -> bool {
-    proof.len() == 32 && proof.bytes().all(|b| b.is_ascii_hexdigit())
+    matches!(proof.len(), PROOF_LEN | OLD_PROOF_LEN) && proof.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The tags of a proof shaped as one.
+fn tags(proof: &str) -> Option<Vec<u8>> {
+    if !is_proof(proof) {
+        return None;
+    }
+    (0..proof.len() / 2)
+        .map(|i| u8::from_str_radix(&proof[2 * i..2 * i + 2], 16).ok())
+        .collect()
 }
 
 /// Whether a [`hops_proof`] under `key` names `ip`; constant time in the
 /// tags.
 pub fn proves_ip(key: &[u8; 32], proof: &str, ip: IpAddr) -> bool {
-    if !is_proof(proof) {
-        return false;
-    }
-    let Some(raw) = (0..16)
-        .map(|i| u8::from_str_radix(&proof[2 * i..2 * i + 2], 16).ok())
-        .collect::<Option<Vec<u8>>>()
-    else {
+    let Some(raw) = tags(proof) else {
         return false;
     };
     let want = ip_tag(key, ip);
     let first = subtle::ConstantTimeEq::ct_eq(&want[..], &raw[..8]);
-    let second = subtle::ConstantTimeEq::ct_eq(&want[..], &raw[8..]);
+    let second = subtle::ConstantTimeEq::ct_eq(&want[..], &raw[8..16]);
     bool::from(first | second)
+}
+
+/// Whether a [`hops_proof`] under `key` names the domain name `name` (in
+/// any case); constant time in the tag.
+pub fn proves_name(key: &[u8; 32], proof: &str, name: &str) -> bool {
+    let Some(raw) = tags(proof).filter(|t| t.len() == PROOF_LEN / 2) else {
+        return false;
+    };
+    let want = name_tag(key, Some(name));
+    bool::from(subtle::ConstantTimeEq::ct_eq(&want[..], &raw[16..]))
 }
 
 /// Rewrites, in a response written for relaying upstream (`out`), this
 /// proxy's Record-Route proofs of the dialog it answers: each
 /// [`HOPS_PARAM`] in the head that proves `from` (the hop the request
-/// went to, which answers) is replaced by the proof of `from` and
-/// `contact` (the IP address of the answer's Contact, when it names one).
-/// The caller's copy of the route set then proves where its requests go
-/// (the callee, or the next proxy toward it), not the caller's own side;
-/// the callee keeps the request's copy. Same length, in place.
-pub fn reprove_response(key: &[u8; 32], from: IpAddr, contact: Option<IpAddr>, out: &mut [u8]) {
+/// went to, which answers) is replaced by the proof of `from`, `contact`
+/// (the IP address of the answer's Contact, when it names one) and
+/// `name` (the domain name the caller's requests will name next after
+/// this proxy, if any). The caller's copy of the route set then proves
+/// where its requests go (the callee, or the next proxy toward it), not
+/// the caller's own side; the callee keeps the request's copy. Same
+/// length, in place (a proof written before names were bound stays
+/// without one).
+pub fn reprove_response(
+    key: &[u8; 32],
+    from: IpAddr,
+    contact: Option<IpAddr>,
+    name: Option<&str>,
+    out: &mut [u8],
+) {
     let head = memchr::memmem::find(out, b"\r\n\r\n").unwrap_or(out.len());
     let needle = format!(";{HOPS_PARAM}=");
     let mut at = 0;
     while let Some(i) = memchr::memmem::find(&out[at..head], needle.as_bytes()) {
         let start = at + i + needle.len();
-        let end = start + 32;
         at = start;
-        let Some(Ok(proof)) = out.get(start..end).map(std::str::from_utf8) else {
+        let len = out[start..head]
+            .iter()
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        let Ok(proof) = std::str::from_utf8(&out[start..start + len]) else {
             break;
         };
         if proves_ip(key, proof, from) {
-            let new = hops_proof(key, from, contact.unwrap_or(from));
-            out[start..end].copy_from_slice(new.as_bytes());
+            let new = hops_proof(key, from, contact.unwrap_or(from), name);
+            out[start..start + len].copy_from_slice(&new.as_bytes()[..len]);
         }
     }
 }
@@ -223,18 +274,25 @@ mod tests {
         let key = [7u8; 32];
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let (caller, callee, contact) = (ip("192.0.2.1"), ip("192.0.2.5"), ip("198.51.100.9"));
-        let ours = hops_proof(&key, caller, callee);
-        let theirs = hops_proof(&[9u8; 32], caller, callee);
+        let ours = hops_proof(&key, caller, callee, Some("pc33.a.example"));
+        let theirs = hops_proof(&[9u8; 32], caller, callee, None);
+        let old = &hops_proof(&key, caller, callee, None)[..OLD_PROOF_LEN];
         let text = format!(
             "SIP/2.0 200 OK\r\nRecord-Route: <sip:gw;hops={theirs};lr>, <sip:p;hops={ours};lr>\r\n\
-             Content-Length: 43\r\n\r\nv=0;hops={ours}"
+             Record-Route: <sip:p2;hops={old};lr>\r\nContent-Length: 57\r\n\r\nv=0;hops={ours}"
         );
         let mut out = text.clone().into_bytes();
-        reprove_response(&key, callee, Some(contact), &mut out);
+        reprove_response(&key, callee, Some(contact), Some("b.example"), &mut out);
         let after = String::from_utf8(out).unwrap();
-        let new = hops_proof(&key, callee, contact);
+        let new = hops_proof(&key, callee, contact, Some("b.example"));
         assert_eq!(after.len(), text.len());
         assert!(after.contains(&format!("<sip:p;hops={new};lr>")), "{after}");
+        assert!(proves_name(&key, &new, "B.Example") && !proves_name(&key, &new, "pc33.a.example"));
+        let old_new = &new[..OLD_PROOF_LEN];
+        assert!(
+            after.contains(&format!("<sip:p2;hops={old_new};lr>")),
+            "an old proof is reproved as one: {after}"
+        );
         assert!(
             after.contains(&format!("<sip:gw;hops={theirs};lr>")),
             "{after}"
@@ -245,11 +303,11 @@ mod tests {
         );
         // From another sender: nothing proves it, nothing changes.
         let mut out = text.clone().into_bytes();
-        reprove_response(&key, ip("10.0.0.1"), Some(contact), &mut out);
+        reprove_response(&key, ip("10.0.0.1"), Some(contact), None, &mut out);
         assert_eq!(out, text.as_bytes());
         // A truncated proof at the end of the head is left alone.
         let mut short = b"SIP/2.0 180 Ringing\r\nRecord-Route: <sip:p;hops=12".to_vec();
-        reprove_response(&key, callee, None, &mut short);
+        reprove_response(&key, callee, None, None, &mut short);
         assert!(short.ends_with(b"hops=12"));
     }
 
@@ -258,8 +316,9 @@ mod tests {
         let (key, other) = ([7u8; 32], [8u8; 32]);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "2001:db8::5".parse().unwrap();
-        let proof = hops_proof(&key, a, b);
-        assert_eq!(proof.len(), 32);
+        let proof = hops_proof(&key, a, b, None);
+        assert_eq!(proof.len(), PROOF_LEN);
+        assert!(proves_ip(&key, &proof[..OLD_PROOF_LEN], a), "an old proof");
         assert!(proves_ip(&key, &proof, a));
         assert!(proves_ip(&key, &proof, b));
         // The same IPv4 address as a dual-stack socket reports it.
@@ -272,11 +331,34 @@ mod tests {
             "",
             "zz",
             &proof[..31],
+            &proof[..47],
             &format!("{proof}0"),
-            &"g".repeat(32),
+            &"g".repeat(PROOF_LEN),
         ] {
             assert!(!proves_ip(&key, bad, a), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_hops_proof_names_its_name_only_under_its_key() {
+        let (key, other) = ([7u8; 32], [8u8; 32]);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let proof = hops_proof(&key, a, a, Some("Proxy.B.example"));
+        assert!(proves_name(&key, &proof, "proxy.b.example"));
+        assert!(proves_name(&key, &proof, "PROXY.B.EXAMPLE"));
+        for name in ["b.example", "proxy.b.example.", "xproxy.b.example", ""] {
+            assert!(!proves_name(&key, &proof, name), "{name}");
+        }
+        assert!(!proves_name(&other, &proof, "proxy.b.example"));
+        // A proof without a name, or one written before names were bound,
+        // names none.
+        let none = hops_proof(&key, a, a, None);
+        assert!(!proves_name(&key, &none, "proxy.b.example") && !proves_name(&key, &none, ""));
+        assert!(!proves_name(
+            &key,
+            &proof[..OLD_PROOF_LEN],
+            "proxy.b.example"
+        ));
     }
 
     #[test]

@@ -604,6 +604,21 @@ impl<'a> Message<'a> {
             })
     }
 
+    /// Record-Route values in order (the last proxy's first).
+    pub fn record_routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
+        self.headers_named(HeaderName::RecordRoute)
+            .flat_map(|h| CommaValues {
+                cursor: Cursor::new(h.value, 0),
+                done: false,
+                parse: |c: &mut Cursor<'a>| {
+                    parse_name_addr(c, HeaderName::RecordRoute, usize::MAX, true, |_, _, _| {
+                        Ok(())
+                    })
+                    .ok()
+                },
+            })
+    }
+
     /// The first Route value and the field line holding it.
     pub fn first_route(&self) -> Option<(&'a str, &NameAddr<'a>)> {
         self.first_route.as_ref().map(|(l, n)| (*l, n))
