@@ -650,6 +650,51 @@ fn a_caller_behind_nat_gets_media_through_the_relay_in_nat_mode() {
     assert_eq!(body(&forwarded), direct, "not relayed");
 }
 
+/// A caller whose session-level address is its own names a third party
+/// (127.0.0.5) for its media stream: the relay still sends the callee's
+/// media to where the caller's messages came from, not to the address
+/// the description names (before, only the first `c=` line was compared,
+/// and the callee's RTP went to the third party).
+#[test]
+fn a_callers_media_goes_where_its_messages_came_from_not_where_its_sdp_points() {
+    let engine = Rtpengine::start();
+    let s = proxy(
+        "third-party",
+        media_settings(engine.ng, 1000, RelayFailure::Refuse),
+    );
+    let srv = s.handle.local_addr();
+    let (alice, bob) = (udp(), udp());
+    let (alice_rtp, bob_rtp) = (udp(), udp());
+    let port = alice_rtp.local_addr().unwrap().port();
+    let victim = UdpSocket::bind(("127.0.0.5", port)).expect("a third party on alice's port");
+    register(srv, &bob, "bob");
+    let offer = sdp("127.0.0.1", port).replacen(
+        " RTP/AVP 0 8\r\n",
+        " RTP/AVP 0 8\r\nc=IN IP4 127.0.0.5\r\n",
+        1,
+    );
+    let inv = invite(&alice, "third-party@sipsec.test", &offer);
+    alice.send_to(inv.as_bytes(), srv).unwrap();
+    let to_bob_inv = recv_sip(&bob);
+    let (_, to_bob) = relayed(body(&to_bob_inv));
+    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
+    let ok = answer(&to_bob_inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    let ok = recv_sip(&alice);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    let relay = SocketAddr::from(([127, 0, 0, 1], to_bob));
+    assert!(
+        media_crosses(&bob_rtp, relay, &alice_rtp, 0xb3),
+        "bob → alice reaches the address alice's messages came from"
+    );
+    victim.set_nonblocking(true).expect("nonblocking");
+    let mut b = [0u8; 2048];
+    assert!(
+        victim.recv(&mut b).is_err(),
+        "nothing went to the third party"
+    );
+}
+
 /// An offer the relay cannot read (not SDP at all) gets a clear outcome:
 /// the relay's error, then 488 for the caller (the offer is not
 /// acceptable; trying again will not help), counted as a failure; nothing

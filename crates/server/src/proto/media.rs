@@ -435,22 +435,41 @@ pub fn offers_plain_rtp(sdp: &str) -> bool {
     })
 }
 
-/// The connection address of `sdp` (session level or the first media's).
-pub fn sdp_address(sdp: &str) -> Option<IpAddr> {
-    sdp.lines()
-        .filter_map(|l| l.strip_prefix("c=IN "))
-        .find_map(|l| l.split_ascii_whitespace().nth(1)?.parse().ok())
+/// The addresses `sdp` names for media: every connection line's (session
+/// and media level) and every RTCP attribute's (RFC 3605); `None` for
+/// one that is not an IP address (a name, a multicast group with its
+/// TTL).
+fn sdp_addresses(sdp: &str) -> impl Iterator<Item = Option<IpAddr>> + '_ {
+    sdp.lines().filter_map(|l| {
+        let addr = if let Some(c) = l.strip_prefix("c=IN ") {
+            c.split_ascii_whitespace().nth(1)
+        } else {
+            let mut f = l.strip_prefix("a=rtcp:")?.split_ascii_whitespace();
+            if f.nth(1)? != "IN" {
+                return None;
+            }
+            f.nth(1)
+        };
+        Some(addr.and_then(|a| a.parse().ok()))
+    })
 }
 
-/// Whether the sender of `msg` (from `src`) is behind NAT: its Via or its
-/// media address is not where its message came from.
+/// Whether the sender of `msg` (from `src`) is behind NAT: its Via, or
+/// any address its session description names for media, is not where
+/// its message came from. The relay then sends to where the message came
+/// from (`SIP-source-address`), never to an address the description
+/// names: a caller cannot point a callee's media at a third party by
+/// naming it in a second `m=` section's `c=` line or an `a=rtcp`
+/// attribute (before, only the first `c=` line was compared).
 pub fn behind_nat(msg: &Message<'_>, src: SocketAddr, sdp: &str) -> bool {
     let via_elsewhere = match msg.top_via().host() {
         sip_core::uri::Host::V4(a) => IpAddr::V4(a) != src.ip(),
         sip_core::uri::Host::V6(a) => IpAddr::V6(a) != src.ip(),
         sip_core::uri::Host::Name(_) => false,
     };
-    let media_elsewhere = sdp_address(sdp).is_some_and(|a| !a.is_unspecified() && a != src.ip());
+    let from = src.ip().to_canonical();
+    let media_elsewhere = sdp_addresses(sdp)
+        .any(|a| a.is_none_or(|a| !a.is_unspecified() && a.to_canonical() != from));
     via_elsewhere || media_elsewhere
 }
 
@@ -548,6 +567,19 @@ CSeq: 1 INVITE\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{bo
         let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 5060);
         assert!(behind_nat(&m, from("203.0.113.9"), OFFER));
         assert!(!behind_nat(&m, from("10.0.0.7"), OFFER));
+        // Any address the description names for media counts, not only
+        // the first connection line's.
+        let second = "m=video 4002 RTP/AVP 96\r\nc=IN IP4 198.51.100.66\r\n";
+        let rtcp = "a=rtcp:4001 IN IP4 198.51.100.66\r\n";
+        let named = "c=IN IP4 media.example.com\r\n";
+        for extra in [second, rtcp, named] {
+            assert!(
+                behind_nat(&m, from("10.0.0.7"), &format!("{OFFER}{extra}")),
+                "{extra}"
+            );
+        }
+        let own = "a=rtcp:4001 IN IP4 10.0.0.7\r\na=rtcp:4001\r\nc=IN IP4 0.0.0.0\r\n";
+        assert!(!behind_nat(&m, from("10.0.0.7"), &format!("{OFFER}{own}")));
         let no_sdp = invite("10.0.0.7", "");
         assert_eq!(sdp_of(&Message::parse(&no_sdp).unwrap()), None);
     }
