@@ -282,6 +282,29 @@ fn answer(request: &str, status: &str, sdp: &str, contact: SocketAddr) -> String
     )
 }
 
+/// Alice calls bob (`call`, offering `offer`) and bob answers 200 with
+/// his media at `bob_rtp`: the INVITE as bob saw it, and the 200 as
+/// alice saw it.
+fn answered(
+    srv: SocketAddr,
+    (alice, bob): (&UdpSocket, &UdpSocket),
+    bob_rtp: &UdpSocket,
+    call: &str,
+    offer: &str,
+) -> (String, String) {
+    alice
+        .send_to(invite(alice, call, offer).as_bytes(), srv)
+        .unwrap();
+    let inv = recv_sip(bob);
+    assert!(inv.starts_with("INVITE "), "{inv}");
+    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
+    let ok = answer(&inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
+    bob.send_to(ok.as_bytes(), srv).unwrap();
+    let ok = recv_sip(alice);
+    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
+    (inv, ok)
+}
+
 /// A minimal RTP packet (version 2, PCMU) carrying `marker` as payload.
 fn rtp(seq: u16, marker: u8) -> Vec<u8> {
     let mut p = vec![0x80, 0, 0, 0, 0, 0, 0, 160, 0x12, 0x34, 0x56, 0x78];
@@ -344,11 +367,7 @@ fn a_relayed_call_carries_media_both_ways_and_its_bye_deletes_it() {
     register(srv, &bob, "bob");
     let call = "relayed-call@sipsec.test";
     let offer = sdp("127.0.0.1", alice_rtp.local_addr().unwrap().port());
-    alice
-        .send_to(invite(&alice, call, &offer).as_bytes(), srv)
-        .unwrap();
-    let inv = recv_sip(&bob);
-    assert!(inv.starts_with("INVITE "), "{inv}");
+    let (inv, ok) = answered(srv, (&alice, &bob), &bob_rtp, call, &offer);
     let (_, to_bob) = relayed(body(&inv));
     assert_ne!(to_bob, alice_rtp.local_addr().unwrap().port(), "{inv}");
     assert_eq!(
@@ -356,11 +375,6 @@ fn a_relayed_call_carries_media_both_ways_and_its_bye_deletes_it() {
         body(&inv).len().to_string(),
         "{inv}"
     );
-    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
-    let ok = answer(&inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
-    bob.send_to(ok.as_bytes(), srv).unwrap();
-    let ok = recv_sip(&alice);
-    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
     let (_, to_alice) = relayed(body(&ok));
     assert_ne!(to_alice, bob_rtp.local_addr().unwrap().port(), "{ok}");
     let relay = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -626,15 +640,10 @@ fn a_caller_behind_nat_gets_media_through_the_relay_in_nat_mode() {
     // from 127.0.0.1, the port it named.
     let alice_port = alice_rtp.local_addr().unwrap().port();
     let call = "natted@sipsec.test";
-    let inv = invite(&alice, call, &sdp("192.0.2.55", alice_port));
-    alice.send_to(inv.as_bytes(), srv).unwrap();
-    let to_bob_inv = recv_sip(&bob);
+    let offer = sdp("192.0.2.55", alice_port);
+    let (to_bob_inv, ok) = answered(srv, (&alice, &bob), &bob_rtp, call, &offer);
     assert!(!body(&to_bob_inv).contains("192.0.2.55"), "{to_bob_inv}");
     let (_, to_bob) = relayed(body(&to_bob_inv));
-    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
-    let ok = answer(&to_bob_inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
-    bob.send_to(ok.as_bytes(), srv).unwrap();
-    let ok = recv_sip(&alice);
     let (_, to_alice) = relayed(body(&ok));
     let relay = |port| SocketAddr::from(([127, 0, 0, 1], port));
     assert!(
@@ -673,15 +682,9 @@ fn a_callers_media_goes_where_its_messages_came_from_not_where_its_sdp_points() 
         " RTP/AVP 0 8\r\nc=IN IP4 127.0.0.5\r\n",
         1,
     );
-    let inv = invite(&alice, "third-party@sipsec.test", &offer);
-    alice.send_to(inv.as_bytes(), srv).unwrap();
-    let to_bob_inv = recv_sip(&bob);
+    let call = "third-party@sipsec.test";
+    let (to_bob_inv, _) = answered(srv, (&alice, &bob), &bob_rtp, call, &offer);
     let (_, to_bob) = relayed(body(&to_bob_inv));
-    let bob_sdp = sdp("127.0.0.1", bob_rtp.local_addr().unwrap().port());
-    let ok = answer(&to_bob_inv, "200 OK", &bob_sdp, bob.local_addr().unwrap());
-    bob.send_to(ok.as_bytes(), srv).unwrap();
-    let ok = recv_sip(&alice);
-    assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
     let relay = SocketAddr::from(([127, 0, 0, 1], to_bob));
     assert!(
         media_crosses(&bob_rtp, relay, &alice_rtp, 0xb3),

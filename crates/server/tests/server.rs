@@ -792,6 +792,25 @@ fn record_route_brings_in_dialog_requests_back() {
     s.handle.shutdown();
 }
 
+/// The callee's 200 to the INVITE it was forwarded, `inv`: its To tag
+/// `b1`, the Record-Route copied (RFC 3261 §12.1.1), its Contact
+/// `contact`.
+fn callee_ok(inv: &Message<'_>, contact: &str) -> String {
+    let mut ok = Vec::new();
+    sip_core::writer::write_response(
+        &mut ok,
+        inv,
+        StatusCode::OK,
+        &sip_core::writer::ResponseOptions {
+            to_tag: Some("b1"),
+            copy_record_route: true,
+            extra: &[("Contact", &format!("<{contact}>"))],
+            ..Default::default()
+        },
+    );
+    String::from_utf8(ok).expect("utf-8")
+}
+
 /// A callee may answer with a Contact at another address than the one it
 /// was reached at (a carrier's answering SBC): the proxy's entry in the
 /// answer's Record-Route then proves that Contact, so the caller's BYE
@@ -813,19 +832,7 @@ fn a_callee_answering_from_another_address_is_reached_in_its_dialog() {
         .expect("timeout");
     let there = elsewhere.local_addr().expect("bound");
     let inv = Message::parse(fwd.as_bytes()).expect("parses");
-    let mut ok = Vec::new();
-    sip_core::writer::write_response(
-        &mut ok,
-        &inv,
-        StatusCode::OK,
-        &sip_core::writer::ResponseOptions {
-            to_tag: Some("b1"),
-            copy_record_route: true,
-            extra: &[("Contact", &format!("<sip:bob@{there}>"))],
-            ..Default::default()
-        },
-    );
-    uas.send(std::str::from_utf8(&ok).expect("utf-8"), srv);
+    uas.send(&callee_ok(&inv, &format!("sip:bob@{there}")), srv);
     let (answer, _) = uac.recv();
     let answer = Message::parse(answer.as_bytes()).expect("parses");
     assert_eq!(answer.status(), Some(StatusCode::OK));
@@ -883,20 +890,8 @@ fn a_dialogs_next_hops_named_by_domain_are_proven_by_name() {
     uac.send(&inv, srv);
     let (fwd, _) = uas.recv();
     let fwd = Message::parse(fwd.as_bytes()).expect("parses");
-    let mut ok = Vec::new();
     let callee = format!("sip:bob@callee.test:{}", uas.port());
-    sip_core::writer::write_response(
-        &mut ok,
-        &fwd,
-        StatusCode::OK,
-        &sip_core::writer::ResponseOptions {
-            to_tag: Some("b1"),
-            copy_record_route: true,
-            extra: &[("Contact", &format!("<{callee}>"))],
-            ..Default::default()
-        },
-    );
-    uas.send(std::str::from_utf8(&ok).expect("utf-8"), srv);
+    uas.send(&callee_ok(&fwd, &callee), srv);
     let (answer, _) = uac.recv();
     let answer = Message::parse(answer.as_bytes()).expect("parses");
     assert_eq!(answer.status(), Some(StatusCode::OK));

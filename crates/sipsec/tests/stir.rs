@@ -315,6 +315,15 @@ fn reaches_bob(caller: &UdpSocket, bob: &UdpSocket, proxy: SocketAddr, inv: &str
     seen
 }
 
+/// Whether nothing has arrived on `s` yet (a call still waiting).
+fn nothing_yet(s: &UdpSocket) -> bool {
+    s.set_nonblocking(true).expect("nonblocking");
+    let mut buf = [0u8; 2048];
+    let nothing = s.recv(&mut buf).is_err();
+    s.set_nonblocking(false).expect("blocking");
+    nothing
+}
+
 fn verstat(invite: &str) -> Option<&str> {
     let from = headers(invite, "From").into_iter().next()?;
     from.split("verstat=").nth(1)?.split(['@', ';', '>']).next()
@@ -488,13 +497,7 @@ fn every_failure_has_its_own_status_and_counter_and_others_go_on() {
     let good = token(&dir, "sp.key", BOB, now(), &sp);
     let seen = reaches_bob(&caller, &bob, b.addr, &invite(&caller, "good", Some(&good)));
     assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
-    slow.set_nonblocking(true).expect("nonblocking");
-    let mut buf = [0u8; 2048];
-    assert!(
-        slow.recv(&mut buf).is_err(),
-        "the slow call is still waiting"
-    );
-    slow.set_nonblocking(false).expect("blocking");
+    assert!(nothing_yet(&slow), "the slow call is still waiting");
     let r = final_or_request(&slow);
     assert!(
         r.starts_with("SIP/2.0 436") && r.contains("x5u_timeout"),
@@ -574,13 +577,10 @@ fn one_caller_naming_repositories_that_hang_holds_only_its_share_of_the_fetchers
     let good = token(&dir, "sp.key", BOB, now(), &repo.url("sp.pem"));
     let seen = reaches_bob(&caller, &bob, b.addr, &invite(&caller, "good", Some(&good)));
     assert_eq!(verstat(&seen), Some("TN-Validation-Passed"), "{seen}");
-    hostile.set_nonblocking(true).expect("nonblocking");
-    let mut buf = [0u8; 2048];
     assert!(
-        hostile.recv(&mut buf).is_err(),
+        nothing_yet(&hostile),
         "the two calls within the share still wait on their repositories"
     );
-    hostile.set_nonblocking(false).expect("blocking");
     for _ in 0..2 {
         let r = final_or_request(&hostile);
         assert!(

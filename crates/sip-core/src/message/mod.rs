@@ -594,29 +594,23 @@ impl<'a> Message<'a> {
 
     /// Route values in order.
     pub fn routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
-        self.headers_named(HeaderName::Route)
-            .flat_map(|h| CommaValues {
-                cursor: Cursor::new(h.value, 0),
-                done: false,
-                parse: |c: &mut Cursor<'a>| {
-                    parse_name_addr(c, HeaderName::Route, usize::MAX, true, |_, _, _| Ok(())).ok()
-                },
-            })
+        self.name_addrs(HeaderName::Route)
     }
 
     /// Record-Route values in order (the last proxy's first).
     pub fn record_routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
-        self.headers_named(HeaderName::RecordRoute)
-            .flat_map(|h| CommaValues {
-                cursor: Cursor::new(h.value, 0),
-                done: false,
-                parse: |c: &mut Cursor<'a>| {
-                    parse_name_addr(c, HeaderName::RecordRoute, usize::MAX, true, |_, _, _| {
-                        Ok(())
-                    })
-                    .ok()
-                },
-            })
+        self.name_addrs(HeaderName::RecordRoute)
+    }
+
+    /// The bracketed name-addr values of the `name` fields, in order.
+    fn name_addrs(&self, name: HeaderName) -> impl Iterator<Item = NameAddr<'a>> + '_ {
+        self.headers_named(name).flat_map(move |h| CommaValues {
+            cursor: Cursor::new(h.value, 0),
+            done: false,
+            parse: move |c: &mut Cursor<'a>| {
+                parse_name_addr(c, name, usize::MAX, true, |_, _, _| Ok(())).ok()
+            },
+        })
     }
 
     /// The first Route value and the field line holding it.
