@@ -929,6 +929,70 @@ fn a_dialogs_next_hops_named_by_domain_are_proven_by_name() {
     s.handle.shutdown();
 }
 
+/// A challenge over UDP goes to a source nothing proves (a spoofed
+/// request's is answered too): a REGISTER cut to the headers a 401 must
+/// echo (127 bytes) gets one within three times its bytes, with the
+/// preferred algorithm only (counted); both challenges made it 465 bytes,
+/// 3.7 times. A REGISTER of a phone's usual size, or any over TCP, gets
+/// every algorithm.
+#[test]
+fn a_udp_challenge_amplifies_at_most_three_times() {
+    let dir = tempdir("challenge-amplify");
+    let s = server(Mode::Registrar, true, &dir);
+    let srv = s.handle.local_addr();
+    let ua = Ua::new(srv);
+    let challenges = |r: &str| {
+        r.lines()
+            .filter(|l| l.starts_with("WWW-Authenticate: "))
+            .count()
+    };
+    let tiny = format!(
+        "REGISTER sip:a SIP/2.0\r\nv:SIP/2.0/UDP 127.0.0.1:{};branch=z9hG4bK1\r\n\
+         f:<sip:a@a>;tag=1\r\nt:<sip:a@a>\r\ni:1\r\nCSeq:1 REGISTER\r\n\r\n",
+        ua.port()
+    );
+    let r = ua.ask(&tiny);
+    assert_eq!(status(&r), 401, "{r}");
+    assert!(
+        r.len() <= 3 * tiny.len(),
+        "{} bytes answered to {}: {r}",
+        r.len(),
+        tiny.len()
+    );
+    assert_eq!(challenges(&r), 1, "{r}");
+    assert!(r.contains("algorithm=SHA-256"), "the preferred one: {r}");
+    let m = &s.handle.shared().metrics;
+    assert_eq!(
+        m.challenges_cut.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let contact = format!("<sip:alice@127.0.0.1:{}>", ua.port());
+    let r = ua.register("alice", "usual", 1, &contact, "User-Agent: sipsec-test\r\n");
+    assert_eq!((status(&r), challenges(&r)), (401, 2), "{r}");
+    use std::io::{Read, Write};
+    let tcp_addr = s.handle.tcp_addr().expect("tcp");
+    let mut tcp = std::net::TcpStream::connect(tcp_addr).expect("tcp");
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let me = tcp.local_addr().expect("bound");
+    tcp.write_all(
+        tiny.replace("v:SIP/2.0/UDP 127.0.0.1", "v:SIP/2.0/TCP 127.0.0.1")
+            .replace(&format!("127.0.0.1:{}", ua.port()), &me.to_string())
+            .replace("\r\n\r\n", "\r\nl:0\r\n\r\n")
+            .as_bytes(),
+    )
+    .expect("send");
+    let mut buf = vec![0u8; 4096];
+    let mut got = String::new();
+    while !got.contains("\r\n\r\n") {
+        let n = tcp.read(&mut buf).expect("an answer over TCP");
+        assert!(n > 0, "closed: {got}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert_eq!((status(&got), challenges(&got)), (401, 2), "{got}");
+    s.handle.shutdown();
+}
+
 /// Drives the core directly with chosen times: an expired nonce gets a new
 /// challenge with stale=true, a fresh one is accepted.
 #[test]

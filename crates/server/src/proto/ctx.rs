@@ -25,7 +25,7 @@ use crate::proto::location::{Binding, Prepared};
 use crate::proto::metrics::{Stage, Stopwatch};
 use crate::proto::names::{Found, Route};
 use crate::proto::parked::Parked;
-use crate::proto::reply::{bump, Event, Next, Reply, MAX_DATAGRAM};
+use crate::proto::reply::{bump, Event, Next, Reply, AMPLIFICATION, MAX_DATAGRAM};
 use crate::proto::shared::{Now, Shared};
 use crate::proto::uris::{resolve, reveal};
 use sip_core::Transport;
@@ -295,16 +295,34 @@ impl Ctx {
         };
         self.challenges.clear();
         auth.challenges(proxy, stale, now, &mut self.challenges);
-        self.lines.clear();
-        for (name, value) in &self.challenges {
-            let _ = write!(self.lines, "{name}: {value}\r\n");
-        }
         let status = if proxy {
             StatusCode::PROXY_AUTHENTICATION_REQUIRED
         } else {
             StatusCode::UNAUTHORIZED
         };
-        self.respond(msg, status, &[], src, out)
+        // Over UDP the source is not proven yet (a spoofed request is
+        // challenged too): past the first, preferred algorithm, the others
+        // are offered only while the answer stays within AMPLIFICATION
+        // times the request's bytes. A request of a phone's usual size
+        // gets them all at the first try.
+        let mut offered = self.challenges.len();
+        loop {
+            self.lines.clear();
+            for (name, value) in &self.challenges[..offered] {
+                let _ = write!(self.lines, "{name}: {value}\r\n");
+            }
+            let start = out.len();
+            let reply = self.respond(msg, status, &[], src, out);
+            let within = out.len() - start <= AMPLIFICATION * msg.len();
+            if self.transport != Transport::Udp || within || offered <= 1 {
+                if offered < self.challenges.len() {
+                    bump(&self.shared.metrics.challenges_cut);
+                }
+                return reply;
+            }
+            out.truncate(start);
+            offered -= 1;
+        }
     }
 
     /// Runs authentication; `Err` carries the reply to send instead.

@@ -303,6 +303,9 @@ pub struct Metrics {
     /// UDP answers to unverified sources whose contact listing was cut to
     /// bound amplification.
     pub listings_cut: AtomicU64,
+    /// UDP challenges to unverified sources that left out algorithms to
+    /// bound amplification.
+    pub challenges_cut: AtomicU64,
     /// Initial requests refused for a Route naming another element.
     pub preloaded_routes: AtomicU64,
     /// In-dialog requests refused for a next hop this proxy's

@@ -16,7 +16,7 @@ impl Metrics {
     }
 
     /// The counters of what requests and responses met.
-    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 24] {
+    fn request_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 25] {
         [
             (
                 "sipsec_bans_total",
@@ -52,6 +52,11 @@ impl Metrics {
                 "sipsec_udp_listings_cut_total",
                 "UDP answers to unverified sources whose contact listing was cut to bound amplification.",
                 &self.listings_cut,
+            ),
+            (
+                "sipsec_udp_challenges_cut_total",
+                "UDP challenges to unverified sources that left out algorithms to bound amplification.",
+                &self.challenges_cut,
             ),
             (
                 "sipsec_preloaded_routes_refused_total",

@@ -16,12 +16,8 @@ use crate::proto::reply::{bump, Reply, MAX_DATAGRAM};
 use crate::proto::uris::{aor_of, first_path_uri, has_option_tag, reveal};
 use sip_core::Transport;
 
-/// An unverified UDP source gets at most this many times the bytes it
-/// sent (RFC 9000 §8.1 sets 3 for QUIC before address validation).
-pub const AMPLIFICATION: usize = 3;
-/// Bytes a 200 OK adds besides the request's own headers and the
-/// contact listing (status line, To tag, Content-Length, Warning).
-const RESPONSE_OVERHEAD: usize = 256;
+use crate::proto::reply::unverified_budget;
+
 /// Longest Call-ID a binding stores.
 pub const MAX_CALL_ID_LEN: usize = 256;
 /// Longest Path a binding stores.
@@ -410,7 +406,7 @@ impl Registrar {
         // QUIC server before address validation: the contacts the request
         // named first, then others while they fit.
         let budget = if ctx.transport == Transport::Udp && !answer.credentials {
-            (AMPLIFICATION * msg.len()).saturating_sub(msg.len() + RESPONSE_OVERHEAD)
+            unverified_budget(msg.len())
         } else {
             usize::MAX
         };

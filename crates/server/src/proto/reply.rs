@@ -127,6 +127,21 @@ pub(super) enum Next {
 /// The largest UDP payload (65,535 − 8 UDP − 20 IPv4 header bytes).
 pub const MAX_DATAGRAM: usize = 65_507;
 
+/// An unverified UDP source gets at most this many times the bytes it
+/// sent (RFC 9000 §8.1 sets 3 for QUIC before address validation).
+pub const AMPLIFICATION: usize = 3;
+/// Bytes an answer adds besides the request's own headers and what it
+/// lists (status line, To tag, Content-Length, Warning).
+const RESPONSE_OVERHEAD: usize = 256;
+
+/// The bytes an answer over UDP to a source nothing proves yet may list
+/// (contacts, challenges) after echoing a request of `request` bytes,
+/// so that the whole stays within [`AMPLIFICATION`] times the request:
+/// a spoofed source is answered no larger than it asked.
+pub fn unverified_budget(request: usize) -> usize {
+    (AMPLIFICATION * request).saturating_sub(request + RESPONSE_OVERHEAD)
+}
+
 #[inline]
 pub(super) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
