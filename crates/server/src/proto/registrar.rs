@@ -12,11 +12,9 @@ use crate::config::PathMode;
 use crate::proto::ctx::Ctx;
 use crate::proto::location::{ContactChange, Prepared, Registration, UpdateError, UpdatePolicy};
 use crate::proto::metrics::Stage;
-use crate::proto::reply::{bump, Reply, MAX_DATAGRAM};
+use crate::proto::reply::{bump, unverified_budget, Reply, MAX_DATAGRAM};
 use crate::proto::uris::{aor_of, first_path_uri, has_option_tag, reveal};
 use sip_core::Transport;
-
-use crate::proto::reply::unverified_budget;
 
 /// Longest Call-ID a binding stores.
 pub const MAX_CALL_ID_LEN: usize = 256;
