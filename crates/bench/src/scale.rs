@@ -276,32 +276,50 @@ fn start_rate(
 /// sipsec's arguments for a cell: over UDP its `--udp-balance`; over a
 /// connection a configuration of `workers` reactors, each connection
 /// decided by its reactor (`flow`) or a busy one by all (`spread`), and
-/// the generator's address free of the per-address limits.
+/// the generator's address free of the per-address limits. Either way
+/// the registrar's journal budget (64 MiB/s of binding changes, a guard
+/// for the disk, which refused eight workers' refreshes past about
+/// 750,000 a second) is set out of the ramp's reach: the cell measures
+/// the workers.
 fn sipsec_args(plan: &Plan, variant: &Variant, workers: usize) -> Result<Vec<String>, Error> {
     let Some(balance) = &variant.balance else {
         return Ok(Vec::new());
     };
-    if plan.base.transport == Transport::Udp {
-        return Ok(vec!["--udp-balance".into(), balance.clone()]);
+    let udp = plan.base.transport == Transport::Udp;
+    let mut args: Vec<String> = Vec::new();
+    if udp {
+        args.extend(["--udp-balance".into(), balance.clone()]);
     }
-    let spread = if balance == "flow" {
-        "spread_above = 0\n"
-    } else {
-        ""
-    };
+    let text = sipsec_config(udp, workers, balance);
     let path = plan
         .base
         .workdir
-        .join(format!("connections-{workers}-{balance}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "[connections]\nreactors = {workers}\n{spread}accept_rate = 0\nper_ip_exempt = [\"127.0.0.1\", \"::1\"]\n"
-        ),
-    )
-    .map_err(Error::io(path.display()))?;
-    Ok(vec!["--config".into(), path.display().to_string()])
+        .join(format!("sipsec-{workers}-{balance}.toml"));
+    std::fs::write(&path, text).map_err(Error::io(path.display()))?;
+    args.extend(["--config".into(), path.display().to_string()]);
+    Ok(args)
 }
+
+/// The configuration file of a sipsec cell: the journal budget out of
+/// reach and, over a connection, the reactors.
+fn sipsec_config(udp: bool, workers: usize, balance: &str) -> String {
+    let mut text =
+        format!("[registrar]\njournal_rate = {UNLIMITED}\njournal_burst = {UNLIMITED}\n");
+    if !udp {
+        let spread = if balance == "flow" {
+            "spread_above = 0\n"
+        } else {
+            ""
+        };
+        text += &format!(
+            "[connections]\nreactors = {workers}\n{spread}accept_rate = 0\nper_ip_exempt = [\"127.0.0.1\", \"::1\"]\n"
+        );
+    }
+    text
+}
+
+/// A budget no ramp reaches, bytes a second (16 GiB).
+const UNLIMITED: u64 = 1 << 34;
 
 /// One cell: the server started with `workers`, the ramp from `start`
 /// (again from a quarter of it, up to three times, while no step was
@@ -733,6 +751,16 @@ pub fn html(cells: &[Cell]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sipsec_cell_lifts_the_journal_budget_and_sets_its_reactors() {
+        let udp = sipsec_config(true, 8, "call");
+        assert!(udp.contains("journal_rate = 17179869184\njournal_burst = 17179869184"));
+        assert!(!udp.contains("[connections]"));
+        let tcp = sipsec_config(false, 4, "flow");
+        assert!(tcp.contains("[registrar]") && tcp.contains("reactors = 4\nspread_above = 0\n"));
+        assert!(!sipsec_config(false, 4, "spread").contains("spread_above"));
+    }
 
     #[test]
     fn loads_divide_evenly_over_threads() {
