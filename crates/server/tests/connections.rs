@@ -857,6 +857,49 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
     s.handle.shutdown();
 }
 
+/// A read's answers are written together after its last message, and a
+/// busy connection's answers decided on other reactors wait in its
+/// outbox for its own reactor to write: neither may outgrow the
+/// connection's queue bound into a close. With the smallest queue
+/// (4 KiB) a pipelined TLS burst whose answers are ~250 KB is answered
+/// in order on one reactor, and on two with the connection spread (the
+/// outbox then fills and its senders write it in their turn). Before,
+/// an answer batch past rustls's buffer limit closed the trunk as a
+/// slow reader.
+#[test]
+fn gathered_answers_past_the_queue_bound_are_written_not_refused() {
+    for reactors in [1, 2] {
+        let d = Scratch::new(&format!("conn-gathered-tls-{reactors}"));
+        let mut c = config(
+            Mode::Registrar,
+            ConnectionLimits {
+                spread_above: 20,
+                queue_bytes: 4096,
+                ..ConnectionLimits::default()
+            },
+            Some(tls_settings(&d)),
+        );
+        c.connections.reactors = reactors;
+        let s = serve(&format!("gathered-{reactors}"), c);
+        let tls = s.handle.tls_addr().expect("tls");
+        let mut trunk = rustls::StreamOwned::new(tls_client(&d), connect_from("127.0.0.1:0", tls));
+        const CALLS: u32 = 120;
+        const EACH: u32 = 5;
+        trunk
+            .write_all(trunk_burst(tls, "TLS", CALLS, EACH).as_bytes())
+            .expect("write");
+        answered_in_order(&mut trunk, CALLS, EACH);
+        let m = &s.handle.shared().metrics;
+        let decided: Vec<u64> = (0..reactors).map(|r| m.reactor_messages(r)).collect();
+        assert_eq!(decided.iter().sum::<u64>(), u64::from(CALLS * EACH));
+        assert!(
+            decided.iter().all(|&n| n > 0),
+            "every reactor decided: {decided:?}"
+        );
+        s.handle.shutdown();
+    }
+}
+
 /// Connections that arrive together are shared by the reactors in turn,
 /// not all kept by the one that woke first to accept them: four trunks
 /// (never spread) on two reactors, two each. A connection handed to

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -209,6 +209,8 @@ impl Reactor {
             waiting: Mutex::new(Vec::new()),
             registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
+            spread: AtomicBool::new(false),
+            outbox: Mutex::default(),
         });
         hub.open.fetch_add(1, Ordering::Relaxed);
         m.connections_accepted.fetch_add(1, Ordering::Relaxed);

@@ -25,6 +25,7 @@ use crate::proto::flows::{alias_asked, AliasTarget};
 use crate::proto::metrics::CloseReason;
 use crate::proto::shared::Shared;
 
+use super::outbox::Posted;
 use super::shared::*;
 
 impl TcpHub {
@@ -234,6 +235,20 @@ impl TcpHub {
             // the connection's requests when the reactor closes it.
             self.watch(conn, key);
         }
+        match self.post(conn, bytes, key) {
+            Posted::No => {}
+            Posted::Yes { ask } => {
+                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
+                if ask {
+                    self.order(conn.reactor, Order::Write(conn.clone()));
+                }
+                return Ok(());
+            }
+            Posted::Full => {
+                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
+                return self.write_outbox(conn, Some((bytes, key)));
+            }
+        }
         let queued = {
             let mut tx = lock(&conn.tx);
             let connecting = matches!(tx.phase, Phase::Connecting(_));
@@ -247,25 +262,40 @@ impl TcpHub {
                 // finds it in the metrics.
                 crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
             }
-            staged.and_then(|()| tx.flush().map_err(|_| QueueError::Closed))
+            // A read being decided on this connection writes its
+            // answers once, after its last message.
+            let corked = super::outbox::corked(conn);
+            staged.and_then(|()| match corked {
+                true => Ok(()),
+                false => tx.flush().map_err(|_| QueueError::Closed),
+            })
         };
         match queued {
             Ok(()) => Ok(()),
-            Err(e) => {
-                let reason = if e == QueueError::Full {
-                    CloseReason::SlowReader
-                } else {
-                    CloseReason::Error
-                };
-                self.close_later(conn, reason);
-                self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
-                self.undeliverable(key);
-                Err(io::Error::other(match e {
-                    QueueError::Full => "the peer does not read: closed as a slow reader",
-                    QueueError::Closed => "the connection is closed",
-                }))
-            }
+            Err(e) => self.not_queued(conn, key, e),
         }
+    }
+
+    /// A message could not be queued on `conn`: it is closed (as a slow
+    /// reader when its queue is full) and a forwarded request fails.
+    fn not_queued(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        key: Option<(Key, u8)>,
+        e: QueueError,
+    ) -> io::Result<()> {
+        let reason = if e == QueueError::Full {
+            CloseReason::SlowReader
+        } else {
+            CloseReason::Error
+        };
+        self.close_later(conn, reason);
+        self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+        self.undeliverable(key);
+        Err(io::Error::other(match e {
+            QueueError::Full => "the peer does not read: closed as a slow reader",
+            QueueError::Closed => "the connection is closed",
+        }))
     }
 
     /// A message could not be sent. For a request the stateful proxy
@@ -433,6 +463,8 @@ impl TcpHub {
             waiting: Mutex::new(key.into_iter().collect()),
             registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
+            spread: AtomicBool::new(false),
+            outbox: Mutex::default(),
         });
         {
             let mut conns = lock(&self.conns);

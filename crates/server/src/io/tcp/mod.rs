@@ -9,7 +9,9 @@
 //! outbound queue (for TLS, rustls's own record buffer under a limit) and
 //! writes what the socket takes without blocking; the reactor writes the
 //! rest when the socket drains. A peer that lets its queue fill is closed
-//! as a slow reader, so no peer can stall a worker or another peer.
+//! as a slow reader, so no peer can stall a worker or another peer. A
+//! read's answers are written together after it, and a busy connection's
+//! answers from other reactors by its own reactor (`outbox`).
 //!
 //! Deadlines are absolute and checked on every reactor turn: a TLS
 //! handshake must finish within its timeout of the connection opening, a
@@ -26,6 +28,7 @@
 
 mod accept;
 mod hub;
+mod outbox;
 mod reactor;
 pub mod shared;
 mod spread;

@@ -56,6 +56,7 @@ impl Reactor {
     }
 
     pub(super) fn run(mut self) {
+        super::outbox::set_reactor(self.index);
         let mut events = Events::with_capacity(1024);
         let mut next_sweep = Instant::now() + SWEEP;
         while !self.hub.stop.load(Ordering::Relaxed) {
@@ -140,6 +141,9 @@ impl Reactor {
                         link.handed.fetch_sub(1, Ordering::Relaxed);
                     }
                     self.decide(&conn, &bytes);
+                }
+                Order::Write(conn) => {
+                    let _ = self.hub.write_outbox(&conn, None);
                 }
                 Order::Close(t) => {
                     let reason = self
@@ -264,6 +268,10 @@ impl Reactor {
                     budget = budget.saturating_sub(n);
                     if !self.received(t, n) {
                         return;
+                    }
+                    if conn.spread.load(Ordering::Relaxed) {
+                        // What the others decided so far goes with it.
+                        let _ = self.hub.write_outbox(&conn, None);
                     }
                     if short_read_drains && drained {
                         return;
@@ -403,24 +411,28 @@ impl Reactor {
         let mut inbuf = std::mem::take(&mut l.inbuf);
         let conn = l.conn.clone();
         let mut crlf = l.crlf;
-        // The common case: a whole message in one read, handled in place.
-        let consumed = if inbuf.is_empty() {
-            let scratch = std::mem::take(&mut self.scratch);
-            let r = self.handle_frames(&conn, &scratch[..n], &mut crlf);
-            if let Ok(used) = r {
-                inbuf.extend_from_slice(&scratch[used..n]);
+        // The read's answers on this connection are written once, after
+        // its last message (`outbox`).
+        let (consumed, written) = super::outbox::with_cork(&conn, || {
+            // The common case: a whole message in one read, handled in place.
+            if inbuf.is_empty() {
+                let scratch = std::mem::take(&mut self.scratch);
+                let r = self.handle_frames(&conn, &scratch[..n], &mut crlf);
+                if let Ok(used) = r {
+                    inbuf.extend_from_slice(&scratch[used..n]);
+                }
+                self.scratch = scratch;
+                r.map(|_| ())
+            } else {
+                inbuf.extend_from_slice(&self.scratch[..n]);
+                let r = self.handle_frames(&conn, &inbuf, &mut crlf);
+                if let Ok(used) = r {
+                    inbuf.drain(..used);
+                }
+                r.map(|_| ())
             }
-            self.scratch = scratch;
-            r.map(|_| ())
-        } else {
-            inbuf.extend_from_slice(&self.scratch[..n]);
-            let r = self.handle_frames(&conn, &inbuf, &mut crlf);
-            if let Ok(used) = r {
-                inbuf.drain(..used);
-            }
-            r.map(|_| ())
-        };
-        if let Err(reason) = consumed {
+        });
+        if let Err(reason) = consumed.and(written.map_err(|_| CloseReason::Error)) {
             self.close(t, reason);
             return false;
         }

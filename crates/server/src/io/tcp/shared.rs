@@ -212,13 +212,16 @@ impl Tx {
         match &mut self.tls {
             Some(tls) => {
                 for bytes in parts {
-                    let n = tls.writer().write(bytes).map_err(|_| QueueError::Closed)?;
-                    if n < bytes.len() {
-                        return Err(QueueError::Full);
-                    }
+                    push_tls(tls, &mut self.sock, bytes)?;
                 }
             }
             None => {
+                if self.queued() + len > limit {
+                    // Gathered answers (a corked read, an outbox) may
+                    // reach the bound before anything was written: what
+                    // the socket takes now makes room.
+                    self.flush().map_err(|_| QueueError::Closed)?;
+                }
                 if self.queued() + len > limit {
                     return Err(QueueError::Full);
                 }
@@ -229,6 +232,31 @@ impl Tx {
         }
         Ok(())
     }
+}
+
+/// Puts `bytes` in `tls`'s record buffer (bounded by its buffer limit),
+/// writing records to `sock` when it fills. `Full`: the socket takes no
+/// more and the buffer has no room.
+fn push_tls(
+    tls: &mut rustls::Connection,
+    sock: &mut TcpStream,
+    mut bytes: &[u8],
+) -> Result<(), QueueError> {
+    while !bytes.is_empty() {
+        let n = tls.writer().write(bytes).map_err(|_| QueueError::Closed)?;
+        bytes = &bytes[n..];
+        if bytes.is_empty() {
+            break;
+        }
+        match tls.write_tls(sock) {
+            Ok(0) => return Err(QueueError::Closed),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(QueueError::Full),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(QueueError::Closed),
+        }
+    }
+    Ok(())
 }
 
 /// One connection, as the connection table and senders see it.
@@ -259,6 +287,11 @@ pub(super) struct Conn {
     /// TLS: other addresses and domain names it stands for (RFC 5923
     /// aliases, at most [`MAX_ALIASES`]).
     pub(super) aliases: Mutex<Vec<Alias>>,
+    /// Busy: every reactor decides its messages (`spread`).
+    pub(super) spread: AtomicBool,
+    /// The answers other reactors decided for it, for its reactor to
+    /// write (`outbox`).
+    pub(super) outbox: Mutex<super::outbox::Outbox>,
 }
 
 /// A domain name (lower case) and port.
@@ -303,6 +336,8 @@ pub(super) enum Order {
     Close(Token),
     /// Decide this message of a busy connection (see `spread`).
     Decide(Arc<Conn>, Vec<u8>),
+    /// Write this connection's outbox (see `outbox`).
+    Write(Arc<Conn>),
 }
 
 /// A reactor, as other threads reach it.

@@ -48,6 +48,7 @@ impl Reactor {
                 return None;
             }
             l.busy.spread = true;
+            conn.spread.store(true, Ordering::Relaxed);
             let metrics = &self.hub.shared.metrics;
             metrics.spread_connections.fetch_add(1, Ordering::Relaxed);
             crate::io::log::connection_trouble(&format!(
