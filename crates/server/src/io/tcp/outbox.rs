@@ -104,7 +104,9 @@ impl TcpHub {
         if !elsewhere || !conn.spread.load(Ordering::Relaxed) {
             return Posted::No;
         }
-        lock(&conn.outbox).push(bytes, key, self.limits.queue_bytes)
+        let mut outbox = lock(&conn.outbox);
+        let outbox = outbox.get_or_insert_with(Box::default);
+        outbox.push(bytes, key, self.limits.queue_bytes)
     }
 
     /// Writes `conn`'s outbox, then `more` (a message that found it
@@ -118,14 +120,16 @@ impl TcpHub {
         conn: &Arc<Conn>,
         more: Option<Message<'_>>,
     ) -> std::io::Result<()> {
-        let (mut bytes, mut ends, mut keys) = {
-            let mut o = lock(&conn.outbox);
-            o.asked = false;
-            (
-                std::mem::take(&mut o.bytes),
-                std::mem::take(&mut o.ends),
-                std::mem::take(&mut o.keys),
-            )
+        let (mut bytes, mut ends, mut keys) = match &mut *lock(&conn.outbox) {
+            Some(o) => {
+                o.asked = false;
+                (
+                    std::mem::take(&mut o.bytes),
+                    std::mem::take(&mut o.ends),
+                    std::mem::take(&mut o.keys),
+                )
+            }
+            None => Default::default(),
         };
         if let Some((more, key)) = more {
             bytes.extend_from_slice(more);

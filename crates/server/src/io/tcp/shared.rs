@@ -290,8 +290,9 @@ pub(super) struct Conn {
     /// Busy: every reactor decides its messages (`spread`).
     pub(super) spread: AtomicBool,
     /// The answers other reactors decided for it, for its reactor to
-    /// write (`outbox`).
-    pub(super) outbox: Mutex<super::outbox::Outbox>,
+    /// write (`outbox`): made when it is first used, since most
+    /// connections are never busy.
+    pub(super) outbox: Mutex<Option<Box<super::outbox::Outbox>>>,
 }
 
 /// A domain name (lower case) and port.
