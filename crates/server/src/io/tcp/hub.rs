@@ -235,19 +235,19 @@ impl TcpHub {
             // the connection's requests when the reactor closes it.
             self.watch(conn, key);
         }
-        match self.post(conn, bytes, key) {
+        let posted = self.post(conn, bytes, key);
+        if !matches!(posted, Posted::No) {
+            crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
+        }
+        match posted {
             Posted::No => {}
             Posted::Yes { ask } => {
-                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
                 if ask {
                     self.order(conn.reactor, Order::Write(conn.clone()));
                 }
                 return Ok(());
             }
-            Posted::Full => {
-                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
-                return self.write_outbox(conn, Some((bytes, key)));
-            }
+            Posted::Full => return self.write_outbox(conn, Some((bytes, key))),
         }
         let queued = {
             let mut tx = lock(&conn.tx);
@@ -284,12 +284,7 @@ impl TcpHub {
         key: Option<(Key, u8)>,
         e: QueueError,
     ) -> io::Result<()> {
-        let reason = if e == QueueError::Full {
-            CloseReason::SlowReader
-        } else {
-            CloseReason::Error
-        };
-        self.close_later(conn, reason);
+        self.close_later(conn, e.close_reason());
         self.shared.metrics.dropped.fetch_add(1, Ordering::Relaxed);
         self.undeliverable(key);
         Err(io::Error::other(match e {

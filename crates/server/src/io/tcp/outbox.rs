@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use super::shared::*;
 use crate::proto::branch::Key;
-use crate::proto::metrics::CloseReason;
 
 thread_local! {
     /// The reactor this thread is, if it is one.
@@ -157,12 +156,7 @@ impl TcpHub {
         let Err(e) = written else {
             return Ok(());
         };
-        let reason = if e == QueueError::Full {
-            CloseReason::SlowReader
-        } else {
-            CloseReason::Error
-        };
-        self.close_later(conn, reason);
+        self.close_later(conn, e.close_reason());
         let m = &self.shared.metrics;
         m.dropped.fetch_add(ends.len() as u64, Ordering::Relaxed);
         if !keys.is_empty() {

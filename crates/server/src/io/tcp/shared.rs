@@ -97,6 +97,16 @@ pub(super) enum QueueError {
     Full,
 }
 
+impl QueueError {
+    /// Why the connection is closed for it.
+    pub(super) fn close_reason(self) -> CloseReason {
+        match self {
+            QueueError::Full => CloseReason::SlowReader,
+            QueueError::Closed => CloseReason::Error,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) enum Phase {
     /// An outbound connect in progress, with what waits for it.
