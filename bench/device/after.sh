@@ -8,16 +8,21 @@
 #  2. `bench scale --pin` for sipsec steered by Call-ID, W = 1 and 8, one
 #     flow and 10,000 (the journal budget out of the ramp's reach);
 #  3. fixed REGISTER rates from one flow against eight workers with the
-#     journal budget lifted, each worker's CPU.
+#     journal budget lifted, each worker's CPU;
+#  4. `bench scale --scenarios invite` for sipsec and Kamailio, W = 1
+#     and 8, one flow and eight, the built-in callee on as many threads
+#     as the generator.
 # WS, R8, GEN, GT change the defaults.
 set -u
 D=$(cd "$(dirname "$0")" && pwd); S=$D/sipsec
+export PATH=$D:$PATH LD_LIBRARY_PATH=$D/klib
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 GEN=${GEN:-8-15}; GT=${GT:-8}; W8=${W8:-8}
 exec > >(tee "$O/after.txt") 2>&1
 echo "== machine"; nproc; uname -r; grep -m1 "model name" /proc/cpuinfo; date -u
 ulimit -Sn "$(ulimit -Hn)"
 sysctl -qw net.core.rmem_max=33554432 net.core.wmem_max=33554432 net.core.rmem_default=8388608
+sed -e "s|@MPATH@|$D/klib/modules/|" "$D/kam.cfg.in" > "$D/kam.cfg"
 
 echo "== 1. one TLS connection"
 timeout 100 "$S" bench scale --transport tls --servers sipsec,null --balance flow,spread \
@@ -42,4 +47,9 @@ for r in ${R8:-850000 1000000}; do
   for t in /proc/$SP/task/*; do c=$(cat "$t/comm"); case $c in udp-*) echo -n "$c $(awk '{print $14+$15}' "$t/stat")  ";; esac; done; echo
   kill $SP; wait $SP 2>/dev/null
 done
+
+echo "== 4. scale: INVITE, sipsec and kamailio"
+timeout 150 "$S" bench scale --pin --duration 1 --start 10000 --servers sipsec,kamailio \
+  --kamailio-cfg "$D/kam.cfg" --scenarios invite --workers "${WS:-1,8}" --flows 1,8 \
+  --json "$O/invite.json" --markdown "$O/invite.md"
 echo "== done"; date -u

@@ -157,9 +157,14 @@ pub fn measure(opts: &Options, live: &Live, stop: &AtomicBool) -> Result<Report,
         } else {
             "127.0.0.1:0"
         };
-        let r =
-            responder::Responder::start(ip.parse().expect("literal"), responder::Mode::Callee, 1)
-                .map_err(Error::io("starting the callee"))?;
+        // As many callee threads as the generator has: the callee must
+        // not be what limits the calls a server relays.
+        let r = responder::Responder::start(
+            ip.parse().expect("literal"),
+            responder::Mode::Callee,
+            run.threads,
+        )
+        .map_err(Error::io("starting the callee"))?;
         let registrar = opts.callee_registrar.unwrap_or(run.target);
         let domain = opts
             .callee_domain

@@ -6,7 +6,7 @@ use crate::error::Error;
 use sip_core::transaction::{Answered, Resend, TimerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ pub struct Responder {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     answered: Arc<AtomicU64>,
+    unacked: Arc<[Mutex<Unacked>]>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -49,30 +50,47 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 impl Responder {
-    /// Starts `threads` responder threads sharing `addr` (port 0 picks one).
+    /// Starts `threads` responder threads on `addr` (port 0 picks one).
+    /// The null responder gives each thread its own `SO_REUSEPORT`
+    /// socket, as a server's workers have. The callee's threads share one
+    /// socket: a proxy sends every call from one address, which the
+    /// kernel's port hash would hand to one thread, and a call's ACK or
+    /// BYE may be read by another thread than its INVITE (the 2xx
+    /// retransmission state is shared, sharded by Call-ID).
     pub fn start(addr: SocketAddr, mode: Mode, threads: usize) -> std::io::Result<Self> {
         let first = bind(addr)?;
         let addr = first.local_addr()?;
-        let mut sockets = vec![first];
-        for _ in 1..threads.max(1) {
-            sockets.push(bind(addr)?);
+        let threads = threads.max(1);
+        let mut sockets = Vec::with_capacity(threads);
+        for _ in 1..threads {
+            sockets.push(match mode {
+                Mode::Callee => first.try_clone()?,
+                Mode::Null => bind(addr)?,
+            });
         }
+        sockets.insert(0, first);
+        let unacked: Arc<[Mutex<Unacked>]> = (0..threads).map(|_| Mutex::default()).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
         let threads = sockets
             .into_iter()
             .enumerate()
             .map(|(i, sock)| {
-                let (stop, answered) = (stop.clone(), answered.clone());
+                let shared = Shared {
+                    stop: stop.clone(),
+                    answered: answered.clone(),
+                    unacked: unacked.clone(),
+                };
                 std::thread::Builder::new()
                     .name(format!("responder-{i}"))
-                    .spawn(move || serve(&sock, mode, addr, &stop, &answered))
+                    .spawn(move || serve(&sock, mode, addr, i, &shared))
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Self {
             addr,
             stop,
             answered,
+            unacked,
             threads,
         })
     }
@@ -85,6 +103,11 @@ impl Responder {
     /// Requests answered so far.
     pub fn answered(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
+    }
+
+    /// 2xx responses to INVITE sent and not yet acknowledged.
+    pub fn unacknowledged(&self) -> usize {
+        self.unacked.iter().map(|m| lock(m).by_call.len()).sum()
     }
 
     /// Stops the threads.
@@ -106,7 +129,7 @@ impl Drop for Responder {
 /// retransmits them (T1 doubling up to T2) until the ACK or a BYE comes,
 /// for at most 64·T1 (RFC 3261 §13.3.1.4) — a lost 200 must not leave the
 /// caller waiting for its transaction to time out.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Unacked {
     by_call: std::collections::HashMap<String, (Vec<u8>, SocketAddr, Answered)>,
     due: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
@@ -155,14 +178,34 @@ impl Unacked {
     }
 }
 
-fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, stop: &AtomicBool, answered: &AtomicU64) {
+/// What a responder's threads share.
+struct Shared {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    /// One shard per thread; a call's state lives in its Call-ID's.
+    unacked: Arc<[Mutex<Unacked>]>,
+}
+
+impl Shared {
+    fn unacked(&self, call_id: &str) -> std::sync::MutexGuard<'_, Unacked> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .hash_one(call_id);
+        lock(&self.unacked[(h % self.unacked.len() as u64) as usize])
+    }
+}
+
+fn lock(m: &Mutex<Unacked>) -> std::sync::MutexGuard<'_, Unacked> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, shard: usize, shared: &Shared) {
     let mut buf = vec![0u8; 65_535];
     let mut out = Vec::with_capacity(2048);
     let tag = format!("uas{:x}", addr.port());
     let contact = format!("<sip:callee@{addr}>");
-    let mut unacked = Unacked::default();
-    while !stop.load(Ordering::Relaxed) {
-        unacked.fire(sock, Instant::now());
+    while !shared.stop.load(Ordering::Relaxed) {
+        lock(&shared.unacked[shard]).fire(sock, Instant::now());
         let Ok((n, src)) = sock.recv_from(&mut buf) else {
             continue;
         };
@@ -173,44 +216,62 @@ fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, stop: &AtomicBool, answ
             continue;
         }
         if matches!(req.method(), Method::Ack | Method::Bye) {
-            unacked.acked(req.call_id());
+            shared.unacked(req.call_id()).acked(req.call_id());
         }
         if req.method() == Method::Ack {
             continue;
         }
-        let mut reply = |status: StatusCode, body: &[u8]| {
-            out.clear();
-            let extra = [("Contact", contact.as_str())];
-            write_response(
-                &mut out,
-                &req,
-                status,
-                &ResponseOptions {
-                    to_tag: Some(&tag),
-                    copy_record_route: true,
-                    extra: if req.method() == Method::Invite {
-                        &extra
-                    } else {
-                        &[]
-                    },
-                    content_type: (!body.is_empty()).then_some("application/sdp"),
-                    body,
-                    ..Default::default()
-                },
-            );
+        let mut answer = |status: StatusCode, body: &[u8]| {
+            reply(&mut out, &req, status, body, &tag, &contact);
+            if status == StatusCode::OK && mode == Mode::Callee && req.method() == Method::Invite {
+                // Held before it is sent: the ACK it draws may be read by
+                // another thread at once, and must find it.
+                shared
+                    .unacked(req.call_id())
+                    .add(req.call_id(), &out, src, Instant::now());
+            }
             let _ = sock.send_to(&out, src);
         };
         if mode == Mode::Callee && req.method() == Method::Invite {
-            reply(StatusCode::RINGING, b"");
-            reply(StatusCode::OK, SDP.as_bytes());
-            unacked.add(req.call_id(), &out, src, Instant::now());
+            answer(StatusCode::RINGING, b"");
+            answer(StatusCode::OK, SDP.as_bytes());
         } else if req.method() == Method::Invite {
-            reply(StatusCode::OK, SDP.as_bytes());
+            answer(StatusCode::OK, SDP.as_bytes());
         } else {
-            reply(StatusCode::OK, b"");
+            answer(StatusCode::OK, b"");
         }
-        answered.fetch_add(1, Ordering::Relaxed);
+        shared.answered.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Writes the answer to `req` into `out`.
+fn reply(
+    out: &mut Vec<u8>,
+    req: &Message,
+    status: StatusCode,
+    body: &[u8],
+    tag: &str,
+    contact: &str,
+) {
+    out.clear();
+    let extra = [("Contact", contact)];
+    write_response(
+        out,
+        req,
+        status,
+        &ResponseOptions {
+            to_tag: Some(tag),
+            copy_record_route: true,
+            extra: if req.method() == Method::Invite {
+                &extra
+            } else {
+                &[]
+            },
+            content_type: (!body.is_empty()).then_some("application/sdp"),
+            body,
+            ..Default::default()
+        },
+    );
 }
 
 /// Registers `user` at `server` with contact `contact_addr` as its only
@@ -396,4 +457,48 @@ fn answer(challenge: &str, header: &str, user: &User, uri: &str) -> Option<Strin
         1,
     )?;
     Some(format!("{header}: {value}\r\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, call: u32, local: SocketAddr, to: SocketAddr) -> String {
+        format!(
+            "{method} sip:callee@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-{method}{call}\r\nMax-Forwards: 70\r\nFrom: <sip:a@{local}>;tag=a{call}\r\nTo: <sip:callee@{to}>\r\nCall-ID: c{call}@{local}\r\nCSeq: 1 {method}\r\nContent-Length: 0\r\n\r\n"
+        )
+    }
+
+    /// Everything from one address, as a proxy sends it: every INVITE is
+    /// answered 180 then 200, and every ACK, whichever thread reads it,
+    /// finds its 2xx (none is left to be retransmitted).
+    #[test]
+    fn a_callee_on_four_threads_answers_one_peer_and_holds_no_acknowledged_2xx() {
+        let callee = Responder::start("127.0.0.1:0".parse().unwrap(), Mode::Callee, 4).unwrap();
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let (local, to) = (sock.local_addr().unwrap(), callee.addr());
+        let mut buf = vec![0u8; 65_535];
+        for call in 0..200 {
+            sock.send_to(request("INVITE", call, local, to).as_bytes(), to)
+                .unwrap();
+            let mut statuses = Vec::new();
+            while statuses.last() != Some(&200) {
+                let n = sock.recv(&mut buf).expect("an answer");
+                let m = Message::parse(&buf[..n]).unwrap();
+                assert_eq!(m.call_id(), format!("c{call}@{local}"));
+                statuses.push(m.status().unwrap().as_u16());
+            }
+            assert_eq!(statuses, [180, 200]);
+            sock.send_to(request("ACK", call, local, to).as_bytes(), to)
+                .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while callee.unacknowledged() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(callee.unacknowledged(), 0);
+        assert_eq!(callee.answered(), 200);
+        callee.stop();
+    }
 }
