@@ -174,7 +174,16 @@ pub const MAX_CONNECTIONS: usize = 1000;
 fn check_connections(plan: &Plan) -> Result<(), Error> {
     let transport = plan.base.transport;
     if transport == Transport::Udp {
-        return Ok(());
+        return match plan
+            .variants
+            .iter()
+            .any(|v| v.balance.as_deref() == Some("handoff"))
+        {
+            true => Err(Error::Input(
+                "--balance handoff is for connections (tcp, tls, ws, wss)".into(),
+            )),
+            false => Ok(()),
+        };
     }
     if let Some(b) = plan
         .variants
@@ -183,7 +192,7 @@ fn check_connections(plan: &Plan) -> Result<(), Error> {
         .find(|b| matches!(*b, "shared" | "call"))
     {
         return Err(Error::Input(format!(
-            "--balance {b} is for UDP sockets; over {} the balances are flow (each connection decided by its reactor) and spread (a busy connection by every reactor)",
+            "--balance {b} is for UDP sockets; over {} the balances are flow (each connection decided by its reactor), spread (a busy connection by every reactor while its own is behind) and handoff (a busy connection by every reactor at any load)",
             transport.as_str()
         )));
     }
@@ -275,7 +284,8 @@ fn start_rate(
 
 /// sipsec's arguments for a cell: over UDP its `--udp-balance`; over a
 /// connection a configuration of `workers` reactors, each connection
-/// decided by its reactor (`flow`) or a busy one by all (`spread`), and
+/// decided by its reactor (`flow`), a busy one by all while its reactor
+/// is behind (`spread`, the default) or at any load (`handoff`), and
 /// the generator's address free of the per-address limits. Either way
 /// the registrar's journal budget (64 MiB/s of binding changes, a guard
 /// for the disk, which refused eight workers' refreshes past about
@@ -306,10 +316,10 @@ fn sipsec_config(udp: bool, workers: usize, balance: &str) -> String {
     let mut text =
         format!("[registrar]\njournal_rate = {UNLIMITED}\njournal_burst = {UNLIMITED}\n");
     if !udp {
-        let spread = if balance == "flow" {
-            "spread_above = 0\n"
-        } else {
-            ""
+        let spread = match balance {
+            "flow" => "spread_above = 0\n",
+            "handoff" => "spread_always = true\n",
+            _ => "",
         };
         text += &format!(
             "[connections]\nreactors = {workers}\n{spread}accept_rate = 0\nper_ip_exempt = [\"127.0.0.1\", \"::1\"]\n"
@@ -759,7 +769,9 @@ mod tests {
         assert!(!udp.contains("[connections]"));
         let tcp = sipsec_config(false, 4, "flow");
         assert!(tcp.contains("[registrar]") && tcp.contains("reactors = 4\nspread_above = 0\n"));
-        assert!(!sipsec_config(false, 4, "spread").contains("spread_above"));
+        let spread = sipsec_config(false, 4, "spread");
+        assert!(!spread.contains("spread_above") && !spread.contains("spread_always"));
+        assert!(sipsec_config(false, 4, "handoff").contains("spread_always = true\n"));
     }
 
     #[test]

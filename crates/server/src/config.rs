@@ -671,6 +671,11 @@ pub struct ConnectionLimits {
     /// decided by every reactor, spread by Call-ID (a busy trunk); 0:
     /// never. Messages of one call stay on one reactor, in order.
     pub spread_above: u32,
+    /// A busy connection's messages go to their calls' reactors even
+    /// while its own reactor keeps up (by default only while it is
+    /// behind: a hand-off costs more than a decision): for measuring
+    /// the hand-off itself.
+    pub spread_always: bool,
     /// Messages of busy connections handed to one reactor and not yet
     /// decided, at most: past it the busy connections are not read until
     /// that reactor catches up (TCP's window holds their peers).
@@ -710,6 +715,7 @@ impl Default for ConnectionLimits {
             connect_timeout: Duration::from_secs(2),
             reactors: 0,
             spread_above: 2000,
+            spread_always: false,
             spread_queue: DEFAULT_SPREAD_QUEUE,
             accept_burst: 64,
             accept_rate: 2000,

@@ -170,6 +170,9 @@ pub struct ConnectionsSection {
     /// Messages a second on one connection past which every reactor
     /// decides its messages (0: never).
     pub spread_above: Option<u32>,
+    /// Hand a busy connection's messages on even while its reactor keeps
+    /// up (default: only while it is behind).
+    pub spread_always: Option<bool>,
     /// Messages handed to one reactor and not yet decided, at most.
     pub spread_queue: Option<usize>,
     /// Accepts per reactor turn.
@@ -807,6 +810,7 @@ impl Config {
             .unwrap_or(std::mem::take(&mut l.per_ip_exempt));
         l.reactors = c.reactors.unwrap_or(l.reactors);
         l.spread_above = c.spread_above.unwrap_or(l.spread_above);
+        l.spread_always = c.spread_always.unwrap_or(l.spread_always);
         if let Some(q) = c.spread_queue {
             l.spread_queue = spread_queue(q).map_err(|e| value("connections.spread_queue", e))?;
         }

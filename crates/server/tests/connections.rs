@@ -829,6 +829,7 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
         Mode::Registrar,
         ConnectionLimits {
             spread_above: 20,
+            spread_always: true,
             ..ConnectionLimits::default()
         },
         Some(tls_settings(&d)),
@@ -857,6 +858,120 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
     s.handle.shutdown();
 }
 
+/// A busy connection whose reactor keeps up is not handed on: a hand-off
+/// costs more than a decision. Once the burst that made a TCP trunk busy
+/// is decided (every message handed on decided), requests sent one at a
+/// time, each after the last one's answer, are all decided by its own
+/// reactor — those whose calls belong to the other reactor too (`kept`)
+/// — and answered.
+#[test]
+fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut c = config(
+        Mode::Registrar,
+        ConnectionLimits {
+            spread_above: 20,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    c.connections.reactors = 2;
+    let s = serve("trunk-kept", c);
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let mut trunk = connect_from("127.0.0.1:0", tcp);
+    trunk
+        .write_all(trunk_burst(tcp, "TCP", 10, 5).as_bytes())
+        .expect("write");
+    answered_in_order(&mut trunk, 10, 5);
+    let m = &s.handle.shared().metrics;
+    assert_eq!(
+        m.spread_connections.load(Relaxed),
+        1,
+        "the burst made it busy"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while m.spread_decided.load(Relaxed) < m.spread_handoffs.load(Relaxed) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "handed messages undecided"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let before = [m.reactor_messages(0), m.reactor_messages(1)];
+    let (handed, kept) = (m.spread_handoffs.load(Relaxed), m.spread_kept.load(Relaxed));
+    const LONE: u64 = 30;
+    let mut buf = Vec::new();
+    for u in 0..LONE {
+        let user = format!("lone{u}");
+        let contact = format!("<sip:{user}@192.0.2.7;transport=tcp>");
+        trunk
+            .write_all(register(tcp, &user, &contact, "TCP", 1).as_bytes())
+            .expect("write");
+        let answer = read_message(&mut trunk, &mut buf).expect("an answer");
+        assert!(answer.starts_with("SIP/2.0 200 "), "{answer}");
+    }
+    let grew = [
+        m.reactor_messages(0) - before[0],
+        m.reactor_messages(1) - before[1],
+    ];
+    assert!(
+        grew == [LONE, 0] || grew == [0, LONE],
+        "one reactor decided every lone request: {grew:?}"
+    );
+    assert_eq!(m.spread_handoffs.load(Relaxed), handed, "none handed on");
+    assert!(
+        m.spread_kept.load(Relaxed) > kept,
+        "some calls belong to the other reactor"
+    );
+    s.handle.shutdown();
+}
+
+/// A busy trunk whose peer reads its answers slower than it sends is held
+/// back by TCP's window, not closed as a slow reader: the reactors that
+/// decide its messages answer in bursts, and reading on while its socket
+/// took no more piled them past the connection's queue bound. Here a
+/// trunk with a small receive buffer sends 18,000 pipelined REGISTERs
+/// (~6 MB: more answers than the server's socket buffer, at most 4 MB,
+/// holds) and reads nothing until the server has held it back once; then every one is answered, in each call's
+/// order, and nothing was closed.
+#[test]
+fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
+    let mut c = config(
+        Mode::Registrar,
+        ConnectionLimits {
+            spread_above: 20,
+            spread_always: true,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    c.connections.reactors = 2;
+    let s = serve("trunk-slow-reader", c);
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.set_recv_buffer_size(4096).expect("receive buffer");
+    sock.connect(&tcp.into()).expect("connect");
+    let mut trunk: TcpStream = sock.into();
+    const CALLS: u32 = 3600;
+    const EACH: u32 = 5;
+    let burst = trunk_burst(tcp, "TCP", CALLS, EACH);
+    let mut writer = trunk.try_clone().expect("clone");
+    let sending = std::thread::spawn(move || writer.write_all(burst.as_bytes()));
+    let m = &s.handle.shared().metrics;
+    eventually("the trunk held back", Duration::from_secs(20), || {
+        m.spread_held.load(std::sync::atomic::Ordering::Relaxed) > 0
+    });
+    answered_in_order(&mut trunk, CALLS, EACH);
+    sending.join().expect("writer").expect("write");
+    assert_eq!(closed(&s, CloseReason::SlowReader), 0);
+    assert_eq!(
+        m.reactor_messages(0) + m.reactor_messages(1),
+        u64::from(CALLS * EACH)
+    );
+    s.handle.shutdown();
+}
+
 /// A read's answers are written together after its last message, and a
 /// busy connection's answers decided on other reactors wait in its
 /// outbox for its own reactor to write: neither may outgrow the
@@ -874,6 +989,7 @@ fn gathered_answers_past_the_queue_bound_are_written_not_refused() {
             Mode::Registrar,
             ConnectionLimits {
                 spread_above: 20,
+                spread_always: true,
                 queue_bytes: 4096,
                 ..ConnectionLimits::default()
             },
@@ -1002,6 +1118,7 @@ fn a_busy_trunk_held_by_a_full_queue_is_read_again_and_answered_in_order() {
         Mode::Registrar,
         ConnectionLimits {
             spread_above: 20,
+            spread_always: true,
             spread_queue: 1,
             ..ConnectionLimits::default()
         },

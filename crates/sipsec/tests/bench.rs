@@ -395,7 +395,11 @@ fn shared_flows_load_one_connection_from_every_thread() {
     let csv = users(&dir);
     let f = |n: &str| dir.join(n).to_str().expect("utf-8").to_owned();
     let cfg = dir.join("spread.toml");
-    std::fs::write(&cfg, "[connections]\nreactors = 2\nspread_above = 1\n").expect("config");
+    std::fs::write(
+        &cfg,
+        "[connections]\nreactors = 2\nspread_above = 1\nspread_always = true\n",
+    )
+    .expect("config");
     let server = common::serve_in(
         &dir.join("data"),
         &[
@@ -1080,9 +1084,10 @@ fn the_scale_bench_shows_each_workers_share() {
 }
 
 /// `bench scale --transport tcp`: W is sipsec's connection reactors; one
-/// connection kept on its reactor (`flow`) leaves the other idle, spread
-/// over both (`spread`) both work, shared by both generator threads. What
-/// a plan over connections cannot do is refused before it starts.
+/// connection kept on its reactor (`flow`) leaves the other idle, handed
+/// to both at any load (`handoff`) both work, shared by both generator
+/// threads. What a plan over connections cannot do is refused before it
+/// starts.
 #[test]
 fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -1099,7 +1104,14 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
             "--servers",
             "sipsec,null",
         ])
-        .args(["--balance", "flow,spread", "--workers", "2", "--flows", "1"])
+        .args([
+            "--balance",
+            "flow,handoff",
+            "--workers",
+            "2",
+            "--flows",
+            "1",
+        ])
         .args(["--start", "4000", "--factor", "2", "--max", "8000"])
         .args(["--duration", "1", "--credentials"])
         .arg(&csv)
@@ -1108,7 +1120,7 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
         .output()
         .expect("sipsec bench scale runs");
     let (cells, t) = scale_cells(&o, &json);
-    assert_eq!(cells.len(), 3, "sipsec flow, sipsec spread, null: {t}");
+    assert_eq!(cells.len(), 3, "sipsec flow, sipsec handoff, null: {t}");
     for c in &cells {
         assert_eq!(c["failures"], serde_json::json!({}), "{c}");
     }
@@ -1121,8 +1133,8 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
         flow.len() == 2 && flow[0] > 0.0 && flow[1] < 1.0,
         "{flow:?}"
     );
-    let spread = split("sipsec spread");
-    assert!(spread.len() == 2 && spread[1] > 1.0, "{spread:?}");
+    let handoff = split("sipsec handoff");
+    assert!(handoff.len() == 2 && handoff[1] > 1.0, "{handoff:?}");
     for (args, needle) in [
         (
             &["tcp", "--balance", "shared"][..],
@@ -1133,6 +1145,10 @@ fn the_scale_bench_over_a_connection_shows_each_reactors_share() {
             "--balance call is for UDP sockets",
         ),
         (&["tcp", "--flows", "1001"][..], "at most 1000 here"),
+        (
+            &["udp", "--balance", "handoff"][..],
+            "--balance handoff is for connections",
+        ),
         (
             &["tls", "--servers", "kamailio", "--workers", "1,2"][..],
             "more than one TLS worker",

@@ -391,6 +391,12 @@ pub struct Metrics {
     /// Times a busy connection was not read because a reactor held
     /// `spread_queue` messages handed to it.
     pub spread_held: AtomicU64,
+    /// Messages handed to another reactor and decided there (`handoffs`
+    /// less this is what waits).
+    pub spread_decided: AtomicU64,
+    /// Messages of a busy connection decided by its own reactor though
+    /// their calls are another's: it kept up, so no hand-off was needed.
+    pub spread_kept: AtomicU64,
     /// Bindings dropped because the WebSocket connection they were
     /// registered over closed.
     pub flow_bindings_dropped: AtomicU64,
@@ -732,10 +738,12 @@ impl Metrics {
         }
         let _ = writeln!(
             o,
-            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, the messages handed to another reactor, and the times a busy connection waited for a reactor holding spread_queue of them.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}\nsipsec_connection_spread_total{{what=\"held\"}} {}",
+            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, the messages handed to another reactor, the times a busy connection waited for a reactor holding spread_queue of them, the handed messages decided, and those its own reactor decided as it kept up.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}\nsipsec_connection_spread_total{{what=\"held\"}} {}\nsipsec_connection_spread_total{{what=\"decided\"}} {}\nsipsec_connection_spread_total{{what=\"kept\"}} {}",
             self.spread_connections.load(Ordering::Relaxed),
             self.spread_handoffs.load(Ordering::Relaxed),
-            self.spread_held.load(Ordering::Relaxed)
+            self.spread_held.load(Ordering::Relaxed),
+            self.spread_decided.load(Ordering::Relaxed),
+            self.spread_kept.load(Ordering::Relaxed)
         );
         o.push_str("# HELP sipsec_connections_closed_total Connections closed, by reason.\n# TYPE sipsec_connections_closed_total counter\n");
         for r in CloseReason::ALL {

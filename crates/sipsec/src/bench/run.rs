@@ -106,9 +106,8 @@ pub(super) fn null(a: NullArgs) -> Result<ExitCode, String> {
     for addr in std::iter::once(a.udp).chain(a.tcp).chain(a.tls) {
         loopback_only(addr)?;
     }
-    let r =
-        Responder::start(a.udp, Mode::Null, a.workers).map_err(|e| format!("{}: {e}", a.udp))?;
-    println!("sipsec bench null: answering on udp {}", r.addr());
+    // The stream listeners first: a bench knows the responder is up when
+    // its UDP socket answers an OPTIONS, and must then find them too.
     let mut streams = Vec::new();
     if let Some(tcp) = a.tcp {
         let s = StreamNull::start(tcp, None, a.workers).map_err(|e| format!("{tcp}: {e}"))?;
@@ -122,6 +121,9 @@ pub(super) fn null(a: NullArgs) -> Result<ExitCode, String> {
         println!("sipsec bench null: answering on tls {}", s.addr());
         streams.push(s);
     }
+    let r =
+        Responder::start(a.udp, Mode::Null, a.workers).map_err(|e| format!("{}: {e}", a.udp))?;
+    println!("sipsec bench null: answering on udp {}", r.addr());
     let end = a.duration.map(|s| Instant::now() + Duration::from_secs(s));
     while end.is_none_or(|e| Instant::now() < e) {
         std::thread::sleep(Duration::from_millis(100));

@@ -17,9 +17,12 @@ pub struct ScaleArgs {
     pub(super) servers: Vec<String>,
     /// How sipsec's UDP workers share datagrams, comma-separated (a row
     /// each): flow (the kernel's hash of the sender), call (by Call-ID),
-    /// spread (any worker per datagram), shared (one socket)
-    /// [default: call, the server's; spread over a connection].
-    #[arg(long, value_delimiter = ',', value_parser = ["flow", "call", "spread", "shared"])]
+    /// spread (any worker per datagram), shared (one socket); over a
+    /// connection: flow (each on its reactor), spread (a busy one by
+    /// every reactor while its own is behind), handoff (a busy one by
+    /// every reactor at any load) [default: call, the server's; spread
+    /// over a connection].
+    #[arg(long, value_delimiter = ',', value_parser = ["flow", "call", "spread", "shared", "handoff"])]
     pub(super) balance: Vec<String>,
     /// Worker counts, comma-separated [default: 1, 2, 4, … up to the CPUs
     /// the servers may use: all of them, half with --pin].

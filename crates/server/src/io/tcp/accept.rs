@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -210,6 +210,7 @@ impl Reactor {
             registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
             spread: AtomicBool::new(false),
+            handed: AtomicU32::new(0),
             outbox: Mutex::default(),
         });
         hub.open.fetch_add(1, Ordering::Relaxed);

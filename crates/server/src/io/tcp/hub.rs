@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{self};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -94,6 +94,7 @@ impl TcpHub {
                 waker: Waker::new(poll.registry(), WAKER)?,
                 orders: Mutex::new(Vec::new()),
                 handed: AtomicUsize::new(0),
+                parked: AtomicBool::new(false),
             });
             polls.push(poll);
         }
@@ -141,8 +142,7 @@ impl TcpHub {
 
     pub(super) fn order(&self, reactor: usize, order: Order) {
         if let Some(link) = self.link(reactor) {
-            lock(&link.orders).push(order);
-            let _ = link.waker.wake();
+            link.give(|orders| orders.push(order));
         }
     }
 
@@ -459,6 +459,7 @@ impl TcpHub {
             registered: Mutex::new(Vec::new()),
             aliases: Mutex::new(Vec::new()),
             spread: AtomicBool::new(false),
+            handed: AtomicU32::new(0),
             outbox: Mutex::default(),
         });
         {

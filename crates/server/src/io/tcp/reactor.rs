@@ -17,6 +17,7 @@ use crate::proto::metrics::CloseReason;
 use sip_core::websocket::server::{self as websocket};
 
 use super::shared::*;
+use super::spread::Route;
 
 impl Reactor {
     pub(super) fn new(
@@ -80,7 +81,18 @@ impl Reactor {
                 !self.held.is_empty(),
                 until.saturating_duration_since(now),
             );
-            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+            // Waiting, it is woken for orders; an order that came as it
+            // parked is taken at once.
+            let link = self.hub.link(self.index).filter(|_| !wait.is_zero());
+            let wait = match link {
+                Some(l) if l.park() => Duration::ZERO,
+                _ => wait,
+            };
+            let polled = self.poll.poll(&mut events, Some(wait));
+            if let Some(l) = link {
+                l.unpark();
+            }
+            if let Err(e) = polled {
                 if e.kind() != io::ErrorKind::Interrupted {
                     crate::io::log::connection_trouble(&format!("connection reactor: {e}"));
                     std::thread::sleep(TURN);
@@ -109,6 +121,9 @@ impl Reactor {
                     }
                 }
             }
+            // Orders that came while this reactor was busy (no wake-up
+            // was sent for them).
+            self.take_orders();
             self.read_listed();
             self.send_handoffs();
             self.commit();
@@ -134,6 +149,7 @@ impl Reactor {
             return;
         };
         let orders = std::mem::take(&mut *lock(&link.orders));
+        let mut decided = Vec::new();
         for o in orders {
             match o {
                 Order::Decide(conn, bytes) => {
@@ -141,6 +157,7 @@ impl Reactor {
                         link.handed.fetch_sub(1, Ordering::Relaxed);
                     }
                     self.decide(&conn, &bytes);
+                    decided.push(conn);
                 }
                 Order::Write(conn) => {
                     let _ = self.hub.write_outbox(&conn, None);
@@ -178,6 +195,13 @@ impl Reactor {
                         self.close(token, why);
                     }
                 }
+            }
+        }
+        if !decided.is_empty() {
+            // Deferred answers (a store that waits) are sent first.
+            self.commit();
+            for conn in decided {
+                self.handed_decided(&conn);
             }
         }
     }
@@ -244,14 +268,19 @@ impl Reactor {
             return;
         };
         let conn = l.conn.clone();
-        if l.busy.spread && self.handed_too_many() {
-            // Read again once the others have caught up.
+        if l.busy.spread && (self.handed_too_many() || super::spread::answers_wait(&conn)) {
+            // Read again once the others, or the peer, have caught up.
             self.hold(t);
             return;
         }
         let mut budget = READ_BUDGET;
         loop {
             if budget == 0 {
+                // More than a turn's reading waits: behind, until a read
+                // drains the socket.
+                if let Some(l) = self.locals.get_mut(&t) {
+                    l.busy.behind = true;
+                }
                 self.again.push(t);
                 return;
             }
@@ -266,6 +295,9 @@ impl Reactor {
                 Got::Bytes(0, _) => {}
                 Got::Bytes(n, drained) => {
                     budget = budget.saturating_sub(n);
+                    if let (true, Some(l)) = (drained, self.locals.get_mut(&t)) {
+                        l.busy.behind = false;
+                    }
                     if !self.received(t, n) {
                         return;
                     }
@@ -276,11 +308,12 @@ impl Reactor {
                     if short_read_drains && drained {
                         return;
                     }
-                    if self.gathered_any()
-                        && self.locals.get(&t).is_some_and(|l| l.busy.spread)
-                        && self.handed_too_many()
+                    if self.locals.get(&t).is_some_and(|l| l.busy.spread)
+                        && ((self.gathered_any() && self.handed_too_many())
+                            || super::spread::answers_wait(&conn))
                     {
-                        // This read filled a reactor: the rest waits.
+                        // This read filled a reactor, or the peer's
+                        // answers wait: the rest waits.
                         self.hold(t);
                         return;
                     }
@@ -489,8 +522,16 @@ impl Reactor {
             l.spoke = true;
         }
         match self.spread_to(conn, bytes) {
-            Some(to) => self.hand_off(to, conn, bytes),
-            None => self.decide(conn, bytes),
+            Route::To(to) => self.hand_off(to, conn, bytes),
+            Route::Here => self.decide(conn, bytes),
+            Route::Kept => {
+                // What the others decided for this connection goes out
+                // before what this decides: each call's order holds.
+                let _ = self.hub.write_outbox(conn, None);
+                let metrics = &self.hub.shared.metrics;
+                metrics.spread_kept.fetch_add(1, Ordering::Relaxed);
+                self.decide(conn, bytes);
+            }
         }
     }
 

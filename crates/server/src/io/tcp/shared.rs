@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -133,6 +133,15 @@ impl Tx {
         match &self.phase {
             Phase::Connecting(p) => p.iter().map(Vec::len).sum(),
             _ => self.out.len() - self.sent,
+        }
+    }
+
+    /// Bytes are waiting for the socket to take them (it took no more at
+    /// the last write).
+    pub(super) fn backlogged(&self) -> bool {
+        match &self.tls {
+            Some(tls) => tls.wants_write(),
+            None => self.queued() > 0,
         }
     }
 
@@ -299,6 +308,9 @@ pub(super) struct Conn {
     pub(super) aliases: Mutex<Vec<Alias>>,
     /// Busy: every reactor decides its messages (`spread`).
     pub(super) spread: AtomicBool,
+    /// Its messages handed to other reactors and not yet decided there
+    /// (`spread`): while any are, each call's next message follows them.
+    pub(super) handed: AtomicU32,
     /// The answers other reactors decided for it, for its reactor to
     /// write (`outbox`): made when it is first used, since most
     /// connections are never busy.
@@ -358,6 +370,36 @@ pub(super) struct ReactorLink {
     pub(super) orders: Mutex<Vec<Order>>,
     /// Messages handed to it to decide and not yet decided.
     pub(super) handed: AtomicUsize,
+    /// It waits in its poll: only then does an order need a wake-up. A
+    /// busy reactor takes its orders at the end of each turn, so one
+    /// reading a busy connection is not woken once per answer the others
+    /// decided for it.
+    pub(super) parked: AtomicBool,
+}
+
+impl ReactorLink {
+    /// Gives it `orders`, waking it if it waits.
+    pub(super) fn give(&self, orders: impl FnOnce(&mut Vec<Order>)) {
+        orders(&mut lock(&self.orders));
+        // Pairs with `park`: the order is in before `parked` is read, so
+        // either the reactor sees it before it waits or this sees it wait.
+        if self.parked.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// The reactor is about to wait: whether an order came first (then
+    /// it must not wait).
+    pub(super) fn park(&self) -> bool {
+        self.parked.store(true, std::sync::atomic::Ordering::SeqCst);
+        !lock(&self.orders).is_empty()
+    }
+
+    /// The reactor is awake again.
+    pub(super) fn unpark(&self) {
+        self.parked
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Open TCP and TLS connections and what their reactors share.

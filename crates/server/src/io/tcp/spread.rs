@@ -22,19 +22,41 @@ pub(super) struct Busy {
     window: Option<(Instant, u32)>,
     /// Busy: every reactor decides its messages from now on.
     pub(super) spread: bool,
+    /// Its reactor is behind: a turn's reading budget ran out with more
+    /// to read, and no read has drained the socket since. It then hands
+    /// the messages of other reactors' calls on. (A read that merely
+    /// left bytes behind says little: TLS reads a record run at a time.)
+    pub(super) behind: bool,
+}
+
+/// Where a framed message of a connection is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// Here, its call's reactor (or not a busy connection).
+    Here,
+    /// Here, though its call belongs to another reactor: this one keeps
+    /// up, and none of the connection's messages wait elsewhere.
+    Kept,
+    /// At reactor `to`, its call's.
+    To(usize),
 }
 
 impl Reactor {
-    /// The reactor that decides `bytes` from `conn`: `None` for this one.
-    /// A connection becomes busy past `spread_above` messages in one
-    /// second and stays so.
-    pub(super) fn spread_to(&mut self, conn: &Conn, bytes: &[u8]) -> Option<usize> {
+    /// Where `bytes` from `conn` is decided. A connection becomes busy
+    /// past `spread_above` messages in one second and stays so; a busy
+    /// connection's messages go to their calls' reactors only while its
+    /// own reactor is behind (a hand-off costs more than a decision on a
+    /// reactor that keeps up), and once any went, each call's next
+    /// message follows until they are all decided.
+    pub(super) fn spread_to(&mut self, conn: &Conn, bytes: &[u8]) -> Route {
         let above = self.hub.limits.spread_above;
         let reactors = self.hub.reactors.get().map_or(1, Vec::len);
         if above == 0 || reactors < 2 {
-            return None;
+            return Route::Here;
         }
-        let l = self.locals.get_mut(&conn.token)?;
+        let Some(l) = self.locals.get_mut(&conn.token) else {
+            return Route::Here;
+        };
         if !l.busy.spread {
             let now = l.last_read;
             let (since, n) = match l.busy.window {
@@ -45,7 +67,7 @@ impl Reactor {
             };
             l.busy.window = Some((since, n));
             if n <= above {
-                return None;
+                return Route::Here;
             }
             l.busy.spread = true;
             conn.spread.store(true, Ordering::Relaxed);
@@ -56,8 +78,32 @@ impl Reactor {
                 conn.peer, conn.transport
             ));
         }
-        let to = (fnv1a(call_id(bytes)?) % reactors as u64) as usize;
-        (to != self.index).then_some(to)
+        let Some(id) = call_id(bytes) else {
+            return Route::Here;
+        };
+        let to = (fnv1a(id) % reactors as u64) as usize;
+        if to == self.index {
+            Route::Here
+        } else if !self.hub.limits.spread_always
+            && !l.busy.behind
+            && conn.handed.load(Ordering::Acquire) == 0
+        {
+            Route::Kept
+        } else {
+            Route::To(to)
+        }
+    }
+
+    /// A message handed on was decided (and its answers, deferred ones
+    /// too, sent or in `conn`'s outbox): once none waits, the reactor that
+    /// reads `conn` may decide its calls' messages again. Counted under
+    /// the outbox's lock, so an answer taken from the outbox is one whose
+    /// message no longer counts as waiting.
+    pub(super) fn handed_decided(&self, conn: &Conn) {
+        let _outbox = lock(&conn.outbox);
+        conn.handed.fetch_sub(1, Ordering::Release);
+        let metrics = &self.hub.shared.metrics;
+        metrics.spread_decided.fetch_add(1, Ordering::Release);
     }
 
     /// Hands `bytes` from `conn` to reactor `to`; it goes with the others
@@ -66,13 +112,14 @@ impl Reactor {
         if self.handoffs.len() <= to {
             self.handoffs.resize_with(to + 1, Vec::new);
         }
+        conn.handed.fetch_add(1, Ordering::Relaxed);
         self.handoffs[to].push(Order::Decide(conn.clone(), bytes.to_vec()));
         let metrics = &self.hub.shared.metrics;
         metrics.spread_handoffs.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Sends this turn's handed-off messages: one lock and one wake-up
-    /// per reactor, not per message.
+    /// Sends this turn's handed-off messages: one lock per reactor, not
+    /// per message, and a wake-up only for one that waits.
     pub(super) fn send_handoffs(&mut self) {
         for (to, orders) in self.handoffs.iter_mut().enumerate() {
             if orders.is_empty() {
@@ -83,8 +130,7 @@ impl Reactor {
                 continue;
             };
             link.handed.fetch_add(orders.len(), Ordering::Relaxed);
-            lock(&link.orders).append(orders);
-            let _ = link.waker.wake();
+            link.give(|queued| queued.append(orders));
         }
     }
 
@@ -128,6 +174,21 @@ impl Reactor {
         let metrics = &self.hub.shared.metrics;
         metrics.spread_held.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Most messages of one busy connection handed on and undecided: their
+/// answers must fit the connection's queue with what its socket holds.
+pub(super) const IN_FLIGHT: u32 = 256;
+
+/// Whether a busy connection's answers are waiting: its socket takes no
+/// more (the peer reads slower than it sends), or [`IN_FLIGHT`] of its
+/// messages are still being decided elsewhere. Its reactor then does
+/// not read it: TCP's window holds the peer back, where reading on would
+/// pile answers past the connection's queue bound and close it as a
+/// slow reader — the other reactors answer in bursts the peer may not
+/// drain at once.
+pub(super) fn answers_wait(conn: &Conn) -> bool {
+    conn.handed.load(Ordering::Relaxed) >= IN_FLIGHT || lock(&conn.tx).backlogged()
 }
 
 /// How long a reactor's poll may wait: not at all when something is
