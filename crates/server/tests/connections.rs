@@ -133,6 +133,18 @@ fn closed(s: &Served, reason: CloseReason) -> u64 {
     s.handle.shared().metrics.closed_for(reason)
 }
 
+/// A registrar on `reactors` connection reactors with `limits`.
+fn on_reactors(
+    name: &str,
+    reactors: usize,
+    limits: ConnectionLimits,
+    tls: Option<TlsSettings>,
+) -> Served {
+    let mut c = config(Mode::Registrar, limits, tls);
+    c.connections.reactors = reactors;
+    serve(name, c)
+}
+
 /// Waits (bounded) for a counter to reach `n`.
 fn eventually(what: &str, bound: Duration, mut f: impl FnMut() -> bool) {
     let until = Instant::now() + bound;
@@ -825,8 +837,9 @@ fn tls_settings(d: &std::path::Path) -> TlsSettings {
 #[test]
 fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
     let d = Scratch::new("conn-trunk-tls");
-    let mut c = config(
-        Mode::Registrar,
+    let s = on_reactors(
+        "trunk-tls-srv",
+        2,
         ConnectionLimits {
             spread_above: 20,
             spread_always: true,
@@ -834,8 +847,6 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
         },
         Some(tls_settings(&d)),
     );
-    c.connections.reactors = 2;
-    let s = serve("trunk-tls-srv", c);
     let tls = s.handle.tls_addr().expect("tls");
     let mut trunk = rustls::StreamOwned::new(tls_client(&d), connect_from("127.0.0.1:0", tls));
     const CALLS: u32 = 40;
@@ -867,16 +878,15 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
 #[test]
 fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
     use std::sync::atomic::Ordering::Relaxed;
-    let mut c = config(
-        Mode::Registrar,
+    let s = on_reactors(
+        "trunk-kept",
+        2,
         ConnectionLimits {
             spread_above: 20,
             ..ConnectionLimits::default()
         },
         None,
     );
-    c.connections.reactors = 2;
-    let s = serve("trunk-kept", c);
     let tcp = s.handle.tcp_addr().expect("tcp");
     let mut trunk = connect_from("127.0.0.1:0", tcp);
     trunk
@@ -932,12 +942,14 @@ fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
 /// took no more piled them past the connection's queue bound. Here a
 /// trunk with a small receive buffer sends 18,000 pipelined REGISTERs
 /// (~6 MB: more answers than the server's socket buffer, at most 4 MB,
-/// holds) and reads nothing until the server has held it back once; then every one is answered, in each call's
-/// order, and nothing was closed.
+/// holds) and reads nothing until the server has held it back once;
+/// then every one is answered, in each call's order, and nothing was
+/// closed.
 #[test]
 fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
-    let mut c = config(
-        Mode::Registrar,
+    let s = on_reactors(
+        "trunk-slow-reader",
+        2,
         ConnectionLimits {
             spread_above: 20,
             spread_always: true,
@@ -945,8 +957,6 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
         },
         None,
     );
-    c.connections.reactors = 2;
-    let s = serve("trunk-slow-reader", c);
     let tcp = s.handle.tcp_addr().expect("tcp");
     let sock =
         socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
@@ -985,8 +995,9 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
 fn gathered_answers_past_the_queue_bound_are_written_not_refused() {
     for reactors in [1, 2] {
         let d = Scratch::new(&format!("conn-gathered-tls-{reactors}"));
-        let mut c = config(
-            Mode::Registrar,
+        let s = on_reactors(
+            &format!("gathered-{reactors}"),
+            reactors,
             ConnectionLimits {
                 spread_above: 20,
                 spread_always: true,
@@ -995,8 +1006,6 @@ fn gathered_answers_past_the_queue_bound_are_written_not_refused() {
             },
             Some(tls_settings(&d)),
         );
-        c.connections.reactors = reactors;
-        let s = serve(&format!("gathered-{reactors}"), c);
         let tls = s.handle.tls_addr().expect("tls");
         let mut trunk = rustls::StreamOwned::new(tls_client(&d), connect_from("127.0.0.1:0", tls));
         const CALLS: u32 = 120;
@@ -1022,16 +1031,15 @@ fn gathered_answers_past_the_queue_bound_are_written_not_refused() {
 /// another reactor is served there as any other.
 #[test]
 fn connections_that_come_together_are_shared_by_the_reactors() {
-    let mut c = config(
-        Mode::Registrar,
+    let s = on_reactors(
+        "reactors-turns",
+        2,
         ConnectionLimits {
             spread_above: 0,
             ..ConnectionLimits::default()
         },
         None,
     );
-    c.connections.reactors = 2;
-    let s = serve("reactors-turns", c);
     let tcp = s.handle.tcp_addr().expect("tcp");
     let mut trunks: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.1:0", tcp)).collect();
     for (i, t) in trunks.iter_mut().enumerate() {
@@ -1114,8 +1122,9 @@ fn answered_in_order(trunk: &mut impl Read, calls: u32, each: u32) {
 /// than one read of the reactor holds (2,000 REGISTERs, ~700 KB).
 #[test]
 fn a_busy_trunk_held_by_a_full_queue_is_read_again_and_answered_in_order() {
-    let mut c = config(
-        Mode::Registrar,
+    let s = on_reactors(
+        "trunk-held",
+        2,
         ConnectionLimits {
             spread_above: 20,
             spread_always: true,
@@ -1124,8 +1133,6 @@ fn a_busy_trunk_held_by_a_full_queue_is_read_again_and_answered_in_order() {
         },
         None,
     );
-    c.connections.reactors = 2;
-    let s = serve("trunk-held", c);
     let tcp = s.handle.tcp_addr().expect("tcp");
     let mut trunk = connect_from("127.0.0.1:0", tcp);
     const CALLS: u32 = 400;
