@@ -1,5 +1,6 @@
 //! `sipsec bench run` (one scenario at a fixed rate) and `sipsec bench null` (a UDP sink).
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -107,29 +108,40 @@ pub(super) fn null(a: NullArgs) -> Result<ExitCode, String> {
         loopback_only(addr)?;
     }
     // The stream listeners first: a bench knows the responder is up when
-    // its UDP socket answers an OPTIONS, and must then find them too.
+    // its UDP socket answers an OPTIONS, and must then find them too. The
+    // banners go out once all are up, UDP's first, as before: a reader
+    // that stops at the one it wants must not break a later line.
     let mut streams = Vec::new();
     if let Some(tcp) = a.tcp {
         let s = StreamNull::start(tcp, None, a.workers).map_err(|e| format!("{tcp}: {e}"))?;
-        println!("sipsec bench null: answering on tcp {}", s.addr());
-        streams.push(s);
+        streams.push(("tcp", s));
     }
     if let (Some(tls), Some(cert), Some(key)) = (a.tls, &a.cert, &a.key) {
         let config = tls_config(cert, key).map_err(|e| e.to_string())?;
         let s =
             StreamNull::start(tls, Some(config), a.workers).map_err(|e| format!("{tls}: {e}"))?;
-        println!("sipsec bench null: answering on tls {}", s.addr());
-        streams.push(s);
+        streams.push(("tls", s));
     }
     let r =
         Responder::start(a.udp, Mode::Null, a.workers).map_err(|e| format!("{}: {e}", a.udp))?;
-    println!("sipsec bench null: answering on udp {}", r.addr());
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "sipsec bench null: answering on udp {}", r.addr());
+    for (name, s) in &streams {
+        let _ = writeln!(out, "sipsec bench null: answering on {name} {}", s.addr());
+    }
+    let _ = out.flush();
+    drop(out);
     let end = a.duration.map(|s| Instant::now() + Duration::from_secs(s));
     while end.is_none_or(|e| Instant::now() < e) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let streamed: u64 = streams.iter().map(StreamNull::answered).sum();
-    println!("answered {} requests", r.answered() + streamed);
+    let streamed: u64 = streams.iter().map(|(_, s)| s.answered()).sum();
+    // Whoever started it may have stopped reading: nothing to say then.
+    let _ = writeln!(
+        std::io::stdout(),
+        "answered {} requests",
+        r.answered() + streamed
+    );
     r.stop();
     Ok(ExitCode::SUCCESS)
 }
