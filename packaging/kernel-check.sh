@@ -80,7 +80,9 @@ for transport in udp tcp; do
     /sipsec bench run --transport $transport --scenario register --threads 1 --flows 8 \
         --rate 100 --duration 2 >run.txt 2>&1
     /bin/busybox head -2 run.txt
-    /bin/busybox grep -q ' 200 ok, 0 failed' run.txt || exit 1
+    # Every REGISTER started answered (an emulated CPU may start 199 of
+    # the 200 in the two seconds).
+    /bin/busybox grep -q ': \([1-9][0-9]*\) started, \1 ok, 0 failed' run.txt || exit 1
 done
 /bin/busybox grep 'udp_balance' serve.log
 release=$(/bin/busybox uname -r)
