@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sip_core::digest::Algorithm;
 
+pub use crate::config_connections::{ConnectionLimits, DEFAULT_SPREAD_QUEUE, MAX_SPREAD_QUEUE};
 use crate::config_media::MediaSettings;
 
 /// How hard a journal write tries to reach stable storage.
@@ -37,12 +38,6 @@ pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
 /// Bindings the registrar holds at most by default: about 250 MB of
 /// memory at the largest contacts allowed.
 pub const DEFAULT_MAX_BINDINGS: usize = 200_000;
-
-/// Default `[connections] spread_queue`: a few turns of a busy trunk.
-pub const DEFAULT_SPREAD_QUEUE: usize = 4096;
-/// Largest `[connections] spread_queue` accepted: each waiting message is
-/// held in memory (up to 64 KiB each).
-pub const MAX_SPREAD_QUEUE: usize = 65_536;
 
 /// Default `batch_wait`: half a millisecond, so that with timer slack and
 /// scheduling the added delay stays under a millisecond.
@@ -640,92 +635,6 @@ impl Default for WebSocketSettings {
     }
 }
 
-/// Limits and deadlines of the connection layer (TCP, TLS), each one a
-/// defence against a peer that holds resources without using them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConnectionLimits {
-    /// Most open connections; 0: as many as the file-descriptor limit
-    /// allows (raised to its hard limit at start), less a reserve.
-    pub max: usize,
-    /// Most connections from one source IP (carrier NAT puts many phones
-    /// behind one address); 0: no per-IP limit.
-    pub per_ip: usize,
-    /// Source IPs the per-IP limit does not apply to (e.g. a trusted SBC).
-    pub per_ip_exempt: Vec<std::net::IpAddr>,
-    /// Bytes a connection may have queued for its peer; a peer that lets
-    /// more pile up is closed as a slow reader.
-    pub queue_bytes: usize,
-    /// A TLS handshake must be complete this long after the connection
-    /// opened (an absolute deadline, however slowly bytes drip in).
-    pub handshake_timeout: Duration,
-    /// A SIP message must be complete this long after its first byte.
-    pub message_timeout: Duration,
-    /// A connection that receives nothing (not even a keep-alive) this
-    /// long is closed.
-    pub idle_timeout: Duration,
-    /// An outbound connect not established in this time fails.
-    pub connect_timeout: Duration,
-    /// Reactor threads serving connections; 0: one per core (at most 4).
-    pub reactors: usize,
-    /// Messages a second on one connection past which its messages are
-    /// decided by every reactor, spread by Call-ID (a busy trunk); 0:
-    /// never. Messages of one call stay on one reactor, in order.
-    pub spread_above: u32,
-    /// A busy connection's messages go to their calls' reactors even
-    /// while its own reactor keeps up (by default only while it is
-    /// behind: a hand-off costs more than a decision): for measuring
-    /// the hand-off itself.
-    pub spread_always: bool,
-    /// Messages of busy connections handed to one reactor and not yet
-    /// decided, at most: past it the busy connections are not read until
-    /// that reactor catches up (TCP's window holds their peers).
-    pub spread_queue: usize,
-    /// Connections each reactor accepts per turn of its loop before it
-    /// serves established connections again.
-    pub accept_burst: usize,
-    /// New connections accepted per second by the whole server (shared
-    /// evenly by the reactors; 0: no limit). Connections beyond it wait in
-    /// the kernel's accept queue, so a connect storm (every handshake a
-    /// private-key operation) cannot take the CPU registered phones need.
-    pub accept_rate: u32,
-    /// New connections accepted per second from one source IP (at once:
-    /// as many), checked before the server-wide rate so one address
-    /// cannot spend the others' share; 0: no limit. `per_ip_exempt`
-    /// addresses have none.
-    pub accept_rate_per_ip: u32,
-    /// A connection must send a SIP message this long after it opened
-    /// (TLS handshake and WebSocket upgrade included), or it is closed.
-    pub first_message_timeout: Duration,
-    /// CRLF keep-alives and WebSocket pings one connection may send per
-    /// second on average (at once: ten times as many); past it the
-    /// connection is closed. RFC 5626 §4.4.1 keeps alive every 95–120 s.
-    pub keepalive_rate: u32,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            max: 0,
-            per_ip: 1024,
-            per_ip_exempt: Vec::new(),
-            queue_bytes: 256 << 10,
-            handshake_timeout: Duration::from_secs(10),
-            message_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(600),
-            connect_timeout: Duration::from_secs(2),
-            reactors: 0,
-            spread_above: 2000,
-            spread_always: false,
-            spread_queue: DEFAULT_SPREAD_QUEUE,
-            accept_burst: 64,
-            accept_rate: 2000,
-            accept_rate_per_ip: 100,
-            first_message_timeout: Duration::from_secs(20),
-            keepalive_rate: 2,
-        }
-    }
-}
-
 impl Default for Config {
     fn default() -> Self {
         let udp: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 5060));
@@ -1218,7 +1127,7 @@ mod tests {
     fn connection_settings_are_checked() {
         let mut c = Config::default();
         c.apply_toml(
-            "[connections]\nper_ip = 8\nper_ip_exempt = [\"10.0.0.1\"]\nmessage_timeout = 2.5\nspread_queue = 16\n",
+            "[connections]\nper_ip = 8\nper_ip_exempt = [\"10.0.0.1\"]\nmessage_timeout = 2.5\nspread_queue = 16\nsend_timeout = 5\n",
             "t",
         )
         .expect("valid");
@@ -1229,6 +1138,7 @@ mod tests {
             DEFAULT_SPREAD_QUEUE
         );
         assert_eq!(c.connections.message_timeout, Duration::from_millis(2500));
+        assert_eq!(c.connections.send_timeout, Duration::from_secs(5));
         assert_eq!(
             c.connections.per_ip_exempt,
             ["10.0.0.1".parse::<std::net::IpAddr>().unwrap()]
@@ -1236,6 +1146,7 @@ mod tests {
         for bad in [
             "[connections]\nqueue_bytes = 10\n",
             "[connections]\nidle_timeout = 0\n",
+            "[connections]\nsend_timeout = -1\n",
             "[connections]\naccept_burst = 0\n",
             "[connections]\nspread_queue = 0\n",
             "[connections]\nspread_queue = 65537\n",

@@ -165,6 +165,8 @@ pub struct ConnectionsSection {
     pub idle_timeout: Option<f64>,
     /// Seconds an outbound connect may take.
     pub connect_timeout: Option<f64>,
+    /// Seconds the peer may take to accept bytes sent to it.
+    pub send_timeout: Option<f64>,
     /// Reactor threads (0: one per core, at most 4).
     pub reactors: Option<usize>,
     /// Messages a second on one connection past which every reactor
@@ -865,6 +867,11 @@ impl Config {
                 "connections.connect_timeout",
                 c.connect_timeout,
                 &mut l.connect_timeout,
+            ),
+            (
+                "connections.send_timeout",
+                c.send_timeout,
+                &mut l.send_timeout,
             ),
         ] {
             if let Some(secs) = given {

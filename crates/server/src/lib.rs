@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod config_calls;
+pub mod config_connections;
 mod config_dns;
 mod config_file;
 pub mod config_media;

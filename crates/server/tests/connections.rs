@@ -940,11 +940,11 @@ fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
 /// back by TCP's window, not closed as a slow reader: the reactors that
 /// decide its messages answer in bursts, and reading on while its socket
 /// took no more piled them past the connection's queue bound. Here a
-/// trunk with a small receive buffer sends 18,000 pipelined REGISTERs
-/// (~6 MB: more answers than the server's socket buffer, at most 4 MB,
-/// holds) and reads nothing until the server has held it back once;
-/// then every one is answered, in each call's order, and nothing was
-/// closed.
+/// trunk with a small receive buffer sends pipelined REGISTERs whose
+/// answers are twice what the server's socket may hold (the kernel's
+/// `tcp_wmem` maximum) and reads nothing until the server has held it
+/// back once; then every one is answered, in each call's order, and
+/// nothing was closed.
 #[test]
 fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
     let s = on_reactors(
@@ -957,29 +957,131 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
         },
         None,
     );
+    const EACH: u32 = 5;
+    let (mut trunk, calls, sending) = slow_trunk(&s, EACH, 0);
+    let m = &s.handle.shared().metrics;
+    eventually("the trunk held back", Duration::from_secs(20), || {
+        m.spread_held.load(std::sync::atomic::Ordering::Relaxed) > 0
+    });
+    answered_in_order(&mut trunk, calls, EACH);
+    sending.join().expect("writer").expect("write");
+    assert_eq!(closed(&s, CloseReason::SlowReader), 0);
+    assert_eq!(
+        m.reactor_messages(0) + m.reactor_messages(1),
+        u64::from(calls * EACH)
+    );
+    s.handle.shutdown();
+}
+
+/// A busy trunk whose peer never reads is held while its answers wait,
+/// without being tried again on a timer (it is read again only on the
+/// writable edge that says its peer took them), and is closed as a slow
+/// reader once its peer has taken nothing for `send_timeout` (the
+/// kernel's `TCP_USER_TIMEOUT` aborts it). Before, the reactor tried it
+/// every millisecond, and it stayed open until the idle timeout (600 s).
+#[test]
+fn a_busy_trunk_that_never_reads_is_closed_at_the_send_timeout() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = on_reactors(
+        "trunk-never-reads",
+        2,
+        ConnectionLimits {
+            spread_above: 20,
+            spread_always: true,
+            send_timeout: Duration::from_secs(4),
+            // Its answers (8 KB each, echoing 40 Vias) in flight fit.
+            queue_bytes: 4 << 20,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    let (mut trunk, _, sending) = slow_trunk(&s, 5, 40);
+    let m = &s.handle.shared().metrics;
+    let waits = || m.spread_held.load(Relaxed) + m.spread_peer_waits.load(Relaxed);
+    eventually(
+        "the trunk waits for its peer",
+        Duration::from_secs(60),
+        || m.spread_peer_waits.load(Relaxed) > 0,
+    );
+    let before = waits();
+    eventually("closed as a slow reader", Duration::from_secs(60), || {
+        closed(&s, CloseReason::SlowReader) == 1
+    });
+    let waited = waits() - before;
+    assert!(waited < 50, "tried {waited} times while it waited: polled");
+    assert_eq!(closed(&s, CloseReason::Idle), 0);
+    assert!(closed_within(&mut trunk, Duration::from_secs(10)));
+    let _ = sending.join().expect("writer");
+    s.handle.shutdown();
+}
+
+/// A phone that stops reading (a frozen app, a host gone without a
+/// reset) is closed as a slow reader once its answers have waited
+/// `send_timeout` for it to take any, not left to the idle timeout: the
+/// kernel aborts the connection (`TCP_USER_TIMEOUT`), which costs the
+/// server nothing while no byte waits.
+#[test]
+fn a_phone_that_stops_reading_is_closed_at_the_send_timeout() {
+    let s = on_reactors(
+        "phone-stops-reading",
+        1,
+        ConnectionLimits {
+            send_timeout: Duration::from_secs(1),
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
     let tcp = s.handle.tcp_addr().expect("tcp");
     let sock =
         socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
     sock.set_recv_buffer_size(4096).expect("receive buffer");
     sock.connect(&tcp.into()).expect("connect");
-    let mut trunk: TcpStream = sock.into();
-    const CALLS: u32 = 3600;
-    const EACH: u32 = 5;
-    let burst = trunk_burst(tcp, "TCP", CALLS, EACH);
+    let mut phone: TcpStream = sock.into();
+    // Sixty-four answers: more than its receive buffer takes.
+    let burst = trunk_burst(tcp, "TCP", 64, 1);
+    phone.write_all(burst.as_bytes()).expect("write");
+    eventually("closed as a slow reader", Duration::from_secs(20), || {
+        closed(&s, CloseReason::SlowReader) == 1
+    });
+    assert_eq!(closed(&s, CloseReason::Idle), 0);
+    assert!(closed_within(&mut phone, Duration::from_secs(10)));
+    s.handle.shutdown();
+}
+
+/// A trunk that reads slowly: a connection to `s` with a small receive
+/// buffer, and a thread writing it `each` pipelined REGISTERs for each
+/// of as many calls as make answers twice what the server's socket may
+/// hold (`tcp_wmem`'s maximum; 4 MiB where it cannot be read), each
+/// request with `vias` more Via fields (its answer echoes them).
+fn slow_trunk(
+    s: &Served,
+    each: u32,
+    vias: usize,
+) -> (TcpStream, u32, std::thread::JoinHandle<std::io::Result<()>>) {
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.set_recv_buffer_size(4096).expect("receive buffer");
+    sock.connect(&tcp.into()).expect("connect");
+    let trunk: TcpStream = sock.into();
+    let wmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2)?.parse::<u32>().ok())
+        .unwrap_or(4 << 20);
+    // An answer to `register` is over 300 bytes, and echoes each Via.
+    let via = format!(
+        "Via: SIP/2.0/TCP 192.0.2.9:5060;branch=z9hG4bK{}\r\n",
+        "v".repeat(160)
+    );
+    let answer = 300 + vias * via.len();
+    let calls = (2 * wmem_max as usize / answer / each as usize).max(1) as u32;
+    let mut burst = trunk_burst(tcp, "TCP", calls, each);
+    if vias > 0 {
+        burst = burst.replace("\r\nFrom:", &format!("\r\n{}From:", via.repeat(vias)));
+    }
     let mut writer = trunk.try_clone().expect("clone");
     let sending = std::thread::spawn(move || writer.write_all(burst.as_bytes()));
-    let m = &s.handle.shared().metrics;
-    eventually("the trunk held back", Duration::from_secs(20), || {
-        m.spread_held.load(std::sync::atomic::Ordering::Relaxed) > 0
-    });
-    answered_in_order(&mut trunk, CALLS, EACH);
-    sending.join().expect("writer").expect("write");
-    assert_eq!(closed(&s, CloseReason::SlowReader), 0);
-    assert_eq!(
-        m.reactor_messages(0) + m.reactor_messages(1),
-        u64::from(CALLS * EACH)
-    );
-    s.handle.shutdown();
+    (trunk, calls, sending)
 }
 
 /// A read's answers are written together after its last message, and a

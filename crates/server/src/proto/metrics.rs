@@ -389,8 +389,13 @@ pub struct Metrics {
     /// Connections that became busy enough to be decided by every reactor.
     pub spread_connections: AtomicU64,
     /// Times a busy connection was not read because a reactor held
-    /// `spread_queue` messages handed to it.
+    /// `spread_queue` messages handed to it, or 256 of its own were
+    /// still being decided elsewhere (tried again a millisecond later).
     pub spread_held: AtomicU64,
+    /// Times a busy connection was not read because its socket took no
+    /// more of its answers (read again on the edge that says its peer
+    /// took them).
+    pub spread_peer_waits: AtomicU64,
     /// Messages handed to another reactor and decided there (`handoffs`
     /// less this is what waits).
     pub spread_decided: AtomicU64,
@@ -738,10 +743,11 @@ impl Metrics {
         }
         let _ = writeln!(
             o,
-            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, the messages handed to another reactor, the times a busy connection waited for a reactor holding spread_queue of them, the handed messages decided, and those its own reactor decided as it kept up.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}\nsipsec_connection_spread_total{{what=\"held\"}} {}\nsipsec_connection_spread_total{{what=\"decided\"}} {}\nsipsec_connection_spread_total{{what=\"kept\"}} {}",
+            "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, the messages handed to another reactor, the times a busy connection waited for the reactors deciding them and for its peer to take its answers, the handed messages decided, and those its own reactor decided as it kept up.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}\nsipsec_connection_spread_total{{what=\"held\"}} {}\nsipsec_connection_spread_total{{what=\"peer_waits\"}} {}\nsipsec_connection_spread_total{{what=\"decided\"}} {}\nsipsec_connection_spread_total{{what=\"kept\"}} {}",
             self.spread_connections.load(Ordering::Relaxed),
             self.spread_handoffs.load(Ordering::Relaxed),
             self.spread_held.load(Ordering::Relaxed),
+            self.spread_peer_waits.load(Ordering::Relaxed),
             self.spread_decided.load(Ordering::Relaxed),
             self.spread_kept.load(Ordering::Relaxed)
         );

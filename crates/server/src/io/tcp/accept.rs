@@ -170,7 +170,7 @@ impl Reactor {
             }
             (_, false) => None,
         };
-        let _ = sock.set_nodelay(true);
+        tune(&sock, &hub.limits);
         let token = Token(hub.next_token.fetch_add(1, Ordering::Relaxed));
         // Reactors take turns (with the connections we open), so a few
         // connections that came at once do not all land on the reactor

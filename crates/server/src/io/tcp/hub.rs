@@ -434,7 +434,7 @@ impl TcpHub {
                 return refuse(self, &e.to_string());
             }
         };
-        let _ = sock.set_nodelay(true);
+        tune(&sock, &self.limits);
         let reactor = self.pick_reactor();
         let conn = Arc::new(Conn {
             peer: dest,

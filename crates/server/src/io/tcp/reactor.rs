@@ -113,10 +113,12 @@ impl Reactor {
                         if ev.is_writable() {
                             self.writable(t);
                         }
-                        if ev.is_read_closed() || ev.is_error() {
-                            self.readable(t, false);
+                        if ev.is_error() {
+                            self.readable(t, Cause::Failed);
+                        } else if ev.is_read_closed() {
+                            self.readable(t, Cause::Listed);
                         } else if ev.is_readable() {
-                            self.readable(t, true);
+                            self.readable(t, Cause::Readable);
                         }
                     }
                 }
@@ -250,29 +252,32 @@ impl Reactor {
                 }
             }
         }
-        if tx.flush().is_err() {
+        if let Err(e) = tx.flush() {
             drop(tx);
-            self.close(t, CloseReason::Error);
+            self.close(t, failure(&e));
+            return;
         }
+        let drained = !tx.backlogged();
+        drop(tx);
+        self.peer_caught_up(t, drained);
     }
 
-    /// Reads what `t` has (up to the budget), feeds TLS, and handles
-    /// every complete message.
-    /// Reads what `t` has, within a budget. `short_read_drains`: the
-    /// event said only "readable" (no hang-up), so a plain socket that
-    /// gave less than asked for is empty now, and new bytes will raise a
-    /// new edge: no second read just to hear "would block" (one system
-    /// call less per request, as tokio does).
-    pub(super) fn readable(&mut self, t: Token, short_read_drains: bool) {
+    /// Reads what `t` has, within a budget, feeds TLS, and handles every
+    /// complete message. [`Cause::Readable`]: the event said only
+    /// "readable" (no hang-up), so a plain socket that gave less than
+    /// asked for is empty now, and new bytes will raise a new edge: no
+    /// second read just to hear "would block" (one system call less per
+    /// request, as tokio does).
+    pub(super) fn readable(&mut self, t: Token, cause: Cause) {
         let Some(l) = self.locals.get(&t) else {
             return;
         };
         let conn = l.conn.clone();
-        if l.busy.spread && (self.handed_too_many() || super::spread::answers_wait(&conn)) {
-            // Read again once the others, or the peer, have caught up.
-            self.hold(t);
+        // A failed socket is read for its error whatever it waits for.
+        if l.busy.spread && cause != Cause::Failed && self.busy_waits(t, &conn, true) {
             return;
         }
+        let short_read_drains = cause == Cause::Readable;
         let mut budget = READ_BUDGET;
         loop {
             if budget == 0 {
@@ -309,12 +314,10 @@ impl Reactor {
                         return;
                     }
                     if self.locals.get(&t).is_some_and(|l| l.busy.spread)
-                        && ((self.gathered_any() && self.handed_too_many())
-                            || super::spread::answers_wait(&conn))
+                        && self.busy_waits(t, &conn, self.gathered_any())
                     {
                         // This read filled a reactor, or the peer's
                         // answers wait: the rest waits.
-                        self.hold(t);
                         return;
                     }
                 }
@@ -642,7 +645,13 @@ impl Reactor {
     pub(super) fn sweep(&mut self, now: Instant) {
         let l = &self.hub.limits;
         let mut due = Vec::new();
-        for (t, c) in &self.locals {
+        for (t, c) in &mut self.locals {
+            if c.busy.waits_for_peer && !lock(&c.conn.tx).backlogged() {
+                // Its writable edge went to a flush that left nothing
+                // to wait for (another thread's): read it now.
+                c.busy.waits_for_peer = false;
+                self.again.push(*t);
+            }
             let reason = if c.connecting {
                 (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
             } else if c.opening() && now >= c.opened + l.handshake_timeout {
@@ -806,7 +815,7 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
             Ok(n) => Got::Bytes(n, n < scratch.len()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Nothing,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Bytes(0, false),
-            Err(_) => Got::Failed(CloseReason::Error),
+            Err(e) => Got::Failed(failure(&e)),
         };
     };
     // Plaintext left from the last records first.
@@ -822,7 +831,7 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
         Ok(_) => false,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Got::Nothing,
         Err(e) if e.kind() == io::ErrorKind::Interrupted => return Got::Bytes(0, false),
-        Err(_) => return Got::Failed(CloseReason::Error),
+        Err(e) => return Got::Failed(failure(&e)),
     };
     let socket_empty = wire.short;
     if let Err(e) = tls.process_new_packets() {

@@ -77,6 +77,27 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Sets up a connection's socket: no Nagle delay (a SIP message is
+/// written whole), and bytes sent must be acknowledged by the peer
+/// within `send_timeout` (`TCP_USER_TIMEOUT`, RFC 5482), zero-window
+/// probes included: the kernel then aborts the connection (ETIMEDOUT,
+/// closed as a slow reader) with no timer of ours.
+pub(super) fn tune(sock: &TcpStream, limits: &ConnectionLimits) {
+    let _ = sock.set_nodelay(true);
+    let _ = socket2::SockRef::from(sock).set_tcp_user_timeout(Some(limits.send_timeout));
+}
+
+/// Why a connection whose socket failed with `e` is closed: a send the
+/// peer did not take within `send_timeout` (the kernel's ETIMEDOUT) is
+/// a slow reader's; anything else an error.
+pub(super) fn failure(e: &io::Error) -> CloseReason {
+    if e.kind() == io::ErrorKind::TimedOut {
+        CloseReason::SlowReader
+    } else {
+        CloseReason::Error
+    }
+}
+
 /// The connection limit in effect: the configured one, or what the
 /// file-descriptor limit leaves after the reserve.
 pub fn effective_limit(configured: usize, fd_limit: usize) -> usize {
@@ -583,6 +604,17 @@ impl std::hash::Hasher for TokenHasher {
     fn write_usize(&mut self, n: usize) {
         self.write_u64(n as u64);
     }
+}
+
+/// Why a reactor reads a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// A readable edge and nothing else.
+    Readable,
+    /// Listed for another read, or the peer hung up.
+    Listed,
+    /// The socket failed: read for its error, whatever it waits for.
+    Failed,
 }
 
 /// One reactor thread: its poll, its connections and its core.

@@ -22,6 +22,9 @@ pub(super) struct Busy {
     window: Option<(Instant, u32)>,
     /// Busy: every reactor decides its messages from now on.
     pub(super) spread: bool,
+    /// Not read until its peer takes the answers waiting for it: read
+    /// again on the writable edge that says it did, not on a timer.
+    pub(super) waits_for_peer: bool,
     /// Its reactor is behind: a turn's reading budget ran out with more
     /// to read, and no read has drained the socket since. It then hands
     /// the messages of other reactors' calls on. (A read that merely
@@ -140,10 +143,10 @@ impl Reactor {
     /// a turn, however often listed.
     pub(super) fn read_listed(&mut self) {
         for t in once_each(std::mem::take(&mut self.again)) {
-            self.readable(t, false);
+            self.readable(t, Cause::Listed);
         }
         for t in once_each(std::mem::take(&mut self.held)) {
-            self.readable(t, false);
+            self.readable(t, Cause::Listed);
         }
     }
 
@@ -168,28 +171,49 @@ impl Reactor {
         )
     }
 
-    /// Holds busy connection `t` back until a reactor catches up.
-    pub(super) fn hold(&mut self, t: mio::Token) {
-        self.held.push(t);
+    /// Whether busy connection `t` must wait before it is read (again),
+    /// and if so, marks it to be read once what it waits for is done:
+    /// - reactors that hold the hand-off bound (checked when `bound`:
+    ///   this turn may have brought one to it), or [`IN_FLIGHT`] of its
+    ///   messages still decided elsewhere: tried again after [`HELD`];
+    /// - its peer, whose socket takes no more: read again on the
+    ///   writable edge that says it took them ([`Reactor::peer_caught_up`]).
+    ///
+    /// Reading on would pile answers past the connection's queue bound
+    /// and close it as a slow reader (the other reactors answer in bursts
+    /// the peer may not drain at once); not read, TCP's window holds the
+    /// peer back. A peer that takes nothing is closed at `send_timeout`.
+    pub(super) fn busy_waits(&mut self, t: mio::Token, conn: &Conn, bound: bool) -> bool {
         let metrics = &self.hub.shared.metrics;
-        metrics.spread_held.fetch_add(1, Ordering::Relaxed);
+        if (bound && self.handed_too_many()) || conn.handed.load(Ordering::Relaxed) >= IN_FLIGHT {
+            self.held.push(t);
+            metrics.spread_held.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if !lock(&conn.tx).backlogged() {
+            return false;
+        }
+        if let Some(l) = self.locals.get_mut(&t) {
+            l.busy.waits_for_peer = true;
+        }
+        metrics.spread_peer_waits.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The peer of `t` took bytes, and none wait now if `drained`: a
+    /// connection held for it is read this turn.
+    pub(super) fn peer_caught_up(&mut self, t: mio::Token, drained: bool) {
+        if let (true, Some(l)) = (drained, self.locals.get_mut(&t)) {
+            if std::mem::take(&mut l.busy.waits_for_peer) {
+                self.again.push(t);
+            }
+        }
     }
 }
 
 /// Most messages of one busy connection handed on and undecided: their
 /// answers must fit the connection's queue with what its socket holds.
 pub(super) const IN_FLIGHT: u32 = 256;
-
-/// Whether a busy connection's answers are waiting: its socket takes no
-/// more (the peer reads slower than it sends), or [`IN_FLIGHT`] of its
-/// messages are still being decided elsewhere. Its reactor then does
-/// not read it: TCP's window holds the peer back, where reading on would
-/// pile answers past the connection's queue bound and close it as a
-/// slow reader — the other reactors answer in bursts the peer may not
-/// drain at once.
-pub(super) fn answers_wait(conn: &Conn) -> bool {
-    conn.handed.load(Ordering::Relaxed) >= IN_FLIGHT || lock(&conn.tx).backlogged()
-}
 
 /// How long a reactor's poll may wait: not at all when something is
 /// `ready` to go on with (more to read, a connection to accept), at most
