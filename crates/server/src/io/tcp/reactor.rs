@@ -53,6 +53,7 @@ impl Reactor {
             sources: HashMap::new(),
             deferred: Deferred::default(),
             handoffs: Vec::new(),
+            watch_until: None,
         }
     }
 
@@ -76,14 +77,18 @@ impl Reactor {
             // the stop and the drain wake the reactor.
             let until = spent.map_or(next_sweep, |s| s.min(next_sweep));
             let ready = accepting || !self.again.is_empty();
+            let watching = self.watch_until.is_some_and(|u| now < u);
             let wait = super::spread::turn_wait(
                 ready,
-                !self.held.is_empty(),
+                !self.held.is_empty() || watching,
                 until.saturating_duration_since(now),
             );
-            // Waiting, it is woken for orders; an order that came as it
-            // parked is taken at once.
-            let link = self.hub.link(self.index).filter(|_| !wait.is_zero());
+            // Waiting, it is woken for orders (unless it looks for them
+            // itself); an order that came as it parked is taken at once.
+            let link = self
+                .hub
+                .link(self.index)
+                .filter(|_| !wait.is_zero() && !watching);
             let wait = match link {
                 Some(l) if l.park() => Duration::ZERO,
                 _ => wait,
@@ -200,6 +205,7 @@ impl Reactor {
             }
         }
         if !decided.is_empty() {
+            self.watch_until = Some(Instant::now() + WATCH);
             // Deferred answers (a store that waits) are sent first.
             self.commit();
             for conn in decided {

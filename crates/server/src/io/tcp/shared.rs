@@ -57,6 +57,9 @@ pub(super) const TURN: Duration = Duration::from_millis(100);
 /// How long a busy connection held back by the hand-off bound waits
 /// before it is tried again (TCP's window holds its peer meanwhile).
 pub(super) const HELD: Duration = Duration::from_millis(1);
+/// How long a reactor that took messages handed on keeps looking for
+/// more every [`HELD`] without being woken.
+pub(super) const WATCH: Duration = Duration::from_millis(100);
 /// How often a reactor walks its connections for deadlines: a deadline is
 /// met at most this late, and a walk over 50,000 idle connections costs
 /// a fraction of a millisecond per second instead of per turn.
@@ -645,6 +648,11 @@ pub(super) struct Reactor {
     /// Messages of busy connections for other reactors, by reactor, sent
     /// at the end of the turn.
     pub(super) handoffs: Vec<Vec<Order>>,
+    /// Until when it looks for orders every [`HELD`] instead of waiting
+    /// to be woken: it took messages handed on lately, and a reactor
+    /// that does not wait is not woken (no system call for the reactor
+    /// handing them on, and fewer, fuller turns here).
+    pub(super) watch_until: Option<Instant>,
 }
 
 /// Most binding changes a reactor gathers before it stores them.
