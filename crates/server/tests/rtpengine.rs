@@ -15,6 +15,10 @@ mod served;
 mod support;
 use support::{free_udp_port, settings, Rtpengine};
 
+/// An endpoint's offer. Its ports lie below every relay's range
+/// (20,000–59,999, `support/rtpengine.rs`): a relay that happened to be
+/// given 40,000–40,099 once handed out 40,000, the port offered, and
+/// the check that the relay rewrote it failed.
 fn sdp(ip: &str, port: u16) -> String {
     format!(
         "v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
@@ -63,7 +67,7 @@ fn offer_answer_query_and_delete_with_a_real_rtpengine() {
     .unwrap();
     let call = "ng-call-1@sipsec.test";
     let offer = relays
-        .call(&Command::Offer(media(call, None, sdp("192.0.2.10", 40000))))
+        .call(&Command::Offer(media(call, None, sdp("192.0.2.10", 10000))))
         .expect("offer answered");
     let Reply::Ok {
         sdp: Some(to_callee),
@@ -73,13 +77,13 @@ fn offer_answer_query_and_delete_with_a_real_rtpengine() {
     };
     let (ip, port) = relayed(&to_callee);
     assert_eq!(ip, "127.0.0.1", "{to_callee}");
-    assert_ne!(port, 40000);
+    assert_ne!(port, 10000);
     assert!(!to_callee.contains("192.0.2.10"), "{to_callee}");
     let answer = relays
         .call(&Command::Answer(media(
             call,
             Some("callee-tag"),
-            sdp("192.0.2.20", 50000),
+            sdp("192.0.2.20", 12000),
         )))
         .expect("answer answered");
     let Reply::Ok {
@@ -130,7 +134,7 @@ fn an_offer_fails_over_from_a_silent_relay_to_a_live_one() {
     let offer = relays.call(&Command::Offer(media(
         "ng-failover@sipsec.test",
         None,
-        sdp("192.0.2.10", 40000),
+        sdp("192.0.2.10", 10000),
     )));
     assert!(matches!(offer, Ok(Reply::Ok { sdp: Some(_) })), "{offer:?}");
     assert_eq!(relays.take_changes(), [Event::RelayDown(dead)]);
@@ -140,7 +144,7 @@ fn an_offer_fails_over_from_a_silent_relay_to_a_live_one() {
     let again = relays.call(&Command::Offer(media(
         "ng-failover-2@sipsec.test",
         None,
-        sdp("192.0.2.11", 40002),
+        sdp("192.0.2.11", 10002),
     )));
     assert!(matches!(again, Ok(Reply::Ok { .. })));
     assert_eq!(
@@ -456,10 +460,10 @@ fn http_get(at: SocketAddr, path: &str) -> String {
     text
 }
 
-/// Alice calls bob (`call`, offering RTP at port 40000), and bob rings:
+/// Alice calls bob (`call`, offering RTP at port 10000), and bob rings:
 /// alice's INVITE.
 fn ringing(srv: SocketAddr, alice: &UdpSocket, bob: &UdpSocket, call: &str) -> String {
-    let inv = invite(alice, call, &sdp("127.0.0.1", 40000));
+    let inv = invite(alice, call, &sdp("127.0.0.1", 10000));
     alice.send_to(inv.as_bytes(), srv).unwrap();
     let to_bob = recv_sip(bob);
     let ringing = answer(&to_bob, "180 Ringing", "", bob.local_addr().unwrap());
@@ -513,11 +517,11 @@ fn a_silent_relay_refuses_or_passes_calls_as_configured() {
     let srv = refusing.handle.local_addr();
     let (alice, bob) = (udp(), udp());
     register(srv, &bob, "bob");
-    let plain = invite(&alice, "plain@sipsec.test", &sdp("127.0.0.1", 40000));
+    let plain = invite(&alice, "plain@sipsec.test", &sdp("127.0.0.1", 10000));
     alice.send_to(plain.as_bytes(), srv).unwrap();
     let refused = recv_sip(&alice);
     assert!(refused.starts_with("SIP/2.0 488 "), "{refused}");
-    let srtp = sdp("127.0.0.1", 40000).replace("RTP/AVP", "RTP/SAVP");
+    let srtp = sdp("127.0.0.1", 10000).replace("RTP/AVP", "RTP/SAVP");
     let asked = Instant::now();
     let inv = invite(&alice, "no-relay@sipsec.test", &srtp);
     alice.send_to(inv.as_bytes(), srv).unwrap();
@@ -533,7 +537,7 @@ fn a_silent_relay_refuses_or_passes_calls_as_configured() {
     let passing = proxy("pass", media_settings(dead, 200, RelayFailure::Pass));
     let srv = passing.handle.local_addr();
     register(srv, &bob, "bob");
-    let offer = sdp("127.0.0.1", 40000);
+    let offer = sdp("127.0.0.1", 10000);
     let inv = invite(&alice, "passed@sipsec.test", &offer);
     alice.send_to(inv.as_bytes(), srv).unwrap();
     let forwarded = recv_sip(&bob);
@@ -597,7 +601,7 @@ fn a_flood_at_the_relay_socket_holds_no_timer() {
     let (alice, bob) = (udp(), udp());
     register(srv, &bob, "bob");
     let asked = Instant::now();
-    let inv = invite(&alice, "flooded@sipsec.test", &sdp("127.0.0.1", 40000));
+    let inv = invite(&alice, "flooded@sipsec.test", &sdp("127.0.0.1", 10000));
     alice.send_to(inv.as_bytes(), srv).unwrap();
     let answer = recv_sip(&alice);
     let waited = asked.elapsed();
@@ -741,12 +745,12 @@ fn a_relay_that_stops_mid_call_hangs_nothing() {
     let srv = s.handle.local_addr();
     let (alice, bob) = (udp(), udp());
     register(srv, &bob, "bob");
-    let inv = invite(&alice, "stopped@sipsec.test", &sdp("127.0.0.1", 40000));
+    let inv = invite(&alice, "stopped@sipsec.test", &sdp("127.0.0.1", 10000));
     alice.send_to(inv.as_bytes(), srv).unwrap();
     let to_bob = recv_sip(&bob);
     assert!(to_bob.starts_with("INVITE "), "{to_bob}");
     drop(engine);
-    let bob_sdp = sdp("127.0.0.1", 40002);
+    let bob_sdp = sdp("127.0.0.1", 10002);
     let ok = answer(&to_bob, "200 OK", &bob_sdp, bob.local_addr().unwrap());
     bob.send_to(ok.as_bytes(), srv).unwrap();
     let ok = recv_sip(&alice);
@@ -776,7 +780,7 @@ fn a_refused_call_leaves_nothing_in_the_relay() {
     let (alice, bob) = (udp(), udp());
     register(srv, &bob, "bob");
     let call = "busy-call@sipsec.test";
-    let inv = invite(&alice, call, &sdp("127.0.0.1", 40000));
+    let inv = invite(&alice, call, &sdp("127.0.0.1", 10000));
     alice.send_to(inv.as_bytes(), srv).unwrap();
     let to_bob = recv_sip(&bob);
     let busy = answer(&to_bob, "486 Busy Here", "", bob.local_addr().unwrap());
@@ -803,7 +807,7 @@ fn a_call_over_its_callers_share_leaves_nothing_in_the_relay() {
     let first = "share-first@sipsec.test";
     ringing(srv, &alice, &bob, first);
     let second = "share-second@sipsec.test";
-    let inv = invite(&alice, second, &sdp("127.0.0.1", 40002)).replace("alice-tag", "alice-2");
+    let inv = invite(&alice, second, &sdp("127.0.0.1", 10002)).replace("alice-tag", "alice-2");
     alice.send_to(inv.as_bytes(), srv).unwrap();
     for _ in 0..3 {
         let refused = recv_sip(&alice);
@@ -852,7 +856,7 @@ fn a_re_invite_in_a_relayed_call_is_relayed() {
     let call = "reinvite@sipsec.test";
     alice
         .send_to(
-            invite(&alice, call, &sdp("127.0.0.1", 40000)).as_bytes(),
+            invite(&alice, call, &sdp("127.0.0.1", 10000)).as_bytes(),
             srv,
         )
         .unwrap();
@@ -860,7 +864,7 @@ fn a_re_invite_in_a_relayed_call_is_relayed() {
     let ok = answer(
         &to_bob,
         "200 OK",
-        &sdp("127.0.0.1", 40002),
+        &sdp("127.0.0.1", 10002),
         bob.local_addr().unwrap(),
     );
     bob.send_to(ok.as_bytes(), srv).unwrap();
@@ -908,13 +912,13 @@ fn an_srtp_call_stays_srtp_through_the_relay() {
         sdp("127.0.0.1", port).replace("RTP/AVP", "RTP/SAVP")
             + "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:PS1uQCVeeCFCanVmcjkpPywjNWhcYD0mXXtxaVBR\r\n"
     };
-    let inv = invite(&alice, "sdes@sipsec.test", &secure(40000));
+    let inv = invite(&alice, "sdes@sipsec.test", &secure(10000));
     alice.send_to(inv.as_bytes(), srv).unwrap();
     let to_bob = recv_sip(&bob);
     let offered = body(&to_bob);
     assert!(offered.contains(" RTP/SAVP "), "{offered}");
     assert!(offered.contains("a=crypto:"), "{offered}");
-    let ok = answer(&to_bob, "200 OK", &secure(40002), bob.local_addr().unwrap());
+    let ok = answer(&to_bob, "200 OK", &secure(10002), bob.local_addr().unwrap());
     bob.send_to(ok.as_bytes(), srv).unwrap();
     let ok = recv_sip(&alice);
     assert!(ok.starts_with("SIP/2.0 200 "), "{ok}");
