@@ -218,6 +218,7 @@ impl Reactor {
         let Some(l) = self.locals.get(&t) else {
             return;
         };
+        let waits = l.busy.waits_for_peer;
         let conn = l.conn.clone();
         let mut tx = lock(&conn.tx);
         if let Phase::Connecting(_) = tx.phase {
@@ -263,9 +264,10 @@ impl Reactor {
             self.close(t, failure(&e));
             return;
         }
-        let drained = !tx.backlogged();
-        drop(tx);
-        self.peer_caught_up(t, drained);
+        if waits && !tx.backlogged() {
+            drop(tx);
+            self.peer_caught_up(t);
+        }
     }
 
     /// Reads what `t` has, within a budget, feeds TLS, and handles every

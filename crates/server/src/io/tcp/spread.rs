@@ -200,10 +200,10 @@ impl Reactor {
         true
     }
 
-    /// The peer of `t` took bytes, and none wait now if `drained`: a
-    /// connection held for it is read this turn.
-    pub(super) fn peer_caught_up(&mut self, t: mio::Token, drained: bool) {
-        if let (true, Some(l)) = (drained, self.locals.get_mut(&t)) {
+    /// The peer of `t` took every byte that waited for it: a connection
+    /// held for it is read this turn.
+    pub(super) fn peer_caught_up(&mut self, t: mio::Token) {
+        if let Some(l) = self.locals.get_mut(&t) {
             if std::mem::take(&mut l.busy.waits_for_peer) {
                 self.again.push(t);
             }
