@@ -190,14 +190,14 @@ impl Reactor {
             metrics.spread_held.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        if !lock(&conn.tx).backlogged() {
-            return false;
-        }
+        let waits = lock(&conn.tx).backlogged();
         if let Some(l) = self.locals.get_mut(&t) {
-            l.busy.waits_for_peer = true;
+            l.busy.waits_for_peer = waits;
         }
-        metrics.spread_peer_waits.fetch_add(1, Ordering::Relaxed);
-        true
+        if waits {
+            metrics.spread_peer_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        waits
     }
 
     /// The peer of `t` took every byte that waited for it: a connection
