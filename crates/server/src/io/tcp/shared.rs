@@ -728,6 +728,43 @@ pub(super) fn once_each(mut tokens: Vec<Token>) -> Vec<Token> {
 mod tests {
     use super::*;
 
+    /// Whether `poll` was woken since it was last asked.
+    fn woken(poll: &mut Poll) -> bool {
+        let mut events = mio::Events::with_capacity(8);
+        poll.poll(&mut events, Some(Duration::ZERO)).expect("poll");
+        events.iter().any(|e| e.token() == WAKER)
+    }
+
+    #[test]
+    fn a_reactor_is_woken_when_it_waits_or_when_a_batch_is_ready() {
+        let mut poll = Poll::new().expect("poll");
+        let link = ReactorLink {
+            waker: Waker::new(poll.registry(), WAKER).expect("waker"),
+            orders: Mutex::new(Vec::new()),
+            handed: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+        };
+        let order = |o: &mut Vec<Order>| o.push(Order::Close(Token(9)));
+        // Busy, or looking for orders itself: less than a batch wakes
+        // nothing, the order that makes one wakes it, once.
+        for _ in 1..WAKE_AT {
+            link.give(order);
+        }
+        assert!(!woken(&mut poll), "woken before a batch");
+        link.give(order);
+        assert!(woken(&mut poll), "a batch waits");
+        link.give(order);
+        assert!(!woken(&mut poll), "woken twice for one batch");
+        // Waiting in its poll, one order wakes it; one that came as it
+        // parked keeps it from waiting.
+        lock(&link.orders).clear();
+        assert!(!link.park(), "nothing waited as it parked");
+        link.give(order);
+        assert!(woken(&mut poll), "a parked reactor sleeps on an order");
+        assert!(link.park(), "the order is seen");
+        link.unpark();
+    }
+
     #[test]
     fn a_connection_listed_twice_is_read_once() {
         let listed = vec![Token(7), Token(3), Token(7), Token(3), Token(9)];
