@@ -9,12 +9,7 @@
 # every message handed on (handoff), over TLS then TCP.
 # WS, GEN change the defaults.
 set -u
-D=$(cd "$(dirname "$0")" && pwd); S=$D/after
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-exec > >(tee "$O/wake.txt") 2>&1
-echo "== machine"; nproc; uname -r; grep -m1 "model name" /proc/cpuinfo; date -u
-ulimit -Sn "$(ulimit -Hn)"
-sysctl -qw net.core.rmem_max=33554432 net.core.wmem_max=33554432 net.core.rmem_default=8388608
+. "$(dirname "$0")/preamble.sh" wake
 for t in tls tcp; do
   echo "== one $t connection, before and after"
   timeout 150 "$S" bench scale --transport "$t" --servers "sipsec@$D/before,sipsec@$D/after,null" \
