@@ -101,3 +101,14 @@ impl Default for ConnectionLimits {
         }
     }
 }
+
+impl ConnectionLimits {
+    /// The reactor threads to start: `reactors`, or one per core (at
+    /// most 4) when it is 0.
+    pub fn reactor_count(&self) -> usize {
+        match self.reactors {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            n => n,
+        }
+    }
+}

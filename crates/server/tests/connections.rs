@@ -661,6 +661,68 @@ fn an_fsync_journal_stores_what_a_round_gathered_with_one_wait() {
     again.handle.shutdown();
 }
 
+/// Every reactor stored its decisions through one journal, held for the
+/// whole decision: two reactors deciding at once took turns. Each now
+/// has a journal of its own (numbered after the UDP workers', the
+/// operator's endpoint after them), and a restart recovers what all of
+/// them stored.
+#[test]
+fn each_reactor_stores_through_a_journal_of_its_own() {
+    const CONNS: usize = 4;
+    let dir = Scratch::unmade("conn-journals");
+    let cfg = Config {
+        data_dir: dir.path_buf(),
+        http: Some("127.0.0.1:0".parse().expect("addr")),
+        connections: ConnectionLimits {
+            reactors: 2,
+            ..ConnectionLimits::default()
+        },
+        ..config(Mode::Registrar, ConnectionLimits::default(), None)
+    };
+    let s = serve_on(&cfg);
+    let tcp = s.handle.tcp_addr().expect("tcp");
+    // Connections are dealt to the reactors in turn, so each gets two.
+    let mut conns: Vec<TcpStream> = (0..CONNS)
+        .map(|_| connect_from("127.0.0.1:0", tcp))
+        .collect();
+    for (c, conn) in conns.iter_mut().enumerate() {
+        let user = format!("j{c}");
+        let req = register(tcp, &user, &format!("<sip:{user}@192.0.2.9>"), "TCP", 1);
+        conn.write_all(req.as_bytes()).expect("write");
+        let r = read_message(conn, &mut Vec::new()).expect("answer");
+        assert!(r.starts_with("SIP/2.0 200"), "{r}");
+    }
+    let metrics = &s.handle.shared().metrics;
+    assert_eq!(
+        (metrics.reactor_messages(0), metrics.reactor_messages(1)),
+        (2, 2)
+    );
+    // Records written before the first zero of each journal's reserve.
+    let records = |worker: usize| -> usize {
+        let file = std::fs::read_dir(dir.path_buf())
+            .expect("data dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.starts_with("location-g") && name.ends_with(&format!("-w{worker}.log"))
+            })
+            .unwrap_or_else(|| panic!("no journal for w{worker}"));
+        let bytes = std::fs::read(file).expect("journal");
+        let used = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        bytes[..used].iter().filter(|b| **b == b'\n').count()
+    };
+    // w0 is the UDP worker's, w3 the operator endpoint's.
+    assert_eq!(
+        [records(0), records(1), records(2), records(3)],
+        [0, 2, 2, 0]
+    );
+    drop(conns);
+    s.handle.shutdown();
+    let again = serve_on(&cfg);
+    assert_eq!(again.recovered.bindings, CONNS);
+    again.handle.shutdown();
+}
+
 /// CRLF keep-alives on a connection were answered without bound and not
 /// counted anywhere. Now each is counted, the source's rate pays for it,
 /// and a connection pinging far beyond RFC 5626's pace is closed after

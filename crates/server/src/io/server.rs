@@ -60,7 +60,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         redis,
         workers: backings,
         admin: admin_store,
-        hub: hub_store,
+        hub: hub_stores,
     } = stores(&config, persistence.as_deref(), workers, streams)?;
     let http_listener = http_listener(&config)?;
     let udp_addr = udp.local_addr();
@@ -102,7 +102,7 @@ pub fn start(mut config: Config) -> Result<Started, StartError> {
         let hub = TcpHub::new(
             shared.clone(),
             sinks.clone(),
-            hub_store,
+            hub_stores,
             udp.sender().ok().map(Arc::new),
             tls.clone(),
             wakers.clone(),
@@ -314,8 +314,8 @@ struct Stores {
     /// The operator's removals (over the HTTP endpoint), opened only when
     /// the endpoint is.
     admin: Storage,
-    /// The connection layer's, opened only with stream listeners.
-    hub: Storage,
+    /// One per connection reactor, opened only with stream listeners.
+    hub: Vec<Storage>,
 }
 
 fn stores(
@@ -340,15 +340,21 @@ fn stores(
         .map(|r| (r, Arc::new(crate::io::redis::RedisState::default())));
     let backing = |i: usize| backing(config, persistence, redis.as_ref(), &node, i);
     let backings = (0..workers).map(backing).collect::<Result<Vec<_>, _>>()?;
+    // Each connection reactor stores through its own journal, numbered
+    // after the UDP workers': a reactor deciding never waits for another
+    // to finish its decision.
+    let reactors = if streams {
+        config.connections.reactor_count()
+    } else {
+        0
+    };
+    let hub_stores = (workers..workers + reactors)
+        .map(backing)
+        .collect::<Result<Vec<_>, _>>()?;
     // The operator's removals (over the HTTP endpoint) write through a
     // store of their own, opened only when the endpoint is.
     let admin_store = if config.http.is_some() {
-        backing(workers + 1)?
-    } else {
-        Storage::Memory
-    };
-    let hub_store = if streams {
-        backing(workers)?
+        backing(workers + reactors)?
     } else {
         Storage::Memory
     };
@@ -357,7 +363,7 @@ fn stores(
         redis,
         workers: backings,
         admin: admin_store,
-        hub: hub_store,
+        hub: hub_stores,
     })
 }
 

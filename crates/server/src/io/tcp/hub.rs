@@ -29,13 +29,15 @@ use super::outbox::Posted;
 use super::shared::*;
 
 impl TcpHub {
-    /// A hub; `udp` sends what connections must forward over UDP; `tls`
-    /// serves and opens TLS connections. Raises the file-descriptor
-    /// limit to size the connection limit.
+    /// A hub; `stores` are where the reactors store binding changes, one
+    /// each ([`ConnectionLimits::reactor_count`](crate::config::ConnectionLimits::reactor_count)
+    /// of them); `udp` sends what connections must forward over UDP;
+    /// `tls` serves and opens TLS connections. Raises the
+    /// file-descriptor limit to size the connection limit.
     pub fn new(
         shared: Arc<Shared>,
         sinks: Sinks,
-        storage: Storage,
+        stores: Vec<Storage>,
         udp: Option<Arc<UdpSocket>>,
         tls: Option<Arc<TlsContext>>,
         wakers: Arc<Wakers>,
@@ -46,7 +48,7 @@ impl TcpHub {
         Arc::new(Self {
             shared,
             sinks,
-            storage: Mutex::new(storage),
+            stores: Mutex::new(stores),
             udp,
             tls,
             wakers,
@@ -82,10 +84,14 @@ impl TcpHub {
     /// Starts the reactors, each accepting from the given listeners
     /// (TLS and WSS ones open TLS server sessions).
     pub fn start(self: &Arc<Self>, listen: Listeners) -> io::Result<Vec<JoinHandle<()>>> {
-        let n = match self.limits.reactors {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
-            n => n,
-        };
+        let n = self.limits.reactor_count();
+        let mut stores = std::mem::take(&mut *lock(&self.stores));
+        if stores.len() != n {
+            return Err(io::Error::other(format!(
+                "{} stores for {n} connection reactors",
+                stores.len()
+            )));
+        }
         let mut polls = Vec::with_capacity(n);
         let mut links = Vec::with_capacity(n);
         for _ in 0..n {
@@ -102,7 +108,7 @@ impl TcpHub {
             return Err(io::Error::other("the connection layer is already started"));
         }
         let mut threads = Vec::with_capacity(n);
-        for (i, poll) in polls.into_iter().enumerate() {
+        for ((i, poll), store) in polls.into_iter().enumerate().zip(stores.drain(..)) {
             let mut listeners = Vec::new();
             for (l, token) in [
                 (&listen.tcp, LISTEN_TCP),
@@ -123,7 +129,7 @@ impl TcpHub {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("conn-{i}"))
-                    .spawn(move || Reactor::new(hub, i, poll, listeners).run())?,
+                    .spawn(move || Reactor::new(hub, i, (poll, store), listeners).run())?,
             );
         }
         Ok(threads)

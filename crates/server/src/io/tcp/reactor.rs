@@ -23,11 +23,10 @@ impl Reactor {
     pub(super) fn new(
         hub: Arc<TcpHub>,
         index: usize,
-        poll: Poll,
+        (poll, storage): (Poll, crate::io::drive::Storage),
         listeners: Vec<(mio::net::TcpListener, Token, bool)>,
     ) -> Self {
         let core = Core::new(hub.shared.clone());
-        let storage = lock(&hub.storage).another();
         let sender = hub.sender();
         let reactors = hub.reactors.get().map_or(1, Vec::len).max(1);
         let bucket = (hub.limits.accept_rate > 0).then(|| {

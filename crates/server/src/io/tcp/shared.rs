@@ -445,8 +445,9 @@ pub struct TcpHub {
     pub(super) shared: Arc<Shared>,
     /// Where messages are traced and call records written.
     pub(super) sinks: crate::io::sinks::Sinks,
-    /// What each reactor's storage is made from (another() of it).
-    pub(super) storage: Mutex<Storage>,
+    /// Where each reactor stores binding changes (its own journal: no
+    /// reactor waits for another's decision), taken by `start`.
+    pub(super) stores: Mutex<Vec<Storage>>,
     pub(super) udp: Option<Arc<UdpSocket>>,
     pub(super) tls: Option<Arc<TlsContext>>,
     pub(super) wakers: Arc<Wakers>,
