@@ -242,22 +242,29 @@ fn over_bound(
 }
 
 /// The Call-ID of a framed SIP message (`Call-ID:` or the compact `i:`),
-/// from its header section; `None` when it has none.
+/// from its header section; `None` when it has none. Runs on the
+/// reading reactor for every message of a busy connection, so a line is
+/// looked into only when it starts as the name does.
 pub(super) fn call_id(msg: &[u8]) -> Option<&[u8]> {
-    let mut lines = msg.split(|&b| b == b'\n');
-    lines.next(); // the start line
-    for line in lines {
+    // Past the start line.
+    let mut at = memchr::memchr(b'\n', msg)? + 1;
+    while at < msg.len() {
+        let end = memchr::memchr(b'\n', &msg[at..]).map_or(msg.len(), |n| at + n);
+        let line = &msg[at..end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            return None;
+        match line.first() {
+            None => return None,
+            Some(b) if matches!(b | 0x20, b'c' | b'i') => {
+                if let Some(colon) = memchr::memchr(b':', line) {
+                    let name = line[..colon].trim_ascii_end();
+                    if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
+                        return Some(line[colon + 1..].trim_ascii());
+                    }
+                }
+            }
+            Some(_) => {}
         }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = line[..colon].trim_ascii();
-        if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
-            return Some(line[colon + 1..].trim_ascii());
-        }
+        at = end + 1;
     }
     None
 }
@@ -283,6 +290,16 @@ mod tests {
         assert_eq!(call_id(compact), Some(&b"xyz"[..]));
         let body = b"MESSAGE sip:b@x SIP/2.0\r\nCSeq: 1 MESSAGE\r\n\r\nCall-ID: not-a-header\r\n";
         assert_eq!(call_id(body), None);
+        // Another header's continuation line is not a Call-ID; a name
+        // in any case, space before the colon, a bare LF, are.
+        let folded = b"BYE sip:b@x SIP/2.0\r\nSubject: a\r\n Call-ID: no\r\ncall-ID : yes\r\n\r\n";
+        assert_eq!(call_id(folded), Some(&b"yes"[..]));
+        assert_eq!(call_id(b"BYE sip:b@x SIP/2.0\nI: lf\n\n"), Some(&b"lf"[..]));
+        assert_eq!(
+            call_id(b"BYE sip:b@x SIP/2.0\r\nCSeq: 1 BYE\r\nContact: <sip:c>"),
+            None
+        );
+        assert_eq!(call_id(b"no line feed at all"), None);
         assert_ne!(fnv1a(b"a"), fnv1a(b"b"));
     }
 
