@@ -7,7 +7,10 @@
 # connection on its reactor (flow), spread while its reactor is behind
 # (spread, the default) and every message handed on (handoff), over TLS
 # then TCP. Whether a hand-off that costs the reading reactor less than
-# a decision carries one connection past one reactor.
+# a decision carries one connection past one reactor. Then eight TCP
+# connections on 1 and 8 reactors, each on its own: the reactors shared
+# one journal, held for each whole decision, before e8e1bbe (make
+# `before` older than it to see what a journal each is worth).
 # WS, START change the defaults.
 set -u
 . "$(dirname "$0")/preamble.sh" watch
@@ -17,4 +20,8 @@ for t in tls tcp; do
     --balance flow,spread,handoff --workers "${WS:-8}" --flows 1 --pin --duration 1 \
     --start "${START:-40000}" --factor 1.3 --json "$O/watch-$t.json" --markdown "$O/watch-$t.md"
 done
+echo "== eight tcp connections on 1 and ${WS:-8} reactors, before and after"
+timeout 150 "$S" bench scale --transport tcp --servers "sipsec@$D/before,sipsec@$D/after" \
+  --balance flow --workers "1,${WS:-8}" --flows 8 --pin --duration 1 \
+  --start "${START:-40000}" --factor 1.3 --json "$O/watch-flows.json" --markdown "$O/watch-flows.md"
 echo "== done"; date -u
