@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use memchr::memmem;
 
+use crate::proto::metrics_stripes::{Padded, Striped};
 use sip_tls::COUNTED_GROUPS as TLS_GROUPS;
 
 /// Upper bounds of the histogram buckets, in nanoseconds.
@@ -241,22 +242,16 @@ fn transport_index(t: sip_core::Transport) -> usize {
 /// Lowest and highest status codes counted one by one.
 const CODES: std::ops::RangeInclusive<u16> = 100..=699;
 
-/// Responses counted by code and by the method of the request they answer
-/// (its CSeq): one counter per pair, rendered when not zero.
-struct ByCode(Box<[AtomicU64]>);
-
-impl std::fmt::Debug for ByCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ByCode")
-    }
-}
-
-impl Default for ByCode {
-    fn default() -> Self {
-        let n = CODES.len() * METHODS.len();
-        Self((0..n).map(|_| AtomicU64::new(0)).collect())
-    }
-}
+/// The counters every message adds to, one per thread (see
+/// `metrics_stripes`), at these offsets: requests by method, requests by
+/// transport, responses by class, then responses by code and by the
+/// method of the request they answer (its CSeq; one per pair, rendered
+/// when not zero).
+const REQUESTS: usize = 0;
+const BY_TRANSPORT: usize = REQUESTS + METHODS.len();
+const BY_CLASS: usize = BY_TRANSPORT + TRANSPORTS.len();
+const BY_CODE: usize = BY_CLASS + 6;
+const PER_MESSAGE: usize = BY_CODE + (*CODES.end() - *CODES.start() + 1) as usize * METHODS.len();
 
 /// UDP workers counted apart.
 pub const MAX_WORKERS_COUNTED: usize = 32;
@@ -268,8 +263,8 @@ pub struct Metrics {
     closed_by_transport: [AtomicU64; TRANSPORTS.len()],
     open_by_transport: [AtomicU64; TRANSPORTS.len()],
     accepted_by_transport: [AtomicU64; TRANSPORTS.len()],
-    requests_by_transport: [AtomicU64; TRANSPORTS.len()],
-    by_code: ByCode,
+    /// Requests and responses, by method, transport, class and code.
+    per_message: Striped<PER_MESSAGE>,
     /// Sources banned after repeated authentication failures.
     pub bans: AtomicU64,
     /// Bans that ran out.
@@ -288,8 +283,6 @@ pub struct Metrics {
     /// Times a reactor left connections in the accept queue because the
     /// accept rate was spent.
     pub accepts_deferred: AtomicU64,
-    requests: [AtomicU64; METHODS.len()],
-    responses_sent: [AtomicU64; 6],
     stages: [Histogram; 5],
     /// Responses received (proxy).
     pub responses_received: AtomicU64,
@@ -380,10 +373,10 @@ pub struct Metrics {
     pub hop_failovers: AtomicU64,
     /// Datagrams each UDP worker received (workers past the last share
     /// the last slot): how evenly the load is spread.
-    udp_workers: [AtomicU64; MAX_WORKERS_COUNTED],
+    udp_workers: [Padded; MAX_WORKERS_COUNTED],
     /// Messages each connection reactor decided (reactors past the last
     /// share the last slot).
-    reactor_messages: [AtomicU64; MAX_WORKERS_COUNTED],
+    reactor_messages: [Padded; MAX_WORKERS_COUNTED],
     /// Messages of a busy connection handed to another reactor to decide.
     pub spread_handoffs: AtomicU64,
     /// Connections that became busy enough to be decided by every reactor.
@@ -468,23 +461,29 @@ impl Metrics {
     #[inline]
     pub fn udp_worker_received(&self, index: usize, n: usize) {
         let slot = index.min(MAX_WORKERS_COUNTED - 1);
-        self.udp_workers[slot].fetch_add(n as u64, Ordering::Relaxed);
+        self.udp_workers[slot]
+            .0
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Connection reactor `index` decided a message.
     #[inline]
     pub fn reactor_decided(&self, index: usize) {
-        bump(&self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)]);
+        bump(&self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)].0);
     }
 
     /// Messages connection reactor `index` decided so far.
     pub fn reactor_messages(&self, index: usize) -> u64 {
-        self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)].load(Ordering::Relaxed)
+        self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)]
+            .0
+            .load(Ordering::Relaxed)
     }
 
     /// Datagrams UDP worker `index` received so far.
     pub fn udp_worker_datagrams(&self, index: usize) -> u64 {
-        self.udp_workers[index.min(MAX_WORKERS_COUNTED - 1)].load(Ordering::Relaxed)
+        self.udp_workers[index.min(MAX_WORKERS_COUNTED - 1)]
+            .0
+            .load(Ordering::Relaxed)
     }
 
     /// Connections closed for `reason` so far.
@@ -516,37 +515,39 @@ impl Metrics {
 
     /// Counts a request by method and by the transport it came over.
     pub fn request(&self, method: &str, transport: sip_core::Transport) {
-        bump(&self.requests[method_index(method)]);
-        bump(&self.requests_by_transport[transport_index(transport)]);
+        self.per_message.add(REQUESTS + method_index(method), 1);
+        self.per_message
+            .add(BY_TRANSPORT + transport_index(transport), 1);
     }
 
     /// Requests received so far, all methods.
     pub fn requests_total(&self) -> u64 {
-        self.requests
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
+        (0..METHODS.len())
+            .map(|i| self.per_message.get(REQUESTS + i))
             .sum()
     }
 
     /// Responses sent or forwarded so far in class `class` (1 to 6).
     pub fn responses_in_class(&self, class: usize) -> u64 {
-        self.responses_sent
-            .get(class.wrapping_sub(1))
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+        match class {
+            1..=6 => self.per_message.get(BY_CLASS + class - 1),
+            _ => 0,
+        }
     }
 
     /// Requests received over `t`.
     pub fn requests_over(&self, t: sip_core::Transport) -> u64 {
-        self.requests_by_transport[transport_index(t)].load(Ordering::Relaxed)
+        self.per_message.get(BY_TRANSPORT + transport_index(t))
     }
 
     /// Counts a response this server sent or forwarded, by class, and by
     /// code and method when the method is known.
     pub fn response(&self, code: u16, method: Option<&str>) {
-        bump(&self.responses_sent[usize::from(code / 100).clamp(1, 6) - 1]);
+        let class = usize::from(code / 100).clamp(1, 6) - 1;
+        self.per_message.add(BY_CLASS + class, 1);
         if let (true, Some(m)) = (CODES.contains(&code), method) {
             let i = usize::from(code - CODES.start()) * METHODS.len() + method_index(m);
-            bump(&self.by_code.0[i]);
+            self.per_message.add(BY_CODE + i, 1);
         }
     }
 
@@ -556,7 +557,7 @@ impl Metrics {
             return 0;
         }
         let i = usize::from(code - CODES.start()) * METHODS.len() + method_index(method);
-        self.by_code.0[i].load(Ordering::Relaxed)
+        self.per_message.get(BY_CODE + i)
     }
 
     /// Counts what is being sent when it is a response: every send path
@@ -585,7 +586,7 @@ impl Metrics {
 
     /// Requests counted for a method.
     pub fn requests(&self, method: &str) -> u64 {
-        self.requests[method_index(method)].load(Ordering::Relaxed)
+        self.per_message.get(REQUESTS + method_index(method))
     }
 
     /// The Prometheus text exposition, with gauges supplied by the caller.
@@ -616,21 +617,20 @@ impl Metrics {
             let _ = writeln!(
                 o,
                 "sipsec_requests_total{{method=\"{m}\"}} {}",
-                self.requests[i].load(Ordering::Relaxed)
+                self.per_message.get(REQUESTS + i)
             );
         }
         o.push_str("# HELP sipsec_responses_sent_total Responses sent or forwarded, by class.\n# TYPE sipsec_responses_sent_total counter\n");
-        for (i, c) in self.responses_sent.iter().enumerate() {
+        for class in 1..=6 {
             let _ = writeln!(
                 o,
-                "sipsec_responses_sent_total{{class=\"{}xx\"}} {}",
-                i + 1,
-                c.load(Ordering::Relaxed)
+                "sipsec_responses_sent_total{{class=\"{class}xx\"}} {}",
+                self.responses_in_class(class)
             );
         }
         o.push_str("# HELP sipsec_responses_total Responses sent or forwarded, by status code and the method of the request answered (pairs never seen are left out).\n# TYPE sipsec_responses_total counter\n");
-        for (i, c) in self.by_code.0.iter().enumerate() {
-            let n = c.load(Ordering::Relaxed);
+        for i in 0..PER_MESSAGE - BY_CODE {
+            let n = self.per_message.get(BY_CODE + i);
             if n > 0 {
                 let code = CODES.start() + (i / METHODS.len()) as u16;
                 let _ = writeln!(
@@ -644,30 +644,33 @@ impl Metrics {
 
     /// Requests and connections, by transport.
     fn render_transports(&self, o: &mut String) {
+        let load =
+            |a: &[AtomicU64; TRANSPORTS.len()]| a.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let requests = std::array::from_fn(|i| self.per_message.get(BY_TRANSPORT + i));
         for (family, help, kind, values) in [
             (
                 "sipsec_requests_by_transport_total",
                 "SIP requests received, by transport.",
                 "counter",
-                &self.requests_by_transport,
+                requests,
             ),
             (
                 "sipsec_connections",
                 "Open connections, by transport.",
                 "gauge",
-                &self.open_by_transport,
+                load(&self.open_by_transport),
             ),
             (
                 "sipsec_connections_accepted_by_transport_total",
                 "Connections accepted, by transport.",
                 "counter",
-                &self.accepted_by_transport,
+                load(&self.accepted_by_transport),
             ),
             (
                 "sipsec_connections_closed_by_transport_total",
                 "Connections closed (any reason), by transport.",
                 "counter",
-                &self.closed_by_transport,
+                load(&self.closed_by_transport),
             ),
         ] {
             let _ = writeln!(o, "# HELP {family} {help}\n# TYPE {family} {kind}");
@@ -675,11 +678,7 @@ impl Metrics {
                 if family != "sipsec_requests_by_transport_total" && i == 0 {
                     continue;
                 }
-                let _ = writeln!(
-                    o,
-                    "{family}{{transport=\"{t}\"}} {}",
-                    values[i].load(Ordering::Relaxed)
-                );
+                let _ = writeln!(o, "{family}{{transport=\"{t}\"}} {}", values[i]);
             }
         }
     }
@@ -729,14 +728,14 @@ impl Metrics {
     fn render_connections(&self, o: &mut String) {
         o.push_str("# HELP sipsec_udp_worker_datagrams_total Datagrams each UDP worker received (workers that received none are left out): how evenly the load is spread.\n# TYPE sipsec_udp_worker_datagrams_total counter\n");
         for (i, c) in self.udp_workers.iter().enumerate() {
-            let n = c.load(Ordering::Relaxed);
+            let n = c.0.load(Ordering::Relaxed);
             if n > 0 {
                 let _ = writeln!(o, "sipsec_udp_worker_datagrams_total{{worker=\"{i}\"}} {n}");
             }
         }
         o.push_str("# HELP sipsec_reactor_messages_total Messages each connection reactor decided (reactors that decided none are left out).\n# TYPE sipsec_reactor_messages_total counter\n");
         for (i, c) in self.reactor_messages.iter().enumerate() {
-            let n = c.load(Ordering::Relaxed);
+            let n = c.0.load(Ordering::Relaxed);
             if n > 0 {
                 let _ = writeln!(o, "sipsec_reactor_messages_total{{reactor=\"{i}\"}} {n}");
             }
