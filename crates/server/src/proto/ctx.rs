@@ -56,6 +56,9 @@ pub(super) struct Ctx {
     pub(super) records: Vec<CallRecord>,
     /// Requests handled, for sampling stage timings.
     handled: u64,
+    /// Journal bytes this worker took from the shared budget ahead of
+    /// its changes (`ByteBudget::take_leased`).
+    pub(super) journal_lease: u64,
     /// Whether this request's stages are timed.
     timed: bool,
     /// Whether the message is being handed in again after
@@ -98,6 +101,7 @@ impl Ctx {
             events: Vec::new(),
             records: Vec::new(),
             handled: 0,
+            journal_lease: 0,
             timed: false,
             again: false,
             asked: std::cell::Cell::new(false),

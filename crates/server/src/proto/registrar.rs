@@ -503,12 +503,15 @@ impl Registrar {
     /// Whether the journal may take `records` now: a token bucket of
     /// `journal_rate` bytes per second (`journal_burst` at once), so a
     /// flood of registrations cannot fill the disk or Redis faster.
-    fn journal_allows(ctx: &Ctx, records: &[crate::proto::location::Record]) -> bool {
+    fn journal_allows(ctx: &mut Ctx, records: &[crate::proto::location::Record]) -> bool {
         let bytes: u64 = records.iter().map(|r| r.approximate_len() as u64).sum();
         let cfg = &ctx.shared.config;
-        ctx.shared
-            .journal_budget
-            .take(bytes, cfg.journal_rate, cfg.journal_burst, ctx.now.mono)
+        ctx.shared.journal_budget.take_leased(
+            &mut ctx.journal_lease,
+            bytes,
+            (cfg.journal_rate, cfg.journal_burst),
+            ctx.now.mono,
+        )
     }
 
     /// Gathers the REGISTER's Path values into `self.path` (RFC 3327)
