@@ -559,7 +559,10 @@ mod tests {
         assert_eq!(p.growth.bytes.load(Ordering::Relaxed), 0);
         fill(&loc, &j, 10, 1_000);
         let (added, written) = (p.growth.bytes.load(Ordering::Relaxed), p.journal_bytes());
-        assert!(added >= 64 << 10 && written - added < 64 << 10, "{added} of {written}");
+        assert!(
+            added >= 64 << 10 && written - added < 64 << 10,
+            "{added} of {written}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

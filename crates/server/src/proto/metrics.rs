@@ -244,14 +244,57 @@ const CODES: std::ops::RangeInclusive<u16> = 100..=699;
 
 /// The counters every message adds to, one per thread (see
 /// `metrics_stripes`), at these offsets: requests by method, requests by
-/// transport, responses by class, then responses by code and by the
-/// method of the request they answer (its CSeq; one per pair, rendered
-/// when not zero).
+/// transport, responses by class, then responses with one of
+/// [`HOT_CODES`] by code and by the method of the request they answer.
 const REQUESTS: usize = 0;
 const BY_TRANSPORT: usize = REQUESTS + METHODS.len();
 const BY_CLASS: usize = BY_TRANSPORT + TRANSPORTS.len();
 const BY_CODE: usize = BY_CLASS + 6;
-const PER_MESSAGE: usize = BY_CODE + (*CODES.end() - *CODES.start() + 1) as usize * METHODS.len();
+const PER_MESSAGE: usize = BY_CODE + HOT_CODES.len() * METHODS.len();
+
+/// The codes most answers carry, counted per thread with the rest of a
+/// message's counters; the others share one counter per code and method
+/// ([`ByCode`]): a thread's copy stays two kilobytes, not seventy.
+const HOT_CODES: [u16; 15] = [
+    100, 180, 183, 200, 202, 401, 403, 404, 407, 408, 480, 486, 487, 500, 503,
+];
+
+/// Where the count of answers with a code to a method is kept.
+enum CodeSlot {
+    /// In the per-thread counters, at this offset.
+    Hot(usize),
+    /// In [`ByCode`], at this index.
+    Shared(usize),
+}
+
+/// The slot of `code` (within [`CODES`]) and method `m` (an index in
+/// [`METHODS`]).
+fn code_slot(code: u16, m: usize) -> Option<CodeSlot> {
+    if !CODES.contains(&code) {
+        return None;
+    }
+    Some(match HOT_CODES.iter().position(|c| *c == code) {
+        Some(h) => CodeSlot::Hot(BY_CODE + h * METHODS.len() + m),
+        None => CodeSlot::Shared(usize::from(code - CODES.start()) * METHODS.len() + m),
+    })
+}
+
+/// Answers counted by code and by the method of the request they answer
+/// (its CSeq), for the codes not in [`HOT_CODES`]: one counter per pair.
+struct ByCode(Box<[AtomicU64]>);
+
+impl std::fmt::Debug for ByCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ByCode")
+    }
+}
+
+impl Default for ByCode {
+    fn default() -> Self {
+        let n = CODES.len() * METHODS.len();
+        Self((0..n).map(|_| AtomicU64::new(0)).collect())
+    }
+}
 
 /// UDP workers counted apart.
 pub const MAX_WORKERS_COUNTED: usize = 32;
@@ -265,6 +308,7 @@ pub struct Metrics {
     accepted_by_transport: [AtomicU64; TRANSPORTS.len()],
     /// Requests and responses, by method, transport, class and code.
     per_message: Striped<PER_MESSAGE>,
+    by_code: ByCode,
     /// Sources banned after repeated authentication failures.
     pub bans: AtomicU64,
     /// Bans that ran out.
@@ -545,19 +589,25 @@ impl Metrics {
     pub fn response(&self, code: u16, method: Option<&str>) {
         let class = usize::from(code / 100).clamp(1, 6) - 1;
         self.per_message.add(BY_CLASS + class, 1);
-        if let (true, Some(m)) = (CODES.contains(&code), method) {
-            let i = usize::from(code - CODES.start()) * METHODS.len() + method_index(m);
-            self.per_message.add(BY_CODE + i, 1);
+        match method.and_then(|m| code_slot(code, method_index(m))) {
+            Some(CodeSlot::Hot(i)) => self.per_message.add(i, 1),
+            Some(CodeSlot::Shared(i)) => bump(&self.by_code.0[i]),
+            None => {}
         }
     }
 
     /// Responses with `code` to `method` requests.
     pub fn responses(&self, code: u16, method: &str) -> u64 {
-        if !CODES.contains(&code) {
-            return 0;
+        self.answers(code, method_index(method))
+    }
+
+    /// Answers with `code` to requests of method `m` (its index).
+    fn answers(&self, code: u16, m: usize) -> u64 {
+        match code_slot(code, m) {
+            Some(CodeSlot::Hot(i)) => self.per_message.get(i),
+            Some(CodeSlot::Shared(i)) => self.by_code.0[i].load(Ordering::Relaxed),
+            None => 0,
         }
-        let i = usize::from(code - CODES.start()) * METHODS.len() + method_index(method);
-        self.per_message.get(BY_CODE + i)
     }
 
     /// Counts what is being sent when it is a response: every send path
@@ -629,15 +679,15 @@ impl Metrics {
             );
         }
         o.push_str("# HELP sipsec_responses_total Responses sent or forwarded, by status code and the method of the request answered (pairs never seen are left out).\n# TYPE sipsec_responses_total counter\n");
-        for i in 0..PER_MESSAGE - BY_CODE {
-            let n = self.per_message.get(BY_CODE + i);
-            if n > 0 {
-                let code = CODES.start() + (i / METHODS.len()) as u16;
-                let _ = writeln!(
-                    o,
-                    "sipsec_responses_total{{code=\"{code}\",method=\"{}\"}} {n}",
-                    METHODS[i % METHODS.len()]
-                );
+        for code in CODES {
+            for (i, m) in METHODS.iter().enumerate() {
+                let n = self.answers(code, i);
+                if n > 0 {
+                    let _ = writeln!(
+                        o,
+                        "sipsec_responses_total{{code=\"{code}\",method=\"{m}\"}} {n}"
+                    );
+                }
             }
         }
     }
@@ -930,10 +980,17 @@ mod tests {
         m.response(200, Some("REGISTER"));
         m.response(404, None);
         m.sent(b"SIP/2.0 486 Busy Here\r\nVia: SIP/2.0/UDP h\r\ncseq: 7  INVITE\r\n\r\n");
+        // A code not among the hot ones, and one past the codes counted.
+        m.response(420, Some("OPTIONS"));
+        m.response(420, Some("OPTIONS"));
+        m.response(799, Some("OPTIONS"));
         let t = m.render(&[("sipsec_bindings", "Live bindings.", 7)]);
         assert!(t.contains("sipsec_requests_total{method=\"REGISTER\"} 1\n"));
         assert!(t.contains("sipsec_requests_total{method=\"other\"} 1\n"));
-        assert!(t.contains("sipsec_responses_sent_total{class=\"4xx\"} 2\n"));
+        assert!(t.contains("sipsec_responses_sent_total{class=\"4xx\"} 4\n"));
+        assert!(t.contains("sipsec_responses_sent_total{class=\"6xx\"} 1\n"));
+        assert!(t.contains("sipsec_responses_total{code=\"420\",method=\"OPTIONS\"} 2\n"));
+        assert!(!t.contains("code=\"799\""));
         assert!(t.contains("sipsec_bindings 7\n"));
         assert!(t.contains("sipsec_stage_seconds_count{stage=\"add_user\"} 0\n"));
         assert!(t.contains("sipsec_responses_total{code=\"200\",method=\"REGISTER\"} 1\n"));
