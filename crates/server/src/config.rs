@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use sip_core::digest::Algorithm;
 
-pub use crate::config_connections::{ConnectionLimits, DEFAULT_SPREAD_QUEUE, MAX_SPREAD_QUEUE};
+pub use crate::config_connections::{
+    ConnectionLimits, DEFAULT_SPREAD_QUEUE, MAX_REACTORS, MAX_SPREAD_QUEUE,
+};
 use crate::config_media::MediaSettings;
 
 /// How hard a journal write tries to reach stable storage.
@@ -1150,6 +1152,7 @@ mod tests {
             "[connections]\naccept_burst = 0\n",
             "[connections]\nspread_queue = 0\n",
             "[connections]\nspread_queue = 65537\n",
+            "[connections]\nreactors = 100000\n",
             "[connections]\nper_ip_exempt = [\"nope\"]\n",
         ] {
             let e = Config::default()

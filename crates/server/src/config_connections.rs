@@ -102,6 +102,9 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// The most connection reactors a configuration may ask for.
+pub const MAX_REACTORS: usize = 256;
+
 impl ConnectionLimits {
     /// The reactor threads to start: `reactors`, or one per core (at
     /// most 4) when it is 0.

@@ -810,7 +810,16 @@ impl Config {
         l.per_ip_exempt = c
             .per_ip_exempt
             .unwrap_or(std::mem::take(&mut l.per_ip_exempt));
-        l.reactors = c.reactors.unwrap_or(l.reactors);
+        if let Some(r) = c.reactors {
+            // Each is a thread with a journal of its own (4 MiB reserved).
+            if r > MAX_REACTORS {
+                return Err(value(
+                    "connections.reactors",
+                    format!("{r}: at most {MAX_REACTORS} (0: one per core, at most 4)"),
+                ));
+            }
+            l.reactors = r;
+        }
         l.spread_above = c.spread_above.unwrap_or(l.spread_above);
         l.spread_always = c.spread_always.unwrap_or(l.spread_always);
         if let Some(q) = c.spread_queue {
