@@ -29,6 +29,7 @@ pub mod fuzzing;
 pub mod io;
 pub mod proto;
 pub mod shards;
+mod stripes;
 
 pub use crate::config::{Config, Mode};
 pub use crate::io::handle::{Drained, ServerHandle};

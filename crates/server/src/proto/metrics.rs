@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use memchr::memmem;
 
-use crate::proto::metrics_stripes::{Padded, Striped};
+use crate::stripes::{Padded, Striped};
 use sip_tls::COUNTED_GROUPS as TLS_GROUPS;
 
 /// Upper bounds of the histogram buckets, in nanoseconds.
@@ -243,7 +243,7 @@ fn transport_index(t: sip_core::Transport) -> usize {
 const CODES: std::ops::RangeInclusive<u16> = 100..=699;
 
 /// The counters every message adds to, one per thread (see
-/// `metrics_stripes`), at these offsets: requests by method, requests by
+/// `crate::stripes`), at these offsets: requests by method, requests by
 /// transport, responses by class, then responses with one of
 /// [`HOT_CODES`] by code and by the method of the request they answer.
 const REQUESTS: usize = 0;

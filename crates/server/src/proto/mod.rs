@@ -24,7 +24,6 @@ pub mod media;
 mod media_calls;
 pub mod metrics;
 mod metrics_counters;
-mod metrics_stripes;
 pub mod names;
 pub mod ng;
 pub mod originated;

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 /// Copies of each counter; threads past this many share them (a share
 /// costs time, never a count).
-pub(super) const STRIPES: usize = 16;
+pub(crate) const STRIPES: usize = 16;
 
 /// Eight counters on a cache line of their own.
 #[derive(Debug, Default)]
@@ -22,11 +22,11 @@ struct Line([AtomicU64; 8]);
 /// One counter on a cache line of its own.
 #[derive(Debug, Default)]
 #[repr(align(64))]
-pub(super) struct Padded(pub(super) AtomicU64);
+pub(crate) struct Padded(pub(crate) AtomicU64);
 
 /// `W` counters, a copy per thread (at most [`STRIPES`] copies).
 #[derive(Debug)]
-pub(super) struct Striped<const W: usize> {
+pub(crate) struct Striped<const W: usize> {
     stripes: [OnceLock<Box<[Line]>>; STRIPES],
 }
 
@@ -41,7 +41,7 @@ impl<const W: usize> Default for Striped<W> {
 impl<const W: usize> Striped<W> {
     /// Adds `n` to counter `i` (`i < W`).
     #[inline]
-    pub(super) fn add(&self, i: usize, n: u64) {
+    pub(crate) fn add(&self, i: usize, n: u64) {
         debug_assert!(i < W);
         let lines = self.stripes[stripe()]
             .get_or_init(|| (0..W.div_ceil(8)).map(|_| Line::default()).collect());
@@ -49,7 +49,7 @@ impl<const W: usize> Striped<W> {
     }
 
     /// Counter `i`: every copy's additions.
-    pub(super) fn get(&self, i: usize) -> u64 {
+    pub(crate) fn get(&self, i: usize) -> u64 {
         self.stripes
             .iter()
             .filter_map(OnceLock::get)
