@@ -702,7 +702,7 @@ fn register_refresh_and_expire_over_a_lossy_link() {
         let now = sim.now();
         let bound = sim.srv(addr(P2)).lookup("sip:bob@b.example", now);
         assert_eq!(bound.len(), 1, "seed {seed}");
-        assert_eq!(bound[0].contact, format!("sip:bob@{BOB}"));
+        assert_eq!(bound[0].contact(), format!("sip:bob@{BOB}"));
         // Refresh at 40 s: now bound until 100 s.
         sim.act(addr(BOB), |p, now, out| p.register(now, 60, out));
         sim.run_for(secs(50));
@@ -933,7 +933,7 @@ fn a_replayed_authorization_is_refused() {
     let now = sim.now();
     let bound = sim.srv(addr(P2)).lookup("sip:bob@b.example", now);
     assert_eq!(bound.len(), 1);
-    assert_eq!(bound[0].contact, format!("sip:bob@{BOB}"));
+    assert_eq!(bound[0].contact(), format!("sip:bob@{BOB}"));
     assert_eq!(
         sim.srv(addr(P2))
             .core
@@ -968,7 +968,7 @@ fn a_journal_write_that_fails_leaves_memory_unchanged() {
     let now = sim.now();
     let bound = sim.srv(addr(P2)).lookup("sip:bob@b.example", now);
     assert_eq!(bound.len(), 1, "only what was stored: {bound:?}");
-    assert_eq!(bound[0].contact, format!("sip:bob@{BOB}"));
+    assert_eq!(bound[0].contact(), format!("sip:bob@{BOB}"));
     assert_eq!(sim.srv(addr(P2)).journal.records.len(), 1);
     // The AoR is not left busy: once the disk has room the change goes in.
     sim.srv(addr(P2)).journal.full = false;
@@ -1088,7 +1088,7 @@ fn a_register_that_meets_a_change_in_flight_waits_for_its_commit_and_is_counted_
     shared
         .location
         .lookup("sip:bob@b.example", now.secs(), &mut bound);
-    let mut contacts: Vec<&str> = bound.iter().map(|b| b.contact.as_str()).collect();
+    let mut contacts: Vec<&str> = bound.iter().map(|b| b.contact()).collect();
     contacts.sort_unstable();
     assert_eq!(
         contacts,

@@ -508,7 +508,7 @@ pub fn remove_bindings(
             .iter()
             .filter(|b| pick(b))
             .map(|b| ContactChange {
-                contact: &b.contact,
+                contact: b.contact(),
                 expires: 0,
                 q: 1000,
                 outbound: false,

@@ -153,7 +153,7 @@ impl View {
             &self.shared.location,
             &mut held,
             aor,
-            &|b| contact.is_none_or(|c| b.contact == c),
+            &|b| contact.is_none_or(|c| b.contact() == c),
             unix_now(),
         )
     }
@@ -290,7 +290,7 @@ impl View {
         let now = unix_now();
         let c = &self.shared.config;
         let mut all = self.shared.location.snapshot(now);
-        all.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact.cmp(&b.1.contact)));
+        all.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact().cmp(b.1.contact())));
         let total = all.len();
         let mut per_aor: Vec<(&str, usize)> = Vec::new();
         for (aor, _) in &all {
@@ -318,7 +318,7 @@ impl View {
             .map(|(aor, b)| {
                 json!({
                     "aor": aor,
-                    "contact": b.contact,
+                    "contact": b.contact(),
                     "address": b.source.ip().to_string(),
                     "port": b.source.port(),
                     "expires_in": b.expires_at.saturating_sub(now),

@@ -469,7 +469,7 @@ impl Persistence {
 mod tests {
     use super::*;
     use crate::proto::location::tests::{change, reg, src, upd};
-    use crate::proto::location::{Binding, Flow, UpdatePolicy};
+    use crate::proto::location::{Binding, Flow, Parts, Strings, UpdatePolicy};
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("sipsec-loc-{name}-{}", std::process::id()));
@@ -655,16 +655,17 @@ mod tests {
             seq: 7,
             aor: "sip:a@x".into(),
             binding: Binding {
-                contact: "sip:a@1.1.1.1".into(),
+                strings: Strings::new(Parts {
+                    contact: "sip:a@1.1.1.1",
+                    call_id: "c1",
+                    path: "<sip:edge.example;lr>, <sip:p2.example;lr>",
+                    ..Parts::default()
+                }),
                 expires_at: 160,
                 q: 1000,
-                call_id: "c1".into(),
                 cseq: 1,
                 source: src(),
-                path: "<sip:edge.example;lr>, <sip:p2.example;lr>".into(),
                 flow: None,
-                node: String::new(),
-                instance: String::new(),
             },
         };
         let mut out = Vec::new();
@@ -679,7 +680,10 @@ mod tests {
             seq: 7,
             aor: "sip:a@x".into(),
             binding: Binding {
-                instance: "<urn:uuid:1>#2".into(),
+                strings: Strings::new(Parts {
+                    instance: "<urn:uuid:1>#2",
+                    ..binding.parts()
+                }),
                 ..binding.clone()
             },
         };
@@ -700,24 +704,26 @@ mod tests {
                     seq: 8,
                     aor: "sip:a@x".into(),
                     binding: Binding {
-                        contact: "sip:a@10.0.0.1;transport=tcp".into(),
+                        strings: Strings::new(Parts {
+                            contact: "sip:a@10.0.0.1;transport=tcp",
+                            call_id: "c1",
+                            path,
+                            node: if path.is_empty() {
+                                ""
+                            } else {
+                                "<sip:f01@192.0.2.9:5060;lr>"
+                            },
+                            instance: if path.is_empty() {
+                                "<urn:uuid:00000000-0000-4000-8000-000000000001>#1"
+                            } else {
+                                ""
+                            },
+                        }),
                         expires_at: 160,
                         q: 1000,
-                        call_id: "c1".into(),
                         cseq: 1,
                         source: src(),
-                        path: path.into(),
                         flow,
-                        node: if path.is_empty() {
-                            String::new()
-                        } else {
-                            "<sip:f01@192.0.2.9:5060;lr>".into()
-                        },
-                        instance: if path.is_empty() {
-                            "<urn:uuid:00000000-0000-4000-8000-000000000001>#1".into()
-                        } else {
-                            String::new()
-                        },
                     },
                 };
                 let mut out = Vec::new();
@@ -733,7 +739,7 @@ mod tests {
         let Some(Record::Bind { binding, .. }) = decode(old) else {
             panic!("old record")
         };
-        assert_eq!(binding.path, "");
+        assert_eq!(binding.path(), "");
     }
 
     #[test]
@@ -773,7 +779,7 @@ mod tests {
         );
         let mut out = Vec::new();
         fresh.lookup("sip:a@x", 110, &mut out);
-        assert_eq!(out[0].contact, "sip:a@1.1.1.1");
+        assert_eq!(out[0].contact(), "sip:a@1.1.1.1");
         assert_eq!(out[0].source, src());
         // Recovery again from the compacted snapshot alone.
         let again = MemoryLocation::new(std::hash::RandomState::new());

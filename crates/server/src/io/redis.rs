@@ -384,8 +384,8 @@ impl RedisStore {
             let removes = change.iter().filter(|r| matches!(r, Record::Remove { .. }));
             for r in binds.chain(removes) {
                 let contact = match r {
-                    Record::Bind { binding, .. } => &binding.contact,
-                    Record::Remove { contact, .. } => contact,
+                    Record::Bind { binding, .. } => binding.contact(),
+                    Record::Remove { contact, .. } => contact.as_str(),
                 };
                 self.line.clear();
                 encode(r, &mut self.line);

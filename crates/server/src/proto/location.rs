@@ -10,82 +10,16 @@
 use std::hash::{BuildHasher, RandomState};
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use crate::config::{Durability, Overflow};
 use crate::proto::aor_key::AorKey;
+pub use crate::proto::binding::{Binding, Flow, Parts, Strings};
 use crate::proto::parked::Parked;
 use crate::shards::{ReadShards, Shards};
-
-/// One contact bound to an address-of-record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding {
-    /// The contact URI.
-    pub contact: String,
-    /// Expiry, in Unix seconds.
-    pub expires_at: u64,
-    /// Preference in thousandths (`q=0.5` is 500); 1000 when absent.
-    pub q: u16,
-    /// Call-ID of the REGISTER that made the binding.
-    pub call_id: String,
-    /// CSeq of that REGISTER.
-    pub cseq: u32,
-    /// Where the REGISTER came from.
-    pub source: SocketAddr,
-    /// The REGISTER's Path values (RFC 3327), comma-separated, first hop
-    /// first; empty without Path.
-    pub path: String,
-    /// The connection the REGISTER came over, when it came over one:
-    /// requests for this contact go back over it (RFC 3261 §18, RFC 5626).
-    pub flow: Option<Flow>,
-    /// With a shared location (several nodes), the node that holds `flow`:
-    /// a route URI to it (`<sip:FLOW-TOKEN@node;lr>`) that other nodes
-    /// send the contact's requests through. Empty on a single node, and
-    /// for contacts every node reaches directly.
-    pub node: String,
-    /// The phone's `+sip.instance` and `reg-id` (RFC 5626 §4.2), as
-    /// `INSTANCE#REG-ID`, or "": a later registration of the same instance
-    /// and reg-id replaces this binding, whatever its contact.
-    pub instance: String,
-}
-
-/// A contact's flow: the connection from `Binding::source` over this
-/// transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Flow {
-    /// TCP, TLS, WS or WSS.
-    pub transport: sip_core::Transport,
-    /// Registered with RFC 5626 outbound (`reg-id` and `+sip.instance`):
-    /// when the flow is gone, requests fail with 430 instead of trying
-    /// the contact's own address.
-    pub outbound: bool,
-}
-
-impl Flow {
-    /// As stored, in two pieces to write one after the other: `TCP` and
-    /// "", or `TCP` and `+ob` for an outbound flow.
-    pub fn parts(self) -> [&'static str; 2] {
-        [
-            self.transport.as_str(),
-            if self.outbound { "+ob" } else { "" },
-        ]
-    }
-
-    /// Reads what [`parts`](Self::parts) wrote.
-    pub fn decode(s: &str) -> Option<Self> {
-        let (t, outbound) = match s.strip_suffix("+ob") {
-            Some(t) => (t, true),
-            None => (s, false),
-        };
-        let transport = sip_core::Transport::from_token(t);
-        transport.is_reliable().then_some(Flow {
-            transport,
-            outbound,
-        })
-    }
-}
 
 /// The REGISTER a set of changes comes from.
 #[derive(Debug, Clone, Copy)]
@@ -259,14 +193,7 @@ impl Record {
     pub fn approximate_len(&self) -> usize {
         const FIELDS: usize = 96;
         match self {
-            Record::Bind { aor, binding, .. } => {
-                FIELDS
-                    + aor.len()
-                    + binding.contact.len()
-                    + binding.call_id.len()
-                    + binding.path.len()
-                    + binding.node.len()
-            }
+            Record::Bind { aor, binding, .. } => FIELDS + aor.len() + binding.strings.len(),
             Record::Remove { aor, contact, .. } => FIELDS + aor.len() + contact.len(),
         }
     }
@@ -355,11 +282,16 @@ pub enum Wait {
     Full(Parked),
 }
 
+/// An AoR's bindings: most hold one contact, kept in the table's entry
+/// beside the AoR's key, so a refresh finds it there, not on a heap
+/// block of its own.
+type List = SmallVec<[Binding; 1]>;
+
 /// One AoR: its committed bindings, and the token of the change being
 /// persisted (its bindings travel in the [`Prepared`] change).
 #[derive(Debug, Default)]
 struct Aor {
-    list: Vec<Binding>,
+    list: List,
     pending: Option<u64>,
     /// Messages that met the change in flight, handed back by its commit.
     waiting: Vec<Parked>,
@@ -474,7 +406,7 @@ impl MemoryLocation {
                 .retain(|(aor, a)| match bindings.remove(aor.as_str()) {
                     Some(list) => {
                         self.held_changed(a.list.len(), list.len());
-                        a.list = list;
+                        a.list = List::from_vec(list);
                         true
                     }
                     None => {
@@ -489,7 +421,7 @@ impl MemoryLocation {
             let mut shard = self.shards.write(Self::shard(hash));
             let entry = shard.entry(hash, &aor, |k| self.hash(k));
             self.held_changed(entry.list.len(), list.len());
-            entry.list = list;
+            entry.list = List::from_vec(list);
         }
     }
 
@@ -511,7 +443,7 @@ impl MemoryLocation {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
                 if let Some(a) = shard.get_mut(hash, &aor) {
                     let before = a.list.len();
-                    a.list.retain(|b| b.contact != contact);
+                    a.list.retain(|b| b.contact() != contact);
                     self.held_changed(before, a.list.len());
                     // An AoR with a change in flight stays for its commit.
                     if a.list.is_empty() && a.pending.is_none() {
@@ -524,8 +456,8 @@ impl MemoryLocation {
 }
 
 /// Puts `binding` in an AoR's bindings, replacing the one for its contact.
-fn bind(list: &mut Vec<Binding>, binding: Binding) {
-    match list.iter_mut().find(|b| b.contact == binding.contact) {
+fn bind(list: &mut List, binding: Binding) {
+    match list.iter_mut().find(|b| b.contact() == binding.contact()) {
         Some(b) => *b = binding,
         None => list.push(binding),
     }
@@ -563,8 +495,8 @@ impl MemoryLocation {
             .collect();
         for s in &order {
             let b = s.get(had, &[]);
-            let touched = remove_all || changes.iter().any(|c| c.contact == b.contact);
-            if b.call_id == call_id && touched && cseq < b.cseq {
+            let touched = remove_all || changes.iter().any(|c| c.contact == b.contact());
+            if b.call_id() == call_id && touched && cseq < b.cseq {
                 return Err(UpdateError::OutOfOrder {
                     got: cseq,
                     stored: b.cseq,
@@ -582,7 +514,7 @@ impl MemoryLocation {
         }
         let listing: usize = order
             .iter()
-            .map(|s| s.get(had, &records).contact.len() + LISTING_OVERHEAD)
+            .map(|s| s.get(had, &records).contact().len() + LISTING_OVERHEAD)
             .sum();
         if listing > policy.max_listing {
             return Err(UpdateError::ListingTooLarge {
@@ -616,7 +548,7 @@ impl MemoryLocation {
                 Some(a) => a.pending = pending,
                 None => {
                     let entry = Aor {
-                        list: Vec::new(),
+                        list: List::new(),
                         pending,
                         waiting: Vec::new(),
                     };
@@ -666,7 +598,7 @@ impl MemoryLocation {
             for r in prepared.records {
                 match r {
                     Record::Bind { binding, .. } => bind(&mut a.list, binding),
-                    Record::Remove { contact, .. } => a.list.retain(|b| b.contact != contact),
+                    Record::Remove { contact, .. } => a.list.retain(|b| b.contact() != contact),
                 }
             }
             a.list.sort_by_key(|b| std::cmp::Reverse(b.q));
@@ -759,7 +691,7 @@ impl MemoryLocation {
                 );
             }
         }
-        v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact.cmp(&b.1.contact)));
+        v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.contact().cmp(b.1.contact())));
         v
     }
 
@@ -805,7 +737,7 @@ fn apply(
     let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
     if remove_all {
         for s in std::mem::take(list) {
-            let gone = s.get(had, &records).contact.clone();
+            let gone = s.get(had, &records).contact().to_owned();
             records.push(removal(aor, gone));
         }
     }
@@ -816,15 +748,15 @@ fn apply(
             // older binding goes, whatever contact it had.
             while let Some(p) = list.iter().position(|s| {
                 let b = s.get(had, &records);
-                b.instance == c.instance && b.contact != c.contact
+                b.instance() == c.instance && b.contact() != c.contact
             }) {
-                let gone = list.remove(p).get(had, &records).contact.clone();
+                let gone = list.remove(p).get(had, &records).contact().to_owned();
                 records.push(removal(aor, gone));
             }
         }
         let pos = list
             .iter()
-            .position(|s| s.get(had, &records).contact == c.contact);
+            .position(|s| s.get(had, &records).contact() == c.contact);
         if c.expires == 0 {
             if let Some(p) = pos {
                 list.remove(p);
@@ -849,19 +781,21 @@ fn apply(
 /// The binding a change makes.
 fn made(c: &ContactChange<'_>, reg: &Registration<'_>) -> Binding {
     Binding {
-        contact: c.contact.to_owned(),
+        strings: Strings::new(Parts {
+            contact: c.contact,
+            call_id: reg.call_id,
+            path: reg.path,
+            node: reg.node,
+            instance: c.instance,
+        }),
         expires_at: reg.now + u64::from(c.expires),
         q: c.q,
-        call_id: reg.call_id.to_owned(),
         cseq: reg.cseq,
         source: reg.source,
-        path: reg.path.to_owned(),
         flow: reg.flow.map(|transport| Flow {
             transport,
             outbound: c.outbound,
         }),
-        node: reg.node.to_owned(),
-        instance: c.instance.to_owned(),
     }
 }
 
@@ -883,7 +817,7 @@ fn make_room(
         }
         // Make room by dropping what this request did not name,
         // nearest expiry first.
-        let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact);
+        let named = |b: &Binding| changes.iter().any(|c| c.contact == b.contact());
         while list.len() > policy.max_contacts {
             let Some(p) = list
                 .iter()
@@ -897,7 +831,7 @@ fn make_room(
                     max: policy.max_contacts,
                 });
             };
-            let gone = list.remove(p).get(had, records).contact.clone();
+            let gone = list.remove(p).get(had, records).contact().to_owned();
             records.push(removal(aor, gone));
         }
     }
@@ -996,7 +930,7 @@ pub(crate) mod tests {
             )
             .expect("bind");
         }
-        let mut contacts: Vec<&str> = cur.iter().map(|b| b.contact.as_str()).collect();
+        let mut contacts: Vec<&str> = cur.iter().map(|b| b.contact()).collect();
         contacts.sort_unstable();
         assert_eq!(contacts, ["sip:new@c.invalid", "sip:other@b.invalid"]);
         assert!(rec.iter().any(
@@ -1060,7 +994,7 @@ pub(crate) mod tests {
             .expect("prepare");
         let listed: Vec<(String, u16, u64)> = prepared
             .bindings()
-            .map(|b| (b.contact.clone(), b.q, b.expires_at))
+            .map(|b| (b.contact().to_owned(), b.q, b.expires_at))
             .collect();
         assert_eq!(
             listed,
@@ -1073,7 +1007,7 @@ pub(crate) mod tests {
         loc.lookup("sip:a@x", 101, &mut cur);
         let stored: Vec<(String, u16, u64)> = cur
             .iter()
-            .map(|b| (b.contact.clone(), b.q, b.expires_at))
+            .map(|b| (b.contact().to_owned(), b.q, b.expires_at))
             .collect();
         assert_eq!(stored, listed);
         // A binding the change does not name is kept, and listed by its q.
@@ -1086,7 +1020,7 @@ pub(crate) mod tests {
                 &policy,
             )
             .expect("prepare");
-        let order: Vec<&str> = prepared.bindings().map(|b| b.contact.as_str()).collect();
+        let order: Vec<&str> = prepared.bindings().map(|b| b.contact()).collect();
         assert_eq!(order, ["sip:a@1.1.1.1", "sip:a@4.4.4.4", "sip:a@3.3.3.3"]);
         let _ = loc.commit(prepared, true);
     }
@@ -1123,7 +1057,7 @@ pub(crate) mod tests {
         )
         .expect("second contact");
         assert_eq!(cur.len(), 2);
-        assert_eq!(cur[0].contact, "sip:a@1.1.1.1", "q=1 first");
+        assert_eq!(cur[0].contact(), "sip:a@1.1.1.1", "q=1 first");
         let mut up = |cseq, expires| {
             upd(
                 &loc,
@@ -1209,7 +1143,7 @@ pub(crate) mod tests {
             let mut now = Vec::new();
             loc.lookup("sip:a@x", 100, &mut now);
             assert_eq!(now.len(), 1);
-            assert_eq!(now[0].contact, "sip:a@1.1.1.1");
+            assert_eq!(now[0].contact(), "sip:a@1.1.1.1");
         }
     }
 
@@ -1265,7 +1199,7 @@ pub(crate) mod tests {
             &mut cur,
         )
         .expect("replaces");
-        let mut names: Vec<_> = cur.iter().map(|b| b.contact.as_str()).collect();
+        let mut names: Vec<_> = cur.iter().map(|b| b.contact()).collect();
         names.sort_unstable();
         assert_eq!(
             names,
@@ -1305,22 +1239,22 @@ pub(crate) mod tests {
             seq: 0,
             aor: "sip:a@x".into(),
             binding: Binding {
-                contact: contact.into(),
+                strings: Strings::new(Parts {
+                    contact,
+                    call_id,
+                    ..Parts::default()
+                }),
                 expires_at: 160,
                 q: 1000,
-                call_id: call_id.into(),
                 cseq: 1,
                 source: src(),
-                path: String::new(),
                 flow: None,
-                node: String::new(),
-                instance: String::new(),
             },
         };
         let contacts = |loc: &MemoryLocation| {
             let mut cur = Vec::new();
             loc.lookup("sip:a@x", 100, &mut cur);
-            let mut c: Vec<String> = cur.into_iter().map(|b| b.contact).collect();
+            let mut c: Vec<String> = cur.iter().map(|b| b.contact().to_owned()).collect();
             c.sort();
             c
         };
@@ -1461,6 +1395,6 @@ pub(crate) mod tests {
         assert!(!loc.has_ready());
         loc.lookup("sip:a@x", 100, &mut cur);
         assert_eq!(cur.len(), 1);
-        assert_eq!(cur[0].contact, "sip:a@2.2.2.2");
+        assert_eq!(cur[0].contact(), "sip:a@2.2.2.2");
     }
 }

@@ -5,6 +5,7 @@
 
 mod aor_key;
 pub mod auth;
+pub mod binding;
 pub mod branch;
 mod budget;
 pub mod busy;

@@ -219,8 +219,8 @@ impl Proxy {
             return false;
         };
         let here =
-            b.node.is_empty() || first_path_uri(&b.node).is_none_or(|u| ctx.is_local_uri(&u));
-        here && b.path.is_empty()
+            b.node().is_empty() || first_path_uri(b.node()).is_none_or(|u| ctx.is_local_uri(&u));
+        here && b.path().is_empty()
             && (f.outbound || matches!(f.transport, Transport::Ws | Transport::Wss))
             && !Self::flow_open(ctx, b.source, f.transport)
     }

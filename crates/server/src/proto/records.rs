@@ -4,7 +4,7 @@
 
 use sip_core::writer::write_u64;
 
-use crate::proto::location::{Binding, Flow, Record};
+use crate::proto::location::{Binding, Flow, Parts, Record, Strings};
 
 /// Writes a binding of `aor` as a line of sequence `seq` (snapshots write
 /// every live binding this way). Written field by field: every REGISTER
@@ -13,7 +13,7 @@ use crate::proto::location::{Binding, Flow, Record};
 pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     write_u64(out, seq);
     out.extend_from_slice(b"\tB\t");
-    for f in [aor, &b.contact] {
+    for f in [aor, b.contact()] {
         out.extend_from_slice(f.as_bytes());
         out.push(b'\t');
     }
@@ -21,7 +21,7 @@ pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     out.push(b'\t');
     write_u64(out, u64::from(b.q));
     out.push(b'\t');
-    out.extend_from_slice(b.call_id.as_bytes());
+    out.extend_from_slice(b.call_id().as_bytes());
     out.push(b'\t');
     write_u64(out, u64::from(b.cseq));
     out.push(b'\t');
@@ -31,10 +31,10 @@ pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
     // at the end); a flow is "-" when there is none but an instance.
     let flow = match b.flow {
         Some(f) => f.parts(),
-        None if b.instance.is_empty() => ["", ""],
+        None if b.instance().is_empty() => ["", ""],
         None => ["-", ""],
     };
-    let tail: [[&str; 2]; 4] = [[&b.path, ""], flow, [&b.node, ""], [&b.instance, ""]];
+    let tail: [[&str; 2]; 4] = [[b.path(), ""], flow, [b.node(), ""], [b.instance(), ""]];
     let used = tail
         .iter()
         .rposition(|f| !f[0].is_empty())
@@ -75,20 +75,32 @@ pub fn decode(line: &str) -> Option<Record> {
     match f.next()? {
         "B" => {
             let aor = f.next()?.to_owned();
+            let contact = f.next()?;
+            let expires_at = f.next()?.parse().ok()?;
+            let q = f.next()?.parse().ok()?;
+            let call_id = f.next()?;
+            let cseq = f.next()?.parse().ok()?;
+            let source = f.next()?.parse().ok()?;
+            let path = f.next().unwrap_or("");
+            let flow = match f.next() {
+                None | Some("" | "-") => None,
+                Some(flow) => Some(Flow::decode(flow)?),
+            };
+            let node = f.next().unwrap_or("");
+            let instance = f.next().unwrap_or("");
             let binding = Binding {
-                contact: f.next()?.to_owned(),
-                expires_at: f.next()?.parse().ok()?,
-                q: f.next()?.parse().ok()?,
-                call_id: f.next()?.to_owned(),
-                cseq: f.next()?.parse().ok()?,
-                source: f.next()?.parse().ok()?,
-                path: f.next().unwrap_or("").to_owned(),
-                flow: match f.next() {
-                    None | Some("" | "-") => None,
-                    Some(flow) => Some(Flow::decode(flow)?),
-                },
-                node: f.next().unwrap_or("").to_owned(),
-                instance: f.next().unwrap_or("").to_owned(),
+                strings: Strings::new(Parts {
+                    contact,
+                    call_id,
+                    path,
+                    node,
+                    instance,
+                }),
+                expires_at,
+                q,
+                cseq,
+                source,
+                flow,
             };
             f.next()
                 .is_none()
@@ -111,16 +123,16 @@ mod tests {
 
     fn binding(source: &str) -> Binding {
         Binding {
-            contact: "sip:alice@192.0.2.7:5070".into(),
+            strings: Strings::new(Parts {
+                contact: "sip:alice@192.0.2.7:5070",
+                call_id: "c1@h",
+                ..Parts::default()
+            }),
             expires_at: 1_790_000_123,
             q: 500,
-            call_id: "c1@h".into(),
             cseq: 4_294_967_295,
             source: source.parse().expect("literal"),
-            path: String::new(),
             flow: None,
-            node: String::new(),
-            instance: String::new(),
         }
     }
 
@@ -138,7 +150,10 @@ mod tests {
             b"18446744073709551615\tB\talice@h\tsip:alice@192.0.2.7:5070\t1790000123\t500\tc1@h\t4294967295\t10.0.0.255:65535\n"
         );
         let mut b = binding("[2001:db8::1]:5060");
-        b.instance = "<urn:uuid:1>#1".into();
+        b.strings = Strings::new(Parts {
+            instance: "<urn:uuid:1>#1",
+            ..b.parts()
+        });
         let r = Record::Bind {
             seq: 0,
             aor: "bob@h".into(),
@@ -187,7 +202,7 @@ mod tests {
         ] {
             let mut b = binding("10.0.0.1:5060");
             b.flow = Some(flow);
-            b.node = node.into();
+            b.strings = Strings::new(Parts { node, ..b.parts() });
             let r = Record::Bind {
                 seq: 1,
                 aor: "a@h".into(),

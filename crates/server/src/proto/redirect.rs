@@ -20,7 +20,7 @@ pub(super) fn answer(
 ) -> Reply {
     ctx.lines.clear();
     for b in &ctx.bindings {
-        let _ = write!(ctx.lines, "Contact: <{}>\r\n", b.contact);
+        let _ = write!(ctx.lines, "Contact: <{}>\r\n", b.contact());
     }
     ctx.respond(msg, StatusCode::MOVED_TEMPORARILY, &[], src, out)
 }

@@ -410,7 +410,7 @@ impl Registrar {
         };
         ctx.lines.clear();
         let named = |b: &&crate::proto::location::Binding| {
-            answer.changes.iter().any(|c| c.contact == b.contact)
+            answer.changes.iter().any(|c| c.contact == b.contact())
         };
         let mut unlisted = 0;
         let ordered = prepared
@@ -420,7 +420,7 @@ impl Registrar {
         for b in ordered {
             let start = ctx.lines.len();
             ctx.lines.push_str("Contact: <");
-            ctx.lines.push_str(&b.contact);
+            ctx.lines.push_str(b.contact());
             ctx.lines.push_str(">;expires=");
             sip_core::writer::push_u64(&mut ctx.lines, b.expires_at.saturating_sub(now));
             ctx.lines.push_str("\r\n");

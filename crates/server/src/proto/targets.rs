@@ -227,21 +227,21 @@ impl Proxy {
     /// `self.path`. `None` when the contact's browser or outbound flow is
     /// closed: it can never be reached again (RFC 5626 §5.3).
     pub(super) fn leg(&mut self, ctx: &mut Ctx, i: usize) -> Option<Leg> {
-        let contact = ctx.bindings[i].contact.clone();
+        let contact = ctx.bindings[i].contact().to_owned();
         // A stored Path (RFC 3327) is the route to the contact: the
         // request goes to its first hop with the Path as Route.
         self.path.clear();
         let remote_flow = {
             let b = &ctx.bindings[i];
-            b.flow.is_some() && first_path_uri(&b.node).is_some_and(|u| !ctx.is_local_uri(&u))
+            b.flow.is_some() && first_path_uri(b.node()).is_some_and(|u| !ctx.is_local_uri(&u))
         };
         if remote_flow {
             // The phone is connected to another node sharing the
             // location: the request goes there, which sends it down
             // the flow its token names.
-            self.path.push_str(&ctx.bindings[i].node);
+            self.path.push_str(ctx.bindings[i].node());
         } else if ctx.shared.config.path != PathMode::Off {
-            self.path.push_str(&ctx.bindings[i].path);
+            self.path.push_str(ctx.bindings[i].path());
         }
         let next = match first_path_uri(&self.path) {
             Some(hop) => Some(hop),
