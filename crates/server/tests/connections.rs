@@ -16,7 +16,7 @@ use served::Served;
 use sip_core::framing::{frame, Frame};
 use sip_core::Limits;
 use sipsec_server::config::{ConnectionLimits, Durability, TlsSettings};
-use sipsec_server::proto::metrics::CloseReason;
+use sipsec_server::proto::metrics::{CloseReason, Spread};
 use sipsec_server::{start, Config, Mode, StartError, Started};
 
 fn server(mode: Mode, name: &str, limits: ConnectionLimits, tls: Option<TlsSettings>) -> Served {
@@ -923,11 +923,7 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
         a > 0 && b > 0,
         "one connection on both reactors: {a} and {b}"
     );
-    assert_eq!(
-        m.spread_connections
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(m.spread(Spread::Connections), 1);
     s.handle.shutdown();
 }
 
@@ -939,7 +935,6 @@ fn a_busy_tls_trunk_is_decided_on_every_reactor_in_order() {
 /// — and answered.
 #[test]
 fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
-    use std::sync::atomic::Ordering::Relaxed;
     let s = on_reactors(
         "trunk-kept",
         2,
@@ -956,13 +951,9 @@ fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
         .expect("write");
     answered_in_order(&mut trunk, 10, 5);
     let m = &s.handle.shared().metrics;
-    assert_eq!(
-        m.spread_connections.load(Relaxed),
-        1,
-        "the burst made it busy"
-    );
+    assert_eq!(m.spread(Spread::Connections), 1, "the burst made it busy");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while m.spread_decided.load(Relaxed) < m.spread_handoffs.load(Relaxed) {
+    while m.spread(Spread::Decided) < m.spread(Spread::Handoffs) {
         assert!(
             std::time::Instant::now() < deadline,
             "handed messages undecided"
@@ -970,7 +961,7 @@ fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
         std::thread::sleep(Duration::from_millis(2));
     }
     let before = [m.reactor_messages(0), m.reactor_messages(1)];
-    let (handed, kept) = (m.spread_handoffs.load(Relaxed), m.spread_kept.load(Relaxed));
+    let (handed, kept) = (m.spread(Spread::Handoffs), m.spread(Spread::Kept));
     const LONE: u64 = 30;
     let mut buf = Vec::new();
     for u in 0..LONE {
@@ -990,9 +981,9 @@ fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
         grew == [LONE, 0] || grew == [0, LONE],
         "one reactor decided every lone request: {grew:?}"
     );
-    assert_eq!(m.spread_handoffs.load(Relaxed), handed, "none handed on");
+    assert_eq!(m.spread(Spread::Handoffs), handed, "none handed on");
     assert!(
-        m.spread_kept.load(Relaxed) > kept,
+        m.spread(Spread::Kept) > kept,
         "some calls belong to the other reactor"
     );
     s.handle.shutdown();
@@ -1023,7 +1014,7 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
     let (mut trunk, calls, sending) = slow_trunk(&s, EACH, 0);
     let m = &s.handle.shared().metrics;
     eventually("the trunk held back", Duration::from_secs(20), || {
-        m.spread_held.load(std::sync::atomic::Ordering::Relaxed) > 0
+        m.spread(Spread::Held) > 0
     });
     answered_in_order(&mut trunk, calls, EACH);
     sending.join().expect("writer").expect("write");
@@ -1043,7 +1034,6 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
 /// every millisecond, and it stayed open until the idle timeout (600 s).
 #[test]
 fn a_busy_trunk_that_never_reads_is_closed_at_the_send_timeout() {
-    use std::sync::atomic::Ordering::Relaxed;
     let s = on_reactors(
         "trunk-never-reads",
         2,
@@ -1059,11 +1049,11 @@ fn a_busy_trunk_that_never_reads_is_closed_at_the_send_timeout() {
     );
     let (mut trunk, _, sending) = slow_trunk(&s, 5, 40);
     let m = &s.handle.shared().metrics;
-    let waits = || m.spread_held.load(Relaxed) + m.spread_peer_waits.load(Relaxed);
+    let waits = || m.spread(Spread::Held) + m.spread(Spread::PeerWaits);
     eventually(
         "the trunk waits for its peer",
         Duration::from_secs(60),
-        || m.spread_peer_waits.load(Relaxed) > 0,
+        || m.spread(Spread::PeerWaits) > 0,
     );
     let before = waits();
     eventually("closed as a slow reader", Duration::from_secs(60), || {
@@ -1307,7 +1297,7 @@ fn a_busy_trunk_held_by_a_full_queue_is_read_again_and_answered_in_order() {
     answered_in_order(&mut trunk, CALLS, EACH);
     sending.join().expect("writer").expect("write");
     let m = &s.handle.shared().metrics;
-    let held = m.spread_held.load(std::sync::atomic::Ordering::Relaxed);
+    let held = m.spread(Spread::Held);
     assert!(held > 0, "the queue of one never held the trunk");
     let (a, b) = (m.reactor_messages(0), m.reactor_messages(1));
     assert_eq!(a + b, u64::from(CALLS * EACH));

@@ -13,6 +13,31 @@ use std::time::Duration;
 use memchr::memmem;
 
 use crate::stripes::{Padded, Striped};
+
+/// What a busy connection (one decided by every reactor) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spread {
+    /// Connections that became busy enough to be decided by every reactor.
+    Connections,
+    /// Messages of a busy connection handed to another reactor to decide.
+    Handoffs,
+    /// Times a busy connection was not read because a reactor held
+    /// `spread_queue` messages handed to it, or 256 of its own were
+    /// still being decided elsewhere (tried again a millisecond later).
+    Held,
+    /// Times a busy connection was not read because its socket took no
+    /// more of its answers (read again on the edge that says its peer
+    /// took them).
+    PeerWaits,
+    /// Messages handed to another reactor and decided there (`Handoffs`
+    /// less this is what waits).
+    Decided,
+    /// Messages of a busy connection decided by its own reactor though
+    /// their calls are another's: it kept up, so no hand-off was needed.
+    Kept,
+}
+
+const SPREAD_KINDS: usize = Spread::Kept as usize + 1;
 use sip_tls::COUNTED_GROUPS as TLS_GROUPS;
 
 /// Upper bounds of the histogram buckets, in nanoseconds.
@@ -421,24 +446,10 @@ pub struct Metrics {
     /// Messages each connection reactor decided (reactors past the last
     /// share the last slot).
     reactor_messages: [Padded; MAX_WORKERS_COUNTED],
-    /// Messages of a busy connection handed to another reactor to decide.
-    pub spread_handoffs: AtomicU64,
-    /// Connections that became busy enough to be decided by every reactor.
-    pub spread_connections: AtomicU64,
-    /// Times a busy connection was not read because a reactor held
-    /// `spread_queue` messages handed to it, or 256 of its own were
-    /// still being decided elsewhere (tried again a millisecond later).
-    pub spread_held: AtomicU64,
-    /// Times a busy connection was not read because its socket took no
-    /// more of its answers (read again on the edge that says its peer
-    /// took them).
-    pub spread_peer_waits: AtomicU64,
-    /// Messages handed to another reactor and decided there (`handoffs`
-    /// less this is what waits).
-    pub spread_decided: AtomicU64,
-    /// Messages of a busy connection decided by its own reactor though
-    /// their calls are another's: it kept up, so no hand-off was needed.
-    pub spread_kept: AtomicU64,
+    /// What busy connections did ([`Spread`]), counted per thread: the
+    /// hand-off path adds to these for every message it hands on, on
+    /// every reactor at once.
+    spread: Striped<SPREAD_KINDS>,
     /// Bindings dropped because the WebSocket connection they were
     /// registered over closed.
     pub flow_bindings_dropped: AtomicU64,
@@ -514,6 +525,16 @@ impl Metrics {
     #[inline]
     pub fn reactor_decided(&self, index: usize) {
         bump(&self.reactor_messages[index.min(MAX_WORKERS_COUNTED - 1)].0);
+    }
+
+    /// Counts one event of a busy connection.
+    pub fn spread_add(&self, what: Spread) {
+        self.spread.add(what as usize, 1);
+    }
+
+    /// Events of busy connections of one kind, since the start.
+    pub fn spread(&self, what: Spread) -> u64 {
+        self.spread.get(what as usize)
     }
 
     /// Messages connection reactor `index` decided so far.
@@ -793,12 +814,12 @@ impl Metrics {
         let _ = writeln!(
             o,
             "# HELP sipsec_connection_spread_total Busy connections whose messages every reactor decides, the messages handed to another reactor, the times a busy connection waited for the reactors deciding them and for its peer to take its answers, the handed messages decided, and those its own reactor decided as it kept up.\n# TYPE sipsec_connection_spread_total counter\nsipsec_connection_spread_total{{what=\"connections\"}} {}\nsipsec_connection_spread_total{{what=\"handoffs\"}} {}\nsipsec_connection_spread_total{{what=\"held\"}} {}\nsipsec_connection_spread_total{{what=\"peer_waits\"}} {}\nsipsec_connection_spread_total{{what=\"decided\"}} {}\nsipsec_connection_spread_total{{what=\"kept\"}} {}",
-            self.spread_connections.load(Ordering::Relaxed),
-            self.spread_handoffs.load(Ordering::Relaxed),
-            self.spread_held.load(Ordering::Relaxed),
-            self.spread_peer_waits.load(Ordering::Relaxed),
-            self.spread_decided.load(Ordering::Relaxed),
-            self.spread_kept.load(Ordering::Relaxed)
+            self.spread(Spread::Connections),
+            self.spread(Spread::Handoffs),
+            self.spread(Spread::Held),
+            self.spread(Spread::PeerWaits),
+            self.spread(Spread::Decided),
+            self.spread(Spread::Kept)
         );
         o.push_str("# HELP sipsec_connections_closed_total Connections closed, by reason.\n# TYPE sipsec_connections_closed_total counter\n");
         for r in CloseReason::ALL {

@@ -13,7 +13,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::io::drive::Deferred;
 use crate::proto::core::{Core, Reply, Transport};
-use crate::proto::metrics::CloseReason;
+use crate::proto::metrics::{CloseReason, Spread};
 use sip_core::websocket::server::{self as websocket};
 
 use super::shared::*;
@@ -539,7 +539,7 @@ impl Reactor {
                 // before what this decides: each call's order holds.
                 let _ = self.hub.write_outbox(conn, None);
                 let metrics = &self.hub.shared.metrics;
-                metrics.spread_kept.fetch_add(1, Ordering::Relaxed);
+                metrics.spread_add(Spread::Kept);
                 self.decide(conn, bytes);
             }
         }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::shared::*;
+use crate::proto::metrics::Spread;
 
 /// How busy a connection is.
 #[derive(Debug, Default)]
@@ -75,7 +76,7 @@ impl Reactor {
             l.busy.spread = true;
             conn.spread.store(true, Ordering::Relaxed);
             let metrics = &self.hub.shared.metrics;
-            metrics.spread_connections.fetch_add(1, Ordering::Relaxed);
+            metrics.spread_add(Spread::Connections);
             crate::io::log::connection_trouble(&format!(
                 "{} over {:?} carries more than {above} messages a second: every reactor decides its messages now",
                 conn.peer, conn.transport
@@ -106,7 +107,7 @@ impl Reactor {
         let _outbox = lock(&conn.outbox);
         conn.handed.fetch_sub(1, Ordering::Release);
         let metrics = &self.hub.shared.metrics;
-        metrics.spread_decided.fetch_add(1, Ordering::Release);
+        metrics.spread_add(Spread::Decided);
     }
 
     /// Hands `bytes` from `conn` to reactor `to`; it goes with the others
@@ -118,7 +119,7 @@ impl Reactor {
         conn.handed.fetch_add(1, Ordering::Relaxed);
         self.handoffs[to].push(Order::Decide(conn.clone(), bytes.to_vec()));
         let metrics = &self.hub.shared.metrics;
-        metrics.spread_handoffs.fetch_add(1, Ordering::Relaxed);
+        metrics.spread_add(Spread::Handoffs);
     }
 
     /// Sends this turn's handed-off messages: one lock per reactor, not
@@ -187,7 +188,7 @@ impl Reactor {
         let metrics = &self.hub.shared.metrics;
         if (bound && self.handed_too_many()) || conn.handed.load(Ordering::Relaxed) >= IN_FLIGHT {
             self.held.push(t);
-            metrics.spread_held.fetch_add(1, Ordering::Relaxed);
+            metrics.spread_add(Spread::Held);
             return true;
         }
         let waits = lock(&conn.tx).backlogged();
@@ -195,7 +196,7 @@ impl Reactor {
             l.busy.waits_for_peer = waits;
         }
         if waits {
-            metrics.spread_peer_waits.fetch_add(1, Ordering::Relaxed);
+            metrics.spread_add(Spread::PeerWaits);
         }
         waits
     }
