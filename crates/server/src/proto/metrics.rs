@@ -529,7 +529,12 @@ impl Metrics {
 
     /// Counts one event of a busy connection.
     pub fn spread_add(&self, what: Spread) {
-        self.spread.add(what as usize, 1);
+        self.spread_add_n(what, 1);
+    }
+
+    /// Counts `n` events of a busy connection.
+    pub fn spread_add_n(&self, what: Spread, n: u64) {
+        self.spread.add(what as usize, n);
     }
 
     /// Events of busy connections of one kind, since the start.

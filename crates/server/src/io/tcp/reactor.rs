@@ -155,15 +155,17 @@ impl Reactor {
             return;
         };
         let orders = std::mem::take(&mut *lock(&link.orders));
-        let mut decided = Vec::new();
+        // The connections whose handed messages were decided, each with
+        // how many in a row: counted back once a run, not per message.
+        let mut decided: Vec<(Arc<Conn>, u32)> = Vec::new();
         for o in orders {
             match o {
                 Order::Decide(conn, bytes) => {
-                    if let Some(link) = self.hub.link(self.index) {
-                        link.handed.fetch_sub(1, Ordering::Relaxed);
-                    }
                     self.decide(&conn, &bytes);
-                    decided.push(conn);
+                    match decided.last_mut() {
+                        Some((last, n)) if Arc::ptr_eq(last, &conn) => *n += 1,
+                        _ => decided.push((conn, 1)),
+                    }
                 }
                 Order::Write(conn) => {
                     let _ = self.hub.write_outbox(&conn, None);
@@ -204,11 +206,15 @@ impl Reactor {
             }
         }
         if !decided.is_empty() {
+            let taken: u32 = decided.iter().map(|(_, n)| n).sum();
+            if let Some(link) = self.hub.link(self.index) {
+                link.handed.fetch_sub(taken as usize, Ordering::Relaxed);
+            }
             self.watch_until = Some(Instant::now() + WATCH);
             // Deferred answers (a store that waits) are sent first.
             self.commit();
-            for conn in decided {
-                self.handed_decided(&conn);
+            for (conn, n) in decided {
+                self.handed_decided(&conn, n);
             }
         }
     }

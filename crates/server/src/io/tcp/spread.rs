@@ -98,16 +98,16 @@ impl Reactor {
         }
     }
 
-    /// A message handed on was decided (and its answers, deferred ones
-    /// too, sent or in `conn`'s outbox): once none waits, the reactor that
-    /// reads `conn` may decide its calls' messages again. Counted under
-    /// the outbox's lock, so an answer taken from the outbox is one whose
-    /// message no longer counts as waiting.
-    pub(super) fn handed_decided(&self, conn: &Conn) {
+    /// `n` messages handed on were decided (and their answers, deferred
+    /// ones too, sent or in `conn`'s outbox): once none waits, the
+    /// reactor that reads `conn` may decide its calls' messages again.
+    /// Counted under the outbox's lock, so an answer taken from the
+    /// outbox is one whose message no longer counts as waiting.
+    pub(super) fn handed_decided(&self, conn: &Conn, n: u32) {
         let _outbox = lock(&conn.outbox);
-        conn.handed.fetch_sub(1, Ordering::Release);
+        conn.handed.fetch_sub(n, Ordering::Release);
         let metrics = &self.hub.shared.metrics;
-        metrics.spread_add(Spread::Decided);
+        metrics.spread_add_n(Spread::Decided, u64::from(n));
     }
 
     /// Hands `bytes` from `conn` to reactor `to`; it goes with the others
