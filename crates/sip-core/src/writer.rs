@@ -42,11 +42,23 @@ fn decimal(mut n: u64) -> ([u8; 20], usize) {
 pub trait Text {
     /// Appends `s`.
     fn put(&mut self, s: &str);
+
+    /// Appends ASCII bytes a writer made (digits, dots, colons): bytes
+    /// take them as they are, a `String` checks them (bytes that are not
+    /// UTF-8 append nothing).
+    fn put_ascii(&mut self, b: &[u8]) {
+        self.put(std::str::from_utf8(b).unwrap_or_default());
+    }
 }
 
 impl Text for Vec<u8> {
     fn put(&mut self, s: &str) {
         self.extend_from_slice(s.as_bytes());
+    }
+
+    fn put_ascii(&mut self, b: &[u8]) {
+        debug_assert!(b.is_ascii());
+        self.extend_from_slice(b);
     }
 }
 
@@ -59,14 +71,14 @@ impl Text for String {
 /// Appends the decimal form of `n` to text.
 pub fn push_u64(out: &mut impl Text, n: u64) {
     let (buf, start) = decimal(n);
-    out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+    out.put_ascii(&buf[start..]);
 }
 
 /// Appends `n` in lower-case hexadecimal, zero-padded to `width` digits
 /// (at most 16).
 pub fn push_hex(out: &mut impl Text, n: u64, width: usize) {
     let (buf, start) = hex_digits(n, width);
-    out.put(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+    out.put_ascii(&buf[start..]);
 }
 
 /// Appends an IP address as `Display` writes it, IPv4 by hand (the
@@ -95,7 +107,7 @@ pub fn push_ip(out: &mut impl Text, ip: std::net::IpAddr) {
                     len += 1;
                 }
             }
-            out.put(std::str::from_utf8(&buf[..len]).unwrap_or_default());
+            out.put_ascii(&buf[..len]);
         }
         std::net::IpAddr::V6(v6) => push_display(out, v6),
     }
@@ -138,7 +150,7 @@ fn push_display(out: &mut impl Text, v: impl std::fmt::Display) {
         len: 0,
     };
     if std::fmt::Write::write_fmt(&mut s, format_args!("{v}")).is_ok() {
-        out.put(std::str::from_utf8(&s.buf[..s.len]).unwrap_or_default());
+        out.put_ascii(&s.buf[..s.len]);
     }
 }
 

@@ -62,6 +62,24 @@ pub(super) fn bad_space(line: &str) -> usize {
     b.len()
 }
 
+/// A Request-Line's three words, each non-empty, split at exactly two
+/// single spaces (RFC 3261 section 7.1); `None` for any other spacing.
+fn three_words(line: &str) -> Option<(&str, &str, &str)> {
+    let b = line.as_bytes();
+    let first = b.iter().position(|&c| c == b' ')?;
+    let second = first + 1 + b[first + 1..].iter().position(|&c| c == b' ')?;
+    let last = &b[second + 1..];
+    if first == 0 || second == first + 1 || last.is_empty() || last.contains(&b' ') {
+        return None;
+    }
+    // Splitting at ASCII spaces keeps every part on character boundaries.
+    Some((
+        &line[..first],
+        &line[first + 1..second],
+        &line[second + 1..],
+    ))
+}
+
 pub(super) fn parse_start_line<'a>(
     line: &'a str,
     base: usize,
@@ -93,15 +111,9 @@ pub(super) fn parse_start_line<'a>(
         }
         return Ok(StartLine::Response { status, reason });
     }
-    let mut parts = line.split(' ');
-    let (Some(m), Some(u), Some(v), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let Some((m, u, v)) = three_words(line) else {
         return Err(start_err(SPACING, base + bad_space(line)));
     };
-    if m.is_empty() || u.is_empty() || v.is_empty() {
-        return Err(start_err(SPACING, base + bad_space(line)));
-    }
     if !is_token_str(m) {
         return Err(ParseError::new(ErrorKind::Method, base));
     }
@@ -276,6 +288,30 @@ mod tests {
             "é",
         ] {
             assert!(check_call_id(bad, 0).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_request_line_is_three_words_at_two_single_spaces() {
+        assert_eq!(
+            three_words("REGISTER sip:a.example SIP/2.0"),
+            Some(("REGISTER", "sip:a.example", "SIP/2.0"))
+        );
+        assert_eq!(three_words("é ü ß"), Some(("é", "ü", "ß")));
+        for bad in [
+            "",
+            " ",
+            "  ",
+            "INVITE",
+            "INVITE sip:a",
+            "INVITE sip:a ",
+            " INVITE sip:a SIP/2.0",
+            "INVITE  sip:a SIP/2.0",
+            "INVITE sip:a  SIP/2.0",
+            "INVITE sip:a SIP/2.0 ",
+            "INVITE sip:a SIP/2.0 x",
+        ] {
+            assert_eq!(three_words(bad), None, "{bad:?}");
         }
     }
 }
