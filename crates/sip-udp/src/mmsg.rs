@@ -24,6 +24,9 @@ pub const MAX_DATAGRAM: usize = 65_535;
 /// such an L2, and those of a batch spread evenly over the L1's.
 pub const RECV_STRIDE: usize = (1 << 16) + 9 * 64;
 
+/// Room for any socket address the kernel reports.
+const NAME_LEN: libc::socklen_t = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+
 fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match i32::from(ss.ss_family) {
         libc::AF_INET => {
@@ -92,13 +95,30 @@ fn to_raw(addr: SocketAddr) -> (RawAddr, libc::socklen_t) {
     }
 }
 
-/// Receive buffers for one worker, reused for every batch.
+/// Receive buffers for one worker, reused for every batch, with the
+/// kernel's headers for them built once: a batch at moderate load is one
+/// datagram, and building 32 headers for it cost more than its parse's
+/// largest part.
 pub struct RecvBatch {
     bufs: Vec<u8>,
     names: Vec<libc::sockaddr_storage>,
+    /// One buffer each, pointing into `bufs`; read only by the kernel,
+    /// through `hdrs`.
+    #[expect(dead_code, reason = "held for the headers that point into it")]
+    iovs: Vec<libc::iovec>,
+    /// One each, pointing at an `iovs` entry and a `names` entry.
+    hdrs: Vec<libc::mmsghdr>,
+    /// Headers from the first whose address length the kernel may have
+    /// lowered, up to this one: set back before the next call.
+    written: usize,
     lens: [usize; BATCH],
     count: usize,
 }
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` point only into the heap
+// blocks of this batch's own vectors, which move with it and are never
+// reallocated; nothing else holds them.
+unsafe impl Send for RecvBatch {}
 
 impl Default for RecvBatch {
     fn default() -> Self {
@@ -109,10 +129,34 @@ impl Default for RecvBatch {
 impl RecvBatch {
     /// Allocates the batch's buffers once.
     pub fn new() -> Self {
+        let mut bufs = vec![0u8; (BATCH - 1) * RECV_STRIDE + MAX_DATAGRAM];
+        // SAFETY: all-zero sockaddr_storage, iovec and mmsghdr values are
+        // valid (plain data, null pointers).
+        let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { zeroed() }; BATCH];
+        let mut iovs: Vec<libc::iovec> = (0..BATCH)
+            .map(|i| libc::iovec {
+                // In bounds: the last buffer ends where `bufs` does.
+                iov_base: bufs.as_mut_ptr().wrapping_add(i * RECV_STRIDE) as *mut libc::c_void,
+                iov_len: MAX_DATAGRAM,
+            })
+            .collect();
+        let hdrs = (0..BATCH)
+            .map(|i| {
+                // SAFETY: as above.
+                let mut h: libc::mmsghdr = unsafe { zeroed() };
+                h.msg_hdr.msg_name = names.as_mut_ptr().wrapping_add(i) as *mut libc::c_void;
+                h.msg_hdr.msg_namelen = NAME_LEN;
+                h.msg_hdr.msg_iov = iovs.as_mut_ptr().wrapping_add(i);
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
         Self {
-            bufs: vec![0; (BATCH - 1) * RECV_STRIDE + MAX_DATAGRAM],
-            // SAFETY: all-zero sockaddr_storage values are valid.
-            names: vec![unsafe { zeroed() }; BATCH],
+            bufs,
+            names,
+            iovs,
+            hdrs,
+            written: 0,
             lens: [0; BATCH],
             count: 0,
         }
@@ -134,24 +178,21 @@ impl RecvBatch {
     }
 
     fn recv_flags(&mut self, sock: &UdpSocket, flags: libc::c_int) -> io::Result<usize> {
-        // SAFETY: iovec and mmsghdr are plain data; zero is valid for both.
-        let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
-        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-        for i in 0..BATCH {
-            iovs[i].iov_base = self.bufs[i * RECV_STRIDE..].as_mut_ptr() as *mut libc::c_void;
-            iovs[i].iov_len = MAX_DATAGRAM;
-            hdrs[i].msg_hdr.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
-            hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
+        // The kernel writes back each used header's address length (and
+        // its flags and length, which are only read): room for any
+        // address again.
+        for h in &mut self.hdrs[..self.written] {
+            h.msg_hdr.msg_namelen = NAME_LEN;
         }
-        // SAFETY: every header points at a live buffer of MAX_DATAGRAM bytes
-        // inside `self.bufs` and at a sockaddr_storage in `self.names`, all of
-        // which outlive the call; the kernel writes at most those sizes.
+        // SAFETY: every header points at its own iovec, which points at a
+        // buffer of MAX_DATAGRAM bytes inside `self.bufs`, and at a
+        // sockaddr_storage in `self.names` (NAME_LEN bytes); all are heap
+        // blocks of `self`, alive and unmoved for the call; the kernel
+        // writes at most those sizes.
         let n = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                self.hdrs.as_mut_ptr(),
                 BATCH as libc::c_uint,
                 flags,
                 std::ptr::null_mut(),
@@ -159,10 +200,12 @@ impl RecvBatch {
         };
         if n < 0 {
             self.count = 0;
+            self.written = BATCH;
             return Err(io::Error::last_os_error());
         }
         self.count = n as usize;
-        for (i, h) in hdrs.iter().take(self.count).enumerate() {
+        self.written = self.count;
+        for (i, h) in self.hdrs.iter().take(self.count).enumerate() {
             self.lens[i] = h.msg_len as usize;
         }
         Ok(self.count)
@@ -587,6 +630,33 @@ mod tests {
         let expected: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 3]).collect();
         assert_eq!(seen, expected);
         assert!(batch.get(BATCH).is_none());
+    }
+
+    #[test]
+    fn one_batch_reads_an_ipv4_source_then_an_ipv6_one_whole() {
+        // The kernel lowers a header's address length to what it wrote
+        // (16 bytes for IPv4); the next read must offer room for IPv6's
+        // 28 again, on a batch that moved to another thread meanwhile.
+        let mut batch = RecvBatch::new();
+        for round in 0..2 {
+            for host in ["127.0.0.1:0", "[::1]:0"] {
+                let rx = UdpSocket::bind(host).expect("bind");
+                let tx = UdpSocket::bind(host).expect("bind");
+                rx.set_read_timeout(Some(Duration::from_secs(5)))
+                    .expect("timeout");
+                tx.send_to(b"x", rx.local_addr().expect("addr"))
+                    .expect("send");
+                batch = std::thread::spawn(move || {
+                    assert_eq!(batch.recv(&rx).expect("recv"), 1);
+                    let (data, from) = batch.get(0).expect("datagram");
+                    assert_eq!(data, b"x");
+                    assert_eq!(from, tx.local_addr().expect("addr"), "round {round}");
+                    batch
+                })
+                .join()
+                .expect("reader");
+            }
+        }
     }
 
     /// Whether `sock` has an error pending, waiting at most `ms`.
