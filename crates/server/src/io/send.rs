@@ -11,6 +11,7 @@ use crate::io::wake::{Via, Wakers};
 use crate::proto::branch::Key;
 use crate::proto::core::{Reply, Transport};
 use crate::proto::effects::Sends;
+use crate::proto::metrics::Answered;
 use crate::proto::shared::Shared;
 
 /// Every send path calls this once per message leaving, before its bytes
@@ -26,6 +27,21 @@ pub fn leaving(
     transport: Transport,
 ) {
     shared.metrics.sent(bytes);
+    sinks.sent(bytes, peer, transport);
+}
+
+/// [`leaving`] for bytes that may be the answer the core says it wrote
+/// ([`Core::answered`](crate::proto::core::Core::answered)): counted from
+/// what the core says when it describes them.
+pub fn leaving_answer(
+    shared: &Shared,
+    sinks: &Sinks,
+    bytes: &[u8],
+    peer: SocketAddr,
+    transport: Transport,
+    answered: Option<Answered>,
+) {
+    shared.metrics.sent_answer(bytes, answered);
     sinks.sent(bytes, peer, transport);
 }
 
@@ -87,6 +103,17 @@ impl Sender {
     /// driver's own (a batch of datagrams), as [`leaving`].
     pub fn leaving(&self, bytes: &[u8], peer: SocketAddr, transport: Transport) {
         leaving(&self.shared, &self.sinks, bytes, peer, transport);
+    }
+
+    /// [`leaving_answer`] with this sender's counters and tracer.
+    pub fn leaving_answer(
+        &self,
+        bytes: &[u8],
+        peer: SocketAddr,
+        transport: Transport,
+        answered: Option<Answered>,
+    ) {
+        leaving_answer(&self.shared, &self.sinks, bytes, peer, transport, answered);
     }
 
     /// Where this driver traces messages and writes call records.

@@ -274,7 +274,7 @@ fn worker(
                 sender.send_all(core.extra());
                 match reply {
                     Reply::Send(dest, Transport::Udp) => {
-                        sender.leaving(out, dest, Transport::Udp);
+                        sender.leaving_answer(out, dest, Transport::Udp, core.answered());
                         tx.commit(dest);
                     }
                     other => sender.reply(other, out, core.sent_key()),

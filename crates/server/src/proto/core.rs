@@ -83,6 +83,15 @@ impl Core {
         self.ctx.sent
     }
 
+    /// The answer the last [`handle`](Self::handle) (or
+    /// [`persisted`](Self::persisted)) wrote itself, to count when it
+    /// leaves without reading it again ([`Metrics::sent_answer`]).
+    ///
+    /// [`Metrics::sent_answer`]: crate::proto::metrics::Metrics::sent_answer
+    pub fn answered(&self) -> Option<crate::proto::metrics::Answered> {
+        self.ctx.answered
+    }
+
     /// Messages the last [`handle`](Self::handle) produced besides its
     /// reply (stateful proxy: 100 Trying, ACK and CANCEL downstream,
     /// responses resent for retransmitted requests).

@@ -22,7 +22,7 @@ use crate::proto::dialogs::CallRecord;
 use crate::proto::effects::Sends;
 use crate::proto::guard::{Scope, SourceKey};
 use crate::proto::location::{Binding, Prepared};
-use crate::proto::metrics::{Stage, Stopwatch};
+use crate::proto::metrics::{Answered, Stage, Stopwatch};
 use crate::proto::names::{Found, Route};
 use crate::proto::parked::Parked;
 use crate::proto::reply::{bump, Event, Next, Reply, AMPLIFICATION, MAX_DATAGRAM};
@@ -77,6 +77,8 @@ pub(super) struct Ctx {
     /// The transaction and try of the request the last reply sends, when
     /// the stateful proxy forwarded one.
     pub(super) sent: Option<(Key, u8)>,
+    /// The answer [`respond`](Self::respond) last wrote for this message.
+    pub(super) answered: Option<Answered>,
     /// The AoR of the last [`Reply::Retry`] (see `busy.rs`).
     pub(super) busy: Option<String>,
     /// Messages woken by this core's commits, to hand in again.
@@ -108,6 +110,7 @@ impl Ctx {
             routing: None,
             out_of_decryptions: std::cell::Cell::new(false),
             sent: None,
+            answered: None,
             busy: None,
             woken: VecDeque::new(),
         }
@@ -121,6 +124,7 @@ impl Ctx {
         self.sends.clear();
         self.events.clear();
         self.sent = None;
+        self.answered = None;
         self.routing = None;
         self.out_of_decryptions.set(false);
         if self.again {
@@ -259,7 +263,9 @@ impl Ctx {
         );
         self.stage(Stage::FormatResponse, t0);
         self.lines.clear();
+        let mut code = status;
         if self.transport == Transport::Udp && out.len() > MAX_DATAGRAM {
+            code = StatusCode::MESSAGE_TOO_LARGE_5XX;
             // Never drop an answer for its size: say so in a short one.
             bump(&self.shared.metrics.oversize);
             self.events.push(Event::Oversize {
@@ -271,7 +277,7 @@ impl Ctx {
             write_response(
                 out,
                 msg,
-                StatusCode::MESSAGE_TOO_LARGE_5XX,
+                code,
                 &ResponseOptions {
                     to_tag: Some(&self.tag),
                     extra: &[(
@@ -282,6 +288,7 @@ impl Ctx {
                 },
             );
         }
+        self.answered = Some(Answered::new(out, code.as_u16(), &msg.method()));
         Reply::Send(src, self.transport)
     }
 

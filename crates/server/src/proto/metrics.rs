@@ -7,11 +7,10 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use memchr::memmem;
-
+pub use crate::proto::metrics_methods::Answered;
+use crate::proto::metrics_methods::{cseq_method, method_index, METHODS};
 use crate::stripes::{Padded, Striped};
 
 /// What a busy connection (one decided by every reactor) did.
@@ -154,24 +153,6 @@ impl Stage {
         }
     }
 }
-
-const METHODS: [&str; 15] = [
-    "INVITE",
-    "ACK",
-    "BYE",
-    "CANCEL",
-    "REGISTER",
-    "OPTIONS",
-    "PRACK",
-    "SUBSCRIBE",
-    "NOTIFY",
-    "PUBLISH",
-    "INFO",
-    "REFER",
-    "MESSAGE",
-    "UPDATE",
-    "other",
-];
 
 /// Why a connection was closed (`sipsec_connections_closed_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -613,9 +594,14 @@ impl Metrics {
     /// Counts a response this server sent or forwarded, by class, and by
     /// code and method when the method is known.
     pub fn response(&self, code: u16, method: Option<&str>) {
+        self.response_to(code, method.map(method_index));
+    }
+
+    /// [`response`](Self::response) with the method's index in [`METHODS`].
+    fn response_to(&self, code: u16, method: Option<usize>) {
         let class = usize::from(code / 100).clamp(1, 6) - 1;
         self.per_message.add(BY_CLASS + class, 1);
-        match method.and_then(|m| code_slot(code, method_index(m))) {
+        match method.and_then(|m| code_slot(code, m)) {
             Some(CodeSlot::Hot(i)) => self.per_message.add(i, 1),
             Some(CodeSlot::Shared(i)) => bump(&self.by_code.0[i]),
             None => {}
@@ -633,6 +619,19 @@ impl Metrics {
             Some(CodeSlot::Hot(i)) => self.per_message.get(i),
             Some(CodeSlot::Shared(i)) => self.by_code.0[i].load(Ordering::Relaxed),
             None => 0,
+        }
+    }
+
+    /// [`sent`](Self::sent) for bytes that may be an answer the core
+    /// wrote ([`Answered`]): counted from what it says of them when it
+    /// describes them, without reading their CSeq again.
+    pub fn sent_answer(&self, bytes: &[u8], answered: Option<Answered>) {
+        match answered.filter(|a| a.describes(bytes)) {
+            Some(a) => {
+                debug_assert_eq!(cseq_method(bytes).map(method_index), Some(a.method));
+                self.response_to(a.code, Some(a.method));
+            }
+            None => self.sent(bytes),
         }
     }
 
@@ -887,99 +886,6 @@ impl Metrics {
     }
 }
 
-fn method_index(method: &str) -> usize {
-    METHODS
-        .iter()
-        .position(|m| *m == method)
-        .unwrap_or(METHODS.len() - 1)
-}
-
-/// The method named in a message's CSeq header, when it has one on a
-/// line of its own before the body. Every message sent passes here: one
-/// vector search finds the line as nearly every message (and this
-/// server's writer) spells it, `CSeq` after a line feed, and two more
-/// check that no blank line comes before it. A message that spells it
-/// otherwise, or names it first past its head, is read line by line.
-/// (A head with two CSeq lines, which the parser refuses, may count the
-/// one spelled `CSeq`.)
-fn cseq_method(msg: &[u8]) -> Option<&str> {
-    static CSEQ: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\nCSeq"));
-    static BLANK_CRLF: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\n\r\n"));
-    static BLANK_LF: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\n\n"));
-    if let Some(at) = CSEQ.find(msg) {
-        let before = &msg[..=at];
-        let blank = before.starts_with(b"\n")
-            || before.starts_with(b"\r\n")
-            || BLANK_CRLF.find(before).is_some()
-            || BLANK_LF.find(before).is_some();
-        let line = &msg[at + 1..];
-        let line = &line[..memchr::memchr(b'\n', line).unwrap_or(line.len())];
-        if let (false, Some(method)) = (blank, cseq_line(line)) {
-            return method;
-        }
-    }
-    cseq_method_by_line(msg)
-}
-
-/// [`cseq_method`], one line at a time.
-fn cseq_method_by_line(msg: &[u8]) -> Option<&str> {
-    let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', msg).chain([msg.len()]) {
-        let line = &msg[start..end];
-        start = end + 1;
-        if line.is_empty() || line == b"\r" {
-            return None;
-        }
-        if let Some(method) = cseq_line(line) {
-            return method;
-        }
-    }
-    None
-}
-
-/// What a header line says when it is a CSeq (RFC 3261 §20.16): the
-/// method, if its value has one; `None` when it is another header.
-fn cseq_line(line: &[u8]) -> Option<Option<&str>> {
-    if !line
-        .get(..4)
-        .is_some_and(|n| n.eq_ignore_ascii_case(b"CSeq"))
-    {
-        return None;
-    }
-    let value = std::str::from_utf8(&line[4..])
-        .ok()?
-        .trim_start()
-        .strip_prefix(':')?;
-    Some(second_word(value))
-}
-
-/// `s.split_ascii_whitespace().nth(1)`, without the iterator adapters
-/// that cost more than the rest of the CSeq's reading.
-fn second_word(s: &str) -> Option<&str> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    for word in 0..2 {
-        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
-            i += 1;
-        }
-        let start = i;
-        while b.get(i).is_some_and(|c| !c.is_ascii_whitespace()) {
-            i += 1;
-        }
-        if start == i {
-            return None;
-        }
-        if word == 1 {
-            // Both ends are at ASCII bytes: character boundaries.
-            return s.get(start..i);
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1027,75 +933,22 @@ mod tests {
     }
 
     #[test]
-    fn a_cseq_line_in_the_body_names_no_method() {
-        assert_eq!(
-            cseq_method(b"SIP/2.0 200 OK\r\nCSeq: 2 BYE\r\n\r\nCSeq: 1 INFO\r\n"),
-            Some("BYE")
-        );
-        assert_eq!(
-            cseq_method(b"SIP/2.0 603 Decline\r\nVia: x\r\n\r\nCSeq: 1 INFO\r\n"),
-            None
-        );
-        assert_eq!(
-            cseq_method(b"SIP/2.0 200 OK\nCSeq: 3 ACK\n\nCSeq: 1 INFO\n"),
-            Some("ACK")
-        );
-        assert_eq!(
-            cseq_method(b"SIP/2.0 200 OK\r\nCall-ID: x\r\ncseq :9 REGISTER"),
-            Some("REGISTER")
-        );
-        assert_eq!(cseq_method(b"SIP/2.0 200 OK\r\nCSeqX 1 BYE\r\n"), None);
-    }
-
-    #[test]
-    fn the_searched_cseq_is_the_one_a_line_by_line_read_finds() {
-        let cases: [&[u8]; 16] = [
-            b"SIP/2.0 200 OK\r\nVia: x\r\nCSeq: 7 REGISTER\r\nContent-Length: 0\r\n\r\n",
-            b"SIP/2.0 200 OK\r\ncseq: 7 OPTIONS\r\n\r\nCSeq: 1 INFO\r\n",
-            b"SIP/2.0 200 OK\r\nCSEQ: 7 BYE\r\nX: y\r\n\r\n",
-            b"SIP/2.0 200 OK\r\nX: y\r\n\r\nCSeq: 1 INFO\r\n",
-            b"SIP/2.0 200 OK\nX: y\n\nCSeq: 1 INFO\n",
-            b"\r\nSIP/2.0 200 OK\r\nCSeq: 1 INFO\r\n",
-            b"\nSIP/2.0 200 OK\nCSeq: 1 INFO\n",
-            b"CSeq: 4 ACK\r\n",
-            b"SIP/2.0 200 OK\r\nCSeqX 1 BYE\r\nCSeq: 2 BYE\r\n",
-            b"SIP/2.0 200 OK\r\nCSeq: 2\r\n",
-            b"SIP/2.0 200 OK\r\nCSeq \t: 2 PRACK",
-            b"SIP/2.0 200 OK\r\nCSeq: 2 \xff\r\nCSeq: 3 BYE\r\n",
-            b"SIP/2.0 200 OK\r\nCSeq",
-            b"SIP/2.0 200 OK\r\n",
-            b"",
-            b"SIP/2.0 200 OK\r\nVia: a\r\n\r\n",
-        ];
-        for msg in cases {
-            assert_eq!(
-                cseq_method(msg),
-                cseq_method_by_line(msg),
-                "{}",
-                String::from_utf8_lossy(msg)
-            );
-        }
-        assert_eq!(cseq_method(cases[0]), Some("REGISTER"));
-        assert_eq!(cseq_method(cases[1]), Some("OPTIONS"));
-        assert_eq!(cseq_method(cases[8]), Some("BYE"));
-        assert_eq!(cseq_method(cases[11]), Some("BYE"), "not UTF-8: read on");
-    }
-
-    #[test]
-    fn the_second_word_is_the_one_split_ascii_whitespace_gives() {
-        for s in [
-            "",
-            " ",
-            "1",
-            " 1 ",
-            "1 INVITE",
-            " \t1\r\n INVITE \r",
-            "1 INVITE x",
-            "1  ÄÖ\u{a0}x y",
-            "\u{c}7\u{c}BYE\u{c}",
-            "1\u{a0}BYE",
-        ] {
-            assert_eq!(second_word(s), s.split_ascii_whitespace().nth(1), "{s:?}");
-        }
+    fn an_answer_is_known_again_by_its_length_and_code_alone() {
+        let ok: &[u8] = b"SIP/2.0 200 OK\r\nCSeq: 1 REGISTER\r\n\r\n";
+        let a = Answered::new(ok, 200, &sip_core::Method::Register);
+        assert!(a.describes(ok));
+        let busy: &[u8] = b"SIP/2.0 486 OK\r\nCSeq: 1 REGISTER\r\n\r\n";
+        assert!(!a.describes(busy), "another code");
+        assert!(!a.describes(&ok[1..]), "another length");
+        assert!(!a.describes(b"XIP/2.0 200 OK\r\nCSeq: 1 REGISTER\r\n\r\n"));
+        let m = Metrics::default();
+        m.sent_answer(ok, Some(a));
+        m.sent_answer(busy, Some(a));
+        assert_eq!(m.responses(200, "REGISTER"), 1);
+        assert_eq!(m.responses(486, "REGISTER"), 1, "read when not described");
+        let odd: &[u8] = b"SIP/2.0 513 x\r\nCSeq: 1 X\r\n\r\n";
+        let q = Answered::new(odd, 513, &sip_core::Method::Extension("X"));
+        m.sent_answer(odd, Some(q));
+        assert_eq!(m.responses(513, "other"), 1);
     }
 }

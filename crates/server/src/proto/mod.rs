@@ -25,6 +25,7 @@ pub mod media;
 mod media_calls;
 pub mod metrics;
 mod metrics_counters;
+mod metrics_methods;
 pub mod names;
 pub mod ng;
 pub mod originated;

@@ -22,6 +22,7 @@ use crate::proto::branch::Key;
 use crate::proto::core::Transport;
 use crate::proto::effects::Sends;
 use crate::proto::flows::{alias_asked, AliasTarget};
+use crate::proto::metrics::Answered;
 use crate::proto::metrics::CloseReason;
 use crate::proto::shared::Shared;
 
@@ -222,18 +223,21 @@ impl TcpHub {
             }
             return self.connect_then_send(dest, transport, bytes, key);
         };
-        self.send_over(&conn, dest, bytes, key)
+        self.send_over(&conn, dest, bytes, key, None)
     }
 
     /// Sends `bytes` for `dest` on `conn`: the connection found for it,
     /// or the one the request being answered came over (RFC 3261
     /// §18.2.2), which its reactor holds and need not look up.
+    /// `answered`: what the core says of the answer it wrote, when these
+    /// bytes may be it ([`Core::answered`](crate::proto::core::Core::answered)).
     pub(super) fn send_over(
         self: &Arc<Self>,
         conn: &Arc<Conn>,
         dest: SocketAddr,
         bytes: &[u8],
         key: Option<(Key, u8)>,
+        answered: Option<Answered>,
     ) -> io::Result<()> {
         if matches!(conn.transport, Transport::Ws | Transport::Wss) {
             // Watched before it can reach the browser: a browser that
@@ -241,9 +245,21 @@ impl TcpHub {
             // the connection's requests when the reactor closes it.
             self.watch(conn, key);
         }
+        // Counted before it is written: a peer that has the answer finds
+        // it in the metrics.
+        let count = || {
+            crate::io::send::leaving_answer(
+                &self.shared,
+                &self.sinks,
+                bytes,
+                dest,
+                conn.transport,
+                answered,
+            )
+        };
         let posted = self.post(conn, bytes, key);
         if !matches!(posted, Posted::No) {
-            crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
+            count();
         }
         match posted {
             Posted::No => {}
@@ -264,9 +280,7 @@ impl TcpHub {
                 lock(&conn.waiting).push(k);
             }
             if staged.is_ok() {
-                // Counted before it is written: a peer that has the answer
-                // finds it in the metrics.
-                crate::io::send::leaving(&self.shared, &self.sinks, bytes, dest, conn.transport);
+                count();
             }
             // A read being decided on this connection writes its
             // answers once, after its last message.

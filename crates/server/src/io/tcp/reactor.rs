@@ -602,9 +602,13 @@ impl Reactor {
             // The answer to a request goes back on its connection, held
             // here: no lookup by address under the hub's lock.
             Reply::Send(dest, transport) if dest == conn.peer && transport == conn.transport => {
-                let _ = self
-                    .hub
-                    .send_over(conn, dest, &self.out, self.core.sent_key());
+                let _ = self.hub.send_over(
+                    conn,
+                    dest,
+                    &self.out,
+                    self.core.sent_key(),
+                    self.core.answered(),
+                );
             }
             other => self.sender.reply(other, &self.out, self.core.sent_key()),
         }
