@@ -11,7 +11,7 @@
 use crate::error::{ErrorKind, ParseError};
 use crate::header::HeaderName;
 use crate::params::{parse_params, Params};
-use crate::scan::{is_lws, is_token, Cursor};
+use crate::scan::{find_byte, is_lws, is_token, Cursor};
 use crate::uri::{parse_uri, Uri, UriContext};
 
 /// A URI with optional display name and header parameters.
@@ -133,7 +133,7 @@ pub(crate) fn parse_name_addr<'a>(
     let uri = if bracketed {
         c.eat(b'<');
         let uri_start = c.pos();
-        let Some(len) = c.rest().find('>') else {
+        let Some(len) = find_byte(c.rest(), b'>') else {
             return Err(invalid(header, "missing '>' after URI", c.offset()));
         };
         let text = &c.src()[uri_start..uri_start + len];

@@ -13,7 +13,9 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::error::{ErrorKind, ParseError, UriError};
-use crate::scan::{check_escaped, is_param_char, is_password_char, is_unreserved, is_user_char};
+use crate::scan::{
+    check_escaped, find_byte, is_param_char, is_password_char, is_unreserved, is_user_char,
+};
 
 /// Where a URI appears; Request-URIs may not carry URI headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,12 +157,12 @@ impl<'a> Iterator for UriParams<'a> {
         if self.rest.is_empty() {
             return None;
         }
-        let (item, rest) = match self.rest.find(';') {
+        let (item, rest) = match find_byte(self.rest, b';') {
             Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
             None => (self.rest, ""),
         };
         self.rest = rest;
-        Some(match item.find('=') {
+        Some(match find_byte(item, b'=') {
             Some(i) => (&item[..i], Some(&item[i + 1..])),
             None => (item, None),
         })
@@ -224,7 +226,7 @@ pub(crate) fn parse_uri(
             }
             check_escaped(rest, is_uric).map_err(|o| uri_err(UriError::Opaque, rest_base + o))?;
             let (user, params) = if scheme == Scheme::Tel {
-                match rest.find(';') {
+                match find_byte(rest, b';') {
                     Some(p) => (Some(&rest[..p]), &rest[p + 1..]),
                     None => (Some(rest), ""),
                 }

@@ -6,7 +6,7 @@ use crate::error::{ErrorKind, ParseError};
 use crate::header::HeaderName;
 use crate::limits::Limits;
 use crate::method::Method;
-use crate::scan::{is_token_str, is_word, parse_u64, Cursor};
+use crate::scan::{find_byte, is_token_str, is_word, parse_u64, Cursor};
 use crate::status::StatusCode;
 use crate::uri::{parse_uri, UriContext};
 
@@ -86,7 +86,7 @@ pub(super) fn parse_start_line<'a>(
     limits: &Limits,
 ) -> Result<StartLine<'a>, ParseError> {
     if starts_with_sip_slash(line) {
-        let Some(sp) = line.find(' ') else {
+        let Some(sp) = find_byte(line, b' ') else {
             return Err(start_err(
                 "Status-Line needs a status code",
                 base + line.len(),
@@ -94,7 +94,7 @@ pub(super) fn parse_start_line<'a>(
         };
         check_version(&line[..sp], base)?;
         let rest = &line[sp + 1..];
-        let (code, reason) = match rest.find(' ') {
+        let (code, reason) = match find_byte(rest, b' ') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
         };
