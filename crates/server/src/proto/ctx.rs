@@ -241,10 +241,12 @@ impl Ctx {
             bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         }
-        // The same request (and its retransmissions) always gets the same tag.
+        // The same request (and its retransmissions, byte for byte the
+        // same) always gets the same tag: its From whole, tag and all,
+        // without looking for the tag among its parameters.
         let mut h = self.shared.branch_salt.build_hasher();
         h.write(msg.call_id().as_bytes());
-        h.write(msg.from().tag().unwrap_or("").as_bytes());
+        h.write(msg.from().as_str().as_bytes());
         h.write(msg.top_via().branch().unwrap_or("").as_bytes());
         self.tag.clear();
         self.tag.push_str(LOCAL_TAG_PREFIX);

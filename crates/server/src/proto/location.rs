@@ -211,11 +211,11 @@ pub struct Prepared {
     hash: u64,
     /// 0: nothing to persist, nothing marked.
     token: u64,
-    records: Vec<Record>,
+    records: Records,
     /// The AoR's bindings as they will be after the change, highest q
     /// first: stored ones it keeps (copied into `kept`) and ones its
     /// records make, which are not copied again.
-    order: Vec<Slot>,
+    order: Slots,
     kept: Vec<Binding>,
 }
 
@@ -286,6 +286,13 @@ pub enum Wait {
 /// beside the AoR's key, so a refresh finds it there, not on a heap
 /// block of its own.
 type List = SmallVec<[Binding; 1]>;
+
+/// A change's records: the usual one (a refresh or a new binding) held
+/// in the change itself, without an allocation.
+type Records = SmallVec<[Record; 1]>;
+
+/// A change's list of bindings, in place for up to two.
+type Slots = SmallVec<[Slot; 2]>;
 
 /// One AoR: its committed bindings, and the token of the change being
 /// persisted (its bindings travel in the [`Prepared`] change).
@@ -489,7 +496,7 @@ impl MemoryLocation {
         let had: &[Binding] = stored.as_deref().map_or(&[], |a| &a.list);
         // The stored list changes only once persisted: the change works on
         // indexes into it, and copies only the bindings it keeps.
-        let mut order: Vec<Slot> = (0..had.len())
+        let mut order: Slots = (0..had.len())
             .filter(|&i| had[i].expires_at > now)
             .map(Slot::Kept)
             .collect();
@@ -727,14 +734,14 @@ fn removal(aor: &str, contact: String) -> Record {
 /// to `list`, the AoR's live bindings (kept from `had`), and returns the
 /// records that store them (sequence numbers not yet taken).
 fn apply(
-    list: &mut Vec<Slot>,
+    list: &mut Slots,
     had: &[Binding],
     aor: &str,
     changes: &[ContactChange<'_>],
     remove_all: bool,
     reg: &Registration<'_>,
-) -> Vec<Record> {
-    let mut records = Vec::with_capacity(changes.len() + usize::from(remove_all) * list.len());
+) -> Records {
+    let mut records = Records::with_capacity(changes.len() + usize::from(remove_all) * list.len());
     if remove_all {
         for s in std::mem::take(list) {
             let gone = s.get(had, &records).contact().to_owned();
@@ -802,9 +809,9 @@ fn made(c: &ContactChange<'_>, reg: &Registration<'_>) -> Binding {
 /// Keeps at most `max_contacts` bindings: refused under `Reject`, else
 /// what this request did not name goes, nearest expiry first.
 fn make_room(
-    list: &mut Vec<Slot>,
+    list: &mut Slots,
     had: &[Binding],
-    records: &mut Vec<Record>,
+    records: &mut Records,
     aor: &str,
     changes: &[ContactChange<'_>],
     policy: &UpdatePolicy,

@@ -14,6 +14,10 @@ use crate::proto::location::{ContactChange, Prepared, Registration, UpdateError,
 use crate::proto::metrics::Stage;
 use crate::proto::reply::{bump, unverified_budget, Reply, MAX_DATAGRAM};
 use crate::proto::uris::{aor_of, first_path_uri, has_option_tag, reveal};
+
+/// What a REGISTER asks of its contacts: the usual one without an
+/// allocation.
+type Changes<'m> = smallvec::SmallVec<[ContactChange<'m>; 1]>;
 use sip_core::Transport;
 
 /// Longest Call-ID a binding stores.
@@ -191,10 +195,10 @@ impl Registrar {
         src: SocketAddr,
         instances: &'m [String],
         out: &mut Vec<u8>,
-    ) -> Result<(Vec<ContactChange<'m>>, bool), Reply> {
+    ) -> Result<(Changes<'m>, bool), Reply> {
         let cfg = &ctx.shared.config;
         let (min, max, default) = (cfg.min_expires, cfg.max_expires, cfg.default_expires);
-        let mut changes: Vec<ContactChange<'m>> = Vec::with_capacity(msg.contact_count());
+        let mut changes = Changes::with_capacity(msg.contact_count());
         let mut wants_outbound = false;
         let direct_flow = ctx.transport.is_reliable() && msg.header(HeaderName::Path).is_none();
         for (k, c) in contacts.iter().enumerate() {
@@ -409,24 +413,26 @@ impl Registrar {
             usize::MAX
         };
         ctx.lines.clear();
-        let named = |b: &&crate::proto::location::Binding| {
+        let named = |b: &crate::proto::location::Binding| {
             answer.changes.iter().any(|c| c.contact == b.contact())
         };
         let mut unlisted = 0;
-        let ordered = prepared
-            .bindings()
-            .filter(named)
-            .chain(prepared.bindings().filter(|b| !named(b)));
-        for b in ordered {
-            let start = ctx.lines.len();
-            ctx.lines.push_str("Contact: <");
-            ctx.lines.push_str(b.contact());
-            ctx.lines.push_str(">;expires=");
-            sip_core::writer::push_u64(&mut ctx.lines, b.expires_at.saturating_sub(now));
-            ctx.lines.push_str("\r\n");
-            if ctx.lines.len() > budget {
-                ctx.lines.truncate(start);
-                unlisted += 1;
+        // The named ones in the first pass, the others in the second.
+        for first in [true, false] {
+            for b in prepared.bindings() {
+                if named(b) != first {
+                    continue;
+                }
+                let start = ctx.lines.len();
+                ctx.lines.push_str("Contact: <");
+                ctx.lines.push_str(b.contact());
+                ctx.lines.push_str(">;expires=");
+                sip_core::writer::push_u64(&mut ctx.lines, b.expires_at.saturating_sub(now));
+                ctx.lines.push_str("\r\n");
+                if ctx.lines.len() > budget {
+                    ctx.lines.truncate(start);
+                    unlisted += 1;
+                }
             }
         }
         let cut_warning;
