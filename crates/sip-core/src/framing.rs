@@ -7,7 +7,7 @@ use crate::error::{ErrorKind, ParseError};
 use crate::header::HeaderName;
 use crate::limits::Limits;
 use crate::message::{find_head, next_field};
-use crate::scan::{parse_u64, trim_lws};
+use crate::scan::{find_byte, parse_u64, trim_lws};
 
 /// What the front of a stream buffer holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub fn frame(buf: &[u8], limits: &Limits) -> Result<Frame, ParseError> {
         ) {
             continue;
         }
-        let Some(colon) = field.find(':') else {
+        let Some(colon) = find_byte(field, b':') else {
             continue;
         };
         let name = trim_lws(&field[..colon]);
