@@ -26,8 +26,7 @@ pub fn leaving(
     peer: SocketAddr,
     transport: Transport,
 ) {
-    shared.metrics.sent(bytes);
-    sinks.sent(bytes, peer, transport);
+    leaving_answer(shared, sinks, bytes, peer, transport, None);
 }
 
 /// [`leaving`] for bytes that may be the answer the core says it wrote
