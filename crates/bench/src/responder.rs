@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use sip_core::auth::Challenge;
 use sip_core::digest;
-use sip_core::writer::{write_response, ResponseOptions};
-use sip_core::{HeaderName, Message, Method, StatusCode};
+use sip_core::message::Glance;
+use sip_core::writer::{write_response_over, ResponseOptions};
+use sip_core::{Header, HeaderName, Message, Method, StatusCode};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::engine::User;
@@ -223,78 +224,100 @@ fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, shard: usize, shared: &
 }
 
 /// Queues in `tx` the answers to the datagram `bytes` from `src` (none to
-/// an ACK, a response or what does not parse).
+/// an ACK, a response or what does not parse). A glance reads what the
+/// answers copy; a request it does not read plainly is parsed whole.
 fn answer_datagram(
     bytes: &[u8],
+    src: SocketAddr,
+    mode: Mode,
+    ours: (&str, &str),
+    shared: &Shared,
+    tx: &mut sip_udp::SendBatch,
+) {
+    if let Some(g) = Glance::read(bytes) {
+        if let Some(method) = g.method {
+            let asked = Asked {
+                method,
+                call_id: g.call_id,
+                to_tagged: g.to_tag.is_some(),
+                headers: || g.headers(),
+            };
+            answer_request(&asked, src, mode, ours, shared, tx);
+        }
+        return;
+    }
+    let Ok(req) = Message::parse(bytes) else {
+        return;
+    };
+    if req.is_request() {
+        let asked = Asked {
+            method: req.method(),
+            call_id: req.call_id(),
+            to_tagged: req.to().tag().is_some(),
+            headers: || req.headers(),
+        };
+        answer_request(&asked, src, mode, ours, shared, tx);
+    }
+}
+
+/// A request as the callee reads it: what its answers need.
+struct Asked<'a, F> {
+    method: Method<'a>,
+    call_id: &'a str,
+    to_tagged: bool,
+    /// Its header fields as written, from the first.
+    headers: F,
+}
+
+fn answer_request<'a, F, I>(
+    req: &Asked<'a, F>,
     src: SocketAddr,
     mode: Mode,
     (tag, contact): (&str, &str),
     shared: &Shared,
     tx: &mut sip_udp::SendBatch,
-) {
-    let Ok(req) = Message::parse(bytes) else {
-        return;
-    };
-    if !req.is_request() {
-        return;
+) where
+    F: Fn() -> I,
+    I: Iterator<Item = Header<'a>>,
+{
+    if matches!(req.method, Method::Ack | Method::Bye) {
+        shared.unacked(req.call_id).acked(req.call_id);
     }
-    if matches!(req.method(), Method::Ack | Method::Bye) {
-        shared.unacked(req.call_id()).acked(req.call_id());
-    }
-    if req.method() == Method::Ack {
+    if req.method == Method::Ack {
         return;
     }
+    let invite = req.method == Method::Invite;
     let mut queue = |status: StatusCode, body: &[u8]| {
         let out = tx.next_buf();
-        reply(out, &req, status, body, tag, contact);
-        if status == StatusCode::OK && mode == Mode::Callee && req.method() == Method::Invite {
+        out.clear();
+        let extra = [("Contact", contact)];
+        let opts = ResponseOptions {
+            to_tag: Some(tag),
+            copy_record_route: true,
+            extra: if invite { &extra } else { &[] },
+            content_type: (!body.is_empty()).then_some("application/sdp"),
+            body,
+            ..Default::default()
+        };
+        write_response_over(out, (req.headers)(), req.to_tagged, status, &opts);
+        if status == StatusCode::OK && mode == Mode::Callee && invite {
             // Held before it is sent: the ACK it draws may be read by
             // another thread at once, and must find it.
             shared
-                .unacked(req.call_id())
-                .add(req.call_id(), out, src, Instant::now());
+                .unacked(req.call_id)
+                .add(req.call_id, out, src, Instant::now());
         }
         tx.commit(src);
     };
-    if mode == Mode::Callee && req.method() == Method::Invite {
+    if mode == Mode::Callee && invite {
         queue(StatusCode::RINGING, b"");
         queue(StatusCode::OK, SDP.as_bytes());
-    } else if req.method() == Method::Invite {
+    } else if invite {
         queue(StatusCode::OK, SDP.as_bytes());
     } else {
         queue(StatusCode::OK, b"");
     }
     shared.answered.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Writes the answer to `req` into `out`.
-fn reply(
-    out: &mut Vec<u8>,
-    req: &Message,
-    status: StatusCode,
-    body: &[u8],
-    tag: &str,
-    contact: &str,
-) {
-    out.clear();
-    let extra = [("Contact", contact)];
-    write_response(
-        out,
-        req,
-        status,
-        &ResponseOptions {
-            to_tag: Some(tag),
-            copy_record_route: true,
-            extra: if req.method() == Method::Invite {
-                &extra
-            } else {
-                &[]
-            },
-            content_type: (!body.is_empty()).then_some("application/sdp"),
-            body,
-            ..Default::default()
-        },
-    );
 }
 
 /// Registers `user` at `server` with contact `contact_addr` as its only

@@ -27,10 +27,19 @@ fn same(a: &Message<'_>, b: &Message<'_>) {
     assert_eq!(a.body(), b.body());
 }
 
-/// Message parser: never panics; what parses re-serialises to a message
+/// Message parser: never panics; a glance agrees with it; what parses re-serialises to a message
 /// that parses to the same values; proxy edits produce parseable output.
 pub fn message(data: &[u8]) {
+    let glance = crate::message::Glance::read(data);
     let Ok(m) = Message::parse(data) else { return };
+    if let Some(g) = glance {
+        // What a glance reads, it reads as the full parse does.
+        assert_eq!(g.status, m.status().map(|s| s.as_u16()));
+        assert_eq!(g.method, m.is_request().then(|| m.method()));
+        assert_eq!((g.call_id, g.cseq), (m.call_id(), m.cseq()));
+        assert_eq!(g.to_tag, m.to().tag());
+        assert!(g.headers().map(|h| h.line).eq(m.headers().map(|h| h.line)));
+    }
     assert!(m.len() <= data.len());
     let _ = m.validate_all();
     let _ = m.vias().count();

@@ -301,9 +301,21 @@ pub fn write_response(
     status: StatusCode,
     opts: &ResponseOptions<'_>,
 ) {
+    write_response_over(out, req.headers(), req.to().tag().is_some(), status, opts);
+}
+
+/// [`write_response`] from a request's header fields as written (a
+/// [`Glance`](crate::message::Glance)'s), `to_tagged` when its To has a tag.
+pub fn write_response_over<'a>(
+    out: &mut Vec<u8>,
+    headers: impl Iterator<Item = crate::Header<'a>>,
+    to_tagged: bool,
+    status: StatusCode,
+    opts: &ResponseOptions<'_>,
+) {
     let mut w =
         MessageWriter::response(out, status, opts.reason.unwrap_or_else(|| status.reason()));
-    for h in req.headers() {
+    for h in headers {
         match h.name {
             HeaderName::Via | HeaderName::From | HeaderName::CallId | HeaderName::CSeq => {
                 w.header(h.raw_name, h.value);
@@ -312,7 +324,7 @@ pub fn write_response(
                 w.header(h.raw_name, h.value);
             }
             HeaderName::To => match opts.to_tag {
-                Some(tag) if req.to().tag().is_none() && status != StatusCode::TRYING => {
+                Some(tag) if !to_tagged && status != StatusCode::TRYING => {
                     w.header_parts(h.raw_name, &[h.value, ";tag=", tag]);
                 }
                 _ => {

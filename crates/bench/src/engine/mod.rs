@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 
 use sip_core::transaction::{Client, TimerConfig};
 use sip_core::writer::write_u64;
-use sip_core::{Message, StatusCode};
+use sip_core::StatusCode;
 
 use crate::flows::Flows;
 use crate::link::{Link, Transport};
 use crate::scenario::{Branch, Cseq, Scenario, Send, Step};
 use crate::stats::Latency;
 use crate::timers::Timers;
+use answer::Answer;
 
+mod answer;
 mod caller;
 use caller::caller;
 mod dialog;
@@ -793,17 +795,15 @@ impl Worker<'_> {
     }
 
     fn on_message(&mut self, bytes: &[u8]) {
-        let Ok(msg) = Message::parse(bytes) else {
+        let Some(msg) = Answer::read(bytes) else {
+            // Unparseable, or a request to the generator (e.g. a BYE
+            // from a callee): not ours.
             self.outcome.unexpected += 1;
             return;
         };
-        let Some(status) = msg.status() else {
-            // Requests to the generator (e.g. a BYE from a callee): not ours.
-            self.outcome.unexpected += 1;
-            return;
-        };
+        let status = msg.status;
         if !self.handoffs.is_empty() {
-            if let Some(h) = owner_of(msg.call_id())
+            if let Some(h) = owner_of(msg.call_id)
                 .filter(|w| *w != self.id)
                 .and_then(|w| self.handoffs.get(w))
             {
@@ -812,16 +812,15 @@ impl Worker<'_> {
                 return;
             }
         }
-        let Some(slot) = self.slot_of(msg.call_id()) else {
+        let Some(slot) = self.slot_of(msg.call_id) else {
             self.outcome.unexpected += 1;
             return;
         };
         let now = Instant::now();
-        let status = status.as_u16();
         let run = self.run;
         let steps = &run.scenario.steps;
         let call = self.slots[slot].as_mut().expect("slot_of checks");
-        if msg.cseq().seq != call.cseq || msg.cseq().method.as_str() != call.method {
+        if msg.cseq.seq != call.cseq || msg.cseq.method.as_str() != call.method {
             // A retransmitted response to an earlier transaction.
             self.outcome.unexpected += 1;
             return;
@@ -857,26 +856,32 @@ impl Worker<'_> {
         };
         let Some((i, e)) = matched else {
             if status >= 200 {
-                let cause = failure_cause(status, &msg, &self.outcome.failures);
+                let whole = msg.whole(bytes);
+                let Some(whole) = whole.as_ref() else {
+                    return self.fail(slot, "a final answer that does not parse", now);
+                };
+                let cause = failure_cause(status, whole, &self.outcome.failures);
                 return self.fail(slot, &cause, now);
             }
             self.outcome.unexpected += 1;
             return;
         };
         call.step = i + 1;
-        if let Some(tag) = msg.to().tag() {
+        if let Some(tag) = msg.to_tag {
             call.peer_tag.clear();
             call.peer_tag.push_str(";tag=");
             call.peer_tag.push_str(tag);
         }
-        if call.method == "INVITE" && (200..300).contains(&status) {
-            dialog(&msg, call);
+        if let (true, Some(whole)) = (call.method == "INVITE", &msg.whole) {
+            if (200..300).contains(&status) {
+                dialog(whole, call);
+            }
         }
         if e.leg_end || skipped_leg_end {
             call.latency += now.duration_since(call.leg_start);
         }
         if e.challenge {
-            call.challenge = capture(&msg);
+            call.challenge = msg.whole.as_ref().and_then(capture);
             if call.challenge.is_none() {
                 return self.fail(slot, "challenge without a usable digest offer", now);
             }
@@ -985,6 +990,7 @@ mod tests {
     use std::sync::Arc;
 
     use sip_core::writer::{write_response, ResponseOptions};
+    use sip_core::Message;
     use sip_core::StatusCode;
 
     /// A UDP responder that answers a 200 to each request `answer` lets

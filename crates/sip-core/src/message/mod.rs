@@ -30,10 +30,13 @@ use crate::uri::Uri;
 use crate::via::{parse_via, parse_via_list, Via};
 
 pub(crate) mod checks;
+pub mod glance;
+
 use checks::{
     check_call_id, check_content_type, check_date, check_warning, invalid, parse_start_line,
     start_err,
 };
+pub use glance::Glance;
 
 /// The first line of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
