@@ -161,47 +161,6 @@ mod tests {
         CSeq: 1 INVITE\r\n\
         Content-Length: 0\r\n\r\n";
 
-    /// What the full parse says of the same fields.
-    fn full(
-        m: &Message<'_>,
-    ) -> (
-        Option<String>,
-        Option<u16>,
-        String,
-        u32,
-        String,
-        Option<String>,
-    ) {
-        (
-            m.is_request().then(|| m.method().as_str().to_owned()),
-            m.status().map(|s| s.as_u16()),
-            m.call_id().to_owned(),
-            m.cseq().seq,
-            m.cseq().method.as_str().to_owned(),
-            m.to().tag().map(str::to_owned),
-        )
-    }
-
-    fn seen(
-        g: &Glance<'_>,
-    ) -> (
-        Option<String>,
-        Option<u16>,
-        String,
-        u32,
-        String,
-        Option<String>,
-    ) {
-        (
-            g.method.map(|m| m.as_str().to_owned()),
-            g.status,
-            g.call_id.to_owned(),
-            g.cseq.seq,
-            g.cseq.method.as_str().to_owned(),
-            g.to_tag.map(str::to_owned),
-        )
-    }
-
     #[test]
     fn a_glance_reads_what_the_full_parse_reads() {
         let quoted_elsewhere = OK.replace("t: \"Bob\" ", "To: ");
@@ -220,13 +179,18 @@ mod tests {
                 .replace("\r\n", "\n"),
         ];
         for c in &cases {
-            let g = Glance::read(c.as_bytes()).unwrap_or_else(|| panic!("glance: {c}"));
-            let m = Message::parse(c.as_bytes()).unwrap_or_else(|e| panic!("{e}: {c}"));
-            assert_eq!(seen(&g), full(&m), "{c}");
-            let names: Vec<_> = g.headers().map(|h| h.line).collect();
-            let all: Vec<_> = m.headers().map(|h| h.line).collect();
-            assert_eq!(names, all, "{c}");
+            assert!(Glance::read(c.as_bytes()).is_some(), "glance: {c}");
+            Message::parse(c.as_bytes()).unwrap_or_else(|e| panic!("{e}: {c}"));
+            // Both read: the fuzz target's check that they agree.
+            crate::fuzzing::message(c.as_bytes());
         }
+        let g = Glance::read(cases[2].as_bytes()).unwrap();
+        assert_eq!(
+            (g.status, g.call_id, g.to_tag),
+            (Some(200), "c1@127.0.0.1", Some("b2"))
+        );
+        assert_eq!((g.cseq.seq, g.cseq.method), (1, Method::Invite));
+        assert_eq!(Glance::read(cases[4].as_bytes()).unwrap().to_tag, Some("z"));
     }
 
     #[test]
