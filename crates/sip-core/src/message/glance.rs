@@ -12,8 +12,9 @@
 use crate::cseq::{parse_cseq, CSeq};
 use crate::header::{Header, HeaderName};
 use crate::method::Method;
-use crate::scan::is_token_str;
+use crate::scan::{find_byte, is_token_str};
 
+use super::checks::check_call_id;
 use super::{find_head, next_field, split_field, HeaderIter};
 
 /// What [`Glance::read`] found.
@@ -61,7 +62,7 @@ impl<'a> Glance<'a> {
                 return None;
             }
         }
-        let call_id = call_id.filter(|c| !c.is_empty() && !c.contains(char::is_whitespace))?;
+        let call_id = call_id.filter(|c| check_call_id(c, 0).is_ok())?;
         let cseq = parse_cseq(cseq?, 0).ok()?;
         let to_tag = tag(to?)?;
         Some(Self {
@@ -109,9 +110,9 @@ fn tag(to: &str) -> Option<Option<&str>> {
     }
     // Header parameters follow the `>` of a name-addr, or the first `;`
     // of an addr-spec (whose URI cannot have parameters, RFC 3261 §20).
-    let params = match (to.find('<'), to.rfind('>')) {
+    let params = match (find_byte(to, b'<'), memchr::memrchr(b'>', to.as_bytes())) {
         (Some(open), Some(close)) if open < close => &to[close + 1..],
-        (None, None) => to.find(';').map_or("", |at| &to[at..]),
+        (None, None) => find_byte(to, b';').map_or("", |at| &to[at..]),
         _ => return None,
     };
     let params = params.trim_start_matches([' ', '\t']);
