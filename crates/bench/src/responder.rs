@@ -224,8 +224,11 @@ fn serve(sock: &UdpSocket, mode: Mode, addr: SocketAddr, shard: usize, shared: &
 }
 
 /// Queues in `tx` the answers to the datagram `bytes` from `src` (none to
-/// an ACK, a response or what does not parse). A glance reads what the
-/// answers copy; a request it does not read plainly is parsed whole.
+/// an ACK, a response or what does not parse). The callee reads by a
+/// glance what its answers copy, and parses whole a request it does not
+/// read plainly. The null responder parses every request whole, as the
+/// server does: it is the floor the server is measured against, the same
+/// parse with only the transport's work around it.
 fn answer_datagram(
     bytes: &[u8],
     src: SocketAddr,
@@ -234,7 +237,11 @@ fn answer_datagram(
     shared: &Shared,
     tx: &mut sip_udp::SendBatch,
 ) {
-    if let Some(g) = Glance::read(bytes) {
+    let glance = match mode {
+        Mode::Callee => Glance::read(bytes),
+        Mode::Null => None,
+    };
+    if let Some(g) = glance {
         if let Some(method) = g.method {
             let asked = Asked {
                 method,
@@ -546,5 +553,31 @@ mod tests {
         assert_eq!(callee.unacknowledged(), 0);
         assert_eq!(callee.answered(), 200);
         callee.stop();
+    }
+
+    /// The null responder parses whole, as the server does (a request
+    /// with a broken Via draws nothing); the callee reads by a glance
+    /// (it answers it, copying the Via as written).
+    #[test]
+    fn the_null_responder_parses_whole_and_the_callee_glances() {
+        for (mode, first_answered) in [(Mode::Null, 2), (Mode::Callee, 1)] {
+            let r = Responder::start("127.0.0.1:0".parse().unwrap(), mode, 1).unwrap();
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let (local, to) = (sock.local_addr().unwrap(), r.addr());
+            let broken = request("OPTIONS", 1, local, to).replace("Via: SIP/2.0/UDP ", "Via: ");
+            assert!(Message::parse(broken.as_bytes()).is_err());
+            sock.send_to(broken.as_bytes(), to).unwrap();
+            sock.send_to(request("OPTIONS", 2, local, to).as_bytes(), to)
+                .unwrap();
+            let mut buf = vec![0u8; 65_535];
+            let n = sock.recv(&mut buf).expect("an answer");
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            assert!(
+                answer.contains(&format!("Call-ID: c{first_answered}@")),
+                "{mode:?}: {answer}"
+            );
+            r.stop();
+        }
     }
 }
