@@ -64,7 +64,7 @@ pub(super) fn bad_space(line: &str) -> usize {
 
 /// A Request-Line's three words, each non-empty, split at exactly two
 /// single spaces (RFC 3261 section 7.1); `None` for any other spacing.
-fn three_words(line: &str) -> Option<(&str, &str, &str)> {
+pub(super) fn three_words(line: &str) -> Option<(&str, &str, &str)> {
     let b = line.as_bytes();
     let first = b.iter().position(|&c| c == b' ')?;
     let second = first + 1 + b[first + 1..].iter().position(|&c| c == b' ')?;
@@ -86,30 +86,7 @@ pub(super) fn parse_start_line<'a>(
     limits: &Limits,
 ) -> Result<StartLine<'a>, ParseError> {
     if starts_with_sip_slash(line) {
-        let Some(sp) = find_byte(line, b' ') else {
-            return Err(start_err(
-                "Status-Line needs a status code",
-                base + line.len(),
-            ));
-        };
-        check_version(&line[..sp], base)?;
-        let rest = &line[sp + 1..];
-        let (code, reason) = match find_byte(rest, b' ') {
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            None => (rest, ""),
-        };
-        let status = (code.len() == 3)
-            .then(|| parse_u64(code))
-            .flatten()
-            .and_then(|c| StatusCode::new(c as u16))
-            .ok_or_else(|| ParseError::new(ErrorKind::StatusCode, base + sp + 1))?;
-        if let Some(i) = reason.bytes().position(|c| c < 0x20 && c != b'\t') {
-            return Err(start_err(
-                "control character in Reason-Phrase",
-                base + sp + 5 + i,
-            ));
-        }
-        return Ok(StartLine::Response { status, reason });
+        return parse_status_line(line, base);
     }
     let Some((m, u, v)) = three_words(line) else {
         return Err(start_err(SPACING, base + bad_space(line)));
@@ -124,6 +101,34 @@ pub(super) fn parse_start_line<'a>(
         method: Method::from_token(m),
         uri,
     })
+}
+
+/// `SIP-Version SP Status-Code SP Reason-Phrase` (RFC 3261 §7.2).
+pub(super) fn parse_status_line(line: &str, base: usize) -> Result<StartLine<'_>, ParseError> {
+    let Some(sp) = find_byte(line, b' ') else {
+        return Err(start_err(
+            "Status-Line needs a status code",
+            base + line.len(),
+        ));
+    };
+    check_version(&line[..sp], base)?;
+    let rest = &line[sp + 1..];
+    let (code, reason) = match find_byte(rest, b' ') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let status = (code.len() == 3)
+        .then(|| parse_u64(code))
+        .flatten()
+        .and_then(|c| StatusCode::new(c as u16))
+        .ok_or_else(|| ParseError::new(ErrorKind::StatusCode, base + sp + 1))?;
+    if let Some(i) = reason.bytes().position(|c| c < 0x20 && c != b'\t') {
+        return Err(start_err(
+            "control character in Reason-Phrase",
+            base + sp + 5 + i,
+        ));
+    }
+    Ok(StartLine::Response { status, reason })
 }
 
 pub(super) fn check_call_id(v: &str, offset: usize) -> Result<(), ParseError> {

@@ -14,7 +14,10 @@ use crate::header::{Header, HeaderName};
 use crate::method::Method;
 use crate::scan::{find_byte, is_token_str};
 
-use super::checks::check_call_id;
+use super::checks::{
+    check_call_id, check_version, parse_status_line, starts_with_sip_slash, three_words,
+};
+use super::StartLine;
 use super::{find_head, next_field, split_field, HeaderIter};
 
 /// What [`Glance::read`] found.
@@ -82,23 +85,17 @@ impl<'a> Glance<'a> {
     }
 }
 
-/// `Method SP Request-URI SP SIP/2.0` or `SIP/2.0 SP 3DIGIT SP reason`.
+/// A Status-Line, read as the full parse reads it, or a Request-Line's
+/// method and version (its URI is left unread).
 fn start_line(line: &str) -> Option<(Option<Method<'_>>, Option<u16>)> {
-    if let Some(rest) = line.strip_prefix("SIP/2.0 ") {
-        let b = rest.as_bytes();
-        let digits = b.get(..3)?;
-        if !digits.iter().all(u8::is_ascii_digit) || !matches!(b.get(3), None | Some(b' ')) {
-            return None;
-        }
-        let code = digits
-            .iter()
-            .fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
-        return (100..700).contains(&code).then_some((None, Some(code)));
+    if starts_with_sip_slash(line) {
+        return match parse_status_line(line, 0).ok()? {
+            StartLine::Response { status, .. } => Some((None, Some(status.as_u16()))),
+            StartLine::Request { .. } => None,
+        };
     }
-    let mut words = line.split(' ');
-    let (method, uri, version) = (words.next()?, words.next()?, words.next()?);
-    let plain =
-        words.next().is_none() && is_token_str(method) && !uri.is_empty() && version == "SIP/2.0";
+    let (method, _, version) = three_words(line)?;
+    let plain = is_token_str(method) && check_version(version, 0).is_ok();
     plain.then(|| (Some(Method::from_token(method)), None))
 }
 
