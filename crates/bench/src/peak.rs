@@ -30,6 +30,12 @@ pub struct Ramp {
     /// between the highest rate fully processed and the lowest above it
     /// that was not, so the limit is known closer than one `factor`.
     pub refine: u32,
+    /// Each rate is offered up to this many times, until one try is fully
+    /// processed: a step that lost datagrams to a moment's stall of the
+    /// machine (another process, the hypervisor) does not end the ramp
+    /// below the server's limit. Every try is kept and reported; a rate
+    /// counts as sustained when one of its tries was fully processed.
+    pub tries: u32,
 }
 
 impl Ramp {
@@ -84,7 +90,7 @@ pub fn peak(
         let flows = base.run.threads.max(1) * base.run.flows.max(1);
         base.run.local_port = crate::scale::local_port(flows)?;
     }
-    let mut step = |rate: f64| -> Result<Step, Error> {
+    let step = |rate: f64| -> Result<Step, Error> {
         let mut opts = base.clone();
         opts.run.shape = Shape::Rate(rate);
         opts.run.calls = (rate * ramp.seconds).ceil() as u64;
@@ -104,24 +110,46 @@ pub fn peak(
         reports.push(report);
         Ok(step)
     };
-    for rate in ramp.rates() {
-        let s = step(rate)?;
-        steps.push(s);
-        if overloaded(&s, ramp) {
-            break;
-        }
-    }
-    for _ in 0..ramp.refine {
-        let Some(rate) = probe(&steps, ramp) else {
-            break;
-        };
-        steps.push(step(rate)?);
-    }
+    climb(ramp, &mut steps, step)?;
     Ok((
         capacity(&steps, ramp.tolerance, ramp.max_p99_us),
         steps,
         reports,
     ))
+}
+
+/// Climbs the ramp with `step` (one offered rate's measurement), each rate
+/// tried up to `ramp.tries` times until one try is fully processed; stops
+/// at the first rate whose last try shows the server past its knee, then
+/// refines. Every try lands in `steps`, in order.
+pub fn climb<E>(
+    ramp: &Ramp,
+    steps: &mut Vec<Step>,
+    mut step: impl FnMut(f64) -> Result<Step, E>,
+) -> Result<(), E> {
+    let mut offer = |rate: f64, steps: &mut Vec<Step>| -> Result<Step, E> {
+        let mut tried = 0;
+        loop {
+            let s = step(rate)?;
+            steps.push(s);
+            tried += 1;
+            if tried >= ramp.tries.max(1) || s.full(ramp.tolerance, ramp.max_p99_us) {
+                return Ok(s);
+            }
+        }
+    };
+    for rate in ramp.rates() {
+        if overloaded(&offer(rate, steps)?, ramp) {
+            break;
+        }
+    }
+    for _ in 0..ramp.refine {
+        let Some(rate) = probe(steps, ramp) else {
+            break;
+        };
+        offer(rate, steps)?;
+    }
+    Ok(())
 }
 
 /// The ramp as an HTML page: achieved vs offered, p99 and server CPU.
@@ -218,6 +246,7 @@ mod tests {
             max_p99_us: 150_000,
             tolerance: 0.05,
             refine: 0,
+            tries: 1,
         }
     }
 
@@ -245,6 +274,85 @@ mod tests {
         assert!(overloaded(&step(3000.0, 0, 5), &r), "falls behind");
         assert!(overloaded(&step(3990.0, 100, 5), &r), "fails calls");
         assert!(overloaded(&step(3990.0, 0, 2000), &r), "latency blow-up");
+    }
+
+    /// A server that holds up to `limit` calls/s, and whose first try at
+    /// each rate in `stalled` lost datagrams to a stall (fell behind).
+    fn server(
+        limit: f64,
+        stalled: &'static [f64],
+    ) -> impl FnMut(f64) -> Result<Step, std::convert::Infallible> {
+        let mut seen = Vec::new();
+        move |rate| {
+            let first = !seen.contains(&rate);
+            seen.push(rate);
+            let behind = rate > limit || (first && stalled.contains(&rate));
+            Ok(Step {
+                offered: rate,
+                achieved: if behind { rate * 0.6 } else { rate },
+                failed: 0,
+                p99_us: if behind { 510_000 } else { 2000 },
+            })
+        }
+    }
+
+    fn offered(steps: &[Step]) -> Vec<f64> {
+        steps.iter().map(|s| s.offered).collect()
+    }
+
+    #[test]
+    fn a_second_try_carries_the_ramp_past_a_stall() {
+        let r = Ramp { tries: 2, ..ramp() };
+        let mut steps = Vec::new();
+        climb(&r, &mut steps, server(5000.0, &[2000.0])).unwrap();
+        assert_eq!(
+            offered(&steps),
+            [1000.0, 2000.0, 2000.0, 4000.0, 8000.0, 8000.0]
+        );
+        let cap = capacity(&steps, r.tolerance, r.max_p99_us);
+        assert_eq!(
+            cap.sustainable, 4000.0,
+            "the stalled rate's second try held"
+        );
+
+        let mut once = Vec::new();
+        climb(&ramp(), &mut once, server(5000.0, &[2000.0])).unwrap();
+        assert_eq!(
+            offered(&once),
+            [1000.0, 2000.0],
+            "one try: the stall ends it"
+        );
+        let cap = capacity(&once, r.tolerance, r.max_p99_us);
+        assert_eq!(cap.sustainable, 1000.0);
+    }
+
+    #[test]
+    fn a_rate_past_the_limit_is_tried_as_often_as_asked_and_no_more() {
+        let r = Ramp { tries: 3, ..ramp() };
+        let mut steps = Vec::new();
+        climb(&r, &mut steps, server(3000.0, &[])).unwrap();
+        assert_eq!(offered(&steps), [1000.0, 2000.0, 4000.0, 4000.0, 4000.0]);
+        // A rate that holds at once is offered once.
+        let mut held = Vec::new();
+        climb(&r, &mut held, server(1e9, &[])).unwrap();
+        assert_eq!(offered(&held), [1000.0, 2000.0, 4000.0, 8000.0]);
+    }
+
+    #[test]
+    fn refinement_probes_try_again_too() {
+        let r = Ramp {
+            tries: 2,
+            refine: 1,
+            ..ramp()
+        };
+        let mut steps = Vec::new();
+        climb(&r, &mut steps, server(3000.0, &[2828.0])).unwrap();
+        assert_eq!(
+            offered(&steps),
+            [1000.0, 2000.0, 4000.0, 4000.0, 2828.0, 2828.0]
+        );
+        let cap = capacity(&steps, r.tolerance, r.max_p99_us);
+        assert_eq!(cap.sustainable, 2828.0);
     }
 
     #[test]

@@ -476,7 +476,10 @@ impl Ramped {
         ramp: &Ramp,
     ) -> Cell {
         let cap = stats::capacity(&self.steps, ramp.tolerance, ramp.max_p99_us);
-        let full = |s: &Step| s.offered <= cap.sustainable && cap.sustainable > 0.0;
+        // The try that held at the sustained rate (a rate may be tried
+        // more than once: a failed try before it is not the one to show).
+        let full =
+            |s: &Step| s.full(ramp.tolerance, ramp.max_p99_us) && s.offered <= cap.sustainable;
         let stable = |s: &Step| s.failed as f64 <= 0.01 * (s.achieved + s.failed as f64);
         let at = (self.steps.iter().rposition(full))
             .or_else(|| self.steps.iter().rposition(stable))

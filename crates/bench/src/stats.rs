@@ -261,6 +261,16 @@ pub struct Step {
     pub p99_us: u64,
 }
 
+impl Step {
+    /// Whether the server fully processed this step: no failure, achieved
+    /// within `tolerance` of offered, p99 under `max_p99_us`.
+    pub fn full(&self, tolerance: f64, max_p99_us: u64) -> bool {
+        self.failed == 0
+            && self.achieved >= self.offered * (1.0 - tolerance)
+            && self.p99_us <= max_p99_us
+    }
+}
+
 /// Peak and sustainable throughput of a ramp (the published lean-server study): sustainable is
 /// the highest offered rate fully processed (no failure, achieved within
 /// `tolerance` of offered, p99 under `max_p99_us`); peak is the highest
@@ -283,9 +293,7 @@ pub fn capacity(steps: &[Step], tolerance: f64, max_p99_us: u64) -> Capacity {
         if stable {
             peak = peak.max(s.achieved);
         }
-        let full =
-            s.failed == 0 && s.achieved >= s.offered * (1.0 - tolerance) && s.p99_us <= max_p99_us;
-        if full {
+        if s.full(tolerance, max_p99_us) {
             sustainable = sustainable.max(s.offered);
         }
     }

@@ -671,7 +671,8 @@ fn compare_over_secure_websocket_against_kamailio() {
 /// requests/s, loopback not exempt; a request over it is dropped and the
 /// generator's retransmission comes 500 ms later) sets a knee the ramp's
 /// factor of 4 jumps over: 200 held, 800 not; then 400 (not held: an
-/// eighth of its calls wait 500 ms) and 283 (held).
+/// eighth of its calls wait 500 ms) and 283 (held). With `--tries 2`
+/// each rate not held is offered a second time before the ramp goes on.
 #[test]
 fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
     let dir = tempdir("bench-peak-refine");
@@ -691,15 +692,26 @@ fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
         "--data-dir",
         dir.join("data").to_str().expect("utf-8"),
     ]);
-    let json = dir.join("peak.json");
+    let tried = [
+        ("1", &[200.0, 800.0, 400.0, 283.0][..]),
+        ("2", &[200.0, 800.0, 800.0, 400.0, 400.0, 283.0][..]),
+    ];
+    for (tries, expected) in tried {
+        refine_against(&server.addr.to_string(), &dir, tries, expected);
+    }
+}
+
+fn refine_against(target: &str, dir: &Path, tries: &str, expected: &[f64]) {
+    let json = dir.join(format!("peak-{tries}.json"));
+    let html = dir.join(format!("peak-{tries}.html"));
     let out = Command::new(BIN)
-        .args(["bench", "peak", "--target", &server.addr.to_string()])
+        .args(["bench", "peak", "--target", target])
         .args(["--start", "200", "--factor", "4", "--max", "3200"])
-        .args(["--seconds", "1", "--refine", "2"])
+        .args(["--seconds", "1", "--refine", "2", "--tries", tries])
         .arg("--json")
         .arg(&json)
         .arg("--html")
-        .arg(dir.join("peak.html"))
+        .arg(&html)
         .output()
         .expect("sipsec bench peak runs");
     assert!(out.status.success(), "{}", text(&out));
@@ -710,11 +722,12 @@ fn peak_refines_between_the_last_rate_held_and_the_first_past_it() {
         .iter()
         .map(|s| s["offered"].as_f64().expect("offered"))
         .collect();
-    assert_eq!(offered, [200.0, 800.0, 400.0, 283.0], "{r}");
+    assert_eq!(offered, expected, "{r}");
+    assert_eq!(r["tries"].to_string(), tries, "{r}");
     assert_eq!(r["sustainable_cps"], 283.0, "{r}");
     assert_eq!(r["stopped_at_max"], false, "{r}");
     // The page shows the steps by rate, not in the order they ran.
-    let page = std::fs::read_to_string(dir.join("peak.html")).expect("html written");
+    let page = std::fs::read_to_string(&html).expect("html written");
     let at = |rate: &str| page.find(&format!("<td>{rate}</td>")).expect(rate);
     assert!(at("200") < at("283") && at("283") < at("400") && at("400") < at("800"));
 }

@@ -407,7 +407,8 @@ pub(super) fn positive(x: f64) -> bool {
 
 /// The ramp `bench peak` and `bench scale` climb, from their flags:
 /// `--start`, `--factor`, `--max`, `--duration`, `--max-p99-ms`,
-/// `--refine`.
+/// `--refine`, `--tries`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn ramp(
     start: f64,
     factor: f64,
@@ -415,6 +416,7 @@ pub(super) fn ramp(
     duration: f64,
     max_p99_ms: f64,
     refine: u32,
+    tries: u32,
 ) -> Result<sipsec_bench::peak::Ramp, String> {
     let valid = positive(start)
         && positive(max)
@@ -435,6 +437,7 @@ pub(super) fn ramp(
         max_p99_us: (max_p99_ms * 1000.0) as u64,
         tolerance: 0.05,
         refine,
+        tries,
     })
 }
 

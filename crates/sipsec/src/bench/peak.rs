@@ -30,11 +30,25 @@ pub struct PeakArgs {
     /// known closer than one --factor).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
     pub(super) refine: u32,
+    /// Offer each rate up to this many times, until one try is fully
+    /// processed: a step that lost datagrams to a moment's stall of the
+    /// machine does not end the ramp below the server's limit (every try
+    /// is reported; a rate is sustained when one of its tries was).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub(super) tries: u32,
 }
 
 pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
     use sipsec_bench::peak;
-    let ramp = ramp(a.start, a.factor, a.max, a.duration, a.max_p99_ms, a.refine)?;
+    let ramp = ramp(
+        a.start,
+        a.factor,
+        a.max,
+        a.duration,
+        a.max_p99_ms,
+        a.refine,
+        a.tries,
+    )?;
     let base = options(&a.common)?;
     println!("offered/s  achieved/s  failed  p99 ms  server µs/call  socket drops");
     let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {
@@ -75,6 +89,7 @@ pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
             "peak_cps": cap.peak,
             "sustainable_cps": cap.sustainable,
             "stopped_at_max": capped,
+            "tries": ramp.tries,
             "steps": steps.iter().zip(&reports).map(|(st, r)| serde_json::json!({
                 "offered": st.offered, "achieved": st.achieved, "failed": st.failed,
                 "p99_ms": st.p99_us as f64 / 1000.0, "report": r,

@@ -69,6 +69,12 @@ pub struct ScaleArgs {
     /// known closer than one --factor).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
     pub(super) refine: u32,
+    /// Offer each rate up to this many times, until one try is fully
+    /// processed: a step that lost datagrams to a moment's stall of the
+    /// machine does not end the ramp below the server's limit (every try
+    /// is reported; a rate is sustained when one of its tries was).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub(super) tries: u32,
     /// W workers on CPUs 0…W−1, the generator busy-polling on the CPUs
     /// above the largest W.
     #[arg(long)]
@@ -99,7 +105,15 @@ fn cpus() -> usize {
 
 pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
     use sipsec_bench::compare::{Plan as Base, Target};
-    let ramp = ramp(a.start, a.factor, a.max, a.duration, a.max_p99_ms, a.refine)?;
+    let ramp = ramp(
+        a.start,
+        a.factor,
+        a.max,
+        a.duration,
+        a.max_p99_ms,
+        a.refine,
+        a.tries,
+    )?;
     let n = cpus();
     let room = if a.pin { n / 2 } else { n };
     let mut workers: Vec<usize> = if a.workers.is_empty() {
