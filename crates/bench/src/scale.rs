@@ -162,6 +162,32 @@ pub struct StepRow {
     pub failed: u64,
     /// p99 latency, ms.
     pub p99_ms: f64,
+    /// Whether the step was fully processed (no failure, achieved within
+    /// the ramp's tolerance, p99 under its ceiling).
+    pub full: bool,
+    /// Datagrams the server's socket dropped in the step (UDP; none
+    /// over a connection).
+    pub socket_drops: Option<u64>,
+}
+
+impl Cell {
+    /// What the last step not fully processed showed: the evidence on
+    /// which the ramp stopped (or a try it made again), e.g. `121900/s:
+    /// 83170/s achieved, p99 514.6 ms, 7563 socket drops`.
+    pub fn ended(&self) -> Option<String> {
+        let s = self.steps.iter().rev().find(|s| !s.full)?;
+        let mut why = format!(
+            "{:.0}/s: {:.0}/s achieved, p99 {:.1} ms",
+            s.offered, s.achieved, s.p99_ms
+        );
+        if s.failed > 0 {
+            why += &format!(", {} failed", s.failed);
+        }
+        if let Some(d) = s.socket_drops.filter(|d| *d > 0) {
+            why += &format!(", {d} socket drops");
+        }
+        Some(why)
+    }
 }
 
 /// Most connections a cell over TCP, TLS, WS or WSS may open: every
@@ -438,6 +464,7 @@ impl Plan {
 struct Ramped {
     steps: Vec<Step>,
     cpu_us: Vec<Option<f64>>,
+    drops: Vec<Option<u64>>,
     failures: std::collections::BTreeMap<String, u64>,
     /// Each step's threads' CPU (busiest first) and how long its load
     /// ran, seconds.
@@ -448,6 +475,7 @@ fn ramp_with_threads(opts: &Options, ramp: &Ramp, pids: &[u32]) -> Result<Ramped
     let mut last = cpu::threads(pids);
     let mut threads = Vec::new();
     let mut cpu_us = Vec::new();
+    let mut drops = Vec::new();
     let mut failures = std::collections::BTreeMap::new();
     let (_, steps, _) = peak::peak(opts, ramp, |_, report| {
         for (why, n) in &report.failures {
@@ -456,11 +484,13 @@ fn ramp_with_threads(opts: &Options, ramp: &Ramp, pids: &[u32]) -> Result<Ramped
         let now = cpu::threads(pids);
         threads.push((cpu::thread_deltas(&last, &now), report.elapsed_s));
         cpu_us.push(report.server_cpu_us_per_call);
+        drops.push(report.server_socket_drops);
         last = now;
     })?;
     Ok(Ramped {
         steps,
         cpu_us,
+        drops,
         failures,
         threads,
     })
@@ -509,11 +539,14 @@ impl Ramped {
             steps: self
                 .steps
                 .iter()
-                .map(|s| StepRow {
+                .zip(&self.drops)
+                .map(|(s, drops)| StepRow {
                     offered: s.offered,
                     achieved: s.achieved,
                     failed: s.failed,
                     p99_ms: s.p99_us as f64 / 1000.0,
+                    full: s.full(ramp.tolerance, ramp.max_p99_us),
+                    socket_drops: *drops,
                 })
                 .collect(),
         }
@@ -835,6 +868,39 @@ mod tests {
             failures: Default::default(),
             steps: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_cell_says_what_the_last_step_not_held_showed() {
+        let row = |offered: f64, achieved: f64, p99_ms: f64, full: bool, drops: u64| StepRow {
+            offered,
+            achieved,
+            failed: 0,
+            p99_ms,
+            full,
+            socket_drops: Some(drops),
+        };
+        let mut c = cell("sipsec call", 1, 1, 115_000.0, &[91.0]);
+        assert_eq!(c.ended(), None, "no step yet");
+        c.steps = vec![row(115_000.0, 114_967.0, 4.2, true, 0)];
+        assert_eq!(
+            c.ended(),
+            None,
+            "every step held: the ramp stopped at --max"
+        );
+        c.steps.push(row(121_900.0, 83_170.0, 514.56, false, 7563));
+        c.steps.push(row(121_900.0, 75_718.0, 566.78, false, 0));
+        assert_eq!(
+            c.ended().as_deref(),
+            Some("121900/s: 75718/s achieved, p99 566.8 ms"),
+            "the last try, without drops it did not have"
+        );
+        c.steps[2].failed = 12;
+        c.steps[2].socket_drops = Some(23_263);
+        assert_eq!(
+            c.ended().as_deref(),
+            Some("121900/s: 75718/s achieved, p99 566.8 ms, 12 failed, 23263 socket drops")
+        );
     }
 
     #[test]

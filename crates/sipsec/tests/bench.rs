@@ -1070,6 +1070,15 @@ fn the_scale_bench_shows_each_workers_share() {
     let call = split("sipsec call", 2);
     assert!(call.len() == 2 && call[1] > 0.0, "{call:?}");
     assert_eq!(split("kamailio", 2).len(), 2);
+    // Every step says whether it held and, over UDP on loopback, what
+    // the server's socket dropped in it.
+    for c in &cells {
+        let steps = c["steps"].as_array().expect("steps");
+        assert!(!steps.is_empty(), "{c}");
+        for s in steps {
+            assert!(s["full"].is_boolean() && s["socket_drops"].is_u64(), "{s}");
+        }
+    }
     let table = std::fs::read_to_string(&md).expect("markdown");
     assert!(
         table.contains("| W=2 / W=1 |") && table.contains("idle worker"),

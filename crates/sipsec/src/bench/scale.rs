@@ -220,7 +220,7 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
     let cells = scale::scale(&plan, |c| {
         let why: Vec<String> = c.failures.iter().map(|(w, n)| format!("{n} {w}")).collect();
         eprintln!(
-            "{:15} {:9} {:12} {:2}  {:11.0}  {:7.0}  {:>7}  {}{}",
+            "{:15} {:9} {:12} {:2}  {:11.0}  {:7.0}  {:>7}  {}{}{}",
             c.server,
             c.scenario,
             c.load,
@@ -237,7 +237,9 @@ pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
                 String::new()
             } else {
                 format!("  failed: {}", why.join(", "))
-            }
+            },
+            c.ended()
+                .map_or(String::new(), |e| format!("  not held: {e}"))
         );
     });
     let _ = std::fs::remove_dir_all(&workdir);
