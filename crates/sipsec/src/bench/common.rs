@@ -405,23 +405,39 @@ pub(super) fn positive(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
 
+/// How `bench peak` and `bench scale` tell a step held from one past the
+/// server's limit, and how closely they look for it.
+#[derive(Args)]
+pub struct KneeArgs {
+    /// p99 latency above this (ms) means the server is not keeping up.
+    #[arg(long, default_value_t = 150.0)]
+    pub(super) max_p99_ms: f64,
+    /// Steps added after the ramp, each halfway between the highest rate
+    /// fully processed and the lowest above it that was not (a limit
+    /// known closer than one --factor).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub(super) refine: u32,
+    /// Offer each rate up to this many times, until one try is fully
+    /// processed: a step that lost datagrams to a moment's stall of the
+    /// machine does not end the ramp below the server's limit (every try
+    /// is reported; a rate is sustained when one of its tries was).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub(super) tries: u32,
+}
+
 /// The ramp `bench peak` and `bench scale` climb, from their flags:
-/// `--start`, `--factor`, `--max`, `--duration`, `--max-p99-ms`,
-/// `--refine`, `--tries`.
-#[allow(clippy::too_many_arguments)]
+/// `--start`, `--factor`, `--max`, `--duration` and the knee's.
 pub(super) fn ramp(
     start: f64,
     factor: f64,
     max: f64,
     duration: f64,
-    max_p99_ms: f64,
-    refine: u32,
-    tries: u32,
+    knee: &KneeArgs,
 ) -> Result<sipsec_bench::peak::Ramp, String> {
     let valid = positive(start)
         && positive(max)
         && positive(duration)
-        && positive(max_p99_ms)
+        && positive(knee.max_p99_ms)
         && factor.is_finite()
         && factor > 1.0;
     if !valid {
@@ -434,10 +450,10 @@ pub(super) fn ramp(
         factor,
         max,
         seconds: duration,
-        max_p99_us: (max_p99_ms * 1000.0) as u64,
+        max_p99_us: (knee.max_p99_ms * 1000.0) as u64,
         tolerance: 0.05,
-        refine,
-        tries,
+        refine: knee.refine,
+        tries: knee.tries,
     })
 }
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{options, outputs, ramp, CommonArgs};
+use super::common::{options, outputs, ramp, CommonArgs, KneeArgs};
 
 #[derive(Args)]
 pub struct PeakArgs {
@@ -22,33 +22,13 @@ pub struct PeakArgs {
     /// Length of each step, seconds.
     #[arg(long, alias = "seconds", value_name = "SECONDS", default_value_t = 5.0)]
     pub(super) duration: f64,
-    /// p99 latency above this (ms) means the server is not keeping up.
-    #[arg(long, default_value_t = 150.0)]
-    pub(super) max_p99_ms: f64,
-    /// Steps added after the ramp, each halfway between the highest rate
-    /// fully processed and the lowest above it that was not (a limit
-    /// known closer than one --factor).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
-    pub(super) refine: u32,
-    /// Offer each rate up to this many times, until one try is fully
-    /// processed: a step that lost datagrams to a moment's stall of the
-    /// machine does not end the ramp below the server's limit (every try
-    /// is reported; a rate is sustained when one of its tries was).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
-    pub(super) tries: u32,
+    #[command(flatten)]
+    pub(super) knee: KneeArgs,
 }
 
 pub(super) fn peak(a: PeakArgs) -> Result<ExitCode, String> {
     use sipsec_bench::peak;
-    let ramp = ramp(
-        a.start,
-        a.factor,
-        a.max,
-        a.duration,
-        a.max_p99_ms,
-        a.refine,
-        a.tries,
-    )?;
+    let ramp = ramp(a.start, a.factor, a.max, a.duration, &a.knee)?;
     let base = options(&a.common)?;
     println!("offered/s  achieved/s  failed  p99 ms  server µs/call  socket drops");
     let (cap, steps, reports) = peak::peak(&base, &ramp, |st, r| {

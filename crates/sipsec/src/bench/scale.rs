@@ -7,7 +7,7 @@ use clap::Args;
 use sipsec_bench::link::Transport;
 use sipsec_bench::scale::{self, Load, Plan, Variant};
 
-use super::common::{make_certificate, ramp, targets, TableOutputs, TransportArg};
+use super::common::{make_certificate, ramp, targets, KneeArgs, TableOutputs, TransportArg};
 
 #[derive(Args)]
 pub struct ScaleArgs {
@@ -61,20 +61,8 @@ pub struct ScaleArgs {
     /// Length of each step, seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
     pub(super) duration: f64,
-    /// p99 latency above this (ms) means the server is not keeping up.
-    #[arg(long, default_value_t = 150.0)]
-    pub(super) max_p99_ms: f64,
-    /// Steps added after the ramp, each halfway between the highest rate
-    /// fully processed and the lowest above it that was not (a limit
-    /// known closer than one --factor).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
-    pub(super) refine: u32,
-    /// Offer each rate up to this many times, until one try is fully
-    /// processed: a step that lost datagrams to a moment's stall of the
-    /// machine does not end the ramp below the server's limit (every try
-    /// is reported; a rate is sustained when one of its tries was).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
-    pub(super) tries: u32,
+    #[command(flatten)]
+    pub(super) knee: KneeArgs,
     /// W workers on CPUs 0…W−1, the generator busy-polling on the CPUs
     /// above the largest W.
     #[arg(long)]
@@ -105,15 +93,7 @@ fn cpus() -> usize {
 
 pub(super) fn scale_bench(a: ScaleArgs) -> Result<ExitCode, String> {
     use sipsec_bench::compare::{Plan as Base, Target};
-    let ramp = ramp(
-        a.start,
-        a.factor,
-        a.max,
-        a.duration,
-        a.max_p99_ms,
-        a.refine,
-        a.tries,
-    )?;
+    let ramp = ramp(a.start, a.factor, a.max, a.duration, &a.knee)?;
     let n = cpus();
     let room = if a.pin { n / 2 } else { n };
     let mut workers: Vec<usize> = if a.workers.is_empty() {
