@@ -420,11 +420,13 @@ impl Core {
         let t0 = self.ctx.clock();
         let parsed = Message::parse(input);
         self.ctx.stage(Stage::Parse, t0);
-        let msg = match parsed {
+        // By reference: the parsed message is large, and moving it out
+        // of the result copied it once per request.
+        let msg = match &parsed {
             Ok(m) => m,
             Err(e) => {
                 bump(&self.ctx.shared.metrics.malformed);
-                return if write_error_response(input, &e, out) {
+                return if write_error_response(input, e, out) {
                     Reply::Send(src, transport)
                 } else {
                     bump(&self.ctx.shared.metrics.dropped);
@@ -434,7 +436,7 @@ impl Core {
         };
         if !msg.is_request() {
             bump(&self.ctx.shared.metrics.responses_received);
-            return self.proxy.forward_response(&mut self.ctx, &msg, src, out);
+            return self.proxy.forward_response(&mut self.ctx, msg, src, out);
         }
         if !self.ctx.again {
             self.ctx
@@ -451,7 +453,7 @@ impl Core {
             && msg.to().tag().is_none()
         {
             return self.ctx.respond(
-                &msg,
+                msg,
                 StatusCode::SERVICE_UNAVAILABLE,
                 &[
                     ("Retry-After", DRAIN_RETRY_AFTER),
@@ -462,10 +464,10 @@ impl Core {
             );
         }
         match msg.method() {
-            Method::Register if self.ctx.request_is_for_us(&msg) => {
-                self.registrar.register(&mut self.ctx, &msg, src, now, out)
+            Method::Register if self.ctx.request_is_for_us(msg) => {
+                self.registrar.register(&mut self.ctx, msg, src, now, out)
             }
-            _ => self.proxy.route(&mut self.ctx, &msg, src, out),
+            _ => self.proxy.route(&mut self.ctx, msg, src, out),
         }
     }
 }
