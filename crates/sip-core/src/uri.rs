@@ -196,6 +196,10 @@ pub(crate) fn parse_uri(
     if b.is_empty() {
         return Err(uri_err(UriError::Empty, base));
     }
+    if b.len() >= 4 && b[..4].eq_ignore_ascii_case(b"sip:") {
+        // The usual scheme, without the scan for its end.
+        return parse_sip(s, Scheme::Sip, &s[4..], base + 4, ctx, max_params);
+    }
     if !b[0].is_ascii_alphabetic() {
         return Err(uri_err(UriError::Scheme, base));
     }
@@ -257,28 +261,64 @@ fn escape_at(b: &[u8], i: usize) -> Option<usize> {
 /// Parses an IPv4 dotted quad without allocation; `None` if not one.
 fn parse_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
-    let mut n = 0;
-    let mut i = 0;
-    while n < 4 {
-        let start = i;
-        let mut v: u32 = 0;
-        while i < b.len() && b[i].is_ascii_digit() && i - start < 3 {
-            v = v * 10 + u32::from(b[i] - b'0');
-            i += 1;
-        }
-        if i == start || v > 255 || (i - start > 1 && b[start] == b'0') {
-            return None;
-        }
-        octets[n] = v as u8;
-        n += 1;
-        if n < 4 {
-            if b.get(i) != Some(&b'.') {
-                return None;
-            }
-            i += 1;
+    let mut rest = b;
+    for (n, o) in octets.iter_mut().enumerate() {
+        let (v, len) = octet(rest)?;
+        *o = v;
+        rest = &rest[len..];
+        if n < 3 {
+            rest = rest.strip_prefix(b".")?;
         }
     }
-    (i == b.len()).then(|| Ipv4Addr::from(octets))
+    rest.is_empty().then(|| Ipv4Addr::from(octets))
+}
+
+/// The decimal octet `b` starts with (one to three digits, no leading
+/// zero, at most 255) and its length; a digit after it is the caller's
+/// to refuse.
+#[inline]
+fn octet(b: &[u8]) -> Option<(u8, usize)> {
+    let digit = |i: usize| {
+        b.get(i)
+            .filter(|c| c.is_ascii_digit())
+            .map(|c| u16::from(c - b'0'))
+    };
+    let first = digit(0)?;
+    let Some(second) = digit(1) else {
+        return Some((first as u8, 1));
+    };
+    if first == 0 {
+        return None;
+    }
+    let Some(third) = digit(2) else {
+        return Some(((first * 10 + second) as u8, 2));
+    };
+    u8::try_from(first * 100 + second * 10 + third)
+        .ok()
+        .map(|v| (v, 3))
+}
+
+/// Bytes of a host name (alphanum, "-", ".", "_") and, among them, those
+/// an IPv4 address is written with (digits and "."), as flags.
+const HOST_NAME: u8 = 1;
+const HOST_V4: u8 = 2;
+
+static HOST_BYTES: [u8; 256] = host_bytes();
+
+const fn host_bytes() -> [u8; 256] {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_') {
+            t[i] |= HOST_NAME;
+        }
+        if c.is_ascii_digit() || c == b'.' {
+            t[i] |= HOST_V4;
+        }
+        i += 1;
+    }
+    t
 }
 
 /// One pass over `rest` (everything after `sip:`), byte by byte.
@@ -324,32 +364,44 @@ fn userinfo(rest: &str) -> Result<(Option<&str>, Option<&str>, usize), PartError
     let Some(at) = memchr::memchr(b'@', b) else {
         return Ok((None, None, 0));
     };
-    let mut colon = None;
-    let mut i = 0;
-    while i < at {
-        let c = b[i];
-        let part = if colon.is_some() {
-            UriError::Password
-        } else {
-            UriError::User
-        };
-        if c == b':' && colon.is_none() {
-            colon = Some(i);
-            i += 1;
-        } else if c == b'%' {
-            i = escape_at(&b[..at], i).ok_or((part, i))?;
-        } else if colon.is_none() && is_user_char(c) || colon.is_some() && is_password_char(c) {
-            i += 1;
-        } else {
-            return Err((part, i));
+    let user_end = escaped_run(&b[..at], 0, is_user_char, UriError::User)?;
+    let password = if user_end < at {
+        if b[user_end] != b':' {
+            return Err((UriError::User, user_end));
         }
-    }
-    let user_end = colon.unwrap_or(at);
+        let end = escaped_run(&b[..at], user_end + 1, is_password_char, UriError::Password)?;
+        if end < at {
+            return Err((UriError::Password, end));
+        }
+        Some(&rest[user_end + 1..at])
+    } else {
+        None
+    };
     if user_end == 0 {
         return Err((UriError::User, 0));
     }
-    let password = colon.map(|c| &rest[c + 1..at]);
     Ok((Some(&rest[..user_end]), password, at + 1))
+}
+
+/// Where the run of bytes `ok` takes (and `%HEXHEX` escapes) that starts
+/// at `i` in `b` ends; a broken escape is `part`'s error.
+#[inline]
+fn escaped_run(
+    b: &[u8],
+    mut i: usize,
+    ok: fn(u8) -> bool,
+    part: UriError,
+) -> Result<usize, PartError> {
+    while let Some(&c) = b.get(i) {
+        if ok(c) {
+            i += 1;
+        } else if c == b'%' {
+            i = escape_at(b, i).ok_or((part, i))?;
+        } else {
+            break;
+        }
+    }
+    Ok(i)
 }
 
 /// The host at `i`: an IPv6 reference, an IPv4 address or a name.
@@ -366,18 +418,24 @@ fn host_at(rest: &str, mut i: usize) -> Result<(Host<'_>, usize), PartError> {
         return Ok((Host::V6(addr), close + 1));
     }
     let start = i;
-    let mut numeric = true;
-    while i < b.len() && !matches!(b[i], b':' | b';' | b'?') {
-        let c = b[i];
-        if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
-            return Err((UriError::Host, i));
+    // One table lookup a byte: whether it may be in a name, and whether
+    // every byte so far may be in an address.
+    let mut seen = HOST_NAME | HOST_V4;
+    while let Some(&c) = b.get(i) {
+        let class = HOST_BYTES[usize::from(c)];
+        if class == 0 {
+            break;
         }
-        numeric &= c.is_ascii_digit() || c == b'.';
+        seen &= class;
         i += 1;
+    }
+    if i < b.len() && !matches!(b[i], b':' | b';' | b'?') {
+        return Err((UriError::Host, i));
     }
     if i == start || b[start] == b'.' || b[start] == b'-' {
         return Err((UriError::Host, start));
     }
+    let numeric = seen & HOST_V4 != 0;
     let host = match numeric.then(|| parse_ipv4(&b[start..i])).flatten() {
         Some(a) => Host::V4(a),
         None => Host::Name(&rest[start..i]),
@@ -651,12 +709,47 @@ mod tests {
             b"1..2.3",
             b"",
             b"1.2.3.4.",
+            b"1.2.3.04",
+            b"1.2.3.1234",
+            b"1.2.3.300",
+            b"1.2.3.-1",
+            b".1.2.3",
         ] {
             assert_eq!(parse_ipv4(bad), None, "{}", String::from_utf8_lossy(bad));
         }
+        assert_eq!(parse_ipv4(b"0.0.0.0"), Some(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(
+            parse_ipv4(b"10.20.199.9"),
+            Some(Ipv4Addr::new(10, 20, 199, 9))
+        );
         // All-numeric names that are not addresses stay names.
         let u = Uri::parse("sip:1.2.3", UriContext::Header).unwrap();
         assert_eq!(u.host(), Some(Host::Name("1.2.3")));
+    }
+
+    #[test]
+    fn a_host_is_refused_at_its_first_stray_byte() {
+        let at = |s: &str| {
+            let e = Uri::parse(s, UriContext::Header).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Uri(UriError::Host), "{s}");
+            e.offset
+        };
+        assert_eq!(at("sip:ex!ample.com"), 6);
+        assert_eq!(at("sip:alice@192.0.2.1/x"), 19);
+        assert_eq!(at("sip:alice@"), 10);
+        assert_eq!(at("sip:alice@;lr"), 10);
+        assert_eq!(at("sip:.example.com"), 4);
+        assert_eq!(at("sip:-a.example.com:5060"), 4);
+        for (s, host) in [
+            ("sip:a_b-c.example:5060", Host::Name("a_b-c.example")),
+            ("sip:192.0.2.1?x=1", Host::V4(Ipv4Addr::new(192, 0, 2, 1))),
+            ("sip:192.0.2.1a;lr", Host::Name("192.0.2.1a")),
+        ] {
+            assert_eq!(
+                Uri::parse(s, UriContext::Header).unwrap().host(),
+                Some(host)
+            );
+        }
     }
 
     #[test]
