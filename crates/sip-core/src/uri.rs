@@ -570,17 +570,18 @@ pub(crate) fn parse_host(s: &str, base: usize) -> Result<Host<'_>, ParseError> {
     if b.is_empty() || b[0] == b'.' || b[0] == b'-' {
         return Err(uri_err(UriError::Host, base));
     }
-    if b.iter().all(|c| c.is_ascii_digit() || *c == b'.') {
-        if let Some(a) = parse_ipv4(b) {
-            return Ok(Host::V4(a));
-        }
-    }
+    let mut seen = HOST_NAME | HOST_V4;
     for (k, &c) in b.iter().enumerate() {
-        if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+        let class = HOST_BYTES[usize::from(c)];
+        if class == 0 {
             return Err(uri_err(UriError::Host, base + k));
         }
+        seen &= class;
     }
-    Ok(Host::Name(s))
+    match (seen & HOST_V4 != 0).then(|| parse_ipv4(b)).flatten() {
+        Some(a) => Ok(Host::V4(a)),
+        None => Ok(Host::Name(s)),
+    }
 }
 
 /// Parses `host` that may be an IPv6 reference, returning the host and
@@ -596,7 +597,7 @@ pub(crate) fn parse_host_prefix(s: &str, base: usize) -> Result<(Host<'_>, usize
     }
     let end = b
         .iter()
-        .position(|c| !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')))
+        .position(|&c| HOST_BYTES[usize::from(c)] == 0)
         .unwrap_or(b.len());
     Ok((parse_host(&s[..end], base)?, end))
 }
