@@ -4,21 +4,28 @@
 # toolchain, pkg-config, OpenSSL headers) and builds it: no peers, browsers
 # or benchmark tools. With --crypto-bench, installs only what the adapters
 # of `sipsec crypto-bench` need (crossbench/) and builds nothing.
+# The release binary is built profile-guided from the profile committed in
+# packaging/pgo when this rustc is the one it was made for, plain
+# otherwise; --plain builds it plain anyway.
 # Safe to run again; uses sudo only when not root.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 ALL=1
 SERVER_ONLY=0
-case "${1:-}" in
-    "") ;;
-    --crypto-bench) ALL=0 ;;
-    --server-only) ALL=0 SERVER_ONLY=1 ;;
-    *)
-        echo "usage: ./setup.sh [--server-only | --crypto-bench]" >&2
-        exit 2
-        ;;
-esac
+PLAIN=0
+usage() {
+    echo "usage: ./setup.sh [--server-only | --crypto-bench] [--plain]" >&2
+    exit 2
+}
+for arg in "$@"; do
+    case "$arg" in
+        --crypto-bench) ALL=0 ;;
+        --server-only) ALL=0 SERVER_ONLY=1 ;;
+        --plain) PLAIN=1 ;;
+        *) usage ;;
+    esac
+done
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -55,10 +62,10 @@ if command -v apt-get >/dev/null 2>&1; then
     # the adapters of `sipsec crypto-bench` (crossbench/): golang-go (Go),
     # libcrypto++-dev and libbenchmark-dev (C++: Crypto++, Google
     # Benchmark), a JDK and maven (Java: BouncyCastle and JMH).
-    PACKAGES="build-essential pkg-config libssl-dev librsvg2-bin golang-go
+    PACKAGES="build-essential pkg-config libssl-dev xz-utils librsvg2-bin golang-go
         libcrypto++-dev libbenchmark-dev default-jdk-headless maven"
     if [ "$SERVER_ONLY" = 1 ]; then
-        PACKAGES="build-essential pkg-config libssl-dev"
+        PACKAGES="build-essential pkg-config libssl-dev xz-utils"
     fi
     if [ "$ALL" = 1 ]; then
         PACKAGES="$PACKAGES openssl ca-certificates sip-tester sipsak baresip-core
@@ -122,9 +129,41 @@ if [ "$ALL" = 1 ]; then
     fi
 fi
 
+# The profile-guided build's flags, when packaging/pgo holds a profile
+# this rustc reads (symbol names and the profile's format are rustc's):
+# the compiler places the code the profile saw run together and inlines
+# by it (docs/bench.md, "A profile-guided build"). Functions changed
+# since the profile was made are built as without one.
+pgo_flags() {
+    local dir=packaging/pgo want have
+    [ "$PLAIN" = 0 ] && [ -f $dir/sipsec.profdata.xz ] && [ -f $dir/rustc.txt ] || return 0
+    want=$(sed -n 's/^commit-hash: //p' $dir/rustc.txt)
+    have=$(rustc -vV | sed -n 's/^commit-hash: //p')
+    if [ "$want" != "$have" ]; then
+        echo "setup.sh: $dir's profile is for rustc $(sed -n 's/^release: //p' $dir/rustc.txt)" \
+            "(${want:0:9}), this is $(rustc -V): building without it" \
+            "(packaging/pgo-build.sh --save makes one for this rustc)" >&2
+        return 0
+    fi
+    mkdir -p target/pgo
+    if ! xz -dc $dir/sipsec.profdata.xz > target/pgo/committed.profdata; then
+        echo "setup.sh: could not decompress $dir/sipsec.profdata.xz (xz-utils): building without it" >&2
+        return 0
+    fi
+    echo "-Cprofile-use=$PWD/target/pgo/committed.profdata" \
+        "-Cllvm-args=-pgo-warn-missing-function=false -Cllvm-args=-no-pgo-warn-mismatch"
+}
+
 if [ "$ALL" = 1 ] || [ "$SERVER_ONLY" = 1 ]; then
-    cargo build --release --locked -p sipsec
-    echo "setup.sh: built target/release/sipsec"
+    PGO=$(pgo_flags)
+    if [ -n "$PGO" ]; then
+        RUSTFLAGS="${RUSTFLAGS:-} $PGO" cargo build --release --locked -p sipsec
+        echo "setup.sh: built target/release/sipsec profile-guided" \
+            "(packaging/pgo, $(sed -n 's/^trained-on: /trained on /p' packaging/pgo/rustc.txt))"
+    else
+        cargo build --release --locked -p sipsec
+        echo "setup.sh: built target/release/sipsec"
+    fi
 fi
 if [ "$SERVER_ONLY" = 1 ]; then
     exit 0

@@ -23,9 +23,25 @@
 # docs/bench.md ("A profile-guided build"). Two release builds and about
 # two minutes of loads: 6-8 minutes on two cores.
 #
-# Usage: packaging/pgo-build.sh   (after ./setup.sh, which installs the peers)
+# With --save, the merged profile is also written, compressed, to
+# packaging/pgo/sipsec.profdata.xz with the rustc that can read it in
+# packaging/pgo/rustc.txt: ./setup.sh builds the release binary with that
+# profile (no training, no second build) when its rustc is that one.
+# Run it with --save after changes to the hot paths, and commit both files.
+#
+# Usage: packaging/pgo-build.sh [--save]   (after ./setup.sh, which installs the peers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+SAVE=0
+case "${1:-}" in
+    "") ;;
+    --save) SAVE=1 ;;
+    *)
+        echo "usage: packaging/pgo-build.sh [--save]" >&2
+        exit 2
+        ;;
+esac
 
 OUT="$PWD/target/pgo"
 RAW="$OUT/profiles/raw"
@@ -70,6 +86,9 @@ for t in ws wss; do
         --refresh-rate 1000 --hold 1
 done
 train bench stir --no-kamailio --calls 2000 --rounds 1
+# Every security layer once, small: digest, TLS handshakes in each key
+# kind, SRTP, PrivaSIP's schemes, so that none of them is compiled as cold.
+train bench security --quick --no-kamailio
 if command -v kamailio >/dev/null 2>&1; then
     train bench trunk --calls 500 --rounds 1
 else
@@ -88,6 +107,15 @@ else
 fi
 
 "$profdata" merge -o "$MERGED" "$RAW"
+if [ "$SAVE" = 1 ]; then
+    mkdir -p packaging/pgo
+    xz -9 -T2 -c "$MERGED" > packaging/pgo/sipsec.profdata.xz
+    # What setup.sh compares with its rustc before using the profile
+    # (symbol names and the profile's format are rustc's and its LLVM's).
+    rustc -vV | sed -n 's/^\(release\|commit-hash\|LLVM version\): /\1: /p' > packaging/pgo/rustc.txt
+    echo "trained-on: $(git rev-parse --short=12 HEAD)" >> packaging/pgo/rustc.txt
+    echo "pgo-build.sh: saved packaging/pgo/sipsec.profdata.xz ($(wc -c < packaging/pgo/sipsec.profdata.xz) bytes) for rustc $(sed -n 's/^release: //p' packaging/pgo/rustc.txt)"
+fi
 RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$MERGED -Cllvm-args=-pgo-warn-missing-function=false" \
     cargo build --release --locked -p sipsec --target-dir "$OUT"
 "$OUT/release/sipsec" --version

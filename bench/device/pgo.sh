@@ -2,9 +2,10 @@
 # The profile-guided build against the plain one on a 16-core machine
 # (about 4 minutes): `bench scale` for both builds beside the null
 # responder at 1 and 8 workers, 1 and 8 flows; then TLS refreshes with 1
-# and 8 reactors for both builds. Carry `target/release/sipsec` stripped
-# as `sipsec` and `target/pgo/release/sipsec` (packaging/pgo-build.sh)
-# stripped as `sipsec-pgo`; run from the repository's root (`bench
+# and 8 reactors for both builds. Carry a plain build (`./setup.sh
+# --server-only --plain`) stripped as `sipsec` and the profile-guided one
+# (`./setup.sh`'s, or `target/pgo/release/sipsec` from
+# packaging/pgo-build.sh) stripped as `sipsec-pgo`; run from the repository's root (`bench
 # scale` reads interop/users.csv). WS, FLOWS, DUR, START, REFINE, CONNS,
 # RATE, T1, T2 change the defaults.
 set -u

@@ -136,6 +136,7 @@ fn licence_and_metadata_are_real() {
         "no made-up repository"
     );
     let ops = std::fs::read_to_string(root().join("docs/operations.md")).expect("docs");
+    assert!(ops.contains("install -m 0755 target/release/sipsec /usr/local/bin/"));
     assert!(ops.contains("cargo install --path crates/sipsec"));
 }
 
@@ -178,4 +179,38 @@ fn the_users_file_stays_readable_by_the_units_group() {
     let m = std::fs::metadata(&users).expect("meta");
     assert_eq!(m.mode() & 0o777, 0o640, "group-readable, no more");
     assert_eq!(m.gid(), gid, "the group kept");
+}
+
+/// The profile `./setup.sh` builds the release binary with: an indexed
+/// LLVM profile (its magic bytes), and beside it the rustc it was made
+/// with, which setup.sh compares before using it.
+#[test]
+fn the_committed_profile_is_an_llvm_profile_for_a_named_rustc() {
+    let dir = root().join("packaging/pgo");
+    let stamp = std::fs::read_to_string(dir.join("rustc.txt")).expect("packaging/pgo/rustc.txt");
+    let field = |name: &str| {
+        stamp
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+            .unwrap_or_else(|| panic!("rustc.txt names no {name}: {stamp}"))
+    };
+    let hash = field("commit-hash");
+    assert!(
+        hash.len() == 40 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hash}"
+    );
+    assert!(field("release").starts_with("1."), "{stamp}");
+    assert!(!field("LLVM version").is_empty());
+    assert!(!field("trained-on").is_empty());
+    let out = Command::new("xz")
+        .arg("-dc")
+        .arg(dir.join("sipsec.profdata.xz"))
+        .output()
+        .expect("xz (setup.sh installs xz-utils)");
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert!(
+        out.stdout.starts_with(b"\xfflprofi\x81"),
+        "not an indexed LLVM profile"
+    );
+    assert!(out.stdout.len() > 1 << 20, "{} bytes", out.stdout.len());
 }
