@@ -518,13 +518,8 @@ pub fn remove_bindings(
         if changes.is_empty() {
             return Ok(0);
         }
-        let prepared = match location.prepare(
-            aor.to_owned(),
-            &changes,
-            false,
-            &reg,
-            &UpdatePolicy::default(),
-        ) {
+        let prepared = match location.prepare(aor, &changes, false, &reg, &UpdatePolicy::default())
+        {
             Ok(p) => p,
             Err(UpdateError::Busy(_)) => {
                 std::thread::yield_now();

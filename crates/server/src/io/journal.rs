@@ -371,7 +371,7 @@ impl Persistence {
                 return;
             }
             buf.clear();
-            encode_bind(0, aor, b, &mut buf);
+            encode_bind(0, aor.as_bytes(), b, &mut buf);
             bytes += buf.len() as u64;
             if let Err(e) = w.write_all(&buf) {
                 failed = Some(e);

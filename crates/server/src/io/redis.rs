@@ -357,7 +357,7 @@ impl RedisStore {
         let prefix = self.settings.prefix.as_str();
         let aor = |change: &[Record]| {
             change.first().map(|r| match r {
-                Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor.clone(),
+                Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor.to_string(),
             })
         };
         let changes: Vec<(String, &[Record])> = changes
@@ -427,7 +427,7 @@ fn load(
                     continue;
                 };
                 if binding.expires_at > now {
-                    all.entry(aor).or_default().push(binding);
+                    all.entry(aor.to_string()).or_default().push(binding);
                 }
             }
         }

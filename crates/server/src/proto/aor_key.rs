@@ -3,7 +3,8 @@
 //! key (most are: `sip:user@host`) is read from the cache line the probe
 //! has just loaded, not from an allocation of its own elsewhere in
 //! memory, which at a REGISTER a phone sends once an hour is rarely in
-//! any cache.
+//! any cache. A change's records carry their AoR the same way, so that
+//! preparing one allocates nothing for it.
 
 /// Keys up to this many bytes are kept in the entry; the size makes
 /// [`AorKey`] six words, the same as a `String` and a spare `Vec` header.
@@ -13,7 +14,10 @@ const _: () = assert!(INLINE <= u8::MAX as usize);
 
 /// An AoR, inline when short.
 #[derive(Clone)]
-pub enum AorKey {
+pub struct AorKey(Repr);
+
+#[derive(Clone)]
+enum Repr {
     /// `len` bytes of `bytes`, always a whole UTF-8 string.
     Inline { len: u8, bytes: [u8; INLINE] },
     /// A longer key.
@@ -24,31 +28,90 @@ impl AorKey {
     /// The key for `aor`.
     pub fn new(aor: &str) -> Self {
         if aor.len() > INLINE {
-            return AorKey::Heap(aor.into());
+            return AorKey(Repr::Heap(aor.into()));
         }
         let mut bytes = [0; INLINE];
         bytes[..aor.len()].copy_from_slice(aor.as_bytes());
-        AorKey::Inline {
+        AorKey(Repr::Inline {
             len: aor.len() as u8,
             bytes,
-        }
+        })
     }
 
     /// Whether this is the key of `aor` (bytes only: no UTF-8 check).
-    pub fn is(&self, aor: &str) -> bool {
-        match self {
-            AorKey::Inline { len, bytes } => &bytes[..usize::from(*len)] == aor.as_bytes(),
-            AorKey::Heap(s) => **s == *aor,
+    pub fn is(&self, aor: &(impl AsRef<[u8]> + ?Sized)) -> bool {
+        self.as_bytes() == aor.as_ref()
+    }
+
+    /// The AoR's bytes (no UTF-8 check: what a journal line copies).
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(s) => s.as_bytes(),
         }
+    }
+
+    /// The AoR's length in bytes.
+    pub fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    /// Whether the AoR is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The AoR.
     pub fn as_str(&self) -> &str {
-        match self {
-            AorKey::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+        match &self.0 {
+            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
                 .expect("an inline key is copied whole from a str"),
-            AorKey::Heap(s) => s,
+            Repr::Heap(s) => s,
         }
+    }
+}
+
+impl PartialEq for AorKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for AorKey {}
+
+impl AsRef<[u8]> for AorKey {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PartialEq<str> for AorKey {
+    fn eq(&self, other: &str) -> bool {
+        self.is(other)
+    }
+}
+
+impl PartialEq<&str> for AorKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.is(*other)
+    }
+}
+
+impl From<&str> for AorKey {
+    fn from(aor: &str) -> Self {
+        AorKey::new(aor)
+    }
+}
+
+impl From<String> for AorKey {
+    fn from(aor: String) -> Self {
+        AorKey::new(&aor)
+    }
+}
+
+impl std::fmt::Display for AorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -69,8 +132,11 @@ mod tests {
         let long = format!("sip:{}@example.com", "ü".repeat(40));
         for (aor, inline) in [(short, true), (edge.as_str(), true), (long.as_str(), false)] {
             let k = AorKey::new(aor);
-            assert_eq!(matches!(k, AorKey::Inline { .. }), inline, "{aor}");
+            assert_eq!(matches!(k.0, Repr::Inline { .. }), inline, "{aor}");
             assert_eq!(k.as_str(), aor);
+            assert_eq!((k.as_bytes(), k.len()), (aor.as_bytes(), aor.len()));
+            assert_eq!(k, AorKey::from(aor.to_owned()));
+            assert_ne!(k, AorKey::new(&aor[1..]));
             assert!(k.is(aor));
             assert!(!k.is(&aor[..aor.len() - 1]), "a prefix is another AoR");
             assert!(!k.is(&format!("{aor}x")), "so is a longer one");

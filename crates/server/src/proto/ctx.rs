@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use sip_core::uri::Host;
+use sip_core::via::BRANCH_MAGIC_COOKIE;
 use sip_core::writer::{write_response, ResponseOptions};
 use sip_core::{Message, Method, StatusCode};
 
@@ -241,13 +242,18 @@ impl Ctx {
             bump(&self.shared.metrics.dropped);
             return Reply::Drop;
         }
-        // The same request (and its retransmissions, byte for byte the
-        // same) always gets the same tag: its From whole, tag and all,
-        // without looking for the tag among its parameters.
+        // The same request (and its retransmissions) always gets the same
+        // tag, keyed by a secret so that no one can foretell it (RFC 3261
+        // §19.3): from its Call-ID and its branch, which RFC 3261 makes
+        // unique to the transaction (§8.1.1.7, the magic cookie says so),
+        // or, from an RFC 2543 client, the From whole as well, tag and all.
         let mut h = self.shared.branch_salt.build_hasher();
+        let branch = msg.top_via().branch().unwrap_or("");
         h.write(msg.call_id().as_bytes());
-        h.write(msg.from().as_str().as_bytes());
-        h.write(msg.top_via().branch().unwrap_or("").as_bytes());
+        if !branch.starts_with(BRANCH_MAGIC_COOKIE) {
+            h.write(msg.from().as_str().as_bytes());
+        }
+        h.write(branch.as_bytes());
         self.tag.clear();
         self.tag.push_str(LOCAL_TAG_PREFIX);
         sip_core::writer::push_hex(&mut self.tag, h.finish() & 0xffff_ffff_ffff, 12);
@@ -483,5 +489,35 @@ mod tests {
             core.hop(Host::Name("localhost"), None, Transport::Tls),
             at("127.0.0.1:5061")
         );
+    }
+
+    #[test]
+    fn a_local_tag_is_its_transactions_alone() {
+        let mut core = crate::fuzzing::server(1);
+        let ctx = &mut core.ctx;
+        let src: SocketAddr = "192.0.2.9:5060".parse().expect("literal");
+        let mut tag = |branch: &str, from_tag: &str, call_id: &str| {
+            let req = format!(
+                "OPTIONS sip:a@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.9;branch={branch}\r\n\
+                 From: <sip:x@example.net>;tag={from_tag}\r\nTo: <sip:a@example.com>\r\n\
+                 Call-ID: {call_id}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+            );
+            let msg = Message::parse(req.as_bytes()).expect("request");
+            let mut out = Vec::new();
+            ctx.respond(&msg, StatusCode::OK, &[], src, &mut out);
+            let answer = Message::parse(&out).expect("answer");
+            answer.to().tag().expect("tagged").to_owned()
+        };
+        let first = tag("z9hG4bK1", "f1", "c1");
+        assert!(first.starts_with(LOCAL_TAG_PREFIX), "{first}");
+        assert_eq!(first, tag("z9hG4bK1", "f1", "c1"), "a retransmission's");
+        // RFC 3261 branches name the transaction: the From is not read.
+        assert_eq!(first, tag("z9hG4bK1", "f2", "c1"));
+        assert_ne!(first, tag("z9hG4bK2", "f1", "c1"), "another branch");
+        assert_ne!(first, tag("z9hG4bK1", "f1", "c2"), "another call");
+        // An RFC 2543 branch does not: the From tells requests apart.
+        let old = tag("1", "f1", "c1");
+        assert_eq!(old, tag("1", "f1", "c1"));
+        assert_ne!(old, tag("1", "f2", "c1"));
     }
 }

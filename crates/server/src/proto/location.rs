@@ -173,7 +173,7 @@ pub enum Record {
         /// Sequence number.
         seq: u64,
         /// AoR.
-        aor: String,
+        aor: AorKey,
         /// The binding.
         binding: Binding,
     },
@@ -182,7 +182,7 @@ pub enum Record {
         /// Sequence number.
         seq: u64,
         /// AoR.
-        aor: String,
+        aor: AorKey,
         /// Contact URI.
         contact: String,
     },
@@ -205,7 +205,7 @@ impl Record {
 #[derive(Debug)]
 #[must_use = "a prepared change keeps its AoR busy until committed"]
 pub struct Prepared {
-    aor: String,
+    aor: AorKey,
     /// The AoR's hash in the backend (its shard and slot), so committing
     /// looks nothing up twice.
     hash: u64,
@@ -250,7 +250,7 @@ impl Prepared {
 
     /// The address-of-record it changes.
     pub fn aor(&self) -> &str {
-        &self.aor
+        self.aor.as_str()
     }
 
     /// The AoR's live bindings as they will be once the change is
@@ -312,15 +312,15 @@ struct Shard {
 }
 
 impl Shard {
-    fn get(&self, hash: u64, aor: &str) -> Option<&Aor> {
+    fn get(&self, hash: u64, aor: &(impl AsRef<[u8]> + ?Sized)) -> Option<&Aor> {
         self.map.find(hash, |(k, _)| k.is(aor)).map(|(_, a)| a)
     }
 
-    fn get_mut(&mut self, hash: u64, aor: &str) -> Option<&mut Aor> {
+    fn get_mut(&mut self, hash: u64, aor: &(impl AsRef<[u8]> + ?Sized)) -> Option<&mut Aor> {
         self.map.find_mut(hash, |(k, _)| k.is(aor)).map(|(_, a)| a)
     }
 
-    fn remove(&mut self, hash: u64, aor: &str) {
+    fn remove(&mut self, hash: u64, aor: &(impl AsRef<[u8]> + ?Sized)) {
         if let Ok(e) = self.map.find_entry(hash, |(k, _)| k.is(aor)) {
             e.remove();
         }
@@ -435,13 +435,13 @@ impl MemoryLocation {
     /// Applies a journal record during recovery.
     pub fn replay(&self, r: Record) {
         let hash = match &r {
-            Record::Bind { aor, .. } | Record::Remove { aor, .. } => self.hash(aor),
+            Record::Bind { aor, .. } | Record::Remove { aor, .. } => self.hash(aor.as_str()),
         };
         let mut shard = self.shards.write(Self::shard(hash));
         match r {
             Record::Bind { seq, aor, binding } => {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
-                let list = &mut shard.entry(hash, &aor, |k| self.hash(k)).list;
+                let list = &mut shard.entry(hash, aor.as_str(), |k| self.hash(k)).list;
                 let before = list.len();
                 bind(list, binding);
                 self.held_changed(before, list.len());
@@ -478,21 +478,23 @@ impl MemoryLocation {
     /// [`Prepared`] change.
     pub fn prepare(
         &self,
-        key: String,
+        aor: &str,
         changes: &[ContactChange<'_>],
         remove_all: bool,
         reg: &Registration<'_>,
         policy: &UpdatePolicy,
     ) -> Result<Prepared, UpdateError> {
         let (call_id, cseq, now) = (reg.call_id, reg.cseq, reg.now);
-        let hash = self.hash(&key);
+        let hash = self.hash(aor);
         let mut shard = self.shards.write(Self::shard(hash));
-        let aor = key.as_str();
         let shard = &mut *shard;
         let mut stored = shard.get_mut(hash, aor);
         if stored.as_ref().is_some_and(|a| a.pending.is_some()) {
-            return Err(UpdateError::Busy(key));
+            return Err(UpdateError::Busy(aor.to_owned()));
         }
+        // The change's records and the entry's key hold the AoR inline
+        // (when short, as most are): no allocation for it.
+        let key = AorKey::new(aor);
         let had: &[Binding] = stored.as_deref().map_or(&[], |a| &a.list);
         // The stored list changes only once persisted: the change works on
         // indexes into it, and copies only the bindings it keeps.
@@ -510,8 +512,8 @@ impl MemoryLocation {
                 });
             }
         }
-        let mut records = apply(&mut order, had, aor, changes, remove_all, reg);
-        make_room(&mut order, had, &mut records, aor, changes, policy)?;
+        let mut records = apply(&mut order, had, &key, changes, remove_all, reg);
+        make_room(&mut order, had, &mut records, &key, changes, policy)?;
         if order.len() > had.len()
             && self.held().saturating_add(order.len() - had.len()) > policy.max_bindings
         {
@@ -561,9 +563,7 @@ impl MemoryLocation {
                     };
                     shard
                         .map
-                        .insert_unique(hash, (AorKey::new(aor), entry), |(k, _)| {
-                            self.hash(k.as_str())
-                        });
+                        .insert_unique(hash, (key.clone(), entry), |(k, _)| self.hash(k.as_str()));
                 }
             }
             token
@@ -722,10 +722,10 @@ impl MemoryLocation {
 }
 
 /// A record that removes `contact` from `aor`.
-fn removal(aor: &str, contact: String) -> Record {
+fn removal(aor: &AorKey, contact: String) -> Record {
     Record::Remove {
         seq: 0,
-        aor: aor.to_owned(),
+        aor: aor.clone(),
         contact,
     }
 }
@@ -736,7 +736,7 @@ fn removal(aor: &str, contact: String) -> Record {
 fn apply(
     list: &mut Slots,
     had: &[Binding],
-    aor: &str,
+    aor: &AorKey,
     changes: &[ContactChange<'_>],
     remove_all: bool,
     reg: &Registration<'_>,
@@ -773,7 +773,7 @@ fn apply(
         }
         records.push(Record::Bind {
             seq: 0,
-            aor: aor.to_owned(),
+            aor: aor.clone(),
             binding: made(c, reg),
         });
         let slot = Slot::Made(records.len() - 1);
@@ -812,7 +812,7 @@ fn make_room(
     list: &mut Slots,
     had: &[Binding],
     records: &mut Records,
-    aor: &str,
+    aor: &AorKey,
     changes: &[ContactChange<'_>],
     policy: &UpdatePolicy,
 ) -> Result<(), UpdateError> {
@@ -863,7 +863,7 @@ pub(crate) mod tests {
         current: &mut Vec<Binding>,
     ) -> Result<(), Failure> {
         let prepared = loc
-            .prepare(aor.to_owned(), changes, remove_all, reg, policy)
+            .prepare(aor, changes, remove_all, reg, policy)
             .map_err(Failure::Refused)?;
         current.clear();
         current.extend(prepared.bindings().cloned());
@@ -991,13 +991,7 @@ pub(crate) mod tests {
             q("sip:a@1.1.1.1", 90, 900),
         ];
         let prepared = loc
-            .prepare(
-                "sip:a@x".into(),
-                &changes,
-                false,
-                &reg("c1", 2, 101),
-                &policy,
-            )
+            .prepare("sip:a@x", &changes, false, &reg("c1", 2, 101), &policy)
             .expect("prepare");
         let listed: Vec<(String, u16, u64)> = prepared
             .bindings()
@@ -1020,7 +1014,7 @@ pub(crate) mod tests {
         // A binding the change does not name is kept, and listed by its q.
         let prepared = loc
             .prepare(
-                "sip:a@x".into(),
+                "sip:a@x",
                 &[q("sip:a@4.4.4.4", 60, 500)],
                 false,
                 &reg("c4", 1, 102),
@@ -1268,7 +1262,7 @@ pub(crate) mod tests {
         loc.replay(bind("sip:a@0.0.0.0", "old"));
         let prepare = |contact: &str, expires: u32| {
             loc.prepare(
-                "sip:a@x".into(),
+                "sip:a@x",
                 &[change(contact, expires)],
                 false,
                 &reg("here", 1, 100),
@@ -1328,7 +1322,7 @@ pub(crate) mod tests {
         let mut cur = Vec::new();
         let first = loc
             .prepare(
-                "sip:a@x".into(),
+                "sip:a@x",
                 &[change("sip:a@1.1.1.1", 60)],
                 false,
                 &reg("c1", 1, 100),
@@ -1343,7 +1337,7 @@ pub(crate) mod tests {
         );
         assert_eq!(loc.len(100), 0, "nothing applied before the commit");
         let second = loc.prepare(
-            "sip:a@x".into(),
+            "sip:a@x",
             &[change("sip:a@2.2.2.2", 60)],
             false,
             &reg("c2", 1, 100),
@@ -1368,7 +1362,7 @@ pub(crate) mod tests {
         ));
         let other = loc
             .prepare(
-                "sip:b@x".into(),
+                "sip:b@x",
                 &[change("sip:b@1.1.1.1", 60)],
                 false,
                 &reg("c3", 1, 100),
@@ -1386,7 +1380,7 @@ pub(crate) mod tests {
         assert_eq!(loc.len(100), 1, "only b@x was stored");
         let again = loc
             .prepare(
-                "sip:a@x".into(),
+                "sip:a@x",
                 &[change("sip:a@2.2.2.2", 60)],
                 false,
                 &reg("c2", 1, 100),

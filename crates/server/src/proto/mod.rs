@@ -3,7 +3,7 @@
 //! Nothing here reads a clock, opens a file or socket, or imports
 //! [`crate::io`]; `tests/sans_io.rs` keeps it so.
 
-mod aor_key;
+pub mod aor_key;
 pub mod auth;
 pub mod binding;
 pub mod branch;

@@ -4,17 +4,18 @@
 
 use sip_core::writer::write_u64;
 
+use crate::proto::aor_key::AorKey;
 use crate::proto::location::{Binding, Flow, Parts, Record, Strings};
 
 /// Writes a binding of `aor` as a line of sequence `seq` (snapshots write
 /// every live binding this way). Written field by field: every REGISTER
 /// that changes a binding writes one, and the formatting machinery cost
 /// more than the rest of the line.
-pub fn encode_bind(seq: u64, aor: &str, b: &Binding, out: &mut Vec<u8>) {
+pub fn encode_bind(seq: u64, aor: &[u8], b: &Binding, out: &mut Vec<u8>) {
     write_u64(out, seq);
     out.extend_from_slice(b"\tB\t");
-    for f in [aor, b.contact()] {
-        out.extend_from_slice(f.as_bytes());
+    for f in [aor, b.contact().as_bytes()] {
+        out.extend_from_slice(f);
         out.push(b'\t');
     }
     write_u64(out, b.expires_at);
@@ -56,7 +57,7 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) {
             seq,
             aor,
             binding: b,
-        } => encode_bind(*seq, aor, b, out),
+        } => encode_bind(*seq, aor.as_bytes(), b, out),
         Record::Remove { seq, aor, contact } => {
             write_u64(out, *seq);
             out.extend_from_slice(b"\tD\t");
@@ -74,7 +75,7 @@ pub fn decode(line: &str) -> Option<Record> {
     let seq = f.next()?.parse().ok()?;
     match f.next()? {
         "B" => {
-            let aor = f.next()?.to_owned();
+            let aor = AorKey::new(f.next()?);
             let contact = f.next()?;
             let expires_at = f.next()?.parse().ok()?;
             let q = f.next()?.parse().ok()?;
@@ -107,7 +108,7 @@ pub fn decode(line: &str) -> Option<Record> {
                 .then_some(Record::Bind { seq, aor, binding })
         }
         "D" => {
-            let aor = f.next()?.to_owned();
+            let aor = AorKey::new(f.next()?);
             let contact = f.next()?.to_owned();
             f.next()
                 .is_none()
@@ -141,7 +142,7 @@ mod tests {
         let mut out = Vec::new();
         encode_bind(
             18_446_744_073_709_551_615,
-            "alice@h",
+            b"alice@h",
             &binding("10.0.0.255:65535"),
             &mut out,
         );

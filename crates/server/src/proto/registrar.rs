@@ -13,7 +13,7 @@ use crate::proto::ctx::Ctx;
 use crate::proto::location::{ContactChange, Prepared, Registration, UpdateError, UpdatePolicy};
 use crate::proto::metrics::Stage;
 use crate::proto::reply::{bump, unverified_budget, Reply, MAX_DATAGRAM};
-use crate::proto::uris::{aor_of, first_path_uri, has_option_tag, reveal};
+use crate::proto::uris::{first_path_uri, has_option_tag, push_aor, reveal};
 
 /// What a REGISTER asks of its contacts: the usual one without an
 /// allocation.
@@ -40,6 +40,8 @@ pub(super) struct Registrar {
     /// A binding change waiting for `Core::persisted`, and where its
     /// answer goes.
     pub(super) pending: Option<(Prepared, SocketAddr, Transport)>,
+    /// The REGISTER's AoR is written here, kept from one to the next.
+    aor: String,
 }
 
 /// What the 200 to a REGISTER says besides the bindings.
@@ -117,7 +119,10 @@ impl Registrar {
                 return ctx.respond(msg, StatusCode::FORBIDDEN, &[], src, out);
             }
         }
-        let aor = aor_of(&to_user, to_host);
+        // The buffer is taken (a REGISTER refused before it is prepared
+        // leaves the next one to allocate it again).
+        let mut aor = std::mem::take(&mut self.aor);
+        push_aor(&mut aor, &to_user, to_host);
         let star = msg.is_contact_star();
         if star && (msg.expires() != Some(0) || msg.contact_count() > 0) {
             return ctx.respond(
@@ -157,7 +162,9 @@ impl Registrar {
         {
             self.websocket_aors.push(aor.clone());
         }
-        let prepared = match self.prepare_change(ctx, msg, src, aor, &changes, star, now, out) {
+        let prepared = self.prepare_change(ctx, msg, src, &aor, &changes, star, now, out);
+        self.aor = aor;
+        let prepared = match prepared {
             Ok(p) => p,
             Err(reply) => return reply,
         };
@@ -281,7 +288,7 @@ impl Registrar {
         ctx: &mut Ctx,
         msg: &Message<'_>,
         src: SocketAddr,
-        aor: String,
+        aor: &str,
         changes: &[ContactChange<'_>],
         star: bool,
         now: u64,

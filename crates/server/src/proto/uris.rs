@@ -20,6 +20,14 @@ pub fn aor(uri: &Uri<'_>) -> Option<String> {
 #[inline]
 pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
     let mut s = String::with_capacity(8 + user.len() + 32);
+    push_aor(&mut s, user, host);
+    s
+}
+
+/// Writes [`aor_of`] into `s`, cleared first.
+#[inline]
+pub(super) fn push_aor(s: &mut String, user: &str, host: Host<'_>) {
+    s.clear();
     s.push_str("sip:");
     s.push_str(user);
     s.push('@');
@@ -30,12 +38,11 @@ pub(super) fn aor_of(user: &str, host: Host<'_>) -> String {
             }
         }
         // Without the formatting machinery: this runs for every REGISTER.
-        Host::V4(a) => sip_core::writer::push_ip(&mut s, a.into()),
+        Host::V4(a) => sip_core::writer::push_ip(s, a.into()),
         other => {
             let _ = write!(s, "{other}");
         }
     }
-    s
 }
 
 /// What a user part at this server stands for: itself, or the ID inside
