@@ -355,11 +355,7 @@ impl RedisStore {
     /// batch is stored whole or not at all.
     fn command(&mut self, changes: &[&[Record]]) -> redis::Cmd {
         let prefix = self.settings.prefix.as_str();
-        let aor = |change: &[Record]| {
-            change.first().map(|r| match r {
-                Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor.to_string(),
-            })
-        };
+        let aor = |change: &[Record]| change.first().map(|r| r.aor().to_string());
         let changes: Vec<(String, &[Record])> = changes
             .iter()
             .filter_map(|c| aor(c).map(|a| (a, *c)))

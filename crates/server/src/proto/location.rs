@@ -189,6 +189,13 @@ pub enum Record {
 }
 
 impl Record {
+    /// The AoR it changes.
+    pub fn aor(&self) -> &AorKey {
+        match self {
+            Record::Bind { aor, .. } | Record::Remove { aor, .. } => aor,
+        }
+    }
+
     /// About the bytes the record takes in a journal line.
     pub fn approximate_len(&self) -> usize {
         const FIELDS: usize = 96;
@@ -205,12 +212,14 @@ impl Record {
 #[derive(Debug)]
 #[must_use = "a prepared change keeps its AoR busy until committed"]
 pub struct Prepared {
-    aor: AorKey,
     /// The AoR's hash in the backend (its shard and slot), so committing
     /// looks nothing up twice.
     hash: u64,
     /// 0: nothing to persist, nothing marked.
     token: u64,
+    /// Each names the AoR: the change does not again (a `Prepared` is
+    /// moved from the decision to the store and back; the smaller, the
+    /// cheaper).
     records: Records,
     /// The AoR's bindings as they will be after the change, highest q
     /// first: stored ones it keeps (copied into `kept`) and ones its
@@ -250,7 +259,7 @@ impl Prepared {
 
     /// The address-of-record it changes.
     pub fn aor(&self) -> &str {
-        self.aor.as_str()
+        self.records.first().map_or("", |r| r.aor().as_str())
     }
 
     /// The AoR's live bindings as they will be once the change is
@@ -434,9 +443,7 @@ impl MemoryLocation {
 
     /// Applies a journal record during recovery.
     pub fn replay(&self, r: Record) {
-        let hash = match &r {
-            Record::Bind { aor, .. } | Record::Remove { aor, .. } => self.hash(aor.as_str()),
-        };
+        let hash = self.hash(r.aor().as_str());
         let mut shard = self.shards.write(Self::shard(hash));
         match r {
             Record::Bind { seq, aor, binding } => {
@@ -569,7 +576,6 @@ impl MemoryLocation {
             token
         };
         Ok(Prepared {
-            aor: key,
             hash,
             token,
             records,
@@ -589,7 +595,11 @@ impl MemoryLocation {
         }
         let hash = prepared.hash;
         let mut shard = self.shards.write(Self::shard(hash));
-        let Some(a) = shard.get_mut(hash, &prepared.aor) else {
+        // A change with a token has records, and each names the AoR.
+        let Some(key) = prepared.records.first().map(Record::aor) else {
+            return Vec::new();
+        };
+        let Some(a) = shard.get_mut(hash, key) else {
             return Vec::new();
         };
         let Some(token) = a.pending.take() else {
@@ -598,21 +608,33 @@ impl MemoryLocation {
         let woken = std::mem::take(&mut a.waiting);
         debug_assert_eq!(token, prepared.token, "one change per AoR in flight");
         let before = a.list.len();
-        if stored {
-            // Contact by contact, as the shared store applies it: another
-            // node's change to this AoR that arrived meanwhile (`replay`,
-            // `replace_all`) stays.
-            for r in prepared.records {
-                match r {
-                    Record::Bind { binding, .. } => bind(&mut a.list, binding),
-                    Record::Remove { contact, .. } => a.list.retain(|b| b.contact() != contact),
+        // Contact by contact, as the shared store applies it: another
+        // node's change to this AoR that arrived meanwhile (`replay`,
+        // `replace_all`) stays. The AoR is moved out of each record, not
+        // copied: the last one removes an entry left empty.
+        let mut aor = None;
+        for r in prepared.records {
+            aor = Some(match r {
+                Record::Bind { binding, aor, .. } => {
+                    if stored {
+                        bind(&mut a.list, binding);
+                    }
+                    aor
                 }
-            }
+                Record::Remove { contact, aor, .. } => {
+                    if stored {
+                        a.list.retain(|b| b.contact() != contact);
+                    }
+                    aor
+                }
+            });
+        }
+        if stored {
             a.list.sort_by_key(|b| std::cmp::Reverse(b.q));
         }
         self.held_changed(before, a.list.len());
-        if a.list.is_empty() {
-            shard.remove(hash, &prepared.aor);
+        if let Some(aor) = aor.filter(|_| a.list.is_empty()) {
+            shard.remove(hash, &aor);
         }
         woken
     }
