@@ -1026,6 +1026,46 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
     s.handle.shutdown();
 }
 
+/// A trunk held because its peer reads nothing is not read, so a message
+/// it had begun waits in the server's buffer for as long as the hold
+/// lasts: that is the server's doing, not the peer's, and its
+/// `message_timeout` counts from when reading resumes (a hold for the
+/// peer is bounded by `send_timeout`, one for the other reactors by their
+/// pace). Before, a hold longer than the message timeout closed the trunk
+/// with a reset (3 runs of 4 here), the likely cause of a reset that
+/// `a_busy_trunk_that_reads_slowly_is_held_not_closed` met once in CI
+/// with the default 10 s.
+#[test]
+fn a_message_begun_before_a_hold_is_not_timed_out_by_it() {
+    let message_timeout = Duration::from_millis(300);
+    let s = on_reactors(
+        "trunk-hold-timer",
+        2,
+        ConnectionLimits {
+            spread_above: 20,
+            spread_always: true,
+            message_timeout,
+            ..ConnectionLimits::default()
+        },
+        None,
+    );
+    const EACH: u32 = 5;
+    let (mut trunk, calls, sending) = slow_trunk(&s, EACH, 0);
+    let m = &s.handle.shared().metrics;
+    eventually("the trunk held back", Duration::from_secs(20), || {
+        m.spread(Spread::PeerWaits) + m.spread(Spread::Held) > 0
+    });
+    // The deadline a message begun before the hold would have had passes
+    // (and the sweeps that would close it run) while the peer reads
+    // nothing.
+    std::thread::sleep(5 * message_timeout);
+    answered_in_order(&mut trunk, calls, EACH);
+    sending.join().expect("writer").expect("write");
+    assert_eq!(closed(&s, CloseReason::MessageTimeout), 0);
+    assert_eq!(closed(&s, CloseReason::SlowReader), 0);
+    s.handle.shutdown();
+}
+
 /// A busy trunk whose peer never reads is held while its answers wait,
 /// without being tried again on a timer (it is read again only on the
 /// writable edge that says its peer took them), and is closed as a slow

@@ -669,6 +669,15 @@ impl Reactor {
                 c.busy.waits_for_peer = false;
                 self.again.push(*t);
             }
+            if c.busy.waits_for_peer || self.held.contains(t) {
+                // Not read for now (its peer takes nothing, which
+                // `send_timeout` bounds, or other reactors are behind on
+                // it): a message it had begun waits on us, so its clock
+                // starts again when reading does.
+                if let Some(start) = &mut c.message_start {
+                    *start = now;
+                }
+            }
             let reason = if c.connecting {
                 (now >= c.opened + l.connect_timeout).then_some(CloseReason::ConnectFailed)
             } else if c.opening() && now >= c.opened + l.handshake_timeout {

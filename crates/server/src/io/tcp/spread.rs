@@ -189,6 +189,7 @@ impl Reactor {
         if (bound && self.handed_too_many()) || conn.handed.load(Ordering::Relaxed) >= IN_FLIGHT {
             self.held.push(t);
             metrics.spread_add(Spread::Held);
+            self.unread(t);
             return true;
         }
         let waits = lock(&conn.tx).backlogged();
@@ -197,8 +198,22 @@ impl Reactor {
         }
         if waits {
             metrics.spread_add(Spread::PeerWaits);
+            self.unread(t);
         }
         waits
+    }
+
+    /// `t` is not read for now: a message it had begun waits on this
+    /// reactor, not on its peer, so its `message_timeout` counts from
+    /// when reading resumes (the sweep restarts it while the hold lasts).
+    fn unread(&mut self, t: mio::Token) {
+        if let Some(start) = self
+            .locals
+            .get_mut(&t)
+            .and_then(|l| l.message_start.as_mut())
+        {
+            *start = Instant::now();
+        }
     }
 
     /// The peer of `t` took every byte that waited for it: a connection
