@@ -1000,18 +1000,9 @@ fn a_busy_connection_whose_reactor_keeps_up_decides_its_calls_itself() {
 /// nothing was closed.
 #[test]
 fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
-    let s = on_reactors(
-        "trunk-slow-reader",
-        2,
-        ConnectionLimits {
-            spread_above: 20,
-            spread_always: true,
-            ..ConnectionLimits::default()
-        },
-        None,
-    );
     const EACH: u32 = 5;
-    let (mut trunk, calls, sending) = slow_trunk(&s, EACH, 0);
+    let (s, mut trunk, calls, sending) =
+        slow_trunk_on_two("trunk-slow-reader", ConnectionLimits::default(), EACH, 0);
     let m = &s.handle.shared().metrics;
     eventually("the trunk held back", Duration::from_secs(20), || {
         m.spread(Spread::Held) > 0
@@ -1038,19 +1029,12 @@ fn a_busy_trunk_that_reads_slowly_is_held_not_closed() {
 #[test]
 fn a_message_begun_before_a_hold_is_not_timed_out_by_it() {
     let message_timeout = Duration::from_millis(300);
-    let s = on_reactors(
-        "trunk-hold-timer",
-        2,
-        ConnectionLimits {
-            spread_above: 20,
-            spread_always: true,
-            message_timeout,
-            ..ConnectionLimits::default()
-        },
-        None,
-    );
     const EACH: u32 = 5;
-    let (mut trunk, calls, sending) = slow_trunk(&s, EACH, 0);
+    let limits = ConnectionLimits {
+        message_timeout,
+        ..ConnectionLimits::default()
+    };
+    let (s, mut trunk, calls, sending) = slow_trunk_on_two("trunk-hold-timer", limits, EACH, 0);
     let m = &s.handle.shared().metrics;
     eventually("the trunk held back", Duration::from_secs(20), || {
         m.spread(Spread::PeerWaits) + m.spread(Spread::Held) > 0
@@ -1074,20 +1058,13 @@ fn a_message_begun_before_a_hold_is_not_timed_out_by_it() {
 /// every millisecond, and it stayed open until the idle timeout (600 s).
 #[test]
 fn a_busy_trunk_that_never_reads_is_closed_at_the_send_timeout() {
-    let s = on_reactors(
-        "trunk-never-reads",
-        2,
-        ConnectionLimits {
-            spread_above: 20,
-            spread_always: true,
-            send_timeout: Duration::from_secs(4),
-            // Its answers (8 KB each, echoing 40 Vias) in flight fit.
-            queue_bytes: 4 << 20,
-            ..ConnectionLimits::default()
-        },
-        None,
-    );
-    let (mut trunk, _, sending) = slow_trunk(&s, 5, 40);
+    let limits = ConnectionLimits {
+        send_timeout: Duration::from_secs(4),
+        // Its answers (8 KB each, echoing 40 Vias) in flight fit.
+        queue_bytes: 4 << 20,
+        ..ConnectionLimits::default()
+    };
+    let (s, mut trunk, _, sending) = slow_trunk_on_two("trunk-never-reads", limits, 5, 40);
     let m = &s.handle.shared().metrics;
     let waits = || m.spread(Spread::Held) + m.spread(Spread::PeerWaits);
     eventually(
@@ -1138,6 +1115,29 @@ fn a_phone_that_stops_reading_is_closed_at_the_send_timeout() {
     assert_eq!(closed(&s, CloseReason::Idle), 0);
     assert!(closed_within(&mut phone, Duration::from_secs(10)));
     s.handle.shutdown();
+}
+
+/// The trunk of [`slow_trunk`] on a registrar whose two reactors spread
+/// every busy connection (`limits` for the rest).
+fn slow_trunk_on_two(
+    name: &str,
+    limits: ConnectionLimits,
+    each: u32,
+    vias: usize,
+) -> (
+    Served,
+    TcpStream,
+    u32,
+    std::thread::JoinHandle<std::io::Result<()>>,
+) {
+    let limits = ConnectionLimits {
+        spread_above: 20,
+        spread_always: true,
+        ..limits
+    };
+    let s = on_reactors(name, 2, limits, None);
+    let (trunk, calls, sending) = slow_trunk(&s, each, vias);
+    (s, trunk, calls, sending)
 }
 
 /// A trunk that reads slowly: a connection to `s` with a small receive
