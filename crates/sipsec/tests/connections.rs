@@ -173,6 +173,33 @@ fn text_of(o: &std::process::Output) -> String {
     text(o)
 }
 
+/// Phones refreshed twice before the measured refresh: each warm pass is
+/// reported, and the measured one still counts every phone once.
+#[test]
+fn warm_refreshes_come_before_the_measured_one() {
+    let dir = tempdir("bench-connections-warm");
+    let json = dir.join("c.json");
+    let out = Command::new(BIN)
+        .args(["bench", "connections", "--transport", "tcp"])
+        .args(["--connections", "300", "--refresh-rate", "3000"])
+        .args(["--hold", "0", "--warm-refreshes", "2", "--json"])
+        .arg(&json)
+        .output()
+        .expect("sipsec bench connections runs");
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    for pass in [
+        "warm refresh 1 of 2: 300 refreshed",
+        "warm refresh 2 of 2: 300 refreshed",
+    ] {
+        assert!(text.contains(pass), "{text}");
+    }
+    let o = &outcomes(&json)[0];
+    assert_eq!(o["refreshed"], 300, "{o}");
+    assert_eq!(o["refresh_failures"], serde_json::json!({}), "{o}");
+    assert!(o["server_cpu_us_per_refresh"].as_f64().is_some(), "{o}");
+}
+
 #[test]
 fn tcp_phones_side_by_side_with_kamailio() {
     side_by_side_with_kamailio("tcp", 1);

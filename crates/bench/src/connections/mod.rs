@@ -106,6 +106,11 @@ pub struct Plan {
     pub in_flight: usize,
     /// Refreshes per second in the refresh phase (all phones once).
     pub refresh_rate: f64,
+    /// Refreshes of every phone, at the same rate, before the measured
+    /// one: phones that keep refreshing, as they do in service, meet a
+    /// server whose tables have stopped growing (a table's growth moves
+    /// its entries) and whose caches they have warmed.
+    pub warm_refreshes: usize,
     /// Seconds to hold the connections idle before measuring memory.
     pub hold: Duration,
     /// A phase that has not finished this long after its last send fails
@@ -472,6 +477,22 @@ fn one(
             .map(|m| format!(" (Redis {:.1} MB of it)", m as f64 / 1e6))
             .unwrap_or_default()
     ));
+    let mut failures = BTreeMap::new();
+    for pass in 1..=plan.warm_refreshes {
+        let warm = phones.refresh(plan.refresh_rate)?;
+        progress(&format!(
+            "{}: warm refresh {pass} of {}: {} refreshed{}",
+            out.target,
+            plan.warm_refreshes,
+            warm.ok,
+            causes(&warm.failures)
+        ));
+        for (cause, n) in warm.failures {
+            *failures
+                .entry(format!("{cause} (warm refresh)"))
+                .or_insert(0) += n;
+        }
+    }
     // Refresh: every open phone once, paced at the refresh rate.
     let cpu0 = cpu::cpu_seconds(&pids);
     let ticks0 = cpu::user_system_ticks(&pids);
@@ -484,7 +505,10 @@ fn one(
     let user = cpu::user_share(ticks0, cpu::user_system_ticks(&pids), MIN_TICKS);
     out.redis_cpu_us_per_refresh = per(store0, redis_cpu(), refreshed.ok);
     out.refreshed = refreshed.ok;
-    out.refresh_failures = refreshed.failures;
+    for (cause, n) in refreshed.failures {
+        *failures.entry(cause).or_insert(0) += n;
+    }
+    out.refresh_failures = failures;
     if out.refreshed > 0 {
         out.server_cpu_us_per_refresh = Some((cpu1 - cpu0) * 1e6 / out.refreshed as f64);
         out.server_user_us_per_refresh =

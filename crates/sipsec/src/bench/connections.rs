@@ -49,6 +49,11 @@ pub struct ConnectionsArgs {
     /// Refreshes per second in the refresh phase (every phone once).
     #[arg(long, default_value_t = 2000.0)]
     pub(super) refresh_rate: f64,
+    /// Refreshes of every phone before the measured one, at the same
+    /// rate: phones that keep refreshing, as in service, meet a server
+    /// whose tables have stopped growing and whose caches they warmed.
+    #[arg(long, default_value_t = 0)]
+    pub(super) warm_refreshes: usize,
     /// Seconds to hold every connection idle before measuring memory.
     #[arg(long, default_value_t = 3.0)]
     pub(super) hold: f64,
@@ -163,6 +168,7 @@ pub(super) fn connections(a: ConnectionsArgs) -> Result<ExitCode, String> {
         sources: a.sources.unwrap_or(a.connections.div_ceil(20_000)),
         in_flight: a.in_flight,
         refresh_rate: a.refresh_rate,
+        warm_refreshes: a.warm_refreshes,
         hold: std::time::Duration::from_secs_f64(a.hold),
         timeout: std::time::Duration::from_secs_f64(a.timeout),
         threads,

@@ -333,6 +333,7 @@ fn handshakes(
         // Resumption needs tickets from connections already made.
         in_flight: if resume { 4 } else { 20 },
         refresh_rate: 2000.0,
+        warm_refreshes: 0,
         hold: std::time::Duration::ZERO,
         timeout: std::time::Duration::from_secs(30),
         threads: 1,
