@@ -562,14 +562,20 @@ fn sigterm_drains_then_stops_cleanly() {
         .args(["-TERM", &s.child.id().to_string()])
         .status()
         .expect("kill");
-    std::thread::sleep(Duration::from_millis(300));
-    // New work is turned away...
-    let late = exchange(
-        &udp(),
-        server,
-        &register_msg(server, "dave", "sip:dave@192.0.2.5", "late-1", ""),
-    );
-    assert!(late.starts_with("SIP/2.0 503"), "{late}");
+    // New work is turned away once the signal is taken: asked until it
+    // is, each time as a new transaction (a 200 before then is fine).
+    let until = Instant::now() + Duration::from_secs(20);
+    let late = (1..)
+        .map(|i| {
+            if i > 1 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let call = format!("late-{i}");
+            let msg = register_msg(server, "dave", "sip:dave@192.0.2.5", &call, "");
+            exchange(&udp(), server, &msg)
+        })
+        .find(|r| r.starts_with("SIP/2.0 503") || Instant::now() >= until)
+        .expect("an answer");
     assert!(late.contains("Retry-After: 5"), "{late}");
     // ...while the call under way is answered through the proxy.
     let head: Vec<&str> = forwarded
