@@ -438,9 +438,24 @@ fn certificate_reloads_on_change_and_on_sighup_and_survives_a_broken_file() {
         "{out}"
     );
 
-    // A broken key is refused; the server keeps serving the old pair.
+    // A broken key is refused (the server counts it); it keeps serving
+    // the old pair.
     std::fs::write(&key, b"not a key").unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    let http = common::banner_http_addr(&server.banner)
+        .expect("http address in the banner")
+        .to_string();
+    let refused = || {
+        common::http_get(&http, "/metrics").lines().any(|l| {
+            l.strip_prefix("sipsec_tls_reload_failures_total ")
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_some_and(|v| v >= 1)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !refused() {
+        assert!(Instant::now() < deadline, "the broken key was not refused");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let out = s_client(tls, &ca, &[]);
     assert!(
         out.contains("CN = second.test") && out.contains("200 OK"),
