@@ -145,6 +145,9 @@ struct Frame {
     y1: f64,
     log_x: bool,
     log_y: bool,
+    /// Every x is a whole number (a count: workers, connections): no
+    /// ticks between them.
+    whole_x: bool,
 }
 
 impl Frame {
@@ -161,7 +164,7 @@ impl Frame {
         if self.log_y {
             decades(self.y0, self.y1)
         } else {
-            linear_ticks(self.y0, self.y1, 5.0)
+            linear_ticks(self.y0, self.y1, 5.0, 0.0)
         }
     }
     fn x_ticks(&self) -> Vec<f64> {
@@ -177,13 +180,15 @@ impl Frame {
                 d
             }
         } else {
-            linear_ticks(self.x0, self.x1, 8.0)
+            let least = if self.whole_x { 1.0 } else { 0.0 };
+            linear_ticks(self.x0, self.x1, 8.0, least)
         }
     }
 }
 
-fn linear_ticks(lo: f64, hi: f64, n: f64) -> Vec<f64> {
-    let step = tick_step(hi - lo, n);
+/// About `n` round ticks from `lo` to `hi`, at least `least` apart.
+fn linear_ticks(lo: f64, hi: f64, n: f64, least: f64) -> Vec<f64> {
+    let step = tick_step(hi - lo, n).max(least);
     let mut out = Vec::new();
     let mut k = (lo / step).ceil();
     while k * step <= hi + step * 1e-9 && out.len() < 50 {
@@ -343,7 +348,9 @@ fn line_chart(
 ) -> String {
     let shown = |&&(x, y): &&(f64, f64)| x.is_finite() && y.is_finite() && (!log_x || x > 0.0);
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0_f64);
+    let mut whole_x = !log_x;
     for &(x, y) in series.iter().flat_map(|(_, p)| p.iter()).filter(shown) {
+        whole_x &= x.fract() == 0.0;
         let x = if log_x { x.log10() } else { x };
         x0 = x0.min(x);
         x1 = x1.max(x);
@@ -365,6 +372,7 @@ fn line_chart(
         y1: if y1 > 0.0 { y1 * 1.05 } else { 1.0 },
         log_x,
         log_y: false,
+        whole_x,
     };
     let ticks: Vec<(f64, String)> = f.y_ticks().into_iter().map(|v| (v, label(v))).collect();
     let names: Vec<&str> = series.iter().map(|(n, _)| *n).collect();
@@ -553,6 +561,7 @@ fn grouped(
             y1: hi,
             log_x: false,
             log_y: true,
+            whole_x: false,
         }
     } else {
         Frame {
@@ -562,6 +571,7 @@ fn grouped(
             y1: if top > 0.0 { top * 1.1 } else { 1.0 },
             log_x: false,
             log_y: false,
+            whole_x: false,
         }
     };
     let ticks: Vec<(f64, String)> = f.y_ticks().into_iter().map(|v| (v, label(v))).collect();
@@ -790,6 +800,19 @@ pub fn write_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_on_x_get_no_ticks_between_them() {
+        let points = |y: f64| vec![(1.0, y), (2.0, y * 1.5)];
+        let svg = lines("scale", "workers", "calls/s", &[("a", points(10.0))]);
+        for tick in [">1<", ">2<"] {
+            assert!(svg.contains(tick), "{tick} missing");
+        }
+        assert!(!svg.contains(">1.5<") && !svg.contains(">1.1<"), "{svg}");
+        // Fractions on x still get ticks between whole numbers.
+        let svg = lines("f", "s", "y", &[("a", vec![(0.5, 1.0), (1.5, 2.0)])]);
+        assert!(svg.contains(">1<") && svg.contains(">0.6<"), "{svg}");
+    }
 
     #[test]
     fn ticks_are_round_numbers() {
