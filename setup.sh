@@ -129,33 +129,13 @@ if [ "$ALL" = 1 ]; then
     fi
 fi
 
-# The profile-guided build's flags, when packaging/pgo holds a profile
-# this rustc reads (symbol names and the profile's format are rustc's):
-# the compiler places the code the profile saw run together and inlines
-# by it (docs/bench.md, "A profile-guided build"). Functions changed
-# since the profile was made are built as without one.
-pgo_flags() {
-    local dir=packaging/pgo want have
-    [ "$PLAIN" = 0 ] && [ -f $dir/sipsec.profdata.xz ] && [ -f $dir/rustc.txt ] || return 0
-    want=$(sed -n 's/^commit-hash: //p' $dir/rustc.txt)
-    have=$(rustc -vV | sed -n 's/^commit-hash: //p')
-    if [ "$want" != "$have" ]; then
-        echo "setup.sh: $dir's profile is for rustc $(sed -n 's/^release: //p' $dir/rustc.txt)" \
-            "(${want:0:9}), this is $(rustc -V): building without it" \
-            "(packaging/pgo-build.sh --save makes one for this rustc)" >&2
-        return 0
-    fi
-    mkdir -p target/pgo
-    if ! xz -dc $dir/sipsec.profdata.xz > target/pgo/committed.profdata; then
-        echo "setup.sh: could not decompress $dir/sipsec.profdata.xz (xz-utils): building without it" >&2
-        return 0
-    fi
-    echo "-Cprofile-use=$PWD/target/pgo/committed.profdata" \
-        "-Cllvm-args=-pgo-warn-missing-function=false -Cllvm-args=-no-pgo-warn-mismatch"
-}
-
 if [ "$ALL" = 1 ] || [ "$SERVER_ONLY" = 1 ]; then
-    PGO=$(pgo_flags)
+    # Profile-guided when packaging/pgo holds a profile this rustc reads
+    # (packaging/pgo-flags.sh; docs/bench.md, "A profile-guided build").
+    PGO=""
+    if [ "$PLAIN" = 0 ]; then
+        PGO=$(packaging/pgo-flags.sh)
+    fi
     if [ -n "$PGO" ]; then
         RUSTFLAGS="${RUSTFLAGS:-} $PGO" cargo build --release --locked -p sipsec
         echo "setup.sh: built target/release/sipsec profile-guided" \
