@@ -136,6 +136,8 @@ if [ "$ALL" = 1 ] || [ "$SERVER_ONLY" = 1 ]; then
     if [ "$PLAIN" = 0 ]; then
         PGO=$(packaging/pgo-flags.sh)
     fi
+    # What it was built with, for what builds it again (the kernel check).
+    mkdir -p target/pgo && printf '%s\n' "$PGO" > target/pgo/flags.txt
     if [ -n "$PGO" ]; then
         RUSTFLAGS="${RUSTFLAGS:-} $PGO" cargo build --release --locked -p sipsec
         echo "setup.sh: built target/release/sipsec profile-guided" \

@@ -40,10 +40,16 @@ bin=$(RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=target/kernel-c
 
 # The server as built (dynamically linked: it and the libraries it
 # loads, stripped), for a REGISTER load inside the guest. Built with the
-# flags setup.sh uses, so that the build setup.sh made is the one tested
-# (with other flags cargo would build every crate again, minutes, and
-# leave a server built without its profile in target/release).
-RUSTFLAGS="${RUSTFLAGS:-} $(packaging/pgo-flags.sh)" cargo build --release -p sipsec --locked -q
+# flags setup.sh used (target/pgo/flags.txt; without it, the ones it uses
+# by default), so that the build setup.sh made is the one tested: with
+# other flags cargo would build every crate again, minutes, and leave a
+# server built otherwise in target/release.
+if [ -f target/pgo/flags.txt ]; then
+    flags=$(cat target/pgo/flags.txt)
+else
+    flags=$(packaging/pgo-flags.sh)
+fi
+RUSTFLAGS="${RUSTFLAGS:-} $flags" cargo build --release -p sipsec --locked -q
 root=$work/root
 mkdir -p "$root"/{bin,proc,sys,tmp,dev}
 cp /bin/busybox "$root/bin/busybox"
