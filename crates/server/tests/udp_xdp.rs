@@ -4,7 +4,8 @@
 //! that way; what reaches it otherwise (from inside the namespace) is
 //! served by its UDP socket; an interface it cannot use leaves it on its
 //! sockets; frames the kernel's stack would discard (a checksum that
-//! fails, a source that cannot send) are discarded. Run as root, as CI runs (`./setup.sh` installs iproute2).
+//! fails, a source that cannot send) are discarded; what the kernel
+//! drops for want of room on an AF_XDP socket is counted once. Run as root, as CI runs (`./setup.sh` installs iproute2).
 
 #[path = "support/peers.rs"]
 mod peers;
@@ -357,4 +358,54 @@ fn frames_the_kernel_would_discard_are_discarded() {
     assert_eq!(metrics.xdp_discarded.load(Ordering::Relaxed), 3);
     assert!(metrics.xdp_received.load(Ordering::Relaxed) >= 2);
     server.handle.shutdown();
+}
+
+/// An AF_XDP socket nobody reads holds [`RX_FRAMES`] frames (as many as
+/// the UDP socket's receive buffer holds of short datagrams) and the
+/// kernel's drops past them are counted once each: the fill ring's own
+/// count of the same event (`rx_fill_ring_empty_descs`) is not added.
+/// The datagrams go in bursts smaller than the veth's own ring (256), each
+/// waited for, so that only the socket can drop them.
+///
+/// [`RX_FRAMES`]: sip_udp::xdp::RX_FRAMES
+#[test]
+fn a_socket_nobody_reads_holds_its_frames_and_counts_each_drop_once() {
+    use sip_udp::xdp::{Steering, XdpSocket, RX_FRAMES};
+    let veth = Veth::new(5);
+    let (ns, inner, inner_ip) = (veth.namespace(), veth.inner.clone(), veth.inner_ip);
+    let (xsk, _steering) = std::thread::spawn(move || {
+        sip_udp::enter_network_namespace(&ns).expect("setns");
+        let steering = Steering::attach(&inner, 5060, &[inner_ip]).expect("XDP (root)");
+        (XdpSocket::open(&steering, 0).expect("AF_XDP"), steering)
+    })
+    .join()
+    .expect("the opening thread");
+    let sock = UdpSocket::bind((veth.outer_ip, 0)).expect("udp");
+    let to = SocketAddr::from((veth.inner_ip, 5060));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    // The neighbour is resolved before the bursts (the kernel holds only
+    // a few datagrams while it asks).
+    sock.send_to(b"first", to).expect("send");
+    until("the first datagram arrives", &|| xsk.waiting() == 1);
+    let mut sent = 1;
+    let burst = 128;
+    while sent < RX_FRAMES + 100 {
+        let n = burst.min(RX_FRAMES + 100 - sent);
+        for _ in 0..n {
+            sock.send_to(b"datagram", to).expect("send");
+        }
+        sent += n;
+        let want = sent.min(RX_FRAMES);
+        until("the burst arrives or is counted", &|| {
+            xsk.waiting() == want && xsk.drops().expect("statistics").rx == u64::from(sent - want)
+        });
+    }
+    assert_eq!(xsk.waiting(), RX_FRAMES);
+    assert_eq!(xsk.drops().expect("statistics").rx, 100);
 }

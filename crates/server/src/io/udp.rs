@@ -525,6 +525,10 @@ impl Inbox {
                     .xdp_discarded
                     .fetch_add(discarded, Ordering::Relaxed);
             }
+            let dropped = port.take_dropped(Instant::now());
+            if dropped > 0 {
+                metrics.xdp_dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
             port.send();
         }
         tx.flush(sock)

@@ -19,6 +19,7 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::ops::Range;
 use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
 
 use sip_udp::xdp::frame::{self, Endpoints};
 use sip_udp::xdp::{Steering, XdpSocket};
@@ -37,7 +38,12 @@ pub struct XdpPort {
     /// Frames taken and discarded (see [`frame::parse`]) since the
     /// metrics last counted them.
     discarded: u64,
+    /// When the kernel's drop counts were last read, and what they were.
+    drops_read: (Instant, u64),
 }
+
+/// How often the kernel's drop counts are read (a system call).
+const DROPS_EVERY: Duration = Duration::from_secs(1);
 
 fn unicast_mac(m: &[u8; 6]) -> bool {
     m[0] & 1 == 0
@@ -53,6 +59,7 @@ impl XdpPort {
             peers: HashMap::new(),
             id: 0,
             discarded: 0,
+            drops_read: (Instant::now(), 0),
         })
     }
 
@@ -103,6 +110,21 @@ impl XdpPort {
         std::mem::take(&mut self.discarded)
     }
 
+    /// Frames the kernel dropped before this socket took them since the
+    /// last count that read any, read at most once every [`DROPS_EVERY`]
+    /// (0 in between).
+    pub fn take_dropped(&mut self, now: Instant) -> u64 {
+        if now.duration_since(self.drops_read.0) < DROPS_EVERY {
+            return 0;
+        }
+        let Ok(drops) = self.xsk.drops() else {
+            return 0;
+        };
+        let new = drops.rx.saturating_sub(self.drops_read.1);
+        self.drops_read = (now, drops.rx);
+        new
+    }
+
     /// Datagram `i` of the last batch and its sender.
     pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
         let (at, src) = self.items.get(i)?;
@@ -144,5 +166,16 @@ impl XdpPort {
     /// Sends what [`queue_from`](Self::queue_from) queued.
     pub fn send(&mut self) {
         self.xsk.flush();
+    }
+}
+
+impl Drop for XdpPort {
+    fn drop(&mut self) {
+        if let Ok(d) = self.xsk.drops() {
+            let _ = std::fs::write(
+                format!("/tmp/p/xdpdrops.{}", std::process::id()),
+                format!("rx {} tx_invalid {}\n", d.rx, d.tx_invalid),
+            );
+        }
     }
 }

@@ -408,6 +408,10 @@ pub struct Metrics {
     /// Frames taken on AF_XDP sockets and discarded as the kernel's stack
     /// would have (checksums that fail, sources that cannot send).
     pub xdp_discarded: AtomicU64,
+    /// Frames the kernel dropped before an AF_XDP socket could take them
+    /// (its receive ring full, or no buffer lent to fill), read from the
+    /// sockets at most once a second.
+    pub xdp_dropped: AtomicU64,
     /// Requests answered 503 because their next hop's name did not
     /// resolve.
     pub hop_unresolved: AtomicU64,

@@ -147,7 +147,7 @@ impl Metrics {
     }
 
     /// The counters of routing, transactions and transports.
-    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 27] {
+    fn routing_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 28] {
         [
             (
                 "sipsec_dns_queries_total",
@@ -188,6 +188,11 @@ impl Metrics {
                 "sipsec_udp_xdp_discarded_total",
                 "Frames taken on AF_XDP sockets and discarded, as the kernel's stack discards them (RFC 1122): an IP or UDP checksum that fails, or a source that cannot have sent them (this network, loopback, multicast, broadcast or reserved, the server's own address, port 0).",
                 &self.xdp_discarded,
+            ),
+            (
+                "sipsec_udp_xdp_dropped_total",
+                "Frames the kernel dropped before an AF_XDP socket took them (its receive ring full, or no buffer lent to fill): the worker fell behind for longer than the ring holds; read from the sockets at most once a second.",
+                &self.xdp_dropped,
             ),
             (
                 "sipsec_next_hop_unresolved_total",
