@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::stats::{median, median_range, round_order};
 
 /// How the responder receives and sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Path {
     /// A UDP socket: `recvmmsg` and `sendmmsg`, up to 32 a call.
     Socket,
@@ -176,7 +176,14 @@ impl NullServer {
                         sip_udp::pin_to_core(c)?;
                     }
                     Ok(match path {
-                        Path::Socket => Serving::Socket(UdpSocket::bind(addr)?),
+                        Path::Socket => {
+                            let sock = UdpSocket::bind(addr)?;
+                            // The receive buffer `bench null` and the
+                            // server ask for: a burst the AF_XDP path's
+                            // ring holds is not dropped here instead.
+                            let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
+                            Serving::Socket(sock)
+                        }
                         Path::Xdp => {
                             let steering = Steering::attach(&inner, port, &[inner_ip])?;
                             let xsk = XdpSocket::open(&steering, 0)?;
@@ -334,8 +341,8 @@ pub struct Plan {
     pub pin: bool,
     /// Generator sockets (local ports).
     pub flows: usize,
-    /// What answers.
-    pub target: Target,
+    /// What answers, each on both paths in every round.
+    pub targets: Vec<Target>,
 }
 
 /// What answers the load on each path.
@@ -348,11 +355,23 @@ pub enum Target {
     Sipsec(PathBuf),
 }
 
+impl Target {
+    /// Its name in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Target::Null => "null",
+            Target::Sipsec(_) => "sipsec",
+        }
+    }
+}
+
 /// One path at one rate in one round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     /// The round, from 1.
     pub round: usize,
+    /// What answered ([`Target::name`]).
+    pub server: &'static str,
     /// The path.
     pub path: Path,
     /// Offered REGISTERs per second.
@@ -422,6 +441,51 @@ struct Served {
     child: std::process::Child,
     data: PathBuf,
     addr: SocketAddr,
+    /// Its operator endpoint, on the namespace's address, and the token
+    /// it asks for there (beyond loopback it requires one): its counts of
+    /// frames the kernel dropped are read there.
+    http: (SocketAddr, String),
+}
+
+/// A token for the server's operator endpoint: 16 bytes of the kernel's
+/// randomness, in hex.
+fn token() -> Result<String, Error> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(Error::io("/dev/urandom"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The port of the server's operator endpoint in the namespace.
+const HTTP_PORT: u16 = 8060;
+
+impl Served {
+    /// Frames the kernel dropped before its AF_XDP socket took them, as
+    /// its `/metrics` counts them (read once a second, so after at least
+    /// a second of running: the cell's load and its drain).
+    fn dropped(&self) -> Result<u64, Error> {
+        use std::io::{Read, Write};
+        let name = "sipsec_udp_xdp_dropped_total";
+        let (addr, token) = &self.http;
+        let mut conn = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(2))
+            .map_err(Error::io("the server's /metrics"))?;
+        conn.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(Error::io("the server's /metrics"))?;
+        let ask = format!(
+            "GET /metrics HTTP/1.1\r\nHost: sipsec\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        conn.write_all(ask.as_bytes())
+            .map_err(Error::io("the server's /metrics"))?;
+        let mut text = String::new();
+        conn.take(1 << 20)
+            .read_to_string(&mut text)
+            .map_err(Error::io("the server's /metrics"))?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .ok_or_else(|| Error::Input(format!("no {name} in the server's /metrics")))
+    }
 }
 
 impl Served {
@@ -432,6 +496,10 @@ impl Served {
         core: Option<usize>,
     ) -> Result<Self, Error> {
         let addr = SocketAddr::V4(SocketAddrV4::new(veth.inner_ip, 5060));
+        let http = (
+            SocketAddr::V4(SocketAddrV4::new(veth.inner_ip, HTTP_PORT)),
+            token()?,
+        );
         let data = std::env::temp_dir().join(format!("{}-serve-{}", veth.ns, path.as_str().len()));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).map_err(Error::io(data.display()))?;
@@ -444,15 +512,9 @@ impl Served {
             cmd.args(["taskset", "-c", &c.to_string()]);
         }
         cmd.arg(exe)
-            .args([
-                "serve",
-                "--mode",
-                "registrar",
-                "--no-tcp",
-                "--no-http",
-                "--workers",
-                "1",
-            ])
+            .args(["serve", "--mode", "registrar", "--no-tcp", "--workers", "1"])
+            .args(["--http", &http.0.to_string()])
+            .env("SIPSEC_HTTP_TOKEN", &http.1)
             .args(["--insecure-no-auth", "--udp", &addr.to_string()])
             .arg("--data-dir")
             .arg(&data)
@@ -464,7 +526,12 @@ impl Served {
             cmd.args(["--udp-xdp", &veth.inner]);
         }
         let child = cmd.spawn().map_err(Error::io("starting sipsec serve"))?;
-        let mut served = Self { child, data, addr };
+        let mut served = Self {
+            child,
+            data,
+            addr,
+            http,
+        };
         let within = Duration::from_secs(15);
         crate::compare::wait_answering(addr, Some(&mut served.child), within)?;
         if path == Path::Xdp && !veth.has_xdp() {
@@ -504,19 +571,25 @@ impl Answering {
             Answering::Sipsec(s) => crate::cpu::cpu_seconds(&[s.child.id()]),
         }
     }
-    /// Stops it: the frames the kernel dropped on the way (null, AF_XDP).
-    fn stop(self) -> u64 {
+    /// Stops it: the frames the kernel dropped on the way (AF_XDP).
+    fn stop(self) -> Result<u64, Error> {
         match self {
-            Answering::Null(n) => n.stop().1,
-            Answering::Sipsec(_) => 0,
+            Answering::Null(n) => Ok(n.stop().1),
+            Answering::Sipsec(s) => s.dropped(),
         }
     }
 }
 
 /// One path at one rate: a fresh responder, the load, its CPU.
-fn cell(plan: &Plan, veth: &Veth, path: Path, rate: f64, round: usize) -> Result<Cell, Error> {
+fn cell(
+    plan: &Plan,
+    veth: &Veth,
+    (target, path): (&Target, Path),
+    rate: f64,
+    round: usize,
+) -> Result<Cell, Error> {
     let core = plan.pin.then_some(0);
-    let server = match &plan.target {
+    let server = match target {
         Target::Null => Answering::Null(NullServer::start(veth, path, 5060, core)?),
         Target::Sipsec(exe) => Answering::Sipsec(Served::start(veth, exe, path, core)?),
     };
@@ -538,10 +611,11 @@ fn cell(plan: &Plan, veth: &Veth, path: Path, rate: f64, round: usize) -> Result
     })
     .map_err(Error::io("generating the load"))?;
     let (cpu1, core1) = (server.cpu_seconds(), core_busy(0));
-    let dropped = server.stop();
+    let dropped = server.stop()?;
     let per = |s: f64| s * 1e6 / outcome.ok.max(1) as f64;
     Ok(Cell {
         round,
+        server: target.name(),
         path,
         rate,
         ok_per_s: outcome.ok as f64 / outcome.elapsed.as_secs_f64().max(1e-9),
@@ -566,10 +640,15 @@ fn cell(plan: &Plan, veth: &Veth, path: Path, rate: f64, round: usize) -> Result
 pub fn measure(plan: &Plan, mut each: impl FnMut(&Cell)) -> Result<Vec<Cell>, Error> {
     let veth = Veth::create()?;
     let mut cells = Vec::new();
+    let each_way: Vec<(&Target, Path)> = plan
+        .targets
+        .iter()
+        .flat_map(|t| [(t, Path::Socket), (t, Path::Xdp)])
+        .collect();
     for round in 1..=plan.rounds.max(1) {
         for &rate in &plan.rates {
-            for &path in round_order(&[Path::Socket, Path::Xdp], round) {
-                let c = cell(plan, &veth, path, rate, round)?;
+            for &way in round_order(&each_way, round) {
+                let c = cell(plan, &veth, way, rate, round)?;
                 each(&c);
                 cells.push(c);
             }
@@ -578,51 +657,95 @@ pub fn measure(plan: &Plan, mut each: impl FnMut(&Cell)) -> Result<Vec<Cell>, Er
     Ok(cells)
 }
 
-/// The summary: per rate and path the medians (and ranges) of the rounds,
-/// and the socket path's cost over AF_XDP's.
+/// The medians of one server's cells on one path at one rate: answered/s,
+/// failures (summed), CPU per REGISTER in the responder and on its core.
+struct Summary {
+    row: String,
+    ok: f64,
+    thread: Option<f64>,
+    core: Option<f64>,
+}
+
+fn summary(cells: &[&Cell]) -> Summary {
+    let range = |v: &[f64]| median_range(v, 2);
+    let t: Vec<f64> = cells.iter().map(|c| c.thread_us).collect();
+    let k: Vec<f64> = cells.iter().filter_map(|c| c.core_us).collect();
+    let ok = median(&cells.iter().map(|c| c.ok_per_s).collect::<Vec<_>>());
+    let failed: u64 = cells.iter().map(|c| c.failed).sum();
+    Summary {
+        row: format!("{ok:.0} | {failed} | {} | {}", range(&t), range(&k)),
+        ok,
+        thread: Some(median(&t)).filter(|m| !m.is_nan()),
+        core: Some(median(&k)).filter(|m| !m.is_nan()),
+    }
+}
+
+/// `a / b` as a ratio, `–` where either is missing.
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    }
+}
+
+/// The summary: per rate, server and path the medians (and ranges) of
+/// the rounds; each server's socket path's cost over its AF_XDP path's;
+/// and, when both ran, sipsec over AF_XDP against the null responder over
+/// sockets — the floor a server past the kernel is held to.
 pub fn table(cells: &[Cell]) -> String {
     let mut rates: Vec<f64> = cells.iter().map(|c| c.rate).collect();
-    rates.dedup();
     rates.sort_by(f64::total_cmp);
     rates.dedup();
+    let mut servers: Vec<&'static str> = cells.iter().map(|c| c.server).collect();
+    servers.dedup();
+    servers.sort_unstable();
+    servers.dedup();
     let mut out = String::from(
-        "| offered/s | path | answered/s | failed | µs per REGISTER, the responder | µs per REGISTER, its core |\n|---|---|---|---|---|---|\n",
+        "| offered/s | server | path | answered/s | failed | µs per REGISTER, the responder | µs per REGISTER, its core |\n|---|---|---|---|---|---|---|\n",
     );
-    let range = |v: &[f64]| median_range(v, 2);
     let mut ratios = String::new();
     for rate in rates {
-        let mut core = [None, None];
-        let mut thread = [None, None];
-        for (i, path) in [Path::Socket, Path::Xdp].into_iter().enumerate() {
-            let of: Vec<&Cell> = cells
-                .iter()
-                .filter(|c| c.rate == rate && c.path == path)
-                .collect();
-            if of.is_empty() {
-                continue;
+        let mut of_rate = std::collections::HashMap::new();
+        for &server in &servers {
+            for path in [Path::Socket, Path::Xdp] {
+                let of: Vec<&Cell> = cells
+                    .iter()
+                    .filter(|c| c.rate == rate && c.server == server && c.path == path)
+                    .collect();
+                if of.is_empty() {
+                    continue;
+                }
+                let s = summary(&of);
+                out.push_str(&format!(
+                    "| {rate:.0} | {server} | {} | {} |\n",
+                    path.as_str(),
+                    s.row
+                ));
+                of_rate.insert((server, path), s);
             }
-            let t: Vec<f64> = of.iter().map(|c| c.thread_us).collect();
-            let k: Vec<f64> = of.iter().filter_map(|c| c.core_us).collect();
-            let ok = median(&of.iter().map(|c| c.ok_per_s).collect::<Vec<_>>());
-            let failed: u64 = of.iter().map(|c| c.failed).sum();
-            out.push_str(&format!(
-                "| {rate:.0} | {} | {ok:.0} | {failed} | {} | {} |\n",
-                path.as_str(),
-                range(&t),
-                range(&k)
+            let (Some(sock), Some(xdp)) = (
+                of_rate.get(&(server, Path::Socket)),
+                of_rate.get(&(server, Path::Xdp)),
+            ) else {
+                continue;
+            };
+            ratios.push_str(&format!(
+                "at {rate:.0}/s {server}'s socket path costs {} AF_XDP's per REGISTER in the responder, {} on its core\n",
+                ratio(sock.thread, xdp.thread),
+                ratio(sock.core, xdp.core)
             ));
-            thread[i] = Some(median(&t)).filter(|m| !m.is_nan());
-            core[i] = Some(median(&k)).filter(|m| !m.is_nan());
         }
-        let ratio = |p: [Option<f64>; 2]| match p {
-            [Some(s), Some(x)] if x > 0.0 => format!("{:.2}×", s / x),
-            _ => "–".into(),
-        };
-        ratios.push_str(&format!(
-            "at {rate:.0}/s the socket path costs {} AF_XDP's per REGISTER in the responder, {} on its core\n",
-            ratio(thread),
-            ratio(core)
-        ));
+        if let (Some(null), Some(server)) = (
+            of_rate.get(&("null", Path::Socket)),
+            of_rate.get(&("sipsec", Path::Xdp)),
+        ) {
+            ratios.push_str(&format!(
+                "at {rate:.0}/s sipsec over AF_XDP against the null responder over sockets: {} its efficiency in the responder (null's CPU per REGISTER / sipsec's), {} on its core; {} its answered/s\n",
+                ratio(null.thread, server.thread),
+                ratio(null.core, server.core),
+                ratio(Some(server.ok), Some(null.ok)),
+            ));
+        }
     }
     out + "\n" + &ratios
 }
@@ -634,6 +757,7 @@ mod tests {
     fn c(path: Path, round: usize, thread_us: f64) -> Cell {
         Cell {
             round,
+            server: "null",
             path,
             rate: 1000.0,
             ok_per_s: 1000.0,
@@ -659,16 +783,49 @@ mod tests {
         let t = table(&cells);
         assert!(
             t.contains(
-                "| 1000 | recvmmsg/sendmmsg | 1000 | 0 | 5.00 (4.00–6.00) | 7.50 (6.00–9.00) |"
+                "| 1000 | null | recvmmsg/sendmmsg | 1000 | 0 | 5.00 (4.00–6.00) | 7.50 (6.00–9.00) |"
             ),
             "{t}"
         );
         assert!(
-            t.contains("| 1000 | AF_XDP | 1000 | 0 | 2.50 (2.00–3.00) |"),
+            t.contains("| 1000 | null | AF_XDP | 1000 | 0 | 2.50 (2.00–3.00) |"),
             "{t}"
         );
         assert!(
-            t.contains("costs 2.00× AF_XDP's per REGISTER in the responder, 2.00× on its core"),
+            t.contains(
+                "null's socket path costs 2.00× AF_XDP's per REGISTER in the responder, 2.00× on its core"
+            ),
+            "{t}"
+        );
+        assert!(!t.contains("sipsec over AF_XDP"), "{t}");
+    }
+
+    #[test]
+    fn sipsec_past_the_kernel_is_set_against_the_null_responder_on_sockets() {
+        let sipsec = |path, round, thread_us, ok_per_s| Cell {
+            server: "sipsec",
+            ok_per_s,
+            ..c(path, round, thread_us)
+        };
+        let cells = [
+            c(Path::Socket, 1, 3.0),
+            c(Path::Xdp, 1, 2.0),
+            sipsec(Path::Socket, 1, 4.0, 900.0),
+            sipsec(Path::Xdp, 1, 2.5, 950.0),
+        ];
+        let t = table(&cells);
+        assert!(
+            t.contains("| 1000 | sipsec | AF_XDP | 950 | 0 | 2.50 | 3.75 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("sipsec's socket path costs 1.60× AF_XDP's"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "sipsec over AF_XDP against the null responder over sockets: 1.20× its efficiency in the responder (null's CPU per REGISTER / sipsec's), 1.20× on its core; 0.95× its answered/s"
+            ),
             "{t}"
         );
     }

@@ -1,8 +1,9 @@
-//! `sipsec bench xdp --server sipsec` end to end: a veth pair and a
-//! namespace made by the command, `sipsec serve` in it with and without
-//! `--udp-xdp`, a few thousand REGISTERs on each path, every one
-//! answered, the namespace gone afterwards; and `sipsec bench steer`
-//! (run as root, as CI runs).
+//! `sipsec bench xdp --server null,sipsec` end to end: a veth pair and a
+//! namespace made by the command, the null responder and `sipsec serve`
+//! in it with and without AF_XDP, a few thousand REGISTERs on each path,
+//! every one answered, sipsec past the kernel set against the null
+//! responder on sockets, the namespace gone afterwards; and `sipsec
+//! bench steer` (run as root, as CI runs).
 
 mod common;
 
@@ -13,7 +14,7 @@ use common::BIN;
 #[test]
 fn both_paths_answer_every_register_and_the_namespace_goes() {
     let child = Command::new(BIN)
-        .args(["bench", "xdp", "--server", "sipsec", "--rates", "2000"])
+        .args(["bench", "xdp", "--server", "null,sipsec", "--rates", "2000"])
         .args(["--duration", "1", "--rounds", "1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -29,17 +30,27 @@ fn both_paths_answer_every_register_and_the_namespace_goes() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for path in ["recvmmsg/sendmmsg", "AF_XDP"] {
+    for (server, path) in ["null", "sipsec"]
+        .into_iter()
+        .flat_map(|s| [(s, "recvmmsg/sendmmsg"), (s, "AF_XDP")])
+    {
         let row = text
             .lines()
-            .find(|l| l.starts_with(&format!("| 2000 | {path} |")))
-            .unwrap_or_else(|| panic!("no {path} row in\n{text}"));
+            .find(|l| l.starts_with(&format!("| 2000 | {server} | {path} |")))
+            .unwrap_or_else(|| panic!("no {server} {path} row in\n{text}"));
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        assert_eq!(cells[4], "0", "failed REGISTERs on {path}: {row}");
-        let answered: f64 = cells[3].parse().expect("answered/s");
+        assert_eq!(cells[5], "0", "failed REGISTERs: {row}");
+        let answered: f64 = cells[4].parse().expect("answered/s");
         assert!(answered > 1500.0, "{row}");
     }
-    assert!(text.contains("at 2000/s the socket path costs"), "{text}");
+    assert!(
+        text.contains("at 2000/s sipsec's socket path costs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("at 2000/s sipsec over AF_XDP against the null responder over sockets: "),
+        "{text}"
+    );
     let left = Command::new("ip")
         .args(["netns", "list"])
         .output()

@@ -1,5 +1,6 @@
-//! `sipsec bench xdp`: the null responder over AF_XDP against the same
-//! responder over recvmmsg/sendmmsg, on a veth pair made for the run.
+//! `sipsec bench xdp`: the null responder (and the server) over AF_XDP
+//! against the same over recvmmsg/sendmmsg, on a veth pair made for the
+//! run.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,11 +28,12 @@ pub struct XdpArgs {
     /// Generator sockets (local ports).
     #[arg(long, default_value_t = 8)]
     flows: usize,
-    /// What answers: the null responder, or `sipsec serve --mode
-    /// registrar --workers 1` (this executable) with and without
-    /// `--udp-xdp`.
-    #[arg(long, default_value = "null", value_parser = ["null", "sipsec"])]
-    server: String,
+    /// What answers, comma-separated: the null responder, `sipsec serve
+    /// --mode registrar --workers 1` (this executable) with and without
+    /// `--udp-xdp`, or both in the same rounds (`null,sipsec`: sipsec over
+    /// AF_XDP is then set against the null responder over sockets).
+    #[arg(long, value_delimiter = ',', default_value = "null", value_parser = ["null", "sipsec"])]
+    server: Vec<String>,
 }
 
 pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
@@ -44,16 +46,14 @@ pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
         rounds: a.rounds.max(1),
         pin: a.pin,
         flows: a.flows.max(1),
-        target: match a.server.as_str() {
-            "sipsec" => Target::Sipsec(std::env::current_exe().map_err(|e| e.to_string())?),
-            _ => Target::Null,
-        },
+        targets: targets(&a.server)?,
     };
     let cells = measure(&plan, |c| {
         let core = c.core_us.map_or(String::new(), |u| format!(", {u:.2} on its core"));
         println!(
-            "round {} {:>17} at {:>7.0}/s: {:>7.0} answered/s, {} failed, {:.2} µs per REGISTER in the responder{core}{}",
+            "round {} {:>6} {:>17} at {:>7.0}/s: {:>7.0} answered/s, {} failed, {:.2} µs per REGISTER in the responder{core}{}",
             c.round,
+            c.server,
             c.path.as_str(),
             c.rate,
             c.ok_per_s,
@@ -69,4 +69,19 @@ pub(super) fn xdp_bench(a: XdpArgs) -> Result<ExitCode, String> {
     println!();
     print!("{}", table(&cells));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The servers named, each once, in the order given.
+fn targets(names: &[String]) -> Result<Vec<Target>, String> {
+    let mut out: Vec<Target> = Vec::new();
+    for name in names {
+        let t = match name.as_str() {
+            "sipsec" => Target::Sipsec(std::env::current_exe().map_err(|e| e.to_string())?),
+            _ => Target::Null,
+        };
+        if !out.iter().any(|o| o.name() == t.name()) {
+            out.push(t);
+        }
+    }
+    Ok(out)
 }
