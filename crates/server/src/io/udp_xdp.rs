@@ -117,11 +117,14 @@ impl XdpPort {
         if now.duration_since(self.drops_read.0) < DROPS_EVERY {
             return 0;
         }
+        // A kernel that will not say is asked again a second later, not
+        // at every batch.
+        self.drops_read.0 = now;
         let Ok(drops) = self.xsk.drops() else {
             return 0;
         };
         let new = drops.rx.saturating_sub(self.drops_read.1);
-        self.drops_read = (now, drops.rx);
+        self.drops_read.1 = drops.rx;
         new
     }
 
