@@ -157,7 +157,7 @@ impl Reactor {
             (Some(ctx), true) => match rustls::ServerConnection::new(ctx.server.clone()) {
                 Ok(mut s) => {
                     s.set_buffer_limit(Some(hub.limits.queue_bytes));
-                    Some(rustls::Connection::Server(s))
+                    Some(Box::new(rustls::Connection::Server(s)))
                 }
                 Err(_) => {
                     hub.release_ip(peer.ip());

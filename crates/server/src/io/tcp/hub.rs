@@ -430,7 +430,7 @@ impl TcpHub {
                     ctx.client.clone(),
                     ServerName::IpAddress(dest.ip().into()),
                 ) {
-                    Ok(c) => Some(rustls::Connection::Client(c)),
+                    Ok(c) => Some(Box::new(rustls::Connection::Client(c))),
                     Err(e) => return refuse(self, &e.to_string()),
                 }
             }

@@ -147,7 +147,10 @@ pub(super) enum Phase {
 #[derive(Debug)]
 pub(super) struct Tx {
     pub(super) sock: TcpStream,
-    pub(super) tls: Option<rustls::Connection>,
+    /// Boxed: a session is about 1.2 KB, which every plain TCP or WS
+    /// connection would otherwise carry unused, and which put the fields
+    /// each of its messages reads lines apart.
+    pub(super) tls: Option<Box<rustls::Connection>>,
     /// Plain TCP: bytes queued for the peer, from `sent` on.
     pub(super) out: Vec<u8>,
     pub(super) sent: usize,
