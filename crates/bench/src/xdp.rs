@@ -463,8 +463,9 @@ const HTTP_PORT: u16 = 8060;
 
 impl Served {
     /// Frames the kernel dropped before its AF_XDP socket took them, as
-    /// its `/metrics` counts them (read once a second, so after at least
-    /// a second of running: the cell's load and its drain).
+    /// its `/metrics` counts them. A worker reads the kernel's count at
+    /// most once a second, and wakes at least once a second when idle,
+    /// so the cell's two seconds of drain bring its last drops in.
     fn dropped(&self) -> Result<u64, Error> {
         use std::io::{Read, Write};
         let name = "sipsec_udp_xdp_dropped_total";
@@ -697,7 +698,6 @@ pub fn table(cells: &[Cell]) -> String {
     rates.sort_by(f64::total_cmp);
     rates.dedup();
     let mut servers: Vec<&'static str> = cells.iter().map(|c| c.server).collect();
-    servers.dedup();
     servers.sort_unstable();
     servers.dedup();
     let mut out = String::from(
