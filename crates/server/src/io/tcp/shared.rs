@@ -203,11 +203,11 @@ impl Tx {
                     }
                 }
                 if self.sent == self.out.len() {
+                    // Given back once written: a phone's connection idles
+                    // between refreshes (an hour), and its last answer's
+                    // buffer would be a third of what it holds meanwhile.
                     self.sent = 0;
-                    self.out.clear();
-                    if self.out.capacity() > 16 << 10 {
-                        self.out = Vec::new();
-                    }
+                    self.out = Vec::new();
                 } else if self.sent > self.out.len() / 2 {
                     self.out.drain(..self.sent);
                     self.sent = 0;
