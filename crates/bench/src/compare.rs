@@ -283,6 +283,30 @@ pub(crate) fn wait_answering(
     )))
 }
 
+/// The body of `path` on a server's operator endpoint at `addr` (with
+/// `token` where it asks for one), read whole up to 1 MiB within 5 s.
+pub(crate) fn operator_get(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Result<String, Error> {
+    use std::io::{Read, Write};
+    let what = format!("{addr}{path}");
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(Error::io(&what))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let ask = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n");
+    s.write_all(ask.as_bytes()).map_err(Error::io(&what))?;
+    let mut text = String::new();
+    s.take(1 << 20)
+        .read_to_string(&mut text)
+        .map_err(Error::io(&what))?;
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .ok_or_else(|| Error::peer(what, "no HTTP body"))
+}
+
 /// A started server, killed when dropped.
 pub(crate) struct Server {
     pub(crate) child: Child,

@@ -12,8 +12,7 @@
 
 use crate::error::Error;
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::AtomicBool;
@@ -589,19 +588,9 @@ fn start_proxy(
 
 /// (decryptions, cache hits) so far, from the proxy's `/status`.
 fn counters(http: SocketAddr) -> Result<(u64, u64), Error> {
-    let mut s =
-        TcpStream::connect_timeout(&http, Duration::from_secs(5)).map_err(Error::io(http))?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    s.write_all(b"GET /status HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .map_err(Error::io(http))?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).map_err(Error::io(http))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .ok_or_else(|| Error::peer(http, "no HTTP body"))?;
+    let body = crate::compare::operator_get(http, "/status", None)?;
     let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| Error::peer(format!("{http}/status"), e))?;
+        serde_json::from_str(&body).map_err(|e| Error::peer(format!("{http}/status"), e))?;
     let p = &v["privacy"];
     Ok((
         p["decryptions_total"].as_u64().unwrap_or(0),

@@ -467,22 +467,9 @@ impl Served {
     /// most once a second, and wakes at least once a second when idle,
     /// so the cell's two seconds of drain bring its last drops in.
     fn dropped(&self) -> Result<u64, Error> {
-        use std::io::{Read, Write};
         let name = "sipsec_udp_xdp_dropped_total";
         let (addr, token) = &self.http;
-        let mut conn = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(2))
-            .map_err(Error::io("the server's /metrics"))?;
-        conn.set_read_timeout(Some(Duration::from_secs(2)))
-            .map_err(Error::io("the server's /metrics"))?;
-        let ask = format!(
-            "GET /metrics HTTP/1.1\r\nHost: sipsec\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        );
-        conn.write_all(ask.as_bytes())
-            .map_err(Error::io("the server's /metrics"))?;
-        let mut text = String::new();
-        conn.take(1 << 20)
-            .read_to_string(&mut text)
-            .map_err(Error::io("the server's /metrics"))?;
+        let text = crate::compare::operator_get(*addr, "/metrics", Some(token))?;
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .ok_or_else(|| Error::Input(format!("no {name} in the server's /metrics")))
