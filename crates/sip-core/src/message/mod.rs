@@ -265,6 +265,42 @@ pub(crate) fn next_field(head: &str, pos: &mut usize) -> Option<(usize, usize)> 
     Some((start, end))
 }
 
+/// [`next_field`] for a head not yet checked: a CR must begin a CRLF
+/// (RFC 3261 §7.3.1), so the one vector search per line that finds the
+/// line's end also finds any bare CR before it.
+fn checked_field(
+    head: &str,
+    pos: &mut usize,
+    base: usize,
+) -> Result<Option<(usize, usize)>, ParseError> {
+    let b = head.as_bytes();
+    let start = *pos;
+    if start >= b.len() {
+        return Ok(None);
+    }
+    let mut scan = start;
+    loop {
+        let Some(at) = memchr::memchr2(b'\r', b'\n', &b[scan..]).map(|i| scan + i) else {
+            *pos = b.len();
+            return Ok(Some((start, b.len())));
+        };
+        let nl = if b[at] == b'\r' {
+            if b.get(at + 1) != Some(&b'\n') {
+                return Err(ParseError::new(ErrorKind::BareCr, base + at));
+            }
+            at + 1
+        } else {
+            at
+        };
+        if matches!(b.get(nl + 1), Some(b' ' | b'\t')) {
+            scan = nl + 1;
+            continue;
+        }
+        *pos = nl + 1;
+        return Ok(Some((start, at)));
+    }
+}
+
 /// Splits a field into name and trimmed value; `Err` gives the error and
 /// the offset within the field.
 fn split_field(field: &str) -> Result<(&str, &str), (ErrorKind, usize)> {
@@ -346,14 +382,9 @@ impl<'a> Message<'a> {
         let base = span.lead;
         let head = std::str::from_utf8(&buf[base..span.head_end])
             .map_err(|e| ParseError::new(ErrorKind::InvalidUtf8, base + e.valid_up_to()))?;
-        let hb = head.as_bytes();
-        for cr in memchr::memchr_iter(b'\r', hb) {
-            if hb.get(cr + 1) != Some(&b'\n') {
-                return Err(ParseError::new(ErrorKind::BareCr, base + cr));
-            }
-        }
         let mut pos = 0;
-        let (s, e) = next_field(head, &mut pos).ok_or(ParseError::new(ErrorKind::Empty, base))?;
+        let (s, e) =
+            checked_field(head, &mut pos, base)?.ok_or(ParseError::new(ErrorKind::Empty, base))?;
         let start_line = &head[s..e];
         if matches!(start_line.as_bytes().first(), Some(b' ' | b'\t')) {
             return Err(start_err("start line begins with white space", base));
@@ -372,7 +403,7 @@ impl<'a> Message<'a> {
         let mut index = [Field::EMPTY; INDEXED];
         let mut indexed = 0;
         let mut rest_at = None;
-        while let Some((fs, fe)) = next_field(head, &mut pos) {
+        while let Some((fs, fe)) = checked_field(head, &mut pos, base)? {
             count += 1;
             if count > limits.max_headers {
                 return Err(ParseError::new(
