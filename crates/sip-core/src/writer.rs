@@ -301,7 +301,20 @@ pub fn write_response(
     status: StatusCode,
     opts: &ResponseOptions<'_>,
 ) {
-    write_response_over(out, req.headers(), req.to().tag().is_some(), status, opts);
+    // Only the fields a response copies are sliced out of the request.
+    let copied = |name| {
+        matches!(
+            name,
+            HeaderName::Via
+                | HeaderName::From
+                | HeaderName::To
+                | HeaderName::CallId
+                | HeaderName::CSeq
+                | HeaderName::RecordRoute
+        )
+    };
+    let headers = req.headers_where(copied);
+    write_response_over(out, headers, req.to().tag().is_some(), status, opts);
 }
 
 /// [`write_response`] from a request's header fields as written (a
@@ -575,6 +588,34 @@ mod tests {
         let r = Message::parse(&out).unwrap();
         assert_eq!(r.to().tag(), None);
         assert_eq!(r.header(HeaderName::RecordRoute), None);
+    }
+
+    #[test]
+    fn a_response_copies_fields_past_the_parse_index_in_order() {
+        // Thirty fields: the parse remembers the first 24, the rest are
+        // scanned; a Via among each, and fields a response never copies.
+        let mut req =
+            String::from("OPTIONS sip:b@h SIP/2.0\r\nVia: SIP/2.0/UDP a;branch=z9hG4bK1\r\n");
+        for i in 0..26 {
+            req.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+        }
+        req.push_str("Via: SIP/2.0/UDP b;branch=z9hG4bK2\r\nf: <sip:a@h>;tag=x\r\nTo: <sip:b@h>\r\ni: id1\r\nCSeq: 5 OPTIONS\r\n\r\n");
+        let m = Message::parse(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        write_response(&mut out, &m, StatusCode::OK, &ResponseOptions::default());
+        let r = Message::parse(&out).unwrap();
+        let vias: Vec<_> = r.headers_named(HeaderName::Via).map(|h| h.value).collect();
+        assert_eq!(
+            vias,
+            [
+                "SIP/2.0/UDP a;branch=z9hG4bK1",
+                "SIP/2.0/UDP b;branch=z9hG4bK2"
+            ]
+        );
+        assert_eq!(r.from().tag(), Some("x"));
+        assert_eq!(r.call_id(), "id1");
+        assert_eq!(r.cseq().seq, 5);
+        assert!(r.headers().all(|h| !h.raw_name.starts_with("X-Filler")));
     }
 
     #[test]

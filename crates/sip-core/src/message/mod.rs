@@ -24,7 +24,7 @@ use crate::header::{Header, HeaderName};
 use crate::limits::Limits;
 use crate::method::Method;
 use crate::name_addr::{parse_list, parse_name_addr, parse_single, NameAddr};
-use crate::scan::{is_token, offset_in, parse_u64, trim_lws, Cursor};
+use crate::scan::{offset_in, parse_u64, token_len, trim_lws, Cursor};
 use crate::status::StatusCode;
 use crate::uri::Uri;
 use crate::via::{parse_via, parse_via_list, Via};
@@ -163,6 +163,26 @@ impl<'a> Iterator for Named<'_, 'a> {
             return Some(f.header(self.headers.head));
         }
         self.headers.rest.as_mut()?.find(|h| h.name == name)
+    }
+}
+
+/// The header fields whose names `keep` chooses, in order: like [`Named`],
+/// a remembered field is sliced out only once chosen.
+#[derive(Debug, Clone)]
+pub(crate) struct Chosen<'m, 'a> {
+    headers: Headers<'m, 'a>,
+    keep: fn(HeaderName) -> bool,
+}
+
+impl<'a> Iterator for Chosen<'_, 'a> {
+    type Item = Header<'a>;
+
+    fn next(&mut self) -> Option<Header<'a>> {
+        let keep = self.keep;
+        if let Some(f) = self.headers.indexed.by_ref().find(|f| keep(f.name)) {
+            return Some(f.header(self.headers.head));
+        }
+        self.headers.rest.as_mut()?.find(|h| keep(h.name))
     }
 }
 
@@ -308,10 +328,7 @@ fn split_field(field: &str) -> Result<(&str, &str), (ErrorKind, usize)> {
     if matches!(b.first(), Some(b' ' | b'\t')) {
         return Err((ErrorKind::OrphanContinuation, 0));
     }
-    let mut i = 0;
-    while i < b.len() && is_token(b[i]) {
-        i += 1;
-    }
+    let mut i = token_len(b);
     if i == 0 {
         return Err((ErrorKind::HeaderName, 0));
     }
@@ -671,6 +688,14 @@ impl<'a> Message<'a> {
                 head: self.head,
                 pos,
             }),
+        }
+    }
+
+    /// The header fields whose names `keep` chooses, in order.
+    pub(crate) fn headers_where(&self, keep: fn(HeaderName) -> bool) -> Chosen<'_, 'a> {
+        Chosen {
+            headers: self.headers(),
+            keep,
         }
     }
 
