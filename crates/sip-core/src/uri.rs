@@ -262,7 +262,7 @@ fn escape_at(b: &[u8], i: usize) -> Option<usize> {
 /// four decimal octets of one to three digits, none above 255 and none
 /// with a leading zero (as `Ipv4Addr`'s own parser). One pass, a few
 /// instructions a byte: every Via and most Contacts carry one.
-fn parse_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
+pub(crate) fn parse_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
     let (mut n, mut v, mut digits) = (0, 0u16, 0);
     for &c in b {

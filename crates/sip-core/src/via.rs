@@ -12,7 +12,7 @@ use crate::error::{ErrorKind, ParseError};
 use crate::header::HeaderName;
 use crate::params::{parse_params, Params};
 use crate::scan::{is_token, offset_in, parse_u64, Cursor};
-use crate::uri::{parse_host_prefix, parse_port, Host};
+use crate::uri::{parse_host_prefix, parse_ipv4, parse_port, Host};
 
 /// The RFC 3261 branch magic cookie (§8.1.1.7).
 pub const BRANCH_MAGIC_COOKIE: &str = "z9hG4bK";
@@ -83,6 +83,14 @@ impl<'a> Via<'a> {
     /// The received parameter.
     pub fn received(&self) -> Option<&'a str> {
         self.received
+    }
+    /// The `received` parameter as an address (the parse checked that it
+    /// is one; brackets of an IPv6 address are not kept).
+    pub fn received_ip(&self) -> Option<IpAddr> {
+        let r = self.received?;
+        parse_ipv4(r.as_bytes())
+            .map(IpAddr::V4)
+            .or_else(|| r.parse().ok())
     }
     /// `Some(None)` for a bare `rport` (a request to fill it in, RFC 3581).
     pub fn rport(&self) -> Option<Option<u16>> {
@@ -161,8 +169,11 @@ pub(crate) fn parse_via<'a>(c: &mut Cursor<'a>, max_params: usize) -> Result<Via
                     .filter(|v| v.parse::<std::net::Ipv6Addr>().is_ok())
                     .unwrap_or(v)
             });
+            // IPv4 by the URI's one-pass reader (every proxied response
+            // carries one or more), anything else by the standard one.
+            let ip = |v: &str| parse_ipv4(v.as_bytes()).is_some() || v.parse::<IpAddr>().is_ok();
             match address {
-                Some(v) if v.parse::<IpAddr>().is_ok() => received = Some(v),
+                Some(v) if ip(v) => received = Some(v),
                 _ => return Err(invalid("received must be an IP address", at)),
             }
         } else if name.eq_ignore_ascii_case("rport") {
@@ -256,6 +267,7 @@ mod tests {
         assert_eq!(v.rport(), Some(None));
         assert_eq!(v.rport_raw(), Some("rport"));
         assert_eq!(v.received(), Some("192.0.2.1"));
+        assert_eq!(v.received_ip(), Some(IpAddr::from([192, 0, 2, 1])));
         assert_eq!(v.ttl(), Some(16));
         assert_eq!(v.maddr(), Some("239.255.255.1"));
         // RFC 5118 §4.5: an IPv6 received, with and without brackets.
@@ -265,6 +277,11 @@ mod tests {
         ] {
             let v = all(text).unwrap();
             assert_eq!(v[0].received(), Some("2001:db8::9:255"), "{text}");
+            assert_eq!(
+                v[0].received_ip(),
+                Some("2001:db8::9:255".parse().unwrap()),
+                "{text}"
+            );
             assert_eq!(v[0].branch(), Some("z9hG4bKas3-111"), "{text}");
         }
         let v = all("SIP/2.0/UDP h;received=::1;rport=5").unwrap();

@@ -103,8 +103,7 @@ impl Proxy {
             return Self::unproven_response(ctx);
         };
         let host = next
-            .received()
-            .and_then(|r| r.parse::<IpAddr>().ok())
+            .received_ip()
             .map(|ip| match ip {
                 IpAddr::V4(a) => Host::V4(a),
                 IpAddr::V6(a) => Host::V6(a),
