@@ -87,10 +87,7 @@ impl<'a> Via<'a> {
     /// The `received` parameter as an address (the parse checked that it
     /// is one; brackets of an IPv6 address are not kept).
     pub fn received_ip(&self) -> Option<IpAddr> {
-        let r = self.received?;
-        parse_ipv4(r.as_bytes())
-            .map(IpAddr::V4)
-            .or_else(|| r.parse().ok())
+        ip_literal(self.received?)
     }
     /// `Some(None)` for a bare `rport` (a request to fill it in, RFC 3581).
     pub fn rport(&self) -> Option<Option<u16>> {
@@ -121,6 +118,15 @@ fn invalid(reason: &'static str, offset: usize) -> ParseError {
 }
 
 /// Parses one via-parm at the cursor.
+/// An IP address as written: IPv4 by the URI's one-pass reader (every
+/// proxied response carries one or more), anything else by the standard
+/// library's.
+fn ip_literal(s: &str) -> Option<IpAddr> {
+    parse_ipv4(s.as_bytes())
+        .map(IpAddr::V4)
+        .or_else(|| s.parse().ok())
+}
+
 pub(crate) fn parse_via<'a>(c: &mut Cursor<'a>, max_params: usize) -> Result<Via<'a>, ParseError> {
     c.skip_lws();
     let start = c.pos();
@@ -169,11 +175,8 @@ pub(crate) fn parse_via<'a>(c: &mut Cursor<'a>, max_params: usize) -> Result<Via
                     .filter(|v| v.parse::<std::net::Ipv6Addr>().is_ok())
                     .unwrap_or(v)
             });
-            // IPv4 by the URI's one-pass reader (every proxied response
-            // carries one or more), anything else by the standard one.
-            let ip = |v: &str| parse_ipv4(v.as_bytes()).is_some() || v.parse::<IpAddr>().is_ok();
             match address {
-                Some(v) if ip(v) => received = Some(v),
+                Some(v) if ip_literal(v).is_some() => received = Some(v),
                 _ => return Err(invalid("received must be an IP address", at)),
             }
         } else if name.eq_ignore_ascii_case("rport") {

@@ -148,6 +148,17 @@ impl<'a> Iterator for Headers<'_, 'a> {
     }
 }
 
+impl<'a> Headers<'_, 'a> {
+    /// The next field whose name `keep` chooses: a remembered field is
+    /// matched by name before it is sliced out.
+    fn next_where(&mut self, keep: impl Fn(HeaderName) -> bool) -> Option<Header<'a>> {
+        if let Some(f) = self.indexed.by_ref().find(|f| keep(f.name)) {
+            return Some(f.header(self.head));
+        }
+        self.rest.as_mut()?.find(|h| keep(h.name))
+    }
+}
+
 /// The header fields of one name in a parsed [`Message`], in order: the
 /// remembered fields are matched by name before any is sliced out.
 #[derive(Debug, Clone)]
@@ -161,15 +172,11 @@ impl<'a> Iterator for Named<'_, 'a> {
 
     fn next(&mut self) -> Option<Header<'a>> {
         let name = self.name;
-        if let Some(f) = self.headers.indexed.by_ref().find(|f| f.name == name) {
-            return Some(f.header(self.headers.head));
-        }
-        self.headers.rest.as_mut()?.find(|h| h.name == name)
+        self.headers.next_where(|n| n == name)
     }
 }
 
-/// The header fields whose names `keep` chooses, in order: like [`Named`],
-/// a remembered field is sliced out only once chosen.
+/// The header fields whose names `keep` chooses, in order.
 #[derive(Debug, Clone)]
 pub(crate) struct Chosen<'m, 'a> {
     headers: Headers<'m, 'a>,
@@ -180,11 +187,7 @@ impl<'a> Iterator for Chosen<'_, 'a> {
     type Item = Header<'a>;
 
     fn next(&mut self) -> Option<Header<'a>> {
-        let keep = self.keep;
-        if let Some(f) = self.headers.indexed.by_ref().find(|f| keep(f.name)) {
-            return Some(f.header(self.headers.head));
-        }
-        self.headers.rest.as_mut()?.find(|h| keep(h.name))
+        self.headers.next_where(self.keep)
     }
 }
 
