@@ -29,8 +29,19 @@ const FLUSH_EVERY: usize = 256;
 pub struct StreamNull {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    answered: Arc<AtomicU64>,
+    counts: Arc<Counts>,
     threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// What the reactors did, summed over them.
+#[derive(Debug, Default)]
+struct Counts {
+    answered: AtomicU64,
+    /// Reads from a socket, and how many of them found nothing (a read
+    /// spent only to learn the socket was empty: the floor must not pay
+    /// for one per message where a short read already said so).
+    reads: AtomicU64,
+    empty_reads: AtomicU64,
 }
 
 /// A TLS server configuration from a PEM certificate chain and its key.
@@ -67,17 +78,17 @@ impl StreamNull {
         threads: usize,
     ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let answered = Arc::new(AtomicU64::new(0));
+        let counts = Arc::new(Counts::default());
         let mut bound = addr;
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
             let listener = listen(bound)?;
             bound = listener.local_addr()?;
-            let (tls, stop, answered) = (tls.clone(), stop.clone(), answered.clone());
+            let (tls, stop, counts) = (tls.clone(), stop.clone(), counts.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("null-tcp-{i}"))
                 .spawn(move || {
-                    if let Err(e) = serve(listener, tls, &stop, &answered) {
+                    if let Err(e) = serve(listener, tls, &stop, &counts) {
                         eprintln!("null responder: {e}");
                     }
                 })?;
@@ -86,7 +97,7 @@ impl StreamNull {
         Ok(StreamNull {
             addr: bound,
             stop,
-            answered,
+            counts,
             threads: handles,
         })
     }
@@ -98,7 +109,16 @@ impl StreamNull {
 
     /// Requests answered so far.
     pub fn answered(&self) -> u64 {
-        self.answered.load(Ordering::Relaxed)
+        self.counts.answered.load(Ordering::Relaxed)
+    }
+
+    /// Reads from its sockets so far, and how many of them found nothing.
+    pub fn reads(&self) -> (u64, u64) {
+        let c = &self.counts;
+        (
+            c.reads.load(Ordering::Relaxed),
+            c.empty_reads.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -125,6 +145,28 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(TcpListener::from_std(s.into()))
 }
 
+/// What one read brought: bytes (0 at the end of the stream), and
+/// whether the socket gave less than asked for (a stream socket does so
+/// only when it held no more).
+struct Got {
+    bytes: usize,
+    drained: bool,
+}
+
+/// The socket as TLS reads it, noting a short read.
+struct Short<'a> {
+    stream: &'a mut TcpStream,
+    short: bool,
+}
+
+impl io::Read for Short<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.stream.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
 /// One connection: its socket, TLS state, what arrived and what waits to
 /// leave.
 struct Conn {
@@ -140,7 +182,7 @@ fn serve(
     mut listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     stop: &AtomicBool,
-    answered: &AtomicU64,
+    counts: &Counts,
 ) -> io::Result<()> {
     let mut poll = Poll::new()?;
     let mut events = Events::with_capacity(1024);
@@ -193,7 +235,7 @@ fn serve(
             let Some(conn) = conns.get_mut(&id) else {
                 continue;
             };
-            let open = conn.pump(&mut out, &mut scratch, answered).unwrap_or(false);
+            let open = conn.pump(&mut out, &mut scratch, counts).unwrap_or(false);
             let registry = poll.registry();
             if !open {
                 let _ = registry.deregister(&mut conn.stream);
@@ -217,21 +259,21 @@ fn serve(
 impl Conn {
     /// Reads what there is, answers every whole request, writes what it
     /// can. False once the connection is over (closed, or broken input).
-    fn pump(
-        &mut self,
-        out: &mut Vec<u8>,
-        buf: &mut [u8],
-        answered: &AtomicU64,
-    ) -> io::Result<bool> {
+    fn pump(&mut self, out: &mut Vec<u8>, buf: &mut [u8], counts: &Counts) -> io::Result<bool> {
         let mut open = true;
         let mut unflushed = 0;
-        while let Some(n) = self.read_some(buf)? {
+        loop {
+            counts.reads.fetch_add(1, Ordering::Relaxed);
+            let Some(Got { bytes: n, drained }) = self.read_some(buf)? else {
+                counts.empty_reads.fetch_add(1, Ordering::Relaxed);
+                break;
+            };
             if n == 0 {
                 open = false;
             }
             // Each read is answered before the next: a pipelining peer's
             // backlog is not held whole.
-            let Some(k) = self.answer(out, answered) else {
+            let Some(k) = self.answer(out, &counts.answered) else {
                 return Ok(false);
             };
             if self.input.len() > MAX_BUFFERED {
@@ -247,9 +289,10 @@ impl Conn {
                     break;
                 }
             }
-            // A short read over TCP drained the socket: what comes later
-            // raises a new edge, so no read is spent to see EAGAIN.
-            if n == 0 || (self.tls.is_none() && n < buf.len()) {
+            // A short read drained the socket (over TLS, the records it
+            // gave were all decrypted and taken): what comes later raises
+            // a new edge, so no read is spent to see EAGAIN.
+            if n == 0 || drained {
                 break;
             }
         }
@@ -257,26 +300,39 @@ impl Conn {
         Ok(open)
     }
 
-    /// Appends what one read brings (TLS records decrypted): `Some(0)` at
+    /// Appends what one read brings (TLS records decrypted): 0 bytes at
     /// the end of the stream, `None` when nothing more is there now.
-    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<Option<Got>> {
         let would_block = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
         let Some(tls) = &mut self.tls else {
             return match self.stream.read(buf) {
                 Ok(n) => {
                     self.input.extend_from_slice(&buf[..n]);
-                    Ok(Some(n))
+                    Ok(Some(Got {
+                        bytes: n,
+                        drained: n < buf.len(),
+                    }))
                 }
                 Err(e) if would_block(&e) => Ok(None),
                 Err(e) => Err(e),
             };
         };
-        match tls.read_tls(&mut self.stream) {
-            Ok(0) => return Ok(Some(0)),
+        let mut wire = Short {
+            stream: &mut self.stream,
+            short: false,
+        };
+        match tls.read_tls(&mut wire) {
+            Ok(0) => {
+                return Ok(Some(Got {
+                    bytes: 0,
+                    drained: true,
+                }))
+            }
             Ok(_) => {}
             Err(e) if would_block(&e) => return Ok(None),
             Err(e) => return Err(e),
         }
+        let drained = wire.short;
         tls.process_new_packets().map_err(io::Error::other)?;
         let mut got = 0;
         loop {
@@ -291,7 +347,10 @@ impl Conn {
             }
         }
         // Records that held no data (handshake) still count as progress.
-        Ok(Some(got.max(1)))
+        Ok(Some(Got {
+            bytes: got.max(1),
+            drained,
+        }))
     }
 
     /// Answers each whole request in the input with 200 OK (a CRLFCRLF
@@ -375,4 +434,91 @@ impl Conn {
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A self-signed P-256 certificate and its key, for the responder.
+    fn tls() -> Arc<rustls::ServerConfig> {
+        use openssl::{asn1, ec, hash, nid, pkey, x509};
+        let group = ec::EcGroup::from_curve_name(nid::Nid::X9_62_PRIME256V1).unwrap();
+        let key = pkey::PKey::from_ec_key(ec::EcKey::generate(&group).unwrap()).unwrap();
+        let mut name = x509::X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", "null").unwrap();
+        let name = name.build();
+        let mut c = x509::X509Builder::new().unwrap();
+        c.set_version(2).unwrap();
+        c.set_subject_name(&name).unwrap();
+        c.set_issuer_name(&name).unwrap();
+        c.set_pubkey(&key).unwrap();
+        c.set_not_before(&asn1::Asn1Time::days_from_now(0).unwrap())
+            .unwrap();
+        c.set_not_after(&asn1::Asn1Time::days_from_now(1).unwrap())
+            .unwrap();
+        c.sign(&key, hash::MessageDigest::sha256()).unwrap();
+        let cert = rustls::pki_types::CertificateDer::from(c.build().to_der().unwrap());
+        let der = key.private_key_to_pkcs8().unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(der.into());
+        let config = rustls::ServerConfig::builder_with_provider(sip_tls::default_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        Arc::new(config)
+    }
+
+    fn request(cseq: u32) -> String {
+        format!(
+            "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:5;branch=z9hG4bK{cseq}\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:a@example.com>\r\nCall-ID: null-{cseq}\r\nCSeq: {cseq} REGISTER\r\nContent-Length: 0\r\n\r\n"
+        )
+    }
+
+    /// Requests one at a time, each answer awaited, as a phone refreshes:
+    /// each is one read, none spent only to find the socket empty (a
+    /// short read said so), over TCP and TLS alike.
+    #[test]
+    fn a_lone_request_costs_one_read_over_tcp_and_tls() {
+        const ROUNDS: u32 = 200;
+        for tls in [None, Some(tls())] {
+            let over_tls = tls.is_some();
+            let null = StreamNull::start("127.0.0.1:0".parse().unwrap(), tls, 1).unwrap();
+            let tcp = std::net::TcpStream::connect(null.addr()).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut stream: Box<dyn ReadWrite> = if over_tls {
+                let mut b =
+                    openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+                b.set_verify(openssl::ssl::SslVerifyMode::NONE);
+                Box::new(b.build().connect("null", tcp).unwrap())
+            } else {
+                Box::new(tcp)
+            };
+            let (before, _) = null.reads();
+            let mut buf = [0u8; 4096];
+            for cseq in 1..=ROUNDS {
+                stream.write_all(request(cseq).as_bytes()).unwrap();
+                let mut got = Vec::new();
+                let want = format!("CSeq: {cseq} REGISTER");
+                while !String::from_utf8_lossy(&got).contains(&want) {
+                    let n = stream.read(&mut buf).unwrap();
+                    assert!(n > 0, "closed at {cseq}");
+                    got.extend_from_slice(&buf[..n]);
+                }
+            }
+            let (reads, empty) = null.reads();
+            assert_eq!(null.answered(), u64::from(ROUNDS));
+            // A request split by the network can still draw an edge for
+            // bytes already read: a few, never one a request.
+            assert!(
+                reads - before < u64::from(ROUNDS) * 11 / 10 && empty < u64::from(ROUNDS) / 10,
+                "TLS {over_tls}: {reads} reads ({before} before the requests), {empty} found nothing"
+            );
+        }
+    }
+
+    trait ReadWrite: Read + Write {}
+    impl<T: Read + Write> ReadWrite for T {}
 }

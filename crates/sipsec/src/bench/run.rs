@@ -137,11 +137,12 @@ pub(super) fn null(a: NullArgs) -> Result<ExitCode, String> {
     }
     let streamed: u64 = streams.iter().map(|(_, s)| s.answered()).sum();
     // Whoever started it may have stopped reading: nothing to say then.
-    let _ = writeln!(
-        std::io::stdout(),
-        "answered {} requests",
-        r.answered() + streamed
-    );
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "answered {} requests", r.answered() + streamed);
+    for (name, s) in &streams {
+        let (reads, empty) = s.reads();
+        let _ = writeln!(out, "{name}: {reads} reads, {empty} of them found nothing");
+    }
     r.stop();
     Ok(ExitCode::SUCCESS)
 }
