@@ -178,7 +178,11 @@ impl TcpHub {
             }
             *closing = Some(reason);
         }
-        self.forget_flow(conn, &lock(&conn.aliases));
+        {
+            let extras = lock(&conn.extras);
+            let aliases = extras.as_ref().map_or(&[][..], |e| &e.aliases[..]);
+            self.forget_flow(conn, aliases);
+        }
         {
             let mut tx = lock(&conn.tx);
             if matches!(tx.phase, Phase::Open) {
@@ -277,7 +281,7 @@ impl TcpHub {
             let staged = tx.stage(bytes, self.limits.queue_bytes);
             if let (Ok(()), true, Some(k)) = (&staged, connecting, key) {
                 // Failed with the connect, if it fails.
-                lock(&conn.waiting).push(k);
+                conn.with_extras(|e| e.waiting.push(k));
             }
             if staged.is_ok() {
                 count();
@@ -324,11 +328,12 @@ impl TcpHub {
     /// Remembers a forwarded request sent over a WebSocket connection.
     pub(super) fn watch(&self, conn: &Conn, key: Option<(Key, u8)>) {
         if let Some(key) = key {
-            let mut r = lock(&conn.requests);
-            if r.len() == MAX_REQUESTS_WATCHED {
-                r.remove(0);
-            }
-            r.push(key);
+            conn.with_extras(|e| {
+                if e.requests.len() == MAX_REQUESTS_WATCHED {
+                    e.requests.remove(0);
+                }
+                e.requests.push(key);
+            });
         }
     }
 
@@ -371,7 +376,8 @@ impl TcpHub {
             tracing::debug!(target: "sipsec::conn", peer = %conn.peer, alias = ?alias, "alias refused: the client certificate does not name the Via sent-by");
             return;
         }
-        let mut aliases = lock(&conn.aliases);
+        let mut extras = lock(&conn.extras);
+        let aliases = &mut extras.get_or_insert_with(Box::default).aliases;
         if aliases.contains(&alias) || aliases.len() >= MAX_ALIASES {
             return;
         }
@@ -474,10 +480,12 @@ impl TcpHub {
                 wire: Wire::Stream,
             }),
             closing: Mutex::new(None),
-            requests: Mutex::new(Vec::new()),
-            waiting: Mutex::new(key.into_iter().collect()),
-            registered: Mutex::new(Vec::new()),
-            aliases: Mutex::new(Vec::new()),
+            extras: Mutex::new(key.map(|k| {
+                Box::new(Extras {
+                    waiting: vec![k],
+                    ..Extras::default()
+                })
+            })),
             spread: AtomicBool::new(false),
             handed: AtomicU32::new(0),
             outbox: Mutex::default(),

@@ -254,7 +254,7 @@ impl Reactor {
             };
             if let Some(l) = self.locals.get_mut(&t) {
                 l.connecting = false;
-                lock(&l.conn.waiting).clear();
+                drop(l.conn.take_extra(|e| &mut e.waiting));
             }
             for p in pending {
                 if tx.queue(&p, usize::MAX).is_err() {
@@ -505,7 +505,7 @@ impl Reactor {
     /// are dropped now, stored as a REGISTER's removal is, instead of
     /// lingering until they expire.
     pub(super) fn drop_bindings(&mut self, conn: &Conn) {
-        let aors = std::mem::take(&mut *lock(&conn.registered));
+        let aors = conn.take_extra(|e| &mut e.registered);
         let shared = &self.hub.shared;
         let (peer, transport) = (conn.peer, conn.transport);
         let on_conn = |b: &crate::proto::location::Binding| {
@@ -590,10 +590,12 @@ impl Reactor {
         };
         drop(held);
         for aor in self.core.websocket_registrations() {
-            let mut known = lock(&conn.registered);
-            if known.len() < MAX_AORS_REGISTERED && !known.contains(&aor) {
-                known.push(aor);
-            }
+            conn.with_extras(|e| {
+                let known = &mut e.registered;
+                if known.len() < MAX_AORS_REGISTERED && !known.contains(&aor) {
+                    known.push(aor);
+                }
+            });
         }
         // Extras first: a 100 Trying must not trail the answers the
         // forwarded INVITE draws.
@@ -767,13 +769,13 @@ impl Reactor {
                 .metrics
                 .dropped
                 .fetch_add(dropped, Ordering::Relaxed);
-            let waiting = std::mem::take(&mut *lock(&conn.waiting));
+            let waiting = conn.take_extra(|e| &mut e.waiting);
             if !waiting.is_empty() {
                 hub.transport_failed(&waiting);
             }
         }
         {
-            let aliases = std::mem::take(&mut *lock(&conn.aliases));
+            let aliases = conn.take_extra(|e| &mut e.aliases);
             hub.forget_flow(&conn, &aliases);
             let mine = |c: Option<&Arc<Conn>>| c.is_some_and(|c| Arc::ptr_eq(c, &conn));
             let mut conns = lock(&hub.conns);
@@ -799,7 +801,7 @@ impl Reactor {
         if reason != CloseReason::Shutdown {
             self.drop_bindings(&conn);
         }
-        let watched = std::mem::take(&mut *lock(&conn.requests));
+        let watched = conn.take_extra(|e| &mut e.requests);
         if !watched.is_empty() {
             hub.transport_failed(&watched);
         }

@@ -320,22 +320,12 @@ pub(super) struct Conn {
     pub(super) tx: Mutex<Tx>,
     /// Why it is being closed, set by whoever decided it (once).
     pub(super) closing: Mutex<Option<CloseReason>>,
-    /// WebSocket: the latest requests the stateful proxy forwarded over
-    /// it (at most [`MAX_REQUESTS_WATCHED`]). A browser cannot be reached
-    /// another way (RFC 7118 §5), so when the connection closes those
-    /// still unanswered fail at once (503 upstream) instead of after
-    /// timer B or C.
-    pub(super) requests: Mutex<Vec<(Key, u8)>>,
-    /// The forwarded requests queued while it connects: failed at once
-    /// if the connect fails (bounded as the queue is).
-    pub(super) waiting: Mutex<Vec<(Key, u8)>>,
-    /// WebSocket: the addresses-of-record registered over it (at most
-    /// [`MAX_AORS_REGISTERED`]): when it closes, their bindings on it are
-    /// dropped, since a browser is never reached on another connection.
-    pub(super) registered: Mutex<Vec<String>>,
-    /// TLS: other addresses and domain names it stands for (RFC 5923
-    /// aliases, at most [`MAX_ALIASES`]).
-    pub(super) aliases: Mutex<Vec<Alias>>,
+    /// What few connections need (forwarded requests watched, a
+    /// connect's waiting requests, WebSocket registrations, TLS aliases):
+    /// made when first used, so a phone's connection holds one pointer
+    /// for them instead of four locked lists. Locked after `tx` where
+    /// both are held, and before the hub's tables.
+    pub(super) extras: Mutex<Option<Box<Extras>>>,
     /// Busy: every reactor decides its messages (`spread`).
     pub(super) spread: AtomicBool,
     /// Its messages handed to other reactors and not yet decided there
@@ -345,6 +335,42 @@ pub(super) struct Conn {
     /// write (`outbox`): made when it is first used, since most
     /// connections are never busy.
     pub(super) outbox: Mutex<Option<Box<super::outbox::Outbox>>>,
+}
+
+/// The lists of a [`Conn`] that most connections never fill.
+#[derive(Debug, Default)]
+pub(super) struct Extras {
+    /// WebSocket: the latest requests the stateful proxy forwarded over
+    /// it (at most [`MAX_REQUESTS_WATCHED`]). A browser cannot be reached
+    /// another way (RFC 7118 §5), so when the connection closes those
+    /// still unanswered fail at once (503 upstream) instead of after
+    /// timer B or C.
+    pub(super) requests: Vec<(Key, u8)>,
+    /// The forwarded requests queued while it connects: failed at once
+    /// if the connect fails (bounded as the queue is).
+    pub(super) waiting: Vec<(Key, u8)>,
+    /// WebSocket: the addresses-of-record registered over it (at most
+    /// [`MAX_AORS_REGISTERED`]): when it closes, their bindings on it are
+    /// dropped, since a browser is never reached on another connection.
+    pub(super) registered: Vec<String>,
+    /// TLS: other addresses and domain names it stands for (RFC 5923
+    /// aliases, at most [`MAX_ALIASES`]).
+    pub(super) aliases: Vec<Alias>,
+}
+
+impl Conn {
+    /// Its extras, made on first use.
+    pub(super) fn with_extras<R>(&self, f: impl FnOnce(&mut Extras) -> R) -> R {
+        f(lock(&self.extras).get_or_insert_with(Box::default))
+    }
+
+    /// Takes one of its extras' lists (empty where none was made).
+    pub(super) fn take_extra<T>(&self, list: impl FnOnce(&mut Extras) -> &mut Vec<T>) -> Vec<T> {
+        lock(&self.extras)
+            .as_deref_mut()
+            .map(|e| std::mem::take(list(e)))
+            .unwrap_or_default()
+    }
 }
 
 /// A domain name (lower case) and port.
