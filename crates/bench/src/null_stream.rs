@@ -153,20 +153,6 @@ struct Got {
     drained: bool,
 }
 
-/// The socket as TLS reads it, noting a short read.
-struct Short<'a> {
-    stream: &'a mut TcpStream,
-    short: bool,
-}
-
-impl io::Read for Short<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.stream.read(buf)?;
-        self.short = n < buf.len();
-        Ok(n)
-    }
-}
-
 /// One connection: its socket, TLS state, what arrived and what waits to
 /// leave.
 struct Conn {
@@ -317,10 +303,7 @@ impl Conn {
                 Err(e) => Err(e),
             };
         };
-        let mut wire = Short {
-            stream: &mut self.stream,
-            short: false,
-        };
+        let mut wire = sip_tls::ShortRead::new(&mut self.stream);
         match tls.read_tls(&mut wire) {
             Ok(0) => {
                 return Ok(Some(Got {

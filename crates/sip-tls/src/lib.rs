@@ -152,6 +152,35 @@ pub const COUNTED_GROUPS: [&str; 8] = [
     "other",
 ];
 
+/// A stream socket as a TLS session reads it (`read_tls`), noting
+/// whether the last read gave less than it asked for: a stream socket
+/// does so only when it held no more, so an edge-triggered reader can
+/// stop there instead of spending a read to see `EAGAIN`.
+pub struct ShortRead<'a, R> {
+    /// The socket read.
+    pub socket: &'a mut R,
+    /// The last read gave less than asked for.
+    pub short: bool,
+}
+
+impl<'a, R: std::io::Read> ShortRead<'a, R> {
+    /// Reads `socket`, no read made yet.
+    pub fn new(socket: &'a mut R) -> Self {
+        ShortRead {
+            socket,
+            short: false,
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for ShortRead<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.socket.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

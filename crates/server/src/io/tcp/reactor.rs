@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::io::drive::Deferred;
@@ -853,7 +852,7 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(_) => return Got::Failed(CloseReason::Tls),
     }
-    let mut wire = Short { sock, short: false };
+    let mut wire = sip_tls::ShortRead::new(sock);
     let eof = match tls.read_tls(&mut wire) {
         Ok(0) => true,
         Ok(_) => false,
@@ -882,20 +881,5 @@ fn read_some(tx: &mut Tx, scratch: &mut [u8]) -> Got {
         Got::Closed(n)
     } else {
         Got::Bytes(n, socket_empty && n < scratch.len())
-    }
-}
-
-/// The socket as TLS reads it, noting whether a read gave less than it
-/// asked for: a stream socket does so only when it had no more.
-struct Short<'a> {
-    sock: &'a mut TcpStream,
-    short: bool,
-}
-
-impl Read for Short<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.sock.read(buf)?;
-        self.short = n < buf.len();
-        Ok(n)
     }
 }
